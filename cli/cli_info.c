@@ -1,0 +1,93 @@
+/*
+ * cli_info.c — `tracemill info`: what a trace holds and what was lost, as
+ * a short human summary or (--json) the data-quality report.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void line(const char *name, unsigned long long v) {
+    if (v) printf("  %-44s %llu\n", name, v);
+}
+
+static void print_summary(const char *path, const tm_trace_stats *s) {
+    printf("%s: %llu bytes, %llu packets (%llu compressed), %llu sequences\n", path,
+           (unsigned long long)s->bytes, (unsigned long long)s->packets,
+           (unsigned long long)s->compressed_packets, (unsigned long long)s->sequences);
+    printf("samples: %llu kept of %llu PerfSample + %llu StreamingProfilePacket\n",
+           (unsigned long long)s->samples_kept, (unsigned long long)s->perf_samples,
+           (unsigned long long)s->streaming_samples);
+    if (s->samples_kept)
+        printf("time span: %.6f s (trace clock %u)\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9,
+               s->trace_clock_id);
+    printf("profile: %llu threads, %llu stacks, %llu frames, %llu mappings\n", (unsigned long long)s->threads,
+           (unsigned long long)s->stacks, (unsigned long long)s->frames, (unsigned long long)s->mappings);
+    printf("clocks: %llu snapshots, Unix time %s\n", (unsigned long long)s->clock_snapshots,
+           s->has_realtime ? "known" : "UNKNOWN (no snapshot links the trace clock to REALTIME)");
+    printf("incremental-state resets: %llu, data losses: %llu on %llu sequences\n",
+           (unsigned long long)s->incremental_resets, (unsigned long long)s->data_losses,
+           (unsigned long long)s->sequences_with_data_loss);
+    printf("dropped or degraded:\n");
+    line("samples: unresolved callstack", s->dropped_unresolved);
+    line("samples: stale interning after data loss", s->dropped_stale_interning);
+    line("samples: incremental state never cleared", s->dropped_never_cleared);
+    line("samples: no clock path to trace time", s->dropped_missing_clock);
+    line("samples: bad timestamp", s->dropped_bad_timestamp);
+    line("samples: fewer deltas than callstacks", s->dropped_malformed_streaming);
+    line("PerfSample skipped by the producer", s->perf_samples_skipped);
+    line("PerfSample without callstack", s->perf_samples_without_callstack);
+    line("kernel records lost (PerfSample)", s->perf_records_lost);
+    line("packets skipped: needed incremental state", s->packets_skipped_incremental);
+    line("interned data skipped: state invalid", s->interned_data_skipped);
+    line("packets skipped: unsupported", s->packets_unsupported);
+    line("streaming samples timed from packet ts", s->streaming_without_reference_time);
+    line("streaming samples without a thread", s->samples_without_thread);
+    line("threads with samples but no name", s->threads_without_name);
+    line("mappings without build id", s->mappings_without_build_id);
+}
+
+int cli_info(int argc, char **argv) {
+    tm_options opts = {0};
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int lim = cli_limit_option(argc, argv, &i, &opts);
+        if (lim < 0) return EXIT_USAGE;
+        if (lim > 0) continue;
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--compat") == 0 && i + 1 < argc && strcmp(argv[i + 1], "relay") == 0) {
+            opts.mode = TM_MODE_RELAY;
+            i++;
+        } else if (argv[i][0] == '-' && argv[i][1] != 0) {
+            fprintf(stderr, "tracemill info: unknown option %s\n\n%s", argv[i], cli_usage);
+            return EXIT_USAGE;
+        } else if (path) {
+            fprintf(stderr, "tracemill info: more than one trace given\n");
+            return EXIT_USAGE;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "tracemill info: no trace given\n\n%s", cli_usage);
+        return EXIT_USAGE;
+    }
+    cli_input in;
+    int rc = cli_input_load(path, &in);
+    if (rc != EXIT_OK) return rc;
+    tm_trace *t = NULL;
+    tm_error err;
+    if (tm_trace_parse(in.data, in.len, &opts, &t, &err) != TM_OK) {
+        rc = cli_report_error(path, &err);
+    } else if (json) {
+        tm_sink out = tm_sink_file(stdout);
+        if (tm_write_report(t, &out, &err) != TM_OK) rc = cli_report_error(path, &err);
+    } else {
+        print_summary(path, tm_trace_get_stats(t));
+    }
+    if (fflush(stdout) != 0) rc = EXIT_IO;
+    tm_trace_free(t);
+    cli_input_release(&in);
+    return rc;
+}

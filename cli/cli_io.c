@@ -1,0 +1,153 @@
+/*
+ * cli_io.c — input loading, error reporting and shared option parsing for
+ * the tracemill command. Files are mapped read-only so a 10 GB trace costs
+ * page cache, not a copy; stdin is read into one growing buffer.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static int read_all(int fd, const char *name, cli_input *in) {
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        fprintf(stderr, "tracemill: out of memory reading %s\n", name);
+        return EXIT_IO;
+    }
+    for (;;) {
+        if (len == cap) {
+            uint8_t *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fprintf(stderr, "tracemill: out of memory reading %s\n", name);
+                return EXIT_IO;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fprintf(stderr, "tracemill: cannot read %s: %s\n", name, strerror(errno));
+            free(buf);
+            return EXIT_IO;
+        }
+        len += (size_t)n;
+    }
+    in->data = buf;
+    in->len = len;
+    in->mapped = 0;
+    return EXIT_OK;
+}
+
+int cli_input_load(const char *path, cli_input *in) {
+    memset(in, 0, sizeof *in);
+    if (strcmp(path, "-") == 0) return read_all(STDIN_FILENO, "standard input", in);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        fprintf(stderr, "tracemill: cannot open %s: %s\n", path, strerror(errno));
+        return EXIT_IO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        fprintf(stderr, "tracemill: cannot stat %s: %s\n", path, strerror(errno));
+        close(fd);
+        return EXIT_IO;
+    }
+    int rc = EXIT_OK;
+    if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tracemill: %s is a directory\n", path);
+        rc = EXIT_IO;
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = read_all(fd, path, in); /* pipes, /dev/stdin, ... */
+    } else if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) rc = read_all(fd, path, in);
+        else {
+            posix_madvise(p, (size_t)st.st_size, POSIX_MADV_SEQUENTIAL);
+            in->data = p;
+            in->len = (size_t)st.st_size;
+            in->mapped = 1;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+void cli_input_release(cli_input *in) {
+    if (in->mapped) munmap((void *)(uintptr_t)in->data, in->len);
+    else free((void *)(uintptr_t)in->data);
+    memset(in, 0, sizeof *in);
+}
+
+int cli_report_error(const char *what, const tm_error *err) {
+    const char *kind = err->reason ? err->reason : tm_status_str(err->code);
+    fprintf(stderr, "tracemill: %s: %s at byte %llu: %s\n", what, kind, (unsigned long long)err->offset,
+            err->message);
+    if (err->code == TM_ERR_IO) return EXIT_IO;
+    if (err->code == TM_ERR_INVALID_ARG) return EXIT_USAGE;
+    return EXIT_REJECTED;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return 0;
+    uint64_t mult = 1;
+    if (*end == 'k' || *end == 'K') mult = 1000, end++;
+    else if (*end == 'M') mult = 1000000, end++;
+    else if (*end == 'G') mult = 1000000000, end++;
+    if (*end) return 0;
+    if (v > UINT64_MAX / mult) return 0;
+    *out = (uint64_t)v * mult;
+    return 1;
+}
+
+int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
+    static const struct {
+        const char *flag;
+        size_t offset;
+    } flags[] = {
+        {"--max-samples", offsetof(tm_limits, max_samples)},
+        {"--max-stack-depth", offsetof(tm_limits, max_stack_depth)},
+        {"--max-sequences", offsetof(tm_limits, max_sequences)},
+        {"--max-packet-bytes", offsetof(tm_limits, max_packet_bytes)},
+        {"--max-unique-frames", offsetof(tm_limits, max_unique_frames)},
+        {"--max-path-segments", offsetof(tm_limits, max_path_segments)},
+        {"--max-inflated-bytes", offsetof(tm_limits, max_inflated_bytes)},
+        {"--max-interned-entries", offsetof(tm_limits, max_interned_entries)},
+        {"--max-chunk-duration-ns", offsetof(tm_limits, max_chunk_duration_ns)},
+    };
+    const char *arg = argv[*i];
+    if (strcmp(arg, "--limits") == 0) {
+        if (*i + 1 >= argc) return -1;
+        const char *v = argv[++*i];
+        if (strcmp(v, "relay") == 0) opts->preset = TM_LIMITS_RELAY;
+        else if (strcmp(v, "generous") == 0) opts->preset = TM_LIMITS_GENEROUS;
+        else return -1;
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
+        if (strcmp(arg, flags[k].flag) != 0) continue;
+        uint64_t v;
+        if (*i + 1 >= argc || !cli_parse_u64(argv[*i + 1], &v) || v == 0) {
+            fprintf(stderr, "tracemill: %s needs a positive number\n", arg);
+            return -1;
+        }
+        ++*i;
+        memcpy((char *)&opts->limits + flags[k].offset, &v, sizeof v);
+        return 1;
+    }
+    return 0;
+}

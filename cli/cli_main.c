@@ -1,0 +1,47 @@
+/*
+ * cli_main.c — `tracemill <command>` dispatch and usage text. Each command
+ * lives in its own cli_<command>.c file.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char cli_usage[] =
+    "usage: tracemill <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  convert [-f FORMAT] [-o OUT|-] [--meta META.json] [--compat relay] TRACE|-\n"
+    "      FORMAT: sample-v2 (default) or report\n"
+    "      --remove-single-samples  drop threads with at most one non-empty sample\n"
+    "  info TRACE|- [--json] [--compat relay]\n"
+    "      packets, sequences, samples kept and dropped by reason, threads,\n"
+    "      clocks, resets and data losses\n"
+    "\n"
+    "limits (convert and info):\n"
+    "  --limits generous|relay   preset (default generous; --compat relay uses relay)\n"
+    "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"
+    "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"
+    "  --max-interned-entries N  --max-chunk-duration-ns N\n"
+    "\n"
+    "exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(cli_usage, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "convert") == 0) return cli_convert(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("tracemill %s\n", TM_VERSION_STRING);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(cli_usage, stdout);
+        return EXIT_OK;
+    }
+    fprintf(stderr, "tracemill: unknown command '%s'\n\n%s", cmd, cli_usage);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,217 @@
+/*
+ * tracemill.h — the only public header of libtracemill.
+ *
+ * tracemill decodes CPU profiles recorded as Perfetto traces (.pftrace) into
+ * a deduplicated profile model and writes them out as Sentry Sample v2
+ * profile-chunk JSON (and, later, other formats).
+ *
+ * Introduction: the three-call happy path
+ *
+ *     tm_trace *t = NULL;
+ *     tm_error err;
+ *     if (tm_trace_parse(buf, len, NULL, &t, &err) != TM_OK) {
+ *         fprintf(stderr, "%s at byte %llu: %s\n", tm_status_str(err.code),
+ *                 (unsigned long long)err.offset, err.message);
+ *     } else {
+ *         tm_sink out = tm_sink_file(stdout);
+ *         tm_write_sample_v2(t, NULL, &out, &err);
+ *     }
+ *     tm_trace_free(t);          // NULL is a no-op
+ *
+ * Conventions:
+ *  - Every fallible call returns a tm_status; TM_OK is 0. An optional
+ *    tm_error out-param (always last) carries the code, the byte offset in
+ *    the input where the problem was found, Relay's name for the rejection
+ *    where one applies, and a message.
+ *  - Option structs are zero-initialisable: a zero field means "default".
+ *  - Strings handed out by the library are views into the caller's input
+ *    buffer (or into memory the tm_trace owns): the input buffer must
+ *    outlive the tm_trace.
+ *  - There is no global state. A tm_trace is immutable after tm_trace_parse
+ *    and may be read from several threads at once.
+ */
+#ifndef TRACEMILL_H
+#define TRACEMILL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TM_API __attribute__((visibility("default")))
+#else
+#define TM_API
+#endif
+
+#define TM_VERSION_STRING "0.1.0"
+
+/* ==== Status and errors ================================================ */
+
+/* Values are pinned: never renumber. */
+typedef enum tm_status {
+    TM_OK = 0,
+    TM_ERR_NOMEM = 1,       /* an allocation failed */
+    TM_ERR_TRUNCATED = 2,   /* input ends inside a field or message */
+    TM_ERR_MALFORMED = 3,   /* input is not what the format allows */
+    TM_ERR_LIMIT = 4,       /* a configured limit (tm_limits) was exceeded */
+    TM_ERR_UNSUPPORTED = 5, /* valid input that tracemill does not handle */
+    TM_ERR_IO = 6,          /* reading or writing failed */
+    TM_ERR_INVALID_ARG = 7, /* the caller passed something unusable */
+    TM_ERR_REJECTED = 8     /* the profile fails Sample v2 validation */
+} tm_status;
+
+typedef struct tm_error {
+    tm_status code;
+    uint64_t offset;     /* byte offset in the input the error refers to */
+    const char *reason;  /* Relay's ProfileError name (e.g. "NotEnoughSamples"),
+                            or NULL; a static string */
+    char message[200];   /* human-readable, NUL-terminated */
+} tm_error;
+
+/* Static name of a status, e.g. "TM_ERR_TRUNCATED". Never NULL. */
+TM_API const char *tm_status_str(tm_status st);
+
+/* ==== Memory =========================================================== */
+
+/* Pluggable allocator. All memory of a tm_trace goes through it. realloc
+ * receives the old size so that arena-style allocators can implement it. */
+typedef struct tm_alloc {
+    void *(*malloc_fn)(void *ctx, size_t size);
+    void *(*realloc_fn)(void *ctx, void *ptr, size_t old_size, size_t new_size);
+    void (*free_fn)(void *ctx, void *ptr, size_t size);
+    void *ctx;
+} tm_alloc;
+
+/* ==== Options and limits =============================================== */
+
+/* Every ceiling the decoder enforces. A zero field takes the preset's value.
+ * Breaching one fails the parse with TM_ERR_LIMIT naming the limit. */
+typedef struct tm_limits {
+    uint64_t max_samples;         /* samples in one trace */
+    uint64_t max_stack_depth;     /* frames in one callstack */
+    uint64_t max_sequences;       /* distinct trusted_packet_sequence_ids */
+    uint64_t max_packet_bytes;    /* size of one TracePacket */
+    uint64_t max_unique_frames;   /* distinct frames in the profile */
+    uint64_t max_path_segments;   /* path_string_ids in one mapping */
+    uint64_t max_inflated_bytes;  /* one compressed_packets payload, inflated */
+    uint64_t max_interned_entries;/* interned entries on one sequence */
+    uint64_t max_chunk_duration_ns; /* last - first sample; UINT64_MAX = none */
+} tm_limits;
+
+typedef enum tm_limit_preset {
+    TM_LIMITS_GENEROUS = 0, /* the CLI's: a 10 GB trace with 1e8 samples converts */
+    TM_LIMITS_RELAY = 1     /* Relay's hardened converter (server, --compat relay) */
+} tm_limit_preset;
+
+/* Fills *out with the values of a preset. */
+TM_API void tm_limits_preset(tm_limit_preset preset, tm_limits *out);
+
+typedef enum tm_mode {
+    TM_MODE_DEFAULT = 0, /* Trace Processor semantics, exact timestamps */
+    TM_MODE_RELAY = 1    /* byte-compatible with Sentry Relay's converter */
+} tm_mode;
+
+typedef struct tm_options {
+    tm_mode mode;
+    tm_limit_preset preset; /* TM_MODE_RELAY forces TM_LIMITS_RELAY */
+    tm_limits limits;       /* non-zero fields override the preset */
+    const tm_alloc *alloc;  /* NULL: the C library's malloc */
+} tm_options;
+
+/* ==== Traces =========================================================== */
+
+/* A decoded trace: the profile model plus data-quality counters.
+ * Immutable after tm_trace_parse; may be read from any thread. */
+typedef struct tm_trace tm_trace;
+
+/* Decodes a Perfetto trace held in buf[0..len). opts may be NULL.
+ * On success *out owns the result (free it with tm_trace_free); on failure
+ * *out is NULL and err (if not NULL) says why and where. The buffer must
+ * outlive the trace. */
+TM_API tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts,
+                                tm_trace **out, tm_error *err);
+
+/* Releases everything the trace owns. NULL is a no-op. */
+TM_API void tm_trace_free(tm_trace *t);
+
+/* Data-quality counters of one decode. Nothing is dropped without a count. */
+typedef struct tm_trace_stats {
+    uint64_t bytes;                   /* input size */
+    uint64_t packets;                 /* TracePackets read, inner ones included */
+    uint64_t compressed_packets;      /* compressed_packets wrappers inflated */
+    uint64_t packets_unsupported;     /* e.g. zstd_compressed_packets, nested compression */
+    uint64_t packets_skipped_incremental; /* SEQ_NEEDS_INCREMENTAL_STATE while state invalid */
+    uint64_t interned_data_skipped;   /* interned_data while state invalid */
+    uint64_t sequences;
+    uint64_t incremental_resets;      /* SEQ_INCREMENTAL_STATE_CLEARED seen */
+    uint64_t data_losses;             /* previous_packet_dropped on a seen sequence */
+    uint64_t sequences_with_data_loss;
+    uint64_t clock_snapshots;
+    uint64_t perf_samples;            /* PerfSample packets with a callstack */
+    uint64_t streaming_samples;       /* StreamingProfilePacket entries */
+    uint64_t samples_kept;
+    uint64_t dropped_unresolved;      /* callstack/frame/mapping/name iid missing */
+    uint64_t dropped_stale_interning; /* skipped: incremental state invalid after loss */
+    uint64_t dropped_never_cleared;   /* skipped: sequence never cleared its state */
+    uint64_t dropped_missing_clock;   /* no clock path to trace time */
+    uint64_t dropped_bad_timestamp;   /* negative / overflowing sample time */
+    uint64_t dropped_malformed_streaming; /* fewer deltas than callstacks */
+    uint64_t perf_samples_skipped;    /* PerfSample.sample_skipped_reason set */
+    uint64_t perf_samples_without_callstack;
+    uint64_t perf_records_lost;       /* sum of PerfSample.kernel_records_lost */
+    uint64_t streaming_without_reference_time; /* timed from packet timestamps */
+    uint64_t samples_without_thread;  /* streaming samples on a sequence with no thread */
+    uint64_t threads;
+    uint64_t threads_without_name;
+    uint64_t frames;
+    uint64_t stacks;
+    uint64_t mappings;
+    uint64_t mappings_without_build_id;
+    int64_t first_sample_ns;          /* trace clock; 0 when no samples */
+    int64_t last_sample_ns;
+    uint32_t trace_clock_id;          /* Perfetto builtin clock of trace time */
+    int has_realtime;                 /* a clock path to REALTIME exists */
+} tm_trace_stats;
+
+/* Counters of the decode. Never NULL for a non-NULL trace. */
+TM_API const tm_trace_stats *tm_trace_get_stats(const tm_trace *t);
+
+/* ==== Output =========================================================== */
+
+/* Where writers put bytes. write returns 0 on success, non-zero on failure
+ * (the writer then fails with TM_ERR_IO). */
+typedef struct tm_sink {
+    int (*write)(void *ctx, const void *data, size_t len);
+    void *ctx;
+} tm_sink;
+
+/* A sink over a stdio stream (not closed by the library). */
+TM_API tm_sink tm_sink_file(FILE *f);
+
+/* Options of the Sample v2 writer. Zero-initialisable. */
+typedef struct tm_sample_v2_options {
+    /* Chunk metadata JSON (the [JSON] part of a profile_chunk item), merged
+     * as Relay does; NULL/0 writes version, platform, profile, debug_meta. */
+    const char *meta_json;
+    size_t meta_len;
+    /* Sample v2's "drop threads with at most one non-empty sample" step. */
+    int remove_single_samples;
+} tm_sample_v2_options;
+
+/* Writes the trace as one Sample v2 profile chunk. In TM_MODE_RELAY the
+ * bytes are those Relay's converter produces; failures carry Relay's
+ * ProfileError name in err->reason. opts may be NULL. */
+TM_API tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts,
+                                    const tm_sink *out, tm_error *err);
+
+/* Writes the data-quality report (JSON object, one line) of a trace. */
+TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRACEMILL_H */

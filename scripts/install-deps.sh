@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# install-deps.sh — installs the Debian packages tracemill's build and tests
+# need, only when one is missing (idempotent; safe to run on every make).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libcriterion-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

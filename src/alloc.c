@@ -1,0 +1,159 @@
+/*
+ * alloc.c — the only file that calls malloc/realloc/free: the default
+ * allocator, the per-trace arena, array growth, and the uint64 hash map
+ * (which needs no allocation beyond its two arrays).
+ */
+#include <stdlib.h>
+
+#include "alloc.h" /* tm_mem, tm_arena, tm_u64map */
+
+static void *libc_malloc(void *ctx, size_t size) {
+    (void)ctx;
+    return malloc(size);
+}
+static void *libc_realloc(void *ctx, void *p, size_t old_size, size_t new_size) {
+    (void)ctx;
+    (void)old_size;
+    return realloc(p, new_size);
+}
+static void libc_free(void *ctx, void *p, size_t size) {
+    (void)ctx;
+    (void)size;
+    free(p);
+}
+
+void tm_mem_init(tm_mem *m, const tm_alloc *a) {
+    if (a && a->malloc_fn && a->realloc_fn && a->free_fn) {
+        m->a = *a;
+    } else {
+        m->a.malloc_fn = libc_malloc;
+        m->a.realloc_fn = libc_realloc;
+        m->a.free_fn = libc_free;
+        m->a.ctx = NULL;
+    }
+}
+
+void *tm_mem_alloc(tm_mem *m, size_t size) { return m->a.malloc_fn(m->a.ctx, size ? size : 1); }
+
+void *tm_mem_realloc(tm_mem *m, void *p, size_t old_size, size_t new_size) {
+    if (!p) return tm_mem_alloc(m, new_size);
+    return m->a.realloc_fn(m->a.ctx, p, old_size, new_size ? new_size : 1);
+}
+
+void tm_mem_free(tm_mem *m, void *p, size_t size) {
+    if (p) m->a.free_fn(m->a.ctx, p, size);
+}
+
+tm_status tm_vec_grow(tm_mem *m, void **ptr, size_t *cap, size_t elem, size_t need) {
+    if (need <= *cap) return TM_OK;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2) return TM_ERR_NOMEM;
+        ncap *= 2;
+    }
+    if (ncap > SIZE_MAX / elem) return TM_ERR_NOMEM;
+    void *np = tm_mem_realloc(m, *ptr, *cap * elem, ncap * elem);
+    if (!np) return TM_ERR_NOMEM;
+    *ptr = np;
+    *cap = ncap;
+    return TM_OK;
+}
+
+/* ---- arena ---- */
+
+struct tm_arena_block {
+    tm_arena_block *next;
+    size_t size; /* whole allocation, header included */
+};
+
+#define ARENA_BLOCK 65536u
+
+void tm_arena_init(tm_arena *ar, tm_mem *mem) {
+    ar->mem = mem;
+    ar->head = NULL;
+    ar->cur = ar->end = NULL;
+}
+
+void *tm_arena_alloc(tm_arena *ar, size_t size) {
+    size = (size + 7u) & ~(size_t)7u;
+    if ((size_t)(ar->end - ar->cur) < size) {
+        size_t hdr = (sizeof(tm_arena_block) + 7u) & ~(size_t)7u;
+        size_t bsize = size + hdr > ARENA_BLOCK ? size + hdr : ARENA_BLOCK;
+        if (size > SIZE_MAX - hdr) return NULL;
+        tm_arena_block *b = tm_mem_alloc(ar->mem, bsize);
+        if (!b) return NULL;
+        b->next = ar->head;
+        b->size = bsize;
+        ar->head = b;
+        ar->cur = (uint8_t *)b + hdr;
+        ar->end = (uint8_t *)b + bsize;
+    }
+    void *p = ar->cur;
+    ar->cur += size;
+    return p;
+}
+
+void tm_arena_release(tm_arena *ar) {
+    tm_arena_block *b = ar->head;
+    while (b) {
+        tm_arena_block *next = b->next;
+        tm_mem_free(ar->mem, b, b->size);
+        b = next;
+    }
+    ar->head = NULL;
+    ar->cur = ar->end = NULL;
+}
+
+/* ---- uint64 -> uint32 map ---- */
+
+static tm_status u64map_rehash(tm_mem *mem, tm_u64map *m, size_t ncap) {
+    uint64_t *keys = tm_mem_alloc(mem, ncap * sizeof *keys);
+    uint32_t *vals = tm_mem_alloc(mem, ncap * sizeof *vals);
+    if (!keys || !vals) {
+        tm_mem_free(mem, keys, ncap * sizeof *keys);
+        tm_mem_free(mem, vals, ncap * sizeof *vals);
+        return TM_ERR_NOMEM;
+    }
+    memset(vals, 0xff, ncap * sizeof *vals);
+    size_t mask = ncap - 1;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (m->vals[i] == TM_ABSENT) continue;
+        size_t j = (size_t)tm_hash_u64(m->keys[i]) & mask;
+        while (vals[j] != TM_ABSENT) j = (j + 1) & mask;
+        keys[j] = m->keys[i];
+        vals[j] = m->vals[i];
+    }
+    tm_mem_free(mem, m->keys, m->cap * sizeof *m->keys);
+    tm_mem_free(mem, m->vals, m->cap * sizeof *m->vals);
+    m->keys = keys;
+    m->vals = vals;
+    m->cap = ncap;
+    return TM_OK;
+}
+
+tm_status tm_u64map_put(tm_mem *mem, tm_u64map *m, uint64_t key, uint32_t val) {
+    if ((m->len + 1) * 4 > m->cap * 3) TM_TRY(u64map_rehash(mem, m, m->cap ? m->cap * 2 : 16));
+    size_t mask = m->cap - 1, i = (size_t)tm_hash_u64(key) & mask;
+    while (m->vals[i] != TM_ABSENT) {
+        if (m->keys[i] == key) {
+            m->vals[i] = val;
+            return TM_OK;
+        }
+        i = (i + 1) & mask;
+    }
+    m->keys[i] = key;
+    m->vals[i] = val;
+    m->len++;
+    return TM_OK;
+}
+
+void tm_u64map_clear(tm_u64map *m) {
+    if (m->len) memset(m->vals, 0xff, m->cap * sizeof *m->vals);
+    m->len = 0;
+}
+
+void tm_u64map_free(tm_mem *mem, tm_u64map *m) {
+    tm_mem_free(mem, m->keys, m->cap * sizeof *m->keys);
+    tm_mem_free(mem, m->vals, m->cap * sizeof *m->vals);
+    memset(m, 0, sizeof *m);
+}

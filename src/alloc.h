@@ -1,0 +1,66 @@
+/*
+ * alloc.h — the one allocation choke point: a tm_mem wraps the caller's
+ * tm_alloc (or libc), a tm_arena hands out never-freed blocks for one trace,
+ * and tm_vec_reserve grows plain arrays. No other file calls malloc/free.
+ *
+ * A tm_mem is not thread-safe; each tm_trace owns one.
+ */
+#ifndef TM_ALLOC_H
+#define TM_ALLOC_H
+
+#include "base.h" /* tm_bytes */
+
+typedef struct tm_mem {
+    tm_alloc a;
+} tm_mem;
+
+void tm_mem_init(tm_mem *m, const tm_alloc *a); /* a NULL: libc */
+void *tm_mem_alloc(tm_mem *m, size_t size);
+void *tm_mem_realloc(tm_mem *m, void *p, size_t old_size, size_t new_size);
+void tm_mem_free(tm_mem *m, void *p, size_t size);
+
+/* Grows *ptr (an array of elem-sized items, capacity *cap) to hold at least
+ * need items. Returns TM_ERR_NOMEM on failure, leaving *ptr untouched. */
+tm_status tm_vec_grow(tm_mem *m, void **ptr, size_t *cap, size_t elem, size_t need);
+
+#define TM_VEC_RESERVE(m, ptr, cap, need) \
+    (((need) <= (cap)) ? TM_OK : tm_vec_grow((m), (void **)&(ptr), &(cap), sizeof *(ptr), (need)))
+
+typedef struct tm_arena_block tm_arena_block;
+typedef struct tm_arena {
+    tm_mem *mem;
+    tm_arena_block *head;
+    uint8_t *cur, *end;
+} tm_arena;
+
+void tm_arena_init(tm_arena *ar, tm_mem *mem);
+void *tm_arena_alloc(tm_arena *ar, size_t size); /* 8-byte aligned; NULL on OOM */
+void tm_arena_release(tm_arena *ar);
+
+/* Open-addressing map from uint64 keys to uint32 values (UINT32_MAX is the
+ * "absent" marker and cannot be stored). Used for iids, tids and caches. */
+typedef struct tm_u64map {
+    uint64_t *keys;
+    uint32_t *vals;
+    size_t cap; /* power of two or 0 */
+    size_t len;
+} tm_u64map;
+
+#define TM_ABSENT UINT32_MAX
+
+static inline uint32_t tm_u64map_get(const tm_u64map *m, uint64_t key) {
+    if (m->len == 0) return TM_ABSENT;
+    size_t mask = m->cap - 1, i = (size_t)tm_hash_u64(key) & mask;
+    for (;;) {
+        uint32_t v = m->vals[i];
+        if (v == TM_ABSENT) return TM_ABSENT;
+        if (m->keys[i] == key) return v;
+        i = (i + 1) & mask;
+    }
+}
+/* Inserts or overwrites. */
+tm_status tm_u64map_put(tm_mem *mem, tm_u64map *m, uint64_t key, uint32_t val);
+void tm_u64map_clear(tm_u64map *m);
+void tm_u64map_free(tm_mem *mem, tm_u64map *m);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * base.h — small types and macros every library file uses: byte and string
+ * views into the input, the internal error helpers, and TM_TRY.
+ *
+ * Views never own memory: they point into the caller's input buffer or into
+ * a buffer owned by the tm_trace (inflated packets, joined paths).
+ */
+#ifndef TM_BASE_H
+#define TM_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tracemill.h"
+
+typedef struct tm_bytes {
+    const uint8_t *data;
+    size_t len;
+} tm_bytes;
+
+typedef tm_bytes tm_str; /* bytes meant as UTF-8 text (not guaranteed valid) */
+
+#define TM_STR_FMT "%.*s"
+#define TM_STR_ARGS(s) (int)(s).len, (const char *)(s).data
+
+static inline bool tm_bytes_eq(tm_bytes a, tm_bytes b) {
+    return a.len == b.len && (a.len == 0 || memcmp(a.data, b.data, a.len) == 0);
+}
+
+/* Fills err (if not NULL) and returns code. Formats like printf. */
+tm_status tm_fail(tm_error *err, tm_status code, uint64_t offset, const char *reason,
+                  const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+#define TM_TRY(expr)                        \
+    do {                                    \
+        tm_status tm_try_st_ = (expr);      \
+        if (tm_try_st_ != TM_OK) return tm_try_st_; \
+    } while (0)
+
+#if defined(__GNUC__)
+#define TM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define TM_LIKELY(x) (x)
+#define TM_UNLIKELY(x) (x)
+#endif
+
+/* 64-bit mixing hash (splitmix64 finaliser) for integer keys. */
+static inline uint64_t tm_hash_u64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* FNV-1a style hash of bytes, folded with a seed. */
+static inline uint64_t tm_hash_bytes(uint64_t seed, tm_bytes b) {
+    uint64_t h = seed ^ 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < b.len; i++) h = (h ^ b.data[i]) * 0x100000001b3ull;
+    return tm_hash_u64(h ^ b.len);
+}
+
+/* Length (2..4) of the valid multi-byte UTF-8 sequence at p < e, or 0 if
+ * the bytes there are not one (overlong forms and surrogates included). */
+static inline size_t tm_utf8_seq(const uint8_t *p, const uint8_t *e) {
+    uint8_t c = p[0];
+    size_t n;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) n = 1, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) n = 2, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) n = 3, cp = c & 0x07;
+    else return 0;
+    if ((size_t)(e - p) <= n) return 0;
+    for (size_t i = 1; i <= n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return n + 1;
+}
+
+static inline int tm_utf8_valid(tm_bytes b) {
+    const uint8_t *p = b.data, *e = b.data + b.len;
+    while (p < e) {
+        if (*p < 0x80) p++;
+        else {
+            size_t n = tm_utf8_seq(p, e);
+            if (!n) return 0;
+            p += n;
+        }
+    }
+    return 1;
+}
+
+#endif

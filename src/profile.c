@@ -1,0 +1,287 @@
+/*
+ * profile.c — building the profile model: content-addressed deduplication
+ * of mappings, frames and stacks (first-seen order), thread and process
+ * tables with Trace Processor's name priorities, and the stable sample sort.
+ *
+ * Frames are identified by what an exporter shows of them (function,
+ * module, package, address, platform), as Relay's converter does, so two
+ * sequences that intern the same function get one frame.
+ */
+#include "profile.h" /* tm_profile */
+
+void tm_profile_init(tm_profile *p, tm_mem *mem, tm_arena *arena) {
+    memset(p, 0, sizeof *p);
+    p->mem = mem;
+    p->arena = arena;
+    p->max_unique_frames = UINT64_MAX;
+}
+
+#define FREE_VEC(p, v, cap) tm_mem_free((p)->mem, (v), (cap) * sizeof *(v))
+
+static void idxset_free(tm_mem *mem, tm_idxset *s) {
+    tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
+    memset(s, 0, sizeof *s);
+}
+
+void tm_profile_release(tm_profile *p) {
+    FREE_VEC(p, p->frames, p->cap_frames);
+    FREE_VEC(p, p->mappings, p->cap_mappings);
+    FREE_VEC(p, p->stacks, p->cap_stacks);
+    FREE_VEC(p, p->frame_ids, p->cap_frame_ids);
+    FREE_VEC(p, p->threads, p->cap_threads);
+    FREE_VEC(p, p->processes, p->cap_processes);
+    FREE_VEC(p, p->samples, p->cap_samples);
+    FREE_VEC(p, p->realtime, p->n_realtime);
+    idxset_free(p->mem, &p->frame_set);
+    idxset_free(p->mem, &p->mapping_set);
+    idxset_free(p->mem, &p->stack_set);
+    tm_u64map_free(p->mem, &p->thread_by_tid);
+    tm_u64map_free(p->mem, &p->process_by_pid);
+}
+
+/* ---- content-addressed index ---- */
+
+typedef int (*eq_fn)(const tm_profile *p, uint32_t idx, const void *key);
+
+static uint32_t idxset_find(const tm_profile *p, const tm_idxset *s, uint32_t h, eq_fn eq,
+                            const void *key) {
+    if (!s->cap) return TM_ABSENT;
+    size_t mask = s->cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        uint64_t v = s->slots[i];
+        if (!v) return TM_ABSENT;
+        if ((uint32_t)(v >> 32) == h && eq(p, (uint32_t)v - 1, key)) return (uint32_t)v - 1;
+    }
+}
+
+static tm_status idxset_add(tm_mem *mem, tm_idxset *s, uint32_t h, uint32_t idx) {
+    if ((s->len + 1) * 4 > s->cap * 3) {
+        size_t ncap = s->cap ? s->cap * 2 : 64;
+        uint64_t *ns = tm_mem_alloc(mem, ncap * sizeof *ns);
+        if (!ns) return TM_ERR_NOMEM;
+        memset(ns, 0, ncap * sizeof *ns);
+        for (size_t i = 0; i < s->cap; i++) {
+            uint64_t v = s->slots[i];
+            if (!v) continue;
+            size_t j = (uint32_t)(v >> 32) & (ncap - 1);
+            while (ns[j]) j = (j + 1) & (ncap - 1);
+            ns[j] = v;
+        }
+        tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
+        s->slots = ns;
+        s->cap = ncap;
+    }
+    size_t mask = s->cap - 1, i = h & mask;
+    while (s->slots[i]) i = (i + 1) & mask;
+    s->slots[i] = ((uint64_t)h << 32) | ((uint64_t)idx + 1);
+    s->len++;
+    return TM_OK;
+}
+
+/* ---- mappings ---- */
+
+static uint32_t mapping_hash(const tm_pmapping *m) {
+    uint64_t h = tm_hash_bytes(m->start ^ (m->end << 1), m->path);
+    h = tm_hash_bytes(h ^ m->load_bias ^ ((uint64_t)m->flags << 60), m->build_id);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int mapping_eq(const tm_profile *p, uint32_t idx, const void *key) {
+    const tm_pmapping *a = &p->mappings[idx], *b = key;
+    return a->start == b->start && a->end == b->end && a->load_bias == b->load_bias &&
+           a->flags == b->flags && a->start_offset == b->start_offset &&
+           a->exact_offset == b->exact_offset && tm_bytes_eq(a->path, b->path) &&
+           tm_bytes_eq(a->build_id, b->build_id);
+}
+
+tm_status tm_profile_intern_mapping(tm_profile *p, const tm_pmapping *m, uint32_t *out) {
+    uint32_t h = mapping_hash(m);
+    uint32_t idx = idxset_find(p, &p->mapping_set, h, mapping_eq, m);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->mappings, p->cap_mappings, p->n_mappings + 1));
+        idx = (uint32_t)p->n_mappings;
+        TM_TRY(idxset_add(p->mem, &p->mapping_set, h, idx));
+        p->mappings[p->n_mappings++] = *m;
+        p->stats.mappings++;
+        if (m->build_id.len == 0) p->stats.mappings_without_build_id++;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+/* ---- frames ---- */
+
+static uint32_t frame_hash(const tm_pframe *f) {
+    uint64_t h = tm_hash_bytes(f->addr ^ ((uint64_t)f->flags << 56), f->function);
+    h = tm_hash_bytes(h, f->module);
+    h = tm_hash_bytes(h, f->package);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int frame_eq(const tm_profile *p, uint32_t idx, const void *key) {
+    const tm_pframe *a = &p->frames[idx], *b = key;
+    return a->flags == b->flags && a->addr == b->addr && tm_bytes_eq(a->function, b->function) &&
+           tm_bytes_eq(a->module, b->module) && tm_bytes_eq(a->package, b->package);
+}
+
+tm_status tm_profile_intern_frame(tm_profile *p, const tm_pframe *f, uint32_t *out) {
+    uint32_t h = frame_hash(f);
+    uint32_t idx = idxset_find(p, &p->frame_set, h, frame_eq, f);
+    if (idx == TM_ABSENT) {
+        if (p->n_frames >= p->max_unique_frames) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->frames, p->cap_frames, p->n_frames + 1));
+        idx = (uint32_t)p->n_frames;
+        TM_TRY(idxset_add(p->mem, &p->frame_set, h, idx));
+        p->frames[p->n_frames++] = *f;
+        p->stats.frames++;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+/* ---- stacks ---- */
+
+typedef struct stack_key {
+    const uint32_t *ids;
+    size_t n;
+} stack_key;
+
+static uint32_t stack_hash(const uint32_t *ids, size_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++) h = (h ^ ids[i]) * 0x100000001b3ull;
+    h = tm_hash_u64(h);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int stack_eq(const tm_profile *p, uint32_t idx, const void *key) {
+    const tm_pstack *s = &p->stacks[idx];
+    const stack_key *k = key;
+    return s->len == k->n && (k->n == 0 || memcmp(p->frame_ids + s->off, k->ids, k->n * 4) == 0);
+}
+
+tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *ids, size_t n, uint32_t *out) {
+    stack_key k = {ids, n};
+    uint32_t h = stack_hash(ids, n);
+    uint32_t idx = idxset_find(p, &p->stack_set, h, stack_eq, &k);
+    if (idx == TM_ABSENT) {
+        if (p->n_frame_ids + n > UINT32_MAX) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->stacks, p->cap_stacks, p->n_stacks + 1));
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->frame_ids, p->cap_frame_ids, p->n_frame_ids + n));
+        idx = (uint32_t)p->n_stacks;
+        TM_TRY(idxset_add(p->mem, &p->stack_set, h, idx));
+        if (n) memcpy(p->frame_ids + p->n_frame_ids, ids, n * sizeof *ids);
+        p->stacks[p->n_stacks].off = (uint32_t)p->n_frame_ids;
+        p->stacks[p->n_stacks].len = (uint32_t)n;
+        p->n_stacks++;
+        p->n_frame_ids += n;
+        p->stats.stacks++;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+/* ---- threads and processes ---- */
+
+tm_status tm_profile_thread(tm_profile *p, int64_t tid, uint32_t *out) {
+    uint32_t idx = tm_u64map_get(&p->thread_by_tid, (uint64_t)tid);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->threads, p->cap_threads, p->n_threads + 1));
+        idx = (uint32_t)p->n_threads;
+        TM_TRY(tm_u64map_put(p->mem, &p->thread_by_tid, (uint64_t)tid, idx));
+        tm_pthread *t = &p->threads[p->n_threads++];
+        memset(t, 0, sizeof *t);
+        t->tid = tid;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+tm_status tm_profile_process(tm_profile *p, int64_t pid, uint32_t *out) {
+    uint32_t idx = tm_u64map_get(&p->process_by_pid, (uint64_t)pid);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->processes, p->cap_processes, p->n_processes + 1));
+        idx = (uint32_t)p->n_processes;
+        TM_TRY(tm_u64map_put(p->mem, &p->process_by_pid, (uint64_t)pid, idx));
+        tm_pprocess *pr = &p->processes[p->n_processes++];
+        memset(pr, 0, sizeof *pr);
+        pr->pid = pid;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+void tm_profile_name_thread(tm_profile *p, uint32_t thread, tm_str name, uint32_t prio) {
+    tm_pthread *t = &p->threads[thread];
+    if (name.len && prio >= t->name_prio) {
+        t->name = name;
+        t->name_prio = prio;
+    }
+}
+
+void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint32_t prio) {
+    tm_pprocess *pr = &p->processes[process];
+    if (name.len && prio >= pr->name_prio) {
+        pr->name = name;
+        pr->name_prio = prio;
+    }
+}
+
+/* ---- samples ---- */
+
+tm_status tm_profile_sort_samples(tm_profile *p) {
+    size_t n = p->n_samples;
+    tm_psample *a = p->samples;
+    size_t i = 1;
+    while (i < n && a[i - 1].ts <= a[i].ts) i++;
+    if (i >= n) return TM_OK;
+    /* Bottom-up merge sort: stable, O(n log n), one scratch buffer. */
+    tm_psample *tmp = tm_mem_alloc(p->mem, n * sizeof *tmp);
+    if (!tmp) return TM_ERR_NOMEM;
+    tm_psample *src = a, *dst = tmp;
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n;
+            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t x = lo, y = mid, k = lo;
+            if (mid == hi || src[mid - 1].ts <= src[mid].ts) {
+                memcpy(dst + lo, src + lo, (hi - lo) * sizeof *src);
+                continue;
+            }
+            while (x < mid && y < hi) dst[k++] = src[y].ts < src[x].ts ? src[y++] : src[x++];
+            while (x < mid) dst[k++] = src[x++];
+            while (y < hi) dst[k++] = src[y++];
+        }
+        tm_psample *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, n * sizeof *a);
+    tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+    return TM_OK;
+}
+
+int tm_profile_realtime(const tm_profile *p, int64_t ts, int64_t *out) {
+    if (!p->n_realtime) return 0;
+    size_t lo = 0, hi = p->n_realtime; /* last segment with from_ns <= ts */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (p->realtime[mid].from_ns <= ts) lo = mid;
+        else hi = mid;
+    }
+    *out = ts + p->realtime[lo].offset_ns;
+    return 1;
+}
+
+static int ends_with(tm_str s, const char *suffix) {
+    size_t n = strlen(suffix);
+    return s.len >= n && memcmp(s.data + s.len - n, suffix, n) == 0;
+}
+
+int tm_path_is_java(tm_str path) {
+    static const char needle[] = "dalvik-jit-code-cache";
+    size_t n = sizeof needle - 1;
+    for (size_t i = 0; i + n <= path.len; i++)
+        if (path.data[i] == 'd' && memcmp(path.data + i, needle, n) == 0) return 1;
+    return ends_with(path, ".oat") || ends_with(path, ".odex") || ends_with(path, ".vdex") ||
+           ends_with(path, ".jar") || ends_with(path, ".dex");
+}

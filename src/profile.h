@@ -1,0 +1,142 @@
+/*
+ * profile.h — the normalised profile model every exporter reads: threads,
+ * samples, stacks, frames and mappings, deduplicated and numbered in
+ * first-seen (trace) order. It knows nothing of protobuf or Perfetto; the
+ * trace decoder (trace.c) fills it through the tm_profile_* functions below.
+ *
+ * Strings are views (tm_str) into the input or into the trace's arena.
+ * Stacks are stored leaf first. Sample timestamps are in trace time (ns);
+ * realtime_segments map trace time to Unix time. A finished profile is
+ * immutable and may be read from any thread.
+ */
+#ifndef TM_PROFILE_H
+#define TM_PROFILE_H
+
+#include "alloc.h" /* tm_mem, tm_arena, tm_u64map */
+#include "base.h"
+
+enum {
+    TM_FRAME_HAS_FUNCTION = 1,
+    TM_FRAME_HAS_MODULE = 2,
+    TM_FRAME_HAS_ADDR = 4,
+    TM_FRAME_JAVA = 8,
+    TM_FRAME_HAS_PACKAGE = 16
+};
+
+typedef struct tm_pframe {
+    tm_str function;
+    tm_str module;   /* Java class (the name before the last '.') */
+    tm_str package;  /* mapping path */
+    uint64_t addr;   /* absolute instruction address */
+    uint64_t rel_pc;
+    uint32_t mapping;/* index + 1 into mappings; 0: none */
+    uint32_t flags;  /* TM_FRAME_* */
+} tm_pframe;
+
+enum { TM_MAPPING_HAS_LOAD_BIAS = 1, TM_MAPPING_JAVA = 2 };
+
+typedef struct tm_pmapping {
+    tm_str path;     /* path segments joined with '/' */
+    tm_bytes build_id; /* raw bytes */
+    uint64_t start, end, load_bias, start_offset, exact_offset;
+    uint32_t flags;  /* TM_MAPPING_* */
+} tm_pmapping;
+
+typedef struct tm_pstack {
+    uint32_t off, len; /* into frame_ids, leaf first */
+} tm_pstack;
+
+typedef struct tm_pthread {
+    int64_t tid, pid; /* pid 0: unknown */
+    tm_str name;
+    uint32_t name_prio; /* 0: no name; higher wins, equal overwrites */
+} tm_pthread;
+
+typedef struct tm_pprocess {
+    int64_t pid;
+    tm_str name;
+    uint32_t name_prio;
+} tm_pprocess;
+
+typedef struct tm_psample {
+    int64_t ts;     /* trace time, ns (Relay mode: the raw packet timestamp) */
+    uint32_t stack;
+    uint32_t thread;
+} tm_psample;
+
+/* Trace time at or after from_ns maps to Unix time by adding offset_ns
+ * (the first segment also covers earlier times). */
+typedef struct tm_time_segment {
+    int64_t from_ns;
+    int64_t offset_ns;
+} tm_time_segment;
+
+/* Content-addressed index over one of the record arrays. */
+typedef struct tm_idxset {
+    uint64_t *slots; /* (hash32 << 32) | (index + 1); 0 = empty */
+    size_t cap, len;
+} tm_idxset;
+
+typedef struct tm_profile {
+    tm_mem *mem;
+    tm_arena *arena;
+    int relay_compat;      /* written by TM_MODE_RELAY */
+    uint64_t max_unique_frames;
+    uint64_t max_chunk_duration_ns; /* Sample v2 DurationIsTooLong */
+
+    tm_pframe *frames;     size_t n_frames, cap_frames;     tm_idxset frame_set;
+    tm_pmapping *mappings; size_t n_mappings, cap_mappings; tm_idxset mapping_set;
+    tm_pstack *stacks;     size_t n_stacks, cap_stacks;     tm_idxset stack_set;
+    uint32_t *frame_ids;   size_t n_frame_ids, cap_frame_ids;
+    tm_pthread *threads;   size_t n_threads, cap_threads;   tm_u64map thread_by_tid;
+    tm_pprocess *processes;size_t n_processes, cap_processes; tm_u64map process_by_pid;
+    tm_psample *samples;   size_t n_samples, cap_samples;
+
+    tm_time_segment *realtime; size_t n_realtime; /* empty: no Unix time known */
+    int64_t relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME */
+    int64_t relay_observed_pid; int has_relay_pid;
+
+    tm_trace_stats stats;
+} tm_profile;
+
+void tm_profile_init(tm_profile *p, tm_mem *mem, tm_arena *arena);
+void tm_profile_release(tm_profile *p);
+
+/* Each returns the index of the equal existing record or of a new copy. */
+tm_status tm_profile_intern_mapping(tm_profile *p, const tm_pmapping *m, uint32_t *out);
+tm_status tm_profile_intern_frame(tm_profile *p, const tm_pframe *f, uint32_t *out);
+tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *frames_leaf_first, size_t n,
+                                  uint32_t *out);
+
+/* Thread/process by id, created on first use. */
+tm_status tm_profile_thread(tm_profile *p, int64_t tid, uint32_t *out);
+tm_status tm_profile_process(tm_profile *p, int64_t pid, uint32_t *out);
+void tm_profile_name_thread(tm_profile *p, uint32_t thread, tm_str name, uint32_t prio);
+void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint32_t prio);
+
+static inline tm_status tm_profile_add_sample(tm_profile *p, int64_t ts, uint32_t stack,
+                                              uint32_t thread) {
+    if (TM_UNLIKELY(p->n_samples == p->cap_samples))
+        TM_TRY(tm_vec_grow(p->mem, (void **)&p->samples, &p->cap_samples, sizeof *p->samples,
+                           p->n_samples + 1));
+    tm_psample *s = &p->samples[p->n_samples++];
+    s->ts = ts;
+    s->stack = stack;
+    s->thread = thread;
+    return TM_OK;
+}
+
+/* Stable sort of samples by ts (a no-op when already sorted). */
+tm_status tm_profile_sort_samples(tm_profile *p);
+
+/* Unix time in ns of a trace time; returns 0 when unknown. */
+int tm_profile_realtime(const tm_profile *p, int64_t ts, int64_t *out);
+
+/* Java mapping test shared with Relay: dalvik-jit-code-cache, .oat, .odex,
+ * .vdex, .jar, .dex. */
+int tm_path_is_java(tm_str path);
+
+/* The model of a parsed trace (defined by trace.c). */
+const tm_profile *tm_trace_profile(const tm_trace *t);
+
+#endif

@@ -1,0 +1,178 @@
+/*
+ * trace_builder.c — the in-memory Perfetto trace writer used by tests, the
+ * demo and the benchmark generator (see trace_builder.h).
+ */
+#include "trace_builder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+static void reserve(tb_buf *b, size_t n) {
+    if (b->cap - b->len >= n) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < n) cap *= 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p) {
+        fprintf(stderr, "trace_builder: out of memory\n");
+        abort();
+    }
+    b->data = p;
+    b->cap = cap;
+}
+
+void tb_free(tb_buf *b) {
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+void tb_raw(tb_buf *b, const void *p, size_t n) {
+    reserve(b, n);
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+static size_t varint_len(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) v >>= 7, n++;
+    return n;
+}
+
+static void put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) *p++ = (uint8_t)(v | 0x80), v >>= 7;
+    *p = (uint8_t)v;
+}
+
+void tb_varint(tb_buf *b, uint64_t v) {
+    reserve(b, 10);
+    put_varint(b->data + b->len, v);
+    b->len += varint_len(v);
+}
+
+void tb_tag(tb_buf *b, uint32_t field, uint32_t wire) { tb_varint(b, ((uint64_t)field << 3) | wire); }
+
+void tb_uint(tb_buf *b, uint32_t field, uint64_t v) {
+    tb_tag(b, field, 0);
+    tb_varint(b, v);
+}
+
+void tb_fixed64(tb_buf *b, uint32_t field, uint64_t v) {
+    tb_tag(b, field, 1);
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+    tb_raw(b, x, 8);
+}
+
+void tb_fixed32(tb_buf *b, uint32_t field, uint32_t v) {
+    tb_tag(b, field, 5);
+    uint8_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+    tb_raw(b, x, 4);
+}
+
+void tb_bytes(tb_buf *b, uint32_t field, const void *p, size_t n) {
+    tb_tag(b, field, 2);
+    tb_varint(b, n);
+    tb_raw(b, p, n);
+}
+
+void tb_str(tb_buf *b, uint32_t field, const char *s) { tb_bytes(b, field, s, strlen(s)); }
+
+void tb_packed(tb_buf *b, uint32_t field, const uint64_t *v, size_t n) {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) len += varint_len(v[i]);
+    tb_tag(b, field, 2);
+    tb_varint(b, len);
+    for (size_t i = 0; i < n; i++) tb_varint(b, v[i]);
+}
+
+size_t tb_open(tb_buf *b, uint32_t field) {
+    tb_tag(b, field, 2);
+    return b->len;
+}
+
+void tb_close(tb_buf *b, size_t mark) {
+    size_t body = b->len - mark, n = varint_len(body);
+    reserve(b, n);
+    memmove(b->data + mark + n, b->data + mark, body);
+    put_varint(b->data + mark, body);
+    b->len += n;
+}
+
+void tb_compressed_packet(tb_buf *trace, const tb_buf *inner) {
+    uLongf cap = compressBound((uLong)inner->len);
+    uint8_t *z = malloc(cap);
+    if (!z || compress2(z, &cap, inner->data, (uLong)inner->len, 6) != Z_OK) {
+        fprintf(stderr, "trace_builder: compression failed\n");
+        abort();
+    }
+    size_t p = tb_open(trace, TB_TRACE_PACKET);
+    tb_bytes(trace, TB_P_COMPRESSED, z, cap);
+    tb_close(trace, p);
+    free(z);
+}
+
+void tb_interned_string(tb_buf *b, uint32_t field, uint64_t iid, const void *s, size_t n) {
+    size_t m = tb_open(b, field);
+    tb_uint(b, 1, iid);
+    tb_bytes(b, 2, s, n);
+    tb_close(b, m);
+}
+
+void tb_frame(tb_buf *b, uint64_t iid, uint64_t fn_iid, uint64_t mapping_iid, uint64_t rel_pc) {
+    size_t m = tb_open(b, TB_I_FRAMES);
+    tb_uint(b, 1, iid);
+    if (fn_iid) tb_uint(b, 2, fn_iid);
+    if (mapping_iid) tb_uint(b, 3, mapping_iid);
+    tb_uint(b, 4, rel_pc);
+    tb_close(b, m);
+}
+
+void tb_callstack(tb_buf *b, uint64_t iid, const uint64_t *frames, size_t n, int packed) {
+    size_t m = tb_open(b, TB_I_CALLSTACKS);
+    tb_uint(b, 1, iid);
+    if (packed) tb_packed(b, 2, frames, n);
+    else
+        for (size_t i = 0; i < n; i++) tb_uint(b, 2, frames[i]);
+    tb_close(b, m);
+}
+
+void tb_mapping(tb_buf *b, uint64_t iid, uint64_t build_iid, uint64_t start, uint64_t end,
+                const uint64_t *path_iids, size_t n_paths) {
+    size_t m = tb_open(b, TB_I_MAPPINGS);
+    tb_uint(b, 1, iid);
+    if (build_iid) tb_uint(b, 2, build_iid);
+    tb_uint(b, 4, start);
+    tb_uint(b, 5, end);
+    for (size_t i = 0; i < n_paths; i++) tb_uint(b, 7, path_iids[i]);
+    tb_close(b, m);
+}
+
+void tb_clock_snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n) {
+    size_t p = tb_open(t, TB_TRACE_PACKET);
+    if (seq) tb_uint(t, TB_P_SEQ_ID, seq);
+    size_t cs = tb_open(t, TB_P_CLOCK_SNAPSHOT);
+    for (size_t i = 0; i < n; i++) {
+        size_t c = tb_open(t, TB_CS_CLOCKS);
+        tb_uint(t, TB_CLK_ID, ids[i]);
+        tb_uint(t, TB_CLK_TS, values[i]);
+        tb_close(t, c);
+    }
+    tb_close(t, cs);
+    tb_close(t, p);
+}
+
+void tb_perf_sample(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t pid, uint32_t tid, uint64_t cs_iid,
+                    uint32_t flags) {
+    size_t p = tb_open(t, TB_TRACE_PACKET);
+    tb_uint(t, TB_P_TIMESTAMP, ts);
+    tb_uint(t, TB_P_SEQ_ID, seq);
+    if (flags) tb_uint(t, TB_P_SEQ_FLAGS, flags);
+    size_t s = tb_open(t, TB_P_PERF_SAMPLE);
+    tb_uint(t, TB_PS_PID, pid);
+    tb_uint(t, TB_PS_TID, tid);
+    tb_uint(t, TB_PS_CALLSTACK, cs_iid);
+    tb_close(t, s);
+    tb_close(t, p);
+}
