@@ -1,14 +1,16 @@
 /*
  * cli_convert.c — `tracemill convert`: one decode, one output format.
- * Output to a file goes to OUT.tmp-PID first and is renamed into place only
- * when the whole document was written, so a rejected trace never leaves a
- * truncated file behind.
+ * Output to a regular file goes to OUT.tmp-PID first and is renamed into
+ * place only when the whole document was written, so a rejected trace never
+ * leaves a truncated file behind. Devices and pipes (/dev/null, a FIFO) are
+ * written directly: renaming over them would replace the device.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -73,7 +75,16 @@ int cli_convert(int argc, char **argv) {
     }
     FILE *f = stdout;
     char *tmp = NULL;
-    if (out_path && strcmp(out_path, "-") != 0) {
+    struct stat ost;
+    int special = out_path && stat(out_path, &ost) == 0 && !S_ISREG(ost.st_mode);
+    if (special) {
+        f = fopen(out_path, "wb");
+        if (!f) {
+            fprintf(stderr, "tracemill: cannot open %s: %s\n", out_path, strerror(errno));
+            rc = EXIT_IO;
+            goto done;
+        }
+    } else if (out_path && strcmp(out_path, "-") != 0) {
         size_t n = strlen(out_path) + 32;
         tmp = malloc(n);
         if (!tmp) {
@@ -111,6 +122,8 @@ int cli_convert(int argc, char **argv) {
         }
         if (rc != EXIT_OK) remove(tmp);
         free(tmp);
+    } else if (special && fclose(f) != 0 && rc == EXIT_OK) {
+        rc = EXIT_IO;
     }
 done:
     tm_trace_free(t);
