@@ -157,3 +157,36 @@ void tm_u64map_free(tm_mem *mem, tm_u64map *m) {
     tm_mem_free(mem, m->vals, m->cap * sizeof *m->vals);
     memset(m, 0, sizeof *m);
 }
+
+/* ---- iid map ---- */
+
+tm_status tm_iidmap_put(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries) {
+    if (key < m->n_dense) {
+        m->dense[key] = val;
+        return TM_OK;
+    }
+    /* Grow the dense part while it stays within 4x the entries (plus slack). */
+    if (key < 4 * (uint64_t)n_entries + 1024 && key < (1u << 26)) {
+        size_t n = m->n_dense ? m->n_dense : 64;
+        while (n <= key) n *= 2;
+        uint32_t *d = tm_mem_realloc(mem, m->dense, m->n_dense * sizeof *d, n * sizeof *d);
+        if (!d) return TM_ERR_NOMEM;
+        memset(d + m->n_dense, 0xff, (n - m->n_dense) * sizeof *d);
+        m->dense = d;
+        m->n_dense = n;
+        d[key] = val;
+        return TM_OK;
+    }
+    return tm_u64map_put(mem, &m->sparse, key, val);
+}
+
+void tm_iidmap_clear(tm_iidmap *m) {
+    if (m->n_dense) memset(m->dense, 0xff, m->n_dense * sizeof *m->dense);
+    tm_u64map_clear(&m->sparse);
+}
+
+void tm_iidmap_free(tm_mem *mem, tm_iidmap *m) {
+    tm_mem_free(mem, m->dense, m->n_dense * sizeof *m->dense);
+    tm_u64map_free(mem, &m->sparse);
+    memset(m, 0, sizeof *m);
+}

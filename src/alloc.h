@@ -63,4 +63,22 @@ tm_status tm_u64map_put(tm_mem *mem, tm_u64map *m, uint64_t key, uint32_t val);
 void tm_u64map_clear(tm_u64map *m);
 void tm_u64map_free(tm_mem *mem, tm_u64map *m);
 
+/* Map for interning ids: Perfetto writers number iids 1, 2, 3, ... so small
+ * keys go to a directly indexed array (one load per lookup) and only sparse
+ * large ones to the hash map. */
+typedef struct tm_iidmap {
+    uint32_t *dense; /* dense[key] for key < n_dense; TM_ABSENT if unset */
+    size_t n_dense;
+    tm_u64map sparse;
+} tm_iidmap;
+
+static inline uint32_t tm_iidmap_get(const tm_iidmap *m, uint64_t key) {
+    if (TM_LIKELY(key < m->n_dense)) return m->dense[key];
+    return tm_u64map_get(&m->sparse, key);
+}
+/* Inserts or overwrites; *n_entries bounds how far the dense part may grow. */
+tm_status tm_iidmap_put(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries);
+void tm_iidmap_clear(tm_iidmap *m);
+void tm_iidmap_free(tm_mem *mem, tm_iidmap *m);
+
 #endif

@@ -26,16 +26,30 @@ tm_status tm_jw_finish(tm_jw *w) {
     return w->failed ? TM_ERR_IO : TM_OK;
 }
 
-static size_t u64_digits(uint64_t v, char *out) {
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-    return n;
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+char *tm_put_u64(char *p, uint64_t v) {
+    char tmp[20];
+    char *e = tmp + sizeof tmp, *q = e;
+    while (v >= 100) {
+        q -= 2;
+        memcpy(q, digit_pairs + (v % 100) * 2, 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, digit_pairs + v * 2, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    memcpy(p, q, (size_t)(e - q));
+    return p + (e - q);
 }
+
+static size_t u64_digits(uint64_t v, char *out) { return (size_t)(tm_put_u64(out, v) - out); }
 
 void tm_jw_u64(tm_jw *w, uint64_t v) {
     char b[24];

@@ -38,6 +38,17 @@ static inline void tm_jw_raw(tm_jw *w, const void *s, size_t n) {
     w->len += n;
 }
 
+/* Space for n bytes written in place; finish with tm_jw_commit. n must be
+ * at most 4 KiB. */
+static inline char *tm_jw_reserve(tm_jw *w, size_t n) {
+    if (TM_UNLIKELY(sizeof w->buf - w->len < n)) tm_jw_flush(w);
+    return (char *)w->buf + w->len;
+}
+static inline void tm_jw_commit(tm_jw *w, const char *end) { w->len = (size_t)((const uint8_t *)end - w->buf); }
+
+/* Writes v in decimal at p; returns the end. */
+char *tm_put_u64(char *p, uint64_t v);
+
 #define tm_jw_lit(w, s) tm_jw_raw((w), (s), sizeof(s) - 1)
 
 static inline void tm_jw_char(tm_jw *w, char c) {

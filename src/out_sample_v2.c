@@ -327,6 +327,98 @@ static double relay_seconds(const tm_profile *p, int64_t ts) {
     return round(secs * 1000.0) / 1000.0;
 }
 
+/* Fractional seconds of ns (0..999999999) as ".d" .. ".ddddddddd", trailing
+ * zeros trimmed. */
+static char *put_fraction(char *p, uint32_t frac) {
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    char f[10];
+    f[8] = (char)('0' + frac % 10);
+    frac /= 10;
+    for (int i = 6; i >= 0; i -= 2) {
+        memcpy(f + i, pairs + (frac % 100) * 2, 2);
+        frac /= 100;
+    }
+    size_t n = 9;
+    while (n > 1 && f[n - 1] == '0') n--;
+    *p++ = '.';
+    memcpy(p, f, 9); /* copy whole, advance by the trimmed length */
+    return p + n;
+}
+
+/* The samples array: one record per kept sample, each written in place
+ * from precomputed per-thread suffixes. Default mode caches the integer
+ * seconds, which consecutive samples share. */
+static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
+    size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 1;
+    char *suffix = tm_mem_alloc(p->mem, suf_cap);
+    uint32_t *suf_off = tm_mem_alloc(p->mem, (n_threads + 1) * sizeof *suf_off);
+    if (!suffix || !suf_off) {
+        tm_mem_free(p->mem, suffix, suf_cap);
+        tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    }
+    char *q = suffix;
+    for (size_t i = 0; i < n_threads; i++) {
+        suf_off[i] = (uint32_t)(q - suffix);
+        static const char pre[] = ",\"thread_id\":\"";
+        memcpy(q, pre, sizeof pre - 1);
+        q += sizeof pre - 1;
+        int64_t tid = p->threads[i].tid;
+        if (tid < 0) *q++ = '-';
+        q = tm_put_u64(q, tid < 0 ? (uint64_t)0 - (uint64_t)tid : (uint64_t)tid);
+        *q++ = '"';
+        *q++ = '}';
+    }
+    suf_off[n_threads] = (uint32_t)(q - suffix);
+
+    int64_t cached_sec = -1;
+    char sec_digits[24];
+    size_t sec_len = 0;
+    int comma = 0;
+    size_t seg = 0;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_psample *s = &p->samples[i];
+        if (drop_thread[s->thread]) continue;
+        char *o = tm_jw_reserve(w, 160);
+        if (comma) *o++ = ',';
+        comma = 1;
+        static const char ts_key[] = "{\"timestamp\":";
+        memcpy(o, ts_key, sizeof ts_key - 1);
+        o += sizeof ts_key - 1;
+        if (p->relay_compat) {
+            o += tm_format_f64(relay_seconds(p, s->ts), o);
+        } else {
+            while (seg + 1 < p->n_realtime && p->realtime[seg + 1].from_ns <= s->ts) seg++;
+            int64_t unix_ns = s->ts + p->realtime[seg].offset_ns;
+            if (unix_ns < 0) {
+                tm_jw_commit(w, o);
+                tm_jw_seconds(w, unix_ns);
+                o = tm_jw_reserve(w, 128);
+            } else {
+                int64_t sec = unix_ns / 1000000000;
+                if (sec != cached_sec) {
+                    cached_sec = sec;
+                    sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
+                }
+                memcpy(o, sec_digits, sec_len);
+                o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000));
+            }
+        }
+        static const char stack_key[] = ",\"stack_id\":";
+        memcpy(o, stack_key, sizeof stack_key - 1);
+        o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
+        uint32_t so = suf_off[s->thread], sl = suf_off[s->thread + 1] - so;
+        memcpy(o, suffix + so, sl);
+        tm_jw_commit(w, o + sl);
+    }
+    tm_mem_free(p->mem, suffix, suf_cap);
+    tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
+    return TM_OK;
+}
+
 static void write_thread_key(tm_jw *w, int64_t tid) {
     tm_jw_char(w, '"');
     tm_jw_i64(w, tid);
@@ -457,25 +549,7 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
             tm_jw_lit(w, "},");
         }
         tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
-        int comma = 0;
-        for (size_t i = 0; i < p->n_samples; i++) {
-            const tm_psample *s = &p->samples[i];
-            if (drop_thread[s->thread]) continue;
-            if (comma) tm_jw_char(w, ',');
-            comma = 1;
-            tm_jw_lit(w, "{\"timestamp\":");
-            if (relay) tm_jw_f64(w, relay_seconds(p, s->ts));
-            else {
-                int64_t unix_ns = 0;
-                tm_profile_realtime(p, s->ts, &unix_ns);
-                tm_jw_seconds(w, unix_ns);
-            }
-            tm_jw_lit(w, ",\"stack_id\":");
-            tm_jw_u64(w, s->stack);
-            tm_jw_lit(w, ",\"thread_id\":");
-            write_thread_key(w, p->threads[s->thread].tid);
-            tm_jw_char(w, '}');
-        }
+        st = write_samples(w, p, drop_thread, err);
         tm_jw_lit(w, "],\"stacks\":[");
         for (size_t i = 0; i < p->n_stacks; i++) {
             const tm_pstack *sk = &p->stacks[i];

@@ -58,12 +58,12 @@ typedef struct ent_callstack {
 
 typedef struct seq_state {
     uint64_t id;
-    tm_u64map str_map[N_STR_KINDS];
+    tm_iidmap str_map[N_STR_KINDS];
     tm_bytes *strs[N_STR_KINDS];
     size_t n_strs[N_STR_KINDS], cap_strs[N_STR_KINDS];
-    tm_u64map frame_map;    ent_frame *frames;    size_t n_frames, cap_frames;
-    tm_u64map mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
-    tm_u64map cs_map;       ent_callstack *css;   size_t n_css, cap_css;
+    tm_iidmap frame_map;    ent_frame *frames;    size_t n_frames, cap_frames;
+    tm_iidmap mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
+    tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
     uint64_t n_interned;
     uint32_t epoch;
     bool seen, valid, had_loss, has_thread, has_ref_time;
@@ -114,6 +114,7 @@ typedef struct dec {
     clock_run *runs; size_t n_runs, cap_runs;
     clock_info clocks[TM_MAX_CLOCKS]; size_t n_clocks;
     uint64_t latest_ts;
+    int64_t last_tid; uint32_t last_thread; /* one-entry cache: samples come in runs per thread */
     uint64_t relay_samples;
     uint64_t relay_boot, relay_real;
 } dec;
@@ -170,12 +171,12 @@ static tm_status wire_error(dec *d, const tm_pb_field *f, const char *msg_name) 
 
 static void seq_free(tm_mem *m, seq_state *s) {
     for (int k = 0; k < N_STR_KINDS; k++) {
-        tm_u64map_free(m, &s->str_map[k]);
+        tm_iidmap_free(m, &s->str_map[k]);
         tm_mem_free(m, s->strs[k], s->cap_strs[k] * sizeof *s->strs[k]);
     }
-    tm_u64map_free(m, &s->frame_map);
-    tm_u64map_free(m, &s->mapping_map);
-    tm_u64map_free(m, &s->cs_map);
+    tm_iidmap_free(m, &s->frame_map);
+    tm_iidmap_free(m, &s->mapping_map);
+    tm_iidmap_free(m, &s->cs_map);
     tm_mem_free(m, s->frames, s->cap_frames * sizeof *s->frames);
     tm_mem_free(m, s->mappings, s->cap_mappings * sizeof *s->mappings);
     tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
@@ -184,12 +185,12 @@ static void seq_free(tm_mem *m, seq_state *s) {
 
 static void seq_clear_tables(seq_state *s) {
     for (int k = 0; k < N_STR_KINDS; k++) {
-        tm_u64map_clear(&s->str_map[k]);
+        tm_iidmap_clear(&s->str_map[k]);
         s->n_strs[k] = 0;
     }
-    tm_u64map_clear(&s->frame_map);
-    tm_u64map_clear(&s->mapping_map);
-    tm_u64map_clear(&s->cs_map);
+    tm_iidmap_clear(&s->frame_map);
+    tm_iidmap_clear(&s->mapping_map);
+    tm_iidmap_clear(&s->cs_map);
     s->n_frames = s->n_mappings = s->n_css = 0;
     s->n_interned = 0;
     s->epoch++;
@@ -226,10 +227,10 @@ static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out
 /* Finds or creates the slot for iid in one intern table. Returns the slot
  * index in *slot, or TM_ABSENT when an existing entry must be kept (the
  * first entry wins outside Relay mode). */
-static tm_status intern_slot(dec *d, seq_state *s, tm_u64map *map, void **vec, size_t *n,
+static tm_status intern_slot(dec *d, seq_state *s, tm_iidmap *map, void **vec, size_t *n,
                              size_t *cap, size_t elem, uint64_t iid, const uint8_t *at,
                              uint32_t *slot) {
-    uint32_t idx = tm_u64map_get(map, iid);
+    uint32_t idx = tm_iidmap_get(map, iid);
     if (idx != TM_ABSENT) {
         *slot = d->relay ? idx : TM_ABSENT;
         return TM_OK;
@@ -239,7 +240,7 @@ static tm_status intern_slot(dec *d, seq_state *s, tm_u64map *map, void **vec, s
                      (unsigned long long)d->lim->max_interned_entries, (unsigned long long)s->id);
     DTRY_MEM(d, tm_vec_grow(d->mem, vec, cap, elem, *n + 1));
     idx = (uint32_t)*n;
-    DTRY_MEM(d, tm_u64map_put(d->mem, map, iid, idx));
+    DTRY_MEM(d, tm_iidmap_put(d->mem, map, iid, idx, *n + 1));
     (*n)++;
     *slot = idx;
     return TM_OK;
@@ -402,7 +403,7 @@ static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
 /* ---- resolution: interned ids -> profile model ---- */
 
 static const tm_bytes *lookup_str(const seq_state *s, int kind, uint64_t iid) {
-    uint32_t idx = tm_u64map_get(&s->str_map[kind], iid);
+    uint32_t idx = tm_iidmap_get(&s->str_map[kind], iid);
     return idx == TM_ABSENT ? NULL : &s->strs[kind][idx];
 }
 
@@ -491,7 +492,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, ent_mapping *e, uint32_t 
  * whether that drops the stack or only the frame). */
 static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t *at, uint32_t *out,
                                int *ok) {
-    uint32_t idx = tm_u64map_get(&s->frame_map, iid);
+    uint32_t idx = tm_iidmap_get(&s->frame_map, iid);
     *ok = 0;
     if (idx == TM_ABSENT) return TM_OK;
     ent_frame *e = &s->frames[idx];
@@ -511,7 +512,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     }
     const tm_pmapping *pm = NULL;
     if ((e->flags & F_HAS_MAPPING) && (e->mapping || d->relay)) {
-        uint32_t midx = tm_u64map_get(&s->mapping_map, e->mapping);
+        uint32_t midx = tm_iidmap_get(&s->mapping_map, e->mapping);
         if (midx != TM_ABSENT) {
             uint32_t pmi;
             TM_TRY(resolve_mapping(d, s, &s->mappings[midx], &pmi));
@@ -566,7 +567,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
  * the sample must be dropped. */
 static tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                    uint32_t *out, int *ok) {
-    uint32_t idx = tm_u64map_get(&s->cs_map, iid);
+    uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
     *ok = 0;
     if (idx == TM_ABSENT) return TM_OK;
     ent_callstack *e = &s->css[idx];
@@ -634,7 +635,13 @@ static tm_status check_sample_limit(dec *d, const uint8_t *at) {
 }
 
 static tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
+    if (d->last_thread != TM_ABSENT && d->last_tid == tid && (!pid || d->p->threads[d->last_thread].pid)) {
+        *out = d->last_thread;
+        return TM_OK;
+    }
     DTRY_MEM(d, tm_profile_thread(d->p, tid, out));
+    d->last_tid = tid;
+    d->last_thread = *out;
     if (pid && !d->p->threads[*out].pid) {
         d->p->threads[*out].pid = pid;
         uint32_t proc;
@@ -1365,6 +1372,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     d.relay = opts->mode == TM_MODE_RELAY;
     d.err = err;
     d.base = buf;
+    d.last_thread = TM_ABSENT;
     tm_bytes all = {buf, len};
     tm_status st = decode_trace(&d, all);
     if (st == TM_OK) st = finish(&d);
