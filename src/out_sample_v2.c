@@ -352,7 +352,7 @@ static char *put_fraction(char *p, uint32_t frac) {
  * from precomputed per-thread suffixes. Default mode caches the integer
  * seconds, which consecutive samples share. */
 static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
-    size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 1;
+    size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 40; /* +40: fixed-size copies */
     char *suffix = tm_mem_alloc(p->mem, suf_cap);
     uint32_t *suf_off = tm_mem_alloc(p->mem, (n_threads + 1) * sizeof *suf_off);
     if (!suffix || !suf_off) {
@@ -375,7 +375,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
     suf_off[n_threads] = (uint32_t)(q - suffix);
 
     int64_t cached_sec = -1;
-    char sec_digits[24];
+    char sec_digits[24] = {0};
     size_t sec_len = 0;
     int comma = 0;
     size_t seg = 0;
@@ -403,7 +403,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
                     cached_sec = sec;
                     sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
                 }
-                memcpy(o, sec_digits, sec_len);
+                memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
                 o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000));
             }
         }
@@ -411,7 +411,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         memcpy(o, stack_key, sizeof stack_key - 1);
         o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
         uint32_t so = suf_off[s->thread], sl = suf_off[s->thread + 1] - so;
-        memcpy(o, suffix + so, sl);
+        memcpy(o, suffix + so, 40); /* fixed size: inlined; sl <= 40 */
         tm_jw_commit(w, o + sl);
     }
     tm_mem_free(p->mem, suffix, suf_cap);

@@ -228,35 +228,55 @@ void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint3
 
 /* ---- samples ---- */
 
+/* Stable merge sort over the natural ascending runs of the samples: traces
+ * hold a few sorted streams (sequences) interleaved in chunks, so the run
+ * count, not n, decides the passes. Each pass merges adjacent run pairs
+ * into the other buffer; the result adopts whichever buffer holds it. */
 tm_status tm_profile_sort_samples(tm_profile *p) {
-    size_t n = p->n_samples;
+    size_t n = p->n_samples, n_runs = 1;
     tm_psample *a = p->samples;
-    size_t i = 1;
-    while (i < n && a[i - 1].ts <= a[i].ts) i++;
-    if (i >= n) return TM_OK;
-    /* Bottom-up merge sort: stable, O(n log n), one scratch buffer. */
+    for (size_t i = 1; i < n; i++) n_runs += a[i - 1].ts > a[i].ts;
+    if (n_runs <= 1) return TM_OK;
+    size_t *runs = tm_mem_alloc(p->mem, (n_runs + 1) * sizeof *runs);
     tm_psample *tmp = tm_mem_alloc(p->mem, n * sizeof *tmp);
-    if (!tmp) return TM_ERR_NOMEM;
+    if (!runs || !tmp) {
+        tm_mem_free(p->mem, runs, (n_runs + 1) * sizeof *runs);
+        tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+        return TM_ERR_NOMEM;
+    }
+    size_t r = 0;
+    runs[r++] = 0;
+    for (size_t i = 1; i < n; i++)
+        if (a[i - 1].ts > a[i].ts) runs[r++] = i;
+    runs[r] = n;
     tm_psample *src = a, *dst = tmp;
-    for (size_t width = 1; width < n; width *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * width) {
-            size_t mid = lo + width < n ? lo + width : n;
-            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            size_t x = lo, y = mid, k = lo;
-            if (mid == hi || src[mid - 1].ts <= src[mid].ts) {
-                memcpy(dst + lo, src + lo, (hi - lo) * sizeof *src);
-                continue;
+    while (n_runs > 1) {
+        size_t out = 0;
+        for (size_t k = 0; k < n_runs; k += 2) {
+            size_t lo = runs[k], mid = runs[k + 1], hi = k + 2 <= n_runs ? runs[k + 2] : mid;
+            size_t x = lo, y = mid, o = lo;
+            if (mid < hi) {
+                while (x < mid && y < hi) dst[o++] = src[y].ts < src[x].ts ? src[y++] : src[x++];
             }
-            while (x < mid && y < hi) dst[k++] = src[y].ts < src[x].ts ? src[y++] : src[x++];
-            while (x < mid) dst[k++] = src[x++];
-            while (y < hi) dst[k++] = src[y++];
+            memcpy(dst + o, src + x, (mid - x) * sizeof *src);
+            o += mid - x;
+            memcpy(dst + o, src + y, (hi - y) * sizeof *src);
+            runs[out++] = lo;
         }
+        runs[out] = n;
+        n_runs = out;
         tm_psample *t = src;
         src = dst;
         dst = t;
     }
-    if (src != a) memcpy(a, src, n * sizeof *a);
-    tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+    tm_mem_free(p->mem, runs, (r + 1) * sizeof *runs);
+    if (src == a) {
+        tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+    } else { /* adopt the scratch buffer instead of copying back */
+        tm_mem_free(p->mem, a, p->cap_samples * sizeof *a);
+        p->samples = tmp;
+        p->cap_samples = n;
+    }
     return TM_OK;
 }
 

@@ -1189,32 +1189,52 @@ static tm_status decode_trace(dec *d, tm_bytes buf) {
 /* ---- after the last packet ---- */
 
 /* Converts samples recorded in other clocks to trace time and drops those
- * that cannot be (counted as dropped_missing_clock). */
+ * that cannot be (counted as dropped_missing_clock). Samples arrive in runs
+ * of one clock; paths are built once per clock and runs already in trace
+ * time are left where they are. */
+#define PATH_CACHE 8
+
 static tm_status convert_sample_clocks(dec *d) {
     tm_profile *p = d->p;
     tm_clocks *c = &d->t->clocks;
-    size_t w = 0;
-    for (size_t ri = 0; ri < d->n_runs; ri++) {
+    tm_clock_path paths[PATH_CACHE];
+    uint64_t path_clock[PATH_CACHE];
+    size_t n_paths = 0, w = 0;
+    tm_status st = TM_OK;
+    for (size_t ri = 0; ri < d->n_runs && st == TM_OK; ri++) {
         const clock_run *run = &d->runs[ri];
         size_t end = ri + 1 < d->n_runs ? d->runs[ri + 1].first : p->n_samples;
-        int identity = run->clock == 0 || run->clock == c->trace_clock;
-        tm_clock_path path;
-        memset(&path, 0, sizeof path);
-        if (!identity) DTRY_MEM(d, tm_clock_path_build(c, run->clock, c->trace_clock, &path));
+        if (run->clock == 0 || run->clock == c->trace_clock) {
+            if (w != run->first) memmove(p->samples + w, p->samples + run->first, (end - run->first) * sizeof *p->samples);
+            w += end - run->first;
+            continue;
+        }
+        size_t k = 0;
+        while (k < n_paths && path_clock[k] != run->clock) k++;
+        if (k == n_paths) {
+            if (n_paths == PATH_CACHE) { /* rare: many clocks; recycle the last slot */
+                tm_clock_path_release(c, &paths[--n_paths]);
+                k = n_paths;
+            }
+            st = tm_clock_path_build(c, run->clock, c->trace_clock, &paths[k]);
+            if (st != TM_OK) break;
+            path_clock[k] = run->clock;
+            n_paths++;
+        }
+        const tm_clock_path *path = &paths[k];
         for (size_t i = run->first; i < end; i++) {
             tm_psample smp = p->samples[i];
-            if (!identity) {
-                int64_t out;
-                if (tm_clock_path_convert(&path, smp.ts, &out)) smp.ts = out;
-                else if (!run->keep_raw || path.ok) {
-                    p->stats.dropped_missing_clock++;
-                    continue;
-                }
+            int64_t out;
+            if (tm_clock_path_convert(path, smp.ts, &out)) smp.ts = out;
+            else if (!run->keep_raw || path->ok) {
+                p->stats.dropped_missing_clock++;
+                continue;
             }
             p->samples[w++] = smp;
         }
-        tm_clock_path_release(c, &path);
     }
+    for (size_t k = 0; k < n_paths; k++) tm_clock_path_release(c, &paths[k]);
+    if (st != TM_OK) return nomem(d);
     p->n_samples = w;
     return TM_OK;
 }
@@ -1374,7 +1394,12 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     d.base = buf;
     d.last_thread = TM_ABSENT;
     tm_bytes all = {buf, len};
-    tm_status st = decode_trace(&d, all);
+    /* A sample costs at least ~16 bytes of trace in the common encodings:
+     * reserving len/16 up front avoids most regrowth copies. */
+    tm_status st = TM_OK;
+    if (len / 16 > 1024 && TM_VEC_RESERVE(&t->mem, t->profile.samples, t->profile.cap_samples, len / 16) != TM_OK)
+        st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    if (st == TM_OK) st = decode_trace(&d, all);
     if (st == TM_OK) st = finish(&d);
     dec_release(&d);
     if (st != TM_OK) {
