@@ -53,7 +53,6 @@ typedef struct ent_mapping {
 
 typedef struct ent_callstack {
     tm_bytes msg; /* for frame_ids */
-    uint32_t cache, epoch; /* profile stack index */
 } ent_callstack;
 
 typedef struct seq_state {
@@ -64,6 +63,7 @@ typedef struct seq_state {
     tm_iidmap frame_map;    ent_frame *frames;    size_t n_frames, cap_frames;
     tm_iidmap mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
     tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
+    uint32_t *cs_cache; size_t cap_cs_cache; /* per css slot: profile stack, or TM_ABSENT */
     uint64_t n_interned;
     uint32_t epoch;
     bool seen, valid, had_loss, has_thread, has_ref_time;
@@ -180,6 +180,7 @@ static void seq_free(tm_mem *m, seq_state *s) {
     tm_mem_free(m, s->frames, s->cap_frames * sizeof *s->frames);
     tm_mem_free(m, s->mappings, s->cap_mappings * sizeof *s->mappings);
     tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
+    tm_mem_free(m, s->cs_cache, s->cap_cs_cache * sizeof *s->cs_cache);
     tm_mem_free(m, s, sizeof *s);
 }
 
@@ -194,6 +195,11 @@ static void seq_clear_tables(seq_state *s) {
     s->n_frames = s->n_mappings = s->n_css = 0;
     s->n_interned = 0;
     s->epoch++;
+}
+
+/* Relay mode: a merge may replace entries, so resolved stacks are stale. */
+static void seq_forget_stacks(seq_state *s) {
+    if (s->n_css) memset(s->cs_cache, 0xff, s->n_css * sizeof *s->cs_cache);
 }
 
 static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
@@ -370,8 +376,9 @@ static tm_status merge_callstack(dec *d, seq_state *s, tm_bytes msg, const uint8
     uint32_t slot;
     TM_TRY(INTERN_SLOT(d, s, s->cs_map, s->css, s->n_css, s->cap_css, iid, at, &slot));
     if (slot != TM_ABSENT) {
+        DTRY_MEM(d, TM_VEC_RESERVE(d->mem, s->cs_cache, s->cap_cs_cache, s->n_css));
         s->css[slot].msg = msg;
-        s->css[slot].cache = TM_ABSENT;
+        s->cs_cache[slot] = TM_ABSENT;
     }
     return TM_OK;
 }
@@ -396,7 +403,10 @@ static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
         else TM_TRY(merge_mapping(d, s, f.bytes, f.start));
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "InternedData");
-    if (d->relay) s->epoch++; /* later entries may have replaced earlier ones */
+    if (d->relay) { /* later entries may have replaced earlier ones */
+        s->epoch++;
+        seq_forget_stacks(s);
+    }
     return TM_OK;
 }
 
@@ -570,12 +580,12 @@ static tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uin
     uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
     *ok = 0;
     if (idx == TM_ABSENT) return TM_OK;
-    ent_callstack *e = &s->css[idx];
-    if (e->cache != TM_ABSENT && e->epoch == s->epoch) {
-        *out = e->cache;
+    if (TM_LIKELY(s->cs_cache[idx] != TM_ABSENT)) {
+        *out = s->cs_cache[idx];
         *ok = 1;
         return TM_OK;
     }
+    const ent_callstack *e = &s->css[idx];
     size_t n = 0;
     tm_pb_reader r = tm_pb_reader_of(e->msg);
     tm_pb_field f;
@@ -603,8 +613,7 @@ static tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uin
         d->frame_scratch[n - 1 - i] = tmp;
     }
     DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
-    e->cache = *out;
-    e->epoch = s->epoch;
+    s->cs_cache[idx] = *out;
     *ok = 1;
     return TM_OK;
 }
