@@ -18,7 +18,7 @@ build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	scripts/checksrc.sh
+	scripts/checksrc.sh $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure
 
 asan: deps
@@ -33,7 +33,7 @@ bench: build
 	@scripts/bench.sh $(BUILD)
 
 check-src:
-	scripts/checksrc.sh
+	scripts/checksrc.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,2 +1,39 @@
 #!/usr/bin/env bash
-exit 0
+# checksrc.sh — style rules enforced by a script, not by review:
+#  1. every C source and header opens with a comment saying what it owns;
+#  2. no malloc/calloc/realloc/free in src/ outside alloc.c, and none of
+#     strcpy, strcat, sprintf, atoi, strtok, gets in src/ and cli/;
+#  3. the CLI and examples include only the public header (and cli.h);
+#  4. libtracemill exports only tm_* symbols (needs the build dir).
+set -u
+BUILD=${1:-build}
+cd "$(dirname "$0")/.."
+fail=0
+say() { echo "checksrc: $*"; fail=1; }
+
+for f in $(ls src/*.[ch] cli/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
+  first=$(head -c 2 "$f")
+  [ "$first" = "/*" ] || [ "$first" = "//" ] || say "$f: must open with a comment saying what it owns"
+done
+
+for f in src/*.c src/*.h; do
+  [ "$f" = src/alloc.c ] && continue
+  grep -nE '(^|[^_a-z])(malloc|calloc|realloc|free)[[:space:]]*\(' "$f" | grep -vE 'tm_mem_|_fn\(|z_free|free_fn' \
+    | sed "s|^|checksrc: $f: direct allocation (use tm_mem_* from alloc.h): |" | grep . && fail=1
+done
+grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*.[ch] cli/*.[ch] \
+  | sed 's|^|checksrc: banned call: |' | grep . && fail=1
+
+for f in cli/*.c examples/*.c; do
+  grep -nE '#include "' "$f" | grep -vE '"(tracemill|cli)\.h"' | sed "s|^|checksrc: $f: only the public header: |" | grep . && fail=1
+done
+
+if [ -f "$BUILD/libtracemill.so" ]; then
+  bad=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^tm_')
+  [ -z "$bad" ] || say "libtracemill.so exports non-tm_ symbols: $bad"
+  bad=$(nm "$BUILD/libtracemill.a" 2>/dev/null | awk '$2 == "T" {print $3}' | grep -v '^tm_')
+  [ -z "$bad" ] || say "libtracemill.a defines non-tm_ global functions: $bad"
+fi
+
+[ $fail -eq 0 ] && echo "checksrc: ok"
+exit $fail

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# demo.sh — `make demo`: converts the bundled example trace (an Android-style
+# profile: 4 threads, PerfSample and StreamingProfilePacket, Java and native
+# frames) to a Sentry Sample v2 chunk and prints what it holds.
+set -euo pipefail
+BUILD=${1:-build}
+tm="$BUILD/tracemill"
+out="$BUILD/demo.sample-v2.json"
+echo "== tracemill info examples/demo.pftrace"
+"$tm" info examples/demo.pftrace
+echo
+echo "== tracemill convert --meta examples/demo.meta.json examples/demo.pftrace -o $out"
+"$tm" convert --meta examples/demo.meta.json -o "$out" examples/demo.pftrace
+bytes=$(stat -c %s "$out")
+samples=$(grep -o '"stack_id"' "$out" | wc -l)
+threads=$(grep -o '"thread_metadata":.*' "$out" | grep -o '"name"' | wc -l)
+echo "wrote $out: $bytes bytes, $samples samples, $threads named threads"
+echo "first sample: $(grep -o '"samples":\[{[^}]*}' "$out" | sed 's/"samples":\[//')"
+echo "thread_metadata: $(grep -o '"thread_metadata":.*' "$out" | head -c 200)"
