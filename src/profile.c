@@ -229,142 +229,68 @@ void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint3
 /* ---- samples ---- */
 
 /* ---- sorting samples by time ----
- * Traces hold a few sorted streams (sequences) interleaved in chunks. The
- * ascending runs are grouped into piles, each pile a chain of runs whose
- * timestamps keep ascending (a run joins the pile with the largest tail
- * not above its head); the piles are then merged in one pass with a heap
- * keyed on (ts, index), which keeps equal timestamps in input order. Inputs
- * that need more than MAX_PILES piles use a pairwise merge of the runs. */
+ * Samples arrive as a few sorted streams (sequences) interleaved at fine
+ * grain, so comparison merges pay for every interleaving. A stable LSD
+ * radix sort on ts - min with 11-bit digits costs a fixed 3-4 passes for
+ * any realistic time span (2^44 ns is almost 5 hours) and never branches on
+ * the data; equal timestamps keep their input order. */
 
-#define MAX_PILES 64
+#define RADIX_BITS 11
+#define RADIX (1u << RADIX_BITS)
 
-typedef struct pile_cursor {
-    size_t pos, end; /* current run */
-    uint32_t run;    /* its index */
-} pile_cursor;
-
-static int before(const tm_psample *a, const pile_cursor *x, const pile_cursor *y) {
-    return a[x->pos].ts < a[y->pos].ts || (a[x->pos].ts == a[y->pos].ts && x->pos < y->pos);
-}
-
-static void sift_down(const tm_psample *a, pile_cursor *h, size_t n, size_t i) {
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        if (l < n && before(a, &h[l], &h[m])) m = l;
-        if (l + 1 < n && before(a, &h[l + 1], &h[m])) m = l + 1;
-        if (m == i) return;
-        pile_cursor t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
+tm_status tm_profile_sort_samples(tm_profile *p) {
+    size_t n = p->n_samples;
+    tm_psample *a = p->samples;
+    int sorted = 1;
+    int64_t min = n ? a[0].ts : 0, max = min;
+    for (size_t i = 1; i < n; i++) {
+        sorted &= a[i - 1].ts <= a[i].ts;
+        if (a[i].ts < min) min = a[i].ts;
+        if (a[i].ts > max) max = a[i].ts;
     }
-}
-
-/* Returns 0 when the runs need more than MAX_PILES piles. */
-static int merge_piles(const tm_psample *a, tm_psample *dst, const size_t *runs, size_t n_runs, uint32_t *next) {
-    int64_t tail[MAX_PILES];
-    uint32_t first[MAX_PILES], last[MAX_PILES];
-    size_t n_piles = 0;
-    for (size_t r = 0; r < n_runs; r++) {
-        int64_t head = a[runs[r]].ts;
-        size_t best = MAX_PILES;
-        for (size_t k = 0; k < n_piles; k++)
-            if (tail[k] <= head && (best == MAX_PILES || tail[k] > tail[best])) best = k;
-        if (best == MAX_PILES) {
-            if (n_piles == MAX_PILES) return 0;
-            best = n_piles++;
-            first[best] = (uint32_t)r;
-        } else {
-            next[last[best]] = (uint32_t)r;
+    if (sorted) return TM_OK;
+    uint64_t span = (uint64_t)max - (uint64_t)min;
+    unsigned passes = 0;
+    while (passes * RADIX_BITS < 64 && (span >> (passes * RADIX_BITS)) != 0) passes++;
+    size_t *count = tm_mem_alloc(p->mem, (size_t)passes * RADIX * sizeof *count);
+    tm_psample *tmp = tm_mem_alloc(p->mem, n * sizeof *tmp);
+    if (!count || !tmp) {
+        tm_mem_free(p->mem, count, (size_t)passes * RADIX * sizeof *count);
+        tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+        return TM_ERR_NOMEM;
+    }
+    memset(count, 0, (size_t)passes * RADIX * sizeof *count);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t key = (uint64_t)a[i].ts - (uint64_t)min;
+        for (unsigned d = 0; d < passes; d++) count[d * RADIX + ((key >> (d * RADIX_BITS)) & (RADIX - 1))]++;
+    }
+    tm_psample *src = a, *dst = tmp;
+    for (unsigned d = 0; d < passes; d++) {
+        size_t *c = count + (size_t)d * RADIX, sum = 0;
+        if (c[((uint64_t)src[0].ts - (uint64_t)min) >> (d * RADIX_BITS) & (RADIX - 1)] == n)
+            continue; /* every key has the same digit here */
+        for (size_t b = 0; b < RADIX; b++) {
+            size_t t = c[b];
+            c[b] = sum;
+            sum += t;
         }
-        last[best] = (uint32_t)r;
-        next[r] = UINT32_MAX;
-        tail[best] = a[runs[r + 1] - 1].ts;
-    }
-    pile_cursor heap[MAX_PILES];
-    for (size_t k = 0; k < n_piles; k++) {
-        heap[k].run = first[k];
-        heap[k].pos = runs[first[k]];
-        heap[k].end = runs[first[k] + 1];
-    }
-    for (size_t k = n_piles; k-- > 0;) sift_down(a, heap, n_piles, k);
-    size_t o = 0, n = n_piles;
-    while (n) {
-        pile_cursor *c = &heap[0];
-        dst[o++] = a[c->pos++];
-        if (c->pos == c->end) {
-            uint32_t r = next[c->run];
-            if (r == UINT32_MAX) {
-                heap[0] = heap[--n];
-            } else {
-                c->run = r;
-                c->pos = runs[r];
-                c->end = runs[r + 1];
-            }
+        for (size_t i = 0; i < n; i++) {
+            uint64_t key = (uint64_t)src[i].ts - (uint64_t)min;
+            dst[c[(key >> (d * RADIX_BITS)) & (RADIX - 1)]++] = src[i];
         }
-        sift_down(a, heap, n, 0);
-    }
-    return 1;
-}
-
-/* Pairwise merges of adjacent runs until one is left; returns the buffer
- * holding the result. */
-static tm_psample *merge_runs(tm_psample *src, tm_psample *dst, size_t *runs, size_t n_runs, size_t n) {
-    while (n_runs > 1) {
-        size_t out = 0;
-        for (size_t k = 0; k < n_runs; k += 2) {
-            size_t lo = runs[k], mid = runs[k + 1], hi = k + 2 <= n_runs ? runs[k + 2] : mid;
-            size_t x = lo, y = mid, o = lo;
-            while (x < mid && y < hi) { /* branch-free: interleaved runs defeat prediction */
-                int take_y = src[y].ts < src[x].ts;
-                dst[o++] = src[take_y ? y : x];
-                y += (size_t)take_y;
-                x += (size_t)!take_y;
-            }
-            memcpy(dst + o, src + x, (mid - x) * sizeof *src);
-            o += mid - x;
-            memcpy(dst + o, src + y, (hi - y) * sizeof *src);
-            runs[out++] = lo;
-        }
-        runs[out] = n;
-        n_runs = out;
         tm_psample *t = src;
         src = dst;
         dst = t;
     }
-    return src;
-}
-
-tm_status tm_profile_sort_samples(tm_profile *p) {
-    size_t n = p->n_samples, n_runs = 1;
-    tm_psample *a = p->samples;
-    for (size_t i = 1; i < n; i++) n_runs += a[i - 1].ts > a[i].ts;
-    if (n_runs <= 1) return TM_OK;
-    size_t *runs = tm_mem_alloc(p->mem, (n_runs + 1) * sizeof *runs);
-    uint32_t *next = tm_mem_alloc(p->mem, n_runs * sizeof *next);
-    tm_psample *tmp = tm_mem_alloc(p->mem, n * sizeof *tmp);
-    tm_status st = runs && next && tmp && n_runs < UINT32_MAX ? TM_OK : TM_ERR_NOMEM;
-    if (st == TM_OK) {
-        size_t r = 0;
-        runs[r++] = 0;
-        for (size_t i = 1; i < n; i++)
-            if (a[i - 1].ts > a[i].ts) runs[r++] = i;
-        runs[r] = n;
-        tm_psample *sorted = tmp;
-        if (!merge_piles(a, tmp, runs, n_runs, next)) sorted = merge_runs(a, tmp, runs, n_runs, n);
-        if (sorted == a) {
-            tm_mem_free(p->mem, tmp, n * sizeof *tmp);
-        } else { /* adopt the scratch buffer instead of copying back */
-            tm_mem_free(p->mem, a, p->cap_samples * sizeof *a);
-            p->samples = tmp;
-            p->cap_samples = n;
-        }
-        tmp = NULL;
+    tm_mem_free(p->mem, count, (size_t)passes * RADIX * sizeof *count);
+    if (src == a) {
+        tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+    } else { /* adopt the scratch buffer instead of copying back */
+        tm_mem_free(p->mem, a, p->cap_samples * sizeof *a);
+        p->samples = tmp;
+        p->cap_samples = n;
     }
-    tm_mem_free(p->mem, runs, (n_runs + 1) * sizeof *runs);
-    tm_mem_free(p->mem, next, n_runs * sizeof *next);
-    tm_mem_free(p->mem, tmp, n * sizeof *tmp);
-    return st;
+    return TM_OK;
 }
 
 int tm_profile_realtime(const tm_profile *p, int64_t ts, int64_t *out) {

@@ -76,6 +76,8 @@ typedef struct clock_run {
     size_t first;    /* first sample index */
     uint64_t clock;  /* 0: already trace time */
     int keep_raw;    /* keep unconvertible timestamps (StreamingProfilePacket) */
+    int anchored;    /* one StreamingProfilePacket: convert its base, then add deltas */
+    int64_t anchor;  /* that base, in `clock` */
 } clock_run;
 
 typedef struct clock_info {
@@ -620,16 +622,22 @@ static tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uin
 
 /* ---- samples ---- */
 
-static tm_status add_sample(dec *d, int64_t ts, uint64_t clock, int keep_raw, uint32_t stack,
-                            uint32_t thread) {
-    if (d->n_runs == 0 || d->runs[d->n_runs - 1].clock != clock ||
-        d->runs[d->n_runs - 1].keep_raw != keep_raw) {
-        DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->runs, d->cap_runs, d->n_runs + 1));
-        clock_run *run = &d->runs[d->n_runs++];
-        run->first = d->p->n_samples;
-        run->clock = clock;
-        run->keep_raw = keep_raw;
-    }
+static tm_status push_run(dec *d, uint64_t clock, int keep_raw, int anchored, int64_t anchor) {
+    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->runs, d->cap_runs, d->n_runs + 1));
+    clock_run *run = &d->runs[d->n_runs++];
+    run->first = d->p->n_samples;
+    run->clock = clock;
+    run->keep_raw = keep_raw;
+    run->anchored = anchored;
+    run->anchor = anchor;
+    return TM_OK;
+}
+
+/* Records a sample whose timestamp is in `clock` (converted after the last
+ * packet, when every snapshot is known). */
+static tm_status add_sample(dec *d, int64_t ts, uint64_t clock, uint32_t stack, uint32_t thread) {
+    const clock_run *last = d->n_runs ? &d->runs[d->n_runs - 1] : NULL;
+    if (!last || last->clock != clock || last->anchored) TM_TRY(push_run(d, clock, 0, 0, 0));
     DTRY_MEM(d, tm_profile_add_sample(d->p, ts, stack, thread));
     return TM_OK;
 }
@@ -752,7 +760,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const pkt *k) {
         return TM_OK;
     }
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
-    return add_sample(d, ts, clock, 0, stack, thread);
+    return add_sample(d, ts, clock, stack, thread);
 }
 
 /* Collects the values of a repeated varint field, packed or not. */
@@ -807,6 +815,9 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
             return TM_OK;
         }
     }
+    /* Trace Processor converts the packet's base once and adds the deltas in
+     * trace time: the samples form one run anchored at the base. */
+    TM_TRY(push_run(d, clock, keep_raw, 1, t));
     int bad_time = 0;
     for (size_t i = 0; i < n_dt; i++) {
         int64_t delta;
@@ -819,7 +830,7 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
         TM_TRY(resolve_callstack(d, s, d->cs_scratch[i], k->streaming.data, &stack, &ok));
         if (!ok) p->stats.dropped_unresolved++;
         else if (bad_time || t < 0) p->stats.dropped_bad_timestamp++;
-        else TM_TRY(add_sample(d, t, clock, keep_raw, stack, thread));
+        else DTRY_MEM(d, tm_profile_add_sample(p, t, stack, thread));
     }
     if (n_cs > n_dt) p->stats.dropped_malformed_streaming += n_cs - n_dt;
     if (s->has_ref_time && !bad_time) s->time_ns = t;
@@ -1231,6 +1242,20 @@ static tm_status convert_sample_clocks(dec *d) {
             n_paths++;
         }
         const tm_clock_path *path = &paths[k];
+        if (run->anchored) {
+            int64_t base, shift = 0;
+            int ok = tm_clock_path_convert(path, run->anchor, &base) &&
+                     !__builtin_sub_overflow(base, run->anchor, &shift);
+            for (size_t i = run->first; i < end; i++) {
+                tm_psample smp = p->samples[i];
+                if (ok ? __builtin_add_overflow(smp.ts, shift, &smp.ts) : !run->keep_raw || path->ok) {
+                    p->stats.dropped_missing_clock++;
+                    continue;
+                }
+                p->samples[w++] = smp;
+            }
+            continue;
+        }
         for (size_t i = run->first; i < end; i++) {
             tm_psample smp = p->samples[i];
             int64_t out;

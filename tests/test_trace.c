@@ -1,0 +1,1512 @@
+/*
+ * test_trace.c — the Perfetto trace model in default mode (TM_MODE_DEFAULT):
+ * tm_trace_parse turns traces built with trace_builder.h, and the Trace
+ * Processor probe traces in fixtures/perfetto-probes, into the profile
+ * model (tm_trace_profile), and every expected value comes from the rules
+ * in docs/perfetto-wire.md §1-§2 (what Trace Processor does) and
+ * docs/design.md "Default mode vs Relay compatibility".
+ *
+ * Covered: packed vs unpacked repeated fields; incremental state (clears,
+ * iid reuse, first entry wins); data loss (previous_packet_dropped, skipped
+ * SEQ_NEEDS_INCREMENTAL_STATE packets, probe p3); PerfSample and
+ * StreamingProfilePacket timing and threads (probes p1, p8); clocks (probes
+ * p5, p6, per-packet clock ids, primary_trace_clock, Unix time);
+ * compressed_packets (probe p4 vs p2); thread names; frame resolution
+ * (address-only, Java, deep stacks, paths, dedup, unresolvable iids).
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+#include "trace_builder.h"
+#include "tracemill.h"
+
+#define NO_TS UINT64_MAX
+#define CLK_REALTIME 1
+#define CLK_MONOTONIC 3
+#define CLK_BOOTTIME 6
+
+/* ---- memory sink and text buffer ---- */
+
+typedef struct membuf {
+    char *data;
+    size_t len, cap;
+} membuf;
+
+static int mem_write(void *ctx, const void *data, size_t len) {
+    membuf *m = ctx;
+    if (m->cap - m->len < len + 1) {
+        size_t cap = m->cap ? m->cap : 256;
+        while (cap - m->len < len + 1) cap *= 2;
+        char *p = realloc(m->data, cap);
+        if (!p) return -1;
+        m->data = p;
+        m->cap = cap;
+    }
+    memcpy(m->data + m->len, data, len);
+    m->len += len;
+    m->data[m->len] = '\0';
+    return 0;
+}
+
+static tm_sink mem_sink(membuf *m) {
+    tm_sink s = {mem_write, m};
+    return s;
+}
+
+static void mb_printf(membuf *m, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    cr_assert(n >= 0 && (size_t)n < sizeof tmp, "mb_printf overflow");
+    cr_assert_eq(mem_write(m, tmp, (size_t)n), 0);
+}
+
+static void mb_free(membuf *m) {
+    free(m->data);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- parsing helpers ---- */
+
+static tm_trace *parse_bytes(const void *data, size_t len) {
+    tm_trace *t = NULL;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mode = TM_MODE_DEFAULT;
+    tm_status st = tm_trace_parse(data, len, &opts, &t, &err);
+    cr_assert_eq(st, TM_OK, "tm_trace_parse: %s at byte %llu: %s", tm_status_str(st),
+                 (unsigned long long)err.offset, err.message);
+    cr_assert_not_null(t);
+    return t;
+}
+
+static tm_trace *parse(const tb_buf *b) { return parse_bytes(b->data, b->len); }
+
+typedef struct file_buf {
+    uint8_t *data;
+    size_t len;
+} file_buf;
+
+static file_buf load_probe(const char *probe) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/perfetto-probes/%s/trace.pftrace", TM_FIXTURES, probe);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    file_buf fb = {NULL, 0};
+    size_t cap = 0;
+    for (;;) {
+        if (cap - fb.len < 4096) {
+            cap = cap ? cap * 2 : 8192;
+            fb.data = realloc(fb.data, cap);
+            cr_assert_not_null(fb.data);
+        }
+        size_t n = fread(fb.data + fb.len, 1, cap - fb.len, f);
+        fb.len += n;
+        if (n == 0) break;
+    }
+    fclose(f);
+    cr_assert_gt(fb.len, 0, "%s is empty", path);
+    return fb;
+}
+
+static int str_is(tm_str s, const char *c) {
+    size_t n = strlen(c);
+    return s.len == n && (n == 0 || memcmp(s.data, c, n) == 0);
+}
+
+static const tm_pstack *stack_of(const tm_profile *p, size_t sample) {
+    cr_assert_lt(sample, p->n_samples);
+    cr_assert_lt(p->samples[sample].stack, p->n_stacks);
+    return &p->stacks[p->samples[sample].stack];
+}
+
+/* Frame `depth` of a sample's stack, counted from the leaf. */
+static const tm_pframe *frame_at(const tm_profile *p, size_t sample, uint32_t depth) {
+    const tm_pstack *s = stack_of(p, sample);
+    cr_assert_lt(depth, s->len, "sample %zu has %u frames, wanted depth %u", sample, s->len, depth);
+    return &p->frames[p->frame_ids[s->off + depth]];
+}
+
+static const tm_pframe *leaf(const tm_profile *p, size_t sample) { return frame_at(p, sample, 0); }
+
+static const tm_pthread *thread_of_sample(const tm_profile *p, size_t sample) {
+    cr_assert_lt(p->samples[sample].thread, p->n_threads);
+    return &p->threads[p->samples[sample].thread];
+}
+
+static const tm_pthread *find_thread(const tm_profile *p, int64_t tid) {
+    for (size_t i = 0; i < p->n_threads; i++)
+        if (p->threads[i].tid == tid) return &p->threads[i];
+    cr_assert_fail("no thread with tid %lld", (long long)tid);
+    return NULL;
+}
+
+static void assert_sample(const tm_profile *p, size_t i, int64_t ts, int64_t tid, const char *leaf_fn) {
+    cr_assert_lt(i, p->n_samples, "only %zu samples", p->n_samples);
+    cr_assert_eq(p->samples[i].ts, ts, "sample %zu: ts %lld, expected %lld", i,
+                 (long long)p->samples[i].ts, (long long)ts);
+    cr_assert_eq(thread_of_sample(p, i)->tid, tid, "sample %zu: tid %lld, expected %lld", i,
+                 (long long)thread_of_sample(p, i)->tid, (long long)tid);
+    if (leaf_fn) {
+        const tm_pframe *f = leaf(p, i);
+        cr_assert(f->flags & TM_FRAME_HAS_FUNCTION, "sample %zu: leaf has no function", i);
+        cr_assert(str_is(f->function, leaf_fn), "sample %zu: leaf %.*s, expected %s", i,
+                  TM_STR_ARGS(f->function), leaf_fn);
+    }
+}
+
+/* A canonical text form of the whole model, for "identical profile" checks. */
+static void dump_frame(membuf *m, const tm_profile *p, const tm_pframe *f) {
+    mb_printf(m, "  frame fn=" TM_STR_FMT " mod=" TM_STR_FMT " pkg=" TM_STR_FMT " addr=%llx rel=%llx fl=%u",
+              TM_STR_ARGS(f->function), TM_STR_ARGS(f->module), TM_STR_ARGS(f->package),
+              (unsigned long long)f->addr, (unsigned long long)f->rel_pc, f->flags);
+    if (f->mapping) {
+        const tm_pmapping *mp = &p->mappings[f->mapping - 1];
+        mb_printf(m, " map=" TM_STR_FMT " %llx-%llx bias=%llx fl=%u build=", TM_STR_ARGS(mp->path),
+                  (unsigned long long)mp->start, (unsigned long long)mp->end,
+                  (unsigned long long)mp->load_bias, mp->flags);
+        for (size_t i = 0; i < mp->build_id.len; i++) mb_printf(m, "%02x", mp->build_id.data[i]);
+    }
+    mb_printf(m, "\n");
+}
+
+static void dump_profile(const tm_profile *p, membuf *m) {
+    mb_printf(m, "frames=%zu stacks=%zu mappings=%zu threads=%zu samples=%zu\n", p->n_frames, p->n_stacks,
+              p->n_mappings, p->n_threads, p->n_samples);
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_pthread *th = thread_of_sample(p, i);
+        const tm_pstack *s = stack_of(p, i);
+        mb_printf(m, "sample ts=%lld tid=%lld pid=%lld name=" TM_STR_FMT " prio=%u stack=%u len=%u\n",
+                  (long long)p->samples[i].ts, (long long)th->tid, (long long)th->pid, TM_STR_ARGS(th->name),
+                  th->name_prio, p->samples[i].stack, s->len);
+        for (uint32_t j = 0; j < s->len; j++) dump_frame(m, p, &p->frames[p->frame_ids[s->off + j]]);
+    }
+    for (size_t i = 0; i < p->n_threads; i++)
+        mb_printf(m, "thread tid=%lld pid=%lld name=" TM_STR_FMT "\n", (long long)p->threads[i].tid,
+                  (long long)p->threads[i].pid, TM_STR_ARGS(p->threads[i].name));
+}
+
+static void assert_same_profile(const tm_trace *a, const tm_trace *b) {
+    membuf da = {0}, db = {0};
+    dump_profile(tm_trace_profile(a), &da);
+    dump_profile(tm_trace_profile(b), &db);
+    cr_assert(da.len == db.len && memcmp(da.data, db.data, da.len) == 0,
+              "profiles differ:\n--- first\n%s--- second\n%s", da.data, db.data);
+    mb_free(&da);
+    mb_free(&db);
+}
+
+/* ---- trace-building helpers (on top of trace_builder.h) ---- */
+
+static size_t pkt_open(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags) {
+    size_t m = tb_open(t, TB_TRACE_PACKET);
+    if (ts != NO_TS) tb_uint(t, TB_P_TIMESTAMP, ts);
+    if (seq) tb_uint(t, TB_P_SEQ_ID, seq);
+    if (flags) tb_uint(t, TB_P_SEQ_FLAGS, flags);
+    return m;
+}
+
+static void fn_name(tb_buf *t, uint64_t iid, const char *s) {
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, iid, s, strlen(s));
+}
+
+static void path_str(tb_buf *t, uint64_t iid, const char *s) {
+    tb_interned_string(t, TB_I_MAPPING_PATHS, iid, s, strlen(s));
+}
+
+static void callstack1(tb_buf *t, uint64_t iid, uint64_t frame) { tb_callstack(t, iid, &frame, 1, 0); }
+
+/* Mapping whose path_string_ids are written packed or one by one. */
+static void mapping_paths(tb_buf *t, uint64_t iid, uint64_t start, uint64_t end, const uint64_t *paths,
+                          size_t n, int packed) {
+    size_t m = tb_open(t, TB_I_MAPPINGS);
+    tb_uint(t, 1, iid);
+    tb_uint(t, 4, start);
+    tb_uint(t, 5, end);
+    if (packed) tb_packed(t, 7, paths, n);
+    else
+        for (size_t i = 0; i < n; i++) tb_uint(t, 7, paths[i]);
+    tb_close(t, m);
+}
+
+static void perf_body(tb_buf *t, uint32_t pid, uint32_t tid, uint64_t cs) {
+    size_t s = tb_open(t, TB_P_PERF_SAMPLE);
+    tb_uint(t, TB_PS_PID, pid);
+    tb_uint(t, TB_PS_TID, tid);
+    tb_uint(t, TB_PS_CALLSTACK, cs);
+    tb_close(t, s);
+}
+
+/* StreamingProfilePacket; unpacked fields are interleaved (cs, delta, cs, ...). */
+static void streaming_body(tb_buf *t, const uint64_t *cs, size_t n_cs, const uint64_t *dt, size_t n_dt,
+                           int packed) {
+    size_t s = tb_open(t, TB_P_STREAMING_PROFILE);
+    if (packed) {
+        tb_packed(t, TB_SP_CALLSTACK, cs, n_cs);
+        tb_packed(t, TB_SP_DELTA, dt, n_dt);
+    } else {
+        for (size_t i = 0; i < n_cs || i < n_dt; i++) {
+            if (i < n_cs) tb_uint(t, TB_SP_CALLSTACK, cs[i]);
+            if (i < n_dt) tb_uint(t, TB_SP_DELTA, dt[i]);
+        }
+    }
+    tb_close(t, s);
+}
+
+/* A whole StreamingProfilePacket packet (no timestamp unless ts != NO_TS). */
+static void streaming_packet(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags, const uint64_t *cs,
+                             size_t n_cs, const uint64_t *dt, size_t n_dt) {
+    size_t p = pkt_open(t, seq, ts, flags);
+    streaming_body(t, cs, n_cs, dt, n_dt, 1);
+    tb_close(t, p);
+}
+
+/* ThreadDescriptor body; ref_us < 0 leaves reference_timestamp_us out. */
+static void thread_desc_body(tb_buf *t, int64_t pid, int64_t tid, int64_t ref_us, const char *name) {
+    size_t d = tb_open(t, TB_P_THREAD_DESCRIPTOR);
+    tb_uint(t, TB_TD_PID, (uint64_t)pid);
+    tb_uint(t, TB_TD_TID, (uint64_t)tid);
+    if (name) tb_str(t, TB_TD_NAME, name);
+    if (ref_us >= 0) tb_uint(t, TB_TD_REF_US, (uint64_t)ref_us);
+    tb_close(t, d);
+}
+
+static void snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *vals, size_t n,
+                     uint32_t primary) {
+    size_t p = pkt_open(t, seq, NO_TS, 0);
+    size_t cs = tb_open(t, TB_P_CLOCK_SNAPSHOT);
+    for (size_t i = 0; i < n; i++) {
+        size_t c = tb_open(t, TB_CS_CLOCKS);
+        tb_uint(t, TB_CLK_ID, ids[i]);
+        tb_uint(t, TB_CLK_TS, vals[i]);
+        tb_close(t, c);
+    }
+    if (primary) tb_uint(t, TB_CS_PRIMARY, primary);
+    tb_close(t, cs);
+    tb_close(t, p);
+}
+
+/* A packet on seq that clears the state and interns function iid 1 = fn,
+ * frame 1 (no mapping, rel_pc 1) and callstack 1 = [frame 1]. */
+static void clear_with_one_frame(tb_buf *t, uint32_t seq, uint64_t ts, const char *fn) {
+    size_t p = pkt_open(t, seq, ts, TB_SEQ_CLEARED);
+    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    fn_name(t, 1, fn);
+    tb_frame(t, 1, 1, 0, 1);
+    callstack1(t, 1, 1);
+    tb_close(t, i);
+    tb_close(t, p);
+}
+
+/* ==================================================================== */
+/* Packed vs unpacked repeated fields (proto2 parsers accept both).      */
+/* ==================================================================== */
+
+static void build_packing_trace(tb_buf *t, int packed) {
+    static const uint64_t segs[] = {1, 2, 3};
+    for (uint32_t seq = 1; seq <= 2; seq++) {
+        size_t p = pkt_open(t, seq, 100, TB_SEQ_CLEARED);
+        if (seq == 2) thread_desc_body(t, 10, 12, 1, NULL); /* reference time 1 µs */
+        size_t i = tb_open(t, TB_P_INTERNED_DATA);
+        fn_name(t, 1, "main");
+        fn_name(t, 2, "work");
+        path_str(t, 1, "system");
+        path_str(t, 2, "lib64");
+        path_str(t, 3, "libfoo.so");
+        mapping_paths(t, 1, 0x1000, 0x9000, segs, 3, packed);
+        tb_frame(t, 1, 1, 1, 0x10);
+        tb_frame(t, 2, 2, 1, 0x20);
+        const uint64_t cs1[] = {1, 2}; /* root first: main -> work */
+        tb_callstack(t, 1, cs1, 2, packed);
+        tb_callstack(t, 2, cs1, 1, packed);
+        tb_close(t, i);
+        tb_close(t, p);
+    }
+    size_t p = pkt_open(t, 1, 5000, TB_SEQ_NEEDS);
+    perf_body(t, 10, 11, 1);
+    tb_close(t, p);
+    const uint64_t cs[] = {1, 2, 1}, dt[] = {1, 2, 3};
+    p = pkt_open(t, 2, 200, TB_SEQ_NEEDS);
+    streaming_body(t, cs, 3, dt, 3, packed);
+    tb_close(t, p);
+}
+
+Test(trace_wire, packed_and_unpacked_repeated_fields_give_identical_profiles) {
+    tb_buf a = {0}, b = {0};
+    build_packing_trace(&a, 1);
+    build_packing_trace(&b, 0);
+    cr_assert(a.len != b.len || memcmp(a.data, b.data, a.len) != 0, "the encodings must differ");
+    tm_trace *ta = parse(&a), *tb = parse(&b);
+    const tm_profile *p = tm_trace_profile(ta);
+    /* Streaming: ref 1 µs + cumulative deltas 1, 2, 3 µs; perf at 5000. */
+    cr_assert_eq(p->n_samples, 4);
+    assert_sample(p, 0, 2000, 12, "work");
+    assert_sample(p, 1, 4000, 12, "main");
+    assert_sample(p, 2, 5000, 11, "work");
+    assert_sample(p, 3, 7000, 12, "work");
+    cr_assert_eq(stack_of(p, 0)->len, 2);
+    cr_assert(str_is(frame_at(p, 0, 1)->function, "main"));
+    const tm_pframe *f = leaf(p, 0);
+    cr_assert(str_is(f->package, "system/lib64/libfoo.so"), "package %.*s", TM_STR_ARGS(f->package));
+    cr_assert_eq(f->addr, 0x1020);
+    assert_same_profile(ta, tb);
+    tm_trace_free(ta);
+    tm_trace_free(tb);
+    tb_free(&a);
+    tb_free(&b);
+}
+
+/* ==================================================================== */
+/* Incremental state (perfetto-wire.md §2.2).                           */
+/* ==================================================================== */
+
+/* Three generations on sequence 1; legacy = use TracePacket field 41
+ * (incremental_state_cleared) instead of SEQ_INCREMENTAL_STATE_CLEARED. */
+static void build_reset_trace(tb_buf *t, int legacy) {
+    const char *names[] = {"alpha", "beta"};
+    for (int g = 0; g < 3; g++) {
+        size_t p = pkt_open(t, 1, 100 + 200 * (uint64_t)g, legacy ? 0 : TB_SEQ_CLEARED);
+        if (legacy) tb_uint(t, TB_P_INCREMENTAL_CLEARED, 1);
+        if (g < 2) { /* the third clear interns nothing */
+            size_t i = tb_open(t, TB_P_INTERNED_DATA);
+            fn_name(t, 1, names[g]);
+            tb_frame(t, 1, 1, 0, 1 + (uint64_t)g);
+            callstack1(t, 1, 1);
+            tb_close(t, i);
+        }
+        perf_body(t, 7, 7, 1);
+        tb_close(t, p);
+        if (g < 2) { /* a sample between this clear and the next */
+            p = pkt_open(t, 1, 200 + 200 * (uint64_t)g, TB_SEQ_NEEDS);
+            perf_body(t, 7, 7, 1);
+            tb_close(t, p);
+        }
+    }
+}
+
+static void check_reset_trace(int legacy) {
+    tb_buf b = {0};
+    build_reset_trace(&b, legacy);
+    tm_trace *t = parse(&b);
+    const tm_profile *p = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(st->incremental_resets, 3);
+    cr_assert_eq(p->n_samples, 4);
+    assert_sample(p, 0, 100, 7, "alpha");
+    assert_sample(p, 1, 200, 7, "alpha"); /* resolved against generation 1 */
+    assert_sample(p, 2, 300, 7, "beta");  /* iid 1 reused after the reset */
+    assert_sample(p, 3, 400, 7, "beta");
+    cr_assert_neq(p->samples[1].stack, p->samples[2].stack);
+    cr_assert_eq(leaf(p, 1)->addr, 1);
+    cr_assert_eq(leaf(p, 2)->addr, 2);
+    /* The third clear emptied the tables: callstack iid 1 no longer resolves. */
+    cr_assert_eq(st->dropped_unresolved, 1);
+    cr_assert_eq(st->perf_samples, 5);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_incremental, seq_incremental_state_cleared_resets_tables) { check_reset_trace(0); }
+
+Test(trace_incremental, legacy_incremental_state_cleared_field_41_resets_tables) { check_reset_trace(1); }
+
+Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation) {
+    tb_buf b = {0};
+    static const uint64_t a_path[] = {1}, b_path[] = {2};
+    /* Generation 1, packet 1: the first definitions, no sample. */
+    size_t p = pkt_open(&b, 1, 10, TB_SEQ_CLEARED);
+    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "first");
+    fn_name(&b, 2, "other");
+    path_str(&b, 1, "a.so");
+    path_str(&b, 2, "b.so");
+    mapping_paths(&b, 1, 0x1000, 0x2000, a_path, 1, 0);
+    tb_frame(&b, 1, 1, 1, 0x10);
+    callstack1(&b, 1, 1);
+    tb_close(&b, i);
+    tb_close(&b, p);
+    /* Packet 2 redefines every iid, then samples callstack 1. */
+    p = pkt_open(&b, 1, 20, TB_SEQ_NEEDS);
+    i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "second");
+    path_str(&b, 1, "c.so");
+    mapping_paths(&b, 1, 0x5000, 0x6000, b_path, 1, 0);
+    tb_frame(&b, 1, 2, 1, 0x20);
+    const uint64_t two[] = {1, 1};
+    tb_callstack(&b, 1, two, 2, 0);
+    tb_close(&b, i);
+    perf_body(&b, 3, 3, 1);
+    tb_close(&b, p);
+    /* A new generation: now the new entries count. */
+    clear_with_one_frame(&b, 1, 30, "third");
+    p = pkt_open(&b, 1, 40, TB_SEQ_NEEDS);
+    perf_body(&b, 3, 3, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(pr->n_samples, 2);
+    assert_sample(pr, 0, 20, 3, "first");
+    cr_assert_eq(stack_of(pr, 0)->len, 1);
+    const tm_pframe *f = leaf(pr, 0);
+    cr_assert_eq(f->addr, 0x1010);
+    cr_assert(str_is(f->package, "a.so"), "package %.*s", TM_STR_ARGS(f->package));
+    assert_sample(pr, 1, 40, 3, "third");
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* ==================================================================== */
+/* Data loss (perfetto-wire.md §2.2, design.md; probe p3).               */
+/* ==================================================================== */
+
+Test(trace_loss, probe_p3_incremental_loss) {
+    file_buf fb = load_probe("p3_incremental_loss");
+    tm_trace *t = parse_bytes(fb.data, fb.len);
+    const tm_profile *p = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    /* observed.out: ts 10, 20, 50, 60 with leaves f1, f1, f1, g1. */
+    cr_assert_eq(p->n_samples, 4);
+    assert_sample(p, 0, 10, 400, "f1");
+    assert_sample(p, 1, 20, 400, "f1");
+    assert_sample(p, 2, 50, 400, "f1");
+    assert_sample(p, 3, 60, 400, "g1");
+    cr_assert_eq(p->samples[0].stack, p->samples[2].stack);
+    /* packet_skipped_seq_needs_incremental_state_invalid = 3,
+     * interned_data_skipped_incremental_state_invalid = 2. */
+    cr_assert_eq(st->packets_skipped_incremental, 3);
+    cr_assert_eq(st->interned_data_skipped, 2);
+    cr_assert_eq(st->dropped_stale_interning, 2); /* ts 30 and 40 on sequence 5 */
+    cr_assert_eq(st->dropped_never_cleared, 1);   /* ts 70 on sequence 6 */
+    cr_assert_eq(st->data_losses, 1);
+    cr_assert_eq(st->sequences_with_data_loss, 1);
+    cr_assert_eq(st->incremental_resets, 2);
+    cr_assert_eq(st->samples_kept, 4);
+    cr_assert_eq(st->sequences, 3);
+    tm_trace_free(t);
+    free(fb.data);
+}
+
+Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 1, 10, TB_SEQ_CLEARED);
+    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "a");
+    fn_name(&b, 2, "b");
+    tb_frame(&b, 1, 1, 0, 1);
+    tb_frame(&b, 2, 2, 0, 2);
+    callstack1(&b, 1, 1);
+    callstack1(&b, 2, 2);
+    tb_close(&b, i);
+    perf_body(&b, 5, 5, 1);
+    tb_close(&b, p);
+    /* Loss: this and the next SEQ_NEEDS packets are skipped. */
+    p = pkt_open(&b, 1, 20, TB_SEQ_NEEDS);
+    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    perf_body(&b, 5, 5, 1);
+    tb_close(&b, p);
+    tb_perf_sample(&b, 1, 30, 5, 5, 2, TB_SEQ_NEEDS);
+    /* No NEEDS flag: parsed, resolving against the pre-loss tables. */
+    tb_perf_sample(&b, 1, 40, 5, 5, 2, 0);
+    /* Interned data on a SEQ_NEEDS packet while invalid: both skipped. */
+    p = pkt_open(&b, 1, 50, TB_SEQ_NEEDS);
+    i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 3, "c");
+    tb_close(&b, i);
+    perf_body(&b, 5, 5, 1);
+    tb_close(&b, p);
+    /* The clear makes the state valid again. */
+    clear_with_one_frame(&b, 1, 55, "a2");
+    tb_perf_sample(&b, 1, 60, 5, 5, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 70, 5, 5, 1, TB_SEQ_NEEDS);
+
+    /* Sequence 2: a skipped StreamingProfilePacket counts each callstack. */
+    p = pkt_open(&b, 2, 5, TB_SEQ_CLEARED);
+    thread_desc_body(&b, 8, 9, 1000, NULL);
+    i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "s");
+    tb_frame(&b, 1, 1, 0, 1);
+    callstack1(&b, 1, 1);
+    tb_close(&b, i);
+    tb_close(&b, p);
+    const uint64_t one[] = {1}, d1[] = {1}, three[] = {1, 1, 1}, d3[] = {1, 1, 1};
+    streaming_packet(&b, 2, NO_TS, TB_SEQ_NEEDS, one, 1, d1, 1);
+    p = pkt_open(&b, 2, NO_TS, TB_SEQ_NEEDS);
+    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    streaming_body(&b, three, 3, d3, 3, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(pr->n_samples, 5);
+    assert_sample(pr, 0, 10, 5, "a");
+    assert_sample(pr, 1, 40, 5, "b");
+    assert_sample(pr, 2, 60, 5, "a2");
+    assert_sample(pr, 3, 70, 5, "a2");
+    assert_sample(pr, 4, 1001000, 9, "s");
+    cr_assert_eq(st->packets_skipped_incremental, 4);
+    cr_assert_eq(st->dropped_stale_interning, 3 + 3);
+    cr_assert_eq(st->interned_data_skipped, 1);
+    cr_assert_eq(st->data_losses, 2);
+    cr_assert_eq(st->sequences_with_data_loss, 2);
+    cr_assert_eq(st->dropped_never_cleared, 0);
+    cr_assert_eq(st->dropped_unresolved, 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
+    tb_buf b = {0};
+    clear_with_one_frame(&b, 1, 5, "ok");
+    tb_perf_sample(&b, 1, 6, 1, 1, 1, TB_SEQ_NEEDS);
+    /* Sequence 9 never clears. previous_packet_dropped on its first packet
+     * is not a loss: the sequence had not been seen. */
+    size_t p = pkt_open(&b, 9, 10, TB_SEQ_NEEDS);
+    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "x");
+    tb_frame(&b, 1, 1, 0, 1);
+    callstack1(&b, 1, 1);
+    tb_close(&b, i);
+    perf_body(&b, 2, 2, 1);
+    tb_close(&b, p);
+    tb_perf_sample(&b, 9, 20, 2, 2, 1, TB_SEQ_NEEDS);
+    const uint64_t cs[] = {1, 1}, dt[] = {1, 1};
+    streaming_packet(&b, 9, 30, TB_SEQ_NEEDS, cs, 2, dt, 2);
+    /* Sequence 10 never clears either; without the NEEDS flag its packet
+     * is parsed, but its interned data was dropped: unresolved. */
+    p = pkt_open(&b, 10, 40, 0);
+    i = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "y");
+    tb_frame(&b, 1, 1, 0, 1);
+    callstack1(&b, 1, 1);
+    tb_close(&b, i);
+    perf_body(&b, 3, 3, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(pr->n_samples, 1);
+    assert_sample(pr, 0, 6, 1, "ok");
+    cr_assert_eq(st->packets_skipped_incremental, 3);
+    cr_assert_eq(st->dropped_never_cleared, 1 + 1 + 2);
+    cr_assert_eq(st->dropped_stale_interning, 0);
+    cr_assert_eq(st->interned_data_skipped, 2);
+    cr_assert_eq(st->dropped_unresolved, 1);
+    cr_assert_eq(st->data_losses, 0);
+    cr_assert_eq(st->sequences_with_data_loss, 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* ==================================================================== */
+/* PerfSample + StreamingProfilePacket (perfetto-wire.md §2.4, §2.5).     */
+/* ==================================================================== */
+
+/* Interns a = fn 1, b = fn 2 (or swapped), frames 1 -> fn 1, 2 -> fn 2,
+ * callstack 1 = [1], callstack 2 = [1, 2]. */
+static void intern_ab(tb_buf *t, const char *f1, const char *f2) {
+    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    fn_name(t, 1, f1);
+    fn_name(t, 2, f2);
+    tb_frame(t, 1, 1, 0, 1);
+    tb_frame(t, 2, 2, 0, 2);
+    callstack1(t, 1, 1);
+    const uint64_t cs2[] = {1, 2};
+    tb_callstack(t, 2, cs2, 2, 1);
+    tb_close(t, i);
+}
+
+Test(trace_samples, perf_and_streaming_on_several_sequences_and_threads) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 1, 50, TB_SEQ_CLEARED);
+    thread_desc_body(&b, 100, 101, 1000, NULL);
+    intern_ab(&b, "a", "b");
+    tb_close(&b, p);
+    p = pkt_open(&b, 2, 50, TB_SEQ_CLEARED);
+    thread_desc_body(&b, 100, 102, 1005, NULL);
+    intern_ab(&b, "b", "a"); /* the same iids mean other names on sequence 2 */
+    tb_close(&b, p);
+    p = pkt_open(&b, 3, 50, TB_SEQ_CLEARED);
+    intern_ab(&b, "p", "q");
+    tb_close(&b, p);
+    tb_perf_sample(&b, 3, 1020000, 200, 201, 2, TB_SEQ_NEEDS);
+    const uint64_t cs12[] = {1, 2}, d12[] = {10, 20}, cs1[] = {1}, d0[] = {0}, d30[] = {30}, d7[] = {7};
+    streaming_packet(&b, 1, 999, TB_SEQ_NEEDS, cs12, 2, d12, 2);
+    streaming_packet(&b, 2, 999, TB_SEQ_NEEDS, cs1, 1, d0, 1);
+    tb_perf_sample(&b, 3, 1000000, 200, 202, 1, TB_SEQ_NEEDS);
+    streaming_packet(&b, 1, 999, TB_SEQ_NEEDS, cs1, 1, d7, 1);
+    streaming_packet(&b, 2, 999, TB_SEQ_NEEDS, cs12, 1, d30, 1);
+    tb_perf_sample(&b, 3, 1040000, 200, 201, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(pr->n_samples, 8);
+    assert_sample(pr, 0, 1000000, 202, "p");
+    assert_sample(pr, 1, 1005000, 102, "b");
+    assert_sample(pr, 2, 1010000, 101, "a");
+    assert_sample(pr, 3, 1020000, 201, "q");
+    assert_sample(pr, 4, 1030000, 101, "b");
+    assert_sample(pr, 5, 1035000, 102, "b");
+    assert_sample(pr, 6, 1037000, 101, "a"); /* continues: 1000 + 10 + 20 + 7 µs */
+    assert_sample(pr, 7, 1040000, 201, "p");
+    for (size_t i = 0; i < pr->n_samples; i++) {
+        int64_t tid = thread_of_sample(pr, i)->tid;
+        int64_t pid = thread_of_sample(pr, i)->pid;
+        cr_assert_eq(pid, tid > 200 ? 200 : 100, "tid %lld has pid %lld", (long long)tid, (long long)pid);
+    }
+    cr_assert_eq(stack_of(pr, 3)->len, 2);
+    cr_assert(str_is(frame_at(pr, 3, 1)->function, "p"));
+    cr_assert_eq(st->perf_samples, 3);
+    cr_assert_eq(st->streaming_samples, 5);
+    cr_assert_eq(st->sequences, 3);
+    cr_assert_eq(st->samples_kept, 8);
+    cr_assert_eq(st->streaming_without_reference_time, 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_samples, probe_p1_streaming_profile) {
+    file_buf fb = load_probe("p1_streaming_profile");
+    tm_trace *t = parse_bytes(fb.data, fb.len);
+    const tm_profile *p = tm_trace_profile(t);
+    /* observed.out: 1000020000, 1000040000, 1000070000, 1000075000 on utid 3 (tid 101). */
+    cr_assert_eq(p->n_samples, 4);
+    assert_sample(p, 0, 1000020000, 101, "foo");
+    assert_sample(p, 1, 1000040000, 101, "bar");
+    assert_sample(p, 2, 1000070000, 101, "bar");
+    assert_sample(p, 3, 1000075000, 101, "bar");
+    cr_assert_eq(thread_of_sample(p, 0)->pid, 100);
+    cr_assert(str_is(thread_of_sample(p, 0)->name, "worker"));
+    cr_assert_eq(p->samples[1].stack, p->samples[3].stack);
+    cr_assert_neq(p->samples[1].stack, p->samples[2].stack);
+    cr_assert_eq(tm_trace_get_stats(t)->streaming_without_reference_time, 0);
+    tm_trace_free(t);
+    free(fb.data);
+}
+
+Test(trace_samples, probe_p8_cpu_profile_unittest_port) {
+    file_buf fb = load_probe("p8_cpu_profile_unittest_port");
+    tm_trace *t = parse_bytes(fb.data, fb.len);
+    const tm_profile *p = tm_trace_profile(t);
+    /* observed.out: ts 11000, 26000, 68000 on utid 2 (tid 16, pid 15). */
+    cr_assert_eq(p->n_samples, 3);
+    static const int64_t ts[] = {11000, 26000, 68000};
+    static const uint64_t rel[] = {16962, 66, 16962};
+    for (size_t i = 0; i < 3; i++) {
+        assert_sample(p, i, ts[i], 16, NULL);
+        cr_assert_eq(thread_of_sample(p, i)->pid, 15);
+        const tm_pframe *f = leaf(p, i);
+        cr_assert_not(f->flags & TM_FRAME_HAS_FUNCTION);
+        cr_assert(f->flags & TM_FRAME_HAS_ADDR);
+        cr_assert_eq(f->addr, rel[i]); /* the mapping starts at 0 */
+        cr_assert_neq(f->mapping, 0);
+        const tm_pmapping *m = &p->mappings[f->mapping - 1];
+        static const char id[] = "3BBCFBD372448A727265C3E7C4D954F91";
+        cr_assert(m->build_id.len == 33 && memcmp(m->build_id.data, id, 33) == 0);
+    }
+    cr_assert_eq(p->samples[0].stack, p->samples[2].stack);
+    tm_trace_free(t);
+    free(fb.data);
+}
+
+Test(trace_samples, streaming_thread_from_track_descriptor_and_packet_time_fallback) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 4, 9000, TB_SEQ_CLEARED);
+    size_t td = tb_open(&b, TB_P_TRACK_DESCRIPTOR);
+    tb_uint(&b, TB_TRACK_UUID, 77);
+    size_t th = tb_open(&b, TB_TRACK_THREAD);
+    tb_uint(&b, TB_TD_PID, 300);
+    tb_uint(&b, TB_TD_TID, 301);
+    tb_str(&b, TB_TD_NAME, "trk");
+    tb_close(&b, th);
+    tb_close(&b, td);
+    intern_ab(&b, "a", "b");
+    tb_close(&b, p);
+    const uint64_t cs[] = {1, 2}, dt[] = {10, 20};
+    streaming_packet(&b, 4, 2000000, TB_SEQ_NEEDS, cs, 2, dt, 2);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(pr->n_samples, 2);
+    /* No reference time: packet timestamp + cumulative deltas. */
+    assert_sample(pr, 0, 2010000, 301, "a");
+    assert_sample(pr, 1, 2030000, 301, "b");
+    cr_assert_eq(thread_of_sample(pr, 0)->pid, 300);
+    cr_assert(str_is(thread_of_sample(pr, 0)->name, "trk"));
+    cr_assert_eq(st->streaming_without_reference_time, 2);
+    cr_assert_eq(st->samples_without_thread, 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* §2.4: base = sequence time converted MONOTONIC -> trace time once per
+ * packet; the deltas are added to the converted base. */
+Test(trace_samples, streaming_deltas_are_added_to_the_converted_base) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t s1[] = {10000000, 1000000}, s2[] = {25000000, 5000000};
+    snapshot(&b, 1, ids, s1, 2, 0);
+    snapshot(&b, 1, ids, s2, 2, 0);
+    size_t p = pkt_open(&b, 2, NO_TS, TB_SEQ_CLEARED);
+    thread_desc_body(&b, 1, 2, 4000, NULL); /* MONOTONIC 4 ms */
+    intern_ab(&b, "a", "b");
+    tb_close(&b, p);
+    const uint64_t cs[] = {1, 2}, dt[] = {1000, 1000}, cs1[] = {1}, d500[] = {500};
+    streaming_packet(&b, 2, NO_TS, TB_SEQ_NEEDS, cs, 2, dt, 2);
+    streaming_packet(&b, 2, NO_TS, TB_SEQ_NEEDS, cs1, 1, d500, 1);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(pr->n_samples, 3);
+    /* Packet 1: base MONO 4 ms -> 13 ms (first snapshot), + 1 ms, + 2 ms. */
+    assert_sample(pr, 0, 14000000, 2, "a");
+    assert_sample(pr, 1, 15000000, 2, "b");
+    /* Packet 2: base MONO 6 ms -> 26 ms (second snapshot), + 0.5 ms. */
+    assert_sample(pr, 2, 26500000, 2, "a");
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* ==================================================================== */
+/* Clocks (perfetto-wire.md §2.3; probes p5, p6).                        */
+/* ==================================================================== */
+
+Test(trace_clocks, probe_p5_defaults_clock_and_two_snapshots) {
+    file_buf fb = load_probe("p5_clocks");
+    tm_trace *t = parse_bytes(fb.data, fb.len);
+    const tm_profile *p = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    static const int64_t ts[] = {7000, 9500, 11000, 26000};
+    cr_assert_eq(p->n_samples, 4);
+    for (size_t i = 0; i < 4; i++) assert_sample(p, i, ts[i], 10, "f");
+    cr_assert_eq(st->trace_clock_id, CLK_BOOTTIME);
+    cr_assert_eq(st->clock_snapshots, 2);
+    cr_assert_eq(st->dropped_missing_clock, 0);
+    /* No REALTIME in any snapshot: Unix time is unknown. */
+    int64_t unix_ns = 0;
+    cr_assert_eq(tm_profile_realtime(p, 7000, &unix_ns), 0);
+    cr_assert_eq(st->has_realtime, 0);
+    tm_trace_free(t);
+    free(fb.data);
+}
+
+Test(trace_clocks, probe_p6_monotonic_without_snapshot_is_dropped) {
+    file_buf fb = load_probe("p6_no_clock_snapshot");
+    tm_trace *t = parse_bytes(fb.data, fb.len);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(tm_trace_profile(t)->n_samples, 0);
+    cr_assert_eq(st->samples_kept, 0);
+    cr_assert_eq(st->dropped_missing_clock, 2);
+    cr_assert_eq(st->perf_samples, 2);
+    tm_trace_free(t);
+    free(fb.data);
+}
+
+static void perf_with_clock(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t clock_id) {
+    size_t p = pkt_open(t, seq, ts, TB_SEQ_NEEDS);
+    if (clock_id) tb_uint(t, TB_P_CLOCK_ID, clock_id);
+    perf_body(t, 4, 4, 1);
+    tb_close(t, p);
+}
+
+Test(trace_clocks, per_packet_timestamp_clock_id_and_defaults) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t vals[] = {10000, 1000};
+    snapshot(&b, 1, ids, vals, 2, 0);
+    clear_with_one_frame(&b, 2, 0, "f");
+    perf_with_clock(&b, 2, 1500, CLK_MONOTONIC); /* field 58 -> 10500 */
+    perf_with_clock(&b, 2, 20000, 0);            /* trace default: as-is */
+    perf_with_clock(&b, 2, 30000, CLK_BOOTTIME); /* as-is */
+    /* Sequence 3: TracePacketDefaults.timestamp_clock_id = MONOTONIC. */
+    clear_with_one_frame(&b, 3, 0, "f");
+    size_t p = pkt_open(&b, 3, NO_TS, 0);
+    size_t d = tb_open(&b, TB_P_DEFAULTS);
+    tb_uint(&b, TB_DEF_CLOCK_ID, CLK_MONOTONIC);
+    tb_close(&b, d);
+    tb_close(&b, p);
+    perf_with_clock(&b, 3, 2000, 0);             /* default MONOTONIC -> 11000 */
+    perf_with_clock(&b, 3, 40000, CLK_BOOTTIME); /* the packet's clock wins */
+    /* A clear resets TracePacketDefaults: untagged is trace time again. */
+    clear_with_one_frame(&b, 3, NO_TS, "f");
+    perf_with_clock(&b, 3, 50000, 0);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    static const int64_t ts[] = {10500, 11000, 20000, 30000, 40000, 50000};
+    cr_assert_eq(pr->n_samples, 6);
+    for (size_t i = 0; i < 6; i++) assert_sample(pr, i, ts[i], 4, "f");
+    cr_assert_eq(tm_trace_get_stats(t)->dropped_missing_clock, 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_clocks, primary_trace_clock_sets_trace_time) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t vals[] = {10000, 1000};
+    snapshot(&b, 1, ids, vals, 2, CLK_MONOTONIC);
+    clear_with_one_frame(&b, 2, 0, "f");
+    perf_with_clock(&b, 2, 12000, CLK_BOOTTIME); /* BOOT 12000 -> MONO 3000 */
+    perf_with_clock(&b, 2, 2000, 0);             /* untagged: already MONOTONIC */
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(tm_trace_get_stats(t)->trace_clock_id, CLK_MONOTONIC);
+    cr_assert_eq(pr->n_samples, 2);
+    assert_sample(pr, 0, 2000, 4, "f");
+    assert_sample(pr, 1, 3000, 4, "f");
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* §1 "ClockSnapshot, clocks": ids 64-127 are valid only on the sequence that
+ * emitted the snapshot; unit_multiplier_ns scales the clock's values. */
+Test(trace_clocks, sequence_scoped_clock_with_unit_multiplier) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 2, NO_TS, 0);
+    size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
+    size_t c = tb_open(&b, TB_CS_CLOCKS);
+    tb_uint(&b, TB_CLK_ID, CLK_BOOTTIME);
+    tb_uint(&b, TB_CLK_TS, 100000);
+    tb_close(&b, c);
+    c = tb_open(&b, TB_CS_CLOCKS);
+    tb_uint(&b, TB_CLK_ID, 64);
+    tb_uint(&b, TB_CLK_TS, 5); /* 5 µs */
+    tb_uint(&b, TB_CLK_MULT, 1000);
+    tb_close(&b, c);
+    tb_close(&b, cs);
+    tb_close(&b, p);
+    clear_with_one_frame(&b, 2, 0, "f");
+    perf_with_clock(&b, 2, 7, 64); /* 7 µs on clock 64 -> BOOT 100000 + 2000 */
+    clear_with_one_frame(&b, 3, 0, "f");
+    perf_with_clock(&b, 3, 7, 64); /* clock 64 of sequence 3 has no snapshot */
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(pr->n_samples, 1);
+    assert_sample(pr, 0, 102000, 4, "f");
+    cr_assert_eq(tm_trace_get_stats(t)->dropped_missing_clock, 1);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_clocks, unix_time_from_boottime_realtime_snapshots_exact_ns) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME};
+    const uint64_t s1[] = {1000000000ull, 1700000000123456789ull};
+    const uint64_t s2[] = {2000000000ull, 1700000001123456999ull};
+    snapshot(&b, 1, ids, s1, 2, 0);
+    snapshot(&b, 1, ids, s2, 2, 0);
+    clear_with_one_frame(&b, 2, 0, "f");
+    tb_perf_sample(&b, 2, 500000000ull, 4, 4, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 1000000001ull, 4, 4, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 2000000500ull, 4, 4, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(tm_trace_get_stats(t)->has_realtime, 1);
+    cr_assert_eq(pr->n_samples, 3);
+    /* Before the first snapshot: extrapolated from the first one. */
+    static const int64_t ts[] = {500000000, 1000000001, 2000000500};
+    static const int64_t unix_ns[] = {1699999999623456789ll, 1700000000123456790ll,
+                                      1700000001123457499ll};
+    for (size_t i = 0; i < 3; i++) {
+        assert_sample(pr, i, ts[i], 4, "f");
+        int64_t u = 0;
+        cr_assert_eq(tm_profile_realtime(pr, pr->samples[i].ts, &u), 1);
+        cr_assert_eq(u, unix_ns[i], "sample %zu: unix %lld, expected %lld", i, (long long)u,
+                     (long long)unix_ns[i]);
+    }
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* ==================================================================== */
+/* compressed_packets (perfetto-wire.md §1; probes p2, p4).              */
+/* ==================================================================== */
+
+static void build_compress_parts(tb_buf *a, tb_buf *b) {
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t vals[] = {1000000, 0};
+    snapshot(a, 1, ids, vals, 2, 0);
+    size_t p = pkt_open(a, 2, 10, 0);
+    size_t pt = tb_open(a, TB_P_PROCESS_TREE);
+    size_t th = tb_open(a, TB_PT_THREADS);
+    tb_uint(a, TB_THR_TID, 21);
+    tb_str(a, TB_THR_NAME, "perf-thread");
+    tb_uint(a, TB_THR_TGID, 20);
+    tb_close(a, th);
+    tb_close(a, pt);
+    tb_close(a, p);
+    p = pkt_open(a, 3, 10, TB_SEQ_CLEARED);
+    thread_desc_body(a, 20, 22, 5, "sampler");
+    intern_ab(a, "a", "b");
+    tb_close(a, p);
+    const uint64_t cs[] = {1, 2}, dt[] = {10, 20}, cs1[] = {2}, d1[] = {5};
+    streaming_packet(a, 3, NO_TS, TB_SEQ_NEEDS, cs, 2, dt, 2);
+    p = pkt_open(a, 4, 1000, TB_SEQ_CLEARED);
+    intern_ab(a, "c", "d");
+    perf_body(a, 20, 21, 2);
+    tb_close(a, p);
+    /* Part b relies on the interning and sequence time of part a. */
+    streaming_packet(b, 3, NO_TS, TB_SEQ_NEEDS, cs1, 1, d1, 1);
+    tb_perf_sample(b, 4, 1060000, 20, 21, 1, TB_SEQ_NEEDS);
+}
+
+Test(trace_compressed, compressed_packets_give_the_uncompressed_profile) {
+    tb_buf a = {0}, b = {0}, plain = {0}, whole = {0}, halves = {0}, mixed = {0};
+    build_compress_parts(&a, &b);
+    tb_raw(&plain, a.data, a.len);
+    tb_raw(&plain, b.data, b.len);
+    tb_compressed_packet(&whole, &plain);
+    tb_compressed_packet(&halves, &a);
+    tb_compressed_packet(&halves, &b);
+    tb_compressed_packet(&mixed, &a);
+    tb_raw(&mixed, b.data, b.len);
+
+    tm_trace *tp = parse(&plain), *tw = parse(&whole), *th = parse(&halves), *tx = parse(&mixed);
+    const tm_profile *p = tm_trace_profile(tp);
+    cr_assert_eq(p->n_samples, 5);
+    assert_sample(p, 0, 1000, 21, "d");
+    assert_sample(p, 1, 1015000, 22, "a"); /* BOOT = MONO + 1 ms; 5 + 10 µs */
+    assert_sample(p, 2, 1035000, 22, "b");
+    assert_sample(p, 3, 1040000, 22, "b");
+    assert_sample(p, 4, 1060000, 21, "c");
+    cr_assert(str_is(thread_of_sample(p, 0)->name, "perf-thread"));
+    cr_assert(str_is(thread_of_sample(p, 1)->name, "sampler"));
+    assert_same_profile(tp, tw);
+    assert_same_profile(tp, th);
+    assert_same_profile(tp, tx);
+    cr_assert_eq(tm_trace_get_stats(tp)->compressed_packets, 0);
+    cr_assert_eq(tm_trace_get_stats(tw)->compressed_packets, 1);
+    cr_assert_eq(tm_trace_get_stats(th)->compressed_packets, 2);
+    cr_assert_eq(tm_trace_get_stats(tx)->compressed_packets, 1);
+    cr_assert_eq(tm_trace_get_stats(tw)->samples_kept, 5);
+    tm_trace_free(tp);
+    tm_trace_free(tw);
+    tm_trace_free(th);
+    tm_trace_free(tx);
+    tb_free(&a);
+    tb_free(&b);
+    tb_free(&plain);
+    tb_free(&whole);
+    tb_free(&halves);
+    tb_free(&mixed);
+}
+
+Test(trace_compressed, probe_p4_equals_probe_p2) {
+    file_buf f2 = load_probe("p2_perf_sample"), f4 = load_probe("p4_compressed_packets");
+    tm_trace *t2 = parse_bytes(f2.data, f2.len), *t4 = parse_bytes(f4.data, f4.len);
+    const tm_profile *p = tm_trace_profile(t2);
+    /* observed.out: rows with a callsite at ts 1000 (tid 201), 2000 (tid 300),
+     * 3000 (tid 202); 3500 lost 7 records; 3600 was skipped (no callsite). */
+    cr_assert_eq(p->n_samples, 3);
+    assert_sample(p, 0, 1000, 201, "foo");
+    assert_sample(p, 1, 2000, 300, "foo");
+    assert_sample(p, 2, 3000, 202, NULL);
+    cr_assert(str_is(thread_of_sample(p, 2)->name, "t202"));
+    cr_assert_eq(thread_of_sample(p, 0)->pid, 200);
+    cr_assert_eq(thread_of_sample(p, 1)->pid, 300);
+    /* Leaf of callstack 2: function_name_id 0 -> no name, rel_pc 1024. */
+    const tm_pframe *f = leaf(p, 2);
+    cr_assert_not(f->flags & TM_FRAME_HAS_FUNCTION);
+    cr_assert_eq(f->addr, 4096 + 1024);
+    cr_assert(str_is(f->package, "usr/lib/libx.so"), "package %.*s", TM_STR_ARGS(f->package));
+    cr_assert_eq(stack_of(p, 2)->len, 4);
+    cr_assert(str_is(frame_at(p, 2, 1)->function, "_ZN3Foo3barEv"));
+    cr_assert(str_is(frame_at(p, 2, 3)->function, "main"));
+    const tm_trace_stats *s2 = tm_trace_get_stats(t2), *s4 = tm_trace_get_stats(t4);
+    cr_assert_eq(s2->perf_records_lost, 7);
+    cr_assert_eq(s2->perf_samples_skipped, 1);
+    cr_assert_eq(s2->compressed_packets, 0);
+    cr_assert_eq(s4->compressed_packets, 1);
+    cr_assert_eq(s4->perf_records_lost, 7);
+    cr_assert_eq(s4->perf_samples_skipped, 1);
+    assert_same_profile(t2, t4);
+    tm_trace_free(t2);
+    tm_trace_free(t4);
+    free(f2.data);
+    free(f4.data);
+}
+
+/* ==================================================================== */
+/* Names (perfetto-wire.md §2.7).                                        */
+/* ==================================================================== */
+
+static void process_tree_thread(tb_buf *t, uint32_t seq, int64_t tid, int64_t tgid, const char *name) {
+    size_t p = pkt_open(t, seq, 1, 0);
+    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    size_t th = tb_open(t, TB_PT_THREADS);
+    tb_uint(t, TB_THR_TID, (uint64_t)tid);
+    tb_bytes(t, TB_THR_NAME, name, strlen(name));
+    tb_uint(t, TB_THR_TGID, (uint64_t)tgid);
+    tb_close(t, th);
+    tb_close(t, pt);
+    tb_close(t, p);
+}
+
+Test(trace_names, thread_names_from_process_tree) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 1, 1, 0);
+    size_t pt = tb_open(&b, TB_P_PROCESS_TREE);
+    size_t pr = tb_open(&b, TB_PT_PROCESSES);
+    tb_uint(&b, TB_PROC_PID, 10);
+    tb_str(&b, TB_PROC_CMDLINE, "com.example.app");
+    tb_close(&b, pr);
+    const int64_t tids[] = {11, 12};
+    const char *names[] = {"RenderThread", "Worker"};
+    for (int i = 0; i < 2; i++) {
+        size_t th = tb_open(&b, TB_PT_THREADS);
+        tb_uint(&b, TB_THR_TID, (uint64_t)tids[i]);
+        tb_str(&b, TB_THR_NAME, names[i]);
+        tb_uint(&b, TB_THR_TGID, 10);
+        tb_close(&b, th);
+    }
+    tb_close(&b, pt);
+    tb_close(&b, p);
+    clear_with_one_frame(&b, 2, 5, "f");
+    tb_perf_sample(&b, 2, 10, 10, 11, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 20, 10, 12, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 30, 10, 10, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 3);
+    assert_sample(m, 0, 10, 11, "f");
+    cr_assert(str_is(thread_of_sample(m, 0)->name, "RenderThread"));
+    cr_assert(str_is(thread_of_sample(m, 1)->name, "Worker"));
+    cr_assert_eq(thread_of_sample(m, 0)->pid, 10);
+    cr_assert_eq(thread_of_sample(m, 1)->pid, 10);
+    cr_assert_eq(thread_of_sample(m, 2)->tid, 10);
+    cr_assert_eq(tm_trace_get_stats(t)->threads_without_name, 0); /* 10 is the main thread */
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_names, descriptor_thread_names_beat_process_tree) {
+    tb_buf b = {0};
+    /* Thread 11: ThreadDescriptor first, ProcessTree later. */
+    size_t p = pkt_open(&b, 1, 1, TB_SEQ_CLEARED);
+    thread_desc_body(&b, 10, 11, -1, "td-name");
+    tb_close(&b, p);
+    process_tree_thread(&b, 5, 11, 10, "pt-11");
+    /* Thread 12: ProcessTree first, TrackDescriptor.thread later. */
+    process_tree_thread(&b, 5, 12, 10, "pt-12");
+    p = pkt_open(&b, 2, 2, TB_SEQ_CLEARED);
+    size_t td = tb_open(&b, TB_P_TRACK_DESCRIPTOR);
+    tb_uint(&b, TB_TRACK_UUID, 5);
+    size_t th = tb_open(&b, TB_TRACK_THREAD);
+    tb_uint(&b, TB_TD_PID, 10);
+    tb_uint(&b, TB_TD_TID, 12);
+    tb_str(&b, TB_TD_NAME, "track-name");
+    tb_close(&b, th);
+    tb_close(&b, td);
+    tb_close(&b, p);
+    /* Thread 13: only ProcessTree. */
+    process_tree_thread(&b, 5, 13, 10, "pt-13");
+    clear_with_one_frame(&b, 3, 5, "f");
+    tb_perf_sample(&b, 3, 10, 10, 11, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 20, 10, 12, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 30, 10, 13, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 3);
+    const tm_pthread *t11 = find_thread(m, 11), *t12 = find_thread(m, 12), *t13 = find_thread(m, 13);
+    cr_assert(str_is(t11->name, "td-name"), "thread 11: %.*s", TM_STR_ARGS(t11->name));
+    cr_assert(str_is(t12->name, "track-name"), "thread 12: %.*s", TM_STR_ARGS(t12->name));
+    cr_assert(str_is(t13->name, "pt-13"), "thread 13: %.*s", TM_STR_ARGS(t13->name));
+    cr_assert_gt(t11->name_prio, t13->name_prio);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_names, unicode_names_kept_byte_exact) {
+    static const char thread_name[] =
+        "\xce\xa9mega-\xe3\x82\xb9\xe3\x83\xac\xe3\x83\x83\xe3\x83\x89-\xf0\x9f\xa7\xb5";
+    static const char fn[] = "\xe6\x95\xb0\xe6\x8d\xae::\xe5\xa4\x84\xe7\x90\x86<T>";
+    tb_buf b = {0};
+    process_tree_thread(&b, 5, 31, 30, thread_name);
+    clear_with_one_frame(&b, 1, 5, fn);
+    tb_perf_sample(&b, 1, 10, 30, 31, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 1);
+    assert_sample(m, 0, 10, 31, fn);
+    cr_assert(str_is(thread_of_sample(m, 0)->name, thread_name));
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* Strict UTF-8 check (RFC 3629), independent of the library's own. */
+static int utf8_ok(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k;
+        unsigned cp, min;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xc2 && c <= 0xdf) k = 1, cp = c & 0x1f, min = 0x80;
+        else if (c >= 0xe0 && c <= 0xef) k = 2, cp = c & 0x0f, min = 0x800;
+        else if (c >= 0xf0 && c <= 0xf4) k = 3, cp = c & 0x07, min = 0x10000;
+        else return 0;
+        if (n - i <= k) return 0;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + j] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
+    static const char bad_thread[] = "bad\xff\xfe";
+    static const char bad_fn[] = "fn\xc3(x";
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME};
+    const uint64_t vals[] = {0, 1700000000000000000ull};
+    snapshot(&b, 1, ids, vals, 2, 0);
+    size_t p = pkt_open(&b, 2, 1, TB_SEQ_CLEARED);
+    thread_desc_body(&b, 10, 11, -1, bad_thread);
+    tb_close(&b, p);
+    clear_with_one_frame(&b, 3, 5, bad_fn);
+    tb_perf_sample(&b, 3, 1000, 10, 11, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 2000, 10, 11, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 2);
+    assert_sample(m, 0, 1000, 11, bad_fn); /* byte-exact in the model */
+    cr_assert(str_is(thread_of_sample(m, 0)->name, bad_thread));
+
+    membuf out = {0};
+    tm_sink sink = mem_sink(&out);
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    tm_status st = tm_write_sample_v2(t, NULL, &sink, &err);
+    cr_assert_eq(st, TM_OK, "tm_write_sample_v2: %s: %s", tm_status_str(st), err.message);
+    cr_assert_not_null(out.data);
+    cr_assert_not_null(strstr(out.data, "\xef\xbf\xbd"), "no U+FFFD in %s", out.data);
+    cr_assert(utf8_ok((const unsigned char *)out.data, out.len), "output is not valid UTF-8");
+    json_error_t jerr;
+    json_t *root = json_loadb(out.data, out.len, 0, &jerr);
+    cr_assert_not_null(root, "output is not JSON: %s", jerr.text);
+    const char *tn = json_string_value(
+        json_object_get(json_object_get(json_object_get(json_object_get(root, "profile"),
+                                                        "thread_metadata"), "11"), "name"));
+    cr_assert_not_null(tn);
+    cr_assert_str_eq(tn, "bad\xef\xbf\xbd\xef\xbf\xbd");
+    const char *fname = json_string_value(
+        json_object_get(json_array_get(json_object_get(json_object_get(root, "profile"), "frames"), 0),
+                        "function"));
+    cr_assert_not_null(fname);
+    cr_assert_str_eq(fname, "fn\xef\xbf\xbd(x");
+    json_decref(root);
+    mb_free(&out);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* ==================================================================== */
+/* Frames (perfetto-wire.md §2.2, §2.6; relay-sample-v2.md frame rules). */
+/* ==================================================================== */
+
+Test(trace_frames, address_only_frames) {
+    tb_buf b = {0};
+    static const uint64_t path[] = {1};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    path_str(&b, 1, "libnative.so");
+    mapping_paths(&b, 1, 0x7000, 0x9000, path, 1, 1);
+    tb_frame(&b, 1, 0, 1, 0x123); /* no function_name_id */
+    tb_frame(&b, 2, 0, 0, 0x42);  /* no function, no mapping */
+    const uint64_t cs[] = {2, 1};
+    tb_callstack(&b, 1, cs, 2, 1);
+    tb_close(&b, i);
+    perf_body(&b, 1, 1, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 1);
+    cr_assert_eq(stack_of(m, 0)->len, 2);
+    const tm_pframe *f = leaf(m, 0);
+    cr_assert_not(f->flags & TM_FRAME_HAS_FUNCTION);
+    cr_assert(f->flags & TM_FRAME_HAS_ADDR);
+    cr_assert_eq(f->addr, 0x7000 + 0x123);
+    cr_assert_eq(f->rel_pc, 0x123);
+    cr_assert(str_is(f->package, "libnative.so"));
+    cr_assert_not(f->flags & TM_FRAME_JAVA);
+    const tm_pframe *root = frame_at(m, 0, 1);
+    cr_assert_not(root->flags & TM_FRAME_HAS_FUNCTION);
+    cr_assert(root->flags & TM_FRAME_HAS_ADDR);
+    cr_assert_eq(root->addr, 0x42);
+    cr_assert_eq(root->mapping, 0);
+    cr_assert_not(root->flags & TM_FRAME_HAS_PACKAGE);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, java_mappings_split_module_and_function) {
+    static const char *paths[] = {
+        "/system/framework/arm64/boot-framework.oat", "/data/dalvik-cache/arm64/classes.dex",
+        "/system/framework/framework.jar", "/data/app/com.example/oat/arm64/base.odex",
+        "/data/app/com.example/oat/arm64/base.vdex", "/memfd:dalvik-jit-code-cache (deleted)",
+        "/system/lib64/libc.so"};
+    enum { N = 7, NATIVE = 6 };
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "android.os.Looper.loop");
+    fn_name(&b, 2, "nodots");
+    for (uint64_t k = 1; k <= N; k++) {
+        path_str(&b, k, paths[k - 1]);
+        mapping_paths(&b, k, 0x10000 * k, 0x10000 * k + 0x1000, &k, 1, 0);
+        tb_frame(&b, k, 1, k, 0x10);
+        callstack1(&b, k, k);
+    }
+    tb_frame(&b, 100, 2, 1, 0x20);
+    callstack1(&b, 100, 100);
+    tb_close(&b, in);
+    tb_close(&b, p);
+    for (uint64_t k = 1; k <= N; k++) tb_perf_sample(&b, 1, 100 + k, 1, 1, k, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 200, 1, 1, 100, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, N + 1);
+    for (size_t k = 0; k < N; k++) {
+        const tm_pframe *f = leaf(m, k);
+        cr_assert(str_is(f->package, paths[k]), "frame %zu package %.*s", k, TM_STR_ARGS(f->package));
+        cr_assert_neq(f->mapping, 0);
+        if (k == NATIVE) {
+            cr_assert_not(f->flags & TM_FRAME_JAVA);
+            cr_assert(str_is(f->function, "android.os.Looper.loop"));
+            cr_assert_not(f->flags & TM_FRAME_HAS_MODULE);
+            cr_assert(f->flags & TM_FRAME_HAS_ADDR);
+            cr_assert_eq(f->addr, 0x70010);
+            continue;
+        }
+        cr_assert(f->flags & TM_FRAME_JAVA, "%s is a Java mapping", paths[k]);
+        cr_assert(m->mappings[f->mapping - 1].flags & TM_MAPPING_JAVA);
+        cr_assert(f->flags & TM_FRAME_HAS_FUNCTION);
+        cr_assert(f->flags & TM_FRAME_HAS_MODULE);
+        cr_assert(str_is(f->function, "loop"), "%s: function %.*s", paths[k], TM_STR_ARGS(f->function));
+        cr_assert(str_is(f->module, "android.os.Looper"), "%s: module %.*s", paths[k],
+                  TM_STR_ARGS(f->module));
+        cr_assert_not(f->flags & TM_FRAME_HAS_ADDR, "%s: Java frames have no address", paths[k]);
+    }
+    const tm_pframe *f = leaf(m, N);
+    cr_assert(f->flags & TM_FRAME_JAVA);
+    cr_assert(str_is(f->function, "nodots"));
+    cr_assert_not(f->flags & TM_FRAME_HAS_MODULE);
+    cr_assert_not(f->flags & TM_FRAME_HAS_ADDR);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, deep_stack_of_5000_frames_with_default_limits) {
+    enum { DEPTH = 5000 };
+    tb_buf b = {0};
+    uint64_t *ids = malloc(DEPTH * sizeof *ids);
+    cr_assert_not_null(ids);
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    for (uint64_t k = 0; k < DEPTH; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "f%llu", (unsigned long long)k);
+        fn_name(&b, k + 1, name);
+        tb_frame(&b, k + 1, k + 1, 0, k);
+        ids[k] = k + 1; /* root (f0) first */
+    }
+    tb_callstack(&b, 1, ids, DEPTH, 1);
+    tb_close(&b, in);
+    perf_body(&b, 1, 1, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 1);
+    cr_assert_eq(stack_of(m, 0)->len, DEPTH);
+    cr_assert_eq(m->n_frames, DEPTH);
+    for (uint32_t d = 0; d < DEPTH; d++) {
+        char name[16];
+        snprintf(name, sizeof name, "f%u", (unsigned)(DEPTH - 1 - d));
+        const tm_pframe *f = frame_at(m, 0, d);
+        if (!str_is(f->function, name))
+            cr_assert_fail("depth %u: %.*s, expected %s", d, TM_STR_ARGS(f->function), name);
+    }
+    free(ids);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, multi_segment_mapping_path_joined_with_slash) {
+    tb_buf b = {0};
+    static const uint64_t segs[] = {1, 2, 3, 4};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    path_str(&b, 1, "apex");
+    path_str(&b, 2, "com.android.runtime");
+    path_str(&b, 3, "lib64");
+    path_str(&b, 4, "libc.so");
+    fn_name(&b, 1, "malloc");
+    mapping_paths(&b, 1, 0x1000, 0x2000, segs, 4, 0);
+    tb_frame(&b, 1, 1, 1, 0x10);
+    callstack1(&b, 1, 1);
+    tb_close(&b, in);
+    perf_body(&b, 1, 1, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 1);
+    const tm_pframe *f = leaf(m, 0);
+    static const char want[] = "apex/com.android.runtime/lib64/libc.so";
+    cr_assert(str_is(f->package, want), "package %.*s", TM_STR_ARGS(f->package));
+    cr_assert_eq(m->n_mappings, 1);
+    cr_assert(str_is(m->mappings[0].path, want));
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, mapping_path_stops_at_unresolvable_segment) {
+    tb_buf b = {0};
+    static const uint64_t segs[] = {1, 99, 3};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    path_str(&b, 1, "system");
+    path_str(&b, 3, "libc.so");
+    fn_name(&b, 1, "malloc");
+    mapping_paths(&b, 1, 0x1000, 0x2000, segs, 3, 1);
+    tb_frame(&b, 1, 1, 1, 0x10);
+    callstack1(&b, 1, 1);
+    tb_close(&b, in);
+    perf_body(&b, 1, 1, 1);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 1); /* a bad path iid does not drop the sample */
+    cr_assert(str_is(leaf(m, 0)->package, "system"), "package %.*s", TM_STR_ARGS(leaf(m, 0)->package));
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, frames_deduplicated_across_sequences) {
+    tb_buf b = {0};
+    static const uint64_t path1[] = {1}, path3[] = {3};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "main");
+    fn_name(&b, 2, "work");
+    path_str(&b, 1, "libapp.so");
+    mapping_paths(&b, 1, 0x1000, 0x2000, path1, 1, 0);
+    tb_frame(&b, 1, 1, 1, 0x10);
+    tb_frame(&b, 2, 2, 1, 0x20);
+    const uint64_t cs1[] = {1, 2};
+    tb_callstack(&b, 1, cs1, 2, 0);
+    tb_close(&b, in);
+    perf_body(&b, 10, 11, 1);
+    tb_close(&b, p);
+    /* Sequence 2: the same content under other iids. */
+    p = pkt_open(&b, 2, 6, TB_SEQ_CLEARED);
+    in = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 5, "work");
+    fn_name(&b, 6, "main");
+    path_str(&b, 3, "libapp.so");
+    mapping_paths(&b, 4, 0x1000, 0x2000, path3, 1, 0);
+    tb_frame(&b, 8, 6, 4, 0x10);
+    tb_frame(&b, 9, 5, 4, 0x20);
+    const uint64_t cs3[] = {8, 9};
+    tb_callstack(&b, 3, cs3, 2, 1);
+    tb_close(&b, in);
+    perf_body(&b, 10, 12, 3);
+    tb_close(&b, p);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 2);
+    assert_sample(m, 0, 5, 11, "work");
+    assert_sample(m, 1, 6, 12, "work");
+    cr_assert_eq(m->n_frames, 2);
+    cr_assert_eq(m->n_mappings, 1);
+    cr_assert_eq(m->n_stacks, 1);
+    cr_assert_eq(m->samples[0].stack, m->samples[1].stack);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, missing_function_name_iid_drops_the_sample) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "good");
+    tb_frame(&b, 1, 7, 0, 0x10); /* function_name_id 7 was never interned */
+    tb_frame(&b, 2, 1, 0, 0x20);
+    callstack1(&b, 1, 1);
+    const uint64_t mixed[] = {2, 1};
+    tb_callstack(&b, 2, mixed, 2, 0);
+    callstack1(&b, 3, 2);
+    tb_close(&b, in);
+    tb_close(&b, p);
+    tb_perf_sample(&b, 1, 10, 1, 1, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 20, 1, 1, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 30, 1, 1, 3, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(m->n_samples, 1);
+    assert_sample(m, 0, 30, 1, "good");
+    cr_assert_eq(stack_of(m, 0)->len, 1);
+    cr_assert_eq(st->dropped_unresolved, 2);
+    cr_assert_eq(st->perf_samples, 3);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(trace_frames, missing_callstack_frame_or_mapping_iid_drops_the_sample) {
+    tb_buf b = {0};
+    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    fn_name(&b, 1, "good");
+    tb_frame(&b, 1, 1, 0, 0x10);
+    tb_frame(&b, 2, 1, 30, 0x20); /* mapping 30 was never interned */
+    const uint64_t no_frame[] = {1, 50};
+    tb_callstack(&b, 1, no_frame, 2, 0); /* frame 50 was never interned */
+    callstack1(&b, 2, 2);
+    callstack1(&b, 3, 1);
+    tb_close(&b, in);
+    tb_close(&b, p);
+    tb_perf_sample(&b, 1, 10, 1, 1, 99, TB_SEQ_NEEDS); /* callstack 99: never interned */
+    tb_perf_sample(&b, 1, 20, 1, 1, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 30, 1, 1, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 40, 1, 1, 3, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 1);
+    assert_sample(m, 0, 40, 1, "good");
+    cr_assert_eq(tm_trace_get_stats(t)->dropped_unresolved, 3);
+    tm_trace_free(t);
+    tb_free(&b);
+}
