@@ -75,31 +75,60 @@ static inline int tm_pb_fail(tm_pb_reader *r, const uint8_t *at, tm_status code,
 /* The general field decoder (pb.c); tm_pb_next inlines the common case. */
 int tm_pb_next_slow(tm_pb_reader *r, tm_pb_field *f);
 
-/* Reads the next field. Returns TM_PB_OK, TM_PB_DONE at the end, or
- * TM_PB_ERROR. Fields with a one-byte tag and a one-byte value or length,
- * most of a profile trace, never leave this function. */
-static inline int tm_pb_next(tm_pb_reader *r, tm_pb_field *f) {
-    const uint8_t *p = r->p;
-    if (p >= r->end) return TM_PB_DONE;
-    if (TM_LIKELY(p[0] >= 8 && p[0] < 0x80 && r->end - p >= 2 && p[1] < 0x80)) {
-        uint8_t wire = p[0] & 7;
-        if (wire == TM_PB_VARINT) {
-            f->start = p;
-            f->num = p[0] >> 3;
-            f->wire = wire;
-            f->val = p[1];
-            r->p = p + 2;
-            return TM_PB_OK;
+/* Decodes the varint at q < end. Returns the end, or NULL when it runs
+ * past end or reaches 10 bytes (left to the checked decoder, which also
+ * rejects overlong ones and reports the error). */
+static inline const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *end, uint64_t *out) {
+    uint64_t v = q[0];
+    if (TM_LIKELY(v < 0x80)) {
+        *out = v;
+        return q + 1;
+    }
+    v &= 0x7f;
+    for (unsigned i = 1; i < 9 && q + i < end; i++) {
+        v |= (uint64_t)(q[i] & 0x7f) << (7 * i);
+        if (q[i] < 0x80) {
+            *out = v;
+            return q + i + 1;
         }
-        if (wire == TM_PB_LEN && (size_t)(r->end - p - 2) >= p[1]) {
+    }
+    return NULL;
+}
+
+/* Reads the next field. Returns TM_PB_OK, TM_PB_DONE at the end, or
+ * TM_PB_ERROR. Varint and length-delimited fields with tags of one or two
+ * bytes (field numbers below 2048) never leave this inline function unless
+ * they are malformed. */
+static inline int tm_pb_next(tm_pb_reader *r, tm_pb_field *f) {
+    const uint8_t *p = r->p, *end = r->end;
+    if (p >= end) return TM_PB_DONE;
+    uint32_t tag = p[0];
+    const uint8_t *q = p + 1;
+    if (tag >= 0x80) {
+        if (end - p < 2 || p[1] >= 0x80) return tm_pb_next_slow(r, f);
+        tag = (tag & 0x7f) | (uint32_t)p[1] << 7;
+        q = p + 2;
+    }
+    uint32_t wire = tag & 7;
+    if (TM_LIKELY(tag >= 8 && (wire == TM_PB_VARINT || wire == TM_PB_LEN) && q < end)) {
+        uint64_t v;
+        const uint8_t *e = tm_pb_varint_fast(q, end, &v);
+        if (TM_LIKELY(e != NULL)) {
             f->start = p;
-            f->num = p[0] >> 3;
+            f->num = tag >> 3;
             f->wire = wire;
-            f->val = 0;
-            f->bytes.data = p + 2;
-            f->bytes.len = p[1];
-            r->p = p + 2 + p[1];
-            return TM_PB_OK;
+            if (wire == TM_PB_VARINT) {
+                f->val = v;
+                r->p = e;
+                return TM_PB_OK;
+            }
+            if (TM_LIKELY(v <= (uint64_t)(end - e))) {
+                f->val = 0;
+                f->bytes.data = e;
+                f->bytes.len = (size_t)v;
+                r->p = e + v;
+                return TM_PB_OK;
+            }
         }
     }
     return tm_pb_next_slow(r, f);

@@ -575,18 +575,9 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     return TM_OK;
 }
 
-/* Resolves a callstack iid to a profile stack (leaf first). *ok = 0 when
- * the sample must be dropped. */
-static tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
-                                   uint32_t *out, int *ok) {
-    uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
-    *ok = 0;
-    if (idx == TM_ABSENT) return TM_OK;
-    if (TM_LIKELY(s->cs_cache[idx] != TM_ABSENT)) {
-        *out = s->cs_cache[idx];
-        *ok = 1;
-        return TM_OK;
-    }
+/* Resolves the callstack in css slot idx, first time in this generation. */
+static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t idx, const uint8_t *at,
+                                        uint32_t *out, int *ok) {
     const ent_callstack *e = &s->css[idx];
     size_t n = 0;
     tm_pb_reader r = tm_pb_reader_of(e->msg);
@@ -620,6 +611,22 @@ static tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uin
     return TM_OK;
 }
 
+/* Resolves a callstack iid to a profile stack (leaf first). *ok = 0 when
+ * the sample must be dropped. A callstack seen before in this generation
+ * costs two array loads. */
+static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
+                                          uint32_t *out, int *ok) {
+    uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
+    *ok = 0;
+    if (idx == TM_ABSENT) return TM_OK;
+    if (TM_LIKELY(s->cs_cache[idx] != TM_ABSENT)) {
+        *out = s->cs_cache[idx];
+        *ok = 1;
+        return TM_OK;
+    }
+    return resolve_callstack_slow(d, s, idx, at, out, ok);
+}
+
 /* ---- samples ---- */
 
 static tm_status push_run(dec *d, uint64_t clock, int keep_raw, int anchored, int64_t anchor) {
@@ -651,11 +658,7 @@ static tm_status check_sample_limit(dec *d, const uint8_t *at) {
     return TM_OK;
 }
 
-static tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
-    if (d->last_thread != TM_ABSENT && d->last_tid == tid && (!pid || d->p->threads[d->last_thread].pid)) {
-        *out = d->last_thread;
-        return TM_OK;
-    }
+static tm_status thread_of_slow(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
     DTRY_MEM(d, tm_profile_thread(d->p, tid, out));
     d->last_tid = tid;
     d->last_thread = *out;
@@ -665,6 +668,17 @@ static tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
         DTRY_MEM(d, tm_profile_process(d->p, pid, &proc));
     }
     return TM_OK;
+}
+
+/* The profile thread of tid (its pid recorded when known). Samples come in
+ * runs per thread, so a one-entry cache answers most calls. */
+static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
+    if (TM_LIKELY(d->last_thread != TM_ABSENT && d->last_tid == tid &&
+                  (!pid || d->p->threads[d->last_thread].pid))) {
+        *out = d->last_thread;
+        return TM_OK;
+    }
+    return thread_of_slow(d, tid, pid, out);
 }
 
 static clock_info *find_clock(dec *d, uint64_t key) {
@@ -776,7 +790,7 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
             DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + 1));
             (*vec)[(*n)++] = f.val;
         } else if (f.wire == TM_PB_LEN) {
-            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + tm_pb_packed_count(f.bytes)));
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + f.bytes.len)); /* >= element count */
             tm_pb_reader pr = tm_pb_reader_of(f.bytes);
             uint64_t v;
             int prc;
