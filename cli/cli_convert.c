@@ -69,6 +69,10 @@ int cli_convert(int argc, char **argv) {
     }
     tm_trace *t = NULL;
     tm_error err;
+    if (meta_path && tm_sample_v2_check_meta(v2.meta_json, v2.meta_len, &err) != TM_OK) {
+        rc = cli_report_error(meta_path, &err); /* metadata errors first, as Relay */
+        goto done;
+    }
     if (tm_trace_parse(in.data, in.len, &opts, &t, &err) != TM_OK) {
         rc = cli_report_error(in_path, &err);
         goto done;

@@ -208,6 +208,11 @@ typedef struct tm_sample_v2_options {
 TM_API tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts,
                                     const tm_sink *out, tm_error *err);
 
+/* Validates chunk metadata as tm_write_sample_v2 would (Relay reads it
+ * before the trace, so its errors come first): TM_OK, or TM_ERR_REJECTED
+ * with reason "InvalidJson". */
+TM_API tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err);
+
 /* Writes the data-quality report (JSON object, one line) of a trace. */
 TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err);
 

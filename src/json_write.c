@@ -100,6 +100,38 @@ void tm_jw_seconds(tm_jw *w, int64_t ns) {
     tm_jw_raw(w, b, n + fl);
 }
 
+/* Writes v as "[-]d.ddde[+-]x" with the fewest significant digits that
+ * read back as v. printf gives the closest decimal of each length; where
+ * the rounding interval is lopsided (powers of two) a neighbour of that
+ * decimal can round-trip when the closest does not, so both neighbours are
+ * tried at each length before moving on, as ryu's shortest search would. */
+static void shortest_digits(double v, char out[40]) {
+    for (int prec = 0; prec < 17; prec++) {
+        snprintf(out, 40, "%.*e", prec, v);
+        if (strtod(out, NULL) == v) return;
+        if (prec < 15) continue; /* neighbours only matter at 16 and 17 digits */
+        /* mantissa digits as an integer, then +-1 in the last place */
+        const char *p = out + (out[0] == '-');
+        char *e = strchr(out, 'e');
+        uint64_t m = 0;
+        for (const char *q = p; q < e; q++)
+            if (*q != '.') m = m * 10 + (uint64_t)(*q - '0');
+        long exp10 = strtol(e + 1, NULL, 10);
+        for (int delta = -1; delta <= 1; delta += 2) {
+            uint64_t c = m + (uint64_t)(int64_t)delta;
+            char digits[24], cand[40];
+            int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)c);
+            if (n != prec + 1) continue; /* carried into another digit: not this length */
+            snprintf(cand, sizeof cand, "%s%c.%se%+ld", out[0] == '-' ? "-" : "", digits[0], digits + 1, exp10);
+            if (strtod(cand, NULL) == v) {
+                memcpy(out, cand, strlen(cand) + 1);
+                return;
+            }
+        }
+    }
+    snprintf(out, 40, "%.16e", v);
+}
+
 size_t tm_format_f64(double v, char *out) {
     if (v == 0) {
         if (signbit(v)) {
@@ -110,12 +142,7 @@ size_t tm_format_f64(double v, char *out) {
         return 3;
     }
     char tmp[40];
-    int prec;
-    for (prec = 0; prec < 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec, v);
-        if (strtod(tmp, NULL) == v) break;
-    }
-    if (prec == 17) snprintf(tmp, sizeof tmp, "%.16e", v);
+    shortest_digits(v, tmp);
     /* tmp = [-]d[.ddd]e[+-]xx */
     const char *p = tmp;
     size_t n = 0;

@@ -289,7 +289,11 @@ static size_t count_images(const tm_profile *p) {
 
 /* ---- profile ---- */
 
-static void write_frame(tm_jw *w, const tm_pframe *f) {
+/* Sample v2 normalisation strips pointer-authentication bits from
+ * instruction addresses on platform "cocoa" (arm64e). */
+#define COCOA_ADDR_MASK 0x0000000FFFFFFFFFull
+
+static void write_frame(tm_jw *w, const tm_pframe *f, uint64_t addr_mask) {
     tm_jw_char(w, '{');
     int comma = 0;
     if (f->flags & TM_FRAME_HAS_FUNCTION) {
@@ -300,7 +304,7 @@ static void write_frame(tm_jw *w, const tm_pframe *f) {
     if (f->flags & TM_FRAME_HAS_ADDR) {
         if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"instruction_addr\":");
-        tm_jw_hex(w, f->addr);
+        tm_jw_hex(w, f->addr & addr_mask);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_MODULE) {
@@ -435,6 +439,13 @@ static int cmp_tid(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
+    meta m;
+    tm_status st = parse_meta(json, len, &m, err);
+    if (m.root) json_decref(m.root);
+    return st;
+}
+
 tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts, const tm_sink *out,
                              tm_error *err) {
     static const tm_sample_v2_options no_opts;
@@ -490,9 +501,15 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
             last = s->ts;
         }
     }
-    if (st == TM_OK && (uint64_t)(last - first) > p->max_chunk_duration_ns)
-        st = REJECT(err, "DurationIsTooLong", "samples span %.3f s, more than the %.3f s a chunk may last",
-                    (double)(last - first) / 1e9, (double)p->max_chunk_duration_ns / 1e9);
+    if (st == TM_OK) {
+        /* Relay measures the span on the written (ms-rounded) f64 seconds. */
+        double span = relay ? relay_seconds(p, last) - relay_seconds(p, first) : (double)(last - first) / 1e9;
+        int too_long = relay ? span > (double)p->max_chunk_duration_ns / 1e9
+                             : (uint64_t)(last - first) > p->max_chunk_duration_ns;
+        if (too_long)
+            st = REJECT(err, "DurationIsTooLong", "samples span %.3f s, more than the %.3f s a chunk may last",
+                        span, (double)p->max_chunk_duration_ns / 1e9);
+    }
 
     tm_jw *w = NULL;
     if (st == TM_OK) {
@@ -562,9 +579,11 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
             tm_jw_char(w, ']');
         }
         tm_jw_lit(w, "],\"frames\":[");
+        uint64_t addr_mask = m.platform && strcmp(json_string_value(m.platform), "cocoa") == 0 ? COCOA_ADDR_MASK
+                                                                                              : UINT64_MAX;
         for (size_t i = 0; i < p->n_frames; i++) {
             if (i) tm_jw_char(w, ',');
-            write_frame(w, &p->frames[i]);
+            write_frame(w, &p->frames[i], addr_mask);
         }
         tm_jw_char(w, ']');
         /* thread_metadata: only threads that kept samples. */

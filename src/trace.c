@@ -717,6 +717,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const pkt *k) {
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
+        case 1: WANT(d, f, TM_PB_VARINT, "PerfSample"); break; /* cpu */
         case 2: WANT(d, f, TM_PB_VARINT, "PerfSample"); pid = (uint32_t)f.val; has_pid = true; break;
         case 3: WANT(d, f, TM_PB_VARINT, "PerfSample"); tid = (uint32_t)f.val; break;
         case 4: WANT(d, f, TM_PB_VARINT, "PerfSample"); cs = f.val; has_cs = true; break;
@@ -1015,7 +1016,8 @@ static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
         bool incremental = false;
         int crc;
         while ((crc = tm_pb_next(&cr, &g)) == TM_PB_OK) {
-            if (g.num >= 1 && g.num <= 4) WANT(d, g, TM_PB_VARINT, "ClockSnapshot.Clock");
+            /* Relay's schema declares only clock_id and timestamp; prost skips the rest. */
+            if (g.num >= 1 && g.num <= (d->relay ? 2u : 4u)) WANT(d, g, TM_PB_VARINT, "ClockSnapshot.Clock");
             if (g.num == 1) id = (uint32_t)g.val;
             else if (g.num == 2) value = g.val;
             else if (g.num == 3) incremental = g.val != 0;
@@ -1053,8 +1055,9 @@ static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
         }
         return TM_OK;
     }
-    if (tm_clocks_add(&d->t->clocks, pts, n, primary) != TM_OK)
-        return dfail(d, TM_ERR_LIMIT, k->start, "too many clock snapshots");
+    tm_status st = tm_clocks_add(&d->t->clocks, pts, n, primary);
+    if (st == TM_ERR_NOMEM) return nomem(d);
+    if (st != TM_OK) return dfail(d, st, k->start, "more than %u clock snapshots", TM_MAX_CLOCK_SNAPSHOTS);
     return TM_OK;
 }
 

@@ -1,0 +1,788 @@
+/*
+ * test_sample_v2.c — the Sample v2 writer (src/out_sample_v2.c) and the JSON
+ * pieces it is built from (src/json_write.h).
+ *
+ * - tm_format_f64 must print doubles exactly as serde_json does (ryu's
+ *   shortest digits and format64 layout), because Relay-mode output is
+ *   compared byte for byte with Relay's (relay-sample-v2.md §1.3, §9).
+ * - tm_jw_seconds prints default-mode timestamps exactly from nanoseconds.
+ * - JSON strings are escaped and always valid UTF-8 (bad bytes -> U+FFFD).
+ * - Chunk metadata is validated and merged as Relay's expand_perfetto does
+ *   (§1.1-1.5): EventIds, required fields, InvalidJson, key order, release,
+ *   SDK images first, Sample v2 normalisation (single-sample threads,
+ *   DurationIsTooLong, PAC stripping for cocoa).
+ * - Default mode (design.md): exact timestamps, named threads, platform
+ *   without metadata, always valid JSON.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_write.h"
+#include "trace_builder.h"
+#include "tracemill.h"
+
+/* ---- memory sink ---- */
+
+typedef struct membuf {
+    char *data;
+    size_t len, cap;
+} membuf;
+
+static int mem_write(void *ctx, const void *data, size_t len) {
+    membuf *m = ctx;
+    if (m->len + len + 1 > m->cap) {
+        size_t cap = m->cap ? m->cap : 4096;
+        while (cap < m->len + len + 1) cap *= 2;
+        char *p = realloc(m->data, cap);
+        if (!p) return 1;
+        m->data = p;
+        m->cap = cap;
+    }
+    memcpy(m->data + m->len, data, len);
+    m->len += len;
+    m->data[m->len] = 0; /* keep it a C string for strstr */
+    return 0;
+}
+
+/* ---- JSON writer helpers ---- */
+
+static char *fmt_f64(double v, char *buf) {
+    size_t n = tm_format_f64(v, buf);
+    buf[n] = 0;
+    return buf;
+}
+
+/* Runs one tm_jw call into a fresh buffer; the result is NUL-terminated. */
+static membuf jw_capture_str(const char *s, size_t n) {
+    membuf m = {0};
+    tm_sink sink = {mem_write, &m};
+    tm_jw *w = malloc(sizeof *w);
+    tm_jw_init(w, &sink);
+    tm_str v = {(const uint8_t *)s, n};
+    tm_jw_str(w, v);
+    cr_assert_eq(tm_jw_finish(w), TM_OK);
+    free(w);
+    return m;
+}
+
+static membuf jw_capture_seconds(int64_t ns) {
+    membuf m = {0};
+    tm_sink sink = {mem_write, &m};
+    tm_jw *w = malloc(sizeof *w);
+    tm_jw_init(w, &sink);
+    tm_jw_seconds(w, ns);
+    cr_assert_eq(tm_jw_finish(w), TM_OK);
+    free(w);
+    return m;
+}
+
+/* ---- trace building ---- */
+
+#define BOOT0 1000000000ull            /* BOOTTIME of the clock snapshot */
+#define REAL0 1700000001000000000ull   /* REALTIME at the same instant */
+
+static const uint8_t BUILD_ID[20] = {0xb0, 0x3e, 0x4a, 0x7f, 0x5e, 0x88, 0x4c, 0x8d, 0xa0, 0x4b,
+                                     0x05, 0xfa, 0x32, 0xcc, 0x4c, 0xbd, 0x69, 0xfa, 0xff, 0x51};
+
+/* Callstack iids interned by add_interned(). */
+enum {
+    CS_MAIN_FOO = 1,  /* main -> foo, no mapping (addresses 0x1000, 0x2000) */
+    CS_EMPTY = 2,     /* [] */
+    CS_NATIVE_IMG = 3,/* native_func in libexample.so (build id -> one debug image) */
+    CS_JAVA = 4,      /* android.view.View.draw in boot-framework.oat */
+    CS_PAC = 5,       /* signed: rel_pc 0x8000001234567, no mapping */
+    CS_ODD_NAME = 6   /* function name with quotes, controls and invalid UTF-8 */
+};
+
+static const char ODD_NAME[] = "a\"b\\\n\xff\xc0\xafz";
+
+static void add_clock(tb_buf *t) {
+    const uint32_t ids[2] = {6, 1}; /* BOOTTIME, REALTIME */
+    const uint64_t vals[2] = {BOOT0, REAL0};
+    tb_clock_snapshot(t, 0, ids, vals, 2);
+}
+
+static void add_interned(tb_buf *t) {
+    size_t pkt = tb_open(t, TB_TRACE_PACKET);
+    tb_uint(t, TB_P_SEQ_ID, 1);
+    tb_uint(t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+    size_t in = tb_open(t, TB_P_INTERNED_DATA);
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "foo", 3);
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "native_func", 11);
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, 4, "android.view.View.draw", 22);
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, 5, "signed", 6);
+    tb_interned_string(t, TB_I_FUNCTION_NAMES, 6, ODD_NAME, sizeof ODD_NAME - 1);
+    tb_interned_string(t, TB_I_MAPPING_PATHS, 10, "libexample.so", 13);
+    tb_interned_string(t, TB_I_MAPPING_PATHS, 11, "system", 6);
+    tb_interned_string(t, TB_I_MAPPING_PATHS, 12, "framework", 9);
+    tb_interned_string(t, TB_I_MAPPING_PATHS, 13, "boot-framework.oat", 18);
+    tb_interned_string(t, TB_I_BUILD_IDS, 20, BUILD_ID, sizeof BUILD_ID);
+    const uint64_t lib_path[1] = {10}, oat_path[3] = {11, 12, 13};
+    tb_mapping(t, 1, 20, 0x70000000, 0x70010000, lib_path, 1);
+    tb_mapping(t, 2, 0, 0x1000, 0x2000, oat_path, 3);
+    tb_frame(t, 1, 1, 0, 0x1000);
+    tb_frame(t, 2, 2, 0, 0x2000);
+    tb_frame(t, 3, 3, 1, 0x200);
+    tb_frame(t, 4, 4, 2, 0x100);
+    tb_frame(t, 5, 5, 0, 0x8000001234567ull);
+    tb_frame(t, 6, 6, 0, 0x3000);
+    const uint64_t main_foo[2] = {1, 2}, img[1] = {3}, java[1] = {4}, pac[1] = {5}, odd[1] = {6};
+    tb_callstack(t, CS_MAIN_FOO, main_foo, 2, 0);
+    tb_callstack(t, CS_EMPTY, NULL, 0, 0);
+    tb_callstack(t, CS_NATIVE_IMG, img, 1, 0);
+    tb_callstack(t, CS_JAVA, java, 1, 0);
+    tb_callstack(t, CS_PAC, pac, 1, 0);
+    tb_callstack(t, CS_ODD_NAME, odd, 1, 1);
+    tb_close(t, in);
+    tb_close(t, pkt);
+}
+
+typedef struct smp {
+    uint64_t ts; /* BOOTTIME ns */
+    uint32_t pid, tid;
+    uint64_t cs;
+} smp;
+
+/* clock snapshot + interned data + the given PerfSamples on sequence 1. */
+static void build_trace(tb_buf *t, const smp *s, size_t n) {
+    add_clock(t);
+    add_interned(t);
+    for (size_t i = 0; i < n; i++) tb_perf_sample(t, 1, s[i].ts, s[i].pid, s[i].tid, s[i].cs, 0);
+}
+
+/* Parses trace in mode and writes it with meta (may be NULL). */
+static tm_status convert_opts(const tb_buf *t, const tm_options *opts, const char *meta, int remove_single,
+                              membuf *out, tm_error *err) {
+    tm_trace *tr = NULL;
+    memset(err, 0, sizeof *err);
+    tm_status st = tm_trace_parse(t->data, t->len, opts, &tr, err);
+    if (st != TM_OK) return st;
+    tm_sample_v2_options v2 = {0};
+    v2.meta_json = meta;
+    v2.meta_len = meta ? strlen(meta) : 0;
+    v2.remove_single_samples = remove_single;
+    tm_sink sink = {mem_write, out};
+    st = tm_write_sample_v2(tr, &v2, &sink, err);
+    tm_trace_free(tr);
+    return st;
+}
+
+static tm_status convert(const tb_buf *t, tm_mode mode, const char *meta, membuf *out, tm_error *err) {
+    tm_options opts = {0};
+    opts.mode = mode;
+    return convert_opts(t, &opts, meta, 0, out, err);
+}
+
+static json_t *load_json(const membuf *m) {
+    json_error_t je;
+    json_t *root = json_loadb(m->data ? m->data : "", m->len, 0, &je);
+    cr_assert_not_null(root, "output is not valid JSON (%s at %d): %s", je.text, je.position,
+                       m->data ? m->data : "");
+    return root;
+}
+
+#define META_FIELDS                                                     \
+    "\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","                \
+    "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\","             \
+    "\"platform\":\"android\",\"content_type\":\"perfetto\","           \
+    "\"client_sdk\":{\"name\":\"sentry-android\",\"version\":\"1.0\"}"
+static const char META[] = "{\"version\":\"2\"," META_FIELDS "}";
+
+static const smp TWO_SAMPLES[2] = {{BOOT0, 42, 42, CS_MAIN_FOO}, {BOOT0 + 10000000, 42, 42, CS_MAIN_FOO}};
+
+/* ==== tm_format_f64 ==================================================== */
+
+Test(format_f64, matches_serde_json_layout) {
+    static const struct {
+        double v;
+        const char *want;
+    } cases[] = {
+        {1700000001.0, "1700000001.0"},
+        {1700000001.01, "1700000001.01"},
+        {1771278044.23, "1771278044.23"},
+        {1771278043.846, "1771278043.846"},
+        {0.0, "0.0"},
+        {-0.0, "-0.0"},
+        {1.0, "1.0"},
+        {-1.5, "-1.5"},
+        {0.1, "0.1"},
+        {0.3, "0.3"},
+        {2.0 / 3.0, "0.6666666666666666"},
+        {123.456, "123.456"},
+        {1e30, "1e30"},
+        {1.5e-7, "1.5e-7"},
+        {123456789012345680.0, "1.2345678901234568e17"},
+        {0.001, "0.001"},
+        {0.0001234, "0.0001234"},  /* kk = -3: still decimal */
+        {0.00001, "0.00001"},      /* kk = -4 */
+        {0.000001, "1e-6"},        /* kk = -5: exponent */
+        {1e16, "1e16"},
+        {1e15, "1000000000000000.0"},
+        {1234567890123456.0, "1234567890123456.0"}, /* 16 digits: still "D.0" */
+        {1.5e16, "1.5e16"},
+        {1e21, "1e21"},
+        {-2.5e-10, "-2.5e-10"},
+        {1.7976931348623157e308, "1.7976931348623157e308"},
+        {5e-324, "5e-324"},
+        {2.2250738585072014e-308, "2.2250738585072014e-308"},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        cr_expect_str_eq(fmt_f64(cases[i].v, buf), cases[i].want, "format of %.17g", cases[i].v);
+    /* 12345678901234567 is not a double; the nearest is 12345678901234568:
+     * 17 digits, kk = 17 > 16 -> exponent form. */
+    cr_expect_str_eq(fmt_f64(12345678901234568.0, buf), "1.2345678901234568e16");
+}
+
+/* At a power of two the rounding interval is asymmetric (the gap below is
+ * half the gap above). ryu still finds the shortest digits that round-trip;
+ * the expected strings are Python's repr (same shortest/closest rule) laid out
+ * as ryu does. Printing with growing precision and keeping the first that
+ * round-trips misses them: the correctly rounded 16-digit value falls in the
+ * narrow lower half and does not round-trip, while the next one up does. */
+Test(format_f64, powers_of_two_use_shortest_digits) {
+    char buf[64];
+    cr_expect_str_eq(fmt_f64(ldexp(1.0, -24), buf), "5.960464477539063e-8");
+    cr_expect_str_eq(fmt_f64(ldexp(1.0, -44), buf), "5.684341886080802e-14");
+    cr_expect_str_eq(fmt_f64(ldexp(1.0, 89), buf), "6.189700196426902e26");
+    cr_expect_str_eq(fmt_f64(ldexp(1.0, 122), buf), "5.316911983139664e36");
+    /* and ones that were never a problem */
+    cr_expect_str_eq(fmt_f64(ldexp(1.0, -1), buf), "0.5");
+    cr_expect_str_eq(fmt_f64(ldexp(1.0, 52), buf), "4503599627370496.0");
+}
+
+static uint64_t xorshift64(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+Test(format_f64, random_doubles_round_trip) {
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    char buf[64];
+    size_t checked = 0;
+    for (int i = 0; i < 200000; i++) {
+        uint64_t bits = xorshift64(&seed);
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        if (!isfinite(v)) continue;
+        size_t n = tm_format_f64(v, buf);
+        cr_assert_lt(n, 32u, "output too long for %a", v);
+        buf[n] = 0;
+        char *end;
+        double back = strtod(buf, &end);
+        cr_assert_eq(*end, 0, "'%s' is not a number", buf);
+        cr_assert(memcmp(&back, &v, sizeof v) == 0, "%a printed as '%s' reads back as %a", v, buf, back);
+        /* serde_json always marks a float: a '.' or an exponent */
+        cr_assert(strchr(buf, '.') || strchr(buf, 'e'), "'%s' looks like an integer", buf);
+        checked++;
+    }
+    cr_expect_gt(checked, 190000u);
+}
+
+/* Relay's timestamps are whole milliseconds: the shortest digits are the
+ * millisecond decimal with trailing zeros trimmed ("1700000001.0"). */
+Test(format_f64, millisecond_timestamps_print_as_decimals) {
+    uint64_t seed = 12345;
+    char buf[64], want[64];
+    for (int i = 0; i < 100000; i++) {
+        uint64_t ms = 1500000000000ull + xorshift64(&seed) % 400000000000ull;
+        double v = (double)ms / 1000.0;
+        snprintf(want, sizeof want, "%llu.%03llu", (unsigned long long)(ms / 1000),
+                 (unsigned long long)(ms % 1000));
+        size_t n = strlen(want);
+        while (want[n - 1] == '0' && want[n - 2] != '.') want[--n] = 0;
+        cr_assert_str_eq(fmt_f64(v, buf), want, "ms %llu", (unsigned long long)ms);
+    }
+}
+
+/* ==== tm_jw_seconds (default-mode timestamps) =========================== */
+
+Test(jw_seconds, exact_nanoseconds) {
+    static const struct {
+        int64_t ns;
+        const char *want;
+    } cases[] = {
+        {1700000001010000000ll, "1700000001.01"},
+        {1700000001000000001ll, "1700000001.000000001"},
+        {1700000001000000000ll, "1700000001.0"},
+        {1700000001999999999ll, "1700000001.999999999"},
+        {1771278044230000000ll, "1771278044.23"},
+        {1700000001123456789ll, "1700000001.123456789"},
+        {0, "0.0"},
+        {1, "0.000000001"},
+        {999999999, "0.999999999"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        membuf m = jw_capture_seconds(cases[i].ns);
+        cr_expect_str_eq(m.data, cases[i].want, "ns %lld", (long long)cases[i].ns);
+        free(m.data);
+    }
+}
+
+/* ==== JSON strings ====================================================== */
+
+static void expect_jw_str(const char *in, size_t n, const char *want) {
+    membuf m = jw_capture_str(in, n);
+    cr_expect_str_eq(m.data, want);
+    json_error_t je;
+    json_t *v = json_loadb(m.data, m.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    cr_expect_not_null(v, "%s is not a valid JSON string: %s", m.data, je.text);
+    json_decref(v);
+    free(m.data);
+}
+
+#define EXPECT_JW(lit, want) expect_jw_str((lit), sizeof(lit) - 1, (want))
+#define FFFD "\xef\xbf\xbd"
+
+Test(json_string, escapes_quote_backslash_and_control_chars) {
+    EXPECT_JW("plain", "\"plain\"");
+    EXPECT_JW("", "\"\"");
+    EXPECT_JW("a\"b", "\"a\\\"b\"");
+    EXPECT_JW("a\\b", "\"a\\\\b\"");
+    EXPECT_JW("\n\r\t\b\f", "\"\\n\\r\\t\\b\\f\"");
+    EXPECT_JW("\x01\x1f", "\"\\u0001\\u001f\""); /* serde_json: lowercase hex */
+    EXPECT_JW("a\0b", "\"a\\u0000b\"");           /* embedded NUL is data, not the end */
+    EXPECT_JW("\x7f/", "\"\x7f/\"");              /* DEL and '/' are not escaped */
+}
+
+Test(json_string, keeps_valid_multibyte_utf8) {
+    EXPECT_JW("caf\xc3\xa9", "\"caf\xc3\xa9\"");                  /* U+00E9 */
+    EXPECT_JW("\xe2\x82\xac", "\"\xe2\x82\xac\"");                /* U+20AC */
+    EXPECT_JW("\xf0\x9f\x98\x80", "\"\xf0\x9f\x98\x80\"");        /* U+1F600 */
+    EXPECT_JW("\xf4\x8f\xbf\xbf", "\"\xf4\x8f\xbf\xbf\"");        /* U+10FFFF, the last one */
+    EXPECT_JW("\xed\x9f\xbf\xee\x80\x80", "\"\xed\x9f\xbf\xee\x80\x80\""); /* around surrogates */
+}
+
+/* json_write.h: "invalid input bytes become U+FFFD" — one per bad byte. */
+Test(json_string, replaces_invalid_utf8_bytes) {
+    EXPECT_JW("\xff", "\"" FFFD "\"");
+    EXPECT_JW("a\x80z", "\"a" FFFD "z\"");                        /* lone continuation */
+    EXPECT_JW("\xc0\xaf", "\"" FFFD FFFD "\"");                   /* overlong '/' */
+    EXPECT_JW("\xe0\x80\xaf", "\"" FFFD FFFD FFFD "\"");          /* overlong, 3 bytes */
+    EXPECT_JW("\xf0\x80\x80\xaf", "\"" FFFD FFFD FFFD FFFD "\""); /* overlong, 4 bytes */
+    EXPECT_JW("\xed\xa0\x80", "\"" FFFD FFFD FFFD "\"");          /* surrogate U+D800 */
+    EXPECT_JW("\xed\xbf\xbf", "\"" FFFD FFFD FFFD "\"");          /* surrogate U+DFFF */
+    EXPECT_JW("\xf4\x90\x80\x80", "\"" FFFD FFFD FFFD FFFD "\""); /* U+110000 */
+    EXPECT_JW("x\xe2\x82", "\"x" FFFD FFFD "\"");                 /* truncated at the end */
+    EXPECT_JW("\xe2\x82x", "\"" FFFD FFFD "x\"");                 /* truncated mid-string */
+    EXPECT_JW("\xc3\xa9\xff\xc3\xa9", "\"\xc3\xa9" FFFD "\xc3\xa9\""); /* valid around bad */
+}
+
+/* Relay stage C drops interned strings that are not UTF-8 (§2.4): the frame
+ * keeps its address but has no "function". Default mode repairs them. */
+Test(json_string, invalid_utf8_function_names_per_mode) {
+    tb_buf t = {0};
+    const smp s[2] = {{BOOT0, 42, 42, CS_ODD_NAME}, {BOOT0 + 1000000, 42, 42, CS_ODD_NAME}};
+    build_trace(&t, s, 2);
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_RELAY, META, &out, &err), TM_OK, "%s", err.message);
+    cr_expect(strstr(out.data, "\"frames\":[{\"instruction_addr\":\"0x3000\",\"platform\":\"native\"}]"),
+              "relay frames: %s", out.data);
+    free(out.data);
+
+    membuf def = {0};
+    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &def, &err), TM_OK, "%s", err.message);
+    json_t *root = load_json(&def);
+    json_t *frame = json_array_get(json_object_get(json_object_get(root, "profile"), "frames"), 0);
+    const char *fn = json_string_value(json_object_get(frame, "function"));
+    cr_assert_not_null(fn, "default mode lost the function name: %s", def.data);
+    cr_expect_str_eq(fn, "a\"b\\\n" FFFD FFFD FFFD "z");
+    json_decref(root);
+    free(def.data);
+    tb_free(&t);
+}
+
+/* ==== metadata (relay-sample-v2.md §1.1-1.2) ============================= */
+
+Test(meta, hyphenated_and_uppercase_event_ids_become_32_lowercase_hex) {
+    tb_buf t = {0};
+    build_trace(&t, TWO_SAMPLES, 2);
+    const char *meta = "{\"version\":\"2\",\"chunk_id\":\"0432A0A4-C25F-4697-BF9F-0A2FCBE6A814\","
+                       "\"profiler_id\":\"4d229f1d-3807-421b-a62a-5f8bc295d836\",\"platform\":\"android\","
+                       "\"client_sdk\":{\"name\":\"s\",\"version\":\"1\"}}";
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_RELAY, meta, &out, &err), TM_OK, "%s", err.message);
+    const char *want = "{\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","
+                       "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",";
+    cr_expect(strncmp(out.data, want, strlen(want)) == 0, "got %s", out.data);
+    free(out.data);
+    tb_free(&t);
+}
+
+Test(meta, invalid_metadata_is_rejected_as_InvalidJson) {
+    static const struct {
+        const char *why, *json;
+    } cases[] = {
+        {"not JSON", "not json"},
+        {"truncated JSON", "{\"version\":\"2\""},
+        {"an array", "[1,2]"},
+        {"a string", "\"2\""},
+        {"no chunk_id",
+         "{\"version\":\"2\",\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",\"platform\":\"android\","
+         "\"client_sdk\":{\"name\":\"s\",\"version\":\"1\"}}"},
+        {"chunk_id not a UUID",
+         "{\"version\":\"2\",\"chunk_id\":\"xyz\",\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\","
+         "\"platform\":\"android\",\"client_sdk\":{\"name\":\"s\",\"version\":\"1\"}}"},
+        {"no profiler_id",
+         "{\"version\":\"2\",\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\",\"platform\":\"android\","
+         "\"client_sdk\":{\"name\":\"s\",\"version\":\"1\"}}"},
+        {"no client_sdk",
+         "{\"version\":\"2\",\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","
+         "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",\"platform\":\"android\"}"},
+        {"version \"1\"", "{\"version\":\"1\"," META_FIELDS "}"},
+        {"version as a number", "{\"version\":2," META_FIELDS "}"},
+        {"SDK image of unknown type",
+         "{\"version\":\"2\"," META_FIELDS ",\"debug_meta\":{\"images\":[{\"type\":\"elf\","
+         "\"uuid\":\"8286fd8c-0a18-4a43-9d1f-a2c0ae9e4e6f\"}]}}"},
+    };
+    tb_buf t = {0};
+    build_trace(&t, TWO_SAMPLES, 2);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        for (int mode = 0; mode <= 1; mode++) {
+            membuf out = {0};
+            tm_error err;
+            tm_status st = convert(&t, mode ? TM_MODE_RELAY : TM_MODE_DEFAULT, cases[i].json, &out, &err);
+            cr_expect_eq(st, TM_ERR_REJECTED, "%s (mode %d): status %s", cases[i].why, mode,
+                         tm_status_str(st));
+            cr_expect(err.reason && strcmp(err.reason, "InvalidJson") == 0, "%s (mode %d): reason %s",
+                      cases[i].why, mode, err.reason ? err.reason : "(null)");
+            free(out.data);
+        }
+    }
+    tb_free(&t);
+}
+
+/* expand_perfetto reads the metadata before it converts (§1.1): an empty
+ * trace with bad metadata is InvalidJson, not NotEnoughSamples. */
+Test(meta, metadata_is_checked_before_the_samples) {
+    tb_buf t = {0};
+    membuf out = {0};
+    tm_error err;
+    tm_status st = convert(&t, TM_MODE_RELAY, "{\"version\":\"2\"}", &out, &err);
+    cr_expect_eq(st, TM_ERR_REJECTED);
+    cr_expect(err.reason && strcmp(err.reason, "InvalidJson") == 0, "reason %s",
+              err.reason ? err.reason : "(null)");
+    free(out.data);
+}
+
+Test(meta, release_is_null_when_absent_and_kept_when_present) {
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        {"{\"version\":\"2\"," META_FIELDS "}", "\"release\":null,"},
+        {"{\"version\":\"2\"," META_FIELDS ",\"release\":null}", "\"release\":null,"},
+        {"{\"version\":\"2\"," META_FIELDS ",\"release\":\"io.example@1.0+7\"}",
+         "\"release\":\"io.example@1.0+7\","},
+        {"{\"version\":\"2\"," META_FIELDS ",\"release\":\"\"}", "\"release\":\"\","},
+    };
+    tb_buf t = {0};
+    build_trace(&t, TWO_SAMPLES, 2);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        membuf out = {0};
+        tm_error err;
+        cr_assert_eq(convert(&t, TM_MODE_RELAY, cases[i].json, &out, &err), TM_OK, "%s", err.message);
+        cr_expect(strstr(out.data, cases[i].want), "case %zu: want %s in %s", i, cases[i].want, out.data);
+        free(out.data);
+    }
+    tb_free(&t);
+}
+
+/* §1.2 key order, with every optional key present and the metadata's own
+ * keys deliberately shuffled; unknown keys (timestamp, foo, SDK packages) are
+ * dropped; the SDK's proguard image stays in front of converted images. */
+Test(meta, top_level_key_order_and_sdk_images_first) {
+    const char *meta =
+        "{\"timestamp\":1700000001.5,\"foo\":\"bar\",\"release\":\"1.0\",\"environment\":\"production\","
+        "\"debug_meta\":{\"images\":[{\"uuid\":\"8286fd8c-0a18-4a43-9d1f-a2c0ae9e4e6f\","
+        "\"type\":\"proguard\"}]},\"version\":\"2\","
+        "\"client_sdk\":{\"packages\":[],\"version\":\"8.0.0\",\"name\":\"sentry.java.android\"},"
+        "\"content_type\":\"perfetto\",\"platform\":\"android\","
+        "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\","
+        "\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\"}";
+    tb_buf t = {0};
+    const smp s[2] = {{BOOT0, 42, 42, CS_NATIVE_IMG}, {BOOT0 + 10000000, 42, 42, CS_NATIVE_IMG}};
+    build_trace(&t, s, 2);
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_RELAY, meta, &out, &err), TM_OK, "%s", err.message);
+    json_t *root = load_json(&out);
+    static const char *const order[] = {"chunk_id", "profiler_id", "debug_meta", "environment", "platform",
+                                        "content_type", "release", "client_sdk", "version", "profile"};
+    size_t i = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        cr_expect(i < sizeof order / sizeof *order && strcmp(key, order[i]) == 0,
+                  "key %zu is %s, want %s", i, key, i < sizeof order / sizeof *order ? order[i] : "(end)");
+        i++;
+    }
+    cr_expect_eq(i, sizeof order / sizeof *order, "%zu top-level keys in %s", i, out.data);
+    json_decref(root);
+    const char *images =
+        "\"debug_meta\":{\"images\":["
+        "{\"type\":\"proguard\",\"uuid\":\"8286fd8c-0a18-4a43-9d1f-a2c0ae9e4e6f\"},"
+        "{\"code_file\":\"libexample.so\",\"debug_id\":\"7f4a3eb0-885e-8d4c-a04b-05fa32cc4cbd\","
+        "\"type\":\"symbolic\",\"image_addr\":\"0x70000000\",\"image_vmaddr\":\"0x0\","
+        "\"image_size\":65536}]}";
+    cr_expect(strstr(out.data, images), "images: %s", out.data);
+    cr_expect(strstr(out.data, "\"environment\":\"production\",\"platform\":\"android\""), "%s", out.data);
+    cr_expect(strstr(out.data, "\"client_sdk\":{\"name\":\"sentry.java.android\",\"version\":\"8.0.0\"},"
+                               "\"version\":\"2\",\"profile\":{"), "%s", out.data);
+    cr_expect_null(strstr(out.data, "\"foo\""), "unknown key kept: %s", out.data);
+    cr_expect_null(strstr(out.data, "\"packages\""), "client_sdk.packages kept: %s", out.data);
+    free(out.data);
+    tb_free(&t);
+}
+
+/* ==== Sample v2 normalisation (§1.5) ===================================== */
+
+static tm_status convert_two(tm_mode mode, uint64_t span_ns, const tm_limits *lim, membuf *out,
+                             tm_error *err) {
+    tb_buf t = {0};
+    const smp s[2] = {{BOOT0, 42, 42, CS_MAIN_FOO}, {BOOT0 + span_ns, 42, 42, CS_MAIN_FOO}};
+    build_trace(&t, s, 2);
+    tm_options opts = {0};
+    opts.mode = mode;
+    if (lim) opts.limits = *lim;
+    tm_status st = convert_opts(&t, &opts, mode == TM_MODE_RELAY ? META : NULL, 0, out, err);
+    tb_free(&t);
+    return st;
+}
+
+static void expect_reason(tm_status st, const tm_error *err, const char *reason, const char *what) {
+    cr_expect_eq(st, TM_ERR_REJECTED, "%s: status %s", what, tm_status_str(st));
+    cr_expect(err->reason && strcmp(err->reason, reason) == 0, "%s: reason %s, want %s", what,
+              err->reason ? err->reason : "(null)", reason);
+}
+
+Test(duration, relay_rejects_chunks_longer_than_66_s) {
+    membuf out = {0};
+    tm_error err;
+    expect_reason(convert_two(TM_MODE_RELAY, 66001000000ull, NULL, &out, &err), &err, "DurationIsTooLong",
+                  "66.001 s");
+    expect_reason(convert_two(TM_MODE_RELAY, 3600000000000ull, NULL, &out, &err), &err, "DurationIsTooLong",
+                  "1 h");
+    cr_expect_eq(convert_two(TM_MODE_RELAY, 66000000000ull, NULL, &out, &err), TM_OK, "66 s exactly: %s",
+                 err.message);
+    free(out.data);
+}
+
+/* normalize() runs on the converted samples, whose timestamps are already
+ * rounded to milliseconds (§2.5, §1.5 step 6): 66.0004 s becomes 66.000 s. */
+Test(duration, relay_measures_the_ms_rounded_timestamps) {
+    membuf out = {0};
+    tm_error err;
+    tm_status st = convert_two(TM_MODE_RELAY, 66000400000ull, NULL, &out, &err);
+    cr_expect_eq(st, TM_OK, "66.0004 s raw = 66.000 s rounded: %s %s", err.reason ? err.reason : "",
+                 err.message);
+    if (st == TM_OK)
+        cr_expect(strstr(out.data, "{\"timestamp\":1700000067.0,"), "%s", out.data);
+    free(out.data);
+}
+
+Test(duration, default_mode_has_no_limit_unless_configured) {
+    membuf out = {0};
+    tm_error err;
+    cr_expect_eq(convert_two(TM_MODE_DEFAULT, 3600000000000ull, NULL, &out, &err), TM_OK, "1 h: %s",
+                 err.message);
+    tm_limits lim = {0};
+    lim.max_chunk_duration_ns = 10000000000ull;
+    expect_reason(convert_two(TM_MODE_DEFAULT, 10000000001ull, &lim, &out, &err), &err, "DurationIsTooLong",
+                  "10 s + 1 ns with a 10 s limit");
+    cr_expect_eq(convert_two(TM_MODE_DEFAULT, 10000000000ull, &lim, &out, &err), TM_OK, "10 s: %s",
+                 err.message);
+    free(out.data);
+}
+
+/* §1.5 step 1: threads with <= 1 non-empty sample lose all their samples,
+ * and step 8 then drops their thread_metadata. */
+Test(normalize, remove_single_samples_drops_whole_threads) {
+    tb_buf t = {0};
+    const smp s[4] = {{BOOT0, 42, 42, CS_MAIN_FOO},
+                      {BOOT0 + 10000000, 42, 42, CS_EMPTY},
+                      {BOOT0 + 20000000, 42, 43, CS_MAIN_FOO},
+                      {BOOT0 + 30000000, 42, 43, CS_MAIN_FOO}};
+    build_trace(&t, s, 4);
+    tm_options opts = {0};
+    opts.mode = TM_MODE_RELAY;
+    for (int rs = 0; rs <= 1; rs++) {
+        membuf out = {0};
+        tm_error err;
+        cr_assert_eq(convert_opts(&t, &opts, META, rs, &out, &err), TM_OK, "%s", err.message);
+        json_t *root = load_json(&out);
+        json_t *prof = json_object_get(root, "profile");
+        json_t *samples = json_object_get(prof, "samples");
+        cr_expect_eq(json_array_size(samples), rs ? 2u : 4u, "rs=%d: %s", rs, out.data);
+        for (size_t i = 0; rs && i < json_array_size(samples); i++)
+            cr_expect_str_eq(json_string_value(json_object_get(json_array_get(samples, i), "thread_id")),
+                             "43");
+        json_t *tm = json_object_get(prof, "thread_metadata");
+        if (rs) cr_expect_null(tm, "thread_metadata of a dropped thread kept: %s", out.data);
+        else cr_expect(strstr(out.data, "\"thread_metadata\":{\"42\":{\"name\":\"main\"}}"), "%s", out.data);
+        /* stacks and frames are not pruned */
+        cr_expect(strstr(out.data, "\"stacks\":[[1,0],[]]"), "%s", out.data);
+        json_decref(root);
+        free(out.data);
+    }
+    tb_free(&t);
+}
+
+/* §1.5 step 7: pointer-authentication bits are stripped (mask
+ * 0x0000000FFFFFFFFF) from instruction_addr only when platform is cocoa. */
+Test(normalize, pointer_auth_bits_stripped_only_for_cocoa) {
+    tb_buf t = {0};
+    const smp s[2] = {{BOOT0, 42, 42, CS_PAC}, {BOOT0 + 1000000, 42, 42, CS_PAC}};
+    build_trace(&t, s, 2);
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_RELAY, META, &out, &err), TM_OK, "%s", err.message);
+    cr_expect(strstr(out.data, "\"instruction_addr\":\"0x8000001234567\""), "android: %s", out.data);
+    free(out.data);
+    const char *cocoa = "{\"version\":\"2\",\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","
+                        "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",\"platform\":\"cocoa\","
+                        "\"client_sdk\":{\"name\":\"sentry.cocoa\",\"version\":\"1.0\"}}";
+    membuf out2 = {0};
+    cr_assert_eq(convert(&t, TM_MODE_RELAY, cocoa, &out2, &err), TM_OK, "%s", err.message);
+    cr_expect(strstr(out2.data, "\"instruction_addr\":\"0x1234567\""), "cocoa: %s", out2.data);
+    free(out2.data);
+    tb_free(&t);
+}
+
+/* ==== default mode ======================================================= */
+
+/* A ProcessTree naming threads 42 (the main thread), 43 and 44. */
+static void add_process_tree(tb_buf *t) {
+    static const struct {
+        uint32_t tid;
+        const char *name;
+    } th[] = {{42, "com.example.app"}, {43, "RenderThread"}, {44, "NeverSampled"}};
+    size_t pkt = tb_open(t, TB_TRACE_PACKET);
+    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    for (size_t i = 0; i < sizeof th / sizeof *th; i++) {
+        size_t m = tb_open(t, TB_PT_THREADS);
+        tb_uint(t, TB_THR_TID, th[i].tid);
+        tb_str(t, TB_THR_NAME, th[i].name);
+        tb_uint(t, TB_THR_TGID, 42);
+        tb_close(t, m);
+    }
+    tb_close(t, pt);
+    tb_close(t, pkt);
+}
+
+Test(default_mode, named_threads_with_samples_appear_and_pid_thread_is_main) {
+    tb_buf t = {0};
+    add_process_tree(&t);
+    const smp s[4] = {{BOOT0, 42, 42, CS_MAIN_FOO},
+                      {BOOT0 + 1000000, 42, 43, CS_MAIN_FOO},
+                      {BOOT0 + 2000000, 42, 43, CS_MAIN_FOO},
+                      {BOOT0 + 3000000, 42, 45, CS_MAIN_FOO}};
+    build_trace(&t, s, 4);
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+    json_t *root = load_json(&out);
+    json_t *tm = json_object_get(json_object_get(root, "profile"), "thread_metadata");
+    cr_assert(json_is_object(tm), "no thread_metadata: %s", out.data);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(tm, "42"), "name")), "main");
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(tm, "43"), "name")), "RenderThread");
+    cr_expect_null(json_object_get(tm, "44"), "thread without samples listed: %s", out.data);
+    json_decref(root);
+    free(out.data);
+    tb_free(&t);
+}
+
+Test(default_mode, timestamps_are_exact_nanoseconds_and_sorted) {
+    tb_buf t = {0};
+    const smp s[3] = {{BOOT0 + 10000000, 42, 42, CS_MAIN_FOO},
+                      {BOOT0, 42, 42, CS_MAIN_FOO},
+                      {BOOT0 + 1, 42, 42, CS_MAIN_FOO}};
+    build_trace(&t, s, 3);
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+    cr_expect(strstr(out.data, "\"samples\":["
+                               "{\"timestamp\":1700000001.0,\"stack_id\":0,\"thread_id\":\"42\"},"
+                               "{\"timestamp\":1700000001.000000001,\"stack_id\":0,\"thread_id\":\"42\"},"
+                               "{\"timestamp\":1700000001.01,\"stack_id\":0,\"thread_id\":\"42\"}]"),
+              "%s", out.data);
+    free(out.data);
+    /* Relay mode rounds the same samples to milliseconds. */
+    membuf rel = {0};
+    cr_assert_eq(convert(&t, TM_MODE_RELAY, META, &rel, &err), TM_OK, "%s", err.message);
+    cr_expect(strstr(rel.data, "\"samples\":["
+                               "{\"timestamp\":1700000001.0,\"stack_id\":0,\"thread_id\":\"42\"},"
+                               "{\"timestamp\":1700000001.0,\"stack_id\":0,\"thread_id\":\"42\"},"
+                               "{\"timestamp\":1700000001.01,\"stack_id\":0,\"thread_id\":\"42\"}]"),
+              "%s", rel.data);
+    free(rel.data);
+    tb_free(&t);
+}
+
+Test(default_mode, platform_without_meta_depends_on_java_frames) {
+    static const struct {
+        uint64_t cs;
+        const char *platform;
+    } cases[] = {{CS_MAIN_FOO, "native"}, {CS_NATIVE_IMG, "native"}, {CS_JAVA, "android"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tb_buf t = {0};
+        const smp s[2] = {{BOOT0, 42, 42, cases[i].cs}, {BOOT0 + 1000000, 42, 42, cases[i].cs}};
+        build_trace(&t, s, 2);
+        membuf out = {0};
+        tm_error err;
+        cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+        json_t *root = load_json(&out);
+        cr_expect_str_eq(json_string_value(json_object_get(root, "platform")), cases[i].platform,
+                         "case %zu: %s", i, out.data);
+        json_decref(root);
+        free(out.data);
+        tb_free(&t);
+    }
+}
+
+/* design.md: without --meta the output still holds version, platform,
+ * profile and debug_meta, and nothing invented (no chunk_id, no release). */
+Test(default_mode, output_without_meta_has_no_chunk_ids) {
+    tb_buf t = {0};
+    const smp s[3] = {{BOOT0, 42, 42, CS_NATIVE_IMG},
+                      {BOOT0 + 1000000, 42, 42, CS_JAVA},
+                      {BOOT0 + 2000000, 42, 42, CS_ODD_NAME}};
+    build_trace(&t, s, 3);
+    membuf out = {0};
+    tm_error err;
+    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+    json_t *root = load_json(&out);
+    cr_expect_null(json_object_get(root, "chunk_id"), "%s", out.data);
+    cr_expect_null(json_object_get(root, "profiler_id"), "%s", out.data);
+    cr_expect_str_eq(json_string_value(json_object_get(root, "version")), "2");
+    cr_expect_str_eq(json_string_value(json_object_get(root, "platform")), "android");
+    cr_expect(json_is_object(json_object_get(root, "profile")), "%s", out.data);
+    json_t *images = json_object_get(json_object_get(root, "debug_meta"), "images");
+    cr_expect_eq(json_array_size(images), 1u, "%s", out.data);
+    /* default mode writes image_vmaddr only when the mapping has a load bias */
+    cr_expect_null(json_object_get(json_array_get(images, 0), "image_vmaddr"), "%s", out.data);
+    cr_expect_eq(json_array_size(json_object_get(json_object_get(root, "profile"), "samples")), 3u);
+    json_decref(root);
+    free(out.data);
+
+    /* with metadata the default mode merges it like Relay does */
+    membuf m = {0};
+    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, META, &m, &err), TM_OK, "%s", err.message);
+    root = load_json(&m);
+    cr_expect_str_eq(json_string_value(json_object_get(root, "chunk_id")),
+                     "0432a0a4c25f4697bf9f0a2fcbe6a814");
+    cr_expect(json_is_null(json_object_get(root, "release")), "%s", m.data);
+    json_decref(root);
+    free(m.data);
+    tb_free(&t);
+}
