@@ -432,9 +432,10 @@ static tm_status mapping_path(dec *d, const seq_state *s, tm_bytes msg, tm_str *
     tm_status st = TM_OK;
     while (!stop && st == TM_OK && tm_pb_next(&r, &f) == TM_PB_OK) {
         if (f.num != 7) continue;
-        tm_pb_reader pr = tm_pb_reader_of(f.bytes);
-        uint64_t id = f.val;
         int packed = f.wire == TM_PB_LEN;
+        tm_bytes none = {NULL, 0};
+        tm_pb_reader pr = tm_pb_reader_of(packed ? f.bytes : none); /* bytes is unset for varints */
+        uint64_t id = f.val;
         while (!stop && (!packed || tm_pb_packed_next(&pr, &id) == TM_PB_OK)) {
             const tm_bytes *seg = lookup_str(s, STR_PATH, id);
             if (!seg) {
@@ -584,9 +585,10 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t idx, cons
     tm_pb_field f;
     while (tm_pb_next(&r, &f) == TM_PB_OK) { /* validated when merged */
         if (f.num != 2) continue;
-        tm_pb_reader pr = tm_pb_reader_of(f.bytes);
-        uint64_t fid = f.val;
         int packed = f.wire == TM_PB_LEN;
+        tm_bytes none = {NULL, 0};
+        tm_pb_reader pr = tm_pb_reader_of(packed ? f.bytes : none); /* bytes is unset for varints */
+        uint64_t fid = f.val;
         while (!packed || tm_pb_packed_next(&pr, &fid) == TM_PB_OK) {
             uint32_t pfi;
             int fok;
