@@ -1081,8 +1081,15 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
-    memset(k, 0, sizeof *k);
+    /* Per packet, so only what is read unconditionally is cleared: the
+     * scalars, and the data pointers that mark a payload as present. */
     k->start = b.data;
+    k->ts = k->seq = k->dropped = 0;
+    k->clock_id = k->flags = 0;
+    k->has_ts = k->has_seq = k->legacy_cleared = k->zstd = false;
+    tm_bytes *const payloads[] = {&k->interned, &k->defaults, &k->snapshot, &k->ptree, &k->pdesc,
+                                  &k->tdesc, &k->track, &k->compressed, &k->streaming, &k->perf};
+    for (size_t i = 0; i < sizeof payloads / sizeof *payloads; i++) payloads[i]->data = NULL;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         tm_bytes *slot = NULL;
         switch (f.num) {
