@@ -24,28 +24,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tutil.h"
+
 #define RC_DIR TM_FIXTURES "/relay-compat"
 #define MINIMAL RC_DIR "/minimal.pftrace"
 #define META RC_DIR "/meta.json"
 
 /* ---- helpers ---- */
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    for (;;) {
-        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
-        size_t got = fread(buf + n, 1, cap - n, f);
-        if (got == 0) break;
-        n += got;
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
 
 static int exists(const char *path) {
     struct stat st;
@@ -80,8 +65,8 @@ static run_result run(const char *fmt, ...) {
     int st = system(cmd);
     run_result r;
     r.code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = read_file(out_path, &r.out_len);
-    r.err = read_file(err_path, &r.err_len);
+    r.out = tu_read_file(out_path, &r.out_len);
+    r.err = tu_read_file(err_path, &r.err_len);
     remove(out_path);
     remove(err_path);
     cr_assert(r.out && r.err, "cannot read the captured output");
@@ -90,7 +75,7 @@ static run_result run(const char *fmt, ...) {
 
 /* expected/minimal.expand.json: Relay's bytes + the CLI's newline. */
 static char *expected_minimal(size_t *len) {
-    char *e = read_file(RC_DIR "/expected/minimal.expand.json", len);
+    char *e = tu_read_file(RC_DIR "/expected/minimal.expand.json", len);
     cr_assert_not_null(e, "expected/minimal.expand.json is missing");
     cr_assert(*len > 1 && e[*len - 1] == '\n' && e[*len - 2] == '}', "unexpected expected file");
     return e;
@@ -223,7 +208,7 @@ Test(cli_exit, rejected_input_exits_1_naming_kind_and_offset) {
 /* A trace cut short: the offset points into the file. */
 Test(cli_exit, truncated_trace_reports_offset_inside_file) {
     size_t len = 0;
-    char *trace = read_file(MINIMAL, &len);
+    char *trace = tu_read_file(MINIMAL, &len);
     cr_assert_not_null(trace);
     make_scratch();
     char path[128];
@@ -289,7 +274,7 @@ Test(cli_io, output_file_is_written_whole_without_temp_files) {
     run_result r = run("convert --compat relay --meta " META " -o %s " MINIMAL, out);
     cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
     cr_expect_eq(r.out_len, 0u, "stdout not empty with -o FILE: %s", r.out);
-    char *got = read_file(out, &got_len);
+    char *got = tu_read_file(out, &got_len);
     cr_assert_not_null(got, "no output file");
     cr_expect(got_len == exp_len && memcmp(got, exp, exp_len) == 0, "file differs:\n got %s\nwant %s", got,
               exp);
@@ -301,7 +286,7 @@ Test(cli_io, output_file_is_written_whole_without_temp_files) {
     /* overwriting an existing file works the same way */
     r = run("convert --compat relay --meta " META " -o %s " MINIMAL, out);
     cr_expect_eq(r.code, 0, "second run: exit %d: %s", r.code, r.err);
-    got = read_file(out, &got_len);
+    got = tu_read_file(out, &got_len);
     cr_expect(got && got_len == exp_len && memcmp(got, exp, exp_len) == 0, "overwritten file differs");
     cr_expect_eq(count_entries(scratch, ""), 1u);
     free(got);
@@ -333,7 +318,7 @@ Test(cli_io, rejected_trace_leaves_no_output_file) {
     fclose(f);
     r = run("convert --compat relay --meta " META " -o %s " RC_DIR "/empty.pftrace", out);
     cr_expect_eq(r.code, 1);
-    char *kept = read_file(out, NULL);
+    char *kept = tu_read_file(out, NULL);
     cr_expect(kept && strcmp(kept, "previous\n") == 0, "existing output replaced by a failed run: %s",
               kept ? kept : "(gone)");
     cr_expect_eq(count_entries(scratch, ""), 1u, "temporary files left behind");

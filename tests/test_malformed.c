@@ -16,6 +16,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,20 @@
 #include "pb.h" /* tm_pb_varint: to locate packet payloads in built traces */
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tutil.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static const tm_mode modes[] = {TM_MODE_DEFAULT, TM_MODE_RELAY};
 static const char *mode_name(tm_mode m) { return m == TM_MODE_RELAY ? "relay" : "default"; }
+
+/* Options with every field zero (the preset's limits, malloc) but the mode. */
+static tm_options options_for(tm_mode mode) {
+    tm_options o;
+    memset(&o, 0, sizeof o);
+    o.mode = mode;
+    return o;
+}
 
 /* ---- building blocks ---- */
 
@@ -58,9 +68,7 @@ static void clock_packet(tb_buf *t) {
 /* interned_data on seq 1 with SEQ_INCREMENTAL_STATE_CLEARED: three functions,
  * three frames without mapping, callstack 1 = {1, 2}. */
 static void interned_packet(tb_buf *t) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_SEQ_ID, 1);
-    tb_uint(t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t i = tb_open(t, TB_P_INTERNED_DATA);
     tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
     tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "work", 4);
@@ -96,9 +104,7 @@ static tm_status parse_opts(const uint8_t *data, size_t len, const tm_options *o
 }
 
 static tm_status parse_buf(const tb_buf *b, tm_mode mode, const tm_limits *lim, tm_error *err) {
-    tm_options o;
-    memset(&o, 0, sizeof o);
-    o.mode = mode;
+    tm_options o = options_for(mode);
     if (lim) o.limits = *lim;
     return parse_opts(b->data, b->len, &o, err);
 }
@@ -131,6 +137,21 @@ static void expect_ok(const tb_buf *b, tm_mode mode, const tm_limits *lim) {
     tm_error err;
     tm_status st = parse_buf(b, mode, lim, &err);
     cr_assert_eq(st, TM_OK, "[%s] %s: %s", mode_name(mode), tm_status_str(st), err.message);
+}
+
+/* Limits are inclusive: with only the tm_limits member `field` (LIMIT(name))
+ * set, the trace parses at `ok` and fails at ok - 1 with TM_ERR_LIMIT at an
+ * offset in [lo, hi]. */
+#define LIMIT(name) offsetof(tm_limits, name)
+static void expect_exact_limit(const tb_buf *b, tm_mode mode, size_t field, uint64_t ok, uint64_t lo,
+                               uint64_t hi) {
+    tm_limits lim;
+    memset(&lim, 0, sizeof lim);
+    uint64_t *value = (uint64_t *)(void *)((char *)&lim + field);
+    *value = ok;
+    expect_ok(b, mode, &lim);
+    *value = ok - 1;
+    expect_error_in(b, mode, &lim, TM_ERR_LIMIT, lo, hi);
 }
 
 Test(malformed, the_valid_base_trace_parses) {
@@ -222,9 +243,7 @@ Test(malformed, length_past_end_of_interned_data) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t bad = t.len;
         tb_tag(&t, TB_P_INTERNED_DATA, 2);
         tb_varint(&t, 32); /* 3 bytes follow in the packet */
@@ -240,9 +259,7 @@ Test(malformed, length_past_end_of_interned_frame) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         tb_interned_string(&t, TB_I_FUNCTION_NAMES, 1, "main", 4);
         size_t bad = t.len;
@@ -282,9 +299,7 @@ Test(malformed, perf_sample_tid_sent_as_len) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         valid_trace(&t, 1);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_TIMESTAMP, 3000000000ull);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
+        size_t p = tb_packet_open(&t, 1, 3000000000ull, 0);
         size_t s = tb_open(&t, TB_P_PERF_SAMPLE);
         tb_uint(&t, TB_PS_PID, 100);
         size_t bad = t.len;
@@ -301,8 +316,7 @@ Test(malformed, packet_timestamp_sent_as_fixed64) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         valid_trace(&t, 1);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         size_t bad = t.len;
         tb_fixed64(&t, TB_P_TIMESTAMP, 3000000000ull);
         bad = close_at(&t, p, bad);
@@ -315,9 +329,7 @@ Test(malformed, interned_frame_iid_sent_as_len) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         size_t f = tb_open(&t, TB_I_FRAMES);
         size_t bad = t.len;
@@ -337,9 +349,7 @@ Test(malformed, garbage_inside_interned_data) {
         /* a tag cut by the end of interned_data */
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         tb_interned_string(&t, TB_I_FUNCTION_NAMES, 1, "main", 4);
         size_t bad = t.len;
@@ -351,9 +361,7 @@ Test(malformed, garbage_inside_interned_data) {
 
         /* wire type 7 inside a Frame */
         clock_packet(&t);
-        p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TB_P_INTERNED_DATA);
         size_t f = tb_open(&t, TB_I_FRAMES);
         tb_uint(&t, 1, 1);
@@ -367,9 +375,7 @@ Test(malformed, garbage_inside_interned_data) {
 
         /* a packed Callstack.frame_ids whose last element is cut */
         clock_packet(&t);
-        p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TB_P_INTERNED_DATA);
         size_t c = tb_open(&t, TB_I_CALLSTACKS);
         tb_uint(&t, 1, 1);
@@ -385,9 +391,7 @@ Test(malformed, garbage_inside_interned_data) {
 
         /* a mapping path id sent as fixed32 */
         clock_packet(&t);
-        p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TB_P_INTERNED_DATA);
         size_t mp = tb_open(&t, TB_I_MAPPINGS);
         tb_uint(&t, 1, 1);
@@ -414,8 +418,7 @@ Test(malformed, group_wire_types) {
         /* an unknown TracePacket field 1000 as start-group, and as end-group */
         for (uint32_t w = 3; w <= 4; w++) {
             valid_trace(&t, 1);
-            size_t p = tb_open(&t, TB_TRACE_PACKET);
-            tb_uint(&t, TB_P_SEQ_ID, 1);
+            size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
             size_t bad = t.len;
             tb_tag(&t, 1000, w);
             bad = close_at(&t, p, bad);
@@ -448,9 +451,7 @@ static void raw_compressed_packet(tb_buf *t, const void *z, size_t n) {
  * §2.1: field 50 is not in its subset, and prost skips unknown fields), so
  * in Relay mode bad compressed payloads are skipped, never inflated. */
 static void expect_relay_skips(const tb_buf *t) {
-    tm_options o;
-    memset(&o, 0, sizeof o);
-    o.mode = TM_MODE_RELAY;
+    tm_options o = options_for(TM_MODE_RELAY);
     uint8_t *copy = malloc(t->len);
     memcpy(copy, t->data, t->len);
     tm_trace *tr = NULL;
@@ -621,12 +622,7 @@ Test(limits, max_samples) {
         size_t at = t.len;
         tb_perf_sample(&t, 1, 9000000000ull, 100, 100, 1, TB_SEQ_NEEDS);
         size_t end = t.len;
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_samples = 3;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_samples = 2;
-        expect_error_in(&t, modes[m], &lim, TM_ERR_LIMIT, at, end - 1);
+        expect_exact_limit(&t, modes[m], LIMIT(max_samples), 3, at, end - 1);
         tb_free(&t);
     }
 }
@@ -635,9 +631,7 @@ Test(limits, max_stack_depth) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         static const uint64_t two[] = {1, 2}, three[] = {1, 2, 3};
         tb_callstack(&t, 1, two, 2, 1);
@@ -645,12 +639,7 @@ Test(limits, max_stack_depth) {
         tb_callstack(&t, 2, three, 3, 0); /* unpacked: counted all the same */
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_stack_depth = 3;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_stack_depth = 2;
-        expect_error_at(&t, modes[m], &lim, TM_ERR_LIMIT, bad);
+        expect_exact_limit(&t, modes[m], LIMIT(max_stack_depth), 3, bad, bad);
         tb_free(&t);
     }
 }
@@ -661,18 +650,11 @@ Test(limits, max_sequences) {
         size_t at = 0;
         for (uint32_t seq = 1; seq <= 3; seq++) {
             at = t.len;
-            size_t p = tb_open(&t, TB_TRACE_PACKET);
-            tb_uint(&t, TB_P_TIMESTAMP, 1000 * seq);
-            tb_uint(&t, TB_P_SEQ_ID, seq);
+            size_t p = tb_packet_open(&t, seq, 1000 * seq, 0);
             tb_close(&t, p);
         }
         size_t end = t.len;
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_sequences = 3;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_sequences = 2;
-        expect_error_in(&t, modes[m], &lim, TM_ERR_LIMIT, at, end - 1);
+        expect_exact_limit(&t, modes[m], LIMIT(max_sequences), 3, at, end - 1);
         tb_free(&t);
     }
 }
@@ -682,19 +664,13 @@ Test(limits, max_packet_bytes) {
         tb_buf t = {0};
         valid_trace(&t, 1);
         size_t at = t.len;
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         static const char pad[300] = {0};
         tb_bytes(&t, 900, pad, sizeof pad); /* for_testing: skipped */
         tb_close(&t, p);
         size_t big = t.len - payload_of(&t, at);
         valid_trace(&t, 1);
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_packet_bytes = big;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_packet_bytes = big - 1;
-        expect_error_at(&t, modes[m], &lim, TM_ERR_LIMIT, at);
+        expect_exact_limit(&t, modes[m], LIMIT(max_packet_bytes), big, at, at);
         tb_free(&t);
     }
 }
@@ -704,8 +680,7 @@ Test(limits, max_unique_frames) {
         tb_buf t = {0};
         clock_packet(&t);
         interned_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         static const uint64_t three[] = {1, 2, 3};
         tb_callstack(&t, 2, three, 3, 1);
@@ -714,12 +689,7 @@ Test(limits, max_unique_frames) {
         size_t at = t.len;
         tb_perf_sample(&t, 1, 3000000000ull, 100, 100, 2, TB_SEQ_NEEDS);
         size_t end = t.len;
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_unique_frames = 3;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_unique_frames = 2;
-        expect_error_in(&t, modes[m], &lim, TM_ERR_LIMIT, at, end - 1);
+        expect_exact_limit(&t, modes[m], LIMIT(max_unique_frames), 3, at, end - 1);
         tb_free(&t);
     }
 }
@@ -728,9 +698,7 @@ Test(limits, max_path_segments) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         static const uint64_t paths[] = {1, 2, 3};
         tb_mapping(&t, 1, 0, 0x1000, 0x2000, paths, 2);
@@ -738,12 +706,7 @@ Test(limits, max_path_segments) {
         tb_mapping(&t, 2, 0, 0x3000, 0x4000, paths, 3);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_path_segments = 3;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_path_segments = 2;
-        expect_error_at(&t, modes[m], &lim, TM_ERR_LIMIT, bad);
+        expect_exact_limit(&t, modes[m], LIMIT(max_path_segments), 3, bad, bad);
         tb_free(&t);
     }
 }
@@ -752,9 +715,7 @@ Test(limits, max_interned_entries) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         clock_packet(&t);
-        size_t p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_SEQ_ID, 1);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TB_P_INTERNED_DATA);
         tb_interned_string(&t, TB_I_FUNCTION_NAMES, 1, "a", 1);
         tb_interned_string(&t, TB_I_MAPPING_PATHS, 1, "b", 1);
@@ -762,39 +723,14 @@ Test(limits, max_interned_entries) {
         tb_frame(&t, 1, 1, 0, 0);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
-        tm_limits lim;
-        memset(&lim, 0, sizeof lim);
-        lim.max_interned_entries = 3;
-        expect_ok(&t, modes[m], &lim);
-        lim.max_interned_entries = 2;
-        expect_error_at(&t, modes[m], &lim, TM_ERR_LIMIT, bad);
+        expect_exact_limit(&t, modes[m], LIMIT(max_interned_entries), 3, bad, bad);
         tb_free(&t);
     }
 }
 
-/* ---- output sinks ---- */
+/* ---- output checks ---- */
 
-typedef struct mem_sink {
-    char *data;
-    size_t len, cap;
-} mem_sink;
-
-static int mem_write(void *ctx, const void *p, size_t n) {
-    mem_sink *s = ctx;
-    if (s->cap - s->len < n) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap - s->len < n) cap *= 2;
-        char *d = realloc(s->data, cap);
-        if (!d) return 1;
-        s->data = d;
-        s->cap = cap;
-    }
-    memcpy(s->data + s->len, p, n);
-    s->len += n;
-    return 0;
-}
-
-static void assert_json_object(const mem_sink *s, const char *what) {
+static void assert_json_object(const tu_membuf *s, const char *what) {
     json_error_t je;
     json_t *j = json_loadb(s->data, s->len, JSON_ALLOW_NUL, &je); /* \u0000 is valid JSON */
     cr_assert_not_null(j, "%s is not JSON (%s at %d): %.*s", what, je.text, je.position,
@@ -809,15 +745,13 @@ Test(limits, max_chunk_duration_is_a_sample_v2_rejection) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         valid_trace(&t, 3);
-        tm_options o;
-        memset(&o, 0, sizeof o);
-        o.mode = modes[m];
+        tm_options o = options_for(modes[m]);
         o.limits.max_chunk_duration_ns = 1000000;
         tm_trace *tr = NULL;
         tm_error err;
         cr_assert_eq(tm_trace_parse(t.data, t.len, &o, &tr, &err), TM_OK, "%s", err.message);
-        mem_sink s = {0};
-        tm_sink sink = {mem_write, &s};
+        tu_membuf s = {0};
+        tm_sink sink = {tu_membuf_write, &s};
         cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_ERR_REJECTED, "[%s]", mode_name(modes[m]));
         cr_assert_not_null(err.reason);
         cr_assert_str_eq(err.reason, "DurationIsTooLong");
@@ -854,17 +788,11 @@ static void rich_trace(tb_buf *t) {
     tb_uint(t, TB_PROC_PID, 100);
     tb_str(t, TB_PROC_CMDLINE, "com.example.app");
     tb_close(t, pr);
-    size_t th = tb_open(t, TB_PT_THREADS);
-    tb_uint(t, TB_THR_TID, 101);
-    tb_str(t, TB_THR_NAME, "w\xc3\xb6rker");
-    tb_uint(t, TB_THR_TGID, 100);
-    tb_close(t, th);
+    tb_pt_thread(t, 101, 100, "w\xc3\xb6rker");
     tb_close(t, pt);
     tb_close(t, p);
 
-    p = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_SEQ_ID, 1);
-    tb_uint(t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+    p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t d = tb_open(t, TB_P_DEFAULTS);
     tb_uint(t, TB_DEF_CLOCK_ID, 6);
     tb_close(t, d);
@@ -896,9 +824,7 @@ static void rich_trace(tb_buf *t) {
                        (uint64_t)(k % 3) + 1, TB_SEQ_NEEDS);
 
     /* Sequence 2: a ThreadDescriptor time base and streaming samples. */
-    p = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_SEQ_ID, 2);
-    tb_uint(t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+    p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_CLEARED);
     size_t td = tb_open(t, TB_P_THREAD_DESCRIPTOR);
     tb_uint(t, TB_TD_PID, 100);
     tb_uint(t, TB_TD_TID, 102);
@@ -911,9 +837,7 @@ static void rich_trace(tb_buf *t) {
     tb_callstack(t, 7, (const uint64_t[]){1}, 1, 0);
     tb_close(t, i);
     tb_close(t, p);
-    p = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_SEQ_ID, 2);
-    tb_uint(t, TB_P_SEQ_FLAGS, TB_SEQ_NEEDS);
+    p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_NEEDS);
     size_t sp = tb_open(t, TB_P_STREAMING_PROFILE);
     static const uint64_t sp_cs[] = {7, 7, 7}, sp_dt[] = {10, 20, 30};
     tb_packed(t, TB_SP_CALLSTACK, sp_cs, 3);
@@ -933,9 +857,7 @@ Test(mutation, rich_trace_is_valid) {
     tb_buf t = {0};
     rich_trace(&t);
     for (size_t m = 0; m < N_OF(modes); m++) {
-        tm_options o;
-        memset(&o, 0, sizeof o);
-        o.mode = modes[m];
+        tm_options o = options_for(modes[m]);
         tm_trace *tr = NULL;
         tm_error err;
         cr_assert_eq(tm_trace_parse(t.data, t.len, &o, &tr, &err), TM_OK, "%s", err.message);
@@ -943,8 +865,8 @@ Test(mutation, rich_trace_is_valid) {
         /* Relay reads PerfSamples only and skips compressed packets (§2.1). */
         cr_assert_eq(st->samples_kept, modes[m] == TM_MODE_RELAY ? 6u : 11u, "[%s] %llu samples",
                      mode_name(modes[m]), (unsigned long long)st->samples_kept);
-        mem_sink s = {0};
-        tm_sink sink = {mem_write, &s};
+        tu_membuf s = {0};
+        tm_sink sink = {tu_membuf_write, &s};
         cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
         assert_json_object(&s, "sample v2");
         free(s.data);
@@ -998,9 +920,7 @@ static void mutation_loop(tm_mode mode, uint64_t seed, int iterations) {
         mutate(&rng, &base, &cur);
         uint8_t *copy = malloc(cur.len ? cur.len : 1);
         if (cur.len) memcpy(copy, cur.data, cur.len);
-        tm_options o;
-        memset(&o, 0, sizeof o);
-        o.mode = mode;
+        tm_options o = options_for(mode);
         tm_trace *tr = NULL;
         tm_error err;
         memset(&err, 0, sizeof err);
@@ -1023,8 +943,8 @@ static void mutation_loop(tm_mode mode, uint64_t seed, int iterations) {
         } else {
             ok++;
             cr_assert_eq(tm_trace_get_stats(tr)->bytes, cur.len);
-            mem_sink s = {0};
-            tm_sink sink = {mem_write, &s};
+            tu_membuf s = {0};
+            tm_sink sink = {tu_membuf_write, &s};
             st = tm_write_sample_v2(tr, NULL, &sink, &err);
             cr_assert(st == TM_OK || st == TM_ERR_REJECTED, "[%s] iteration %d: writer returned %s (%s)",
                       mode_name(mode), it, tm_status_str(st), err.message);
@@ -1148,9 +1068,7 @@ static void failing_alloc_parse(tm_mode mode) {
     fail_alloc fa;
     memset(&fa, 0, sizeof fa);
     tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
-    tm_options o;
-    memset(&o, 0, sizeof o);
-    o.mode = mode;
+    tm_options o = options_for(mode);
     o.alloc = &alloc;
 
     /* A counting run: how many allocations a successful parse makes. */
@@ -1208,9 +1126,7 @@ Test(failing_alloc, every_sample_v2_writer_allocation) {
     memset(&fa, 0, sizeof fa);
     tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
     for (size_t m = 0; m < N_OF(modes); m++) {
-        tm_options o;
-        memset(&o, 0, sizeof o);
-        o.mode = modes[m];
+        tm_options o = options_for(modes[m]);
         o.alloc = &alloc;
         fa_reset(&fa, -1);
         tm_trace *tr = NULL;
@@ -1218,8 +1134,8 @@ Test(failing_alloc, every_sample_v2_writer_allocation) {
         cr_assert_eq(tm_trace_parse(t.data, t.len, &o, &tr, &err), TM_OK);
         long parsed = fa.count;
         size_t live = fa.live_blocks;
-        mem_sink s = {0};
-        tm_sink sink = {mem_write, &s};
+        tu_membuf s = {0};
+        tm_sink sink = {tu_membuf_write, &s};
         cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
         long writer = fa.count - parsed;
         cr_assert_eq(fa.live_blocks, live, "the writer must free its scratch memory");
@@ -1248,9 +1164,7 @@ Test(failing_alloc, every_sample_v2_writer_allocation) {
 Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
     tb_buf t = {0};
     valid_trace(&t, 2);
-    size_t p = tb_open(&t, TB_TRACE_PACKET);
-    tb_uint(&t, TB_P_TIMESTAMP, 3000000000ull);
-    tb_uint(&t, TB_P_SEQ_ID, 1);
+    size_t p = tb_packet_open(&t, 1, 3000000000ull, 0);
     size_t s = tb_open(&t, TB_P_PERF_SAMPLE);
     size_t bad = t.len;
     tb_bytes(&t, TB_PS_CPU, "\x02", 1);
@@ -1268,8 +1182,7 @@ Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
  * whatever their wire type, and Relay converts the trace. */
 Test(relay_schema, clock_fields_outside_relays_subset_are_skipped) {
     tb_buf t = {0};
-    size_t p = tb_open(&t, TB_TRACE_PACKET);
-    tb_uint(&t, TB_P_SEQ_ID, 1);
+    size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
     size_t cs = tb_open(&t, TB_P_CLOCK_SNAPSHOT);
     static const uint32_t ids[] = {6, 1};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};

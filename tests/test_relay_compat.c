@@ -23,47 +23,11 @@
 #include <sys/stat.h>
 
 #include "tracemill.h"
+#include "tutil.h"
 
 #define RC_DIR TM_FIXTURES "/relay-compat"
 
 /* ---- helpers ---- */
-
-typedef struct membuf {
-    char *data;
-    size_t len, cap;
-} membuf;
-
-static int mem_write(void *ctx, const void *data, size_t len) {
-    membuf *m = ctx;
-    if (m->len + len > m->cap) {
-        size_t cap = m->cap ? m->cap : 4096;
-        while (cap < m->len + len) cap *= 2;
-        char *p = realloc(m->data, cap);
-        if (!p) return 1;
-        m->data = p;
-        m->cap = cap;
-    }
-    memcpy(m->data + m->len, data, len);
-    m->len += len;
-    return 0;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    for (;;) {
-        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
-        size_t got = fread(buf + n, 1, cap - n, f);
-        if (got == 0) break;
-        n += got;
-    }
-    fclose(f);
-    buf[n] = 0; /* convenient for text files; len excludes it */
-    *len = n;
-    return buf;
-}
 
 static int file_exists(const char *path) {
     struct stat st;
@@ -108,6 +72,17 @@ static void report_diff(const char *what, const char *got, size_t got_len, const
                  what, i, got_len, exp_len, (int)(ee - from), exp + from, (int)(ge - from), got + from);
 }
 
+/* tm_write_sample_v2 with chunk metadata meta[0..meta_len) into out. */
+static tm_status write_v2(const tm_trace *t, const char *meta, size_t meta_len, int remove_single,
+                          tu_membuf *out, tm_error *err) {
+    tm_sample_v2_options v2 = {0};
+    v2.meta_json = meta;
+    v2.meta_len = meta_len;
+    v2.remove_single_samples = remove_single;
+    tm_sink sink = {tu_membuf_write, out};
+    return tm_write_sample_v2(t, &v2, &sink, err);
+}
+
 /* Runs one (trace, variant) pair against its expected file. Returns 1 when
  * the behaviour matches. */
 static int check_case(const char *name, int remove_single, const char *meta, size_t meta_len) {
@@ -116,13 +91,13 @@ static int check_case(const char *name, int remove_single, const char *meta, siz
     snprintf(path, sizeof path, RC_DIR "/expected/%s.%s.json", name,
              remove_single ? "expand_remove_single" : "expand");
     size_t exp_len = 0, trace_len = 0;
-    char *exp = read_file(path, &exp_len);
+    char *exp = tu_read_file(path, &exp_len);
     if (!exp) {
         cr_log_error("%s: expected file %s is missing", what, path);
         return 0;
     }
     snprintf(path, sizeof path, RC_DIR "/%s.pftrace", name);
-    char *trace = read_file(path, &trace_len);
+    char *trace = tu_read_file(path, &trace_len);
     if (!trace) {
         cr_log_error("%s: cannot read %s", what, path);
         free(exp);
@@ -148,15 +123,8 @@ static int check_case(const char *name, int remove_single, const char *meta, siz
     tm_error err;
     memset(&err, 0, sizeof err);
     tm_status st = tm_trace_parse(trace, trace_len, &opts, &t, &err);
-    membuf out = {0};
-    if (st == TM_OK) {
-        tm_sample_v2_options v2 = {0};
-        v2.meta_json = meta;
-        v2.meta_len = meta_len;
-        v2.remove_single_samples = remove_single;
-        tm_sink sink = {mem_write, &out};
-        st = tm_write_sample_v2(t, &v2, &sink, &err);
-    }
+    tu_membuf out = {0};
+    if (st == TM_OK) st = write_v2(t, meta, meta_len, remove_single, &out, &err);
     if (want_reason) {
         if (st == TM_OK) cr_log_error("%s: succeeded, but Relay rejects it with %s", what, want_reason);
         else if (!err.reason || strcmp(err.reason, want_reason) != 0)
@@ -213,7 +181,7 @@ Test(relay_compat, fixture_directory_is_complete) {
 
 Test(relay_compat, every_fixture_reproduces_relay_bytes) {
     size_t meta_len = 0;
-    char *meta = read_file(RC_DIR "/meta.json", &meta_len);
+    char *meta = tu_read_file(RC_DIR "/meta.json", &meta_len);
     cr_assert_not_null(meta, "cannot read meta.json");
     char **names = NULL;
     size_t n = list_traces(&names), compared = 0, failed = 0;
@@ -234,8 +202,8 @@ Test(relay_compat, every_fixture_reproduces_relay_bytes) {
 
 Test(relay_compat, exactly_max_samples_is_accepted) {
     size_t meta_len = 0, trace_len = 0;
-    char *meta = read_file(RC_DIR "/meta.json", &meta_len);
-    char *trace = read_file(RC_DIR "/exactly_max_samples.pftrace", &trace_len);
+    char *meta = tu_read_file(RC_DIR "/meta.json", &meta_len);
+    char *trace = tu_read_file(RC_DIR "/exactly_max_samples.pftrace", &trace_len);
     cr_assert_not_null(meta, "cannot read meta.json");
     cr_assert_not_null(trace, "exactly_max_samples.pftrace is missing");
     tm_options opts = {0};
@@ -246,13 +214,8 @@ Test(relay_compat, exactly_max_samples_is_accepted) {
     cr_assert_eq(st, TM_OK, "parse failed: %s %s", err.reason ? err.reason : "", err.message);
     cr_expect_eq(tm_trace_get_stats(t)->samples_kept, 100000u);
     for (int rs = 0; rs <= 1; rs++) {
-        membuf out = {0};
-        tm_sample_v2_options v2 = {0};
-        v2.meta_json = meta;
-        v2.meta_len = meta_len;
-        v2.remove_single_samples = rs;
-        tm_sink sink = {mem_write, &out};
-        st = tm_write_sample_v2(t, &v2, &sink, &err);
+        tu_membuf out = {0};
+        st = write_v2(t, meta, meta_len, rs, &out, &err);
         cr_assert_eq(st, TM_OK, "write failed (remove_single=%d): %s %s", rs, err.reason ? err.reason : "",
                      err.message);
         json_error_t je;

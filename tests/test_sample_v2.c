@@ -25,29 +25,7 @@
 #include "json_write.h"
 #include "trace_builder.h"
 #include "tracemill.h"
-
-/* ---- memory sink ---- */
-
-typedef struct membuf {
-    char *data;
-    size_t len, cap;
-} membuf;
-
-static int mem_write(void *ctx, const void *data, size_t len) {
-    membuf *m = ctx;
-    if (m->len + len + 1 > m->cap) {
-        size_t cap = m->cap ? m->cap : 4096;
-        while (cap < m->len + len + 1) cap *= 2;
-        char *p = realloc(m->data, cap);
-        if (!p) return 1;
-        m->data = p;
-        m->cap = cap;
-    }
-    memcpy(m->data + m->len, data, len);
-    m->len += len;
-    m->data[m->len] = 0; /* keep it a C string for strstr */
-    return 0;
-}
+#include "tutil.h"
 
 /* ---- JSON writer helpers ---- */
 
@@ -58,9 +36,9 @@ static char *fmt_f64(double v, char *buf) {
 }
 
 /* Runs one tm_jw call into a fresh buffer; the result is NUL-terminated. */
-static membuf jw_capture_str(const char *s, size_t n) {
-    membuf m = {0};
-    tm_sink sink = {mem_write, &m};
+static tu_membuf jw_capture_str(const char *s, size_t n) {
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
     tm_jw *w = malloc(sizeof *w);
     tm_jw_init(w, &sink);
     tm_str v = {(const uint8_t *)s, n};
@@ -70,9 +48,9 @@ static membuf jw_capture_str(const char *s, size_t n) {
     return m;
 }
 
-static membuf jw_capture_seconds(int64_t ns) {
-    membuf m = {0};
-    tm_sink sink = {mem_write, &m};
+static tu_membuf jw_capture_seconds(int64_t ns) {
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
     tm_jw *w = malloc(sizeof *w);
     tm_jw_init(w, &sink);
     tm_jw_seconds(w, ns);
@@ -108,9 +86,7 @@ static void add_clock(tb_buf *t) {
 }
 
 static void add_interned(tb_buf *t) {
-    size_t pkt = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_SEQ_ID, 1);
-    tb_uint(t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+    size_t pkt = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t in = tb_open(t, TB_P_INTERNED_DATA);
     tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
     tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "foo", 3);
@@ -158,7 +134,7 @@ static void build_trace(tb_buf *t, const smp *s, size_t n) {
 
 /* Parses trace in mode and writes it with meta (may be NULL). */
 static tm_status convert_opts(const tb_buf *t, const tm_options *opts, const char *meta, int remove_single,
-                              membuf *out, tm_error *err) {
+                              tu_membuf *out, tm_error *err) {
     tm_trace *tr = NULL;
     memset(err, 0, sizeof *err);
     tm_status st = tm_trace_parse(t->data, t->len, opts, &tr, err);
@@ -167,19 +143,29 @@ static tm_status convert_opts(const tb_buf *t, const tm_options *opts, const cha
     v2.meta_json = meta;
     v2.meta_len = meta ? strlen(meta) : 0;
     v2.remove_single_samples = remove_single;
-    tm_sink sink = {mem_write, out};
+    tm_sink sink = {tu_membuf_write, out};
     st = tm_write_sample_v2(tr, &v2, &sink, err);
     tm_trace_free(tr);
     return st;
 }
 
-static tm_status convert(const tb_buf *t, tm_mode mode, const char *meta, membuf *out, tm_error *err) {
+static tm_status convert(const tb_buf *t, tm_mode mode, const char *meta, tu_membuf *out, tm_error *err) {
     tm_options opts = {0};
     opts.mode = mode;
     return convert_opts(t, &opts, meta, 0, out, err);
 }
 
-static json_t *load_json(const membuf *m) {
+/* convert() that must succeed; returns the output (free its data). */
+static tu_membuf convert_ok(const tb_buf *t, tm_mode mode, const char *meta) {
+    tu_membuf out = {0};
+    tm_error err;
+    tm_status st = convert(t, mode, meta, &out, &err);
+    cr_assert_eq(st, TM_OK, "[%s] %s: %s", mode == TM_MODE_RELAY ? "relay" : "default", tm_status_str(st),
+                 err.message);
+    return out;
+}
+
+static json_t *load_json(const tu_membuf *m) {
     json_error_t je;
     json_t *root = json_loadb(m->data ? m->data : "", m->len, 0, &je);
     cr_assert_not_null(root, "output is not valid JSON (%s at %d): %s", je.text, je.position,
@@ -322,7 +308,7 @@ Test(jw_seconds, exact_nanoseconds) {
         {999999999, "0.999999999"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        membuf m = jw_capture_seconds(cases[i].ns);
+        tu_membuf m = jw_capture_seconds(cases[i].ns);
         cr_expect_str_eq(m.data, cases[i].want, "ns %lld", (long long)cases[i].ns);
         free(m.data);
     }
@@ -331,7 +317,7 @@ Test(jw_seconds, exact_nanoseconds) {
 /* ==== JSON strings ====================================================== */
 
 static void expect_jw_str(const char *in, size_t n, const char *want) {
-    membuf m = jw_capture_str(in, n);
+    tu_membuf m = jw_capture_str(in, n);
     cr_expect_str_eq(m.data, want);
     json_error_t je;
     json_t *v = json_loadb(m.data, m.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
@@ -383,15 +369,12 @@ Test(json_string, invalid_utf8_function_names_per_mode) {
     tb_buf t = {0};
     const smp s[2] = {{BOOT0, 42, 42, CS_ODD_NAME}, {BOOT0 + 1000000, 42, 42, CS_ODD_NAME}};
     build_trace(&t, s, 2);
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_RELAY, META, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_RELAY, META);
     cr_expect(strstr(out.data, "\"frames\":[{\"instruction_addr\":\"0x3000\",\"platform\":\"native\"}]"),
               "relay frames: %s", out.data);
     free(out.data);
 
-    membuf def = {0};
-    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &def, &err), TM_OK, "%s", err.message);
+    tu_membuf def = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     json_t *root = load_json(&def);
     json_t *frame = json_array_get(json_object_get(json_object_get(root, "profile"), "frames"), 0);
     const char *fn = json_string_value(json_object_get(frame, "function"));
@@ -410,9 +393,7 @@ Test(meta, hyphenated_and_uppercase_event_ids_become_32_lowercase_hex) {
     const char *meta = "{\"version\":\"2\",\"chunk_id\":\"0432A0A4-C25F-4697-BF9F-0A2FCBE6A814\","
                        "\"profiler_id\":\"4d229f1d-3807-421b-a62a-5f8bc295d836\",\"platform\":\"android\","
                        "\"client_sdk\":{\"name\":\"s\",\"version\":\"1\"}}";
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_RELAY, meta, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_RELAY, meta);
     const char *want = "{\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","
                        "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",";
     cr_expect(strncmp(out.data, want, strlen(want)) == 0, "got %s", out.data);
@@ -450,7 +431,7 @@ Test(meta, invalid_metadata_is_rejected_as_InvalidJson) {
     build_trace(&t, TWO_SAMPLES, 2);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         for (int mode = 0; mode <= 1; mode++) {
-            membuf out = {0};
+            tu_membuf out = {0};
             tm_error err;
             tm_status st = convert(&t, mode ? TM_MODE_RELAY : TM_MODE_DEFAULT, cases[i].json, &out, &err);
             cr_expect_eq(st, TM_ERR_REJECTED, "%s (mode %d): status %s", cases[i].why, mode,
@@ -467,7 +448,7 @@ Test(meta, invalid_metadata_is_rejected_as_InvalidJson) {
  * trace with bad metadata is InvalidJson, not NotEnoughSamples. */
 Test(meta, metadata_is_checked_before_the_samples) {
     tb_buf t = {0};
-    membuf out = {0};
+    tu_membuf out = {0};
     tm_error err;
     tm_status st = convert(&t, TM_MODE_RELAY, "{\"version\":\"2\"}", &out, &err);
     cr_expect_eq(st, TM_ERR_REJECTED);
@@ -489,9 +470,7 @@ Test(meta, release_is_null_when_absent_and_kept_when_present) {
     tb_buf t = {0};
     build_trace(&t, TWO_SAMPLES, 2);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        membuf out = {0};
-        tm_error err;
-        cr_assert_eq(convert(&t, TM_MODE_RELAY, cases[i].json, &out, &err), TM_OK, "%s", err.message);
+        tu_membuf out = convert_ok(&t, TM_MODE_RELAY, cases[i].json);
         cr_expect(strstr(out.data, cases[i].want), "case %zu: want %s in %s", i, cases[i].want, out.data);
         free(out.data);
     }
@@ -513,9 +492,7 @@ Test(meta, top_level_key_order_and_sdk_images_first) {
     tb_buf t = {0};
     const smp s[2] = {{BOOT0, 42, 42, CS_NATIVE_IMG}, {BOOT0 + 10000000, 42, 42, CS_NATIVE_IMG}};
     build_trace(&t, s, 2);
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_RELAY, meta, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_RELAY, meta);
     json_t *root = load_json(&out);
     static const char *const order[] = {"chunk_id", "profiler_id", "debug_meta", "environment", "platform",
                                         "content_type", "release", "client_sdk", "version", "profile"};
@@ -547,7 +524,7 @@ Test(meta, top_level_key_order_and_sdk_images_first) {
 
 /* ==== Sample v2 normalisation (§1.5) ===================================== */
 
-static tm_status convert_two(tm_mode mode, uint64_t span_ns, const tm_limits *lim, membuf *out,
+static tm_status convert_two(tm_mode mode, uint64_t span_ns, const tm_limits *lim, tu_membuf *out,
                              tm_error *err) {
     tb_buf t = {0};
     const smp s[2] = {{BOOT0, 42, 42, CS_MAIN_FOO}, {BOOT0 + span_ns, 42, 42, CS_MAIN_FOO}};
@@ -567,7 +544,7 @@ static void expect_reason(tm_status st, const tm_error *err, const char *reason,
 }
 
 Test(duration, relay_rejects_chunks_longer_than_66_s) {
-    membuf out = {0};
+    tu_membuf out = {0};
     tm_error err;
     expect_reason(convert_two(TM_MODE_RELAY, 66001000000ull, NULL, &out, &err), &err, "DurationIsTooLong",
                   "66.001 s");
@@ -581,7 +558,7 @@ Test(duration, relay_rejects_chunks_longer_than_66_s) {
 /* normalize() runs on the converted samples, whose timestamps are already
  * rounded to milliseconds (§2.5, §1.5 step 6): 66.0004 s becomes 66.000 s. */
 Test(duration, relay_measures_the_ms_rounded_timestamps) {
-    membuf out = {0};
+    tu_membuf out = {0};
     tm_error err;
     tm_status st = convert_two(TM_MODE_RELAY, 66000400000ull, NULL, &out, &err);
     cr_expect_eq(st, TM_OK, "66.0004 s raw = 66.000 s rounded: %s %s", err.reason ? err.reason : "",
@@ -592,7 +569,7 @@ Test(duration, relay_measures_the_ms_rounded_timestamps) {
 }
 
 Test(duration, default_mode_has_no_limit_unless_configured) {
-    membuf out = {0};
+    tu_membuf out = {0};
     tm_error err;
     cr_expect_eq(convert_two(TM_MODE_DEFAULT, 3600000000000ull, NULL, &out, &err), TM_OK, "1 h: %s",
                  err.message);
@@ -617,7 +594,7 @@ Test(normalize, remove_single_samples_drops_whole_threads) {
     tm_options opts = {0};
     opts.mode = TM_MODE_RELAY;
     for (int rs = 0; rs <= 1; rs++) {
-        membuf out = {0};
+        tu_membuf out = {0};
         tm_error err;
         cr_assert_eq(convert_opts(&t, &opts, META, rs, &out, &err), TM_OK, "%s", err.message);
         json_t *root = load_json(&out);
@@ -644,16 +621,13 @@ Test(normalize, pointer_auth_bits_stripped_only_for_cocoa) {
     tb_buf t = {0};
     const smp s[2] = {{BOOT0, 42, 42, CS_PAC}, {BOOT0 + 1000000, 42, 42, CS_PAC}};
     build_trace(&t, s, 2);
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_RELAY, META, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_RELAY, META);
     cr_expect(strstr(out.data, "\"instruction_addr\":\"0x8000001234567\""), "android: %s", out.data);
     free(out.data);
     const char *cocoa = "{\"version\":\"2\",\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","
                         "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",\"platform\":\"cocoa\","
                         "\"client_sdk\":{\"name\":\"sentry.cocoa\",\"version\":\"1.0\"}}";
-    membuf out2 = {0};
-    cr_assert_eq(convert(&t, TM_MODE_RELAY, cocoa, &out2, &err), TM_OK, "%s", err.message);
+    tu_membuf out2 = convert_ok(&t, TM_MODE_RELAY, cocoa);
     cr_expect(strstr(out2.data, "\"instruction_addr\":\"0x1234567\""), "cocoa: %s", out2.data);
     free(out2.data);
     tb_free(&t);
@@ -669,13 +643,7 @@ static void add_process_tree(tb_buf *t) {
     } th[] = {{42, "com.example.app"}, {43, "RenderThread"}, {44, "NeverSampled"}};
     size_t pkt = tb_open(t, TB_TRACE_PACKET);
     size_t pt = tb_open(t, TB_P_PROCESS_TREE);
-    for (size_t i = 0; i < sizeof th / sizeof *th; i++) {
-        size_t m = tb_open(t, TB_PT_THREADS);
-        tb_uint(t, TB_THR_TID, th[i].tid);
-        tb_str(t, TB_THR_NAME, th[i].name);
-        tb_uint(t, TB_THR_TGID, 42);
-        tb_close(t, m);
-    }
+    for (size_t i = 0; i < sizeof th / sizeof *th; i++) tb_pt_thread(t, th[i].tid, 42, th[i].name);
     tb_close(t, pt);
     tb_close(t, pkt);
 }
@@ -688,9 +656,7 @@ Test(default_mode, named_threads_with_samples_appear_and_pid_thread_is_main) {
                       {BOOT0 + 2000000, 42, 43, CS_MAIN_FOO},
                       {BOOT0 + 3000000, 42, 45, CS_MAIN_FOO}};
     build_trace(&t, s, 4);
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     json_t *root = load_json(&out);
     json_t *tm = json_object_get(json_object_get(root, "profile"), "thread_metadata");
     cr_assert(json_is_object(tm), "no thread_metadata: %s", out.data);
@@ -708,9 +674,7 @@ Test(default_mode, timestamps_are_exact_nanoseconds_and_sorted) {
                       {BOOT0, 42, 42, CS_MAIN_FOO},
                       {BOOT0 + 1, 42, 42, CS_MAIN_FOO}};
     build_trace(&t, s, 3);
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     cr_expect(strstr(out.data, "\"samples\":["
                                "{\"timestamp\":1700000001.0,\"stack_id\":0,\"thread_id\":\"42\"},"
                                "{\"timestamp\":1700000001.000000001,\"stack_id\":0,\"thread_id\":\"42\"},"
@@ -718,8 +682,7 @@ Test(default_mode, timestamps_are_exact_nanoseconds_and_sorted) {
               "%s", out.data);
     free(out.data);
     /* Relay mode rounds the same samples to milliseconds. */
-    membuf rel = {0};
-    cr_assert_eq(convert(&t, TM_MODE_RELAY, META, &rel, &err), TM_OK, "%s", err.message);
+    tu_membuf rel = convert_ok(&t, TM_MODE_RELAY, META);
     cr_expect(strstr(rel.data, "\"samples\":["
                                "{\"timestamp\":1700000001.0,\"stack_id\":0,\"thread_id\":\"42\"},"
                                "{\"timestamp\":1700000001.0,\"stack_id\":0,\"thread_id\":\"42\"},"
@@ -738,9 +701,7 @@ Test(default_mode, platform_without_meta_depends_on_java_frames) {
         tb_buf t = {0};
         const smp s[2] = {{BOOT0, 42, 42, cases[i].cs}, {BOOT0 + 1000000, 42, 42, cases[i].cs}};
         build_trace(&t, s, 2);
-        membuf out = {0};
-        tm_error err;
-        cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+        tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
         json_t *root = load_json(&out);
         cr_expect_str_eq(json_string_value(json_object_get(root, "platform")), cases[i].platform,
                          "case %zu: %s", i, out.data);
@@ -758,9 +719,7 @@ Test(default_mode, output_without_meta_has_no_chunk_ids) {
                       {BOOT0 + 1000000, 42, 42, CS_JAVA},
                       {BOOT0 + 2000000, 42, 42, CS_ODD_NAME}};
     build_trace(&t, s, 3);
-    membuf out = {0};
-    tm_error err;
-    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, NULL, &out, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     json_t *root = load_json(&out);
     cr_expect_null(json_object_get(root, "chunk_id"), "%s", out.data);
     cr_expect_null(json_object_get(root, "profiler_id"), "%s", out.data);
@@ -776,8 +735,7 @@ Test(default_mode, output_without_meta_has_no_chunk_ids) {
     free(out.data);
 
     /* with metadata the default mode merges it like Relay does */
-    membuf m = {0};
-    cr_assert_eq(convert(&t, TM_MODE_DEFAULT, META, &m, &err), TM_OK, "%s", err.message);
+    tu_membuf m = convert_ok(&t, TM_MODE_DEFAULT, META);
     root = load_json(&m);
     cr_expect_str_eq(json_string_value(json_object_get(root, "chunk_id")),
                      "0432a0a4c25f4697bf9f0a2fcbe6a814");

@@ -24,53 +24,22 @@
 #include "profile.h"
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tutil.h"
 
-#define NO_TS UINT64_MAX
 #define CLK_REALTIME 1
 #define CLK_MONOTONIC 3
 #define CLK_BOOTTIME 6
 
-/* ---- memory sink and text buffer ---- */
+/* ---- text buffer ---- */
 
-typedef struct membuf {
-    char *data;
-    size_t len, cap;
-} membuf;
-
-static int mem_write(void *ctx, const void *data, size_t len) {
-    membuf *m = ctx;
-    if (m->cap - m->len < len + 1) {
-        size_t cap = m->cap ? m->cap : 256;
-        while (cap - m->len < len + 1) cap *= 2;
-        char *p = realloc(m->data, cap);
-        if (!p) return -1;
-        m->data = p;
-        m->cap = cap;
-    }
-    memcpy(m->data + m->len, data, len);
-    m->len += len;
-    m->data[m->len] = '\0';
-    return 0;
-}
-
-static tm_sink mem_sink(membuf *m) {
-    tm_sink s = {mem_write, m};
-    return s;
-}
-
-static void mb_printf(membuf *m, const char *fmt, ...) {
+static void mb_printf(tu_membuf *m, const char *fmt, ...) {
     char tmp[512];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     cr_assert(n >= 0 && (size_t)n < sizeof tmp, "mb_printf overflow");
-    cr_assert_eq(mem_write(m, tmp, (size_t)n), 0);
-}
-
-static void mb_free(membuf *m) {
-    free(m->data);
-    memset(m, 0, sizeof *m);
+    cr_assert_eq(tu_membuf_write(m, tmp, (size_t)n), 0);
 }
 
 /* ---- parsing helpers ---- */
@@ -92,28 +61,16 @@ static tm_trace *parse_bytes(const void *data, size_t len) {
 static tm_trace *parse(const tb_buf *b) { return parse_bytes(b->data, b->len); }
 
 typedef struct file_buf {
-    uint8_t *data;
+    char *data;
     size_t len;
 } file_buf;
 
 static file_buf load_probe(const char *probe) {
     char path[512];
     snprintf(path, sizeof path, "%s/perfetto-probes/%s/trace.pftrace", TM_FIXTURES, probe);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
     file_buf fb = {NULL, 0};
-    size_t cap = 0;
-    for (;;) {
-        if (cap - fb.len < 4096) {
-            cap = cap ? cap * 2 : 8192;
-            fb.data = realloc(fb.data, cap);
-            cr_assert_not_null(fb.data);
-        }
-        size_t n = fread(fb.data + fb.len, 1, cap - fb.len, f);
-        fb.len += n;
-        if (n == 0) break;
-    }
-    fclose(f);
+    fb.data = tu_read_file(path, &fb.len);
+    cr_assert_not_null(fb.data, "cannot read %s", path);
     cr_assert_gt(fb.len, 0, "%s is empty", path);
     return fb;
 }
@@ -165,7 +122,7 @@ static void assert_sample(const tm_profile *p, size_t i, int64_t ts, int64_t tid
 }
 
 /* A canonical text form of the whole model, for "identical profile" checks. */
-static void dump_frame(membuf *m, const tm_profile *p, const tm_pframe *f) {
+static void dump_frame(tu_membuf *m, const tm_profile *p, const tm_pframe *f) {
     mb_printf(m, "  frame fn=" TM_STR_FMT " mod=" TM_STR_FMT " pkg=" TM_STR_FMT " addr=%llx rel=%llx fl=%u",
               TM_STR_ARGS(f->function), TM_STR_ARGS(f->module), TM_STR_ARGS(f->package),
               (unsigned long long)f->addr, (unsigned long long)f->rel_pc, f->flags);
@@ -179,7 +136,7 @@ static void dump_frame(membuf *m, const tm_profile *p, const tm_pframe *f) {
     mb_printf(m, "\n");
 }
 
-static void dump_profile(const tm_profile *p, membuf *m) {
+static void dump_profile(const tm_profile *p, tu_membuf *m) {
     mb_printf(m, "frames=%zu stacks=%zu mappings=%zu threads=%zu samples=%zu\n", p->n_frames, p->n_stacks,
               p->n_mappings, p->n_threads, p->n_samples);
     for (size_t i = 0; i < p->n_samples; i++) {
@@ -196,24 +153,16 @@ static void dump_profile(const tm_profile *p, membuf *m) {
 }
 
 static void assert_same_profile(const tm_trace *a, const tm_trace *b) {
-    membuf da = {0}, db = {0};
+    tu_membuf da = {0}, db = {0};
     dump_profile(tm_trace_profile(a), &da);
     dump_profile(tm_trace_profile(b), &db);
     cr_assert(da.len == db.len && memcmp(da.data, db.data, da.len) == 0,
               "profiles differ:\n--- first\n%s--- second\n%s", da.data, db.data);
-    mb_free(&da);
-    mb_free(&db);
+    tu_membuf_free(&da);
+    tu_membuf_free(&db);
 }
 
 /* ---- trace-building helpers (on top of trace_builder.h) ---- */
-
-static size_t pkt_open(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags) {
-    size_t m = tb_open(t, TB_TRACE_PACKET);
-    if (ts != NO_TS) tb_uint(t, TB_P_TIMESTAMP, ts);
-    if (seq) tb_uint(t, TB_P_SEQ_ID, seq);
-    if (flags) tb_uint(t, TB_P_SEQ_FLAGS, flags);
-    return m;
-}
 
 static void fn_name(tb_buf *t, uint64_t iid, const char *s) {
     tb_interned_string(t, TB_I_FUNCTION_NAMES, iid, s, strlen(s));
@@ -262,10 +211,10 @@ static void streaming_body(tb_buf *t, const uint64_t *cs, size_t n_cs, const uin
     tb_close(t, s);
 }
 
-/* A whole StreamingProfilePacket packet (no timestamp unless ts != NO_TS). */
+/* A whole StreamingProfilePacket packet (no timestamp unless ts != TB_NO_TS). */
 static void streaming_packet(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags, const uint64_t *cs,
                              size_t n_cs, const uint64_t *dt, size_t n_dt) {
-    size_t p = pkt_open(t, seq, ts, flags);
+    size_t p = tb_packet_open(t, seq, ts, flags);
     streaming_body(t, cs, n_cs, dt, n_dt, 1);
     tb_close(t, p);
 }
@@ -280,25 +229,10 @@ static void thread_desc_body(tb_buf *t, int64_t pid, int64_t tid, int64_t ref_us
     tb_close(t, d);
 }
 
-static void snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *vals, size_t n,
-                     uint32_t primary) {
-    size_t p = pkt_open(t, seq, NO_TS, 0);
-    size_t cs = tb_open(t, TB_P_CLOCK_SNAPSHOT);
-    for (size_t i = 0; i < n; i++) {
-        size_t c = tb_open(t, TB_CS_CLOCKS);
-        tb_uint(t, TB_CLK_ID, ids[i]);
-        tb_uint(t, TB_CLK_TS, vals[i]);
-        tb_close(t, c);
-    }
-    if (primary) tb_uint(t, TB_CS_PRIMARY, primary);
-    tb_close(t, cs);
-    tb_close(t, p);
-}
-
 /* A packet on seq that clears the state and interns function iid 1 = fn,
  * frame 1 (no mapping, rel_pc 1) and callstack 1 = [frame 1]. */
 static void clear_with_one_frame(tb_buf *t, uint32_t seq, uint64_t ts, const char *fn) {
-    size_t p = pkt_open(t, seq, ts, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(t, seq, ts, TB_SEQ_CLEARED);
     size_t i = tb_open(t, TB_P_INTERNED_DATA);
     fn_name(t, 1, fn);
     tb_frame(t, 1, 1, 0, 1);
@@ -314,7 +248,7 @@ static void clear_with_one_frame(tb_buf *t, uint32_t seq, uint64_t ts, const cha
 static void build_packing_trace(tb_buf *t, int packed) {
     static const uint64_t segs[] = {1, 2, 3};
     for (uint32_t seq = 1; seq <= 2; seq++) {
-        size_t p = pkt_open(t, seq, 100, TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(t, seq, 100, TB_SEQ_CLEARED);
         if (seq == 2) thread_desc_body(t, 10, 12, 1, NULL); /* reference time 1 µs */
         size_t i = tb_open(t, TB_P_INTERNED_DATA);
         fn_name(t, 1, "main");
@@ -331,11 +265,11 @@ static void build_packing_trace(tb_buf *t, int packed) {
         tb_close(t, i);
         tb_close(t, p);
     }
-    size_t p = pkt_open(t, 1, 5000, TB_SEQ_NEEDS);
+    size_t p = tb_packet_open(t, 1, 5000, TB_SEQ_NEEDS);
     perf_body(t, 10, 11, 1);
     tb_close(t, p);
     const uint64_t cs[] = {1, 2, 1}, dt[] = {1, 2, 3};
-    p = pkt_open(t, 2, 200, TB_SEQ_NEEDS);
+    p = tb_packet_open(t, 2, 200, TB_SEQ_NEEDS);
     streaming_body(t, cs, 3, dt, 3, packed);
     tb_close(t, p);
 }
@@ -374,7 +308,7 @@ Test(trace_wire, packed_and_unpacked_repeated_fields_give_identical_profiles) {
 static void build_reset_trace(tb_buf *t, int legacy) {
     const char *names[] = {"alpha", "beta"};
     for (int g = 0; g < 3; g++) {
-        size_t p = pkt_open(t, 1, 100 + 200 * (uint64_t)g, legacy ? 0 : TB_SEQ_CLEARED);
+        size_t p = tb_packet_open(t, 1, 100 + 200 * (uint64_t)g, legacy ? 0 : TB_SEQ_CLEARED);
         if (legacy) tb_uint(t, TB_P_INCREMENTAL_CLEARED, 1);
         if (g < 2) { /* the third clear interns nothing */
             size_t i = tb_open(t, TB_P_INTERNED_DATA);
@@ -386,7 +320,7 @@ static void build_reset_trace(tb_buf *t, int legacy) {
         perf_body(t, 7, 7, 1);
         tb_close(t, p);
         if (g < 2) { /* a sample between this clear and the next */
-            p = pkt_open(t, 1, 200 + 200 * (uint64_t)g, TB_SEQ_NEEDS);
+            p = tb_packet_open(t, 1, 200 + 200 * (uint64_t)g, TB_SEQ_NEEDS);
             perf_body(t, 7, 7, 1);
             tb_close(t, p);
         }
@@ -423,7 +357,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
     tb_buf b = {0};
     static const uint64_t a_path[] = {1}, b_path[] = {2};
     /* Generation 1, packet 1: the first definitions, no sample. */
-    size_t p = pkt_open(&b, 1, 10, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 10, TB_SEQ_CLEARED);
     size_t i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "first");
     fn_name(&b, 2, "other");
@@ -435,7 +369,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
     tb_close(&b, i);
     tb_close(&b, p);
     /* Packet 2 redefines every iid, then samples callstack 1. */
-    p = pkt_open(&b, 1, 20, TB_SEQ_NEEDS);
+    p = tb_packet_open(&b, 1, 20, TB_SEQ_NEEDS);
     i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "second");
     path_str(&b, 1, "c.so");
@@ -448,7 +382,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
     tb_close(&b, p);
     /* A new generation: now the new entries count. */
     clear_with_one_frame(&b, 1, 30, "third");
-    p = pkt_open(&b, 1, 40, TB_SEQ_NEEDS);
+    p = tb_packet_open(&b, 1, 40, TB_SEQ_NEEDS);
     perf_body(&b, 3, 3, 1);
     tb_close(&b, p);
 
@@ -498,7 +432,7 @@ Test(trace_loss, probe_p3_incremental_loss) {
 
 Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 1, 10, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 10, TB_SEQ_CLEARED);
     size_t i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "a");
     fn_name(&b, 2, "b");
@@ -510,7 +444,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     perf_body(&b, 5, 5, 1);
     tb_close(&b, p);
     /* Loss: this and the next SEQ_NEEDS packets are skipped. */
-    p = pkt_open(&b, 1, 20, TB_SEQ_NEEDS);
+    p = tb_packet_open(&b, 1, 20, TB_SEQ_NEEDS);
     tb_uint(&b, TB_P_PREV_DROPPED, 1);
     perf_body(&b, 5, 5, 1);
     tb_close(&b, p);
@@ -518,7 +452,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     /* No NEEDS flag: parsed, resolving against the pre-loss tables. */
     tb_perf_sample(&b, 1, 40, 5, 5, 2, 0);
     /* Interned data on a SEQ_NEEDS packet while invalid: both skipped. */
-    p = pkt_open(&b, 1, 50, TB_SEQ_NEEDS);
+    p = tb_packet_open(&b, 1, 50, TB_SEQ_NEEDS);
     i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 3, "c");
     tb_close(&b, i);
@@ -530,7 +464,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     tb_perf_sample(&b, 1, 70, 5, 5, 1, TB_SEQ_NEEDS);
 
     /* Sequence 2: a skipped StreamingProfilePacket counts each callstack. */
-    p = pkt_open(&b, 2, 5, TB_SEQ_CLEARED);
+    p = tb_packet_open(&b, 2, 5, TB_SEQ_CLEARED);
     thread_desc_body(&b, 8, 9, 1000, NULL);
     i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "s");
@@ -539,8 +473,8 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     tb_close(&b, i);
     tb_close(&b, p);
     const uint64_t one[] = {1}, d1[] = {1}, three[] = {1, 1, 1}, d3[] = {1, 1, 1};
-    streaming_packet(&b, 2, NO_TS, TB_SEQ_NEEDS, one, 1, d1, 1);
-    p = pkt_open(&b, 2, NO_TS, TB_SEQ_NEEDS);
+    streaming_packet(&b, 2, TB_NO_TS, TB_SEQ_NEEDS, one, 1, d1, 1);
+    p = tb_packet_open(&b, 2, TB_NO_TS, TB_SEQ_NEEDS);
     tb_uint(&b, TB_P_PREV_DROPPED, 1);
     streaming_body(&b, three, 3, d3, 3, 1);
     tb_close(&b, p);
@@ -571,7 +505,7 @@ Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
     tb_perf_sample(&b, 1, 6, 1, 1, 1, TB_SEQ_NEEDS);
     /* Sequence 9 never clears. previous_packet_dropped on its first packet
      * is not a loss: the sequence had not been seen. */
-    size_t p = pkt_open(&b, 9, 10, TB_SEQ_NEEDS);
+    size_t p = tb_packet_open(&b, 9, 10, TB_SEQ_NEEDS);
     tb_uint(&b, TB_P_PREV_DROPPED, 1);
     size_t i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "x");
@@ -585,7 +519,7 @@ Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
     streaming_packet(&b, 9, 30, TB_SEQ_NEEDS, cs, 2, dt, 2);
     /* Sequence 10 never clears either; without the NEEDS flag its packet
      * is parsed, but its interned data was dropped: unresolved. */
-    p = pkt_open(&b, 10, 40, 0);
+    p = tb_packet_open(&b, 10, 40, 0);
     i = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "y");
     tb_frame(&b, 1, 1, 0, 1);
@@ -630,15 +564,15 @@ static void intern_ab(tb_buf *t, const char *f1, const char *f2) {
 
 Test(trace_samples, perf_and_streaming_on_several_sequences_and_threads) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 1, 50, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 50, TB_SEQ_CLEARED);
     thread_desc_body(&b, 100, 101, 1000, NULL);
     intern_ab(&b, "a", "b");
     tb_close(&b, p);
-    p = pkt_open(&b, 2, 50, TB_SEQ_CLEARED);
+    p = tb_packet_open(&b, 2, 50, TB_SEQ_CLEARED);
     thread_desc_body(&b, 100, 102, 1005, NULL);
     intern_ab(&b, "b", "a"); /* the same iids mean other names on sequence 2 */
     tb_close(&b, p);
-    p = pkt_open(&b, 3, 50, TB_SEQ_CLEARED);
+    p = tb_packet_open(&b, 3, 50, TB_SEQ_CLEARED);
     intern_ab(&b, "p", "q");
     tb_close(&b, p);
     tb_perf_sample(&b, 3, 1020000, 200, 201, 2, TB_SEQ_NEEDS);
@@ -724,7 +658,7 @@ Test(trace_samples, probe_p8_cpu_profile_unittest_port) {
 
 Test(trace_samples, streaming_thread_from_track_descriptor_and_packet_time_fallback) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 4, 9000, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 4, 9000, TB_SEQ_CLEARED);
     size_t td = tb_open(&b, TB_P_TRACK_DESCRIPTOR);
     tb_uint(&b, TB_TRACK_UUID, 77);
     size_t th = tb_open(&b, TB_TRACK_THREAD);
@@ -759,15 +693,15 @@ Test(trace_samples, streaming_deltas_are_added_to_the_converted_base) {
     tb_buf b = {0};
     const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
     const uint64_t s1[] = {10000000, 1000000}, s2[] = {25000000, 5000000};
-    snapshot(&b, 1, ids, s1, 2, 0);
-    snapshot(&b, 1, ids, s2, 2, 0);
-    size_t p = pkt_open(&b, 2, NO_TS, TB_SEQ_CLEARED);
+    tb_clock_snapshot(&b, 1, ids, s1, 2);
+    tb_clock_snapshot(&b, 1, ids, s2, 2);
+    size_t p = tb_packet_open(&b, 2, TB_NO_TS, TB_SEQ_CLEARED);
     thread_desc_body(&b, 1, 2, 4000, NULL); /* MONOTONIC 4 ms */
     intern_ab(&b, "a", "b");
     tb_close(&b, p);
     const uint64_t cs[] = {1, 2}, dt[] = {1000, 1000}, cs1[] = {1}, d500[] = {500};
-    streaming_packet(&b, 2, NO_TS, TB_SEQ_NEEDS, cs, 2, dt, 2);
-    streaming_packet(&b, 2, NO_TS, TB_SEQ_NEEDS, cs1, 1, d500, 1);
+    streaming_packet(&b, 2, TB_NO_TS, TB_SEQ_NEEDS, cs, 2, dt, 2);
+    streaming_packet(&b, 2, TB_NO_TS, TB_SEQ_NEEDS, cs1, 1, d500, 1);
 
     tm_trace *t = parse(&b);
     const tm_profile *pr = tm_trace_profile(t);
@@ -817,7 +751,7 @@ Test(trace_clocks, probe_p6_monotonic_without_snapshot_is_dropped) {
 }
 
 static void perf_with_clock(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t clock_id) {
-    size_t p = pkt_open(t, seq, ts, TB_SEQ_NEEDS);
+    size_t p = tb_packet_open(t, seq, ts, TB_SEQ_NEEDS);
     if (clock_id) tb_uint(t, TB_P_CLOCK_ID, clock_id);
     perf_body(t, 4, 4, 1);
     tb_close(t, p);
@@ -827,14 +761,14 @@ Test(trace_clocks, per_packet_timestamp_clock_id_and_defaults) {
     tb_buf b = {0};
     const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
     const uint64_t vals[] = {10000, 1000};
-    snapshot(&b, 1, ids, vals, 2, 0);
+    tb_clock_snapshot(&b, 1, ids, vals, 2);
     clear_with_one_frame(&b, 2, 0, "f");
     perf_with_clock(&b, 2, 1500, CLK_MONOTONIC); /* field 58 -> 10500 */
     perf_with_clock(&b, 2, 20000, 0);            /* trace default: as-is */
     perf_with_clock(&b, 2, 30000, CLK_BOOTTIME); /* as-is */
     /* Sequence 3: TracePacketDefaults.timestamp_clock_id = MONOTONIC. */
     clear_with_one_frame(&b, 3, 0, "f");
-    size_t p = pkt_open(&b, 3, NO_TS, 0);
+    size_t p = tb_packet_open(&b, 3, TB_NO_TS, 0);
     size_t d = tb_open(&b, TB_P_DEFAULTS);
     tb_uint(&b, TB_DEF_CLOCK_ID, CLK_MONOTONIC);
     tb_close(&b, d);
@@ -842,7 +776,7 @@ Test(trace_clocks, per_packet_timestamp_clock_id_and_defaults) {
     perf_with_clock(&b, 3, 2000, 0);             /* default MONOTONIC -> 11000 */
     perf_with_clock(&b, 3, 40000, CLK_BOOTTIME); /* the packet's clock wins */
     /* A clear resets TracePacketDefaults: untagged is trace time again. */
-    clear_with_one_frame(&b, 3, NO_TS, "f");
+    clear_with_one_frame(&b, 3, TB_NO_TS, "f");
     perf_with_clock(&b, 3, 50000, 0);
 
     tm_trace *t = parse(&b);
@@ -859,7 +793,7 @@ Test(trace_clocks, primary_trace_clock_sets_trace_time) {
     tb_buf b = {0};
     const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
     const uint64_t vals[] = {10000, 1000};
-    snapshot(&b, 1, ids, vals, 2, CLK_MONOTONIC);
+    tb_clock_snapshot_primary(&b, 1, ids, vals, 2, CLK_MONOTONIC);
     clear_with_one_frame(&b, 2, 0, "f");
     perf_with_clock(&b, 2, 12000, CLK_BOOTTIME); /* BOOT 12000 -> MONO 3000 */
     perf_with_clock(&b, 2, 2000, 0);             /* untagged: already MONOTONIC */
@@ -878,7 +812,7 @@ Test(trace_clocks, primary_trace_clock_sets_trace_time) {
  * emitted the snapshot; unit_multiplier_ns scales the clock's values. */
 Test(trace_clocks, sequence_scoped_clock_with_unit_multiplier) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 2, NO_TS, 0);
+    size_t p = tb_packet_open(&b, 2, TB_NO_TS, 0);
     size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
     size_t c = tb_open(&b, TB_CS_CLOCKS);
     tb_uint(&b, TB_CLK_ID, CLK_BOOTTIME);
@@ -910,8 +844,8 @@ Test(trace_clocks, unix_time_from_boottime_realtime_snapshots_exact_ns) {
     const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME};
     const uint64_t s1[] = {1000000000ull, 1700000000123456789ull};
     const uint64_t s2[] = {2000000000ull, 1700000001123456999ull};
-    snapshot(&b, 1, ids, s1, 2, 0);
-    snapshot(&b, 1, ids, s2, 2, 0);
+    tb_clock_snapshot(&b, 1, ids, s1, 2);
+    tb_clock_snapshot(&b, 1, ids, s2, 2);
     clear_with_one_frame(&b, 2, 0, "f");
     tb_perf_sample(&b, 2, 500000000ull, 4, 4, 1, TB_SEQ_NEEDS);
     tb_perf_sample(&b, 2, 1000000001ull, 4, 4, 1, TB_SEQ_NEEDS);
@@ -943,28 +877,24 @@ Test(trace_clocks, unix_time_from_boottime_realtime_snapshots_exact_ns) {
 static void build_compress_parts(tb_buf *a, tb_buf *b) {
     const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
     const uint64_t vals[] = {1000000, 0};
-    snapshot(a, 1, ids, vals, 2, 0);
-    size_t p = pkt_open(a, 2, 10, 0);
+    tb_clock_snapshot(a, 1, ids, vals, 2);
+    size_t p = tb_packet_open(a, 2, 10, 0);
     size_t pt = tb_open(a, TB_P_PROCESS_TREE);
-    size_t th = tb_open(a, TB_PT_THREADS);
-    tb_uint(a, TB_THR_TID, 21);
-    tb_str(a, TB_THR_NAME, "perf-thread");
-    tb_uint(a, TB_THR_TGID, 20);
-    tb_close(a, th);
+    tb_pt_thread(a, 21, 20, "perf-thread");
     tb_close(a, pt);
     tb_close(a, p);
-    p = pkt_open(a, 3, 10, TB_SEQ_CLEARED);
+    p = tb_packet_open(a, 3, 10, TB_SEQ_CLEARED);
     thread_desc_body(a, 20, 22, 5, "sampler");
     intern_ab(a, "a", "b");
     tb_close(a, p);
     const uint64_t cs[] = {1, 2}, dt[] = {10, 20}, cs1[] = {2}, d1[] = {5};
-    streaming_packet(a, 3, NO_TS, TB_SEQ_NEEDS, cs, 2, dt, 2);
-    p = pkt_open(a, 4, 1000, TB_SEQ_CLEARED);
+    streaming_packet(a, 3, TB_NO_TS, TB_SEQ_NEEDS, cs, 2, dt, 2);
+    p = tb_packet_open(a, 4, 1000, TB_SEQ_CLEARED);
     intern_ab(a, "c", "d");
     perf_body(a, 20, 21, 2);
     tb_close(a, p);
     /* Part b relies on the interning and sequence time of part a. */
-    streaming_packet(b, 3, NO_TS, TB_SEQ_NEEDS, cs1, 1, d1, 1);
+    streaming_packet(b, 3, TB_NO_TS, TB_SEQ_NEEDS, cs1, 1, d1, 1);
     tb_perf_sample(b, 4, 1060000, 20, 21, 1, TB_SEQ_NEEDS);
 }
 
@@ -1049,20 +979,16 @@ Test(trace_compressed, probe_p4_equals_probe_p2) {
 /* ==================================================================== */
 
 static void process_tree_thread(tb_buf *t, uint32_t seq, int64_t tid, int64_t tgid, const char *name) {
-    size_t p = pkt_open(t, seq, 1, 0);
+    size_t p = tb_packet_open(t, seq, 1, 0);
     size_t pt = tb_open(t, TB_P_PROCESS_TREE);
-    size_t th = tb_open(t, TB_PT_THREADS);
-    tb_uint(t, TB_THR_TID, (uint64_t)tid);
-    tb_bytes(t, TB_THR_NAME, name, strlen(name));
-    tb_uint(t, TB_THR_TGID, (uint64_t)tgid);
-    tb_close(t, th);
+    tb_pt_thread(t, (uint64_t)tid, (uint64_t)tgid, name);
     tb_close(t, pt);
     tb_close(t, p);
 }
 
 Test(trace_names, thread_names_from_process_tree) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 1, 1, 0);
+    size_t p = tb_packet_open(&b, 1, 1, 0);
     size_t pt = tb_open(&b, TB_P_PROCESS_TREE);
     size_t pr = tb_open(&b, TB_PT_PROCESSES);
     tb_uint(&b, TB_PROC_PID, 10);
@@ -1070,13 +996,7 @@ Test(trace_names, thread_names_from_process_tree) {
     tb_close(&b, pr);
     const int64_t tids[] = {11, 12};
     const char *names[] = {"RenderThread", "Worker"};
-    for (int i = 0; i < 2; i++) {
-        size_t th = tb_open(&b, TB_PT_THREADS);
-        tb_uint(&b, TB_THR_TID, (uint64_t)tids[i]);
-        tb_str(&b, TB_THR_NAME, names[i]);
-        tb_uint(&b, TB_THR_TGID, 10);
-        tb_close(&b, th);
-    }
+    for (int i = 0; i < 2; i++) tb_pt_thread(&b, (uint64_t)tids[i], 10, names[i]);
     tb_close(&b, pt);
     tb_close(&b, p);
     clear_with_one_frame(&b, 2, 5, "f");
@@ -1101,13 +1021,13 @@ Test(trace_names, thread_names_from_process_tree) {
 Test(trace_names, descriptor_thread_names_beat_process_tree) {
     tb_buf b = {0};
     /* Thread 11: ThreadDescriptor first, ProcessTree later. */
-    size_t p = pkt_open(&b, 1, 1, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 1, TB_SEQ_CLEARED);
     thread_desc_body(&b, 10, 11, -1, "td-name");
     tb_close(&b, p);
     process_tree_thread(&b, 5, 11, 10, "pt-11");
     /* Thread 12: ProcessTree first, TrackDescriptor.thread later. */
     process_tree_thread(&b, 5, 12, 10, "pt-12");
-    p = pkt_open(&b, 2, 2, TB_SEQ_CLEARED);
+    p = tb_packet_open(&b, 2, 2, TB_SEQ_CLEARED);
     size_t td = tb_open(&b, TB_P_TRACK_DESCRIPTOR);
     tb_uint(&b, TB_TRACK_UUID, 5);
     size_t th = tb_open(&b, TB_TRACK_THREAD);
@@ -1183,8 +1103,8 @@ Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
     tb_buf b = {0};
     const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME};
     const uint64_t vals[] = {0, 1700000000000000000ull};
-    snapshot(&b, 1, ids, vals, 2, 0);
-    size_t p = pkt_open(&b, 2, 1, TB_SEQ_CLEARED);
+    tb_clock_snapshot(&b, 1, ids, vals, 2);
+    size_t p = tb_packet_open(&b, 2, 1, TB_SEQ_CLEARED);
     thread_desc_body(&b, 10, 11, -1, bad_thread);
     tb_close(&b, p);
     clear_with_one_frame(&b, 3, 5, bad_fn);
@@ -1197,8 +1117,8 @@ Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
     assert_sample(m, 0, 1000, 11, bad_fn); /* byte-exact in the model */
     cr_assert(str_is(thread_of_sample(m, 0)->name, bad_thread));
 
-    membuf out = {0};
-    tm_sink sink = mem_sink(&out);
+    tu_membuf out = {0};
+    tm_sink sink = {tu_membuf_write, &out};
     tm_error err;
     memset(&err, 0, sizeof err);
     tm_status st = tm_write_sample_v2(t, NULL, &sink, &err);
@@ -1220,7 +1140,7 @@ Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
     cr_assert_not_null(fname);
     cr_assert_str_eq(fname, "fn\xef\xbf\xbd(x");
     json_decref(root);
-    mb_free(&out);
+    tu_membuf_free(&out);
     tm_trace_free(t);
     tb_free(&b);
 }
@@ -1232,7 +1152,7 @@ Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
 Test(trace_frames, address_only_frames) {
     tb_buf b = {0};
     static const uint64_t path[] = {1};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t i = tb_open(&b, TB_P_INTERNED_DATA);
     path_str(&b, 1, "libnative.so");
     mapping_paths(&b, 1, 0x7000, 0x9000, path, 1, 1);
@@ -1273,7 +1193,7 @@ Test(trace_frames, java_mappings_split_module_and_function) {
         "/system/lib64/libc.so"};
     enum { N = 7, NATIVE = 6 };
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "android.os.Looper.loop");
     fn_name(&b, 2, "nodots");
@@ -1328,7 +1248,7 @@ Test(trace_frames, deep_stack_of_5000_frames_with_default_limits) {
     tb_buf b = {0};
     uint64_t *ids = malloc(DEPTH * sizeof *ids);
     cr_assert_not_null(ids);
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     for (uint64_t k = 0; k < DEPTH; k++) {
         char name[16];
@@ -1362,7 +1282,7 @@ Test(trace_frames, deep_stack_of_5000_frames_with_default_limits) {
 Test(trace_frames, multi_segment_mapping_path_joined_with_slash) {
     tb_buf b = {0};
     static const uint64_t segs[] = {1, 2, 3, 4};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     path_str(&b, 1, "apex");
     path_str(&b, 2, "com.android.runtime");
@@ -1391,7 +1311,7 @@ Test(trace_frames, multi_segment_mapping_path_joined_with_slash) {
 Test(trace_frames, mapping_path_stops_at_unresolvable_segment) {
     tb_buf b = {0};
     static const uint64_t segs[] = {1, 99, 3};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     path_str(&b, 1, "system");
     path_str(&b, 3, "libc.so");
@@ -1414,7 +1334,7 @@ Test(trace_frames, mapping_path_stops_at_unresolvable_segment) {
 Test(trace_frames, frames_deduplicated_across_sequences) {
     tb_buf b = {0};
     static const uint64_t path1[] = {1}, path3[] = {3};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "main");
     fn_name(&b, 2, "work");
@@ -1428,7 +1348,7 @@ Test(trace_frames, frames_deduplicated_across_sequences) {
     perf_body(&b, 10, 11, 1);
     tb_close(&b, p);
     /* Sequence 2: the same content under other iids. */
-    p = pkt_open(&b, 2, 6, TB_SEQ_CLEARED);
+    p = tb_packet_open(&b, 2, 6, TB_SEQ_CLEARED);
     in = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 5, "work");
     fn_name(&b, 6, "main");
@@ -1457,7 +1377,7 @@ Test(trace_frames, frames_deduplicated_across_sequences) {
 
 Test(trace_frames, missing_function_name_iid_drops_the_sample) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "good");
     tb_frame(&b, 1, 7, 0, 0x10); /* function_name_id 7 was never interned */
@@ -1486,7 +1406,7 @@ Test(trace_frames, missing_function_name_iid_drops_the_sample) {
 
 Test(trace_frames, missing_callstack_frame_or_mapping_iid_drops_the_sample) {
     tb_buf b = {0};
-    size_t p = pkt_open(&b, 1, 5, TB_SEQ_CLEARED);
+    size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TB_P_INTERNED_DATA);
     fn_name(&b, 1, "good");
     tb_frame(&b, 1, 1, 0, 0x10);

@@ -150,17 +150,7 @@ void tb_mapping(tb_buf *b, uint64_t iid, uint64_t build_iid, uint64_t start, uin
 }
 
 void tb_clock_snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    if (seq) tb_uint(t, TB_P_SEQ_ID, seq);
-    size_t cs = tb_open(t, TB_P_CLOCK_SNAPSHOT);
-    for (size_t i = 0; i < n; i++) {
-        size_t c = tb_open(t, TB_CS_CLOCKS);
-        tb_uint(t, TB_CLK_ID, ids[i]);
-        tb_uint(t, TB_CLK_TS, values[i]);
-        tb_close(t, c);
-    }
-    tb_close(t, cs);
-    tb_close(t, p);
+    tb_clock_snapshot_primary(t, seq, ids, values, n, 0);
 }
 
 void tb_perf_sample(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t pid, uint32_t tid, uint64_t cs_iid,
@@ -175,4 +165,35 @@ void tb_perf_sample(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t pid, uint32_t
     tb_uint(t, TB_PS_CALLSTACK, cs_iid);
     tb_close(t, s);
     tb_close(t, p);
+}
+
+size_t tb_packet_open(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags) {
+    size_t p = tb_open(t, TB_TRACE_PACKET);
+    if (ts != TB_NO_TS) tb_uint(t, TB_P_TIMESTAMP, ts);
+    if (seq) tb_uint(t, TB_P_SEQ_ID, seq);
+    if (flags) tb_uint(t, TB_P_SEQ_FLAGS, flags);
+    return p;
+}
+
+void tb_clock_snapshot_primary(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n,
+                               uint32_t primary) {
+    size_t p = tb_packet_open(t, seq, TB_NO_TS, 0);
+    size_t cs = tb_open(t, TB_P_CLOCK_SNAPSHOT);
+    for (size_t i = 0; i < n; i++) {
+        size_t c = tb_open(t, TB_CS_CLOCKS);
+        tb_uint(t, TB_CLK_ID, ids[i]);
+        tb_uint(t, TB_CLK_TS, values[i]);
+        tb_close(t, c);
+    }
+    if (primary) tb_uint(t, TB_CS_PRIMARY, primary);
+    tb_close(t, cs);
+    tb_close(t, p);
+}
+
+void tb_pt_thread(tb_buf *t, uint64_t tid, uint64_t tgid, const char *name) {
+    size_t th = tb_open(t, TB_PT_THREADS);
+    tb_uint(t, TB_THR_TID, tid);
+    tb_str(t, TB_THR_NAME, name);
+    tb_uint(t, TB_THR_TGID, tgid);
+    tb_close(t, th);
 }

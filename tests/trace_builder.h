@@ -76,4 +76,16 @@ void tb_clock_snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint6
 void tb_perf_sample(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t pid, uint32_t tid, uint64_t cs_iid,
                     uint32_t flags);
 
+
+/* Opens a TracePacket (close it with tb_close) and writes its header fields in
+ * this order: timestamp unless ts == TB_NO_TS, trusted_packet_sequence_id
+ * unless seq == 0, sequence_flags unless flags == 0. */
+#define TB_NO_TS UINT64_MAX
+size_t tb_packet_open(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags);
+/* tb_clock_snapshot plus ClockSnapshot.primary_trace_clock (left out if 0). */
+void tb_clock_snapshot_primary(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n,
+                               uint32_t primary);
+/* One ProcessTree.threads entry (tid, name, tgid), written inside an open TB_P_PROCESS_TREE. */
+void tb_pt_thread(tb_buf *t, uint64_t tid, uint64_t tgid, const char *name);
+
 #endif

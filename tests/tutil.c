@@ -1,0 +1,57 @@
+/*
+ * tutil.c — the shared test plumbing declared in tutil.h: the tu_membuf
+ * sink and whole-file reading. No Criterion and no libtracemill here (see
+ * tutil.h): callers assert on the return values.
+ */
+#include "tutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tu_membuf_write(void *ctx, const void *data, size_t len) {
+    tu_membuf *m = ctx;
+    if (m->cap - m->len < len + 1) { /* room for the data and the NUL */
+        size_t cap = m->cap ? m->cap : 4096;
+        while (cap - m->len < len + 1) cap *= 2;
+        char *p = realloc(m->data, cap);
+        if (!p) return 1;
+        m->data = p;
+        m->cap = cap;
+    }
+    if (len) memcpy(m->data + m->len, data, len);
+    m->len += len;
+    m->data[m->len] = 0;
+    return 0;
+}
+
+void tu_membuf_free(tu_membuf *m) {
+    free(m->data);
+    memset(m, 0, sizeof *m);
+}
+
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) abort();
+    for (;;) {
+        if (n == cap) {
+            buf = realloc(buf, (cap *= 2) + 1);
+            if (!buf) abort();
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        if (got == 0) break;
+        n += got;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}

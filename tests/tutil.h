@@ -1,0 +1,39 @@
+/*
+ * tutil.h — plumbing shared by the Criterion suites (tests/test_*.c): a
+ * growing in-memory buffer that serves as a tm_sink write callback, and
+ * reading a whole file into memory. Trace-building helpers live in
+ * trace_builder.h, assertions in the test files.
+ *
+ * tutil.c is compiled into the tm_trace_builder library, which gen_trace
+ * links as well, so it uses neither Criterion nor libtracemill: failures are
+ * return values for the tests to assert on, and running out of memory
+ * abort()s. Not named test_*.c, so CMake does not make it a suite.
+ */
+#ifndef TM_TUTIL_H
+#define TM_TUTIL_H
+
+#include <stddef.h>
+
+/* A malloc'd byte buffer; zero-initialise it ({0}) before use. */
+typedef struct tu_membuf {
+    char *data; /* NULL until the first write; then always NUL-terminated */
+    size_t len; /* bytes written, excluding the terminating NUL */
+    size_t cap;
+} tu_membuf;
+
+/* A tm_sink write callback with ctx = tu_membuf *: appends data[0..len) and
+ * keeps the buffer NUL-terminated (so it can be used as a C string).
+ * Returns 0, or 1 if memory runs out. Usage:
+ *     tu_membuf out = {0};
+ *     tm_sink sink = {tu_membuf_write, &out};                             */
+int tu_membuf_write(void *ctx, const void *data, size_t len);
+
+/* Frees the buffer and zeroes *m, ready for reuse. */
+void tu_membuf_free(tu_membuf *m);
+
+/* Reads the whole file at path into a malloc'd buffer with a NUL appended
+ * (not counted in *len; len may be NULL). Returns NULL if the file cannot be
+ * opened or read. */
+char *tu_read_file(const char *path, size_t *len);
+
+#endif
