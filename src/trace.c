@@ -1454,10 +1454,12 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     d.base = buf;
     d.last_thread = TM_ABSENT;
     tm_bytes all = {buf, len};
-    /* A sample costs at least ~16 bytes of trace in the common encodings:
-     * reserving len/16 up front avoids most regrowth copies. */
+    /* A sample costs ~16 bytes of trace or more in the common encodings:
+     * reserving len/16 up front (at most 2^24 samples, 256 MiB) avoids most
+     * regrowth copies without claiming memory a huge trace may not need. */
     tm_status st = TM_OK;
-    if (len / 16 > 1024 && TM_VEC_RESERVE(&t->mem, t->profile.samples, t->profile.cap_samples, len / 16) != TM_OK)
+    size_t reserve = len / 16 < ((size_t)1 << 24) ? len / 16 : (size_t)1 << 24;
+    if (reserve > 1024 && TM_VEC_RESERVE(&t->mem, t->profile.samples, t->profile.cap_samples, reserve) != TM_OK)
         st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     if (st == TM_OK) st = decode_trace(&d, all);
     if (st == TM_OK) st = finish(&d);
