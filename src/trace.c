@@ -63,7 +63,7 @@ typedef struct seq_state {
     tm_iidmap frame_map;    ent_frame *frames;    size_t n_frames, cap_frames;
     tm_iidmap mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
     tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
-    uint32_t *cs_cache; size_t cap_cs_cache; /* per css slot: profile stack, or TM_ABSENT */
+    tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this generation */
     uint64_t n_interned;
     uint32_t epoch;
     bool seen, valid, had_loss, has_thread, has_ref_time;
@@ -182,7 +182,7 @@ static void seq_free(tm_mem *m, seq_state *s) {
     tm_mem_free(m, s->frames, s->cap_frames * sizeof *s->frames);
     tm_mem_free(m, s->mappings, s->cap_mappings * sizeof *s->mappings);
     tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
-    tm_mem_free(m, s->cs_cache, s->cap_cs_cache * sizeof *s->cs_cache);
+    tm_iidmap_free(m, &s->stack_by_iid);
     tm_mem_free(m, s, sizeof *s);
 }
 
@@ -194,15 +194,14 @@ static void seq_clear_tables(seq_state *s) {
     tm_iidmap_clear(&s->frame_map);
     tm_iidmap_clear(&s->mapping_map);
     tm_iidmap_clear(&s->cs_map);
+    tm_iidmap_clear(&s->stack_by_iid);
     s->n_frames = s->n_mappings = s->n_css = 0;
     s->n_interned = 0;
     s->epoch++;
 }
 
 /* Relay mode: a merge may replace entries, so resolved stacks are stale. */
-static void seq_forget_stacks(seq_state *s) {
-    if (s->n_css) memset(s->cs_cache, 0xff, s->n_css * sizeof *s->cs_cache);
-}
+static void seq_forget_stacks(seq_state *s) { tm_iidmap_clear(&s->stack_by_iid); }
 
 static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
     if (d->last_seq && d->last_seq->id == id) {
@@ -377,11 +376,7 @@ static tm_status merge_callstack(dec *d, seq_state *s, tm_bytes msg, const uint8
     if (iid == 0) return TM_OK;
     uint32_t slot;
     TM_TRY(INTERN_SLOT(d, s, s->cs_map, s->css, s->n_css, s->cap_css, iid, at, &slot));
-    if (slot != TM_ABSENT) {
-        DTRY_MEM(d, TM_VEC_RESERVE(d->mem, s->cs_cache, s->cap_cs_cache, s->n_css));
-        s->css[slot].msg = msg;
-        s->cs_cache[slot] = TM_ABSENT;
-    }
+    if (slot != TM_ABSENT) s->css[slot].msg = msg;
     return TM_OK;
 }
 
@@ -576,9 +571,12 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     return TM_OK;
 }
 
-/* Resolves the callstack in css slot idx, first time in this generation. */
-static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t idx, const uint8_t *at,
+/* Resolves callstack iid, first time in this generation. */
+static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                         uint32_t *out, int *ok) {
+    uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
+    *ok = 0;
+    if (idx == TM_ABSENT) return TM_OK;
     const ent_callstack *e = &s->css[idx];
     size_t n = 0;
     tm_pb_reader r = tm_pb_reader_of(e->msg);
@@ -608,25 +606,23 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t idx, cons
         d->frame_scratch[n - 1 - i] = tmp;
     }
     DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
-    s->cs_cache[idx] = *out;
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->stack_by_iid, iid, *out, s->n_css));
     *ok = 1;
     return TM_OK;
 }
 
 /* Resolves a callstack iid to a profile stack (leaf first). *ok = 0 when
  * the sample must be dropped. A callstack seen before in this generation
- * costs two array loads. */
+ * costs one array load. */
 static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                           uint32_t *out, int *ok) {
-    uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
-    *ok = 0;
-    if (idx == TM_ABSENT) return TM_OK;
-    if (TM_LIKELY(s->cs_cache[idx] != TM_ABSENT)) {
-        *out = s->cs_cache[idx];
+    uint32_t stack = tm_iidmap_get(&s->stack_by_iid, iid);
+    if (TM_LIKELY(stack != TM_ABSENT)) {
+        *out = stack;
         *ok = 1;
         return TM_OK;
     }
-    return resolve_callstack_slow(d, s, idx, at, out, ok);
+    return resolve_callstack_slow(d, s, iid, at, out, ok);
 }
 
 /* ---- samples ---- */
@@ -1119,7 +1115,8 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
         }
         if (!slot) continue;
         WANT(d, f, TM_PB_LEN, "TracePacket");
-        *slot = f.bytes;
+        slot->data = f.bytes.data; /* two scalar copies: a 16-byte one stalls on store forwarding */
+        slot->len = f.bytes.len;
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "TracePacket");
     return TM_OK;
