@@ -1083,9 +1083,8 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
     k->ts = k->seq = k->dropped = 0;
     k->clock_id = k->flags = 0;
     k->has_ts = k->has_seq = k->legacy_cleared = k->zstd = false;
-    tm_bytes *const payloads[] = {&k->interned, &k->defaults, &k->snapshot, &k->ptree, &k->pdesc,
-                                  &k->tdesc, &k->track, &k->compressed, &k->streaming, &k->perf};
-    for (size_t i = 0; i < sizeof payloads / sizeof *payloads; i++) payloads[i]->data = NULL;
+    k->interned.data = k->defaults.data = k->snapshot.data = k->ptree.data = k->pdesc.data = NULL;
+    k->tdesc.data = k->track.data = k->compressed.data = k->streaming.data = k->perf.data = NULL;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         tm_bytes *slot = NULL;
         switch (f.num) {
