@@ -331,24 +331,34 @@ static double relay_seconds(const tm_profile *p, int64_t ts) {
     return round(secs * 1000.0) / 1000.0;
 }
 
-/* Fractional seconds of ns (0..999999999) as ".d" .. ".ddddddddd", trailing
- * zeros trimmed. */
-static char *put_fraction(char *p, uint32_t frac) {
-    static const char pairs[201] =
-        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-        "8081828384858687888990919293949596979899";
-    char f[10];
-    f[8] = (char)('0' + frac % 10);
-    frac /= 10;
-    for (int i = 6; i >= 0; i -= 2) {
-        memcpy(f + i, pairs + (frac % 100) * 2, 2);
-        frac /= 100;
+/* Three-digit groups "000".."999", each padded to 4 bytes for fixed-size
+ * copies; built per call (4 KiB) rather than kept as global state. */
+typedef char digit_groups[1000][4];
+
+static void fill_digit_groups(digit_groups g) {
+    for (int i = 0; i < 1000; i++) {
+        g[i][0] = (char)('0' + i / 100);
+        g[i][1] = (char)('0' + i / 10 % 10);
+        g[i][2] = (char)('0' + i % 10);
+        g[i][3] = 0;
     }
-    size_t n = 9;
-    while (n > 1 && f[n - 1] == '0') n--;
+}
+
+/* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. */
+static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
     *p++ = '.';
-    memcpy(p, f, 9); /* copy whole, advance by the trimmed length */
+    uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000;
+    size_t n = 3;
+    memcpy(p, g[a], 4);
+    if (b | c) {
+        memcpy(p + 3, g[b], 4);
+        n = 6;
+        if (c) {
+            memcpy(p + 6, g[c], 4);
+            n = 9;
+        }
+    }
+    while (n > 1 && p[n - 1] == '0') n--; /* at most two more within the last group */
     return p + n;
 }
 
@@ -378,6 +388,13 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
     }
     suf_off[n_threads] = (uint32_t)(q - suffix);
 
+    digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
+    if (!groups) {
+        tm_mem_free(p->mem, suffix, suf_cap);
+        tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    }
+    fill_digit_groups(*groups);
     int64_t cached_sec = -1;
     char sec_digits[24] = {0};
     size_t sec_len = 0;
@@ -408,7 +425,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
                     sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
                 }
                 memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
-                o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000));
+                o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000), *groups);
             }
         }
         static const char stack_key[] = ",\"stack_id\":";
@@ -418,6 +435,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         memcpy(o, suffix + so, 40); /* fixed size: inlined; sl <= 40 */
         tm_jw_commit(w, o + sl);
     }
+    tm_mem_free(p->mem, groups, sizeof *groups);
     tm_mem_free(p->mem, suffix, suf_cap);
     tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
     return TM_OK;

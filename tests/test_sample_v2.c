@@ -744,3 +744,42 @@ Test(default_mode, output_without_meta_has_no_chunk_ids) {
     free(m.data);
     tb_free(&t);
 }
+
+/* The sample writer formats seconds on its own fast path (cached integer
+ * part, 3-digit groups); it must agree with tm_jw_seconds on every kind of
+ * fraction: zero, single nanoseconds, group boundaries, trailing zeros. */
+Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
+    static const uint64_t fractions[] = {0,       1,         10,        100,       999,       1000,
+                                         1001,    10000,     100000,    999999,    1000000,   1000001,
+                                         1010000, 100000000, 123456789, 500000000, 999999999, 1000000000,
+                                         1000000001, 61000000000ull};
+    const size_t n = sizeof fractions / sizeof *fractions;
+    smp s[sizeof fractions / sizeof *fractions];
+    for (size_t i = 0; i < n; i++) {
+        s[i].ts = BOOT0 + fractions[i];
+        s[i].pid = 42;
+        s[i].tid = 42;
+        s[i].cs = CS_MAIN_FOO;
+    }
+    tb_buf t = {0};
+    build_trace(&t, s, n);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
+    const char *cur = out.data;
+    for (size_t i = 0; i < n; i++) {
+        tu_membuf want = {0};
+        tm_sink sink = {tu_membuf_write, &want};
+        tm_jw w;
+        tm_jw_init(&w, &sink);
+        tm_jw_lit(&w, "{\"timestamp\":");
+        tm_jw_seconds(&w, (int64_t)(REAL0 + fractions[i]));
+        tm_jw_lit(&w, ",");
+        cr_assert_eq(tm_jw_finish(&w), TM_OK);
+        const char *hit = strstr(cur, want.data);
+        cr_expect(hit != NULL, "fraction %llu: expected %s in order in %s", (unsigned long long)fractions[i],
+                  want.data, out.data);
+        if (hit) cur = hit + want.len;
+        free(want.data);
+    }
+    free(out.data);
+    tb_free(&t);
+}
