@@ -32,8 +32,14 @@ static const char digit_pairs[201] =
     "8081828384858687888990919293949596979899";
 
 char *tm_put_u64(char *p, uint64_t v) {
-    char tmp[20];
-    char *e = tmp + sizeof tmp, *q = e;
+    static const uint64_t pow10[19] = {10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+                                       100000000ull, 1000000000ull, 10000000000ull, 100000000000ull,
+                                       1000000000000ull, 10000000000000ull, 100000000000000ull,
+                                       1000000000000000ull, 10000000000000000ull, 100000000000000000ull,
+                                       1000000000000000000ull, 10000000000000000000ull};
+    unsigned n = 1;
+    while (n < 20 && v >= pow10[n - 1]) n++;
+    char *e = p + n, *q = e; /* written in place, last digits first: no copy */
     while (v >= 100) {
         q -= 2;
         memcpy(q, digit_pairs + (v % 100) * 2, 2);
@@ -45,8 +51,7 @@ char *tm_put_u64(char *p, uint64_t v) {
     } else {
         *--q = (char)('0' + v);
     }
-    memcpy(p, q, (size_t)(e - q));
-    return p + (e - q);
+    return e;
 }
 
 static size_t u64_digits(uint64_t v, char *out) { return (size_t)(tm_put_u64(out, v) - out); }
