@@ -230,13 +230,38 @@ void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint3
 
 /* ---- sorting samples by time ----
  * Samples arrive as a few sorted streams (sequences) interleaved at fine
- * grain, so comparison merges pay for every interleaving. A stable LSD
- * radix sort on ts - min costs a fixed number of passes instead: digits of
- * at most 13 bits (8192 counters stay in L1/L2), as few passes as the time
- * span needs (3 for up to 2^39 ns, about 9 minutes). It never branches on
- * the data, and equal timestamps keep their input order. */
+ * grain, so comparison merges pay for every interleaving. Instead: a
+ * stable radix sort on ts - min. One MSD pass splits the samples into
+ * buckets of the top bits sized to stay in L2 (~16 K samples); each bucket
+ * is then sorted by LSD passes over its low bits while it is in cache, so
+ * main memory is crossed only by the MSD pass. Every pass is stable, so
+ * equal timestamps keep their input order. */
 
-#define MAX_DIGIT_BITS 13
+#define DIGIT_BITS 11
+#define BUCKET_SAMPLES 16384
+
+/* Stable LSD radix sort of src[0..n) on the low `bits` of ts - min, using
+ * dst as scratch; returns the buffer holding the result. */
+static tm_psample *lsd_sort(tm_psample *src, tm_psample *dst, size_t n, int64_t min, unsigned bits,
+                            size_t *count) {
+    const size_t radix = (size_t)1 << DIGIT_BITS, mask = radix - 1;
+    for (unsigned shift = 0; shift < bits; shift += DIGIT_BITS) {
+        memset(count, 0, radix * sizeof *count);
+        for (size_t i = 0; i < n; i++) count[(((uint64_t)src[i].ts - (uint64_t)min) >> shift) & mask]++;
+        if (count[(((uint64_t)src[0].ts - (uint64_t)min) >> shift) & mask] == n) continue; /* one digit value */
+        size_t sum = 0;
+        for (size_t b = 0; b < radix; b++) {
+            size_t t = count[b];
+            count[b] = sum;
+            sum += t;
+        }
+        for (size_t i = 0; i < n; i++) dst[count[(((uint64_t)src[i].ts - (uint64_t)min) >> shift) & mask]++] = src[i];
+        tm_psample *t = src;
+        src = dst;
+        dst = t;
+    }
+    return src;
+}
 
 tm_status tm_profile_sort_samples(tm_profile *p) {
     size_t n = p->n_samples;
@@ -252,48 +277,40 @@ tm_status tm_profile_sort_samples(tm_profile *p) {
     uint64_t span = (uint64_t)max - (uint64_t)min;
     unsigned bits = 1;
     while (bits < 64 && (span >> bits) != 0) bits++;
-    unsigned passes = (bits + MAX_DIGIT_BITS - 1) / MAX_DIGIT_BITS;
-    unsigned digit = (bits + passes - 1) / passes;
-    size_t radix = (size_t)1 << digit, mask = radix - 1;
-    size_t *count = tm_mem_alloc(p->mem, passes * radix * sizeof *count);
+    unsigned top = 0; /* MSD bits: enough buckets for ~BUCKET_SAMPLES each, at most 2^12 */
+    while (top < 12 && top < bits && (n >> top) > BUCKET_SAMPLES) top++;
+    size_t n_buckets = (size_t)1 << top, low = bits - top;
+    size_t *bucket = tm_mem_alloc(p->mem, (n_buckets + 1) * sizeof *bucket);
+    size_t *count = tm_mem_alloc(p->mem, ((size_t)1 << DIGIT_BITS) * sizeof *count);
     tm_psample *tmp = tm_mem_alloc(p->mem, n * sizeof *tmp);
-    if (!count || !tmp) {
-        tm_mem_free(p->mem, count, passes * radix * sizeof *count);
+    if (!bucket || !count || !tmp) {
+        tm_mem_free(p->mem, bucket, (n_buckets + 1) * sizeof *bucket);
+        tm_mem_free(p->mem, count, ((size_t)1 << DIGIT_BITS) * sizeof *count);
         tm_mem_free(p->mem, tmp, n * sizeof *tmp);
         return TM_ERR_NOMEM;
     }
-    memset(count, 0, passes * radix * sizeof *count);
-    for (size_t i = 0; i < n; i++) { /* all histograms in one read */
-        uint64_t key = (uint64_t)a[i].ts - (uint64_t)min;
-        for (unsigned d = 0; d < passes; d++) count[d * radix + ((key >> (d * digit)) & mask)]++;
+    /* MSD pass: a -> tmp, stable, by the top bits. */
+    memset(bucket, 0, (n_buckets + 1) * sizeof *bucket);
+    for (size_t i = 0; i < n; i++) bucket[((uint64_t)a[i].ts - (uint64_t)min) >> low]++;
+    size_t sum = 0;
+    for (size_t b = 0; b <= n_buckets; b++) {
+        size_t t = bucket[b];
+        bucket[b] = sum;
+        sum += t;
     }
-    tm_psample *src = a, *dst = tmp;
-    for (unsigned d = 0; d < passes; d++) {
-        size_t *c = count + d * radix, sum = 0;
-        if (c[(((uint64_t)src[0].ts - (uint64_t)min) >> (d * digit)) & mask] == n)
-            continue; /* every key has the same digit here */
-        for (size_t b = 0; b < radix; b++) {
-            size_t t = c[b];
-            c[b] = sum;
-            sum += t;
-        }
-        unsigned shift = d * digit;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t key = (uint64_t)src[i].ts - (uint64_t)min;
-            dst[c[(key >> shift) & mask]++] = src[i];
-        }
-        tm_psample *t = src;
-        src = dst;
-        dst = t;
+    for (size_t i = 0; i < n; i++) tmp[bucket[((uint64_t)a[i].ts - (uint64_t)min) >> low]++] = a[i];
+    /* bucket[b] now ends bucket b: bucket b is [b ? bucket[b-1] : 0, bucket[b]). */
+    for (size_t b = 0; b < n_buckets; b++) {
+        size_t lo = b ? bucket[b - 1] : 0, hi = bucket[b];
+        if (hi - lo < 2) continue;
+        tm_psample *res = lsd_sort(tmp + lo, a + lo, hi - lo, min, (unsigned)low, count);
+        if (res != tmp + lo) memcpy(tmp + lo, res, (hi - lo) * sizeof *res);
     }
-    tm_mem_free(p->mem, count, passes * radix * sizeof *count);
-    if (src == a) {
-        tm_mem_free(p->mem, tmp, n * sizeof *tmp);
-    } else { /* adopt the scratch buffer instead of copying back */
-        tm_mem_free(p->mem, a, p->cap_samples * sizeof *a);
-        p->samples = tmp;
-        p->cap_samples = n;
-    }
+    tm_mem_free(p->mem, bucket, (n_buckets + 1) * sizeof *bucket);
+    tm_mem_free(p->mem, count, ((size_t)1 << DIGIT_BITS) * sizeof *count);
+    tm_mem_free(p->mem, a, p->cap_samples * sizeof *a); /* adopt tmp instead of copying back */
+    p->samples = tmp;
+    p->cap_samples = n;
     return TM_OK;
 }
 

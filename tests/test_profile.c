@@ -1,0 +1,101 @@
+/*
+ * test_profile.c — the profile model's own algorithms (src/profile.c),
+ * tested directly: the stable sort of samples by time, whose radix passes
+ * take different paths for small and large inputs (an MSD split into
+ * cache-sized buckets above 16 K samples), narrow and wide time spans,
+ * negative times, and heavy duplicates; and the deduplication of stacks.
+ * Stability is checked by numbering samples in input order (the stack
+ * field carries that number).
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "profile.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t next_rand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+typedef int64_t (*ts_gen)(size_t i);
+
+/* Fills a profile with n samples from gen, sorts, checks order and stability. */
+static void check_sort(size_t n, ts_gen gen) {
+    tm_mem mem;
+    tm_mem_init(&mem, NULL);
+    tm_arena arena;
+    tm_arena_init(&arena, &mem);
+    tm_profile p;
+    tm_profile_init(&p, &mem, &arena);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(tm_profile_add_sample(&p, gen(i), (uint32_t)i, 7), TM_OK);
+    cr_assert_eq(tm_profile_sort_samples(&p), TM_OK);
+    cr_assert_eq(p.n_samples, n);
+    uint8_t *seen = calloc(n, 1);
+    cr_assert(seen);
+    for (size_t i = 0; i < n; i++) {
+        const tm_psample *s = &p.samples[i];
+        cr_assert_lt(s->stack, n);
+        cr_assert_eq(seen[s->stack], 0, "sample %u twice", s->stack);
+        seen[s->stack] = 1;
+        cr_assert_eq(s->ts, gen(s->stack), "sample %u lost its timestamp", s->stack);
+        cr_assert_eq(s->thread, 7);
+        if (i) {
+            const tm_psample *prev = &p.samples[i - 1];
+            cr_assert_leq(prev->ts, s->ts, "not sorted at %zu", i);
+            if (prev->ts == s->ts) cr_assert_lt(prev->stack, s->stack, "not stable at %zu", i);
+        }
+    }
+    free(seen);
+    tm_profile_release(&p);
+    tm_arena_release(&arena);
+}
+
+/* Eight sorted streams interleaved in chunks of 32, 1 ms apart: the shape of a real trace. */
+static int64_t interleaved(size_t i) {
+    size_t chunk = i / 32, stream = chunk % 8, k = (chunk / 8) * 32 + i % 32;
+    return 1000000000 + (int64_t)k * 1000000 + (int64_t)stream * 1000;
+}
+static int64_t few_values(size_t i) { return (int64_t)((i * 2654435761u) % 5) * 1000; }
+static int64_t wide_random(size_t i) {
+    static int64_t v[300000];
+    static int filled;
+    if (!filled) {
+        for (size_t k = 0; k < sizeof v / sizeof *v; k++) v[k] = (int64_t)(next_rand() >> 2) - ((int64_t)1 << 60);
+        filled = 1;
+    }
+    return v[i];
+}
+static int64_t reversed(size_t i) { return 5000000 - (int64_t)i * 3; }
+
+Test(profile_sort, interleaved_streams_large) { check_sort(200000, interleaved); }
+Test(profile_sort, interleaved_streams_small) { check_sort(1000, interleaved); }
+Test(profile_sort, heavy_duplicates_are_stable) { check_sort(100000, few_values); }
+Test(profile_sort, full_64_bit_span_with_negative_times) { check_sort(300000, wide_random); }
+Test(profile_sort, reversed_input) { check_sort(50000, reversed); }
+
+Test(profile_dedup, equal_stacks_share_an_id_in_first_seen_order) {
+    tm_mem mem;
+    tm_mem_init(&mem, NULL);
+    tm_arena arena;
+    tm_arena_init(&arena, &mem);
+    tm_profile p;
+    tm_profile_init(&p, &mem, &arena);
+    const uint32_t a[] = {3, 2, 1}, b[] = {3, 2}, c[] = {3, 2, 1};
+    uint32_t ia, ib, ic, ie, ie2;
+    cr_assert_eq(tm_profile_intern_stack(&p, a, 3, &ia), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(&p, b, 2, &ib), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(&p, c, 3, &ic), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(&p, NULL, 0, &ie), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(&p, NULL, 0, &ie2), TM_OK);
+    cr_assert_eq(ia, 0);
+    cr_assert_eq(ib, 1);
+    cr_assert_eq(ic, ia);
+    cr_assert_eq(ie, 2);
+    cr_assert_eq(ie2, ie);
+    cr_assert_eq(p.n_stacks, 3);
+    tm_profile_release(&p);
+    tm_arena_release(&arena);
+}
