@@ -26,34 +26,6 @@ tm_status tm_jw_finish(tm_jw *w) {
     return w->failed ? TM_ERR_IO : TM_OK;
 }
 
-static const char digit_pairs[201] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
-char *tm_put_u64(char *p, uint64_t v) {
-    static const uint64_t pow10[19] = {10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
-                                       100000000ull, 1000000000ull, 10000000000ull, 100000000000ull,
-                                       1000000000000ull, 10000000000000ull, 100000000000000ull,
-                                       1000000000000000ull, 10000000000000000ull, 100000000000000000ull,
-                                       1000000000000000000ull, 10000000000000000000ull};
-    unsigned n = 1;
-    while (n < 20 && v >= pow10[n - 1]) n++;
-    char *e = p + n, *q = e; /* written in place, last digits first: no copy */
-    while (v >= 100) {
-        q -= 2;
-        memcpy(q, digit_pairs + (v % 100) * 2, 2);
-        v /= 100;
-    }
-    if (v >= 10) {
-        q -= 2;
-        memcpy(q, digit_pairs + v * 2, 2);
-    } else {
-        *--q = (char)('0' + v);
-    }
-    return e;
-}
-
 static size_t u64_digits(uint64_t v, char *out) { return (size_t)(tm_put_u64(out, v) - out); }
 
 void tm_jw_u64(tm_jw *w, uint64_t v) {

@@ -46,8 +46,29 @@ static inline char *tm_jw_reserve(tm_jw *w, size_t n) {
 }
 static inline void tm_jw_commit(tm_jw *w, const char *end) { w->len = (size_t)((const uint8_t *)end - w->buf); }
 
-/* Writes v in decimal at p; returns the end. */
-char *tm_put_u64(char *p, uint64_t v);
+/* Writes v in decimal at p (room for 20 bytes); returns the end. Inline:
+ * the sample writer calls it for every sample. */
+static inline char *tm_put_u64(char *p, uint64_t v) {
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    unsigned n = 1;
+    for (uint64_t x = v; x >= 10 && n < 20; x /= 10) n++;
+    char *e = p + n, *q = e; /* written in place, last digits first: no copy */
+    while (v >= 100) {
+        q -= 2;
+        memcpy(q, pairs + (v % 100) * 2, 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, pairs + v * 2, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    return e;
+}
 
 #define tm_jw_lit(w, s) tm_jw_raw((w), (s), sizeof(s) - 1)
 

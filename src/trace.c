@@ -41,7 +41,6 @@ enum { PRIO_PROCESS_TREE = 2, PRIO_TRACK_DESCRIPTOR = 4 };
 typedef struct ent_frame {
     uint64_t fn, mapping, rel_pc;
     uint32_t flags;
-    uint32_t cache, epoch; /* profile frame index, valid when epoch matches */
 } ent_frame;
 
 typedef struct ent_mapping {
@@ -64,6 +63,7 @@ typedef struct seq_state {
     tm_iidmap mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
     tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
     tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this generation */
+    tm_iidmap frame_by_iid; /* frame iid -> resolved profile frame, this generation */
     uint64_t n_interned;
     uint32_t epoch;
     bool seen, valid, had_loss, has_thread, has_ref_time;
@@ -183,6 +183,7 @@ static void seq_free(tm_mem *m, seq_state *s) {
     tm_mem_free(m, s->mappings, s->cap_mappings * sizeof *s->mappings);
     tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
     tm_iidmap_free(m, &s->stack_by_iid);
+    tm_iidmap_free(m, &s->frame_by_iid);
     tm_mem_free(m, s, sizeof *s);
 }
 
@@ -195,13 +196,17 @@ static void seq_clear_tables(seq_state *s) {
     tm_iidmap_clear(&s->mapping_map);
     tm_iidmap_clear(&s->cs_map);
     tm_iidmap_clear(&s->stack_by_iid);
+    tm_iidmap_clear(&s->frame_by_iid);
     s->n_frames = s->n_mappings = s->n_css = 0;
     s->n_interned = 0;
     s->epoch++;
 }
 
 /* Relay mode: a merge may replace entries, so resolved stacks are stale. */
-static void seq_forget_stacks(seq_state *s) { tm_iidmap_clear(&s->stack_by_iid); }
+static void seq_forget_stacks(seq_state *s) {
+    tm_iidmap_clear(&s->stack_by_iid);
+    tm_iidmap_clear(&s->frame_by_iid);
+}
 
 static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
     if (d->last_seq && d->last_seq->id == id) {
@@ -304,7 +309,7 @@ static tm_status count_repeated(dec *d, tm_bytes msg, uint32_t num, const char *
 static tm_status merge_frame(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at) {
     tm_pb_reader r = tm_pb_reader_of(msg);
     tm_pb_field f;
-    ent_frame e = {0, 0, 0, 0, TM_ABSENT, 0};
+    ent_frame e = {0, 0, 0, 0};
     uint64_t iid = 0;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
@@ -500,15 +505,16 @@ static tm_status resolve_mapping(dec *d, seq_state *s, ent_mapping *e, uint32_t 
  * whether that drops the stack or only the frame). */
 static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t *at, uint32_t *out,
                                int *ok) {
-    uint32_t idx = tm_iidmap_get(&s->frame_map, iid);
-    *ok = 0;
-    if (idx == TM_ABSENT) return TM_OK;
-    ent_frame *e = &s->frames[idx];
-    if (e->cache != TM_ABSENT && e->epoch == s->epoch) {
-        *out = e->cache;
+    uint32_t cached = tm_iidmap_get(&s->frame_by_iid, iid);
+    if (cached != TM_ABSENT) {
+        *out = cached;
         *ok = 1;
         return TM_OK;
     }
+    uint32_t idx = tm_iidmap_get(&s->frame_map, iid);
+    *ok = 0;
+    if (idx == TM_ABSENT) return TM_OK;
+    const ent_frame *e = &s->frames[idx];
     tm_pframe pf;
     memset(&pf, 0, sizeof pf);
     tm_str name = {NULL, 0};
@@ -565,8 +571,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
                          (unsigned long long)d->p->max_unique_frames);
         return nomem(d);
     }
-    e->cache = *out;
-    e->epoch = s->epoch;
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->frame_by_iid, iid, *out, s->n_frames));
     *ok = 1;
     return TM_OK;
 }
