@@ -331,8 +331,9 @@ static double relay_seconds(const tm_profile *p, int64_t ts) {
     return round(secs * 1000.0) / 1000.0;
 }
 
-/* Three-digit groups "000".."999", each padded to 4 bytes for fixed-size
- * copies; built per call (4 KiB) rather than kept as global state. */
+/* Three-digit groups "000".."999"; the 4th byte holds the group's count of
+ * trailing zeros, so fractions are trimmed without re-reading digits. Built
+ * per call (4 KiB) rather than kept as global state. */
 typedef char digit_groups[1000][4];
 
 static void fill_digit_groups(digit_groups g) {
@@ -340,26 +341,29 @@ static void fill_digit_groups(digit_groups g) {
         g[i][0] = (char)('0' + i / 100);
         g[i][1] = (char)('0' + i / 10 % 10);
         g[i][2] = (char)('0' + i % 10);
-        g[i][3] = 0;
+        g[i][3] = (char)(i % 10 ? 0 : i % 100 ? 1 : i % 1000 ? 2 : 3);
     }
 }
 
-/* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. */
+/* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. The
+ * 4-byte copies write one byte past the digits; callers have the room. */
 static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
     *p++ = '.';
-    uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000;
+    uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000, last = a;
     size_t n = 3;
     memcpy(p, g[a], 4);
     if (b | c) {
         memcpy(p + 3, g[b], 4);
         n = 6;
+        last = b;
         if (c) {
             memcpy(p + 6, g[c], 4);
             n = 9;
+            last = c;
         }
     }
-    while (n > 1 && p[n - 1] == '0') n--; /* at most two more within the last group */
-    return p + n;
+    n -= (size_t)g[last][3];
+    return p + (n ? n : 1); /* frac == 0 keeps its "0" */
 }
 
 /* The samples array: one record per kept sample, each written in place
