@@ -1434,7 +1434,6 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     if (!t) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     memset(t, 0, sizeof *t);
     t->mem = mem;
-    t->opts = *opts;
     resolve_limits(opts, &t->limits);
     tm_arena_init(&t->arena, &t->mem);
     tm_profile_init(&t->profile, &t->mem, &t->arena);

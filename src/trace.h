@@ -16,8 +16,7 @@ struct tm_trace {
     tm_arena arena;
     tm_profile profile;
     tm_clocks clocks;
-    tm_options opts;   /* resolved: preset applied */
-    tm_limits limits;
+    tm_limits limits;  /* resolved: preset, then the caller's overrides */
 };
 
 #endif
