@@ -61,11 +61,24 @@ static inline uint64_t tm_hash_u64(uint64_t x) {
     return x;
 }
 
-/* FNV-1a style hash of bytes, folded with a seed. */
+/* Hash of bytes folded with a seed: eight bytes per multiply, the tail
+ * zero-padded, finished with the splitmix mixer. Names and paths hashed
+ * here run to tens of bytes, so word steps matter. */
 static inline uint64_t tm_hash_bytes(uint64_t seed, tm_bytes b) {
-    uint64_t h = seed ^ 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < b.len; i++) h = (h ^ b.data[i]) * 0x100000001b3ull;
-    return tm_hash_u64(h ^ b.len);
+    uint64_t h = seed ^ 0xcbf29ce484222325ull ^ ((uint64_t)b.len << 32);
+    size_t i = 0;
+    for (; i + 8 <= b.len; i += 8) {
+        uint64_t w;
+        memcpy(&w, b.data + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    if (i < b.len) {
+        uint64_t w = 0;
+        memcpy(&w, b.data + i, b.len - i);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    }
+    return tm_hash_u64(h);
 }
 
 /* Length (2..4) of the valid multi-byte UTF-8 sequence at p < e, or 0 if
