@@ -17,10 +17,10 @@
  *    §2): PerfSample only, later entries overwrite, no loss handling,
  *    unresolvable frames skipped, the first BOOTTIME/REALTIME snapshot.
  *
- * Resolution results are cached in the interned entries themselves and
- * tagged with the sequence's epoch, which a clear (or, in Relay mode, any
- * interned-data merge) advances; so a sample costs one hash lookup when
- * its callstack was seen before.
+ * Resolution results (profile stack, frame and mapping per iid) are cached
+ * per sequence and dropped by a clear (or, in Relay mode, by any
+ * interned-data merge); a sample whose callstack was seen before costs one
+ * array load.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,7 +47,6 @@ typedef struct ent_mapping {
     tm_bytes msg; /* for path_string_ids */
     uint64_t build, start, end, load_bias, start_offset, exact_offset;
     uint32_t flags;
-    uint32_t cache, epoch; /* profile mapping index */
 } ent_mapping;
 
 typedef struct ent_callstack {
@@ -64,8 +63,8 @@ typedef struct seq_state {
     tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
     tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this generation */
     tm_iidmap frame_by_iid; /* frame iid -> resolved profile frame, this generation */
+    tm_iidmap mapping_by_iid; /* mapping iid -> resolved profile mapping, this generation */
     uint64_t n_interned;
-    uint32_t epoch;
     bool seen, valid, had_loss, has_thread, has_ref_time;
     uint32_t default_clock;
     int64_t pid, tid;
@@ -184,7 +183,16 @@ static void seq_free(tm_mem *m, seq_state *s) {
     tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
     tm_iidmap_free(m, &s->stack_by_iid);
     tm_iidmap_free(m, &s->frame_by_iid);
+    tm_iidmap_free(m, &s->mapping_by_iid);
     tm_mem_free(m, s, sizeof *s);
+}
+
+/* Drops what was resolved from the tables: after a clear, and in Relay
+ * mode after any merge, which may replace entries. */
+static void seq_forget_resolved(seq_state *s) {
+    tm_iidmap_clear(&s->stack_by_iid);
+    tm_iidmap_clear(&s->frame_by_iid);
+    tm_iidmap_clear(&s->mapping_by_iid);
 }
 
 static void seq_clear_tables(seq_state *s) {
@@ -195,17 +203,9 @@ static void seq_clear_tables(seq_state *s) {
     tm_iidmap_clear(&s->frame_map);
     tm_iidmap_clear(&s->mapping_map);
     tm_iidmap_clear(&s->cs_map);
-    tm_iidmap_clear(&s->stack_by_iid);
-    tm_iidmap_clear(&s->frame_by_iid);
     s->n_frames = s->n_mappings = s->n_css = 0;
     s->n_interned = 0;
-    s->epoch++;
-}
-
-/* Relay mode: a merge may replace entries, so resolved stacks are stale. */
-static void seq_forget_stacks(seq_state *s) {
-    tm_iidmap_clear(&s->stack_by_iid);
-    tm_iidmap_clear(&s->frame_by_iid);
+    seq_forget_resolved(s);
 }
 
 static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
@@ -223,7 +223,6 @@ static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out
         if (!s) return nomem(d);
         memset(s, 0, sizeof *s);
         s->id = id;
-        s->epoch = 1;
         idx = (uint32_t)d->n_seqs;
         if (tm_u64map_put(d->mem, &d->seq_map, id, idx) != TM_OK) {
             tm_mem_free(d->mem, s, sizeof *s);
@@ -335,7 +334,6 @@ static tm_status merge_mapping(dec *d, seq_state *s, tm_bytes msg, const uint8_t
     ent_mapping e;
     memset(&e, 0, sizeof e);
     e.msg = msg;
-    e.cache = TM_ABSENT;
     uint64_t iid = 0;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
@@ -405,10 +403,7 @@ static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
         else TM_TRY(merge_mapping(d, s, f.bytes, f.start));
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "InternedData");
-    if (d->relay) { /* later entries may have replaced earlier ones */
-        s->epoch++;
-        seq_forget_stacks(s);
-    }
+    if (d->relay) seq_forget_resolved(s); /* later entries may have replaced earlier ones */
     return TM_OK;
 }
 
@@ -476,9 +471,10 @@ static tm_status mapping_path(dec *d, const seq_state *s, tm_bytes msg, tm_str *
     return st == TM_OK ? TM_OK : nomem(d);
 }
 
-static tm_status resolve_mapping(dec *d, seq_state *s, ent_mapping *e, uint32_t *out) {
-    if (e->cache != TM_ABSENT && e->epoch == s->epoch) {
-        *out = e->cache;
+static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, const ent_mapping *e, uint32_t *out) {
+    uint32_t cached = tm_iidmap_get(&s->mapping_by_iid, iid);
+    if (cached != TM_ABSENT) {
+        *out = cached;
         return TM_OK;
     }
     tm_pmapping m;
@@ -496,8 +492,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, ent_mapping *e, uint32_t 
     if (e->flags & M_HAS_LOAD_BIAS) m.flags |= TM_MAPPING_HAS_LOAD_BIAS;
     if (m.path.len && tm_path_is_java(m.path)) m.flags |= TM_MAPPING_JAVA;
     DTRY_MEM(d, tm_profile_intern_mapping(d->p, &m, out));
-    e->cache = *out;
-    e->epoch = s->epoch;
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->mapping_by_iid, iid, *out, s->n_mappings));
     return TM_OK;
 }
 
@@ -529,7 +524,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
         uint32_t midx = tm_iidmap_get(&s->mapping_map, e->mapping);
         if (midx != TM_ABSENT) {
             uint32_t pmi;
-            TM_TRY(resolve_mapping(d, s, &s->mappings[midx], &pmi));
+            TM_TRY(resolve_mapping(d, s, e->mapping, &s->mappings[midx], &pmi));
             pm = &d->p->mappings[pmi];
             pf.mapping = pmi + 1;
         } else if (!d->relay) return TM_OK;
@@ -1269,24 +1264,17 @@ static tm_status convert_sample_clocks(dec *d) {
             n_paths++;
         }
         const tm_clock_path *path = &paths[k];
-        if (run->anchored) {
-            int64_t base, shift = 0;
-            int ok = tm_clock_path_convert(path, run->anchor, &base) &&
-                     !__builtin_sub_overflow(base, run->anchor, &shift);
-            for (size_t i = run->first; i < end; i++) {
-                tm_psample smp = p->samples[i];
-                if (ok ? __builtin_add_overflow(smp.ts, shift, &smp.ts) : !run->keep_raw || path->ok) {
-                    p->stats.dropped_missing_clock++;
-                    continue;
-                }
-                p->samples[w++] = smp;
-            }
-            continue;
-        }
+        /* An anchored run (one StreamingProfilePacket) converts its base once
+         * and shifts every sample by the same amount. */
+        int64_t base, shift = 0;
+        int anchor_ok = run->anchored && tm_clock_path_convert(path, run->anchor, &base) &&
+                        !__builtin_sub_overflow(base, run->anchor, &shift);
         for (size_t i = run->first; i < end; i++) {
             tm_psample smp = p->samples[i];
             int64_t out;
-            if (tm_clock_path_convert(path, smp.ts, &out)) smp.ts = out;
+            int converted = run->anchored ? anchor_ok && !__builtin_add_overflow(smp.ts, shift, &out)
+                                          : tm_clock_path_convert(path, smp.ts, &out);
+            if (converted) smp.ts = out;
             else if (!run->keep_raw || path->ok) {
                 p->stats.dropped_missing_clock++;
                 continue;
