@@ -373,7 +373,9 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
     size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 40; /* +40: fixed-size copies */
     char *suffix = tm_mem_alloc(p->mem, suf_cap);
     uint32_t *suf_off = tm_mem_alloc(p->mem, (n_threads + 1) * sizeof *suf_off);
-    if (!suffix || !suf_off) {
+    digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
+    if (!suffix || !suf_off || !groups) {
+        tm_mem_free(p->mem, groups, sizeof *groups);
         tm_mem_free(p->mem, suffix, suf_cap);
         tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
@@ -392,12 +394,6 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
     }
     suf_off[n_threads] = (uint32_t)(q - suffix);
 
-    digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
-    if (!groups) {
-        tm_mem_free(p->mem, suffix, suf_cap);
-        tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
-        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    }
     fill_digit_groups(*groups);
     int64_t cached_sec = -1;
     char sec_digits[24] = {0};

@@ -240,6 +240,16 @@ void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint3
 #define DIGIT_BITS 11
 #define BUCKET_SAMPLES 16384
 
+/* Turns counts into start offsets (exclusive prefix sums). */
+static void counts_to_offsets(size_t *c, size_t n) {
+    size_t sum = 0;
+    for (size_t b = 0; b < n; b++) {
+        size_t t = c[b];
+        c[b] = sum;
+        sum += t;
+    }
+}
+
 /* Stable LSD radix sort of src[0..n) on the low `bits` of ts - min, using
  * dst as scratch; returns the buffer holding the result. */
 static tm_psample *lsd_sort(tm_psample *src, tm_psample *dst, size_t n, int64_t min, unsigned bits,
@@ -249,12 +259,7 @@ static tm_psample *lsd_sort(tm_psample *src, tm_psample *dst, size_t n, int64_t 
         memset(count, 0, radix * sizeof *count);
         for (size_t i = 0; i < n; i++) count[(((uint64_t)src[i].ts - (uint64_t)min) >> shift) & mask]++;
         if (count[(((uint64_t)src[0].ts - (uint64_t)min) >> shift) & mask] == n) continue; /* one digit value */
-        size_t sum = 0;
-        for (size_t b = 0; b < radix; b++) {
-            size_t t = count[b];
-            count[b] = sum;
-            sum += t;
-        }
+        counts_to_offsets(count, radix);
         for (size_t i = 0; i < n; i++) dst[count[(((uint64_t)src[i].ts - (uint64_t)min) >> shift) & mask]++] = src[i];
         tm_psample *t = src;
         src = dst;
@@ -292,12 +297,7 @@ tm_status tm_profile_sort_samples(tm_profile *p) {
     /* MSD pass: a -> tmp, stable, by the top bits. */
     memset(bucket, 0, (n_buckets + 1) * sizeof *bucket);
     for (size_t i = 0; i < n; i++) bucket[((uint64_t)a[i].ts - (uint64_t)min) >> low]++;
-    size_t sum = 0;
-    for (size_t b = 0; b <= n_buckets; b++) {
-        size_t t = bucket[b];
-        bucket[b] = sum;
-        sum += t;
-    }
+    counts_to_offsets(bucket, n_buckets + 1);
     for (size_t i = 0; i < n; i++) tmp[bucket[((uint64_t)a[i].ts - (uint64_t)min) >> low]++] = a[i];
     /* bucket[b] now ends bucket b: bucket b is [b ? bucket[b-1] : 0, bucket[b]). */
     for (size_t b = 0; b < n_buckets; b++) {
