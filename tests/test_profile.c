@@ -20,37 +20,52 @@ static uint64_t next_rand(void) {
     return rng;
 }
 
+/* A bare profile model with the library's default allocator. It must not
+ * move once opened: the arena and the profile point into it. */
+typedef struct model {
+    tm_mem mem;
+    tm_arena arena;
+    tm_profile p;
+} model;
+
+static void model_open(model *m) {
+    tm_mem_init(&m->mem, NULL);
+    tm_arena_init(&m->arena, &m->mem);
+    tm_profile_init(&m->p, &m->mem, &m->arena);
+}
+
+static void model_close(model *m) {
+    tm_profile_release(&m->p);
+    tm_arena_release(&m->arena);
+}
+
 typedef int64_t (*ts_gen)(size_t i);
 
 /* Fills a profile with n samples from gen, sorts, checks order and stability. */
 static void check_sort(size_t n, ts_gen gen) {
-    tm_mem mem;
-    tm_mem_init(&mem, NULL);
-    tm_arena arena;
-    tm_arena_init(&arena, &mem);
-    tm_profile p;
-    tm_profile_init(&p, &mem, &arena);
-    for (size_t i = 0; i < n; i++) cr_assert_eq(tm_profile_add_sample(&p, gen(i), (uint32_t)i, 7), TM_OK);
-    cr_assert_eq(tm_profile_sort_samples(&p), TM_OK);
-    cr_assert_eq(p.n_samples, n);
+    model m;
+    model_open(&m);
+    tm_profile *const p = &m.p;
+    for (size_t i = 0; i < n; i++) cr_assert_eq(tm_profile_add_sample(p, gen(i), (uint32_t)i, 7), TM_OK);
+    cr_assert_eq(tm_profile_sort_samples(p), TM_OK);
+    cr_assert_eq(p->n_samples, n);
     uint8_t *seen = calloc(n, 1);
     cr_assert(seen);
     for (size_t i = 0; i < n; i++) {
-        const tm_psample *s = &p.samples[i];
+        const tm_psample *s = &p->samples[i];
         cr_assert_lt(s->stack, n);
         cr_assert_eq(seen[s->stack], 0, "sample %u twice", s->stack);
         seen[s->stack] = 1;
         cr_assert_eq(s->ts, gen(s->stack), "sample %u lost its timestamp", s->stack);
         cr_assert_eq(s->thread, 7);
         if (i) {
-            const tm_psample *prev = &p.samples[i - 1];
+            const tm_psample *prev = &p->samples[i - 1];
             cr_assert_leq(prev->ts, s->ts, "not sorted at %zu", i);
             if (prev->ts == s->ts) cr_assert_lt(prev->stack, s->stack, "not stable at %zu", i);
         }
     }
     free(seen);
-    tm_profile_release(&p);
-    tm_arena_release(&arena);
+    model_close(&m);
 }
 
 /* Eight sorted streams interleaved in chunks of 32, 1 ms apart: the shape of a real trace. */
@@ -77,25 +92,21 @@ Test(profile_sort, full_64_bit_span_with_negative_times) { check_sort(300000, wi
 Test(profile_sort, reversed_input) { check_sort(50000, reversed); }
 
 Test(profile_dedup, equal_stacks_share_an_id_in_first_seen_order) {
-    tm_mem mem;
-    tm_mem_init(&mem, NULL);
-    tm_arena arena;
-    tm_arena_init(&arena, &mem);
-    tm_profile p;
-    tm_profile_init(&p, &mem, &arena);
+    model m;
+    model_open(&m);
+    tm_profile *const p = &m.p;
     const uint32_t a[] = {3, 2, 1}, b[] = {3, 2}, c[] = {3, 2, 1};
     uint32_t ia, ib, ic, ie, ie2;
-    cr_assert_eq(tm_profile_intern_stack(&p, a, 3, &ia), TM_OK);
-    cr_assert_eq(tm_profile_intern_stack(&p, b, 2, &ib), TM_OK);
-    cr_assert_eq(tm_profile_intern_stack(&p, c, 3, &ic), TM_OK);
-    cr_assert_eq(tm_profile_intern_stack(&p, NULL, 0, &ie), TM_OK);
-    cr_assert_eq(tm_profile_intern_stack(&p, NULL, 0, &ie2), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(p, a, 3, &ia), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(p, b, 2, &ib), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(p, c, 3, &ic), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(p, NULL, 0, &ie), TM_OK);
+    cr_assert_eq(tm_profile_intern_stack(p, NULL, 0, &ie2), TM_OK);
     cr_assert_eq(ia, 0);
     cr_assert_eq(ib, 1);
     cr_assert_eq(ic, ia);
     cr_assert_eq(ie, 2);
     cr_assert_eq(ie2, ie);
-    cr_assert_eq(p.n_stacks, 3);
-    tm_profile_release(&p);
-    tm_arena_release(&arena);
+    cr_assert_eq(p->n_stacks, 3);
+    model_close(&m);
 }
