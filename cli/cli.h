@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tracemill.h"
 
@@ -34,7 +35,51 @@ int cli_parse_u64(const char *s, uint64_t *out);
  * (consuming its value), 0 if not, -1 on a bad value. */
 int cli_limit_option(int argc, char **argv, int *i, tm_options *opts);
 
+/* An output file written atomically (see cli_io.c); "-" or NULL is stdout,
+ * where binary output is refused on a terminal. */
+typedef struct cli_output {
+    FILE *f;
+    const char *path;
+    char *tmp;   /* regular files: written here, renamed on success */
+    int special; /* a device or pipe, written in place */
+} cli_output;
+
+int cli_output_open(const char *path, int binary, cli_output *o);
+/* Flushes and closes; renames into place when rc is EXIT_OK, else removes
+ * the partial file. Returns rc or the I/O failure. */
+int cli_output_close(cli_output *o, int rc);
+
+/* ---- exporters (cli_export.c), shared by convert and diff ---- */
+
+typedef enum { FMT_SAMPLE_V2, FMT_PPROF, FMT_FOLDED, FMT_SPEEDSCOPE, FMT_SVG, FMT_REPORT } cli_format;
+
+typedef struct cli_export {
+    tm_options opts; /* mode, limits, input format */
+    cli_format format;
+    tm_sample_v2_options v2;
+    tm_thread_filter threads;
+    int64_t period_ns;
+    int thread_prefix, reverse, uncompressed;
+    unsigned width_px;
+    const char *title;
+} cli_export;
+
+/* Parses -f/--format (NULL: no -f given) into x->format; 0 on an unknown
+ * name. */
+int cli_parse_format(const char *name, cli_format *out);
+
+/* Parses an option shared by convert and diff (limits, input format,
+ * thread filter, period, flame graph and folded switches). Returns 1 if
+ * argv[*i] was one (consuming its value), 0 if not, -1 on a bad value
+ * (after printing why). */
+int cli_export_option(int argc, char **argv, int *i, cli_export *x);
+
+/* Writes t (diff: base against t) in x->format to out. */
+tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_trace *t, const tm_sink *out,
+                           tm_error *err);
+
 int cli_convert(int argc, char **argv);
+int cli_diff(int argc, char **argv);
 int cli_info(int argc, char **argv);
 
 extern const char cli_usage[];

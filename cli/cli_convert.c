@@ -1,9 +1,6 @@
 /*
- * cli_convert.c — `tracemill convert`: one decode, one output format.
- * Output to a regular file goes to OUT.tmp-PID first and is renamed into
- * place only when the whole document was written, so a rejected trace never
- * leaves a truncated file behind. Devices and pipes (/dev/null, a FIFO) are
- * written directly: renaming over them would replace the device.
+ * cli_convert.c — `tracemill convert`: one decode, one output format (or,
+ * with --per-thread, one pprof file per thread in a directory).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -11,43 +8,84 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
-
-typedef enum { FMT_SAMPLE_V2, FMT_REPORT } out_format;
 
 static int usage(const char *msg, const char *arg) {
     fprintf(stderr, "tracemill convert: %s%s%s\n\n%s", msg, arg ? " " : "", arg ? arg : "", cli_usage);
     return EXIT_USAGE;
 }
 
+static int write_one(const cli_export *x, const tm_trace *t, const char *in_path, const char *out_path) {
+    cli_output o;
+    int rc = cli_output_open(out_path, x->format == FMT_PPROF && !x->uncompressed, &o);
+    if (rc != EXIT_OK) return rc;
+    tm_sink sink = tm_sink_file(o.f);
+    tm_error err;
+    tm_status st = cli_export_write(x, NULL, t, &sink, &err);
+    if (st == TM_OK && (x->format == FMT_SAMPLE_V2 || x->format == FMT_REPORT) && fputc('\n', o.f) == EOF)
+        st = TM_ERR_IO, err.code = st, err.offset = 0, err.reason = NULL, snprintf(err.message, sizeof err.message, "%s", strerror(errno));
+    return cli_output_close(&o, st == TM_OK ? EXIT_OK : cli_report_error(in_path, &err));
+}
+
+/* DIR/<tid>-<name>.pb.gz for every thread with samples. */
+static int write_per_thread(cli_export *x, const tm_trace *t, const char *in_path, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tracemill: cannot create directory %s: %s\n", dir, strerror(errno));
+        return EXIT_IO;
+    }
+    size_t n = tm_trace_thread_count(t), written = 0;
+    for (size_t i = 0; i < n; i++) {
+        tm_thread_info th;
+        if (tm_trace_thread(t, i, &th) != TM_OK || !th.samples) continue;
+        char name[64];
+        size_t k = 0;
+        for (size_t c = 0; c < th.name_len && k < sizeof name - 1; c++) {
+            char ch = th.name[c];
+            int safe = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                       ch == '.' || ch == '_' || ch == '-';
+            name[k++] = safe ? ch : '_';
+        }
+        name[k] = 0;
+        size_t len = strlen(dir) + sizeof name + 48;
+        char *path = malloc(len);
+        if (!path) return EXIT_IO;
+        snprintf(path, len, "%s/%lld%s%s.pb%s", dir, (long long)th.tid, k ? "-" : "", name,
+                 x->uncompressed ? "" : ".gz");
+        x->threads.by_tid = 1;
+        x->threads.tid = th.tid;
+        int rc = write_one(x, t, in_path, path);
+        free(path);
+        if (rc != EXIT_OK) return rc;
+        written++;
+    }
+    fprintf(stderr, "tracemill: wrote %zu per-thread profiles to %s\n", written, dir);
+    return EXIT_OK;
+}
+
 int cli_convert(int argc, char **argv) {
-    tm_options opts = {0};
-    tm_sample_v2_options v2 = {0};
+    cli_export x;
+    memset(&x, 0, sizeof x);
     const char *out_path = NULL, *meta_path = NULL, *in_path = NULL;
-    out_format fmt = FMT_SAMPLE_V2;
+    int per_thread = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int lim = cli_limit_option(argc, argv, &i, &opts);
-        if (lim < 0) return usage("bad limit value for", a);
-        if (lim > 0) continue;
+        int r = cli_export_option(argc, argv, &i, &x);
+        if (r < 0) return usage("bad value for", a);
+        if (r > 0) continue;
         if (strcmp(a, "-f") == 0 || strcmp(a, "--format") == 0) {
             if (++i >= argc) return usage("missing value for", a);
-            if (strcmp(argv[i], "sample-v2") == 0) fmt = FMT_SAMPLE_V2;
-            else if (strcmp(argv[i], "report") == 0) fmt = FMT_REPORT;
-            else return usage("unknown or not yet available format:", argv[i]);
+            if (!cli_parse_format(argv[i], &x.format)) return usage("unknown format:", argv[i]);
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (++i >= argc) return usage("missing value for", a);
             out_path = argv[i];
         } else if (strcmp(a, "--meta") == 0) {
             if (++i >= argc) return usage("missing value for", a);
             meta_path = argv[i];
-        } else if (strcmp(a, "--compat") == 0) {
-            if (++i >= argc || strcmp(argv[i], "relay") != 0) return usage("--compat takes: relay", NULL);
-            opts.mode = TM_MODE_RELAY;
         } else if (strcmp(a, "--remove-single-samples") == 0) {
-            v2.remove_single_samples = 1;
+            x.v2.remove_single_samples = 1;
+        } else if (strcmp(a, "--per-thread") == 0) {
+            per_thread = 1;
         } else if (a[0] == '-' && a[1] != 0) {
             return usage("unknown option", a);
         } else if (in_path) {
@@ -57,79 +95,28 @@ int cli_convert(int argc, char **argv) {
         }
     }
     if (!in_path) return usage("no trace given", NULL);
+    if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
+        return usage("--per-thread needs -f pprof and -o DIRECTORY", NULL);
 
     cli_input meta = {0}, in;
     int rc;
     if (meta_path && (rc = cli_input_load(meta_path, &meta)) != EXIT_OK) return rc;
-    v2.meta_json = (const char *)meta.data;
-    v2.meta_len = meta.len;
+    x.v2.meta_json = (const char *)meta.data;
+    x.v2.meta_len = meta.len;
     if ((rc = cli_input_load(in_path, &in)) != EXIT_OK) {
         cli_input_release(&meta);
         return rc;
     }
     tm_trace *t = NULL;
     tm_error err;
-    if (meta_path && tm_sample_v2_check_meta(v2.meta_json, v2.meta_len, &err) != TM_OK) {
+    if (meta_path && tm_sample_v2_check_meta(x.v2.meta_json, x.v2.meta_len, &err) != TM_OK)
         rc = cli_report_error(meta_path, &err); /* metadata errors first, as Relay */
-        goto done;
-    }
-    if (tm_trace_parse(in.data, in.len, &opts, &t, &err) != TM_OK) {
+    else if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK)
         rc = cli_report_error(in_path, &err);
-        goto done;
-    }
-    FILE *f = stdout;
-    char *tmp = NULL;
-    struct stat ost;
-    int special = out_path && stat(out_path, &ost) == 0 && !S_ISREG(ost.st_mode);
-    if (special) {
-        f = fopen(out_path, "wb");
-        if (!f) {
-            fprintf(stderr, "tracemill: cannot open %s: %s\n", out_path, strerror(errno));
-            rc = EXIT_IO;
-            goto done;
-        }
-    } else if (out_path && strcmp(out_path, "-") != 0) {
-        size_t n = strlen(out_path) + 32;
-        tmp = malloc(n);
-        if (!tmp) {
-            rc = EXIT_IO;
-            goto done;
-        }
-        snprintf(tmp, n, "%s.tmp-%ld", out_path, (long)getpid());
-        f = fopen(tmp, "wb");
-        if (!f) {
-            fprintf(stderr, "tracemill: cannot create %s: %s\n", tmp, strerror(errno));
-            free(tmp);
-            rc = EXIT_IO;
-            goto done;
-        }
-    }
-    tm_sink sink = tm_sink_file(f);
-    tm_status st = fmt == FMT_REPORT ? tm_write_report(t, &sink, &err) : tm_write_sample_v2(t, &v2, &sink, &err);
-    if (st == TM_OK && fmt == FMT_SAMPLE_V2 && fputc('\n', f) == EOF) st = TM_ERR_IO;
-    if (st == TM_OK && fflush(f) != 0) {
-        st = TM_ERR_IO;
-        snprintf(err.message, sizeof err.message, "%s", strerror(errno));
-        err.code = st;
-        err.offset = 0;
-        err.reason = NULL;
-    }
-    rc = st == TM_OK ? EXIT_OK : cli_report_error(in_path, &err);
-    if (tmp) {
-        if (fclose(f) != 0 && rc == EXIT_OK) {
-            fprintf(stderr, "tracemill: cannot write %s: %s\n", out_path, strerror(errno));
-            rc = EXIT_IO;
-        }
-        if (rc == EXIT_OK && rename(tmp, out_path) != 0) {
-            fprintf(stderr, "tracemill: cannot rename %s to %s: %s\n", tmp, out_path, strerror(errno));
-            rc = EXIT_IO;
-        }
-        if (rc != EXIT_OK) remove(tmp);
-        free(tmp);
-    } else if (special && fclose(f) != 0 && rc == EXIT_OK) {
-        rc = EXIT_IO;
-    }
-done:
+    else if (per_thread)
+        rc = write_per_thread(&x, t, in_path, out_path);
+    else
+        rc = write_one(&x, t, in_path, out_path);
     tm_trace_free(t);
     cli_input_release(&in);
     cli_input_release(&meta);

@@ -48,18 +48,16 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
 }
 
 int cli_info(int argc, char **argv) {
-    tm_options opts = {0};
+    cli_export x; /* only its limits, --compat and --input-format apply */
+    memset(&x, 0, sizeof x);
     const char *path = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
-        int lim = cli_limit_option(argc, argv, &i, &opts);
-        if (lim < 0) return EXIT_USAGE;
-        if (lim > 0) continue;
+        int r = cli_export_option(argc, argv, &i, &x);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
         if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (strcmp(argv[i], "--compat") == 0 && i + 1 < argc && strcmp(argv[i + 1], "relay") == 0) {
-            opts.mode = TM_MODE_RELAY;
-            i++;
-        } else if (argv[i][0] == '-' && argv[i][1] != 0) {
+        else if (argv[i][0] == '-' && argv[i][1] != 0) {
             fprintf(stderr, "tracemill info: unknown option %s\n\n%s", argv[i], cli_usage);
             return EXIT_USAGE;
         } else if (path) {
@@ -78,7 +76,7 @@ int cli_info(int argc, char **argv) {
     if (rc != EXIT_OK) return rc;
     tm_trace *t = NULL;
     tm_error err;
-    if (tm_trace_parse(in.data, in.len, &opts, &t, &err) != TM_OK) {
+    if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK) {
         rc = cli_report_error(path, &err);
     } else if (json) {
         tm_sink out = tm_sink_file(stdout);

@@ -1,7 +1,11 @@
 /*
- * cli_io.c — input loading, error reporting and shared option parsing for
- * the tracemill command. Files are mapped read-only so a 10 GB trace costs
- * page cache, not a copy; stdin is read into one growing buffer.
+ * cli_io.c — input loading, output files, error reporting and shared
+ * option parsing for the tracemill command. Files are mapped read-only so a
+ * 10 GB trace costs page cache, not a copy; stdin is read into one growing
+ * buffer. Output to a regular file goes to OUT.tmp-PID first and is renamed
+ * into place only when the whole document was written, so a rejected trace
+ * never leaves a truncated file behind. Devices and pipes (/dev/null, a
+ * FIFO) are written directly: renaming over them would replace the device.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -150,4 +154,68 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
         return 1;
     }
     return 0;
+}
+
+int cli_output_open(const char *path, int binary, cli_output *o) {
+    memset(o, 0, sizeof *o);
+    o->path = path;
+    o->f = stdout;
+    if (!path || strcmp(path, "-") == 0) {
+        if (binary && isatty(STDOUT_FILENO)) {
+            fprintf(stderr, "tracemill: refusing to write binary output to a terminal (use -o FILE)\n");
+            return EXIT_USAGE;
+        }
+        return EXIT_OK;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "tracemill: %s is a directory\n", path);
+            return EXIT_IO;
+        }
+        o->special = 1;
+        o->f = fopen(path, "wb");
+        if (!o->f) {
+            fprintf(stderr, "tracemill: cannot open %s: %s\n", path, strerror(errno));
+            return EXIT_IO;
+        }
+        return EXIT_OK;
+    }
+    size_t n = strlen(path) + 32;
+    o->tmp = malloc(n);
+    if (!o->tmp) {
+        fprintf(stderr, "tracemill: out of memory\n");
+        return EXIT_IO;
+    }
+    snprintf(o->tmp, n, "%s.tmp-%ld", path, (long)getpid());
+    o->f = fopen(o->tmp, "wb");
+    if (!o->f) {
+        fprintf(stderr, "tracemill: cannot create %s: %s\n", o->tmp, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
+        return EXIT_IO;
+    }
+    return EXIT_OK;
+}
+
+int cli_output_close(cli_output *o, int rc) {
+    if (!o->f) return rc;
+    if (fflush(o->f) != 0 && rc == EXIT_OK) {
+        fprintf(stderr, "tracemill: cannot write %s: %s\n", o->path ? o->path : "standard output", strerror(errno));
+        rc = EXIT_IO;
+    }
+    if (o->f != stdout && fclose(o->f) != 0 && rc == EXIT_OK) {
+        fprintf(stderr, "tracemill: cannot write %s: %s\n", o->path, strerror(errno));
+        rc = EXIT_IO;
+    }
+    if (o->tmp) {
+        if (rc == EXIT_OK && rename(o->tmp, o->path) != 0) {
+            fprintf(stderr, "tracemill: cannot rename %s to %s: %s\n", o->tmp, o->path, strerror(errno));
+            rc = EXIT_IO;
+        }
+        if (rc != EXIT_OK) remove(o->tmp);
+        free(o->tmp);
+    }
+    memset(o, 0, sizeof *o);
+    return rc;
 }

@@ -11,14 +11,28 @@ const char cli_usage[] =
     "usage: tracemill <command> [options]\n"
     "\n"
     "commands:\n"
-    "  convert [-f FORMAT] [-o OUT|-] [--meta META.json] [--compat relay] TRACE|-\n"
-    "      FORMAT: sample-v2 (default) or report\n"
-    "      --remove-single-samples  drop threads with at most one non-empty sample\n"
+    "  convert [-f FORMAT] [-o OUT|-] [options] INPUT|-\n"
+    "      FORMAT: sample-v2 (default), pprof, folded, speedscope, svg, report\n"
+    "      --meta META.json          Sample v2 chunk metadata to merge\n"
+    "      --compat relay            byte-compatible with Sentry Relay (sample-v2)\n"
+    "      --remove-single-samples   drop threads with at most one non-empty sample\n"
+    "      --per-thread              pprof: one file per thread into -o DIRECTORY\n"
+    "      --uncompressed            pprof: raw profile.proto instead of gzip\n"
+    "      --period DURATION         pprof, speedscope: sampling period (default:\n"
+    "                                inferred per thread), e.g. 10ms, 250us, 4000000\n"
+    "      --thread NAME|TID         only this thread (--thread-name NAME for digits)\n"
+    "      --thread-prefix           folded: the thread name as the root frame\n"
+    "      --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n"
+    "  diff BASE NEW [-f svg|folded] [-o OUT] [--thread ...] [--title TEXT] [--reverse]\n"
+    "      differential flame graph (default) or \"stack BASE NEW\" folded lines\n"
     "  info TRACE|- [--json] [--compat relay]\n"
     "      packets, sequences, samples kept and dropped by reason, threads,\n"
     "      clocks, resets and data losses\n"
     "\n"
-    "limits (convert and info):\n"
+    "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected\n"
+    "from their first bytes; --input-format perfetto|sample-v2|folded overrides\n"
+    "\n"
+    "limits (convert, diff and info):\n"
     "  --limits generous|relay   preset (default generous; --compat relay uses relay)\n"
     "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"
     "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"
@@ -34,6 +48,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "convert") == 0) return cli_convert(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "diff") == 0) return cli_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("tracemill %s\n", TM_VERSION_STRING);
         return EXIT_OK;

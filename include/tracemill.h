@@ -3,7 +3,10 @@
  *
  * tracemill decodes CPU profiles recorded as Perfetto traces (.pftrace) into
  * a deduplicated profile model and writes them out as Sentry Sample v2
- * profile-chunk JSON (and, later, other formats).
+ * profile-chunk JSON, pprof, folded stacks, speedscope JSON, flame graph
+ * SVGs (plain and differential) and a data-quality report. Sample v2 JSON
+ * chunks and folded stacks are read too, so every exporter also works on
+ * profiles that are already in those formats.
  *
  * Introduction: the three-call happy path
  *
@@ -115,11 +118,28 @@ typedef enum tm_mode {
     TM_MODE_RELAY = 1    /* byte-compatible with Sentry Relay's converter */
 } tm_mode;
 
+/* What tm_trace_parse reads. */
+typedef enum tm_input_format {
+    TM_INPUT_AUTO = 0,      /* detected from the first bytes (tm_input_detect) */
+    TM_INPUT_PERFETTO = 1,  /* Perfetto protobuf trace (.pftrace) */
+    TM_INPUT_SAMPLE_V2 = 2, /* Sentry Sample v2 profile chunk JSON */
+    TM_INPUT_FOLDED = 3     /* folded stacks: "root;...;leaf COUNT" lines */
+} tm_input_format;
+
+/* The format of buf by its first bytes: '{' (after blanks) is Sample v2
+ * JSON, a first line ending in " COUNT" is folded stacks, anything else is
+ * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO. */
+TM_API tm_input_format tm_input_detect(const void *buf, size_t len);
+
+/* "perfetto", "sample-v2", "folded" (NULL for an unknown value). */
+TM_API const char *tm_input_format_name(tm_input_format f);
+
 typedef struct tm_options {
     tm_mode mode;
     tm_limit_preset preset; /* TM_MODE_RELAY forces TM_LIMITS_RELAY */
     tm_limits limits;       /* non-zero fields override the preset */
     const tm_alloc *alloc;  /* NULL: the C library's malloc */
+    tm_input_format input;  /* TM_INPUT_AUTO: detect; TM_MODE_RELAY needs Perfetto */
 } tm_options;
 
 /* ==== Traces =========================================================== */
@@ -128,7 +148,8 @@ typedef struct tm_options {
  * Immutable after tm_trace_parse; may be read from any thread. */
 typedef struct tm_trace tm_trace;
 
-/* Decodes a Perfetto trace held in buf[0..len). opts may be NULL.
+/* Decodes a Perfetto trace (or a Sample v2 chunk or folded stacks, see
+ * tm_options.input) held in buf[0..len). opts may be NULL.
  * On success *out owns the result (free it with tm_trace_free); on failure
  * *out is NULL and err (if not NULL) says why and where. The buffer must
  * outlive the trace. */
@@ -180,6 +201,19 @@ typedef struct tm_trace_stats {
 /* Counters of the decode. Never NULL for a non-NULL trace. */
 TM_API const tm_trace_stats *tm_trace_get_stats(const tm_trace *t);
 
+/* One thread of the profile. name is a view (not NUL-terminated). */
+typedef struct tm_thread_info {
+    int64_t tid;
+    int64_t pid;          /* 0: unknown */
+    const char *name;     /* NULL when the trace names no thread */
+    size_t name_len;
+    uint64_t samples;     /* samples of this thread (folded input: their weight) */
+} tm_thread_info;
+
+/* Threads in first-seen order; i < tm_trace_thread_count(t). */
+TM_API size_t tm_trace_thread_count(const tm_trace *t);
+TM_API tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out);
+
 /* ==== Output =========================================================== */
 
 /* Where writers put bytes. write returns 0 on success, non-zero on failure
@@ -215,6 +249,75 @@ TM_API tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error 
 
 /* Writes the data-quality report (JSON object, one line) of a trace. */
 TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err);
+
+/* ==== Other formats ===================================================== */
+
+/* Which threads an exporter reads. Zero: all of them. A filter that matches
+ * no thread fails with TM_ERR_INVALID_ARG. */
+typedef struct tm_thread_filter {
+    const char *name;  /* non-NULL: threads with exactly this name */
+    int64_t tid;       /* with by_tid: only this thread id */
+    int by_tid;
+} tm_thread_filter;
+
+/* How frames are named in text formats: the function (Java: Class.method);
+ * without one, "0xADDR (libname)" with ADDR relative to the library when
+ * its mapping is known. */
+
+typedef struct tm_pprof_options {
+    tm_thread_filter threads;
+    int64_t period_ns;  /* 0: inferred per thread from the sample timestamps */
+    int uncompressed;   /* 1: raw profile.proto; 0: gzip (.pb.gz) */
+} tm_pprof_options;
+
+/* Writes a pprof profile: sample types samples/count and cpu/nanoseconds,
+ * one sample per profile sample with labels thread_id, thread_name, pid and
+ * timestamp_ns (Unix time when known, else trace time). */
+TM_API tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const tm_sink *out,
+                                tm_error *err);
+
+typedef struct tm_folded_options {
+    tm_thread_filter threads;
+    int thread_prefix;  /* 1: the thread name (else "tid-N") as the root frame */
+} tm_folded_options;
+
+/* Writes folded stacks: "root;...;leaf COUNT" lines, aggregated, sorted. */
+TM_API tm_status tm_write_folded(const tm_trace *t, const tm_folded_options *opts, const tm_sink *out,
+                                 tm_error *err);
+
+/* Writes "stack BASE_COUNT NEW_COUNT" lines (the difffolded convention) for
+ * every stack of either profile. */
+TM_API tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now,
+                                      const tm_folded_options *opts, const tm_sink *out, tm_error *err);
+
+typedef struct tm_speedscope_options {
+    tm_thread_filter threads;
+    int64_t period_ns;  /* 0: inferred per thread, as for pprof */
+    const char *name;   /* shown by speedscope; NULL: "tracemill" */
+} tm_speedscope_options;
+
+/* Writes a speedscope file: shared frames, one sampled profile per thread
+ * in nanoseconds on the trace's timeline. */
+TM_API tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *opts,
+                                     const tm_sink *out, tm_error *err);
+
+typedef struct tm_flamegraph_options {
+    tm_thread_filter threads;
+    const char *title;  /* NULL: "Flame Graph" (diff: "Differential Flame Graph") */
+    int reverse;        /* 1: icicle graph, root at the top */
+    unsigned width_px;  /* 0: 1200 */
+    double min_width_px;/* narrower frames are left out (counted in their parent); 0: 0.1 */
+} tm_flamegraph_options;
+
+/* Writes a self-contained interactive SVG flame graph. */
+TM_API tm_status tm_write_flamegraph(const tm_trace *t, const tm_flamegraph_options *opts,
+                                     const tm_sink *out, tm_error *err);
+
+/* Writes a differential flame graph of now against base: the shape of now,
+ * each frame coloured by the change of its share of samples. */
+TM_API tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *now,
+                                          const tm_flamegraph_options *opts, const tm_sink *out,
+                                          tm_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs the Debian packages tracemill's build and tests
-# need, only when one is missing (idempotent; safe to run on every make).
+# need (the consumer tests: Go + pprof sources, xmllint, Chromium, Node.js), only when one is missing (idempotent; safe to run on every make).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libcriterion-dev)
+pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev libcriterion-dev
+      golang-go golang-github-google-pprof-dev libxml2-utils chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (speedscope's schema, ajv, playwright-core): Debian's
+# packages unless a Node.js with npm is already there (nodesource bundles it).
+command -v npm >/dev/null || missing+=(nodejs npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}"
 SUDO=""

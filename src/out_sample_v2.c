@@ -471,6 +471,8 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: NULL argument");
     if (!opts) opts = &no_opts;
     const tm_profile *p = tm_trace_profile(t);
+    if (p->untimed)
+        return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "folded stacks have no timestamps, which Sample v2 needs");
     int relay = p->relay_compat;
     meta m;
     memset(&m, 0, sizeof m);

@@ -31,6 +31,7 @@ void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->threads, p->cap_threads);
     FREE_VEC(p, p->processes, p->cap_processes);
     FREE_VEC(p, p->samples, p->cap_samples);
+    if (p->weights) FREE_VEC(p, p->weights, p->cap_samples);
     FREE_VEC(p, p->realtime, p->n_realtime);
     idxset_free(p->mem, &p->frame_set);
     idxset_free(p->mem, &p->mapping_set);
@@ -227,6 +228,11 @@ void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint3
 }
 
 /* ---- samples ---- */
+
+void tm_profile_count_threads(tm_profile *p) {
+    for (size_t i = 0; i < p->n_threads; i++) p->threads[i].weight = 0;
+    for (size_t i = 0; i < p->n_samples; i++) p->threads[p->samples[i].thread].weight += tm_profile_weight(p, i);
+}
 
 /* ---- sorting samples by time ----
  * Samples arrive as a few sorted streams (sequences) interleaved at fine

@@ -50,6 +50,7 @@ typedef struct tm_pthread {
     int64_t tid, pid; /* pid 0: unknown */
     tm_str name;
     uint32_t name_prio; /* 0: no name; higher wins, equal overwrites */
+    uint64_t weight;    /* its samples' total weight (tm_profile_count_threads) */
 } tm_pthread;
 
 typedef struct tm_pprocess {
@@ -91,6 +92,10 @@ typedef struct tm_profile {
     tm_pthread *threads;   size_t n_threads, cap_threads;   tm_u64map thread_by_tid;
     tm_pprocess *processes;size_t n_processes, cap_processes; tm_u64map process_by_pid;
     tm_psample *samples;   size_t n_samples, cap_samples;
+    /* Folded input only: weight of each sample, cap_samples entries (NULL:
+     * every sample weighs 1)
+     * and no timestamps (every ts is 0). */
+    uint64_t *weights;     int untimed;
 
     tm_time_segment *realtime; size_t n_realtime; /* empty: no Unix time known */
     int64_t relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME */
@@ -125,6 +130,13 @@ static inline tm_status tm_profile_add_sample(tm_profile *p, int64_t ts, uint32_
     s->thread = thread;
     return TM_OK;
 }
+
+static inline uint64_t tm_profile_weight(const tm_profile *p, size_t sample) {
+    return p->weights ? p->weights[sample] : 1;
+}
+
+/* Sets every thread's weight from the samples (the decoders' last step). */
+void tm_profile_count_threads(tm_profile *p);
 
 /* Stable sort of samples by ts (a no-op when already sorted). */
 tm_status tm_profile_sort_samples(tm_profile *p);

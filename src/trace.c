@@ -1409,28 +1409,8 @@ static void resolve_limits(const tm_options *o, tm_limits *out) {
         if (src[i]) dst[i] = src[i];
 }
 
-tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm_trace **out,
-                         tm_error *err) {
-    static const tm_options defaults;
-    if (out) *out = NULL;
-    if (!opts) opts = &defaults;
-    if (!out || (!buf && len))
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: NULL %s", out ? "buffer" : "out");
-    tm_mem mem;
-    tm_mem_init(&mem, opts->alloc);
-    tm_trace *t = tm_mem_alloc(&mem, sizeof *t);
-    if (!t) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    memset(t, 0, sizeof *t);
-    t->mem = mem;
-    resolve_limits(opts, &t->limits);
-    tm_arena_init(&t->arena, &t->mem);
-    tm_profile_init(&t->profile, &t->mem, &t->arena);
-    tm_clocks_init(&t->clocks, &t->mem);
-    t->profile.relay_compat = opts->mode == TM_MODE_RELAY;
-    t->profile.max_unique_frames = t->limits.max_unique_frames;
-    t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
-    t->profile.stats.bytes = len;
-
+static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, const tm_options *opts,
+                                 tm_error *err) {
     dec d;
     memset(&d, 0, sizeof d);
     d.t = t;
@@ -1452,10 +1432,47 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     if (st == TM_OK) st = decode_trace(&d, all);
     if (st == TM_OK) st = finish(&d);
     dec_release(&d);
+    return st;
+}
+
+tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm_trace **out,
+                         tm_error *err) {
+    static const tm_options defaults;
+    if (out) *out = NULL;
+    if (!opts) opts = &defaults;
+    if (!out || (!buf && len))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: NULL %s", out ? "buffer" : "out");
+    tm_input_format fmt = opts->input == TM_INPUT_AUTO ? tm_input_detect(buf, len) : opts->input;
+    if (!tm_input_format_name(fmt))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)fmt);
+    if (fmt != TM_INPUT_PERFETTO && opts->mode == TM_MODE_RELAY)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "Relay compatibility applies to Perfetto traces, not %s input",
+                       tm_input_format_name(fmt));
+    tm_mem mem;
+    tm_mem_init(&mem, opts->alloc);
+    tm_trace *t = tm_mem_alloc(&mem, sizeof *t);
+    if (!t) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    memset(t, 0, sizeof *t);
+    t->mem = mem;
+    t->input = fmt;
+    resolve_limits(opts, &t->limits);
+    tm_arena_init(&t->arena, &t->mem);
+    tm_profile_init(&t->profile, &t->mem, &t->arena);
+    tm_clocks_init(&t->clocks, &t->mem);
+    t->profile.relay_compat = opts->mode == TM_MODE_RELAY;
+    t->profile.max_unique_frames = t->limits.max_unique_frames;
+    t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
+    t->profile.stats.bytes = len;
+
+    tm_status st;
+    if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
+    else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
+    else st = decode_perfetto(t, buf, len, opts, err);
     if (st != TM_OK) {
         tm_trace_free(t);
         return st;
     }
+    tm_profile_count_threads(&t->profile);
     *out = t;
     return TM_OK;
 }
@@ -1472,3 +1489,54 @@ void tm_trace_free(tm_trace *t) {
 const tm_trace_stats *tm_trace_get_stats(const tm_trace *t) { return &t->profile.stats; }
 
 const tm_profile *tm_trace_profile(const tm_trace *t) { return &t->profile; }
+
+size_t tm_trace_thread_count(const tm_trace *t) { return t ? t->profile.n_threads : 0; }
+
+tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
+    if (!t || !out || i >= t->profile.n_threads)
+        return TM_ERR_INVALID_ARG;
+    const tm_pthread *th = &t->profile.threads[i];
+    out->tid = th->tid;
+    out->pid = th->pid;
+    out->name = th->name.len ? (const char *)th->name.data : NULL;
+    out->name_len = th->name.len;
+    out->samples = th->weight;
+    return TM_OK;
+}
+
+/* ---- input formats ---- */
+
+static int is_blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* A folded line: printable text, then a space and decimal digits. */
+static int looks_folded(const uint8_t *p, size_t len) {
+    size_t n = 0;
+    while (n < len && p[n] != '\n') {
+        if (p[n] < 0x20 && p[n] != '\t' && p[n] != '\r') return 0;
+        n++;
+    }
+    while (n && p[n - 1] == '\r') n--;
+    size_t digits = 0;
+    while (digits < n && p[n - 1 - digits] >= '0' && p[n - 1 - digits] <= '9') digits++;
+    return digits && digits < n && p[n - 1 - digits] == ' ';
+}
+
+tm_input_format tm_input_detect(const void *buf, size_t len) {
+    const uint8_t *p = buf;
+    if (!p || !len || p[0] == 0x0a) return TM_INPUT_PERFETTO;
+    size_t i = 0;
+    while (i < len && is_blank(p[i])) i++;
+    if (i < len && p[i] == '{') return TM_INPUT_SAMPLE_V2;
+    if (looks_folded(p, len)) return TM_INPUT_FOLDED;
+    return TM_INPUT_PERFETTO;
+}
+
+const char *tm_input_format_name(tm_input_format f) {
+    switch (f) {
+    case TM_INPUT_PERFETTO: return "perfetto";
+    case TM_INPUT_SAMPLE_V2: return "sample-v2";
+    case TM_INPUT_FOLDED: return "folded";
+    case TM_INPUT_AUTO: break;
+    }
+    return NULL;
+}

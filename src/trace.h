@@ -1,7 +1,8 @@
 /*
  * trace.h — the Perfetto trace model: per-sequence intern tables and
  * incremental state, clocks, and the decoder that turns a .pftrace buffer
- * into a tm_profile. See trace.c for the rules and perfetto-wire.md for
+ * into a tm_profile; the entry point tm_trace_parse also dispatches to the
+ * Sample v2 and folded readers. See trace.c for the rules and perfetto-wire.md for
  * the field numbers.
  */
 #ifndef TM_TRACE_H
@@ -17,6 +18,12 @@ struct tm_trace {
     tm_profile profile;
     tm_clocks clocks;
     tm_limits limits;  /* resolved: preset, then the caller's overrides */
+    tm_input_format input;
 };
+
+/* Readers of the other input formats (in_sample_v2.c, in_folded.c): each
+ * fills t->profile within t->limits, sorted by time, with its stats. */
+tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
+tm_status tm_folded_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
 
 #endif

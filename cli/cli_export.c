@@ -1,0 +1,133 @@
+/*
+ * cli_export.c — what `convert` and `diff` share: the output format names,
+ * the options of the exporters (thread filter, period, flame graph and
+ * folded switches, input format) and the call into the right tm_write_*.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    cli_format format;
+} formats[] = {
+    {"sample-v2", FMT_SAMPLE_V2}, {"pprof", FMT_PPROF}, {"folded", FMT_FOLDED},
+    {"speedscope", FMT_SPEEDSCOPE}, {"svg", FMT_SVG},   {"report", FMT_REPORT},
+};
+
+int cli_parse_format(const char *name, cli_format *out) {
+    for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
+        if (strcmp(name, formats[k].name) == 0) {
+            *out = formats[k].format;
+            return 1;
+        }
+    return 0;
+}
+
+/* "10ms", "250us", "1s", "4000000" or "4000000ns". */
+static int parse_duration_ns(const char *s, int64_t *out) {
+    char *end;
+    if (!s || *s < '0' || *s > '9') return 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    static const struct {
+        const char *suffix;
+        unsigned long long mult;
+    } units[] = {{"", 1}, {"ns", 1}, {"us", 1000}, {"ms", 1000000}, {"s", 1000000000}};
+    for (size_t k = 0; k < sizeof units / sizeof *units; k++)
+        if (strcmp(end, units[k].suffix) == 0) {
+            if (v == 0 || v > (unsigned long long)INT64_MAX / units[k].mult) return 0;
+            *out = (int64_t)(v * units[k].mult);
+            return 1;
+        }
+    return 0;
+}
+
+static int is_number(const char *s) {
+    if (!*s) return 0;
+    for (const char *c = s; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return 1;
+}
+
+static int bad(const char *opt, const char *what) {
+    fprintf(stderr, "tracemill: %s %s\n", opt, what);
+    return -1;
+}
+
+int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
+    int lim = cli_limit_option(argc, argv, i, &x->opts);
+    if (lim) return lim;
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(a, "--reverse") == 0) x->reverse = 1;
+    else if (strcmp(a, "--thread-prefix") == 0) x->thread_prefix = 1;
+    else if (strcmp(a, "--uncompressed") == 0) x->uncompressed = 1;
+    else if (strcmp(a, "--compat") == 0) {
+        if (!v || strcmp(v, "relay") != 0) return bad(a, "takes: relay");
+        x->opts.mode = TM_MODE_RELAY;
+        ++*i;
+    } else if (strcmp(a, "--input-format") == 0) {
+        if (!v) return bad(a, "takes: perfetto, sample-v2 or folded");
+        if (strcmp(v, "perfetto") == 0) x->opts.input = TM_INPUT_PERFETTO;
+        else if (strcmp(v, "sample-v2") == 0) x->opts.input = TM_INPUT_SAMPLE_V2;
+        else if (strcmp(v, "folded") == 0) x->opts.input = TM_INPUT_FOLDED;
+        else if (strcmp(v, "auto") == 0) x->opts.input = TM_INPUT_AUTO;
+        else return bad(a, "takes: perfetto, sample-v2, folded or auto");
+        ++*i;
+    } else if (strcmp(a, "--thread") == 0) {
+        if (!v || !*v) return bad(a, "takes a thread name or tid");
+        /* A number is a tid; --thread-name forces a name made of digits. */
+        if (is_number(v)) {
+            x->threads.by_tid = 1;
+            x->threads.tid = strtoll(v, NULL, 10);
+        } else {
+            x->threads.name = v;
+        }
+        ++*i;
+    } else if (strcmp(a, "--thread-name") == 0) {
+        if (!v) return bad(a, "takes a thread name");
+        x->threads.name = v;
+        ++*i;
+    } else if (strcmp(a, "--period") == 0) {
+        if (!parse_duration_ns(v, &x->period_ns)) return bad(a, "takes a duration: 4000000, 250us, 10ms, 1s");
+        ++*i;
+    } else if (strcmp(a, "--title") == 0) {
+        if (!v) return bad(a, "takes a title");
+        x->title = v;
+        ++*i;
+    } else if (strcmp(a, "--width") == 0) {
+        uint64_t w;
+        if (!v || !cli_parse_u64(v, &w) || w < 100 || w > 100000) return bad(a, "takes 100..100000 pixels");
+        x->width_px = (unsigned)w;
+        ++*i;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_trace *t, const tm_sink *out,
+                           tm_error *err) {
+    tm_folded_options folded = {x->threads, x->thread_prefix};
+    tm_flamegraph_options svg = {x->threads, x->title, x->reverse, x->width_px, 0};
+    if (base) {
+        if (x->format == FMT_FOLDED) return tm_write_folded_diff(base, t, &folded, out, err);
+        return tm_write_flamegraph_diff(base, t, &svg, out, err);
+    }
+    switch (x->format) {
+    case FMT_PPROF: {
+        tm_pprof_options o = {x->threads, x->period_ns, x->uncompressed};
+        return tm_write_pprof(t, &o, out, err);
+    }
+    case FMT_FOLDED: return tm_write_folded(t, &folded, out, err);
+    case FMT_SPEEDSCOPE: {
+        tm_speedscope_options o = {x->threads, x->period_ns, x->title};
+        return tm_write_speedscope(t, &o, out, err);
+    }
+    case FMT_SVG: return tm_write_flamegraph(t, &svg, out, err);
+    case FMT_REPORT: return tm_write_report(t, out, err);
+    case FMT_SAMPLE_V2: break;
+    }
+    return tm_write_sample_v2(t, &x->v2, out, err);
+}
