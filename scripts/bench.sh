@@ -4,7 +4,9 @@
 # StreamingProfilePacket, ~20-frame stacks from a pool of 4000 frames), then
 # measures (1) decode and conversion in-process, best of 5, and (2) the CLI
 # `tracemill convert -f sample-v2 -o FILE` end to end with its peak RSS, and
-# prints the figures against the targets of issue 2.
+# prints the figures against the targets of issue 2; then (3) every other
+# exporter on the same trace, with its speed relative to sample-v2 (issue 3:
+# pprof and folded >= 50 %) and its peak RSS against input + output + 16 MB.
 set -euo pipefail
 BUILD=${1:-build}
 SAMPLES=${BENCH_SAMPLES:-2000000}
@@ -18,7 +20,7 @@ echo "== in-process (library API)"
 run_cli() {
   local start end pid peak=0 r
   start=$(date +%s%N)
-  "$BUILD/tracemill" convert -f sample-v2 -o "$1" "$trace" &
+  "$BUILD/tracemill" convert -f "${2:-sample-v2}" -o "$1" "$trace" &
   pid=$!
   while kill -0 $pid 2>/dev/null; do
     r=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2>/dev/null || true)
@@ -51,3 +53,27 @@ awk -v us="$us" -v in_b="$in_b" -v out_b="$out_b" -v s="$samples" -v rss_kb="$rs
   printf "wall %.3f s   %.1f MB/s of trace   %.2f M samples/s   output %.1f MB\n", t, in_b / 1e6 / t, s / t / 1e6, out_b / 1e6;
   printf "peak RSS %.1f MB   budget input + output + 16 MB = %.1f MB (%s)\n", rss, budget, rss <= budget ? "within" : "OVER";
 }'
+
+echo "== every exporter: tracemill convert -f FORMAT -o FILE (best of 3; RSS of that run)"
+best_of() { # FORMAT OUT -> "US RSS_KB"
+  local b=0 brss=0 us rss
+  for i in 1 2 3; do
+    rm -f "$2"
+    read -r us rss < <(run_cli "$2" "$1")
+    if [ "$b" -eq 0 ] || [ "$us" -lt "$b" ]; then b=$us brss=$rss; fi
+  done
+  echo "$b $brss"
+}
+read -r v2_us _ < <(best_of sample-v2 "$dir/out.json")
+for f in sample-v2 pprof folded speedscope svg report; do
+  o="$dir/out.$f"
+  read -r us rss < <(best_of "$f" "$o")
+  out_b=$(stat -c %s "$o")
+  awk -v f="$f" -v us="$us" -v v2="$v2_us" -v in_b="$in_b" -v out_b="$out_b" -v s="$samples" -v rss_kb="$rss" 'BEGIN {
+    t = us / 1e6; rss = rss_kb / 1024; budget = (in_b + out_b) / 1048576 + 16; speed = v2 / us;
+    target = (f == "pprof" || f == "folded") ? sprintf(" (target >= 0.50: %s)", speed >= 0.5 ? "met" : "MISSED") : "";
+    printf "%-10s wall %.3f s  %6.2f M samples/s  speed vs sample-v2 %.2f%s  output %7.1f MB  peak RSS %6.1f MB / budget %6.1f MB (%s)\n",
+      f, t, s / t / 1e6, speed, target, out_b / 1e6, rss, budget, rss <= budget ? "within" : "OVER";
+  }'
+done
+rm -f "$dir"/out.*

@@ -1508,17 +1508,27 @@ tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
 
 static int is_blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-/* A folded line: printable text, then a space and decimal digits. */
+/* Folded stacks: the first line that is neither blank nor a '#' comment is
+ * printable text, a space and decimal digits. */
 static int looks_folded(const uint8_t *p, size_t len) {
-    size_t n = 0;
-    while (n < len && p[n] != '\n') {
-        if (p[n] < 0x20 && p[n] != '\t' && p[n] != '\r') return 0;
-        n++;
+    size_t start = 0;
+    for (;;) {
+        size_t end = start;
+        while (end < len && p[end] != '\n') {
+            if (p[end] < 0x20 && p[end] != '\t' && p[end] != '\r') return 0;
+            end++;
+        }
+        size_t n = end;
+        while (n > start && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+        while (start < n && (p[start] == ' ' || p[start] == '\t')) start++;
+        if (n > start && p[start] != '#') {
+            size_t digits = 0;
+            while (start + digits < n && p[n - 1 - digits] >= '0' && p[n - 1 - digits] <= '9') digits++;
+            return digits && start + digits + 1 < n && p[n - 1 - digits] == ' ';
+        }
+        if (end >= len) return 0;
+        start = end + 1;
     }
-    while (n && p[n - 1] == '\r') n--;
-    size_t digits = 0;
-    while (digits < n && p[n - 1 - digits] >= '0' && p[n - 1 - digits] <= '9') digits++;
-    return digits && digits < n && p[n - 1 - digits] == ' ';
 }
 
 tm_input_format tm_input_detect(const void *buf, size_t len) {
