@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh — `make demo`: converts the bundled example trace (an Android-style
 # profile: 4 threads, PerfSample and StreamingProfilePacket, Java and native
-# frames) to a Sentry Sample v2 chunk and prints what it holds.
+# frames) to a Sentry Sample v2 chunk and prints what it holds, then to
+# pprof, folded stacks, speedscope JSON and a flame graph SVG.
 set -euo pipefail
 BUILD=${1:-build}
 tm="$BUILD/tracemill"
@@ -17,3 +18,14 @@ threads=$(grep -o '"thread_metadata":.*' "$out" | grep -o '"name"' | wc -l)
 echo "wrote $out: $bytes bytes, $samples samples, $threads named threads"
 echo "first sample: $(grep -o '"samples":\[{[^}]*}' "$out" | sed 's/"samples":\[//')"
 echo "thread_metadata: $(grep -o '"thread_metadata":.*' "$out" | head -c 200)"
+echo
+echo "== the same trace in every other format (one decode each)"
+for f in pprof folded speedscope svg; do
+  case $f in pprof) ext=pb.gz ;; folded) ext=folded ;; speedscope) ext=speedscope.json ;; svg) ext=svg ;; esac
+  o="$BUILD/demo.$ext"
+  "$tm" convert -f "$f" -o "$o" examples/demo.pftrace
+  echo "wrote $o ($(stat -c %s "$o") bytes)"
+done
+echo "hottest stacks (folded, by count):"
+sort -t' ' -k2 -nr "$BUILD/demo.folded" | head -3 | cut -c1-160
+echo "open $BUILD/demo.svg in a browser for the flame graph, or load $BUILD/demo.speedscope.json at speedscope.app"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs the Debian packages tracemill's build and tests
-# need (the consumer tests: Go + pprof sources, xmllint, Chromium, Node.js), only when one is missing (idempotent; safe to run on every make).
+# need (for the consumer tests too: Go and pprof's sources, xmllint,
+# Chromium, Node.js), only when one is missing (idempotent; safe to run on
+# every make).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev libcriterion-dev
       golang-go golang-github-google-pprof-dev libxml2-utils chromium)

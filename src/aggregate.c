@@ -43,7 +43,7 @@ void tm_thread_selection_free(const tm_profile *p, uint8_t *sel) {
 tm_str tm_thread_label(const tm_profile *p, uint32_t thread, char *buf) {
     const tm_pthread *t = &p->threads[thread];
     if (t->name.len) return t->name;
-    int n = t->tid == t->pid ? snprintf(buf, 32, "main") : snprintf(buf, 32, "tid-%lld", (long long)t->tid);
+    int n = t->tid == t->pid && t->pid ? snprintf(buf, 32, "main") : snprintf(buf, 32, "tid-%lld", (long long)t->tid);
     tm_str s = {(const uint8_t *)buf, (size_t)n};
     return s;
 }

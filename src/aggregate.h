@@ -19,8 +19,8 @@
 tm_status tm_thread_select(const tm_profile *p, const tm_thread_filter *f, uint8_t **sel, tm_error *err);
 void tm_thread_selection_free(const tm_profile *p, uint8_t *sel);
 
-/* The thread's name; unnamed main threads (tid == pid) are "main", other
- * unnamed ones "tid-N" (formatted into buf, >= 32 bytes). */
+/* The thread's name; unnamed main threads (tid == pid, pid known) are
+ * "main", other unnamed ones "tid-N" (formatted into buf, >= 32 bytes). */
 tm_str tm_thread_label(const tm_profile *p, uint32_t thread, char *buf);
 
 /* ---- frames ---- */

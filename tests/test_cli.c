@@ -9,7 +9,8 @@
  * file kept); `-o /dev/null` must leave /dev/null a character device (an
  * earlier version renamed its temp file over it); `--compat relay --meta`
  * reproducing Relay's bytes plus a newline; `info` and `info --json`;
- * `--max-samples`; `--version` and `help`.
+ * `--max-samples`; `--version` and `help`; usage errors of the exporter
+ * options and of `diff`.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -151,6 +152,19 @@ Test(cli_exit, usage_errors_exit_2) {
         "convert " MINIMAL " " MINIMAL,                  /* two traces */
         "info --bogus " MINIMAL,
         "info",
+        "convert --per-thread -f folded -o /tmp " MINIMAL, /* --per-thread is pprof only */
+        "convert --per-thread -f pprof " MINIMAL,        /* ... and needs -o DIR */
+        "convert --period 0 -f pprof -o /dev/null " MINIMAL, /* zero period */
+        "convert --period 10parsecs " MINIMAL,           /* unknown unit */
+        "convert --input-format xml " MINIMAL,           /* unknown input format */
+        "convert --thread " MINIMAL,                     /* --thread swallows the trace: none left */
+        "convert --width 5 -f svg " MINIMAL,             /* too narrow */
+        "convert -f folded --thread nosuchthread " MINIMAL, /* filter matching nothing */
+        "convert --compat relay --input-format folded " MINIMAL, /* relay is Perfetto only */
+        "diff " MINIMAL,                                 /* one profile */
+        "diff " MINIMAL " " MINIMAL " " MINIMAL,         /* three */
+        "diff -f pprof " MINIMAL " " MINIMAL,            /* diff writes svg or folded */
+        "diff - -",                                      /* stdin twice */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         run_result r = run("%s", cases[i]);
