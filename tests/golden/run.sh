@@ -24,7 +24,6 @@ cases=(
   "demo.svg|convert -f svg $demo"
   "demo.reverse.svg|convert -f svg --reverse --title Icicle $demo"
   "demo.pb|convert -f pprof --uncompressed $demo"
-  "p1.sample-v2.json|convert $p1"
   "p1.folded|convert -f folded --thread-prefix $p1"
   "p1.speedscope.json|convert -f speedscope $p1"
   "p1.svg|convert -f svg $p1"
