@@ -558,33 +558,6 @@ Test(folded_round_trip, relay_fixtures) {
 
 /* ==== allocation failures ============================================== */
 
-/* Fails allocation number fail_at; tracks live bytes to catch leaks. */
-typedef struct fail_alloc {
-    long fail_at, count;
-    long live;
-} fail_alloc;
-
-static void *fa_malloc(void *ctx, size_t size) {
-    fail_alloc *a = ctx;
-    if (a->count++ == a->fail_at) return NULL;
-    a->live += (long)size;
-    return malloc(size);
-}
-
-static void *fa_realloc(void *ctx, void *p, size_t old_size, size_t new_size) {
-    fail_alloc *a = ctx;
-    if (a->count++ == a->fail_at) return NULL;
-    void *np = realloc(p, new_size);
-    if (np) a->live += (long)new_size - (long)old_size;
-    return np;
-}
-
-static void fa_free(void *ctx, void *p, size_t size) {
-    fail_alloc *a = ctx;
-    if (p) a->live -= (long)size;
-    free(p);
-}
-
 typedef tm_status (*write_fn)(const tm_trace *t, tu_membuf *out, tm_error *err);
 
 static tm_status write_folded_prefixed(const tm_trace *t, tu_membuf *out, tm_error *err) {
@@ -602,8 +575,8 @@ static tm_status write_diff_self(const tm_trace *t, tu_membuf *out, tm_error *er
 
 /* Every allocation of the writer fails in turn: TM_ERR_NOMEM, no leak. */
 static void writer_fails_cleanly(const void *data, size_t len, const tm_options *base_opts, write_fn fn) {
-    fail_alloc fa = {-1, 0, 0};
-    tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
+    tu_fail_alloc fa = {.fail_at = -1};
+    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
     tm_options o = *base_opts;
     o.alloc = &alloc;
     tm_trace *t = parse_with(data, len, &o);
@@ -638,8 +611,8 @@ Test(folded_alloc, writers_fail_cleanly) {
 
 Test(folded_alloc, reader_fails_cleanly) {
     const char *text = "a;b;c 1\na;b 2\nd;e;f;g;h;i;j;k;l;m;n;o;p;q;r;s;t;u;v 3\n[no frames] 1\n";
-    fail_alloc fa = {-1, 0, 0};
-    tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
+    tu_fail_alloc fa = {.fail_at = -1};
+    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.input = TM_INPUT_FOLDED;

@@ -332,37 +332,11 @@ Test(speedscope, sink_failure_is_io_error) {
     tb_free(&b);
 }
 
-/* Counts live bytes; fails allocation number fail_at. */
-typedef struct fail_alloc {
-    long fail_at, count, live;
-} fail_alloc;
-
-static void *fa_malloc(void *ctx, size_t size) {
-    fail_alloc *a = ctx;
-    if (a->count++ == a->fail_at) return NULL;
-    a->live += (long)size;
-    return malloc(size);
-}
-
-static void *fa_realloc(void *ctx, void *p, size_t old_size, size_t new_size) {
-    fail_alloc *a = ctx;
-    if (a->count++ == a->fail_at) return NULL;
-    void *np = realloc(p, new_size);
-    if (np) a->live += (long)new_size - (long)old_size;
-    return np;
-}
-
-static void fa_free(void *ctx, void *p, size_t size) {
-    fail_alloc *a = ctx;
-    if (p) a->live -= (long)size;
-    free(p);
-}
-
 Test(speedscope, every_allocation_failure_is_clean) {
     tb_buf b = {0};
     build(&b, SAMPLES, N_SAMPLES);
-    fail_alloc fa = {-1, 0, 0};
-    tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
+    tu_fail_alloc fa = {.fail_at = -1};
+    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.alloc = &alloc;

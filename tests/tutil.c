@@ -55,3 +55,24 @@ char *tu_read_file(const char *path, size_t *len) {
     if (len) *len = n;
     return buf;
 }
+
+void *tu_fa_malloc(void *ctx, size_t size) {
+    tu_fail_alloc *a = ctx;
+    if (a->count++ == a->fail_at) return NULL;
+    a->live += (long)size;
+    return malloc(size);
+}
+
+void *tu_fa_realloc(void *ctx, void *p, size_t old_size, size_t new_size) {
+    tu_fail_alloc *a = ctx;
+    if (a->count++ == a->fail_at) return NULL;
+    void *np = realloc(p, new_size);
+    if (np) a->live += (long)new_size - (long)old_size;
+    return np;
+}
+
+void tu_fa_free(void *ctx, void *p, size_t size) {
+    tu_fail_alloc *a = ctx;
+    if (p) a->live -= (long)size;
+    free(p);
+}

@@ -1,7 +1,7 @@
 /*
  * tutil.h — plumbing shared by the Criterion suites (tests/test_*.c): a
- * growing in-memory buffer that serves as a tm_sink write callback, and
- * reading a whole file into memory. Trace-building helpers live in
+ * growing in-memory buffer that serves as a tm_sink write callback, an
+ * allocator that fails on demand, and reading a whole file into memory. Trace-building helpers live in
  * trace_builder.h, assertions in the test files.
  *
  * tutil.c is compiled into the tm_trace_builder library, which gen_trace
@@ -30,6 +30,19 @@ int tu_membuf_write(void *ctx, const void *data, size_t len);
 
 /* Frees the buffer and zeroes *m, ready for reuse. */
 void tu_membuf_free(tu_membuf *m);
+
+/* An allocator (tm_alloc callbacks, ctx = tu_fail_alloc *) that fails
+ * allocation number fail_at (counting from 0; -1: never) and tracks the
+ * bytes still live, for allocation-failure and leak tests:
+ *     tu_fail_alloc fa = {.fail_at = -1};
+ *     tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};   */
+typedef struct tu_fail_alloc {
+    long fail_at, count, live;
+} tu_fail_alloc;
+
+void *tu_fa_malloc(void *ctx, size_t size);
+void *tu_fa_realloc(void *ctx, void *p, size_t old_size, size_t new_size);
+void tu_fa_free(void *ctx, void *p, size_t size);
 
 /* Reads the whole file at path into a malloc'd buffer with a NUL appended
  * (not counted in *len; len may be NULL). Returns NULL if the file cannot be
