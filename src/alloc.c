@@ -1,13 +1,14 @@
 /*
  * alloc.c — the only file that calls malloc/realloc/free: the default
- * allocator, the per-trace arena, array growth, and the uint64 hash map
- * (which needs no allocation beyond its two arrays).
+ * allocator, the per-trace arena, array growth, the uint64 hash map and
+ * the content-addressed idxset index (which need no allocation beyond their
+ * own arrays).
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "alloc.h" /* tm_mem, tm_arena, tm_u64map */
+#include "alloc.h" /* tm_mem, tm_arena, tm_u64map, tm_idxset */
 
 /* Sample arrays run to hundreds of MB: asking for transparent huge pages
  * (where the kernel leaves that to madvise) turns ~500 page faults per
@@ -209,4 +210,45 @@ void tm_iidmap_free(tm_mem *mem, tm_iidmap *m) {
     tm_mem_free(mem, m->dense, m->n_dense * sizeof *m->dense);
     tm_u64map_free(mem, &m->sparse);
     memset(m, 0, sizeof *m);
+}
+
+/* ---- content-addressed index ---- */
+
+uint32_t tm_idxset_find(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key) {
+    if (!s->cap) return TM_ABSENT;
+    size_t mask = s->cap - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        uint64_t v = s->slots[i];
+        if (!v) return TM_ABSENT;
+        if ((uint32_t)(v >> 32) == hash && eq(ctx, (uint32_t)v - 1, key)) return (uint32_t)v - 1;
+    }
+}
+
+tm_status tm_idxset_add(tm_mem *mem, tm_idxset *s, uint32_t hash, uint32_t idx) {
+    if ((s->len + 1) * 4 > s->cap * 3) {
+        size_t ncap = s->cap ? s->cap * 2 : 64;
+        uint64_t *ns = tm_mem_alloc(mem, ncap * sizeof *ns);
+        if (!ns) return TM_ERR_NOMEM;
+        memset(ns, 0, ncap * sizeof *ns);
+        for (size_t i = 0; i < s->cap; i++) {
+            uint64_t v = s->slots[i];
+            if (!v) continue;
+            size_t j = (uint32_t)(v >> 32) & (ncap - 1);
+            while (ns[j]) j = (j + 1) & (ncap - 1);
+            ns[j] = v;
+        }
+        tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
+        s->slots = ns;
+        s->cap = ncap;
+    }
+    size_t mask = s->cap - 1, i = hash & mask;
+    while (s->slots[i]) i = (i + 1) & mask;
+    s->slots[i] = ((uint64_t)hash << 32) | ((uint64_t)idx + 1);
+    s->len++;
+    return TM_OK;
+}
+
+void tm_idxset_free(tm_mem *mem, tm_idxset *s) {
+    tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
+    memset(s, 0, sizeof *s);
 }

@@ -1,7 +1,8 @@
 /*
  * alloc.h — the one allocation choke point: a tm_mem wraps the caller's
  * tm_alloc (or libc), a tm_arena hands out never-freed blocks for one trace,
- * and tm_vec_reserve grows plain arrays. No other file calls malloc/free.
+ * and tm_vec_reserve grows plain arrays; the u64 map and the idxset index
+ * live here too. No other file calls malloc/free.
  *
  * A tm_mem is not thread-safe; each tm_trace owns one.
  */
@@ -62,6 +63,24 @@ static inline uint32_t tm_u64map_get(const tm_u64map *m, uint64_t key) {
 tm_status tm_u64map_put(tm_mem *mem, tm_u64map *m, uint64_t key, uint32_t val);
 void tm_u64map_clear(tm_u64map *m);
 void tm_u64map_free(tm_mem *mem, tm_u64map *m);
+
+/* Content-addressed index over a caller-owned record array: maps a record
+ * (by its 32-bit hash and an equality callback) to its index. The records
+ * stay where the caller keeps them, so interning tables of any kind (frames,
+ * strings, functions, labels) share this one probe loop. */
+typedef struct tm_idxset {
+    uint64_t *slots; /* (hash32 << 32) | (index + 1); 0 = empty */
+    size_t cap, len;
+} tm_idxset;
+
+/* eq(ctx, idx, key): is record idx equal to key? */
+typedef int (*tm_idxset_eq)(const void *ctx, uint32_t idx, const void *key);
+
+/* The index of the record equal to key, or TM_ABSENT. */
+uint32_t tm_idxset_find(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key);
+/* Records index idx under hash (the caller checked it is absent). */
+tm_status tm_idxset_add(tm_mem *mem, tm_idxset *s, uint32_t hash, uint32_t idx);
+void tm_idxset_free(tm_mem *mem, tm_idxset *s);
 
 /* Map for interning ids: Perfetto writers number iids 1, 2, 3, ... so small
  * keys go to a directly indexed array (one load per lookup) and only sparse

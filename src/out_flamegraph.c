@@ -37,7 +37,7 @@
 
 typedef struct label {
     tm_str text;
-    uint64_t hash;
+    uint64_t hash;      /* of the text: the per-name colour variation */
     uint32_t rank;      /* position in byte order of all labels: child order */
     tm_frame_kind kind; /* of the first frame seen with this label */
 } label;
@@ -45,51 +45,34 @@ typedef struct label {
 typedef struct label_set {
     label *v;
     size_t n, cap;
-    uint32_t *slots; /* index + 1 into v; 0 = empty; power-of-two size */
-    size_t n_slots;
+    tm_idxset index;
 } label_set;
 
-static tm_status labels_grow_slots(tm_mem *mem, label_set *ls) {
-    size_t n_slots = ls->n_slots ? ls->n_slots * 2 : 1024;
-    uint32_t *slots = tm_mem_alloc(mem, n_slots * sizeof *slots);
-    if (!slots) return TM_ERR_NOMEM;
-    memset(slots, 0, n_slots * sizeof *slots);
-    for (size_t i = 0; i < ls->n; i++) {
-        size_t s = (size_t)ls->v[i].hash & (n_slots - 1);
-        while (slots[s]) s = (s + 1) & (n_slots - 1);
-        slots[s] = (uint32_t)i + 1;
-    }
-    tm_mem_free(mem, ls->slots, ls->n_slots * sizeof *ls->slots);
-    ls->slots = slots;
-    ls->n_slots = n_slots;
-    return TM_OK;
+static int label_eq(const void *ctx, uint32_t idx, const void *key) {
+    return tm_bytes_eq(((const label_set *)ctx)->v[idx].text, *(const tm_str *)key);
 }
 
 static tm_status labels_intern(tm_mem *mem, label_set *ls, tm_str text, tm_frame_kind kind, uint32_t *out) {
-    if (2 * (ls->n + 1) > ls->n_slots) TM_TRY(labels_grow_slots(mem, ls));
     uint64_t h = tm_hash_bytes(0x5f1a3e, text);
-    size_t s = (size_t)h & (ls->n_slots - 1);
-    for (; ls->slots[s]; s = (s + 1) & (ls->n_slots - 1)) {
-        const label *l = &ls->v[ls->slots[s] - 1];
-        if (l->hash == h && tm_bytes_eq(l->text, text)) {
-            *out = ls->slots[s] - 1;
-            return TM_OK;
-        }
+    uint32_t h32 = (uint32_t)(h ^ (h >> 32));
+    uint32_t idx = tm_idxset_find(&ls->index, h32, label_eq, ls, &text);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(mem, ls->v, ls->cap, ls->n + 1));
+        idx = (uint32_t)ls->n;
+        TM_TRY(tm_idxset_add(mem, &ls->index, h32, idx));
+        label *l = &ls->v[ls->n++];
+        l->text = text;
+        l->hash = h;
+        l->rank = 0;
+        l->kind = kind;
     }
-    TM_TRY(TM_VEC_RESERVE(mem, ls->v, ls->cap, ls->n + 1));
-    label *l = &ls->v[ls->n];
-    l->text = text;
-    l->hash = h;
-    l->rank = 0;
-    l->kind = kind;
-    *out = (uint32_t)ls->n++;
-    ls->slots[s] = *out + 1;
+    *out = idx;
     return TM_OK;
 }
 
 static void labels_release(tm_mem *mem, label_set *ls) {
     tm_mem_free(mem, ls->v, ls->cap * sizeof *ls->v);
-    tm_mem_free(mem, ls->slots, ls->n_slots * sizeof *ls->slots);
+    tm_idxset_free(mem, &ls->index);
     memset(ls, 0, sizeof *ls);
 }
 

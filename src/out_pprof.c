@@ -63,39 +63,29 @@ static const char *const fixed_strings[N_FIXED] = {"",    "samples",   "count", 
 typedef struct strtab {
     tm_str *v;
     size_t n, cap;
-    uint32_t *slots; /* index + 1; 0 empty */
-    size_t n_slots;  /* power of two */
+    tm_idxset index;
 } strtab;
 
-static tm_status strtab_grow(tm_mem *mem, strtab *t) {
-    size_t n_slots = t->n_slots ? t->n_slots * 2 : 1024;
-    uint32_t *slots = tm_mem_alloc(mem, n_slots * sizeof *slots);
-    if (!slots) return TM_ERR_NOMEM;
-    memset(slots, 0, n_slots * sizeof *slots);
-    for (size_t i = 0; i < t->n; i++) {
-        size_t k = (size_t)tm_hash_bytes(0, t->v[i]) & (n_slots - 1);
-        while (slots[k]) k = (k + 1) & (n_slots - 1);
-        slots[k] = (uint32_t)i + 1;
-    }
-    tm_mem_free(mem, t->slots, t->n_slots * sizeof *t->slots);
-    t->slots = slots;
-    t->n_slots = n_slots;
-    return TM_OK;
+static uint32_t str_hash(tm_str s) {
+    uint64_t h = tm_hash_bytes(0, s);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int str_eq(const void *ctx, uint32_t idx, const void *key) {
+    return tm_bytes_eq(((const strtab *)ctx)->v[idx], *(const tm_str *)key);
 }
 
 static tm_status str_index(tm_mem *mem, strtab *t, tm_str s, uint32_t *out) {
-    if (t->n >= UINT32_MAX - 1) return TM_ERR_LIMIT;
-    if ((t->n + 1) * 2 > t->n_slots) TM_TRY(strtab_grow(mem, t));
-    size_t k = (size_t)tm_hash_bytes(0, s) & (t->n_slots - 1);
-    for (; t->slots[k]; k = (k + 1) & (t->n_slots - 1))
-        if (tm_bytes_eq(t->v[t->slots[k] - 1], s)) {
-            *out = t->slots[k] - 1;
-            return TM_OK;
-        }
-    TM_TRY(TM_VEC_RESERVE(mem, t->v, t->cap, t->n + 1));
-    t->v[t->n] = s;
-    t->slots[k] = (uint32_t)++t->n;
-    *out = (uint32_t)t->n - 1;
+    uint32_t h = str_hash(s);
+    uint32_t idx = tm_idxset_find(&t->index, h, str_eq, t, &s);
+    if (idx == TM_ABSENT) {
+        if (t->n >= UINT32_MAX - 1) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(mem, t->v, t->cap, t->n + 1));
+        idx = (uint32_t)t->n;
+        TM_TRY(tm_idxset_add(mem, &t->index, h, idx));
+        t->v[t->n++] = s;
+    }
+    *out = idx;
     return TM_OK;
 }
 
@@ -113,44 +103,29 @@ typedef struct func {
 typedef struct functab {
     func *v;
     size_t n, cap;
-    uint32_t *slots; /* id (index + 1); 0 empty */
-    size_t n_slots;
+    tm_idxset index;
 } functab;
 
-static uint64_t func_hash(const func *f) {
-    return tm_hash_u64(((uint64_t)f->name << 32 | f->system_name) ^ tm_hash_u64(f->filename));
+static uint32_t func_hash(const func *f) {
+    return (uint32_t)tm_hash_u64(((uint64_t)f->name << 32 | f->system_name) ^ tm_hash_u64(f->filename));
 }
 
-static tm_status functab_grow(tm_mem *mem, functab *t) {
-    size_t n_slots = t->n_slots ? t->n_slots * 2 : 1024;
-    uint32_t *slots = tm_mem_alloc(mem, n_slots * sizeof *slots);
-    if (!slots) return TM_ERR_NOMEM;
-    memset(slots, 0, n_slots * sizeof *slots);
-    for (size_t i = 0; i < t->n; i++) {
-        size_t k = (size_t)func_hash(&t->v[i]) & (n_slots - 1);
-        while (slots[k]) k = (k + 1) & (n_slots - 1);
-        slots[k] = (uint32_t)i + 1;
-    }
-    tm_mem_free(mem, t->slots, t->n_slots * sizeof *t->slots);
-    t->slots = slots;
-    t->n_slots = n_slots;
-    return TM_OK;
+static int func_eq(const void *ctx, uint32_t idx, const void *key) {
+    const func *g = &((const functab *)ctx)->v[idx], *f = key;
+    return g->name == f->name && g->system_name == f->system_name && g->filename == f->filename;
 }
 
 /* *id: the function's id (from 1). */
 static tm_status func_id(tm_mem *mem, functab *t, const func *f, uint32_t *id) {
-    if ((t->n + 1) * 2 > t->n_slots) TM_TRY(functab_grow(mem, t));
-    size_t k = (size_t)func_hash(f) & (t->n_slots - 1);
-    for (; t->slots[k]; k = (k + 1) & (t->n_slots - 1)) {
-        const func *g = &t->v[t->slots[k] - 1];
-        if (g->name == f->name && g->system_name == f->system_name && g->filename == f->filename) {
-            *id = t->slots[k];
-            return TM_OK;
-        }
+    uint32_t h = func_hash(f);
+    uint32_t idx = tm_idxset_find(&t->index, h, func_eq, t, f);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(mem, t->v, t->cap, t->n + 1));
+        idx = (uint32_t)t->n;
+        TM_TRY(tm_idxset_add(mem, &t->index, h, idx));
+        t->v[t->n++] = *f;
     }
-    TM_TRY(TM_VEC_RESERVE(mem, t->v, t->cap, t->n + 1));
-    t->v[t->n] = *f;
-    *id = t->slots[k] = (uint32_t)++t->n;
+    *id = idx + 1;
     return TM_OK;
 }
 
@@ -219,9 +194,9 @@ static void writer_release(pprof_writer *x) {
     tm_frame_labels_release(p, &x->labels);
     tm_arena_release(&x->arena);
     tm_mem_free(mem, x->strings.v, x->strings.cap * sizeof *x->strings.v);
-    tm_mem_free(mem, x->strings.slots, x->strings.n_slots * sizeof *x->strings.slots);
+    tm_idxset_free(mem, &x->strings.index);
     tm_mem_free(mem, x->funcs.v, x->funcs.cap * sizeof *x->funcs.v);
-    tm_mem_free(mem, x->funcs.slots, x->funcs.n_slots * sizeof *x->funcs.slots);
+    tm_idxset_free(mem, &x->funcs.index);
     tm_mem_free(mem, x->threads, (p->n_threads + 1) * sizeof *x->threads);
     tm_mem_free(mem, x->stack_off, (p->n_stacks + 1) * sizeof *x->stack_off);
     tm_mem_free(mem, x->stack_len, (p->n_stacks + 1) * sizeof *x->stack_len);

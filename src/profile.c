@@ -18,11 +18,6 @@ void tm_profile_init(tm_profile *p, tm_mem *mem, tm_arena *arena) {
 
 #define FREE_VEC(p, v, cap) tm_mem_free((p)->mem, (v), (cap) * sizeof *(v))
 
-static void idxset_free(tm_mem *mem, tm_idxset *s) {
-    tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
-    memset(s, 0, sizeof *s);
-}
-
 void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->frames, p->cap_frames);
     FREE_VEC(p, p->mappings, p->cap_mappings);
@@ -33,50 +28,11 @@ void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->samples, p->cap_samples);
     if (p->weights) FREE_VEC(p, p->weights, p->cap_samples);
     FREE_VEC(p, p->realtime, p->n_realtime);
-    idxset_free(p->mem, &p->frame_set);
-    idxset_free(p->mem, &p->mapping_set);
-    idxset_free(p->mem, &p->stack_set);
+    tm_idxset_free(p->mem, &p->frame_set);
+    tm_idxset_free(p->mem, &p->mapping_set);
+    tm_idxset_free(p->mem, &p->stack_set);
     tm_u64map_free(p->mem, &p->thread_by_tid);
     tm_u64map_free(p->mem, &p->process_by_pid);
-}
-
-/* ---- content-addressed index ---- */
-
-typedef int (*eq_fn)(const tm_profile *p, uint32_t idx, const void *key);
-
-static uint32_t idxset_find(const tm_profile *p, const tm_idxset *s, uint32_t h, eq_fn eq,
-                            const void *key) {
-    if (!s->cap) return TM_ABSENT;
-    size_t mask = s->cap - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        uint64_t v = s->slots[i];
-        if (!v) return TM_ABSENT;
-        if ((uint32_t)(v >> 32) == h && eq(p, (uint32_t)v - 1, key)) return (uint32_t)v - 1;
-    }
-}
-
-static tm_status idxset_add(tm_mem *mem, tm_idxset *s, uint32_t h, uint32_t idx) {
-    if ((s->len + 1) * 4 > s->cap * 3) {
-        size_t ncap = s->cap ? s->cap * 2 : 64;
-        uint64_t *ns = tm_mem_alloc(mem, ncap * sizeof *ns);
-        if (!ns) return TM_ERR_NOMEM;
-        memset(ns, 0, ncap * sizeof *ns);
-        for (size_t i = 0; i < s->cap; i++) {
-            uint64_t v = s->slots[i];
-            if (!v) continue;
-            size_t j = (uint32_t)(v >> 32) & (ncap - 1);
-            while (ns[j]) j = (j + 1) & (ncap - 1);
-            ns[j] = v;
-        }
-        tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
-        s->slots = ns;
-        s->cap = ncap;
-    }
-    size_t mask = s->cap - 1, i = h & mask;
-    while (s->slots[i]) i = (i + 1) & mask;
-    s->slots[i] = ((uint64_t)h << 32) | ((uint64_t)idx + 1);
-    s->len++;
-    return TM_OK;
 }
 
 /* ---- mappings ---- */
@@ -87,7 +43,8 @@ static uint32_t mapping_hash(const tm_pmapping *m) {
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static int mapping_eq(const tm_profile *p, uint32_t idx, const void *key) {
+static int mapping_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_profile *p = ctx;
     const tm_pmapping *a = &p->mappings[idx], *b = key;
     return a->start == b->start && a->end == b->end && a->load_bias == b->load_bias &&
            a->flags == b->flags && a->start_offset == b->start_offset &&
@@ -97,11 +54,11 @@ static int mapping_eq(const tm_profile *p, uint32_t idx, const void *key) {
 
 tm_status tm_profile_intern_mapping(tm_profile *p, const tm_pmapping *m, uint32_t *out) {
     uint32_t h = mapping_hash(m);
-    uint32_t idx = idxset_find(p, &p->mapping_set, h, mapping_eq, m);
+    uint32_t idx = tm_idxset_find(&p->mapping_set, h, mapping_eq, p, m);
     if (idx == TM_ABSENT) {
         TM_TRY(TM_VEC_RESERVE(p->mem, p->mappings, p->cap_mappings, p->n_mappings + 1));
         idx = (uint32_t)p->n_mappings;
-        TM_TRY(idxset_add(p->mem, &p->mapping_set, h, idx));
+        TM_TRY(tm_idxset_add(p->mem, &p->mapping_set, h, idx));
         p->mappings[p->n_mappings++] = *m;
         p->stats.mappings++;
         if (m->build_id.len == 0) p->stats.mappings_without_build_id++;
@@ -119,7 +76,8 @@ static uint32_t frame_hash(const tm_pframe *f) {
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static int frame_eq(const tm_profile *p, uint32_t idx, const void *key) {
+static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_profile *p = ctx;
     const tm_pframe *a = &p->frames[idx], *b = key;
     return a->flags == b->flags && a->addr == b->addr && tm_bytes_eq(a->function, b->function) &&
            tm_bytes_eq(a->module, b->module) && tm_bytes_eq(a->package, b->package);
@@ -127,12 +85,12 @@ static int frame_eq(const tm_profile *p, uint32_t idx, const void *key) {
 
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_pframe *f, uint32_t *out) {
     uint32_t h = frame_hash(f);
-    uint32_t idx = idxset_find(p, &p->frame_set, h, frame_eq, f);
+    uint32_t idx = tm_idxset_find(&p->frame_set, h, frame_eq, p, f);
     if (idx == TM_ABSENT) {
         if (p->n_frames >= p->max_unique_frames) return TM_ERR_LIMIT;
         TM_TRY(TM_VEC_RESERVE(p->mem, p->frames, p->cap_frames, p->n_frames + 1));
         idx = (uint32_t)p->n_frames;
-        TM_TRY(idxset_add(p->mem, &p->frame_set, h, idx));
+        TM_TRY(tm_idxset_add(p->mem, &p->frame_set, h, idx));
         p->frames[p->n_frames++] = *f;
         p->stats.frames++;
     }
@@ -154,7 +112,8 @@ static uint32_t stack_hash(const uint32_t *ids, size_t n) {
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static int stack_eq(const tm_profile *p, uint32_t idx, const void *key) {
+static int stack_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_profile *p = ctx;
     const tm_pstack *s = &p->stacks[idx];
     const stack_key *k = key;
     return s->len == k->n && (k->n == 0 || memcmp(p->frame_ids + s->off, k->ids, k->n * 4) == 0);
@@ -163,13 +122,13 @@ static int stack_eq(const tm_profile *p, uint32_t idx, const void *key) {
 tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *ids, size_t n, uint32_t *out) {
     stack_key k = {ids, n};
     uint32_t h = stack_hash(ids, n);
-    uint32_t idx = idxset_find(p, &p->stack_set, h, stack_eq, &k);
+    uint32_t idx = tm_idxset_find(&p->stack_set, h, stack_eq, p, &k);
     if (idx == TM_ABSENT) {
         if (p->n_frame_ids + n > UINT32_MAX) return TM_ERR_LIMIT;
         TM_TRY(TM_VEC_RESERVE(p->mem, p->stacks, p->cap_stacks, p->n_stacks + 1));
         TM_TRY(TM_VEC_RESERVE(p->mem, p->frame_ids, p->cap_frame_ids, p->n_frame_ids + n));
         idx = (uint32_t)p->n_stacks;
-        TM_TRY(idxset_add(p->mem, &p->stack_set, h, idx));
+        TM_TRY(tm_idxset_add(p->mem, &p->stack_set, h, idx));
         if (n) memcpy(p->frame_ids + p->n_frame_ids, ids, n * sizeof *ids);
         p->stacks[p->n_stacks].off = (uint32_t)p->n_frame_ids;
         p->stacks[p->n_stacks].len = (uint32_t)n;

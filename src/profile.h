@@ -72,12 +72,6 @@ typedef struct tm_time_segment {
     int64_t offset_ns;
 } tm_time_segment;
 
-/* Content-addressed index over one of the record arrays. */
-typedef struct tm_idxset {
-    uint64_t *slots; /* (hash32 << 32) | (index + 1); 0 = empty */
-    size_t cap, len;
-} tm_idxset;
-
 typedef struct tm_profile {
     tm_mem *mem;
     tm_arena *arena;
