@@ -40,6 +40,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct sqlite3;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -318,6 +320,33 @@ TM_API tm_status tm_write_flamegraph(const tm_trace *t, const tm_flamegraph_opti
 TM_API tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *now,
                                           const tm_flamegraph_options *opts, const tm_sink *out,
                                           tm_error *err);
+
+/* ==== SQL over traces =================================================== */
+
+/* A trace decoded with Perfetto Trace Processor's semantics (packets applied
+ * in timestamp order, per-process mappings, callsites deduplicated on
+ * (depth, parent, frame), Trace Processor's stats) and exposed to SQLite as
+ * tables and views with Trace Processor's names and columns: process,
+ * thread, stack_profile_*, perf_sample, cpu_profile_stack_sample,
+ * stack_sample*, counter, track, stats, metadata, clock_snapshot, ... The
+ * tables are virtual: rows are read from the decoded columns, never copied
+ * into SQLite. Only Perfetto input is accepted; opts->input is ignored.
+ * The input buffer must outlive the tm_db. */
+typedef struct tm_db tm_db;
+
+TM_API tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db **out,
+                            tm_error *err);
+
+/* The SQLite connection (an in-memory database with the tables attached):
+ * run any statement on it with sqlite3_prepare_v2/sqlite3_step. Owned by
+ * the tm_db; do not close it. */
+TM_API struct sqlite3 *tm_db_sqlite(tm_db *db);
+
+/* Writes every table into a new standalone SQLite file at path (an existing
+ * file is replaced), readable without tracemill. */
+TM_API tm_status tm_db_export(tm_db *db, const char *path, tm_error *err);
+
+TM_API void tm_db_free(tm_db *db);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 # every make).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev libcriterion-dev
+      libsqlite3-dev sqlite3 libedit-dev
       golang-go golang-github-google-pprof-dev libxml2-utils chromium)
 missing=()
 for p in "${pkgs[@]}"; do
