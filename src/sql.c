@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#define TM_TP_STATS_TABLE /* the catalogue itself lives here */
 #include "tp.h"
 
 typedef void (*col_get)(const tm_tp *tp, size_t row, sqlite3_context *ctx);
@@ -346,7 +345,7 @@ static int is_stack_counter(const tm_tp *tp, size_t row) { return tp->counters[r
 static const char *const severity_names[] = {"info", "notice", "data_loss", "error"};
 static const char *const source_names[] = {"trace", "analysis"};
 
-static const tp_stat_def *stat_def(const tm_tp *tp, size_t row) { return &tp_stat_defs[tp->stats[row].key]; }
+static const tp_stat_def *stat_def(const tm_tp *tp, size_t row) { return tp_stat_def_of(tp->stats[row].key); }
 static void st_name(const tm_tp *tp, size_t row, sqlite3_context *c) { put_cstr(c, stat_def(tp, row)->name); }
 GETTER(st_key, tp_stat, stats, sqlite3_result_int64(c, r->key))
 GETTER(st_idx, tp_stat, stats, put_int(c, r->idx))

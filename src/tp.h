@@ -166,6 +166,7 @@ void tm_tp_release(tm_tp *tp);
 /* Static names of enum values as Trace Processor writes them. */
 const char *tp_unwind_error_name(unsigned unwind_error_plus_one);
 const char *tp_clock_name(uint32_t clock_id); /* NULL beyond the builtins 1-6 */
+const tp_stat_def *tp_stat_def_of(uint32_t key); /* key < TPS_COUNT */
 const char *tp_stat_description(uint32_t key); /* "" for stats tracemill never raises */
 
 #endif
