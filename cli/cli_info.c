@@ -15,9 +15,9 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     printf("%s: %llu bytes, %llu packets (%llu compressed), %llu sequences\n", path,
            (unsigned long long)s->bytes, (unsigned long long)s->packets,
            (unsigned long long)s->compressed_packets, (unsigned long long)s->sequences);
-    printf("samples: %llu kept of %llu PerfSample + %llu StreamingProfilePacket\n",
+    printf("samples: %llu kept of %llu PerfSample + %llu StreamingProfilePacket + %llu StackSample\n",
            (unsigned long long)s->samples_kept, (unsigned long long)s->perf_samples,
-           (unsigned long long)s->streaming_samples);
+           (unsigned long long)s->streaming_samples, (unsigned long long)s->stack_samples);
     if (s->samples_kept)
         printf("time span: %.6f s (trace clock %u)\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9,
                s->trace_clock_id);
@@ -42,7 +42,7 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("interned data skipped: state invalid", s->interned_data_skipped);
     line("packets skipped: unsupported", s->packets_unsupported);
     line("streaming samples timed from packet ts", s->streaming_without_reference_time);
-    line("streaming samples without a thread", s->samples_without_thread);
+    line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);
     line("mappings without build id", s->mappings_without_build_id);
 }

@@ -176,6 +176,8 @@ typedef struct tm_trace_stats {
     uint64_t clock_snapshots;
     uint64_t perf_samples;            /* PerfSample packets with a callstack */
     uint64_t streaming_samples;       /* StreamingProfilePacket entries */
+    uint64_t stack_samples;           /* StackSample packets with a callstack */
+    uint64_t stack_samples_without_callstack; /* StackSample with no callstack (dropped) */
     uint64_t samples_kept;
     uint64_t dropped_unresolved;      /* callstack/frame/mapping/name iid missing */
     uint64_t dropped_stale_interning; /* skipped: incremental state invalid after loss */
@@ -187,7 +189,9 @@ typedef struct tm_trace_stats {
     uint64_t perf_samples_without_callstack;
     uint64_t perf_records_lost;       /* sum of PerfSample.kernel_records_lost */
     uint64_t streaming_without_reference_time; /* timed from packet timestamps */
-    uint64_t samples_without_thread;  /* streaming samples on a sequence with no thread */
+    uint64_t samples_without_thread;  /* samples with no thread: a StreamingProfilePacket
+                                         on a sequence without one, a StackSample with
+                                         neither tid nor pid */
     uint64_t threads;
     uint64_t threads_without_name;
     uint64_t frames;

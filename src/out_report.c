@@ -59,6 +59,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
     const counter samples[] = {
         {"perf_sample", s->perf_samples},
         {"streaming_profile", s->streaming_samples},
+        {"stack_sample", s->stack_samples},
         {"kept", s->samples_kept},
     };
     write_group(w, "samples", samples, N(samples), 0);
@@ -68,6 +69,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"incremental_state_never_cleared", s->dropped_never_cleared},
         {"missing_clock", s->dropped_missing_clock},
         {"bad_timestamp", s->dropped_bad_timestamp},
+        {"stack_sample_without_callstack", s->stack_samples_without_callstack},
         {"fewer_deltas_than_callstacks", s->dropped_malformed_streaming},
         {"perf_sample_skipped_by_producer", s->perf_samples_skipped},
         {"perf_sample_without_callstack", s->perf_samples_without_callstack},

@@ -10,9 +10,10 @@
  *    frames, callstacks, mappings), valid only after
  *    SEQ_INCREMENTAL_STATE_CLEARED; after previous_packet_dropped, packets
  *    flagged SEQ_NEEDS_INCREMENTAL_STATE are skipped (and counted) until the
- *    next clear; the first interned entry of an iid wins; PerfSample and
- *    StreamingProfilePacket samples are resolved when read; clocks go
- *    through the snapshot graph (clock.c) once the whole trace is read.
+ *    next clear; the first interned entry of an iid wins; PerfSample,
+ *    StreamingProfilePacket and (v58) StackSample samples are resolved
+ *    when read; clocks go through the snapshot graph (clock.c) once the
+ *    whole trace is read.
  *  - TM_MODE_RELAY reproduces Sentry Relay's converter (relay-sample-v2.md
  *    §2): PerfSample only, later entries overwrite, no loss handling,
  *    unresolvable frames skipped, the first BOOTTIME/REALTIME snapshot.
@@ -53,6 +54,13 @@ typedef struct ent_callstack {
     tm_bytes msg; /* for frame_ids */
 } ent_callstack;
 
+/* StackSample's TaskContext (interned or inline); async_id is not kept:
+ * the profile model has threads, not async tasks. */
+typedef struct ent_task {
+    uint32_t pid, tid;
+    bool has_tid;
+} ent_task;
+
 typedef struct seq_state {
     uint64_t id;
     tm_iidmap str_map[N_STR_KINDS];
@@ -61,6 +69,7 @@ typedef struct seq_state {
     tm_iidmap frame_map;    ent_frame *frames;    size_t n_frames, cap_frames;
     tm_iidmap mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
     tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
+    tm_iidmap task_map;     ent_task *tasks;      size_t n_tasks, cap_tasks;
     tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this generation */
     tm_iidmap frame_by_iid; /* frame iid -> resolved profile frame, this generation */
     tm_iidmap mapping_by_iid; /* mapping iid -> resolved profile mapping, this generation */
@@ -90,7 +99,7 @@ typedef struct pkt {
     uint64_t ts, seq, dropped;
     uint32_t clock_id, flags;
     bool has_ts, has_seq, legacy_cleared, zstd;
-    tm_bytes interned, defaults, snapshot, ptree, pdesc, tdesc, track, compressed, streaming, perf;
+    tm_bytes interned, defaults, snapshot, ptree, pdesc, tdesc, track, compressed, streaming, perf, stack;
 } pkt;
 
 typedef struct dec {
@@ -118,6 +127,8 @@ typedef struct dec {
     int64_t last_tid; uint32_t last_thread; /* one-entry cache: samples come in runs per thread */
     uint64_t relay_samples;
     uint64_t relay_boot, relay_real;
+    /* StackSample counters that tm_trace_stats has no field for yet; until
+     * it does they only feed max_samples. */
 } dec;
 
 /* ---- errors ---- */
@@ -178,9 +189,11 @@ static void seq_free(tm_mem *m, seq_state *s) {
     tm_iidmap_free(m, &s->frame_map);
     tm_iidmap_free(m, &s->mapping_map);
     tm_iidmap_free(m, &s->cs_map);
+    tm_iidmap_free(m, &s->task_map);
     tm_mem_free(m, s->frames, s->cap_frames * sizeof *s->frames);
     tm_mem_free(m, s->mappings, s->cap_mappings * sizeof *s->mappings);
     tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
+    tm_mem_free(m, s->tasks, s->cap_tasks * sizeof *s->tasks);
     tm_iidmap_free(m, &s->stack_by_iid);
     tm_iidmap_free(m, &s->frame_by_iid);
     tm_iidmap_free(m, &s->mapping_by_iid);
@@ -203,7 +216,8 @@ static void seq_clear_tables(seq_state *s) {
     tm_iidmap_clear(&s->frame_map);
     tm_iidmap_clear(&s->mapping_map);
     tm_iidmap_clear(&s->cs_map);
-    s->n_frames = s->n_mappings = s->n_css = 0;
+    tm_iidmap_clear(&s->task_map);
+    s->n_frames = s->n_mappings = s->n_css = s->n_tasks = 0;
     s->n_interned = 0;
     seq_forget_resolved(s);
 }
@@ -383,6 +397,34 @@ static tm_status merge_callstack(dec *d, seq_state *s, tm_bytes msg, const uint8
     return TM_OK;
 }
 
+/* StackSample.TaskContext { iid=1; uint32 pid=2; uint32 tid=3; uint64 async_id=4; } */
+static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t *iid) {
+    tm_pb_reader r = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    int rc;
+    memset(e, 0, sizeof *e);
+    *iid = 0;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num >= 1 && f.num <= 4) WANT(d, f, TM_PB_VARINT, "TaskContext");
+        if (f.num == 1) *iid = f.val;
+        else if (f.num == 2) e->pid = (uint32_t)f.val;
+        else if (f.num == 3) e->tid = (uint32_t)f.val, e->has_tid = true;
+    }
+    if (rc == TM_PB_ERROR) return pb_error(d, &r, "TaskContext");
+    return TM_OK;
+}
+
+static tm_status merge_task_context(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at) {
+    ent_task e;
+    uint64_t iid;
+    TM_TRY(parse_task_context(d, msg, &e, &iid));
+    if (iid == 0) return TM_OK;
+    uint32_t slot;
+    TM_TRY(INTERN_SLOT(d, s, s->task_map, s->tasks, s->n_tasks, s->cap_tasks, iid, at, &slot));
+    if (slot != TM_ABSENT) s->tasks[slot] = e;
+    return TM_OK;
+}
+
 static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -394,12 +436,14 @@ static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
         case 17: kind = STR_PATH; break;
         case 16: kind = STR_BUILD_ID; break;
         case 6: case 7: case 19: break;
+        case 48: if (d->relay) continue; break; /* stack_sample_task_contexts: not in Relay's schema */
         default: continue;
         }
         WANT(d, f, TM_PB_LEN, "InternedData");
         if (kind >= 0) TM_TRY(merge_string(d, s, kind, f.bytes, f.start));
         else if (f.num == 6) TM_TRY(merge_frame(d, s, f.bytes, f.start));
         else if (f.num == 7) TM_TRY(merge_callstack(d, s, f.bytes, f.start));
+        else if (f.num == 48) TM_TRY(merge_task_context(d, s, f.bytes, f.start));
         else TM_TRY(merge_mapping(d, s, f.bytes, f.start));
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "InternedData");
@@ -496,6 +540,15 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, const ent_m
     return TM_OK;
 }
 
+/* Adds a frame to the profile, within max_unique_frames. */
+static tm_status intern_frame(dec *d, const tm_pframe *pf, const uint8_t *at, uint32_t *out) {
+    if (tm_profile_intern_frame(d->p, pf, out) == TM_OK) return TM_OK;
+    if (d->p->n_frames >= d->p->max_unique_frames)
+        return dfail(d, TM_ERR_LIMIT, at, "more than %llu unique frames (max_unique_frames)",
+                     (unsigned long long)d->p->max_unique_frames);
+    return nomem(d);
+}
+
 /* Resolves a frame iid; *ok = 0 when it cannot be (the caller decides
  * whether that drops the stack or only the frame). */
 static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t *at, uint32_t *out,
@@ -560,15 +613,19 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
         pf.function = name;
         pf.flags |= TM_FRAME_HAS_FUNCTION;
     }
-    if (tm_profile_intern_frame(d->p, &pf, out) != TM_OK) {
-        if (d->p->n_frames >= d->p->max_unique_frames)
-            return dfail(d, TM_ERR_LIMIT, at, "more than %llu unique frames (max_unique_frames)",
-                         (unsigned long long)d->p->max_unique_frames);
-        return nomem(d);
-    }
+    TM_TRY(intern_frame(d, &pf, at, out));
     DTRY_MEM(d, tm_iidmap_put(d->mem, &s->frame_by_iid, iid, *out, s->n_frames));
     *ok = 1;
     return TM_OK;
+}
+
+/* Perfetto lists frames root first; the model is leaf first. */
+static void reverse_scratch(dec *d, size_t n) {
+    for (size_t i = 0; i < n / 2; i++) {
+        uint32_t tmp = d->frame_scratch[i];
+        d->frame_scratch[i] = d->frame_scratch[n - 1 - i];
+        d->frame_scratch[n - 1 - i] = tmp;
+    }
 }
 
 /* Resolves callstack iid, first time in this generation. */
@@ -600,11 +657,7 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
             if (!packed) break;
         }
     }
-    for (size_t i = 0; i < n / 2; i++) { /* Perfetto is root first; the model is leaf first */
-        uint32_t tmp = d->frame_scratch[i];
-        d->frame_scratch[i] = d->frame_scratch[n - 1 - i];
-        d->frame_scratch[n - 1 - i] = tmp;
-    }
+    reverse_scratch(d, n);
     DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
     DTRY_MEM(d, tm_iidmap_put(d->mem, &s->stack_by_iid, iid, *out, s->n_css));
     *ok = 1;
@@ -649,7 +702,7 @@ static tm_status add_sample(dec *d, int64_t ts, uint64_t clock, uint32_t stack, 
 
 static tm_status check_sample_limit(dec *d, const uint8_t *at) {
     const tm_trace_stats *st = &d->p->stats;
-    uint64_t n = d->relay ? d->relay_samples : st->perf_samples + st->streaming_samples;
+    uint64_t n = d->relay ? d->relay_samples : st->perf_samples + st->streaming_samples + st->stack_samples;
     if (n > d->lim->max_samples)
         return dfail(d, TM_ERR_LIMIT, at, "more than %llu samples (max_samples)",
                      (unsigned long long)d->lim->max_samples);
@@ -850,6 +903,134 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
     return TM_OK;
 }
 
+/* StackSample.callstack: repeated Frame frames=1 { string function_name=1;
+ * string source_file=2; uint32 line_number=3; }, root first. Its frames
+ * become function-only frames (no mapping, no address): the model has no
+ * place for source positions, so those are validated and left out. A frame
+ * without a name is an unknown frame, as an unsymbolised one would be. */
+static tm_status inline_callstack(dec *d, tm_bytes msg, const uint8_t *at, uint32_t *out) {
+    tm_pb_reader r = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    size_t n = 0;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num != 1) continue;
+        WANT(d, f, TM_PB_LEN, "StackSample.Callstack");
+        if (n >= d->lim->max_stack_depth)
+            return dfail(d, TM_ERR_LIMIT, at, "inline callstack has more than %llu frames (max_stack_depth)",
+                         (unsigned long long)d->lim->max_stack_depth);
+        tm_pframe pf;
+        memset(&pf, 0, sizeof pf);
+        tm_pb_reader fr = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        int frc;
+        while ((frc = tm_pb_next(&fr, &g)) == TM_PB_OK) {
+            if (g.num == 1 || g.num == 2) WANT(d, g, TM_PB_LEN, "StackSample.Frame");
+            else if (g.num == 3) WANT(d, g, TM_PB_VARINT, "StackSample.Frame");
+            if (g.num == 1) pf.function = g.bytes;
+        }
+        if (frc == TM_PB_ERROR) return pb_error(d, &fr, "StackSample.Frame");
+        if (pf.function.len) pf.flags |= TM_FRAME_HAS_FUNCTION;
+        DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->frame_scratch, d->cap_fs, n + 1));
+        TM_TRY(intern_frame(d, &pf, at, &d->frame_scratch[n]));
+        n++;
+    }
+    if (rc == TM_PB_ERROR) return pb_error(d, &r, "StackSample.Callstack");
+    reverse_scratch(d, n);
+    DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
+    return TM_OK;
+}
+
+enum { CS_NONE, CS_INLINE, CS_IID };
+
+/* StackSample (v58, TracePacket 135): one sample. Its stack is the inline
+ * callstack or callstack_iid (the interning PerfSample uses; of the two,
+ * the last on the wire wins, as for a oneof), its thread the task context
+ * (inline or task_context_iid into stack_sample_task_contexts), its time
+ * the packet timestamp, converted like PerfSample's. Execution context,
+ * unwind error, descriptors and weights are checked but not kept: every
+ * exporter counts samples, and the model has per-sample weights only for
+ * folded input. Counting and drops follow PerfSample. */
+static tm_status on_stack_sample(dec *d, seq_state *s, const pkt *k) {
+    tm_pb_reader r = tm_pb_reader_of(k->stack);
+    tm_pb_field f;
+    ent_task task = {0, 0, false};
+    uint64_t task_iid = 0, cs_iid = 0, iid;
+    tm_bytes cs_msg = {NULL, 0};
+    const uint8_t *cs_at = k->stack.data;
+    int cs_kind = CS_NONE;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        switch (f.num) {
+        case 1:
+            WANT(d, f, TM_PB_LEN, "StackSample");
+            TM_TRY(parse_task_context(d, f.bytes, &task, &iid));
+            task_iid = 0;
+            break;
+        case 2:
+            WANT(d, f, TM_PB_VARINT, "StackSample");
+            task_iid = f.val;
+            memset(&task, 0, sizeof task);
+            break;
+        case 5: WANT(d, f, TM_PB_LEN, "StackSample"); cs_msg = f.bytes; cs_at = f.start; cs_kind = CS_INLINE; break;
+        case 6: WANT(d, f, TM_PB_VARINT, "StackSample"); cs_iid = f.val; cs_at = f.start; cs_kind = CS_IID; break;
+        case 3: case 7: case 9: WANT(d, f, TM_PB_LEN, "StackSample"); break;
+        case 4: case 8: case 10: case 11: WANT(d, f, TM_PB_VARINT, "StackSample"); break;
+        case 14: /* follower_weights, packed or not */
+            if (f.wire == TM_PB_LEN) {
+                tm_pb_reader pr = tm_pb_reader_of(f.bytes);
+                uint64_t v;
+                int prc;
+                while ((prc = tm_pb_packed_next(&pr, &v)) == TM_PB_OK) continue;
+                if (prc == TM_PB_ERROR) return pb_error(d, &pr, "StackSample.follower_weights");
+            } else WANT(d, f, TM_PB_VARINT, "StackSample");
+            break;
+        default: break;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_error(d, &r, "StackSample");
+    tm_profile *p = d->p;
+    if (cs_kind == CS_NONE) {
+        p->stats.stack_samples_without_callstack++;
+        return TM_OK;
+    }
+    p->stats.stack_samples++;
+    TM_TRY(check_sample_limit(d, k->start));
+    if (task_iid) {
+        uint32_t idx = tm_iidmap_get(&s->task_map, task_iid);
+        if (idx == TM_ABSENT) {
+            p->stats.dropped_unresolved++;
+            return TM_OK;
+        }
+        task = s->tasks[idx];
+    }
+    uint32_t stack, thread;
+    int ok = 1;
+    if (cs_kind == CS_INLINE) TM_TRY(inline_callstack(d, cs_msg, cs_at, &stack));
+    else TM_TRY(resolve_callstack(d, s, cs_iid, cs_at, &stack, &ok));
+    if (!ok) {
+        p->stats.dropped_unresolved++;
+        return TM_OK;
+    }
+    int64_t ts;
+    uint64_t clock;
+    if (!packet_time(d, s, k, &ts, &clock)) {
+        p->stats.dropped_bad_timestamp++;
+        return TM_OK;
+    }
+    /* Without a tid (a task context naming only a process or an async task,
+     * or none at all) the sample goes to the process's main thread (tid =
+     * pid) when the pid is known, else to tid 0 and samples_without_thread,
+     * like a StreamingProfilePacket on a sequence without a thread. */
+    if (task.has_tid) TM_TRY(thread_of(d, task.tid, task.pid, &thread));
+    else if (task.pid) TM_TRY(thread_of(d, task.pid, task.pid, &thread));
+    else {
+        TM_TRY(thread_of(d, 0, 0, &thread));
+        p->stats.samples_without_thread++;
+    }
+    return add_sample(d, ts, clock, stack, thread);
+}
+
 /* Counts the samples a skipped packet would have produced. */
 static uint64_t samples_in(const pkt *k) {
     if (k->perf.data) {
@@ -866,6 +1047,12 @@ static uint64_t samples_in(const pkt *k) {
         while (tm_pb_next(&r, &f) == TM_PB_OK)
             if (f.num == 1) n += f.wire == TM_PB_LEN ? tm_pb_packed_count(f.bytes) : 1;
         return n;
+    }
+    if (k->stack.data) {
+        tm_pb_reader r = tm_pb_reader_of(k->stack);
+        tm_pb_field f;
+        while (tm_pb_next(&r, &f) == TM_PB_OK)
+            if (f.num == 5 || f.num == 6) return 1;
     }
     return 0;
 }
@@ -1085,6 +1272,7 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
     k->has_ts = k->has_seq = k->legacy_cleared = k->zstd = false;
     k->interned.data = k->defaults.data = k->snapshot.data = k->ptree.data = k->pdesc.data = NULL;
     k->tdesc.data = k->track.data = k->compressed.data = k->streaming.data = k->perf.data = NULL;
+    k->stack.data = NULL;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         tm_bytes *slot = NULL;
         switch (f.num) {
@@ -1108,6 +1296,7 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
             case 60: slot = &k->track; break;
             case 50: slot = &k->compressed; break;
             case 54: slot = &k->streaming; break;
+            case 135: slot = &k->stack; break; /* StackSample: not in Relay's schema */
             case 133: k->zstd = true; continue;
             default: continue;
             }
@@ -1206,6 +1395,7 @@ static tm_status decode_packet(dec *d, tm_bytes b) {
     if (k.ptree.data) TM_TRY(on_process_tree(d, k.ptree));
     if (k.perf.data) TM_TRY(on_perf_sample(d, s, &k));
     if (k.streaming.data) TM_TRY(on_streaming(d, s, &k));
+    if (k.stack.data) TM_TRY(on_stack_sample(d, s, &k));
     return TM_OK;
 }
 
@@ -1353,13 +1543,14 @@ static tm_status finish(dec *d) {
         st->first_sample_ns = p->samples[0].ts;
         st->last_sample_ns = p->samples[p->n_samples - 1].ts;
     }
-    /* Threads with samples but no name (the main thread is named "main"). */
+    /* Threads with samples but no name (the main thread of a known pid is
+     * named "main"; tid 0 of an unknown process is not). */
     uint8_t *has = tm_mem_alloc(d->mem, p->n_threads + 1);
     if (!has) return nomem(d);
     memset(has, 0, p->n_threads + 1);
     for (size_t i = 0; i < p->n_samples; i++) has[p->samples[i].thread] = 1;
     for (size_t i = 0; i < p->n_threads; i++)
-        if (has[i] && !p->threads[i].name_prio && p->threads[i].tid != p->threads[i].pid)
+        if (has[i] && !p->threads[i].name_prio && !(p->threads[i].tid == p->threads[i].pid && p->threads[i].pid))
             st->threads_without_name++;
     tm_mem_free(d->mem, has, p->n_threads + 1);
     return TM_OK;

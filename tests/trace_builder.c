@@ -197,3 +197,55 @@ void tb_pt_thread(tb_buf *t, uint64_t tid, uint64_t tgid, const char *name) {
     tb_uint(t, TB_THR_TGID, tgid);
     tb_close(t, th);
 }
+
+static void stack_sample_body(tb_buf *t, const tb_stack_sample *s) {
+    size_t ss = tb_open(t, TB_P_STACK_SAMPLE);
+    if (s->task) {
+        size_t tc = tb_open(t, TB_SS_TASK_CONTEXT);
+        if (s->pid != TB_SS_NONE) tb_uint(t, TB_TC_PID, s->pid);
+        if (s->tid != TB_SS_NONE) tb_uint(t, TB_TC_TID, s->tid);
+        if (s->async_id) tb_uint(t, TB_TC_ASYNC_ID, s->async_id);
+        tb_close(t, tc);
+    }
+    if (s->task_iid) tb_uint(t, TB_SS_TASK_CONTEXT_IID, s->task_iid);
+    if (s->cpu > 0) {
+        size_t ec = tb_open(t, TB_SS_EXEC_CONTEXT);
+        tb_uint(t, TB_EC_CPU, (uint64_t)s->cpu);
+        if (s->mode) tb_uint(t, TB_EC_MODE, s->mode);
+        tb_close(t, ec);
+    }
+    if (s->exec_iid) tb_uint(t, TB_SS_EXEC_CONTEXT_IID, s->exec_iid);
+    if (s->inline_cs) {
+        size_t cs = tb_open(t, TB_SS_CALLSTACK);
+        for (size_t i = 0; i < s->n_frames; i++) {
+            size_t f = tb_open(t, TB_SSC_FRAMES);
+            if (s->frames[i]) tb_str(t, TB_SSF_FUNCTION, s->frames[i]);
+            if (s->source) {
+                tb_str(t, TB_SSF_SOURCE_FILE, s->source);
+                tb_uint(t, TB_SSF_LINE, i + 1);
+            }
+            tb_close(t, f);
+        }
+        tb_close(t, cs);
+    }
+    if (s->cs_iid) tb_uint(t, TB_SS_CALLSTACK_IID, s->cs_iid);
+    if (s->unwind_error) tb_str(t, TB_SS_UNWIND_ERROR, s->unwind_error);
+    if (s->weight) tb_uint(t, TB_SS_PRIMARY_WEIGHT, s->weight);
+    if (s->n_followers) tb_packed(t, TB_SS_FOLLOWER_WEIGHTS, s->followers, s->n_followers);
+    tb_close(t, ss);
+}
+
+void tb_stack_sample_packet(tb_buf *t, const tb_stack_sample *s) {
+    size_t p = tb_packet_open(t, s->seq, s->ts, s->flags);
+    if (s->clock_id) tb_uint(t, TB_P_CLOCK_ID, s->clock_id);
+    stack_sample_body(t, s);
+    tb_close(t, p);
+}
+
+void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid) {
+    size_t m = tb_open(b, TB_I_SS_TASK_CONTEXTS);
+    tb_uint(b, TB_TC_IID, iid);
+    tb_uint(b, TB_TC_PID, pid);
+    tb_uint(b, TB_TC_TID, tid);
+    tb_close(b, m);
+}

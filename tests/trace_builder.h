@@ -59,7 +59,15 @@ enum {
     TB_PT_PROCESSES = 1, TB_PT_THREADS = 2, TB_PROC_PID = 1, TB_PROC_CMDLINE = 3,
     TB_THR_TID = 1, TB_THR_NAME = 2, TB_THR_TGID = 3,
     /* TracePacketDefaults */
-    TB_DEF_CLOCK_ID = 58
+    TB_DEF_CLOCK_ID = 58, TB_DEF_STACK_SAMPLE = 100,
+    /* StackSample (TracePacket 135, v58) and its interned tables */
+    TB_P_STACK_SAMPLE = 135, TB_I_SS_TASK_CONTEXTS = 48, TB_I_SS_EXEC_CONTEXTS = 49,
+    TB_SS_TASK_CONTEXT = 1, TB_SS_TASK_CONTEXT_IID = 2, TB_SS_EXEC_CONTEXT = 3, TB_SS_EXEC_CONTEXT_IID = 4,
+    TB_SS_CALLSTACK = 5, TB_SS_CALLSTACK_IID = 6, TB_SS_UNWIND_ERROR = 7, TB_SS_PRIMARY_WEIGHT = 11,
+    TB_SS_FOLLOWER_WEIGHTS = 14,
+    TB_TC_IID = 1, TB_TC_PID = 2, TB_TC_TID = 3, TB_TC_ASYNC_ID = 4,
+    TB_EC_CPU = 2, TB_EC_MODE = 3,
+    TB_SSC_FRAMES = 1, TB_SSF_FUNCTION = 1, TB_SSF_SOURCE_FILE = 2, TB_SSF_LINE = 3
 };
 
 enum { TB_SEQ_CLEARED = 1, TB_SEQ_NEEDS = 2 };
@@ -87,5 +95,32 @@ void tb_clock_snapshot_primary(tb_buf *t, uint32_t seq, const uint32_t *ids, con
                                uint32_t primary);
 /* One ProcessTree.threads entry (tid, name, tgid), written inside an open TB_P_PROCESS_TREE. */
 void tb_pt_thread(tb_buf *t, uint64_t tid, uint64_t tgid, const char *name);
+
+/* A StackSample packet (TracePacket 135). Zero-initialise, then set what the
+ * sample has; fields left at 0 / NULL are not written. */
+#define TB_SS_NONE UINT32_MAX /* pid / tid: leave the field out */
+typedef struct tb_stack_sample {
+    uint64_t ts;        /* packet timestamp (TB_NO_TS: left out) */
+    uint32_t seq, flags, clock_id; /* trusted_packet_sequence_id, sequence_flags, timestamp_clock_id */
+    int task;           /* write an inline task_context with pid and tid (each unless TB_SS_NONE) */
+    uint32_t pid, tid;
+    uint64_t async_id;
+    uint64_t task_iid;  /* task_context_iid */
+    int cpu;            /* execution_context {cpu, mode} when cpu > 0 */
+    uint32_t mode;
+    uint64_t exec_iid;  /* execution_context_iid */
+    const char *unwind_error;
+    const char *const *frames; /* inline callstack, root first, function names (NULL entry: no name) */
+    size_t n_frames;
+    int inline_cs;      /* write the inline callstack (also when n_frames is 0) */
+    const char *source; /* each inline frame's source_file (line = index + 1) */
+    uint64_t cs_iid;    /* callstack_iid, written after any inline callstack */
+    uint64_t weight;    /* primary_weight */
+    const uint64_t *followers; /* follower_weights, packed */
+    size_t n_followers;
+} tb_stack_sample;
+void tb_stack_sample_packet(tb_buf *t, const tb_stack_sample *s);
+/* An InternedData.stack_sample_task_contexts entry. */
+void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid);
 
 #endif
