@@ -82,6 +82,37 @@ int cli_convert(int argc, char **argv);
 int cli_diff(int argc, char **argv);
 int cli_info(int argc, char **argv);
 
+/* ---- SQL (cli_query.c, cli_shell.c): query, export-sqlite, the shell ---- */
+
+typedef enum { QFMT_TABLE, QFMT_CSV, QFMT_JSON, QFMT_PERFETTO } cli_qformat;
+
+/* Where and how result sets are printed, shared by every statement of a run. */
+typedef struct cli_qout {
+    FILE *f;
+    cli_qformat format;
+    int timer;       /* print each statement's wall time to stderr */
+    int result_sets; /* printed so far: separators go between them */
+    int statements;  /* run so far: errors name statements by number */
+} cli_qout;
+
+/* Parses table|csv|json|perfetto; 0 on an unknown name. */
+int cli_qformat_parse(const char *name, cli_qformat *out);
+extern const char *const cli_qformat_names[]; /* indexed by cli_qformat */
+
+/* Runs every statement of sql (NUL-terminated) in order and prints each
+ * result set. On an SQL error prints "tracemill query: WHERE:LINE:COL:
+ * statement N: message" (first_line: the line sql starts on in WHERE) and
+ * returns EXIT_REJECTED; else EXIT_OK. */
+int cli_query_run(struct sqlite3 *db, const char *sql, const char *where, int first_line, cli_qout *o);
+
+/* Reads statements and dot-commands (.help lists them) from stdin: with
+ * line editing and history when interactive, else as a script that stops
+ * at the first error. Returns the exit code. */
+int cli_query_shell(struct sqlite3 *db, cli_qout *o, int interactive);
+
+int cli_query(int argc, char **argv);
+int cli_export_sqlite(int argc, char **argv);
+
 extern const char cli_usage[];
 
 #endif

@@ -28,11 +28,19 @@ const char cli_usage[] =
     "  info TRACE|- [--json] [--compat relay]\n"
     "      packets, sequences, samples kept and dropped by reason, threads,\n"
     "      clocks, resets and data losses\n"
+    "  query TRACE [SQL] [-f FILE.sql] [--format table|csv|json|perfetto]\n"
+    "      SQL over Trace Processor's tables (process, thread, stack_profile_*,\n"
+    "      perf_sample, stack_sample, stats, metadata, ...); several statements\n"
+    "      allowed. Without SQL or -f: a shell on a terminal (.help), else the\n"
+    "      SQL is read from stdin. Default format: table on a terminal, else\n"
+    "      csv; perfetto is Trace Processor's CSV\n"
+    "  export-sqlite TRACE OUT.db\n"
+    "      the same tables as a standalone SQLite file\n"
     "\n"
     "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected\n"
     "from their first bytes; --input-format perfetto|sample-v2|folded overrides\n"
     "\n"
-    "limits (convert, diff and info):\n"
+    "limits (convert, diff, info, query and export-sqlite):\n"
     "  --limits generous|relay   preset (default generous; --compat relay uses relay)\n"
     "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"
     "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"
@@ -49,6 +57,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "convert") == 0) return cli_convert(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
     if (strcmp(cmd, "diff") == 0) return cli_diff(argc - 1, argv + 1);
+    if (strcmp(cmd, "query") == 0) return cli_query(argc - 1, argv + 1);
+    if (strcmp(cmd, "export-sqlite") == 0) return cli_export_sqlite(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("tracemill %s\n", TM_VERSION_STRING);
         return EXIT_OK;

@@ -77,3 +77,36 @@ for f in sample-v2 pprof folded speedscope svg report; do
   }'
 done
 rm -f "$dir"/out.*
+
+# (4) Issue 4: SQL over the trace. Load = decode into the Trace Processor
+# tables + one count(*); the top-functions query joins every sample to its
+# leaf frame. Targets: load >= 200 MB/s of trace, peak RSS <= 1.5x trace + 16 MB.
+echo "== SQL: tracemill query (best of 3; RSS of that run)"
+run_query() { # SQL -> "US RSS_KB"
+  local start end pid peak=0 r
+  start=$(date +%s%N)
+  "$BUILD/tracemill" query --format csv "$trace" "$1" >/dev/null &
+  pid=$!
+  while kill -0 $pid 2>/dev/null; do
+    r=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2>/dev/null || true)
+    [ -n "$r" ] && [ "$r" -gt "$peak" ] && peak=$r
+    sleep 0.002
+  done
+  wait $pid
+  end=$(date +%s%N)
+  echo "$(( (end - start) / 1000 )) $peak"
+}
+top_sql="select f.name, count(*) as self from stack_sample s join stack_profile_callsite c on s.callsite_id = c.id join stack_profile_frame f on c.frame_id = f.id group by f.name order by self desc limit 20"
+for q in "select count(*) from perf_sample" "$top_sql"; do
+  b=0 brss=0
+  for i in 1 2 3; do
+    read -r us rss < <(run_query "$q")
+    if [ "$b" -eq 0 ] || [ "$us" -lt "$b" ]; then b=$us brss=$rss; fi
+  done
+  label=$([ "$q" = "$top_sql" ] && echo "top-20 self frames" || echo "count(*) perf_sample")
+  awk -v l="$label" -v us="$b" -v in_b="$in_b" -v rss_kb="$brss" 'BEGIN {
+    t = us / 1e6; mbs = in_b / 1e6 / t; rss = rss_kb / 1024; budget = 1.5 * in_b / 1048576 + 16;
+    printf "%-22s wall %.3f s  %6.1f MB/s of trace (target >= 200: %.2fx)  peak RSS %6.1f MB / budget %6.1f MB (%s)\n",
+      l, t, mbs, mbs / 200, rss, budget, rss <= budget ? "within" : "OVER";
+  }'
+done

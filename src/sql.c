@@ -208,7 +208,7 @@ static void smp_mode(const tm_tp *tp, size_t row, sqlite3_context *c) {
     put_cstr(c, e ? e->mode : NULL);
 }
 static void smp_unwind(const tm_tp *tp, size_t row, sqlite3_context *c) {
-    put_cstr(c, tp_unwind_error_name(attr_of(tp, row)->unwind_error));
+    put_cstr(c, tm_tp_unwind_error_name(attr_of(tp, row)->unwind_error));
 }
 static void smp_priority(const tm_tp *tp, size_t row, sqlite3_context *c) {
     sqlite3_result_int64(c, attr_of(tp, row)->priority);
@@ -345,7 +345,7 @@ static int is_stack_counter(const tm_tp *tp, size_t row) { return tp->counters[r
 static const char *const severity_names[] = {"info", "notice", "data_loss", "error"};
 static const char *const source_names[] = {"trace", "analysis"};
 
-static const tp_stat_def *stat_def(const tm_tp *tp, size_t row) { return tp_stat_def_of(tp->stats[row].key); }
+static const tp_stat_def *stat_def(const tm_tp *tp, size_t row) { return tm_tp_stat_def(tp->stats[row].key); }
 static void st_name(const tm_tp *tp, size_t row, sqlite3_context *c) { put_cstr(c, stat_def(tp, row)->name); }
 GETTER(st_key, tp_stat, stats, sqlite3_result_int64(c, r->key))
 GETTER(st_idx, tp_stat, stats, put_int(c, r->idx))
@@ -357,7 +357,7 @@ static void st_source(const tm_tp *tp, size_t row, sqlite3_context *c) {
     put_cstr(c, source_names[stat_def(tp, row)->source]);
 }
 static void st_description(const tm_tp *tp, size_t row, sqlite3_context *c) {
-    put_cstr(c, tp_stat_description(tp->stats[row].key));
+    put_cstr(c, tm_tp_stat_description(tp->stats[row].key));
 }
 static void st_scope(const tm_tp *tp, size_t row, sqlite3_context *c) {
     if (stat_def(tp, row)->global)
@@ -395,7 +395,7 @@ static const col_def meta_cols[] = {
 
 GETTER(clk_ts, tp_clock_row, clocks, sqlite3_result_int64(c, r->ts))
 GETTER(clk_id, tp_clock_row, clocks, sqlite3_result_int64(c, r->clock_id))
-GETTER(clk_name, tp_clock_row, clocks, put_cstr(c, tp_clock_name(r->clock_id)))
+GETTER(clk_name, tp_clock_row, clocks, put_cstr(c, tm_tp_clock_name(r->clock_id)))
 GETTER(clk_value, tp_clock_row, clocks, sqlite3_result_int64(c, r->value))
 GETTER(clk_snapshot, tp_clock_row, clocks, sqlite3_result_int64(c, r->snapshot))
 static const col_def clock_cols[] = {

@@ -20,8 +20,11 @@
  * added no later than the packet's generation — the view Trace Processor's
  * per-generation state gives, without copying it.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "inflate.h"
 #include "limits.h"
@@ -2176,10 +2179,22 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
         tp->threads[0].is_idle = 1;
         (void)utid;
     }
+    struct timespec t0, t1, t2;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int is_proto = len == 0 || buf[0] == 0x0a; /* what Trace Processor's type guess checks first */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st == TM_OK && !is_proto)
+        st = tm_fail(err, TM_ERR_MALFORMED, 0, NULL, "not a Perfetto trace: it does not start with a TracePacket");
     if (st == TM_OK) st = decode_trace(&d, (tm_bytes){buf, len}, 0);
     if (st == TM_OK) st = parse_all(&d);
     if (st == TM_OK) st = sequence_stats(&d);
     if (st == TM_OK) st = build_metadata(&d, buf, len);
+    /* Wall-clock timings, as Trace Processor reports them (never 0). */
+    clock_gettime(CLOCK_MONOTONIC, &t2);
+    int64_t guess_ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec);
+    int64_t parse_ns = (t2.tv_sec - t1.tv_sec) * 1000000000ll + (t2.tv_nsec - t1.tv_nsec);
+    d.single[TPS_guess_trace_type_duration_ns] = guess_ns > 0 ? guess_ns : 1;
+    d.single[TPS_parse_trace_duration_ns] = parse_ns > 0 ? parse_ns : 1;
     if (st == TM_OK) st = build_stats(&d);
     dec_release(&d);
     if (st != TM_OK) tm_tp_release(tp);
@@ -2205,7 +2220,7 @@ void tm_tp_release(tm_tp *tp) {
 
 /* ---- names ---------------------------------------------------------------------------- */
 
-const char *tp_unwind_error_name(unsigned plus_one) {
+const char *tm_tp_unwind_error_name(unsigned plus_one) {
     static const char *const names[] = {"unknown", "none", "memory_invalid", "unwind_info", "unsupported",
                                         "invalid_map", "max_frames_exceeded", "repeated_frame", "invalid_elf",
                                         "system_call", "thread_timeout", "thread_does_not_exist", "bad_arch",
@@ -2214,15 +2229,15 @@ const char *tp_unwind_error_name(unsigned plus_one) {
     return plus_one - 1 < sizeof names / sizeof *names ? names[plus_one - 1] : "unknown";
 }
 
-const char *tp_clock_name(uint32_t id) {
+const char *tm_tp_clock_name(uint32_t id) {
     static const char *const names[] = {NULL, "REALTIME", "REALTIME_COARSE", "MONOTONIC", "MONOTONIC_COARSE",
                                         "MONOTONIC_RAW", "BOOTTIME"};
     return id < sizeof names / sizeof *names ? names[id] : NULL;
 }
 
-const tp_stat_def *tp_stat_def_of(uint32_t key) { return &tp_stat_defs[key]; }
+const tp_stat_def *tm_tp_stat_def(uint32_t key) { return &tp_stat_defs[key]; }
 
-const char *tp_stat_description(uint32_t key) {
+const char *tm_tp_stat_description(uint32_t key) {
     switch (key) {
     case TPS_clock_sync_cache_miss: return "Clock conversions that were not in the 8-entry cache of single-hop conversions.";
     case TPS_clock_sync_failure_unknown_source_clock: return "Timestamps in a clock that no ClockSnapshot mentions.";

@@ -164,9 +164,9 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
 void tm_tp_release(tm_tp *tp);
 
 /* Static names of enum values as Trace Processor writes them. */
-const char *tp_unwind_error_name(unsigned unwind_error_plus_one);
-const char *tp_clock_name(uint32_t clock_id); /* NULL beyond the builtins 1-6 */
-const tp_stat_def *tp_stat_def_of(uint32_t key); /* key < TPS_COUNT */
-const char *tp_stat_description(uint32_t key); /* "" for stats tracemill never raises */
+const char *tm_tp_unwind_error_name(unsigned unwind_error_plus_one);
+const char *tm_tp_clock_name(uint32_t clock_id); /* NULL beyond the builtins 1-6 */
+const tp_stat_def *tm_tp_stat_def(uint32_t key); /* key < TPS_COUNT */
+const char *tm_tp_stat_description(uint32_t key); /* "" for stats tracemill never raises */
 
 #endif
