@@ -29,3 +29,9 @@ done
 echo "hottest stacks (folded, by count):"
 sort -t' ' -k2 -nr "$BUILD/demo.folded" | head -3 | cut -c1-160
 echo "open $BUILD/demo.svg in a browser for the flame graph, or load $BUILD/demo.speedscope.json at speedscope.app"
+echo
+echo "== SQL over the same trace (Trace Processor's tables)"
+"$tm" query --format table examples/demo.pftrace \
+  "select t.tid, t.name, count(*) as samples from stack_sample s join stack_sample_task_context c on s.task_context_id = c.id join thread t on c.utid = t.utid group by t.utid order by samples desc"
+"$tm" export-sqlite examples/demo.pftrace "$BUILD/demo.db"
+echo "wrote $BUILD/demo.db: $(sqlite3 "$BUILD/demo.db" 'select count(*) from stack_profile_callsite') callsites, readable by sqlite3"
