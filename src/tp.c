@@ -2031,7 +2031,7 @@ static tm_status sort_samples(dec *d) {
 static tm_status parse_all(dec *d) {
     tm_tp *tp = d->tp;
     TM_TRY(sort_samples(d));
-    qsort(d->events, d->n_events, sizeof *d->events, cmp_event);
+    if (d->n_events) qsort(d->events, d->n_events, sizeof *d->events, cmp_event);
     size_t j = 0, w = 0, n = tp->n_samples;
     for (size_t i = 0; i < n; i++) {
         size_t order = d->s_order ? d->s_order[i] : i;
@@ -2085,7 +2085,7 @@ static int cmp_stat(const void *a, const void *b) {
 
 /* One row per single stat, then the indexed ones that were set, in key order. */
 static tm_status build_stats(dec *d) {
-    qsort(d->stats, d->n_stats, sizeof *d->stats, cmp_stat);
+    if (d->n_stats) qsort(d->stats, d->n_stats, sizeof *d->stats, cmp_stat);
     size_t j = 0;
     for (uint32_t key = 0; key < TPS_COUNT; key++) {
         tp_stat *row;
