@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -569,32 +570,27 @@ static void skip_hidden(vcursor *c) {
     while (c->row < c->end && !v->def->visible(v->tp, c->row)) c->row++;
 }
 
-/* The row bound a constraint value gives: rows >= *lo and < *hi. */
-static void bound_lower(sqlite3_value *val, int inclusive, size_t *lo, size_t *hi) {
-    double d = sqlite3_value_double(val);
+/* Narrows rows [*lo, *hi) to those with `id > val` or `id >= val`
+ * (lower) or `id < val` or `id <= val` (upper). SQLite orders NULL before
+ * numbers, and text and blobs after them. */
+static void bound_rows(sqlite3_value *val, int lower, int inclusive, size_t *lo, size_t *hi) {
     int t = sqlite3_value_numeric_type(val);
-    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT) {
-        *hi = 0; /* text or NULL never compares below a number: no row */
+    if (t == SQLITE_NULL) {
+        *hi = 0; /* a comparison with NULL is never true */
         return;
     }
-    if (d < 0) return;
-    double first = inclusive ? d : d + 1;
-    if (t == SQLITE_FLOAT) first = d == (double)(int64_t)d ? first : (double)(int64_t)d + 1;
-    if (first > (double)*lo) *lo = first >= (double)SIZE_MAX ? SIZE_MAX : (size_t)first;
-}
-static void bound_upper(sqlite3_value *val, int inclusive, size_t *hi) {
+    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT) {
+        if (lower) *hi = 0; /* every id is below text and blobs */
+        return;
+    }
     double d = sqlite3_value_double(val);
-    int t = sqlite3_value_numeric_type(val);
-    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT) {
-        *hi = 0;
-        return;
+    if (lower) {
+        double first = inclusive ? ceil(d) : floor(d) + 1;
+        if (first > (double)*lo) *lo = first >= (double)*hi ? *hi : (size_t)first;
+    } else {
+        double end = inclusive ? floor(d) + 1 : ceil(d);
+        if (end < (double)*hi) *hi = end <= 0 ? 0 : (size_t)end;
     }
-    if (d < 0) {
-        *hi = 0;
-        return;
-    }
-    double last_excl = d == (double)(int64_t)d ? (inclusive ? d + 1 : d) : (double)(int64_t)d + 1;
-    if (last_excl < (double)*hi) *hi = (size_t)last_excl;
 }
 
 static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
@@ -606,17 +602,10 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
     c->row = 0;
     c->end = n;
     if (idx_num & 1) {
-        sqlite3_value *val = argv[0];
-        if (sqlite3_value_numeric_type(val) != SQLITE_INTEGER) {
-            double d = sqlite3_value_double(val);
-            int t = sqlite3_value_numeric_type(val);
-            if (t != SQLITE_FLOAT || d != (double)(int64_t)d) {
-                c->end = 0;
-                return SQLITE_OK;
-            }
-        }
-        sqlite3_int64 id = sqlite3_value_int64(val);
-        if (id < 0 || (uint64_t)id >= n) {
+        /* Only an integral number in range names a row. */
+        int t = sqlite3_value_numeric_type(argv[0]);
+        double id = sqlite3_value_double(argv[0]);
+        if ((t != SQLITE_INTEGER && t != SQLITE_FLOAT) || id < 0 || id >= (double)n || id != floor(id)) {
             c->end = 0;
             return SQLITE_OK;
         }
@@ -624,8 +613,8 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
         c->end = c->row + 1;
     } else {
         int a = 0;
-        if (idx_num & 2) bound_lower(argv[a++], idx_str[0] == 'G', &c->row, &c->end);
-        if (idx_num & 4) bound_upper(argv[a++], idx_str[1] == 'L', &c->end);
+        if (idx_num & 2) bound_rows(argv[a++], 1, idx_str[0] == 'G', &c->row, &c->end);
+        if (idx_num & 4) bound_rows(argv[a++], 0, idx_str[1] == 'L', &c->row, &c->end);
         if (c->row > c->end) c->row = c->end;
     }
     skip_hidden(c);
