@@ -144,6 +144,41 @@ static inline int tm_pb_packed_next(tm_pb_reader *r, uint64_t *out) {
     return TM_PB_OK;
 }
 
+/* Iterates the values of one repeated varint field of a message, packed
+ * or not (writers use either, even mixed). tm_pb_repeated_next returns
+ * TM_PB_OK with *out set, TM_PB_DONE, or TM_PB_ERROR with the error in
+ * it->msg (a bad packed element, or a wrong wire type for the field). */
+typedef struct tm_pb_repeated {
+    tm_pb_reader msg;    /* the rest of the message */
+    tm_pb_reader packed; /* the packed run being read */
+    uint32_t num;
+} tm_pb_repeated;
+
+static inline tm_pb_repeated tm_pb_repeated_of(tm_bytes msg, uint32_t num) {
+    tm_pb_repeated it = {tm_pb_reader_of(msg), {NULL, NULL, NULL, TM_OK}, num};
+    return it;
+}
+
+static inline int tm_pb_repeated_next(tm_pb_repeated *it, uint64_t *out) {
+    for (;;) {
+        if (it->packed.p < it->packed.end) {
+            if (tm_pb_packed_next(&it->packed, out) == TM_PB_OK) return TM_PB_OK;
+            return tm_pb_fail(&it->msg, it->packed.p, it->packed.err_code, it->packed.err);
+        }
+        tm_pb_field f;
+        int rc = tm_pb_next(&it->msg, &f);
+        if (rc != TM_PB_OK) return rc;
+        if (f.num != it->num) continue;
+        if (f.wire == TM_PB_VARINT) {
+            *out = f.val;
+            return TM_PB_OK;
+        }
+        if (f.wire != TM_PB_LEN)
+            return tm_pb_fail(&it->msg, f.start, TM_ERR_MALFORMED, "repeated varint field with a wrong wire type");
+        it->packed = tm_pb_reader_of(f.bytes);
+    }
+}
+
 /* Counts the elements of a packed varint field (no validation beyond what
  * is needed to count). */
 static inline size_t tm_pb_packed_count(tm_bytes b) {

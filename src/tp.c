@@ -73,11 +73,14 @@ typedef struct seq_state {
     bool has_track_time;
 } seq_state;
 
-/* A sequence generation: the state a packet saw. */
+/* A sequence generation: the state a packet saw. Its TracePacketDefaults
+ * are read once, when the generation starts. */
 typedef struct gen_rec {
     uint32_t seq;         /* index into seqs */
     uint32_t epoch;
-    tm_bytes defaults;    /* TracePacketDefaults of this generation */
+    uint32_t clock_id;    /* timestamp_clock_id; 0: none */
+    tm_bytes perf;        /* perf_sample_defaults (NULL data: none) */
+    tm_bytes stack;       /* stack_sample_defaults (NULL data: none) */
 } gen_rec;
 
 typedef struct intern_ent {
@@ -123,6 +126,13 @@ typedef struct clk_cache {
     bool used;
 } clk_cache;
 
+/* What a sample row refers to until it is parsed: the payload's length
+ * prefix (PerfSample, StackSample), or the callstack iid (Chrome). */
+typedef union sample_ref {
+    const uint8_t *payload;
+    uint64_t iid;
+} sample_ref;
+
 typedef struct dec {
     tm_tp *tp;
     tm_mem *mem;
@@ -138,11 +148,10 @@ typedef struct dec {
     int64_t single[TPS_COUNT];
     event *events; size_t n_events, cap_events;
 
-    /* Sample columns while tokenizing: s_pkt points at the payload's length
-     * prefix (perf, stack samples) or at the callstack iid varint (Chrome);
-     * s_gen holds the generation until parsing turns it into the callsite;
-     * s_task holds the pending thread key of Chrome samples. */
-    const uint8_t **s_pkt;
+    /* Sample columns while tokenizing: s_ref says what to parse; the
+     * callsite column holds the generation until parsing turns it into the
+     * callsite; the task column the pending thread key of Chrome samples. */
+    sample_ref *s_ref;
     uint32_t *s_order;     /* file order, only after a reordering sort */
     int64_t latest_ts;
 
@@ -163,7 +172,7 @@ typedef struct dec {
 
     /* Parse-time row indexes. */
     tm_u64map proc_by_pid, thread_by_tid;
-    tm_idxset frame_set, callsite_set, global_map_set, exec_set, attr_set, task_set, track_set;
+    tm_idxset frame_set, callsite_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
 } dec;
 
@@ -430,13 +439,12 @@ static bool clock_path(const dec *d, uint64_t src, uint64_t dst, int64_t ns, int
             const clk_snap *s = NULL;
             for (size_t i = 0; i < d->n_snaps && !s; i++)
                 if (d->snaps[i].group == g) s = &d->snaps[i];
-            bool has_cur, f;
+            bool has_cur;
             snap_value(d, s, cur.clock, &has_cur);
             if (!has_cur) continue;
             for (uint32_t k = 0; k < s->n; k++) {
                 uint64_t next = d->points[s->off + k].clock;
                 if (next == cur.clock) continue;
-                (void)f;
                 int64_t v, l, h;
                 if (!hop(d, g, cur.clock, next, cur.ns, &v, &l, &h)) continue;
                 struct node n = {next, v, cur.depth + 1, l > cur.lo ? l : cur.lo, h < cur.hi ? h : cur.hi};
@@ -563,11 +571,27 @@ typedef struct pkt {
     const uint8_t *body_len;  /* the payload's length prefix */
 } pkt;
 
-static tm_status new_gen(dec *d, seq_state *s, tm_bytes defaults) {
+/* Starts a generation of s: with the given TracePacketDefaults, or with
+ * those of the current generation when keep is set. */
+static tm_status new_gen(dec *d, seq_state *s, tm_bytes defaults, bool keep) {
     if (d->n_gens == d->cap_gens &&
         tm_vec_grow(d->mem, (void **)&d->gens, &d->cap_gens, sizeof *d->gens, d->n_gens + 1) != TM_OK)
         return nomem(d);
-    d->gens[d->n_gens] = (gen_rec){(uint32_t)(s - d->seqs), s->epoch, defaults};
+    gen_rec g = {(uint32_t)(s - d->seqs), s->epoch, 0, {NULL, 0}, {NULL, 0}};
+    if (keep) {
+        g = d->gens[s->gen];
+        g.epoch = s->epoch;
+    }
+    tm_pb_reader r = tm_pb_reader_of(defaults);
+    tm_pb_field f;
+    int rc;
+    while (defaults.data && (rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 58 && f.wire == TM_PB_VARINT) g.clock_id = (uint32_t)f.val;
+        if (f.num == 12 && f.wire == TM_PB_LEN) g.perf = f.bytes;
+        if (f.num == 100 && f.wire == TM_PB_LEN) g.stack = f.bytes;
+    }
+    if (defaults.data && rc == TM_PB_ERROR) return pb_fail(d, &r, "trace_packet_defaults");
+    d->gens[d->n_gens] = g;
     s->gen = (uint32_t)d->n_gens++;
     return TM_OK;
 }
@@ -588,7 +612,7 @@ static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out
         s->session = TP_NULL;
         s->buffer = TP_NULL;
         if (tm_u64map_put(d->mem, &d->seq_by_id, id, i) != TM_OK) return nomem(d);
-        TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}));
+        TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, false));
     }
     *out = &d->seqs[i];
     return TM_OK;
@@ -637,16 +661,18 @@ static tm_status push_event(dec *d, int64_t ts, uint32_t kind, tm_bytes msg) {
     return TM_OK;
 }
 
-static tm_status push_sample(dec *d, int64_t ts, const uint8_t *ref, uint32_t gen, uint32_t task, uint32_t attr) {
+/* at: the packet, for the error offset. */
+static tm_status push_sample(dec *d, int64_t ts, sample_ref ref, const uint8_t *at, uint32_t gen, uint32_t task,
+                             uint32_t attr) {
     tm_tp *tp = d->tp;
     if (tp->n_samples >= d->lim->max_samples)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, ref), NULL, "more than %llu samples",
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
                        (unsigned long long)d->lim->max_samples);
     if (tp->n_samples == tp->cap_samples) {
         size_t cap = tp->cap_samples, n = cap ? cap * 2 : 1024;
         if (tm_vec_grow(d->mem, (void **)&tp->s_ts, &cap, sizeof *tp->s_ts, n) != TM_OK) return nomem(d);
         cap = tp->cap_samples;
-        if (tm_vec_grow(d->mem, (void **)&d->s_pkt, &cap, sizeof *d->s_pkt, n) != TM_OK) return nomem(d);
+        if (tm_vec_grow(d->mem, (void **)&d->s_ref, &cap, sizeof *d->s_ref, n) != TM_OK) return nomem(d);
         cap = tp->cap_samples;
         if (tm_vec_grow(d->mem, (void **)&tp->s_callsite, &cap, sizeof *tp->s_callsite, n) != TM_OK)
             return nomem(d);
@@ -658,7 +684,7 @@ static tm_status push_sample(dec *d, int64_t ts, const uint8_t *ref, uint32_t ge
     }
     size_t i = tp->n_samples++;
     tp->s_ts[i] = ts;
-    d->s_pkt[i] = ref;
+    d->s_ref[i] = ref;
     tp->s_callsite[i] = gen;
     tp->s_task[i] = task;
     tp->s_attr[i] = attr;
@@ -707,13 +733,7 @@ static tm_status pending_thread(dec *d, int64_t pid, int64_t tid, uint32_t *out)
 
 /* The clock of a packet: its own, its sequence's default, the trace's. */
 static uint64_t packet_clock(const dec *d, const seq_state *s, const pkt *k) {
-    uint64_t id = k->clock_id;
-    if (!id && s && d->gens[s->gen].defaults.data) {
-        tm_pb_reader r = tm_pb_reader_of(d->gens[s->gen].defaults);
-        tm_pb_field f;
-        while (tm_pb_next(&r, &f) == TM_PB_OK)
-            if (f.num == 58 && f.wire == TM_PB_VARINT) id = f.val;
-    }
+    uint64_t id = k->clock_id ? k->clock_id : s ? d->gens[s->gen].clock_id : 0;
     return id ? clock_key(s ? s->id : 0, id) : d->trace_clock;
 }
 
@@ -723,68 +743,36 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
     tm_pb_reader r = tm_pb_reader_of(k->body);
     tm_pb_field f;
     int rc;
-    size_t n_cs = 0, n_delta = 0;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
         if (f.num == 3 && f.wire == TM_PB_VARINT) prio = (int32_t)f.val;
-        if (f.num == 1) n_cs += f.wire == TM_PB_LEN ? f.bytes.len : 1; /* upper bound when packed */
-        if (f.num == 2) n_delta++;
-    }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "streaming_profile_packet");
-    (void)n_cs, (void)n_delta;
     uint32_t attr, task = TP_NULL;
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
     TM_TRY(pending_thread(d, s->pid, s->tid, &task));
     int64_t base;
     if (!to_trace_time(d, clock_key(s->id, 3), s->track_time_ns, &base, true)) base = s->track_time_ns;
-    /* Deltas and callstack iids may each be packed or not: walk both lists
-     * side by side. */
-    tm_pb_reader rc_r = tm_pb_reader_of(k->body), rd_r = tm_pb_reader_of(k->body);
-    tm_pb_reader pk_cs = {NULL, NULL, NULL, TM_OK}, pk_d = {NULL, NULL, NULL, TM_OK};
+    /* The callstack iids and the deltas, side by side. */
+    tm_pb_repeated iids = tm_pb_repeated_of(k->body, 1), deltas = tm_pb_repeated_of(k->body, 2);
     int64_t acc = 0;
     for (;;) {
-        /* next callstack iid position */
-        const uint8_t *iid_at = NULL;
-        while (!iid_at) {
-            if (pk_cs.p && pk_cs.p < pk_cs.end) {
-                iid_at = pk_cs.p;
-                uint64_t v;
-                if (tm_pb_varint(&pk_cs.p, pk_cs.end, &v)) return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, iid_at), NULL, "streaming_profile_packet.callstack_iid: bad varint");
-                break;
-            }
-            if (tm_pb_next(&rc_r, &f) != TM_PB_OK) break;
-            if (f.num != 1) continue;
-            if (f.wire == TM_PB_LEN) pk_cs = tm_pb_reader_of(f.bytes);
-            else if (f.wire == TM_PB_VARINT) iid_at = f.start + 1;
-        }
-        /* next delta */
-        bool has_delta = false;
-        int64_t delta = 0;
-        while (!has_delta) {
-            if (pk_d.p && pk_d.p < pk_d.end) {
-                uint64_t v;
-                if (tm_pb_varint(&pk_d.p, pk_d.end, &v)) return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, pk_d.p), NULL, "streaming_profile_packet.timestamp_delta_us: bad varint");
-                delta = (int64_t)v, has_delta = true;
-                break;
-            }
-            if (tm_pb_next(&rd_r, &f) != TM_PB_OK) break;
-            if (f.num != 2) continue;
-            if (f.wire == TM_PB_LEN) pk_d = tm_pb_reader_of(f.bytes);
-            else if (f.wire == TM_PB_VARINT) delta = (int64_t)f.val, has_delta = true;
-        }
-        if (!iid_at && !has_delta) break;
-        if (!has_delta) {
-            stat_add(d, TPS_stackprofile_parser_error, 1);
+        uint64_t iid = 0, delta = 0;
+        int has_iid = tm_pb_repeated_next(&iids, &iid);
+        if (has_iid == TM_PB_ERROR) return pb_fail(d, &iids.msg, "streaming_profile_packet.callstack_iid");
+        int has_delta = tm_pb_repeated_next(&deltas, &delta);
+        if (has_delta == TM_PB_ERROR) return pb_fail(d, &deltas.msg, "streaming_profile_packet.timestamp_delta_us");
+        if (has_delta == TM_PB_DONE) {
+            if (has_iid == TM_PB_OK) stat_add(d, TPS_stackprofile_parser_error, 1);
             break;
         }
-        acc += delta * 1000;
-        s->track_time_ns += delta * 1000;
-        if (!iid_at) continue; /* trailing deltas still advance the time */
+        acc += (int64_t)delta * 1000;
+        s->track_time_ns += (int64_t)delta * 1000;
+        if (has_iid == TM_PB_DONE) continue; /* trailing deltas still advance the time */
         int64_t ts = base + acc;
         if (ts < 0) {
             stat_add(d, TPS_streaming_profile_invalid_timestamp, 1);
             continue;
         }
-        TM_TRY(push_sample(d, ts, iid_at, s->gen, task, attr));
+        TM_TRY(push_sample(d, ts, (sample_ref){.iid = iid}, k->start, s->gen, task, attr));
     }
     return TM_OK;
 }
@@ -864,26 +852,17 @@ static tm_status on_trace_stats(dec *d, tm_bytes b, uint32_t machine) {
         } else if (f.num == 11 && f.wire == TM_PB_LEN) { /* filter_stats */
             tm_pb_reader c = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
-            int64_t per_buf = 0;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-                if (g.num == 20 && g.wire == TM_PB_VARINT) {
-                    TM_TRY(stat_set_idx(d, TPS_traced_buf_bytes_filtered_out, machine, per_buf++, (int64_t)g.val,
-                                        false));
-                    continue;
-                }
-                if (g.num == 20 && g.wire == TM_PB_LEN) {
-                    tm_pb_reader p = tm_pb_reader_of(g.bytes);
-                    uint64_t v;
-                    while (p.p < p.end && !tm_pb_varint(&p.p, p.end, &v))
-                        TM_TRY(stat_set_idx(d, TPS_traced_buf_bytes_filtered_out, machine, per_buf++, (int64_t)v,
-                                            false));
-                    continue;
-                }
                 for (size_t i = 0; i < sizeof filter_stat_keys / sizeof *filter_stat_keys; i++)
                     if (filter_stat_keys[i].field == g.num && g.wire == TM_PB_VARINT)
                         d->single[filter_stat_keys[i].key] = (int64_t)g.val;
             }
             if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.filter_stats");
+            tm_pb_repeated per_buffer = tm_pb_repeated_of(f.bytes, 20); /* bytes_discarded_per_buffer */
+            uint64_t v;
+            for (int64_t buf = 0; (rc = tm_pb_repeated_next(&per_buffer, &v)) == TM_PB_OK; buf++)
+                TM_TRY(stat_set_idx(d, TPS_traced_buf_bytes_filtered_out, machine, buf, (int64_t)v, false));
+            if (rc == TM_PB_ERROR) return pb_fail(d, &per_buffer.msg, "trace_stats.filter_stats");
         } else if (f.num == 18 && f.wire == TM_PB_LEN) { /* writer_stats: sequence -> buffer */
             uint64_t seq = 0, buf = 0;
             tm_pb_reader c = tm_pb_reader_of(f.bytes);
@@ -994,14 +973,14 @@ static tm_status decode_packet(dec *d, tm_bytes b, int depth) {
         if (k.cleared) {
             s->epoch++;
             s->valid = true;
-            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}));
+            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, false));
         } else if (k.lost && s->seen) {
             s->valid = false;
-            TM_TRY(new_gen(d, s, d->gens[s->gen].defaults));
+            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, true));
         }
         s->seen = true;
         /* 2. defaults, 3. interned data */
-        if (k.defaults.data) TM_TRY(new_gen(d, s, k.defaults));
+        if (k.defaults.data) TM_TRY(new_gen(d, s, k.defaults, false));
         if (k.interned.data) {
             if (s->valid)
                 TM_TRY(intern_data(d, s, k.interned));
@@ -1061,7 +1040,7 @@ static tm_status decode_packet(dec *d, tm_bytes b, int depth) {
         if (!s) return TM_OK;
         uint32_t attr;
         TM_TRY(attr_of(d, k.payload == 66 ? TP_SRC_PERF : TP_SRC_STACK, 0, TP_NULL, TP_NULL, 0, &attr));
-        return push_sample(d, ts, k.body_len, s->gen, TP_NULL, attr);
+        return push_sample(d, ts, (sample_ref){.payload = k.body_len}, k.start, s->gen, TP_NULL, attr);
     }
     default:
         return TM_OK;
@@ -1162,32 +1141,29 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
         case 5: m.end = f.val; break;
         case 6: m.load_bias = f.val; break;
         case 8: m.exact_offset = f.val; break;
-        case 7: {
-            /* path_string_ids, packed or not; a bad iid ends the path */
-            tm_pb_reader p = f.wire == TM_PB_LEN ? tm_pb_reader_of(f.bytes) : (tm_pb_reader){NULL, NULL, NULL, TM_OK};
-            uint64_t v = f.val;
-            do {
-                if (f.wire == TM_PB_LEN && (p.p >= p.end || tm_pb_varint(&p.p, p.end, &v))) break;
-                tm_str seg;
-                if (++segments > d->lim->max_path_segments)
-                    return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "more than %llu path segments",
-                                   (unsigned long long)d->lim->max_path_segments);
-                if (!path_ok || !interned_str(d, gen, IK_MAPPING_PATHS, v, &seg)) {
-                    path_ok = false;
-                    break;
-                }
-                if (plen + seg.len + 1 < sizeof path) {
-                    path[plen++] = '/';
-                    memcpy(path + plen, seg.data, seg.len);
-                    plen += seg.len;
-                }
-            } while (f.wire == TM_PB_LEN);
-            break;
-        }
         default: break;
         }
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned mapping");
+    /* path_string_ids: a bad iid ends the path */
+    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, 7);
+    uint64_t v;
+    while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
+        if (++segments > d->lim->max_path_segments)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, ids.msg.p), NULL, "more than %llu path segments",
+                           (unsigned long long)d->lim->max_path_segments);
+        tm_str seg;
+        if (!path_ok || !interned_str(d, gen, IK_MAPPING_PATHS, v, &seg)) {
+            path_ok = false;
+            continue;
+        }
+        if (plen + seg.len + 1 < sizeof path) {
+            path[plen++] = '/';
+            memcpy(path + plen, seg.data, seg.len);
+            plen += seg.len;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned mapping.path_string_ids");
     size_t skip = plen >= 2 && path[0] == '/' && path[1] == '/' ? 1 : 0; /* Chrome sends full paths */
     m.name = plen ? arena_str(d, path + skip, plen - skip) : empty_str;
     bool kernel = m.name.len == 7 && !memcmp(m.name.data, "/kernel", 7);
@@ -1204,10 +1180,6 @@ typedef struct frame_key {
     tm_str name, source;
     uint32_t line;
 } frame_key;
-typedef struct frame_extra {
-    tm_str source;
-    uint32_t line;
-} frame_extra;
 
 static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
     const dec *d = ctx;
@@ -1351,26 +1323,20 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         stat_add(d, TPS_stackprofile_invalid_callstack_id, 1);
         return TM_OK;
     }
-    tm_pb_reader r = tm_pb_reader_of(e->msg);
-    tm_pb_field f;
+    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, 2);
+    uint64_t v;
     int rc;
     uint32_t parent = TP_NULL, depth = 0;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != 2) continue;
-        tm_pb_reader p = f.wire == TM_PB_LEN ? tm_pb_reader_of(f.bytes) : (tm_pb_reader){NULL, NULL, NULL, TM_OK};
-        uint64_t v = f.val;
-        do {
-            if (f.wire == TM_PB_LEN && (p.p >= p.end || tm_pb_varint(&p.p, p.end, &v))) break;
-            if (depth >= d->lim->max_stack_depth)
-                return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->msg.data), NULL, "a callstack deeper than %llu frames",
-                               (unsigned long long)d->lim->max_stack_depth);
-            uint32_t frame;
-            TM_TRY(resolve_frame(d, gen, upid, v, &frame));
-            if (frame == TM_ABSENT) return TM_OK;
-            TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
-        } while (f.wire == TM_PB_LEN);
+    while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
+        if (depth >= d->lim->max_stack_depth)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->msg.data), NULL, "a callstack deeper than %llu frames",
+                           (unsigned long long)d->lim->max_stack_depth);
+        uint32_t frame;
+        TM_TRY(resolve_frame(d, gen, upid, v, &frame));
+        if (frame == TM_ABSENT) return TM_OK;
+        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
     }
-    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned callstack");
+    if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned callstack");
     if (parent == TP_NULL) {
         stat_add(d, TPS_stackprofile_empty_callstack, 1);
         return TM_OK;
@@ -1462,15 +1428,6 @@ static const char *stack_mode(uint64_t m) {
     return m < 6 ? names[m] : "unknown";
 }
 
-/* A field of the generation's TracePacketDefaults (0 length: absent). */
-static tm_bytes defaults_field(const dec *d, uint32_t gen, uint32_t num) {
-    tm_bytes out = {NULL, 0};
-    tm_pb_reader r = tm_pb_reader_of(d->gens[gen].defaults);
-    tm_pb_field f;
-    while (d->gens[gen].defaults.data && tm_pb_next(&r, &f) == TM_PB_OK)
-        if (f.num == num && f.wire == TM_PB_LEN) out = f.bytes;
-    return out;
-}
 
 static const char *const perf_counter_names[] = {
     NULL, "cpu-clock", "page-faults", "task-clock", "context-switches", "cpu-migrations", "minor-faults",
@@ -1531,7 +1488,7 @@ static tm_status perf_track(dec *d, uint32_t gen, uint32_t session, uint32_t cpu
             return TM_OK;
         }
     }
-    tm_bytes defs = defaults_field(d, gen, 12);
+    tm_bytes defs = d->gens[gen].perf;
     tm_bytes timebase = {NULL, 0};
     tm_pb_reader r = tm_pb_reader_of(defs);
     tm_pb_field f;
@@ -1562,7 +1519,7 @@ static tm_status session_of(dec *d, uint32_t gen, bool perf, uint32_t *out) {
         if (perf) {
             ss->source = (tm_str){(const uint8_t *)"linux.perf", 10};
         } else {
-            tm_bytes defs = defaults_field(d, gen, 100);
+            tm_bytes defs = d->gens[gen].stack;
             tm_pb_reader r = tm_pb_reader_of(defs);
             tm_pb_field f;
             while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
@@ -1634,7 +1591,6 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     uint64_t cpu = 0, pid = 0, tid = 0, cs_iid = 0, mode = 0, lost = 0, unwind = 0, skip = 0;
     bool has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
     uint64_t timebase = 0;
-    tm_bytes followers_packed = {NULL, 0};
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
@@ -1658,7 +1614,6 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
         }
         default: break;
         }
-        if (f.num == 7 && !followers_packed.data) followers_packed = b; /* walked again below */
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "perf_sample");
     *keep = false;
@@ -1688,28 +1643,18 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
         TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, 0, &track));
         TM_TRY(add_counter(d, o->ts, track, (double)timebase, TP_NULL));
     }
-    if (followers_packed.data) {
-        uint32_t i = 0;
-        r = tm_pb_reader_of(b);
-        while (tm_pb_next(&r, &f) == TM_PB_OK) {
-            if (f.num != 7) continue;
-            tm_pb_reader p = f.wire == TM_PB_LEN ? tm_pb_reader_of(f.bytes) : (tm_pb_reader){NULL, NULL, NULL, TM_OK};
-            uint64_t v = f.val;
-            do {
-                if (f.wire == TM_PB_LEN && (p.p >= p.end || tm_pb_varint(&p.p, p.end, &v))) break;
-                TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, ++i, &track));
-                if (track != TP_NULL) TM_TRY(add_counter(d, o->ts, track, (double)v, TP_NULL));
-            } while (f.wire == TM_PB_LEN);
-        }
+    tm_pb_repeated followers = tm_pb_repeated_of(b, 7);
+    uint64_t v;
+    for (uint32_t i = 1; (rc = tm_pb_repeated_next(&followers, &v)) == TM_PB_OK; i++) {
+        TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, i, &track));
+        if (track != TP_NULL) TM_TRY(add_counter(d, o->ts, track, (double)v, TP_NULL));
     }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &followers.msg, "perf_sample.follower_counts");
     return TM_OK;
 }
 
-static tm_status parse_chrome(dec *d, const out_row *o, const uint8_t *iid_at, uint32_t pending, uint32_t attr) {
+static tm_status parse_chrome(dec *d, const out_row *o, uint64_t iid, uint32_t pending, uint32_t attr) {
     tm_tp *tp = d->tp;
-    uint64_t iid = 0;
-    const uint8_t *p = iid_at;
-    tm_pb_varint(&p, p + 10, &iid); /* validated when tokenized */
     uint32_t utid, upid, task, callsite;
     TM_TRY(thread_of(d, d->pend[pending][1], d->pend[pending][0], &utid, &upid));
     TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
@@ -1828,7 +1773,7 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
     tp->s_task[o->w] = task;
     tp->s_attr[o->w] = attr;
     /* The weights: primary on the timebase track, followers on theirs. */
-    tm_bytes defs = defaults_field(d, o->gen, 100);
+    tm_bytes defs = d->gens[o->gen].stack;
     primary = inline_or_interned(d, o->gen, primary, primary_iid, IK_COUNTER_DESCRIPTORS);
     tm_pb_reader dr = tm_pb_reader_of(defs);
     while (!primary.data && defs.data && tm_pb_next(&dr, &f) == TM_PB_OK)
@@ -1838,27 +1783,19 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
         TM_TRY(stack_track(d, session, primary, true, &track));
         TM_TRY(add_counter(d, o->ts, track, (double)weight, (uint32_t)o->w));
     }
-    uint32_t i = 0;
-    r = tm_pb_reader_of(b);
-    while (tm_pb_next(&r, &f) == TM_PB_OK) {
-        if (f.num != 14) continue;
-        tm_pb_reader p = f.wire == TM_PB_LEN ? tm_pb_reader_of(f.bytes) : (tm_pb_reader){NULL, NULL, NULL, TM_OK};
-        uint64_t v = f.val;
-        do {
-            if (f.wire == TM_PB_LEN && (p.p >= p.end || tm_pb_varint(&p.p, p.end, &v))) break;
-            /* the i-th follower descriptor of the defaults */
-            tm_bytes desc = {NULL, 0};
-            uint32_t k = 0;
-            tm_pb_field g;
-            dr = tm_pb_reader_of(defs);
-            while (defs.data && tm_pb_next(&dr, &g) == TM_PB_OK)
-                if (g.num == 3 && g.wire == TM_PB_LEN && k++ == i) desc = g.bytes;
-            i++;
-            if (!desc.data) continue;
-            TM_TRY(stack_track(d, session, desc, false, &track));
-            TM_TRY(add_counter(d, o->ts, track, (double)v, (uint32_t)o->w));
-        } while (f.wire == TM_PB_LEN);
+    /* Follower weights pair with the defaults' follower descriptors in order. */
+    tm_pb_repeated weights = tm_pb_repeated_of(b, 14);
+    tm_pb_reader descs = tm_pb_reader_of(defs);
+    uint64_t v;
+    while ((rc = tm_pb_repeated_next(&weights, &v)) == TM_PB_OK) {
+        tm_bytes desc = {NULL, 0};
+        while (!desc.data && descs.p < descs.end && tm_pb_next(&descs, &f) == TM_PB_OK)
+            if (f.num == 3 && f.wire == TM_PB_LEN) desc = f.bytes;
+        if (!desc.data) continue;
+        TM_TRY(stack_track(d, session, desc, false, &track));
+        TM_TRY(add_counter(d, o->ts, track, (double)v, (uint32_t)o->w));
     }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &weights.msg, "stack_sample.follower_weights");
     return TM_OK;
 }
 
@@ -2019,7 +1956,7 @@ static tm_status sort_samples(dec *d) {
         memcpy((col), t, n * sizeof(T));                              \
     } while (0)
     PERMUTE(int64_t, tp->s_ts);
-    PERMUTE(const uint8_t *, d->s_pkt);
+    PERMUTE(sample_ref, d->s_ref);
     PERMUTE(uint32_t, tp->s_callsite);
     PERMUTE(uint32_t, tp->s_task);
     PERMUTE(uint32_t, tp->s_attr);
@@ -2039,13 +1976,13 @@ static tm_status parse_all(dec *d) {
                (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
             TM_TRY(apply_event(d, &d->events[j++]));
         out_row o = {w, tp->s_ts[i], tp->s_callsite[i]};
-        const uint8_t *ref = d->s_pkt[i];
+        sample_ref ref = d->s_ref[i];
         uint32_t attr = tp->s_attr[i];
         bool keep = true;
         switch (tp->attrs[attr].kind) {
-        case TP_SRC_PERF: TM_TRY(parse_perf(d, &o, ref, &keep)); break;
-        case TP_SRC_CHROME: TM_TRY(parse_chrome(d, &o, ref, tp->s_task[i], attr)); break;
-        default: TM_TRY(parse_stack_sample(d, &o, ref)); break;
+        case TP_SRC_PERF: TM_TRY(parse_perf(d, &o, ref.payload, &keep)); break;
+        case TP_SRC_CHROME: TM_TRY(parse_chrome(d, &o, ref.iid, tp->s_task[i], attr)); break;
+        default: TM_TRY(parse_stack_sample(d, &o, ref.payload)); break;
         }
         if (keep) w++;
     }
@@ -2146,7 +2083,7 @@ static void dec_release(dec *d) {
     tm_idxset_free(m, &d->cache_set);
     tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);
     tm_mem_free(m, d->events, d->cap_events * sizeof *d->events);
-    tm_mem_free(m, d->s_pkt, d->tp->cap_samples * sizeof *d->s_pkt);
+    tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
     tm_mem_free(m, d->s_order, d->tp->cap_samples * sizeof *d->s_order);
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
     tm_u64map_free(m, &d->pend_by_key);
@@ -2155,7 +2092,7 @@ static void dec_release(dec *d) {
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
     tm_idxset *sets[] = {&d->frame_set, &d->callsite_set, &d->global_map_set, &d->exec_set,
-                         &d->attr_set, &d->task_set, &d->track_set};
+                         &d->attr_set, &d->task_set};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) tm_idxset_free(m, sets[i]);
 }
 
@@ -2171,13 +2108,12 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     d.rnd = 1;
     d.dummy_mapping = TP_NULL;
     /* The reserved rows: process 0 and its idle thread "swapper". */
-    uint32_t upid, utid;
+    uint32_t upid;
     tm_status st = process_of(&d, 0, &upid);
     if (st == TM_OK) {
         tp->threads[0].name = (tm_str){(const uint8_t *)"swapper", 7};
         tp->threads[0].name_prio = UINT32_MAX;
         tp->threads[0].is_idle = 1;
-        (void)utid;
     }
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
