@@ -37,4 +37,10 @@
 #define TM_MAX_CLOCK_SNAPSHOTS 1000000u
 #define TM_MAX_META_BYTES (16u << 20) /* --meta JSON */
 
+/* The limits options ask for: their preset (Relay's in Relay mode), then
+ * every non-zero field of o->limits (trace.c). */
+struct tm_options;
+struct tm_limits;
+void tm_limits_resolve(const struct tm_options *o, struct tm_limits *out);
+
 #endif

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "limits.h"
 #include "tp.h"
 
 typedef void (*col_get)(const tm_tp *tp, size_t row, sqlite3_context *ctx);
@@ -695,8 +696,10 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
     if (!d) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     memset(d, 0, sizeof *d);
     d->mem = mem;
+    tm_options defaults;
+    memset(&defaults, 0, sizeof defaults);
     tm_limits limits;
-    tm_limits_preset(opts ? opts->preset : TM_LIMITS_GENEROUS, &limits);
+    tm_limits_resolve(opts ? opts : &defaults, &limits);
     tm_status st = tm_tp_build(&d->tp, &d->mem, buf, len, &limits, err);
     if (st == TM_OK && sqlite3_open_v2(":memory:", &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
                            SQLITE_OK)

@@ -1592,7 +1592,7 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
     }
 }
 
-static void resolve_limits(const tm_options *o, tm_limits *out) {
+void tm_limits_resolve(const tm_options *o, tm_limits *out) {
     tm_limits_preset(o->mode == TM_MODE_RELAY ? TM_LIMITS_RELAY : o->preset, out);
     const uint64_t *src = (const uint64_t *)&o->limits;
     uint64_t *dst = (uint64_t *)out;
@@ -1646,7 +1646,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     memset(t, 0, sizeof *t);
     t->mem = mem;
     t->input = fmt;
-    resolve_limits(opts, &t->limits);
+    tm_limits_resolve(opts, &t->limits);
     tm_arena_init(&t->arena, &t->mem);
     tm_profile_init(&t->profile, &t->mem, &t->arena);
     tm_clocks_init(&t->clocks, &t->mem);

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tracemill.h"
@@ -52,6 +53,24 @@ Test(sql, id_constraints_match_a_real_table) {
                          "%s WHERE %s", tables[t], wheres[i]);
     sqlite3_close(real);
     unlink(path);
+    tm_db_free(db);
+    free(buf);
+}
+
+Test(sql, limits_of_the_options_apply) {
+    size_t len;
+    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert_not_null(buf);
+    tm_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.limits.max_samples = 10; /* the demo has 3000 */
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_open(buf, len, &opts, &db, &err), TM_ERR_LIMIT);
+    cr_assert_null(db);
+    cr_assert(strstr(err.message, "more than 10 samples"), "%s", err.message);
+    opts.limits.max_samples = 3000;
+    cr_assert_eq(tm_db_open(buf, len, &opts, &db, &err), TM_OK, "%s", err.message);
     tm_db_free(db);
     free(buf);
 }
