@@ -36,6 +36,13 @@ const char cli_usage[] =
     "      csv; perfetto is Trace Processor's CSV\n"
     "  export-sqlite TRACE OUT.db\n"
     "      the same tables as a standalone SQLite file\n"
+    "  serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:KEY]...\n"
+    "      ingest Sentry envelopes (POST /api/ID/envelope/), convert profile\n"
+    "      chunks, hand them to Kafka or the local store (default\n"
+    "      127.0.0.1:3000, ./tracemill-store, project 1 with a generated key)\n"
+    "  store ls | get CHUNK_ID [--raw] [-o OUT] | export OUT_DIR   [--store PATH]\n"
+    "      what the local store holds: one line per chunk, a chunk's payload\n"
+    "      JSON (--raw: its Perfetto trace), or every chunk as files\n"
     "\n"
     "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected\n"
     "from their first bytes; --input-format perfetto|sample-v2|folded overrides\n"
@@ -59,6 +66,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "diff") == 0) return cli_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "query") == 0) return cli_query(argc - 1, argv + 1);
     if (strcmp(cmd, "export-sqlite") == 0) return cli_export_sqlite(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0) return cli_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "store") == 0) return cli_store(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("tracemill %s\n", TM_VERSION_STRING);
         return EXIT_OK;

@@ -2,8 +2,9 @@
 # checksrc.sh — style rules enforced by a script, not by review:
 #  1. every C source and header opens with a comment saying what it owns;
 #  2. no malloc/calloc/realloc/free in src/ outside alloc.c, and none of
-#     strcpy, strcat, sprintf, atoi, strtok, gets in src/ and cli/;
-#  3. the CLI and examples include only the public header (and cli.h);
+#     strcpy, strcat, sprintf, atoi, strtok, gets in src/, cli/ and server/;
+#  3. the CLI and examples include only the public header (and cli.h;
+#     cli_serve.c also server/server.h), and server/ only the public header;
 #  4. libtracemill exports only tm_* symbols (needs the build dir).
 set -u
 BUILD=${1:-build}
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 fail=0
 say() { echo "checksrc: $*"; fail=1; }
 
-for f in $(ls src/*.[ch] cli/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
+for f in $(ls src/*.[ch] cli/*.[ch] server/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
   first=$(head -c 2 "$f")
   [ "$first" = "/*" ] || [ "$first" = "//" ] || say "$f: must open with a comment saying what it owns"
 done
@@ -21,12 +22,18 @@ for f in src/*.c src/*.h; do
   grep -nE '(^|[^_a-z])(malloc|calloc|realloc|free)[[:space:]]*\(' "$f" | grep -vE 'tm_mem_|_fn\(|z_free|free_fn' \
     | sed "s|^|checksrc: $f: direct allocation (use tm_mem_* from alloc.h): |" | grep . && fail=1
 done
-grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*.[ch] cli/*.[ch] \
+grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*.[ch] cli/*.[ch] server/*.[ch] \
   | sed 's|^|checksrc: banned call: |' | grep . && fail=1
 
 for f in cli/*.c examples/*.c; do
-  grep -nE '#include "' "$f" | grep -vE '"(tracemill|cli)\.h"' | sed "s|^|checksrc: $f: only the public header: |" | grep . && fail=1
+  allowed='"(tracemill|cli)\.h"'
+  [ "$f" = cli/cli_serve.c ] && allowed='"(tracemill|cli|server)\.h"' # serve and store drive the server layer
+  grep -nE '#include "' "$f" | grep -vE "$allowed" \
+    | sed "s|^|checksrc: $f: only the public header: |" | grep . && fail=1
 done
+# The server layer sits above the library: the public header, never src/.
+grep -nE '#include "' server/*.[ch] | grep -vE '"(tracemill|server)\.h"' \
+  | sed 's|^|checksrc: server may include only tracemill.h and server.h: |' | grep . && fail=1
 
 if [ -f "$BUILD/libtracemill.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^tm_')

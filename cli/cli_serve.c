@@ -1,0 +1,244 @@
+/*
+ * cli_serve.c — `tracemill serve` (the ingest server: configuration,
+ * start, the DSN banner, graceful stop on SIGTERM/SIGINT) and `tracemill
+ * store ls|get|export` (reading back what the local store holds). The
+ * server itself is the server/ layer, reached through server/server.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli.h"
+#include "server.h"
+
+#define DEFAULT_STORE "./tracemill-store"
+
+static int config_error(const tm_error *err) {
+    fprintf(stderr, "tracemill serve: %s\n", err->message);
+    return err->code == TM_ERR_IO ? EXIT_IO : EXIT_USAGE;
+}
+
+static int serve_usage(void) {
+    fputs("usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:PUBLIC_KEY]...\n",
+          stderr);
+    return EXIT_USAGE;
+}
+
+int cli_serve(int argc, char **argv) {
+    tm_srv_config cfg;
+    tm_error err;
+    if (tm_srv_config_init(&cfg, &err) != TM_OK) return config_error(&err);
+    const char *config_path = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config_path = argv[++i];
+    int rc = EXIT_OK;
+    if (config_path && tm_srv_config_load(&cfg, config_path, &err) != TM_OK) {
+        rc = config_error(&err);
+        goto out;
+    }
+    /* flags override the file */
+    for (int i = 1; i < argc && rc == EXIT_OK; i++) {
+        const char *a = argv[i];
+        tm_status st = TM_OK;
+        if (i + 1 >= argc) {
+            rc = serve_usage();
+        } else if (strcmp(a, "--config") == 0) {
+            i++;
+        } else if (strcmp(a, "--listen") == 0) {
+            st = tm_srv_config_set_listen(&cfg, argv[++i], &err);
+        } else if (strcmp(a, "--store") == 0) {
+            st = tm_srv_config_set_store(&cfg, argv[++i], &err);
+        } else if (strcmp(a, "--project") == 0) {
+            st = tm_srv_config_add_project(&cfg, argv[++i], &err);
+        } else {
+            fprintf(stderr, "tracemill serve: unknown option '%s'\n", a);
+            rc = serve_usage();
+        }
+        if (st != TM_OK) rc = config_error(&err);
+    }
+    const char *generated = NULL;
+    if (rc == EXIT_OK && tm_srv_config_finish(&cfg, &generated, &err) != TM_OK) rc = config_error(&err);
+    if (rc != EXIT_OK) goto out;
+
+    /* Every thread the server starts inherits this mask, so the signals
+     * arrive only at sigwait below. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    tm_srv_server *server = NULL;
+    if (tm_srv_server_start(&cfg, &server, &err) != TM_OK) {
+        fprintf(stderr, "tracemill serve: %s\n", err.message);
+        rc = EXIT_IO;
+        goto out;
+    }
+    unsigned port = tm_srv_server_port(server);
+    printf("tracemill serve: listening on http://%s:%u, ", cfg.listen_host, port);
+    if (cfg.kafka.bootstrap_servers)
+        printf("Kafka %s (spool in %s)\n", cfg.kafka.bootstrap_servers, cfg.store_path);
+    else
+        printf("local store %s\n", cfg.store_path);
+    for (size_t p = 0; p < cfg.n_projects; p++)
+        for (size_t k = 0; k < cfg.projects[p].n_public_keys; k++)
+            printf("DSN: http://%s@%s:%u/%" PRIu64 "%s\n", cfg.projects[p].public_keys[k], cfg.listen_host, port,
+                   cfg.projects[p].id, generated == cfg.projects[p].public_keys[k] ? " (generated key)" : "");
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "tracemill serve: %s: draining and stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    tm_srv_server_stop(server);
+out:
+    tm_srv_config_release(&cfg);
+    return rc;
+}
+
+/* ---- tracemill store ---- */
+
+static int store_usage(void) {
+    fputs("usage: tracemill store ls [--store PATH]\n"
+          "       tracemill store get CHUNK_ID [--raw] [-o OUT] [--store PATH]\n"
+          "       tracemill store export OUT_DIR [--store PATH]\n",
+          stderr);
+    return EXIT_USAGE;
+}
+
+static void format_time(uint64_t unix_s, char *out, size_t cap) {
+    time_t t = (time_t)unix_s;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int print_line(void *ctx, const tm_srv_stored_chunk *c) {
+    (void)ctx;
+    char when[32];
+    format_time(c->received, when, sizeof when);
+    printf("%s  project=%" PRIu64 "  chunk_id=%.*s  payload=%zu  raw=%zu\n", when, c->project_id,
+           (int)c->chunk_id.len, c->chunk_id.ptr ? c->chunk_id.ptr : "", c->payload_size, c->raw_size);
+    return 0;
+}
+
+typedef struct get_job {
+    int raw;
+    const char *out_path;
+    int found, rc;
+} get_job;
+
+/* JSON payloads end with a newline, as `tracemill convert` writes them. */
+static int write_file(const char *path, int binary, const void *data, size_t len) {
+    cli_output o;
+    int rc = cli_output_open(path, binary, &o);
+    if (rc != EXIT_OK) return rc;
+    if ((len && fwrite(data, 1, len, o.f) != len) || (!binary && fputc('\n', o.f) == EOF)) rc = EXIT_IO;
+    return cli_output_close(&o, rc);
+}
+
+static int write_chunk(void *ctx, const tm_srv_stored_chunk *c) {
+    get_job *job = ctx;
+    tm_srv_chunk_msg m;
+    char ctype[64];
+    tm_error err;
+    job->found++;
+    if (tm_srv_chunk_msg_decode(c->message, c->message_len, &m, ctype, sizeof ctype, &err) != TM_OK) {
+        job->rc = cli_report_error("stored message", &err);
+        return 1;
+    }
+    if (job->raw && !m.raw_profile) {
+        fprintf(stderr, "tracemill store: chunk %.*s has no raw profile\n", (int)c->chunk_id.len, c->chunk_id.ptr);
+        job->rc = EXIT_REJECTED;
+        return 1;
+    }
+    job->rc = job->raw ? write_file(job->out_path, 1, m.raw_profile, m.raw_profile_len)
+                       : write_file(job->out_path, 0, m.payload, m.payload_len);
+    return 1; /* the first match only */
+}
+
+typedef struct export_job {
+    const char *dir;
+    size_t written;
+    int rc;
+} export_job;
+
+static int export_chunk(void *ctx, const tm_srv_stored_chunk *c) {
+    export_job *job = ctx;
+    tm_srv_chunk_msg m;
+    char ctype[64], path[4096];
+    tm_error err;
+    if (tm_srv_chunk_msg_decode(c->message, c->message_len, &m, ctype, sizeof ctype, &err) != TM_OK) {
+        job->rc = cli_report_error("stored message", &err);
+        return 1;
+    }
+    /* the store id keeps names unique when a chunk was sent twice */
+    int n = snprintf(path, sizeof path, "%s/%06" PRId64 "-%.*s.json", job->dir, c->id, (int)c->chunk_id.len,
+                     c->chunk_id.ptr ? c->chunk_id.ptr : "");
+    if (n < 0 || (size_t)n >= sizeof path) return job->rc = EXIT_USAGE, 1;
+    if ((job->rc = write_file(path, 0, m.payload, m.payload_len)) != EXIT_OK) return 1;
+    if (m.raw_profile) {
+        memcpy(path + n - 5, ".pftrace", 9);
+        if ((job->rc = write_file(path, 1, m.raw_profile, m.raw_profile_len)) != EXIT_OK) return 1;
+    }
+    job->written++;
+    return 0;
+}
+
+int cli_store(int argc, char **argv) {
+    if (argc < 2) return store_usage();
+    const char *verb = argv[1], *store_path = DEFAULT_STORE, *arg = NULL, *out_path = NULL;
+    int raw = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--store") == 0 && i + 1 < argc) store_path = argv[++i];
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out_path = argv[++i];
+        else if (strcmp(argv[i], "--raw") == 0) raw = 1;
+        else if (argv[i][0] != '-' && !arg) arg = argv[i];
+        else return store_usage();
+    }
+    int is_ls = strcmp(verb, "ls") == 0, is_get = strcmp(verb, "get") == 0, is_export = strcmp(verb, "export") == 0;
+    if (!(is_ls && !arg) && !((is_get || is_export) && arg)) return store_usage();
+    tm_srv_store *store = NULL;
+    tm_error err;
+    if (tm_srv_store_open_readonly(store_path, &store, &err) != TM_OK) {
+        fprintf(stderr, "tracemill store: %s\n", err.message);
+        return EXIT_IO;
+    }
+    int rc = EXIT_OK;
+    tm_status st = TM_OK;
+    if (is_ls) {
+        st = tm_srv_store_each_chunk(store, NULL, print_line, NULL, &err);
+    } else if (is_get) {
+        get_job job = {raw, out_path, 0, EXIT_OK};
+        st = tm_srv_store_each_chunk(store, arg, write_chunk, &job, &err);
+        if (st == TM_OK && !job.found) {
+            fprintf(stderr, "tracemill store: no chunk with chunk_id %s in %s\n", arg, store_path);
+            rc = EXIT_REJECTED;
+        } else {
+            rc = job.rc;
+        }
+    } else {
+        export_job job = {arg, 0, EXIT_OK};
+        if (mkdir(arg, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "tracemill store: cannot create %s: %s\n", arg, strerror(errno));
+            rc = EXIT_IO;
+        } else {
+            st = tm_srv_store_each_chunk(store, NULL, export_chunk, &job, &err);
+            rc = job.rc;
+            if (st == TM_OK && rc == EXIT_OK) fprintf(stderr, "tracemill store: %zu chunks written to %s\n", job.written, arg);
+        }
+    }
+    if (st != TM_OK) {
+        fprintf(stderr, "tracemill store: %s\n", err.message);
+        rc = EXIT_IO;
+    }
+    tm_srv_store_close(store);
+    return rc;
+}

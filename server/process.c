@@ -1,0 +1,539 @@
+/*
+ * process.c — what the server does with one envelope, before anything is
+ * handed over: Relay's profile_chunk rules (relay-sample-v2.md §3.2),
+ * conversion of Perfetto chunks with the library, validation and
+ * normalisation of plain Sample v2 JSON chunks (§1.5), rate limits, and an
+ * outcome with Relay's reason string for every rejection (§1.6, §3.6).
+ *
+ * The result is a list of records (Kafka messages and outcomes) that the
+ * front end hands to Kafka or the local store in one go.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server.h"
+
+#define PERFETTO_CONTENT_TYPE "application/x-perfetto-trace"
+/* Relay's MAX_PROFILE_CHUNK_DURATION: 60 s chunks plus slack. */
+#define MAX_CHUNK_DURATION_S 66.0
+
+static const struct {
+    const char *error, *reason;
+} reasons[] = {
+    {"CannotSerializePayload", "profiling_failed_serialization"},
+    {"ExceedSizeLimit", "profiling_exceed_size_limit"},
+    {"InvalidBase64Value", "profiling_invalid_base64_value"},
+    {"InvalidJson", "profiling_invalid_json"},
+    {"InvalidSampledProfile", "profiling_invalid_sampled_profile"},
+    {"InvalidTransactionMetadata", "profiling_invalid_transaction_metadata"},
+    {"InvalidProfileType", "profiling_invalid_profile_type"},
+    {"MalformedSamples", "profiling_malformed_samples"},
+    {"MalformedStacks", "profiling_malformed_stacks"},
+    {"MissingProfileMetadata", "profiling_invalid_profile_metadata"},
+    {"NoTransactionAssociated", "profiling_no_transaction_associated"},
+    {"NotEnoughSamples", "profiling_not_enough_samples"},
+    {"PlatformNotSupported", "profiling_platform_not_supported"},
+    {"TooManyProfiles", "profiling_too_many_profiles"},
+    {"DurationIsTooLong", "profiling_duration_is_too_long"},
+    {"DurationIsZero", "profiling_duration_is_zero"},
+    {"InvalidBuildID", "invalid_build_id"},
+};
+
+const char *tm_srv_reason_string(const char *profile_error) {
+    if (profile_error)
+        for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+            if (strcmp(reasons[i].error, profile_error) == 0) return reasons[i].reason;
+    return "profiling_invalid_sampled_profile";
+}
+
+static int view_is(tm_srv_view v, const char *s) {
+    size_t n = strlen(s);
+    return v.ptr && v.len == n && memcmp(v.ptr, s, n) == 0;
+}
+
+/* Relay's profile type: UI platforms count as profile_chunk_ui. */
+static int is_ui_platform(const char *p, size_t n) {
+    tm_srv_view v = {p, n};
+    return view_is(v, "android") || view_is(v, "cocoa") || view_is(v, "javascript");
+}
+
+/* Relay's data category of an item type, for outcomes of dropped items. */
+static int item_category(tm_srv_view type) {
+    static const struct {
+        const char *type;
+        int category;
+    } cats[] = {{"event", 1},      {"transaction", 2}, {"security", 3}, {"attachment", 4},
+                {"session", 5},    {"sessions", 5},    {"profile", 6},  {"replay_event", 7},
+                {"replay_video", 7}, {"check_in", 10}, {"span", 12},    {"log", 23}};
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
+        if (view_is(type, cats[i].type)) return cats[i].category;
+    return 0;
+}
+
+static const char *json_str(const json_t *obj, const char *key) {
+    return json_string_value(json_object_get(obj, key));
+}
+
+/* The chunk_id as the payload writes it: a UUID without dashes, lower
+ * case (SDKs send either form); anything else as sent. */
+static const char *normalized_chunk_id(const char *id, char out[33]) {
+    size_t n = 0;
+    for (const char *p = id; p && *p; p++) {
+        char c = *p;
+        if (c == '-') continue;
+        if (c >= 'A' && c <= 'F') c = (char)(c - 'A' + 'a');
+        if (n == 32 || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return id;
+        out[n++] = c;
+    }
+    if (n != 32) return id;
+    out[32] = 0;
+    return out;
+}
+
+/* ---- records ---- */
+
+/* Appends a record owning value (and a copy of chunk_id after it). */
+static tm_status add_record(tm_srv_processed *out, tm_srv_record rec, tm_srv_buf *value, tm_error *err) {
+    if (out->n_records == out->cap_records) {
+        size_t cap = out->cap_records ? out->cap_records * 2 : 4;
+        tm_srv_record *r = realloc(out->records, cap * sizeof *r);
+        if (!r) goto nomem;
+        out->records = r;
+        out->cap_records = cap;
+    }
+    size_t value_len = value->len;
+    if (rec.chunk_id.ptr && tm_srv_buf_append(value, rec.chunk_id.ptr, rec.chunk_id.len)) goto nomem;
+    rec.value = value->data;
+    rec.value_len = value_len;
+    if (rec.chunk_id.ptr) rec.chunk_id.ptr = (const char *)value->data + value_len;
+    out->records[out->n_records++] = rec;
+    *value = (tm_srv_buf){0};
+    return TM_OK;
+nomem:
+    tm_srv_buf_release(value);
+    return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");
+}
+
+void tm_srv_processed_release(tm_srv_processed *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->n_records; i++) free((void *)p->records[i].value);
+    free(p->records);
+    tm_srv_buf_release(&p->forward);
+    memset(p, 0, sizeof *p);
+}
+
+typedef struct chunk_job {
+    const tm_srv_context *ctx;
+    tm_srv_processed *out;
+    const tm_srv_item *item;
+    int ui;                 /* category of outcomes */
+} chunk_job;
+
+static tm_status add_outcome(const chunk_job *j, int outcome, const char *reason, int category,
+                             tm_error *err) {
+    const tm_srv_context *ctx = j->ctx;
+    tm_srv_outcome o = {.timestamp = ctx->now_unix,
+                        .org_id = ctx->project->organization_id,
+                        .project_id = ctx->project->id,
+                        .outcome = outcome,
+                        .reason = reason,
+                        .event_id = j->out->event_id,
+                        .category = category,
+                        .quantity = 1};
+    tm_srv_buf value = {0};
+    tm_status st = tm_srv_outcome_json(&o, &value, err);
+    if (st != TM_OK) {
+        tm_srv_buf_release(&value);
+        return st;
+    }
+    tm_srv_record rec = {.kind = TM_SRV_RECORD_OUTCOME, .project_id = ctx->project->id,
+                         .received = ctx->now_unix};
+    return add_record(j->out, rec, &value, err);
+}
+
+/* Rejects the chunk with Relay's outcome for a ProfileError name. */
+static tm_status reject(const chunk_job *j, const char *profile_error, tm_error *err) {
+    const char *reason = tm_srv_reason_string(profile_error);
+    if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, "profile_chunk", reason);
+    return add_outcome(j, TM_SRV_OUTCOME_INVALID, reason,
+                       j->ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, err);
+}
+
+static void count(const chunk_job *j, const char *type, const char *outcome) {
+    if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, type, outcome);
+}
+
+static tm_status add_chunk(const chunk_job *j, const char *chunk_id, const tm_srv_buf *payload,
+                           tm_srv_view raw, tm_error *err) {
+    const tm_srv_context *ctx = j->ctx;
+    tm_srv_chunk_msg m = {.organization_id = ctx->project->organization_id,
+                          .project_id = ctx->project->id,
+                          .received = ctx->now_unix,
+                          .retention_days = ctx->project->retention_days,
+                          .payload = payload->data,
+                          .payload_len = payload->len};
+    if (raw.len) {
+        m.raw_profile = (const uint8_t *)raw.ptr;
+        m.raw_profile_len = raw.len;
+        m.raw_profile_content_type = "perfetto";
+    }
+    tm_srv_buf value = {0};
+    tm_status st = tm_srv_chunk_msg_encode(&m, &value, err);
+    if (st != TM_OK) {
+        tm_srv_buf_release(&value);
+        return st;
+    }
+    char uuid[33];
+    chunk_id = normalized_chunk_id(chunk_id, uuid);
+    tm_srv_record rec = {.kind = TM_SRV_RECORD_CHUNK,
+                         .project_id = ctx->project->id,
+                         .received = ctx->now_unix,
+                         .chunk_id = {chunk_id, chunk_id ? strlen(chunk_id) : 0},
+                         .payload_size = payload->len,
+                         .raw_size = raw.len};
+    st = add_record(j->out, rec, &value, err);
+    if (st == TM_OK) count(j, "profile_chunk", "accepted");
+    return st;
+}
+
+/* ---- Perfetto chunks: [JSON metadata][trace] ---- */
+
+typedef struct capped_sink {
+    tm_srv_buf *buf;
+    uint64_t cap;
+    int over;
+} capped_sink;
+
+static int capped_write(void *ctx, const void *data, size_t len) {
+    capped_sink *s = ctx;
+    if (s->buf->len + len > s->cap) {
+        s->over = 1;
+        return 1;
+    }
+    return tm_srv_buf_append(s->buf, data, len);
+}
+
+static double elapsed_s(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Converts trace + metadata into payload; returns the ProfileError name on
+ * rejection, NULL on success (or sets *st on an internal failure). */
+static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_view raw, tm_srv_buf *payload,
+                                   tm_status *st, tm_error *err) {
+    *st = TM_OK;
+    tm_error e;
+    /* Relay reads the metadata first, so its errors win. */
+    if (tm_sample_v2_check_meta(meta.ptr, meta.len, &e) != TM_OK) return e.reason ? e.reason : "InvalidJson";
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tm_options opts = {.preset = TM_LIMITS_RELAY, .input = TM_INPUT_PERFETTO};
+    tm_trace *t = NULL;
+    if (tm_trace_parse(raw.ptr, raw.len, &opts, &t, &e) != TM_OK) {
+        if (e.code == TM_ERR_NOMEM) {
+            *st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory converting a chunk");
+            return NULL;
+        }
+        return e.code == TM_ERR_LIMIT ? "ExceedSizeLimit" : e.reason ? e.reason : "InvalidSampledProfile";
+    }
+    capped_sink cs = {payload, j->ctx->cfg->limits.max_profile_size, 0};
+    tm_sink sink = {capped_write, &cs};
+    tm_sample_v2_options v2 = {.meta_json = meta.ptr, .meta_len = meta.len};
+    tm_status ws = tm_write_sample_v2(t, &v2, &sink, &e);
+    tm_trace_free(t);
+    if (j->ctx->metrics) tm_srv_metrics_conversion(j->ctx->metrics, elapsed_s(&t0));
+    if (ws == TM_OK) return NULL;
+    if (cs.over) return "ExceedSizeLimit";
+    if (ws == TM_ERR_IO || ws == TM_ERR_NOMEM) {
+        *st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory writing a chunk");
+        return NULL;
+    }
+    return e.reason ? e.reason : "InvalidSampledProfile";
+}
+
+static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view raw, tm_error *err) {
+    const tm_srv_item *item = j->item;
+    json_t *root = json_loadb(meta.ptr, meta.len, JSON_REJECT_DUPLICATES, NULL);
+    const char *ctype = json_str(root, "content_type");
+    const char *platform = json_str(root, "platform");
+    if (platform) j->ui = is_ui_platform(platform, strlen(platform));
+    tm_status st = TM_OK;
+    int perfetto = view_is(item->content_type, PERFETTO_CONTENT_TYPE) ||
+                   (ctype && (strcmp(ctype, "perfetto") == 0 || strcmp(ctype, PERFETTO_CONTENT_TYPE) == 0));
+    if (!perfetto) {
+        st = reject(j, "PlatformNotSupported", err);
+    } else if (!j->ctx->project->continuous_profiling_perfetto) {
+        count(j, "profile_chunk", "dropped"); /* FilterFeatureFlag: no outcome */
+    } else {
+        tm_srv_buf payload = {0};
+        const char *rejected = expand_perfetto(j, meta, raw, &payload, &st, err);
+        if (st == TM_OK && !rejected && item->platform.ptr && platform &&
+            is_ui_platform(item->platform.ptr, item->platform.len) != is_ui_platform(platform, strlen(platform)))
+            rejected = "InvalidProfileType";
+        if (st == TM_OK)
+            st = rejected ? reject(j, rejected, err) : add_chunk(j, json_str(root, "chunk_id"), &payload, raw, err);
+        tm_srv_buf_release(&payload);
+    }
+    json_decref(root);
+    return st;
+}
+
+/* ---- plain Sample v2 JSON chunks ---- */
+
+/* Writes JSON compactly in document order; reals in the shortest form that
+ * reads back to the same double, as serde_json does. */
+static int dump_json(const json_t *v, tm_srv_buf *out);
+
+static int dump_string(const char *s, size_t n, tm_srv_buf *out) {
+    char *enc = NULL;
+    json_t *str = json_stringn_nocheck(s, n);
+    if (!str) return -1;
+    enc = json_dumps(str, JSON_ENCODE_ANY | JSON_COMPACT);
+    json_decref(str);
+    if (!enc) return -1;
+    int rc = tm_srv_buf_append(out, enc, strlen(enc));
+    free(enc);
+    return rc;
+}
+
+static int dump_real(double d, tm_srv_buf *out) {
+    char text[40];
+    if (!isfinite(d)) return -1;
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(text, sizeof text, "%.*g", prec, d);
+        if (strtod(text, NULL) == d) break;
+    }
+    if (!strpbrk(text, ".e")) {
+        size_t n = strlen(text);
+        memcpy(text + n, ".0", 3);
+    }
+    return tm_srv_buf_append(out, text, strlen(text));
+}
+
+static int dump_json(const json_t *v, tm_srv_buf *out) {
+    char text[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *val;
+        int first = 1;
+        if (tm_srv_buf_append(out, "{", 1)) return -1;
+        json_object_foreach((json_t *)v, key, val) {
+            if (!first && tm_srv_buf_append(out, ",", 1)) return -1;
+            first = 0;
+            if (dump_string(key, strlen(key), out) || tm_srv_buf_append(out, ":", 1) || dump_json(val, out))
+                return -1;
+        }
+        return tm_srv_buf_append(out, "}", 1);
+    }
+    case JSON_ARRAY:
+        if (tm_srv_buf_append(out, "[", 1)) return -1;
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if ((i && tm_srv_buf_append(out, ",", 1)) || dump_json(json_array_get(v, i), out)) return -1;
+        return tm_srv_buf_append(out, "]", 1);
+    case JSON_STRING:
+        return dump_string(json_string_value(v), json_string_length(v), out);
+    case JSON_INTEGER:
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return tm_srv_buf_append(out, text, strlen(text));
+    case JSON_REAL:
+        return dump_real(json_real_value(v), out);
+    case JSON_TRUE:
+        return tm_srv_buf_append(out, "true", 4);
+    case JSON_FALSE:
+        return tm_srv_buf_append(out, "false", 5);
+    case JSON_NULL:
+        return tm_srv_buf_append(out, "null", 4);
+    }
+    return -1;
+}
+
+typedef struct timed_sample {
+    double ts;
+    size_t index;
+} timed_sample;
+
+static int by_time_then_index(const void *a, const void *b) {
+    const timed_sample *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int is_index(const json_t *v, size_t n) {
+    return json_is_integer(v) && json_integer_value(v) >= 0 && (uint64_t)json_integer_value(v) < n;
+}
+
+/* Masks pointer-authentication bits of "0x..." addresses (cocoa only). */
+static void strip_pac(json_t *frames) {
+    size_t i;
+    json_t *f;
+    json_array_foreach(frames, i, f) {
+        const char *a = json_str(f, "instruction_addr");
+        if (!a || strncmp(a, "0x", 2) != 0) continue;
+        char *end;
+        unsigned long long addr = strtoull(a + 2, &end, 16);
+        if (*end) continue;
+        char text[24];
+        snprintf(text, sizeof text, "0x%llx", addr & 0x0000000FFFFFFFFFull);
+        json_object_set_new(f, "instruction_addr", json_string(text));
+    }
+}
+
+/* Relay's ProfileData::normalize on a parsed chunk; the error name or NULL. */
+static const char *normalize_chunk(json_t *root, int *oom) {
+    json_t *profile = json_object_get(root, "profile");
+    json_t *samples = json_object_get(profile, "samples");
+    json_t *stacks = json_object_get(profile, "stacks");
+    json_t *frames = json_object_get(profile, "frames");
+    if (!json_is_object(profile) || !json_is_array(samples) || !json_is_array(stacks) || !json_is_array(frames))
+        return "InvalidJson";
+    size_t n = json_array_size(samples);
+    if (n == 0) return "NotEnoughSamples";
+    size_t i;
+    json_t *s;
+    json_array_foreach(samples, i, s) {
+        if (!json_is_object(s) || !json_is_number(json_object_get(s, "timestamp")) ||
+            !json_is_string(json_object_get(s, "thread_id")) || !json_is_integer(json_object_get(s, "stack_id")))
+            return "InvalidJson";
+        if (!is_index(json_object_get(s, "stack_id"), json_array_size(stacks))) return "MalformedSamples";
+    }
+    json_array_foreach(stacks, i, s) {
+        if (!json_is_array(s)) return "InvalidJson";
+        size_t k;
+        json_t *f;
+        json_array_foreach(s, k, f) if (!is_index(f, json_array_size(frames))) return "MalformedStacks";
+    }
+    timed_sample *order = malloc(n * sizeof *order);
+    json_t *sorted = json_array();
+    if (!order || !sorted) {
+        free(order);
+        json_decref(sorted);
+        *oom = 1;
+        return NULL;
+    }
+    json_array_foreach(samples, i, s) order[i] = (timed_sample){json_number_value(json_object_get(s, "timestamp")), i};
+    qsort(order, n, sizeof *order, by_time_then_index);
+    double duration = order[n - 1].ts - order[0].ts;
+    for (i = 0; i < n; i++) json_array_append(sorted, json_array_get(samples, order[i].index));
+    free(order);
+    json_object_set_new(profile, "samples", sorted);
+    if (duration > MAX_CHUNK_DURATION_S) return "DurationIsTooLong";
+    const char *platform = json_str(root, "platform");
+    if (platform && strcmp(platform, "cocoa") == 0) strip_pac(frames);
+    json_t *threads = json_object_get(profile, "thread_metadata");
+    if (json_is_object(threads)) {
+        const char *tid;
+        json_t *meta, *tmp;
+        json_object_foreach_safe(threads, tmp, tid, meta) {
+            int used = 0;
+            json_array_foreach(sorted, i, s) if (strcmp(json_str(s, "thread_id"), tid) == 0) { used = 1; break; }
+            if (!used) json_object_del(threads, tid);
+        }
+    }
+    return NULL;
+}
+
+static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
+    const tm_srv_item *item = j->item;
+    if (item->platform.ptr) j->ui = is_ui_platform(item->platform.ptr, item->platform.len);
+    json_t *root = json_loadb((const char *)item->payload, item->payload_len, JSON_REJECT_DUPLICATES, NULL);
+    const char *version = json_str(root, "version");
+    /* the fields Relay's ProfileChunk cannot do without */
+    if (!version || strcmp(version, "2") != 0 || !json_str(root, "chunk_id") || !json_str(root, "profiler_id") ||
+        !json_str(root, "platform")) {
+        json_decref(root);
+        return reject(j, "InvalidJson", err);
+    }
+    const char *platform = json_str(root, "platform");
+    if (platform) j->ui = is_ui_platform(platform, strlen(platform));
+    int oom = 0;
+    const char *rejected = normalize_chunk(root, &oom);
+    tm_status st = TM_OK;
+    tm_srv_buf payload = {0};
+    if (oom || (!rejected && dump_json(root, &payload)))
+        st = tm_srv_fail(err, TM_ERR_NOMEM, item->payload_offset, "out of memory normalising a chunk");
+    else if (!rejected && payload.len > j->ctx->cfg->limits.max_profile_size)
+        rejected = "ExceedSizeLimit";
+    if (st == TM_OK)
+        st = rejected ? reject(j, rejected, err)
+                      : add_chunk(j, json_str(root, "chunk_id"), &payload, (tm_srv_view){NULL, 0}, err);
+    tm_srv_buf_release(&payload);
+    json_decref(root);
+    return st;
+}
+
+/* ---- the envelope ---- */
+
+static tm_status process_item(const tm_srv_context *ctx, tm_srv_processed *out, const tm_srv_item *item,
+                              tm_error *err) {
+    chunk_job j = {ctx, out, item, item->platform.ptr && is_ui_platform(item->platform.ptr, item->platform.len)};
+    if (!view_is(item->type, "profile_chunk")) {
+        if (ctx->keep_other_items) {
+            count(&j, "other", "forwarded");
+            return tm_srv_envelope_write_item(&out->forward, item->header.ptr, item->header.len, item->payload,
+                                              item->payload_len)
+                       ? tm_srv_fail(err, TM_ERR_NOMEM, item->offset, "out of memory")
+                       : TM_OK;
+        }
+        count(&j, "other", "unsupported_item_type");
+        return add_outcome(&j, TM_SRV_OUTCOME_INVALID, "unsupported_item_type", item_category(item->type), err);
+    }
+    if (!ctx->project->continuous_profiling) {
+        count(&j, "profile_chunk", "dropped"); /* the feature is off: dropped without outcome */
+        return TM_OK;
+    }
+    if (item->payload_len > ctx->cfg->limits.max_profile_size) return reject(&j, "ExceedSizeLimit", err);
+    if (!item->has_meta_length) return process_json_chunk(&j, err);
+    tm_srv_view meta, raw;
+    if (!tm_srv_item_split(item, &meta, &raw)) return reject(&j, "InvalidSampledProfile", err);
+    return process_compound(&j, meta, raw, err);
+}
+
+static tm_status rate_limit(const tm_srv_context *ctx, const tm_srv_envelope *env, tm_srv_processed *out,
+                            tm_error *err) {
+    uint32_t chunks = 0;
+    for (size_t i = 0; i < env->n_items; i++) chunks += view_is(env->items[i].type, "profile_chunk");
+    if (!chunks || !ctx->ratelimit ||
+        tm_srv_ratelimit_take(ctx->ratelimit, ctx->project_index, chunks, ctx->now_mono_ns, &out->retry_after_s))
+        return TM_OK;
+    out->http_status = 429;
+    for (size_t i = 0; i < env->n_items; i++) {
+        const tm_srv_item *item = &env->items[i];
+        if (!view_is(item->type, "profile_chunk")) continue;
+        chunk_job j = {ctx, out, item, item->platform.ptr && is_ui_platform(item->platform.ptr, item->platform.len)};
+        count(&j, "profile_chunk", "rate_limited");
+        tm_status st = add_outcome(&j, TM_SRV_OUTCOME_RATE_LIMITED, "project_rate_limit",
+                                   j.ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, err);
+        if (st != TM_OK) return st;
+    }
+    return TM_OK;
+}
+
+tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t len, tm_srv_processed *out,
+                         tm_error *err) {
+    memset(out, 0, sizeof *out);
+    out->http_status = 200;
+    tm_srv_envelope env;
+    tm_status st = tm_srv_envelope_parse(body, len, &env, err);
+    if (st != TM_OK) return st;
+    out->event_id = env.event_id;
+    st = rate_limit(ctx, &env, out, err);
+    if (st == TM_OK && out->http_status == 200 && ctx->keep_other_items) {
+        /* the envelope header heads whatever is forwarded */
+        if (tm_srv_buf_append(&out->forward, env.header.ptr, env.header.len) ||
+            tm_srv_buf_append(&out->forward, "\n", 1))
+            st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");
+    }
+    for (size_t i = 0; st == TM_OK && out->http_status == 200 && i < env.n_items; i++)
+        st = process_item(ctx, out, &env.items[i], err);
+    if (st == TM_OK && out->forward.len == env.header.len + 1) out->forward.len = 0; /* nothing to forward */
+    tm_srv_envelope_release(&env);
+    if (st != TM_OK) tm_srv_processed_release(out);
+    return st;
+}

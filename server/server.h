@@ -1,0 +1,408 @@
+/*
+ * server.h — the ingest service's internal interfaces (`tracemill serve`).
+ *
+ * The server is a layer above libtracemill: it uses the public header for
+ * conversion and owns everything that speaks to the network, Kafka and the
+ * local store. Its pieces, each in its own file:
+ *
+ *   envelope.c   Sentry envelope parsing and item payload splitting (pure)
+ *   encoding.c   streaming Content-Encoding decoders with a decoded-size cap
+ *   config.c     YAML configuration, defaults, command-line overrides
+ *   ratelimit.c  per-project token buckets
+ *   message.c    ProfileChunkKafkaMessage (MessagePack) and outcome JSON
+ *   process.c    an envelope -> messages and outcomes (Relay's rules)
+ *   store.c      the local SQLite store (WAL, group commit, Kafka spool)
+ *   kafka.c      the librdkafka producer: acks=all, spooling, replay
+ *   metrics.c    counters and histograms in Prometheus text format
+ *   http.c       the libmicrohttpd front end tying it all together
+ *
+ * Errors use the library's tm_status / tm_error. Functions here never exit
+ * and never print; the CLI (cli/cli_serve.c) reports.
+ */
+#ifndef TM_SERVER_H
+#define TM_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tracemill.h"
+
+/* ==== Byte buffers and views ========================================== */
+
+typedef struct tm_srv_view {
+    const char *ptr; /* not NUL-terminated; NULL when absent */
+    size_t len;
+} tm_srv_view;
+
+/* A growable heap buffer (malloc). */
+typedef struct tm_srv_buf {
+    uint8_t *data;
+    size_t len, cap;
+} tm_srv_buf;
+
+/* 0 on success, -1 when memory runs out (the buffer is left as it was). */
+int tm_srv_buf_append(tm_srv_buf *b, const void *data, size_t len);
+void tm_srv_buf_release(tm_srv_buf *b);
+
+/* Formats into err (code, offset, message); returns code. */
+tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ==== Envelopes (envelope.c) =========================================== */
+
+/* Hard ceilings of the envelope parser, independent of configuration. */
+#define TM_SRV_MAX_HEADER_BYTES (64u * 1024u) /* one header line */
+#define TM_SRV_MAX_ITEMS 1000u                /* items in one envelope */
+
+typedef struct tm_srv_item {
+    uint64_t offset;         /* byte offset of the item header line */
+    tm_srv_view header;      /* the item header JSON, as sent */
+    tm_srv_view type;        /* "type" (required) */
+    tm_srv_view content_type;/* "content_type" or absent */
+    tm_srv_view platform;    /* "platform" or absent */
+    tm_srv_view filename;    /* "filename" or absent */
+    int has_meta_length;
+    uint64_t meta_length;    /* "meta_length" when has_meta_length */
+    const uint8_t *payload;  /* view into the envelope body */
+    size_t payload_len;
+    uint64_t payload_offset; /* byte offset of the payload */
+} tm_srv_item;
+
+typedef struct tm_srv_envelope {
+    tm_srv_view header;      /* the envelope header JSON line */
+    tm_srv_view event_id;    /* "event_id" or absent */
+    tm_srv_view dsn;         /* "dsn" or absent */
+    tm_srv_item *items;      /* malloc'd; release with tm_srv_envelope_release */
+    size_t n_items;
+} tm_srv_envelope;
+
+/* Parses buf[0..len) (views point into it). Items with "length" take that
+ * many bytes (then an optional '\n'); items without run to the next '\n'
+ * or the end. Errors: TM_ERR_MALFORMED / TM_ERR_TRUNCATED / TM_ERR_LIMIT
+ * with the byte offset of the problem. */
+tm_status tm_srv_envelope_parse(const uint8_t *buf, size_t len, tm_srv_envelope *out, tm_error *err);
+void tm_srv_envelope_release(tm_srv_envelope *env);
+
+/* Relay's split_item_payload: with meta_length inside the payload, json is
+ * the first meta_length bytes and raw the rest (raw.len 0 -> no raw);
+ * without meta_length, or out of range, json is the whole payload and raw
+ * is empty. Returns 1 when the item is compound and in range, else 0. */
+int tm_srv_item_split(const tm_srv_item *item, tm_srv_view *json, tm_srv_view *raw);
+
+/* Appends one item (header JSON line, '\n', payload, '\n') to out. */
+int tm_srv_envelope_write_item(tm_srv_buf *out, const char *header_json, size_t header_len,
+                               const void *payload, size_t payload_len);
+
+/* ==== Content-Encoding (encoding.c) ===================================== */
+
+typedef enum tm_srv_encoding {
+    TM_SRV_ENC_IDENTITY = 0,
+    TM_SRV_ENC_GZIP,
+    TM_SRV_ENC_DEFLATE, /* zlib-wrapped, or raw deflate as some clients send */
+    TM_SRV_ENC_ZSTD,
+    TM_SRV_ENC_BR
+} tm_srv_encoding;
+
+/* Parses a Content-Encoding header value (case-insensitive; NULL or empty
+ * is identity). -1 for an unsupported coding. */
+int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out);
+
+typedef struct tm_srv_decoder tm_srv_decoder;
+
+/* A streaming decoder appending decoded bytes to out, failing with
+ * TM_ERR_LIMIT as soon as out would exceed max_decoded bytes (so a bomb
+ * costs at most max_decoded of memory). */
+tm_status tm_srv_decoder_new(tm_srv_encoding enc, uint64_t max_decoded, tm_srv_decoder **out,
+                             tm_error *err);
+tm_status tm_srv_decoder_feed(tm_srv_decoder *d, const void *data, size_t len, tm_srv_buf *out,
+                              tm_error *err);
+/* Ends the stream: TM_ERR_TRUNCATED when the encoded stream is incomplete. */
+tm_status tm_srv_decoder_finish(tm_srv_decoder *d, tm_srv_buf *out, tm_error *err);
+void tm_srv_decoder_free(tm_srv_decoder *d);
+
+/* ==== Configuration (config.c) ========================================== */
+
+typedef struct tm_srv_project {
+    uint64_t id;
+    uint64_t organization_id;         /* default 1 */
+    char **public_keys;               /* at least one */
+    size_t n_public_keys;
+    uint32_t retention_days;          /* default 90 */
+    int continuous_profiling;         /* feature flags; default on */
+    int continuous_profiling_perfetto;
+    double rate_limit;                /* chunks per second; 0 = unlimited */
+} tm_srv_project;
+
+typedef struct tm_srv_kv {
+    char *key, *value;
+} tm_srv_kv;
+
+typedef struct tm_srv_config {
+    char *listen_host;                /* default "127.0.0.1" */
+    uint16_t listen_port;             /* default 3000 */
+    char *store_path;                 /* default "./tracemill-store" */
+    char *upstream;                   /* forward other items here; NULL: drop them */
+    tm_srv_project *projects;
+    size_t n_projects;
+    struct {
+        uint64_t max_envelope_size;   /* decoded bytes, default 200 MiB */
+        uint64_t max_profile_size;    /* item payload and expanded JSON, default 50 MiB */
+        uint32_t max_connections;     /* default 256 */
+        uint32_t request_timeout_s;   /* idle connection timeout, default 30 */
+    } limits;
+    struct {
+        char *bootstrap_servers;      /* NULL: no Kafka, the local store is the output */
+        char *profiles_topic;         /* default "ingest-profiles" */
+        char *outcomes_topic;         /* default "outcomes" */
+        tm_srv_kv *properties;        /* any librdkafka property, applied last */
+        size_t n_properties;
+        uint32_t delivery_timeout_ms; /* before a message is spooled; default 5000 */
+    } kafka;
+} tm_srv_config;
+
+/* Fills cfg with the defaults (no projects). */
+tm_status tm_srv_config_init(tm_srv_config *cfg, tm_error *err);
+/* Reads YAML text on top of cfg; errors name the line:column or key. */
+tm_status tm_srv_config_parse(tm_srv_config *cfg, const char *yaml, size_t len, tm_error *err);
+tm_status tm_srv_config_load(tm_srv_config *cfg, const char *path, tm_error *err);
+/* Command-line overrides: "HOST:PORT" (or ":PORT", or "PORT") and "ID:KEY". */
+tm_status tm_srv_config_set_listen(tm_srv_config *cfg, const char *host_port, tm_error *err);
+tm_status tm_srv_config_add_project(tm_srv_config *cfg, const char *id_key, tm_error *err);
+tm_status tm_srv_config_set_store(tm_srv_config *cfg, const char *path, tm_error *err);
+/* Validates; with no project configured adds project 1 with a random
+ * 32-hex-digit key (*generated_key set to it, else NULL). */
+tm_status tm_srv_config_finish(tm_srv_config *cfg, const char **generated_key, tm_error *err);
+void tm_srv_config_release(tm_srv_config *cfg);
+
+/* Authentication result of a key for a project id. */
+typedef enum tm_srv_auth {
+    TM_SRV_AUTH_OK = 0,
+    TM_SRV_AUTH_UNKNOWN_KEY,    /* 401 */
+    TM_SRV_AUTH_WRONG_PROJECT,  /* 403: the key belongs to another project */
+    TM_SRV_AUTH_UNKNOWN_PROJECT /* 403 */
+} tm_srv_auth;
+
+tm_srv_auth tm_srv_config_authenticate(const tm_srv_config *cfg, uint64_t project_id, const char *key,
+                                       size_t key_len, const tm_srv_project **project);
+
+/* ==== Rate limits (ratelimit.c) ========================================= */
+
+/* Token buckets, one per project of a config (indexed like cfg->projects);
+ * capacity max(1, rate) tokens, refilled at rate per second. Thread-safe. */
+typedef struct tm_srv_ratelimit tm_srv_ratelimit;
+
+tm_srv_ratelimit *tm_srv_ratelimit_new(const tm_srv_config *cfg);
+/* Takes n tokens from project index p at now_ns (CLOCK_MONOTONIC): 1 when
+ * granted, 0 when not (nothing taken; *retry_after_s set, >= 1). */
+int tm_srv_ratelimit_take(tm_srv_ratelimit *rl, size_t p, uint32_t n, uint64_t now_ns,
+                          uint32_t *retry_after_s);
+void tm_srv_ratelimit_free(tm_srv_ratelimit *rl);
+
+/* ==== Messages (message.c) ============================================== */
+
+/* Relay's ProfileChunkKafkaMessage. */
+typedef struct tm_srv_chunk_msg {
+    uint64_t organization_id;
+    uint64_t project_id;
+    uint64_t received;               /* Unix seconds */
+    uint32_t retention_days;
+    const uint8_t *payload;          /* expanded Sample v2 JSON */
+    size_t payload_len;
+    const uint8_t *raw_profile;      /* NULL: field omitted */
+    size_t raw_profile_len;
+    const char *raw_profile_content_type; /* NULL: field omitted */
+} tm_srv_chunk_msg;
+
+/* MessagePack map with field names, in the order above, "type":"profile_chunk" first. */
+tm_status tm_srv_chunk_msg_encode(const tm_srv_chunk_msg *m, tm_srv_buf *out, tm_error *err);
+/* Decodes what encode writes (views into buf; raw_profile_content_type is
+ * copied into ctype_buf). Unknown keys are skipped. */
+tm_status tm_srv_chunk_msg_decode(const uint8_t *buf, size_t len, tm_srv_chunk_msg *m, char *ctype_buf,
+                                  size_t ctype_cap, tm_error *err);
+
+/* Relay's outcome ids and the data categories a profile chunk counts in. */
+enum { TM_SRV_OUTCOME_FILTERED = 1, TM_SRV_OUTCOME_RATE_LIMITED = 2, TM_SRV_OUTCOME_INVALID = 3 };
+enum { TM_SRV_CATEGORY_PROFILE_CHUNK = 18, TM_SRV_CATEGORY_PROFILE_CHUNK_UI = 26 };
+
+typedef struct tm_srv_outcome {
+    uint64_t timestamp;       /* Unix seconds */
+    uint64_t org_id, project_id;
+    int outcome;              /* TM_SRV_OUTCOME_* */
+    const char *reason;       /* e.g. "profiling_invalid_sampled_profile"; NULL: none */
+    tm_srv_view event_id;     /* the envelope's, may be absent */
+    int category;             /* TM_SRV_CATEGORY_* */
+    uint32_t quantity;
+} tm_srv_outcome;
+
+/* Relay's TrackOutcome JSON:
+ * {"timestamp":"2026-11-22T10:00:00.000000Z","org_id":1,"project_id":42,
+ *  "key_id":null,"outcome":3,"reason":"...","event_id":"...",
+ *  "remote_addr":null,"source":"tracemill","category":26,"quantity":1} */
+tm_status tm_srv_outcome_json(const tm_srv_outcome *o, tm_srv_buf *out, tm_error *err);
+
+/* ==== Records handed to an output ======================================= */
+
+typedef enum tm_srv_record_kind {
+    TM_SRV_RECORD_CHUNK = 0,   /* a ProfileChunkKafkaMessage (msgpack) */
+    TM_SRV_RECORD_OUTCOME = 1  /* an outcome (JSON) */
+} tm_srv_record_kind;
+
+typedef struct tm_srv_record {
+    tm_srv_record_kind kind;
+    uint64_t project_id;
+    uint64_t received;        /* Unix seconds */
+    tm_srv_view chunk_id;     /* chunks: from the metadata (may be absent) */
+    size_t payload_size;      /* chunks: expanded JSON bytes */
+    size_t raw_size;          /* chunks: raw profile bytes */
+    const uint8_t *value;     /* the encoded message */
+    size_t value_len;
+} tm_srv_record;
+
+/* ==== Local store (store.c) ============================================= */
+
+/* SQLite in WAL mode at DIR/tracemill.db (DIR is created). Tables:
+ * chunks(id, received, project_id, chunk_id, payload_size, raw_size,
+ * message), outcomes(id, received, project_id, message) and spool(id,
+ * kind, project_id, chunk_id, message) for Kafka messages waiting for a
+ * broker. A background thread commits concurrent submissions in one
+ * transaction (group commit, synchronous=FULL). Thread-safe. */
+typedef struct tm_srv_store tm_srv_store;
+
+tm_status tm_srv_store_open(const char *dir, tm_srv_store **out, tm_error *err);
+void tm_srv_store_close(tm_srv_store *s); /* commits what is queued first */
+
+/* Writes the records (chunks -> chunks, outcomes -> outcomes, or all into
+ * spool when spool is set) and returns once they are committed (fsync'd).
+ * On failure nothing of this call is stored. */
+tm_status tm_srv_store_put(tm_srv_store *s, const tm_srv_record *recs, size_t n, int spool, tm_error *err);
+
+/* Spool access for the Kafka replayer, oldest first: up to max entries
+ * into out, *n_out of them (0 when the spool is empty). Each value is
+ * malloc'd (free it). */
+typedef struct tm_srv_spooled {
+    int64_t id;
+    tm_srv_record_kind kind;
+    uint64_t project_id;
+    uint8_t *value;
+    size_t value_len;
+} tm_srv_spooled;
+tm_status tm_srv_store_spool_peek(tm_srv_store *s, size_t max, tm_srv_spooled *out, size_t *n_out,
+                                  tm_error *err);
+tm_status tm_srv_store_spool_delete(tm_srv_store *s, int64_t up_to_id, tm_error *err);
+uint64_t tm_srv_store_spool_count(tm_srv_store *s);
+uint64_t tm_srv_store_backlog(tm_srv_store *s); /* submissions waiting for commit */
+
+/* Reading back (`tracemill store ...`): calls fn for every stored chunk in
+ * id order (message is the msgpack); a non-zero return from fn stops the
+ * walk early, and the call still returns TM_OK. */
+typedef struct tm_srv_stored_chunk {
+    int64_t id;
+    uint64_t received, project_id;
+    tm_srv_view chunk_id;
+    size_t payload_size, raw_size;
+    const uint8_t *message;
+    size_t message_len;
+} tm_srv_stored_chunk;
+typedef int (*tm_srv_chunk_fn)(void *ctx, const tm_srv_stored_chunk *c);
+/* chunk_id NULL: all chunks. */
+tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_chunk_fn fn, void *ctx,
+                                  tm_error *err);
+/* Opens an existing store read-only (no writer thread); close as usual. */
+tm_status tm_srv_store_open_readonly(const char *dir, tm_srv_store **out, tm_error *err);
+
+/* ==== Kafka (kafka.c) =================================================== */
+
+/* A producer with acks=all and idempotence. tm_srv_kafka_send returns once
+ * every record is acknowledged by the brokers, or (when Kafka fails or
+ * does not answer within delivery_timeout_ms) once the unacknowledged ones
+ * are spooled to the store. While the spool is not empty new records are
+ * spooled too, and a background thread replays the spool in order as soon
+ * as a broker answers; on start, what an earlier run spooled is replayed. */
+typedef struct tm_srv_kafka tm_srv_kafka;
+
+/* The store must outlive the producer: tm_srv_kafka_free may still spool. */
+tm_status tm_srv_kafka_new(const tm_srv_config *cfg, tm_srv_store *spool, tm_srv_kafka **out,
+                           tm_error *err);
+/* TM_ERR_LIMIT: a record larger than the producer's message.max.bytes
+ * (nothing produced or spooled). */
+tm_status tm_srv_kafka_send(tm_srv_kafka *k, const tm_srv_record *recs, size_t n, tm_error *err);
+uint64_t tm_srv_kafka_queue_depth(tm_srv_kafka *k); /* messages in flight */
+/* Flushes (bounded by delivery_timeout_ms; the rest stays spooled). */
+void tm_srv_kafka_free(tm_srv_kafka *k);
+
+
+/* ==== Metrics (metrics.c) =============================================== */
+
+/* Counters and histograms shared by every request thread (atomics and one
+ * mutex for the labelled item counters). */
+typedef struct tm_srv_metrics tm_srv_metrics;
+
+tm_srv_metrics *tm_srv_metrics_new(void);
+void tm_srv_metrics_free(tm_srv_metrics *m);
+void tm_srv_metrics_request(tm_srv_metrics *m, unsigned http_status, uint64_t bytes_in, double seconds);
+/* One item: type is its item type, outcome "accepted", "dropped" or a
+ * Relay reason string. Both must be static strings. */
+void tm_srv_metrics_item(tm_srv_metrics *m, const char *type, const char *outcome);
+void tm_srv_metrics_conversion(tm_srv_metrics *m, double seconds);
+
+typedef struct tm_srv_gauges {
+    uint64_t kafka_queue_depth;
+    uint64_t store_backlog;
+    uint64_t spooled;
+} tm_srv_gauges;
+
+/* Appends the Prometheus text exposition. */
+int tm_srv_metrics_render(tm_srv_metrics *m, const tm_srv_gauges *g, tm_srv_buf *out);
+
+/* ==== Processing (process.c) ============================================ */
+
+/* One envelope's worth of work, decided before anything is handed over. */
+typedef struct tm_srv_processed {
+    tm_srv_record *records;  /* chunks and outcomes, malloc'd values */
+    size_t n_records, cap_records;
+    tm_srv_buf forward;      /* items for the upstream (an envelope), or empty */
+    unsigned http_status;    /* 200, or 429 when rate limited */
+    uint32_t retry_after_s;  /* with 429 */
+    tm_srv_view event_id;    /* the envelope header's */
+} tm_srv_processed;
+
+typedef struct tm_srv_context {
+    const tm_srv_config *cfg;
+    const tm_srv_project *project;
+    size_t project_index;    /* into cfg->projects and the rate limiter */
+    tm_srv_ratelimit *ratelimit; /* NULL: no limits */
+    tm_srv_metrics *metrics;     /* NULL: not counted */
+    uint64_t now_unix;       /* Unix seconds, for "received" and outcomes */
+    uint64_t now_mono_ns;    /* CLOCK_MONOTONIC, for the rate limiter */
+    int keep_other_items;    /* 1: items of other types go to forward (an upstream is set) */
+} tm_srv_context;
+
+/* Parses the (decoded) envelope body and applies Relay's profile_chunk
+ * rules: compound Perfetto items are converted (payload = expanded Sample
+ * v2 JSON, raw_profile = the trace bytes), plain JSON chunks validated and
+ * normalised, rejections become outcomes with Relay's reason strings.
+ * TM_OK with *out filled (release it), or an error for a malformed
+ * envelope (HTTP 400). */
+tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t len, tm_srv_processed *out,
+                         tm_error *err);
+void tm_srv_processed_release(tm_srv_processed *p);
+
+/* Relay's reason string for a ProfileError name ("profiling_..."). */
+const char *tm_srv_reason_string(const char *profile_error);
+
+/* ==== The server (http.c) =============================================== */
+
+/* A running ingest server: libmicrohttpd with a thread per connection,
+ * the local store, and Kafka when configured. */
+typedef struct tm_srv_server tm_srv_server;
+
+/* Opens the store (and Kafka), then listens. cfg must stay valid until
+ * tm_srv_server_stop. */
+tm_status tm_srv_server_start(const tm_srv_config *cfg, tm_srv_server **out, tm_error *err);
+/* The port listened on (useful with port 0: any free port). */
+uint16_t tm_srv_server_port(const tm_srv_server *s);
+/* Graceful stop: stops accepting, lets requests in flight finish (up to
+ * the request timeout), flushes Kafka, closes the store. NULL: no-op. */
+void tm_srv_server_stop(tm_srv_server *s);
+
+#endif /* TM_SERVER_H */

@@ -1,0 +1,896 @@
+/*
+ * test_serve.c — `tracemill serve` end to end: the built binary (TM_CLI)
+ * started as a user starts it, envelopes posted over HTTP with libcurl,
+ * results read back from the local store (`tracemill store`, SQLite) or
+ * consumed from Kafka (librdkafka's mock cluster, run inside this test).
+ *
+ * Covered: an Android-like compound chunk whose payload equals `tracemill
+ * convert --meta` and whose raw bytes are the trace; the same through Kafka
+ * field by field with the project_id header; plain JSON chunks; every
+ * rejection with its HTTP status or outcome reason; each Content-Encoding
+ * and a decompression bomb; authentication; rate limits (429 with
+ * Retry-After and X-Sentry-Rate-Limits); /healthz and /metrics; a broker
+ * outage with spooling and replay (nothing lost or duplicated); kill -9
+ * under load and restart (every acknowledged chunk stored exactly once);
+ * malformed configuration; graceful stop on SIGTERM.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+#include <brotli/encode.h>
+
+#include "server.h"
+#include "tutil.h"
+
+#define DEMO_TRACE TM_SOURCE_DIR "/examples/demo.pftrace"
+#define DEMO_META TM_SOURCE_DIR "/examples/demo.meta.json"
+#define KEY "e12d836b15bb49d7bbf99e64295d995b"
+#define OTHER_KEY "0123456789abcdef0123456789abcdef"
+
+/* ---- files and processes ---- */
+
+static char *temp_dir(void) {
+    char *dir = strdup("/tmp/tm_serve_XXXXXX");
+    cr_assert(mkdtemp(dir), "mkdtemp failed");
+    return dir;
+}
+
+static void write_text(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...) {
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, f);
+    cr_assert(vasprintf(&s, f, ap) >= 0);
+    va_end(ap);
+    return s;
+}
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    FILE *out; /* the server's stdout */
+    char *dir, *store;
+} server;
+
+/* Starts `tracemill serve --config DIR/config.yml` with the YAML given
+ * (listen 127.0.0.1:0 and the store in DIR are added) and waits for its
+ * DSN banner. */
+static server start_server_in(const char *dir, const char *yaml) {
+    server s = {0};
+    s.dir = strdup(dir);
+    s.store = fmt("%s/store", dir);
+    char *cfg_path = fmt("%s/config.yml", dir);
+    char *text = fmt("listen: 127.0.0.1:0\nstore: {path: %s}\n%s", s.store, yaml);
+    write_text(cfg_path, text, strlen(text));
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    s.pid = fork();
+    cr_assert(s.pid >= 0);
+    if (s.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed assertion ends the test process: the server goes too */
+        dup2(pipefd[1], 1);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        execl(TM_CLI, TM_CLI, "serve", "--config", cfg_path, (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    s.out = fdopen(pipefd[0], "r");
+    char line[512];
+    while (fgets(line, sizeof line, s.out)) {
+        const char *p = strstr(line, "listening on http://127.0.0.1:");
+        if (p) s.port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        if (strncmp(line, "DSN:", 4) == 0) break;
+    }
+    cr_assert(s.port > 0, "the server printed no port");
+    free(cfg_path);
+    free(text);
+    return s;
+}
+
+static const char *project_yaml =
+    "projects:\n"
+    "  - id: 42\n"
+    "    organization_id: 7\n"
+    "    public_keys: [" KEY "]\n"
+    "    retention_days: 30\n"
+    "  - id: 43\n"
+    "    public_keys: [" OTHER_KEY "]\n";
+
+static server start_server(const char *extra_yaml) {
+    char *dir = temp_dir();
+    char *yaml = fmt("%s%s", project_yaml, extra_yaml ? extra_yaml : "");
+    server s = start_server_in(dir, yaml);
+    free(yaml);
+    free(dir);
+    return s;
+}
+
+/* SIGTERM, then the exit status (graceful stop exits 0). */
+static int stop_server(server *s) {
+    int status = 0;
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        waitpid(s->pid, &status, 0);
+    }
+    if (s->out) fclose(s->out);
+    s->pid = 0;
+    s->out = NULL;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void remove_server(server *s) {
+    if (s->pid > 0) stop_server(s);
+    char *cmd = fmt("rm -rf '%s'", s->dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    free(s->dir);
+    free(s->store);
+}
+
+/* ---- HTTP ---- */
+
+typedef struct response {
+    long status;
+    tu_membuf body, headers;
+} response;
+
+static size_t collect(char *p, size_t size, size_t n, void *ctx) {
+    return tu_membuf_write(ctx, p, size * n) ? 0 : size * n;
+}
+
+static response request(int port, const char *method, const char *path, const char *const *headers, const void *body,
+                        size_t len) {
+    response r = {0};
+    CURL *c = curl_easy_init();
+    cr_assert(c);
+    char *url = fmt("http://127.0.0.1:%d%s", port, path);
+    struct curl_slist *h = NULL;
+    for (size_t i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    CURLcode rc = curl_easy_perform(c);
+    cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, url, curl_easy_strerror(rc));
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    if (!r.body.data) tu_membuf_write(&r.body, "", 0);
+    if (!r.headers.data) tu_membuf_write(&r.headers, "", 0);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    free(url);
+    return r;
+}
+
+static void response_free(response *r) {
+    tu_membuf_free(&r->body);
+    tu_membuf_free(&r->headers);
+}
+
+static const char *const auth_headers[] = {"X-Sentry-Auth: Sentry sentry_key=" KEY ", sentry_version=7", NULL};
+
+static response post(int port, const void *body, size_t len) {
+    return request(port, "POST", "/api/42/envelope/", auth_headers, body, len);
+}
+
+/* ---- envelopes ---- */
+
+typedef struct chunk {
+    char id[33];
+    char *meta;        /* the metadata JSON with this chunk_id */
+    size_t meta_len;
+} chunk;
+
+static char *demo_trace;
+static size_t demo_trace_len;
+
+static void load_demo(void) {
+    if (!demo_trace) demo_trace = tu_read_file(DEMO_TRACE, &demo_trace_len);
+    cr_assert(demo_trace);
+}
+
+/* The demo metadata with a fresh chunk_id (seq decides it). */
+static chunk make_chunk(unsigned seq) {
+    chunk c;
+    snprintf(c.id, sizeof c.id, "%08x%024x", seq, 0xabcu);
+    size_t len;
+    char *meta = tu_read_file(DEMO_META, &len);
+    cr_assert(meta);
+    char *at = strstr(meta, "\"chunk_id\":\"");
+    cr_assert(at);
+    at += strlen("\"chunk_id\":\"");
+    char *end = strchr(at, '"');
+    *end = 0;
+    c.meta = fmt("%.*s%s\"%s", (int)(at - meta), meta, c.id, end + 1);
+    while (c.meta[strlen(c.meta) - 1] == '\n') c.meta[strlen(c.meta) - 1] = 0;
+    c.meta_len = strlen(c.meta);
+    free(meta);
+    return c;
+}
+
+/* An Android SDK envelope: one compound profile_chunk item. */
+static tu_membuf android_envelope(const chunk *c, const char *item_ctype) {
+    load_demo();
+    tu_membuf e = {0};
+    char *head = fmt("{\"event_id\":\"%s\",\"sdk\":{\"name\":\"sentry.java.android\",\"version\":\"8.38.0\"}}\n"
+                     "{\"content_type\":\"%s\",\"filename\":\"profile.perfetto-stack-sample\",\"type\":\"profile_chunk\","
+                     "\"platform\":\"android\",\"meta_length\":%zu,\"length\":%zu}\n",
+                     c->id, item_ctype, c->meta_len, c->meta_len + demo_trace_len);
+    tu_membuf_write(&e, head, strlen(head));
+    tu_membuf_write(&e, c->meta, c->meta_len);
+    tu_membuf_write(&e, demo_trace, demo_trace_len);
+    tu_membuf_write(&e, "\n", 1);
+    free(head);
+    return e;
+}
+
+static char *run_capture(const char *cmd, int *code) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    tu_membuf out = {0};
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) tu_membuf_write(&out, buf, n);
+    int status = pclose(p);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (!out.data) tu_membuf_write(&out, "", 0);
+    return out.data;
+}
+
+/* What `tracemill convert --meta` makes of the demo trace with c's metadata. */
+static char *expected_payload(const chunk *c, const char *dir) {
+    char *meta_path = fmt("%s/meta-%s.json", dir, c->id);
+    write_text(meta_path, c->meta, c->meta_len);
+    char *cmd = fmt("%s convert --meta %s %s", TM_CLI, meta_path, DEMO_TRACE);
+    int code;
+    char *out = run_capture(cmd, &code);
+    cr_assert_eq(code, 0);
+    free(cmd);
+    free(meta_path);
+    return out;
+}
+
+static int count_rows(const char *store, const char *sql) {
+    char *path = fmt("%s/tracemill.db", store);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return n;
+}
+
+/* The outcome messages stored, concatenated. */
+static char *stored_outcomes(const char *store) {
+    char *path = fmt("%s/tracemill.db", store);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, "select message from outcomes order by id", -1, &st, NULL), SQLITE_OK);
+    tu_membuf all = {0};
+    tu_membuf_write(&all, "", 0);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        tu_membuf_write(&all, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+        tu_membuf_write(&all, "\n", 1);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return all.data;
+}
+
+TestSuite(serve, .init = NULL);
+
+/* ---- local store ---- */
+
+Test(serve, android_chunk_into_the_local_store) {
+    server s = start_server(NULL);
+    chunk c = make_chunk(1);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    response r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    char *want_id = fmt("{\"id\":\"%s\"}", c.id);
+    cr_assert_str_eq(r.body.data, want_id);
+
+    int code;
+    char *cmd = fmt("%s store get %s --store %s", TM_CLI, c.id, s.store);
+    char *payload = run_capture(cmd, &code);
+    cr_assert_eq(code, 0);
+    char *want = expected_payload(&c, s.dir);
+    cr_assert_str_eq(payload, want, "the stored payload differs from `tracemill convert --meta`");
+
+    free(cmd);
+    cmd = fmt("%s store get %s --raw --store %s -o %s/raw.pftrace", TM_CLI, c.id, s.store, s.dir);
+    free(run_capture(cmd, &code));
+    cr_assert_eq(code, 0);
+    char *raw_path = fmt("%s/raw.pftrace", s.dir);
+    size_t raw_len;
+    char *raw = tu_read_file(raw_path, &raw_len);
+    cr_assert_eq(raw_len, demo_trace_len);
+    cr_assert(memcmp(raw, demo_trace, raw_len) == 0, "raw bytes differ from the trace sent");
+
+    free(cmd);
+    cmd = fmt("%s store ls --store %s", TM_CLI, s.store);
+    char *ls = run_capture(cmd, &code);
+    cr_assert_eq(code, 0);
+    char *want_ls = fmt("project=42  chunk_id=%s  payload=%zu  raw=%zu\n", c.id, strlen(want) - 1, demo_trace_len);
+    cr_assert(strstr(ls, want_ls), "store ls: %s", ls);
+    cr_assert_eq(stop_server(&s), 0, "SIGTERM must stop the server cleanly");
+
+    free(ls), free(want_ls), free(raw), free(raw_path), free(cmd), free(payload), free(want), free(want_id);
+    response_free(&r);
+    tu_membuf_free(&env);
+    free(c.meta);
+    remove_server(&s);
+}
+
+Test(serve, perfetto_routed_by_json_content_type_and_plain_json_chunks) {
+    server s = start_server(NULL);
+    /* SDKs in the field: item content type generic, JSON says "perfetto" */
+    chunk c = make_chunk(2);
+    tu_membuf env = android_envelope(&c, "application/octet-stream");
+    response r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+
+    /* a Python SDK chunk: plain JSON, no meta_length; out-of-order samples get sorted */
+    const char *json = "{\"chunk_id\":\"00000000000000000000000000000003\",\"profiler_id\":"
+                       "\"11111111111111111111111111111111\",\"platform\":\"python\",\"version\":\"2\","
+                       "\"client_sdk\":{\"name\":\"sentry.python\",\"version\":\"2.0.0\"},\"profile\":{"
+                       "\"frames\":[{\"function\":\"main\",\"lineno\":3}],\"stacks\":[[0]],\"samples\":["
+                       "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.25},"
+                       "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.125}],"
+                       "\"thread_metadata\":{\"1\":{\"name\":\"MainThread\"},\"9\":{\"name\":\"idle\"}}}}";
+    char *body = fmt("{}\n{\"type\":\"profile_chunk\"}\n%s\n", json);
+    r = post(s.port, body, strlen(body));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+
+    int code;
+    char *cmd = fmt("%s store get 00000000000000000000000000000003 --store %s", TM_CLI, s.store);
+    char *payload = run_capture(cmd, &code);
+    cr_assert_eq(code, 0);
+    cr_assert_str_eq(payload,
+                     "{\"chunk_id\":\"00000000000000000000000000000003\",\"profiler_id\":"
+                     "\"11111111111111111111111111111111\",\"platform\":\"python\",\"version\":\"2\","
+                     "\"client_sdk\":{\"name\":\"sentry.python\",\"version\":\"2.0.0\"},\"profile\":{"
+                     "\"frames\":[{\"function\":\"main\",\"lineno\":3}],\"stacks\":[[0]],\"samples\":["
+                     "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.125},"
+                     "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.25}],"
+                     "\"thread_metadata\":{\"1\":{\"name\":\"MainThread\"}}}}\n");
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 2);
+    free(payload), free(cmd), free(body);
+    tu_membuf_free(&env);
+    free(c.meta);
+    remove_server(&s);
+}
+
+/* Each rejection: the HTTP answer and the outcome stored. */
+Test(serve, rejections_and_their_outcomes) {
+    server s = start_server(NULL);
+    load_demo();
+    struct {
+        const char *what, *body, *reason;
+    } cases[] = {
+        {"meta_length past the payload",
+         "{}\n{\"type\":\"profile_chunk\",\"meta_length\":999,\"length\":5,\"platform\":\"android\"}\nabcde\n",
+         "profiling_invalid_sampled_profile"},
+        {"not Perfetto", NULL, "profiling_platform_not_supported"},
+        {"bad metadata", NULL, "profiling_invalid_json"},
+        {"plain chunk without samples",
+         "{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"a\",\"profiler_id\":\"b\",\"platform\":\"python\","
+         "\"version\":\"2\",\"profile\":{\"frames\":[],\"stacks\":[],\"samples\":[]}}\n",
+         "profiling_not_enough_samples"},
+        {"stack out of range",
+         "{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"a\",\"profiler_id\":\"b\",\"platform\":\"python\","
+         "\"version\":\"2\",\"profile\":{\"frames\":[],\"stacks\":[],\"samples\":[{\"stack_id\":0,"
+         "\"thread_id\":\"1\",\"timestamp\":1.0}]}}\n",
+         "profiling_malformed_samples"},
+        {"other item type", "{}\n{\"type\":\"event\"}\n{}\n", "unsupported_item_type"},
+    };
+    /* compound items whose lengths are computed */
+    const char *gecko = "{\"content_type\":\"gecko\"}", *perfetto = "{\"content_type\":\"perfetto\"}";
+    char *not_perfetto = fmt("{}\n{\"type\":\"profile_chunk\",\"meta_length\":%zu,\"length\":%zu}\n%sabcd\n",
+                             strlen(gecko), strlen(gecko) + 4, gecko);
+    char *bad_meta = fmt("{}\n{\"type\":\"profile_chunk\",\"meta_length\":%zu,\"length\":%zu,\"content_type\":"
+                         "\"application/x-perfetto-trace\"}\n%sabcd\n",
+                         strlen(perfetto), strlen(perfetto) + 4, perfetto);
+    cases[1].body = not_perfetto;
+    cases[2].body = bad_meta;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        response r = post(s.port, cases[i].body, strlen(cases[i].body));
+        cr_assert_eq(r.status, 200, "%s: %s", cases[i].what, r.body.data);
+        response_free(&r);
+        char *outcomes = stored_outcomes(s.store);
+        char *want = fmt("\"reason\":\"%s\"", cases[i].reason);
+        cr_assert(strstr(outcomes, want), "%s: no outcome %s in %s", cases[i].what, want, outcomes);
+        cr_assert(strstr(outcomes, "\"project_id\":42"), "%s", outcomes);
+        free(want);
+        free(outcomes);
+    }
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 0);
+    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), (int)(sizeof cases / sizeof cases[0]));
+    free(not_perfetto), free(bad_meta);
+
+    /* malformed envelopes: 400 naming the byte offset */
+    const char *bad = "{}\n{\"type\":\"profile_chunk\",\"length\":100}\nshort\n";
+    response r = post(s.port, bad, strlen(bad));
+    cr_assert_eq(r.status, 400);
+    cr_assert(strstr(r.body.data, "at byte 3"), "%s", r.body.data);
+    response_free(&r);
+    r = post(s.port, "not json\n", 9);
+    cr_assert_eq(r.status, 400);
+    cr_assert(strstr(r.body.data, "\"detail\":\"invalid envelope at byte 0"), "%s", r.body.data);
+    response_free(&r);
+    remove_server(&s);
+}
+
+Test(serve, authentication) {
+    server s = start_server(NULL);
+    const char *env = "{}\n";
+    const char *const none[] = {NULL};
+    response r = request(s.port, "POST", "/api/42/envelope/", none, env, 3);
+    cr_assert_eq(r.status, 401);
+    cr_assert(strstr(r.body.data, "\"detail\":\"missing authorization"), "%s", r.body.data);
+    response_free(&r);
+    const char *const unknown[] = {"X-Sentry-Auth: Sentry sentry_key=ffffffffffffffffffffffffffffffff", NULL};
+    r = request(s.port, "POST", "/api/42/envelope/", unknown, env, 3);
+    cr_assert_eq(r.status, 401);
+    response_free(&r);
+    /* another project's key */
+    const char *const other[] = {"X-Sentry-Auth: Sentry sentry_key=" OTHER_KEY ", sentry_version=7", NULL};
+    r = request(s.port, "POST", "/api/42/envelope/", other, env, 3);
+    cr_assert_eq(r.status, 403);
+    response_free(&r);
+    /* the key as a query parameter */
+    r = request(s.port, "POST", "/api/43/envelope/?sentry_key=" OTHER_KEY, none, env, 3);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    r = request(s.port, "GET", "/api/42/envelope/", auth_headers, NULL, 0);
+    cr_assert_eq(r.status, 405);
+    response_free(&r);
+    r = request(s.port, "GET", "/nope", NULL, NULL, 0);
+    cr_assert_eq(r.status, 404);
+    response_free(&r);
+    r = request(s.port, "GET", "/healthz", NULL, NULL, 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert_str_eq(r.body.data, "ok\n");
+    response_free(&r);
+    r = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body.data, "tracemill_requests_total{status=\"401\"} 2\n"), "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "tracemill_requests_total{status=\"403\"} 1\n"), "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "# TYPE tracemill_conversion_seconds histogram\n"), "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "tracemill_store_backlog 0\n"), "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 0);
+    remove_server(&s);
+}
+
+/* ---- content encodings ---- */
+
+static tu_membuf deflate_with(const void *data, size_t len, int window_bits) {
+    tu_membuf out = {0};
+    z_stream z = {0};
+    cr_assert_eq(deflateInit2(&z, 6, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    uLong bound = deflateBound(&z, (uLong)len);
+    out.data = malloc(bound + 1);
+    out.cap = bound + 1;
+    z.next_in = (Bytef *)data;
+    z.avail_in = (uInt)len;
+    z.next_out = (Bytef *)out.data;
+    z.avail_out = (uInt)bound;
+    cr_assert_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+    out.len = z.total_out;
+    deflateEnd(&z);
+    return out;
+}
+
+static tu_membuf encode(const char *coding, const void *data, size_t len) {
+    if (strcmp(coding, "gzip") == 0) return deflate_with(data, len, 31);
+    if (strcmp(coding, "deflate") == 0) return deflate_with(data, len, 15);
+    tu_membuf out = {0};
+    if (strcmp(coding, "zstd") == 0) {
+        size_t bound = ZSTD_compressBound(len);
+        out.data = malloc(bound);
+        out.len = ZSTD_compress(out.data, bound, data, len, 3);
+        cr_assert(!ZSTD_isError(out.len));
+    } else {
+        size_t n = BrotliEncoderMaxCompressedSize(len);
+        out.data = malloc(n);
+        cr_assert(BrotliEncoderCompress(5, 22, BROTLI_MODE_GENERIC, len, data, &n, (uint8_t *)out.data));
+        out.len = n;
+    }
+    return out;
+}
+
+Test(serve, content_encodings_and_a_bomb) {
+    server s = start_server("limits: {max_envelope_size: 4MiB}\n");
+    const char *codings[] = {"gzip", "deflate", "zstd", "br"};
+    for (unsigned i = 0; i < 4; i++) {
+        chunk c = make_chunk(100 + i);
+        tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+        tu_membuf enc = encode(codings[i], env.data, env.len);
+        char *ce = fmt("Content-Encoding: %s", codings[i]);
+        const char *const h[] = {auth_headers[0], ce, NULL};
+        response r = request(s.port, "POST", "/api/42/envelope/", h, enc.data, enc.len);
+        cr_assert_eq(r.status, 200, "%s: %s", codings[i], r.body.data);
+        char *cmd = fmt("%s store get %s --store %s", TM_CLI, c.id, s.store);
+        int code;
+        char *payload = run_capture(cmd, &code);
+        char *want = expected_payload(&c, s.dir);
+        cr_assert_eq(code, 0, "%s", codings[i]);
+        cr_assert_str_eq(payload, want, "%s", codings[i]);
+        free(payload), free(want), free(cmd), free(ce), free(c.meta);
+        response_free(&r);
+        tu_membuf_free(&enc);
+        tu_membuf_free(&env);
+    }
+    /* 64 MiB of zeros in ~64 KB of gzip: refused at the 4 MiB cap */
+    size_t bomb_len = 64u << 20;
+    char *zeros = calloc(1, bomb_len);
+    for (unsigned i = 0; i < 4; i++) {
+        tu_membuf bomb = encode(codings[i], zeros, bomb_len);
+        char *ce = fmt("Content-Encoding: %s", codings[i]);
+        const char *const h[] = {auth_headers[0], ce, NULL};
+        response r = request(s.port, "POST", "/api/42/envelope/", h, bomb.data, bomb.len);
+        cr_assert_eq(r.status, 413, "%s bomb: %ld %s", codings[i], r.status, r.body.data);
+        response_free(&r);
+        tu_membuf_free(&bomb);
+        free(ce);
+    }
+    free(zeros);
+    const char *const unknown[] = {auth_headers[0], "Content-Encoding: compress", NULL};
+    response r = request(s.port, "POST", "/api/42/envelope/", unknown, "{}\n", 3);
+    cr_assert_eq(r.status, 415);
+    response_free(&r);
+    const char *const broken[] = {auth_headers[0], "Content-Encoding: gzip", NULL};
+    r = request(s.port, "POST", "/api/42/envelope/", broken, "\x1f\x8b garbage", 10);
+    cr_assert_eq(r.status, 400, "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 4);
+    remove_server(&s);
+}
+
+Test(serve, rate_limits) {
+    char *dir = temp_dir();
+    server s = start_server_in(dir, "projects:\n  - id: 42\n    public_keys: [" KEY "]\n    rate_limit: 2\n");
+    free(dir);
+    int ok = 0, limited = 0;
+    for (unsigned i = 0; i < 6; i++) {
+        chunk c = make_chunk(200 + i);
+        tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+        response r = post(s.port, env.data, env.len);
+        if (r.status == 200) ok++;
+        if (r.status == 429) {
+            limited++;
+            cr_assert(strstr(r.headers.data, "Retry-After: "), "%s", r.headers.data);
+            cr_assert(strstr(r.headers.data, "X-Sentry-Rate-Limits: 1:profile_chunk;profile_chunk_ui:project:"),
+                      "%s", r.headers.data);
+        }
+        response_free(&r);
+        tu_membuf_free(&env);
+        free(c.meta);
+    }
+    /* a burst of 2, refilled at 2/s: at least 3 of 6 quick requests refused */
+    cr_assert(ok >= 2 && limited >= 3 && ok + limited == 6, "ok %d limited %d", ok, limited);
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), ok);
+    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes where message like '%\"outcome\":2%'"), limited);
+    remove_server(&s);
+}
+
+Test(serve, malformed_config_is_refused_at_start) {
+    char *dir = temp_dir();
+    char *path = fmt("%s/bad.yml", dir);
+    const char *yaml = "listen: 127.0.0.1:0\nprojects:\n  - id: 42\n    public_keys: [abc]\n    featurs: []\n";
+    write_text(path, yaml, strlen(yaml));
+    char *cmd = fmt("%s serve --config %s 2>&1", TM_CLI, path);
+    int code;
+    char *out = run_capture(cmd, &code);
+    cr_assert_eq(code, 2, "%s", out);
+    cr_assert(strstr(out, "featurs"), "%s", out);
+    cr_assert(strstr(out, "5:"), "the error names the line: %s", out);
+    free(out), free(cmd);
+    cmd = fmt("%s serve --config %s/missing.yml 2>&1", TM_CLI, dir);
+    out = run_capture(cmd, &code);
+    cr_assert_eq(code, 3, "%s", out);
+    cr_assert(strstr(out, "missing.yml"), "%s", out);
+    free(out), free(cmd), free(path);
+    cmd = fmt("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd), free(dir);
+}
+
+/* ---- kill -9 under load ---- */
+
+typedef struct loader {
+    int port;
+    unsigned first, count;
+    unsigned acked[400];
+    unsigned n_acked;
+} loader;
+
+static void *load(void *arg) {
+    loader *l = arg;
+    for (unsigned i = 0; i < l->count; i++) {
+        chunk c = make_chunk(l->first + i);
+        tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+        CURL *h = curl_easy_init();
+        char *url = fmt("http://127.0.0.1:%d/api/42/envelope/", l->port);
+        struct curl_slist *hd = curl_slist_append(NULL, auth_headers[0]);
+        tu_membuf body = {0};
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, env.data);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)env.len);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+        long status = 0;
+        int done = curl_easy_perform(h) == CURLE_OK;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        if (done && status == 200) l->acked[l->n_acked++] = l->first + i;
+        curl_slist_free_all(hd);
+        curl_easy_cleanup(h);
+        tu_membuf_free(&body);
+        tu_membuf_free(&env);
+        free(url), free(c.meta);
+        if (!done) break; /* the server is gone */
+    }
+    return NULL;
+}
+
+Test(serve, kill_9_under_load_loses_no_acknowledged_chunk) {
+    char *dir = temp_dir();
+    server s = start_server_in(dir, project_yaml);
+    loader l[4];
+    pthread_t th[4];
+    for (unsigned t = 0; t < 4; t++) {
+        l[t] = (loader){.port = s.port, .first = 1000 + t * 400, .count = 400};
+        pthread_create(&th[t], NULL, load, &l[t]);
+    }
+    /* kill once some chunks are in */
+    while (count_rows(s.store, "select count(*) from chunks") < 20) usleep(20000);
+    kill(s.pid, SIGKILL);
+    waitpid(s.pid, NULL, 0);
+    s.pid = 0;
+    fclose(s.out);
+    s.out = NULL;
+    unsigned acked = 0;
+    for (unsigned t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        acked += l[t].n_acked;
+    }
+    cr_assert(acked >= 1);
+    /* restart on the same store: everything acknowledged is there, once */
+    server again = start_server_in(dir, project_yaml);
+    for (unsigned t = 0; t < 4; t++)
+        for (unsigned i = 0; i < l[t].n_acked; i++) {
+            char *sql = fmt("select count(*) from chunks where chunk_id = '%08x%024x'", l[t].acked[i], 0xabcu);
+            cr_assert_eq(count_rows(again.store, sql), 1, "acknowledged chunk %u", l[t].acked[i]);
+            free(sql);
+        }
+    cr_assert_eq(count_rows(again.store, "select count(*) from (select chunk_id from chunks group by chunk_id "
+                                         "having count(*) > 1)"),
+                 0, "a chunk was stored twice");
+    cr_assert_eq(stop_server(&again), 0);
+    remove_server(&again);
+    free(s.dir), free(s.store), free(dir);
+}
+
+/* ---- Kafka (the mock cluster runs in this process) ---- */
+
+typedef struct kafka_env {
+    rd_kafka_t *host;
+    rd_kafka_mock_cluster_t *cluster;
+    const char *bootstraps;
+} kafka_env;
+
+static kafka_env kafka_start(void) {
+    kafka_env k = {0};
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "log_level", "0", errstr, sizeof errstr);
+    k.host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    cr_assert(k.host, "%s", errstr);
+    k.cluster = rd_kafka_mock_cluster_new(k.host, 3);
+    cr_assert(k.cluster);
+    k.bootstraps = rd_kafka_mock_cluster_bootstraps(k.cluster);
+    cr_assert_eq(rd_kafka_mock_topic_create(k.cluster, "ingest-profiles", 1, 3), RD_KAFKA_RESP_ERR_NO_ERROR);
+    cr_assert_eq(rd_kafka_mock_topic_create(k.cluster, "outcomes", 1, 3), RD_KAFKA_RESP_ERR_NO_ERROR);
+    return k;
+}
+
+static void kafka_stop(kafka_env *k) {
+    rd_kafka_mock_cluster_destroy(k->cluster);
+    rd_kafka_destroy(k->host);
+}
+
+typedef struct consumed {
+    tu_membuf *values;
+    char **project_ids;
+    size_t n;
+} consumed;
+
+/* Reads every message of topic (partition 0) from the beginning until
+ * `want` arrived or nothing new came for a few seconds. */
+static consumed kafka_consume(const kafka_env *k, const char *topic, size_t want) {
+    consumed c = {calloc(want + 64, sizeof(tu_membuf)), calloc(want + 64, sizeof(char *)), 0};
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", k->bootstraps, errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "group.id", "test", errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    cr_assert(rk, "%s", errstr);
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    cr_assert_eq(rd_kafka_assign(rk, parts), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_topic_partition_list_destroy(parts);
+    int idle = 0;
+    while (c.n < want + 64 && idle < (c.n >= want ? 3 : 60)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 500);
+        if (!m) {
+            idle++;
+            continue;
+        }
+        if (!m->err) {
+            idle = 0;
+            tu_membuf_write(&c.values[c.n], m->payload, m->len);
+            rd_kafka_headers_t *hdrs = NULL;
+            const void *v = NULL;
+            size_t vlen = 0;
+            if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+                rd_kafka_header_get_last(hdrs, "project_id", &v, &vlen) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                c.project_ids[c.n] = strndup(v, vlen);
+            c.n++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return c;
+}
+
+static void consumed_free(consumed *c) {
+    for (size_t i = 0; i < c->n; i++) {
+        tu_membuf_free(&c->values[i]);
+        free(c->project_ids[i]);
+    }
+    free(c->values);
+    free(c->project_ids);
+}
+
+static char *kafka_yaml(const kafka_env *k) {
+    return fmt("%skafka:\n  bootstrap_servers: \"%s\"\n  delivery_timeout_ms: 1500\n", project_yaml, k->bootstraps);
+}
+
+Test(serve, chunks_and_outcomes_into_kafka) {
+    kafka_env k = kafka_start();
+    char *yaml = kafka_yaml(&k);
+    char *dir = temp_dir();
+    server s = start_server_in(dir, yaml);
+    chunk c = make_chunk(300);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    response r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    const char *bad = "{}\n{\"type\":\"profile_chunk\",\"meta_length\":99,\"length\":3,\"platform\":\"android\"}\nabc\n";
+    r = post(s.port, bad, strlen(bad));
+    cr_assert_eq(r.status, 200);
+    response_free(&r);
+
+    consumed got = kafka_consume(&k, "ingest-profiles", 1);
+    cr_assert_eq(got.n, 1);
+    cr_assert_str_eq(got.project_ids[0], "42");
+    tm_srv_chunk_msg m;
+    char ctype[64];
+    tm_error err;
+    cr_assert_eq(tm_srv_chunk_msg_decode((const uint8_t *)got.values[0].data, got.values[0].len, &m, ctype,
+                                         sizeof ctype, &err),
+                 TM_OK, "%s", err.message);
+    cr_assert_eq(m.organization_id, 7);
+    cr_assert_eq(m.project_id, 42);
+    cr_assert_eq(m.retention_days, 30);
+    cr_assert(m.received > 1700000000u);
+    cr_assert_str_eq(ctype, "perfetto");
+    char *want = expected_payload(&c, dir);
+    cr_assert_eq(m.payload_len + 1, strlen(want), "the payload is the CLI's output without its newline");
+    cr_assert(memcmp(m.payload, want, m.payload_len) == 0, "payload differs from `tracemill convert --meta`");
+    cr_assert_eq(m.raw_profile_len, demo_trace_len);
+    cr_assert(memcmp(m.raw_profile, demo_trace, demo_trace_len) == 0);
+    consumed_free(&got);
+
+    consumed outcomes = kafka_consume(&k, "outcomes", 1);
+    cr_assert_eq(outcomes.n, 1);
+    cr_assert(strstr(outcomes.values[0].data, "\"reason\":\"profiling_invalid_sampled_profile\""), "%s",
+              outcomes.values[0].data);
+    cr_assert(strstr(outcomes.values[0].data, "\"category\":26"), "%s", outcomes.values[0].data);
+    consumed_free(&outcomes);
+
+    cr_assert_eq(stop_server(&s), 0);
+    remove_server(&s);
+    kafka_stop(&k);
+    free(want), free(yaml), free(dir), free(c.meta);
+    tu_membuf_free(&env);
+}
+
+Test(serve, broker_outage_spools_and_replays_in_order) {
+    kafka_env k = kafka_start();
+    char *yaml = kafka_yaml(&k);
+    char *dir = temp_dir();
+    server s = start_server_in(dir, yaml);
+    for (int b = 1; b <= 3; b++) rd_kafka_mock_broker_set_down(k.cluster, b);
+    const unsigned n = 6;
+    for (unsigned i = 0; i < n; i++) {
+        chunk c = make_chunk(400 + i);
+        tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+        response r = post(s.port, env.data, env.len);
+        cr_assert_eq(r.status, 200, "chunk %u during the outage: %s", i, r.body.data);
+        response_free(&r);
+        tu_membuf_free(&env);
+        free(c.meta);
+    }
+    cr_assert_eq(count_rows(s.store, "select count(*) from spool"), (int)n);
+    response r = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert(strstr(r.body.data, "tracemill_spooled 6\n"), "%s", r.body.data);
+    response_free(&r);
+    /* stop while spooled: the next run replays */
+    cr_assert_eq(stop_server(&s), 0);
+    for (int b = 1; b <= 3; b++) rd_kafka_mock_broker_set_up(k.cluster, b);
+    server again = start_server_in(dir, yaml);
+    consumed got = kafka_consume(&k, "ingest-profiles", n);
+    cr_assert_eq(got.n, n, "every spooled chunk exactly once");
+    for (unsigned i = 0; i < n; i++) {
+        tm_srv_chunk_msg m;
+        char ctype[64], id[64];
+        tm_error err;
+        cr_assert_eq(tm_srv_chunk_msg_decode((const uint8_t *)got.values[i].data, got.values[i].len, &m, ctype,
+                                             sizeof ctype, &err),
+                     TM_OK);
+        snprintf(id, sizeof id, "\"chunk_id\":\"%08x%024x\"", 400 + i, 0xabcu);
+        cr_assert(memmem(m.payload, m.payload_len, id, strlen(id)), "message %u is not chunk %u: order lost", i, i);
+    }
+    consumed_free(&got);
+    for (int tries = 0; count_rows(again.store, "select count(*) from spool") && tries < 100; tries++) usleep(50000);
+    cr_assert_eq(count_rows(again.store, "select count(*) from spool"), 0);
+    cr_assert_eq(stop_server(&again), 0);
+    remove_server(&again);
+    kafka_stop(&k);
+    free(s.dir), free(s.store), free(yaml), free(dir);
+}
