@@ -27,7 +27,7 @@ for f in pprof folded speedscope svg; do
   echo "wrote $o ($(stat -c %s "$o") bytes)"
 done
 echo "hottest stacks (folded, by count):"
-sort -t' ' -k2 -nr "$BUILD/demo.folded" | head -3 | cut -c1-160
+sort -t' ' -k2 -nr "$BUILD/demo.folded" | sed -n 1,3p | cut -c1-160
 echo "open $BUILD/demo.svg in a browser for the flame graph, or load $BUILD/demo.speedscope.json at speedscope.app"
 echo
 echo "== SQL over the same trace (Trace Processor's tables)"
@@ -35,3 +35,24 @@ echo "== SQL over the same trace (Trace Processor's tables)"
   "select t.tid, t.name, count(*) as samples from stack_sample s join stack_sample_task_context c on s.task_context_id = c.id join thread t on c.utid = t.utid group by t.utid order by samples desc"
 "$tm" export-sqlite examples/demo.pftrace "$BUILD/demo.db"
 echo "wrote $BUILD/demo.db: $(sqlite3 "$BUILD/demo.db" 'select count(*) from stack_profile_callsite') callsites, readable by sqlite3"
+echo
+echo "== the ingest server: tracemill serve, an envelope posted with curl, read back"
+store="$BUILD/demo-store"
+rm -rf "$store"
+banner="$BUILD/demo-serve.out"
+"$tm" serve --listen 127.0.0.1:0 --store "$store" --project 1:e12d836b15bb49d7bbf99e64295d995b >"$banner" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q '^DSN:' "$banner" && break; sleep 0.05; done
+cat "$banner"
+port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$banner" | grep -o '[0-9]*$')
+echo "\$ curl --data-binary @examples/demo.envelope -H 'X-Sentry-Auth: Sentry sentry_key=...' http://127.0.0.1:$port/api/1/envelope/"
+curl -sS --fail-with-body --data-binary @examples/demo.envelope \
+  -H 'X-Sentry-Auth: Sentry sentry_key=e12d836b15bb49d7bbf99e64295d995b' "http://127.0.0.1:$port/api/1/envelope/"
+echo
+"$tm" store ls --store "$store"
+"$tm" store get c3b09c0608844f558eaf6e65df6b9cdf --store "$store" -o "$BUILD/demo-ingested.json"
+echo "stored payload: $(stat -c %s "$BUILD/demo-ingested.json") bytes, the same as tracemill convert wrote: $(cmp -s "$BUILD/demo-ingested.json" "$out" && echo yes || echo NO)"
+kill -TERM $server
+wait $server
+trap - EXIT

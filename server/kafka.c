@@ -79,6 +79,7 @@ struct tm_srv_kafka {
     size_t active;       /* sends under way */
 
     atomic_int stop_poll;
+    _Atomic uint64_t in_flight; /* produced, no delivery report yet */
     pthread_t poll_thread, replay_thread;
     int have_poll, have_replay;
 
@@ -98,6 +99,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)rk;
     tm_srv_kafka *k = opaque;
     slot *s = m->_private;
+    atomic_fetch_sub(&k->in_flight, 1);
     pthread_mutex_lock(&k->mu);
     s->err = m->err;
     s->status = rd_kafka_message_status(m);
@@ -132,8 +134,10 @@ static rd_kafka_resp_err_t produce(tm_srv_kafka *k, tm_srv_record_kind kind, uin
     vu[4].u.header.size = pid_len;
     vu[5].vtype = RD_KAFKA_VTYPE_OPAQUE;
     vu[5].u.ptr = s;
+    atomic_fetch_add(&k->in_flight, 1);
     rd_kafka_error_t *e = rd_kafka_produceva(k->rk, vu, 6);
     if (!e) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    atomic_fetch_sub(&k->in_flight, 1);
     rd_kafka_resp_err_t code = rd_kafka_error_code(e);
     rd_kafka_error_destroy(e);
     return code;
@@ -474,7 +478,7 @@ tm_status tm_srv_kafka_new(const tm_srv_config *cfg, tm_srv_store *spool, tm_srv
 }
 
 uint64_t tm_srv_kafka_queue_depth(tm_srv_kafka *k) {
-    return (uint64_t)rd_kafka_outq_len(k->rk);
+    return atomic_load(&k->in_flight);
 }
 
 void tm_srv_kafka_free(tm_srv_kafka *k) {

@@ -79,7 +79,9 @@ static tm_srv_config config_for(const char *bootstraps) {
     cfg.kafka.bootstrap_servers = (char *)bootstraps;
     cfg.kafka.profiles_topic = PROFILES;
     cfg.kafka.outcomes_topic = OUTCOMES;
-    cfg.kafka.delivery_timeout_ms = 1000;
+    /* long enough for a cold mock cluster on a loaded machine: a delivery
+     * that should succeed must not time out into the spool */
+    cfg.kafka.delivery_timeout_ms = 5000;
     return cfg;
 }
 
@@ -450,7 +452,7 @@ Test(kafka, free_answers_a_send_waiting_for_the_brokers, .timeout = 120) {
     lone_send l = {.st = TM_ERR_IO};
     tm_error err;
     cr_assert_eq(tm_srv_kafka_new(&cfg, st.s, &l.k, &err), TM_OK, "%s", err.message);
-    cr_assert_eq(tm_srv_kafka_queue_depth(l.k), 0);
+    cr_assert_eq(tm_srv_kafka_queue_depth(l.k), 0, "nothing produced yet");
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, lone_send_main, &l), 0);
     /* Once the message is queued, the send is blocked on its report. */

@@ -27,7 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -893,4 +896,79 @@ Test(serve, broker_outage_spools_and_replays_in_order) {
     remove_server(&again);
     kafka_stop(&k);
     free(s.dir), free(s.store), free(yaml), free(dir);
+}
+
+/* Items of other types go to the upstream unchanged when one is set. */
+Test(serve, other_items_forwarded_upstream) {
+    server up = start_server(NULL);
+    char *yaml = fmt("upstream: http://127.0.0.1:%d\n", up.port);
+    server s = start_server(yaml);
+    chunk c = make_chunk(500);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    const char *event = "{\"type\":\"event\",\"length\":11}\n{\"x\":\"evt\"}\n";
+    tu_membuf_write(&env, event, strlen(event));
+    response r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 1, "the chunk stays here");
+    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0);
+    /* the upstream (a tracemill too) received only the event, and dropped it with an outcome */
+    cr_assert_eq(count_rows(up.store, "select count(*) from chunks"), 0);
+    char *outcomes = stored_outcomes(up.store);
+    cr_assert(strstr(outcomes, "\"reason\":\"unsupported_item_type\""), "%s", outcomes);
+    cr_assert(strstr(outcomes, "\"category\":1,"), "an event counts as an error: %s", outcomes);
+    free(outcomes);
+    /* the upstream gone: 503, and nothing of the envelope is kept */
+    cr_assert_eq(stop_server(&up), 0);
+    r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 503, "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "upstream"), "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 1);
+    remove_server(&s);
+    remove_server(&up);
+    tu_membuf_free(&env);
+    free(c.meta), free(yaml);
+}
+
+/* SIGTERM while a request is in flight: it is answered, then exit 0. */
+Test(serve, sigterm_drains_requests_in_flight) {
+    server s = start_server(NULL);
+    chunk c = make_chunk(601);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    char *head = fmt("POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Length: %zu\r\n\r\n",
+                     auth_headers[0], env.len);
+    size_t half = env.len / 2;
+    cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
+    cr_assert_eq(write(fd, env.data, half), (ssize_t)half);
+    /* a later request answered means the first connection was accepted */
+    response r = request(s.port, "GET", "/healthz", NULL, NULL, 0);
+    cr_assert_eq(r.status, 200);
+    response_free(&r);
+    kill(s.pid, SIGTERM);
+    usleep(100000);
+    cr_assert_eq(write(fd, env.data + half, env.len - half), (ssize_t)(env.len - half));
+    char answer[4096];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof answer - 1 && (n = read(fd, answer + got, sizeof answer - 1 - got)) > 0) {
+        got += (size_t)n;
+        answer[got] = 0;
+        if (strstr(answer, "\r\n\r\n{\"id\"") && strchr(strstr(answer, "{\"id\""), '}')) break;
+    }
+    answer[got] = 0;
+    cr_assert(strncmp(answer, "HTTP/1.1 200", 12) == 0, "a request in flight gets its answer: %s", answer);
+    close(fd);
+    int status;
+    waitpid(s.pid, &status, 0);
+    s.pid = 0;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 1);
+    tu_membuf_free(&env);
+    free(c.meta), free(head);
+    remove_server(&s);
 }
