@@ -81,7 +81,8 @@ tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_t
 int cli_convert(int argc, char **argv);
 int cli_diff(int argc, char **argv);
 int cli_info(int argc, char **argv);
-/* The ingest server and its local store (cli_serve.c). */
+/* The ingest server and its local store (cli_serve.c, the tracemill-serve
+ * program). */
 int cli_serve(int argc, char **argv);
 int cli_store(int argc, char **argv);
 

@@ -2,8 +2,11 @@
  * cli_main.c — `tracemill <command>` dispatch and usage text. Each command
  * lives in its own cli_<command>.c file.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -55,6 +58,24 @@ const char cli_usage[] =
     "\n"
     "exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O\n";
 
+/* serve and store live in the sibling program tracemill-serve (it links
+ * the server's libraries, which would slow every other command's start). */
+static int cli_exec_server(char **argv) {
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n <= 0) {
+        fprintf(stderr, "tracemill: cannot find its own program: %s\n", strerror(errno));
+        return EXIT_IO;
+    }
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    memcpy(slash + 1, "tracemill-serve", sizeof "tracemill-serve");
+    argv[0] = path;
+    execv(path, argv);
+    fprintf(stderr, "tracemill: cannot run %s: %s\n", path, strerror(errno));
+    return EXIT_IO;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fputs(cli_usage, stderr);
@@ -66,8 +87,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "diff") == 0) return cli_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "query") == 0) return cli_query(argc - 1, argv + 1);
     if (strcmp(cmd, "export-sqlite") == 0) return cli_export_sqlite(argc - 1, argv + 1);
-    if (strcmp(cmd, "serve") == 0) return cli_serve(argc - 1, argv + 1);
-    if (strcmp(cmd, "store") == 0) return cli_store(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "store") == 0) return cli_exec_server(argv);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("tracemill %s\n", TM_VERSION_STRING);
         return EXIT_OK;

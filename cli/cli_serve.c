@@ -1,7 +1,8 @@
 /*
- * cli_serve.c — `tracemill serve` (the ingest server: configuration,
- * start, the DSN banner, graceful stop on SIGTERM/SIGINT) and `tracemill
- * store ls|get|export` (reading back what the local store holds). The
+ * cli_serve.c — the tracemill-serve program behind `tracemill serve` (the
+ * ingest server: configuration, start, the DSN banner, graceful stop on
+ * SIGTERM/SIGINT) and `tracemill store ls|get|export` (reading back what
+ * the local store holds). `tracemill` execs it for those two commands. The
  * server itself is the server/ layer, reached through server/server.h.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -241,4 +242,11 @@ int cli_store(int argc, char **argv) {
     }
     tm_srv_store_close(store);
     return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_serve(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "store") == 0) return cli_store(argc - 1, argv + 1);
+    fputs("usage: tracemill-serve serve|store ... (run through `tracemill serve` / `tracemill store`)\n", stderr);
+    return EXIT_USAGE;
 }
