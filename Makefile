@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 
-.PHONY: all deps build test asan demo bench golden check-src clean
+.PHONY: all deps build test asan demo bench bench-serve golden check-src clean
 
 all: build
 
@@ -31,6 +31,10 @@ demo: build
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+# The ingest server under load: chunks/s, MB/s, latency percentiles, CPU.
+bench-serve: build
+	@scripts/bench_serve.sh $(BUILD)
 
 # Rewrites tests/golden/* from the current build; review `git diff` after.
 golden: build
