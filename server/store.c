@@ -13,6 +13,11 @@
  * wakes every waiter with its status. Records are not copied: put blocks,
  * so the caller's memory outlives the insert.
  *
+ * Chunk messages are stored zstd-compressed (level 1, by the calling
+ * thread, not the writer): a message is ~300 KB of JSON and trace, and
+ * the writer's disk bandwidth (each byte goes to the WAL, then to the
+ * database) is what limits ingest; each_chunk hands them back as sent.
+ *
  * Threading: every function may be called from any thread. Spool access
  * shares a second connection under db_mu; each_chunk opens its own
  * read-only connection so its callback may call back into the store.
@@ -26,6 +31,7 @@
 #include <sys/types.h>
 
 #include <sqlite3.h>
+#include <zstd.h>
 
 #include "server.h"
 
@@ -357,10 +363,46 @@ void tm_srv_store_close(tm_srv_store *s) {
 
 /* ---- Writing ----------------------------------------------------------- */
 
+static void release_packed(tm_srv_record *packed, size_t n) {
+    if (!packed) return;
+    for (size_t i = 0; i < n; i++)
+        if (packed[i].kind == TM_SRV_RECORD_CHUNK) free((void *)packed[i].value);
+    free(packed);
+}
+
+/* A copy of recs whose chunk values are zstd frames (malloc'd). */
+static tm_status compress_chunks(const tm_srv_record *recs, size_t n, tm_srv_record **out, tm_error *err) {
+    tm_srv_record *packed = malloc(n * sizeof *packed);
+    if (!packed) return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory compressing a message");
+    memcpy(packed, recs, n * sizeof *packed);
+    for (size_t i = 0; i < n; i++) {
+        if (recs[i].kind != TM_SRV_RECORD_CHUNK) continue;
+        if (!recs[i].value) continue; /* the insert refuses it (message is NOT NULL) */
+        size_t cap = ZSTD_compressBound(recs[i].value_len);
+        uint8_t *z = malloc(cap);
+        size_t len = z ? ZSTD_compress(z, cap, recs[i].value, recs[i].value_len, 1) : 0;
+        if (!z || ZSTD_isError(len)) {
+            free(z);
+            for (size_t j = i; j < n; j++) packed[j].kind = TM_SRV_RECORD_OUTCOME; /* not ours to free */
+            release_packed(packed, n);
+            return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory compressing a message");
+        }
+        packed[i].value = z;
+        packed[i].value_len = len;
+    }
+    *out = packed;
+    return TM_OK;
+}
+
 tm_status tm_srv_store_put(tm_srv_store *s, const tm_srv_record *recs, size_t n, int spool, tm_error *err) {
     if (s->readonly) return tm_srv_fail(err, TM_ERR_INVALID_ARG, 0, "store %s was opened read-only", s->db_path);
     if (n == 0) return TM_OK;
-    submission sub = {.recs = recs, .n = n, .spool = spool};
+    tm_srv_record *packed = NULL;
+    if (!spool) {
+        tm_status st = compress_chunks(recs, n, &packed, err);
+        if (st != TM_OK) return st;
+    }
+    submission sub = {.recs = packed ? packed : recs, .n = n, .spool = spool};
     pthread_mutex_lock(&s->mu);
     if (s->closing) {
         pthread_mutex_unlock(&s->mu);
@@ -375,6 +417,7 @@ tm_status tm_srv_store_put(tm_srv_store *s, const tm_srv_record *recs, size_t n,
     while (!sub.done) pthread_cond_wait(&s->done, &s->mu);
     if (--s->in_put == 0 && s->closing) pthread_cond_broadcast(&s->done);
     pthread_mutex_unlock(&s->mu);
+    release_packed(packed, n);
     if (sub.st != TM_OK && err) *err = sub.err;
     return sub.st;
 }
@@ -485,12 +528,23 @@ tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_
         c.chunk_id.len = (size_t)sqlite3_column_bytes(q, 3);
         c.payload_size = (size_t)sqlite3_column_int64(q, 4);
         c.raw_size = (size_t)sqlite3_column_int64(q, 5);
-        c.message = sqlite3_column_blob(q, 6);
-        c.message_len = (size_t)sqlite3_column_bytes(q, 6);
+        const void *z = sqlite3_column_blob(q, 6);
+        size_t z_len = (size_t)sqlite3_column_bytes(q, 6);
+        unsigned long long len = ZSTD_getFrameContentSize(z, z_len);
+        void *message = len < SIZE_MAX ? malloc(len ? len : 1) : NULL;
+        if (!message || ZSTD_isError(ZSTD_decompress(message, len, z, z_len))) {
+            free(message);
+            st = tm_srv_fail(err, TM_ERR_MALFORMED, 0, "chunk %lld in %s: the stored message is not a zstd frame",
+                             (long long)c.id, s->db_path);
+            break;
+        }
+        c.message = message;
+        c.message_len = len;
         stop = fn(ctx, &c);
+        free(message);
         rc = SQLITE_OK;
     }
-    if (!stop && rc != SQLITE_DONE) st = sql_fail(err, db, "read the chunks of", s->db_path);
+    if (st == TM_OK && !stop && rc != SQLITE_DONE) st = sql_fail(err, db, "read the chunks of", s->db_path);
     sqlite3_finalize(q);
     sqlite3_close(db);
     return st; /* an early stop by fn is not an error */
