@@ -43,7 +43,8 @@ static const struct {
     {"InvalidBuildID", "invalid_build_id"},
 };
 
-const char *tm_srv_reason_string(const char *profile_error) {
+/* Relay's reason string for a ProfileError name. */
+static const char *reason_string(const char *profile_error) {
     if (profile_error)
         for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
             if (strcmp(reasons[i].error, profile_error) == 0) return reasons[i].reason;
@@ -157,7 +158,7 @@ static tm_status add_outcome(const chunk_job *j, int outcome, const char *reason
 
 /* Rejects the chunk with Relay's outcome for a ProfileError name. */
 static tm_status reject(const chunk_job *j, const char *profile_error, tm_error *err) {
-    const char *reason = tm_srv_reason_string(profile_error);
+    const char *reason = reason_string(profile_error);
     if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, "profile_chunk", reason);
     return add_outcome(j, TM_SRV_OUTCOME_INVALID, reason,
                        j->ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, err);

@@ -387,9 +387,6 @@ tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t 
                          tm_error *err);
 void tm_srv_processed_release(tm_srv_processed *p);
 
-/* Relay's reason string for a ProfileError name ("profiling_..."). */
-const char *tm_srv_reason_string(const char *profile_error);
-
 /* ==== The server (http.c) =============================================== */
 
 /* A running ingest server: libmicrohttpd with a thread per connection,
