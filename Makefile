@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 
-.PHONY: all deps build test asan demo bench bench-serve golden check-src clean
+.PHONY: all deps build test asan fuzz demo bench bench-serve golden check-src clean
 
 all: build
 
@@ -25,6 +25,19 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTM_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure
+
+# libFuzzer on one target (fuzz/fuzz_TARGET.c) for SECONDS, under ASan and
+# UBSan, from its seed corpus; new inputs go to build-fuzz/corpus/TARGET and
+# crashes to build-fuzz/ (add them to fuzz/regressions/TARGET/ by name).
+FUZZ_BUILD ?= build-fuzz
+TARGET ?= trace
+SECONDS ?= 60
+fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTM_SANITIZE=ON -DTM_FUZZ=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_$(TARGET)
+	mkdir -p $(FUZZ_BUILD)/corpus/$(TARGET)
+	cd $(FUZZ_BUILD) && ./fuzz_$(TARGET) -max_total_time=$(SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -dict=../fuzz/perfetto.dict corpus/$(TARGET) ../fuzz/corpus/$(TARGET)
 
 demo: build
 	@scripts/demo.sh $(BUILD)

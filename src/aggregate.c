@@ -55,7 +55,7 @@ static tm_str frame_library(const tm_profile *p, const tm_pframe *f) {
     if (!(f->flags & TM_FRAME_HAS_PACKAGE) && f->mapping) path = p->mappings[f->mapping - 1].path;
     size_t i = path.len;
     while (i && path.data[i - 1] != '/') i--;
-    tm_str base = {path.data + i, path.len - i};
+    tm_str base = {path.data ? path.data + i : NULL, path.len - i}; /* no NULL + 0 */
     return base;
 }
 

@@ -22,7 +22,7 @@ tm_status tm_clocks_add(tm_clocks *c, const tm_clock_point *pts, size_t n, uint3
     if (c->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS) return TM_ERR_LIMIT;
     TM_TRY(TM_VEC_RESERVE(c->mem, c->points, c->cap_points, c->n_points + n));
     TM_TRY(TM_VEC_RESERVE(c->mem, c->snap_end, c->cap_snaps, c->n_snaps + 1));
-    memcpy(c->points + c->n_points, pts, n * sizeof *pts);
+    if (n) memcpy(c->points + c->n_points, pts, n * sizeof *pts); /* points is NULL until the first */
     c->n_points += n;
     c->snap_end[c->n_snaps++] = (uint32_t)c->n_points;
     if (!c->trace_clock_fixed) {

@@ -76,7 +76,7 @@ static tm_status stack_text(const tm_profile *p, const tm_frame_labels *labels, 
     char buf[32];
     tm_str thread = {0};
     const tm_pstack *sk = &p->stacks[c->stack];
-    const uint32_t *ids = p->frame_ids + sk->off;
+    const uint32_t *ids = tm_profile_stack_frames(p, sk);
     size_t len = 0;
     if (prefix) {
         thread = tm_thread_label(p, c->thread, buf);

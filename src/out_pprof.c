@@ -281,7 +281,7 @@ static tm_status encode_threads(pprof_writer *x) {
 static tm_status encode_stack(pprof_writer *x, uint32_t stack) {
     const tm_profile *p = x->p;
     const tm_pstack *s = &p->stacks[stack];
-    const uint32_t *frames = p->frame_ids + s->off;
+    const uint32_t *frames = tm_profile_stack_frames(p, s);
     size_t payload = 0;
     for (uint32_t i = 0; i < s->len; i++) {
         uint32_t f = frames[i];
@@ -292,7 +292,9 @@ static tm_status encode_stack(pprof_writer *x, uint32_t stack) {
         }
         payload += tm_pbw_varint_len(x->loc_of[f]);
     }
-    size_t need = s->len ? payload + 1 + TM_PBW_VARINT_MAX : 0;
+    /* at least one byte, so stack_bytes exists even when every stack is
+     * empty (pointer arithmetic on NULL is undefined) */
+    size_t need = s->len ? payload + 1 + TM_PBW_VARINT_MAX : 1;
     TM_TRY(TM_VEC_RESERVE(x->mem, x->stack_bytes, x->cap_stack_bytes, x->n_stack_bytes + need));
     uint8_t *start = x->stack_bytes + x->n_stack_bytes, *q = start;
     if (s->len) {

@@ -37,7 +37,8 @@ typedef struct tm_pb_field {
 } tm_pb_field;
 
 static inline tm_pb_reader tm_pb_reader_of(tm_bytes b) {
-    tm_pb_reader r = {b.data, b.data + b.len, NULL, TM_OK};
+    /* an absent field is {NULL, 0}: NULL + 0 is undefined in C */
+    tm_pb_reader r = {b.data, b.data ? b.data + b.len : NULL, NULL, TM_OK};
     return r;
 }
 

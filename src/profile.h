@@ -145,4 +145,10 @@ int tm_path_is_java(tm_str path);
 /* The model of a parsed trace (defined by trace.c). */
 const tm_profile *tm_trace_profile(const tm_trace *t);
 
+/* The frames of a stack, leaf first (NULL for an empty stack: a profile
+ * whose stacks are all empty has no frame_ids array to point into). */
+static inline const uint32_t *tm_profile_stack_frames(const tm_profile *p, const tm_pstack *s) {
+    return s->len ? p->frame_ids + s->off : NULL;
+}
+
 #endif
