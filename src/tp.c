@@ -764,10 +764,12 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
             if (has_iid == TM_PB_OK) stat_add(d, TPS_stackprofile_parser_error, 1);
             break;
         }
-        acc += (int64_t)delta * 1000;
-        s->track_time_ns += (int64_t)delta * 1000;
+        /* Trace Processor's int64 arithmetic wraps on absurd deltas; the
+         * same in unsigned arithmetic, which C defines */
+        acc = (int64_t)((uint64_t)acc + delta * 1000u);
+        s->track_time_ns = (int64_t)((uint64_t)s->track_time_ns + delta * 1000u);
         if (has_iid == TM_PB_DONE) continue; /* trailing deltas still advance the time */
-        int64_t ts = base + acc;
+        int64_t ts = (int64_t)((uint64_t)base + (uint64_t)acc);
         if (ts < 0) {
             stat_add(d, TPS_streaming_profile_invalid_timestamp, 1);
             continue;
@@ -1028,7 +1030,7 @@ static tm_status decode_packet(dec *d, tm_bytes b, int depth) {
             return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.body.data), NULL, "thread_descriptor is malformed");
         if (s->valid) {
             s->pid = pid, s->tid = tid, s->has_thread = true;
-            if (has_ref) s->track_time_ns = ref * 1000, s->has_track_time = true;
+            if (has_ref) s->track_time_ns = (int64_t)((uint64_t)ref * 1000u), s->has_track_time = true; /* wraps as TP does */
         }
         return push_event(d, ts, EV_THREAD_DESC, k.body);
     }
