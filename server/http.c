@@ -65,23 +65,6 @@ static void refuse(request *r, unsigned status, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Writes s as a JSON string body (quotes and escapes). */
-static void json_escape(char *out, size_t cap, const char *s) {
-    size_t o = 0;
-    for (; *s && o + 7 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)c;
-        } else if (c < 0x20) {
-            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    out[o] = 0;
-}
-
 static enum MHD_Result send_body(struct MHD_Connection *conn, unsigned status, const char *ctype, const void *data,
                                  size_t len, uint32_t retry_after) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
@@ -99,13 +82,23 @@ static enum MHD_Result send_body(struct MHD_Connection *conn, unsigned status, c
     return ret;
 }
 
+/* Sends {"key":"value"} (value JSON-escaped) with the status. */
+static enum MHD_Result send_json_field(struct MHD_Connection *conn, unsigned status, const char *key,
+                                       const char *value, size_t value_len, uint32_t retry_after) {
+    tm_srv_buf body = {0};
+    enum MHD_Result ret = MHD_NO;
+    if (!tm_srv_buf_append(&body, "{\"", 2) && !tm_srv_buf_append(&body, key, strlen(key)) &&
+        !tm_srv_buf_append(&body, "\":", 2) && !tm_srv_json_string(&body, value, value_len) &&
+        !tm_srv_buf_append(&body, "}", 1))
+        ret = send_body(conn, status, "application/json", body.data, body.len, retry_after);
+    tm_srv_buf_release(&body);
+    return ret;
+}
+
 static enum MHD_Result send_error(tm_srv_server *s, request *r, struct MHD_Connection *conn, unsigned status,
                                   const char *detail) {
-    char escaped[600], body[700];
-    json_escape(escaped, sizeof escaped, detail);
-    int n = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", escaped);
     tm_srv_metrics_request(s->metrics, status, r->bytes_in, seconds_since(&r->start));
-    return send_body(conn, status, "application/json", body, (size_t)n, 0);
+    return send_json_field(conn, status, "detail", detail, strlen(detail), 0);
 }
 
 /* ---- authentication ---- */
@@ -200,7 +193,7 @@ static void start_envelope(tm_srv_server *s, request *r, struct MHD_Connection *
         refuse(r, 500, "%s", err.message);
 }
 
-static void feed_body(tm_srv_server *s, request *r, const char *data, size_t len) {
+static void feed_body(request *r, const char *data, size_t len) {
     r->bytes_in += len;
     if (r->error_status) return; /* drained */
     tm_error err;
@@ -209,7 +202,6 @@ static void feed_body(tm_srv_server *s, request *r, const char *data, size_t len
                "request body: %s (at encoded byte %llu)", err.message, (unsigned long long)err.offset);
         tm_srv_buf_release(&r->body);
     }
-    (void)s;
 }
 
 /* ---- upstream ---- */
@@ -287,20 +279,18 @@ static enum MHD_Result finish_envelope(tm_srv_server *s, request *r, struct MHD_
         snprintf(why, sizeof why, "could not hand the envelope over: %s", err.message);
         return send_error(s, r, conn, st == TM_ERR_LIMIT ? 413 : 503, why);
     }
-    char body[160], id[100] = "";
-    if (p.event_id.ptr && p.event_id.len < 64) {
-        char raw[64];
-        memcpy(raw, p.event_id.ptr, p.event_id.len);
-        raw[p.event_id.len] = 0;
-        json_escape(id, sizeof id, raw);
-    }
-    int n = p.event_id.ptr ? snprintf(body, sizeof body, "{\"id\":\"%s\"}", id) : snprintf(body, sizeof body, "{}");
     unsigned status = p.http_status;
-    if (status == 429) n = snprintf(body, sizeof body, "{\"detail\":\"rate limited\"}");
     uint32_t retry = p.retry_after_s;
-    tm_srv_processed_release(&p);
     tm_srv_metrics_request(s->metrics, status, r->bytes_in, seconds_since(&r->start));
-    return send_body(conn, status, "application/json", body, (size_t)n, retry);
+    enum MHD_Result ret;
+    if (status == 429)
+        ret = send_json_field(conn, status, "detail", "rate limited", strlen("rate limited"), retry);
+    else if (p.event_id.ptr)
+        ret = send_json_field(conn, status, "id", p.event_id.ptr, p.event_id.len, 0);
+    else
+        ret = send_body(conn, status, "application/json", "{}", 2, 0);
+    tm_srv_processed_release(&p);
+    return ret;
 }
 
 static enum MHD_Result send_metrics(tm_srv_server *s, request *r, struct MHD_Connection *conn) {
@@ -344,7 +334,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (r->route == ROUTE_ENVELOPE) feed_body(s, r, upload_data, *upload_data_size);
+        if (r->route == ROUTE_ENVELOPE) feed_body(r, upload_data, *upload_data_size);
         else r->bytes_in += *upload_data_size;
         *upload_data_size = 0;
         return MHD_YES;

@@ -338,40 +338,12 @@ static size_t utf8_seq(const uint8_t *s, size_t len) {
 /* Appends s as a JSON string (as serde_json escapes it); a string that is
  * not UTF-8 is refused rather than written as invalid JSON. */
 static tm_status json_string(tm_srv_buf *out, const char *field, const char *s, size_t len, tm_error *err) {
-    static const char hex[] = "0123456789abcdef";
     const uint8_t *u = (const uint8_t *)s;
-    if (tm_srv_buf_append(out, "\"", 1)) goto nomem;
-    size_t run = 0; /* start of the bytes not yet written */
-    for (size_t i = 0; i < len;) {
-        const size_t n = utf8_seq(u + i, len - i);
-        if (n == 0)
+    for (size_t i = 0, n; i < len; i += n)
+        if ((n = utf8_seq(u + i, len - i)) == 0)
             return tm_srv_fail(err, TM_ERR_INVALID_ARG, i, "outcome field \"%s\" is not UTF-8 at byte %zu", field, i);
-        char esc[6];
-        size_t esc_len = 2;
-        esc[0] = '\\';
-        switch (u[i]) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        default:
-            if (u[i] >= 0x20) { i += n; continue; }
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[u[i] >> 4];
-            esc[5] = hex[u[i] & 15];
-            esc_len = 6;
-        }
-        if (tm_srv_buf_append(out, s + run, i - run) || tm_srv_buf_append(out, esc, esc_len)) goto nomem;
-        i += 1;
-        run = i;
-    }
-    if (tm_srv_buf_append(out, s + run, len - run) || tm_srv_buf_append(out, "\"", 1)) goto nomem;
+    if (tm_srv_json_string(out, s, len)) return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory writing outcome JSON");
     return TM_OK;
-nomem:
-    return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory writing outcome JSON");
 }
 
 /* The last second RFC 3339's four-digit year can hold: 9999-12-31T23:59:59Z. */

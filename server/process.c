@@ -230,13 +230,16 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
                                    tm_status *st, tm_error *err) {
     *st = TM_OK;
     tm_error e;
-    /* Relay reads the metadata first, so its errors win. */
-    if (tm_sample_v2_check_meta(meta.ptr, meta.len, &e) != TM_OK) return e.reason ? e.reason : "InvalidJson";
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tm_options opts = {.preset = TM_LIMITS_RELAY, .input = TM_INPUT_PERFETTO};
     tm_trace *t = NULL;
     if (tm_trace_parse(raw.ptr, raw.len, &opts, &t, &e) != TM_OK) {
+        /* Relay reads the metadata before the trace, so its errors win;
+         * on success tm_write_sample_v2 checks the metadata first itself */
+        tm_error meta_err;
+        if (tm_sample_v2_check_meta(meta.ptr, meta.len, &meta_err) != TM_OK)
+            return meta_err.reason ? meta_err.reason : "InvalidJson";
         if (e.code == TM_ERR_NOMEM) {
             *st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory converting a chunk");
             return NULL;
@@ -291,18 +294,6 @@ static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view ra
  * reads back to the same double, as serde_json does. */
 static int dump_json(const json_t *v, tm_srv_buf *out);
 
-static int dump_string(const char *s, size_t n, tm_srv_buf *out) {
-    char *enc = NULL;
-    json_t *str = json_stringn_nocheck(s, n);
-    if (!str) return -1;
-    enc = json_dumps(str, JSON_ENCODE_ANY | JSON_COMPACT);
-    json_decref(str);
-    if (!enc) return -1;
-    int rc = tm_srv_buf_append(out, enc, strlen(enc));
-    free(enc);
-    return rc;
-}
-
 static int dump_real(double d, tm_srv_buf *out) {
     char text[40];
     if (!isfinite(d)) return -1;
@@ -328,7 +319,7 @@ static int dump_json(const json_t *v, tm_srv_buf *out) {
         json_object_foreach((json_t *)v, key, val) {
             if (!first && tm_srv_buf_append(out, ",", 1)) return -1;
             first = 0;
-            if (dump_string(key, strlen(key), out) || tm_srv_buf_append(out, ":", 1) || dump_json(val, out))
+            if (tm_srv_json_string(out, key, strlen(key)) || tm_srv_buf_append(out, ":", 1) || dump_json(val, out))
                 return -1;
         }
         return tm_srv_buf_append(out, "}", 1);
@@ -339,7 +330,7 @@ static int dump_json(const json_t *v, tm_srv_buf *out) {
             if ((i && tm_srv_buf_append(out, ",", 1)) || dump_json(json_array_get(v, i), out)) return -1;
         return tm_srv_buf_append(out, "]", 1);
     case JSON_STRING:
-        return dump_string(json_string_value(v), json_string_length(v), out);
+        return tm_srv_json_string(out, json_string_value(v), json_string_length(v));
     case JSON_INTEGER:
         snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return tm_srv_buf_append(out, text, strlen(text));
@@ -429,13 +420,17 @@ static const char *normalize_chunk(json_t *root, int *oom) {
     if (platform && strcmp(platform, "cocoa") == 0) strip_pac(frames);
     json_t *threads = json_object_get(profile, "thread_metadata");
     if (json_is_object(threads)) {
+        /* the thread ids that have samples, as a set: one pass, not one per thread */
+        json_t *sampled = json_object();
+        if (!sampled) {
+            *oom = 1;
+            return NULL;
+        }
+        json_array_foreach(sorted, i, s) json_object_set(sampled, json_str(s, "thread_id"), json_true());
         const char *tid;
         json_t *meta, *tmp;
-        json_object_foreach_safe(threads, tmp, tid, meta) {
-            int used = 0;
-            json_array_foreach(sorted, i, s) if (strcmp(json_str(s, "thread_id"), tid) == 0) { used = 1; break; }
-            if (!used) json_object_del(threads, tid);
-        }
+        json_object_foreach_safe(threads, tmp, tid, meta) if (!json_object_get(sampled, tid)) json_object_del(threads, tid);
+        json_decref(sampled);
     }
     return NULL;
 }

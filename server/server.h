@@ -44,6 +44,12 @@ typedef struct tm_srv_buf {
 int tm_srv_buf_append(tm_srv_buf *b, const void *data, size_t len);
 void tm_srv_buf_release(tm_srv_buf *b);
 
+/* Appends s[0..len) as a JSON string escaped as serde_json does (", \\,
+ * \b \f \n \r \t, other control bytes as \u00XX; every other byte as it
+ * is: callers that need valid UTF-8 check it first). 0, or -1 when memory
+ * runs out. */
+int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len);
+
 /* Formats into err (code, offset, message); returns code. */
 tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

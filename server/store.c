@@ -363,10 +363,11 @@ void tm_srv_store_close(tm_srv_store *s) {
 
 /* ---- Writing ----------------------------------------------------------- */
 
-static void release_packed(tm_srv_record *packed, size_t n) {
+/* Frees the compressed values of packed: those that differ from recs'. */
+static void release_packed(tm_srv_record *packed, const tm_srv_record *recs, size_t n) {
     if (!packed) return;
     for (size_t i = 0; i < n; i++)
-        if (packed[i].kind == TM_SRV_RECORD_CHUNK) free((void *)packed[i].value);
+        if (packed[i].value != recs[i].value) free((void *)packed[i].value);
     free(packed);
 }
 
@@ -383,8 +384,7 @@ static tm_status compress_chunks(const tm_srv_record *recs, size_t n, tm_srv_rec
         size_t len = z ? ZSTD_compress(z, cap, recs[i].value, recs[i].value_len, 1) : 0;
         if (!z || ZSTD_isError(len)) {
             free(z);
-            for (size_t j = i; j < n; j++) packed[j].kind = TM_SRV_RECORD_OUTCOME; /* not ours to free */
-            release_packed(packed, n);
+            release_packed(packed, recs, n);
             return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory compressing a message");
         }
         packed[i].value = z;
@@ -417,7 +417,7 @@ tm_status tm_srv_store_put(tm_srv_store *s, const tm_srv_record *recs, size_t n,
     while (!sub.done) pthread_cond_wait(&s->done, &s->mu);
     if (--s->in_put == 0 && s->closing) pthread_cond_broadcast(&s->done);
     pthread_mutex_unlock(&s->mu);
-    release_packed(packed, n);
+    release_packed(packed, recs, n);
     if (sub.st != TM_OK && err) *err = sub.err;
     return sub.st;
 }

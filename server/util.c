@@ -1,5 +1,6 @@
 /*
- * util.c — the server layer's growable byte buffer and error formatting.
+ * util.c — the server layer's growable byte buffer, JSON string escaping
+ * and error formatting.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,4 +41,33 @@ tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char
         va_end(ap);
     }
     return code;
+}
+
+int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len) {
+    static const char hex[] = "0123456789abcdef";
+    const uint8_t *u = (const uint8_t *)s;
+    if (tm_srv_buf_append(out, "\"", 1)) return -1;
+    size_t run = 0; /* start of the bytes not yet written */
+    for (size_t i = 0; i < len; i++) {
+        char esc[6] = {'\\', 0};
+        size_t esc_len = 2;
+        switch (u[i]) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        default:
+            if (u[i] >= 0x20) continue;
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hex[u[i] >> 4];
+            esc[5] = hex[u[i] & 15];
+            esc_len = 6;
+        }
+        if (tm_srv_buf_append(out, s + run, i - run) || tm_srv_buf_append(out, esc, esc_len)) return -1;
+        run = i + 1;
+    }
+    return tm_srv_buf_append(out, s + run, len - run) || tm_srv_buf_append(out, "\"", 1) ? -1 : 0;
 }
