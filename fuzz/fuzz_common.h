@@ -1,7 +1,8 @@
 /*
  * fuzz_common.h — what the fuzz targets share: the libFuzzer entry point's
  * declaration, a sink that discards output (counting it, so writers run in
- * full), and a check that a failure was reported properly.
+ * full), a check that a failure was reported properly, and a parse that
+ * applies that check.
  */
 #ifndef TM_FUZZ_COMMON_H
 #define TM_FUZZ_COMMON_H
@@ -26,6 +27,17 @@ static inline void fuzz_check_error(tm_status st, const tm_error *err) {
     if (err->code != st || st > TM_ERR_REJECTED || !memchr(err->message, 0, sizeof err->message) ||
         !err->message[0])
         abort();
+}
+
+/* tm_trace_parse with its contract checked: an error is reported properly,
+ * and a trace comes back exactly when the status is TM_OK. */
+static inline tm_trace *fuzz_parse(const uint8_t *data, size_t size, const tm_options *opts) {
+    tm_trace *t = NULL;
+    tm_error err;
+    tm_status st = tm_trace_parse(data, size, opts, &t, &err);
+    fuzz_check_error(st, &err);
+    if ((st == TM_OK) != (t != NULL)) abort();
+    return t;
 }
 
 #endif

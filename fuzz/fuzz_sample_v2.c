@@ -10,10 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_error err;
     fuzz_check_error(tm_sample_v2_check_meta((const char *)data, size, &err), &err);
     tm_options opts = {.input = TM_INPUT_SAMPLE_V2};
-    tm_trace *t = NULL;
-    tm_status st = tm_trace_parse(data, size, &opts, &t, &err);
-    fuzz_check_error(st, &err);
-    if ((st == TM_OK) != (t != NULL)) abort();
+    tm_trace *t = fuzz_parse(data, size, &opts);
     if (t) {
         size_t written = 0;
         tm_sink sink = {fuzz_discard, &written};

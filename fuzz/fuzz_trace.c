@@ -31,11 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* small ceilings keep each run fast while still reaching every limit */
         opts.limits.max_samples = 100000;
         opts.limits.max_inflated_bytes = 16u << 20;
-        tm_trace *t = NULL;
-        tm_error err;
-        tm_status st = tm_trace_parse(data, size, &opts, &t, &err);
-        fuzz_check_error(st, &err);
-        if ((st == TM_OK) != (t != NULL)) abort();
+        tm_trace *t = fuzz_parse(data, size, &opts);
         if (t) {
             const tm_trace_stats *s = tm_trace_get_stats(t);
             if (s->bytes != size) abort();
