@@ -132,6 +132,8 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
         {"--max-inflated-bytes", offsetof(tm_limits, max_inflated_bytes)},
         {"--max-interned-entries", offsetof(tm_limits, max_interned_entries)},
         {"--max-chunk-duration-ns", offsetof(tm_limits, max_chunk_duration_ns)},
+        {"--max-work-bytes", offsetof(tm_limits, max_work_bytes)},
+        {"--max-result-bytes", offsetof(tm_limits, max_result_bytes)},
     };
     const char *arg = argv[*i];
     if (strcmp(arg, "--limits") == 0) {

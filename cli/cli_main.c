@@ -55,6 +55,8 @@ const char cli_usage[] =
     "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"
     "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"
     "  --max-interned-entries N  --max-chunk-duration-ns N\n"
+    "  --max-work-bytes N  --max-result-bytes N   memory budgets (default 4 GiB and\n"
+    "                            16 GiB; relay: 15 MiB and 40 MiB); k/M/G = x1000\n"
     "\n"
     "exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O\n";
 

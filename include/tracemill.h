@@ -105,6 +105,10 @@ typedef struct tm_limits {
     uint64_t max_inflated_bytes;  /* one compressed_packets payload, inflated */
     uint64_t max_interned_entries;/* interned entries on one sequence */
     uint64_t max_chunk_duration_ns; /* last - first sample; UINT64_MAX = none */
+    uint64_t max_work_bytes;      /* memory of the decode's working tables (per-sequence
+                                     interning, caches, scratch), freed when it ends */
+    uint64_t max_result_bytes;    /* memory a tm_trace holds (the profile model, inflated
+                                     payloads), plus what exporters allocate from it */
 } tm_limits;
 
 typedef enum tm_limit_preset {

@@ -18,6 +18,10 @@
  *     max_profile_size: 50MiB    # B, KB, MB, GB (x1000) or KiB, MiB, GiB (x1024)
  *     max_connections: 256       # suffix (case-insensitive); all must be > 0
  *     request_timeout: 30        # seconds of idle connection
+ *     max_conversion_work: 15MiB # memory budgets of one chunk's conversion
+ *     max_conversion_result: 40MiB  # (Relay's): decode tables, and profile +
+ *                                # writer; a chunk over either is rejected
+ *                                # with an ExceedSizeLimit outcome
  *   projects:                    # added to projects already configured
  *     - id: 42                   # required, non-zero, unique
  *       organization_id: 1       # default 1, non-zero
@@ -622,6 +626,9 @@ static tm_status limits_entry(walk *w, const char *path, const node *key, const 
     if (key_is(key, "max_profile_size")) return size_value(w, val, path, &w->cfg->limits.max_profile_size);
     if (key_is(key, "max_connections")) return u32_value(w, val, path, &w->cfg->limits.max_connections);
     if (key_is(key, "request_timeout")) return u32_value(w, val, path, &w->cfg->limits.request_timeout_s);
+    if (key_is(key, "max_conversion_work")) return size_value(w, val, path, &w->cfg->limits.max_conversion_work);
+    if (key_is(key, "max_conversion_result"))
+        return size_value(w, val, path, &w->cfg->limits.max_conversion_result);
     return unknown(w, key, path);
 }
 
@@ -812,6 +819,8 @@ tm_status tm_srv_config_init(tm_srv_config *cfg, tm_error *err) {
     cfg->limits.max_profile_size = 50u * 1024u * 1024u;
     cfg->limits.max_connections = 256;
     cfg->limits.request_timeout_s = 30;
+    cfg->limits.max_conversion_work = 15u * 1024u * 1024u;
+    cfg->limits.max_conversion_result = 40u * 1024u * 1024u;
     cfg->kafka.profiles_topic = dup_len("ingest-profiles", 15);
     cfg->kafka.outcomes_topic = dup_len("outcomes", 8);
     cfg->kafka.delivery_timeout_ms = 5000;

@@ -233,6 +233,8 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tm_options opts = {.preset = TM_LIMITS_RELAY, .input = TM_INPUT_PERFETTO};
+    opts.limits.max_work_bytes = j->ctx->cfg->limits.max_conversion_work;
+    opts.limits.max_result_bytes = j->ctx->cfg->limits.max_conversion_result;
     tm_trace *t = NULL;
     if (tm_trace_parse(raw.ptr, raw.len, &opts, &t, &e) != TM_OK) {
         /* Relay reads the metadata before the trace, so its errors win;
@@ -253,7 +255,7 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
     tm_trace_free(t);
     if (j->ctx->metrics) tm_srv_metrics_conversion(j->ctx->metrics, elapsed_s(&t0));
     if (ws == TM_OK) return NULL;
-    if (cs.over) return "ExceedSizeLimit";
+    if (cs.over || ws == TM_ERR_LIMIT) return "ExceedSizeLimit";
     if (ws == TM_ERR_IO || ws == TM_ERR_NOMEM) {
         *st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory writing a chunk");
         return NULL;

@@ -155,6 +155,8 @@ typedef struct tm_srv_config {
         uint64_t max_profile_size;    /* item payload and expanded JSON, default 50 MiB */
         uint32_t max_connections;     /* default 256 */
         uint32_t request_timeout_s;   /* idle connection timeout, default 30 */
+        uint64_t max_conversion_work;   /* a chunk decode's working tables, default 15 MiB */
+        uint64_t max_conversion_result; /* its profile + Sample v2 writer, default 40 MiB */
     } limits;
     struct {
         char *bootstrap_servers;      /* NULL: no Kafka, the local store is the output */

@@ -20,6 +20,8 @@
 #define TM_RELAY_MAX_INFLATED_BYTES (50u << 20) /* the server's profile cap */
 #define TM_RELAY_MAX_INTERNED 1000000u
 #define TM_RELAY_MAX_CHUNK_NS 66000000000ull  /* MAX_PROFILE_CHUNK_DURATION: 60 s + slack */
+#define TM_RELAY_MAX_WORK_BYTES (15ull << 20)   /* the hardened converter's intern-table budget */
+#define TM_RELAY_MAX_RESULT_BYTES (40ull << 20) /* and its result budget */
 
 /* Generous (CLI) preset. */
 #define TM_CLI_MAX_SAMPLES 1000000000ull      /* 10x the 1e8-sample target */
@@ -31,6 +33,8 @@
 #define TM_CLI_MAX_INFLATED_BYTES (1ull << 30) /* per compressed packet (writers keep < 512 KB) */
 #define TM_CLI_MAX_INTERNED 100000000u
 #define TM_CLI_MAX_CHUNK_NS UINT64_MAX        /* no chunk duration limit */
+#define TM_CLI_MAX_WORK_BYTES (4ull << 30)    /* 1e8 interned entries fit */
+#define TM_CLI_MAX_RESULT_BYTES (16ull << 30) /* 1e8 samples and their sort need ~5 GiB */
 
 /* Fixed internal ceilings. */
 #define TM_MAX_CLOCKS 256u            /* distinct clock ids in snapshots */

@@ -739,12 +739,12 @@ tm_status tm_write_flamegraph(const tm_trace *t, const tm_flamegraph_options *op
                               tm_error *err) {
     if (!t || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_flamegraph: NULL argument");
-    return write_graph(NULL, t, opts, out, err);
+    return tm_trace_budget_status(t, write_graph(NULL, t, opts, out, err), err);
 }
 
 tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *now, const tm_flamegraph_options *opts,
                                    const tm_sink *out, tm_error *err) {
     if (!base || !now || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_flamegraph_diff: NULL argument");
-    return write_graph(base, now, opts, out, err);
+    return tm_trace_budget_status(base, tm_trace_budget_status(now, write_graph(base, now, opts, out, err), err), err);
 }

@@ -193,7 +193,7 @@ tm_status tm_write_folded(const tm_trace *t, const tm_folded_options *opts, cons
     if (st == TM_OK) st = write_lines(p->mem, s.v, s.n, 1, out, err);
     else st = tm_fail(err, st, 0, NULL, "out of memory");
     set_release(&s);
-    return st;
+    return tm_trace_budget_status(t, st, err);
 }
 
 /* Lines of one side of a diff; a thread filter that matches nothing in this
@@ -227,7 +227,7 @@ tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now, const 
         st = diff_side(pn, opts, 1, &b, &b_matched, err);
         if (st != TM_OK) set_release(&a);
     }
-    if (st != TM_OK) return st;
+    if (st != TM_OK) return tm_trace_budget_status(base, tm_trace_budget_status(now, st, err), err);
     if (!a_matched && !b_matched) { /* err holds the second profile's message */
         st = TM_ERR_INVALID_ARG;
     } else if (TM_VEC_RESERVE(pn->mem, v, cap, a.n + b.n + 1) != TM_OK) {
@@ -247,5 +247,5 @@ tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now, const 
     tm_mem_free(pn->mem, v, cap * sizeof *v);
     set_release(&a);
     set_release(&b);
-    return st;
+    return tm_trace_budget_status(base, tm_trace_budget_status(now, st, err), err);
 }

@@ -679,6 +679,6 @@ tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const 
     case TM_OK: return TM_OK;
     case TM_ERR_IO: return tm_fail(err, st, 0, NULL, "pprof: writing the output failed");
     case TM_ERR_LIMIT: return tm_fail(err, st, 0, NULL, "pprof: more than 2^32 strings or locations");
-    default: return tm_fail(err, st, 0, NULL, "pprof: out of memory");
+    default: return tm_trace_budget_status(t, tm_fail(err, st, 0, NULL, "pprof: out of memory"), err);
     }
 }

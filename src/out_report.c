@@ -41,7 +41,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
     const tm_profile *p = tm_trace_profile(t);
     const tm_trace_stats *s = &p->stats;
     tm_jw *w = tm_mem_alloc(p->mem, sizeof *w);
-    if (!w) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    if (!w) return tm_trace_budget_status(t, tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory"), err);
     tm_jw_init(w, out);
     tm_jw_lit(w, "{\"mode\":");
     tm_jw_cstr(w, p->relay_compat ? "relay" : "default");

@@ -651,5 +651,5 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     tm_mem_free(p->mem, drop_thread, p->n_threads + 1);
     tm_mem_free(p->mem, count, (p->n_threads + 1) * sizeof *count);
     if (m.root) json_decref(m.root);
-    return st;
+    return tm_trace_budget_status(t, st, err);
 }

@@ -269,5 +269,5 @@ tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *op
     }
     tm_mem_free(w.mem, jw, sizeof *jw);
     writer_release(&w);
-    return st;
+    return tm_trace_budget_status(t, st, err);
 }

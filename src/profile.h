@@ -144,6 +144,10 @@ int tm_path_is_java(tm_str path);
 
 /* The model of a parsed trace (defined by trace.c). */
 const tm_profile *tm_trace_profile(const tm_trace *t);
+/* What an exporter returns: st, except that an out-of-memory failure caused
+ * by the trace's result budget (max_result_bytes) becomes the TM_ERR_LIMIT
+ * it really is. In trace.c. */
+tm_status tm_trace_budget_status(const tm_trace *t, tm_status st, tm_error *err);
 
 /* The frames of a stack, leaf first (NULL for an empty stack: a profile
  * whose stacks are all empty has no frame_ids array to point into). */

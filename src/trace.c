@@ -105,7 +105,10 @@ typedef struct pkt {
 typedef struct dec {
     tm_trace *t;
     tm_profile *p;
-    tm_mem *mem;
+    tm_mem *mem;          /* the working tables', counted against work_budget */
+    tm_mem work;
+    tm_budget work_budget;
+    const uint8_t *packet_at; /* the top-level packet being decoded */
     const tm_limits *lim;
     int relay;
     tm_error *err;
@@ -202,24 +205,24 @@ static void seq_free(tm_mem *m, seq_state *s) {
 
 /* Drops what was resolved from the tables: after a clear, and in Relay
  * mode after any merge, which may replace entries. */
-static void seq_forget_resolved(seq_state *s) {
-    tm_iidmap_clear(&s->stack_by_iid);
-    tm_iidmap_clear(&s->frame_by_iid);
-    tm_iidmap_clear(&s->mapping_by_iid);
+static void seq_forget_resolved(tm_mem *m, seq_state *s) {
+    tm_iidmap_clear(m, &s->stack_by_iid);
+    tm_iidmap_clear(m, &s->frame_by_iid);
+    tm_iidmap_clear(m, &s->mapping_by_iid);
 }
 
-static void seq_clear_tables(seq_state *s) {
+static void seq_clear_tables(tm_mem *m, seq_state *s) {
     for (int k = 0; k < N_STR_KINDS; k++) {
-        tm_iidmap_clear(&s->str_map[k]);
+        tm_iidmap_clear(m, &s->str_map[k]);
         s->n_strs[k] = 0;
     }
-    tm_iidmap_clear(&s->frame_map);
-    tm_iidmap_clear(&s->mapping_map);
-    tm_iidmap_clear(&s->cs_map);
-    tm_iidmap_clear(&s->task_map);
+    tm_iidmap_clear(m, &s->frame_map);
+    tm_iidmap_clear(m, &s->mapping_map);
+    tm_iidmap_clear(m, &s->cs_map);
+    tm_iidmap_clear(m, &s->task_map);
     s->n_frames = s->n_mappings = s->n_css = s->n_tasks = 0;
     s->n_interned = 0;
-    seq_forget_resolved(s);
+    seq_forget_resolved(m, s);
 }
 
 static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
@@ -447,7 +450,7 @@ static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
         else TM_TRY(merge_mapping(d, s, f.bytes, f.start));
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "InternedData");
-    if (d->relay) seq_forget_resolved(s); /* later entries may have replaced earlier ones */
+    if (d->relay) seq_forget_resolved(d->mem, s); /* later entries may have replaced earlier ones */
     return TM_OK;
 }
 
@@ -1314,7 +1317,7 @@ static tm_status decode_packet_relay(dec *d, const pkt *k) {
     seq_state *s;
     TM_TRY(get_seq(d, k->seq, k->start, &s));
     if ((k->flags & SEQ_CLEARED) && s->seen) {
-        seq_clear_tables(s);
+        seq_clear_tables(d->mem, s);
         d->p->stats.incremental_resets++;
     }
     if (k->interned.data) {
@@ -1357,7 +1360,7 @@ static tm_status decode_packet(dec *d, tm_bytes b) {
     tm_trace_stats *st = &d->p->stats;
     /* 1. incremental-state clear, or data loss */
     if ((k.flags & SEQ_CLEARED) || k.legacy_cleared) {
-        seq_clear_tables(s);
+        seq_clear_tables(d->mem, s);
         s->valid = true;
         s->default_clock = 0;
         st->incremental_resets++;
@@ -1412,6 +1415,7 @@ static tm_status decode_trace(dec *d, tm_bytes buf) {
         if (f.bytes.len > d->lim->max_packet_bytes)
             return dfail(d, TM_ERR_LIMIT, f.start, "packet of %zu bytes exceeds max_packet_bytes %llu",
                          f.bytes.len, (unsigned long long)d->lim->max_packet_bytes);
+        if (!d->inflated) d->packet_at = f.start;
         TM_TRY(decode_packet(d, f.bytes));
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "Trace");
@@ -1483,7 +1487,7 @@ static tm_status build_realtime(dec *d) {
     tm_profile *p = d->p;
     tm_clocks *c = &d->t->clocks;
     if (c->trace_clock == TM_CLOCK_REALTIME) {
-        p->realtime = tm_mem_alloc(d->mem, sizeof *p->realtime);
+        p->realtime = tm_mem_alloc(p->mem, sizeof *p->realtime);
         if (!p->realtime) return nomem(d);
         p->realtime[0].from_ns = INT64_MIN;
         p->realtime[0].offset_ns = 0;
@@ -1495,7 +1499,7 @@ static tm_status build_realtime(dec *d) {
     if (!path.ok) return TM_OK;
     tm_status st = TM_OK;
     size_t n = path.hops[0].n;
-    p->realtime = tm_mem_alloc(d->mem, n * sizeof *p->realtime);
+    p->realtime = tm_mem_alloc(p->mem, n * sizeof *p->realtime);
     if (!p->realtime) st = TM_ERR_NOMEM;
     for (size_t i = 0; st == TM_OK && i < n; i++) {
         int64_t from = path.hops[0].from_vals[i], to;
@@ -1507,11 +1511,11 @@ static tm_status build_realtime(dec *d) {
     }
     tm_clock_path_release(c, &path);
     if (!p->n_realtime) {
-        tm_mem_free(d->mem, p->realtime, n * sizeof *p->realtime);
+        tm_mem_free(p->mem, p->realtime, n * sizeof *p->realtime);
         p->realtime = NULL;
     } else if (n != p->n_realtime) {
         /* FREE_VEC in profile.c releases n_realtime entries: shrink to fit. */
-        tm_time_segment *fit = tm_mem_realloc(d->mem, p->realtime, n * sizeof *fit,
+        tm_time_segment *fit = tm_mem_realloc(p->mem, p->realtime, n * sizeof *fit,
                                               p->n_realtime * sizeof *fit);
         if (fit) p->realtime = fit;
         else st = TM_ERR_NOMEM;
@@ -1579,6 +1583,8 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
         out->max_inflated_bytes = TM_RELAY_MAX_INFLATED_BYTES;
         out->max_interned_entries = TM_RELAY_MAX_INTERNED;
         out->max_chunk_duration_ns = TM_RELAY_MAX_CHUNK_NS;
+        out->max_work_bytes = TM_RELAY_MAX_WORK_BYTES;
+        out->max_result_bytes = TM_RELAY_MAX_RESULT_BYTES;
     } else {
         out->max_samples = TM_CLI_MAX_SAMPLES;
         out->max_stack_depth = TM_CLI_MAX_STACK_DEPTH;
@@ -1589,6 +1595,8 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
         out->max_inflated_bytes = TM_CLI_MAX_INFLATED_BYTES;
         out->max_interned_entries = TM_CLI_MAX_INTERNED;
         out->max_chunk_duration_ns = TM_CLI_MAX_CHUNK_NS;
+        out->max_work_bytes = TM_CLI_MAX_WORK_BYTES;
+        out->max_result_bytes = TM_CLI_MAX_RESULT_BYTES;
     }
 }
 
@@ -1606,7 +1614,9 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     memset(&d, 0, sizeof d);
     d.t = t;
     d.p = &t->profile;
-    d.mem = &t->mem;
+    d.work = t->mem;
+    tm_mem_set_budget(&d.work, &d.work_budget, t->limits.max_work_bytes);
+    d.mem = &d.work;
     d.lim = &t->limits;
     d.relay = opts->mode == TM_MODE_RELAY;
     d.err = err;
@@ -1618,12 +1628,29 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
      * regrowth copies without claiming memory a huge trace may not need. */
     tm_status st = TM_OK;
     size_t reserve = len / 16 < ((size_t)1 << 24) ? len / 16 : (size_t)1 << 24;
+    if (reserve > t->limits.max_samples) reserve = (size_t)t->limits.max_samples;
     if (reserve > 1024 && TM_VEC_RESERVE(&t->mem, t->profile.samples, t->profile.cap_samples, reserve) != TM_OK)
         st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     if (st == TM_OK) st = decode_trace(&d, all);
     if (st == TM_OK) st = finish(&d);
+    if (st == TM_ERR_NOMEM && tm_budget_exceeded(&d.work_budget))
+        st = dfail(&d, TM_ERR_LIMIT, d.packet_at,
+                   "memory budget exceeded: the decode's working tables need more than %llu bytes (max_work_bytes)",
+                   (unsigned long long)t->limits.max_work_bytes);
+    if (st == TM_ERR_NOMEM && tm_budget_exceeded(&t->result_budget))
+        st = dfail(&d, TM_ERR_LIMIT, d.packet_at,
+                   "memory budget exceeded: the profile needs more than %llu bytes (max_result_bytes)",
+                   (unsigned long long)t->limits.max_result_bytes);
     dec_release(&d);
     return st;
+}
+
+tm_status tm_trace_budget_status(const tm_trace *t, tm_status st, tm_error *err) {
+    if (st != TM_ERR_NOMEM || !tm_budget_exceeded(&t->result_budget)) return st;
+    return tm_fail(err, TM_ERR_LIMIT, 0, t->profile.relay_compat ? "ExceedSizeLimit" : NULL,
+                   "memory budget exceeded: the profile and its conversion need more than %llu bytes "
+                   "(max_result_bytes)",
+                   (unsigned long long)t->limits.max_result_bytes);
 }
 
 tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm_trace **out,
@@ -1647,6 +1674,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     t->mem = mem;
     t->input = fmt;
     tm_limits_resolve(opts, &t->limits);
+    tm_mem_set_budget(&t->mem, &t->result_budget, t->limits.max_result_bytes);
     tm_arena_init(&t->arena, &t->mem);
     tm_profile_init(&t->profile, &t->mem, &t->arena);
     tm_clocks_init(&t->clocks, &t->mem);
@@ -1659,6 +1687,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
     else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
     else st = decode_perfetto(t, buf, len, opts, err);
+    if (fmt != TM_INPUT_PERFETTO) st = tm_trace_budget_status(t, st, err);
     if (st != TM_OK) {
         tm_trace_free(t);
         return st;
@@ -1671,6 +1700,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
 void tm_trace_free(tm_trace *t) {
     if (!t) return;
     tm_mem mem = t->mem;
+    mem.budget = NULL; /* it lives in *t, freed last */
     tm_profile_release(&t->profile);
     tm_clocks_release(&t->clocks);
     tm_arena_release(&t->arena);

@@ -13,7 +13,8 @@
 #include "profile.h" /* tm_profile */
 
 struct tm_trace {
-    tm_mem mem;
+    tm_mem mem;            /* counted against result_budget */
+    tm_budget result_budget;
     tm_arena arena;
     tm_profile profile;
     tm_clocks clocks;
