@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 
-.PHONY: all deps build test asan fuzz demo bench bench-serve golden check-src clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve golden check-src clean
 
 all: build
 
@@ -38,6 +38,15 @@ fuzz: deps
 	mkdir -p $(FUZZ_BUILD)/corpus/$(TARGET)
 	cd $(FUZZ_BUILD) && ./fuzz_$(TARGET) -max_total_time=$(SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=../fuzz/perfetto.dict corpus/$(TARGET) ../fuzz/corpus/$(TARGET)
+
+# Every fuzz target for FUZZ_SECONDS each (two at a time), failing on any
+# finding: what CI runs after the tests.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+fuzz-smoke: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTM_SANITIZE=ON -DTM_FUZZ=ON >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+	scripts/fuzz_smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 demo: build
 	@scripts/demo.sh $(BUILD)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs the Debian packages tracemill's build and tests
-# need (for the consumer tests too: Go and pprof's sources, xmllint,
+# need (clang and its libFuzzer runtime for make fuzz, valgrind for the
+# time-bound tests; for the consumer tests too: Go and pprof's sources, xmllint,
 # Chromium, Node.js), only when one is missing (idempotent; safe to run on
 # every make).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev libcriterion-dev
       libsqlite3-dev sqlite3 libedit-dev
       libmicrohttpd-dev librdkafka-dev libmsgpack-dev libyaml-dev libzstd-dev libbrotli-dev curl
+      libcurl4-openssl-dev libunwind-dev clang libclang-rt-dev valgrind
       golang-go golang-github-google-pprof-dev libxml2-utils chromium)
 missing=()
 for p in "${pkgs[@]}"; do
