@@ -38,6 +38,9 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("PerfSample skipped by the producer", s->perf_samples_skipped);
     line("PerfSample without callstack", s->perf_samples_without_callstack);
     line("kernel records lost (PerfSample)", s->perf_records_lost);
+    line("producer: buffer chunks overwritten", s->buffer_chunks_overwritten);
+    line("producer: buffer chunks discarded", s->buffer_chunks_discarded);
+    line("producer: writer packets lost", s->writer_packet_loss);
     line("packets skipped: needed incremental state", s->packets_skipped_incremental);
     line("interned data skipped: state invalid", s->interned_data_skipped);
     line("packets skipped: unsupported", s->packets_unsupported);

@@ -206,6 +206,14 @@ typedef struct tm_trace_stats {
     int64_t last_sample_ns;
     uint32_t trace_clock_id;          /* Perfetto builtin clock of trace time */
     int has_realtime;                 /* a clock path to REALTIME exists */
+    /* The producer's own loss accounting: the last TraceStats packet, summed
+     * over its buffers (Perfetto's tracing service and tracemill record
+     * write one at the end). Not read in TM_MODE_RELAY. */
+    uint64_t trace_stats_packets;
+    uint64_t buffer_chunks_overwritten; /* RING_BUFFER: the oldest data gave way */
+    uint64_t buffer_chunks_discarded;   /* DISCARD: the newest data was refused */
+    uint64_t buffer_bytes_overwritten;
+    uint64_t writer_packet_loss;        /* packets writers could not hand over */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

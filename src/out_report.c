@@ -83,6 +83,14 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"with_data_loss", s->sequences_with_data_loss},
     };
     write_group(w, "sequences", seqs, N(seqs), 0);
+    const counter producer[] = {
+        {"trace_stats_packets", s->trace_stats_packets},
+        {"chunks_overwritten", s->buffer_chunks_overwritten},
+        {"chunks_discarded", s->buffer_chunks_discarded},
+        {"bytes_overwritten", s->buffer_bytes_overwritten},
+        {"writer_packet_loss", s->writer_packet_loss},
+    };
+    write_group(w, "producer_losses", producer, N(producer), 0);
     const counter timing[] = {
         {"clock_snapshots", s->clock_snapshots},
         {"trace_clock_id", s->trace_clock_id},

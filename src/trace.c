@@ -100,6 +100,7 @@ typedef struct pkt {
     uint32_t clock_id, flags;
     bool has_ts, has_seq, legacy_cleared, zstd;
     tm_bytes interned, defaults, snapshot, ptree, pdesc, tdesc, track, compressed, streaming, perf, stack;
+    tm_bytes trace_stats;
 } pkt;
 
 typedef struct dec {
@@ -1144,6 +1145,42 @@ static tm_status on_track_desc(dec *d, seq_state *s, tm_bytes b) {
     return TM_OK;
 }
 
+/* TraceStats: each packet is a snapshot of the session so far, so the last
+ * one wins; BufferStats are summed over the buffers. */
+static tm_status on_trace_stats(dec *d, tm_bytes b) {
+    tm_trace_stats *st = &d->p->stats;
+    uint64_t overwritten = 0, discarded = 0, bytes_overwritten = 0, writer_loss = 0;
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 8) {
+            WANT(d, f, TM_PB_VARINT, "TraceStats");
+            discarded += f.val; /* the service's chunks_discarded, outside any buffer */
+            continue;
+        }
+        if (f.num != 1) continue;
+        WANT(d, f, TM_PB_LEN, "TraceStats");
+        tm_pb_reader br = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while ((rc = tm_pb_next(&br, &g)) == TM_PB_OK) {
+            uint64_t *sum = g.num == 3 ? &overwritten : g.num == 18 ? &discarded : g.num == 13 ? &bytes_overwritten
+                          : g.num == 19 ? &writer_loss : NULL;
+            if (!sum) continue;
+            WANT(d, g, TM_PB_VARINT, "TraceStats.BufferStats");
+            *sum += g.val;
+        }
+        if (rc == TM_PB_ERROR) return pb_error(d, &br, "TraceStats.BufferStats");
+    }
+    if (rc == TM_PB_ERROR) return pb_error(d, &r, "TraceStats");
+    st->trace_stats_packets++;
+    st->buffer_chunks_overwritten = overwritten;
+    st->buffer_chunks_discarded = discarded;
+    st->buffer_bytes_overwritten = bytes_overwritten;
+    st->writer_packet_loss = writer_loss;
+    return TM_OK;
+}
+
 static tm_status on_process_tree(dec *d, tm_bytes b) {
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1275,7 +1312,7 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
     k->has_ts = k->has_seq = k->legacy_cleared = k->zstd = false;
     k->interned.data = k->defaults.data = k->snapshot.data = k->ptree.data = k->pdesc.data = NULL;
     k->tdesc.data = k->track.data = k->compressed.data = k->streaming.data = k->perf.data = NULL;
-    k->stack.data = NULL;
+    k->stack.data = k->trace_stats.data = NULL;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         tm_bytes *slot = NULL;
         switch (f.num) {
@@ -1300,6 +1337,7 @@ static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
             case 50: slot = &k->compressed; break;
             case 54: slot = &k->streaming; break;
             case 135: slot = &k->stack; break; /* StackSample: not in Relay's schema */
+            case 35: slot = &k->trace_stats; break;
             case 133: k->zstd = true; continue;
             default: continue;
             }
@@ -1358,7 +1396,13 @@ static tm_status decode_packet(dec *d, tm_bytes b) {
     seq_state *s;
     TM_TRY(get_seq(d, k.seq, k.start, &s));
     tm_trace_stats *st = &d->p->stats;
-    /* 1. incremental-state clear, or data loss */
+    /* 1. data loss (counted like TP's traced_buf_sequence_packet_loss, also
+     * when the same packet clears the state), then the clear, if any */
+    if (k.dropped && s->seen) {
+        st->data_losses++;
+        if (!s->had_loss) st->sequences_with_data_loss++;
+        s->had_loss = true;
+    }
     if ((k.flags & SEQ_CLEARED) || k.legacy_cleared) {
         seq_clear_tables(d->mem, s);
         s->valid = true;
@@ -1366,9 +1410,6 @@ static tm_status decode_packet(dec *d, tm_bytes b) {
         st->incremental_resets++;
     } else if (k.dropped && s->seen) {
         s->valid = false;
-        st->data_losses++;
-        if (!s->had_loss) st->sequences_with_data_loss++;
-        s->had_loss = true;
     }
     s->seen = true;
     /* 2. defaults, 3. interned data */
@@ -1377,8 +1418,9 @@ static tm_status decode_packet(dec *d, tm_bytes b) {
         if (s->valid) TM_TRY(merge_interned(d, s, k.interned));
         else st->interned_data_skipped++;
     }
-    /* 4. clock snapshots are consumed here */
+    /* 4. clock snapshots and trace stats are consumed here */
     if (k.snapshot.data) return on_clock_snapshot(d, s, &k);
+    if (k.trace_stats.data) return on_trace_stats(d, k.trace_stats);
     /* 5. packets that need incremental state while it is invalid */
     if ((k.flags & SEQ_NEEDS) && !s->valid) {
         st->packets_skipped_incremental++;

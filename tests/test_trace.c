@@ -1430,3 +1430,70 @@ Test(trace_frames, missing_callstack_frame_or_mapping_iid_drops_the_sample) {
     tm_trace_free(t);
     tb_free(&b);
 }
+
+/* ==================================================================== */
+/* The producer's loss accounting: TraceStats, and previous_packet_dropped */
+/* on a packet that also clears the state (how a recorder restarts).      */
+/* ==================================================================== */
+
+/* A TraceStats packet with one BufferStats per entry of overwritten[]. */
+static void trace_stats_packet(tb_buf *t, const uint64_t *overwritten, const uint64_t *discarded,
+                               const uint64_t *writer_loss, size_t n_buffers) {
+    size_t p = tb_packet_open(t, 0, TB_NO_TS, 0);
+    size_t s = tb_open(t, 35);
+    for (size_t b = 0; b < n_buffers; b++) {
+        size_t bs = tb_open(t, 1);
+        tb_uint(t, 3, overwritten[b]);
+        tb_uint(t, 13, overwritten[b] * 4096);
+        tb_uint(t, 18, discarded[b]);
+        tb_uint(t, 19, writer_loss[b]);
+        tb_close(t, bs);
+    }
+    tb_close(t, s);
+    tb_close(t, p);
+}
+
+Test(trace_losses, last_trace_stats_summed_over_buffers) {
+    tb_buf t = {0};
+    clear_with_one_frame(&t, 1, 1000, "f");
+    tb_perf_sample(&t, 1, 2000, 1, 1, 1, TB_SEQ_NEEDS);
+    const uint64_t early[] = {1, 0}, none[] = {0, 0};
+    trace_stats_packet(&t, early, none, none, 2);
+    const uint64_t over[] = {3, 4}, disc[] = {0, 5}, lost[] = {7, 0};
+    trace_stats_packet(&t, over, disc, lost, 2); /* the final snapshot supersedes the first */
+    tm_trace *tr = parse(&t);
+    const tm_trace_stats *s = tm_trace_get_stats(tr);
+    cr_assert_eq(s->trace_stats_packets, 2);
+    cr_assert_eq(s->buffer_chunks_overwritten, 7);
+    cr_assert_eq(s->buffer_bytes_overwritten, 7 * 4096);
+    cr_assert_eq(s->buffer_chunks_discarded, 5);
+    cr_assert_eq(s->writer_packet_loss, 7);
+    cr_assert_eq(s->samples_kept, 1);
+    tm_trace_free(tr);
+    tb_free(&t);
+}
+
+Test(trace_losses, dropped_packet_with_a_clear_counts_the_loss_and_resolves_after) {
+    tb_buf t = {0};
+    clear_with_one_frame(&t, 1, 1000, "before");
+    tb_perf_sample(&t, 1, 2000, 1, 1, 1, TB_SEQ_NEEDS);
+    /* the writer lost packets, then restarted its interning in one packet */
+    size_t p = tb_packet_open(&t, 1, 3000, TB_SEQ_CLEARED | TB_SEQ_NEEDS);
+    tb_uint(&t, TB_P_PREV_DROPPED, 1);
+    size_t i = tb_open(&t, TB_P_INTERNED_DATA);
+    fn_name(&t, 1, "after");
+    tb_frame(&t, 1, 1, 0, 1);
+    callstack1(&t, 1, 1);
+    tb_close(&t, i);
+    tb_close(&t, p);
+    tb_perf_sample(&t, 1, 4000, 1, 1, 1, TB_SEQ_NEEDS);
+    tm_trace *tr = parse(&t);
+    const tm_trace_stats *s = tm_trace_get_stats(tr);
+    cr_assert_eq(s->data_losses, 1);
+    cr_assert_eq(s->sequences_with_data_loss, 1);
+    cr_assert_eq(s->samples_kept, 2, "the state was cleared in the same packet: nothing is stale");
+    cr_assert_eq(s->dropped_stale_interning, 0);
+    assert_sample(tm_trace_profile(tr), 1, 4000, 1, "after");
+    tm_trace_free(tr);
+    tb_free(&t);
+}
