@@ -537,7 +537,9 @@ static tm_status write_mappings(pprof_writer *x) {
         uint8_t msg[96], *e = tm_pbw_uint(msg, MAPPING_ID, k + 1);
         if (m->start) e = tm_pbw_uint(e, MAPPING_MEMORY_START, m->start);
         if (m->end) e = tm_pbw_uint(e, MAPPING_MEMORY_LIMIT, m->end);
-        if (m->start_offset) e = tm_pbw_uint(e, MAPPING_FILE_OFFSET, m->start_offset);
+        /* traceconv: file_offset = exact_offset (the mapping's file offset;
+         * start_offset is where the ELF starts in the file, 0 for plain files). */
+        if (m->exact_offset) e = tm_pbw_uint(e, MAPPING_FILE_OFFSET, m->exact_offset);
         if (file) e = tm_pbw_uint(e, MAPPING_FILENAME, file);
         if (build) e = tm_pbw_uint(e, MAPPING_BUILD_ID, build);
         if (x->map_named[by_id[k]]) e = tm_pbw_uint(e, MAPPING_HAS_FUNCTIONS, 1);
