@@ -265,7 +265,9 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
 
 static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view raw, tm_error *err) {
     const tm_srv_item *item = j->item;
-    json_t *root = json_loadb(meta.ptr, meta.len, JSON_REJECT_DUPLICATES, NULL);
+    /* only strings are read here: numbers of any size are fine as reals */
+    json_t *root = json_loadb(meta.ptr, meta.len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL,
+                              NULL);
     const char *ctype = json_str(root, "content_type");
     const char *platform = json_str(root, "platform");
     if (platform) j->ui = is_ui_platform(platform, strlen(platform));

@@ -51,6 +51,9 @@ tm_status tm_fail(tm_error *err, tm_status code, uint64_t offset, const char *re
 #define TM_UNLIKELY(x) (x)
 #endif
 
+/* Signed 128-bit integer: Relay does its clock arithmetic in i128. */
+__extension__ typedef __int128 tm_i128;
+
 /* 64-bit mixing hash (splitmix64 finaliser) for integer keys. */
 static inline uint64_t tm_hash_u64(uint64_t x) {
     x ^= x >> 30;

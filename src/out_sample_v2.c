@@ -37,6 +37,12 @@ static int hexval(int c) {
     return -1;
 }
 
+/* Whether v is the string lit exactly (strings may hold NULs). */
+static int json_str_is(const json_t *v, const char *lit) {
+    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
+           memcmp(json_string_value(v), lit, strlen(lit)) == 0;
+}
+
 /* Relay's EventId: a UUID, simple or hyphenated, written as 32 lowercase
  * hex digits. */
 static int parse_event_id(const json_t *v, char out[33]) {
@@ -63,13 +69,18 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
     memset(m, 0, sizeof *m);
     if (len > TM_MAX_META_BYTES) return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
     json_error_t je;
-    m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    /* serde_json, which Relay reads it with, takes "\u0000" in strings and
+     * integers beyond 64 bits (as floats): so do we, the latter on a second
+     * pass, so that ordinary integers stay integers. */
+    m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!m->root && strstr(je.text, "too big"))
+        m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
     if (!m->root) return tm_fail(err, TM_ERR_REJECTED, (uint64_t)je.position, "InvalidJson",
                                  "metadata is not JSON: %s", je.text);
     if (!json_is_object(m->root)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");
     json_t *o = m->root, *v;
     v = json_object_get(o, "version");
-    if (!json_is_string(v) || strcmp(json_string_value(v), "2") != 0)
+    if (!json_str_is(v, "2"))
         return REJECT(err, "InvalidJson", "metadata field version must be \"2\"");
     if (!parse_event_id(json_object_get(o, "chunk_id"), m->chunk_id))
         return REJECT(err, "InvalidJson", "metadata field chunk_id is missing or not a UUID");
@@ -103,8 +114,7 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
         json_array_foreach(m->images, i, img) {
             json_t *ty = json_object_get(img, "type");
             int known = 0;
-            for (size_t k = 0; json_is_string(ty) && k < sizeof image_types / sizeof *image_types; k++)
-                known |= strcmp(json_string_value(ty), image_types[k]) == 0;
+            for (size_t k = 0; k < sizeof image_types / sizeof *image_types; k++) known |= json_str_is(ty, image_types[k]);
             if (!json_is_object(img) || !known)
                 return REJECT(err, "InvalidJson", "debug_meta.images[%zu] has no known type", i);
         }
@@ -326,7 +336,7 @@ static void write_frame(tm_jw *w, const tm_pframe *f, uint64_t addr_mask) {
 
 /* Relay's timestamp: f64 seconds of (ts + offset), rounded to ms. */
 static double relay_seconds(const tm_profile *p, int64_t ts) {
-    __extension__ __int128 v = (__int128)(uint64_t)ts + p->relay_offset_ns;
+    tm_i128 v = (tm_i128)(uint64_t)ts + p->relay_offset_ns;
     double secs = (double)v / 1e9;
     return round(secs * 1000.0) / 1000.0;
 }
@@ -599,7 +609,7 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
             tm_jw_char(w, ']');
         }
         tm_jw_lit(w, "],\"frames\":[");
-        uint64_t addr_mask = m.platform && strcmp(json_string_value(m.platform), "cocoa") == 0 ? COCOA_ADDR_MASK
+        uint64_t addr_mask = json_str_is(m.platform, "cocoa") ? COCOA_ADDR_MASK
                                                                                               : UINT64_MAX;
         for (size_t i = 0; i < p->n_frames; i++) {
             if (i) tm_jw_char(w, ',');

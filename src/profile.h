@@ -92,7 +92,7 @@ typedef struct tm_profile {
     uint64_t *weights;     int untimed;
 
     tm_time_segment *realtime; size_t n_realtime; /* empty: no Unix time known */
-    int64_t relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME */
+    tm_i128 relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME, exact */
     int64_t relay_observed_pid; int has_relay_pid;
 
     tm_trace_stats stats;

@@ -1568,13 +1568,8 @@ static tm_status build_realtime(dec *d) {
 static tm_status finish(dec *d) {
     tm_profile *p = d->p;
     if (d->relay) {
-        if (p->has_relay_offset) {
-            /* Relay adds REALTIME - BOOTTIME in 128-bit arithmetic; keep both
-             * halves exact by storing the offset only when it fits. */
-            __extension__ __int128 off = (__int128)d->relay_real - (__int128)d->relay_boot;
-            if (off > INT64_MAX || off < INT64_MIN) p->has_relay_offset = 0;
-            else p->relay_offset_ns = (int64_t)off;
-        }
+        /* Relay adds REALTIME - BOOTTIME in 128-bit arithmetic */
+        if (p->has_relay_offset) p->relay_offset_ns = (tm_i128)d->relay_real - (tm_i128)d->relay_boot;
     } else {
         TM_TRY(convert_sample_clocks(d));
         TM_TRY(build_realtime(d));
