@@ -41,6 +41,7 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("producer: buffer chunks overwritten", s->buffer_chunks_overwritten);
     line("producer: buffer chunks discarded", s->buffer_chunks_discarded);
     line("producer: writer packets lost", s->writer_packet_loss);
+    line("clock readings ignored", s->clock_readings_ignored);
     line("packets skipped: needed incremental state", s->packets_skipped_incremental);
     line("interned data skipped: state invalid", s->interned_data_skipped);
     line("packets skipped: unsupported", s->packets_unsupported);

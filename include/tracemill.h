@@ -214,6 +214,8 @@ typedef struct tm_trace_stats {
     uint64_t buffer_chunks_discarded;   /* DISCARD: the newest data was refused */
     uint64_t buffer_bytes_overwritten;
     uint64_t writer_packet_loss;        /* packets writers could not hand over */
+    uint64_t clock_readings_ignored;    /* snapshot clocks not used: reserved ids (>= 128),
+                                           past TM_MAX_CLOCKS, or value * multiplier past int64 */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

@@ -93,6 +93,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
     write_group(w, "producer_losses", producer, N(producer), 0);
     const counter timing[] = {
         {"clock_snapshots", s->clock_snapshots},
+        {"clock_readings_ignored", s->clock_readings_ignored},
         {"trace_clock_id", s->trace_clock_id},
         {"has_realtime", (uint64_t)s->has_realtime},
         {"streaming_samples_timed_from_packet_timestamp", s->streaming_without_reference_time},

@@ -21,7 +21,7 @@ int tm_pb_next_slow(tm_pb_reader *r, tm_pb_field *f) {
     case TM_PB_VARINT:
         e = tm_pb_varint(&p, r->end, &f->val);
         if (e) return tm_pb_fail(r, p, e == 1 ? TM_ERR_TRUNCATED : TM_ERR_MALFORMED,
-                                 e == 1 ? "truncated varint" : "varint longer than 10 bytes");
+                                 e == 1 ? "truncated varint" : "varint longer than 10 bytes or beyond 64 bits");
         break;
     case TM_PB_I64:
         if (r->end - p < 8) return tm_pb_fail(r, p, TM_ERR_TRUNCATED, "truncated fixed64");

@@ -1254,7 +1254,10 @@ static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
             if (id == TM_CLOCK_REALTIME && !has_real) relay_real = value, has_real = true;
             continue;
         }
-        if (id >= 128 || n >= TM_MAX_CLOCKS) continue;
+        if (id >= 128 || n >= TM_MAX_CLOCKS) {
+            d->p->stats.clock_readings_ignored++;
+            continue;
+        }
         uint64_t key = clock_key(s->id, id);
         clock_info *ci = find_clock(d, key);
         if (!ci && d->n_clocks < TM_MAX_CLOCKS) {
@@ -1264,7 +1267,10 @@ static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
             ci->incremental = incremental && id >= 64;
         }
         uint64_t scaled;
-        if (__builtin_mul_overflow(value, mult, &scaled) || scaled > INT64_MAX) continue;
+        if (__builtin_mul_overflow(value, mult, &scaled) || scaled > INT64_MAX) {
+            d->p->stats.clock_readings_ignored++;
+            continue;
+        }
         if (ci && ci->incremental) ci->last = (int64_t)scaled;
         pts[n].clock = key;
         pts[n].value = (int64_t)scaled;

@@ -1264,7 +1264,7 @@ static const struct {
     STAT(clock_snapshots), STAT(perf_samples), STAT(streaming_samples), STAT(samples_kept),
     STAT(dropped_unresolved), STAT(dropped_missing_clock), STAT(dropped_bad_timestamp),
     STAT(dropped_malformed_streaming), STAT(samples_without_thread), STAT(threads), STAT(frames),
-    STAT(mappings), STAT(mappings_without_build_id),
+    STAT(mappings), STAT(mappings_without_build_id), STAT(clock_readings_ignored),
 };
 
 /* What an entry expects, parsed from its EXPECT column. */
