@@ -300,12 +300,14 @@ static tm_status cache_put(dec *d, uint32_t kind, uint32_t gen, uint32_t upid, u
     return TM_OK;
 }
 
-static tm_str arena_str(dec *d, const char *s, size_t n) {
+/* A NUL-terminated copy of s[0..n) in the trace's arena. */
+static tm_status arena_str(dec *d, const char *s, size_t n, tm_str *out) {
     char *p = tm_arena_alloc(&d->tp->arena, n + 1);
-    if (!p) return no_str;
+    if (!p) return nomem(d);
     memcpy(p, s, n);
     p[n] = 0;
-    return (tm_str){(const uint8_t *)p, n};
+    *out = (tm_str){(const uint8_t *)p, n};
+    return TM_OK;
 }
 
 /* Processes and threads (Trace Processor's ProcessTracker). */
@@ -669,18 +671,28 @@ static tm_status push_sample(dec *d, int64_t ts, sample_ref ref, const uint8_t *
         return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
                        (unsigned long long)d->lim->max_samples);
     if (tp->n_samples == tp->cap_samples) {
-        size_t cap = tp->cap_samples, n = cap ? cap * 2 : 1024;
-        if (tm_vec_grow(d->mem, (void **)&tp->s_ts, &cap, sizeof *tp->s_ts, n) != TM_OK) return nomem(d);
-        cap = tp->cap_samples;
-        if (tm_vec_grow(d->mem, (void **)&d->s_ref, &cap, sizeof *d->s_ref, n) != TM_OK) return nomem(d);
-        cap = tp->cap_samples;
-        if (tm_vec_grow(d->mem, (void **)&tp->s_callsite, &cap, sizeof *tp->s_callsite, n) != TM_OK)
+        /* The five columns are freed with the one cap_samples, so they must
+         * never disagree: all five new arrays are allocated before any old
+         * one is given up (growing them one by one left the columns grown
+         * before a failure to be freed with the old size). */
+        enum { N_COLS = 5 };
+        size_t old = tp->cap_samples, n = old ? old * 2 : 1024, c;
+        void **cols[N_COLS] = {(void **)&tp->s_ts, (void **)&d->s_ref, (void **)&tp->s_callsite,
+                               (void **)&tp->s_task, (void **)&tp->s_attr};
+        const size_t elem[N_COLS] = {sizeof *tp->s_ts, sizeof *d->s_ref, sizeof *tp->s_callsite, sizeof *tp->s_task,
+                                     sizeof *tp->s_attr};
+        void *fresh[N_COLS];
+        for (c = 0; c < N_COLS && (fresh[c] = tm_mem_alloc(d->mem, n * elem[c])) != NULL; c++) {}
+        if (c < N_COLS) {
+            while (c-- > 0) tm_mem_free(d->mem, fresh[c], n * elem[c]);
             return nomem(d);
-        cap = tp->cap_samples;
-        if (tm_vec_grow(d->mem, (void **)&tp->s_task, &cap, sizeof *tp->s_task, n) != TM_OK) return nomem(d);
-        cap = tp->cap_samples;
-        if (tm_vec_grow(d->mem, (void **)&tp->s_attr, &cap, sizeof *tp->s_attr, n) != TM_OK) return nomem(d);
-        tp->cap_samples = cap;
+        }
+        for (c = 0; c < N_COLS; c++) {
+            if (old) memcpy(fresh[c], *cols[c], old * elem[c]);
+            tm_mem_free(d->mem, *cols[c], old * elem[c]);
+            *cols[c] = fresh[c];
+        }
+        tp->cap_samples = n;
     }
     size_t i = tp->n_samples++;
     tp->s_ts[i] = ts;
@@ -1068,17 +1080,21 @@ static tm_status decode_trace(dec *d, tm_bytes buf, int depth) {
 
 /* ---- parser: callstacks ----------------------------------------------------- */
 
-static tm_str hex_build_id(dec *d, tm_bytes raw) {
-    if (raw.len == 33) return raw; /* already a Chrome/breakpad module id in hex */
+static tm_status hex_build_id(dec *d, tm_bytes raw, tm_str *out) {
+    if (raw.len == 33) { /* already a Chrome/breakpad module id in hex */
+        *out = raw;
+        return TM_OK;
+    }
     char *p = tm_arena_alloc(&d->tp->arena, raw.len * 2 + 1);
-    if (!p) return no_str;
+    if (!p) return nomem(d);
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < raw.len; i++) {
         p[2 * i] = digits[raw.data[i] >> 4];
         p[2 * i + 1] = digits[raw.data[i] & 15];
     }
     p[raw.len * 2] = 0;
-    return (tm_str){(const uint8_t *)p, raw.len * 2};
+    *out = (tm_str){(const uint8_t *)p, raw.len * 2};
+    return TM_OK;
 }
 
 static int mapping_eq(const void *ctx, uint32_t idx, const void *key) {
@@ -1135,7 +1151,7 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
         switch (f.num) {
         case 2: {
             tm_str raw;
-            if (f.val && interned_str(d, gen, IK_BUILD_IDS, f.val, &raw)) m.build_id = hex_build_id(d, raw);
+            if (f.val && interned_str(d, gen, IK_BUILD_IDS, f.val, &raw)) TM_TRY(hex_build_id(d, raw, &m.build_id));
             break;
         }
         case 3: m.start_offset = f.val; break;
@@ -1167,7 +1183,8 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned mapping.path_string_ids");
     size_t skip = plen >= 2 && path[0] == '/' && path[1] == '/' ? 1 : 0; /* Chrome sends full paths */
-    m.name = plen ? arena_str(d, path + skip, plen - skip) : empty_str;
+    m.name = empty_str;
+    if (plen) TM_TRY(arena_str(d, path + skip, plen - skip, &m.name));
     bool kernel = m.name.len == 7 && !memcmp(m.name.data, "/kernel", 7);
     bool global = m.start == m.end || kernel || upid == TP_NULL;
     TM_TRY(add_mapping(d, &m, global, &row));
@@ -2058,7 +2075,9 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
     TM_TRY(add_meta(d, "trace_size_bytes", (int64_t)len, no_str));
     if (d->n_snaps) TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
     TM_TRY(add_meta(d, "trace_type", TP_NO_INT, (tm_str){(const uint8_t *)"proto", 5}));
-    TM_TRY(add_meta(d, "trace_uuid", TP_NO_INT, arena_str(d, uuid, strlen(uuid))));
+    tm_str uuid_str;
+    TM_TRY(arena_str(d, uuid, strlen(uuid), &uuid_str));
+    TM_TRY(add_meta(d, "trace_uuid", TP_NO_INT, uuid_str));
     if (!d->n_snaps) { /* the synthetic snapshot of a trace without one */
         /* Observed (probe p6): two more cache misses when packets were
          * dropped for want of a snapshot, as that snapshot is added. */
@@ -2086,7 +2105,7 @@ static void dec_release(dec *d) {
     tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);
     tm_mem_free(m, d->events, d->cap_events * sizeof *d->events);
     tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
-    tm_mem_free(m, d->s_order, d->tp->cap_samples * sizeof *d->s_order);
+    tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
     tm_u64map_free(m, &d->pend_by_key);
     tm_mem_free(m, d->points, d->cap_points * sizeof *d->points);
