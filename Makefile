@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve golden check-src clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src clean
 
 all: build
 
@@ -57,6 +57,11 @@ bench: build
 # The ingest server under load: chunks/s, MB/s, latency percentiles, CPU.
 bench-serve: build
 	@scripts/bench_serve.sh $(BUILD)
+
+# The recorder's overhead: a CPU-bound program plain and recorded at 101 and
+# 250 Hz, ratio of medians, and trace bytes per sample.
+bench-record: build
+	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 7 --work 1500
 
 # Rewrites tests/golden/* from the current build; review `git diff` after.
 golden: build

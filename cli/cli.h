@@ -117,6 +117,9 @@ int cli_query_shell(struct sqlite3 *db, cli_qout *o, int interactive);
 int cli_query(int argc, char **argv);
 int cli_export_sqlite(int argc, char **argv);
 
+/* `tracemill record`: runs a command under libtracemill_record.so. */
+int cli_record(int argc, char **argv);
+
 extern const char cli_usage[];
 
 #endif

@@ -46,6 +46,10 @@ const char cli_usage[] =
     "  store ls | get CHUNK_ID [--raw] [-o OUT] | export OUT_DIR   [--store PATH]\n"
     "      what the local store holds: one line per chunk, a chunk's payload\n"
     "      JSON (--raw: its Perfetto trace), or every chunk as files\n"
+    "  record [-F HZ] [-o OUT.pftrace] [--duration S] [--buffer-kb N] [--fill ring|discard]\n"
+    "         [--clock cpu|wall] [--chunk-seconds N] [--unwind dwarf|fp] -- CMD ARGS...\n"
+    "      run CMD under the sampling profiler (libtracemill_record.so preloaded)\n"
+    "      and write a Perfetto trace (default 101 Hz of CPU time per thread)\n"
     "\n"
     "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected\n"
     "from their first bytes; --input-format perfetto|sample-v2|folded overrides\n"
@@ -89,6 +93,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "diff") == 0) return cli_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "query") == 0) return cli_query(argc - 1, argv + 1);
     if (strcmp(cmd, "export-sqlite") == 0) return cli_export_sqlite(argc - 1, argv + 1);
+    if (strcmp(cmd, "record") == 0) return cli_record(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "store") == 0) return cli_exec_server(argv);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("tracemill %s\n", TM_VERSION_STRING);

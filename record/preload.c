@@ -1,0 +1,96 @@
+/*
+ * preload.c — the LD_PRELOAD entry of libtracemill_record.so: a constructor
+ * that reads the TRACEMILL_RECORD_* environment variables and starts a
+ * recorder in an unmodified program, and a destructor that stops it and
+ * writes the trace. `tracemill record` sets these variables; they are:
+ *
+ *   TRACEMILL_RECORD_OUT            trace path (required; nothing happens without it)
+ *   TRACEMILL_RECORD_HZ             samples per second per thread (101)
+ *   TRACEMILL_RECORD_DURATION       seconds of sampling, then the trace is written
+ *   TRACEMILL_RECORD_BUFFER_KB      central buffer size (4096)
+ *   TRACEMILL_RECORD_FILL           ring | discard
+ *   TRACEMILL_RECORD_CLOCK          cpu | wall
+ *   TRACEMILL_RECORD_UNWIND         dwarf | fp
+ *   TRACEMILL_RECORD_MAX_DEPTH      frames per stack (128)
+ *   TRACEMILL_RECORD_CHUNK_SECONDS  continuous chunks OUT.N.pftrace
+ *   TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS, TRACEMILL_RECORD_CLEAR_PERIOD_MS
+ *   TRACEMILL_RECORD_DEMANGLE       1: C++ names demangled
+ *   TRACEMILL_RECORD_PID            only the process with this pid records (its
+ *                                   children and exec'd programs inherit the
+ *                                   variables but must not overwrite its trace)
+ *
+ * Problems are reported on stderr with a "tracemill record:" prefix; the
+ * host program always runs on.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tracemill.h"
+
+static tm_recorder *g_preload_recorder;
+
+/* Unsigned decimal environment value; 0 (the option's default) when unset.
+ * A bad value is reported and ignored. */
+static uint32_t env_u32(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*end || n > UINT32_MAX) {
+        fprintf(stderr, "tracemill record: ignoring %s=%s (not a number)\n", name, v);
+        return 0;
+    }
+    return (uint32_t)n;
+}
+
+/* 0 for first (or unset), 1 for second; a bad value is reported. */
+static int env_choice(const char *name, const char *first, const char *second) {
+    const char *v = getenv(name);
+    if (!v || !*v || strcmp(v, first) == 0) return 0;
+    if (strcmp(v, second) == 0) return 1;
+    fprintf(stderr, "tracemill record: ignoring %s=%s (expected %s or %s)\n", name, v, first, second);
+    return 0;
+}
+
+__attribute__((constructor)) static void tracemill_record_preload_start(void) {
+    const char *out = getenv("TRACEMILL_RECORD_OUT");
+    if (!out || !*out) return;
+    const char *pid = getenv("TRACEMILL_RECORD_PID");
+    if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid()) return;
+    tm_recorder_opts o;
+    memset(&o, 0, sizeof o);
+    o.output = out;
+    o.hz = env_u32("TRACEMILL_RECORD_HZ");
+    o.duration_ms = env_u32("TRACEMILL_RECORD_DURATION") * 1000u;
+    o.buffer_kb = env_u32("TRACEMILL_RECORD_BUFFER_KB");
+    o.fill = env_choice("TRACEMILL_RECORD_FILL", "ring", "discard") ? TM_RECORD_FILL_DISCARD : TM_RECORD_FILL_RING;
+    o.clock = env_choice("TRACEMILL_RECORD_CLOCK", "cpu", "wall") ? TM_RECORD_CLOCK_WALL : TM_RECORD_CLOCK_CPU;
+    o.unwind = env_choice("TRACEMILL_RECORD_UNWIND", "dwarf", "fp") ? TM_RECORD_UNWIND_FP : TM_RECORD_UNWIND_DWARF;
+    o.max_depth = env_u32("TRACEMILL_RECORD_MAX_DEPTH");
+    o.chunk_seconds = env_u32("TRACEMILL_RECORD_CHUNK_SECONDS");
+    o.file_write_period_ms = env_u32("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS");
+    o.clear_period_ms = env_u32("TRACEMILL_RECORD_CLEAR_PERIOD_MS");
+    o.demangle = env_u32("TRACEMILL_RECORD_DEMANGLE") != 0;
+    tm_error err;
+    tm_recorder *r = NULL;
+    if (tm_recorder_new(&o, &r, &err) != TM_OK || tm_recorder_start(r, &err) != TM_OK) {
+        fprintf(stderr, "tracemill record: not recording: %s\n", err.message);
+        tm_recorder_free(r);
+        return;
+    }
+    g_preload_recorder = r;
+}
+
+__attribute__((destructor)) static void tracemill_record_preload_stop(void) {
+    tm_recorder *r = g_preload_recorder;
+    if (!r) return;
+    g_preload_recorder = NULL;
+    tm_error err;
+    if (tm_recorder_stop(r, &err) != TM_OK) fprintf(stderr, "tracemill record: %s\n", err.message);
+    tm_recorder_free(r);
+}

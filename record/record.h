@@ -1,0 +1,178 @@
+/*
+ * record.h — internal interfaces of the recorder (libtracemill_record), the
+ * sampling profiler that writes Perfetto traces. Its pieces:
+ *
+ *   symbols.c   /proc/self/maps, ELF build ids and symbol tables, dladdr:
+ *               turns a pc into (mapping, rel_pc, function name)
+ *   writer.c    the Perfetto encoder: per-sequence interning, ClockSnapshot,
+ *               ProcessTree, TrackDescriptors, PerfSample, TraceStats...
+ *   sampler.c   per-thread CPU-time (or wall-clock) timers, the signal handler,
+ *               per-thread sample rings, unwinding
+ *   recorder.c  the collector thread, the central buffer (ring or discard),
+ *               file writing, chunks, the public tm_recorder_* API
+ *   upload.c    continuous-profiling chunks as Sentry envelopes over HTTP
+ *   preload.c   LD_PRELOAD entry: configuration from the environment
+ *
+ * The recorder sits beside cli/ and server/: it uses include/tracemill.h
+ * and, for protobuf encoding, the library's wire writer (src/pb_write.h).
+ */
+#ifndef TM_RECORD_H
+#define TM_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tracemill.h"
+
+/* ==== Symbolization (symbols.c) ======================================== */
+
+/* One executable mapping of the process, from /proc/self/maps. */
+typedef struct tmr_mapping {
+    uint64_t start, end, offset; /* [start, end) and file offset */
+    uint64_t load_bias;          /* ELF load bias as Perfetto's unwinder defines it: p_vaddr - p_offset
+                                    of the first executable PT_LOAD (usually 0 for PIEs and libraries,
+                                    0x400000 for x86-64 non-PIE executables); see symbols.c */
+    const char *path;            /* "" for anonymous */
+    uint8_t build_id[32];        /* NT_GNU_BUILD_ID bytes */
+    size_t build_id_len;         /* 0: none */
+} tmr_mapping;
+
+typedef struct tmr_symbols tmr_symbols;
+
+/* Reads /proc/self/maps (executable mappings only) and each file's build
+ * id. Returns NULL on failure (err says why). demangle: C++ names through
+ * __cxa_demangle when the process has it (looked up with dlsym). */
+tmr_symbols *tmr_symbols_new(int demangle, tm_error *err);
+void tmr_symbols_free(tmr_symbols *s);
+/* Re-reads the maps (after dlopen, or when a pc falls in no known mapping). */
+tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err);
+
+/* Resolves pc (cached per pc; a pc in no mapping re-reads the maps, at
+ * most every 100 ms). *mapping is an index usable with tmr_symbols_mapping, or -1
+ * when pc is in no mapping; *rel_pc is the pc relative to the ELF file's
+ * load address as Perfetto defines rel_pc; *name is the function name
+ * (demangled if asked) or NULL when unknown. Names stay valid until
+ * tmr_symbols_free. Not async-signal-safe: the collector calls it. */
+void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name);
+const tmr_mapping *tmr_symbols_mapping(const tmr_symbols *s, int i);
+
+/* ==== Perfetto encoding (writer.c) ===================================== */
+
+/* Receives each encoded TracePacket already framed as a Trace record
+ * (0x0A, varint length, packet bytes), in order. Returns 0, or non-zero to
+ * fail the write (the writer then returns TM_ERR_IO). */
+typedef int (*tmr_emit_fn)(void *ctx, const uint8_t *rec, size_t len);
+
+typedef struct tmr_writer_opts {
+    int32_t pid;
+    const char *process_name;      /* NULL: from /proc/self/cmdline */
+    uint32_t sampling_hz;          /* for TraceConfig / SystemInfo description */
+    int wall_clock;                /* sampling timer kind, described in TraceConfig */
+    uint32_t buffer_kb;            /* described in TraceConfig */
+    int fill_discard;              /* described in TraceConfig */
+} tmr_writer_opts;
+
+typedef struct tmr_writer tmr_writer;
+
+/* The writer's own trusted_packet_sequence_id (descriptors, clock
+ * snapshots, stats). Sample sequences must be >= 1 and differ from it. */
+#define TMR_WRITER_SEQ 0x7fffffffu
+
+tmr_writer *tmr_writer_new(const tmr_writer_opts *o, tmr_symbols *syms, tmr_emit_fn emit, void *ctx,
+                           tm_error *err);
+void tmr_writer_free(tmr_writer *w);
+
+/* Start of a trace or of a self-contained chunk: TraceConfig, SystemInfo,
+ * a ClockSnapshot (BOOTTIME, MONOTONIC, REALTIME; BOOTTIME is the trace
+ * clock), ProcessTree and the process TrackDescriptor, a thread
+ * TrackDescriptor for every thread named so far, and every sequence's
+ * interning forgotten so that its next packet carries
+ * SEQ_INCREMENTAL_STATE_CLEARED and re-interns what it uses. */
+tm_status tmr_writer_begin(tmr_writer *w, tm_error *err);
+
+/* A periodic ClockSnapshot. */
+tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err);
+
+/* A thread (new or renamed): ProcessTree thread entry + TrackDescriptor. */
+tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_error *err);
+
+/* One sample on writer sequence seq (one sequence per sampled thread; seq
+ * >= 1). pcs[0] is the interrupted pc (the leaf), pcs[1..depth) return
+ * addresses, outermost last (the writer symbolizes return addresses at pc-1,
+ * so pass them unadjusted). ts_ns is CLOCK_BOOTTIME. depth 0 writes a
+ * PerfSample without a callstack. prev_dropped: samples
+ * of this sequence were lost before this one (sets previous_packet_dropped
+ * and re-emits the sequence's interned state). */
+tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
+                            const uint64_t *pcs, uint32_t depth, int prev_dropped, tm_error *err);
+
+/* Forgets the interning of every sequence (periodic incremental-state clear
+ * and chunk starts). */
+void tmr_writer_clear_incremental(tmr_writer *w);
+
+/* Losses, written as a TraceStats packet at the end of a trace or chunk. */
+typedef struct tmr_losses {
+    uint64_t chunks_overwritten;  /* central buffer, RING_BUFFER policy */
+    uint64_t chunks_discarded;    /* central buffer, DISCARD policy */
+    uint64_t bytes_overwritten, bytes_discarded;
+    uint32_t n_writers;
+    const uint32_t *writer_seq;        /* per writer (sampled thread): its sequence id */
+    const uint64_t *writer_samples_lost; /* samples its ring could not hold */
+} tmr_losses;
+tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err);
+
+/* ==== Sampling (sampler.c) ============================================= */
+
+/* The signal-driven half of the recorder. Each sampled thread has a slot:
+ * a POSIX timer that sends it SIGPROF and a single-producer (the signal
+ * handler on that thread) single-consumer (the collector) ring of raw
+ * samples, allocated when the thread is registered. Everything but the
+ * handler runs on the collector thread, one call at a time. */
+
+typedef struct tmr_sampler_opts {
+    uint32_t hz;          /* timer frequency per thread */
+    int wall_clock;       /* 0: CLOCK of the thread's CPU time; 1: CLOCK_MONOTONIC */
+    int unwind_fp;        /* 0: libunwind (DWARF CFI); 1: frame-pointer walk */
+    uint32_t max_depth;   /* frames captured per sample */
+    uint32_t ring_samples; /* capacity of each thread's ring (a power of two) */
+} tmr_sampler_opts;
+
+/* One raw sample handed to the collector; depth 0 reports only losses (a
+ * thread that ended, or the final drain). */
+typedef struct tmr_raw_sample {
+    uint32_t seq;          /* writer sequence of the thread (>= 1, never reused) */
+    int32_t tid;
+    uint32_t cpu;
+    uint64_t ts_ns;        /* CLOCK_BOOTTIME */
+    const uint64_t *pcs;   /* pcs[0] the interrupted pc, then return addresses */
+    uint32_t depth;
+    uint64_t lost;         /* samples of this thread its full ring dropped since the last report */
+    uint64_t overruns;     /* timer expirations merged into this signal */
+} tmr_raw_sample;
+
+typedef void (*tmr_sample_fn)(void *ctx, const tmr_raw_sample *s);
+/* A thread seen for the first time (seq is its new sequence) or renamed. */
+typedef void (*tmr_thread_fn)(void *ctx, uint32_t seq, int32_t tid, const char *name);
+
+typedef struct tmr_sampler tmr_sampler;
+
+/* Installs the SIGPROF handler. Fails with TM_ERR_UNSUPPORTED when the
+ * process already handles SIGPROF, or when another sampler is active. */
+tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err);
+/* Scans /proc/self/task: arms a timer for every new thread (except
+ * skip_tid, the collector), reports new or renamed threads, and retires
+ * threads that ended (draining their rings first). */
+tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_thread, tmr_sample_fn on_sample,
+                           void *ctx, tm_error *err);
+/* Hands every queued sample to on_sample; returns how many. */
+size_t tmr_sampler_drain(tmr_sampler *s, tmr_sample_fn on_sample, void *ctx);
+/* Deletes every timer (sampling stops; queued samples stay drainable). */
+void tmr_sampler_disarm(tmr_sampler *s);
+/* In a fork child: the parent's timers are not inherited; forget them and
+ * stop accepting signals without touching locks or the collector. */
+void tmr_sampler_forget_after_fork(tmr_sampler *s);
+/* Disarms, waits for handlers still running, restores SIGPROF's previous
+ * disposition and frees. NULL is a no-op. */
+void tmr_sampler_free(tmr_sampler *s);
+
+#endif

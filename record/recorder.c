@@ -1,0 +1,666 @@
+/*
+ * recorder.c — the public tm_recorder_* API and the collector: one thread
+ * that scans for threads, drains their sample rings (sampler.c), symbolizes
+ * and encodes through the writer (writer.c) into a central buffer of encoded
+ * packets, and writes that buffer out (at stop, every file_write_period_ms,
+ * and at the end of each continuous chunk). Perfetto's dataflow in small:
+ * many writers, one reader, bounded buffers, every loss counted where it
+ * happened and written into the trace (previous_packet_dropped on the
+ * sequence, TraceStats at the end).
+ *
+ * The central buffer is a byte ring of records [u32 length][u32 sequence]
+ * [framed TracePacket]; one record counts as one "chunk" in the loss
+ * statistics. Everything that touches the writer, the buffer or the output
+ * holds r->lock; the signal handler never does.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "record.h"
+
+enum {
+    COLLECT_PERIOD_MS = 10,    /* ring drains */
+    SCAN_PERIOD_MS = 50,       /* /proc/self/task scans for new, renamed and ended threads */
+    SNAPSHOT_PERIOD_MS = 5000, /* ClockSnapshots */
+    RING_SAMPLES = 64,         /* per thread: 256 ms of samples at 250 Hz */
+    RECORD_HEADER = 8
+};
+
+typedef enum { R_NEW, R_RUNNING, R_STOPPED, R_FORKED } rec_state;
+
+struct tm_recorder {
+    tm_recorder_opts o;
+    char *output;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t collector;
+    int collector_started, stop_requested, sampling_done;
+    int32_t collector_tid;
+    rec_state state;
+
+    tmr_symbols *syms;
+    tmr_writer *writer;
+    tmr_sampler *sampler;
+
+    /* central buffer: records between tail and head (absolute offsets) */
+    uint8_t *buf;
+    size_t cap;
+    uint64_t head, tail;
+    uint32_t emit_seq;      /* sequence of the packets the writer is emitting now */
+    int emit_is_sample;
+    uint8_t *scratch;       /* one record copied out of the ring */
+    size_t scratch_cap;
+
+    /* per sequence (index seq): */
+    uint8_t *seq_gap;       /* records evicted: mark the next written record's sequence */
+    uint8_t *seq_dropped;   /* the next sample carries prev_dropped */
+    uint64_t *seq_lost;     /* ring losses in this chunk */
+    size_t n_seq;
+
+    /* output of the current trace or chunk */
+    int fd;
+    uint8_t *mem;
+    size_t mem_len, mem_cap;
+    uint32_t chunk_index;
+    tmr_losses chunk_losses;
+
+    uint64_t next_scan, next_snapshot, next_clear, next_write, next_chunk, deadline;
+    tm_recorder_stats stats;
+    tm_status bg_status;
+    tm_error bg_err;
+};
+
+static tm_recorder *g_active; /* the recorder sampling this process */
+static pthread_mutex_t g_active_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static tm_status fail(tm_error *err, tm_status code, const char *fmt, const char *arg) {
+    if (err) {
+        err->code = code;
+        err->offset = 0;
+        err->reason = NULL;
+        snprintf(err->message, sizeof err->message, fmt, arg ? arg : "");
+    }
+    return code;
+}
+
+static uint64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- per-sequence bookkeeping ------------------------------------------- */
+
+static int seq_reserve(tm_recorder *r, uint32_t seq) {
+    if (seq < r->n_seq) return 1;
+    size_t n = r->n_seq ? r->n_seq : 64;
+    while (n <= seq) n *= 2;
+    uint8_t *gap = realloc(r->seq_gap, n);
+    if (gap) r->seq_gap = gap;
+    uint8_t *dropped = realloc(r->seq_dropped, n);
+    if (dropped) r->seq_dropped = dropped;
+    uint64_t *lost = realloc(r->seq_lost, n * sizeof *lost);
+    if (lost) r->seq_lost = lost;
+    if (!gap || !dropped || !lost) return 0;
+    memset(r->seq_gap + r->n_seq, 0, n - r->n_seq);
+    memset(r->seq_dropped + r->n_seq, 0, n - r->n_seq);
+    memset(r->seq_lost + r->n_seq, 0, (n - r->n_seq) * sizeof *lost);
+    r->n_seq = n;
+    return 1;
+}
+
+/* ---- the central buffer --------------------------------------------------- */
+
+static void ring_copy_in(tm_recorder *r, uint64_t at, const void *src, size_t n) {
+    size_t off = (size_t)(at % r->cap), first = n < r->cap - off ? n : r->cap - off;
+    memcpy(r->buf + off, src, first);
+    memcpy(r->buf, (const uint8_t *)src + first, n - first);
+}
+
+static void ring_copy_out(const tm_recorder *r, uint64_t at, void *dst, size_t n) {
+    size_t off = (size_t)(at % r->cap), first = n < r->cap - off ? n : r->cap - off;
+    memcpy(dst, r->buf + off, first);
+    memcpy((uint8_t *)dst + first, r->buf, n - first);
+}
+
+static void record_header(const tm_recorder *r, uint64_t at, uint32_t *len, uint32_t *seq) {
+    uint32_t h[2];
+    ring_copy_out(r, at, h, sizeof h);
+    *len = h[0];
+    *seq = h[1] & 0x7fffffffu;
+}
+
+/* A lost packet: counted, and its sequence (if it has interned state) marked
+ * so that readers and the writer restart that state. */
+static void lose_packet(tm_recorder *r, uint32_t seq, int is_sample, size_t bytes, int overwritten) {
+    if (overwritten) {
+        r->chunk_losses.chunks_overwritten++;
+        r->chunk_losses.bytes_overwritten += bytes;
+        r->stats.packets_overwritten++;
+        r->stats.bytes_overwritten += bytes;
+    } else {
+        r->chunk_losses.chunks_discarded++;
+        r->chunk_losses.bytes_discarded += bytes;
+        r->stats.packets_discarded++;
+        r->stats.bytes_discarded += bytes;
+    }
+    if (is_sample) r->stats.sample_packets_lost++;
+    if (seq != 0 && seq < r->n_seq) {
+        r->seq_dropped[seq] = 1;
+        if (overwritten) r->seq_gap[seq] = 1;
+    }
+}
+
+static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v) {
+    *v = 0;
+    for (unsigned shift = 0; *at < len && shift < 64; shift += 7) {
+        uint8_t c = p[(*at)++];
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (c < 0x80) return 1;
+    }
+    return 0;
+}
+
+/* Whether a framed TracePacket holds a PerfSample (field 66): the writer
+ * may put a loss mark of its own before a sample, which is no sample. */
+static int record_is_sample(const uint8_t *rec, size_t len) {
+    size_t at = 1;
+    uint64_t v, tag;
+    if (len < 2 || !read_varint(rec, len, &at, &v)) return 0;
+    while (at < len && read_varint(rec, len, &at, &tag)) {
+        if (tag >> 3 == 66) return 1;
+        switch (tag & 7) {
+        case 0: if (!read_varint(rec, len, &at, &v)) return 0; break;
+        case 1: at += 8; break;
+        case 2: if (!read_varint(rec, len, &at, &v) || v > len - at) return 0; at += v; break;
+        case 5: at += 4; break;
+        default: return 0;
+        }
+    }
+    return 0;
+}
+
+static int on_emit(void *ctx, const uint8_t *rec, size_t len) {
+    tm_recorder *r = ctx;
+    size_t need = RECORD_HEADER + len;
+    if (need > r->cap || (r->o.fill == TM_RECORD_FILL_DISCARD && r->head - r->tail + need > r->cap)) {
+        lose_packet(r, r->emit_seq, r->emit_is_sample && record_is_sample(rec, len), len, 0);
+        return 0;
+    }
+    while (r->head - r->tail + need > r->cap) {
+        uint32_t old_len, old_seq, h[2];
+        record_header(r, r->tail, &old_len, &old_seq);
+        ring_copy_out(r, r->tail, h, sizeof h);
+        lose_packet(r, old_seq, (h[1] & 0x80000000u) != 0, old_len, 1);
+        r->tail += RECORD_HEADER + old_len;
+    }
+    int is_sample = r->emit_is_sample && record_is_sample(rec, len);
+    uint32_t h[2] = {(uint32_t)len, r->emit_seq | (is_sample ? 0x80000000u : 0)};
+    ring_copy_in(r, r->head, h, sizeof h);
+    ring_copy_in(r, r->head + RECORD_HEADER, rec, len);
+    r->head += need;
+    return 0;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_error *err) {
+    r->stats.bytes_written += len;
+    if (r->fd < 0) {
+        if (r->mem_len + len > r->mem_cap) {
+            size_t cap = r->mem_cap ? r->mem_cap : 65536;
+            while (cap < r->mem_len + len) cap *= 2;
+            uint8_t *grown = realloc(r->mem, cap);
+            if (!grown) return fail(err, TM_ERR_NOMEM, "recorder: out of memory for a chunk%s", NULL);
+            r->mem = grown;
+            r->mem_cap = cap;
+        }
+        memcpy(r->mem + r->mem_len, data, len);
+        r->mem_len += len;
+        return TM_OK;
+    }
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t n = write(r->fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return fail(err, TM_ERR_IO, "recorder: cannot write the trace: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+    return TM_OK;
+}
+
+/* A packet on seq that only says "packets of this sequence were lost here":
+ * written before the first surviving record of a sequence whose older
+ * records the ring overwrote, so no reader resolves them against the
+ * interned state that went with the lost ones. */
+static tm_status write_loss_marker(tm_recorder *r, uint32_t seq, tm_error *err) {
+    uint8_t pkt[16], rec[20];
+    size_t n = 0;
+    pkt[n++] = 0x50; /* trusted_packet_sequence_id = 10, varint */
+    for (uint32_t v = seq; ; v >>= 7) {
+        pkt[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        if (v <= 0x7f) break;
+    }
+    pkt[n++] = 0xd0; /* previous_packet_dropped = 42, varint */
+    pkt[n++] = 0x02;
+    pkt[n++] = 0x01;
+    rec[0] = 0x0a;
+    rec[1] = (uint8_t)n;
+    memcpy(rec + 2, pkt, n);
+    return out_write(r, rec, n + 2, err);
+}
+
+/* Moves every buffered record to the output. */
+static tm_status write_buffer(tm_recorder *r, tm_error *err) {
+    while (r->tail != r->head) {
+        uint32_t len, seq;
+        record_header(r, r->tail, &len, &seq);
+        if (len > r->scratch_cap) {
+            uint8_t *grown = realloc(r->scratch, len);
+            if (!grown) return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+            r->scratch = grown;
+            r->scratch_cap = len;
+        }
+        ring_copy_out(r, r->tail + RECORD_HEADER, r->scratch, len);
+        r->tail += RECORD_HEADER + len;
+        if (seq < r->n_seq && r->seq_gap[seq]) {
+            r->seq_gap[seq] = 0;
+            tm_status st = write_loss_marker(r, seq, err);
+            if (st != TM_OK) return st;
+        }
+        tm_status st = out_write(r, r->scratch, len, err);
+        if (st != TM_OK) return st;
+    }
+    return TM_OK;
+}
+
+/* OUT.N.pftrace for chunk N ("x.pftrace" -> "x.N.pftrace"). */
+static char *chunk_path(const char *out, uint32_t index) {
+    size_t len = strlen(out);
+    const char *ext = ".pftrace";
+    size_t stem = len >= strlen(ext) && strcmp(out + len - strlen(ext), ext) == 0 ? len - strlen(ext) : len;
+    char *p = malloc(len + 32);
+    if (p) snprintf(p, len + 32, "%.*s.%u.pftrace", (int)stem, out, index);
+    return p;
+}
+
+static tm_status open_output(tm_recorder *r, tm_error *err) {
+    r->mem_len = 0;
+    r->fd = -1;
+    if (r->o.chunk_seconds && r->o.on_chunk) return TM_OK;
+    char *path = r->o.chunk_seconds ? chunk_path(r->output, r->chunk_index) : strdup(r->output);
+    if (!path) return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    r->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    tm_status st = r->fd < 0 ? fail(err, TM_ERR_IO, "recorder: cannot create %s", path) : TM_OK;
+    free(path);
+    return st;
+}
+
+/* Starts a trace or a chunk: fresh output, fresh loss counters, the
+ * writer's preamble (which also clears every sequence's interning). */
+static tm_status begin_output(tm_recorder *r, tm_error *err) {
+    tm_status st = open_output(r, err);
+    if (st != TM_OK) return st;
+    memset(&r->chunk_losses, 0, sizeof r->chunk_losses);
+    if (r->n_seq) {
+        memset(r->seq_gap, 0, r->n_seq);
+        memset(r->seq_dropped, 0, r->n_seq);
+        memset(r->seq_lost, 0, r->n_seq * sizeof *r->seq_lost);
+    }
+    r->emit_seq = 0;
+    r->emit_is_sample = 0;
+    return tmr_writer_begin(r->writer, err);
+}
+
+/* Ends a trace or chunk: buffer out, TraceStats, file closed or chunk
+ * handed to the callback. */
+static tm_status finish_output(tm_recorder *r, tm_error *err) {
+    tm_status st = write_buffer(r, err);
+    uint32_t n = 0;
+    uint32_t *seqs = calloc(r->n_seq ? r->n_seq : 1, sizeof *seqs);
+    uint64_t *lost = calloc(r->n_seq ? r->n_seq : 1, sizeof *lost);
+    if (st == TM_OK && (!seqs || !lost)) st = fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    if (st == TM_OK) {
+        for (uint32_t s = 1; s < r->n_seq; s++)
+            if (r->seq_lost[s]) {
+                seqs[n] = s;
+                lost[n++] = r->seq_lost[s];
+            }
+        tmr_losses l = r->chunk_losses;
+        l.n_writers = n;
+        l.writer_seq = seqs;
+        l.writer_samples_lost = lost;
+        r->emit_seq = 0;
+        r->emit_is_sample = 0;
+        st = tmr_writer_stats(r->writer, &l, err);
+    }
+    free(seqs);
+    free(lost);
+    if (st == TM_OK) st = write_buffer(r, err);
+    if (r->fd >= 0) {
+        if (close(r->fd) != 0 && st == TM_OK) st = fail(err, TM_ERR_IO, "recorder: cannot close the trace%s", NULL);
+        r->fd = -1;
+    } else if (r->o.on_chunk && st == TM_OK) {
+        if (r->o.on_chunk(r->o.chunk_ctx, r->chunk_index, r->mem, r->mem_len) != 0)
+            st = fail(err, TM_ERR_IO, "recorder: the chunk callback failed%s", NULL);
+    }
+    r->stats.chunks++;
+    return st;
+}
+
+/* ---- the collector -------------------------------------------------------- */
+
+static void on_thread(void *ctx, uint32_t seq, int32_t tid, const char *name) {
+    tm_recorder *r = ctx;
+    if (!seq_reserve(r, seq)) return;
+    if (seq > r->stats.threads) r->stats.threads = seq; /* sequences are numbered from 1, never reused */
+    r->emit_seq = 0;
+    r->emit_is_sample = 0;
+    tm_error err;
+    if (tmr_writer_thread(r->writer, tid, name, &err) != TM_OK && r->bg_status == TM_OK) {
+        r->bg_status = err.code;
+        r->bg_err = err;
+    }
+}
+
+static void on_sample(void *ctx, const tmr_raw_sample *s) {
+    tm_recorder *r = ctx;
+    if (!seq_reserve(r, s->seq)) return;
+    r->stats.samples_lost += s->lost;
+    r->seq_lost[s->seq] += s->lost;
+    if (s->lost) r->seq_dropped[s->seq] = 1;
+    if (s->depth == 0) return;
+    r->stats.samples++;
+    r->stats.timer_overruns += s->overruns;
+    int prev_dropped = r->seq_dropped[s->seq];
+    r->seq_dropped[s->seq] = 0;
+    r->emit_seq = s->seq;
+    r->emit_is_sample = 1;
+    tm_error err;
+    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, s->depth, prev_dropped,
+                                     &err);
+    if (st != TM_OK && r->bg_status == TM_OK) {
+        r->bg_status = st;
+        r->bg_err = err;
+    }
+    r->emit_seq = 0;
+    r->emit_is_sample = 0;
+}
+
+static void record_failure(tm_recorder *r, tm_status st, const tm_error *err) {
+    if (st != TM_OK && r->bg_status == TM_OK) {
+        r->bg_status = st;
+        r->bg_err = *err;
+    }
+}
+
+/* Stops the timers and writes the end of the trace; called with the lock. */
+static void end_sampling(tm_recorder *r) {
+    if (r->sampling_done) return;
+    r->sampling_done = 1;
+    tmr_sampler_disarm(r->sampler);
+    tmr_sampler_drain(r->sampler, on_sample, r);
+    tm_error err;
+    record_failure(r, finish_output(r, &err), &err);
+}
+
+/* One round of collector work; called with the lock. */
+static void collect(tm_recorder *r, uint64_t now) {
+    tm_error err;
+    if (now >= r->next_scan) {
+        record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
+        r->next_scan = now + SCAN_PERIOD_MS;
+    }
+    tmr_sampler_drain(r->sampler, on_sample, r);
+    if (r->o.chunk_seconds && now >= r->next_chunk) {
+        record_failure(r, finish_output(r, &err), &err);
+        r->chunk_index++;
+        record_failure(r, begin_output(r, &err), &err);
+        r->next_chunk += (uint64_t)r->o.chunk_seconds * 1000u;
+        r->next_snapshot = now + SNAPSHOT_PERIOD_MS;
+        r->next_clear = now + r->o.clear_period_ms;
+    }
+    if (now >= r->next_snapshot) {
+        record_failure(r, tmr_writer_clock_snapshot(r->writer, &err), &err);
+        r->next_snapshot = now + SNAPSHOT_PERIOD_MS;
+    }
+    if (now >= r->next_clear) {
+        tmr_writer_clear_incremental(r->writer);
+        r->next_clear = now + r->o.clear_period_ms;
+    }
+    if (r->o.file_write_period_ms && now >= r->next_write) {
+        record_failure(r, write_buffer(r, &err), &err);
+        r->next_write = now + r->o.file_write_period_ms;
+    }
+}
+
+static void *collector_main(void *arg) {
+    tm_recorder *r = arg;
+    r->collector_tid = gettid();
+    pthread_mutex_lock(&r->lock);
+    while (!r->stop_requested && !r->sampling_done) {
+        uint64_t now = now_ms();
+        if (r->deadline && now >= r->deadline) break;
+        collect(r, now);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += COLLECT_PERIOD_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+    }
+    end_sampling(r);
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+/* ---- fork and exit -------------------------------------------------------- */
+
+/* Around fork(): the child must not inherit a lock held by the collector.
+ * In the child the collector does not exist and POSIX timers are not
+ * inherited, so the child's copy of the recorder goes inert (it never
+ * writes the parent's trace). */
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&g_active_lock);
+    if (g_active) pthread_mutex_lock(&g_active->lock);
+}
+
+static void atfork_parent(void) {
+    if (g_active) pthread_mutex_unlock(&g_active->lock);
+    pthread_mutex_unlock(&g_active_lock);
+}
+
+static void atfork_child(void) {
+    tm_recorder *r = g_active;
+    if (r) {
+        tmr_sampler_forget_after_fork(r->sampler);
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->wake, NULL);
+        r->state = R_FORKED;
+        if (r->fd >= 0) close(r->fd);
+        r->fd = -1;
+        g_active = NULL;
+    }
+    pthread_mutex_init(&g_active_lock, NULL);
+}
+
+static void stop_at_exit(void) {
+    pthread_mutex_lock(&g_active_lock);
+    tm_recorder *r = g_active;
+    pthread_mutex_unlock(&g_active_lock);
+    if (r) tm_recorder_stop(r, NULL);
+}
+
+static pthread_once_t g_hooks_once = PTHREAD_ONCE_INIT;
+static void install_hooks(void) {
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    atexit(stop_at_exit);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err) {
+    if (!out) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_new: out is NULL%s", NULL);
+    *out = NULL;
+    tm_recorder_opts o;
+    if (opts) o = *opts;
+    else memset(&o, 0, sizeof o);
+    if (!o.output && !(o.chunk_seconds && o.on_chunk))
+        return fail(err, TM_ERR_INVALID_ARG, "recorder: no output path%s", NULL);
+    if (o.hz == 0) o.hz = 101;
+    if (o.hz > 100000) return fail(err, TM_ERR_INVALID_ARG, "recorder: sampling frequency above 100 kHz%s", NULL);
+    if (o.max_depth == 0) o.max_depth = 128;
+    if (o.max_depth > 4096) return fail(err, TM_ERR_INVALID_ARG, "recorder: max_depth above 4096%s", NULL);
+    if (o.buffer_kb == 0) o.buffer_kb = 4096;
+    if (o.clear_period_ms == 0) o.clear_period_ms = 10000;
+    if ((unsigned)o.clock > TM_RECORD_CLOCK_WALL || (unsigned)o.fill > TM_RECORD_FILL_DISCARD ||
+        (unsigned)o.unwind > TM_RECORD_UNWIND_FP)
+        return fail(err, TM_ERR_INVALID_ARG, "recorder: unknown clock, fill or unwind value%s", NULL);
+    tm_recorder *r = calloc(1, sizeof *r);
+    if (!r) return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    r->o = o;
+    r->fd = -1;
+    r->cap = (size_t)o.buffer_kb * 1024u;
+    r->buf = malloc(r->cap);
+    r->output = o.output ? strdup(o.output) : NULL;
+    if (!r->buf || (o.output && !r->output)) {
+        tm_recorder_free(r);
+        return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    *out = r;
+    return TM_OK;
+}
+
+tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
+    if (!r || r->state != R_NEW) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_start: recorder already started%s", NULL);
+    pthread_once(&g_hooks_once, install_hooks);
+    pthread_mutex_lock(&g_active_lock);
+    if (g_active) {
+        pthread_mutex_unlock(&g_active_lock);
+        return fail(err, TM_ERR_UNSUPPORTED, "another recorder is already sampling this process%s", NULL);
+    }
+    tm_status st = TM_OK;
+    tmr_sampler_opts so = {r->o.hz, r->o.clock == TM_RECORD_CLOCK_WALL, r->o.unwind == TM_RECORD_UNWIND_FP,
+                           r->o.max_depth, RING_SAMPLES};
+    r->sampler = tmr_sampler_new(&so, err);
+    if (!r->sampler) st = err ? err->code : TM_ERR_UNSUPPORTED;
+    if (st == TM_OK) {
+        r->syms = tmr_symbols_new(r->o.demangle, err);
+        if (!r->syms) st = err ? err->code : TM_ERR_IO;
+    }
+    if (st == TM_OK) {
+        tmr_writer_opts wo = {(int32_t)getpid(), NULL, r->o.hz, r->o.clock == TM_RECORD_CLOCK_WALL, r->o.buffer_kb,
+                              r->o.fill == TM_RECORD_FILL_DISCARD};
+        r->writer = tmr_writer_new(&wo, r->syms, on_emit, r, err);
+        if (!r->writer) st = err ? err->code : TM_ERR_NOMEM;
+    }
+    if (st == TM_OK) st = begin_output(r, err);
+    if (st == TM_OK) {
+        uint64_t now = now_ms();
+        r->next_scan = now;
+        r->next_snapshot = now + SNAPSHOT_PERIOD_MS;
+        r->next_clear = now + r->o.clear_period_ms;
+        r->next_write = now + r->o.file_write_period_ms;
+        r->next_chunk = now + (uint64_t)r->o.chunk_seconds * 1000u;
+        r->deadline = r->o.duration_ms ? now + r->o.duration_ms : 0;
+        /* The collector is never sampled: it starts with SIGPROF blocked. */
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGPROF);
+        pthread_sigmask(SIG_BLOCK, &block, &old);
+        if (pthread_create(&r->collector, NULL, collector_main, r) != 0)
+            st = fail(err, TM_ERR_IO, "recorder: cannot start the collector thread%s", NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    if (st != TM_OK) {
+        if (r->fd >= 0) close(r->fd);
+        r->fd = -1;
+        tmr_sampler_free(r->sampler);
+        r->sampler = NULL;
+        pthread_mutex_unlock(&g_active_lock);
+        return st;
+    }
+    r->collector_started = 1;
+    r->state = R_RUNNING;
+    g_active = r;
+    pthread_mutex_unlock(&g_active_lock);
+    return TM_OK;
+}
+
+tm_status tm_recorder_flush(tm_recorder *r, tm_error *err) {
+    if (!r || r->state != R_RUNNING) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_flush: not recording%s", NULL);
+    pthread_mutex_lock(&r->lock);
+    tm_status st = TM_OK;
+    if (!r->sampling_done) {
+        tmr_sampler_drain(r->sampler, on_sample, r);
+        st = write_buffer(r, err);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+tm_status tm_recorder_stop(tm_recorder *r, tm_error *err) {
+    if (!r) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_stop: recorder is NULL%s", NULL);
+    if (r->state == R_FORKED || r->state == R_NEW) return TM_OK;
+    if (r->state == R_RUNNING) {
+        pthread_mutex_lock(&r->lock);
+        r->stop_requested = 1;
+        pthread_cond_signal(&r->wake);
+        pthread_mutex_unlock(&r->lock);
+        pthread_join(r->collector, NULL);
+        pthread_mutex_lock(&g_active_lock);
+        if (g_active == r) g_active = NULL;
+        pthread_mutex_unlock(&g_active_lock);
+        r->state = R_STOPPED;
+    }
+    if (r->bg_status != TM_OK) {
+        if (err) *err = r->bg_err;
+        return r->bg_status;
+    }
+    return TM_OK;
+}
+
+void tm_recorder_get_stats(tm_recorder *r, tm_recorder_stats *out) {
+    if (!r || !out) return;
+    if (r->state == R_RUNNING) pthread_mutex_lock(&r->lock);
+    *out = r->stats;
+    if (r->state == R_RUNNING) pthread_mutex_unlock(&r->lock);
+}
+
+void tm_recorder_free(tm_recorder *r) {
+    if (!r) return;
+    tm_recorder_stop(r, NULL);
+    tmr_sampler_free(r->sampler);
+    tmr_writer_free(r->writer);
+    tmr_symbols_free(r->syms);
+    if (r->fd >= 0) close(r->fd);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->wake);
+    free(r->buf);
+    free(r->scratch);
+    free(r->seq_gap);
+    free(r->seq_dropped);
+    free(r->seq_lost);
+    free(r->mem);
+    free(r->output);
+    free(r);
+}

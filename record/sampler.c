@@ -1,0 +1,437 @@
+/*
+ * sampler.c — the signal-driven half of the recorder: one POSIX timer per
+ * sampled thread (its CPU-time clock, or CLOCK_MONOTONIC for wall-clock
+ * sampling) sending SIGPROF to that very thread, the async-signal-safe
+ * handler that unwinds the interrupted stack (libunwind's DWARF CFI by
+ * default, or a bounds-checked frame-pointer walk) into the thread's
+ * single-producer single-consumer ring, and the /proc/self/task scan that
+ * picks up threads however they were created.
+ *
+ * The handler takes no lock, allocates nothing and calls no stdio: it reads
+ * the slot through the timer's sigev_value, checks that the slot is armed
+ * for the calling thread, and publishes one ring entry with a release store.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define UNW_LOCAL_ONLY
+#include <dirent.h>
+#include <errno.h>
+#include <libunwind.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "record.h"
+
+/* Ring entry layout, in 64-bit words. */
+enum { E_TS, E_CPU_DEPTH, E_OVERRUN, E_PCS };
+
+typedef struct tmr_slot {
+    _Atomic int32_t tid;         /* 0: free */
+    _Atomic int armed;           /* the handler accepts signals for this slot */
+    uint32_t seq;
+    uint64_t start_time;         /* /proc starttime: tells a reused tid from the old thread */
+    char name[32];
+    uint64_t scan_gen;
+    timer_t timer;
+    int has_timer;
+    _Atomic uint64_t last_sp;    /* frame-pointer mode: a stack pointer seen by the handler */
+    _Atomic uint64_t stack_hi;   /* frame-pointer mode: top of the thread's stack; 0 unknown */
+    _Atomic uint32_t head;       /* written by the handler */
+    _Atomic uint32_t tail;       /* written by the collector */
+    _Atomic uint64_t lost;       /* samples a full ring dropped */
+    uint64_t lost_reported;
+    uint64_t *entries;
+} tmr_slot;
+
+struct tmr_sampler {
+    tmr_sampler_opts o;
+    uint32_t entry_words;
+    struct sigaction old_action;
+    tmr_slot **slots;
+    size_t n_slots, cap_slots;
+    uint32_t next_seq;
+    uint64_t scan_gen;
+};
+
+/* The active sampler (one per process: it owns SIGPROF) and the number of
+ * handlers running, so that freeing waits for them. */
+static _Atomic(tmr_sampler *) g_sampler;
+static atomic_int g_in_handler;
+
+static void set_err(tm_error *err, tm_status code, const char *msg) {
+    if (!err) return;
+    err->code = code;
+    err->offset = 0;
+    err->reason = NULL;
+    snprintf(err->message, sizeof err->message, "%s", msg);
+}
+
+/* ---- the signal path ---------------------------------------------------- */
+
+static uint32_t unwind_dwarf(ucontext_t *uc, uint64_t *pcs, uint32_t max) {
+    unw_cursor_t cursor;
+    if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) < 0) {
+        pcs[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+        return 1;
+    }
+    uint32_t n = 0;
+    do {
+        unw_word_t ip;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+        pcs[n++] = ip;
+    } while (n < max && unw_step(&cursor) > 0);
+    return n;
+}
+
+/* Follows saved frame pointers only inside [sp, stack top): a binary built
+ * without frame pointers gives a short or wrong stack, never a crash. */
+static uint32_t unwind_fp(tmr_slot *t, ucontext_t *uc, uint64_t *pcs, uint32_t max) {
+    uint64_t sp = (uint64_t)uc->uc_mcontext.gregs[REG_RSP];
+    uint64_t fp = (uint64_t)uc->uc_mcontext.gregs[REG_RBP];
+    uint64_t hi = atomic_load_explicit(&t->stack_hi, memory_order_relaxed);
+    pcs[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    if (hi == 0) atomic_store_explicit(&t->last_sp, sp, memory_order_relaxed);
+    uint32_t n = 1;
+    uint64_t lo = sp;
+    while (n < max && hi != 0) {
+        if (fp < lo || fp > hi - 16 || (fp & 7) != 0) break;
+        const uint64_t *frame = (const uint64_t *)fp;
+        uint64_t next = frame[0], ret = frame[1];
+        if (ret == 0) break;
+        pcs[n++] = ret;
+        if (next <= fp) break;
+        lo = fp + 16;
+        fp = next;
+    }
+    return n;
+}
+
+static void capture(const tmr_sampler *s, tmr_slot *t, ucontext_t *uc, int overrun) {
+    uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+    uint32_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
+    if (head - tail >= s->o.ring_samples) {
+        atomic_fetch_add_explicit(&t->lost, 1, memory_order_relaxed);
+        return;
+    }
+    uint64_t *e = t->entries + (size_t)(head & (s->o.ring_samples - 1)) * s->entry_words;
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    int cpu = sched_getcpu();
+    uint32_t depth = s->o.unwind_fp ? unwind_fp(t, uc, e + E_PCS, s->o.max_depth)
+                                    : unwind_dwarf(uc, e + E_PCS, s->o.max_depth);
+    e[E_TS] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    e[E_CPU_DEPTH] = (uint64_t)(uint32_t)(cpu < 0 ? 0 : cpu) | (uint64_t)depth << 32;
+    e[E_OVERRUN] = overrun > 0 ? (uint64_t)overrun : 0;
+    atomic_store_explicit(&t->head, head + 1, memory_order_release);
+}
+
+static void on_sigprof(int signo, siginfo_t *si, void *uc) {
+    (void)signo;
+    int saved_errno = errno;
+    atomic_fetch_add(&g_in_handler, 1);
+    const tmr_sampler *s = atomic_load(&g_sampler);
+    if (s && si->si_code == SI_TIMER && si->si_value.sival_ptr) {
+        tmr_slot *t = si->si_value.sival_ptr;
+        if (atomic_load_explicit(&t->armed, memory_order_acquire) &&
+            atomic_load_explicit(&t->tid, memory_order_relaxed) == gettid())
+            capture(s, t, uc, si->si_overrun);
+    }
+    atomic_fetch_sub(&g_in_handler, 1);
+    errno = saved_errno;
+}
+
+/* ---- setup and teardown ------------------------------------------------- */
+
+tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
+    if (o->hz == 0 || o->max_depth == 0 || o->ring_samples == 0 || (o->ring_samples & (o->ring_samples - 1))) {
+        set_err(err, TM_ERR_INVALID_ARG, "sampler: hz, max_depth and a power-of-two ring size are required");
+        return NULL;
+    }
+    tmr_sampler *s = calloc(1, sizeof *s);
+    if (!s) {
+        set_err(err, TM_ERR_NOMEM, "sampler: out of memory");
+        return NULL;
+    }
+    s->o = *o;
+    s->entry_words = E_PCS + o->max_depth;
+    tmr_sampler *none = NULL;
+    if (!atomic_compare_exchange_strong(&g_sampler, &none, s)) {
+        free(s);
+        set_err(err, TM_ERR_UNSUPPORTED, "another recorder is already sampling this process (SIGPROF is taken)");
+        return NULL;
+    }
+    /* g_sampler is claimed but no timer exists yet, so no SIGPROF of ours can
+     * arrive before the handler is in place. */
+    if (sigaction(SIGPROF, NULL, &s->old_action) != 0 ||
+        (s->old_action.sa_flags & SA_SIGINFO) ||
+        (s->old_action.sa_handler != SIG_DFL && s->old_action.sa_handler != SIG_IGN)) {
+        atomic_store(&g_sampler, NULL);
+        free(s);
+        set_err(err, TM_ERR_UNSUPPORTED,
+                "the program already has a SIGPROF handler (setitimer profiling, gprof or another "
+                "profiler?); tracemill's recorder needs SIGPROF and will not replace it");
+        return NULL;
+    }
+    if (!o->unwind_fp) unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigprof;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGPROF, &sa, NULL) != 0) {
+        atomic_store(&g_sampler, NULL);
+        free(s);
+        set_err(err, TM_ERR_IO, "sampler: cannot install the SIGPROF handler");
+        return NULL;
+    }
+    return s;
+}
+
+static void slot_disarm(tmr_slot *t) {
+    atomic_store_explicit(&t->armed, 0, memory_order_release);
+    if (t->has_timer) timer_delete(t->timer);
+    t->has_timer = 0;
+}
+
+void tmr_sampler_disarm(tmr_sampler *s) {
+    for (size_t i = 0; i < s->n_slots; i++) slot_disarm(s->slots[i]);
+}
+
+void tmr_sampler_forget_after_fork(tmr_sampler *s) {
+    atomic_store(&g_sampler, NULL);
+    atomic_store(&g_in_handler, 0);
+    for (size_t i = 0; i < s->n_slots; i++) {
+        atomic_store(&s->slots[i]->armed, 0);
+        s->slots[i]->has_timer = 0;
+    }
+}
+
+void tmr_sampler_free(tmr_sampler *s) {
+    if (!s) return;
+    tmr_sampler_disarm(s);
+    tmr_sampler *self = s;
+    int owned = atomic_compare_exchange_strong(&g_sampler, &self, NULL);
+    while (atomic_load(&g_in_handler) > 0) {
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+    }
+    if (owned) sigaction(SIGPROF, &s->old_action, NULL);
+    for (size_t i = 0; i < s->n_slots; i++) {
+        free(s->slots[i]->entries);
+        free(s->slots[i]);
+    }
+    free(s->slots);
+    free(s);
+}
+
+/* ---- thread registry (collector thread only) ----------------------------- */
+
+/* Linux encodes another thread's CPU-time clock as (~tid << 3) | PERTHREAD |
+ * SCHED (what pthread_getcpuclockid computes); the scan knows tids, not
+ * pthread_t values. */
+static clockid_t thread_cpu_clock(int32_t tid) {
+    return (clockid_t)(((unsigned)~tid << 3) | 4u | 2u);
+}
+
+/* Name and start time of a thread from /proc/self/task/TID/stat; 0 when it
+ * is gone. */
+static int read_thread_stat(int32_t tid, char *name, size_t name_cap, uint64_t *start_time) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+    if (!open || !close || close < open) return 0;
+    size_t len = (size_t)(close - open - 1);
+    if (len >= name_cap) len = name_cap - 1;
+    memcpy(name, open + 1, len);
+    name[len] = 0;
+    /* starttime is field 22; fields after ')' start at 3 (state). */
+    char *p = close + 1;
+    for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    *start_time = p ? strtoull(p + 1, NULL, 10) : 0;
+    return 1;
+}
+
+static tmr_slot *slot_take(tmr_sampler *s) {
+    for (size_t i = 0; i < s->n_slots; i++)
+        if (atomic_load(&s->slots[i]->tid) == 0) return s->slots[i];
+    if (s->n_slots == s->cap_slots) {
+        size_t cap = s->cap_slots ? s->cap_slots * 2 : 16;
+        tmr_slot **grown = realloc(s->slots, cap * sizeof *grown);
+        if (!grown) return NULL;
+        s->slots = grown;
+        s->cap_slots = cap;
+    }
+    tmr_slot *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->entries = calloc((size_t)s->o.ring_samples * s->entry_words, sizeof(uint64_t));
+    if (!t->entries) {
+        free(t);
+        return NULL;
+    }
+    s->slots[s->n_slots++] = t;
+    return t;
+}
+
+/* Registers tid and arms its timer; 0 when the thread vanished meanwhile. */
+static int slot_arm(tmr_sampler *s, tmr_slot *t, int32_t tid) {
+    atomic_store(&t->head, 0);
+    atomic_store(&t->tail, 0);
+    atomic_store(&t->lost, 0);
+    atomic_store(&t->stack_hi, 0);
+    atomic_store(&t->last_sp, 0);
+    t->lost_reported = 0;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev.sigev_value.sival_ptr = t;
+    sev._sigev_un._tid = tid;
+    clockid_t clock = s->o.wall_clock ? CLOCK_MONOTONIC : thread_cpu_clock(tid);
+    if (timer_create(clock, &sev, &t->timer) != 0) return 0;
+    t->has_timer = 1;
+    atomic_store(&t->tid, tid);
+    atomic_store_explicit(&t->armed, 1, memory_order_release);
+    long period_ns = 1000000000L / (long)s->o.hz;
+    struct itimerspec its;
+    its.it_interval.tv_sec = period_ns / 1000000000L;
+    its.it_interval.tv_nsec = period_ns % 1000000000L;
+    its.it_value = its.it_interval;
+    if (timer_settime(t->timer, 0, &its, NULL) != 0) {
+        slot_disarm(t);
+        atomic_store(&t->tid, 0);
+        return 0;
+    }
+    return 1;
+}
+
+/* Frame-pointer mode: the handler reported a stack pointer; the mapping
+ * holding it bounds the walk. */
+static void find_stack_top(tmr_slot *t) {
+    uint64_t sp = atomic_load(&t->last_sp);
+    if (sp == 0 || atomic_load(&t->stack_hi) != 0) return;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi;
+        if (sscanf(line, "%llx-%llx", &lo, &hi) == 2 && sp >= lo && sp < hi) {
+            atomic_store(&t->stack_hi, (uint64_t)hi);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static size_t slot_drain(tmr_sampler *s, tmr_slot *t, tmr_sample_fn on_sample, void *ctx, int final) {
+    if (s->o.unwind_fp) find_stack_top(t);
+    uint32_t tail = atomic_load_explicit(&t->tail, memory_order_relaxed);
+    uint32_t head = atomic_load_explicit(&t->head, memory_order_acquire);
+    size_t n = 0;
+    tmr_raw_sample r;
+    r.seq = t->seq;
+    r.tid = atomic_load(&t->tid);
+    for (; tail != head; tail++, n++) {
+        const uint64_t *e = t->entries + (size_t)(tail & (s->o.ring_samples - 1)) * s->entry_words;
+        uint64_t lost = atomic_load_explicit(&t->lost, memory_order_relaxed);
+        r.cpu = (uint32_t)e[E_CPU_DEPTH];
+        r.depth = (uint32_t)(e[E_CPU_DEPTH] >> 32);
+        r.ts_ns = e[E_TS];
+        r.overruns = e[E_OVERRUN];
+        r.pcs = e + E_PCS;
+        r.lost = lost - t->lost_reported;
+        t->lost_reported = lost;
+        on_sample(ctx, &r);
+        atomic_store_explicit(&t->tail, tail + 1, memory_order_release);
+    }
+    uint64_t lost = atomic_load(&t->lost);
+    if (final && lost != t->lost_reported) {
+        r.depth = 0;
+        r.pcs = NULL;
+        r.cpu = 0;
+        r.ts_ns = 0;
+        r.overruns = 0;
+        r.lost = lost - t->lost_reported;
+        t->lost_reported = lost;
+        on_sample(ctx, &r);
+    }
+    return n;
+}
+
+size_t tmr_sampler_drain(tmr_sampler *s, tmr_sample_fn on_sample, void *ctx) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_slots; i++)
+        if (atomic_load(&s->slots[i]->tid) != 0) n += slot_drain(s, s->slots[i], on_sample, ctx, !s->slots[i]->has_timer);
+    return n;
+}
+
+static tmr_slot *slot_of(tmr_sampler *s, int32_t tid) {
+    for (size_t i = 0; i < s->n_slots; i++)
+        if (atomic_load(&s->slots[i]->tid) == tid) return s->slots[i];
+    return NULL;
+}
+
+static void slot_retire(tmr_sampler *s, tmr_slot *t, tmr_sample_fn on_sample, void *ctx) {
+    slot_disarm(t);
+    slot_drain(s, t, on_sample, ctx, 1);
+    atomic_store(&t->tid, 0);
+}
+
+tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_thread, tmr_sample_fn on_sample,
+                           void *ctx, tm_error *err) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) {
+        set_err(err, TM_ERR_IO, "sampler: cannot read /proc/self/task");
+        return TM_ERR_IO;
+    }
+    uint64_t gen = ++s->scan_gen;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char *end;
+        long tid = strtol(de->d_name, &end, 10);
+        if (*end || tid <= 0 || tid == skip_tid) continue;
+        char name[32];
+        uint64_t start_time;
+        if (!read_thread_stat((int32_t)tid, name, sizeof name, &start_time)) continue;
+        tmr_slot *t = slot_of(s, (int32_t)tid);
+        if (t && t->start_time != start_time) { /* the tid was reused by a new thread */
+            slot_retire(s, t, on_sample, ctx);
+            t = NULL;
+        }
+        if (!t) {
+            t = slot_take(s);
+            if (!t) {
+                closedir(d);
+                set_err(err, TM_ERR_NOMEM, "sampler: out of memory");
+                return TM_ERR_NOMEM;
+            }
+            if (!slot_arm(s, t, (int32_t)tid)) continue;
+            t->seq = ++s->next_seq;
+            t->start_time = start_time;
+            t->name[0] = 0;
+        }
+        t->scan_gen = gen;
+        if (strcmp(t->name, name) != 0) {
+            snprintf(t->name, sizeof t->name, "%s", name);
+            on_thread(ctx, t->seq, (int32_t)tid, name);
+        }
+    }
+    closedir(d);
+    for (size_t i = 0; i < s->n_slots; i++) {
+        tmr_slot *t = s->slots[i];
+        if (atomic_load(&t->tid) != 0 && t->scan_gen != gen) slot_retire(s, t, on_sample, ctx);
+    }
+    return TM_OK;
+}

@@ -1,0 +1,633 @@
+/*
+ * symbols.c — the recorder's symbolizer: the executable mappings of
+ * /proc/self/maps, each mapped ELF file's build id and load bias, and
+ * function names from the file's .symtab/.dynsym (or a separate debug file
+ * found by build id), with dladdr as the fallback. Turns a pc into
+ * (mapping, rel_pc, function name) and caches the answer per pc.
+ *
+ * rel_pc is what Perfetto's unwinder (libunwindstack) puts in Frame.rel_pc:
+ *     rel_pc = pc - map.start + map.offset + load_bias
+ * where load_bias = p_vaddr - p_offset of the file's first executable
+ * PT_LOAD. That is the pc as an ELF virtual address (the st_value space of
+ * the symbol tables), for PIE executables, shared libraries and non-PIE
+ * executables alike: a non-PIE x86-64 binary has load_bias 0x400000 and
+ * rel_pc == pc; a PIE or a library usually has load_bias 0.
+ *
+ * ELF files are read from disk with pread and every offset and size is
+ * checked against the file, so short, odd or hostile files give "no build
+ * id" / "no symbols", never a crash. Files that cannot be opened (the vdso,
+ * deleted files) take build id and load bias from the loaded object's
+ * program headers (dl_iterate_phdr) and names from dladdr.
+ *
+ * Mappings are append-only: an index handed out stays valid (and means the
+ * same mapping) until tmr_symbols_free, across refreshes. Not thread-safe:
+ * the collector thread owns a tmr_symbols.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr, Dl_info, dl_iterate_phdr */
+#endif
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h" /* tm_fail, tm_hash_u64 */
+#include "record.h"
+
+typedef ElfW(Ehdr) elf_ehdr;
+typedef ElfW(Phdr) elf_phdr;
+typedef ElfW(Shdr) elf_shdr;
+typedef ElfW(Sym) elf_sym;
+typedef ElfW(Nhdr) elf_nhdr;
+
+#define ELF_CLASS_NATIVE (__ELF_NATIVE_CLASS == 64 ? ELFCLASS64 : ELFCLASS32)
+#define ELF_DATA_NATIVE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB)
+/* st_info splits the same way in both classes (ELF32_ST_* == ELF64_ST_*). */
+
+/* Bounds on what is read from one file, so that a huge or corrupt file
+ * cannot make the collector allocate without limit. */
+enum {
+    MAX_PHDRS = 4096,
+    MAX_NOTE_BYTES = 1 << 16,
+    REFRESH_MIN_INTERVAL_MS = 100, /* a pc in no mapping re-reads the maps at most this often */
+    CACHE_MAX = 1 << 20            /* pc cache entries before it is emptied */
+};
+static const uint64_t MAX_SYMTAB_BYTES = (uint64_t)256 << 20;
+
+typedef struct func_sym {
+    uint64_t addr, size;  /* ELF virtual address (st_value) and st_size */
+    const char *name;     /* into the file's string blob */
+    const char *shown;    /* demangled name, computed on first use (NULL: not yet) */
+    int binding_rank;     /* among aliases at one address: GLOBAL < WEAK < LOCAL */
+} func_sym;
+
+typedef struct elf_file {
+    char *path;       /* as in /proc/self/maps */
+    char *open_path;  /* what was opened (map_files/... for deleted files) */
+    uint64_t load_bias;
+    uint8_t build_id[32];
+    size_t build_id_len;
+    int syms_loaded;  /* symbols are read at the first lookup that needs them */
+    func_sym *syms;   /* sorted by addr */
+    size_t n_syms;
+    char *blobs[4];   /* string tables the names point into: .symtab and .dynsym
+                         of the file and of its separate debug file */
+    size_t n_blobs;
+} elf_file;
+
+typedef struct cache_ent {
+    uint64_t pc;
+    uint64_t rel_pc;
+    const char *name;
+    int mapping;
+    int used;
+} cache_ent;
+
+typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *len, int *status);
+
+struct tmr_symbols {
+    cxa_demangle_fn demangle; /* NULL: names as in the symbol table */
+    tmr_mapping *maps;        /* append-only */
+    size_t *map_file;         /* per mapping: index into files, or SIZE_MAX */
+    size_t n_maps, cap_maps;
+    int *live;                /* mappings in the current maps, sorted by start */
+    size_t n_live, cap_live;
+    elf_file *files;
+    size_t n_files, cap_files;
+    cache_ent *cache;         /* open addressing on pc, power-of-two size */
+    size_t cache_cap, cache_n;
+    char **owned;             /* names from dladdr and __cxa_demangle */
+    size_t n_owned, cap_owned;
+    struct timespec last_refresh;
+};
+
+/* ---- small helpers ---- */
+
+static int grow(void **p, size_t *cap, size_t elem, size_t need) {
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static char *dup_str(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* Keeps a malloc'd name alive until tmr_symbols_free; NULL if memory runs out. */
+static const char *own(tmr_symbols *s, char *name) {
+    if (!name) return NULL;
+    if (grow((void **)&s->owned, &s->cap_owned, sizeof *s->owned, s->n_owned + 1)) {
+        free(name);
+        return NULL;
+    }
+    s->owned[s->n_owned++] = name;
+    return name;
+}
+
+/* Reads exactly n bytes at off, or fails (short file, I/O error). */
+static int read_at(int fd, uint64_t file_size, uint64_t off, void *out, size_t n) {
+    if (off > file_size || n > file_size - off) return -1;
+    uint8_t *p = out;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r, off += (uint64_t)r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Finds an NT_GNU_BUILD_ID note in notes[0..len); align is the note
+ * alignment (4, or 8 for segments aligned so). */
+static size_t find_build_id(const uint8_t *notes, size_t len, size_t align, uint8_t out[32]) {
+    size_t at = 0;
+    while (len - at >= sizeof(elf_nhdr)) {
+        elf_nhdr nh;
+        memcpy(&nh, notes + at, sizeof nh);
+        size_t name_at = at + sizeof nh;
+        size_t name_room = ((size_t)nh.n_namesz + align - 1) / align * align;
+        size_t desc_room = ((size_t)nh.n_descsz + align - 1) / align * align;
+        if (name_room > len - name_at || desc_room > len - name_at - name_room) return 0;
+        const uint8_t *desc = notes + name_at + name_room;
+        if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && memcmp(notes + name_at, "GNU", 4) == 0 &&
+            nh.n_descsz > 0 && nh.n_descsz <= 32) {
+            memcpy(out, desc, nh.n_descsz);
+            return nh.n_descsz;
+        }
+        at = name_at + name_room + desc_room;
+    }
+    return 0;
+}
+
+static int ehdr_ok(const elf_ehdr *eh) {
+    return memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELF_CLASS_NATIVE &&
+           eh->e_ident[EI_DATA] == ELF_DATA_NATIVE;
+}
+
+/* ---- ELF files on disk ---- */
+
+/* Build id and load bias from the program headers (and, when no PT_NOTE
+ * holds the build id, from SHT_NOTE sections). Returns 0 if the file is a
+ * readable ELF file of this process's class. */
+static int read_elf_ids(int fd, uint64_t size, elf_file *f) {
+    elf_ehdr eh;
+    if (read_at(fd, size, 0, &eh, sizeof eh) || !ehdr_ok(&eh)) return -1;
+    if (eh.e_phentsize == sizeof(elf_phdr) && eh.e_phnum > 0 && eh.e_phnum <= MAX_PHDRS) {
+        elf_phdr *ph = malloc(eh.e_phnum * sizeof *ph);
+        if (ph && read_at(fd, size, eh.e_phoff, ph, eh.e_phnum * sizeof *ph) == 0) {
+            int have_bias = 0;
+            for (size_t i = 0; i < eh.e_phnum; i++) {
+                if (!have_bias && ph[i].p_type == PT_LOAD && (ph[i].p_flags & PF_X)) {
+                    f->load_bias = ph[i].p_vaddr - ph[i].p_offset;
+                    have_bias = 1;
+                }
+                if (!f->build_id_len && ph[i].p_type == PT_NOTE && ph[i].p_filesz <= MAX_NOTE_BYTES) {
+                    uint8_t *notes = malloc(ph[i].p_filesz + 1);
+                    if (notes && read_at(fd, size, ph[i].p_offset, notes, ph[i].p_filesz) == 0)
+                        f->build_id_len =
+                            find_build_id(notes, ph[i].p_filesz, ph[i].p_align == 8 ? 8 : 4, f->build_id);
+                    free(notes);
+                }
+            }
+        }
+        free(ph);
+    }
+    if (!f->build_id_len && eh.e_shentsize == sizeof(elf_shdr) && eh.e_shnum > 0) {
+        elf_shdr *sh = malloc(eh.e_shnum * sizeof *sh);
+        if (sh && read_at(fd, size, eh.e_shoff, sh, eh.e_shnum * sizeof *sh) == 0) {
+            for (size_t i = 0; i < eh.e_shnum && !f->build_id_len; i++) {
+                if (sh[i].sh_type != SHT_NOTE || sh[i].sh_size > MAX_NOTE_BYTES) continue;
+                uint8_t *notes = malloc(sh[i].sh_size + 1);
+                if (notes && read_at(fd, size, sh[i].sh_offset, notes, sh[i].sh_size) == 0)
+                    f->build_id_len =
+                        find_build_id(notes, sh[i].sh_size, sh[i].sh_addralign == 8 ? 8 : 4, f->build_id);
+                free(notes);
+            }
+        }
+        free(sh);
+    }
+    return 0;
+}
+
+static size_t leading_underscores(const char *s) { return strspn(s, "_"); }
+
+/* By address; among aliases at one address the best name first, as perf
+ * chooses: global before weak before local, fewer leading underscores
+ * (fopen, not _IO_fopen), then the shorter name. */
+static int sym_cmp(const void *a, const void *b) {
+    const func_sym *x = a, *y = b;
+    if (x->addr != y->addr) return x->addr < y->addr ? -1 : 1;
+    if (x->binding_rank != y->binding_rank) return x->binding_rank - y->binding_rank;
+    size_t ux = leading_underscores(x->name), uy = leading_underscores(y->name);
+    if (ux != uy) return ux < uy ? -1 : 1;
+    size_t lx = strlen(x->name), ly = strlen(y->name);
+    if (lx != ly) return lx < ly ? -1 : 1;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Appends the function symbols of one SHT_SYMTAB/SHT_DYNSYM section. */
+static void read_symtab(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, size_t idx, elf_file *f) {
+    const elf_shdr *st = &sh[idx];
+    if (st->sh_entsize != sizeof(elf_sym) || st->sh_link >= n_sh || st->sh_size > MAX_SYMTAB_BYTES) return;
+    const elf_shdr *strs = &sh[st->sh_link];
+    if (strs->sh_type != SHT_STRTAB || strs->sh_size == 0 || strs->sh_size > MAX_SYMTAB_BYTES) return;
+    size_t n = st->sh_size / sizeof(elf_sym);
+    elf_sym *raw = malloc(n * sizeof *raw + 1);
+    char *blob = malloc(strs->sh_size + 1);
+    if (!raw || !blob || f->n_blobs == sizeof f->blobs / sizeof f->blobs[0] ||
+        read_at(fd, size, st->sh_offset, raw, n * sizeof *raw) ||
+        read_at(fd, size, strs->sh_offset, blob, strs->sh_size)) {
+        free(raw);
+        free(blob);
+        return;
+    }
+    blob[strs->sh_size] = 0; /* a name running off the end stops here */
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int type = ELF64_ST_TYPE(raw[i].st_info);
+        kept += type == STT_FUNC || type == STT_GNU_IFUNC;
+    }
+    size_t cap = f->n_syms;
+    if (grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + kept)) {
+        free(raw);
+        free(blob);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const elf_sym *y = &raw[i];
+        int type = ELF64_ST_TYPE(y->st_info);
+        if ((type != STT_FUNC && type != STT_GNU_IFUNC) || y->st_shndx == SHN_UNDEF || y->st_value == 0 ||
+            y->st_name == 0 || y->st_name >= strs->sh_size)
+            continue;
+        if (f->n_syms == cap && grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + 1)) break;
+        int bind = ELF64_ST_BIND(y->st_info);
+        f->syms[f->n_syms++] = (func_sym){
+            .addr = y->st_value,
+            .size = y->st_size,
+            .name = blob + y->st_name,
+            .binding_rank = bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2,
+        };
+    }
+    f->blobs[f->n_blobs++] = blob;
+    free(raw);
+}
+
+/* Reads .symtab and .dynsym of the file at path. Returns 1 if it has a
+ * .symtab (is not stripped), else 0. */
+static int load_syms_from(const char *path, elf_file *f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
+    elf_ehdr eh;
+    int has_symtab = 0;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && read_at(fd, (uint64_t)sb.st_size, 0, &eh, sizeof eh) == 0 &&
+        ehdr_ok(&eh) && eh.e_shentsize == sizeof(elf_shdr) && eh.e_shnum > 0) {
+        uint64_t size = (uint64_t)sb.st_size;
+        elf_shdr *sh = malloc(eh.e_shnum * sizeof *sh);
+        if (sh && read_at(fd, size, eh.e_shoff, sh, eh.e_shnum * sizeof *sh) == 0) {
+            for (size_t i = 0; i < eh.e_shnum; i++) {
+                if (sh[i].sh_type != SHT_SYMTAB && sh[i].sh_type != SHT_DYNSYM) continue;
+                has_symtab |= sh[i].sh_type == SHT_SYMTAB;
+                read_symtab(fd, size, sh, eh.e_shnum, i, f);
+            }
+        }
+        free(sh);
+    }
+    close(fd);
+    return has_symtab;
+}
+
+/* The file's symbols, plus those of its separate debug file
+ * (/usr/lib/debug/.build-id/xx/rest.debug) when it is stripped of .symtab. */
+static void load_syms(elf_file *f) {
+    f->syms_loaded = 1;
+    if (!load_syms_from(f->open_path, f) && f->build_id_len > 1) {
+        char dbg[128];
+        int at = snprintf(dbg, sizeof dbg, "/usr/lib/debug/.build-id/%02x/", f->build_id[0]);
+        for (size_t i = 1; i < f->build_id_len; i++)
+            at += snprintf(dbg + at, sizeof dbg - (size_t)at, "%02x", f->build_id[i]);
+        snprintf(dbg + at, sizeof dbg - (size_t)at, ".debug");
+        load_syms_from(dbg, f);
+    }
+    if (f->n_syms) qsort(f->syms, f->n_syms, sizeof *f->syms, sym_cmp);
+}
+
+/* The function containing ELF address addr, or NULL. */
+static func_sym *find_sym(elf_file *f, uint64_t addr) {
+    size_t lo = 0, hi = f->n_syms; /* first symbol with addr > target */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->syms[mid].addr <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return NULL;
+    /* The nearest start below addr, else an enclosing symbol a little
+     * further back (nested or overlapping symbols). */
+    func_sym *near = &f->syms[lo - 1];
+    if (near->size == 0 || addr - near->addr < near->size) {
+        while (near > f->syms && near[-1].addr == near->addr) near--; /* best-ranked alias */
+        return near;
+    }
+    for (size_t k = lo - 1, steps = 0; k-- > 0 && steps < 8; steps++)
+        if (f->syms[k].size && addr - f->syms[k].addr < f->syms[k].size) return &f->syms[k];
+    return NULL;
+}
+
+/* ---- loaded objects in memory (vdso, deleted files) ---- */
+
+typedef struct phdr_probe {
+    uint64_t addr; /* an address inside the object sought */
+    elf_file *f;   /* receives its load bias and build id */
+} phdr_probe;
+
+static int probe_object(struct dl_phdr_info *info, size_t size, void *ctx) {
+    (void)size;
+    phdr_probe *p = ctx;
+    int covers = 0;
+    for (size_t i = 0; i < info->dlpi_phnum && !covers; i++) {
+        const elf_phdr *ph = &info->dlpi_phdr[i];
+        uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+        covers = ph->p_type == PT_LOAD && p->addr >= lo && p->addr - lo < ph->p_memsz;
+    }
+    if (!covers) return 0;
+    int have_bias = 0;
+    for (size_t i = 0; i < info->dlpi_phnum; i++) {
+        const elf_phdr *ph = &info->dlpi_phdr[i];
+        if (!have_bias && ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            p->f->load_bias = ph->p_vaddr - ph->p_offset;
+            have_bias = 1;
+        }
+        /* Notes sit in a loaded read-only segment of a live object. */
+        if (!p->f->build_id_len && ph->p_type == PT_NOTE && ph->p_filesz <= MAX_NOTE_BYTES)
+            p->f->build_id_len = find_build_id((const uint8_t *)(uintptr_t)(info->dlpi_addr + ph->p_vaddr),
+                                               ph->p_filesz, ph->p_align == 8 ? 8 : 4, p->f->build_id);
+    }
+    return 1; /* found: stop iterating */
+}
+
+/* ---- /proc/self/maps ---- */
+
+static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_t end, int deleted) {
+    for (size_t i = 0; i < s->n_files; i++)
+        if (strcmp(s->files[i].path, path) == 0) return i;
+    if (grow((void **)&s->files, &s->cap_files, sizeof *s->files, s->n_files + 1)) return SIZE_MAX;
+    elf_file *f = &s->files[s->n_files];
+    memset(f, 0, sizeof *f);
+    f->path = dup_str(path, strlen(path));
+    if (deleted) {
+        /* The path may now name another file; the mapping itself is still
+         * reachable through map_files (when the kernel lets us open it). */
+        char mf[80];
+        snprintf(mf, sizeof mf, "/proc/self/map_files/%llx-%llx", (unsigned long long)start,
+                 (unsigned long long)end);
+        f->open_path = dup_str(mf, strlen(mf));
+    } else {
+        f->open_path = dup_str(path, strlen(path));
+    }
+    if (!f->path || !f->open_path) {
+        free(f->path);
+        free(f->open_path);
+        return SIZE_MAX;
+    }
+    int read_ok = -1;
+    if (path[0] == '/') {
+        int fd = open(f->open_path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) read_ok = read_elf_ids(fd, (uint64_t)sb.st_size, f);
+        if (fd >= 0) close(fd);
+    }
+    if (read_ok != 0) {
+        phdr_probe p = {start, f};
+        dl_iterate_phdr(probe_object, &p);
+        f->syms_loaded = 1; /* no readable file: names come from dladdr */
+    }
+    return s->n_files++;
+}
+
+tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
+    FILE *in = fopen("/proc/self/maps", "re");
+    if (!in) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot open /proc/self/maps: %s", strerror(errno));
+    char *line = NULL;
+    size_t line_cap = 0;
+    tm_status st = TM_OK;
+    s->n_live = 0;
+    while (st == TM_OK && getline(&line, &line_cap, in) > 0) {
+        unsigned long long start, end, offset, inode;
+        char perms[8];
+        int path_at = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %*x:%*x %llu %n", &start, &end, perms, &offset, &inode, &path_at) < 5 ||
+            strlen(perms) < 3 || perms[2] != 'x' || end <= start)
+            continue;
+        char *path = line + path_at;
+        path[strcspn(path, "\n")] = 0;
+        size_t plen = strlen(path);
+        static const char deleted_sfx[] = " (deleted)";
+        int deleted = plen >= sizeof deleted_sfx - 1 &&
+                      strcmp(path + plen - (sizeof deleted_sfx - 1), deleted_sfx) == 0;
+        /* Same mapping as before: keep its index. */
+        size_t idx = SIZE_MAX;
+        for (size_t i = 0; i < s->n_maps && idx == SIZE_MAX; i++) {
+            const tmr_mapping *m = &s->maps[i];
+            if (m->start == start && m->end == end && m->offset == offset && strcmp(m->path, path) == 0) idx = i;
+        }
+        if (idx == SIZE_MAX) {
+            if (grow((void **)&s->maps, &s->cap_maps, sizeof *s->maps, s->n_maps + 1)) {
+                st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
+                break;
+            }
+            size_t cap = s->n_maps;
+            if (grow((void **)&s->map_file, &cap, sizeof *s->map_file, s->cap_maps)) {
+                st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
+                break;
+            }
+            size_t fi = path[0] == '/' || path[0] == '[' ? file_for(s, path, start, end, deleted) : SIZE_MAX;
+            tmr_mapping *m = &s->maps[s->n_maps];
+            memset(m, 0, sizeof *m);
+            m->start = start, m->end = end, m->offset = offset;
+            if (fi != SIZE_MAX) {
+                const elf_file *f = &s->files[fi];
+                m->path = f->path;
+                m->load_bias = f->load_bias;
+                memcpy(m->build_id, f->build_id, sizeof m->build_id);
+                m->build_id_len = f->build_id_len;
+            } else {
+                m->path = own(s, dup_str(path, plen));
+                if (!m->path) m->path = "";
+            }
+            s->map_file[s->n_maps] = fi;
+            idx = s->n_maps++;
+        }
+        if (grow((void **)&s->live, &s->cap_live, sizeof *s->live, s->n_live + 1)) {
+            st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
+            break;
+        }
+        s->live[s->n_live++] = (int)idx; /* the kernel lists mappings by address: live stays sorted */
+    }
+    free(line);
+    fclose(in);
+    /* Answers cached before may name unmapped code or miss new code. */
+    if (s->cache) memset(s->cache, 0, s->cache_cap * sizeof *s->cache);
+    s->cache_n = 0;
+    clock_gettime(CLOCK_MONOTONIC, &s->last_refresh);
+    return st;
+}
+
+tmr_symbols *tmr_symbols_new(int demangle, tm_error *err) {
+    tmr_symbols *s = calloc(1, sizeof *s);
+    if (!s) {
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        return NULL;
+    }
+    if (demangle) {
+        void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        memcpy(&s->demangle, &fn, sizeof fn); /* object to function pointer, as POSIX allows */
+    }
+    if (tmr_symbols_refresh(s, err) != TM_OK) {
+        tmr_symbols_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void tmr_symbols_free(tmr_symbols *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n_files; i++) {
+        elf_file *f = &s->files[i];
+        for (size_t b = 0; b < f->n_blobs; b++) free(f->blobs[b]);
+        free(f->syms);
+        free(f->path);
+        free(f->open_path);
+    }
+    for (size_t i = 0; i < s->n_owned; i++) free(s->owned[i]);
+    free(s->owned);
+    free(s->files);
+    free(s->maps);
+    free(s->map_file);
+    free(s->live);
+    free(s->cache);
+    free(s);
+}
+
+const tmr_mapping *tmr_symbols_mapping(const tmr_symbols *s, int i) {
+    return i >= 0 && (size_t)i < s->n_maps ? &s->maps[i] : NULL;
+}
+
+/* ---- lookup ---- */
+
+static int find_live(const tmr_symbols *s, uint64_t pc) {
+    size_t lo = 0, hi = s->n_live;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->maps[s->live[mid]].start <= pc) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return -1;
+    int i = s->live[lo - 1];
+    return pc < s->maps[i].end ? i : -1;
+}
+
+static const char *shown_name(tmr_symbols *s, func_sym *y) {
+    if (y->shown) return y->shown;
+    y->shown = y->name;
+    if (s->demangle && y->name[0] == '_' && y->name[1] == 'Z') {
+        int status = -1;
+        char *d = s->demangle(y->name, NULL, NULL, &status);
+        if (status == 0 && d) y->shown = own(s, d) ? d : y->name;
+        else free(d);
+    }
+    return y->shown;
+}
+
+static const char *dladdr_name(tmr_symbols *s, uint64_t pc) {
+    Dl_info info;
+    if (!dladdr((void *)(uintptr_t)pc, &info) || !info.dli_sname || !info.dli_saddr ||
+        (uintptr_t)info.dli_saddr > pc)
+        return NULL;
+    func_sym y = {.name = info.dli_sname};
+    const char *name = shown_name(s, &y);
+    /* The object may be dlclose'd later: keep a copy. */
+    return name == info.dli_sname ? own(s, dup_str(name, strlen(name))) : name;
+}
+
+static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
+    int i = find_live(s, pc);
+    if (i < 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t ms = (int64_t)(now.tv_sec - s->last_refresh.tv_sec) * 1000 +
+                     (now.tv_nsec - s->last_refresh.tv_nsec) / 1000000;
+        if (ms >= REFRESH_MIN_INTERVAL_MS && tmr_symbols_refresh(s, NULL) == TM_OK) i = find_live(s, pc);
+    }
+    *mapping = i;
+    *name = NULL;
+    if (i < 0) {
+        *rel_pc = pc;
+        return;
+    }
+    const tmr_mapping *m = &s->maps[i];
+    *rel_pc = pc - m->start + m->offset + m->load_bias;
+    size_t fi = s->map_file[i];
+    if (fi != SIZE_MAX) {
+        elf_file *f = &s->files[fi];
+        if (!f->syms_loaded) load_syms(f);
+        func_sym *y = find_sym(f, *rel_pc);
+        if (y) *name = shown_name(s, y);
+    }
+    if (!*name) *name = dladdr_name(s, pc);
+}
+
+void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
+    size_t mask = s->cache_cap - 1;
+    if (s->cache_cap) {
+        for (size_t k = tm_hash_u64(pc) & mask;; k = (k + 1) & mask) {
+            cache_ent *e = &s->cache[k];
+            if (!e->used) break;
+            if (e->pc == pc) {
+                *mapping = e->mapping, *rel_pc = e->rel_pc, *name = e->name;
+                return;
+            }
+        }
+    }
+    resolve(s, pc, mapping, rel_pc, name); /* may refresh, which empties the cache */
+    if ((s->cache_n + 1) * 2 > s->cache_cap) {
+        size_t cap = s->cache_cap ? s->cache_cap * 2 : 1024;
+        cache_ent *old = s->cache;
+        size_t old_cap = s->cache_cap;
+        if (cap > CACHE_MAX) cap = old_cap, old_cap = 0; /* full: start over at this size */
+        cache_ent *fresh = calloc(cap, sizeof *fresh);
+        if (!fresh) return; /* answer uncached */
+        s->cache = fresh, s->cache_cap = cap, s->cache_n = 0;
+        for (size_t j = 0; j < old_cap; j++) {
+            if (!old[j].used) continue;
+            size_t k = tm_hash_u64(old[j].pc) & (cap - 1);
+            while (fresh[k].used) k = (k + 1) & (cap - 1);
+            fresh[k] = old[j];
+            s->cache_n++;
+        }
+        free(old);
+        mask = cap - 1;
+    }
+    size_t k = tm_hash_u64(pc) & mask;
+    while (s->cache[k].used) k = (k + 1) & mask;
+    s->cache[k] = (cache_ent){pc, *rel_pc, *name, *mapping, 1};
+    s->cache_n++;
+}

@@ -1,0 +1,837 @@
+/*
+ * writer.c — the recorder's Perfetto encoder: turns samples and process
+ * facts into TracePackets (framed as Trace records) handed to an emit
+ * callback. It owns per-sequence interning (function names, mapping paths,
+ * build ids, mappings, frames, callstacks), the sequence flags that make a
+ * reader trust that interning, and the descriptive packets: TraceConfig,
+ * SystemInfo, ClockSnapshot, ProcessTree, TrackDescriptors, TraceStats.
+ *
+ * Sequences: every sampled thread writes on the sequence the caller gives
+ * (seq >= 1, != TMR_WRITER_SEQ); descriptors, clock snapshots and stats go
+ * on the writer's own sequence TMR_WRITER_SEQ, which interns nothing.
+ *
+ * Packets are built in one growable scratch buffer: a nested message is
+ * written body first and its tag and length are inserted in front when it
+ * closes (a short memmove), so no size pass is needed. In steady state a
+ * sample allocates nothing; only the interning tables grow, amortised.
+ *
+ * Not thread-safe: the collector thread owns a tmr_writer.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* struct tm's tm_gmtoff */
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h" /* tm_fail, tm_hash_u64 */
+#include "pb_write.h"
+#include "record.h"
+
+/* ---- field numbers (perfetto-wire.md §1) ---- */
+enum {
+    TRACE_PACKET = 1,
+    /* TracePacket */
+    PKT_PROCESS_TREE = 2,
+    PKT_CLOCK_SNAPSHOT = 6,
+    PKT_TIMESTAMP = 8,
+    PKT_SEQ_ID = 10,
+    PKT_INTERNED_DATA = 12,
+    PKT_SEQ_FLAGS = 13,
+    PKT_TRACE_CONFIG = 33,
+    PKT_TRACE_STATS = 35,
+    PKT_PREV_DROPPED = 42,
+    PKT_SYSTEM_INFO = 45,
+    PKT_DEFAULTS = 59,
+    PKT_TRACK_DESCRIPTOR = 60,
+    PKT_PERF_SAMPLE = 66,
+    SEQ_INCREMENTAL_STATE_CLEARED = 1,
+    SEQ_NEEDS_INCREMENTAL_STATE = 2,
+    DATA_LOSS_PRESENT = 1,
+    /* TracePacketDefaults */
+    DEF_TIMESTAMP_CLOCK_ID = 58,
+    DEF_PERF_SAMPLE_DEFAULTS = 12,
+    PSD_TIMEBASE = 1,
+    TB_FREQUENCY = 2,
+    TB_COUNTER = 4,
+    TB_NAME = 10,
+    COUNTER_SW_CPU_CLOCK = 1,
+    COUNTER_SW_TASK_CLOCK = 3,
+    /* InternedData */
+    ID_FUNCTION_NAMES = 5,
+    ID_FRAMES = 6,
+    ID_CALLSTACKS = 7,
+    ID_BUILD_IDS = 16,
+    ID_MAPPING_PATHS = 17,
+    ID_MAPPINGS = 19,
+    IID = 1,
+    STR_STR = 2,
+    MAP_BUILD_ID = 2,
+    MAP_START_OFFSET = 3,
+    MAP_START = 4,
+    MAP_END = 5,
+    MAP_LOAD_BIAS = 6,
+    MAP_PATH_IDS = 7,
+    MAP_EXACT_OFFSET = 8,
+    FRAME_NAME_ID = 2,
+    FRAME_MAPPING_ID = 3,
+    FRAME_REL_PC = 4,
+    CALLSTACK_FRAME_IDS = 2,
+    /* PerfSample */
+    PS_CPU = 1,
+    PS_PID = 2,
+    PS_TID = 3,
+    PS_CALLSTACK_IID = 4,
+    PS_CPU_MODE = 5,
+    CPU_MODE_USER = 2,
+    /* ClockSnapshot */
+    CS_CLOCKS = 1,
+    CS_PRIMARY = 2,
+    CLOCK_ID = 1,
+    CLOCK_TIMESTAMP = 2,
+    CLOCK_REALTIME_ID = 1,
+    CLOCK_MONOTONIC_ID = 3,
+    CLOCK_BOOTTIME_ID = 6,
+    /* ProcessTree */
+    PT_PROCESSES = 1,
+    PT_THREADS = 2,
+    PT_COLLECTION_END = 3,
+    PROC_PID = 1,
+    PROC_PPID = 2,
+    PROC_CMDLINE = 3,
+    PROC_UID = 5,
+    THR_TID = 1,
+    THR_NAME = 2,
+    THR_TGID = 3,
+    /* TrackDescriptor */
+    TD_UUID = 1,
+    TD_PROCESS = 3,
+    TD_THREAD = 4,
+    TD_PARENT_UUID = 5,
+    PD_PID = 1,
+    PD_CMDLINE = 2,
+    PD_PROCESS_NAME = 6,
+    TDESC_PID = 1,
+    TDESC_TID = 2,
+    TDESC_THREAD_NAME = 5,
+    /* SystemInfo */
+    SI_UTSNAME = 1,
+    SI_HZ = 3,
+    SI_SERVICE_VERSION = 4,
+    SI_PAGE_SIZE = 6,
+    SI_TIMEZONE_OFF_MINS = 7,
+    SI_NUM_CPUS = 8,
+    SI_RAM_BYTES = 16,
+    UTS_SYSNAME = 1,
+    UTS_VERSION = 2,
+    UTS_RELEASE = 3,
+    UTS_MACHINE = 4,
+    /* TraceConfig */
+    TC_BUFFERS = 1,
+    TC_DATA_SOURCES = 2,
+    TC_BUILTIN = 20,
+    BUF_SIZE_KB = 1,
+    BUF_FILL_POLICY = 4,
+    FILL_RING_BUFFER = 1,
+    FILL_DISCARD = 2,
+    DS_CONFIG = 1,
+    DSC_NAME = 1,
+    DSC_TARGET_BUFFER = 2,
+    DSC_LEGACY_CONFIG = 1000,
+    BUILTIN_PRIMARY_CLOCK = 5,
+    /* TraceStats */
+    TS_BUFFER_STATS = 1,
+    TS_WRITER_STATS = 18,
+    BS_BYTES_WRITTEN = 1,
+    BS_CHUNKS_OVERWRITTEN = 3,
+    BS_BUFFER_SIZE = 12,
+    BS_BYTES_OVERWRITTEN = 13,
+    BS_CHUNKS_DISCARDED = 18,
+    BS_WRITER_PACKET_LOSS = 19,
+    WS_SEQUENCE_ID = 1,
+    WS_BUFFER = 4,
+};
+
+/* uuids of the process and thread tracks: fixed tags so they never collide. */
+#define PROCESS_TRACK_UUID(pid) (0x7472616365000000ull ^ (uint64_t)(uint32_t)(pid))
+#define THREAD_TRACK_UUID(tid) (0x7468726561000000ull ^ (uint64_t)(uint32_t)(tid) << 1 ^ 1)
+
+/* ---- scratch buffer with back-patched nesting ---- */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom; /* sticky: a failed growth makes the whole packet fail */
+} wbuf;
+
+static uint8_t *room(wbuf *b, size_t n) {
+    if (b->oom) return NULL;
+    if (b->cap - b->len < n) {
+        size_t cap = b->cap ? b->cap : 512;
+        while (cap - b->len < n) cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return NULL;
+        }
+        b->p = q, b->cap = cap;
+    }
+    return b->p + b->len;
+}
+
+static void put_uint(wbuf *b, uint32_t field, uint64_t v) {
+    uint8_t *p = room(b, 2 * TM_PBW_VARINT_MAX);
+    if (p) b->len = (size_t)(tm_pbw_uint(p, field, v) - b->p);
+}
+
+static void put_bytes(wbuf *b, uint32_t field, const void *data, size_t n) {
+    uint8_t *p = room(b, 2 * TM_PBW_VARINT_MAX + n);
+    if (!p) return;
+    p = tm_pbw_len(p, field, n);
+    if (n) memcpy(p, data, n);
+    b->len = (size_t)(p + n - b->p);
+}
+
+static void put_str(wbuf *b, uint32_t field, const char *s) { put_bytes(b, field, s, strlen(s)); }
+
+/* Opens a sub-message: its body follows; close it with msg_close. */
+static size_t msg_open(const wbuf *b) { return b->len; }
+
+/* Puts field's tag and the body length in front of the body begun at mark. */
+static void msg_close(wbuf *b, uint32_t field, size_t mark) {
+    if (b->oom) return;
+    size_t body = b->len - mark;
+    uint8_t head[2 * TM_PBW_VARINT_MAX];
+    size_t h = (size_t)(tm_pbw_len(head, field, body) - head);
+    if (!room(b, h)) return;
+    memmove(b->p + mark + h, b->p + mark, body);
+    memcpy(b->p + mark, head, h);
+    b->len += h;
+}
+
+/* ---- interning tables ---- */
+
+/* Open addressing map (a, b) -> iid; iid 0 marks an empty slot. */
+typedef struct imap {
+    uint64_t *a, *b, *v;
+    size_t cap, n;
+} imap;
+
+static size_t imap_hash(uint64_t a, uint64_t b) { return (size_t)tm_hash_u64(a * 0x9e3779b97f4a7c15ull ^ b); }
+
+/* The iid slot of (a, b): existing (non-zero) or empty, to be filled by the
+ * caller (it is already counted). NULL if memory runs out. */
+static uint64_t *imap_slot(imap *m, uint64_t a, uint64_t b) {
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        uint64_t *na = calloc(cap, sizeof *na), *nb = calloc(cap, sizeof *nb), *nv = calloc(cap, sizeof *nv);
+        if (!na || !nb || !nv) {
+            free(na), free(nb), free(nv);
+            return NULL;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->v[i]) continue;
+            size_t k = imap_hash(m->a[i], m->b[i]) & (cap - 1);
+            while (nv[k]) k = (k + 1) & (cap - 1);
+            na[k] = m->a[i], nb[k] = m->b[i], nv[k] = m->v[i];
+        }
+        free(m->a), free(m->b), free(m->v);
+        m->a = na, m->b = nb, m->v = nv, m->cap = cap;
+    }
+    size_t k = imap_hash(a, b) & (m->cap - 1);
+    while (m->v[k] && (m->a[k] != a || m->b[k] != b)) k = (k + 1) & (m->cap - 1);
+    if (!m->v[k]) {
+        m->a[k] = a, m->b[k] = b;
+        m->n++;
+    }
+    return &m->v[k];
+}
+
+static void imap_clear(imap *m) {
+    if (m->cap) memset(m->v, 0, m->cap * sizeof *m->v);
+    m->n = 0;
+}
+
+static void imap_free(imap *m) { free(m->a), free(m->b), free(m->v); }
+
+/* Kinds of string-like entries keyed by pointer in one map (key b). */
+enum { KEY_NAME = 0, KEY_PATH = 1, KEY_BUILD_ID = 2, KEY_MAPPING = 3 };
+
+/* Callstacks: a table of (hash, frame iids in a pool) -> iid. */
+typedef struct cs_slot {
+    uint64_t hash, iid; /* iid 0: empty */
+    size_t off;
+    uint32_t len;
+} cs_slot;
+
+typedef struct seq_state {
+    uint32_t seq;
+    int need_clear;    /* the next packet starts a new generation */
+    uint64_t next_iid; /* one counter for every kind: unique within each */
+    imap strs;         /* names, paths, build ids, mappings (by symbols' pointers / indices) */
+    imap frames;       /* (mapping + 1, rel_pc) */
+    cs_slot *cs;
+    size_t cs_cap, cs_n;
+    uint64_t *pool; /* frame iids of interned callstacks */
+    size_t pool_len, pool_cap;
+} seq_state;
+
+static void seq_clear(seq_state *s) {
+    s->need_clear = 1;
+    s->next_iid = 0;
+    imap_clear(&s->strs);
+    imap_clear(&s->frames);
+    if (s->cs_cap) memset(s->cs, 0, s->cs_cap * sizeof *s->cs);
+    s->cs_n = 0;
+    s->pool_len = 0;
+}
+
+static void seq_free(seq_state *s) {
+    imap_free(&s->strs);
+    imap_free(&s->frames);
+    free(s->cs);
+    free(s->pool);
+}
+
+typedef struct thread_entry {
+    int32_t tid;
+    char *name;
+} thread_entry;
+
+struct tmr_writer {
+    tmr_writer_opts o;
+    tmr_symbols *syms;
+    tmr_emit_fn emit;
+    void *ctx;
+    char *cmdline;          /* /proc/self/cmdline: NUL-separated arguments */
+    size_t cmdline_len;
+    const char *process_name;
+    seq_state *seqs;
+    size_t n_seqs, cap_seqs;
+    imap seq_index;         /* seq -> index + 1 into seqs */
+    thread_entry *threads;
+    size_t n_threads, cap_threads;
+    wbuf pkt;               /* the packet being built */
+    wbuf interned;          /* a sample's new InternedData entries */
+    uint64_t *frame_iids;   /* a sample's frames, leaf first */
+    size_t frame_cap;
+};
+
+static int grow(void **p, size_t *cap, size_t elem, size_t need) {
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static uint64_t now_ns(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Frames the packet in w->pkt as a Trace record and hands it on. */
+static tm_status emit_packet(tmr_writer *w, tm_error *err) {
+    msg_close(&w->pkt, TRACE_PACKET, 0);
+    if (w->pkt.oom) {
+        w->pkt.oom = 0;
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory encoding a trace packet");
+    }
+    if (w->emit(w->ctx, w->pkt.p, w->pkt.len))
+        return tm_fail(err, TM_ERR_IO, 0, NULL, "writing a trace packet failed");
+    return TM_OK;
+}
+
+/* Starts a packet on the writer's own sequence. */
+static void own_packet(tmr_writer *w, uint64_t ts) {
+    w->pkt.len = 0;
+    put_uint(&w->pkt, PKT_TIMESTAMP, ts);
+    put_uint(&w->pkt, PKT_SEQ_ID, TMR_WRITER_SEQ);
+}
+
+static void read_cmdline(tmr_writer *w) {
+    FILE *f = fopen("/proc/self/cmdline", "re");
+    if (!f) return;
+    size_t cap = 0;
+    for (;;) {
+        if (grow((void **)&w->cmdline, &cap, 1, w->cmdline_len + 4096)) break;
+        size_t got = fread(w->cmdline + w->cmdline_len, 1, cap - w->cmdline_len - 1, f);
+        w->cmdline_len += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    if (w->cmdline) w->cmdline[w->cmdline_len] = 0; /* the last argument is terminated even if cut */
+    while (w->cmdline_len && w->cmdline[w->cmdline_len - 1] == 0) w->cmdline_len--;
+}
+
+/* Each argument of the command line as a repeated string field. */
+static void put_cmdline(tmr_writer *w, wbuf *b, uint32_t field) {
+    if (!w->cmdline_len) {
+        put_str(b, field, w->process_name);
+        return;
+    }
+    for (size_t at = 0; at <= w->cmdline_len;) {
+        size_t n = strlen(w->cmdline + at);
+        put_bytes(b, field, w->cmdline + at, n);
+        at += n + 1;
+    }
+}
+
+tmr_writer *tmr_writer_new(const tmr_writer_opts *o, tmr_symbols *syms, tmr_emit_fn emit, void *ctx,
+                           tm_error *err) {
+    if (!o || !syms || !emit) {
+        tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tmr_writer_new needs options, symbols and an emit callback");
+        return NULL;
+    }
+    tmr_writer *w = calloc(1, sizeof *w);
+    if (!w) {
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        return NULL;
+    }
+    w->o = *o;
+    if (w->o.pid == 0) w->o.pid = (int32_t)getpid();
+    w->syms = syms, w->emit = emit, w->ctx = ctx;
+    read_cmdline(w);
+    w->process_name = o->process_name ? o->process_name : w->cmdline_len ? w->cmdline : "unknown";
+    return w;
+}
+
+void tmr_writer_free(tmr_writer *w) {
+    if (!w) return;
+    for (size_t i = 0; i < w->n_seqs; i++) seq_free(&w->seqs[i]);
+    for (size_t i = 0; i < w->n_threads; i++) free(w->threads[i].name);
+    free(w->seqs);
+    imap_free(&w->seq_index);
+    free(w->threads);
+    free(w->cmdline);
+    free(w->pkt.p);
+    free(w->interned.p);
+    free(w->frame_iids);
+    free(w);
+}
+
+void tmr_writer_clear_incremental(tmr_writer *w) {
+    for (size_t i = 0; i < w->n_seqs; i++) seq_clear(&w->seqs[i]);
+}
+
+/* ---- descriptive packets (writer's own sequence) ---- */
+
+static tm_status trace_config(tmr_writer *w, uint64_t ts, tm_error *err) {
+    wbuf *b = &w->pkt;
+    own_packet(w, ts);
+    size_t tc = msg_open(b);
+    size_t buf = msg_open(b);
+    put_uint(b, BUF_SIZE_KB, w->o.buffer_kb);
+    put_uint(b, BUF_FILL_POLICY, w->o.fill_discard ? FILL_DISCARD : FILL_RING_BUFFER);
+    msg_close(b, TC_BUFFERS, buf);
+    size_t ds = msg_open(b);
+    size_t dsc = msg_open(b);
+    put_str(b, DSC_NAME, "linux.perf");
+    put_uint(b, DSC_TARGET_BUFFER, 0);
+    /* The sampling setup in words; the same facts are machine-readable in
+     * every sample sequence's PerfSampleDefaults timebase. */
+    char desc[96];
+    snprintf(desc, sizeof desc, "tracemill.record frequency_hz=%u timer=%s", (unsigned)w->o.sampling_hz,
+             w->o.wall_clock ? "wall-clock" : "thread-cpu-time");
+    put_str(b, DSC_LEGACY_CONFIG, desc);
+    msg_close(b, DS_CONFIG, dsc);
+    msg_close(b, TC_DATA_SOURCES, ds);
+    size_t bi = msg_open(b);
+    put_uint(b, BUILTIN_PRIMARY_CLOCK, CLOCK_BOOTTIME_ID);
+    msg_close(b, TC_BUILTIN, bi);
+    msg_close(b, PKT_TRACE_CONFIG, tc);
+    return emit_packet(w, err);
+}
+
+static tm_status system_info(tmr_writer *w, uint64_t ts, tm_error *err) {
+    wbuf *b = &w->pkt;
+    own_packet(w, ts);
+    size_t si = msg_open(b);
+    struct utsname u;
+    if (uname(&u) == 0) {
+        size_t un = msg_open(b);
+        put_str(b, UTS_SYSNAME, u.sysname);
+        put_str(b, UTS_VERSION, u.version);
+        put_str(b, UTS_RELEASE, u.release);
+        put_str(b, UTS_MACHINE, u.machine);
+        msg_close(b, SI_UTSNAME, un);
+    }
+    long hz = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_CONF),
+         pages = sysconf(_SC_PHYS_PAGES);
+    if (hz > 0) put_uint(b, SI_HZ, (uint64_t)hz);
+    put_str(b, SI_SERVICE_VERSION, "tracemill-record " TM_VERSION_STRING);
+    if (page > 0) put_uint(b, SI_PAGE_SIZE, (uint64_t)page);
+    time_t t = time(NULL);
+    struct tm local;
+    if (localtime_r(&t, &local)) put_uint(b, SI_TIMEZONE_OFF_MINS, (uint64_t)(int64_t)(local.tm_gmtoff / 60));
+    if (cpus > 0) put_uint(b, SI_NUM_CPUS, (uint64_t)cpus);
+    if (pages > 0 && page > 0) put_uint(b, SI_RAM_BYTES, (uint64_t)pages * (uint64_t)page);
+    msg_close(b, PKT_SYSTEM_INFO, si);
+    return emit_packet(w, err);
+}
+
+tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err) {
+    /* Read back to back so that the snapshot pairs nearly simultaneous values. */
+    uint64_t boot = now_ns(CLOCK_BOOTTIME), mono = now_ns(CLOCK_MONOTONIC), real = now_ns(CLOCK_REALTIME);
+    wbuf *b = &w->pkt;
+    own_packet(w, boot);
+    size_t cs = msg_open(b);
+    static const uint32_t ids[3] = {CLOCK_BOOTTIME_ID, CLOCK_MONOTONIC_ID, CLOCK_REALTIME_ID};
+    const uint64_t vals[3] = {boot, mono, real};
+    for (int i = 0; i < 3; i++) {
+        size_t c = msg_open(b);
+        put_uint(b, CLOCK_ID, ids[i]);
+        put_uint(b, CLOCK_TIMESTAMP, vals[i]);
+        msg_close(b, CS_CLOCKS, c);
+    }
+    put_uint(b, CS_PRIMARY, CLOCK_BOOTTIME_ID);
+    msg_close(b, PKT_CLOCK_SNAPSHOT, cs);
+    return emit_packet(w, err);
+}
+
+static void put_thread_entry(tmr_writer *w, wbuf *b, int32_t tid, const char *name) {
+    size_t t = msg_open(b);
+    put_uint(b, THR_TID, (uint64_t)(int64_t)tid);
+    if (name) put_str(b, THR_NAME, name);
+    put_uint(b, THR_TGID, (uint64_t)(int64_t)w->o.pid);
+    msg_close(b, PT_THREADS, t);
+}
+
+static tm_status process_tree(tmr_writer *w, uint64_t ts, tm_error *err) {
+    wbuf *b = &w->pkt;
+    own_packet(w, ts);
+    size_t pt = msg_open(b);
+    size_t p = msg_open(b);
+    put_uint(b, PROC_PID, (uint64_t)(int64_t)w->o.pid);
+    put_uint(b, PROC_PPID, (uint64_t)(int64_t)getppid());
+    put_cmdline(w, b, PROC_CMDLINE);
+    put_uint(b, PROC_UID, (uint64_t)getuid());
+    msg_close(b, PT_PROCESSES, p);
+    for (size_t i = 0; i < w->n_threads; i++) put_thread_entry(w, b, w->threads[i].tid, w->threads[i].name);
+    put_uint(b, PT_COLLECTION_END, ts);
+    msg_close(b, PKT_PROCESS_TREE, pt);
+    return emit_packet(w, err);
+}
+
+static tm_status process_track(tmr_writer *w, uint64_t ts, tm_error *err) {
+    wbuf *b = &w->pkt;
+    own_packet(w, ts);
+    size_t td = msg_open(b);
+    put_uint(b, TD_UUID, PROCESS_TRACK_UUID(w->o.pid));
+    size_t pd = msg_open(b);
+    put_uint(b, PD_PID, (uint64_t)(int64_t)w->o.pid);
+    put_cmdline(w, b, PD_CMDLINE);
+    put_str(b, PD_PROCESS_NAME, w->process_name);
+    msg_close(b, TD_PROCESS, pd);
+    msg_close(b, PKT_TRACK_DESCRIPTOR, td);
+    return emit_packet(w, err);
+}
+
+static tm_status thread_track(tmr_writer *w, uint64_t ts, int32_t tid, const char *name, tm_error *err) {
+    wbuf *b = &w->pkt;
+    own_packet(w, ts);
+    size_t td = msg_open(b);
+    put_uint(b, TD_UUID, THREAD_TRACK_UUID(tid));
+    put_uint(b, TD_PARENT_UUID, PROCESS_TRACK_UUID(w->o.pid));
+    size_t d = msg_open(b);
+    put_uint(b, TDESC_PID, (uint64_t)(int64_t)w->o.pid);
+    put_uint(b, TDESC_TID, (uint64_t)(int64_t)tid);
+    if (name) put_str(b, TDESC_THREAD_NAME, name);
+    msg_close(b, TD_THREAD, d);
+    msg_close(b, PKT_TRACK_DESCRIPTOR, td);
+    return emit_packet(w, err);
+}
+
+tm_status tmr_writer_begin(tmr_writer *w, tm_error *err) {
+    uint64_t ts = now_ns(CLOCK_BOOTTIME);
+    TM_TRY(trace_config(w, ts, err));
+    TM_TRY(system_info(w, ts, err));
+    TM_TRY(tmr_writer_clock_snapshot(w, err));
+    TM_TRY(process_tree(w, ts, err));
+    TM_TRY(process_track(w, ts, err));
+    for (size_t i = 0; i < w->n_threads; i++)
+        TM_TRY(thread_track(w, ts, w->threads[i].tid, w->threads[i].name, err));
+    tmr_writer_clear_incremental(w);
+    return TM_OK;
+}
+
+tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_error *err) {
+    thread_entry *t = NULL;
+    for (size_t i = 0; i < w->n_threads && !t; i++)
+        if (w->threads[i].tid == tid) t = &w->threads[i];
+    if (!t) {
+        if (grow((void **)&w->threads, &w->cap_threads, sizeof *w->threads, w->n_threads + 1))
+            return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        t = &w->threads[w->n_threads++];
+        *t = (thread_entry){tid, NULL};
+    }
+    if (name && (!t->name || strcmp(t->name, name) != 0)) {
+        char *copy = malloc(strlen(name) + 1);
+        if (!copy) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        memcpy(copy, name, strlen(name) + 1);
+        free(t->name);
+        t->name = copy;
+    }
+    uint64_t ts = now_ns(CLOCK_BOOTTIME);
+    wbuf *b = &w->pkt;
+    own_packet(w, ts);
+    size_t pt = msg_open(b);
+    put_thread_entry(w, b, tid, t->name);
+    put_uint(b, PT_COLLECTION_END, ts);
+    msg_close(b, PKT_PROCESS_TREE, pt);
+    TM_TRY(emit_packet(w, err));
+    return thread_track(w, ts, tid, t->name, err);
+}
+
+/* ---- samples ---- */
+
+static seq_state *seq_get(tmr_writer *w, uint32_t seq) {
+    uint64_t *slot = imap_slot(&w->seq_index, seq, 0);
+    if (!slot) return NULL;
+    if (*slot) return &w->seqs[*slot - 1];
+    if (grow((void **)&w->seqs, &w->cap_seqs, sizeof *w->seqs, w->n_seqs + 1)) return NULL; /* slot stays empty */
+    seq_state *s = &w->seqs[w->n_seqs];
+    memset(s, 0, sizeof *s);
+    s->seq = seq;
+    s->need_clear = 1;
+    *slot = ++w->n_seqs;
+    return s;
+}
+
+/* The iid of a string-like entry; a new one is appended to w->interned. */
+static uint64_t intern_bytes(tmr_writer *w, seq_state *s, uint32_t field, int kind, const void *key,
+                             const void *data, size_t n) {
+    uint64_t *slot = imap_slot(&s->strs, (uint64_t)(uintptr_t)key, (uint64_t)kind);
+    if (!slot) {
+        w->interned.oom = 1;
+        return 0;
+    }
+    if (!*slot) {
+        *slot = ++s->next_iid;
+        size_t e = msg_open(&w->interned);
+        put_uint(&w->interned, IID, *slot);
+        put_bytes(&w->interned, STR_STR, data, n);
+        msg_close(&w->interned, field, e);
+    }
+    return *slot;
+}
+
+static uint64_t intern_mapping(tmr_writer *w, seq_state *s, int mapping) {
+    const tmr_mapping *m = tmr_symbols_mapping(w->syms, mapping);
+    if (!m) return 0;
+    uint64_t *slot = imap_slot(&s->strs, (uint64_t)mapping, KEY_MAPPING);
+    if (!slot) {
+        w->interned.oom = 1;
+        return 0;
+    }
+    if (*slot) return *slot;
+    uint64_t iid = *slot = ++s->next_iid;
+    /* Paths and build ids belong to the file: keyed by the path string the
+     * symbolizer shares between a file's mappings. One full path per
+     * mapping (readers join segments with '/', and a leading '//' is one). */
+    uint64_t path_iid = m->path[0] ? intern_bytes(w, s, ID_MAPPING_PATHS, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
+    uint64_t build_iid =
+        m->build_id_len ? intern_bytes(w, s, ID_BUILD_IDS, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len) : 0;
+    wbuf *b = &w->interned;
+    size_t e = msg_open(b);
+    put_uint(b, IID, iid);
+    if (build_iid) put_uint(b, MAP_BUILD_ID, build_iid);
+    /* As Perfetto's unwinder fills them: start_offset is where the ELF
+     * starts in the file (0: files are whole ELF images), exact_offset the
+     * mapping's file offset. */
+    put_uint(b, MAP_START_OFFSET, 0);
+    put_uint(b, MAP_START, m->start);
+    put_uint(b, MAP_END, m->end);
+    put_uint(b, MAP_LOAD_BIAS, m->load_bias);
+    if (path_iid) put_uint(b, MAP_PATH_IDS, path_iid);
+    put_uint(b, MAP_EXACT_OFFSET, m->offset);
+    msg_close(b, ID_MAPPINGS, e);
+    return iid;
+}
+
+/* The iid of the frame of pc; return addresses (not the leaf) are looked up
+ * at pc - 1, inside the call instruction, as Perfetto's unwinder reports
+ * them: a call that ends a function must not be named after the next one. */
+static uint64_t intern_frame(tmr_writer *w, seq_state *s, uint64_t pc, int is_return_address) {
+    int mapping;
+    uint64_t rel_pc;
+    const char *name;
+    tmr_symbols_lookup(w->syms, is_return_address && pc ? pc - 1 : pc, &mapping, &rel_pc, &name);
+    uint64_t *slot = imap_slot(&s->frames, (uint64_t)(mapping + 1), rel_pc);
+    if (!slot) {
+        w->interned.oom = 1;
+        return 0;
+    }
+    if (*slot) return *slot;
+    uint64_t iid = *slot = ++s->next_iid;
+    uint64_t name_iid = name ? intern_bytes(w, s, ID_FUNCTION_NAMES, KEY_NAME, name, name, strlen(name)) : 0;
+    uint64_t mapping_iid = mapping >= 0 ? intern_mapping(w, s, mapping) : 0;
+    wbuf *b = &w->interned;
+    size_t e = msg_open(b);
+    put_uint(b, IID, iid);
+    if (name_iid) put_uint(b, FRAME_NAME_ID, name_iid);
+    if (mapping_iid) put_uint(b, FRAME_MAPPING_ID, mapping_iid);
+    put_uint(b, FRAME_REL_PC, rel_pc);
+    msg_close(b, ID_FRAMES, e);
+    return iid;
+}
+
+/* The iid of the callstack whose frame iids, root first, are f[0..n). */
+static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f, uint32_t n) {
+    uint64_t h = 0x6a09e667f3bcc908ull ^ n;
+    for (uint32_t i = 0; i < n; i++) h = tm_hash_u64(h ^ f[i]);
+    if ((s->cs_n + 1) * 2 > s->cs_cap) {
+        size_t cap = s->cs_cap ? s->cs_cap * 2 : 64;
+        cs_slot *fresh = calloc(cap, sizeof *fresh);
+        if (!fresh) {
+            w->interned.oom = 1;
+            return 0;
+        }
+        for (size_t i = 0; i < s->cs_cap; i++) {
+            if (!s->cs[i].iid) continue;
+            size_t k = (size_t)s->cs[i].hash & (cap - 1);
+            while (fresh[k].iid) k = (k + 1) & (cap - 1);
+            fresh[k] = s->cs[i];
+        }
+        free(s->cs);
+        s->cs = fresh, s->cs_cap = cap;
+    }
+    size_t k = (size_t)h & (s->cs_cap - 1);
+    for (; s->cs[k].iid; k = (k + 1) & (s->cs_cap - 1)) {
+        const cs_slot *c = &s->cs[k];
+        if (c->hash == h && c->len == n && memcmp(s->pool + c->off, f, n * sizeof *f) == 0) return c->iid;
+    }
+    if (grow((void **)&s->pool, &s->pool_cap, sizeof *s->pool, s->pool_len + n)) {
+        w->interned.oom = 1;
+        return 0;
+    }
+    memcpy(s->pool + s->pool_len, f, n * sizeof *f);
+    s->cs[k] = (cs_slot){h, ++s->next_iid, s->pool_len, n};
+    s->pool_len += n;
+    s->cs_n++;
+    wbuf *b = &w->interned;
+    size_t e = msg_open(b);
+    put_uint(b, IID, s->cs[k].iid);
+    size_t ids = msg_open(b); /* packed repeated uint64 */
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *p = room(b, TM_PBW_VARINT_MAX);
+        if (p) b->len = (size_t)(tm_pbw_varint(p, f[i]) - b->p);
+    }
+    msg_close(b, CALLSTACK_FRAME_IDS, ids);
+    msg_close(b, ID_CALLSTACKS, e);
+    return s->cs[k].iid;
+}
+
+/* Machine-readable sampling setup of a sequence (new with each generation). */
+static void put_defaults(tmr_writer *w, wbuf *b) {
+    size_t d = msg_open(b);
+    put_uint(b, DEF_TIMESTAMP_CLOCK_ID, CLOCK_BOOTTIME_ID);
+    size_t psd = msg_open(b);
+    size_t tb = msg_open(b);
+    if (w->o.sampling_hz) put_uint(b, TB_FREQUENCY, w->o.sampling_hz);
+    put_uint(b, TB_COUNTER, w->o.wall_clock ? COUNTER_SW_CPU_CLOCK : COUNTER_SW_TASK_CLOCK);
+    put_str(b, TB_NAME, w->o.wall_clock ? "wall-clock" : "task-clock");
+    msg_close(b, PSD_TIMEBASE, tb);
+    msg_close(b, DEF_PERF_SAMPLE_DEFAULTS, psd);
+    msg_close(b, PKT_DEFAULTS, d);
+}
+
+tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
+                            const uint64_t *pcs, uint32_t depth, int prev_dropped, tm_error *err) {
+    if (seq == 0 || seq == TMR_WRITER_SEQ || (depth && !pcs))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "bad sample: sequence %u, depth %u", (unsigned)seq,
+                       (unsigned)depth);
+    seq_state *s = seq_get(w, seq);
+    if (!s || grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, depth))
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    /* After a loss the reader distrusts this sequence's interning until the
+     * next CLEARED packet: start a new generation with this sample. */
+    if (prev_dropped) seq_clear(s);
+    int cleared = s->need_clear;
+    w->interned.len = 0;
+    w->interned.oom = 0;
+    /* pcs run leaf to root; Callstack.frame_ids run root to leaf. */
+    for (uint32_t i = 0; i < depth; i++) w->frame_iids[depth - 1 - i] = intern_frame(w, s, pcs[i], i > 0);
+    uint64_t cs_iid = depth ? intern_callstack(w, s, w->frame_iids, depth) : 0;
+
+    wbuf *b = &w->pkt;
+    if (prev_dropped) {
+        /* The loss gets a packet of its own: readers (Trace Processor's
+         * loss state, tracemill's data_losses) act on previous_packet_dropped
+         * only when the same packet does not also clear the state. It needs
+         * no incremental state, so nothing is skipped because of it. */
+        b->len = 0;
+        put_uint(b, PKT_TIMESTAMP, ts_ns);
+        put_uint(b, PKT_SEQ_ID, seq);
+        put_uint(b, PKT_PREV_DROPPED, DATA_LOSS_PRESENT);
+        tm_status st = emit_packet(w, err);
+        if (st != TM_OK) return st; /* the sequence is already marked for clearing */
+    }
+    b->len = 0;
+    put_uint(b, PKT_TIMESTAMP, ts_ns);
+    put_uint(b, PKT_SEQ_ID, seq);
+    put_uint(b, PKT_SEQ_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE | (cleared ? SEQ_INCREMENTAL_STATE_CLEARED : 0));
+    if (cleared) put_defaults(w, b);
+    if (w->interned.len) put_bytes(b, PKT_INTERNED_DATA, w->interned.p, w->interned.len);
+    size_t ps = msg_open(b);
+    put_uint(b, PS_CPU, cpu);
+    put_uint(b, PS_PID, (uint64_t)(uint32_t)w->o.pid);
+    put_uint(b, PS_TID, (uint64_t)(uint32_t)tid);
+    if (cs_iid) put_uint(b, PS_CALLSTACK_IID, cs_iid);
+    put_uint(b, PS_CPU_MODE, CPU_MODE_USER);
+    msg_close(b, PKT_PERF_SAMPLE, ps);
+    if (w->interned.oom) b->oom = 1;
+    tm_status st = emit_packet(w, err);
+    /* A packet that never reached the reader took its interned entries with
+     * it: forget them so that the next packet re-interns from scratch. */
+    if (st == TM_OK) s->need_clear = 0;
+    else seq_clear(s);
+    return st;
+}
+
+/* ---- losses ---- */
+
+tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err) {
+    static const tmr_losses none;
+    if (!l) l = &none;
+    wbuf *b = &w->pkt;
+    own_packet(w, now_ns(CLOCK_BOOTTIME));
+    size_t ts = msg_open(b);
+    uint64_t packet_loss = 0;
+    for (uint32_t i = 0; i < l->n_writers; i++) packet_loss += l->writer_samples_lost ? l->writer_samples_lost[i] : 0;
+    /* BufferStats has no bytes_discarded field: the discarded chunks say it. */
+    size_t bs = msg_open(b);
+    put_uint(b, BS_CHUNKS_OVERWRITTEN, l->chunks_overwritten);
+    put_uint(b, BS_BUFFER_SIZE, (uint64_t)w->o.buffer_kb * 1024);
+    put_uint(b, BS_BYTES_OVERWRITTEN, l->bytes_overwritten);
+    put_uint(b, BS_CHUNKS_DISCARDED, l->chunks_discarded);
+    put_uint(b, BS_WRITER_PACKET_LOSS, packet_loss);
+    msg_close(b, TS_BUFFER_STATS, bs);
+    /* Every sequence writes into buffer 0: readers map sequence losses
+     * (previous_packet_dropped) to a buffer through these. */
+    for (size_t i = 0; i < w->n_seqs; i++) {
+        size_t ws = msg_open(b);
+        put_uint(b, WS_SEQUENCE_ID, w->seqs[i].seq);
+        put_uint(b, WS_BUFFER, 0);
+        msg_close(b, TS_WRITER_STATS, ws);
+    }
+    for (uint32_t i = 0; i < l->n_writers; i++) {
+        int known = 0;
+        for (size_t k = 0; k < w->n_seqs && !known; k++) known = l->writer_seq && w->seqs[k].seq == l->writer_seq[i];
+        if (known || !l->writer_seq) continue;
+        size_t ws = msg_open(b);
+        put_uint(b, WS_SEQUENCE_ID, l->writer_seq[i]);
+        put_uint(b, WS_BUFFER, 0);
+        msg_close(b, TS_WRITER_STATS, ws);
+    }
+    msg_close(b, PKT_TRACE_STATS, ts);
+    return emit_packet(w, err);
+}

@@ -1,0 +1,390 @@
+/*
+ * test_record.c — the recorder (libtracemill_record) end to end: the test
+ * program record_target is recorded through the tm_recorder_* API (its
+ * RECORD_TARGET_API build) and through LD_PRELOAD on the plain binary, and
+ * every trace is read back with tm_trace_parse: thread names, stacks rooted
+ * in the program, CPU shares of hot/warm/cold, exact loss accounting under
+ * buffer pressure in both fill policies, self-contained continuous chunks,
+ * and no crash or hang across fork, thread churn and exit().
+ *
+ * Paths of the binaries come from the build: TM_RECORD_TARGET (plain),
+ * TM_RECORD_TARGET_API, TM_RECORD_PRELOAD (libtracemill_record.so), TM_CLI.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tracemill.h"
+#include "tutil.h"
+
+#define RUN_TIMEOUT_S 30
+/* CPU time each worker thread burns: ~2 x 2 x 140 samples at 166 Hz, enough
+ * for +-5 point shares, however loaded the machine is. */
+#define WORK_CPU_SECONDS "2"
+
+static char g_dir[] = "/tmp/tm_record_test_XXXXXX";
+
+static void setup(void) {
+    cr_assert_not_null(mkdtemp(g_dir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
+}
+
+TestSuite(record, .init = setup, .fini = teardown, .timeout = 60);
+
+static char *path_in_dir(const char *name) {
+    char *p = NULL;
+    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
+    return p;
+}
+
+/* Runs argv with extra environment entries (NULL-terminated, may be NULL),
+ * stdout into OUT_FILE; kills it after RUN_TIMEOUT_S (a hang fails the
+ * test). Returns the wait status. */
+static int run(char *const argv[], char *const env[], const char *out_file) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        for (size_t i = 0; env && env[i]; i++) putenv(env[i]);
+        if (out_file && !freopen(out_file, "w", stdout)) _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    for (int waited_ms = 0;; waited_ms += 20) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        cr_assert_geq(got, 0);
+        if (got == pid) break;
+        if (waited_ms > RUN_TIMEOUT_S * 1000) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            cr_assert_fail("%s hung (killed after %d s)", argv[0], RUN_TIMEOUT_S);
+        }
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL);
+    }
+    return status;
+}
+
+static void assert_exited_ok(int status, const char *what) {
+    cr_assert(WIFEXITED(status), "%s did not exit normally (signal %d)", what,
+              WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    cr_assert_eq(WEXITSTATUS(status), 0, "%s exited with %d", what, WEXITSTATUS(status));
+}
+
+typedef struct loaded {
+    char *bytes;
+    size_t len;
+    tm_trace *trace;
+    const tm_trace_stats *st;
+} loaded;
+
+static loaded load(const char *path) {
+    loaded l = {0};
+    l.bytes = tu_read_file(path, &l.len);
+    cr_assert_not_null(l.bytes, "no trace at %s", path);
+    tm_error err;
+    tm_status st = tm_trace_parse(l.bytes, l.len, NULL, &l.trace, &err);
+    cr_assert_eq(st, TM_OK, "%s does not decode: %s", path, err.message);
+    l.st = tm_trace_get_stats(l.trace);
+    return l;
+}
+
+static void unload(loaded *l) {
+    tm_trace_free(l->trace);
+    free(l->bytes);
+}
+
+static int has_thread(const tm_trace *t, const char *name) {
+    for (size_t i = 0; i < tm_trace_thread_count(t); i++) {
+        tm_thread_info ti;
+        cr_assert_eq(tm_trace_thread(t, i, &ti), TM_OK);
+        if (ti.name && ti.name_len == strlen(name) && memcmp(ti.name, name, ti.name_len) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Whether frame (a whole ';'-separated element) is in the folded stack. */
+static int stack_has(const char *stack, size_t len, const char *frame) {
+    size_t n = strlen(frame);
+    for (size_t i = 0; i + n <= len; i++)
+        if ((i == 0 || stack[i - 1] == ';') && memcmp(stack + i, frame, n) == 0 &&
+            (i + n == len || stack[i + n] == ';'))
+            return 1;
+    return 0;
+}
+
+typedef struct shares {
+    uint64_t total, rooted, hot, warm, cold;
+} shares;
+
+/* Sample counts from the folded stacks: how many stacks are rooted in the
+ * program (main or the thread start routine), and how many hold each phase. */
+static shares folded_shares(const tm_trace *t) {
+    tu_membuf out = {0};
+    tm_sink sink = {tu_membuf_write, &out};
+    tm_error err;
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+    shares s = {0};
+    for (char *line = out.data; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        char *space = strrchr(line, ' ');
+        cr_assert_not_null(space, "not a folded line: %s", line);
+        size_t len = (size_t)(space - line);
+        uint64_t n = strtoull(space + 1, NULL, 10);
+        s.total += n;
+        if (stack_has(line, len, "main") || stack_has(line, len, "worker_main")) s.rooted += n;
+        else cr_log_warn("stack not rooted in the program: %.*s", (int)len, line);
+        if (stack_has(line, len, "hot")) s.hot += n;
+        if (stack_has(line, len, "warm")) s.warm += n;
+        if (stack_has(line, len, "cold")) s.cold += n;
+        line = nl ? nl + 1 : NULL;
+    }
+    tu_membuf_free(&out);
+    return s;
+}
+
+/* The checks of a recording of `--mode work`: no loss, both names, every
+ * stack rooted, each phase's sample share within 5 points of the CPU share
+ * the program measured (cpu-share line in stdout_path), itself near 60/30/10. */
+static void check_work_trace(const char *path, const char *stdout_path) {
+    char *text = tu_read_file(stdout_path, NULL);
+    cr_assert_not_null(text);
+    double cpu_hot, cpu_warm, cpu_cold;
+    const char *line = strstr(text, "cpu-share ");
+    cr_assert(line && sscanf(line, "cpu-share hot=%lf warm=%lf cold=%lf", &cpu_hot, &cpu_warm, &cpu_cold) == 3,
+              "no cpu-share line: %s", text);
+    free(text);
+    cr_assert(fabs(cpu_hot - 60) < 3 && fabs(cpu_warm - 30) < 3 && fabs(cpu_cold - 10) < 3,
+              "the workload itself is off: %.1f/%.1f/%.1f", cpu_hot, cpu_warm, cpu_cold);
+    loaded l = load(path);
+    cr_assert_gt(l.st->samples_kept, 150, "too few samples (%llu) to measure shares",
+                 (unsigned long long)l.st->samples_kept);
+    cr_assert_eq(l.st->data_losses, 0);
+    cr_assert_eq(l.st->dropped_unresolved + l.st->dropped_stale_interning + l.st->dropped_never_cleared +
+                     l.st->dropped_missing_clock + l.st->dropped_bad_timestamp,
+                 0);
+    cr_assert_eq(l.st->samples_kept, l.st->perf_samples);
+    cr_assert(has_thread(l.trace, "worker-a"));
+    cr_assert(has_thread(l.trace, "worker-b"));
+    shares s = folded_shares(l.trace);
+    cr_assert_eq(s.total, l.st->samples_kept);
+    cr_assert_eq(s.rooted, s.total, "%llu of %llu stacks are not rooted in main or worker_main",
+                 (unsigned long long)(s.total - s.rooted), (unsigned long long)s.total);
+    uint64_t phases = s.hot + s.warm + s.cold;
+    cr_assert_gt(phases, s.total * 9 / 10);
+    double hot = 100.0 * (double)s.hot / (double)phases, warm = 100.0 * (double)s.warm / (double)phases,
+           cold = 100.0 * (double)s.cold / (double)phases;
+    cr_log_info("%s: %llu samples: hot %.1f%% warm %.1f%% cold %.1f%% (CPU: %.1f/%.1f/%.1f)", path,
+                (unsigned long long)s.total, hot, warm, cold, cpu_hot, cpu_warm, cpu_cold);
+    cr_expect(fabs(hot - cpu_hot) < 5, "hot has %.1f%% of the samples and %.1f%% of the CPU", hot, cpu_hot);
+    cr_expect(fabs(warm - cpu_warm) < 5, "warm has %.1f%% of the samples and %.1f%% of the CPU", warm, cpu_warm);
+    cr_expect(fabs(cold - cpu_cold) < 5, "cold has %.1f%% of the samples and %.1f%% of the CPU", cold, cpu_cold);
+    unload(&l);
+}
+
+Test(record, api_work_trace) {
+    char *out = path_in_dir("api.pftrace"), *stdout_path = path_in_dir("api.txt");
+    char *argv[] = {TM_RECORD_TARGET_API, "--cpu-seconds", WORK_CPU_SECONDS, "--hz", "166", "-o", out, NULL};
+    assert_exited_ok(run(argv, NULL, stdout_path), "record_target_api");
+    check_work_trace(out, stdout_path);
+    free(stdout_path);
+    free(out);
+}
+
+Test(record, preload_work_trace) {
+    char *out = path_in_dir("preload.pftrace"), *stdout_path = path_in_dir("preload.txt");
+    char *env_out = NULL;
+    cr_assert_gt(asprintf(&env_out, "TRACEMILL_RECORD_OUT=%s", out), 0);
+    char *env[] = {"LD_PRELOAD=" TM_RECORD_PRELOAD, env_out, "TRACEMILL_RECORD_HZ=166", NULL};
+    char *argv[] = {TM_RECORD_TARGET, "--cpu-seconds", WORK_CPU_SECONDS, NULL};
+    assert_exited_ok(run(argv, env, stdout_path), "record_target under LD_PRELOAD");
+    check_work_trace(out, stdout_path);
+    free(stdout_path);
+    free(env_out);
+    free(out);
+}
+
+/* Parses "recorder-stats k=v ..." printed by the API build. */
+static uint64_t stat_of(const char *text, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(text, pat);
+    cr_assert_not_null(p, "no %s in: %s", key, text);
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* A TraceStats value as tracemill's SQL tables hold it (0 when absent). */
+static uint64_t trace_stat(const loaded *l, const char *name) {
+    tm_db *db;
+    tm_error err;
+    cr_assert_eq(tm_db_open(l->bytes, l->len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), "select coalesce(sum(value), 0) from stats where name = ?",
+                                    -1, &q, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    uint64_t v = (uint64_t)sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    tm_db_free(db);
+    return v;
+}
+
+static void check_pressure(const char *fill) {
+    char *out = path_in_dir("pressure.pftrace"), *stats = path_in_dir("stats.txt");
+    int ring = strcmp(fill, "ring") == 0;
+    /* Periodic file writes make room again, so that (in both policies)
+     * packets after a loss reach the file and carry its mark; a 1 KB buffer
+     * loses packets in every 500 ms window (each sample thread's first
+     * window only makes its sequence known to the reader). */
+    char *argv[] = {TM_RECORD_TARGET_API, "--cpu-seconds", "1.5", "--hz", "166", "--buffer-kb", "1", "--fill",
+                    (char *)fill, "--file-write-period-ms", "500", "-o", out, NULL};
+    assert_exited_ok(run(argv, NULL, stats), "record_target_api");
+    char *text = tu_read_file(stats, NULL);
+    cr_assert_not_null(text);
+    uint64_t lost_packets = stat_of(text, ring ? "packets_overwritten" : "packets_discarded");
+    uint64_t lost_bytes = stat_of(text, ring ? "bytes_overwritten" : "bytes_discarded");
+    uint64_t samples = stat_of(text, "samples"), sample_packets_lost = stat_of(text, "sample_packets_lost");
+    cr_assert_gt(lost_packets, 0, "a tiny buffer must lose packets");
+    cr_assert_eq(stat_of(text, ring ? "packets_discarded" : "packets_overwritten"), 0);
+
+    loaded l = load(out);
+    /* The trace says exactly what was lost, in its TraceStats as both the
+     * decoder and the SQL tables read them... */
+    cr_assert_eq(l.st->trace_stats_packets, 1);
+    cr_assert_eq(ring ? l.st->buffer_chunks_overwritten : l.st->buffer_chunks_discarded, lost_packets);
+    cr_assert_eq(ring ? l.st->buffer_chunks_discarded : l.st->buffer_chunks_overwritten, 0);
+    cr_assert_eq(trace_stat(&l, ring ? "traced_buf_chunks_overwritten" : "traced_buf_chunks_discarded"), lost_packets);
+    if (ring) {
+        cr_assert_eq(l.st->buffer_bytes_overwritten, lost_bytes);
+        cr_assert_eq(trace_stat(&l, "traced_buf_bytes_overwritten"), lost_bytes);
+    }
+    /* ...and what survived adds up: every sample taken is in the trace
+     * (read, or skipped by the reader behind a loss mark) or in the loss
+     * count (a sample is one PerfSample packet, its interned data inline). */
+    cr_assert_eq(l.st->perf_samples + l.st->packets_skipped_incremental + sample_packets_lost, samples,
+                 "%llu read + %llu skipped + %llu lost != %llu taken", (unsigned long long)l.st->perf_samples,
+                 (unsigned long long)l.st->packets_skipped_incremental, (unsigned long long)sample_packets_lost,
+                 (unsigned long long)samples);
+    /* The affected sequences are marked, so nothing resolves against lost
+     * interning: samples behind a gap are skipped and counted, never wrong. */
+    cr_assert_gt(l.st->data_losses, 0, "no loss mark in the trace");
+    cr_assert_gt(l.st->sequences_with_data_loss, 0);
+    cr_assert_eq(l.st->dropped_unresolved, 0);
+    cr_assert_leq(l.st->samples_kept, l.st->perf_samples);
+    cr_assert_gt(l.st->samples_kept, 0);
+    /* tracemill's data-quality report counts the loss too. */
+    tu_membuf report = {0};
+    tm_sink sink = {tu_membuf_write, &report};
+    tm_error err;
+    cr_assert_eq(tm_write_report(l.trace, &sink, &err), TM_OK);
+    char expect[96];
+    snprintf(expect, sizeof expect, "\"%s\":%llu", ring ? "chunks_overwritten" : "chunks_discarded",
+             (unsigned long long)lost_packets);
+    cr_assert_not_null(strstr(report.data, expect), "report lacks %s: %s", expect, report.data);
+    cr_assert_not_null(strstr(report.data, "\"data_losses\":"), "report: %s", report.data);
+    cr_assert_null(strstr(report.data, "\"data_losses\":0"), "report: %s", report.data);
+    tu_membuf_free(&report);
+    unload(&l);
+    free(text);
+    free(stats);
+    free(out);
+}
+
+Test(record, ring_buffer_pressure_is_counted) {
+    check_pressure("ring");
+}
+
+Test(record, discard_pressure_is_counted) {
+    check_pressure("discard");
+}
+
+Test(record, chunks_are_self_contained) {
+    char *out = path_in_dir("cont.pftrace");
+    char *argv[] = {TM_RECORD_TARGET_API, "--seconds", "3.5", "--chunk-seconds", "1", "--duration", "3", "-o", out, NULL};
+    assert_exited_ok(run(argv, NULL, NULL), "record_target_api");
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "cont.%d.pftrace", i);
+        char *chunk = path_in_dir(name);
+        if (i == 3) {
+            cr_assert_neq(access(chunk, F_OK), 0, "a 4th chunk exists for 3 s of 1 s chunks");
+            free(chunk);
+            break;
+        }
+        loaded l = load(chunk);
+        cr_assert_gt(l.st->samples_kept, 20, "chunk %d has %llu samples", i, (unsigned long long)l.st->samples_kept);
+        cr_assert_eq(l.st->samples_kept, l.st->perf_samples, "chunk %d drops samples", i);
+        cr_assert_eq(l.st->clock_snapshots > 0, 1);
+        cr_assert(has_thread(l.trace, "worker-a") && has_thread(l.trace, "worker-b"), "chunk %d lacks names", i);
+        int64_t span = l.st->last_sample_ns - l.st->first_sample_ns;
+        cr_assert_lt(span, 1100000000, "chunk %d spans %lld ns", i, (long long)span);
+        tu_membuf v2 = {0};
+        tm_sink sink = {tu_membuf_write, &v2};
+        tm_error err;
+        cr_assert_eq(tm_write_sample_v2(l.trace, NULL, &sink, &err), TM_OK, "chunk %d: %s", i, err.message);
+        cr_assert_not_null(strstr(v2.data, "\"samples\""));
+        tu_membuf_free(&v2);
+        unload(&l);
+        free(chunk);
+    }
+    free(out);
+}
+
+/* Runs record_target --mode MODE under LD_PRELOAD and the API build; both
+ * must exit cleanly and leave a decodable trace with samples. */
+static void check_mode(const char *mode, const char *expect_line) {
+    for (int api = 0; api < 2; api++) {
+        char *out = path_in_dir(api ? "mode_api.pftrace" : "mode_preload.pftrace");
+        char *stdout_path = path_in_dir("mode_stdout.txt");
+        char *env_out = NULL;
+        cr_assert_gt(asprintf(&env_out, "TRACEMILL_RECORD_OUT=%s", out), 0);
+        char *env[] = {"LD_PRELOAD=" TM_RECORD_PRELOAD, env_out, "TRACEMILL_RECORD_HZ=250", NULL};
+        char *argv_api[] = {TM_RECORD_TARGET_API, "--mode", (char *)mode, "--seconds", "1", "--hz", "250", "-o", out, NULL};
+        char *argv_plain[] = {TM_RECORD_TARGET, "--mode", (char *)mode, "--seconds", "1", NULL};
+        int status = api ? run(argv_api, NULL, stdout_path) : run(argv_plain, env, stdout_path);
+        assert_exited_ok(status, mode);
+        if (expect_line) {
+            char *text = tu_read_file(stdout_path, NULL);
+            cr_assert_not_null(text);
+            cr_assert_not_null(strstr(text, expect_line), "%s: stdout lacks \"%s\": %s", mode, expect_line, text);
+            free(text);
+        }
+        loaded l = load(out);
+        cr_assert_gt(l.st->samples_kept, 0, "%s (%s): no samples", mode, api ? "api" : "preload");
+        cr_assert_eq(l.st->dropped_unresolved, 0);
+        unload(&l);
+        free(env_out);
+        free(stdout_path);
+        free(out);
+    }
+}
+
+Test(record, fork_while_sampling) {
+    check_mode("fork", "fork-failures 0");
+}
+
+Test(record, thread_churn) {
+    check_mode("churn", "threads-created");
+}
+
+Test(record, exit_while_sampling) {
+    check_mode("exit", NULL);
+}

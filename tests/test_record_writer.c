@@ -1,0 +1,649 @@
+/*
+ * test_record_writer.c — tests of the recorder's Perfetto writer
+ * (record/writer.c) and symbolizer (record/symbols.c). Samples are made of
+ * real addresses of functions in this test binary (so the symbolizer must
+ * name them) and of junk addresses; the emitted bytes are read back with
+ * the public decoder (tm_trace_parse, tm_write_folded, Relay mode) and
+ * scanned packet by packet with the wire reader to check interning and
+ * sequence flags. Symbolizer results are checked against binutils (nm,
+ * readelf -n) and dladdr, which are independent of symbols.c.
+ */
+#define _GNU_SOURCE /* dladdr, popen, realpath, pthread_setname_np, ... */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "pb.h"
+#include "record.h"
+#include "tutil.h"
+
+/* ---- functions whose addresses make the synthetic stacks ---- */
+
+static volatile int sink_var;
+
+/* Bodies long enough that pc+2 is inside each function. */
+#define BODY                                            \
+    for (int i = 0; i < 3; i++) sink_var += i * sink_var; \
+    sink_var++
+
+__attribute__((noinline, used)) static void rw_leaf(void) { BODY; }
+__attribute__((noinline, used)) static void rw_middle(void) { BODY; }
+__attribute__((noinline, used)) static void rw_root(void) { BODY; }
+/* A C++-mangled name for the demangling test: rw::mangle(). */
+__attribute__((noinline, used)) void rw_mangled(void) __asm__("_ZN2rw6mangleEv");
+void rw_mangled(void) { BODY; }
+
+static uint64_t addr_of(void (*fn)(void)) { return (uint64_t)(uintptr_t)fn; }
+
+/* A leaf pc inside fn, and a return address that points inside it once the
+ * writer looks it up at pc - 1. */
+static uint64_t leaf_pc(void (*fn)(void)) { return addr_of(fn) + 1; }
+static uint64_t ret_pc(void (*fn)(void)) { return addr_of(fn) + 2; }
+
+/* ---- plumbing ---- */
+
+static int emit_to_membuf(void *ctx, const uint8_t *rec, size_t len) { return tu_membuf_write(ctx, rec, len); }
+
+static int fail_emit(void *ctx, const uint8_t *rec, size_t len) {
+    (void)rec, (void)len;
+    int *left = ctx;
+    return (*left)-- <= 0;
+}
+
+typedef struct rig {
+    tmr_symbols *syms;
+    tmr_writer *w;
+    tu_membuf out;
+} rig;
+
+static void rig_open(rig *r, int demangle) {
+    tm_error err;
+    memset(r, 0, sizeof *r);
+    r->syms = tmr_symbols_new(demangle, &err);
+    cr_assert_not_null(r->syms, "%s", err.message);
+    tmr_writer_opts o = {.pid = (int32_t)getpid(), .process_name = "rw-test", .sampling_hz = 101, .buffer_kb = 64};
+    r->w = tmr_writer_new(&o, r->syms, emit_to_membuf, &r->out, &err);
+    cr_assert_not_null(r->w, "%s", err.message);
+    cr_assert_eq(tmr_writer_begin(r->w, &err), TM_OK, "%s", err.message);
+}
+
+static void rig_close(rig *r) {
+    tmr_writer_free(r->w);
+    tmr_symbols_free(r->syms);
+    tu_membuf_free(&r->out);
+}
+
+static void sample(rig *r, uint32_t seq, int32_t tid, uint64_t ts, const uint64_t *pcs, uint32_t n, int dropped) {
+    tm_error err;
+    cr_assert_eq(tmr_writer_sample(r->w, seq, tid, 0, ts, pcs, n, dropped, &err), TM_OK, "%s", err.message);
+}
+
+static void stats_no_loss(rig *r) {
+    tm_error err;
+    cr_assert_eq(tmr_writer_stats(r->w, NULL, &err), TM_OK, "%s", err.message);
+}
+
+static tm_trace *parse(const rig *r, tm_mode mode) {
+    tm_options opts = {.mode = mode, .input = TM_INPUT_PERFETTO};
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(r->out.data, r->out.len, &opts, &t, &err), TM_OK, "%s at %llu: %s",
+                 tm_status_str(err.code), (unsigned long long)err.offset, err.message);
+    return t;
+}
+
+/* Folded stacks of the parsed trace, NUL-terminated (free with tu_membuf_free). */
+static tu_membuf folded(const tm_trace *t) {
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
+    tm_error err;
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+    cr_assert_not_null(m.data);
+    return m;
+}
+
+/* Count of stack line in folded text ("a;b;c N"), 0 when absent. */
+static long folded_count(const char *text, const char *stack) {
+    size_t n = strlen(stack);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, stack, n) == 0 && line[n] == ' ') return strtol(line + n + 1, NULL, 10);
+    return 0;
+}
+
+static int has_thread(const tm_trace *t, const char *name) {
+    for (size_t i = 0; i < tm_trace_thread_count(t); i++) {
+        tm_thread_info ti;
+        cr_assert_eq(tm_trace_thread(t, i, &ti), TM_OK);
+        if (ti.name && ti.name_len == strlen(name) && memcmp(ti.name, name, ti.name_len) == 0) return 1;
+    }
+    return 0;
+}
+
+/* ---- a raw scan of the packets, independent of the decoder ---- */
+
+typedef struct pkt_info {
+    uint32_t seq, flags, prev_dropped;
+    int has_perf_sample, has_defaults;
+    int n_frames, n_callstacks, n_mappings, n_names, n_build_ids, n_paths;
+    uint64_t first_callstack_frames[8]; /* frame iids of the first interned callstack */
+    int first_callstack_len;
+} pkt_info;
+
+static tm_bytes bytes(const void *p, size_t n) {
+    tm_bytes b = {p, n};
+    return b;
+}
+
+static size_t scan(const rig *r, pkt_info *out, size_t max) {
+    tm_pb_reader tr = tm_pb_reader_of(bytes(r->out.data, r->out.len));
+    tm_pb_field f;
+    size_t n = 0;
+    int rc;
+    while ((rc = tm_pb_next(&tr, &f)) == TM_PB_OK) {
+        cr_assert_eq(f.num, 1, "top-level field %u", f.num);
+        cr_assert_lt(n, max);
+        pkt_info *p = &out[n++];
+        memset(p, 0, sizeof *p);
+        tm_pb_reader pr = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while (tm_pb_next(&pr, &g) == TM_PB_OK) {
+            if (g.num == 10) p->seq = (uint32_t)g.val;
+            if (g.num == 13) p->flags = (uint32_t)g.val;
+            if (g.num == 42) p->prev_dropped = (uint32_t)g.val;
+            if (g.num == 66) p->has_perf_sample = 1;
+            if (g.num == 59) p->has_defaults = 1;
+            if (g.num != 12) continue;
+            tm_pb_reader ir = tm_pb_reader_of(g.bytes);
+            tm_pb_field h;
+            while (tm_pb_next(&ir, &h) == TM_PB_OK) {
+                p->n_names += h.num == 5;
+                p->n_frames += h.num == 6;
+                p->n_build_ids += h.num == 16;
+                p->n_paths += h.num == 17;
+                p->n_mappings += h.num == 19;
+                if (h.num != 7) continue;
+                if (p->n_callstacks++ == 0) {
+                    tm_pb_reader cr = tm_pb_reader_of(h.bytes);
+                    tm_pb_field c;
+                    while (tm_pb_next(&cr, &c) == TM_PB_OK) {
+                        if (c.num != 2 || c.wire != TM_PB_LEN) continue;
+                        tm_pb_reader packed = tm_pb_reader_of(c.bytes);
+                        uint64_t v;
+                        while (tm_pb_packed_next(&packed, &v) == TM_PB_OK && p->first_callstack_len < 8)
+                            p->first_callstack_frames[p->first_callstack_len++] = v;
+                    }
+                }
+            }
+        }
+    }
+    cr_assert_eq(rc, TM_PB_DONE, "trailing garbage in the output");
+    return n;
+}
+
+/* ---- independent references: binutils ---- */
+
+static void self_exe(char *path, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", path, cap - 1);
+    cr_assert_gt(n, 0);
+    path[n] = 0;
+}
+
+/* st_value of symbol name in the file, via nm; 0 when absent. */
+static uint64_t nm_value(const char *file, const char *name) {
+    char cmd[4200], line[512];
+    snprintf(cmd, sizeof cmd, "nm '%s' 2>/dev/null", file);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    uint64_t v = 0;
+    while (fgets(line, sizeof line, p)) {
+        unsigned long long a;
+        char type, sym[400];
+        if (sscanf(line, "%llx %c %399s", &a, &type, sym) == 3 && strcmp(sym, name) == 0) v = a;
+    }
+    pclose(p);
+    return v;
+}
+
+/* The build id readelf -n prints for the file, as lowercase hex ("" if none). */
+static void readelf_build_id(const char *file, char *hex, size_t cap) {
+    char cmd[4200], line[512];
+    snprintf(cmd, sizeof cmd, "readelf -n '%s' 2>/dev/null", file);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    hex[0] = 0;
+    while (fgets(line, sizeof line, p)) {
+        const char *at = strstr(line, "Build ID: ");
+        if (at) sscanf(at + 10, "%127s", hex);
+    }
+    pclose(p);
+    (void)cap;
+}
+
+static void hex_of(const uint8_t *b, size_t n, char *out) {
+    for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+    out[2 * n] = 0;
+}
+
+/* ==== the writer, read back ============================================ */
+
+Test(record_writer, samples_threads_and_names_read_back) {
+    rig r;
+    rig_open(&r, 0);
+    tm_error err;
+    int32_t pid = (int32_t)getpid();
+    cr_assert_eq(tmr_writer_thread(r.w, pid + 1000, "worker-a", &err), TM_OK);
+    cr_assert_eq(tmr_writer_thread(r.w, pid + 1001, "worker-b", &err), TM_OK);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    const uint64_t shallow[] = {leaf_pc(rw_middle), ret_pc(rw_root)};
+    uint64_t ts = 1000000000;
+    for (int i = 0; i < 10; i++) sample(&r, 1, pid + 1000, ts += 1000000, deep, 3, 0);
+    for (int i = 0; i < 5; i++) sample(&r, 2, pid + 1001, ts += 1000000, shallow, 2, 0);
+    stats_no_loss(&r);
+
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_expect_eq(st->perf_samples, 15);
+    cr_expect_eq(st->samples_kept, 15);
+    cr_expect_eq(st->dropped_unresolved + st->dropped_stale_interning + st->dropped_never_cleared +
+                     st->dropped_missing_clock,
+                 0);
+    cr_expect_eq(st->data_losses, 0);
+    cr_expect_eq(st->trace_clock_id, 6);
+    cr_expect(st->has_realtime);
+    cr_expect_eq(st->first_sample_ns, 1001000000);
+    cr_expect(has_thread(t, "worker-a"));
+    cr_expect(has_thread(t, "worker-b"));
+    tu_membuf fo = folded(t);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 10, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 5, "%s", fo.data);
+
+    char exe[4096], want[130];
+    self_exe(exe, sizeof exe);
+    readelf_build_id(exe, want, sizeof want);
+    cr_expect_geq(st->mappings, 1);
+    if (want[0]) cr_expect_eq(st->mappings_without_build_id, 0);
+    tu_membuf_free(&fo);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+Test(record_writer, interning_once_per_sequence_and_flags) {
+    rig r;
+    rig_open(&r, 0);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    for (int i = 0; i < 4; i++) sample(&r, 7, 1, 100 + (uint64_t)i, deep, 3, 0);
+    for (int i = 0; i < 2; i++) sample(&r, 8, 2, 200 + (uint64_t)i, deep, 3, 0);
+    pkt_info p[64];
+    size_t n = scan(&r, p, 64);
+    int frames7 = 0, frames8 = 0, stacks7 = 0, cleared7 = 0, seen7 = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!p[i].has_perf_sample) {
+            cr_expect_eq(p[i].seq, TMR_WRITER_SEQ, "descriptors go on the writer's own sequence");
+            continue;
+        }
+        cr_expect(p[i].flags & 2, "every sample packet needs incremental state");
+        if (p[i].seq == 7) {
+            frames7 += p[i].n_frames, stacks7 += p[i].n_callstacks;
+            cleared7 += (p[i].flags & 1) != 0;
+            if (!seen7++) {
+                cr_expect(p[i].flags & 1, "first packet of a sequence clears its state");
+                cr_expect(p[i].has_defaults);
+                /* Root first: the root's frame was interned last (pcs run leaf to root). */
+                cr_expect_eq(p[i].first_callstack_len, 3);
+                cr_expect_gt(p[i].first_callstack_frames[0], p[i].first_callstack_frames[2]);
+                cr_expect_eq(p[i].n_names, 3);
+                cr_expect_eq(p[i].n_mappings, 1);
+                cr_expect_eq(p[i].n_paths, 1);
+            }
+        }
+        if (p[i].seq == 8) frames8 += p[i].n_frames;
+    }
+    cr_expect_eq(frames7, 3, "each frame once per sequence");
+    cr_expect_eq(stacks7, 1, "each callstack once per sequence");
+    cr_expect_eq(cleared7, 1);
+    cr_expect_eq(frames8, 3, "the other sequence interns its own copy");
+
+    /* A clear re-interns on the next packet of every sequence. */
+    size_t before = n;
+    tmr_writer_clear_incremental(r.w);
+    sample(&r, 7, 1, 300, deep, 3, 0);
+    sample(&r, 7, 1, 301, deep, 3, 0);
+    n = scan(&r, p, 64);
+    cr_assert_eq(n, before + 2);
+    cr_expect_eq(p[before].flags, 3);
+    cr_expect_eq(p[before].n_frames, 3);
+    cr_expect_eq(p[before + 1].flags, 2);
+    cr_expect_eq(p[before + 1].n_frames, 0);
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    cr_expect_eq(tm_trace_get_stats(t)->samples_kept, 8);
+    cr_expect_geq(tm_trace_get_stats(t)->incremental_resets, 3);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+Test(record_writer, data_loss_is_reported_and_later_samples_resolve) {
+    rig r;
+    rig_open(&r, 0);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    uint64_t ts = 5000;
+    for (int i = 0; i < 5; i++) sample(&r, 3, 33, ts++, deep, 3, 0);
+    sample(&r, 3, 33, ts++, deep, 3, 1);
+    for (int i = 0; i < 4; i++) sample(&r, 3, 33, ts++, deep, 3, 0);
+    const uint32_t seqs[] = {3};
+    const uint64_t lost[] = {7};
+    tmr_losses l = {.n_writers = 1, .writer_seq = seqs, .writer_samples_lost = lost};
+    tm_error err;
+    cr_assert_eq(tmr_writer_stats(r.w, &l, &err), TM_OK);
+
+    pkt_info p[64];
+    size_t n = scan(&r, p, 64);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!p[i].prev_dropped) continue;
+        found++;
+        cr_expect_eq(p[i].seq, 3);
+        cr_expect_eq(p[i].flags, 0, "the loss marker needs no incremental state");
+        cr_expect(!p[i].has_perf_sample);
+        cr_assert_lt(i + 1, n);
+        cr_expect_eq(p[i + 1].flags, 3, "the sample after a loss starts a new generation");
+        cr_expect_eq(p[i + 1].n_frames, 3, "and re-interns what it uses");
+        cr_expect_eq(p[i + 1].n_callstacks, 1);
+    }
+    cr_expect_eq(found, 1);
+
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_expect_eq(st->data_losses, 1);
+    cr_expect_eq(st->sequences_with_data_loss, 1);
+    cr_expect_eq(st->samples_kept, 10, "every sample resolves, the ones after the loss too");
+    cr_expect_eq(st->dropped_stale_interning, 0);
+    tu_membuf fo = folded(t);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 10, "%s", fo.data);
+    tu_membuf_free(&fo);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+Test(record_writer, junk_pcs_and_empty_stacks_do_not_break_the_trace) {
+    rig r;
+    rig_open(&r, 0);
+    const uint64_t junk[] = {0x10, 0xdeadbeef000, ret_pc(rw_root), UINT64_MAX};
+    sample(&r, 1, 5, 10, junk, 4, 0);
+    sample(&r, 1, 5, 11, junk, 4, 0);
+    sample(&r, 1, 5, 12, NULL, 0, 0);
+    tm_error err;
+    cr_expect_eq(tmr_writer_sample(r.w, 0, 5, 0, 13, junk, 1, 0, &err), TM_ERR_INVALID_ARG);
+    cr_expect_eq(tmr_writer_sample(r.w, TMR_WRITER_SEQ, 5, 0, 13, junk, 1, 0, &err), TM_ERR_INVALID_ARG);
+    stats_no_loss(&r);
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_expect_eq(st->samples_kept, 2);
+    cr_expect_eq(st->perf_samples_without_callstack, 1);
+    cr_expect_eq(st->dropped_unresolved, 0);
+    tu_membuf fo = folded(t);
+    /* Root first: the outermost junk pc (looked up at pc - 1), then rw_root, ... */
+    cr_expect_eq(folded_count(fo.data, "0xfffffffffffffffe;rw_root;0xdeadbeeefff;0x10"), 2, "%s", fo.data);
+    tu_membuf_free(&fo);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+Test(record_writer, emit_failure_is_io_error_and_state_recovers) {
+    tm_error err;
+    tmr_symbols *s = tmr_symbols_new(0, &err);
+    cr_assert_not_null(s);
+    int left = 100;
+    tmr_writer_opts o = {0};
+    tmr_writer *w = tmr_writer_new(&o, s, fail_emit, &left, &err);
+    cr_assert_not_null(w);
+    cr_assert_eq(tmr_writer_begin(w, &err), TM_OK);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_root)};
+    left = 0;
+    cr_expect_eq(tmr_writer_sample(w, 1, 1, 0, 1, deep, 2, 0, &err), TM_ERR_IO);
+    tmr_writer_free(w);
+    tmr_symbols_free(s);
+
+    /* After a failed emit the sequence re-interns: collect and check. */
+    rig r;
+    rig_open(&r, 0);
+    tmr_writer_free(r.w);
+    tu_membuf_free(&r.out);
+    tmr_writer_opts o2 = {.process_name = "x"};
+    r.w = tmr_writer_new(&o2, r.syms, emit_to_membuf, &r.out, &err);
+    cr_assert_eq(tmr_writer_begin(r.w, &err), TM_OK);
+    sample(&r, 1, 1, 1, deep, 2, 0);
+    cr_expect_eq(tmr_writer_new(NULL, r.syms, emit_to_membuf, &r.out, &err), NULL);
+    cr_expect_eq(err.code, TM_ERR_INVALID_ARG);
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    cr_expect_eq(tm_trace_get_stats(t)->samples_kept, 1);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+Test(record_writer, relay_mode_converts_the_output) {
+    rig r;
+    rig_open(&r, 0);
+    tm_error err;
+    int32_t pid = (int32_t)getpid();
+    cr_assert_eq(tmr_writer_thread(r.w, pid, "rw-main", &err), TM_OK);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    uint64_t ts = 2000000000;
+    for (int i = 0; i < 20; i++) sample(&r, 1, pid, ts += 9900990, deep, 3, 0);
+    stats_no_loss(&r);
+    tm_trace *t = parse(&r, TM_MODE_RELAY);
+    tu_membuf v2 = {0};
+    tm_sink sink = {tu_membuf_write, &v2};
+    cr_assert_eq(tm_write_sample_v2(t, NULL, &sink, &err), TM_OK, "%s (%s)", err.message,
+                 err.reason ? err.reason : "");
+    cr_expect_not_null(strstr(v2.data, "\"rw_leaf\""), "%s", v2.data);
+    cr_expect_not_null(strstr(v2.data, "\"rw_root\""));
+    cr_expect_not_null(strstr(v2.data, "\"debug_meta\""));
+    tu_membuf_free(&v2);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+/* ==== the symbolizer =================================================== */
+
+Test(record_symbols, rel_pc_and_names_match_nm_and_dladdr) {
+    tm_error err;
+    tmr_symbols *s = tmr_symbols_new(0, &err);
+    cr_assert_not_null(s, "%s", err.message);
+    char exe[4096];
+    self_exe(exe, sizeof exe);
+    void (*fns[])(void) = {rw_leaf, rw_middle, rw_root};
+    const char *names[] = {"rw_leaf", "rw_middle", "rw_root"};
+    for (int i = 0; i < 3; i++) {
+        int m;
+        uint64_t rel;
+        const char *name;
+        tmr_symbols_lookup(s, addr_of(fns[i]) + 1, &m, &rel, &name);
+        cr_assert_geq(m, 0);
+        uint64_t st_value = nm_value(exe, names[i]);
+        cr_assert_neq(st_value, 0, "nm knows %s", names[i]);
+        cr_expect_eq(rel, st_value + 1, "%s: rel_pc %llx, st_value %llx", names[i], (unsigned long long)rel,
+                     (unsigned long long)st_value);
+        cr_expect_str_eq(name, names[i]);
+        /* rel_pc is the pc minus the object's load address (dladdr's base
+         * minus the ELF address of its first byte, 0 for PIE, 0x400000 non-PIE). */
+        Dl_info di;
+        cr_assert(dladdr((void *)(uintptr_t)addr_of(fns[i]), &di));
+        const tmr_mapping *mp = tmr_symbols_mapping(s, m);
+        cr_assert_not_null(mp);
+        cr_expect_str_eq(mp->path, exe);
+        uint64_t first_vaddr = mp->load_bias; /* == vaddr at file offset 0 */
+        cr_expect_eq(rel, addr_of(fns[i]) + 1 - (uint64_t)(uintptr_t)di.dli_fbase + first_vaddr);
+
+        /* Cached: the same answer again. */
+        int m2;
+        uint64_t rel2;
+        const char *name2;
+        tmr_symbols_lookup(s, addr_of(fns[i]) + 1, &m2, &rel2, &name2);
+        cr_expect(m2 == m && rel2 == rel && name2 == name);
+    }
+    tmr_symbols_free(s);
+}
+
+Test(record_symbols, build_id_matches_readelf) {
+    tm_error err;
+    tmr_symbols *s = tmr_symbols_new(0, &err);
+    cr_assert_not_null(s);
+    char exe[4096], want[130], got[70];
+    self_exe(exe, sizeof exe);
+    readelf_build_id(exe, want, sizeof want);
+    int m;
+    uint64_t rel;
+    const char *name;
+    tmr_symbols_lookup(s, addr_of(rw_root), &m, &rel, &name);
+    const tmr_mapping *mp = tmr_symbols_mapping(s, m);
+    cr_assert_not_null(mp);
+    hex_of(mp->build_id, mp->build_id_len, got);
+    cr_expect_str_eq(got, want);
+    /* libc too (looked up through a libc function's address). */
+    Dl_info di;
+    cr_assert(dladdr((void *)(uintptr_t)(uint64_t)(uintptr_t)&getpid, &di));
+    tmr_symbols_lookup(s, (uint64_t)(uintptr_t)&getpid, &m, &rel, &name);
+    mp = tmr_symbols_mapping(s, m);
+    cr_assert_not_null(mp);
+    char real_libc[4096];
+    cr_assert_not_null(realpath(di.dli_fname, real_libc));
+    readelf_build_id(mp->path, want, sizeof want);
+    hex_of(mp->build_id, mp->build_id_len, got);
+    cr_expect_str_eq(got, want, "%s", mp->path);
+    cr_expect_not_null(name);
+    tmr_symbols_free(s);
+}
+
+Test(record_symbols, pcs_outside_mappings_and_bad_files) {
+    tm_error err;
+    tmr_symbols *s = tmr_symbols_new(0, &err);
+    cr_assert_not_null(s);
+    const uint64_t junk[] = {0, 0x10, 0xdeadbeef000, UINT64_MAX};
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+        int m = 99;
+        uint64_t rel = 1;
+        const char *name = "x";
+        tmr_symbols_lookup(s, junk[i], &m, &rel, &name);
+        cr_expect_eq(m, -1);
+        cr_expect_eq(rel, junk[i]);
+        cr_expect_null(name);
+    }
+    cr_expect_null(tmr_symbols_mapping(s, -1));
+    cr_expect_null(tmr_symbols_mapping(s, 1 << 30));
+
+    /* Executable mappings of a garbage file and of an ELF header cut short:
+     * no build id, no name, no crash. (Skipped where /tmp is noexec.) */
+    char exe[4096];
+    self_exe(exe, sizeof exe);
+    FILE *src = fopen(exe, "rb");
+    cr_assert_not_null(src);
+    unsigned char head[64];
+    cr_assert_eq(fread(head, 1, sizeof head, src), sizeof head);
+    fclose(src);
+    const struct {
+        const void *data;
+        size_t len;
+    } files[] = {{"this is not an ELF file at all", 30}, {head, sizeof head}, {"\177ELF", 4}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[] = "/tmp/rw_symbols_XXXXXX";
+        int fd = mkstemp(path);
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(write(fd, files[i].data, files[i].len), (ssize_t)files[i].len);
+        void *map = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+        close(fd);
+        if (map == MAP_FAILED) {
+            unlink(path);
+            continue;
+        }
+        cr_assert_eq(tmr_symbols_refresh(s, &err), TM_OK);
+        int m;
+        uint64_t rel;
+        const char *name;
+        tmr_symbols_lookup(s, (uint64_t)(uintptr_t)map + 8, &m, &rel, &name);
+        cr_assert_geq(m, 0);
+        const tmr_mapping *mp = tmr_symbols_mapping(s, m);
+        cr_expect_str_eq(mp->path, path);
+        cr_expect_eq(mp->build_id_len, 0);
+        cr_expect_eq(rel, 8 + mp->load_bias);
+        cr_expect_null(name);
+        munmap(map, 4096);
+        unlink(path);
+        /* After the unmap a refresh forgets it; the index stays readable. */
+        cr_assert_eq(tmr_symbols_refresh(s, &err), TM_OK);
+        cr_expect_not_null(tmr_symbols_mapping(s, m));
+    }
+    tmr_symbols_free(s);
+}
+
+Test(record_symbols, demangling_on_and_off) {
+    /* __cxa_demangle comes from libstdc++; load it if this C program lacks it. */
+    void *cxx = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL);
+    if (!cxx && !dlsym(RTLD_DEFAULT, "__cxa_demangle")) cr_skip_test("no libstdc++ to demangle with");
+    tm_error err;
+    for (int demangle = 0; demangle < 2; demangle++) {
+        tmr_symbols *s = tmr_symbols_new(demangle, &err);
+        cr_assert_not_null(s);
+        int m;
+        uint64_t rel;
+        const char *name;
+        tmr_symbols_lookup(s, addr_of(rw_mangled) + 1, &m, &rel, &name);
+        cr_assert_not_null(name);
+        cr_expect_str_eq(name, demangle ? "rw::mangle()" : "_ZN2rw6mangleEv");
+        tmr_symbols_lookup(s, addr_of(rw_leaf) + 1, &m, &rel, &name);
+        cr_expect_str_eq(name, "rw_leaf", "C names pass through");
+        tmr_symbols_free(s);
+    }
+    if (cxx) dlclose(cxx);
+}
+
+Test(record_symbols, vdso_and_deleted_files) {
+    tm_error err;
+    tmr_symbols *s = tmr_symbols_new(0, &err);
+    cr_assert_not_null(s);
+    /* The vdso: no file to open; build id and names come from memory. */
+    uint64_t vdso = getauxval(AT_SYSINFO_EHDR);
+    if (vdso) {
+        void *h = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+        void *fn = h ? dlsym(h, "__vdso_clock_gettime") : NULL;
+        if (fn) {
+            int m;
+            uint64_t rel;
+            const char *name;
+            tmr_symbols_lookup(s, (uint64_t)(uintptr_t)fn + 1, &m, &rel, &name);
+            const tmr_mapping *mp = tmr_symbols_mapping(s, m);
+            cr_assert_not_null(mp);
+            cr_expect_str_eq(mp->path, "[vdso]");
+            cr_expect_not_null(name);
+            if (name) cr_expect_not_null(strstr(name, "clock_gettime"), "%s", name);
+        }
+        if (h) dlclose(h);
+    }
+    /* A file deleted while mapped. */
+    char path[] = "/tmp/rw_deleted_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "\177ELF\2\1\1", 7), 7);
+    void *map = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+    close(fd);
+    unlink(path);
+    if (map != MAP_FAILED) {
+        cr_assert_eq(tmr_symbols_refresh(s, &err), TM_OK);
+        int m;
+        uint64_t rel;
+        const char *name;
+        tmr_symbols_lookup(s, (uint64_t)(uintptr_t)map + 16, &m, &rel, &name);
+        const tmr_mapping *mp = tmr_symbols_mapping(s, m);
+        cr_assert_not_null(mp);
+        cr_expect_not_null(strstr(mp->path, " (deleted)"), "%s", mp->path);
+        cr_expect_eq(mp->build_id_len, 0);
+        cr_expect_null(name);
+        munmap(map, 4096);
+    }
+    tmr_symbols_free(s);
+}
