@@ -4,15 +4,17 @@
 #  2. no malloc/calloc/realloc/free in src/ outside alloc.c, and none of
 #     strcpy, strcat, sprintf, atoi, strtok, gets in src/, cli/ and server/;
 #  3. the CLI and examples include only the public header (and cli.h;
-#     cli_serve.c also server/server.h), and server/ only the public header;
-#  4. libtracemill exports only tm_* symbols (needs the build dir).
+#     cli_serve.c also server/server.h), server/ only the public header, and
+#     record/ the public header plus the wire writer's (pb_write.h, base.h);
+#  4. libtracemill exports only tm_* symbols, libtracemill_record only
+#     tm_recorder_* (needs the build dir).
 set -u
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
 fail=0
 say() { echo "checksrc: $*"; fail=1; }
 
-for f in $(ls src/*.[ch] cli/*.[ch] server/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
+for f in $(ls src/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
   first=$(head -c 2 "$f")
   [ "$first" = "/*" ] || [ "$first" = "//" ] || say "$f: must open with a comment saying what it owns"
 done
@@ -22,7 +24,7 @@ for f in src/*.c src/*.h; do
   grep -nE '(^|[^_a-z])(malloc|calloc|realloc|free)[[:space:]]*\(' "$f" | grep -vE 'tm_mem_|_fn\(|z_free|free_fn' \
     | sed "s|^|checksrc: $f: direct allocation (use tm_mem_* from alloc.h): |" | grep . && fail=1
 done
-grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*.[ch] cli/*.[ch] server/*.[ch] \
+grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] \
   | sed 's|^|checksrc: banned call: |' | grep . && fail=1
 
 for f in cli/*.c examples/*.c; do
@@ -34,12 +36,20 @@ done
 # The server layer sits above the library: the public header, never src/.
 grep -nE '#include "' server/*.[ch] | grep -vE '"(tracemill|server)\.h"' \
   | sed 's|^|checksrc: server may include only tracemill.h and server.h: |' | grep . && fail=1
+# The recorder also sits above the library; it borrows only the protobuf writer.
+grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|record|pb_write|base)\.h"' \
+  | sed 's|^|checksrc: record may include only tracemill.h, record.h, pb_write.h and base.h: |' | grep . && fail=1
 
 if [ -f "$BUILD/libtracemill.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^tm_')
   [ -z "$bad" ] || say "libtracemill.so exports non-tm_ symbols: $bad"
   bad=$(nm "$BUILD/libtracemill.a" 2>/dev/null | awk '$2 == "T" {print $3}' | grep -v '^tm_')
   [ -z "$bad" ] || say "libtracemill.a defines non-tm_ global functions: $bad"
+fi
+if [ -f "$BUILD/libtracemill_record.so" ]; then
+  bad=$(nm -D --defined-only "$BUILD/libtracemill_record.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' \
+        | grep -vE '^(tm_recorder_|_init$|_fini$)')
+  [ -z "$bad" ] || say "libtracemill_record.so exports more than tm_recorder_*: $bad"
 fi
 
 [ $fail -eq 0 ] && echo "checksrc: ok"
