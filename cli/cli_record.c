@@ -32,28 +32,41 @@ static const char record_usage[] =
     "usage: tracemill record [-F HZ] [-o OUT.pftrace] [--duration S] [--buffer-kb N]\n"
     "                        [--fill ring|discard] [--clock cpu|wall] [--chunk-seconds N]\n"
     "                        [--unwind dwarf|fp] [--max-depth N] [--file-write-period-ms N]\n"
-    "                        [--clear-period-ms N] [--demangle] [--preload LIB.so] -- CMD ARGS...\n";
+    "                        [--clear-period-ms N] [--demangle] [--preload LIB.so]\n"
+    "                        [--upload DSN [--release R] [--environment E] [--upload-queue DIR]\n"
+    "                         [--upload-queue-max N] [--upload-timeout-ms N]] -- CMD ARGS...\n"
+    "  --upload DSN sends each chunk (--chunk-seconds, 60 by default) to Sentry or `tracemill serve`;\n"
+    "  unsent chunks wait in --upload-queue (OUT.queue/) for the next run.\n";
 
 typedef struct env_opt {
     const char *flag, *var;
-    const char *choices[2]; /* NULL: a number */
+    const char *choices[2]; /* NULL: a number, unless text */
+    int text;               /* any non-empty string */
 } env_opt;
 
 static const env_opt env_opts[] = {
-    {"-F", "TRACEMILL_RECORD_HZ", {NULL, NULL}},
-    {"--duration", "TRACEMILL_RECORD_DURATION", {NULL, NULL}},
-    {"--buffer-kb", "TRACEMILL_RECORD_BUFFER_KB", {NULL, NULL}},
-    {"--fill", "TRACEMILL_RECORD_FILL", {"ring", "discard"}},
-    {"--clock", "TRACEMILL_RECORD_CLOCK", {"cpu", "wall"}},
-    {"--chunk-seconds", "TRACEMILL_RECORD_CHUNK_SECONDS", {NULL, NULL}},
-    {"--unwind", "TRACEMILL_RECORD_UNWIND", {"dwarf", "fp"}},
-    {"--max-depth", "TRACEMILL_RECORD_MAX_DEPTH", {NULL, NULL}},
-    {"--file-write-period-ms", "TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", {NULL, NULL}},
-    {"--clear-period-ms", "TRACEMILL_RECORD_CLEAR_PERIOD_MS", {NULL, NULL}},
+    {"-F", "TRACEMILL_RECORD_HZ", {NULL, NULL}, 0},
+    {"--duration", "TRACEMILL_RECORD_DURATION", {NULL, NULL}, 0},
+    {"--buffer-kb", "TRACEMILL_RECORD_BUFFER_KB", {NULL, NULL}, 0},
+    {"--fill", "TRACEMILL_RECORD_FILL", {"ring", "discard"}, 0},
+    {"--clock", "TRACEMILL_RECORD_CLOCK", {"cpu", "wall"}, 0},
+    {"--chunk-seconds", "TRACEMILL_RECORD_CHUNK_SECONDS", {NULL, NULL}, 0},
+    {"--unwind", "TRACEMILL_RECORD_UNWIND", {"dwarf", "fp"}, 0},
+    {"--max-depth", "TRACEMILL_RECORD_MAX_DEPTH", {NULL, NULL}, 0},
+    {"--file-write-period-ms", "TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", {NULL, NULL}, 0},
+    {"--clear-period-ms", "TRACEMILL_RECORD_CLEAR_PERIOD_MS", {NULL, NULL}, 0},
+    {"--upload", "TRACEMILL_RECORD_UPLOAD", {NULL, NULL}, 1},
+    {"--release", "TRACEMILL_RECORD_RELEASE", {NULL, NULL}, 1},
+    {"--environment", "TRACEMILL_RECORD_ENVIRONMENT", {NULL, NULL}, 1},
+    {"--upload-queue", "TRACEMILL_RECORD_UPLOAD_QUEUE", {NULL, NULL}, 1},
+    {"--upload-queue-max", "TRACEMILL_RECORD_UPLOAD_QUEUE_MAX", {NULL, NULL}, 0},
+    {"--upload-timeout-ms", "TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS", {NULL, NULL}, 0},
 };
+enum { OPT_CHUNK_SECONDS = 5, OPT_FILE_WRITE_PERIOD = 8, OPT_UPLOAD = 10 };
 enum { N_ENV_OPTS = sizeof env_opts / sizeof env_opts[0] };
 
 static int valid_value(const env_opt *o, const char *v) {
+    if (o->text) return *v != 0;
     if (o->choices[0]) return strcmp(v, o->choices[0]) == 0 || strcmp(v, o->choices[1]) == 0;
     char *end;
     unsigned long n = strtoul(v, &end, 10);
@@ -133,6 +146,16 @@ int cli_record(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char **cmd = argv + i + 1;
+    const char *upload = values[OPT_UPLOAD];
+    if (upload && (strncmp(upload, "http://", 7) != 0 && strncmp(upload, "https://", 8) != 0)) {
+        fprintf(stderr, "tracemill record: --upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s\n", upload);
+        return EXIT_USAGE;
+    }
+    for (int k = OPT_UPLOAD + 1; !upload && k < N_ENV_OPTS; k++)
+        if (values[k]) {
+            fprintf(stderr, "tracemill record: %s needs --upload\n", env_opts[k].flag);
+            return EXIT_USAGE;
+        }
 
     unsigned long hz = values[0] ? strtoul(values[0], NULL, 10) : 101;
     int wall = values[4] && strcmp(values[4], "wall") == 0;
@@ -161,7 +184,7 @@ int cli_record(int argc, char **argv) {
     }
     /* An existing trace at OUT would pass for this run's if the program never
      * started the recorder. */
-    if (!values[5]) unlink(out);
+    if (!values[OPT_CHUNK_SECONDS]) unlink(out);
 
     pid_t pid = fork();
     if (pid < 0) {
@@ -179,7 +202,7 @@ int cli_record(int argc, char **argv) {
         for (int k = 0; k < N_ENV_OPTS; k++)
             if (values[k]) setenv(env_opts[k].var, values[k], 1);
         /* A program killed before exit still leaves most of its trace. */
-        if (!values[8]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
+        if (!values[OPT_FILE_WRITE_PERIOD]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
         if (demangle) setenv("TRACEMILL_RECORD_DEMANGLE", "1", 1);
         execvp(cmd[0], cmd);
         fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(errno));
@@ -196,9 +219,11 @@ int cli_record(int argc, char **argv) {
         fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds what was written before\n",
                 cmd[0], WTERMSIG(status));
     if (code == 127) return EXIT_IO;
+    /* Uploaded chunks are not files; the program's recorder reported them. */
+    if (upload) return code == 0 ? EXIT_OK : code;
 
     int traces = 0;
-    if (values[5]) {
+    if (values[OPT_CHUNK_SECONDS]) {
         for (unsigned n = 0;; n++) {
             size_t len = strlen(out);
             int stem = len > 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
@@ -215,6 +240,6 @@ int cli_record(int argc, char **argv) {
         return EXIT_IO;
     }
     fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n",
-            values[5] ? "OUT.N.pftrace" : out);
+            values[OPT_CHUNK_SECONDS] ? "OUT.N.pftrace" : out);
     return code == 0 ? EXIT_OK : code;
 }

@@ -15,6 +15,13 @@
  *   TRACEMILL_RECORD_CHUNK_SECONDS  continuous chunks OUT.N.pftrace
  *   TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS, TRACEMILL_RECORD_CLEAR_PERIOD_MS
  *   TRACEMILL_RECORD_DEMANGLE       1: C++ names demangled
+ *   TRACEMILL_RECORD_UPLOAD         DSN: chunks go to Sentry (or `tracemill serve`) as
+ *                                   envelopes instead of files (chunk seconds default 60)
+ *   TRACEMILL_RECORD_RELEASE, TRACEMILL_RECORD_ENVIRONMENT   sent with every chunk
+ *   TRACEMILL_RECORD_UPLOAD_QUEUE   queue directory of unsent chunks (OUT.queue, OUT without
+ *                                   its .pftrace)
+ *   TRACEMILL_RECORD_UPLOAD_QUEUE_MAX  chunks kept in it (100; the oldest are dropped)
+ *   TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS how long the exit keeps sending (5000)
  *   TRACEMILL_RECORD_PID            only the process with this pid records (its
  *                                   children and exec'd programs inherit the
  *                                   variables but must not overwrite its trace)
@@ -30,9 +37,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tracemill.h"
+#include "record.h"
 
 static tm_recorder *g_preload_recorder;
+static tmr_uploader *g_preload_uploader;
 
 /* Unsigned decimal environment value; 0 (the option's default) when unset.
  * A bad value is reported and ignored. */
@@ -77,13 +85,39 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     o.clear_period_ms = env_u32("TRACEMILL_RECORD_CLEAR_PERIOD_MS");
     o.demangle = env_u32("TRACEMILL_RECORD_DEMANGLE") != 0;
     tm_error err;
+    tmr_uploader *u = NULL;
+    const char *dsn = getenv("TRACEMILL_RECORD_UPLOAD");
+    if (dsn && *dsn) {
+        char *default_queue = NULL;
+        const char *queue = getenv("TRACEMILL_RECORD_UPLOAD_QUEUE");
+        size_t stem = strlen(out);
+        if (stem > 8 && strcmp(out + stem - 8, ".pftrace") == 0) stem -= 8; /* x.pftrace -> x.queue */
+        if ((!queue || !*queue) && asprintf(&default_queue, "%.*s.queue", (int)stem, out) >= 0) queue = default_queue;
+        tmr_upload_opts uo = {.dsn = dsn,
+                              .release = getenv("TRACEMILL_RECORD_RELEASE"),
+                              .environment = getenv("TRACEMILL_RECORD_ENVIRONMENT"),
+                              .queue_dir = queue,
+                              .queue_max = env_u32("TRACEMILL_RECORD_UPLOAD_QUEUE_MAX"),
+                              .flush_timeout_ms = env_u32("TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS")};
+        u = tmr_upload_new(&uo, &err);
+        free(default_queue);
+        if (!u) {
+            fprintf(stderr, "tracemill record: not recording: %s\n", err.message);
+            return;
+        }
+        if (!o.chunk_seconds) o.chunk_seconds = 60;
+        o.on_chunk = tmr_upload_chunk;
+        o.chunk_ctx = u;
+    }
     tm_recorder *r = NULL;
     if (tm_recorder_new(&o, &r, &err) != TM_OK || tm_recorder_start(r, &err) != TM_OK) {
         fprintf(stderr, "tracemill record: not recording: %s\n", err.message);
         tm_recorder_free(r);
+        tmr_upload_close(u, NULL);
         return;
     }
     g_preload_recorder = r;
+    g_preload_uploader = u;
 }
 
 __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
@@ -93,4 +127,16 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     tm_error err;
     if (tm_recorder_stop(r, &err) != TM_OK) fprintf(stderr, "tracemill record: %s\n", err.message);
     tm_recorder_free(r);
+    tmr_uploader *u = g_preload_uploader;
+    if (!u) return;
+    g_preload_uploader = NULL;
+    char profiler_id[33];
+    snprintf(profiler_id, sizeof profiler_id, "%s", tmr_upload_profiler_id(u));
+    tmr_upload_stats st;
+    tmr_upload_close(u, &st);
+    fprintf(stderr,
+            "tracemill record: profiler_id %s: uploaded %llu chunks (%llu recorded), %llu rejected, %llu failed attempts, %llu dropped from the "
+            "full queue, %llu left queued\n",
+            profiler_id, (unsigned long long)st.sent, (unsigned long long)st.queued, (unsigned long long)st.rejected,
+            (unsigned long long)st.failed_attempts, (unsigned long long)st.dropped, (unsigned long long)st.left);
 }

@@ -175,4 +175,55 @@ void tmr_sampler_forget_after_fork(tmr_sampler *s);
  * disposition and frees. NULL is a no-op. */
 void tmr_sampler_free(tmr_sampler *s);
 
+/* ==== Continuous upload (upload.c) ===================================== */
+
+/* A DSN http(s)://KEY[:SECRET]@HOST[:PORT][/PREFIX]/PROJECT. */
+typedef struct tmr_dsn {
+    char *key;           /* the public key */
+    char *envelope_url;  /* http(s)://HOST[:PORT][/PREFIX]/api/PROJECT/envelope/ */
+    uint64_t project_id;
+} tmr_dsn;
+tm_status tmr_dsn_parse(const char *dsn, tmr_dsn *out, tm_error *err);
+void tmr_dsn_free(tmr_dsn *d);
+
+/* One chunk as a Sentry envelope (header with event_id = chunk_id, one
+ * compound profile_chunk item: [metadata JSON][trace], meta_length,
+ * content_type application/x-perfetto-trace, platform native). release and
+ * environment may be NULL; timestamp is Unix seconds. *out is malloc'd.
+ * Returns 0 when out of memory. */
+int tmr_upload_envelope(const char *profiler_id, const char *chunk_id, const char *release, const char *environment,
+                        uint32_t index, double timestamp, const void *trace, size_t len, uint8_t **out,
+                        size_t *out_len);
+
+typedef struct tmr_upload_opts {
+    const char *dsn;
+    const char *release, *environment; /* NULL: not sent */
+    const char *queue_dir;             /* created if missing; envelopes wait here */
+    uint32_t queue_max;                /* files kept; 0: 100 (the oldest beyond are dropped) */
+    uint32_t flush_timeout_ms;         /* how long close keeps sending; 0: 5000 */
+} tmr_upload_opts;
+
+typedef struct tmr_upload_stats {
+    uint64_t queued;          /* chunks written to the queue by this run */
+    uint64_t sent;            /* envelopes accepted (2xx), this run's or earlier runs' */
+    uint64_t rejected;        /* refused with a 4xx other than 429: deleted, never retried */
+    uint64_t failed_attempts; /* network errors, 5xx and 429 (each retried later) */
+    uint64_t dropped;         /* deleted unsent because the queue was over its bound */
+    uint64_t left;            /* still queued at close, for the next run */
+} tmr_upload_stats;
+
+typedef struct tmr_uploader tmr_uploader;
+
+/* Parses the DSN, creates the queue directory, draws the run's profiler_id
+ * and starts the uploader thread (SIGPROF blocked), which first sends what
+ * earlier runs left in the queue. */
+tmr_uploader *tmr_upload_new(const tmr_upload_opts *o, tm_error *err);
+/* A tm_record_chunk_fn (ctx: the uploader): queues the chunk as an
+ * envelope file with a fresh chunk_id and wakes the uploader. */
+int tmr_upload_chunk(void *ctx, uint32_t index, const void *data, size_t len);
+const char *tmr_upload_profiler_id(const tmr_uploader *u);
+/* Keeps sending for at most flush_timeout_ms, stops the thread, reports
+ * and frees. What is left stays queued. NULL is a no-op. */
+void tmr_upload_close(tmr_uploader *u, tmr_upload_stats *out);
+
 #endif

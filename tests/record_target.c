@@ -61,9 +61,11 @@ static double wall_seconds(void) {
 
 /* Each phase spins on its own loop (distinct code, so the compiler cannot
  * fold the three functions into one) until the thread has used its share of
- * a 1 ms CPU-time cycle, short against the sampling period so that samples
- * fall at any phase of it; reading the clock every 1024 iterations keeps the
- * clock reads a small part of each function's time. */
+ * a CPU-time cycle of 0.5 to 1.5 ms, short against the sampling period. The
+ * cycle length is random because samples land on kernel ticks (4 ms here):
+ * a fixed 1 ms cycle would put every sample at the same point of it and
+ * bias the shares. Reading the clock every 1024 iterations keeps the clock
+ * reads a small part of each function's time. */
 NOINLINE static void hot(double cpu_until) {
     uint64_t x = 1;
     while (thread_cpu_seconds() < cpu_until)
@@ -89,13 +91,16 @@ NOINLINE static void *worker_main(void *name) {
     pthread_setname_np(pthread_self(), name);
     double end = wall_seconds() + g_seconds;
     double spent[3] = {0, 0, 0};
+    uint64_t rng = (uint64_t)(uintptr_t)name | 1;
     while (g_cpu_seconds > 0 ? thread_cpu_seconds() < g_cpu_seconds : wall_seconds() < end) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        double cycle = 0.0005 + 0.001 * (double)(rng >> 11) / 9007199254740992.0; /* [0.5, 1.5) ms */
         double t0 = thread_cpu_seconds();
-        hot(t0 + 0.0006);
+        hot(t0 + 0.6 * cycle);
         double t1 = thread_cpu_seconds();
-        warm(t1 + 0.0003);
+        warm(t1 + 0.3 * cycle);
         double t2 = thread_cpu_seconds();
-        cold(t2 + 0.0001);
+        cold(t2 + 0.1 * cycle);
         double t3 = thread_cpu_seconds();
         spent[0] += t1 - t0;
         spent[1] += t2 - t1;

@@ -1,0 +1,353 @@
+/*
+ * test_record_upload.c — `tracemill record --upload DSN` end to end: the
+ * test program recorded in 1 s chunks, each chunk sent as a Sentry envelope
+ * to a `tracemill serve` started here, then read back from the server's
+ * store (every chunk converted, no outcome, one profiler_id, distinct
+ * chunk_ids, the release and environment given); and the on-disk queue:
+ * chunks recorded while the server is down are retried, kept within the
+ * queue bound, and sent by the next run.
+ *
+ * Binaries: TM_CLI, TM_RECORD_TARGET (plain gcc -O2 program) and
+ * TM_RECORD_PRELOAD (libtracemill_record.so), from the build.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tracemill.h"
+#include "tutil.h"
+
+#define KEY "5f2b7c0d9e8a41b3a6c4d2e1f0a9b8c7"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TM_CLANG_ASAN 1
+#endif
+#endif
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...) {
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, f);
+    cr_assert(vasprintf(&s, f, ap) >= 0);
+    va_end(ap);
+    return s;
+}
+
+static char *temp_dir(void) {
+    char *dir = strdup("/tmp/tm_record_upload_XXXXXX");
+    cr_assert(mkdtemp(dir), "mkdtemp failed");
+    return dir;
+}
+
+/* A local port nothing listens on (bound, then released). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    FILE *out;
+    char *store;
+} server;
+
+/* `tracemill serve` on 127.0.0.1:port (0: any), project 1 with KEY, its
+ * store in dir/store; returns once the DSN banner is printed. */
+static server start_server(const char *dir, int port) {
+    server s = {0};
+    s.store = fmt("%s/store", dir);
+    char *cfg = fmt("%s/config.yml", dir);
+    char *yaml = fmt("listen: 127.0.0.1:%d\nstore: {path: %s}\nprojects:\n  - id: 1\n    public_keys: [" KEY "]\n",
+                     port, s.store);
+    FILE *f = fopen(cfg, "w");
+    cr_assert(f);
+    fputs(yaml, f);
+    fclose(f);
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    s.pid = fork();
+    cr_assert(s.pid >= 0);
+    if (s.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(pipefd[1], 1);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        execl(TM_CLI, TM_CLI, "serve", "--config", cfg, (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    s.out = fdopen(pipefd[0], "r");
+    char line[512];
+    while (fgets(line, sizeof line, s.out)) {
+        const char *p = strstr(line, "listening on http://127.0.0.1:");
+        if (p) s.port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        if (strncmp(line, "DSN:", 4) == 0) break;
+    }
+    cr_assert(s.port > 0, "the server printed no port");
+    cr_assert(port == 0 || s.port == port);
+    free(cfg);
+    free(yaml);
+    return s;
+}
+
+static void stop_server(server *s) {
+    int status = 0;
+    kill(s->pid, SIGTERM);
+    waitpid(s->pid, &status, 0);
+    fclose(s->out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the server did not stop cleanly");
+    free(s->store);
+}
+
+static char *run_capture(const char *cmd, int *code) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    tu_membuf out = {0};
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) tu_membuf_write(&out, buf, n);
+    int status = pclose(p);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    tu_membuf_write(&out, "", 1);
+    return out.data;
+}
+
+/* Starts `tracemill record --upload` of the test program (chunks of 1 s,
+ * sampling for `seconds`), its stderr into dir/record-N.log. */
+static pid_t start_record(const char *dir, int port, const char *seconds, const char *queue_max, const char *timeout_ms,
+                          int n) {
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#if defined(__SANITIZE_ADDRESS__) || defined(TM_CLANG_ASAN)
+        /* as in test_record.c: the preloaded runtime is not first, and leak
+         * checks in forked children of threaded programs see false leaks */
+        setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
+#endif
+        char *log = fmt("%s/record-%d.log", dir, n), *dsn = fmt("http://" KEY "@127.0.0.1:%d/1", port);
+        char *out = fmt("%s/trace.pftrace", dir), *queue = fmt("%s/queue", dir), *run_for = fmt("%s.4", seconds);
+        if (!freopen(log, "w", stderr)) _exit(126);
+        execl(TM_CLI, TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--chunk-seconds", "1", "--duration", seconds,
+              "--upload", dsn, "--release", "app@1.2.3", "--environment", "ci \"quoted\"", "--upload-queue", queue,
+              "--upload-queue-max", queue_max, "--upload-timeout-ms", timeout_ms, "-o", out, "--",
+              TM_RECORD_TARGET, "--seconds", run_for, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+typedef struct run_report {
+    unsigned long long sent, recorded, rejected, failed, dropped, left;
+    char profiler_id[33];
+} run_report;
+
+/* Waits for the recording and reads the recorder's closing report. */
+static run_report finish_record(const char *dir, pid_t pid, int n) {
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char *log_path = fmt("%s/record-%d.log", dir, n);
+    size_t len;
+    char *log = tu_read_file(log_path, &len);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "record failed: %s", log);
+    run_report r = {0};
+    const char *line = strstr(log, "tracemill record: profiler_id ");
+    cr_assert(line, "no upload report: %s", log);
+    cr_assert_eq(sscanf(line,
+                        "tracemill record: profiler_id %32[0-9a-f]: uploaded %llu chunks (%llu recorded), %llu rejected, "
+                        "%llu failed attempts, %llu dropped from the full queue, %llu left queued",
+                        r.profiler_id, &r.sent, &r.recorded, &r.rejected, &r.failed, &r.dropped, &r.left),
+                 7, "unreadable report: %s", line);
+    free(log);
+    free(log_path);
+    return r;
+}
+
+/* Chunks in the store: chunk ids and profiler ids from the stored payloads. */
+typedef struct stored {
+    size_t n;
+    char chunk_id[16][33], profiler_id[16][33];
+} stored;
+
+static void json_field(const char *json, const char *key, char out[33]) {
+    char *pat = fmt("\"%s\":\"", key);
+    const char *p = strstr(json, pat);
+    cr_assert(p, "payload without %s", key);
+    cr_assert_eq(sscanf(p + strlen(pat), "%32[0-9a-f]", out), 1);
+    cr_assert_eq(strlen(out), 32, "%s is not 32 hex digits", key);
+    free(pat);
+}
+
+static stored read_store(const char *store) {
+    stored s = {0};
+    int code;
+    char *cmd = fmt("%s store ls --store %s", TM_CLI, store);
+    char *ls = run_capture(cmd, &code);
+    cr_assert_eq(code, 0);
+    for (const char *p = ls; (p = strstr(p, "chunk_id=")); p++) {
+        cr_assert_lt(s.n, 16);
+        cr_assert_eq(sscanf(p, "chunk_id=%32[0-9a-f]", s.chunk_id[s.n]), 1);
+        char *get = fmt("%s store get %s --store %s", TM_CLI, s.chunk_id[s.n], store);
+        char *payload = run_capture(get, &code);
+        cr_assert_eq(code, 0, "store get %s", s.chunk_id[s.n]);
+        char chunk_id[33];
+        json_field(payload, "chunk_id", chunk_id);
+        cr_assert_str_eq(chunk_id, s.chunk_id[s.n]);
+        json_field(payload, "profiler_id", s.profiler_id[s.n]);
+        cr_assert(strstr(payload, "\"platform\":\"native\""), "platform: %.300s", payload);
+        cr_assert(strstr(payload, "\"release\":\"app@1.2.3\""), "release: %.300s", payload);
+        cr_assert(strstr(payload, "\"environment\":\"ci \\\"quoted\\\"\""), "environment: %.300s", payload);
+        cr_assert(strstr(payload, "\"samples\":[{"), "chunk %s has no samples", s.chunk_id[s.n]);
+        free(payload);
+        free(get);
+        s.n++;
+    }
+    free(ls);
+    free(cmd);
+    return s;
+}
+
+static int count_rows(const char *store, const char *sql) {
+    char *path = fmt("%s/tracemill.db", store);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return n;
+}
+
+static size_t queued_files(const char *dir) {
+    int code;
+    char *cmd = fmt("ls %s/queue | grep -c '\\.envelope$'", dir);
+    char *out = run_capture(cmd, &code);
+    size_t n = strtoul(out, NULL, 10);
+    free(out);
+    free(cmd);
+    return n;
+}
+
+static void remove_dir(char *dir) {
+    char *cmd = fmt("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    free(dir);
+}
+
+TestSuite(record_upload);
+
+Test(record_upload, every_chunk_reaches_tracemill_serve) {
+    char *dir = temp_dir();
+    server s = start_server(dir, 0);
+    run_report r = finish_record(dir, start_record(dir, s.port, "3", "100", "5000", 0), 0);
+    cr_assert_eq(r.recorded, 3, "3 s in 1 s chunks: %llu chunks", r.recorded);
+    cr_assert_eq(r.sent, 3);
+    cr_assert_eq(r.failed + r.rejected + r.dropped + r.left, 0);
+    cr_assert_eq(queued_files(dir), 0, "sent chunks must leave the queue");
+
+    stored st = read_store(s.store);
+    cr_assert_eq(st.n, 3, "the store holds %zu chunks", st.n);
+    for (size_t i = 0; i < st.n; i++) {
+        cr_assert_str_eq(st.profiler_id[i], r.profiler_id, "one profiler_id per run");
+        for (size_t j = 0; j < i; j++) cr_assert_str_neq(st.chunk_id[i], st.chunk_id[j], "chunk ids repeat");
+    }
+    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0, "a chunk was rejected");
+
+    /* The raw trace kept by the server is the recorder's, and decodes. */
+    char *raw = fmt("%s/raw.pftrace", dir);
+    char *cmd = fmt("%s store get %s --raw --store %s -o %s", TM_CLI, st.chunk_id[0], s.store, raw);
+    int code;
+    free(run_capture(cmd, &code));
+    cr_assert_eq(code, 0);
+    size_t len;
+    char *data = tu_read_file(raw, &len);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(data, len, NULL, &t, &err), TM_OK, "%s", err.message);
+    cr_assert_gt(tm_trace_get_stats(t)->samples_kept, 20);
+    tm_trace_free(t);
+    free(data), free(cmd), free(raw);
+    stop_server(&s);
+    remove_dir(dir);
+}
+
+Test(record_upload, retries_until_the_server_comes_up) {
+    char *dir = temp_dir();
+    int port = free_port();
+    pid_t rec = start_record(dir, port, "3", "100", "8000", 0);
+    /* The first chunk (at 1 s) meets a refused connection; the server
+     * appears at 1.5 s and the backoff retries reach it. */
+    struct timespec wait = {1, 500000000L};
+    nanosleep(&wait, NULL);
+    server s = start_server(dir, port);
+    run_report r = finish_record(dir, rec, 0);
+    cr_assert_gt(r.failed, 0, "no attempt failed: the server was up too early");
+    cr_assert_eq(r.recorded, 3);
+    cr_assert_eq(r.sent, 3, "sent %llu of 3 after retries", r.sent);
+    cr_assert_eq(r.left, 0);
+    cr_assert_eq(read_store(s.store).n, 3);
+    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0);
+    stop_server(&s);
+    remove_dir(dir);
+}
+
+Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
+    char *dir = temp_dir();
+    int port = free_port();
+    /* Server down for the whole run: a queue of 2 keeps the newest 2 of 3. */
+    run_report first = finish_record(dir, start_record(dir, port, "3", "2", "300", 0), 0);
+    cr_assert_eq(first.recorded, 3);
+    cr_assert_eq(first.sent, 0);
+    cr_assert_gt(first.failed, 0);
+    cr_assert_eq(first.dropped, 1, "dropped %llu", first.dropped);
+    cr_assert_eq(first.left, 2);
+    cr_assert_eq(queued_files(dir), 2);
+
+    server s = start_server(dir, port);
+    run_report second = finish_record(dir, start_record(dir, port, "1", "2", "5000", 1), 1);
+    cr_assert_eq(second.recorded, 1);
+    cr_assert_eq(second.sent, 3, "the 2 queued chunks and the new one: %llu sent", second.sent);
+    cr_assert_eq(second.left, 0);
+    cr_assert_eq(queued_files(dir), 0);
+    cr_assert_str_neq(first.profiler_id, second.profiler_id, "each run draws its profiler_id");
+
+    stored st = read_store(s.store);
+    cr_assert_eq(st.n, 3);
+    size_t from_first = 0, from_second = 0;
+    for (size_t i = 0; i < st.n; i++) {
+        from_first += strcmp(st.profiler_id[i], first.profiler_id) == 0;
+        from_second += strcmp(st.profiler_id[i], second.profiler_id) == 0;
+    }
+    cr_assert_eq(from_first, 2, "queued chunks keep their run's profiler_id");
+    cr_assert_eq(from_second, 1);
+    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0);
+    stop_server(&s);
+    remove_dir(dir);
+}
