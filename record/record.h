@@ -21,8 +21,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h> /* realloc */
 
 #include "tracemill.h"
+
+/* Grows *p (an array of elem-sized items, capacity *cap) to hold need
+ * items, doubling; 0, or -1 when memory runs out (*p unchanged). The
+ * recorder's tables live outside any tm_trace, so they use realloc. */
+static inline int tmr_grow(void **p, size_t *cap, size_t elem, size_t need) {
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need) n *= 2;
+    if (n > SIZE_MAX / elem) return -1;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
 
 /* ==== Symbolization (symbols.c) ======================================== */
 

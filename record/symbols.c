@@ -111,17 +111,6 @@ struct tmr_symbols {
 
 /* ---- small helpers ---- */
 
-static int grow(void **p, size_t *cap, size_t elem, size_t need) {
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 static char *dup_str(const char *s, size_t n) {
     char *d = malloc(n + 1);
     if (d) {
@@ -134,7 +123,7 @@ static char *dup_str(const char *s, size_t n) {
 /* Keeps a malloc'd name alive until tmr_symbols_free; NULL if memory runs out. */
 static const char *own(tmr_symbols *s, char *name) {
     if (!name) return NULL;
-    if (grow((void **)&s->owned, &s->cap_owned, sizeof *s->owned, s->n_owned + 1)) {
+    if (tmr_grow((void **)&s->owned, &s->cap_owned, sizeof *s->owned, s->n_owned + 1)) {
         free(name);
         return NULL;
     }
@@ -267,7 +256,7 @@ static void read_symtab(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, 
         kept += type == STT_FUNC || type == STT_GNU_IFUNC;
     }
     size_t cap = f->n_syms;
-    if (grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + kept)) {
+    if (tmr_grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + kept)) {
         free(raw);
         free(blob);
         return;
@@ -278,7 +267,7 @@ static void read_symtab(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, 
         if ((type != STT_FUNC && type != STT_GNU_IFUNC) || y->st_shndx == SHN_UNDEF || y->st_value == 0 ||
             y->st_name == 0 || y->st_name >= strs->sh_size)
             continue;
-        if (f->n_syms == cap && grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + 1)) break;
+        if (f->n_syms == cap && tmr_grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + 1)) break;
         int bind = ELF64_ST_BIND(y->st_info);
         f->syms[f->n_syms++] = (func_sym){
             .addr = y->st_value,
@@ -389,7 +378,7 @@ static int probe_object(struct dl_phdr_info *info, size_t size, void *ctx) {
 static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_t end, int deleted) {
     for (size_t i = 0; i < s->n_files; i++)
         if (strcmp(s->files[i].path, path) == 0) return i;
-    if (grow((void **)&s->files, &s->cap_files, sizeof *s->files, s->n_files + 1)) return SIZE_MAX;
+    if (tmr_grow((void **)&s->files, &s->cap_files, sizeof *s->files, s->n_files + 1)) return SIZE_MAX;
     elf_file *f = &s->files[s->n_files];
     memset(f, 0, sizeof *f);
     f->path = dup_str(path, strlen(path));
@@ -450,12 +439,12 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
             if (m->start == start && m->end == end && m->offset == offset && strcmp(m->path, path) == 0) idx = i;
         }
         if (idx == SIZE_MAX) {
-            if (grow((void **)&s->maps, &s->cap_maps, sizeof *s->maps, s->n_maps + 1)) {
+            if (tmr_grow((void **)&s->maps, &s->cap_maps, sizeof *s->maps, s->n_maps + 1)) {
                 st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
                 break;
             }
             size_t cap = s->n_maps;
-            if (grow((void **)&s->map_file, &cap, sizeof *s->map_file, s->cap_maps)) {
+            if (tmr_grow((void **)&s->map_file, &cap, sizeof *s->map_file, s->cap_maps)) {
                 st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
                 break;
             }
@@ -476,7 +465,7 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
             s->map_file[s->n_maps] = fi;
             idx = s->n_maps++;
         }
-        if (grow((void **)&s->live, &s->cap_live, sizeof *s->live, s->n_live + 1)) {
+        if (tmr_grow((void **)&s->live, &s->cap_live, sizeof *s->live, s->n_live + 1)) {
             st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
             break;
         }

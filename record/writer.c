@@ -321,17 +321,6 @@ struct tmr_writer {
     size_t frame_cap;
 };
 
-static int grow(void **p, size_t *cap, size_t elem, size_t need) {
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 static uint64_t now_ns(clockid_t c) {
     struct timespec ts;
     clock_gettime(c, &ts);
@@ -362,7 +351,7 @@ static void read_cmdline(tmr_writer *w) {
     if (!f) return;
     size_t cap = 0;
     for (;;) {
-        if (grow((void **)&w->cmdline, &cap, 1, w->cmdline_len + 4096)) break;
+        if (tmr_grow((void **)&w->cmdline, &cap, 1, w->cmdline_len + 4096)) break;
         size_t got = fread(w->cmdline + w->cmdline_len, 1, cap - w->cmdline_len - 1, f);
         w->cmdline_len += got;
         if (got == 0) break;
@@ -568,7 +557,7 @@ tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_err
     for (size_t i = 0; i < w->n_threads && !t; i++)
         if (w->threads[i].tid == tid) t = &w->threads[i];
     if (!t) {
-        if (grow((void **)&w->threads, &w->cap_threads, sizeof *w->threads, w->n_threads + 1))
+        if (tmr_grow((void **)&w->threads, &w->cap_threads, sizeof *w->threads, w->n_threads + 1))
             return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
         t = &w->threads[w->n_threads++];
         *t = (thread_entry){tid, NULL};
@@ -597,7 +586,7 @@ static seq_state *seq_get(tmr_writer *w, uint32_t seq) {
     uint64_t *slot = imap_slot(&w->seq_index, seq, 0);
     if (!slot) return NULL;
     if (*slot) return &w->seqs[*slot - 1];
-    if (grow((void **)&w->seqs, &w->cap_seqs, sizeof *w->seqs, w->n_seqs + 1)) return NULL; /* slot stays empty */
+    if (tmr_grow((void **)&w->seqs, &w->cap_seqs, sizeof *w->seqs, w->n_seqs + 1)) return NULL; /* slot stays empty */
     seq_state *s = &w->seqs[w->n_seqs];
     memset(s, 0, sizeof *s);
     s->seq = seq;
@@ -709,7 +698,7 @@ static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f,
         const cs_slot *c = &s->cs[k];
         if (c->hash == h && c->len == n && memcmp(s->pool + c->off, f, n * sizeof *f) == 0) return c->iid;
     }
-    if (grow((void **)&s->pool, &s->pool_cap, sizeof *s->pool, s->pool_len + n)) {
+    if (tmr_grow((void **)&s->pool, &s->pool_cap, sizeof *s->pool, s->pool_len + n)) {
         w->interned.oom = 1;
         return 0;
     }
@@ -750,7 +739,7 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "bad sample: sequence %u, depth %u", (unsigned)seq,
                        (unsigned)depth);
     seq_state *s = seq_get(w, seq);
-    if (!s || grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, depth))
+    if (!s || tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, depth))
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     /* After a loss the reader distrusts this sequence's interning until the
      * next CLEARED packet: start a new generation with this sample. */
