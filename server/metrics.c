@@ -147,13 +147,16 @@ int tm_srv_metrics_render(tm_srv_metrics *m, const tm_srv_gauges *g, tm_srv_buf 
                                    "End-to-end request time, body received to response queued.", &m->request_seconds);
     if (!rc)
         rc = printf_buf(out,
+                        "# HELP tracemill_requests_in_flight Envelope requests being received or processed.\n"
+                        "# TYPE tracemill_requests_in_flight gauge\ntracemill_requests_in_flight %llu\n"
                         "# HELP tracemill_kafka_queue_depth Messages produced and not yet acknowledged.\n"
                         "# TYPE tracemill_kafka_queue_depth gauge\ntracemill_kafka_queue_depth %llu\n"
                         "# HELP tracemill_store_backlog Submissions waiting for the local store's commit.\n"
                         "# TYPE tracemill_store_backlog gauge\ntracemill_store_backlog %llu\n"
                         "# HELP tracemill_spooled Kafka messages spooled in the local store.\n"
                         "# TYPE tracemill_spooled gauge\ntracemill_spooled %llu\n",
-                        (unsigned long long)g->kafka_queue_depth, (unsigned long long)g->store_backlog,
+                        (unsigned long long)g->requests_in_flight, (unsigned long long)g->kafka_queue_depth,
+                        (unsigned long long)g->store_backlog,
                         (unsigned long long)g->spooled);
     return rc;
 }

@@ -354,6 +354,7 @@ void tm_srv_metrics_item(tm_srv_metrics *m, const char *type, const char *outcom
 void tm_srv_metrics_conversion(tm_srv_metrics *m, double seconds);
 
 typedef struct tm_srv_gauges {
+    uint64_t requests_in_flight; /* envelope requests between headers and answer */
     uint64_t kafka_queue_depth;
     uint64_t store_backlog;
     uint64_t spooled;
