@@ -395,6 +395,11 @@ static bool clock_known(const dec *d, uint64_t clock) {
     return false;
 }
 
+/* Trace Processor's clock arithmetic is int64 that wraps on absurd values;
+ * done here in unsigned arithmetic, where wrapping is defined. */
+static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+
 /* One hop inside a snapshot group: the snapshot with the largest src value
  * <= ns (the first one for earlier values). Sets the range it covers. */
 static bool hop(const dec *d, uint32_t group, uint64_t src, uint64_t dst, int64_t ns, int64_t *out,
@@ -420,7 +425,7 @@ static bool hop(const dec *d, uint32_t group, uint64_t src, uint64_t dst, int64_
     bool f;
     int64_t t = snap_value(d, best, dst, &f);
     if (!f) return false;
-    *out = ns + (t - best_v);
+    *out = wrap_add(ns, wrap_sub(t, best_v));
     *lo = best_v;
     *hi = next_v;
     return true;
@@ -474,7 +479,7 @@ static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool r
     for (int i = 0; i < 8; i++) {
         const clk_cache *c = &d->cc[i];
         if (c->used && c->src == src && c->dst == d->trace_clock && ns >= c->min && ns < c->max) {
-            *out = ns + c->shift;
+            *out = wrap_add(ns, c->shift);
             return true;
         }
     }
@@ -488,7 +493,7 @@ static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool r
     }
     if (hops == 1) {
         d->rnd = d->rnd * 48271 % 2147483647; /* std::minstd_rand picks the slot */
-        d->cc[d->rnd % 8] = (clk_cache){src, d->trace_clock, lo, hi, *out - ns, true};
+        d->cc[d->rnd % 8] = (clk_cache){src, d->trace_clock, lo, hi, wrap_sub(*out, ns), true};
     }
     return true;
 }
