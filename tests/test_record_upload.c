@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "tracemill.h"
+#include "tserve.h"
 #include "tutil.h"
 
 #define KEY "5f2b7c0d9e8a41b3a6c4d2e1f0a9b8c7"
@@ -38,22 +39,6 @@
 #define TM_CLANG_ASAN 1
 #endif
 #endif
-
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, f);
-    cr_assert(vasprintf(&s, f, ap) >= 0);
-    va_end(ap);
-    return s;
-}
-
-static char *temp_dir(void) {
-    char *dir = strdup("/tmp/tm_record_upload_XXXXXX");
-    cr_assert(mkdtemp(dir), "mkdtemp failed");
-    return dir;
-}
 
 /* A local port nothing listens on (bound, then released). */
 static int free_port(void) {
@@ -67,76 +52,19 @@ static int free_port(void) {
     return ntohs(a.sin_port);
 }
 
-typedef struct server {
-    pid_t pid;
-    int port;
-    FILE *out;
-    char *store;
-} server;
-
 /* `tracemill serve` on 127.0.0.1:port (0: any), project 1 with KEY, its
- * store in dir/store; returns once the DSN banner is printed. */
-static server start_server(const char *dir, int port) {
-    server s = {0};
-    s.store = fmt("%s/store", dir);
-    char *cfg = fmt("%s/config.yml", dir);
-    char *yaml = fmt("listen: 127.0.0.1:%d\nstore: {path: %s}\nprojects:\n  - id: 1\n    public_keys: [" KEY "]\n",
-                     port, s.store);
-    FILE *f = fopen(cfg, "w");
-    cr_assert(f);
-    fputs(yaml, f);
-    fclose(f);
-    int pipefd[2];
-    cr_assert_eq(pipe(pipefd), 0);
-    s.pid = fork();
-    cr_assert(s.pid >= 0);
-    if (s.pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(pipefd[1], 1);
-        close(pipefd[0]);
-        close(pipefd[1]);
-        execl(TM_CLI, TM_CLI, "serve", "--config", cfg, (char *)NULL);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    s.out = fdopen(pipefd[0], "r");
-    char line[512];
-    while (fgets(line, sizeof line, s.out)) {
-        const char *p = strstr(line, "listening on http://127.0.0.1:");
-        if (p) s.port = atoi(p + strlen("listening on http://127.0.0.1:"));
-        if (strncmp(line, "DSN:", 4) == 0) break;
-    }
-    cr_assert(s.port > 0, "the server printed no port");
-    cr_assert(port == 0 || s.port == port);
-    free(cfg);
-    free(yaml);
-    return s;
+ * store in dir/store. */
+static ts_server start_server(const char *dir, int port) {
+    return ts_server_start(dir, port, "projects:\n  - id: 1\n    public_keys: [" KEY "]\n");
 }
 
-static void stop_server(server *s) {
-    int status = 0;
-    kill(s->pid, SIGTERM);
-    waitpid(s->pid, &status, 0);
-    fclose(s->out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the server did not stop cleanly");
+/* Stops the server, which must exit cleanly; dir stays for remove_dir. */
+static void stop_server(ts_server *s) {
+    cr_assert_eq(ts_server_stop(s), 0, "the server did not stop cleanly");
+    free(s->dir);
     free(s->store);
 }
 
-static char *run_capture(const char *cmd, int *code) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    tu_membuf out = {0};
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) tu_membuf_write(&out, buf, n);
-    int status = pclose(p);
-    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    tu_membuf_write(&out, "", 1);
-    return out.data;
-}
-
-/* Starts `tracemill record --upload` of the test program (chunks of 1 s,
- * sampling for `seconds`), its stderr into dir/record-N.log. */
 static pid_t start_record(const char *dir, int port, const char *seconds, const char *queue_max, const char *timeout_ms,
                           int n) {
     pid_t pid = fork();
@@ -148,8 +76,8 @@ static pid_t start_record(const char *dir, int port, const char *seconds, const 
          * checks in forked children of threaded programs see false leaks */
         setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
 #endif
-        char *log = fmt("%s/record-%d.log", dir, n), *dsn = fmt("http://" KEY "@127.0.0.1:%d/1", port);
-        char *out = fmt("%s/trace.pftrace", dir), *queue = fmt("%s/queue", dir), *run_for = fmt("%s.4", seconds);
+        char *log = ts_fmt("%s/record-%d.log", dir, n), *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", port);
+        char *out = ts_fmt("%s/trace.pftrace", dir), *queue = ts_fmt("%s/queue", dir), *run_for = ts_fmt("%s.4", seconds);
         if (!freopen(log, "w", stderr)) _exit(126);
         execl(TM_CLI, TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--chunk-seconds", "1", "--duration", seconds,
               "--upload", dsn, "--release", "app@1.2.3", "--environment", "ci \"quoted\"", "--upload-queue", queue,
@@ -169,7 +97,7 @@ typedef struct run_report {
 static run_report finish_record(const char *dir, pid_t pid, int n) {
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
-    char *log_path = fmt("%s/record-%d.log", dir, n);
+    char *log_path = ts_fmt("%s/record-%d.log", dir, n);
     size_t len;
     char *log = tu_read_file(log_path, &len);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "record failed: %s", log);
@@ -193,7 +121,7 @@ typedef struct stored {
 } stored;
 
 static void json_field(const char *json, const char *key, char out[33]) {
-    char *pat = fmt("\"%s\":\"", key);
+    char *pat = ts_fmt("\"%s\":\"", key);
     const char *p = strstr(json, pat);
     cr_assert(p, "payload without %s", key);
     cr_assert_eq(sscanf(p + strlen(pat), "%32[0-9a-f]", out), 1);
@@ -204,14 +132,14 @@ static void json_field(const char *json, const char *key, char out[33]) {
 static stored read_store(const char *store) {
     stored s = {0};
     int code;
-    char *cmd = fmt("%s store ls --store %s", TM_CLI, store);
-    char *ls = run_capture(cmd, &code);
+    char *cmd = ts_fmt("%s store ls --store %s", TM_CLI, store);
+    char *ls = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 0);
     for (const char *p = ls; (p = strstr(p, "chunk_id=")); p++) {
         cr_assert_lt(s.n, 16);
         cr_assert_eq(sscanf(p, "chunk_id=%32[0-9a-f]", s.chunk_id[s.n]), 1);
-        char *get = fmt("%s store get %s --store %s", TM_CLI, s.chunk_id[s.n], store);
-        char *payload = run_capture(get, &code);
+        char *get = ts_fmt("%s store get %s --store %s", TM_CLI, s.chunk_id[s.n], store);
+        char *payload = ts_run_capture(get, &code);
         cr_assert_eq(code, 0, "store get %s", s.chunk_id[s.n]);
         char chunk_id[33];
         json_field(payload, "chunk_id", chunk_id);
@@ -230,24 +158,10 @@ static stored read_store(const char *store) {
     return s;
 }
 
-static int count_rows(const char *store, const char *sql) {
-    char *path = fmt("%s/tracemill.db", store);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-    int n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return n;
-}
-
 static size_t queued_files(const char *dir) {
     int code;
-    char *cmd = fmt("ls %s/queue | grep -c '\\.envelope$'", dir);
-    char *out = run_capture(cmd, &code);
+    char *cmd = ts_fmt("ls %s/queue | grep -c '\\.envelope$'", dir);
+    char *out = ts_run_capture(cmd, &code);
     size_t n = strtoul(out, NULL, 10);
     free(out);
     free(cmd);
@@ -255,7 +169,7 @@ static size_t queued_files(const char *dir) {
 }
 
 static void remove_dir(char *dir) {
-    char *cmd = fmt("rm -rf '%s'", dir);
+    char *cmd = ts_fmt("rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
     free(cmd);
     free(dir);
@@ -264,8 +178,8 @@ static void remove_dir(char *dir) {
 TestSuite(record_upload);
 
 Test(record_upload, every_chunk_reaches_tracemill_serve) {
-    char *dir = temp_dir();
-    server s = start_server(dir, 0);
+    char *dir = ts_temp_dir("tm_record_upload");
+    ts_server s = start_server(dir, 0);
     run_report r = finish_record(dir, start_record(dir, s.port, "3", "100", "5000", 0), 0);
     cr_assert_eq(r.recorded, 3, "3 s in 1 s chunks: %llu chunks", r.recorded);
     cr_assert_eq(r.sent, 3);
@@ -278,13 +192,13 @@ Test(record_upload, every_chunk_reaches_tracemill_serve) {
         cr_assert_str_eq(st.profiler_id[i], r.profiler_id, "one profiler_id per run");
         for (size_t j = 0; j < i; j++) cr_assert_str_neq(st.chunk_id[i], st.chunk_id[j], "chunk ids repeat");
     }
-    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0, "a chunk was rejected");
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0, "a chunk was rejected");
 
     /* The raw trace kept by the server is the recorder's, and decodes. */
-    char *raw = fmt("%s/raw.pftrace", dir);
-    char *cmd = fmt("%s store get %s --raw --store %s -o %s", TM_CLI, st.chunk_id[0], s.store, raw);
+    char *raw = ts_fmt("%s/raw.pftrace", dir);
+    char *cmd = ts_fmt("%s store get %s --raw --store %s -o %s", TM_CLI, st.chunk_id[0], s.store, raw);
     int code;
-    free(run_capture(cmd, &code));
+    free(ts_run_capture(cmd, &code));
     cr_assert_eq(code, 0);
     size_t len;
     char *data = tu_read_file(raw, &len);
@@ -299,27 +213,27 @@ Test(record_upload, every_chunk_reaches_tracemill_serve) {
 }
 
 Test(record_upload, retries_until_the_server_comes_up) {
-    char *dir = temp_dir();
+    char *dir = ts_temp_dir("tm_record_upload");
     int port = free_port();
     pid_t rec = start_record(dir, port, "3", "100", "8000", 0);
     /* The first chunk (at 1 s) meets a refused connection; the server
      * appears at 1.5 s and the backoff retries reach it. */
     struct timespec wait = {1, 500000000L};
     nanosleep(&wait, NULL);
-    server s = start_server(dir, port);
+    ts_server s = start_server(dir, port);
     run_report r = finish_record(dir, rec, 0);
     cr_assert_gt(r.failed, 0, "no attempt failed: the server was up too early");
     cr_assert_eq(r.recorded, 3);
     cr_assert_eq(r.sent, 3, "sent %llu of 3 after retries", r.sent);
     cr_assert_eq(r.left, 0);
     cr_assert_eq(read_store(s.store).n, 3);
-    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     stop_server(&s);
     remove_dir(dir);
 }
 
 Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
-    char *dir = temp_dir();
+    char *dir = ts_temp_dir("tm_record_upload");
     int port = free_port();
     /* Server down for the whole run: a queue of 2 keeps the newest 2 of 3. */
     run_report first = finish_record(dir, start_record(dir, port, "3", "2", "300", 0), 0);
@@ -330,7 +244,7 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     cr_assert_eq(first.left, 2);
     cr_assert_eq(queued_files(dir), 2);
 
-    server s = start_server(dir, port);
+    ts_server s = start_server(dir, port);
     run_report second = finish_record(dir, start_record(dir, port, "1", "2", "5000", 1), 1);
     cr_assert_eq(second.recorded, 1);
     cr_assert_eq(second.sent, 3, "the 2 queued chunks and the new one: %llu sent", second.sent);
@@ -347,7 +261,7 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     }
     cr_assert_eq(from_first, 2, "queued chunks keep their run's profiler_id");
     cr_assert_eq(from_second, 1);
-    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     stop_server(&s);
     remove_dir(dir);
 }

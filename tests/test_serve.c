@@ -39,6 +39,7 @@
 #include <brotli/encode.h>
 
 #include "server.h"
+#include "tserve.h"
 #include "tutil.h"
 
 #define DEMO_TRACE TM_SOURCE_DIR "/examples/demo.pftrace"
@@ -47,72 +48,6 @@
 #define OTHER_KEY "0123456789abcdef0123456789abcdef"
 
 /* ---- files and processes ---- */
-
-static char *temp_dir(void) {
-    char *dir = strdup("/tmp/tm_serve_XXXXXX");
-    cr_assert(mkdtemp(dir), "mkdtemp failed");
-    return dir;
-}
-
-static void write_text(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot write %s", path);
-    cr_assert_eq(fwrite(data, 1, len, f), len);
-    fclose(f);
-}
-
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, f);
-    cr_assert(vasprintf(&s, f, ap) >= 0);
-    va_end(ap);
-    return s;
-}
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    FILE *out; /* the server's stdout */
-    char *dir, *store;
-} server;
-
-/* Starts `tracemill serve --config DIR/config.yml` with the YAML given
- * (listen 127.0.0.1:0 and the store in DIR are added) and waits for its
- * DSN banner. */
-static server start_server_in(const char *dir, const char *yaml) {
-    server s = {0};
-    s.dir = strdup(dir);
-    s.store = fmt("%s/store", dir);
-    char *cfg_path = fmt("%s/config.yml", dir);
-    char *text = fmt("listen: 127.0.0.1:0\nstore: {path: %s}\n%s", s.store, yaml);
-    write_text(cfg_path, text, strlen(text));
-    int pipefd[2];
-    cr_assert_eq(pipe(pipefd), 0);
-    s.pid = fork();
-    cr_assert(s.pid >= 0);
-    if (s.pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed assertion ends the test process: the server goes too */
-        dup2(pipefd[1], 1);
-        close(pipefd[0]);
-        close(pipefd[1]);
-        execl(TM_CLI, TM_CLI, "serve", "--config", cfg_path, (char *)NULL);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    s.out = fdopen(pipefd[0], "r");
-    char line[512];
-    while (fgets(line, sizeof line, s.out)) {
-        const char *p = strstr(line, "listening on http://127.0.0.1:");
-        if (p) s.port = atoi(p + strlen("listening on http://127.0.0.1:"));
-        if (strncmp(line, "DSN:", 4) == 0) break;
-    }
-    cr_assert(s.port > 0, "the server printed no port");
-    free(cfg_path);
-    free(text);
-    return s;
-}
 
 static const char *project_yaml =
     "projects:\n"
@@ -123,35 +58,13 @@ static const char *project_yaml =
     "  - id: 43\n"
     "    public_keys: [" OTHER_KEY "]\n";
 
-static server start_server(const char *extra_yaml) {
-    char *dir = temp_dir();
-    char *yaml = fmt("%s%s", project_yaml, extra_yaml ? extra_yaml : "");
-    server s = start_server_in(dir, yaml);
+static ts_server start_server(const char *extra_yaml) {
+    char *dir = ts_temp_dir("tm_serve");
+    char *yaml = ts_fmt("%s%s", project_yaml, extra_yaml ? extra_yaml : "");
+    ts_server s = ts_server_start(dir, 0, yaml);
     free(yaml);
     free(dir);
     return s;
-}
-
-/* SIGTERM, then the exit status (graceful stop exits 0). */
-static int stop_server(server *s) {
-    int status = 0;
-    if (s->pid > 0) {
-        kill(s->pid, SIGTERM);
-        waitpid(s->pid, &status, 0);
-    }
-    if (s->out) fclose(s->out);
-    s->pid = 0;
-    s->out = NULL;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static void remove_server(server *s) {
-    if (s->pid > 0) stop_server(s);
-    char *cmd = fmt("rm -rf '%s'", s->dir);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-    free(s->dir);
-    free(s->store);
 }
 
 /* ---- HTTP ---- */
@@ -170,7 +83,7 @@ static response request(int port, const char *method, const char *path, const ch
     response r = {0};
     CURL *c = curl_easy_init();
     cr_assert(c);
-    char *url = fmt("http://127.0.0.1:%d%s", port, path);
+    char *url = ts_fmt("http://127.0.0.1:%d%s", port, path);
     struct curl_slist *h = NULL;
     for (size_t i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
     h = curl_slist_append(h, "Expect:");
@@ -236,7 +149,7 @@ static chunk make_chunk(unsigned seq) {
     at += strlen("\"chunk_id\":\"");
     char *end = strchr(at, '"');
     *end = 0;
-    c.meta = fmt("%.*s%s\"%s", (int)(at - meta), meta, c.id, end + 1);
+    c.meta = ts_fmt("%.*s%s\"%s", (int)(at - meta), meta, c.id, end + 1);
     while (c.meta[strlen(c.meta) - 1] == '\n') c.meta[strlen(c.meta) - 1] = 0;
     c.meta_len = strlen(c.meta);
     free(meta);
@@ -247,7 +160,7 @@ static chunk make_chunk(unsigned seq) {
 static tu_membuf android_envelope(const chunk *c, const char *item_ctype) {
     load_demo();
     tu_membuf e = {0};
-    char *head = fmt("{\"event_id\":\"%s\",\"sdk\":{\"name\":\"sentry.java.android\",\"version\":\"8.38.0\"}}\n"
+    char *head = ts_fmt("{\"event_id\":\"%s\",\"sdk\":{\"name\":\"sentry.java.android\",\"version\":\"8.38.0\"}}\n"
                      "{\"content_type\":\"%s\",\"filename\":\"profile.perfetto-stack-sample\",\"type\":\"profile_chunk\","
                      "\"platform\":\"android\",\"meta_length\":%zu,\"length\":%zu}\n",
                      c->id, item_ctype, c->meta_len, c->meta_len + demo_trace_len);
@@ -259,49 +172,22 @@ static tu_membuf android_envelope(const chunk *c, const char *item_ctype) {
     return e;
 }
 
-static char *run_capture(const char *cmd, int *code) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    tu_membuf out = {0};
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) tu_membuf_write(&out, buf, n);
-    int status = pclose(p);
-    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (!out.data) tu_membuf_write(&out, "", 0);
-    return out.data;
-}
-
 /* What `tracemill convert --meta` makes of the demo trace with c's metadata. */
 static char *expected_payload(const chunk *c, const char *dir) {
-    char *meta_path = fmt("%s/meta-%s.json", dir, c->id);
-    write_text(meta_path, c->meta, c->meta_len);
-    char *cmd = fmt("%s convert --meta %s %s", TM_CLI, meta_path, DEMO_TRACE);
+    char *meta_path = ts_fmt("%s/meta-%s.json", dir, c->id);
+    ts_write_file(meta_path, c->meta, c->meta_len);
+    char *cmd = ts_fmt("%s convert --meta %s %s", TM_CLI, meta_path, DEMO_TRACE);
     int code;
-    char *out = run_capture(cmd, &code);
+    char *out = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 0);
     free(cmd);
     free(meta_path);
     return out;
 }
 
-static int count_rows(const char *store, const char *sql) {
-    char *path = fmt("%s/tracemill.db", store);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-    int n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return n;
-}
-
 /* The outcome messages stored, concatenated. */
 static char *stored_outcomes(const char *store) {
-    char *path = fmt("%s/tracemill.db", store);
+    char *path = ts_fmt("%s/tracemill.db", store);
     sqlite3 *db;
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     sqlite3_stmt *st;
@@ -323,48 +209,48 @@ TestSuite(serve, .init = NULL);
 /* ---- local store ---- */
 
 Test(serve, android_chunk_into_the_local_store) {
-    server s = start_server(NULL);
+    ts_server s = start_server(NULL);
     chunk c = make_chunk(1);
     tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
     response r = post(s.port, env.data, env.len);
     cr_assert_eq(r.status, 200, "%s", r.body.data);
-    char *want_id = fmt("{\"id\":\"%s\"}", c.id);
+    char *want_id = ts_fmt("{\"id\":\"%s\"}", c.id);
     cr_assert_str_eq(r.body.data, want_id);
 
     int code;
-    char *cmd = fmt("%s store get %s --store %s", TM_CLI, c.id, s.store);
-    char *payload = run_capture(cmd, &code);
+    char *cmd = ts_fmt("%s store get %s --store %s", TM_CLI, c.id, s.store);
+    char *payload = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 0);
     char *want = expected_payload(&c, s.dir);
     cr_assert_str_eq(payload, want, "the stored payload differs from `tracemill convert --meta`");
 
     free(cmd);
-    cmd = fmt("%s store get %s --raw --store %s -o %s/raw.pftrace", TM_CLI, c.id, s.store, s.dir);
-    free(run_capture(cmd, &code));
+    cmd = ts_fmt("%s store get %s --raw --store %s -o %s/raw.pftrace", TM_CLI, c.id, s.store, s.dir);
+    free(ts_run_capture(cmd, &code));
     cr_assert_eq(code, 0);
-    char *raw_path = fmt("%s/raw.pftrace", s.dir);
+    char *raw_path = ts_fmt("%s/raw.pftrace", s.dir);
     size_t raw_len;
     char *raw = tu_read_file(raw_path, &raw_len);
     cr_assert_eq(raw_len, demo_trace_len);
     cr_assert(memcmp(raw, demo_trace, raw_len) == 0, "raw bytes differ from the trace sent");
 
     free(cmd);
-    cmd = fmt("%s store ls --store %s", TM_CLI, s.store);
-    char *ls = run_capture(cmd, &code);
+    cmd = ts_fmt("%s store ls --store %s", TM_CLI, s.store);
+    char *ls = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 0);
-    char *want_ls = fmt("project=42  chunk_id=%s  payload=%zu  raw=%zu\n", c.id, strlen(want) - 1, demo_trace_len);
+    char *want_ls = ts_fmt("project=42  chunk_id=%s  payload=%zu  raw=%zu\n", c.id, strlen(want) - 1, demo_trace_len);
     cr_assert(strstr(ls, want_ls), "store ls: %s", ls);
-    cr_assert_eq(stop_server(&s), 0, "SIGTERM must stop the server cleanly");
+    cr_assert_eq(ts_server_stop(&s), 0, "SIGTERM must stop the server cleanly");
 
     free(ls), free(want_ls), free(raw), free(raw_path), free(cmd), free(payload), free(want), free(want_id);
     response_free(&r);
     tu_membuf_free(&env);
     free(c.meta);
-    remove_server(&s);
+    ts_server_free(&s);
 }
 
 Test(serve, perfetto_routed_by_json_content_type_and_plain_json_chunks) {
-    server s = start_server(NULL);
+    ts_server s = start_server(NULL);
     /* SDKs in the field: item content type generic, JSON says "perfetto" */
     chunk c = make_chunk(2);
     tu_membuf env = android_envelope(&c, "application/octet-stream");
@@ -380,14 +266,14 @@ Test(serve, perfetto_routed_by_json_content_type_and_plain_json_chunks) {
                        "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.25},"
                        "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.125}],"
                        "\"thread_metadata\":{\"1\":{\"name\":\"MainThread\"},\"9\":{\"name\":\"idle\"}}}}";
-    char *body = fmt("{}\n{\"type\":\"profile_chunk\"}\n%s\n", json);
+    char *body = ts_fmt("{}\n{\"type\":\"profile_chunk\"}\n%s\n", json);
     r = post(s.port, body, strlen(body));
     cr_assert_eq(r.status, 200, "%s", r.body.data);
     response_free(&r);
 
     int code;
-    char *cmd = fmt("%s store get 00000000000000000000000000000003 --store %s", TM_CLI, s.store);
-    char *payload = run_capture(cmd, &code);
+    char *cmd = ts_fmt("%s store get 00000000000000000000000000000003 --store %s", TM_CLI, s.store);
+    char *payload = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 0);
     cr_assert_str_eq(payload,
                      "{\"chunk_id\":\"00000000000000000000000000000003\",\"profiler_id\":"
@@ -397,16 +283,16 @@ Test(serve, perfetto_routed_by_json_content_type_and_plain_json_chunks) {
                      "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.125},"
                      "{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.25}],"
                      "\"thread_metadata\":{\"1\":{\"name\":\"MainThread\"}}}}\n");
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 2);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 2);
     free(payload), free(cmd), free(body);
     tu_membuf_free(&env);
     free(c.meta);
-    remove_server(&s);
+    ts_server_free(&s);
 }
 
 /* Each rejection: the HTTP answer and the outcome stored. */
 Test(serve, rejections_and_their_outcomes) {
-    server s = start_server(NULL);
+    ts_server s = start_server(NULL);
     load_demo();
     struct {
         const char *what, *body, *reason;
@@ -429,9 +315,9 @@ Test(serve, rejections_and_their_outcomes) {
     };
     /* compound items whose lengths are computed */
     const char *gecko = "{\"content_type\":\"gecko\"}", *perfetto = "{\"content_type\":\"perfetto\"}";
-    char *not_perfetto = fmt("{}\n{\"type\":\"profile_chunk\",\"meta_length\":%zu,\"length\":%zu}\n%sabcd\n",
+    char *not_perfetto = ts_fmt("{}\n{\"type\":\"profile_chunk\",\"meta_length\":%zu,\"length\":%zu}\n%sabcd\n",
                              strlen(gecko), strlen(gecko) + 4, gecko);
-    char *bad_meta = fmt("{}\n{\"type\":\"profile_chunk\",\"meta_length\":%zu,\"length\":%zu,\"content_type\":"
+    char *bad_meta = ts_fmt("{}\n{\"type\":\"profile_chunk\",\"meta_length\":%zu,\"length\":%zu,\"content_type\":"
                          "\"application/x-perfetto-trace\"}\n%sabcd\n",
                          strlen(perfetto), strlen(perfetto) + 4, perfetto);
     cases[1].body = not_perfetto;
@@ -441,14 +327,14 @@ Test(serve, rejections_and_their_outcomes) {
         cr_assert_eq(r.status, 200, "%s: %s", cases[i].what, r.body.data);
         response_free(&r);
         char *outcomes = stored_outcomes(s.store);
-        char *want = fmt("\"reason\":\"%s\"", cases[i].reason);
+        char *want = ts_fmt("\"reason\":\"%s\"", cases[i].reason);
         cr_assert(strstr(outcomes, want), "%s: no outcome %s in %s", cases[i].what, want, outcomes);
         cr_assert(strstr(outcomes, "\"project_id\":42"), "%s", outcomes);
         free(want);
         free(outcomes);
     }
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 0);
-    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), (int)(sizeof cases / sizeof cases[0]));
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 0);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), (int)(sizeof cases / sizeof cases[0]));
     free(not_perfetto), free(bad_meta);
 
     /* malformed envelopes: 400 naming the byte offset */
@@ -461,11 +347,11 @@ Test(serve, rejections_and_their_outcomes) {
     cr_assert_eq(r.status, 400);
     cr_assert(strstr(r.body.data, "\"detail\":\"invalid envelope at byte 0"), "%s", r.body.data);
     response_free(&r);
-    remove_server(&s);
+    ts_server_free(&s);
 }
 
 Test(serve, authentication) {
-    server s = start_server(NULL);
+    ts_server s = start_server(NULL);
     const char *env = "{}\n";
     const char *const none[] = {NULL};
     response r = request(s.port, "POST", "/api/42/envelope/", none, env, 3);
@@ -502,8 +388,8 @@ Test(serve, authentication) {
     cr_assert(strstr(r.body.data, "# TYPE tracemill_conversion_seconds histogram\n"), "%s", r.body.data);
     cr_assert(strstr(r.body.data, "tracemill_store_backlog 0\n"), "%s", r.body.data);
     response_free(&r);
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 0);
-    remove_server(&s);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 0);
+    ts_server_free(&s);
 }
 
 /* ---- content encodings ---- */
@@ -544,19 +430,19 @@ static tu_membuf encode(const char *coding, const void *data, size_t len) {
 }
 
 Test(serve, content_encodings_and_a_bomb) {
-    server s = start_server("limits: {max_envelope_size: 4MiB}\n");
+    ts_server s = start_server("limits: {max_envelope_size: 4MiB}\n");
     const char *codings[] = {"gzip", "deflate", "zstd", "br"};
     for (unsigned i = 0; i < 4; i++) {
         chunk c = make_chunk(100 + i);
         tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
         tu_membuf enc = encode(codings[i], env.data, env.len);
-        char *ce = fmt("Content-Encoding: %s", codings[i]);
+        char *ce = ts_fmt("Content-Encoding: %s", codings[i]);
         const char *const h[] = {auth_headers[0], ce, NULL};
         response r = request(s.port, "POST", "/api/42/envelope/", h, enc.data, enc.len);
         cr_assert_eq(r.status, 200, "%s: %s", codings[i], r.body.data);
-        char *cmd = fmt("%s store get %s --store %s", TM_CLI, c.id, s.store);
+        char *cmd = ts_fmt("%s store get %s --store %s", TM_CLI, c.id, s.store);
         int code;
-        char *payload = run_capture(cmd, &code);
+        char *payload = ts_run_capture(cmd, &code);
         char *want = expected_payload(&c, s.dir);
         cr_assert_eq(code, 0, "%s", codings[i]);
         cr_assert_str_eq(payload, want, "%s", codings[i]);
@@ -570,7 +456,7 @@ Test(serve, content_encodings_and_a_bomb) {
     char *zeros = calloc(1, bomb_len);
     for (unsigned i = 0; i < 4; i++) {
         tu_membuf bomb = encode(codings[i], zeros, bomb_len);
-        char *ce = fmt("Content-Encoding: %s", codings[i]);
+        char *ce = ts_fmt("Content-Encoding: %s", codings[i]);
         const char *const h[] = {auth_headers[0], ce, NULL};
         response r = request(s.port, "POST", "/api/42/envelope/", h, bomb.data, bomb.len);
         cr_assert_eq(r.status, 413, "%s bomb: %ld %s", codings[i], r.status, r.body.data);
@@ -587,13 +473,13 @@ Test(serve, content_encodings_and_a_bomb) {
     r = request(s.port, "POST", "/api/42/envelope/", broken, "\x1f\x8b garbage", 10);
     cr_assert_eq(r.status, 400, "%s", r.body.data);
     response_free(&r);
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 4);
-    remove_server(&s);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 4);
+    ts_server_free(&s);
 }
 
 Test(serve, rate_limits) {
-    char *dir = temp_dir();
-    server s = start_server_in(dir, "projects:\n  - id: 42\n    public_keys: [" KEY "]\n    rate_limit: 2\n");
+    char *dir = ts_temp_dir("tm_serve");
+    ts_server s = ts_server_start(dir, 0, "projects:\n  - id: 42\n    public_keys: [" KEY "]\n    rate_limit: 2\n");
     free(dir);
     int ok = 0, limited = 0;
     for (unsigned i = 0; i < 6; i++) {
@@ -613,29 +499,29 @@ Test(serve, rate_limits) {
     }
     /* a burst of 2, refilled at 2/s: at least 3 of 6 quick requests refused */
     cr_assert(ok >= 2 && limited >= 3 && ok + limited == 6, "ok %d limited %d", ok, limited);
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), ok);
-    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes where message like '%\"outcome\":2%'"), limited);
-    remove_server(&s);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), ok);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes where message like '%\"outcome\":2%'"), limited);
+    ts_server_free(&s);
 }
 
 Test(serve, malformed_config_is_refused_at_start) {
-    char *dir = temp_dir();
-    char *path = fmt("%s/bad.yml", dir);
+    char *dir = ts_temp_dir("tm_serve");
+    char *path = ts_fmt("%s/bad.yml", dir);
     const char *yaml = "listen: 127.0.0.1:0\nprojects:\n  - id: 42\n    public_keys: [abc]\n    featurs: []\n";
-    write_text(path, yaml, strlen(yaml));
-    char *cmd = fmt("%s serve --config %s 2>&1", TM_CLI, path);
+    ts_write_file(path, yaml, strlen(yaml));
+    char *cmd = ts_fmt("%s serve --config %s 2>&1", TM_CLI, path);
     int code;
-    char *out = run_capture(cmd, &code);
+    char *out = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 2, "%s", out);
     cr_assert(strstr(out, "featurs"), "%s", out);
     cr_assert(strstr(out, "5:"), "the error names the line: %s", out);
     free(out), free(cmd);
-    cmd = fmt("%s serve --config %s/missing.yml 2>&1", TM_CLI, dir);
-    out = run_capture(cmd, &code);
+    cmd = ts_fmt("%s serve --config %s/missing.yml 2>&1", TM_CLI, dir);
+    out = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 3, "%s", out);
     cr_assert(strstr(out, "missing.yml"), "%s", out);
     free(out), free(cmd), free(path);
-    cmd = fmt("rm -rf '%s'", dir);
+    cmd = ts_fmt("rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
     free(cmd), free(dir);
 }
@@ -655,7 +541,7 @@ static void *load(void *arg) {
         chunk c = make_chunk(l->first + i);
         tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
         CURL *h = curl_easy_init();
-        char *url = fmt("http://127.0.0.1:%d/api/42/envelope/", l->port);
+        char *url = ts_fmt("http://127.0.0.1:%d/api/42/envelope/", l->port);
         struct curl_slist *hd = curl_slist_append(NULL, auth_headers[0]);
         tu_membuf body = {0};
         curl_easy_setopt(h, CURLOPT_URL, url);
@@ -679,8 +565,8 @@ static void *load(void *arg) {
 }
 
 Test(serve, kill_9_under_load_loses_no_acknowledged_chunk) {
-    char *dir = temp_dir();
-    server s = start_server_in(dir, project_yaml);
+    char *dir = ts_temp_dir("tm_serve");
+    ts_server s = ts_server_start(dir, 0, project_yaml);
     loader l[4];
     pthread_t th[4];
     for (unsigned t = 0; t < 4; t++) {
@@ -688,7 +574,7 @@ Test(serve, kill_9_under_load_loses_no_acknowledged_chunk) {
         pthread_create(&th[t], NULL, load, &l[t]);
     }
     /* kill once some chunks are in */
-    while (count_rows(s.store, "select count(*) from chunks") < 20) usleep(20000);
+    while (ts_count_rows(s.store, "select count(*) from chunks") < 20) usleep(20000);
     kill(s.pid, SIGKILL);
     waitpid(s.pid, NULL, 0);
     s.pid = 0;
@@ -701,18 +587,18 @@ Test(serve, kill_9_under_load_loses_no_acknowledged_chunk) {
     }
     cr_assert(acked >= 1);
     /* restart on the same store: everything acknowledged is there, once */
-    server again = start_server_in(dir, project_yaml);
+    ts_server again = ts_server_start(dir, 0, project_yaml);
     for (unsigned t = 0; t < 4; t++)
         for (unsigned i = 0; i < l[t].n_acked; i++) {
-            char *sql = fmt("select count(*) from chunks where chunk_id = '%08x%024x'", l[t].acked[i], 0xabcu);
-            cr_assert_eq(count_rows(again.store, sql), 1, "acknowledged chunk %u", l[t].acked[i]);
+            char *sql = ts_fmt("select count(*) from chunks where chunk_id = '%08x%024x'", l[t].acked[i], 0xabcu);
+            cr_assert_eq(ts_count_rows(again.store, sql), 1, "acknowledged chunk %u", l[t].acked[i]);
             free(sql);
         }
-    cr_assert_eq(count_rows(again.store, "select count(*) from (select chunk_id from chunks group by chunk_id "
+    cr_assert_eq(ts_count_rows(again.store, "select count(*) from (select chunk_id from chunks group by chunk_id "
                                          "having count(*) > 1)"),
                  0, "a chunk was stored twice");
-    cr_assert_eq(stop_server(&again), 0);
-    remove_server(&again);
+    cr_assert_eq(ts_server_stop(&again), 0);
+    ts_server_free(&again);
     free(s.dir), free(s.store), free(dir);
 }
 
@@ -800,14 +686,14 @@ static void consumed_free(consumed *c) {
 }
 
 static char *kafka_yaml(const kafka_env *k) {
-    return fmt("%skafka:\n  bootstrap_servers: \"%s\"\n  delivery_timeout_ms: 1500\n", project_yaml, k->bootstraps);
+    return ts_fmt("%skafka:\n  bootstrap_servers: \"%s\"\n  delivery_timeout_ms: 1500\n", project_yaml, k->bootstraps);
 }
 
 Test(serve, chunks_and_outcomes_into_kafka) {
     kafka_env k = kafka_start();
     char *yaml = kafka_yaml(&k);
-    char *dir = temp_dir();
-    server s = start_server_in(dir, yaml);
+    char *dir = ts_temp_dir("tm_serve");
+    ts_server s = ts_server_start(dir, 0, yaml);
     chunk c = make_chunk(300);
     tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
     response r = post(s.port, env.data, env.len);
@@ -846,8 +732,8 @@ Test(serve, chunks_and_outcomes_into_kafka) {
     cr_assert(strstr(outcomes.values[0].data, "\"category\":26"), "%s", outcomes.values[0].data);
     consumed_free(&outcomes);
 
-    cr_assert_eq(stop_server(&s), 0);
-    remove_server(&s);
+    cr_assert_eq(ts_server_stop(&s), 0);
+    ts_server_free(&s);
     kafka_stop(&k);
     free(want), free(yaml), free(dir), free(c.meta);
     tu_membuf_free(&env);
@@ -856,8 +742,8 @@ Test(serve, chunks_and_outcomes_into_kafka) {
 Test(serve, broker_outage_spools_and_replays_in_order) {
     kafka_env k = kafka_start();
     char *yaml = kafka_yaml(&k);
-    char *dir = temp_dir();
-    server s = start_server_in(dir, yaml);
+    char *dir = ts_temp_dir("tm_serve");
+    ts_server s = ts_server_start(dir, 0, yaml);
     for (int b = 1; b <= 3; b++) rd_kafka_mock_broker_set_down(k.cluster, b);
     const unsigned n = 6;
     for (unsigned i = 0; i < n; i++) {
@@ -869,14 +755,14 @@ Test(serve, broker_outage_spools_and_replays_in_order) {
         tu_membuf_free(&env);
         free(c.meta);
     }
-    cr_assert_eq(count_rows(s.store, "select count(*) from spool"), (int)n);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from spool"), (int)n);
     response r = request(s.port, "GET", "/metrics", NULL, NULL, 0);
     cr_assert(strstr(r.body.data, "tracemill_spooled 6\n"), "%s", r.body.data);
     response_free(&r);
     /* stop while spooled: the next run replays */
-    cr_assert_eq(stop_server(&s), 0);
+    cr_assert_eq(ts_server_stop(&s), 0);
     for (int b = 1; b <= 3; b++) rd_kafka_mock_broker_set_up(k.cluster, b);
-    server again = start_server_in(dir, yaml);
+    ts_server again = ts_server_start(dir, 0, yaml);
     consumed got = kafka_consume(&k, "ingest-profiles", n);
     cr_assert_eq(got.n, n, "every spooled chunk exactly once");
     for (unsigned i = 0; i < n; i++) {
@@ -890,19 +776,19 @@ Test(serve, broker_outage_spools_and_replays_in_order) {
         cr_assert(memmem(m.payload, m.payload_len, id, strlen(id)), "message %u is not chunk %u: order lost", i, i);
     }
     consumed_free(&got);
-    for (int tries = 0; count_rows(again.store, "select count(*) from spool") && tries < 100; tries++) usleep(50000);
-    cr_assert_eq(count_rows(again.store, "select count(*) from spool"), 0);
-    cr_assert_eq(stop_server(&again), 0);
-    remove_server(&again);
+    for (int tries = 0; ts_count_rows(again.store, "select count(*) from spool") && tries < 100; tries++) usleep(50000);
+    cr_assert_eq(ts_count_rows(again.store, "select count(*) from spool"), 0);
+    cr_assert_eq(ts_server_stop(&again), 0);
+    ts_server_free(&again);
     kafka_stop(&k);
     free(s.dir), free(s.store), free(yaml), free(dir);
 }
 
 /* Items of other types go to the upstream unchanged when one is set. */
 Test(serve, other_items_forwarded_upstream) {
-    server up = start_server(NULL);
-    char *yaml = fmt("upstream: http://127.0.0.1:%d\n", up.port);
-    server s = start_server(yaml);
+    ts_server up = start_server(NULL);
+    char *yaml = ts_fmt("upstream: http://127.0.0.1:%d\n", up.port);
+    ts_server s = start_server(yaml);
     chunk c = make_chunk(500);
     tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
     const char *event = "{\"type\":\"event\",\"length\":11}\n{\"x\":\"evt\"}\n";
@@ -910,37 +796,37 @@ Test(serve, other_items_forwarded_upstream) {
     response r = post(s.port, env.data, env.len);
     cr_assert_eq(r.status, 200, "%s", r.body.data);
     response_free(&r);
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 1, "the chunk stays here");
-    cr_assert_eq(count_rows(s.store, "select count(*) from outcomes"), 0);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1, "the chunk stays here");
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     /* the upstream (a tracemill too) received only the event, and dropped it with an outcome */
-    cr_assert_eq(count_rows(up.store, "select count(*) from chunks"), 0);
+    cr_assert_eq(ts_count_rows(up.store, "select count(*) from chunks"), 0);
     char *outcomes = stored_outcomes(up.store);
     cr_assert(strstr(outcomes, "\"reason\":\"unsupported_item_type\""), "%s", outcomes);
     cr_assert(strstr(outcomes, "\"category\":1,"), "an event counts as an error: %s", outcomes);
     free(outcomes);
     /* the upstream gone: 503, and nothing of the envelope is kept */
-    cr_assert_eq(stop_server(&up), 0);
+    cr_assert_eq(ts_server_stop(&up), 0);
     r = post(s.port, env.data, env.len);
     cr_assert_eq(r.status, 503, "%s", r.body.data);
     cr_assert(strstr(r.body.data, "upstream"), "%s", r.body.data);
     response_free(&r);
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 1);
-    remove_server(&s);
-    remove_server(&up);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    ts_server_free(&s);
+    ts_server_free(&up);
     tu_membuf_free(&env);
     free(c.meta), free(yaml);
 }
 
 /* SIGTERM while a request is in flight: it is answered, then exit 0. */
 Test(serve, sigterm_drains_requests_in_flight) {
-    server s = start_server(NULL);
+    ts_server s = start_server(NULL);
     chunk c = make_chunk(601);
     tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port)};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
-    char *head = fmt("POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Length: %zu\r\n\r\n",
+    char *head = ts_fmt("POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Length: %zu\r\n\r\n",
                      auth_headers[0], env.len);
     size_t half = env.len / 2;
     cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
@@ -975,8 +861,8 @@ Test(serve, sigterm_drains_requests_in_flight) {
     waitpid(s.pid, &status, 0);
     s.pid = 0;
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    cr_assert_eq(count_rows(s.store, "select count(*) from chunks"), 1);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
     tu_membuf_free(&env);
     free(c.meta), free(head);
-    remove_server(&s);
+    ts_server_free(&s);
 }
