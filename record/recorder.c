@@ -29,10 +29,15 @@
 #include "record.h"
 
 enum {
-    COLLECT_PERIOD_MS = 10,    /* ring drains */
-    SCAN_PERIOD_MS = 50,       /* /proc/self/task scans for new, renamed and ended threads */
+    /* Ring drains and /proc/self/task scans (new, renamed and ended
+     * threads), in one wake-up: each wake-up costs the process tens of
+     * microseconds of CPU, so 10 per second keep the collector near 0.05 %
+     * of a core (traced_perf also reads its buffers every 100 ms). */
+    COLLECT_PERIOD_MS = 100,
     SNAPSHOT_PERIOD_MS = 5000, /* ClockSnapshots */
-    RING_SAMPLES = 64,         /* per thread: 256 ms of samples at 250 Hz */
+    RING_MS = 320,             /* each thread's ring holds this long of samples: 3 drains */
+    RING_MIN_SAMPLES = 32,
+    RING_MAX_SAMPLES = 4096,   /* 4 MiB at depth 128; beyond, losses are counted */
     RECORD_HEADER = 8
 };
 
@@ -74,7 +79,7 @@ struct tm_recorder {
     uint32_t chunk_index;
     tmr_losses chunk_losses;
 
-    uint64_t next_scan, next_snapshot, next_clear, next_write, next_chunk, deadline;
+    uint64_t next_snapshot, next_clear, next_write, next_chunk, deadline;
     tm_recorder_stats stats;
     tm_status bg_status;
     tm_error bg_err;
@@ -418,10 +423,7 @@ static void end_sampling(tm_recorder *r) {
 /* One round of collector work; called with the lock. */
 static void collect(tm_recorder *r, uint64_t now) {
     tm_error err;
-    if (now >= r->next_scan) {
-        record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
-        r->next_scan = now + SCAN_PERIOD_MS;
-    }
+    record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
     tmr_sampler_drain(r->sampler, on_sample, r);
     if (r->o.chunk_seconds && now >= r->next_chunk) {
         record_failure(r, finish_output(r, &err), &err);
@@ -550,6 +552,14 @@ tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_er
     return TM_OK;
 }
 
+/* A power of two holding RING_MS of samples at hz. */
+static uint32_t ring_samples(uint32_t hz) {
+    uint64_t want = (uint64_t)hz * RING_MS / 1000u;
+    uint32_t n = RING_MIN_SAMPLES;
+    while (n < want && n < RING_MAX_SAMPLES) n *= 2;
+    return n;
+}
+
 tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
     if (!r || r->state != R_NEW) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_start: recorder already started%s", NULL);
     pthread_once(&g_hooks_once, install_hooks);
@@ -560,7 +570,7 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
     }
     tm_status st = TM_OK;
     tmr_sampler_opts so = {r->o.hz, r->o.clock == TM_RECORD_CLOCK_WALL, r->o.unwind == TM_RECORD_UNWIND_FP,
-                           r->o.max_depth, RING_SAMPLES};
+                           r->o.max_depth, ring_samples(r->o.hz)};
     r->sampler = tmr_sampler_new(&so, err);
     if (!r->sampler) st = err ? err->code : TM_ERR_UNSUPPORTED;
     if (st == TM_OK) {
@@ -576,7 +586,6 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
     if (st == TM_OK) st = begin_output(r, err);
     if (st == TM_OK) {
         uint64_t now = now_ms();
-        r->next_scan = now;
         r->next_snapshot = now + SNAPSHOT_PERIOD_MS;
         r->next_clear = now + r->o.clear_period_ms;
         r->next_write = now + r->o.file_write_period_ms;
