@@ -109,6 +109,10 @@ tm_status tmr_writer_begin(tmr_writer *w, tm_error *err);
 /* A periodic ClockSnapshot. */
 tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err);
 
+/* ProcessTree, the process TrackDescriptor and every thread's again: the
+ * end of a chunk that lost packets, whose first ones may have been them. */
+tm_status tmr_writer_descriptors(tmr_writer *w, tm_error *err);
+
 /* A thread (new or renamed): ProcessTree thread entry + TrackDescriptor. */
 tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_error *err);
 

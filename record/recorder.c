@@ -332,6 +332,13 @@ static tm_status begin_output(tm_recorder *r, tm_error *err) {
  * handed to the callback. */
 static tm_status finish_output(tm_recorder *r, tm_error *err) {
     tm_status st = write_buffer(r, err);
+    /* The buffer is empty now: descriptors written here reach the file. */
+    const tmr_losses *cl = &r->chunk_losses;
+    if (st == TM_OK && (cl->chunks_overwritten || cl->chunks_discarded)) {
+        r->emit_seq = 0;
+        r->emit_is_sample = 0;
+        st = tmr_writer_descriptors(r->writer, err);
+    }
     uint32_t n = 0;
     uint32_t *seqs = calloc(r->n_seq ? r->n_seq : 1, sizeof *seqs);
     uint64_t *lost = calloc(r->n_seq ? r->n_seq : 1, sizeof *lost);

@@ -539,17 +539,26 @@ static tm_status thread_track(tmr_writer *w, uint64_t ts, int32_t tid, const cha
     return emit_packet(w, err);
 }
 
+static tm_status descriptors(tmr_writer *w, uint64_t ts, tm_error *err) {
+    TM_TRY(process_tree(w, ts, err));
+    TM_TRY(process_track(w, ts, err));
+    for (size_t i = 0; i < w->n_threads; i++)
+        TM_TRY(thread_track(w, ts, w->threads[i].tid, w->threads[i].name, err));
+    return TM_OK;
+}
+
 tm_status tmr_writer_begin(tmr_writer *w, tm_error *err) {
     uint64_t ts = now_ns(CLOCK_BOOTTIME);
     TM_TRY(trace_config(w, ts, err));
     TM_TRY(system_info(w, ts, err));
     TM_TRY(tmr_writer_clock_snapshot(w, err));
-    TM_TRY(process_tree(w, ts, err));
-    TM_TRY(process_track(w, ts, err));
-    for (size_t i = 0; i < w->n_threads; i++)
-        TM_TRY(thread_track(w, ts, w->threads[i].tid, w->threads[i].name, err));
+    TM_TRY(descriptors(w, ts, err));
     tmr_writer_clear_incremental(w);
     return TM_OK;
+}
+
+tm_status tmr_writer_descriptors(tmr_writer *w, tm_error *err) {
+    return descriptors(w, now_ns(CLOCK_BOOTTIME), err);
 }
 
 tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_error *err) {
