@@ -61,7 +61,7 @@ bench-serve: build
 # The recorder's overhead: a CPU-bound program plain and recorded at 101 and
 # 250 Hz, ratio of medians, and trace bytes per sample.
 bench-record: build
-	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 1500
+	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
 
 # Rewrites tests/golden/* from the current build; review `git diff` after.
 golden: build
