@@ -31,7 +31,7 @@
 enum {
     /* Ring drains and /proc/self/task scans (new, renamed and ended
      * threads), in one wake-up: each wake-up costs the process tens of
-     * microseconds of CPU, so 10 per second keep the collector near 0.05 %
+     * microseconds of CPU, so 10 per second keep the collector under 0.1 %
      * of a core (traced_perf also reads its buffers every 100 ms). */
     COLLECT_PERIOD_MS = 100,
     SNAPSHOT_PERIOD_MS = 5000, /* ClockSnapshots */

@@ -111,7 +111,7 @@ static uint32_t unwind_dwarf(ucontext_t *uc, uint64_t *pcs, uint32_t max) {
     for (int i = 0; i < n && i <= HANDLER_FRAMES_MAX; i++) {
         if ((uint64_t)(uintptr_t)frames[i] != rip) continue;
         uint32_t depth = (uint32_t)(n - i) < max ? (uint32_t)(n - i) : max;
-        memmove(pcs, frames + i, depth * sizeof *frames); /* void * and uint64_t: same size (checked below) */
+        memmove(pcs, frames + i, depth * sizeof *frames); /* void * and uint64_t: same size (asserted above) */
         return depth;
     }
     return unwind_stepwise(uc, pcs, max);
