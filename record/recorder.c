@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base.h" /* tm_fail */
 #include "record.h"
 
 enum {
@@ -87,16 +88,6 @@ struct tm_recorder {
 
 static tm_recorder *g_active; /* the recorder sampling this process */
 static pthread_mutex_t g_active_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static tm_status fail(tm_error *err, tm_status code, const char *fmt, const char *arg) {
-    if (err) {
-        err->code = code;
-        err->offset = 0;
-        err->reason = NULL;
-        snprintf(err->message, sizeof err->message, fmt, arg ? arg : "");
-    }
-    return code;
-}
 
 static uint64_t now_ms(void) {
     struct timespec ts;
@@ -226,7 +217,7 @@ static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_erro
             size_t cap = r->mem_cap ? r->mem_cap : 65536;
             while (cap < r->mem_len + len) cap *= 2;
             uint8_t *grown = realloc(r->mem, cap);
-            if (!grown) return fail(err, TM_ERR_NOMEM, "recorder: out of memory for a chunk%s", NULL);
+            if (!grown) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory for a chunk");
             r->mem = grown;
             r->mem_cap = cap;
         }
@@ -238,7 +229,7 @@ static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_erro
     while (len > 0) {
         ssize_t n = write(r->fd, p, len);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return fail(err, TM_ERR_IO, "recorder: cannot write the trace: %s", strerror(errno));
+        if (n <= 0) return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot write the trace: %s", strerror(errno));
         p += n;
         len -= (size_t)n;
     }
@@ -273,7 +264,7 @@ static tm_status write_buffer(tm_recorder *r, tm_error *err) {
         record_header(r, r->tail, &len, &seq);
         if (len > r->scratch_cap) {
             uint8_t *grown = realloc(r->scratch, len);
-            if (!grown) return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+            if (!grown) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
             r->scratch = grown;
             r->scratch_cap = len;
         }
@@ -305,9 +296,9 @@ static tm_status open_output(tm_recorder *r, tm_error *err) {
     r->fd = -1;
     if (r->o.chunk_seconds && r->o.on_chunk) return TM_OK;
     char *path = r->o.chunk_seconds ? chunk_path(r->output, r->chunk_index) : strdup(r->output);
-    if (!path) return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    if (!path) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
     r->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    tm_status st = r->fd < 0 ? fail(err, TM_ERR_IO, "recorder: cannot create %s", path) : TM_OK;
+    tm_status st = r->fd < 0 ? tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot create %s", path) : TM_OK;
     free(path);
     return st;
 }
@@ -342,7 +333,7 @@ static tm_status finish_output(tm_recorder *r, tm_error *err) {
     uint32_t n = 0;
     uint32_t *seqs = calloc(r->n_seq ? r->n_seq : 1, sizeof *seqs);
     uint64_t *lost = calloc(r->n_seq ? r->n_seq : 1, sizeof *lost);
-    if (st == TM_OK && (!seqs || !lost)) st = fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    if (st == TM_OK && (!seqs || !lost)) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
     if (st == TM_OK) {
         for (uint32_t s = 1; s < r->n_seq; s++)
             if (r->seq_lost[s]) {
@@ -361,11 +352,11 @@ static tm_status finish_output(tm_recorder *r, tm_error *err) {
     free(lost);
     if (st == TM_OK) st = write_buffer(r, err);
     if (r->fd >= 0) {
-        if (close(r->fd) != 0 && st == TM_OK) st = fail(err, TM_ERR_IO, "recorder: cannot close the trace%s", NULL);
+        if (close(r->fd) != 0 && st == TM_OK) st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot close the trace");
         r->fd = -1;
     } else if (r->o.on_chunk && st == TM_OK) {
         if (r->o.on_chunk(r->o.chunk_ctx, r->chunk_index, r->mem, r->mem_len) != 0)
-            st = fail(err, TM_ERR_IO, "recorder: the chunk callback failed%s", NULL);
+            st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: the chunk callback failed");
     }
     r->stats.chunks++;
     return st;
@@ -522,24 +513,24 @@ static void install_hooks(void) {
 /* ---- public API ---------------------------------------------------------- */
 
 tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err) {
-    if (!out) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_new: out is NULL%s", NULL);
+    if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_new: out is NULL");
     *out = NULL;
     tm_recorder_opts o;
     if (opts) o = *opts;
     else memset(&o, 0, sizeof o);
     if (!o.output && !(o.chunk_seconds && o.on_chunk))
-        return fail(err, TM_ERR_INVALID_ARG, "recorder: no output path%s", NULL);
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "recorder: no output path");
     if (o.hz == 0) o.hz = 101;
-    if (o.hz > 100000) return fail(err, TM_ERR_INVALID_ARG, "recorder: sampling frequency above 100 kHz%s", NULL);
+    if (o.hz > 100000) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "recorder: sampling frequency above 100 kHz");
     if (o.max_depth == 0) o.max_depth = 128;
-    if (o.max_depth > 4096) return fail(err, TM_ERR_INVALID_ARG, "recorder: max_depth above 4096%s", NULL);
+    if (o.max_depth > 4096) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "recorder: max_depth above 4096");
     if (o.buffer_kb == 0) o.buffer_kb = 4096;
     if (o.clear_period_ms == 0) o.clear_period_ms = 10000;
     if ((unsigned)o.clock > TM_RECORD_CLOCK_WALL || (unsigned)o.fill > TM_RECORD_FILL_DISCARD ||
         (unsigned)o.unwind > TM_RECORD_UNWIND_FP)
-        return fail(err, TM_ERR_INVALID_ARG, "recorder: unknown clock, fill or unwind value%s", NULL);
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "recorder: unknown clock, fill or unwind value");
     tm_recorder *r = calloc(1, sizeof *r);
-    if (!r) return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+    if (!r) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
     r->o = o;
     r->fd = -1;
     r->cap = (size_t)o.buffer_kb * 1024u;
@@ -547,7 +538,7 @@ tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_er
     r->output = o.output ? strdup(o.output) : NULL;
     if (!r->buf || (o.output && !r->output)) {
         tm_recorder_free(r);
-        return fail(err, TM_ERR_NOMEM, "recorder: out of memory%s", NULL);
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
     }
     pthread_mutex_init(&r->lock, NULL);
     pthread_condattr_t ca;
@@ -568,12 +559,13 @@ static uint32_t ring_samples(uint32_t hz) {
 }
 
 tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
-    if (!r || r->state != R_NEW) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_start: recorder already started%s", NULL);
+    if (!r || r->state != R_NEW) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+        "tm_recorder_start: recorder already started");
     pthread_once(&g_hooks_once, install_hooks);
     pthread_mutex_lock(&g_active_lock);
     if (g_active) {
         pthread_mutex_unlock(&g_active_lock);
-        return fail(err, TM_ERR_UNSUPPORTED, "another recorder is already sampling this process%s", NULL);
+        return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "another recorder is already sampling this process");
     }
     tm_status st = TM_OK;
     tmr_sampler_opts so = {r->o.hz, r->o.clock == TM_RECORD_CLOCK_WALL, r->o.unwind == TM_RECORD_UNWIND_FP,
@@ -604,7 +596,7 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
         sigaddset(&block, SIGPROF);
         pthread_sigmask(SIG_BLOCK, &block, &old);
         if (pthread_create(&r->collector, NULL, collector_main, r) != 0)
-            st = fail(err, TM_ERR_IO, "recorder: cannot start the collector thread%s", NULL);
+            st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot start the collector thread");
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (st != TM_OK) {
@@ -623,7 +615,8 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
 }
 
 tm_status tm_recorder_flush(tm_recorder *r, tm_error *err) {
-    if (!r || r->state != R_RUNNING) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_flush: not recording%s", NULL);
+    if (!r || r->state != R_RUNNING) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+        "tm_recorder_flush: not recording");
     pthread_mutex_lock(&r->lock);
     tm_status st = TM_OK;
     if (!r->sampling_done) {
@@ -635,7 +628,7 @@ tm_status tm_recorder_flush(tm_recorder *r, tm_error *err) {
 }
 
 tm_status tm_recorder_stop(tm_recorder *r, tm_error *err) {
-    if (!r) return fail(err, TM_ERR_INVALID_ARG, "tm_recorder_stop: recorder is NULL%s", NULL);
+    if (!r) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_stop: recorder is NULL");
     if (r->state == R_FORKED || r->state == R_NEW) return TM_OK;
     if (r->state == R_RUNNING) {
         pthread_mutex_lock(&r->lock);

@@ -30,6 +30,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "base.h" /* tm_fail */
 #include "record.h"
 
 /* Ring entry layout, in 64-bit words. */
@@ -71,14 +72,6 @@ struct tmr_sampler {
  * handlers running, so that freeing waits for them. */
 static _Atomic(tmr_sampler *) g_sampler;
 static atomic_int g_in_handler;
-
-static void set_err(tm_error *err, tm_status code, const char *msg) {
-    if (!err) return;
-    err->code = code;
-    err->offset = 0;
-    err->reason = NULL;
-    snprintf(err->message, sizeof err->message, "%s", msg);
-}
 
 /* ---- the signal path ---------------------------------------------------- */
 
@@ -178,12 +171,12 @@ static void on_sigprof(int signo, siginfo_t *si, void *uc) {
 
 tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
     if (o->hz == 0 || o->max_depth == 0 || o->ring_samples == 0 || (o->ring_samples & (o->ring_samples - 1))) {
-        set_err(err, TM_ERR_INVALID_ARG, "sampler: hz, max_depth and a power-of-two ring size are required");
+        tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "sampler: hz, max_depth and a power-of-two ring size are required");
         return NULL;
     }
     tmr_sampler *s = calloc(1, sizeof *s);
     if (!s) {
-        set_err(err, TM_ERR_NOMEM, "sampler: out of memory");
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "sampler: out of memory");
         return NULL;
     }
     s->o = *o;
@@ -191,7 +184,8 @@ tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
     tmr_sampler *none = NULL;
     if (!atomic_compare_exchange_strong(&g_sampler, &none, s)) {
         free(s);
-        set_err(err, TM_ERR_UNSUPPORTED, "another recorder is already sampling this process (SIGPROF is taken)");
+        tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL,
+            "another recorder is already sampling this process (SIGPROF is taken)");
         return NULL;
     }
     /* g_sampler is claimed but no timer exists yet, so no SIGPROF of ours can
@@ -201,7 +195,7 @@ tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
         (s->old_action.sa_handler != SIG_DFL && s->old_action.sa_handler != SIG_IGN)) {
         atomic_store(&g_sampler, NULL);
         free(s);
-        set_err(err, TM_ERR_UNSUPPORTED,
+        tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL,
                 "the program already has a SIGPROF handler (setitimer profiling, gprof or another "
                 "profiler?); tracemill's recorder needs SIGPROF and will not replace it");
         return NULL;
@@ -221,7 +215,7 @@ tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
     if (sigaction(SIGPROF, &sa, NULL) != 0) {
         atomic_store(&g_sampler, NULL);
         free(s);
-        set_err(err, TM_ERR_IO, "sampler: cannot install the SIGPROF handler");
+        tm_fail(err, TM_ERR_IO, 0, NULL, "sampler: cannot install the SIGPROF handler");
         return NULL;
     }
     return s;
@@ -425,7 +419,7 @@ tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_th
                            void *ctx, tm_error *err) {
     DIR *d = opendir("/proc/self/task");
     if (!d) {
-        set_err(err, TM_ERR_IO, "sampler: cannot read /proc/self/task");
+        tm_fail(err, TM_ERR_IO, 0, NULL, "sampler: cannot read /proc/self/task");
         return TM_ERR_IO;
     }
     uint64_t gen = ++s->scan_gen;
@@ -446,7 +440,7 @@ tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_th
             t = slot_take(s);
             if (!t) {
                 closedir(d);
-                set_err(err, TM_ERR_NOMEM, "sampler: out of memory");
+                tm_fail(err, TM_ERR_NOMEM, 0, NULL, "sampler: out of memory");
                 return TM_ERR_NOMEM;
             }
             if (!slot_arm(s, t, (int32_t)tid)) continue;

@@ -24,7 +24,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base.h" /* tm_fail */
 #include "record.h"
 
 /* libcurl is loaded when an upload starts, not linked: it brings some 30
@@ -105,19 +105,6 @@ struct tmr_uploader {
     tmr_upload_stats stats;    /* under lock */
 };
 
-static tm_status fail(tm_error *err, tm_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static tm_status fail(tm_error *err, tm_status code, const char *fmt, ...) {
-    if (err) {
-        err->code = code;
-        err->offset = 0;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static uint64_t now_ms(clockid_t clock) {
     struct timespec ts;
     clock_gettime(clock, &ts);
@@ -141,16 +128,17 @@ tm_status tmr_dsn_parse(const char *dsn, tmr_dsn *out, tm_error *err) {
     const char *scheme_end = dsn ? strstr(dsn, "://") : NULL;
     if (!scheme_end || !((scheme_end - dsn == 4 && strncmp(dsn, "http", 4) == 0) ||
                          (scheme_end - dsn == 5 && strncmp(dsn, "https", 5) == 0)))
-        return fail(err, TM_ERR_INVALID_ARG, "upload: DSN must start with http:// or https://");
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "upload: DSN must start with http:// or https://");
     const char *key = scheme_end + 3, *at = strchr(key, '@');
     const char *host = at ? at + 1 : NULL, *slash = host ? strchr(host, '/') : NULL;
     if (!at || at == key || (slash && at > slash))
-        return fail(err, TM_ERR_INVALID_ARG, "upload: DSN has no public key (http://KEY@HOST/PROJECT)");
-    if (!slash || slash == host) return fail(err, TM_ERR_INVALID_ARG, "upload: DSN has no host or project");
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "upload: DSN has no public key (http://KEY@HOST/PROJECT)");
+    if (!slash || slash == host) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "upload: DSN has no host or project");
     const char *project = strrchr(slash, '/') + 1;
     size_t plen = strlen(project);
     if (plen == 0 || strspn(project, "0123456789") != plen)
-        return fail(err, TM_ERR_INVALID_ARG, "upload: DSN project must be a number (http://KEY@HOST/PROJECT)");
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+            "upload: DSN project must be a number (http://KEY@HOST/PROJECT)");
     const char *colon = memchr(key, ':', (size_t)(at - key)); /* KEY:SECRET, the secret is legacy */
     size_t key_len = (size_t)((colon ? colon : at) - key);
     /* Everything between the host and the project is a path prefix
@@ -159,7 +147,7 @@ tm_status tmr_dsn_parse(const char *dsn, tmr_dsn *out, tm_error *err) {
         asprintf(&out->envelope_url, "%.*s%.*s/api/%s/envelope/", (int)(scheme_end + 3 - dsn), dsn,
                  (int)(project - 1 - host), host, project) < 0) {
         tmr_dsn_free(out);
-        return fail(err, TM_ERR_NOMEM, "upload: out of memory");
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "upload: out of memory");
     }
     out->project_id = strtoull(project, NULL, 10);
     return TM_OK;
@@ -482,23 +470,24 @@ tmr_uploader *tmr_upload_new(const tmr_upload_opts *o, tm_error *err) {
     if (tmr_dsn_parse(o->dsn, &dsn, err) != TM_OK) return NULL;
     if (!o->queue_dir || !*o->queue_dir) {
         tmr_dsn_free(&dsn);
-        fail(err, TM_ERR_INVALID_ARG, "upload: a queue directory is required");
+        tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "upload: a queue directory is required");
         return NULL;
     }
     if (mkdir(o->queue_dir, 0755) != 0 && errno != EEXIST) {
-        fail(err, TM_ERR_IO, "upload: cannot create the queue directory %s: %s", o->queue_dir, strerror(errno));
+        tm_fail(err, TM_ERR_IO, 0, NULL,
+            "upload: cannot create the queue directory %s: %s", o->queue_dir, strerror(errno));
         tmr_dsn_free(&dsn);
         return NULL;
     }
     pthread_once(&curl_once, load_curl);
     if (!curl_available) {
         tmr_dsn_free(&dsn);
-        fail(err, TM_ERR_UNSUPPORTED, "upload: libcurl.so.4 cannot be loaded (install libcurl4)");
+        tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "upload: libcurl.so.4 cannot be loaded (install libcurl4)");
         return NULL;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         tmr_dsn_free(&dsn);
-        fail(err, TM_ERR_IO, "upload: libcurl failed to initialise");
+        tm_fail(err, TM_ERR_IO, 0, NULL, "upload: libcurl failed to initialise");
         return NULL;
     }
     tmr_uploader *u = calloc(1, sizeof *u);
@@ -541,7 +530,7 @@ tmr_uploader *tmr_upload_new(const tmr_upload_opts *o, tm_error *err) {
             free(u);
         }
         curl_global_cleanup();
-        fail(err, TM_ERR_NOMEM, "upload: cannot start the uploader");
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "upload: cannot start the uploader");
         return NULL;
     }
     pthread_mutex_lock(&u->lock);
