@@ -235,12 +235,7 @@ static char **queue_list(const char *dir, size_t *n) {
     while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
         if (l <= sl || strcmp(e->d_name + l - sl, QUEUE_SUFFIX) != 0) continue;
-        if (*n == cap) {
-            char **grown = realloc(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
-            if (!grown) break;
-            names = grown;
-        }
-        if (!(names[*n] = strdup(e->d_name))) break;
+        if (tmr_grow((void **)&names, &cap, sizeof *names, *n + 1) || !(names[*n] = strdup(e->d_name))) break;
         (*n)++;
     }
     closedir(d);
@@ -465,6 +460,17 @@ static void *uploader_main(void *arg) {
 
 /* ---- lifetime ------------------------------------------------------------- */
 
+/* The strings and the struct; NULL is a no-op. */
+static void uploader_free(tmr_uploader *u) {
+    if (!u) return;
+    free(u->url);
+    free(u->auth);
+    free(u->queue_dir);
+    free(u->release);
+    free(u->environment);
+    free(u);
+}
+
 tmr_uploader *tmr_upload_new(const tmr_upload_opts *o, tm_error *err) {
     tmr_dsn dsn;
     if (tmr_dsn_parse(o->dsn, &dsn, err) != TM_OK) return NULL;
@@ -525,10 +531,7 @@ tmr_uploader *tmr_upload_new(const tmr_upload_opts *o, tm_error *err) {
         }
     }
     if (!ok) {
-        if (u) {
-            free(u->url), free(u->auth), free(u->queue_dir), free(u->release), free(u->environment);
-            free(u);
-        }
+        uploader_free(u);
         curl_global_cleanup();
         tm_fail(err, TM_ERR_NOMEM, 0, NULL, "upload: cannot start the uploader");
         return NULL;
@@ -556,7 +559,6 @@ void tmr_upload_close(tmr_uploader *u, tmr_upload_stats *out) {
     if (out) *out = u->stats;
     pthread_cond_destroy(&u->wake);
     pthread_mutex_destroy(&u->lock);
-    free(u->url), free(u->auth), free(u->queue_dir), free(u->release), free(u->environment);
-    free(u);
+    uploader_free(u);
     curl_global_cleanup();
 }
