@@ -44,26 +44,45 @@ typedef struct env_opt {
     int text;               /* any non-empty string */
 } env_opt;
 
-static const env_opt env_opts[] = {
-    {"-F", "TRACEMILL_RECORD_HZ", {NULL, NULL}, 0},
-    {"--duration", "TRACEMILL_RECORD_DURATION", {NULL, NULL}, 0},
-    {"--buffer-kb", "TRACEMILL_RECORD_BUFFER_KB", {NULL, NULL}, 0},
-    {"--fill", "TRACEMILL_RECORD_FILL", {"ring", "discard"}, 0},
-    {"--clock", "TRACEMILL_RECORD_CLOCK", {"cpu", "wall"}, 0},
-    {"--chunk-seconds", "TRACEMILL_RECORD_CHUNK_SECONDS", {NULL, NULL}, 0},
-    {"--unwind", "TRACEMILL_RECORD_UNWIND", {"dwarf", "fp"}, 0},
-    {"--max-depth", "TRACEMILL_RECORD_MAX_DEPTH", {NULL, NULL}, 0},
-    {"--file-write-period-ms", "TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", {NULL, NULL}, 0},
-    {"--clear-period-ms", "TRACEMILL_RECORD_CLEAR_PERIOD_MS", {NULL, NULL}, 0},
-    {"--upload", "TRACEMILL_RECORD_UPLOAD", {NULL, NULL}, 1},
-    {"--release", "TRACEMILL_RECORD_RELEASE", {NULL, NULL}, 1},
-    {"--environment", "TRACEMILL_RECORD_ENVIRONMENT", {NULL, NULL}, 1},
-    {"--upload-queue", "TRACEMILL_RECORD_UPLOAD_QUEUE", {NULL, NULL}, 1},
-    {"--upload-queue-max", "TRACEMILL_RECORD_UPLOAD_QUEUE_MAX", {NULL, NULL}, 0},
-    {"--upload-timeout-ms", "TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS", {NULL, NULL}, 0},
+/* The options that need --upload come after OPT_UPLOAD. */
+enum {
+    OPT_HZ,
+    OPT_DURATION,
+    OPT_BUFFER_KB,
+    OPT_FILL,
+    OPT_CLOCK,
+    OPT_CHUNK_SECONDS,
+    OPT_UNWIND,
+    OPT_MAX_DEPTH,
+    OPT_FILE_WRITE_PERIOD,
+    OPT_CLEAR_PERIOD,
+    OPT_UPLOAD,
+    OPT_RELEASE,
+    OPT_ENVIRONMENT,
+    OPT_UPLOAD_QUEUE,
+    OPT_UPLOAD_QUEUE_MAX,
+    OPT_UPLOAD_TIMEOUT,
+    N_ENV_OPTS
 };
-enum { OPT_CHUNK_SECONDS = 5, OPT_FILE_WRITE_PERIOD = 8, OPT_UPLOAD = 10 };
-enum { N_ENV_OPTS = sizeof env_opts / sizeof env_opts[0] };
+
+static const env_opt env_opts[N_ENV_OPTS] = {
+    [OPT_HZ] = {"-F", "TRACEMILL_RECORD_HZ", {NULL, NULL}, 0},
+    [OPT_DURATION] = {"--duration", "TRACEMILL_RECORD_DURATION", {NULL, NULL}, 0},
+    [OPT_BUFFER_KB] = {"--buffer-kb", "TRACEMILL_RECORD_BUFFER_KB", {NULL, NULL}, 0},
+    [OPT_FILL] = {"--fill", "TRACEMILL_RECORD_FILL", {"ring", "discard"}, 0},
+    [OPT_CLOCK] = {"--clock", "TRACEMILL_RECORD_CLOCK", {"cpu", "wall"}, 0},
+    [OPT_CHUNK_SECONDS] = {"--chunk-seconds", "TRACEMILL_RECORD_CHUNK_SECONDS", {NULL, NULL}, 0},
+    [OPT_UNWIND] = {"--unwind", "TRACEMILL_RECORD_UNWIND", {"dwarf", "fp"}, 0},
+    [OPT_MAX_DEPTH] = {"--max-depth", "TRACEMILL_RECORD_MAX_DEPTH", {NULL, NULL}, 0},
+    [OPT_FILE_WRITE_PERIOD] = {"--file-write-period-ms", "TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", {NULL, NULL}, 0},
+    [OPT_CLEAR_PERIOD] = {"--clear-period-ms", "TRACEMILL_RECORD_CLEAR_PERIOD_MS", {NULL, NULL}, 0},
+    [OPT_UPLOAD] = {"--upload", "TRACEMILL_RECORD_UPLOAD", {NULL, NULL}, 1},
+    [OPT_RELEASE] = {"--release", "TRACEMILL_RECORD_RELEASE", {NULL, NULL}, 1},
+    [OPT_ENVIRONMENT] = {"--environment", "TRACEMILL_RECORD_ENVIRONMENT", {NULL, NULL}, 1},
+    [OPT_UPLOAD_QUEUE] = {"--upload-queue", "TRACEMILL_RECORD_UPLOAD_QUEUE", {NULL, NULL}, 1},
+    [OPT_UPLOAD_QUEUE_MAX] = {"--upload-queue-max", "TRACEMILL_RECORD_UPLOAD_QUEUE_MAX", {NULL, NULL}, 0},
+    [OPT_UPLOAD_TIMEOUT] = {"--upload-timeout-ms", "TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS", {NULL, NULL}, 0},
+};
 
 static int valid_value(const env_opt *o, const char *v) {
     if (o->text) return *v != 0;
@@ -157,8 +176,8 @@ int cli_record(int argc, char **argv) {
             return EXIT_USAGE;
         }
 
-    unsigned long hz = values[0] ? strtoul(values[0], NULL, 10) : 101;
-    int wall = values[4] && strcmp(values[4], "wall") == 0;
+    unsigned long hz = values[OPT_HZ] ? strtoul(values[OPT_HZ], NULL, 10) : 101;
+    int wall = values[OPT_CLOCK] && strcmp(values[OPT_CLOCK], "wall") == 0;
     if (hz == 0) {
         fputs("tracemill record: -F must be at least 1\n", stderr);
         return EXIT_USAGE;
@@ -226,7 +245,8 @@ int cli_record(int argc, char **argv) {
     if (values[OPT_CHUNK_SECONDS]) {
         for (unsigned n = 0;; n++) {
             size_t len = strlen(out);
-            int stem = len > 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
+            /* x.pftrace -> x.N.pftrace, as the recorder names chunks */
+            int stem = len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%.*s.%u.pftrace", stem, out, n);
             if (access(path, R_OK) != 0) break;

@@ -90,9 +90,8 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     if (dsn && *dsn) {
         char *default_queue = NULL;
         const char *queue = getenv("TRACEMILL_RECORD_UPLOAD_QUEUE");
-        size_t stem = strlen(out);
-        if (stem > 8 && strcmp(out + stem - 8, ".pftrace") == 0) stem -= 8; /* x.pftrace -> x.queue */
-        if ((!queue || !*queue) && asprintf(&default_queue, "%.*s.queue", (int)stem, out) >= 0) queue = default_queue;
+        if ((!queue || !*queue) && asprintf(&default_queue, "%.*s.queue", (int)tmr_trace_stem(out), out) >= 0)
+            queue = default_queue;
         tmr_upload_opts uo = {.dsn = dsn,
                               .release = getenv("TRACEMILL_RECORD_RELEASE"),
                               .environment = getenv("TRACEMILL_RECORD_ENVIRONMENT"),

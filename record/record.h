@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h> /* realloc */
+#include <string.h> /* strlen */
 
 #include "tracemill.h"
 
@@ -38,6 +39,14 @@ static inline int tmr_grow(void **p, size_t *cap, size_t elem, size_t need) {
     *p = q;
     *cap = n;
     return 0;
+}
+
+/* Length of path without its ".pftrace": chunk files and the upload queue
+ * are named after it (x.pftrace -> x.N.pftrace, x.queue). */
+static inline size_t tmr_trace_stem(const char *path) {
+    static const char ext[] = ".pftrace";
+    size_t len = strlen(path), n = sizeof ext - 1;
+    return len >= n && strcmp(path + len - n, ext) == 0 ? len - n : len;
 }
 
 /* ==== Symbolization (symbols.c) ======================================== */

@@ -284,10 +284,8 @@ static tm_status write_buffer(tm_recorder *r, tm_error *err) {
 /* OUT.N.pftrace for chunk N ("x.pftrace" -> "x.N.pftrace"). */
 static char *chunk_path(const char *out, uint32_t index) {
     size_t len = strlen(out);
-    const char *ext = ".pftrace";
-    size_t stem = len >= strlen(ext) && strcmp(out + len - strlen(ext), ext) == 0 ? len - strlen(ext) : len;
     char *p = malloc(len + 32);
-    if (p) snprintf(p, len + 32, "%.*s.%u.pftrace", (int)stem, out, index);
+    if (p) snprintf(p, len + 32, "%.*s.%u.pftrace", (int)tmr_trace_stem(out), out, index);
     return p;
 }
 
