@@ -29,11 +29,6 @@
 
 #define RUN_TIMEOUT_S 30
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TM_CLANG_ASAN 1
-#endif
-#endif
 /* CPU time each worker thread burns: ~2 x 6 x 125 samples at 166 Hz. A
  * share p measured from n samples varies by sqrt(p(1-p)/n): 2.2 points for
  * the hot 60 % at n = 500, which failed the 5-point check about once in 20
@@ -69,14 +64,7 @@ static int run(char *const argv[], char *const env[], const char *out_file) {
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         setpgid(0, 0); /* its own group, so that a hang kills what it forked too */
-#if defined(__SANITIZE_ADDRESS__) || defined(TM_CLANG_ASAN)
-        /* The ASan build preloads an ASan-built library into an ASan-built
-         * program: the runtime is loaded by the program itself, just not
-         * first. LeakSanitizer stays off in the programs: a child forked
-         * while another thread holds ASan's allocator lock deadlocks in its
-         * exit-time leak check (an ASan limitation, not the recorder's). */
-        setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
-#endif
+        tu_asan_recorded_child_env();
         for (size_t i = 0; env && env[i]; i++) putenv(env[i]);
         if (out_file && !freopen(out_file, "w", stdout)) _exit(126);
         execv(argv[0], argv);

@@ -34,11 +34,6 @@
 
 #define KEY "5f2b7c0d9e8a41b3a6c4d2e1f0a9b8c7"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TM_CLANG_ASAN 1
-#endif
-#endif
 
 /* A local port nothing listens on (bound, then released). */
 static int free_port(void) {
@@ -71,11 +66,7 @@ static pid_t start_record(const char *dir, int port, const char *seconds, const 
     cr_assert(pid >= 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-#if defined(__SANITIZE_ADDRESS__) || defined(TM_CLANG_ASAN)
-        /* as in test_record.c: the preloaded runtime is not first, and leak
-         * checks in forked children of threaded programs see false leaks */
-        setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
-#endif
+        tu_asan_recorded_child_env();
         char *log = ts_fmt("%s/record-%d.log", dir, n), *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", port);
         char *out = ts_fmt("%s/trace.pftrace", dir), *queue = ts_fmt("%s/queue", dir), *run_for = ts_fmt("%s.4", seconds);
         if (!freopen(log, "w", stderr)) _exit(126);

@@ -1,8 +1,12 @@
 /*
  * tutil.c — the shared test plumbing declared in tutil.h: the tu_membuf
- * sink and whole-file reading. No Criterion and no libtracemill here (see
+ * sink, the failing allocator, whole-file reading and the recorded child's
+ * ASan settings. No Criterion and no libtracemill here (see
  * tutil.h): callers assert on the return values.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#endif
 #include "tutil.h"
 
 #include <stdio.h>
@@ -75,4 +79,16 @@ void tu_fa_free(void *ctx, void *p, size_t size) {
     tu_fail_alloc *a = ctx;
     if (p) a->live -= (long)size;
     free(p);
+}
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_CLANG_ASAN 1
+#endif
+#endif
+
+void tu_asan_recorded_child_env(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(TU_CLANG_ASAN)
+    setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
+#endif
 }

@@ -1,8 +1,9 @@
 /*
  * tutil.h — plumbing shared by the Criterion suites (tests/test_*.c): a
  * growing in-memory buffer that serves as a tm_sink write callback, an
- * allocator that fails on demand, and reading a whole file into memory. Trace-building helpers live in
- * trace_builder.h, assertions in the test files.
+ * allocator that fails on demand, reading a whole file into memory, and the
+ * sanitizer settings of recorded child programs. Trace-building helpers live
+ * in trace_builder.h, assertions in the test files.
  *
  * tutil.c is compiled into the tm_trace_builder library, which gen_trace
  * links as well, so it uses neither Criterion nor libtracemill: failures are
@@ -48,5 +49,13 @@ void tu_fa_free(void *ctx, void *p, size_t size);
  * (not counted in *len; len may be NULL). Returns NULL if the file cannot be
  * opened or read. */
 char *tu_read_file(const char *path, size_t *len);
+
+/* In a child about to exec a recorded program, in the ASan build: the
+ * program loads an ASan-built preload library, so the runtime is not the
+ * first library (verify_asan_link_order=0), and LeakSanitizer stays off (a
+ * child forked while another thread holds ASan's allocator lock deadlocks
+ * in its exit-time leak check: an ASan limitation, not the recorder's). A
+ * no-op in other builds. */
+void tu_asan_recorded_child_env(void);
 
 #endif
