@@ -34,7 +34,6 @@
 
 #define KEY "5f2b7c0d9e8a41b3a6c4d2e1f0a9b8c7"
 
-
 /* A local port nothing listens on (bound, then released). */
 static int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -53,11 +52,11 @@ static ts_server start_server(const char *dir, int port) {
     return ts_server_start(dir, port, "projects:\n  - id: 1\n    public_keys: [" KEY "]\n");
 }
 
-/* Stops the server, which must exit cleanly; dir stays for remove_dir. */
+/* Stops the server, which must exit cleanly, and removes its directory
+ * (the test's) with everything in it. */
 static void stop_server(ts_server *s) {
     cr_assert_eq(ts_server_stop(s), 0, "the server did not stop cleanly");
-    free(s->dir);
-    free(s->store);
+    ts_server_free(s);
 }
 
 static pid_t start_record(const char *dir, int port, const char *seconds, const char *queue_max, const char *timeout_ms,
@@ -159,13 +158,6 @@ static size_t queued_files(const char *dir) {
     return n;
 }
 
-static void remove_dir(char *dir) {
-    char *cmd = ts_fmt("rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(cmd);
-    free(dir);
-}
-
 TestSuite(record_upload);
 
 Test(record_upload, every_chunk_reaches_tracemill_serve) {
@@ -200,7 +192,7 @@ Test(record_upload, every_chunk_reaches_tracemill_serve) {
     tm_trace_free(t);
     free(data), free(cmd), free(raw);
     stop_server(&s);
-    remove_dir(dir);
+    free(dir);
 }
 
 Test(record_upload, retries_until_the_server_comes_up) {
@@ -220,7 +212,7 @@ Test(record_upload, retries_until_the_server_comes_up) {
     cr_assert_eq(read_store(s.store).n, 3);
     cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     stop_server(&s);
-    remove_dir(dir);
+    free(dir);
 }
 
 Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
@@ -254,5 +246,5 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     cr_assert_eq(from_second, 1);
     cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     stop_server(&s);
-    remove_dir(dir);
+    free(dir);
 }
