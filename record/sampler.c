@@ -180,7 +180,7 @@ tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
         return NULL;
     }
     s->o = *o;
-    s->entry_words = E_PCS + o->max_depth + HANDLER_FRAMES_MAX;
+    s->entry_words = E_PCS + o->max_depth + (o->unwind_fp ? 0 : HANDLER_FRAMES_MAX); /* see unwind_dwarf */
     tmr_sampler *none = NULL;
     if (!atomic_compare_exchange_strong(&g_sampler, &none, s)) {
         free(s);
