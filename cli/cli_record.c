@@ -84,6 +84,20 @@ static const env_opt env_opts[N_ENV_OPTS] = {
     [OPT_UPLOAD_TIMEOUT] = {"--upload-timeout-ms", "TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS", {NULL, NULL}, 0},
 };
 
+/* The DSN shape the recorder's uploader accepts (record/upload.c's
+ * tmr_dsn_parse): checked here too because a recorder that refuses its
+ * options inside the program only prints a message, and the run would
+ * look successful. */
+static int dsn_well_formed(const char *dsn) {
+    const char *key = strncmp(dsn, "http://", 7) == 0 ? dsn + 7 : strncmp(dsn, "https://", 8) == 0 ? dsn + 8 : NULL;
+    const char *at = key ? strchr(key, '@') : NULL;
+    if (!at || at == key || memchr(key, '/', (size_t)(at - key))) return 0;
+    const char *host = at + 1, *slash = strchr(host, '/');
+    if (!slash || slash == host) return 0;
+    const char *project = strrchr(slash, '/') + 1;
+    return *project && strspn(project, "0123456789") == strlen(project);
+}
+
 static int valid_value(const env_opt *o, const char *v) {
     if (o->text) return *v != 0;
     if (o->choices[0]) return strcmp(v, o->choices[0]) == 0 || strcmp(v, o->choices[1]) == 0;
@@ -166,7 +180,7 @@ int cli_record(int argc, char **argv) {
     }
     char **cmd = argv + i + 1;
     const char *upload = values[OPT_UPLOAD];
-    if (upload && (strncmp(upload, "http://", 7) != 0 && strncmp(upload, "https://", 8) != 0)) {
+    if (upload && !dsn_well_formed(upload)) {
         fprintf(stderr, "tracemill record: --upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s\n", upload);
         return EXIT_USAGE;
     }

@@ -5,7 +5,8 @@
  * store (every chunk converted, no outcome, one profiler_id, distinct
  * chunk_ids, the release and environment given); and the on-disk queue:
  * chunks recorded while the server is down are retried, kept within the
- * queue bound, and sent by the next run.
+ * queue bound, and sent by the next run; a malformed DSN is refused before
+ * the program runs.
  *
  * Binaries: TM_CLI, TM_RECORD_TARGET (plain gcc -O2 program) and
  * TM_RECORD_PRELOAD (libtracemill_record.so), from the build.
@@ -246,5 +247,30 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     cr_assert_eq(from_second, 1);
     cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     stop_server(&s);
+    free(dir);
+}
+
+/* A DSN the uploader would refuse is refused by `record` itself, before the
+ * program runs: inside the program the recorder could only print a message
+ * and the run would exit 0 with nothing recorded. */
+Test(record_upload, a_malformed_dsn_is_a_usage_error) {
+    static const char *const bad[] = {"ftp://" KEY "@127.0.0.1/1",  "http://127.0.0.1/1",
+                                      "http://" KEY "@/1",           "http://" KEY "@127.0.0.1",
+                                      "http://" KEY "@127.0.0.1/",   "http://" KEY "@127.0.0.1/abc"};
+    char *dir = ts_temp_dir("tm_record_upload");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *cmd = ts_fmt("%s record --upload '%s' -o %s/t.pftrace -- %s --seconds 0.2 2>&1", TM_CLI, bad[i], dir,
+                           TM_RECORD_TARGET);
+        int code;
+        char *out = ts_run_capture(cmd, &code);
+        cr_assert_eq(code, 2, "%s: exit %d: %s", bad[i], code, out);
+        cr_assert_not_null(strstr(out, "--upload wants a DSN"), "%s: %s", bad[i], out);
+        cr_assert_null(strstr(out, "cpu-share"), "%s: the program ran: %s", bad[i], out);
+        free(out);
+        free(cmd);
+    }
+    char *cmd = ts_fmt("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
     free(dir);
 }
