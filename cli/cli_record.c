@@ -85,9 +85,8 @@ static const env_opt env_opts[N_ENV_OPTS] = {
 };
 
 /* The DSN shape the recorder's uploader accepts (record/upload.c's
- * tmr_dsn_parse): checked here too because a recorder that refuses its
- * options inside the program only prints a message, and the run would
- * look successful. */
+ * tmr_dsn_parse), checked here too so that a malformed DSN is a usage error
+ * before the program starts, not a refusal once it runs. */
 static int dsn_well_formed(const char *dsn) {
     const char *key = strncmp(dsn, "http://", 7) == 0 ? dsn + 7 : strncmp(dsn, "https://", 8) == 0 ? dsn + 8 : NULL;
     const char *at = key ? strchr(key, '@') : NULL;
@@ -219,9 +218,19 @@ int cli_record(int argc, char **argv) {
      * started the recorder. */
     if (!values[OPT_CHUNK_SECONDS]) unlink(out);
 
+    /* The preload library writes here why it did not start recording. */
+    char status_path[] = "/tmp/tracemill-record-status-XXXXXX";
+    int status_fd = mkstemp(status_path);
+    if (status_fd < 0) {
+        fprintf(stderr, "tracemill record: cannot create a file in /tmp: %s\n", strerror(errno));
+        return EXIT_IO;
+    }
+    close(status_fd);
+
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "tracemill record: fork: %s\n", strerror(errno));
+        unlink(status_path);
         return EXIT_IO;
     }
     if (pid == 0) {
@@ -232,6 +241,7 @@ int cli_record(int argc, char **argv) {
         setenv("TRACEMILL_RECORD_OUT", out, 1);
         snprintf(pid_text, sizeof pid_text, "%d", (int)getpid());
         setenv("TRACEMILL_RECORD_PID", pid_text, 1);
+        setenv("TRACEMILL_RECORD_STATUS", status_path, 1);
         for (int k = 0; k < N_ENV_OPTS; k++)
             if (values[k]) setenv(env_opts[k].var, values[k], 1);
         /* A program killed before exit still leaves most of its trace. */
@@ -247,11 +257,19 @@ int cli_record(int argc, char **argv) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    struct stat status_sb;
+    int refused = stat(status_path, &status_sb) == 0 && status_sb.st_size > 0;
+    unlink(status_path);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds what was written before\n",
                 cmd[0], WTERMSIG(status));
     if (code == 127) return EXIT_IO;
+    if (refused) {
+        fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",
+                cmd[0]);
+        return EXIT_IO;
+    }
     /* Uploaded chunks are not files; the program's recorder reported them. */
     if (upload) return code == 0 ? EXIT_OK : code;
 

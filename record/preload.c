@@ -22,6 +22,7 @@
  *                                   its .pftrace)
  *   TRACEMILL_RECORD_UPLOAD_QUEUE_MAX  chunks kept in it (100; the oldest are dropped)
  *   TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS how long the exit keeps sending (5000)
+ *   TRACEMILL_RECORD_STATUS         a file that gets the reason when recording cannot start
  *   TRACEMILL_RECORD_PID            only the process with this pid records (its
  *                                   children and exec'd programs inherit the
  *                                   variables but must not overwrite its trace)
@@ -65,6 +66,19 @@ static int env_choice(const char *name, const char *first, const char *second) {
     return 0;
 }
 
+/* Says why this process does not record: on stderr, and into the file
+ * TRACEMILL_RECORD_STATUS names (`tracemill record` then exits non-zero:
+ * an upload run leaves no trace file to tell it by). */
+static void refuse(const char *why) {
+    fprintf(stderr, "tracemill record: not recording: %s\n", why);
+    const char *path = getenv("TRACEMILL_RECORD_STATUS");
+    FILE *f = path && *path ? fopen(path, "we") : NULL;
+    if (f) {
+        fputs(why, f);
+        fclose(f);
+    }
+}
+
 __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     const char *out = getenv("TRACEMILL_RECORD_OUT");
     if (!out || !*out) return;
@@ -101,7 +115,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
         u = tmr_upload_new(&uo, &err);
         free(default_queue);
         if (!u) {
-            fprintf(stderr, "tracemill record: not recording: %s\n", err.message);
+            refuse(err.message);
             return;
         }
         if (!o.chunk_seconds) o.chunk_seconds = 60;
@@ -110,7 +124,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     }
     tm_recorder *r = NULL;
     if (tm_recorder_new(&o, &r, &err) != TM_OK || tm_recorder_start(r, &err) != TM_OK) {
-        fprintf(stderr, "tracemill record: not recording: %s\n", err.message);
+        refuse(err.message);
         tm_recorder_free(r);
         tmr_upload_close(u, NULL);
         return;

@@ -6,7 +6,7 @@
  * chunk_ids, the release and environment given); and the on-disk queue:
  * chunks recorded while the server is down are retried, kept within the
  * queue bound, and sent by the next run; a malformed DSN is refused before
- * the program runs.
+ * the program runs, and a recorder that cannot start fails the run.
  *
  * Binaries: TM_CLI, TM_RECORD_TARGET (plain gcc -O2 program) and
  * TM_RECORD_PRELOAD (libtracemill_record.so), from the build.
@@ -270,6 +270,27 @@ Test(record_upload, a_malformed_dsn_is_a_usage_error) {
         free(cmd);
     }
     char *cmd = ts_fmt("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    free(dir);
+}
+
+/* A recorder that cannot start inside the program (here: its queue
+ * directory cannot be created) makes `record` fail, though an upload run
+ * leaves no trace file whose absence would tell. */
+Test(record_upload, a_recorder_that_cannot_start_fails_the_run) {
+    char *dir = ts_temp_dir("tm_record_upload");
+    char *cmd = ts_fmt("%s record --upload http://" KEY "@127.0.0.1:1/1 --upload-queue /proc/no/such/dir"
+                       " -o %s/t.pftrace -- %s --seconds 0.2 2>&1",
+                       TM_CLI, dir, TM_RECORD_TARGET);
+    int code;
+    char *out = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 3, "exit %d: %s", code, out);
+    cr_assert_not_null(strstr(out, "cannot create the queue directory /proc/no/such/dir"), "%s", out);
+    cr_assert_not_null(strstr(out, "nothing was recorded"), "%s", out);
+    free(out);
+    free(cmd);
+    cmd = ts_fmt("rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
     free(cmd);
     free(dir);
