@@ -279,6 +279,7 @@ Test(record_upload, a_malformed_dsn_is_a_usage_error) {
  * directory cannot be created) makes `record` fail, though an upload run
  * leaves no trace file whose absence would tell. */
 Test(record_upload, a_recorder_that_cannot_start_fails_the_run) {
+    tu_asan_recorded_child_env(); /* inherited by the shell and the program (Criterion forks each test) */
     char *dir = ts_temp_dir("tm_record_upload");
     char *cmd = ts_fmt("%s record --upload http://" KEY "@127.0.0.1:1/1 --upload-queue /proc/no/such/dir"
                        " -o %s/t.pftrace -- %s --seconds 0.2 2>&1",
