@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "pb.h"
+#include "wire/pb.h"
 
 #define MAX_DEPTH 16
 

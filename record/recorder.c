@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base.h" /* tm_fail */
+#include "common/base.h" /* tm_fail */
 #include "record.h"
 
 enum {

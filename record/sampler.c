@@ -30,7 +30,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "base.h" /* tm_fail */
+#include "common/base.h" /* tm_fail */
 #include "record.h"
 
 /* Ring entry layout, in 64-bit words. */

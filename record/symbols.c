@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base.h" /* tm_fail, tm_hash_u64 */
+#include "common/base.h" /* tm_fail, tm_hash_u64 */
 #include "record.h"
 
 typedef ElfW(Ehdr) elf_ehdr;

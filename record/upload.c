@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base.h" /* tm_fail */
+#include "common/base.h" /* tm_fail */
 #include "record.h"
 
 /* libcurl is loaded when an upload starts, not linked: it brings some 30

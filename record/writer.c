@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base.h" /* tm_fail, tm_hash_u64 */
-#include "pb_write.h"
+#include "common/base.h" /* tm_fail, tm_hash_u64 */
+#include "wire/pb_write.h"
 #include "record.h"
 
 /* ---- field numbers (perfetto-wire.md §1) ---- */

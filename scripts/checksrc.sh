@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # checksrc.sh — style rules enforced by a script, not by review:
 #  1. every C source and header opens with a comment saying what it owns;
-#  2. no malloc/calloc/realloc/free in src/ outside alloc.c, and none of
-#     strcpy, strcat, sprintf, atoi, strtok, gets in src/, cli/ and server/;
-#  3. the CLI and examples include only the public header (and cli.h;
+#  2. no malloc/calloc/realloc/free in src/ outside common/alloc.c, and none
+#     of strcpy, strcat, sprintf, atoi, strtok, gets in src/, cli/, server/
+#     and record/;
+#  3. src/'s folders are layers whose includes point one way:
+#     common <- wire <- perfetto <- profile <- export, and perfetto <- tp;
+#     profile and tp never include each other, export never sees perfetto;
+#  4. the CLI and examples include only the public header (and cli.h;
 #     cli_serve.c also server/server.h), server/ only the public header, and
-#     record/ the public header plus the wire writer's (pb_write.h, base.h);
-#  4. libtracemill exports only tm_* symbols, libtracemill_record only
+#     record/ the public header plus the wire writer (wire/pb_write.h,
+#     common/base.h) and the Perfetto field numbers (perfetto/fields.h);
+#  5. libtracemill exports only tm_* symbols, libtracemill_record only
 #     tm_recorder_* (needs the build dir).
 set -u
 BUILD=${1:-build}
@@ -14,18 +19,32 @@ cd "$(dirname "$0")/.."
 fail=0
 say() { echo "checksrc: $*"; fail=1; }
 
-for f in $(ls src/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
+for f in $(ls src/*/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
   first=$(head -c 2 "$f")
   [ "$first" = "/*" ] || [ "$first" = "//" ] || say "$f: must open with a comment saying what it owns"
 done
 
-for f in src/*.c src/*.h; do
-  [ "$f" = src/alloc.c ] && continue
+for f in src/*/*.c src/*/*.h; do
+  [ "$f" = src/common/alloc.c ] && continue
   grep -nE '(^|[^_a-z])(malloc|calloc|realloc|free)[[:space:]]*\(' "$f" | grep -vE 'tm_mem_|_fn\(|z_free|free_fn' \
     | sed "s|^|checksrc: $f: direct allocation (use tm_mem_* from alloc.h): |" | grep . && fail=1
 done
-grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] \
+grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src/*/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] \
   | sed 's|^|checksrc: banned call: |' | grep . && fail=1
+
+# Layers of src/: the folders each one may include from.
+declare -A layer_deps=(
+  [common]="common" [wire]="common wire" [perfetto]="common wire perfetto"
+  [profile]="common wire perfetto profile" [export]="common wire profile export"
+  [tp]="common wire perfetto tp")
+for dir in src/*/; do
+  layer=$(basename "$dir")
+  deps=${layer_deps[$layer]-}
+  [ -n "$deps" ] || { say "src/$layer: not a known layer (add it to checksrc.sh)"; continue; }
+  allowed="\"(tracemill\.h|($(echo "$deps" | tr ' ' '|'))/[a-z_0-9]+\.h)\""
+  grep -nE '#include "' "$dir"*.[ch] | grep -vE "$allowed" \
+    | sed "s|^|checksrc: layer $layer may include only $deps: |" | grep . && fail=1
+done
 
 for f in cli/*.c examples/*.c; do
   allowed='"(tracemill|cli)\.h"'
@@ -37,8 +56,8 @@ done
 grep -nE '#include "' server/*.[ch] | grep -vE '"(tracemill|server)\.h"' \
   | sed 's|^|checksrc: server may include only tracemill.h and server.h: |' | grep . && fail=1
 # The recorder also sits above the library; it borrows only the protobuf writer.
-grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|record|pb_write|base)\.h"' \
-  | sed 's|^|checksrc: record may include only tracemill.h, record.h, pb_write.h and base.h: |' | grep . && fail=1
+grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|record|wire/pb_write|common/base|perfetto/fields)\.h"' \
+  | sed 's|^|checksrc: record may include only tracemill.h, record.h, wire/pb_write.h, common/base.h and perfetto/fields.h: |' | grep . && fail=1
 
 if [ -f "$BUILD/libtracemill.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^tm_')

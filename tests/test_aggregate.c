@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "aggregate.h"
+#include "profile/aggregate.h"
 
 typedef struct model {
     tm_mem mem;
@@ -46,14 +46,14 @@ static uint32_t thread(int64_t tid, int64_t pid, const char *name) {
     return t;
 }
 
-static uint32_t frame(const tm_pframe *f) {
+static uint32_t frame(const tm_prof_frame *f) {
     uint32_t id;
     cr_assert_eq(tm_profile_intern_frame(&m.p, f, &id), TM_OK);
     return id;
 }
 
 static uint32_t named_frame(const char *fn) {
-    tm_pframe f = {.function = S(fn), .flags = TM_FRAME_HAS_FUNCTION};
+    tm_prof_frame f = {.function = S(fn), .flags = TM_FRAME_HAS_FUNCTION};
     return frame(&f);
 }
 
@@ -102,20 +102,20 @@ Test(aggregate, thread_labels_and_filters) {
 }
 
 Test(aggregate, frame_labels_and_kinds) {
-    tm_pmapping lib = {.path = S("/system/lib64/libc.so"), .start = 0x7000, .end = 0x9000};
-    tm_pmapping kernel = {.path = S("[kernel.kallsyms]")};
+    tm_prof_mapping lib = {.path = S("/system/lib64/libc.so"), .start = 0x7000, .end = 0x9000};
+    tm_prof_mapping kernel = {.path = S("[kernel.kallsyms]")};
     uint32_t lib_id, kernel_id;
     cr_assert_eq(tm_profile_intern_mapping(&m.p, &lib, &lib_id), TM_OK);
     cr_assert_eq(tm_profile_intern_mapping(&m.p, &kernel, &kernel_id), TM_OK);
 
-    tm_pframe native = {.function = S("memcpy"), .mapping = lib_id + 1, .addr = 0x7100, .rel_pc = 0x100,
+    tm_prof_frame native = {.function = S("memcpy"), .mapping = lib_id + 1, .addr = 0x7100, .rel_pc = 0x100,
                         .flags = TM_FRAME_HAS_FUNCTION | TM_FRAME_HAS_ADDR};
-    tm_pframe java = {.function = S("onDraw"), .module = S("io.app.View"),
+    tm_prof_frame java = {.function = S("onDraw"), .module = S("io.app.View"),
                       .flags = TM_FRAME_HAS_FUNCTION | TM_FRAME_HAS_MODULE | TM_FRAME_JAVA};
-    tm_pframe unnamed = {.mapping = lib_id + 1, .addr = 0x7abc, .rel_pc = 0xabc, .flags = TM_FRAME_HAS_ADDR};
-    tm_pframe bare = {.addr = 0x1234, .flags = TM_FRAME_HAS_ADDR};
-    tm_pframe in_kernel = {.function = S("schedule"), .mapping = kernel_id + 1, .flags = TM_FRAME_HAS_FUNCTION};
-    tm_pframe high = {.function = S("irq"), .addr = 0xffffffff81000000ull,
+    tm_prof_frame unnamed = {.mapping = lib_id + 1, .addr = 0x7abc, .rel_pc = 0xabc, .flags = TM_FRAME_HAS_ADDR};
+    tm_prof_frame bare = {.addr = 0x1234, .flags = TM_FRAME_HAS_ADDR};
+    tm_prof_frame in_kernel = {.function = S("schedule"), .mapping = kernel_id + 1, .flags = TM_FRAME_HAS_FUNCTION};
+    tm_prof_frame high = {.function = S("irq"), .addr = 0xffffffff81000000ull,
                       .flags = TM_FRAME_HAS_FUNCTION | TM_FRAME_HAS_ADDR};
     uint32_t ids[6] = {frame(&native), frame(&java), frame(&unnamed), frame(&bare), frame(&in_kernel), frame(&high)};
 

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base.h" /* tm_utf8_valid */
+#include "common/base.h" /* tm_utf8_valid */
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"

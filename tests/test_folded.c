@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "profile.h"
+#include "profile/profile.h"
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"
@@ -359,11 +359,11 @@ static int str_is(tm_str s, const char *c) { return s.len == strlen(c) && memcmp
 
 /* Frame names of sample i, leaf first, joined by '|'. */
 static void stack_names(const tm_profile *p, size_t i, char *buf, size_t cap) {
-    const tm_pstack *s = &p->stacks[p->samples[i].stack];
+    const tm_prof_stack *s = &p->stacks[p->samples[i].stack];
     size_t n = 0;
     buf[0] = 0;
     for (uint32_t j = 0; j < s->len; j++) {
-        const tm_pframe *f = &p->frames[p->frame_ids[s->off + j]];
+        const tm_prof_frame *f = &p->frames[p->frame_ids[s->off + j]];
         cr_assert_eq(f->flags, TM_FRAME_HAS_FUNCTION);
         n += (size_t)snprintf(buf + n, cap - n, "%s%.*s", j ? "|" : "", TM_STR_ARGS(f->function));
         cr_assert_lt(n, cap);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_read.h"
+#include "wire/json_read.h"
 
 /* Reads the whole document; returns the last token type (DONE or ERROR). */
 static tm_json_type run(const char *s, size_t len, tm_json_reader *r) {

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "pb.h" /* tm_pb_varint: to locate packet payloads in built traces */
+#include "wire/pb.h" /* tm_pb_varint: to locate packet payloads in built traces */
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"

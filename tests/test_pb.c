@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pb.h"
+#include "wire/pb.h"
 #include "trace_builder.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))

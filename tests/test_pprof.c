@@ -20,9 +20,9 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "gzip_records.h"
-#include "pb.h"
-#include "pb_write.h"
+#include "wire/gzip_records.h"
+#include "wire/pb.h"
+#include "wire/pb_write.h"
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"

@@ -10,7 +10,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
-#include "profile.h"
+#include "profile/profile.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint64_t next_rand(void) {
@@ -52,14 +52,14 @@ static void check_sort(size_t n, ts_gen gen) {
     uint8_t *seen = calloc(n, 1);
     cr_assert(seen);
     for (size_t i = 0; i < n; i++) {
-        const tm_psample *s = &p->samples[i];
+        const tm_prof_sample *s = &p->samples[i];
         cr_assert_lt(s->stack, n);
         cr_assert_eq(seen[s->stack], 0, "sample %u twice", s->stack);
         seen[s->stack] = 1;
         cr_assert_eq(s->ts, gen(s->stack), "sample %u lost its timestamp", s->stack);
         cr_assert_eq(s->thread, 7);
         if (i) {
-            const tm_psample *prev = &p->samples[i - 1];
+            const tm_prof_sample *prev = &p->samples[i - 1];
             cr_assert_leq(prev->ts, s->ts, "not sorted at %zu", i);
             if (prev->ts == s->ts) cr_assert_lt(prev->stack, s->stack, "not stable at %zu", i);
         }

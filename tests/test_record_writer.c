@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "pb.h"
+#include "wire/pb.h"
 #include "record.h"
 #include "tutil.h"
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_write.h"
+#include "wire/json_write.h"
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"

@@ -26,8 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "aggregate.h" /* tm_frame_labels */
-#include "trace.h"     /* tm_trace internals */
+#include "profile/aggregate.h" /* tm_frame_labels */
+#include "profile/trace.h"     /* tm_trace internals */
 #include "trace_builder.h"
 #include "tutil.h"
 
@@ -107,7 +107,7 @@ Test(sample_v2_input, hand_written_chunk) {
 
     /* Frames in JSON order. */
     cr_assert_eq(p->n_frames, 5);
-    const tm_pframe *f = p->frames;
+    const tm_prof_frame *f = p->frames;
     cr_assert(str_is(f[0].function, "leaf"));
     cr_assert_eq(f[0].flags, TM_FRAME_HAS_FUNCTION | TM_FRAME_HAS_ADDR);
     cr_assert_eq(f[0].addr, 0x7000001234ull);
@@ -138,7 +138,7 @@ Test(sample_v2_input, hand_written_chunk) {
 
     /* The native image; the proguard one has no file and locates nothing. */
     cr_assert_eq(p->n_mappings, 1);
-    const tm_pmapping *m = &p->mappings[0];
+    const tm_prof_mapping *m = &p->mappings[0];
     cr_assert(str_is(m->path, "/data/lib/libgame.so"));
     cr_assert_eq(m->start, 0x7000000000ull);
     cr_assert_eq(m->end, 0x7000100000ull);

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pb.h" /* tm_pb_varint: to find a packet's payload */
-#include "profile.h"
+#include "wire/pb.h" /* tm_pb_varint: to find a packet's payload */
+#include "profile/profile.h"
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"
@@ -178,14 +178,14 @@ static int str_is(tm_str s, const char *c) {
 static void assert_sample(const tm_profile *p, size_t i, int64_t ts, int64_t tid, const char *const *leaf_first,
                           size_t n) {
     cr_assert_lt(i, p->n_samples, "only %zu samples", p->n_samples);
-    const tm_psample *s = &p->samples[i];
+    const tm_prof_sample *s = &p->samples[i];
     cr_assert_eq(s->ts, ts, "sample %zu: ts %lld, want %lld", i, (long long)s->ts, (long long)ts);
     cr_assert_eq(p->threads[s->thread].tid, tid, "sample %zu: tid %lld, want %lld", i,
                  (long long)p->threads[s->thread].tid, (long long)tid);
-    const tm_pstack *st = &p->stacks[s->stack];
+    const tm_prof_stack *st = &p->stacks[s->stack];
     cr_assert_eq(st->len, n, "sample %zu: %u frames, want %zu", i, st->len, n);
     for (size_t k = 0; k < n; k++) {
-        const tm_pframe *f = &p->frames[p->frame_ids[st->off + k]];
+        const tm_prof_frame *f = &p->frames[p->frame_ids[st->off + k]];
         cr_assert(f->flags & TM_FRAME_HAS_FUNCTION, "sample %zu frame %zu has no function", i, k);
         cr_assert(str_is(f->function, leaf_first[k]), "sample %zu frame %zu: %.*s, want %s", i, k,
                   TM_STR_ARGS(f->function), leaf_first[k]);
@@ -257,7 +257,7 @@ Test(stack_sample, inline_and_interned_callstacks_in_the_model) {
     assert_sample(p, 2, (int64_t)(BOOT0 + 750000000ull), 102, baz, 2); /* interned task context */
     assert_sample(p, 3, (int64_t)(BOOT0 + 1000000000ull), 100, foo_main, 2); /* no tid: main thread */
     /* Inline frames carry the name only: no mapping, address or source file. */
-    const tm_pframe *leaf = &p->frames[p->frame_ids[p->stacks[p->samples[0].stack].off]];
+    const tm_prof_frame *leaf = &p->frames[p->frame_ids[p->stacks[p->samples[0].stack].off]];
     cr_assert_eq(leaf->flags, TM_FRAME_HAS_FUNCTION);
     cr_assert_eq(leaf->mapping, 0);
     cr_assert_eq(leaf->package.len, 0);
@@ -328,7 +328,7 @@ Test(stack_sample, perfetto_difftest_fixture) {
     assert_sample(p, 1, 2000, 101, foo, 1);
     assert_sample(p, 2, 6000, 100, foo, 1);
     assert_sample(p, 3, 7000, 0, foo, 1);
-    const tm_pframe *interned = &p->frames[p->frame_ids[p->stacks[p->samples[1].stack].off]];
+    const tm_prof_frame *interned = &p->frames[p->frame_ids[p->stacks[p->samples[1].stack].off]];
     cr_assert(interned->flags & TM_FRAME_HAS_ADDR);
     cr_assert_eq(interned->addr, 0x100);
     cr_assert_neq(p->samples[1].stack, p->samples[2].stack, "interned and inline foo are different frames");

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "profile.h"
+#include "profile/profile.h"
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"
@@ -80,27 +80,27 @@ static int str_is(tm_str s, const char *c) {
     return s.len == n && (n == 0 || memcmp(s.data, c, n) == 0);
 }
 
-static const tm_pstack *stack_of(const tm_profile *p, size_t sample) {
+static const tm_prof_stack *stack_of(const tm_profile *p, size_t sample) {
     cr_assert_lt(sample, p->n_samples);
     cr_assert_lt(p->samples[sample].stack, p->n_stacks);
     return &p->stacks[p->samples[sample].stack];
 }
 
 /* Frame `depth` of a sample's stack, counted from the leaf. */
-static const tm_pframe *frame_at(const tm_profile *p, size_t sample, uint32_t depth) {
-    const tm_pstack *s = stack_of(p, sample);
+static const tm_prof_frame *frame_at(const tm_profile *p, size_t sample, uint32_t depth) {
+    const tm_prof_stack *s = stack_of(p, sample);
     cr_assert_lt(depth, s->len, "sample %zu has %u frames, wanted depth %u", sample, s->len, depth);
     return &p->frames[p->frame_ids[s->off + depth]];
 }
 
-static const tm_pframe *leaf(const tm_profile *p, size_t sample) { return frame_at(p, sample, 0); }
+static const tm_prof_frame *leaf(const tm_profile *p, size_t sample) { return frame_at(p, sample, 0); }
 
-static const tm_pthread *thread_of_sample(const tm_profile *p, size_t sample) {
+static const tm_prof_thread *thread_of_sample(const tm_profile *p, size_t sample) {
     cr_assert_lt(p->samples[sample].thread, p->n_threads);
     return &p->threads[p->samples[sample].thread];
 }
 
-static const tm_pthread *find_thread(const tm_profile *p, int64_t tid) {
+static const tm_prof_thread *find_thread(const tm_profile *p, int64_t tid) {
     for (size_t i = 0; i < p->n_threads; i++)
         if (p->threads[i].tid == tid) return &p->threads[i];
     cr_assert_fail("no thread with tid %lld", (long long)tid);
@@ -114,7 +114,7 @@ static void assert_sample(const tm_profile *p, size_t i, int64_t ts, int64_t tid
     cr_assert_eq(thread_of_sample(p, i)->tid, tid, "sample %zu: tid %lld, expected %lld", i,
                  (long long)thread_of_sample(p, i)->tid, (long long)tid);
     if (leaf_fn) {
-        const tm_pframe *f = leaf(p, i);
+        const tm_prof_frame *f = leaf(p, i);
         cr_assert(f->flags & TM_FRAME_HAS_FUNCTION, "sample %zu: leaf has no function", i);
         cr_assert(str_is(f->function, leaf_fn), "sample %zu: leaf %.*s, expected %s", i,
                   TM_STR_ARGS(f->function), leaf_fn);
@@ -122,12 +122,12 @@ static void assert_sample(const tm_profile *p, size_t i, int64_t ts, int64_t tid
 }
 
 /* A canonical text form of the whole model, for "identical profile" checks. */
-static void dump_frame(tu_membuf *m, const tm_profile *p, const tm_pframe *f) {
+static void dump_frame(tu_membuf *m, const tm_profile *p, const tm_prof_frame *f) {
     mb_printf(m, "  frame fn=" TM_STR_FMT " mod=" TM_STR_FMT " pkg=" TM_STR_FMT " addr=%llx rel=%llx fl=%u",
               TM_STR_ARGS(f->function), TM_STR_ARGS(f->module), TM_STR_ARGS(f->package),
               (unsigned long long)f->addr, (unsigned long long)f->rel_pc, f->flags);
     if (f->mapping) {
-        const tm_pmapping *mp = &p->mappings[f->mapping - 1];
+        const tm_prof_mapping *mp = &p->mappings[f->mapping - 1];
         mb_printf(m, " map=" TM_STR_FMT " %llx-%llx bias=%llx fl=%u build=", TM_STR_ARGS(mp->path),
                   (unsigned long long)mp->start, (unsigned long long)mp->end,
                   (unsigned long long)mp->load_bias, mp->flags);
@@ -140,8 +140,8 @@ static void dump_profile(const tm_profile *p, tu_membuf *m) {
     mb_printf(m, "frames=%zu stacks=%zu mappings=%zu threads=%zu samples=%zu\n", p->n_frames, p->n_stacks,
               p->n_mappings, p->n_threads, p->n_samples);
     for (size_t i = 0; i < p->n_samples; i++) {
-        const tm_pthread *th = thread_of_sample(p, i);
-        const tm_pstack *s = stack_of(p, i);
+        const tm_prof_thread *th = thread_of_sample(p, i);
+        const tm_prof_stack *s = stack_of(p, i);
         mb_printf(m, "sample ts=%lld tid=%lld pid=%lld name=" TM_STR_FMT " prio=%u stack=%u len=%u\n",
                   (long long)p->samples[i].ts, (long long)th->tid, (long long)th->pid, TM_STR_ARGS(th->name),
                   th->name_prio, p->samples[i].stack, s->len);
@@ -289,7 +289,7 @@ Test(trace_wire, packed_and_unpacked_repeated_fields_give_identical_profiles) {
     assert_sample(p, 3, 7000, 12, "work");
     cr_assert_eq(stack_of(p, 0)->len, 2);
     cr_assert(str_is(frame_at(p, 0, 1)->function, "main"));
-    const tm_pframe *f = leaf(p, 0);
+    const tm_prof_frame *f = leaf(p, 0);
     cr_assert(str_is(f->package, "system/lib64/libfoo.so"), "package %.*s", TM_STR_ARGS(f->package));
     cr_assert_eq(f->addr, 0x1020);
     assert_same_profile(ta, tb);
@@ -391,7 +391,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
     cr_assert_eq(pr->n_samples, 2);
     assert_sample(pr, 0, 20, 3, "first");
     cr_assert_eq(stack_of(pr, 0)->len, 1);
-    const tm_pframe *f = leaf(pr, 0);
+    const tm_prof_frame *f = leaf(pr, 0);
     cr_assert_eq(f->addr, 0x1010);
     cr_assert(str_is(f->package, "a.so"), "package %.*s", TM_STR_ARGS(f->package));
     assert_sample(pr, 1, 40, 3, "third");
@@ -642,12 +642,12 @@ Test(trace_samples, probe_p8_cpu_profile_unittest_port) {
     for (size_t i = 0; i < 3; i++) {
         assert_sample(p, i, ts[i], 16, NULL);
         cr_assert_eq(thread_of_sample(p, i)->pid, 15);
-        const tm_pframe *f = leaf(p, i);
+        const tm_prof_frame *f = leaf(p, i);
         cr_assert_not(f->flags & TM_FRAME_HAS_FUNCTION);
         cr_assert(f->flags & TM_FRAME_HAS_ADDR);
         cr_assert_eq(f->addr, rel[i]); /* the mapping starts at 0 */
         cr_assert_neq(f->mapping, 0);
-        const tm_pmapping *m = &p->mappings[f->mapping - 1];
+        const tm_prof_mapping *m = &p->mappings[f->mapping - 1];
         static const char id[] = "3BBCFBD372448A727265C3E7C4D954F91";
         cr_assert(m->build_id.len == 33 && memcmp(m->build_id.data, id, 33) == 0);
     }
@@ -953,7 +953,7 @@ Test(trace_compressed, probe_p4_equals_probe_p2) {
     cr_assert_eq(thread_of_sample(p, 0)->pid, 200);
     cr_assert_eq(thread_of_sample(p, 1)->pid, 300);
     /* Leaf of callstack 2: function_name_id 0 -> no name, rel_pc 1024. */
-    const tm_pframe *f = leaf(p, 2);
+    const tm_prof_frame *f = leaf(p, 2);
     cr_assert_not(f->flags & TM_FRAME_HAS_FUNCTION);
     cr_assert_eq(f->addr, 4096 + 1024);
     cr_assert(str_is(f->package, "usr/lib/libx.so"), "package %.*s", TM_STR_ARGS(f->package));
@@ -1047,7 +1047,7 @@ Test(trace_names, descriptor_thread_names_beat_process_tree) {
     tm_trace *t = parse(&b);
     const tm_profile *m = tm_trace_profile(t);
     cr_assert_eq(m->n_samples, 3);
-    const tm_pthread *t11 = find_thread(m, 11), *t12 = find_thread(m, 12), *t13 = find_thread(m, 13);
+    const tm_prof_thread *t11 = find_thread(m, 11), *t12 = find_thread(m, 12), *t13 = find_thread(m, 13);
     cr_assert(str_is(t11->name, "td-name"), "thread 11: %.*s", TM_STR_ARGS(t11->name));
     cr_assert(str_is(t12->name, "track-name"), "thread 12: %.*s", TM_STR_ARGS(t12->name));
     cr_assert(str_is(t13->name, "pt-13"), "thread 13: %.*s", TM_STR_ARGS(t13->name));
@@ -1168,14 +1168,14 @@ Test(trace_frames, address_only_frames) {
     const tm_profile *m = tm_trace_profile(t);
     cr_assert_eq(m->n_samples, 1);
     cr_assert_eq(stack_of(m, 0)->len, 2);
-    const tm_pframe *f = leaf(m, 0);
+    const tm_prof_frame *f = leaf(m, 0);
     cr_assert_not(f->flags & TM_FRAME_HAS_FUNCTION);
     cr_assert(f->flags & TM_FRAME_HAS_ADDR);
     cr_assert_eq(f->addr, 0x7000 + 0x123);
     cr_assert_eq(f->rel_pc, 0x123);
     cr_assert(str_is(f->package, "libnative.so"));
     cr_assert_not(f->flags & TM_FRAME_JAVA);
-    const tm_pframe *root = frame_at(m, 0, 1);
+    const tm_prof_frame *root = frame_at(m, 0, 1);
     cr_assert_not(root->flags & TM_FRAME_HAS_FUNCTION);
     cr_assert(root->flags & TM_FRAME_HAS_ADDR);
     cr_assert_eq(root->addr, 0x42);
@@ -1214,7 +1214,7 @@ Test(trace_frames, java_mappings_split_module_and_function) {
     const tm_profile *m = tm_trace_profile(t);
     cr_assert_eq(m->n_samples, N + 1);
     for (size_t k = 0; k < N; k++) {
-        const tm_pframe *f = leaf(m, k);
+        const tm_prof_frame *f = leaf(m, k);
         cr_assert(str_is(f->package, paths[k]), "frame %zu package %.*s", k, TM_STR_ARGS(f->package));
         cr_assert_neq(f->mapping, 0);
         if (k == NATIVE) {
@@ -1234,7 +1234,7 @@ Test(trace_frames, java_mappings_split_module_and_function) {
                   TM_STR_ARGS(f->module));
         cr_assert_not(f->flags & TM_FRAME_HAS_ADDR, "%s: Java frames have no address", paths[k]);
     }
-    const tm_pframe *f = leaf(m, N);
+    const tm_prof_frame *f = leaf(m, N);
     cr_assert(f->flags & TM_FRAME_JAVA);
     cr_assert(str_is(f->function, "nodots"));
     cr_assert_not(f->flags & TM_FRAME_HAS_MODULE);
@@ -1270,7 +1270,7 @@ Test(trace_frames, deep_stack_of_5000_frames_with_default_limits) {
     for (uint32_t d = 0; d < DEPTH; d++) {
         char name[16];
         snprintf(name, sizeof name, "f%u", (unsigned)(DEPTH - 1 - d));
-        const tm_pframe *f = frame_at(m, 0, d);
+        const tm_prof_frame *f = frame_at(m, 0, d);
         if (!str_is(f->function, name))
             cr_assert_fail("depth %u: %.*s, expected %s", d, TM_STR_ARGS(f->function), name);
     }
@@ -1299,7 +1299,7 @@ Test(trace_frames, multi_segment_mapping_path_joined_with_slash) {
     tm_trace *t = parse(&b);
     const tm_profile *m = tm_trace_profile(t);
     cr_assert_eq(m->n_samples, 1);
-    const tm_pframe *f = leaf(m, 0);
+    const tm_prof_frame *f = leaf(m, 0);
     static const char want[] = "apex/com.android.runtime/lib64/libc.so";
     cr_assert(str_is(f->package, want), "package %.*s", TM_STR_ARGS(f->package));
     cr_assert_eq(m->n_mappings, 1);

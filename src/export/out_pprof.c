@@ -1,0 +1,686 @@
+/*
+ * out_pprof.c — profile model -> pprof (profile.proto, package
+ * perftools.profiles; field numbers in docs pprof-and-friends.md), gzip
+ * compressed or raw.
+ *
+ * One Sample per profile sample of the selected threads, leaf first, with
+ * values [weight, weight * period of its thread] for the sample types
+ * samples/count and cpu/nanoseconds, and labels thread_id, pid, thread_name
+ * and timestamp_ns (Unix time when the trace has a realtime clock, else
+ * trace time; left out for folded input, which has no time). Locations are
+ * the profile's frames in first-use order, functions are deduplicated by
+ * (name, system_name, filename), mappings are the profile's used mappings.
+ *
+ * Samples are grouped by (thread, stack), in time order within a group
+ * (pprof gives sample order no meaning; see group_samples), then written in
+ * one streaming pass: the location ids of each stack and the labels of
+ * each thread are encoded once and copied. Locations, functions, mappings
+ * and the string table follow the samples (protobuf lets fields of a
+ * message come in any order). Compressed output is a multi-member gzip
+ * file (Go's gzip reader and pprof read it as one stream): the samples go
+ * through gzip_records.c, which matches each sample against the one
+ * before it, and the rest through libdeflate in CHUNK-sized slices. Memory
+ * beyond the profile: 8 bytes per selected sample plus a few MiB, however
+ * large the output.
+ */
+#include <libdeflate.h>
+#include <stdio.h>
+
+#include "profile/aggregate.h"    /* tm_thread_select, tm_thread_periods, tm_frame_labels */
+#include "wire/gzip_records.h" /* tm_gzrec */
+#include "wire/pb_write.h"  /* tm_pbw */
+
+enum {
+    PROFILE_SAMPLE_TYPE = 1, PROFILE_SAMPLE = 2, PROFILE_MAPPING = 3, PROFILE_LOCATION = 4,
+    PROFILE_FUNCTION = 5, PROFILE_STRING_TABLE = 6, PROFILE_TIME_NANOS = 9, PROFILE_DURATION_NANOS = 10,
+    PROFILE_PERIOD_TYPE = 11, PROFILE_PERIOD = 12, PROFILE_COMMENT = 13, PROFILE_DEFAULT_SAMPLE_TYPE = 14,
+    VALUE_TYPE_TYPE = 1, VALUE_TYPE_UNIT = 2,
+    SAMPLE_LOCATION_ID = 1, SAMPLE_VALUE = 2, SAMPLE_LABEL = 3,
+    LABEL_KEY = 1, LABEL_STR = 2, LABEL_NUM = 3, LABEL_NUM_UNIT = 4,
+    MAPPING_ID = 1, MAPPING_MEMORY_START = 2, MAPPING_MEMORY_LIMIT = 3, MAPPING_FILE_OFFSET = 4,
+    MAPPING_FILENAME = 5, MAPPING_BUILD_ID = 6, MAPPING_HAS_FUNCTIONS = 7,
+    LOCATION_ID = 1, LOCATION_MAPPING_ID = 2, LOCATION_ADDRESS = 3, LOCATION_LINE = 4,
+    LINE_FUNCTION_ID = 1,
+    FUNCTION_ID = 1, FUNCTION_NAME = 2, FUNCTION_SYSTEM_NAME = 3, FUNCTION_FILENAME = 4
+};
+
+/* Slices of about a megabyte compress almost as well as the whole stream
+ * and keep the working set small. */
+#define CHUNK (1u << 20)
+/* libdeflate's fastest level: profiles repeat themselves, so the ratio
+ * barely changes with the level while the time does. */
+#define GZIP_LEVEL 1
+#define GZREC_STAGING (256u << 10)
+
+/* The strings every profile has, interned first in this order. */
+enum { S_EMPTY, S_SAMPLES, S_COUNT, S_CPU, S_NANOSECONDS, S_THREAD_ID, S_PID, S_THREAD_NAME, S_TIMESTAMP, N_FIXED };
+static const char *const fixed_strings[N_FIXED] = {"",    "samples",   "count",       "cpu",
+                                                   "nanoseconds", "thread_id", "pid", "thread_name",
+                                                   "timestamp_ns"};
+
+/* ---- string table: deduplicated, numbered in first-use order ---- */
+
+typedef struct strtab {
+    tm_str *v;
+    size_t n, cap;
+    tm_idxset index;
+} strtab;
+
+static uint32_t str_hash(tm_str s) {
+    uint64_t h = tm_hash_bytes(0, s);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int str_eq(const void *ctx, uint32_t idx, const void *key) {
+    return tm_bytes_eq(((const strtab *)ctx)->v[idx], *(const tm_str *)key);
+}
+
+static tm_status str_index(tm_mem *mem, strtab *t, tm_str s, uint32_t *out) {
+    uint32_t h = str_hash(s);
+    uint32_t idx = tm_idxset_find(&t->index, h, str_eq, t, &s);
+    if (idx == TM_ABSENT) {
+        if (t->n >= UINT32_MAX - 1) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(mem, t->v, t->cap, t->n + 1));
+        idx = (uint32_t)t->n;
+        TM_TRY(tm_idxset_add(mem, &t->index, h, idx));
+        t->v[t->n++] = s;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+static tm_str cstr(const char *s) {
+    tm_str v = {(const uint8_t *)s, strlen(s)};
+    return v;
+}
+
+/* ---- functions: deduplicated by their three string indices ---- */
+
+typedef struct func {
+    uint32_t name, system_name, filename;
+} func;
+
+typedef struct functab {
+    func *v;
+    size_t n, cap;
+    tm_idxset index;
+} functab;
+
+static uint32_t func_hash(const func *f) {
+    return (uint32_t)tm_hash_u64(((uint64_t)f->name << 32 | f->system_name) ^ tm_hash_u64(f->filename));
+}
+
+static int func_eq(const void *ctx, uint32_t idx, const void *key) {
+    const func *g = &((const functab *)ctx)->v[idx], *f = key;
+    return g->name == f->name && g->system_name == f->system_name && g->filename == f->filename;
+}
+
+/* *id: the function's id (from 1). */
+static tm_status func_id(tm_mem *mem, functab *t, const func *f, uint32_t *id) {
+    uint32_t h = func_hash(f);
+    uint32_t idx = tm_idxset_find(&t->index, h, func_eq, t, f);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(mem, t->v, t->cap, t->n + 1));
+        idx = (uint32_t)t->n;
+        TM_TRY(tm_idxset_add(mem, &t->index, h, idx));
+        t->v[t->n++] = *f;
+    }
+    *id = idx + 1;
+    return TM_OK;
+}
+
+/* ---- output: raw, or one gzip member per slice ---- */
+
+typedef struct out_stream {
+    const tm_sink *sink;
+    struct libdeflate_compressor *gz; /* NULL: uncompressed */
+    uint8_t *packed;                  /* compressed slice */
+    size_t packed_cap;
+} out_stream;
+
+static tm_status flush_slice(void *ctx, const uint8_t *data, size_t len) {
+    out_stream *o = ctx;
+    if (!o->gz) return o->sink->write(o->sink->ctx, data, len) ? TM_ERR_IO : TM_OK;
+    size_t n = libdeflate_gzip_compress(o->gz, data, len, o->packed, o->packed_cap);
+    if (!n) return TM_ERR_IO; /* cannot happen: packed_cap is the bound */
+    return o->sink->write(o->sink->ctx, o->packed, n) ? TM_ERR_IO : TM_OK;
+}
+
+/* ---- the writer ---- */
+
+/* Per-thread bytes shared by its samples: the values of a weight-1 sample,
+ * then the thread_id, pid and thread_name labels. */
+typedef struct thread_enc {
+    uint8_t bytes[96];
+    uint8_t values_len, len;
+} thread_enc;
+
+typedef struct pprof_writer {
+    const tm_profile *p;
+    tm_mem *mem;
+    uint8_t *sel;
+    int64_t *period, overall_period;
+    tm_frame_labels labels;
+    tm_arena arena; /* build-id hex strings */
+    strtab strings;
+    functab funcs;
+    thread_enc *threads;
+    /* Location ids of each stack, encoded as a whole location_id field. */
+    size_t *stack_off;  /* into stack_bytes; SIZE_MAX: not encoded yet */
+    uint32_t *stack_len;
+    uint8_t *stack_bytes;
+    size_t n_stack_bytes, cap_stack_bytes;
+    uint32_t *loc_of;   /* loc_of[frame]: location id, 0 none yet */
+    uint32_t *loc_frame;/* loc_frame[id - 1]: its frame */
+    size_t n_locs, cap_locs;
+    uint32_t *map_id;   /* map_id[mapping]: mapping id, 0 unused */
+    uint8_t *map_named; /* some frame of the mapping has a function name */
+    uint32_t *loc_func; /* loc_func[id - 1]: function id */
+    uint8_t *rec;       /* one encoded sample */
+    size_t cap_rec;
+    tm_gzrec *gzrec;    /* compressed output: the samples' compressor */
+    uint8_t *gzrec_in, *gzrec_out;
+    uint8_t *chunk;
+    out_stream out;
+    tm_pbw w;
+    char comment_period[160], comment_time[96];
+} pprof_writer;
+
+static void writer_release(pprof_writer *x) {
+    const tm_profile *p = x->p;
+    tm_mem *mem = x->mem;
+    tm_thread_selection_free(p, x->sel);
+    tm_thread_periods_free(p, x->period);
+    tm_frame_labels_release(p, &x->labels);
+    tm_arena_release(&x->arena);
+    tm_mem_free(mem, x->strings.v, x->strings.cap * sizeof *x->strings.v);
+    tm_idxset_free(mem, &x->strings.index);
+    tm_mem_free(mem, x->funcs.v, x->funcs.cap * sizeof *x->funcs.v);
+    tm_idxset_free(mem, &x->funcs.index);
+    tm_mem_free(mem, x->threads, (p->n_threads + 1) * sizeof *x->threads);
+    tm_mem_free(mem, x->stack_off, (p->n_stacks + 1) * sizeof *x->stack_off);
+    tm_mem_free(mem, x->stack_len, (p->n_stacks + 1) * sizeof *x->stack_len);
+    tm_mem_free(mem, x->stack_bytes, x->cap_stack_bytes);
+    tm_mem_free(mem, x->loc_of, (p->n_frames + 1) * sizeof *x->loc_of);
+    tm_mem_free(mem, x->loc_frame, x->cap_locs * sizeof *x->loc_frame);
+    tm_mem_free(mem, x->map_id, (p->n_mappings + 1) * sizeof *x->map_id);
+    tm_mem_free(mem, x->map_named, p->n_mappings + 1);
+    tm_mem_free(mem, x->loc_func, (x->n_locs + 1) * sizeof *x->loc_func);
+    tm_mem_free(mem, x->rec, x->cap_rec);
+    tm_mem_free(mem, x->gzrec, sizeof *x->gzrec);
+    tm_mem_free(mem, x->gzrec_in, GZREC_STAGING);
+    tm_mem_free(mem, x->gzrec_out, CHUNK);
+    tm_mem_free(mem, x->chunk, CHUNK);
+    tm_mem_free(mem, x->out.packed, x->out.packed_cap);
+    if (x->out.gz) libdeflate_free_compressor(x->out.gz);
+}
+
+static void *zalloc(tm_mem *mem, size_t size) {
+    void *v = tm_mem_alloc(mem, size);
+    if (v) memset(v, 0, size);
+    return v;
+}
+
+/* A small length-delimited message built in scratch (< 128 bytes). */
+static void put_small(tm_pbw *w, uint32_t field, const uint8_t *msg, const uint8_t *end) {
+    size_t n = (size_t)(end - msg);
+    uint8_t *p = tm_pbw_reserve(w, n + 8);
+    p = tm_pbw_len(p, field, n);
+    memcpy(p, msg, n);
+    tm_pbw_commit(w, p + n);
+}
+
+static void put_uint(tm_pbw *w, uint32_t field, uint64_t v) {
+    tm_pbw_commit(w, tm_pbw_uint(tm_pbw_reserve(w, 2 * TM_PBW_VARINT_MAX), field, v));
+}
+
+static void put_value_type(tm_pbw *w, uint32_t field, uint32_t type, uint32_t unit) {
+    uint8_t m[32], *e = tm_pbw_uint(m, VALUE_TYPE_TYPE, type);
+    put_small(w, field, m, tm_pbw_uint(e, VALUE_TYPE_UNIT, unit));
+}
+
+static uint8_t *put_num_label(uint8_t *p, uint32_t key, uint64_t num) {
+    uint8_t m[32], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, key), LABEL_NUM, num);
+    p = tm_pbw_len(p, SAMPLE_LABEL, (size_t)(e - m));
+    memcpy(p, m, (size_t)(e - m));
+    return p + (e - m);
+}
+
+static tm_status encode_threads(pprof_writer *x) {
+    const tm_profile *p = x->p;
+    for (size_t i = 0; i < p->n_threads; i++) {
+        if (!x->sel[i]) continue;
+        const tm_prof_thread *th = &p->threads[i];
+        thread_enc *te = &x->threads[i];
+        char buf[32];
+        tm_str label = tm_thread_label(p, (uint32_t)i, buf);
+        if (label.data == (const uint8_t *)buf) { /* made up from the tid: keep a copy */
+            uint8_t *copy = tm_arena_alloc(&x->arena, label.len);
+            if (!copy) return TM_ERR_NOMEM;
+            memcpy(copy, buf, label.len);
+            label.data = copy;
+        }
+        uint32_t name;
+        TM_TRY(str_index(x->mem, &x->strings, label, &name));
+        uint64_t period = (uint64_t)(x->period[i] > 0 ? x->period[i] : 0);
+        uint8_t *q = te->bytes, *v = tm_pbw_len(q, SAMPLE_VALUE, 1 + tm_pbw_varint_len(period));
+        q = tm_pbw_varint(tm_pbw_varint(v, 1), period);
+        te->values_len = (uint8_t)(q - te->bytes);
+        q = put_num_label(q, S_THREAD_ID, (uint64_t)th->tid);
+        if (th->pid) q = put_num_label(q, S_PID, (uint64_t)th->pid);
+        uint8_t m[16], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, S_THREAD_NAME), LABEL_STR, name);
+        q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
+        memcpy(q, m, (size_t)(e - m));
+        te->len = (uint8_t)(q + (e - m) - te->bytes);
+    }
+    return TM_OK;
+}
+
+/* Encodes the location_id field of a stack seen for the first time,
+ * numbering its new frames as locations. */
+static tm_status encode_stack(pprof_writer *x, uint32_t stack) {
+    const tm_profile *p = x->p;
+    const tm_prof_stack *s = &p->stacks[stack];
+    const uint32_t *frames = tm_profile_stack_frames(p, s);
+    size_t payload = 0;
+    for (uint32_t i = 0; i < s->len; i++) {
+        uint32_t f = frames[i];
+        if (!x->loc_of[f]) {
+            TM_TRY(TM_VEC_RESERVE(x->mem, x->loc_frame, x->cap_locs, x->n_locs + 1));
+            x->loc_frame[x->n_locs++] = f;
+            x->loc_of[f] = (uint32_t)x->n_locs;
+        }
+        payload += tm_pbw_varint_len(x->loc_of[f]);
+    }
+    /* at least one byte, so stack_bytes exists even when every stack is
+     * empty (pointer arithmetic on NULL is undefined) */
+    size_t need = s->len ? payload + 1 + TM_PBW_VARINT_MAX : 1;
+    TM_TRY(TM_VEC_RESERVE(x->mem, x->stack_bytes, x->cap_stack_bytes, x->n_stack_bytes + need));
+    uint8_t *start = x->stack_bytes + x->n_stack_bytes, *q = start;
+    if (s->len) {
+        q = tm_pbw_len(q, SAMPLE_LOCATION_ID, payload);
+        for (uint32_t i = 0; i < s->len; i++) q = tm_pbw_varint(q, x->loc_of[frames[i]]);
+    }
+    if ((size_t)(q - start) > UINT32_MAX) return TM_ERR_LIMIT;
+    /* room for a sample with this stack: header, labels, tail */
+    TM_TRY(TM_VEC_RESERVE(x->mem, x->rec, x->cap_rec, (size_t)(q - start) + 256));
+    x->stack_off[stack] = x->n_stack_bytes;
+    x->stack_len[stack] = (uint32_t)(q - start);
+    x->n_stack_bytes += (size_t)(q - start);
+    return TM_OK;
+}
+
+/* The selected samples grouped by (thread, stack), in time order within a
+ * group (a counting sort). pprof gives sample order no meaning, and this
+ * order makes consecutive samples differ only in their timestamp, which is
+ * what lets the record compressor keep up: in time order, threads and
+ * stacks interleave and a sample's previous occurrence lies far beyond
+ * deflate's 32 KiB window. Each sample keeps only its payload, read in
+ * sequence when writing: its trace time, or its weight when the profile is
+ * untimed (only folded input has weights, and it has no time).
+ *
+ * Buckets are dense (rank of the thread * n_stacks + stack) when that
+ * space is small, else the (thread, stack) pairs numbered in first-seen
+ * order through a hash map. */
+#define DENSE_BUCKETS_MAX (1u << 20)
+
+typedef struct grouping {
+    uint64_t *payload;
+    size_t n;
+    uint32_t *end;        /* per bucket: end of its samples in payload */
+    size_t n_buckets, cap_buckets;
+    int dense;
+    uint32_t *rank_thread;/* dense: rank -> thread */
+    uint32_t *rank;       /* dense: thread -> rank */
+    size_t n_ranked;
+    tm_u64map by_key;     /* hashed: thread << 32 | stack -> bucket */
+    uint64_t *keys;       /* hashed: bucket -> thread << 32 | stack */
+    size_t cap_keys;
+} grouping;
+
+static void grouping_release(tm_mem *mem, const tm_profile *p, grouping *g) {
+    tm_mem_free(mem, g->payload, (g->n + 1) * sizeof *g->payload);
+    tm_mem_free(mem, g->end, g->cap_buckets * sizeof *g->end);
+    tm_mem_free(mem, g->rank_thread, (p->n_threads + 1) * sizeof *g->rank_thread);
+    tm_mem_free(mem, g->rank, (p->n_threads + 1) * sizeof *g->rank);
+    tm_u64map_free(mem, &g->by_key);
+    tm_mem_free(mem, g->keys, g->cap_keys * sizeof *g->keys);
+}
+
+static inline uint64_t group_key(const tm_prof_sample *s) { return (uint64_t)s->thread << 32 | s->stack; }
+
+/* The bucket of a sample seen in the counting pass (hashed: created). */
+static tm_status bucket_new(tm_mem *mem, const tm_profile *p, grouping *g, const tm_prof_sample *s, uint32_t *b) {
+    if (g->dense) {
+        *b = g->rank[s->thread] * (uint32_t)p->n_stacks + s->stack;
+        return TM_OK;
+    }
+    uint64_t key = group_key(s);
+    *b = tm_u64map_get(&g->by_key, key);
+    if (*b != TM_ABSENT) return TM_OK;
+    if (g->n_buckets >= UINT32_MAX - 1) return TM_ERR_LIMIT;
+    TM_TRY(TM_VEC_RESERVE(mem, g->keys, g->cap_keys, g->n_buckets + 1));
+    size_t cap = g->cap_buckets;
+    TM_TRY(TM_VEC_RESERVE(mem, g->end, g->cap_buckets, g->n_buckets + 1));
+    memset(g->end + cap, 0, (g->cap_buckets - cap) * sizeof *g->end);
+    *b = (uint32_t)g->n_buckets;
+    g->keys[g->n_buckets++] = key;
+    return tm_u64map_put(mem, &g->by_key, key, *b);
+}
+
+static inline uint32_t bucket_of(const tm_profile *p, const grouping *g, const tm_prof_sample *s) {
+    if (g->dense) return g->rank[s->thread] * (uint32_t)p->n_stacks + s->stack;
+    return tm_u64map_get(&g->by_key, group_key(s));
+}
+
+static tm_status group_samples(pprof_writer *x, grouping *g, int64_t *first, int64_t *last) {
+    const tm_profile *p = x->p;
+    tm_mem *mem = x->mem;
+    g->rank = tm_mem_alloc(mem, (p->n_threads + 1) * sizeof *g->rank);
+    g->rank_thread = tm_mem_alloc(mem, (p->n_threads + 1) * sizeof *g->rank_thread);
+    if (!g->rank || !g->rank_thread) return TM_ERR_NOMEM;
+    for (size_t t = 0; t < p->n_threads; t++)
+        if (x->sel[t]) g->rank_thread[g->n_ranked] = (uint32_t)t, g->rank[t] = (uint32_t)g->n_ranked++;
+    g->dense = p->n_stacks && g->n_ranked <= DENSE_BUCKETS_MAX / p->n_stacks;
+    if (g->dense) {
+        g->n_buckets = g->cap_buckets = g->n_ranked * p->n_stacks;
+        g->end = zalloc(mem, g->cap_buckets * sizeof *g->end);
+        if (!g->end) return TM_ERR_NOMEM;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_prof_sample *s = &p->samples[i];
+        if (!x->sel[s->thread]) continue;
+        if (!n) *first = s->ts;
+        *last = s->ts;
+        uint32_t b;
+        TM_TRY(bucket_new(mem, p, g, s, &b));
+        g->end[b]++;
+        n++;
+    }
+    g->n = n;
+    g->payload = tm_mem_alloc(mem, (n + 1) * sizeof *g->payload);
+    if (!g->payload) return TM_ERR_NOMEM;
+    uint32_t sum = 0; /* end[] holds starts during the scatter and ends after it */
+    for (size_t b = 0; b < g->n_buckets; b++) {
+        uint32_t c = g->end[b];
+        g->end[b] = sum;
+        sum += c;
+    }
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_prof_sample *s = &p->samples[i];
+        if (!x->sel[s->thread]) continue;
+        g->payload[g->end[bucket_of(p, g, s)]++] = p->untimed ? tm_profile_weight(p, i) : (uint64_t)s->ts;
+    }
+    return TM_OK;
+}
+
+/* The samples, group by group: each is encoded into x->rec and handed to
+ * the record compressor (or, uncompressed, to the stream). */
+static tm_status write_samples(pprof_writer *x, const grouping *g) {
+    const tm_profile *p = x->p;
+    const int timed = !p->untimed;
+    size_t seg = 0;
+    for (size_t b = 0, at = 0; b < g->n_buckets; b++) {
+        if (g->end[b] == at) continue;
+        uint32_t thread, stack;
+        if (g->dense) {
+            thread = g->rank_thread[b / p->n_stacks];
+            stack = (uint32_t)(b % p->n_stacks);
+        } else {
+            thread = (uint32_t)(g->keys[b] >> 32);
+            stack = (uint32_t)g->keys[b];
+        }
+        if (x->stack_off[stack] == SIZE_MAX) TM_TRY(encode_stack(x, stack));
+        const thread_enc *te = &x->threads[thread];
+        const size_t stack_len = x->stack_len[stack];
+        /* The record up to the varying part: header (its length fixed
+         * below), stack, values of weight 1 and thread labels. */
+        uint8_t *head = x->rec + TM_PBW_VARINT_MAX + 1;
+        memcpy(head, x->stack_bytes + x->stack_off[stack], stack_len);
+        memcpy(head + stack_len, te->bytes, te->len);
+        seg = 0;
+        for (; at < g->end[b]; at++) {
+            uint64_t payload = g->payload[at];
+            /* The varying parts: the values when the weight is not 1, and
+             * the timestamp label, its number last so that consecutive
+             * samples differ only in their final bytes. */
+            uint8_t *q = head + stack_len;
+            if (timed) {
+                q += te->len; /* weight 1: copied with the head */
+            } else if (payload != 1) {
+                uint64_t cpu = payload * (uint64_t)(x->period[thread] > 0 ? x->period[thread] : 0);
+                q = tm_pbw_len(q, SAMPLE_VALUE, tm_pbw_varint_len(payload) + tm_pbw_varint_len(cpu));
+                q = tm_pbw_varint(tm_pbw_varint(q, payload), cpu);
+                memcpy(q, te->bytes + te->values_len, te->len - te->values_len);
+                q += te->len - te->values_len;
+            } else { /* the sample before may have overwritten them */
+                memcpy(q, te->bytes, te->len);
+                q += te->len;
+            }
+            if (timed) { /* Unix time: the last realtime segment starting at or before ts */
+                int64_t ts = (int64_t)payload;
+                while (seg + 1 < p->n_realtime && p->realtime[seg + 1].from_ns <= ts) seg++;
+                ts += p->n_realtime ? p->realtime[seg].offset_ns : 0;
+                uint8_t *m = q + 2;
+                uint8_t *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, S_TIMESTAMP), LABEL_NUM_UNIT, S_NANOSECONDS);
+                e = tm_pbw_uint(e, LABEL_NUM, (uint64_t)ts);
+                q[0] = SAMPLE_LABEL << 3 | TM_PB_LEN;
+                q[1] = (uint8_t)(e - m);
+                q = e;
+            }
+            size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
+            tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
+            if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
+            else tm_pbw_append(&x->w, head - hdr, hdr + body);
+        }
+    }
+    return x->gzrec ? tm_gzrec_finish(x->gzrec) : x->w.st;
+}
+
+static tm_str frame_file(const tm_profile *p, const tm_prof_frame *f) {
+    if (f->flags & TM_FRAME_HAS_PACKAGE) return f->package;
+    if (f->mapping) return p->mappings[f->mapping - 1].path;
+    tm_str none = {NULL, 0};
+    return none;
+}
+
+/* Numbers functions and used mappings in location order. */
+static tm_status number_functions_and_mappings(pprof_writer *x) {
+    const tm_profile *p = x->p;
+    x->loc_func = tm_mem_alloc(x->mem, (x->n_locs + 1) * sizeof *x->loc_func);
+    if (!x->loc_func) return TM_ERR_NOMEM;
+    uint32_t n_maps = 0;
+    for (size_t l = 0; l < x->n_locs; l++) {
+        const tm_prof_frame *f = &p->frames[x->loc_frame[l]];
+        func fn;
+        TM_TRY(str_index(x->mem, &x->strings, x->labels.of[x->loc_frame[l]], &fn.name));
+        fn.system_name = S_EMPTY;
+        if (f->flags & TM_FRAME_HAS_FUNCTION) TM_TRY(str_index(x->mem, &x->strings, f->function, &fn.system_name));
+        TM_TRY(str_index(x->mem, &x->strings, frame_file(p, f), &fn.filename));
+        TM_TRY(func_id(x->mem, &x->funcs, &fn, &x->loc_func[l]));
+        if (f->mapping) {
+            if (!x->map_id[f->mapping - 1]) x->map_id[f->mapping - 1] = ++n_maps;
+            if (f->flags & TM_FRAME_HAS_FUNCTION) x->map_named[f->mapping - 1] = 1;
+        }
+    }
+    return TM_OK;
+}
+
+static tm_status write_mappings(pprof_writer *x) {
+    const tm_profile *p = x->p;
+    /* map_id is dense from 1: write them in id order */
+    uint32_t *by_id = tm_mem_alloc(x->mem, (p->n_mappings + 1) * sizeof *by_id);
+    if (!by_id) return TM_ERR_NOMEM;
+    size_t n = 0;
+    for (size_t m = 0; m < p->n_mappings; m++)
+        if (x->map_id[m]) by_id[x->map_id[m] - 1] = (uint32_t)m, n++;
+    tm_status st = TM_OK;
+    for (size_t k = 0; k < n && st == TM_OK; k++) {
+        const tm_prof_mapping *m = &p->mappings[by_id[k]];
+        uint32_t file = S_EMPTY, build = S_EMPTY;
+        st = str_index(x->mem, &x->strings, m->path, &file);
+        if (st == TM_OK && m->build_id.len) {
+            char *hex = tm_arena_alloc(&x->arena, m->build_id.len * 2);
+            if (!hex) {
+                st = TM_ERR_NOMEM;
+                break;
+            }
+            for (size_t i = 0; i < m->build_id.len; i++) {
+                hex[2 * i] = "0123456789abcdef"[m->build_id.data[i] >> 4];
+                hex[2 * i + 1] = "0123456789abcdef"[m->build_id.data[i] & 15];
+            }
+            tm_str h = {(const uint8_t *)hex, m->build_id.len * 2};
+            st = str_index(x->mem, &x->strings, h, &build);
+        }
+        if (st != TM_OK) break;
+        uint8_t msg[96], *e = tm_pbw_uint(msg, MAPPING_ID, k + 1);
+        if (m->start) e = tm_pbw_uint(e, MAPPING_MEMORY_START, m->start);
+        if (m->end) e = tm_pbw_uint(e, MAPPING_MEMORY_LIMIT, m->end);
+        /* traceconv: file_offset = exact_offset (the mapping's file offset;
+         * start_offset is where the ELF starts in the file, 0 for plain files). */
+        if (m->exact_offset) e = tm_pbw_uint(e, MAPPING_FILE_OFFSET, m->exact_offset);
+        if (file) e = tm_pbw_uint(e, MAPPING_FILENAME, file);
+        if (build) e = tm_pbw_uint(e, MAPPING_BUILD_ID, build);
+        if (x->map_named[by_id[k]]) e = tm_pbw_uint(e, MAPPING_HAS_FUNCTIONS, 1);
+        put_small(&x->w, PROFILE_MAPPING, msg, e);
+    }
+    tm_mem_free(x->mem, by_id, (p->n_mappings + 1) * sizeof *by_id);
+    return st;
+}
+
+static void write_locations(pprof_writer *x) {
+    const tm_profile *p = x->p;
+    for (size_t l = 0; l < x->n_locs; l++) {
+        const tm_prof_frame *f = &p->frames[x->loc_frame[l]];
+        uint8_t msg[64], *e = tm_pbw_uint(msg, LOCATION_ID, l + 1);
+        if (f->mapping) e = tm_pbw_uint(e, LOCATION_MAPPING_ID, x->map_id[f->mapping - 1]);
+        if ((f->flags & TM_FRAME_HAS_ADDR) && f->addr) e = tm_pbw_uint(e, LOCATION_ADDRESS, f->addr);
+        e = tm_pbw_len(e, LOCATION_LINE, tm_pbw_uint_len(LINE_FUNCTION_ID, x->loc_func[l]));
+        e = tm_pbw_uint(e, LINE_FUNCTION_ID, x->loc_func[l]);
+        put_small(&x->w, PROFILE_LOCATION, msg, e);
+    }
+}
+
+static void write_functions(pprof_writer *x) {
+    for (size_t i = 0; i < x->funcs.n; i++) {
+        const func *f = &x->funcs.v[i];
+        uint8_t msg[64], *e = tm_pbw_uint(msg, FUNCTION_ID, i + 1);
+        if (f->name) e = tm_pbw_uint(e, FUNCTION_NAME, f->name);
+        if (f->system_name) e = tm_pbw_uint(e, FUNCTION_SYSTEM_NAME, f->system_name);
+        if (f->filename) e = tm_pbw_uint(e, FUNCTION_FILENAME, f->filename);
+        put_small(&x->w, PROFILE_FUNCTION, msg, e);
+    }
+}
+
+static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
+    const tm_profile *p = x->p;
+    tm_pbw *w = &x->w;
+    for (int i = 0; i < N_FIXED; i++) {
+        uint32_t idx;
+        TM_TRY(str_index(x->mem, &x->strings, cstr(fixed_strings[i]), &idx));
+    }
+    TM_TRY(encode_threads(x));
+    put_value_type(w, PROFILE_SAMPLE_TYPE, S_SAMPLES, S_COUNT);
+    put_value_type(w, PROFILE_SAMPLE_TYPE, S_CPU, S_NANOSECONDS);
+
+    int64_t first = 0, last = 0;
+    size_t n_samples = 0;
+    grouping g;
+    memset(&g, 0, sizeof g);
+    tm_status st = group_samples(x, &g, &first, &last);
+    n_samples = g.n;
+    tm_pbw_flush(w); /* the samples go out through their own compressor */
+    if (st == TM_OK) st = write_samples(x, &g);
+    grouping_release(x->mem, p, &g);
+    TM_TRY(st);
+
+    TM_TRY(tm_frame_labels_build(p, &x->labels));
+    TM_TRY(number_functions_and_mappings(x));
+    TM_TRY(write_mappings(x));
+    write_locations(x);
+    write_functions(x);
+
+    /* The comments are the last strings: every index is known now. */
+    if (opts && opts->period_ns > 0)
+        snprintf(x->comment_period, sizeof x->comment_period, "period: %lld ns, given", (long long)x->overall_period);
+    else if (!x->overall_period)
+        snprintf(x->comment_period, sizeof x->comment_period, "period: unknown (%s); cpu values are 0",
+                 p->untimed ? "input without timestamps" : "no thread has two samples");
+    else
+        snprintf(x->comment_period, sizeof x->comment_period,
+                 "period: %lld ns, inferred as the median gap between samples (per thread for cpu values)",
+                 (long long)x->overall_period);
+    snprintf(x->comment_time, sizeof x->comment_time, "timestamp_ns: %s",
+             p->untimed ? "absent (input without timestamps)"
+             : p->n_realtime ? "Unix time" : "trace time (the trace has no realtime clock)");
+    uint32_t c_period, c_time;
+    TM_TRY(str_index(x->mem, &x->strings, cstr(x->comment_period), &c_period));
+    TM_TRY(str_index(x->mem, &x->strings, cstr(x->comment_time), &c_time));
+    for (size_t i = 0; i < x->strings.n; i++)
+        tm_pbw_bytes_field(w, PROFILE_STRING_TABLE, x->strings.v[i].data, x->strings.v[i].len);
+
+    if (!p->untimed && n_samples) {
+        int64_t start = first;
+        tm_profile_realtime(p, first, &start);
+        put_uint(w, PROFILE_TIME_NANOS, (uint64_t)start);
+        put_uint(w, PROFILE_DURATION_NANOS, (uint64_t)(last - first + x->overall_period));
+    }
+    put_value_type(w, PROFILE_PERIOD_TYPE, S_CPU, S_NANOSECONDS);
+    if (x->overall_period) put_uint(w, PROFILE_PERIOD, (uint64_t)x->overall_period);
+    put_uint(w, PROFILE_COMMENT, c_period);
+    put_uint(w, PROFILE_COMMENT, c_time);
+    put_uint(w, PROFILE_DEFAULT_SAMPLE_TYPE, S_CPU);
+    return tm_pbw_finish(w);
+}
+
+static tm_status setup(pprof_writer *x, const tm_pprof_options *opts) {
+    const tm_profile *p = x->p;
+    if (tm_thread_periods(p, x->sel, opts ? opts->period_ns : 0, &x->period, &x->overall_period) != TM_OK)
+        return TM_ERR_NOMEM;
+    x->threads = tm_mem_alloc(x->mem, (p->n_threads + 1) * sizeof *x->threads);
+    x->stack_off = tm_mem_alloc(x->mem, (p->n_stacks + 1) * sizeof *x->stack_off);
+    x->stack_len = tm_mem_alloc(x->mem, (p->n_stacks + 1) * sizeof *x->stack_len);
+    x->loc_of = zalloc(x->mem, (p->n_frames + 1) * sizeof *x->loc_of);
+    x->map_id = zalloc(x->mem, (p->n_mappings + 1) * sizeof *x->map_id);
+    x->map_named = zalloc(x->mem, p->n_mappings + 1);
+    x->chunk = tm_mem_alloc(x->mem, CHUNK);
+    if (!x->threads || !x->stack_off || !x->stack_len || !x->loc_of || !x->map_id || !x->map_named || !x->chunk)
+        return TM_ERR_NOMEM;
+    memset(x->stack_off, 0xff, (p->n_stacks + 1) * sizeof *x->stack_off);
+    if (!(opts && opts->uncompressed)) {
+        x->out.gz = libdeflate_alloc_compressor(GZIP_LEVEL);
+        if (!x->out.gz) return TM_ERR_NOMEM;
+        x->out.packed_cap = libdeflate_gzip_compress_bound(x->out.gz, CHUNK);
+        x->out.packed = tm_mem_alloc(x->mem, x->out.packed_cap);
+        x->gzrec = tm_mem_alloc(x->mem, sizeof *x->gzrec);
+        x->gzrec_in = tm_mem_alloc(x->mem, GZREC_STAGING);
+        x->gzrec_out = tm_mem_alloc(x->mem, CHUNK);
+        if (!x->out.packed || !x->gzrec || !x->gzrec_in || !x->gzrec_out) return TM_ERR_NOMEM;
+        tm_gzrec_init(x->gzrec, x->out.sink, x->gzrec_in, GZREC_STAGING, x->gzrec_out, CHUNK);
+    }
+    tm_pbw_init(&x->w, x->chunk, CHUNK, flush_slice, &x->out);
+    return TM_OK;
+}
+
+tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const tm_sink *out, tm_error *err) {
+    if (!t || !out || !out->write) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_pprof: NULL argument");
+    if (opts && opts->period_ns < 0)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: negative period %lld ns", (long long)opts->period_ns);
+    pprof_writer x;
+    memset(&x, 0, sizeof x);
+    x.p = tm_trace_profile(t);
+    x.mem = x.p->mem;
+    x.out.sink = out;
+    TM_TRY(tm_thread_select(x.p, opts ? &opts->threads : NULL, &x.sel, err));
+    tm_arena_init(&x.arena, x.mem);
+    tm_status st = setup(&x, opts);
+    if (st == TM_OK) st = write_profile(&x, opts);
+    writer_release(&x);
+    switch (st) {
+    case TM_OK: return TM_OK;
+    case TM_ERR_IO: return tm_fail(err, st, 0, NULL, "pprof: writing the output failed");
+    case TM_ERR_LIMIT: return tm_fail(err, st, 0, NULL, "pprof: more than 2^32 strings or locations");
+    default: return tm_trace_budget_status(t, tm_fail(err, st, 0, NULL, "pprof: out of memory"), err);
+    }
+}

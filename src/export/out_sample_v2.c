@@ -1,0 +1,665 @@
+/*
+ * out_sample_v2.c — profile model -> Sentry Sample v2 profile-chunk JSON
+ * (relay-sample-v2.md §1), written in one streaming pass.
+ *
+ * Metadata (the [JSON] part of a profile_chunk item) is read with jansson
+ * and merged the way Relay's expand_perfetto does: known keys in Relay's
+ * serialisation order, SDK debug images first, "release" always present,
+ * unknown keys dropped; bad metadata is InvalidJson. Then Sample v2's
+ * normalisation: optional single-sample-thread removal, NotEnoughSamples,
+ * index checks, DurationIsTooLong.
+ *
+ * Relay mode writes Relay's bytes: timestamps rounded to milliseconds as
+ * f64 seconds, only the first observed pid named "main". Default mode
+ * writes exact nanosecond timestamps and names every thread.
+ */
+#include <jansson.h>
+#include <math.h>
+
+#include "wire/json_write.h" /* tm_jw */
+#include "common/limits.h"
+#include "profile/profile.h"    /* tm_profile */
+
+#define REJECT(err, reason, ...) tm_fail((err), TM_ERR_REJECTED, 0, (reason), __VA_ARGS__)
+
+/* ---- metadata ---- */
+
+typedef struct meta {
+    json_t *root;
+    char chunk_id[33], profiler_id[33];
+    json_t *platform, *release, *environment, *content_type, *client_sdk, *images, *measurements;
+} meta;
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Whether v is the string lit exactly (strings may hold NULs). */
+static int json_str_is(const json_t *v, const char *lit) {
+    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
+           memcmp(json_string_value(v), lit, strlen(lit)) == 0;
+}
+
+/* Relay's EventId: a UUID, simple or hyphenated, written as 32 lowercase
+ * hex digits. */
+static int parse_event_id(const json_t *v, char out[33]) {
+    if (!json_is_string(v)) return 0;
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v), n = 0;
+    if (len != 32 && len != 36) return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (len == 36 && (i == 8 || i == 13 || i == 18 || i == 23)) {
+            if (s[i] != '-') return 0;
+            continue;
+        }
+        int h = hexval((unsigned char)s[i]);
+        if (h < 0) return 0;
+        out[n++] = "0123456789abcdef"[h];
+    }
+    out[n] = 0;
+    return n == 32;
+}
+
+static const char *const image_types[] = {"symbolic", "macho", "sourcemap", "proguard", "jvm"};
+
+static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err) {
+    memset(m, 0, sizeof *m);
+    if (len > TM_MAX_META_BYTES) return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
+    json_error_t je;
+    /* serde_json, which Relay reads it with, takes "\u0000" in strings and
+     * integers beyond 64 bits (as floats): so do we, the latter on a second
+     * pass, so that ordinary integers stay integers. */
+    m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!m->root && strstr(je.text, "too big"))
+        m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+    if (!m->root) return tm_fail(err, TM_ERR_REJECTED, (uint64_t)je.position, "InvalidJson",
+                                 "metadata is not JSON: %s", je.text);
+    if (!json_is_object(m->root)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");
+    json_t *o = m->root, *v;
+    v = json_object_get(o, "version");
+    if (!json_str_is(v, "2"))
+        return REJECT(err, "InvalidJson", "metadata field version must be \"2\"");
+    if (!parse_event_id(json_object_get(o, "chunk_id"), m->chunk_id))
+        return REJECT(err, "InvalidJson", "metadata field chunk_id is missing or not a UUID");
+    if (!parse_event_id(json_object_get(o, "profiler_id"), m->profiler_id))
+        return REJECT(err, "InvalidJson", "metadata field profiler_id is missing or not a UUID");
+    m->platform = json_object_get(o, "platform");
+    if (!json_is_string(m->platform)) return REJECT(err, "InvalidJson", "metadata field platform is missing or not a string");
+    m->client_sdk = json_object_get(o, "client_sdk");
+    if (!json_is_object(m->client_sdk) || !json_is_string(json_object_get(m->client_sdk, "name")) ||
+        !json_is_string(json_object_get(m->client_sdk, "version")))
+        return REJECT(err, "InvalidJson", "metadata field client_sdk needs string name and version");
+#define OPTIONAL(field, key, test, what)                                                  \
+    m->field = json_object_get(o, key);                                                 \
+    if (json_is_null(m->field)) m->field = NULL;                                         \
+    if (m->field && !test(m->field))                                                     \
+        return REJECT(err, "InvalidJson", "metadata field " key " is not " what);
+    OPTIONAL(release, "release", json_is_string, "a string")
+    OPTIONAL(environment, "environment", json_is_string, "a string")
+    OPTIONAL(content_type, "content_type", json_is_string, "a string")
+    OPTIONAL(measurements, "measurements", json_is_object, "an object")
+#undef OPTIONAL
+    json_t *dm = json_object_get(o, "debug_meta");
+    if (dm && !json_is_null(dm)) {
+        if (!json_is_object(dm)) return REJECT(err, "InvalidJson", "metadata field debug_meta is not an object");
+        m->images = json_object_get(dm, "images");
+        if (json_is_null(m->images)) m->images = NULL;
+        if (m->images && !json_is_array(m->images))
+            return REJECT(err, "InvalidJson", "debug_meta.images is not an array");
+        size_t i;
+        json_t *img;
+        json_array_foreach(m->images, i, img) {
+            json_t *ty = json_object_get(img, "type");
+            int known = 0;
+            for (size_t k = 0; k < sizeof image_types / sizeof *image_types; k++) known |= json_str_is(ty, image_types[k]);
+            if (!json_is_object(img) || !known)
+                return REJECT(err, "InvalidJson", "debug_meta.images[%zu] has no known type", i);
+        }
+    }
+    if (m->measurements) {
+        const char *key;
+        json_t *ms;
+        json_object_foreach(m->measurements, key, ms) {
+            json_t *vals = json_object_get(ms, "values");
+            if (!json_is_object(ms) || !json_is_string(json_object_get(ms, "unit")) || !json_is_array(vals))
+                return REJECT(err, "InvalidJson", "measurement %s needs a string unit and values", key);
+            size_t i;
+            json_t *e;
+            json_array_foreach(vals, i, e) {
+                if (!json_is_number(json_object_get(e, "value")) || !json_is_number(json_object_get(e, "timestamp")))
+                    return REJECT(err, "InvalidJson", "measurement %s value %zu needs numeric timestamp and value", key, i);
+            }
+        }
+    }
+    return TM_OK;
+}
+
+/* Writes a jansson value (strings, numbers, literals, containers). */
+static void write_json_value(tm_jw *w, const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_STRING: {
+        tm_str s = {(const uint8_t *)json_string_value(v), json_string_length(v)};
+        tm_jw_str(w, s);
+        break;
+    }
+    case JSON_INTEGER: tm_jw_i64(w, (int64_t)json_integer_value(v)); break;
+    case JSON_REAL: tm_jw_f64(w, json_real_value(v)); break;
+    case JSON_TRUE: tm_jw_lit(w, "true"); break;
+    case JSON_FALSE: tm_jw_lit(w, "false"); break;
+    case JSON_NULL: tm_jw_lit(w, "null"); break;
+    case JSON_ARRAY: {
+        tm_jw_char(w, '[');
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            if (i) tm_jw_char(w, ',');
+            write_json_value(w, e);
+        }
+        tm_jw_char(w, ']');
+        break;
+    }
+    case JSON_OBJECT: {
+        tm_jw_char(w, '{');
+        const char *k;
+        json_t *e;
+        int first = 1;
+        json_object_foreach((json_t *)v, k, e) {
+            if (!first) tm_jw_char(w, ',');
+            first = 0;
+            tm_jw_cstr(w, k);
+            tm_jw_char(w, ':');
+            write_json_value(w, e);
+        }
+        tm_jw_char(w, '}');
+        break;
+    }
+    }
+}
+
+/* An SDK image with Relay's DebugImage key order; unknown keys dropped. */
+static void write_meta_image(tm_jw *w, const json_t *img) {
+    static const char *const keys[] = {"code_file", "debug_id", "debug_file", "type", "image_addr",
+                                       "image_vmaddr", "image_size", "uuid"};
+    int first = 1;
+    tm_jw_char(w, '{');
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        const json_t *v = json_object_get(img, keys[k]);
+        if (!v || json_is_null(v)) continue;
+        if (!first) tm_jw_char(w, ',');
+        first = 0;
+        tm_jw_cstr(w, keys[k]);
+        tm_jw_char(w, ':');
+        write_json_value(w, v);
+    }
+    tm_jw_char(w, '}');
+}
+
+/* Measurements as ChunkMeasurement {unit, values: [{timestamp, value}]},
+ * keys sorted as a BTreeMap serialises them. */
+static int cmp_cstr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static tm_status write_measurements(tm_jw *w, tm_mem *mem, const json_t *ms, tm_error *err) {
+    size_t n = json_object_size(ms), i = 0;
+    const char **keys = tm_mem_alloc(mem, (n ? n : 1) * sizeof *keys);
+    if (!keys) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)ms, k, v) keys[i++] = k;
+    qsort(keys, n, sizeof *keys, cmp_cstr);
+    tm_jw_lit(w, "\"measurements\":{");
+    for (i = 0; i < n; i++) {
+        const json_t *m = json_object_get(ms, keys[i]);
+        if (i) tm_jw_char(w, ',');
+        tm_jw_cstr(w, keys[i]);
+        tm_jw_lit(w, ":{\"unit\":");
+        write_json_value(w, json_object_get(m, "unit"));
+        tm_jw_lit(w, ",\"values\":[");
+        size_t j;
+        json_t *e;
+        json_array_foreach(json_object_get(m, "values"), j, e) {
+            if (j) tm_jw_char(w, ',');
+            tm_jw_lit(w, "{\"timestamp\":");
+            tm_jw_f64(w, json_number_value(json_object_get(e, "timestamp")));
+            tm_jw_lit(w, ",\"value\":");
+            tm_jw_f64(w, json_number_value(json_object_get(e, "value")));
+            tm_jw_char(w, '}');
+        }
+        tm_jw_lit(w, "]}");
+    }
+    tm_jw_lit(w, "},");
+    tm_mem_free(mem, keys, (n ? n : 1) * sizeof *keys);
+    return TM_OK;
+}
+
+/* ---- converted debug images ---- */
+
+static void write_debug_id(tm_jw *w, tm_bytes build_id) {
+    static const int order[16] = {3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15};
+    uint8_t b[16] = {0};
+    memcpy(b, build_id.data, build_id.len < 16 ? build_id.len : 16);
+    char s[38];
+    size_t n = 0;
+    s[n++] = '"';
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) s[n++] = '-';
+        s[n++] = "0123456789abcdef"[b[order[i]] >> 4];
+        s[n++] = "0123456789abcdef"[b[order[i]] & 15];
+    }
+    s[n++] = '"';
+    tm_jw_raw(w, s, n);
+}
+
+static int is_image(const tm_prof_mapping *m) {
+    return m->path.len && !(m->flags & TM_MAPPING_JAVA) && m->build_id.len;
+}
+
+/* Images for native mappings with a build id, first encounter first,
+ * deduplicated on (code_file, start). Returns how many were written. */
+static size_t write_images(tm_jw *w, const tm_profile *p, int comma) {
+    size_t written = 0;
+    for (size_t i = 0; i < p->n_mappings; i++) {
+        const tm_prof_mapping *m = &p->mappings[i];
+        if (!is_image(m)) continue;
+        int dup = 0;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = is_image(&p->mappings[j]) && p->mappings[j].start == m->start &&
+                  tm_bytes_eq(p->mappings[j].path, m->path);
+        if (dup) continue;
+        if (comma || written) tm_jw_char(w, ',');
+        written++;
+        tm_jw_lit(w, "{\"code_file\":");
+        tm_jw_str(w, m->path);
+        tm_jw_lit(w, ",\"debug_id\":");
+        write_debug_id(w, m->build_id);
+        tm_jw_lit(w, ",\"type\":\"symbolic\",\"image_addr\":");
+        tm_jw_hex(w, m->start);
+        if (p->relay_compat || (m->flags & TM_MAPPING_HAS_LOAD_BIAS)) {
+            tm_jw_lit(w, ",\"image_vmaddr\":");
+            tm_jw_hex(w, m->load_bias);
+        }
+        if (m->end > m->start) {
+            tm_jw_lit(w, ",\"image_size\":");
+            tm_jw_u64(w, m->end - m->start);
+        }
+        tm_jw_char(w, '}');
+    }
+    return written;
+}
+
+static size_t count_images(const tm_profile *p) {
+    for (size_t i = 0; i < p->n_mappings; i++)
+        if (is_image(&p->mappings[i])) return 1;
+    return 0;
+}
+
+/* ---- profile ---- */
+
+/* Sample v2 normalisation strips pointer-authentication bits from
+ * instruction addresses on platform "cocoa" (arm64e). */
+#define COCOA_ADDR_MASK 0x0000000FFFFFFFFFull
+
+static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask) {
+    tm_jw_char(w, '{');
+    int comma = 0;
+    if (f->flags & TM_FRAME_HAS_FUNCTION) {
+        tm_jw_lit(w, "\"function\":");
+        tm_jw_str(w, f->function);
+        comma = 1;
+    }
+    if (f->flags & TM_FRAME_HAS_ADDR) {
+        if (comma) tm_jw_char(w, ',');
+        tm_jw_lit(w, "\"instruction_addr\":");
+        tm_jw_hex(w, f->addr & addr_mask);
+        comma = 1;
+    }
+    if (f->flags & TM_FRAME_HAS_MODULE) {
+        if (comma) tm_jw_char(w, ',');
+        tm_jw_lit(w, "\"module\":");
+        tm_jw_str(w, f->module);
+        comma = 1;
+    }
+    if (f->flags & TM_FRAME_HAS_PACKAGE) {
+        if (comma) tm_jw_char(w, ',');
+        tm_jw_lit(w, "\"package\":");
+        tm_jw_str(w, f->package);
+        comma = 1;
+    }
+    if (comma) tm_jw_char(w, ',');
+    if (f->flags & TM_FRAME_JAVA) tm_jw_lit(w, "\"platform\":\"java\"}");
+    else tm_jw_lit(w, "\"platform\":\"native\"}");
+}
+
+/* Relay's timestamp: f64 seconds of (ts + offset), rounded to ms. */
+static double relay_seconds(const tm_profile *p, int64_t ts) {
+    tm_i128 v = (tm_i128)(uint64_t)ts + p->relay_offset_ns;
+    double secs = (double)v / 1e9;
+    return round(secs * 1000.0) / 1000.0;
+}
+
+/* Three-digit groups "000".."999"; the 4th byte holds the group's count of
+ * trailing zeros, so fractions are trimmed without re-reading digits. Built
+ * per call (4 KiB) rather than kept as global state. */
+typedef char digit_groups[1000][4];
+
+static void fill_digit_groups(digit_groups g) {
+    for (int i = 0; i < 1000; i++) {
+        g[i][0] = (char)('0' + i / 100);
+        g[i][1] = (char)('0' + i / 10 % 10);
+        g[i][2] = (char)('0' + i % 10);
+        g[i][3] = (char)(i % 10 ? 0 : i % 100 ? 1 : i % 1000 ? 2 : 3);
+    }
+}
+
+/* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. The
+ * 4-byte copies write one byte past the digits; callers have the room. */
+static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
+    *p++ = '.';
+    uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000, last = a;
+    size_t n = 3;
+    memcpy(p, g[a], 4);
+    if (b | c) {
+        memcpy(p + 3, g[b], 4);
+        n = 6;
+        last = b;
+        if (c) {
+            memcpy(p + 6, g[c], 4);
+            n = 9;
+            last = c;
+        }
+    }
+    n -= (size_t)g[last][3];
+    return p + (n ? n : 1); /* frac == 0 keeps its "0" */
+}
+
+/* The samples array: one record per kept sample, each written in place
+ * from precomputed per-thread suffixes. Default mode caches the integer
+ * seconds, which consecutive samples share. */
+static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
+    size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 40; /* +40: fixed-size copies */
+    char *suffix = tm_mem_alloc(p->mem, suf_cap);
+    uint32_t *suf_off = tm_mem_alloc(p->mem, (n_threads + 1) * sizeof *suf_off);
+    digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
+    if (!suffix || !suf_off || !groups) {
+        tm_mem_free(p->mem, groups, sizeof *groups);
+        tm_mem_free(p->mem, suffix, suf_cap);
+        tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    }
+    char *q = suffix;
+    for (size_t i = 0; i < n_threads; i++) {
+        suf_off[i] = (uint32_t)(q - suffix);
+        static const char pre[] = ",\"thread_id\":\"";
+        memcpy(q, pre, sizeof pre - 1);
+        q += sizeof pre - 1;
+        int64_t tid = p->threads[i].tid;
+        if (tid < 0) *q++ = '-';
+        q = tm_put_u64(q, tid < 0 ? (uint64_t)0 - (uint64_t)tid : (uint64_t)tid);
+        *q++ = '"';
+        *q++ = '}';
+    }
+    suf_off[n_threads] = (uint32_t)(q - suffix);
+
+    fill_digit_groups(*groups);
+    int64_t cached_sec = -1;
+    char sec_digits[24] = {0};
+    size_t sec_len = 0;
+    int comma = 0;
+    size_t seg = 0;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_prof_sample *s = &p->samples[i];
+        if (drop_thread[s->thread]) continue;
+        char *o = tm_jw_reserve(w, 160);
+        if (comma) *o++ = ',';
+        comma = 1;
+        static const char ts_key[] = "{\"timestamp\":";
+        memcpy(o, ts_key, sizeof ts_key - 1);
+        o += sizeof ts_key - 1;
+        if (p->relay_compat) {
+            o += tm_format_f64(relay_seconds(p, s->ts), o);
+        } else {
+            while (seg + 1 < p->n_realtime && p->realtime[seg + 1].from_ns <= s->ts) seg++;
+            int64_t unix_ns = s->ts + p->realtime[seg].offset_ns;
+            if (unix_ns < 0) {
+                tm_jw_commit(w, o);
+                tm_jw_seconds(w, unix_ns);
+                o = tm_jw_reserve(w, 128);
+            } else {
+                int64_t sec = unix_ns / 1000000000;
+                if (sec != cached_sec) {
+                    cached_sec = sec;
+                    sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
+                }
+                memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
+                o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000), *groups);
+            }
+        }
+        static const char stack_key[] = ",\"stack_id\":";
+        memcpy(o, stack_key, sizeof stack_key - 1);
+        o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
+        uint32_t so = suf_off[s->thread], sl = suf_off[s->thread + 1] - so;
+        memcpy(o, suffix + so, 40); /* fixed size: inlined; sl <= 40 */
+        tm_jw_commit(w, o + sl);
+    }
+    tm_mem_free(p->mem, groups, sizeof *groups);
+    tm_mem_free(p->mem, suffix, suf_cap);
+    tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
+    return TM_OK;
+}
+
+static void write_thread_key(tm_jw *w, int64_t tid) {
+    tm_jw_char(w, '"');
+    tm_jw_i64(w, tid);
+    tm_jw_char(w, '"');
+}
+
+typedef struct tid_index {
+    int64_t tid;
+    uint32_t index;
+} tid_index;
+
+static int cmp_tid(const void *a, const void *b) {
+    int64_t x = ((const tid_index *)a)->tid, y = ((const tid_index *)b)->tid;
+    return (x > y) - (x < y);
+}
+
+tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
+    meta m;
+    tm_status st = parse_meta(json, len, &m, err);
+    if (m.root) json_decref(m.root);
+    return st;
+}
+
+tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts, const tm_sink *out,
+                             tm_error *err) {
+    static const tm_sample_v2_options no_opts;
+    if (!t || !out || !out->write)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: NULL argument");
+    if (!opts) opts = &no_opts;
+    const tm_profile *p = tm_trace_profile(t);
+    if (p->untimed)
+        return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "folded stacks have no timestamps, which Sample v2 needs");
+    int relay = p->relay_compat;
+    meta m;
+    memset(&m, 0, sizeof m);
+    tm_status st = TM_OK;
+    if (opts->meta_json) st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
+
+    /* Converter errors, in Relay's order. */
+    if (st == TM_OK && p->n_samples == 0)
+        st = REJECT(err, "NotEnoughSamples", "the trace has no samples that resolve to a callstack");
+    if (st == TM_OK && relay && !p->has_relay_offset)
+        st = REJECT(err, "InvalidSampledProfile", "no ClockSnapshot holds both BOOTTIME and REALTIME");
+    if (st == TM_OK && !relay && !p->n_realtime)
+        st = REJECT(err, "InvalidSampledProfile",
+                    "no ClockSnapshot relates the trace clock to REALTIME, so Unix times are unknown");
+
+    /* Normalisation: which samples are kept. */
+    uint8_t *drop_thread = NULL;
+    uint32_t *count = NULL;
+    size_t kept = p->n_samples;
+    if (st == TM_OK) {
+        drop_thread = tm_mem_alloc(p->mem, p->n_threads + 1);
+        count = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *count);
+        if (!drop_thread || !count) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        else {
+            memset(drop_thread, 0, p->n_threads + 1);
+            memset(count, 0, (p->n_threads + 1) * sizeof *count);
+        }
+    }
+    if (st == TM_OK && opts->remove_single_samples) {
+        for (size_t i = 0; i < p->n_samples; i++)
+            if (p->stacks[p->samples[i].stack].len) count[p->samples[i].thread]++;
+        kept = 0;
+        for (size_t i = 0; i < p->n_threads; i++) drop_thread[i] = count[i] <= 1;
+        for (size_t i = 0; i < p->n_samples; i++) kept += !drop_thread[p->samples[i].thread];
+        if (!kept) st = REJECT(err, "NotEnoughSamples", "no thread has more than one non-empty sample");
+    }
+    int64_t first = 0, last = 0;
+    if (st == TM_OK) {
+        int any = 0;
+        memset(count, 0, (p->n_threads + 1) * sizeof *count);
+        for (size_t i = 0; i < p->n_samples; i++) {
+            const tm_prof_sample *s = &p->samples[i];
+            if (drop_thread[s->thread]) continue;
+            count[s->thread]++;
+            if (!any) first = s->ts, any = 1;
+            last = s->ts;
+        }
+    }
+    if (st == TM_OK) {
+        /* Relay measures the span on the written (ms-rounded) f64 seconds. */
+        double span = relay ? relay_seconds(p, last) - relay_seconds(p, first) : (double)(last - first) / 1e9;
+        int too_long = relay ? span > (double)p->max_chunk_duration_ns / 1e9
+                             : (uint64_t)(last - first) > p->max_chunk_duration_ns;
+        if (too_long)
+            st = REJECT(err, "DurationIsTooLong", "samples span %.3f s, more than the %.3f s a chunk may last",
+                        span, (double)p->max_chunk_duration_ns / 1e9);
+    }
+
+    tm_jw *w = NULL;
+    if (st == TM_OK) {
+        w = tm_mem_alloc(p->mem, sizeof *w);
+        if (!w) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    }
+    if (st == TM_OK) {
+        tm_jw_init(w, out);
+        tm_jw_char(w, '{');
+        if (m.root) {
+            if (m.measurements && json_object_size(m.measurements)) st = write_measurements(w, p->mem, m.measurements, err);
+            tm_jw_lit(w, "\"chunk_id\":\"");
+            tm_jw_raw(w, m.chunk_id, 32);
+            tm_jw_lit(w, "\",\"profiler_id\":\"");
+            tm_jw_raw(w, m.profiler_id, 32);
+            tm_jw_lit(w, "\",");
+        }
+        size_t n_meta_images = m.images ? json_array_size(m.images) : 0;
+        if (n_meta_images || count_images(p)) {
+            tm_jw_lit(w, "\"debug_meta\":{\"images\":[");
+            for (size_t i = 0; i < n_meta_images; i++) {
+                if (i) tm_jw_char(w, ',');
+                write_meta_image(w, json_array_get(m.images, i));
+            }
+            write_images(w, p, n_meta_images > 0);
+            tm_jw_lit(w, "]},");
+        }
+        if (m.environment) {
+            tm_jw_lit(w, "\"environment\":");
+            write_json_value(w, m.environment);
+            tm_jw_char(w, ',');
+        }
+        tm_jw_lit(w, "\"platform\":");
+        if (m.root) write_json_value(w, m.platform);
+        else {
+            int java = 0;
+            for (size_t i = 0; i < p->n_frames && !java; i++) java = (p->frames[i].flags & TM_FRAME_JAVA) != 0;
+            tm_jw_cstr(w, java ? "android" : "native");
+        }
+        tm_jw_char(w, ',');
+        if (m.content_type) {
+            tm_jw_lit(w, "\"content_type\":");
+            write_json_value(w, m.content_type);
+            tm_jw_char(w, ',');
+        }
+        if (m.root) {
+            tm_jw_lit(w, "\"release\":");
+            if (m.release) write_json_value(w, m.release);
+            else tm_jw_lit(w, "null");
+            tm_jw_lit(w, ",\"client_sdk\":{\"name\":");
+            write_json_value(w, json_object_get(m.client_sdk, "name"));
+            tm_jw_lit(w, ",\"version\":");
+            write_json_value(w, json_object_get(m.client_sdk, "version"));
+            tm_jw_lit(w, "},");
+        }
+        tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
+        st = write_samples(w, p, drop_thread, err);
+        tm_jw_lit(w, "],\"stacks\":[");
+        for (size_t i = 0; i < p->n_stacks; i++) {
+            const tm_prof_stack *sk = &p->stacks[i];
+            if (i) tm_jw_char(w, ',');
+            tm_jw_char(w, '[');
+            for (uint32_t j = 0; j < sk->len; j++) {
+                if (j) tm_jw_char(w, ',');
+                tm_jw_u64(w, p->frame_ids[sk->off + j]);
+            }
+            tm_jw_char(w, ']');
+        }
+        tm_jw_lit(w, "],\"frames\":[");
+        uint64_t addr_mask = json_str_is(m.platform, "cocoa") ? COCOA_ADDR_MASK
+                                                                                              : UINT64_MAX;
+        for (size_t i = 0; i < p->n_frames; i++) {
+            if (i) tm_jw_char(w, ',');
+            write_frame(w, &p->frames[i], addr_mask);
+        }
+        tm_jw_char(w, ']');
+        /* thread_metadata: only threads that kept samples. */
+        if (relay) {
+            uint32_t th = TM_ABSENT;
+            for (size_t i = 0; p->has_relay_pid && i < p->n_threads; i++)
+                if (p->threads[i].tid == p->relay_observed_pid && count[i]) th = (uint32_t)i;
+            if (th != TM_ABSENT) {
+                tm_jw_lit(w, ",\"thread_metadata\":{");
+                write_thread_key(w, p->threads[th].tid);
+                tm_jw_lit(w, ":{\"name\":\"main\"}}");
+            }
+        } else {
+            tid_index *order = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *order);
+            size_t n = 0;
+            if (!order) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+            for (size_t i = 0; order && i < p->n_threads; i++) {
+                const tm_prof_thread *th = &p->threads[i];
+                if (count[i] && (th->name_prio || (th->pid && th->tid == th->pid))) {
+                    order[n].tid = th->tid;
+                    order[n++].index = (uint32_t)i;
+                }
+            }
+            if (n) {
+                qsort(order, n, sizeof *order, cmp_tid);
+                tm_jw_lit(w, ",\"thread_metadata\":{");
+                for (size_t i = 0; i < n; i++) {
+                    const tm_prof_thread *th = &p->threads[order[i].index];
+                    if (i) tm_jw_char(w, ',');
+                    write_thread_key(w, th->tid);
+                    tm_jw_lit(w, ":{\"name\":");
+                    if (th->pid && th->tid == th->pid) tm_jw_lit(w, "\"main\"");
+                    else tm_jw_str(w, th->name);
+                    tm_jw_char(w, '}');
+                }
+                tm_jw_char(w, '}');
+            }
+            tm_mem_free(p->mem, order, (p->n_threads + 1) * sizeof *order);
+        }
+        tm_jw_lit(w, "}}");
+        tm_status wst = tm_jw_finish(w);
+        if (st == TM_OK && wst != TM_OK) st = tm_fail(err, wst, 0, NULL, "writing the output failed");
+    }
+    tm_mem_free(p->mem, w, sizeof *w);
+    tm_mem_free(p->mem, drop_thread, p->n_threads + 1);
+    tm_mem_free(p->mem, count, (p->n_threads + 1) * sizeof *count);
+    if (m.root) json_decref(m.root);
+    return tm_trace_budget_status(t, st, err);
+}

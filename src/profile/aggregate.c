@@ -1,0 +1,249 @@
+/*
+ * aggregate.c — shared pieces of the pprof, folded, speedscope and flame
+ * graph exporters: thread filters, frame and thread labels, frame kinds,
+ * per-thread sampling periods and per-stack sample counts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "profile/aggregate.h" /* tm_frame_labels, tm_stack_counts */
+
+/* ---- threads ---- */
+
+static int name_is(tm_str name, const char *want) {
+    size_t n = strlen(want);
+    return name.len == n && memcmp(name.data, want, n) == 0;
+}
+
+tm_status tm_thread_select(const tm_profile *p, const tm_thread_filter *f, uint8_t **sel, tm_error *err) {
+    *sel = tm_mem_alloc(p->mem, p->n_threads + 1);
+    if (!*sel) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    int all = !f || (!f->name && !f->by_tid);
+    size_t matched = 0;
+    for (size_t i = 0; i < p->n_threads; i++) {
+        char buf[32];
+        int ok = all || ((!f->by_tid || p->threads[i].tid == f->tid) &&
+                         (!f->name || name_is(tm_thread_label(p, (uint32_t)i, buf), f->name)));
+        (*sel)[i] = (uint8_t)ok;
+        matched += ok;
+    }
+    if (all || matched) return TM_OK;
+    tm_thread_selection_free(p, *sel);
+    *sel = NULL;
+    if (f->name && f->by_tid)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "no thread %lld named \"%s\"", (long long)f->tid, f->name);
+    if (f->name) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "no thread named \"%s\"", f->name);
+    return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "no thread with tid %lld", (long long)f->tid);
+}
+
+void tm_thread_selection_free(const tm_profile *p, uint8_t *sel) {
+    if (sel) tm_mem_free(p->mem, sel, p->n_threads + 1);
+}
+
+tm_str tm_thread_label(const tm_profile *p, uint32_t thread, char *buf) {
+    const tm_prof_thread *t = &p->threads[thread];
+    if (t->name.len) return t->name;
+    int n = t->tid == t->pid && t->pid ? snprintf(buf, 32, "main") : snprintf(buf, 32, "tid-%lld", (long long)t->tid);
+    tm_str s = {(const uint8_t *)buf, (size_t)n};
+    return s;
+}
+
+/* ---- frames ---- */
+
+static tm_str frame_library(const tm_profile *p, const tm_prof_frame *f) {
+    tm_str path = f->package;
+    if (!(f->flags & TM_FRAME_HAS_PACKAGE) && f->mapping) path = p->mappings[f->mapping - 1].path;
+    size_t i = path.len;
+    while (i && path.data[i - 1] != '/') i--;
+    tm_str base = {path.data ? path.data + i : NULL, path.len - i}; /* no NULL + 0 */
+    return base;
+}
+
+tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame) {
+    const tm_prof_frame *f = &p->frames[frame];
+    if (f->flags & TM_FRAME_JAVA) return TM_KIND_JAVA;
+    tm_str lib = frame_library(p, f);
+    static const char kernel[] = "[kernel";
+    if ((lib.len >= sizeof kernel - 1 && memcmp(lib.data, kernel, sizeof kernel - 1) == 0) ||
+        ((f->flags & TM_FRAME_HAS_ADDR) && f->addr >= 0xffff000000000000ull))
+        return TM_KIND_KERNEL;
+    if (!(f->flags & TM_FRAME_HAS_FUNCTION)) return TM_KIND_UNKNOWN;
+    return TM_KIND_NATIVE;
+}
+
+static tm_status label_of(const tm_profile *p, const tm_prof_frame *f, tm_arena *ar, tm_str *out) {
+    if ((f->flags & TM_FRAME_HAS_FUNCTION) && !(f->flags & TM_FRAME_JAVA && f->module.len)) {
+        *out = f->function;
+        return TM_OK;
+    }
+    if (f->flags & TM_FRAME_HAS_FUNCTION) { /* Java: Class.method */
+        uint8_t *s = tm_arena_alloc(ar, f->module.len + 1 + f->function.len);
+        if (!s) return TM_ERR_NOMEM;
+        memcpy(s, f->module.data, f->module.len);
+        s[f->module.len] = '.';
+        memcpy(s + f->module.len + 1, f->function.data, f->function.len);
+        out->data = s;
+        out->len = f->module.len + 1 + f->function.len;
+        return TM_OK;
+    }
+    tm_str lib = frame_library(p, f);
+    uint64_t addr = f->mapping ? f->rel_pc : f->addr;
+    char *s = tm_arena_alloc(ar, lib.len + 24);
+    if (!s) return TM_ERR_NOMEM;
+    int n = lib.len ? snprintf(s, lib.len + 24, "0x%llx (%.*s)", (unsigned long long)addr, TM_STR_ARGS(lib))
+                    : snprintf(s, lib.len + 24, "0x%llx", (unsigned long long)addr);
+    out->data = (const uint8_t *)s;
+    out->len = (size_t)n;
+    return TM_OK;
+}
+
+tm_status tm_frame_labels_build(const tm_profile *p, tm_frame_labels *out) {
+    memset(out, 0, sizeof *out);
+    tm_arena_init(&out->arena, p->mem);
+    out->of = tm_mem_alloc(p->mem, (p->n_frames + 1) * sizeof *out->of);
+    if (!out->of) return TM_ERR_NOMEM;
+    out->n = p->n_frames;
+    for (size_t i = 0; i < p->n_frames; i++) {
+        tm_status st = label_of(p, &p->frames[i], &out->arena, &out->of[i]);
+        if (st != TM_OK) {
+            tm_frame_labels_release(p, out);
+            return st;
+        }
+    }
+    return TM_OK;
+}
+
+void tm_frame_labels_release(const tm_profile *p, tm_frame_labels *l) {
+    if (l->of) tm_mem_free(p->mem, l->of, (l->n + 1) * sizeof *l->of);
+    tm_arena_release(&l->arena);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- periods ---- */
+
+#define GAPS_KEPT 64
+
+typedef struct gap_state {
+    int64_t last_ts;
+    uint64_t seen;   /* samples seen so far */
+    uint64_t total;  /* samples of the thread */
+    uint32_t kept;
+} gap_state;
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t median(int64_t *v, size_t n) {
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, cmp_i64);
+    return v[n / 2];
+}
+
+tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fixed_ns, int64_t **per_thread,
+                            int64_t *overall) {
+    size_t nt = p->n_threads;
+    *per_thread = tm_mem_alloc(p->mem, (nt + 1) * sizeof **per_thread);
+    if (!*per_thread) return TM_ERR_NOMEM;
+    if (fixed_ns > 0 || p->untimed) {
+        int64_t v = fixed_ns > 0 ? fixed_ns : 0;
+        for (size_t i = 0; i < nt; i++) (*per_thread)[i] = v;
+        *overall = v;
+        return TM_OK;
+    }
+    gap_state *gs = tm_mem_alloc(p->mem, (nt + 1) * sizeof *gs);
+    int64_t *gaps = tm_mem_alloc(p->mem, (nt + 1) * GAPS_KEPT * sizeof *gaps);
+    if (!gs || !gaps) {
+        tm_mem_free(p->mem, gs, (nt + 1) * sizeof *gs);
+        tm_mem_free(p->mem, gaps, (nt + 1) * GAPS_KEPT * sizeof *gaps);
+        tm_thread_periods_free(p, *per_thread);
+        *per_thread = NULL;
+        return TM_ERR_NOMEM;
+    }
+    memset(gs, 0, (nt + 1) * sizeof *gs);
+    for (size_t i = 0; i < p->n_samples; i++) gs[p->samples[i].thread].total++;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_prof_sample *s = &p->samples[i];
+        if (sel && !sel[s->thread]) continue;
+        gap_state *g = &gs[s->thread];
+        if (g->seen) {
+            uint64_t gap_no = g->seen - 1, n_gaps = g->total - 1;
+            uint64_t stride = (n_gaps + GAPS_KEPT - 1) / GAPS_KEPT;
+            if (gap_no % stride == 0 && g->kept < GAPS_KEPT && s->ts > g->last_ts)
+                gaps[(size_t)s->thread * GAPS_KEPT + g->kept++] = s->ts - g->last_ts;
+        }
+        g->last_ts = s->ts;
+        g->seen++;
+    }
+    /* Overall: the median of every kept gap, gathered at the front. */
+    size_t n_all = 0;
+    for (size_t t = 0; t < nt; t++) {
+        (*per_thread)[t] = median(&gaps[t * GAPS_KEPT], gs[t].kept);
+        for (uint32_t k = 0; k < gs[t].kept; k++) gaps[n_all++] = gaps[t * GAPS_KEPT + k];
+    }
+    *overall = median(gaps, n_all);
+    for (size_t t = 0; t < nt; t++)
+        if (!gs[t].kept) (*per_thread)[t] = *overall;
+    tm_mem_free(p->mem, gs, (nt + 1) * sizeof *gs);
+    tm_mem_free(p->mem, gaps, (nt + 1) * GAPS_KEPT * sizeof *gaps);
+    return TM_OK;
+}
+
+void tm_thread_periods_free(const tm_profile *p, int64_t *per_thread) {
+    if (per_thread) tm_mem_free(p->mem, per_thread, (p->n_threads + 1) * sizeof *per_thread);
+}
+
+/* ---- stack counts ---- */
+
+static tm_status push_count(const tm_profile *p, tm_stack_counts *c, uint32_t thread, uint32_t stack) {
+    TM_TRY(TM_VEC_RESERVE(p->mem, c->v, c->cap, c->n + 1));
+    tm_stack_count *e = &c->v[c->n++];
+    e->thread = thread;
+    e->stack = stack;
+    e->count = 0;
+    return TM_OK;
+}
+
+tm_status tm_stack_counts_build(const tm_profile *p, const uint8_t *sel, int by_thread, tm_stack_counts *out) {
+    memset(out, 0, sizeof *out);
+    tm_status st = TM_OK;
+    if (!by_thread) {
+        /* entry[stack] = index + 1 into out->v; 0: not seen yet */
+        uint32_t *entry = tm_mem_alloc(p->mem, (p->n_stacks + 1) * sizeof *entry);
+        if (!entry) return TM_ERR_NOMEM;
+        memset(entry, 0, (p->n_stacks + 1) * sizeof *entry);
+        for (size_t i = 0; i < p->n_samples && st == TM_OK; i++) {
+            const tm_prof_sample *s = &p->samples[i];
+            if (sel && !sel[s->thread]) continue;
+            if (!entry[s->stack]) {
+                st = push_count(p, out, TM_ABSENT, s->stack);
+                entry[s->stack] = (uint32_t)out->n;
+            }
+            if (st == TM_OK) out->v[entry[s->stack] - 1].count += tm_profile_weight(p, i);
+        }
+        tm_mem_free(p->mem, entry, (p->n_stacks + 1) * sizeof *entry);
+    } else {
+        tm_u64map entry = {0};
+        for (size_t i = 0; i < p->n_samples && st == TM_OK; i++) {
+            const tm_prof_sample *s = &p->samples[i];
+            if (sel && !sel[s->thread]) continue;
+            uint64_t key = (uint64_t)s->thread << 32 | s->stack;
+            uint32_t e = tm_u64map_get(&entry, key);
+            if (e == TM_ABSENT) {
+                e = (uint32_t)out->n;
+                st = push_count(p, out, s->thread, s->stack);
+                if (st == TM_OK) st = tm_u64map_put(p->mem, &entry, key, e);
+            }
+            if (st == TM_OK) out->v[e].count += tm_profile_weight(p, i);
+        }
+        tm_u64map_free(p->mem, &entry);
+    }
+    if (st != TM_OK) tm_stack_counts_release(p, out);
+    return st;
+}
+
+void tm_stack_counts_release(const tm_profile *p, tm_stack_counts *c) {
+    tm_mem_free(p->mem, c->v, c->cap * sizeof *c->v);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,306 @@
+/*
+ * profile.c — building the profile model: content-addressed deduplication
+ * of mappings, frames and stacks (first-seen order), thread and process
+ * tables with Trace Processor's name priorities, and the stable sample sort.
+ *
+ * Frames are identified by what an exporter shows of them (function,
+ * module, package, address, platform), as Relay's converter does, so two
+ * sequences that intern the same function get one frame.
+ */
+#include "profile.h" /* tm_profile */
+
+void tm_profile_init(tm_profile *p, tm_mem *mem, tm_arena *arena) {
+    memset(p, 0, sizeof *p);
+    p->mem = mem;
+    p->arena = arena;
+    p->max_unique_frames = UINT64_MAX;
+}
+
+#define FREE_VEC(p, v, cap) tm_mem_free((p)->mem, (v), (cap) * sizeof *(v))
+
+void tm_profile_release(tm_profile *p) {
+    FREE_VEC(p, p->frames, p->cap_frames);
+    FREE_VEC(p, p->mappings, p->cap_mappings);
+    FREE_VEC(p, p->stacks, p->cap_stacks);
+    FREE_VEC(p, p->frame_ids, p->cap_frame_ids);
+    FREE_VEC(p, p->threads, p->cap_threads);
+    FREE_VEC(p, p->processes, p->cap_processes);
+    FREE_VEC(p, p->samples, p->cap_samples);
+    if (p->weights) FREE_VEC(p, p->weights, p->cap_samples);
+    FREE_VEC(p, p->realtime, p->n_realtime);
+    tm_idxset_free(p->mem, &p->frame_set);
+    tm_idxset_free(p->mem, &p->mapping_set);
+    tm_idxset_free(p->mem, &p->stack_set);
+    tm_u64map_free(p->mem, &p->thread_by_tid);
+    tm_u64map_free(p->mem, &p->process_by_pid);
+}
+
+/* ---- mappings ---- */
+
+static uint32_t mapping_hash(const tm_prof_mapping *m) {
+    uint64_t h = tm_hash_bytes(m->start ^ (m->end << 1), m->path);
+    h = tm_hash_bytes(h ^ m->load_bias ^ ((uint64_t)m->flags << 60), m->build_id);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int mapping_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_profile *p = ctx;
+    const tm_prof_mapping *a = &p->mappings[idx], *b = key;
+    return a->start == b->start && a->end == b->end && a->load_bias == b->load_bias &&
+           a->flags == b->flags && a->start_offset == b->start_offset &&
+           a->exact_offset == b->exact_offset && tm_bytes_eq(a->path, b->path) &&
+           tm_bytes_eq(a->build_id, b->build_id);
+}
+
+tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out) {
+    uint32_t h = mapping_hash(m);
+    uint32_t idx = tm_idxset_find(&p->mapping_set, h, mapping_eq, p, m);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->mappings, p->cap_mappings, p->n_mappings + 1));
+        idx = (uint32_t)p->n_mappings;
+        TM_TRY(tm_idxset_add(p->mem, &p->mapping_set, h, idx));
+        p->mappings[p->n_mappings++] = *m;
+        p->stats.mappings++;
+        if (m->build_id.len == 0) p->stats.mappings_without_build_id++;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+/* ---- frames ---- */
+
+static uint32_t frame_hash(const tm_prof_frame *f) {
+    uint64_t h = tm_hash_bytes(f->addr ^ ((uint64_t)f->flags << 56), f->function);
+    h = tm_hash_bytes(h, f->module);
+    h = tm_hash_bytes(h, f->package);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_profile *p = ctx;
+    const tm_prof_frame *a = &p->frames[idx], *b = key;
+    return a->flags == b->flags && a->addr == b->addr && tm_bytes_eq(a->function, b->function) &&
+           tm_bytes_eq(a->module, b->module) && tm_bytes_eq(a->package, b->package);
+}
+
+tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out) {
+    uint32_t h = frame_hash(f);
+    uint32_t idx = tm_idxset_find(&p->frame_set, h, frame_eq, p, f);
+    if (idx == TM_ABSENT) {
+        if (p->n_frames >= p->max_unique_frames) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->frames, p->cap_frames, p->n_frames + 1));
+        idx = (uint32_t)p->n_frames;
+        TM_TRY(tm_idxset_add(p->mem, &p->frame_set, h, idx));
+        p->frames[p->n_frames++] = *f;
+        p->stats.frames++;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+/* ---- stacks ---- */
+
+typedef struct stack_key {
+    const uint32_t *ids;
+    size_t n;
+} stack_key;
+
+static uint32_t stack_hash(const uint32_t *ids, size_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++) h = (h ^ ids[i]) * 0x100000001b3ull;
+    h = tm_hash_u64(h);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int stack_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_profile *p = ctx;
+    const tm_prof_stack *s = &p->stacks[idx];
+    const stack_key *k = key;
+    return s->len == k->n && (k->n == 0 || memcmp(p->frame_ids + s->off, k->ids, k->n * 4) == 0);
+}
+
+tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *ids, size_t n, uint32_t *out) {
+    stack_key k = {ids, n};
+    uint32_t h = stack_hash(ids, n);
+    uint32_t idx = tm_idxset_find(&p->stack_set, h, stack_eq, p, &k);
+    if (idx == TM_ABSENT) {
+        if (p->n_frame_ids + n > UINT32_MAX) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->stacks, p->cap_stacks, p->n_stacks + 1));
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->frame_ids, p->cap_frame_ids, p->n_frame_ids + n));
+        idx = (uint32_t)p->n_stacks;
+        TM_TRY(tm_idxset_add(p->mem, &p->stack_set, h, idx));
+        if (n) memcpy(p->frame_ids + p->n_frame_ids, ids, n * sizeof *ids);
+        p->stacks[p->n_stacks].off = (uint32_t)p->n_frame_ids;
+        p->stacks[p->n_stacks].len = (uint32_t)n;
+        p->n_stacks++;
+        p->n_frame_ids += n;
+        p->stats.stacks++;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+/* ---- threads and processes ---- */
+
+tm_status tm_profile_thread(tm_profile *p, int64_t tid, uint32_t *out) {
+    uint32_t idx = tm_u64map_get(&p->thread_by_tid, (uint64_t)tid);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->threads, p->cap_threads, p->n_threads + 1));
+        idx = (uint32_t)p->n_threads;
+        TM_TRY(tm_u64map_put(p->mem, &p->thread_by_tid, (uint64_t)tid, idx));
+        tm_prof_thread *t = &p->threads[p->n_threads++];
+        memset(t, 0, sizeof *t);
+        t->tid = tid;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+tm_status tm_profile_process(tm_profile *p, int64_t pid, uint32_t *out) {
+    uint32_t idx = tm_u64map_get(&p->process_by_pid, (uint64_t)pid);
+    if (idx == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->processes, p->cap_processes, p->n_processes + 1));
+        idx = (uint32_t)p->n_processes;
+        TM_TRY(tm_u64map_put(p->mem, &p->process_by_pid, (uint64_t)pid, idx));
+        tm_prof_process *pr = &p->processes[p->n_processes++];
+        memset(pr, 0, sizeof *pr);
+        pr->pid = pid;
+    }
+    *out = idx;
+    return TM_OK;
+}
+
+void tm_profile_name_thread(tm_profile *p, uint32_t thread, tm_str name, uint32_t prio) {
+    tm_prof_thread *t = &p->threads[thread];
+    if (name.len && prio >= t->name_prio) {
+        t->name = name;
+        t->name_prio = prio;
+    }
+}
+
+void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint32_t prio) {
+    tm_prof_process *pr = &p->processes[process];
+    if (name.len && prio >= pr->name_prio) {
+        pr->name = name;
+        pr->name_prio = prio;
+    }
+}
+
+/* ---- samples ---- */
+
+void tm_profile_count_threads(tm_profile *p) {
+    for (size_t i = 0; i < p->n_threads; i++) p->threads[i].weight = 0;
+    for (size_t i = 0; i < p->n_samples; i++) p->threads[p->samples[i].thread].weight += tm_profile_weight(p, i);
+}
+
+/* ---- sorting samples by time ----
+ * Samples arrive as a few sorted streams (sequences) interleaved at fine
+ * grain, so comparison merges pay for every interleaving. Instead: a
+ * stable radix sort on ts - min. One MSD pass splits the samples into
+ * buckets of the top bits sized to stay in L2 (~16 K samples); each bucket
+ * is then sorted by LSD passes over its low bits while it is in cache, so
+ * main memory is crossed only by the MSD pass. Every pass is stable, so
+ * equal timestamps keep their input order. */
+
+#define DIGIT_BITS 11
+#define BUCKET_SAMPLES 16384
+
+/* Turns counts into start offsets (exclusive prefix sums). */
+static void counts_to_offsets(size_t *c, size_t n) {
+    size_t sum = 0;
+    for (size_t b = 0; b < n; b++) {
+        size_t t = c[b];
+        c[b] = sum;
+        sum += t;
+    }
+}
+
+/* Stable LSD radix sort of src[0..n) on the low `bits` of ts - min, using
+ * dst as scratch; returns the buffer holding the result. */
+static tm_prof_sample *lsd_sort(tm_prof_sample *src, tm_prof_sample *dst, size_t n, int64_t min, unsigned bits,
+                            size_t *count) {
+    const size_t radix = (size_t)1 << DIGIT_BITS, mask = radix - 1;
+    for (unsigned shift = 0; shift < bits; shift += DIGIT_BITS) {
+        memset(count, 0, radix * sizeof *count);
+        for (size_t i = 0; i < n; i++) count[(((uint64_t)src[i].ts - (uint64_t)min) >> shift) & mask]++;
+        if (count[(((uint64_t)src[0].ts - (uint64_t)min) >> shift) & mask] == n) continue; /* one digit value */
+        counts_to_offsets(count, radix);
+        for (size_t i = 0; i < n; i++) dst[count[(((uint64_t)src[i].ts - (uint64_t)min) >> shift) & mask]++] = src[i];
+        tm_prof_sample *t = src;
+        src = dst;
+        dst = t;
+    }
+    return src;
+}
+
+tm_status tm_profile_sort_samples(tm_profile *p) {
+    size_t n = p->n_samples;
+    tm_prof_sample *a = p->samples;
+    int sorted = 1;
+    int64_t min = n ? a[0].ts : 0, max = min;
+    for (size_t i = 1; i < n; i++) {
+        sorted &= a[i - 1].ts <= a[i].ts;
+        if (a[i].ts < min) min = a[i].ts;
+        if (a[i].ts > max) max = a[i].ts;
+    }
+    if (sorted) return TM_OK;
+    uint64_t span = (uint64_t)max - (uint64_t)min;
+    unsigned bits = 1;
+    while (bits < 64 && (span >> bits) != 0) bits++;
+    unsigned top = 0; /* MSD bits: enough buckets for ~BUCKET_SAMPLES each, at most 2^12 */
+    while (top < 12 && top < bits && (n >> top) > BUCKET_SAMPLES) top++;
+    size_t n_buckets = (size_t)1 << top, low = bits - top;
+    size_t *bucket = tm_mem_alloc(p->mem, (n_buckets + 1) * sizeof *bucket);
+    size_t *count = tm_mem_alloc(p->mem, ((size_t)1 << DIGIT_BITS) * sizeof *count);
+    tm_prof_sample *tmp = tm_mem_alloc(p->mem, n * sizeof *tmp);
+    if (!bucket || !count || !tmp) {
+        tm_mem_free(p->mem, bucket, (n_buckets + 1) * sizeof *bucket);
+        tm_mem_free(p->mem, count, ((size_t)1 << DIGIT_BITS) * sizeof *count);
+        tm_mem_free(p->mem, tmp, n * sizeof *tmp);
+        return TM_ERR_NOMEM;
+    }
+    /* MSD pass: a -> tmp, stable, by the top bits. */
+    memset(bucket, 0, (n_buckets + 1) * sizeof *bucket);
+    for (size_t i = 0; i < n; i++) bucket[((uint64_t)a[i].ts - (uint64_t)min) >> low]++;
+    counts_to_offsets(bucket, n_buckets + 1);
+    for (size_t i = 0; i < n; i++) tmp[bucket[((uint64_t)a[i].ts - (uint64_t)min) >> low]++] = a[i];
+    /* bucket[b] now ends bucket b: bucket b is [b ? bucket[b-1] : 0, bucket[b]). */
+    for (size_t b = 0; b < n_buckets; b++) {
+        size_t lo = b ? bucket[b - 1] : 0, hi = bucket[b];
+        if (hi - lo < 2) continue;
+        tm_prof_sample *res = lsd_sort(tmp + lo, a + lo, hi - lo, min, (unsigned)low, count);
+        if (res != tmp + lo) memcpy(tmp + lo, res, (hi - lo) * sizeof *res);
+    }
+    tm_mem_free(p->mem, bucket, (n_buckets + 1) * sizeof *bucket);
+    tm_mem_free(p->mem, count, ((size_t)1 << DIGIT_BITS) * sizeof *count);
+    tm_mem_free(p->mem, a, p->cap_samples * sizeof *a); /* adopt tmp instead of copying back */
+    p->samples = tmp;
+    p->cap_samples = n;
+    return TM_OK;
+}
+
+int tm_profile_realtime(const tm_profile *p, int64_t ts, int64_t *out) {
+    if (!p->n_realtime) return 0;
+    size_t lo = 0, hi = p->n_realtime; /* last segment with from_ns <= ts */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (p->realtime[mid].from_ns <= ts) lo = mid;
+        else hi = mid;
+    }
+    *out = ts + p->realtime[lo].offset_ns;
+    return 1;
+}
+
+static int ends_with(tm_str s, const char *suffix) {
+    size_t n = strlen(suffix);
+    return s.len >= n && memcmp(s.data + s.len - n, suffix, n) == 0;
+}
+
+int tm_path_is_java(tm_str path) {
+    static const char needle[] = "dalvik-jit-code-cache";
+    size_t n = sizeof needle - 1;
+    for (size_t i = 0; i + n <= path.len; i++)
+        if (path.data[i] == 'd' && memcmp(path.data + i, needle, n) == 0) return 1;
+    return ends_with(path, ".oat") || ends_with(path, ".odex") || ends_with(path, ".vdex") ||
+           ends_with(path, ".jar") || ends_with(path, ".dex");
+}

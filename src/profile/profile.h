@@ -1,0 +1,158 @@
+/*
+ * profile.h — the normalised profile model every exporter reads: threads,
+ * samples, stacks, frames and mappings, deduplicated and numbered in
+ * first-seen (trace) order. It knows nothing of protobuf or Perfetto; the
+ * trace decoder (trace.c) fills it through the tm_profile_* functions below.
+ *
+ * Strings are views (tm_str) into the input or into the trace's arena.
+ * Stacks are stored leaf first. Sample timestamps are in trace time (ns);
+ * realtime_segments map trace time to Unix time. A finished profile is
+ * immutable and may be read from any thread.
+ */
+#ifndef TM_PROFILE_H
+#define TM_PROFILE_H
+
+#include "common/alloc.h" /* tm_mem, tm_arena, tm_u64map */
+#include "common/base.h"
+
+enum {
+    TM_FRAME_HAS_FUNCTION = 1,
+    TM_FRAME_HAS_MODULE = 2,
+    TM_FRAME_HAS_ADDR = 4,
+    TM_FRAME_JAVA = 8,
+    TM_FRAME_HAS_PACKAGE = 16
+};
+
+typedef struct tm_prof_frame {
+    tm_str function;
+    tm_str module;   /* Java class (the name before the last '.') */
+    tm_str package;  /* mapping path */
+    uint64_t addr;   /* absolute instruction address */
+    uint64_t rel_pc;
+    uint32_t mapping;/* index + 1 into mappings; 0: none */
+    uint32_t flags;  /* TM_FRAME_* */
+} tm_prof_frame;
+
+enum { TM_MAPPING_HAS_LOAD_BIAS = 1, TM_MAPPING_JAVA = 2 };
+
+typedef struct tm_prof_mapping {
+    tm_str path;     /* path segments joined with '/' */
+    tm_bytes build_id; /* raw bytes */
+    uint64_t start, end, load_bias, start_offset, exact_offset;
+    uint32_t flags;  /* TM_MAPPING_* */
+} tm_prof_mapping;
+
+typedef struct tm_prof_stack {
+    uint32_t off, len; /* into frame_ids, leaf first */
+} tm_prof_stack;
+
+typedef struct tm_prof_thread {
+    int64_t tid, pid; /* pid 0: unknown */
+    tm_str name;
+    uint32_t name_prio; /* 0: no name; higher wins, equal overwrites */
+    uint64_t weight;    /* its samples' total weight (tm_profile_count_threads) */
+} tm_prof_thread;
+
+typedef struct tm_prof_process {
+    int64_t pid;
+    tm_str name;
+    uint32_t name_prio;
+} tm_prof_process;
+
+typedef struct tm_prof_sample {
+    int64_t ts;     /* trace time, ns (Relay mode: the raw packet timestamp) */
+    uint32_t stack;
+    uint32_t thread;
+} tm_prof_sample;
+
+/* Trace time at or after from_ns maps to Unix time by adding offset_ns
+ * (the first segment also covers earlier times). */
+typedef struct tm_time_segment {
+    int64_t from_ns;
+    int64_t offset_ns;
+} tm_time_segment;
+
+typedef struct tm_profile {
+    tm_mem *mem;
+    tm_arena *arena;
+    int relay_compat;      /* written by TM_MODE_RELAY */
+    uint64_t max_unique_frames;
+    uint64_t max_chunk_duration_ns; /* Sample v2 DurationIsTooLong */
+
+    tm_prof_frame *frames;     size_t n_frames, cap_frames;     tm_idxset frame_set;
+    tm_prof_mapping *mappings; size_t n_mappings, cap_mappings; tm_idxset mapping_set;
+    tm_prof_stack *stacks;     size_t n_stacks, cap_stacks;     tm_idxset stack_set;
+    uint32_t *frame_ids;   size_t n_frame_ids, cap_frame_ids;
+    tm_prof_thread *threads;   size_t n_threads, cap_threads;   tm_u64map thread_by_tid;
+    tm_prof_process *processes;size_t n_processes, cap_processes; tm_u64map process_by_pid;
+    tm_prof_sample *samples;   size_t n_samples, cap_samples;
+    /* Folded input only: weight of each sample, cap_samples entries (NULL:
+     * every sample weighs 1)
+     * and no timestamps (every ts is 0). */
+    uint64_t *weights;     int untimed;
+
+    tm_time_segment *realtime; size_t n_realtime; /* empty: no Unix time known */
+    tm_i128 relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME, exact */
+    int64_t relay_observed_pid; int has_relay_pid;
+
+    tm_trace_stats stats;
+} tm_profile;
+
+void tm_profile_init(tm_profile *p, tm_mem *mem, tm_arena *arena);
+void tm_profile_release(tm_profile *p);
+
+/* Each returns the index of the equal existing record or of a new copy. */
+tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out);
+tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out);
+tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *frames_leaf_first, size_t n,
+                                  uint32_t *out);
+
+/* Thread/process by id, created on first use. */
+tm_status tm_profile_thread(tm_profile *p, int64_t tid, uint32_t *out);
+tm_status tm_profile_process(tm_profile *p, int64_t pid, uint32_t *out);
+void tm_profile_name_thread(tm_profile *p, uint32_t thread, tm_str name, uint32_t prio);
+void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint32_t prio);
+
+static inline tm_status tm_profile_add_sample(tm_profile *p, int64_t ts, uint32_t stack,
+                                              uint32_t thread) {
+    if (TM_UNLIKELY(p->n_samples == p->cap_samples))
+        TM_TRY(tm_vec_grow(p->mem, (void **)&p->samples, &p->cap_samples, sizeof *p->samples,
+                           p->n_samples + 1));
+    tm_prof_sample *s = &p->samples[p->n_samples++];
+    s->ts = ts;
+    s->stack = stack;
+    s->thread = thread;
+    return TM_OK;
+}
+
+static inline uint64_t tm_profile_weight(const tm_profile *p, size_t sample) {
+    return p->weights ? p->weights[sample] : 1;
+}
+
+/* Sets every thread's weight from the samples (the decoders' last step). */
+void tm_profile_count_threads(tm_profile *p);
+
+/* Stable sort of samples by ts (a no-op when already sorted). */
+tm_status tm_profile_sort_samples(tm_profile *p);
+
+/* Unix time in ns of a trace time; returns 0 when unknown. */
+int tm_profile_realtime(const tm_profile *p, int64_t ts, int64_t *out);
+
+/* Java mapping test shared with Relay: dalvik-jit-code-cache, .oat, .odex,
+ * .vdex, .jar, .dex. */
+int tm_path_is_java(tm_str path);
+
+/* The model of a parsed trace (defined by trace.c). */
+const tm_profile *tm_trace_profile(const tm_trace *t);
+/* What an exporter returns: st, except that an out-of-memory failure caused
+ * by the trace's result budget (max_result_bytes) becomes the TM_ERR_LIMIT
+ * it really is. In trace.c. */
+tm_status tm_trace_budget_status(const tm_trace *t, tm_status st, tm_error *err);
+
+/* The frames of a stack, leaf first (NULL for an empty stack: a profile
+ * whose stacks are all empty has no frame_ids array to point into). */
+static inline const uint32_t *tm_profile_stack_frames(const tm_profile *p, const tm_prof_stack *s) {
+    return s->len ? p->frame_ids + s->off : NULL;
+}
+
+#endif

@@ -1,0 +1,30 @@
+/*
+ * trace.h — the Perfetto trace model: per-sequence intern tables and
+ * incremental state, clocks, and the decoder that turns a .pftrace buffer
+ * into a tm_profile; the entry point tm_trace_parse also dispatches to the
+ * Sample v2 and folded readers. See trace.c for the rules and perfetto-wire.md for
+ * the field numbers.
+ */
+#ifndef TM_TRACE_H
+#define TM_TRACE_H
+
+#include "common/alloc.h"   /* tm_mem, tm_arena */
+#include "perfetto/clock.h"   /* tm_clocks */
+#include "profile/profile.h" /* tm_profile */
+
+struct tm_trace {
+    tm_mem mem;            /* counted against result_budget */
+    tm_budget result_budget;
+    tm_arena arena;
+    tm_profile profile;
+    tm_clocks clocks;
+    tm_limits limits;  /* resolved: preset, then the caller's overrides */
+    tm_input_format input;
+};
+
+/* Readers of the other input formats (in_sample_v2.c, in_folded.c): each
+ * fills t->profile within t->limits, sorted by time, with its stats. */
+tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
+tm_status tm_folded_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
+
+#endif

@@ -1,0 +1,751 @@
+/*
+ * sql.c — the SQL layer: Trace Processor's tables and views over the
+ * Trace Processor model (tp.h) as SQLite virtual tables, plus tm_db_*.
+ *
+ * Every table is one table_def: a row count, an optional row filter (the
+ * views perf_sample, cpu_profile_stack_sample, perf_session, ... select
+ * rows of a shared table) and a list of columns, each a getter that writes
+ * one value of one row. Rows are read from the model's arrays when SQLite
+ * asks for them; nothing is copied into SQLite, so opening a trace costs a
+ * decode. xBestIndex answers equality and ranges on the row id (every
+ * table's id, upid or utid) by direct access, which is what the usual joins
+ * (callsite_id = id, frame_id = id, track_id = id) need.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/limits.h"
+#include "tp/tp.h"
+
+typedef void (*col_get)(const tm_tp *tp, size_t row, sqlite3_context *ctx);
+
+typedef struct col_def {
+    const char *name;
+    const char *type;
+    col_get get;
+} col_def;
+
+typedef struct table_def {
+    const char *name;
+    const col_def *cols;
+    int n_cols;
+    int n_id_cols;  /* leading columns that equal the row id (id; upid, id; ...) */
+    size_t (*count)(const tm_tp *tp);
+    int (*visible)(const tm_tp *tp, size_t row); /* NULL: every row */
+} table_def;
+
+struct tm_db {
+    tm_mem mem;
+    tm_tp tp;
+    sqlite3 *sql;
+};
+
+/* ---- value helpers --------------------------------------------------- */
+
+static void put_str(sqlite3_context *c, tm_str s) {
+    if (!s.data)
+        sqlite3_result_null(c);
+    else
+        sqlite3_result_text(c, (const char *)s.data, (int)s.len, SQLITE_STATIC);
+}
+static void put_cstr(sqlite3_context *c, const char *s) {
+    if (s)
+        sqlite3_result_text(c, s, -1, SQLITE_STATIC);
+    else
+        sqlite3_result_null(c);
+}
+static void put_id(sqlite3_context *c, uint32_t v) {
+    if (v == TP_NULL)
+        sqlite3_result_null(c);
+    else
+        sqlite3_result_int64(c, v);
+}
+static void put_int(sqlite3_context *c, int64_t v) {
+    if (v == TP_NO_INT)
+        sqlite3_result_null(c);
+    else
+        sqlite3_result_int64(c, v);
+}
+/* Unsigned 64-bit values are shown as Trace Processor does: as int64. */
+static void put_u64(sqlite3_context *c, uint64_t v) { sqlite3_result_int64(c, (int64_t)v); }
+
+static void col_row(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    (void)tp;
+    sqlite3_result_int64(c, (int64_t)row);
+}
+static void col_null(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    (void)tp, (void)row;
+    sqlite3_result_null(c);
+}
+static void col_zero(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    (void)tp, (void)row;
+    sqlite3_result_int64(c, 0);
+}
+
+#define GETTER(fn, T, arr, expr)                                          \
+    static void fn(const tm_tp *tp, size_t row, sqlite3_context *c) {     \
+        const T *r = &tp->arr[row];                                       \
+        expr;                                                             \
+    }
+
+/* ---- process, thread -------------------------------------------------- */
+
+GETTER(proc_pid, tp_process, processes, sqlite3_result_int64(c, r->pid))
+GETTER(proc_name, tp_process, processes, put_str(c, r->name))
+GETTER(proc_parent, tp_process, processes, put_id(c, r->parent_upid))
+GETTER(proc_uid, tp_process, processes, put_int(c, r->uid))
+GETTER(proc_appid, tp_process, processes, put_int(c, r->uid == TP_NO_INT ? TP_NO_INT : r->uid % 100000))
+GETTER(proc_userid, tp_process, processes, put_int(c, r->uid == TP_NO_INT ? TP_NO_INT : r->uid / 100000))
+GETTER(proc_cmdline, tp_process, processes, put_str(c, r->cmdline))
+
+static const col_def process_cols[] = {
+    {"upid", "INTEGER", col_row},       {"id", "INTEGER", col_row},
+    {"pid", "INTEGER", proc_pid},       {"name", "TEXT", proc_name},
+    {"start_ts", "INTEGER", col_null},  {"end_ts", "INTEGER", col_null},
+    {"parent_upid", "INTEGER", proc_parent}, {"uid", "INTEGER", proc_uid},
+    {"android_appid", "INTEGER", proc_appid}, {"android_user_id", "INTEGER", proc_userid},
+    {"cmdline", "TEXT", proc_cmdline},  {"arg_set_id", "INTEGER", col_null},
+    {"machine_id", "INTEGER", col_zero},
+};
+
+GETTER(thr_tid, tp_thread, threads, sqlite3_result_int64(c, r->tid))
+GETTER(thr_name, tp_thread, threads, put_str(c, r->name))
+GETTER(thr_upid, tp_thread, threads, put_id(c, r->upid))
+GETTER(thr_main, tp_thread, threads, put_int(c, r->is_main < 0 ? TP_NO_INT : r->is_main))
+GETTER(thr_idle, tp_thread, threads, sqlite3_result_int64(c, r->is_idle))
+
+static const col_def thread_cols[] = {
+    {"utid", "INTEGER", col_row},      {"id", "INTEGER", col_row},
+    {"tid", "INTEGER", thr_tid},       {"name", "TEXT", thr_name},
+    {"start_ts", "INTEGER", col_null}, {"end_ts", "INTEGER", col_null},
+    {"upid", "INTEGER", thr_upid},     {"is_main_thread", "INTEGER", thr_main},
+    {"is_idle", "INTEGER", thr_idle},  {"machine_id", "INTEGER", col_zero},
+    {"arg_set_id", "INTEGER", col_null},
+};
+
+/* ---- stack_profile_* -------------------------------------------------- */
+
+GETTER(map_build_id, tp_mapping, mappings, put_str(c, r->build_id))
+GETTER(map_exact, tp_mapping, mappings, put_u64(c, r->exact_offset))
+GETTER(map_start_off, tp_mapping, mappings, put_u64(c, r->start_offset))
+GETTER(map_start, tp_mapping, mappings, put_u64(c, r->start))
+GETTER(map_end, tp_mapping, mappings, put_u64(c, r->end))
+GETTER(map_bias, tp_mapping, mappings, put_u64(c, r->load_bias))
+GETTER(map_name, tp_mapping, mappings, put_str(c, r->name))
+
+static const col_def mapping_cols[] = {
+    {"id", "INTEGER", col_row},          {"build_id", "TEXT", map_build_id},
+    {"exact_offset", "INTEGER", map_exact}, {"start_offset", "INTEGER", map_start_off},
+    {"start", "INTEGER", map_start},     {"end", "INTEGER", map_end},
+    {"load_bias", "INTEGER", map_bias},  {"name", "TEXT", map_name},
+};
+
+GETTER(frame_name, tp_frame, frames, put_str(c, r->name))
+GETTER(frame_mapping, tp_frame, frames, put_id(c, r->mapping))
+GETTER(frame_rel_pc, tp_frame, frames, put_u64(c, r->rel_pc))
+GETTER(frame_symbols, tp_frame, frames, put_id(c, r->symbol_set))
+GETTER(frame_type, tp_frame, frames, put_str(c, r->type))
+
+static const col_def frame_cols[] = {
+    {"id", "INTEGER", col_row},           {"name", "TEXT", frame_name},
+    {"mapping", "INTEGER", frame_mapping}, {"rel_pc", "INTEGER", frame_rel_pc},
+    {"symbol_set_id", "INTEGER", frame_symbols}, {"deobfuscated_name", "TEXT", col_null},
+    {"type", "TEXT", frame_type},
+};
+
+GETTER(cs_depth, tp_callsite, callsites, sqlite3_result_int64(c, r->depth))
+GETTER(cs_parent, tp_callsite, callsites, put_id(c, r->parent))
+GETTER(cs_frame, tp_callsite, callsites, sqlite3_result_int64(c, r->frame))
+
+static const col_def callsite_cols[] = {
+    {"id", "INTEGER", col_row},
+    {"depth", "INTEGER", cs_depth},
+    {"parent_id", "INTEGER", cs_parent},
+    {"frame_id", "INTEGER", cs_frame},
+};
+
+GETTER(sym_set, tp_symbol, symbols, sqlite3_result_int64(c, r->symbol_set))
+GETTER(sym_name, tp_symbol, symbols, put_str(c, r->name))
+GETTER(sym_file, tp_symbol, symbols, put_str(c, r->source_file))
+GETTER(sym_line, tp_symbol, symbols, sqlite3_result_int64(c, r->line))
+
+static const col_def symbol_cols[] = {
+    {"id", "INTEGER", col_row},        {"symbol_set_id", "INTEGER", sym_set},
+    {"name", "TEXT", sym_name},        {"source_file", "TEXT", sym_file},
+    {"line_number", "INTEGER", sym_line}, {"inlined", "INTEGER", col_zero},
+};
+
+/* ---- samples ---------------------------------------------------------- */
+
+static const tp_sample_attr *attr_of(const tm_tp *tp, size_t row) { return &tp->attrs[tp->s_attr[row]]; }
+static const tp_task_ctx *task_of(const tm_tp *tp, size_t row) {
+    uint32_t t = tp->s_task[row];
+    return t == TP_NULL ? NULL : &tp->tasks[t];
+}
+static const tp_exec_ctx *exec_of(const tm_tp *tp, size_t row) {
+    uint32_t e = attr_of(tp, row)->exec;
+    return e == TP_NULL ? NULL : &tp->execs[e];
+}
+
+static void smp_ts(const tm_tp *tp, size_t row, sqlite3_context *c) { sqlite3_result_int64(c, tp->s_ts[row]); }
+static void smp_callsite(const tm_tp *tp, size_t row, sqlite3_context *c) { put_id(c, tp->s_callsite[row]); }
+static void smp_task(const tm_tp *tp, size_t row, sqlite3_context *c) { put_id(c, tp->s_task[row]); }
+static void smp_exec(const tm_tp *tp, size_t row, sqlite3_context *c) { put_id(c, attr_of(tp, row)->exec); }
+static void smp_session(const tm_tp *tp, size_t row, sqlite3_context *c) { put_id(c, attr_of(tp, row)->session); }
+static void smp_utid(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    const tp_task_ctx *t = task_of(tp, row);
+    put_id(c, t ? t->utid : TP_NULL);
+}
+static void smp_cpu(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    const tp_exec_ctx *e = exec_of(tp, row);
+    put_id(c, e ? e->cpu : TP_NULL);
+}
+static void smp_mode(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    const tp_exec_ctx *e = exec_of(tp, row);
+    put_cstr(c, e ? e->mode : NULL);
+}
+static void smp_unwind(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    put_cstr(c, tm_tp_unwind_error_name(attr_of(tp, row)->unwind_error));
+}
+static void smp_priority(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    sqlite3_result_int64(c, attr_of(tp, row)->priority);
+}
+static void smp_source(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    const tp_sample_attr *a = attr_of(tp, row);
+    if (a->kind == TP_SRC_CHROME)
+        put_cstr(c, "chrome");
+    else if (a->session != TP_NULL)
+        put_str(c, tp->sessions[a->session].source);
+    else
+        sqlite3_result_null(c);
+}
+static size_t count_samples(const tm_tp *tp) { return tp->n_samples; }
+static int is_perf_sample(const tm_tp *tp, size_t row) { return attr_of(tp, row)->kind == TP_SRC_PERF; }
+static int is_chrome_sample(const tm_tp *tp, size_t row) { return attr_of(tp, row)->kind == TP_SRC_CHROME; }
+
+static const col_def perf_sample_cols[] = {
+    {"id", "INTEGER", col_row},         {"ts", "INTEGER", smp_ts},
+    {"utid", "INTEGER", smp_utid},      {"cpu", "INTEGER", smp_cpu},
+    {"cpu_mode", "TEXT", smp_mode},     {"callsite_id", "INTEGER", smp_callsite},
+    {"unwind_error", "TEXT", smp_unwind}, {"perf_session_id", "INTEGER", smp_session},
+};
+static const col_def cpu_profile_cols[] = {
+    {"id", "INTEGER", col_row},          {"ts", "INTEGER", smp_ts},
+    {"callsite_id", "INTEGER", smp_callsite}, {"utid", "INTEGER", smp_utid},
+    {"process_priority", "INTEGER", smp_priority},
+};
+static const col_def stack_sample_cols[] = {
+    {"id", "INTEGER", col_row},            {"ts", "INTEGER", smp_ts},
+    {"source", "TEXT", smp_source},        {"task_context_id", "INTEGER", smp_task},
+    {"execution_context_id", "INTEGER", smp_exec}, {"callsite_id", "INTEGER", smp_callsite},
+    {"session_id", "INTEGER", smp_session},
+};
+
+GETTER(task_upid, tp_task_ctx, tasks, put_id(c, r->upid))
+GETTER(task_utid, tp_task_ctx, tasks, put_id(c, r->utid))
+GETTER(task_async, tp_task_ctx, tasks, put_id(c, r->async))
+static const col_def task_cols[] = {
+    {"id", "INTEGER", col_row},
+    {"upid", "INTEGER", task_upid},
+    {"utid", "INTEGER", task_utid},
+    {"async_context_id", "INTEGER", task_async},
+};
+
+GETTER(exec_cpu, tp_exec_ctx, execs, put_id(c, r->cpu))
+GETTER(exec_mode, tp_exec_ctx, execs, put_cstr(c, r->mode))
+static const col_def exec_cols[] = {
+    {"id", "INTEGER", col_row},
+    {"ucpu", "INTEGER", exec_cpu},
+    {"cpu_mode", "TEXT", exec_mode},
+};
+
+GETTER(async_name, tp_async_ctx, asyncs, put_str(c, r->name))
+GETTER(async_kind, tp_async_ctx, asyncs, put_str(c, r->kind))
+GETTER(async_parent, tp_async_ctx, asyncs, put_id(c, r->parent))
+static const col_def async_cols[] = {
+    {"id", "INTEGER", col_row},
+    {"name", "TEXT", async_name},
+    {"kind", "TEXT", async_kind},
+    {"parent_id", "INTEGER", async_parent},
+};
+
+GETTER(sess_source, tp_session, sessions, put_str(c, r->source))
+GETTER(sess_unit, tp_session, sessions, put_str(c, r->timebase_unit))
+GETTER(sess_cmdline, tp_session, sessions, put_str(c, r->cmdline))
+static const col_def perf_session_cols[] = {
+    {"id", "INTEGER", col_row},
+    {"perf_session_id", "INTEGER", col_row},
+    {"cmdline", "TEXT", sess_cmdline},
+};
+static const col_def stack_session_cols[] = {
+    {"id", "INTEGER", col_row},
+    {"source", "TEXT", sess_source},
+    {"timebase_unit", "TEXT", sess_unit},
+    {"cmdline", "TEXT", sess_cmdline},
+};
+static int is_perf_session(const tm_tp *tp, size_t row) { return tp->sessions[row].is_perf; }
+static int is_stack_session(const tm_tp *tp, size_t row) { return !tp->sessions[row].is_perf; }
+
+/* ---- tracks and counters --------------------------------------------- */
+
+static const char *track_type(const tp_track *t) {
+    return t->kind == TP_TRACK_PERF_COUNTER ? "perf_cpu_counter" : "stack_sample_counter";
+}
+GETTER(trk_name, tp_track, tracks, put_str(c, r->name))
+GETTER(trk_type, tp_track, tracks, put_cstr(c, track_type(r)))
+GETTER(trk_unit, tp_track, tracks, put_str(c, r->unit))
+GETTER(trk_session, tp_track, tracks, put_id(c, r->session))
+GETTER(trk_cpu, tp_track, tracks, put_id(c, r->cpu))
+GETTER(trk_timebase, tp_track, tracks, sqlite3_result_int64(c, r->is_timebase))
+static const col_def track_cols[] = {
+    {"id", "INTEGER", col_row},          {"name", "TEXT", trk_name},
+    {"type", "TEXT", trk_type},          {"dimension_arg_set_id", "INTEGER", col_null},
+    {"parent_id", "INTEGER", col_null},  {"source_arg_set_id", "INTEGER", col_null},
+    {"machine_id", "INTEGER", col_zero}, {"track_group_id", "INTEGER", col_null},
+};
+static const col_def perf_counter_track_cols[] = {
+    {"id", "INTEGER", col_row},          {"name", "TEXT", trk_name},
+    {"type", "TEXT", trk_type},          {"parent_id", "INTEGER", col_null},
+    {"source_arg_set_id", "INTEGER", col_null}, {"machine_id", "INTEGER", col_zero},
+    {"unit", "TEXT", trk_unit},          {"description", "TEXT", col_null},
+    {"perf_session_id", "INTEGER", trk_session}, {"cpu", "INTEGER", trk_cpu},
+    {"is_timebase", "INTEGER", trk_timebase},
+};
+static const col_def stack_counter_track_cols[] = {
+    {"id", "INTEGER", col_row},          {"name", "TEXT", trk_name},
+    {"type", "TEXT", trk_type},          {"unit", "TEXT", trk_unit},
+    {"session_id", "INTEGER", trk_session}, {"is_timebase", "INTEGER", trk_timebase},
+};
+static int is_perf_track(const tm_tp *tp, size_t row) { return tp->tracks[row].kind == TP_TRACK_PERF_COUNTER; }
+static int is_stack_track(const tm_tp *tp, size_t row) {
+    return tp->tracks[row].kind == TP_TRACK_STACK_SAMPLE_COUNTER;
+}
+
+GETTER(ctr_ts, tp_counter, counters, sqlite3_result_int64(c, r->ts))
+GETTER(ctr_track, tp_counter, counters, sqlite3_result_int64(c, r->track))
+GETTER(ctr_value, tp_counter, counters, sqlite3_result_double(c, r->value))
+GETTER(ctr_sample, tp_counter, counters, put_id(c, r->sample))
+static const col_def counter_cols[] = {
+    {"id", "INTEGER", col_row},      {"ts", "INTEGER", ctr_ts},
+    {"track_id", "INTEGER", ctr_track}, {"value", "REAL", ctr_value},
+    {"arg_set_id", "INTEGER", col_null},
+};
+static const col_def stack_counter_cols[] = {
+    {"id", "INTEGER", col_row},      {"ts", "INTEGER", ctr_ts},
+    {"track_id", "INTEGER", ctr_track}, {"value", "REAL", ctr_value},
+    {"stack_sample_id", "INTEGER", ctr_sample},
+};
+static int is_stack_counter(const tm_tp *tp, size_t row) { return tp->counters[row].sample != TP_NULL; }
+
+/* ---- stats, metadata, clock_snapshot ---------------------------------- */
+
+static const char *const severity_names[] = {"info", "notice", "data_loss", "error"};
+static const char *const source_names[] = {"trace", "analysis"};
+
+static const tp_stat_def *stat_def(const tm_tp *tp, size_t row) { return tm_tp_stat_def(tp->stats[row].key); }
+static void st_name(const tm_tp *tp, size_t row, sqlite3_context *c) { put_cstr(c, stat_def(tp, row)->name); }
+GETTER(st_key, tp_stat, stats, sqlite3_result_int64(c, r->key))
+GETTER(st_idx, tp_stat, stats, put_int(c, r->idx))
+GETTER(st_value, tp_stat, stats, sqlite3_result_int64(c, r->value))
+static void st_severity(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    put_cstr(c, severity_names[stat_def(tp, row)->severity]);
+}
+static void st_source(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    put_cstr(c, source_names[stat_def(tp, row)->source]);
+}
+static void st_description(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    put_cstr(c, tm_tp_stat_description(tp->stats[row].key));
+}
+static void st_scope(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    if (stat_def(tp, row)->global)
+        sqlite3_result_null(c);
+    else
+        sqlite3_result_int64(c, tp->stats[row].machine);
+}
+static void st_trace(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    if (stat_def(tp, row)->global)
+        sqlite3_result_null(c);
+    else
+        sqlite3_result_int64(c, 0);
+}
+static const col_def stats_cols[] = {
+    {"id", "INTEGER", col_row},          {"name", "TEXT", st_name},
+    {"key", "INTEGER", st_key},          {"idx", "INTEGER", st_idx},
+    {"severity", "TEXT", st_severity},   {"source", "TEXT", st_source},
+    {"value", "INTEGER", st_value},      {"description", "TEXT", st_description},
+    {"machine_id", "INTEGER", st_scope}, {"trace_id", "INTEGER", st_trace},
+};
+
+GETTER(meta_name, tp_meta, meta, put_cstr(c, r->name))
+static void meta_key_type(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    (void)tp, (void)row;
+    put_cstr(c, "single");
+}
+GETTER(meta_int, tp_meta, meta, put_int(c, r->int_value))
+GETTER(meta_str, tp_meta, meta, put_str(c, r->str_value))
+static const col_def meta_cols[] = {
+    {"id", "INTEGER", col_row},         {"name", "TEXT", meta_name},
+    {"key_type", "TEXT", meta_key_type},    {"int_value", "INTEGER", meta_int},
+    {"str_value", "TEXT", meta_str},    {"machine_id", "INTEGER", col_zero},
+    {"trace_id", "INTEGER", col_zero},
+};
+
+GETTER(clk_ts, tp_clock_row, clocks, sqlite3_result_int64(c, r->ts))
+GETTER(clk_id, tp_clock_row, clocks, sqlite3_result_int64(c, r->clock_id))
+GETTER(clk_name, tp_clock_row, clocks, put_cstr(c, tm_tp_clock_name(r->clock_id)))
+GETTER(clk_value, tp_clock_row, clocks, sqlite3_result_int64(c, r->value))
+GETTER(clk_snapshot, tp_clock_row, clocks, sqlite3_result_int64(c, r->snapshot))
+static const col_def clock_cols[] = {
+    {"id", "INTEGER", col_row},          {"ts", "INTEGER", clk_ts},
+    {"clock_id", "INTEGER", clk_id},     {"clock_name", "TEXT", clk_name},
+    {"clock_value", "INTEGER", clk_value}, {"snapshot_id", "INTEGER", clk_snapshot},
+    {"machine_id", "INTEGER", col_zero},
+};
+
+/* ---- the table list --------------------------------------------------- */
+
+#define COUNT_OF(arr) \
+    static size_t count_##arr(const tm_tp *tp) { return tp->n_##arr; }
+COUNT_OF(processes)
+COUNT_OF(threads)
+COUNT_OF(mappings)
+COUNT_OF(frames)
+COUNT_OF(callsites)
+COUNT_OF(symbols)
+COUNT_OF(tasks)
+COUNT_OF(execs)
+COUNT_OF(asyncs)
+COUNT_OF(sessions)
+COUNT_OF(tracks)
+COUNT_OF(counters)
+COUNT_OF(stats)
+COUNT_OF(meta)
+COUNT_OF(clocks)
+
+#define TABLE(name, cols, ids, count, visible) \
+    {name, cols, (int)(sizeof cols / sizeof cols[0]), ids, count, visible}
+
+static const table_def tables[] = {
+    TABLE("process", process_cols, 2, count_processes, NULL),
+    TABLE("thread", thread_cols, 2, count_threads, NULL),
+    TABLE("stack_profile_mapping", mapping_cols, 1, count_mappings, NULL),
+    TABLE("stack_profile_frame", frame_cols, 1, count_frames, NULL),
+    TABLE("stack_profile_callsite", callsite_cols, 1, count_callsites, NULL),
+    TABLE("stack_profile_symbol", symbol_cols, 1, count_symbols, NULL),
+    TABLE("perf_sample", perf_sample_cols, 1, count_samples, is_perf_sample),
+    TABLE("cpu_profile_stack_sample", cpu_profile_cols, 1, count_samples, is_chrome_sample),
+    TABLE("stack_sample", stack_sample_cols, 1, count_samples, NULL),
+    TABLE("stack_sample_task_context", task_cols, 1, count_tasks, NULL),
+    TABLE("stack_sample_execution_context", exec_cols, 1, count_execs, NULL),
+    TABLE("stack_sample_async_context", async_cols, 1, count_asyncs, NULL),
+    TABLE("perf_session", perf_session_cols, 2, count_sessions, is_perf_session),
+    TABLE("stack_sample_session", stack_session_cols, 1, count_sessions, is_stack_session),
+    TABLE("track", track_cols, 1, count_tracks, NULL),
+    TABLE("perf_counter_track", perf_counter_track_cols, 1, count_tracks, is_perf_track),
+    TABLE("stack_sample_counter_track", stack_counter_track_cols, 1, count_tracks, is_stack_track),
+    TABLE("counter", counter_cols, 1, count_counters, NULL),
+    TABLE("stack_sample_counter", stack_counter_cols, 1, count_counters, is_stack_counter),
+    TABLE("stats", stats_cols, 1, count_stats, NULL),
+    TABLE("metadata", meta_cols, 1, count_meta, NULL),
+    TABLE("clock_snapshot", clock_cols, 1, count_clocks, NULL),
+};
+#define N_TABLES (sizeof tables / sizeof tables[0])
+
+/* ---- the virtual-table module ----------------------------------------- */
+
+typedef struct vtab {
+    sqlite3_vtab base;
+    const table_def *def;
+    const tm_tp *tp;
+} vtab;
+
+typedef struct vcursor {
+    sqlite3_vtab_cursor base;
+    size_t row, end; /* rows [row, end) remain */
+} vcursor;
+
+typedef struct module_ctx {
+    const table_def *def;
+    const tm_tp *tp;
+} module_ctx;
+
+static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **out,
+                      char **errmsg) {
+    (void)argc, (void)argv, (void)errmsg;
+    const module_ctx *m = aux;
+    char decl[2048];
+    size_t n = (size_t)snprintf(decl, sizeof decl, "CREATE TABLE x(");
+    for (int i = 0; i < m->def->n_cols && n < sizeof decl; i++)
+        n += (size_t)snprintf(decl + n, sizeof decl - n, "%s\"%s\" %s", i ? ", " : "", m->def->cols[i].name,
+                              m->def->cols[i].type);
+    if (n + 2 >= sizeof decl) return SQLITE_ERROR;
+    memcpy(decl + n, ")", 2);
+    int rc = sqlite3_declare_vtab(db, decl);
+    if (rc != SQLITE_OK) return rc;
+    vtab *v = sqlite3_malloc(sizeof *v);
+    if (!v) return SQLITE_NOMEM;
+    memset(v, 0, sizeof *v);
+    v->def = m->def;
+    v->tp = m->tp;
+    *out = &v->base;
+    return SQLITE_OK;
+}
+
+static int vt_disconnect(sqlite3_vtab *v) {
+    sqlite3_free(v);
+    return SQLITE_OK;
+}
+
+/* idxNum bits: 1 id = ?, 2 id > or >= ?, 4 id < or <= ? (argv in that order;
+ * idxStr says which of > / >= and < / <= via 'g'/'G', 'l'/'L'). */
+static int vt_best_index(sqlite3_vtab *tab, sqlite3_index_info *info) {
+    const vtab *v = (const vtab *)tab;
+    int eq = -1, lo = -1, hi = -1;
+    for (int i = 0; i < info->nConstraint; i++) {
+        const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+        if (!c->usable || c->iColumn >= v->def->n_id_cols) continue; /* -1 is the rowid, also the id */
+        if (c->op == SQLITE_INDEX_CONSTRAINT_EQ && eq < 0) eq = i;
+        if ((c->op == SQLITE_INDEX_CONSTRAINT_GT || c->op == SQLITE_INDEX_CONSTRAINT_GE) && lo < 0) lo = i;
+        if ((c->op == SQLITE_INDEX_CONSTRAINT_LT || c->op == SQLITE_INDEX_CONSTRAINT_LE) && hi < 0) hi = i;
+    }
+    double rows = (double)v->def->count(v->tp) + 1;
+    int argv_i = 1;
+    info->idxNum = 0;
+    if (eq >= 0) {
+        info->aConstraintUsage[eq].argvIndex = argv_i++;
+        info->aConstraintUsage[eq].omit = 1;
+        info->idxNum = 1;
+        info->estimatedCost = 1;
+        info->estimatedRows = 1;
+        info->idxFlags = SQLITE_INDEX_SCAN_UNIQUE;
+    } else {
+        char *flags = sqlite3_mprintf("%c%c", lo >= 0 && info->aConstraint[lo].op == SQLITE_INDEX_CONSTRAINT_GE ? 'G' : 'g',
+                                      hi >= 0 && info->aConstraint[hi].op == SQLITE_INDEX_CONSTRAINT_LE ? 'L' : 'l');
+        if (!flags) return SQLITE_NOMEM;
+        info->idxStr = flags;
+        info->needToFreeIdxStr = 1;
+        if (lo >= 0) {
+            info->aConstraintUsage[lo].argvIndex = argv_i++;
+            info->aConstraintUsage[lo].omit = 1;
+            info->idxNum |= 2;
+            rows /= 2;
+        }
+        if (hi >= 0) {
+            info->aConstraintUsage[hi].argvIndex = argv_i++;
+            info->aConstraintUsage[hi].omit = 1;
+            info->idxNum |= 4;
+            rows /= 2;
+        }
+        info->estimatedCost = rows + 10;
+        info->estimatedRows = (sqlite3_int64)rows;
+    }
+    /* Rows come out in id order. */
+    if (info->nOrderBy == 1 && info->aOrderBy[0].iColumn >= 0 &&
+        info->aOrderBy[0].iColumn < v->def->n_id_cols && !info->aOrderBy[0].desc)
+        info->orderByConsumed = 1;
+    return SQLITE_OK;
+}
+
+static int vt_open(sqlite3_vtab *tab, sqlite3_vtab_cursor **out) {
+    (void)tab;
+    vcursor *c = sqlite3_malloc(sizeof *c);
+    if (!c) return SQLITE_NOMEM;
+    memset(c, 0, sizeof *c);
+    *out = &c->base;
+    return SQLITE_OK;
+}
+
+static int vt_close(sqlite3_vtab_cursor *c) {
+    sqlite3_free(c);
+    return SQLITE_OK;
+}
+
+static void skip_hidden(vcursor *c) {
+    const vtab *v = (const vtab *)c->base.pVtab;
+    if (!v->def->visible) return;
+    while (c->row < c->end && !v->def->visible(v->tp, c->row)) c->row++;
+}
+
+/* Narrows rows [*lo, *hi) to those with `id > val` or `id >= val`
+ * (lower) or `id < val` or `id <= val` (upper). SQLite orders NULL before
+ * numbers, and text and blobs after them. */
+static void bound_rows(sqlite3_value *val, int lower, int inclusive, size_t *lo, size_t *hi) {
+    int t = sqlite3_value_numeric_type(val);
+    if (t == SQLITE_NULL) {
+        *hi = 0; /* a comparison with NULL is never true */
+        return;
+    }
+    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT) {
+        if (lower) *hi = 0; /* every id is below text and blobs */
+        return;
+    }
+    double d = sqlite3_value_double(val);
+    if (lower) {
+        double first = inclusive ? ceil(d) : floor(d) + 1;
+        if (first > (double)*lo) *lo = first >= (double)*hi ? *hi : (size_t)first;
+    } else {
+        double end = inclusive ? floor(d) + 1 : ceil(d);
+        if (end < (double)*hi) *hi = end <= 0 ? 0 : (size_t)end;
+    }
+}
+
+static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str, int argc,
+                     sqlite3_value **argv) {
+    (void)argc;
+    vcursor *c = (vcursor *)cur;
+    const vtab *v = (const vtab *)cur->pVtab;
+    size_t n = v->def->count(v->tp);
+    c->row = 0;
+    c->end = n;
+    if (idx_num & 1) {
+        /* Only an integral number in range names a row. */
+        int t = sqlite3_value_numeric_type(argv[0]);
+        double id = sqlite3_value_double(argv[0]);
+        if ((t != SQLITE_INTEGER && t != SQLITE_FLOAT) || id < 0 || id >= (double)n || id != floor(id)) {
+            c->end = 0;
+            return SQLITE_OK;
+        }
+        c->row = (size_t)id;
+        c->end = c->row + 1;
+    } else {
+        int a = 0;
+        if (idx_num & 2) bound_rows(argv[a++], 1, idx_str[0] == 'G', &c->row, &c->end);
+        if (idx_num & 4) bound_rows(argv[a++], 0, idx_str[1] == 'L', &c->row, &c->end);
+        if (c->row > c->end) c->row = c->end;
+    }
+    skip_hidden(c);
+    return SQLITE_OK;
+}
+
+static int vt_next(sqlite3_vtab_cursor *cur) {
+    vcursor *c = (vcursor *)cur;
+    c->row++;
+    skip_hidden(c);
+    return SQLITE_OK;
+}
+
+static int vt_eof(sqlite3_vtab_cursor *cur) {
+    const vcursor *c = (const vcursor *)cur;
+    return c->row >= c->end;
+}
+
+static int vt_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
+    const vcursor *c = (const vcursor *)cur;
+    const vtab *v = (const vtab *)cur->pVtab;
+    v->def->cols[i].get(v->tp, c->row, ctx);
+    return SQLITE_OK;
+}
+
+static int vt_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *out) {
+    *out = (sqlite3_int64)((const vcursor *)cur)->row;
+    return SQLITE_OK;
+}
+
+static const sqlite3_module table_module = {
+    .iVersion = 1,
+    .xCreate = vt_connect,
+    .xConnect = vt_connect,
+    .xBestIndex = vt_best_index,
+    .xDisconnect = vt_disconnect,
+    .xDestroy = vt_disconnect,
+    .xOpen = vt_open,
+    .xClose = vt_close,
+    .xFilter = vt_filter,
+    .xNext = vt_next,
+    .xEof = vt_eof,
+    .xColumn = vt_column,
+    .xRowid = vt_rowid,
+};
+
+/* ---- tm_db ------------------------------------------------------------- */
+
+static tm_status sql_fail(tm_error *err, sqlite3 *db, const char *what) {
+    return tm_fail(err, TM_ERR_IO, 0, NULL, "%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
+}
+
+static tm_status register_tables(tm_db *d, tm_error *err) {
+    for (size_t i = 0; i < N_TABLES; i++) {
+        module_ctx *m = sqlite3_malloc(sizeof *m);
+        if (!m) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        m->def = &tables[i];
+        m->tp = &d->tp;
+        char modname[64];
+        snprintf(modname, sizeof modname, "tm_%s", tables[i].name);
+        if (sqlite3_create_module_v2(d->sql, modname, &table_module, m, sqlite3_free) != SQLITE_OK)
+            return sql_fail(err, d->sql, "registering a table");
+        char *stmt = sqlite3_mprintf("CREATE VIRTUAL TABLE \"%w\" USING \"%w\"", tables[i].name, modname);
+        if (!stmt) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        int rc = sqlite3_exec(d->sql, stmt, NULL, NULL, NULL);
+        sqlite3_free(stmt);
+        if (rc != SQLITE_OK) return sql_fail(err, d->sql, "creating a table");
+    }
+    return TM_OK;
+}
+
+tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db **out, tm_error *err) {
+    if (!out || (!buf && len)) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_open: NULL argument");
+    *out = NULL;
+    tm_mem mem;
+    tm_mem_init(&mem, opts ? opts->alloc : NULL);
+    tm_db *d = tm_mem_alloc(&mem, sizeof *d);
+    if (!d) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    memset(d, 0, sizeof *d);
+    d->mem = mem;
+    tm_options defaults;
+    memset(&defaults, 0, sizeof defaults);
+    tm_limits limits;
+    tm_limits_resolve(opts ? opts : &defaults, &limits);
+    tm_status st = tm_tp_build(&d->tp, &d->mem, buf, len, &limits, err);
+    if (st == TM_OK && sqlite3_open_v2(":memory:", &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+                           SQLITE_OK)
+        st = sql_fail(err, d->sql, "opening SQLite");
+    if (st == TM_OK) st = register_tables(d, err);
+    if (st != TM_OK) {
+        tm_db_free(d);
+        return st;
+    }
+    *out = d;
+    return TM_OK;
+}
+
+struct sqlite3 *tm_db_sqlite(tm_db *db) { return db ? db->sql : NULL; }
+
+tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
+    if (!db || !path) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_export: NULL argument");
+    if (remove(path) != 0 && errno != ENOENT)
+        return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot replace %s: %s", path, strerror(errno));
+    char *attach = sqlite3_mprintf("ATTACH DATABASE %Q AS tm_export", path);
+    if (!attach) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    int rc = sqlite3_exec(db->sql, attach, NULL, NULL, NULL);
+    sqlite3_free(attach);
+    if (rc != SQLITE_OK) return sql_fail(err, db->sql, path);
+    tm_status st = TM_OK;
+    rc = sqlite3_exec(db->sql, "BEGIN", NULL, NULL, NULL);
+    for (size_t i = 0; i < N_TABLES && rc == SQLITE_OK; i++) {
+        char *copy = sqlite3_mprintf("CREATE TABLE tm_export.\"%w\" AS SELECT * FROM main.\"%w\"", tables[i].name,
+                                     tables[i].name);
+        rc = copy ? sqlite3_exec(db->sql, copy, NULL, NULL, NULL) : SQLITE_NOMEM;
+        sqlite3_free(copy);
+    }
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        st = sql_fail(err, db->sql, path);
+        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+    }
+    sqlite3_exec(db->sql, "DETACH DATABASE tm_export", NULL, NULL, NULL);
+    if (st != TM_OK) remove(path);
+    return st;
+}
+
+void tm_db_free(tm_db *db) {
+    if (!db) return;
+    sqlite3_close(db->sql);
+    tm_tp_release(&db->tp);
+    tm_mem m = db->mem;
+    tm_mem_free(&m, db, sizeof *db);
+}

@@ -1,0 +1,2225 @@
+/*
+ * tp.c — decodes a Perfetto trace into the Trace Processor model (tp.h)
+ * with Trace Processor's semantics (perfetto-wire.md §2).
+ *
+ * Two passes, as Trace Processor's tokenizer and parser:
+ *  1. Tokenize, in file order: sequences, incremental state, packet
+ *     defaults, interned data, clock snapshots, trace stats and config;
+ *     every packet's timestamp converted to trace time. Samples go straight
+ *     into the sample columns with a reference to their bytes and their
+ *     sequence generation; other payloads that make rows (process trees,
+ *     descriptors) into a small list of events.
+ *  2. Parse, in timestamp order (a stable sort; file order breaks ties):
+ *     processes and threads, per-process mappings, frames, callsites,
+ *     sessions, counters, contexts — so row ids come out as Trace
+ *     Processor numbers them.
+ *
+ * Interned data stays where it is in the input (or in inflated buffers in
+ * the arena): entries record their sequence, clear epoch and generation,
+ * and a lookup from a packet sees the first entry of its epoch that was
+ * added no later than the packet's generation — the view Trace Processor's
+ * per-generation state gives, without copying it.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wire/inflate.h"
+#include "common/limits.h"
+#include "wire/pb.h"
+#define TM_TP_STATS_TABLE /* the catalogue itself lives here */
+#include "tp/tp.h"
+
+/* ---- small vectors ----------------------------------------------------- */
+
+#define PUSH(tp, vec, out)                                                                   \
+    (((tp)->n_##vec == (tp)->cap_##vec &&                                                  \
+      tm_vec_grow((tp)->mem, (void **)&(tp)->vec, &(tp)->cap_##vec, sizeof *(tp)->vec,      \
+                  (tp)->n_##vec + 1) != TM_OK)                                              \
+         ? TM_ERR_NOMEM                                                                     \
+         : ((out) = &(tp)->vec[(tp)->n_##vec++], memset((out), 0, sizeof *(out)), TM_OK))
+
+static const tm_str no_str = {NULL, 0};
+static const tm_str empty_str = {(const uint8_t *)"", 0};
+
+/* ---- decoder state ------------------------------------------------------ */
+
+/* InternedData field numbers the model reads. */
+enum {
+    IK_FUNCTION_NAMES = 5, IK_FRAMES = 6, IK_CALLSTACKS = 7, IK_BUILD_IDS = 16,
+    IK_MAPPING_PATHS = 17, IK_SOURCE_PATHS = 18, IK_MAPPINGS = 19,
+    IK_TASK_CONTEXTS = 48, IK_EXEC_CONTEXTS = 49, IK_COUNTER_DESCRIPTORS = 50,
+    IK_ASYNC_CONTEXTS = 51
+};
+
+typedef struct seq_state {
+    uint32_t id;
+    uint32_t epoch;       /* incremented by every incremental-state clear */
+    uint32_t gen;         /* current generation record */
+    uint32_t session;     /* TP_NULL until its first perf or stack sample */
+    uint32_t buffer;      /* TP_NULL unless trace_stats.writer_stats names it */
+    bool valid;           /* incremental state valid */
+    bool seen;            /* a packet was seen before */
+    bool needs_accepted;  /* a SEQ_NEEDS packet was parsed */
+    bool needs_skipped;   /* a SEQ_NEEDS packet was skipped */
+    uint32_t packet_losses;
+    uint32_t loss_reasons[9]; /* per DataLossReason bit */
+    /* Legacy ThreadDescriptor time base of StreamingProfilePacket. */
+    int64_t pid, tid;
+    bool has_thread;
+    int64_t track_time_ns;
+    bool has_track_time;
+} seq_state;
+
+/* A sequence generation: the state a packet saw. Its TracePacketDefaults
+ * are read once, when the generation starts. */
+typedef struct gen_rec {
+    uint32_t seq;         /* index into seqs */
+    uint32_t epoch;
+    uint32_t clock_id;    /* timestamp_clock_id; 0: none */
+    tm_bytes perf;        /* perf_sample_defaults (NULL data: none) */
+    tm_bytes stack;       /* stack_sample_defaults (NULL data: none) */
+} gen_rec;
+
+typedef struct intern_ent {
+    uint32_t seq, epoch, kind, gen;
+    uint64_t iid;
+    tm_bytes msg;
+} intern_ent;
+
+/* Row caches of a generation: (kind, gen, upid, iid) -> row. */
+enum { CK_MAPPING = 1, CK_FRAME = 2, CK_CALLSTACK = 3, CK_TASK = 4, CK_EXEC = 5, CK_ASYNC = 6 };
+typedef struct cache_ent {
+    uint32_t kind, gen, upid;
+    uint64_t iid;
+    uint32_t row;
+} cache_ent;
+
+typedef struct stat_ent {
+    uint32_t key, machine;
+    int64_t idx, value;
+} stat_ent;
+
+/* Events that make rows other than samples. */
+enum { EV_PROCESS_TREE = 2, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
+typedef struct event {
+    int64_t ts;
+    size_t order;         /* samples pushed before it (file order) */
+    uint32_t kind;
+    tm_bytes msg;
+} event;
+
+/* Clock snapshots (TP's clock tracker): a snapshot belongs to the group of
+ * snapshots with the same set of clocks; conversion hops within a group. */
+typedef struct clk_point {
+    uint64_t clock;
+    int64_t ns;
+} clk_point;
+typedef struct clk_snap {
+    uint32_t group, off, n; /* points[off .. off+n) */
+} clk_snap;
+typedef struct clk_cache {
+    uint64_t src, dst;
+    int64_t min, max, shift;
+    bool used;
+} clk_cache;
+
+/* What a sample row refers to until it is parsed: the payload's length
+ * prefix (PerfSample, StackSample), or the callstack iid (Chrome). */
+typedef union sample_ref {
+    const uint8_t *payload;
+    uint64_t iid;
+} sample_ref;
+
+typedef struct dec {
+    tm_tp *tp;
+    tm_mem *mem;
+    const tm_limits *lim;
+    tm_error *err;
+    const uint8_t *base; size_t base_len;
+
+    seq_state *seqs; size_t n_seqs, cap_seqs; tm_u64map seq_by_id;
+    gen_rec *gens; size_t n_gens, cap_gens;
+    intern_ent *ents; size_t n_ents, cap_ents; tm_idxset ent_set;
+    cache_ent *cache; size_t n_cache, cap_cache; tm_idxset cache_set;
+    stat_ent *stats; size_t n_stats, cap_stats;
+    int64_t single[TPS_COUNT];
+    event *events; size_t n_events, cap_events;
+
+    /* Sample columns while tokenizing: s_ref says what to parse; the
+     * callsite column holds the generation until parsing turns it into the
+     * callsite; the task column the pending thread key of Chrome samples. */
+    sample_ref *s_ref;
+    uint32_t *s_order;     /* file order, only after a reordering sort */
+    int64_t latest_ts;
+
+    /* Pending threads of Chrome samples: (pid, tid). */
+    int64_t (*pend)[2]; size_t n_pend, cap_pend; tm_u64map pend_by_key;
+
+    /* Clocks. */
+    clk_point *points; size_t n_points, cap_points;
+    clk_snap *snaps; size_t n_snaps, cap_snaps;
+    uint32_t n_groups;
+    uint64_t trace_clock;
+    clk_cache cc[8];
+    uint64_t rnd;
+    uint32_t trace_buffers_fill[64]; uint32_t n_buffers;
+    uint64_t machine_raw[16];
+    bool dropped_on_clock;
+    bool write_into_file; uint64_t file_write_period_ms;
+
+    /* Parse-time row indexes. */
+    tm_u64map proc_by_pid, thread_by_tid;
+    tm_idxset frame_set, callsite_set, global_map_set, exec_set, attr_set, task_set;
+    uint32_t dummy_mapping;
+} dec;
+
+static uint64_t off_of(const dec *d, const uint8_t *at) {
+    return at >= d->base && at <= d->base + d->base_len ? (uint64_t)(at - d->base) : 0;
+}
+static tm_status nomem(dec *d) { return tm_fail(d->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
+static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) {
+    return tm_fail(d->err, r->err_code, off_of(d, r->p), NULL, "%s: %s", where, r->err);
+}
+
+static void stat_add(dec *d, uint32_t key, int64_t v) { d->single[key] += v; }
+
+static tm_status stat_set_idx(dec *d, uint32_t key, uint32_t machine, int64_t idx, int64_t v, bool add) {
+    for (size_t i = 0; i < d->n_stats; i++) {
+        stat_ent *s = &d->stats[i];
+        if (s->key == key && s->machine == machine && s->idx == idx) {
+            s->value = add ? s->value + v : v;
+            return TM_OK;
+        }
+    }
+    if (d->n_stats == d->cap_stats &&
+        tm_vec_grow(d->mem, (void **)&d->stats, &d->cap_stats, sizeof *d->stats, d->n_stats + 1) != TM_OK)
+        return nomem(d);
+    d->stats[d->n_stats++] = (stat_ent){key, machine, idx, v};
+    return TM_OK;
+}
+
+/* ---- interning ------------------------------------------------------------ */
+
+static uint32_t ent_hash(uint32_t seq, uint32_t epoch, uint32_t kind, uint64_t iid) {
+    return (uint32_t)tm_hash_u64(iid * 0x9e3779b97f4a7c15ull ^ ((uint64_t)seq << 40) ^ ((uint64_t)epoch << 16) ^ kind);
+}
+static int ent_eq(const void *ctx, uint32_t idx, const void *key) {
+    const intern_ent *a = &((const dec *)ctx)->ents[idx], *b = key;
+    return a->seq == b->seq && a->epoch == b->epoch && a->kind == b->kind && a->iid == b->iid;
+}
+
+/* The interned message of a kind and iid a packet of generation gen sees. */
+static const intern_ent *lookup(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid) {
+    const gen_rec *g = &d->gens[gen];
+    intern_ent key = {g->seq, g->epoch, kind, 0, iid, {NULL, 0}};
+    uint32_t i = tm_idxset_find(&d->ent_set, ent_hash(key.seq, key.epoch, kind, iid), ent_eq, d, &key);
+    if (i == TM_ABSENT || d->ents[i].gen > gen) return NULL;
+    return &d->ents[i];
+}
+
+static tm_status intern_add(dec *d, seq_state *s, uint32_t kind, tm_bytes msg) {
+    uint64_t iid = 0;
+    tm_pb_reader r = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
+        if (f.num == 1 && f.wire == TM_PB_VARINT) iid = f.val;
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned entry");
+    uint32_t seq = (uint32_t)(s - d->seqs);
+    intern_ent key = {seq, s->epoch, kind, s->gen, iid, msg};
+    uint32_t h = ent_hash(seq, s->epoch, kind, iid);
+    if (tm_idxset_find(&d->ent_set, h, ent_eq, d, &key) != TM_ABSENT) return TM_OK; /* the first one stays */
+    if (d->n_ents >= d->lim->max_interned_entries)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, msg.data), NULL, "more than %llu interned entries",
+                       (unsigned long long)d->lim->max_interned_entries);
+    if (d->n_ents == d->cap_ents &&
+        tm_vec_grow(d->mem, (void **)&d->ents, &d->cap_ents, sizeof *d->ents, d->n_ents + 1) != TM_OK)
+        return nomem(d);
+    d->ents[d->n_ents] = key;
+    if (tm_idxset_add(d->mem, &d->ent_set, h, (uint32_t)d->n_ents) != TM_OK) return nomem(d);
+    d->n_ents++;
+    return TM_OK;
+}
+
+static tm_status intern_data(dec *d, seq_state *s, tm_bytes b) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.wire != TM_PB_LEN) continue;
+        switch (f.num) {
+        case IK_FUNCTION_NAMES: case IK_FRAMES: case IK_CALLSTACKS: case IK_BUILD_IDS:
+        case IK_MAPPING_PATHS: case IK_SOURCE_PATHS: case IK_MAPPINGS: case IK_TASK_CONTEXTS:
+        case IK_EXEC_CONTEXTS: case IK_COUNTER_DESCRIPTORS: case IK_ASYNC_CONTEXTS:
+            TM_TRY(intern_add(d, s, f.num, f.bytes));
+            break;
+        default:
+            break;
+        }
+    }
+    return rc == TM_PB_ERROR ? pb_fail(d, &r, "interned_data") : TM_OK;
+}
+
+/* The string of an InternedString entry (field 2). */
+static bool interned_str(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid, tm_str *out) {
+    const intern_ent *e = lookup(d, gen, kind, iid);
+    if (!e) return false;
+    *out = empty_str;
+    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK)
+        if (f.num == 2 && f.wire == TM_PB_LEN) *out = f.bytes;
+    return true;
+}
+
+/* ---- caches and rows ------------------------------------------------------ */
+
+static int cache_eq(const void *ctx, uint32_t idx, const void *key) {
+    const cache_ent *a = &((const dec *)ctx)->cache[idx], *b = key;
+    return a->kind == b->kind && a->gen == b->gen && a->upid == b->upid && a->iid == b->iid;
+}
+static uint32_t cache_hash(const cache_ent *k) {
+    return (uint32_t)tm_hash_u64(k->iid ^ ((uint64_t)k->gen << 24) ^ ((uint64_t)k->upid << 44) ^ k->kind);
+}
+static uint32_t cache_get(const dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
+    cache_ent k = {kind, gen, upid, iid, 0};
+    uint32_t i = tm_idxset_find(&d->cache_set, cache_hash(&k), cache_eq, d, &k);
+    return i == TM_ABSENT ? TM_ABSENT : d->cache[i].row;
+}
+static tm_status cache_put(dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t row) {
+    if (d->n_cache == d->cap_cache &&
+        tm_vec_grow(d->mem, (void **)&d->cache, &d->cap_cache, sizeof *d->cache, d->n_cache + 1) != TM_OK)
+        return nomem(d);
+    cache_ent k = {kind, gen, upid, iid, row};
+    d->cache[d->n_cache] = k;
+    if (tm_idxset_add(d->mem, &d->cache_set, cache_hash(&k), (uint32_t)d->n_cache) != TM_OK) return nomem(d);
+    d->n_cache++;
+    return TM_OK;
+}
+
+/* A NUL-terminated copy of s[0..n) in the trace's arena. */
+static tm_status arena_str(dec *d, const char *s, size_t n, tm_str *out) {
+    char *p = tm_arena_alloc(&d->tp->arena, n + 1);
+    if (!p) return nomem(d);
+    memcpy(p, s, n);
+    p[n] = 0;
+    *out = (tm_str){(const uint8_t *)p, n};
+    return TM_OK;
+}
+
+/* Processes and threads (Trace Processor's ProcessTracker). */
+static tm_status new_thread(dec *d, int64_t tid, uint32_t upid, int is_main, uint32_t *out) {
+    tp_thread *t;
+    if (PUSH(d->tp, threads, t) != TM_OK) return nomem(d);
+    t->tid = tid;
+    t->upid = upid;
+    t->is_main = (int8_t)is_main;
+    *out = (uint32_t)(d->tp->n_threads - 1);
+    if (tm_u64map_put(d->mem, &d->thread_by_tid, (uint64_t)tid, *out) != TM_OK) return nomem(d);
+    return TM_OK;
+}
+
+static tm_status process_of(dec *d, int64_t pid, uint32_t *out) {
+    uint32_t p = tm_u64map_get(&d->proc_by_pid, (uint64_t)pid);
+    if (p != TM_ABSENT) {
+        *out = p;
+        return TM_OK;
+    }
+    tp_process *pr;
+    if (PUSH(d->tp, processes, pr) != TM_OK) return nomem(d);
+    pr->pid = pid;
+    pr->uid = TP_NO_INT;
+    pr->parent_upid = TP_NULL;
+    p = (uint32_t)(d->tp->n_processes - 1);
+    if (tm_u64map_put(d->mem, &d->proc_by_pid, (uint64_t)pid, p) != TM_OK) return nomem(d);
+    uint32_t main_thread;
+    TM_TRY(new_thread(d, pid, p, 1, &main_thread));
+    *out = p;
+    return TM_OK;
+}
+
+/* UpdateThread(tid, pid): the thread of tid in process pid. */
+static tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *utid, uint32_t *upid) {
+    uint32_t p;
+    TM_TRY(process_of(d, pid, &p));
+    uint32_t t = tm_u64map_get(&d->thread_by_tid, (uint64_t)tid);
+    if (t != TM_ABSENT) {
+        tp_thread *th = &d->tp->threads[t];
+        if (th->upid == TP_NULL) th->upid = p;
+        if (th->upid == p) {
+            *utid = t;
+            *upid = p;
+            return TM_OK;
+        }
+    }
+    TM_TRY(new_thread(d, tid, p, tid == pid, &t));
+    *utid = t;
+    *upid = p;
+    return TM_OK;
+}
+
+static void name_thread(dec *d, uint32_t utid, tm_str name, uint32_t prio) {
+    tp_thread *t = &d->tp->threads[utid];
+    if (!name.len || (t->name.data && prio < t->name_prio)) return;
+    t->name = name;
+    t->name_prio = prio;
+}
+static void name_process(dec *d, uint32_t upid, tm_str name, uint32_t prio) {
+    tp_process *p = &d->tp->processes[upid];
+    if (!name.len || (p->name.data && prio < p->name_prio)) return;
+    p->name = name;
+    p->name_prio = prio;
+}
+
+/* ---- clocks ---------------------------------------------------------------- */
+
+/* Sequence-scoped clock ids (64..127) are distinct per sequence. */
+static uint64_t clock_key(uint32_t seq, uint64_t id) { return id >= 64 && id < 128 ? (uint64_t)seq << 8 | id : id; }
+
+static int64_t snap_value(const dec *d, const clk_snap *s, uint64_t clock, bool *found) {
+    for (uint32_t i = 0; i < s->n; i++)
+        if (d->points[s->off + i].clock == clock) {
+            *found = true;
+            return d->points[s->off + i].ns;
+        }
+    *found = false;
+    return 0;
+}
+
+static bool clock_known(const dec *d, uint64_t clock) {
+    for (size_t i = 0; i < d->n_points; i++)
+        if (d->points[i].clock == clock) return true;
+    return false;
+}
+
+/* Trace Processor's clock arithmetic is int64 that wraps on absurd values;
+ * done here in unsigned arithmetic, where wrapping is defined. */
+static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+
+/* One hop inside a snapshot group: the snapshot with the largest src value
+ * <= ns (the first one for earlier values). Sets the range it covers. */
+static bool hop(const dec *d, uint32_t group, uint64_t src, uint64_t dst, int64_t ns, int64_t *out,
+                int64_t *lo, int64_t *hi) {
+    const clk_snap *best = NULL, *first = NULL;
+    int64_t best_v = 0, first_v = 0, next_v = INT64_MAX;
+    for (size_t i = 0; i < d->n_snaps; i++) {
+        const clk_snap *s = &d->snaps[i];
+        if (s->group != group) continue;
+        bool f;
+        int64_t v = snap_value(d, s, src, &f);
+        if (!f) continue;
+        if (!first) first = s, first_v = v;
+        if (v <= ns && (!best || v >= best_v)) best = s, best_v = v;
+    }
+    if (!first) return false;
+    if (!best) best = first, best_v = first_v;
+    for (size_t i = 0; i < d->n_snaps; i++) { /* the range ends at the next snapshot */
+        bool f;
+        int64_t v = d->snaps[i].group == group ? snap_value(d, &d->snaps[i], src, &f) : 0;
+        if (d->snaps[i].group == group && f && v > best_v && v < next_v) next_v = v;
+    }
+    bool f;
+    int64_t t = snap_value(d, best, dst, &f);
+    if (!f) return false;
+    *out = wrap_add(ns, wrap_sub(t, best_v));
+    *lo = best_v;
+    *hi = next_v;
+    return true;
+}
+
+/* Breadth-first search over clocks linked by snapshot groups, at most four
+ * hops, as Trace Processor's clock tracker. */
+static bool clock_path(const dec *d, uint64_t src, uint64_t dst, int64_t ns, int64_t *out, int *hops,
+                       int64_t *lo, int64_t *hi) {
+    enum { MAXQ = 256 };
+    struct node { uint64_t clock; int64_t ns; int depth; int64_t lo, hi; } q[MAXQ];
+    size_t head = 0, tail = 0;
+    q[tail++] = (struct node){src, ns, 0, INT64_MIN, INT64_MAX};
+    while (head < tail) {
+        struct node cur = q[head++];
+        if (cur.depth >= 4) continue;
+        for (uint32_t g = 0; g < d->n_groups; g++) {
+            const clk_snap *s = NULL;
+            for (size_t i = 0; i < d->n_snaps && !s; i++)
+                if (d->snaps[i].group == g) s = &d->snaps[i];
+            bool has_cur;
+            snap_value(d, s, cur.clock, &has_cur);
+            if (!has_cur) continue;
+            for (uint32_t k = 0; k < s->n; k++) {
+                uint64_t next = d->points[s->off + k].clock;
+                if (next == cur.clock) continue;
+                int64_t v, l, h;
+                if (!hop(d, g, cur.clock, next, cur.ns, &v, &l, &h)) continue;
+                struct node n = {next, v, cur.depth + 1, l > cur.lo ? l : cur.lo, h < cur.hi ? h : cur.hi};
+                if (next == dst) {
+                    *out = v;
+                    *hops = n.depth;
+                    *lo = n.lo;
+                    *hi = n.hi;
+                    return true;
+                }
+                if (tail < MAXQ) q[tail++] = n;
+            }
+        }
+    }
+    return false;
+}
+
+/* Converts ns of clock src to trace time, counting cache misses as Trace
+ * Processor's 8-entry cache of single-hop conversions would. */
+static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool record_error) {
+    if (src == d->trace_clock) {
+        *out = ns;
+        return true;
+    }
+    for (int i = 0; i < 8; i++) {
+        const clk_cache *c = &d->cc[i];
+        if (c->used && c->src == src && c->dst == d->trace_clock && ns >= c->min && ns < c->max) {
+            *out = wrap_add(ns, c->shift);
+            return true;
+        }
+    }
+    stat_add(d, TPS_clock_sync_cache_miss, 1);
+    int hops;
+    int64_t lo, hi;
+    if (!clock_path(d, src, d->trace_clock, ns, out, &hops, &lo, &hi)) {
+        if (record_error)
+            stat_add(d, clock_known(d, src) ? TPS_clock_sync_failure_no_path : TPS_clock_sync_failure_unknown_source_clock, 1);
+        return false;
+    }
+    if (hops == 1) {
+        d->rnd = d->rnd * 48271 % 2147483647; /* std::minstd_rand picks the slot */
+        d->cc[d->rnd % 8] = (clk_cache){src, d->trace_clock, lo, hi, wrap_sub(*out, ns), true};
+    }
+    return true;
+}
+
+static tm_status on_clock_snapshot(dec *d, const seq_state *s, tm_bytes b) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    uint64_t primary = 0;
+    size_t first = d->n_points;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 2 && f.wire == TM_PB_VARINT) primary = f.val;
+        if (f.num != 1 || f.wire != TM_PB_LEN) continue;
+        uint64_t id = 0, ts = 0, mult = 1;
+        tm_pb_reader c = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+            if (g.wire != TM_PB_VARINT) continue;
+            if (g.num == 1) id = g.val;
+            if (g.num == 2) ts = g.val;
+            if (g.num == 4 && g.val) mult = g.val;
+        }
+        if (rc == TM_PB_ERROR) return pb_fail(d, &c, "clock_snapshot.clocks");
+        if (d->n_points == d->cap_points &&
+            tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
+            return nomem(d);
+        d->points[d->n_points++] = (clk_point){clock_key(s ? s->id : 0, id), (int64_t)(ts * mult)};
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "clock_snapshot");
+    size_t n = d->n_points - first;
+    if (n == 0) return TM_OK;
+    if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, b.data), NULL, "more than %u clock snapshots",
+                       TM_MAX_CLOCK_SNAPSHOTS);
+    /* Its group: an earlier snapshot with the same set of clocks. */
+    uint32_t group = d->n_groups;
+    for (size_t i = 0; i < d->n_snaps && group == d->n_groups; i++) {
+        const clk_snap *o = &d->snaps[i];
+        if (o->n != n) continue;
+        bool same = true;
+        for (size_t k = 0; k < n && same; k++) snap_value(d, o, d->points[first + k].clock, &same);
+        if (same) group = o->group;
+    }
+    if (group == d->n_groups) d->n_groups++;
+    if (d->n_snaps == d->cap_snaps &&
+        tm_vec_grow(d->mem, (void **)&d->snaps, &d->cap_snaps, sizeof *d->snaps, d->n_snaps + 1) != TM_OK)
+        return nomem(d);
+    uint32_t snap_id = (uint32_t)d->n_snaps;
+    d->snaps[d->n_snaps++] = (clk_snap){group, (uint32_t)first, (uint32_t)n};
+    if (d->n_snaps == 1) {
+        bool has_boot = false;
+        for (size_t k = 0; k < n; k++) has_boot |= d->points[first + k].clock == 6;
+        if (primary)
+            d->trace_clock = primary;
+        else if (has_boot)
+            d->trace_clock = 6;
+    }
+    for (size_t k = 0; k < n; k++) {
+        tp_clock_row *row;
+        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
+        bool f2;
+        int64_t tt = snap_value(d, &d->snaps[snap_id], d->trace_clock, &f2);
+        if (!f2 && !to_trace_time(d, d->points[first + k].clock, d->points[first + k].ns, &tt, false)) tt = 0;
+        row->ts = tt;
+        row->clock_id = (uint32_t)(d->points[first + k].clock & 0xff);
+        row->value = d->points[first + k].ns;
+        row->snapshot = snap_id;
+    }
+    return TM_OK;
+}
+
+/* ---- tokenizer ------------------------------------------------------------- */
+
+typedef struct pkt {
+    const uint8_t *start;
+    uint64_t ts, clock_id, seq_id, flags, machine;
+    uint32_t lost;            /* previous_packet_dropped bits */
+    bool has_ts, has_seq, cleared, first_on_seq;
+    tm_bytes defaults, interned;
+    uint32_t payload;         /* field number of the data oneof, 0: none */
+    tm_bytes body;            /* its bytes (LEN payloads) */
+    const uint8_t *body_len;  /* the payload's length prefix */
+} pkt;
+
+/* Starts a generation of s: with the given TracePacketDefaults, or with
+ * those of the current generation when keep is set. */
+static tm_status new_gen(dec *d, seq_state *s, tm_bytes defaults, bool keep) {
+    if (d->n_gens == d->cap_gens &&
+        tm_vec_grow(d->mem, (void **)&d->gens, &d->cap_gens, sizeof *d->gens, d->n_gens + 1) != TM_OK)
+        return nomem(d);
+    gen_rec g = {(uint32_t)(s - d->seqs), s->epoch, 0, {NULL, 0}, {NULL, 0}};
+    if (keep) {
+        g = d->gens[s->gen];
+        g.epoch = s->epoch;
+    }
+    tm_pb_reader r = tm_pb_reader_of(defaults);
+    tm_pb_field f;
+    int rc;
+    while (defaults.data && (rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 58 && f.wire == TM_PB_VARINT) g.clock_id = (uint32_t)f.val;
+        if (f.num == 12 && f.wire == TM_PB_LEN) g.perf = f.bytes;
+        if (f.num == 100 && f.wire == TM_PB_LEN) g.stack = f.bytes;
+    }
+    if (defaults.data && rc == TM_PB_ERROR) return pb_fail(d, &r, "trace_packet_defaults");
+    d->gens[d->n_gens] = g;
+    s->gen = (uint32_t)d->n_gens++;
+    return TM_OK;
+}
+
+static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
+    uint32_t i = tm_u64map_get(&d->seq_by_id, id);
+    if (i == TM_ABSENT) {
+        if (d->n_seqs >= d->lim->max_sequences)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu packet sequences",
+                           (unsigned long long)d->lim->max_sequences);
+        if (d->n_seqs == d->cap_seqs &&
+            tm_vec_grow(d->mem, (void **)&d->seqs, &d->cap_seqs, sizeof *d->seqs, d->n_seqs + 1) != TM_OK)
+            return nomem(d);
+        i = (uint32_t)d->n_seqs++;
+        seq_state *s = &d->seqs[i];
+        memset(s, 0, sizeof *s);
+        s->id = (uint32_t)id;
+        s->session = TP_NULL;
+        s->buffer = TP_NULL;
+        if (tm_u64map_put(d->mem, &d->seq_by_id, id, i) != TM_OK) return nomem(d);
+        TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, false));
+    }
+    *out = &d->seqs[i];
+    return TM_OK;
+}
+
+static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
+    memset(k, 0, sizeof *k);
+    k->start = b.data;
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        switch (f.num) {
+        case 8: k->ts = f.val, k->has_ts = f.wire != TM_PB_LEN; break;
+        case 58: k->clock_id = f.val; break;
+        case 10: k->seq_id = f.val, k->has_seq = true; break;
+        case 13: k->flags = f.val; break;
+        case 41: k->cleared |= f.val != 0; break;
+        case 42: k->lost = (uint32_t)f.val; break;
+        case 87: k->first_on_seq = f.val != 0; break;
+        case 98: k->machine = f.val; break;
+        case 59: if (f.wire == TM_PB_LEN) k->defaults = f.bytes; break;
+        case 12: if (f.wire == TM_PB_LEN) k->interned = f.bytes; break;
+        case 2: case 6: case 33: case 34: case 35: case 43: case 44: case 50: case 54: case 60:
+        case 66: case 135:
+            if (f.wire != TM_PB_LEN)
+                return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, f.start), NULL,
+                               "TracePacket field %u: wrong wire type %u", f.num, f.wire);
+            k->payload = f.num;
+            k->body = f.bytes;
+            k->body_len = f.start + (f.num < 16 ? 1 : 2);
+            break;
+        default: break;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "TracePacket");
+    if (k->flags & 1) k->cleared = true;
+    return TM_OK;
+}
+
+static tm_status push_event(dec *d, int64_t ts, uint32_t kind, tm_bytes msg) {
+    if (d->n_events == d->cap_events &&
+        tm_vec_grow(d->mem, (void **)&d->events, &d->cap_events, sizeof *d->events, d->n_events + 1) != TM_OK)
+        return nomem(d);
+    d->events[d->n_events++] = (event){ts, d->tp->n_samples, kind, msg};
+    return TM_OK;
+}
+
+/* at: the packet, for the error offset. */
+static tm_status push_sample(dec *d, int64_t ts, sample_ref ref, const uint8_t *at, uint32_t gen, uint32_t task,
+                             uint32_t attr) {
+    tm_tp *tp = d->tp;
+    if (tp->n_samples >= d->lim->max_samples)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
+                       (unsigned long long)d->lim->max_samples);
+    if (tp->n_samples == tp->cap_samples) {
+        /* The five columns are freed with the one cap_samples, so they must
+         * never disagree: all five new arrays are allocated before any old
+         * one is given up (growing them one by one left the columns grown
+         * before a failure to be freed with the old size). */
+        enum { N_COLS = 5 };
+        size_t old = tp->cap_samples, n = old ? old * 2 : 1024, c;
+        void **cols[N_COLS] = {(void **)&tp->s_ts, (void **)&d->s_ref, (void **)&tp->s_callsite,
+                               (void **)&tp->s_task, (void **)&tp->s_attr};
+        const size_t elem[N_COLS] = {sizeof *tp->s_ts, sizeof *d->s_ref, sizeof *tp->s_callsite, sizeof *tp->s_task,
+                                     sizeof *tp->s_attr};
+        void *fresh[N_COLS];
+        for (c = 0; c < N_COLS && (fresh[c] = tm_mem_alloc(d->mem, n * elem[c])) != NULL; c++) {}
+        if (c < N_COLS) {
+            while (c-- > 0) tm_mem_free(d->mem, fresh[c], n * elem[c]);
+            return nomem(d);
+        }
+        for (c = 0; c < N_COLS; c++) {
+            if (old) memcpy(fresh[c], *cols[c], old * elem[c]);
+            tm_mem_free(d->mem, *cols[c], old * elem[c]);
+            *cols[c] = fresh[c];
+        }
+        tp->cap_samples = n;
+    }
+    size_t i = tp->n_samples++;
+    tp->s_ts[i] = ts;
+    d->s_ref[i] = ref;
+    tp->s_callsite[i] = gen;
+    tp->s_task[i] = task;
+    tp->s_attr[i] = attr;
+    return TM_OK;
+}
+
+/* Sample attributes are deduplicated; kind-only placeholders are filled in
+ * when the sample is parsed. */
+static int attr_eq(const void *ctx, uint32_t idx, const void *key) {
+    return memcmp(&((const tm_tp *)ctx)->attrs[idx], key, sizeof(tp_sample_attr)) == 0;
+}
+static tm_status attr_of(dec *d, uint8_t kind, uint8_t unwind, uint32_t exec, uint32_t session, int32_t prio,
+                         uint32_t *out) {
+    tp_sample_attr key;
+    memset(&key, 0, sizeof key);
+    key.kind = kind, key.unwind_error = unwind, key.exec = exec, key.session = session, key.priority = prio;
+    uint32_t h = (uint32_t)tm_hash_u64(((uint64_t)exec << 32 | session) ^ ((uint64_t)kind << 56) ^
+                                       ((uint64_t)unwind << 48) ^ (uint64_t)(uint32_t)prio * 31);
+    uint32_t i = tm_idxset_find(&d->attr_set, h, attr_eq, d->tp, &key);
+    if (i == TM_ABSENT) {
+        tp_sample_attr *a;
+        if (PUSH(d->tp, attrs, a) != TM_OK) return nomem(d);
+        *a = key;
+        i = (uint32_t)(d->tp->n_attrs - 1);
+        if (tm_idxset_add(d->mem, &d->attr_set, h, i) != TM_OK) return nomem(d);
+    }
+    *out = i;
+    return TM_OK;
+}
+
+static tm_status pending_thread(dec *d, int64_t pid, int64_t tid, uint32_t *out) {
+    uint64_t key = (uint64_t)(uint32_t)pid << 32 | (uint32_t)tid;
+    uint32_t i = tm_u64map_get(&d->pend_by_key, key);
+    if (i == TM_ABSENT) {
+        if (d->n_pend == d->cap_pend &&
+            tm_vec_grow(d->mem, (void **)&d->pend, &d->cap_pend, sizeof *d->pend, d->n_pend + 1) != TM_OK)
+            return nomem(d);
+        d->pend[d->n_pend][0] = pid;
+        d->pend[d->n_pend][1] = tid;
+        i = (uint32_t)d->n_pend++;
+        if (tm_u64map_put(d->mem, &d->pend_by_key, key, i) != TM_OK) return nomem(d);
+    }
+    *out = i;
+    return TM_OK;
+}
+
+/* The clock of a packet: its own, its sequence's default, the trace's. */
+static uint64_t packet_clock(const dec *d, const seq_state *s, const pkt *k) {
+    uint64_t id = k->clock_id ? k->clock_id : s ? d->gens[s->gen].clock_id : 0;
+    return id ? clock_key(s ? s->id : 0, id) : d->trace_clock;
+}
+
+static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
+    if (!s->has_thread || !s->has_track_time) return TM_OK;
+    int64_t prio = 0;
+    tm_pb_reader r = tm_pb_reader_of(k->body);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
+        if (f.num == 3 && f.wire == TM_PB_VARINT) prio = (int32_t)f.val;
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "streaming_profile_packet");
+    uint32_t attr, task = TP_NULL;
+    TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
+    TM_TRY(pending_thread(d, s->pid, s->tid, &task));
+    int64_t base;
+    if (!to_trace_time(d, clock_key(s->id, 3), s->track_time_ns, &base, true)) base = s->track_time_ns;
+    /* The callstack iids and the deltas, side by side. */
+    tm_pb_repeated iids = tm_pb_repeated_of(k->body, 1), deltas = tm_pb_repeated_of(k->body, 2);
+    int64_t acc = 0;
+    for (;;) {
+        uint64_t iid = 0, delta = 0;
+        int has_iid = tm_pb_repeated_next(&iids, &iid);
+        if (has_iid == TM_PB_ERROR) return pb_fail(d, &iids.msg, "streaming_profile_packet.callstack_iid");
+        int has_delta = tm_pb_repeated_next(&deltas, &delta);
+        if (has_delta == TM_PB_ERROR) return pb_fail(d, &deltas.msg, "streaming_profile_packet.timestamp_delta_us");
+        if (has_delta == TM_PB_DONE) {
+            if (has_iid == TM_PB_OK) stat_add(d, TPS_stackprofile_parser_error, 1);
+            break;
+        }
+        /* Trace Processor's int64 arithmetic wraps on absurd deltas; the
+         * same in unsigned arithmetic, which C defines */
+        acc = (int64_t)((uint64_t)acc + delta * 1000u);
+        s->track_time_ns = (int64_t)((uint64_t)s->track_time_ns + delta * 1000u);
+        if (has_iid == TM_PB_DONE) continue; /* trailing deltas still advance the time */
+        int64_t ts = (int64_t)((uint64_t)base + (uint64_t)acc);
+        if (ts < 0) {
+            stat_add(d, TPS_streaming_profile_invalid_timestamp, 1);
+            continue;
+        }
+        TM_TRY(push_sample(d, ts, (sample_ref){.iid = iid}, k->start, s->gen, task, attr));
+    }
+    return TM_OK;
+}
+
+static tm_status on_trace_config(dec *d, tm_bytes b) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    d->n_buffers = 0;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 1 && f.wire == TM_PB_LEN) {
+            uint32_t fill = 0;
+            tm_pb_reader c = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            while (tm_pb_next(&c, &g) == TM_PB_OK)
+                if (g.num == 4 && g.wire == TM_PB_VARINT) fill = (uint32_t)g.val;
+            if (d->n_buffers < 64) d->trace_buffers_fill[d->n_buffers++] = fill;
+        }
+        if (f.num == 8 && f.wire == TM_PB_VARINT) d->write_into_file = f.val != 0;
+        if (f.num == 9 && f.wire == TM_PB_VARINT) d->file_write_period_ms = f.val;
+    }
+    return rc == TM_PB_ERROR ? pb_fail(d, &r, "trace_config") : TM_OK;
+}
+
+/* TraceStats.BufferStats field -> traced_buf_<name> key. */
+static const struct { uint32_t field; uint32_t key; } buffer_stat_keys[] = {
+    {1, TPS_traced_buf_bytes_written}, {2, TPS_traced_buf_chunks_written},
+    {3, TPS_traced_buf_chunks_overwritten}, {4, TPS_traced_buf_write_wrap_count},
+    {5, TPS_traced_buf_patches_succeeded}, {6, TPS_traced_buf_patches_failed},
+    {7, TPS_traced_buf_readaheads_succeeded}, {8, TPS_traced_buf_readaheads_failed},
+    {9, TPS_traced_buf_abi_violations}, {10, TPS_traced_buf_chunks_rewritten},
+    {11, TPS_traced_buf_chunks_committed_out_of_order}, {12, TPS_traced_buf_buffer_size},
+    {13, TPS_traced_buf_bytes_overwritten}, {14, TPS_traced_buf_bytes_read},
+    {15, TPS_traced_buf_padding_bytes_written}, {16, TPS_traced_buf_padding_bytes_cleared},
+    {17, TPS_traced_buf_chunks_read}, {18, TPS_traced_buf_chunks_discarded},
+    {19, TPS_traced_buf_trace_writer_packet_loss}, {20, TPS_traced_buf_chunks_relocated},
+};
+static const struct { uint32_t field; uint32_t key; } trace_stat_keys[] = {
+    {2, TPS_traced_producers_connected}, {3, TPS_traced_producers_seen},
+    {4, TPS_traced_data_sources_registered}, {5, TPS_traced_data_sources_seen},
+    {6, TPS_traced_tracing_sessions}, {7, TPS_traced_total_buffers},
+    {8, TPS_traced_chunks_discarded}, {9, TPS_traced_patches_discarded},
+    {12, TPS_traced_flushes_requested}, {13, TPS_traced_flushes_succeeded},
+    {14, TPS_traced_flushes_failed},
+};
+static const struct { uint32_t field; uint32_t key; } filter_stat_keys[] = {
+    {1, TPS_filter_input_packets}, {2, TPS_filter_input_bytes}, {3, TPS_filter_output_bytes},
+    {4, TPS_filter_errors}, {5, TPS_filter_time_taken_ns},
+};
+
+static tm_status on_trace_stats(dec *d, tm_bytes b, uint32_t machine) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    int64_t buf_idx = 0;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 1 && f.wire == TM_PB_LEN) { /* buffer_stats, one per buffer */
+            tm_pb_reader c = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            uint64_t overwritten = 0;
+            while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+                if (g.wire != TM_PB_VARINT) continue;
+                for (size_t i = 0; i < sizeof buffer_stat_keys / sizeof *buffer_stat_keys; i++)
+                    if (buffer_stat_keys[i].field == g.num)
+                        TM_TRY(stat_set_idx(d, buffer_stat_keys[i].key, machine, buf_idx, (int64_t)g.val, false));
+                if (g.num == 13) overwritten = g.val;
+            }
+            if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.buffer_stats");
+            /* Streaming into a file with a period shorter than a week is
+             * meant to lose nothing: what the buffer overwrote is lost. */
+            bool ring_intent = d->file_write_period_ms >= 604800000ull;
+            bool explicit_ring = (size_t)buf_idx < d->n_buffers && d->trace_buffers_fill[buf_idx] == 1;
+            if (d->write_into_file && !ring_intent && !explicit_ring && overwritten)
+                TM_TRY(stat_set_idx(d, TPS_long_trace_mode_bytes_overwritten, machine, buf_idx, (int64_t)overwritten,
+                                    false));
+            buf_idx++;
+        } else if (f.num == 11 && f.wire == TM_PB_LEN) { /* filter_stats */
+            tm_pb_reader c = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+                for (size_t i = 0; i < sizeof filter_stat_keys / sizeof *filter_stat_keys; i++)
+                    if (filter_stat_keys[i].field == g.num && g.wire == TM_PB_VARINT)
+                        d->single[filter_stat_keys[i].key] = (int64_t)g.val;
+            }
+            if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.filter_stats");
+            tm_pb_repeated per_buffer = tm_pb_repeated_of(f.bytes, 20); /* bytes_discarded_per_buffer */
+            uint64_t v;
+            for (int64_t buf = 0; (rc = tm_pb_repeated_next(&per_buffer, &v)) == TM_PB_OK; buf++)
+                TM_TRY(stat_set_idx(d, TPS_traced_buf_bytes_filtered_out, machine, buf, (int64_t)v, false));
+            if (rc == TM_PB_ERROR) return pb_fail(d, &per_buffer.msg, "trace_stats.filter_stats");
+        } else if (f.num == 18 && f.wire == TM_PB_LEN) { /* writer_stats: sequence -> buffer */
+            uint64_t seq = 0, buf = 0;
+            tm_pb_reader c = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+                if (g.num == 1 && g.wire == TM_PB_VARINT) seq = g.val;
+                if (g.num == 4 && g.wire == TM_PB_VARINT) buf = g.val;
+            }
+            if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.writer_stats");
+            uint32_t i = tm_u64map_get(&d->seq_by_id, seq);
+            if (i != TM_ABSENT) d->seqs[i].buffer = (uint32_t)buf;
+        } else if (f.num == 15 && f.wire == TM_PB_VARINT) {
+            if (f.val == 2) d->single[TPS_traced_final_flush_failed] = 1;
+            else if (f.val == 1) d->single[TPS_traced_final_flush_succeeded] = 1;
+        } else if (f.wire == TM_PB_VARINT) {
+            for (size_t i = 0; i < sizeof trace_stat_keys / sizeof *trace_stat_keys; i++)
+                if (trace_stat_keys[i].field == f.num) d->single[trace_stat_keys[i].key] = (int64_t)f.val;
+        }
+    }
+    return rc == TM_PB_ERROR ? pb_fail(d, &r, "trace_stats") : TM_OK;
+}
+
+static tm_status on_ftrace_stats(dec *d, tm_bytes b, uint32_t machine) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    uint64_t phase = 0;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
+        if (f.num == 1 && f.wire == TM_PB_VARINT) phase = f.val;
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "ftrace_stats");
+    r = tm_pb_reader_of(b);
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        if (f.num != 2 || f.wire != TM_PB_LEN) continue;
+        uint64_t cpu = 0, entries = 0;
+        tm_pb_reader c = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+            if (g.num == 1 && g.wire == TM_PB_VARINT) cpu = g.val;
+            if (g.num == 2 && g.wire == TM_PB_VARINT) entries = g.val;
+        }
+        if (rc == TM_PB_ERROR) return pb_fail(d, &c, "ftrace_stats.cpu_stats");
+        uint32_t key = phase == 1 ? TPS_ftrace_cpu_entries_begin : TPS_ftrace_cpu_entries_end;
+        TM_TRY(stat_set_idx(d, key, machine, (int64_t)cpu, (int64_t)entries, false));
+    }
+    return TM_OK;
+}
+
+/* Machine row of a raw TracePacket.machine_id (0: the host). */
+static uint32_t machine_of(dec *d, uint64_t raw) {
+    if (!raw) return 0;
+    for (uint32_t i = 0; i < d->tp->n_machines; i++)
+        if (d->machine_raw[i] == raw) return i + 1;
+    if (d->tp->n_machines < 16) d->machine_raw[d->tp->n_machines++] = raw;
+    return d->tp->n_machines;
+}
+
+static tm_status parse_thread_desc(tm_bytes b, int64_t *pid, int64_t *tid, int64_t *ref_us, bool *has_ref,
+                                   tm_str *name) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 1 && f.wire == TM_PB_VARINT) *pid = (int32_t)f.val;
+        if (f.num == 2 && f.wire == TM_PB_VARINT) *tid = (int64_t)f.val;
+        if (f.num == 6 && f.wire == TM_PB_VARINT) *ref_us = (int64_t)f.val, *has_ref = true;
+        if (f.num == 5 && f.wire == TM_PB_LEN && name) *name = f.bytes;
+    }
+    return rc == TM_PB_ERROR ? TM_ERR_MALFORMED : TM_OK;
+}
+
+static tm_status decode_trace(dec *d, tm_bytes buf, int depth);
+
+static tm_status decode_packet(dec *d, tm_bytes b, int depth) {
+    pkt k;
+    TM_TRY(scan_packet(d, b, &k));
+    uint32_t machine = machine_of(d, k.machine);
+    if (k.payload == 50) {
+        if (depth > 0)
+            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.body.data), NULL,
+                           "compressed_packets inside compressed_packets");
+        tm_bytes inner;
+        const char *why = NULL;
+        tm_status st = tm_inflate(&d->tp->arena, d->mem, k.body, d->lim->max_inflated_bytes, &inner, &why);
+        if (st != TM_OK)
+            return tm_fail(d->err, st, off_of(d, k.body.data), NULL, "compressed_packets: %s",
+                           why ? why : "cannot inflate");
+        return decode_trace(d, inner, depth + 1);
+    }
+    seq_state *s = NULL;
+    if (k.has_seq && k.seq_id) {
+        TM_TRY(get_seq(d, k.seq_id, k.start, &s));
+    } else {
+        if (k.cleared) stat_add(d, TPS_incremental_state_cleared_missing_sequence_id, 1);
+        if (k.lost) stat_add(d, TPS_previous_packet_dropped_missing_sequence_id, 1);
+        if (k.defaults.data) stat_add(d, TPS_trace_packet_defaults_missing_sequence_id, 1);
+        if (k.interned.data) stat_add(d, TPS_interned_data_missing_sequence_id, 1);
+        if (k.flags & 2)
+            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.start), NULL,
+                           "a packet needs incremental state but has no trusted_packet_sequence_id");
+    }
+    if (s) {
+        /* 1. clear / loss */
+        if (k.lost && s->seen && !k.first_on_seq) {
+            s->packet_losses++;
+            for (int bit = 1; bit < 9; bit++)
+                if (k.lost & (1u << bit)) s->loss_reasons[bit]++;
+        }
+        if (k.cleared) {
+            s->epoch++;
+            s->valid = true;
+            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, false));
+        } else if (k.lost && s->seen) {
+            s->valid = false;
+            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, true));
+        }
+        s->seen = true;
+        /* 2. defaults, 3. interned data */
+        if (k.defaults.data) TM_TRY(new_gen(d, s, k.defaults, false));
+        if (k.interned.data) {
+            if (s->valid)
+                TM_TRY(intern_data(d, s, k.interned));
+            else
+                stat_add(d, TPS_interned_data_skipped_incremental_state_invalid, 1);
+        }
+    }
+    /* 4. clock snapshots and stats are consumed here */
+    if (k.payload == 6) return on_clock_snapshot(d, s, k.body);
+    if (k.payload == 35) return on_trace_stats(d, k.body, machine);
+    if (k.payload == 33) return on_trace_config(d, k.body);
+    if (k.payload == 34) return on_ftrace_stats(d, k.body, machine);
+    /* 5. packets that need a state they cannot have */
+    if (s && (k.flags & 2)) {
+        if (!s->valid) {
+            s->needs_skipped = true;
+            stat_add(d, TPS_packet_skipped_seq_needs_incremental_state_invalid, 1);
+            return TM_OK;
+        }
+        s->needs_accepted = true;
+    }
+    /* 6. the timestamp in trace time */
+    int64_t ts = d->latest_ts;
+    if (k.has_ts) {
+        /* Trace Processor tries a failing conversion twice (once quietly,
+         * once recording the error) before it drops the packet. */
+        uint64_t clock = packet_clock(d, s, &k);
+        if (!to_trace_time(d, clock, (int64_t)k.ts, &ts, false) &&
+            !to_trace_time(d, clock, (int64_t)k.ts, &ts, true)) {
+            stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, 1);
+            d->dropped_on_clock = true;
+            return TM_OK;
+        }
+        if (ts > d->latest_ts) d->latest_ts = ts;
+    }
+    switch (k.payload) {
+    case 44: { /* legacy ThreadDescriptor: the sequence's thread and time base */
+        if (!s) {
+            stat_add(d, TPS_thread_descriptor_missing_sequence_id, 1);
+            return TM_OK;
+        }
+        int64_t pid = 0, tid = 0, ref = 0;
+        bool has_ref = false;
+        if (parse_thread_desc(k.body, &pid, &tid, &ref, &has_ref, NULL) != TM_OK)
+            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.body.data), NULL, "thread_descriptor is malformed");
+        if (s->valid) {
+            s->pid = pid, s->tid = tid, s->has_thread = true;
+            if (has_ref) s->track_time_ns = (int64_t)((uint64_t)ref * 1000u), s->has_track_time = true; /* wraps as TP does */
+        }
+        return push_event(d, ts, EV_THREAD_DESC, k.body);
+    }
+    case 2: case 43: case 60:
+        return push_event(d, ts, k.payload, k.body);
+    case 54:
+        return s ? on_streaming(d, s, &k) : TM_OK;
+    case 66: case 135: {
+        if (!s) return TM_OK;
+        uint32_t attr;
+        TM_TRY(attr_of(d, k.payload == 66 ? TP_SRC_PERF : TP_SRC_STACK, 0, TP_NULL, TP_NULL, 0, &attr));
+        return push_sample(d, ts, (sample_ref){.payload = k.body_len}, k.start, s->gen, TP_NULL, attr);
+    }
+    default:
+        return TM_OK;
+    }
+}
+
+static tm_status decode_trace(dec *d, tm_bytes buf, int depth) {
+    tm_pb_reader r = tm_pb_reader_of(buf);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num != 1) continue; /* Trace Processor skips other top-level fields */
+        if (f.wire != TM_PB_LEN)
+            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, f.start), NULL,
+                           "Trace.packet has wire type %u, not length-delimited", f.wire);
+        if (f.bytes.len > d->lim->max_packet_bytes)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "a packet of %zu bytes exceeds %llu",
+                           f.bytes.len, (unsigned long long)d->lim->max_packet_bytes);
+        if (f.bytes.len) TM_TRY(decode_packet(d, f.bytes, depth));
+    }
+    return rc == TM_PB_ERROR ? pb_fail(d, &r, "Trace") : TM_OK;
+}
+
+/* ---- parser: callstacks ----------------------------------------------------- */
+
+static tm_status hex_build_id(dec *d, tm_bytes raw, tm_str *out) {
+    if (raw.len == 33) { /* already a Chrome/breakpad module id in hex */
+        *out = raw;
+        return TM_OK;
+    }
+    char *p = tm_arena_alloc(&d->tp->arena, raw.len * 2 + 1);
+    if (!p) return nomem(d);
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < raw.len; i++) {
+        p[2 * i] = digits[raw.data[i] >> 4];
+        p[2 * i + 1] = digits[raw.data[i] & 15];
+    }
+    p[raw.len * 2] = 0;
+    *out = (tm_str){(const uint8_t *)p, raw.len * 2};
+    return TM_OK;
+}
+
+static int mapping_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tp_mapping *a = &((const tm_tp *)ctx)->mappings[idx], *b = key;
+    return a->exact_offset == b->exact_offset && a->start_offset == b->start_offset && a->start == b->start &&
+           a->end == b->end && a->load_bias == b->load_bias && tm_bytes_eq(a->build_id, b->build_id) &&
+           tm_bytes_eq(a->name, b->name);
+}
+static uint32_t mapping_hash(const tp_mapping *m) {
+    return (uint32_t)tm_hash_bytes(tm_hash_bytes(m->start ^ m->end * 31 ^ m->exact_offset * 131, m->name), m->build_id);
+}
+
+static tm_status add_mapping(dec *d, const tp_mapping *m, bool global, uint32_t *out) {
+    uint32_t h = mapping_hash(m);
+    if (global) {
+        uint32_t i = tm_idxset_find(&d->global_map_set, h, mapping_eq, d->tp, m);
+        if (i != TM_ABSENT) {
+            *out = i;
+            return TM_OK;
+        }
+    }
+    tp_mapping *row;
+    if (PUSH(d->tp, mappings, row) != TM_OK) return nomem(d);
+    *row = *m;
+    *out = (uint32_t)(d->tp->n_mappings - 1);
+    if (global && tm_idxset_add(d->mem, &d->global_map_set, h, *out) != TM_OK) return nomem(d);
+    return TM_OK;
+}
+
+/* Returns TM_ABSENT in *out (and raises a stat) when the mapping is unknown. */
+static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
+    uint32_t row = cache_get(d, CK_MAPPING, gen, upid, iid);
+    if (row != TM_ABSENT) {
+        *out = row;
+        return TM_OK;
+    }
+    *out = TM_ABSENT;
+    const intern_ent *e = lookup(d, gen, IK_MAPPINGS, iid);
+    if (!e) {
+        stat_add(d, TPS_stackprofile_invalid_mapping_id, 1);
+        return TM_OK;
+    }
+    tp_mapping m;
+    memset(&m, 0, sizeof m);
+    m.build_id = empty_str;
+    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_field f;
+    int rc;
+    char path[4096];
+    size_t plen = 0;
+    bool path_ok = true;
+    uint64_t segments = 0;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        switch (f.num) {
+        case 2: {
+            tm_str raw;
+            if (f.val && interned_str(d, gen, IK_BUILD_IDS, f.val, &raw)) TM_TRY(hex_build_id(d, raw, &m.build_id));
+            break;
+        }
+        case 3: m.start_offset = f.val; break;
+        case 4: m.start = f.val; break;
+        case 5: m.end = f.val; break;
+        case 6: m.load_bias = f.val; break;
+        case 8: m.exact_offset = f.val; break;
+        default: break;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned mapping");
+    /* path_string_ids: a bad iid ends the path */
+    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, 7);
+    uint64_t v;
+    while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
+        if (++segments > d->lim->max_path_segments)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, ids.msg.p), NULL, "more than %llu path segments",
+                           (unsigned long long)d->lim->max_path_segments);
+        tm_str seg;
+        if (!path_ok || !interned_str(d, gen, IK_MAPPING_PATHS, v, &seg)) {
+            path_ok = false;
+            continue;
+        }
+        if (plen + seg.len + 1 < sizeof path) {
+            path[plen++] = '/';
+            memcpy(path + plen, seg.data, seg.len);
+            plen += seg.len;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned mapping.path_string_ids");
+    size_t skip = plen >= 2 && path[0] == '/' && path[1] == '/' ? 1 : 0; /* Chrome sends full paths */
+    m.name = empty_str;
+    if (plen) TM_TRY(arena_str(d, path + skip, plen - skip, &m.name));
+    bool kernel = m.name.len == 7 && !memcmp(m.name.data, "/kernel", 7);
+    bool global = m.start == m.end || kernel || upid == TP_NULL;
+    TM_TRY(add_mapping(d, &m, global, &row));
+    TM_TRY(cache_put(d, CK_MAPPING, gen, upid, iid, row));
+    *out = row;
+    return TM_OK;
+}
+
+typedef struct frame_key {
+    uint32_t mapping;
+    uint64_t rel_pc;
+    tm_str name, source;
+    uint32_t line;
+} frame_key;
+
+static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
+    const dec *d = ctx;
+    const tp_frame *a = &d->tp->frames[idx];
+    const frame_key *b = key;
+    if (a->mapping != b->mapping || a->rel_pc != b->rel_pc || (a->name.data == NULL) != (b->name.data == NULL) ||
+        !tm_bytes_eq(a->name, b->name))
+        return 0;
+    tm_str src = no_str;
+    uint32_t line = 0;
+    if (a->symbol_set != TP_NULL) src = d->tp->symbols[a->symbol_set].source_file, line = d->tp->symbols[a->symbol_set].line;
+    return tm_bytes_eq(src, b->source) && line == b->line;
+}
+
+static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *out) {
+    uint32_t h = (uint32_t)tm_hash_bytes(tm_hash_bytes(k->rel_pc * 0x9e3779b97f4a7c15ull ^ k->mapping ^ (uint64_t)k->line << 40,
+                                                       k->name), k->source);
+    uint32_t i = tm_idxset_find(&d->frame_set, h, frame_eq, d, k);
+    if (i != TM_ABSENT) {
+        *out = i;
+        return TM_OK;
+    }
+    tp_frame *f;
+    if (PUSH(d->tp, frames, f) != TM_OK) return nomem(d);
+    f->name = k->name;
+    f->type = type;
+    f->rel_pc = k->rel_pc;
+    f->mapping = k->mapping;
+    f->symbol_set = TP_NULL;
+    i = (uint32_t)(d->tp->n_frames - 1);
+    if (k->source.data || k->line) {
+        tp_symbol *sym;
+        if (PUSH(d->tp, symbols, sym) != TM_OK) return nomem(d);
+        sym->symbol_set = (uint32_t)(d->tp->n_symbols - 1);
+        sym->name = k->name;
+        sym->source_file = k->source;
+        sym->line = k->line;
+        d->tp->frames[i].symbol_set = sym->symbol_set;
+    }
+    if (tm_idxset_add(d->mem, &d->frame_set, h, i) != TM_OK) return nomem(d);
+    *out = i;
+    return TM_OK;
+}
+
+/* The shared mapping of frames without one (inline callstacks). */
+static tm_status dummy_mapping(dec *d, uint32_t *out) {
+    if (d->dummy_mapping == TP_NULL) {
+        tp_mapping m;
+        memset(&m, 0, sizeof m);
+        m.build_id = empty_str;
+        m.name = empty_str;
+        m.end = UINT64_MAX;
+        TM_TRY(add_mapping(d, &m, true, &d->dummy_mapping));
+    }
+    *out = d->dummy_mapping;
+    return TM_OK;
+}
+
+static const char *const frame_kinds[] = {NULL, "native", "kernel", "interpreted", "jit", "gc", "runtime"};
+
+static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
+    uint32_t row = cache_get(d, CK_FRAME, gen, upid, iid);
+    if (row != TM_ABSENT) {
+        *out = row;
+        return TM_OK;
+    }
+    *out = TM_ABSENT;
+    const intern_ent *e = lookup(d, gen, IK_FRAMES, iid);
+    if (!e) {
+        stat_add(d, TPS_stackprofile_invalid_frame_id, 1);
+        return TM_OK;
+    }
+    frame_key k;
+    memset(&k, 0, sizeof k);
+    tm_str type = no_str;
+    uint64_t name_iid = 0, mapping_iid = 0, source_iid = 0;
+    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        switch (f.num) {
+        case 2: name_iid = f.val; break;
+        case 3: mapping_iid = f.val; break;
+        case 4: k.rel_pc = f.val; break;
+        case 5: source_iid = f.val; break;
+        case 6: k.line = (uint32_t)f.val; break;
+        case 7:
+            if (f.val < sizeof frame_kinds / sizeof *frame_kinds && frame_kinds[f.val])
+                type = (tm_str){(const uint8_t *)frame_kinds[f.val], strlen(frame_kinds[f.val])};
+            break;
+        case 8: if (f.wire == TM_PB_LEN) type = f.bytes; break;
+        default: break;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned frame");
+    if (name_iid && !interned_str(d, gen, IK_FUNCTION_NAMES, name_iid, &k.name)) {
+        stat_add(d, TPS_stackprofile_invalid_string_id, 1);
+        return TM_OK;
+    }
+    if (source_iid && !interned_str(d, gen, IK_SOURCE_PATHS, source_iid, &k.source)) k.source = no_str;
+    if (mapping_iid) {
+        TM_TRY(resolve_mapping(d, gen, upid, mapping_iid, &k.mapping));
+        if (k.mapping == TM_ABSENT) return TM_OK;
+    } else {
+        TM_TRY(dummy_mapping(d, &k.mapping));
+    }
+    TM_TRY(add_frame(d, &k, type, &row));
+    TM_TRY(cache_put(d, CK_FRAME, gen, upid, iid, row));
+    *out = row;
+    return TM_OK;
+}
+
+static int callsite_eq(const void *ctx, uint32_t idx, const void *key) {
+    return memcmp(&((const tm_tp *)ctx)->callsites[idx], key, sizeof(tp_callsite)) == 0;
+}
+static tm_status add_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
+    tp_callsite k = {depth, parent, frame};
+    uint32_t h = (uint32_t)tm_hash_u64((uint64_t)parent << 32 ^ frame ^ (uint64_t)depth << 20);
+    uint32_t i = tm_idxset_find(&d->callsite_set, h, callsite_eq, d->tp, &k);
+    if (i == TM_ABSENT) {
+        tp_callsite *c;
+        if (PUSH(d->tp, callsites, c) != TM_OK) return nomem(d);
+        *c = k;
+        i = (uint32_t)(d->tp->n_callsites - 1);
+        if (tm_idxset_add(d->mem, &d->callsite_set, h, i) != TM_OK) return nomem(d);
+    }
+    *out = i;
+    return TM_OK;
+}
+
+/* The leaf callsite of an interned callstack, or TP_NULL. */
+static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
+    uint32_t row = cache_get(d, CK_CALLSTACK, gen, upid, iid);
+    if (row != TM_ABSENT) {
+        *out = row;
+        return TM_OK;
+    }
+    *out = TP_NULL;
+    const intern_ent *e = lookup(d, gen, IK_CALLSTACKS, iid);
+    if (!e) {
+        stat_add(d, TPS_stackprofile_invalid_callstack_id, 1);
+        return TM_OK;
+    }
+    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, 2);
+    uint64_t v;
+    int rc;
+    uint32_t parent = TP_NULL, depth = 0;
+    while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
+        if (depth >= d->lim->max_stack_depth)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->msg.data), NULL, "a callstack deeper than %llu frames",
+                           (unsigned long long)d->lim->max_stack_depth);
+        uint32_t frame;
+        TM_TRY(resolve_frame(d, gen, upid, v, &frame));
+        if (frame == TM_ABSENT) return TM_OK;
+        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned callstack");
+    if (parent == TP_NULL) {
+        stat_add(d, TPS_stackprofile_empty_callstack, 1);
+        return TM_OK;
+    }
+    TM_TRY(cache_put(d, CK_CALLSTACK, gen, upid, iid, parent));
+    *out = parent;
+    return TM_OK;
+}
+
+/* StackSample's inline callstack: frames named by function and source. */
+static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
+    *out = TP_NULL;
+    uint32_t mapping, parent = TP_NULL, depth = 0;
+    TM_TRY(dummy_mapping(d, &mapping));
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num != 1 || f.wire != TM_PB_LEN) continue;
+        frame_key k;
+        memset(&k, 0, sizeof k);
+        k.mapping = mapping;
+        tm_pb_reader c = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+            if (g.num == 1 && g.wire == TM_PB_LEN) k.name = g.bytes;
+            if (g.num == 2 && g.wire == TM_PB_LEN) k.source = g.bytes;
+            if (g.num == 3 && g.wire == TM_PB_VARINT) k.line = (uint32_t)g.val;
+        }
+        if (rc == TM_PB_ERROR) return pb_fail(d, &c, "stack_sample.callstack.frames");
+        if (depth >= d->lim->max_stack_depth)
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "a callstack deeper than %llu frames",
+                           (unsigned long long)d->lim->max_stack_depth);
+        uint32_t frame;
+        TM_TRY(add_frame(d, &k, no_str, &frame));
+        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "stack_sample.callstack");
+    if (parent == TP_NULL) stat_add(d, TPS_stackprofile_empty_callstack, 1);
+    *out = parent;
+    return TM_OK;
+}
+
+/* ---- parser: contexts, sessions, counters ------------------------------------ */
+
+static int task_eq(const void *ctx, uint32_t idx, const void *key) {
+    return memcmp(&((const tm_tp *)ctx)->tasks[idx], key, sizeof(tp_task_ctx)) == 0;
+}
+static tm_status task_of(dec *d, uint32_t upid, uint32_t utid, uint32_t async, uint32_t *out) {
+    tp_task_ctx k = {upid, utid, async};
+    uint32_t h = (uint32_t)tm_hash_u64((uint64_t)upid << 40 ^ (uint64_t)utid << 20 ^ async);
+    uint32_t i = tm_idxset_find(&d->task_set, h, task_eq, d->tp, &k);
+    if (i == TM_ABSENT) {
+        tp_task_ctx *t;
+        if (PUSH(d->tp, tasks, t) != TM_OK) return nomem(d);
+        *t = k;
+        i = (uint32_t)(d->tp->n_tasks - 1);
+        if (tm_idxset_add(d->mem, &d->task_set, h, i) != TM_OK) return nomem(d);
+    }
+    *out = i;
+    return TM_OK;
+}
+
+static int exec_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tp_exec_ctx *a = &((const tm_tp *)ctx)->execs[idx], *b = key;
+    return a->cpu == b->cpu && a->mode == b->mode;
+}
+static tm_status exec_of(dec *d, uint32_t cpu, const char *mode, uint32_t *out) {
+    tp_exec_ctx k = {cpu, mode};
+    uint32_t h = (uint32_t)tm_hash_u64((uint64_t)cpu << 8 ^ (uint64_t)(uintptr_t)mode);
+    uint32_t i = tm_idxset_find(&d->exec_set, h, exec_eq, d->tp, &k);
+    if (i == TM_ABSENT) {
+        tp_exec_ctx *e;
+        if (PUSH(d->tp, execs, e) != TM_OK) return nomem(d);
+        *e = k;
+        i = (uint32_t)(d->tp->n_execs - 1);
+        if (tm_idxset_add(d->mem, &d->exec_set, h, i) != TM_OK) return nomem(d);
+    }
+    *out = i;
+    return TM_OK;
+}
+
+static const char *perf_mode(uint64_t m) {
+    static const char *const names[] = {"unknown", "kernel", "user", "hypervisor", "guest_kernel", "guest_user"};
+    return m < 6 ? names[m] : "unknown";
+}
+static const char *stack_mode(uint64_t m) {
+    static const char *const names[] = {"unknown", "user", "kernel", "hypervisor", "guest_user", "guest_kernel"};
+    return m < 6 ? names[m] : "unknown";
+}
+
+
+static const char *const perf_counter_names[] = {
+    NULL, "cpu-clock", "page-faults", "task-clock", "context-switches", "cpu-migrations", "minor-faults",
+    "major-faults", "alignment-faults", "emulation-faults", "cpu-cycles", "instructions", "cache-references",
+    "cache-misses", "branch-instructions", "branch-misses", "bus-cycles", "stalled-cycles-frontend",
+    "stalled-cycles-backend", "ref-cycles", "dummy"};
+
+/* Name of a perf event description (Timebase or FollowerEvent): its name
+ * field, else the counter's perf name, else the tracepoint's. */
+static tm_str perf_event_name(tm_bytes ev, uint32_t name_field, uint32_t counter_field, uint32_t tracepoint_field) {
+    tm_str name = no_str;
+    const char *counter = NULL;
+    tm_pb_reader r = tm_pb_reader_of(ev);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        if (f.num == name_field && f.wire == TM_PB_LEN && f.bytes.len) name = f.bytes;
+        if (f.num == counter_field && f.wire == TM_PB_VARINT &&
+            f.val < sizeof perf_counter_names / sizeof *perf_counter_names)
+            counter = perf_counter_names[f.val];
+        if (f.num == tracepoint_field && f.wire == TM_PB_LEN && !counter) {
+            tm_pb_reader t = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            while (tm_pb_next(&t, &g) == TM_PB_OK)
+                if (g.num == 1 && g.wire == TM_PB_LEN) name = name.data ? name : g.bytes;
+        }
+    }
+    if (name.data) return name;
+    if (!counter) counter = "cpu-clock";
+    return (tm_str){(const uint8_t *)counter, strlen(counter)};
+}
+
+static tm_status new_track(dec *d, uint8_t kind, tm_str name, tm_str unit, uint32_t session, uint32_t cpu,
+                           bool timebase, uint32_t *out) {
+    tp_track *t;
+    if (PUSH(d->tp, tracks, t) != TM_OK) return nomem(d);
+    t->kind = kind, t->name = name, t->unit = unit, t->session = session, t->cpu = cpu;
+    t->is_timebase = timebase;
+    *out = (uint32_t)(d->tp->n_tracks - 1);
+    return TM_OK;
+}
+
+static tm_status add_counter(dec *d, int64_t ts, uint32_t track, double v, uint32_t sample) {
+    tp_counter *c;
+    if (PUSH(d->tp, counters, c) != TM_OK) return nomem(d);
+    c->ts = ts, c->track = track, c->value = v, c->sample = sample;
+    return TM_OK;
+}
+
+/* The perf counter track of (session, cpu, index): index 0 is the
+ * timebase, i + 1 the i-th follower; all of a (session, cpu) are made at
+ * once, in that order. */
+static tm_status perf_track(dec *d, uint32_t gen, uint32_t session, uint32_t cpu, uint32_t index, uint32_t *out) {
+    for (size_t i = 0, k = 0; i < d->tp->n_tracks; i++) {
+        const tp_track *t = &d->tp->tracks[i];
+        if (t->kind != TP_TRACK_PERF_COUNTER || t->session != session || t->cpu != cpu) continue;
+        if (k++ == index) {
+            *out = (uint32_t)i;
+            return TM_OK;
+        }
+    }
+    tm_bytes defs = d->gens[gen].perf;
+    tm_bytes timebase = {NULL, 0};
+    tm_pb_reader r = tm_pb_reader_of(defs);
+    tm_pb_field f;
+    while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
+        if (f.num == 1 && f.wire == TM_PB_LEN) timebase = f.bytes;
+    size_t first = d->tp->n_tracks;
+    uint32_t id;
+    TM_TRY(new_track(d, TP_TRACK_PERF_COUNTER, perf_event_name(timebase, 10, 4, 3), no_str, session, cpu, true, &id));
+    r = tm_pb_reader_of(defs);
+    while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
+        if (f.num == 4 && f.wire == TM_PB_LEN)
+            TM_TRY(new_track(d, TP_TRACK_PERF_COUNTER, perf_event_name(f.bytes, 4, 1, 2), no_str, session, cpu, false,
+                             &id));
+    if (first + index >= d->tp->n_tracks) {
+        *out = TP_NULL;
+        return TM_OK;
+    }
+    *out = (uint32_t)(first + index);
+    return TM_OK;
+}
+
+static tm_status session_of(dec *d, uint32_t gen, bool perf, uint32_t *out) {
+    seq_state *s = &d->seqs[d->gens[gen].seq];
+    if (s->session == TP_NULL) {
+        tp_session *ss;
+        if (PUSH(d->tp, sessions, ss) != TM_OK) return nomem(d);
+        ss->is_perf = perf;
+        if (perf) {
+            ss->source = (tm_str){(const uint8_t *)"linux.perf", 10};
+        } else {
+            tm_bytes defs = d->gens[gen].stack;
+            tm_pb_reader r = tm_pb_reader_of(defs);
+            tm_pb_field f;
+            while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
+                if (f.num == 1 && f.wire == TM_PB_LEN) ss->source = f.bytes;
+        }
+        s->session = (uint32_t)(d->tp->n_sessions - 1);
+    }
+    *out = s->session;
+    return TM_OK;
+}
+
+static tm_str unit_name(tm_bytes desc) {
+    static const char *const units[] = {NULL, "ns", "cycles", "instructions", "bytes", "page_faults",
+                                        "cache_misses", "cache_references", "branch_misses", "count"};
+    tm_str out = no_str;
+    tm_pb_reader r = tm_pb_reader_of(desc);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        if (f.num == 3 && f.wire == TM_PB_VARINT && f.val < sizeof units / sizeof *units && units[f.val])
+            out = (tm_str){(const uint8_t *)units[f.val], strlen(units[f.val])};
+        if (f.num == 4 && f.wire == TM_PB_LEN) out = f.bytes;
+    }
+    return out;
+}
+static tm_str desc_name(tm_bytes desc) {
+    tm_str out = no_str;
+    tm_pb_reader r = tm_pb_reader_of(desc);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK)
+        if (f.num == 2 && f.wire == TM_PB_LEN) out = f.bytes;
+    return out;
+}
+
+/* The stack-sample counter track of a descriptor in a session. */
+static tm_status stack_track(dec *d, uint32_t session, tm_bytes desc, bool timebase, uint32_t *out) {
+    tm_str name = desc_name(desc), unit = unit_name(desc);
+    for (size_t i = 0; i < d->tp->n_tracks; i++) {
+        const tp_track *t = &d->tp->tracks[i];
+        if (t->kind == TP_TRACK_STACK_SAMPLE_COUNTER && t->session == session && tm_bytes_eq(t->name, name) &&
+            t->is_timebase == timebase) {
+            *out = (uint32_t)i;
+            return TM_OK;
+        }
+    }
+    if (timebase && !d->tp->sessions[session].timebase_unit.data) d->tp->sessions[session].timebase_unit = unit;
+    return new_track(d, TP_TRACK_STACK_SAMPLE_COUNTER, name, unit, session, TP_NULL, timebase, out);
+}
+
+/* ---- parser: samples ------------------------------------------------------------ */
+
+/* Reads the length-prefixed payload a sample column points at. */
+static tm_bytes payload_at(const uint8_t *len_prefix) {
+    uint64_t n = 0;
+    const uint8_t *p = len_prefix;
+    tm_pb_varint(&p, p + 10, &n); /* validated when the packet was scanned */
+    return (tm_bytes){p, (size_t)n};
+}
+
+/* Sample w is being written (w <= the row being read: dropped rows close up). */
+typedef struct out_row {
+    size_t w;
+    int64_t ts;
+    uint32_t gen;
+} out_row;
+
+static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *keep) {
+    tm_tp *tp = d->tp;
+    tm_bytes b = payload_at(ref);
+    uint64_t cpu = 0, pid = 0, tid = 0, cs_iid = 0, mode = 0, lost = 0, unwind = 0, skip = 0;
+    bool has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
+    uint64_t timebase = 0;
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        switch (f.num) {
+        case 1: cpu = f.val; break;
+        case 2: pid = f.val; break;
+        case 3: tid = f.val; break;
+        case 4: cs_iid = f.val; break;
+        case 5: mode = f.val; break;
+        case 6: timebase = f.val, has_timebase = true; break;
+        case 16: unwind = f.val, has_unwind = true; break;
+        case 17: lost = f.val; break;
+        case 18: skip = f.val, has_skip = true; break;
+        case 19: {
+            tm_pb_reader e = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            while (f.wire == TM_PB_LEN && tm_pb_next(&e, &g) == TM_PB_OK)
+                if (g.num == 1 && g.wire == TM_PB_VARINT && g.val == 1) guardrail = true;
+            break;
+        }
+        default: break;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "perf_sample");
+    *keep = false;
+    if (lost) return stat_set_idx(d, TPS_perf_cpu_lost_records, 0, (int64_t)cpu, (int64_t)lost, true);
+    uint32_t session;
+    TM_TRY(session_of(d, o->gen, true, &session));
+    if (guardrail) return stat_set_idx(d, TPS_perf_guardrail_stop_ts, 0, session, o->ts, false);
+    uint32_t utid, upid, task, exec, attr, callsite = TP_NULL;
+    TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &utid, &upid));
+    TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
+    TM_TRY(exec_of(d, (uint32_t)cpu, perf_mode(mode), &exec));
+    if (has_skip) {
+        if (skip == 1 || skip == 2) stat_add(d, TPS_perf_samples_skipped, 1);
+        if (skip == 3) stat_add(d, TPS_perf_samples_skipped_dataloss, 1);
+    } else if (cs_iid) {
+        TM_TRY(resolve_callstack(d, o->gen, upid, cs_iid, &callsite));
+    }
+    TM_TRY(attr_of(d, TP_SRC_PERF, has_unwind ? (uint8_t)(unwind + 1) : 0, exec, session, 0, &attr));
+    tp->s_ts[o->w] = o->ts;
+    tp->s_callsite[o->w] = callsite;
+    tp->s_task[o->w] = task;
+    tp->s_attr[o->w] = attr;
+    *keep = true;
+    if (has_skip) return TM_OK;
+    uint32_t track;
+    if (has_timebase) {
+        TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, 0, &track));
+        TM_TRY(add_counter(d, o->ts, track, (double)timebase, TP_NULL));
+    }
+    tm_pb_repeated followers = tm_pb_repeated_of(b, 7);
+    uint64_t v;
+    for (uint32_t i = 1; (rc = tm_pb_repeated_next(&followers, &v)) == TM_PB_OK; i++) {
+        TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, i, &track));
+        if (track != TP_NULL) TM_TRY(add_counter(d, o->ts, track, (double)v, TP_NULL));
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &followers.msg, "perf_sample.follower_counts");
+    return TM_OK;
+}
+
+static tm_status parse_chrome(dec *d, const out_row *o, uint64_t iid, uint32_t pending, uint32_t attr) {
+    tm_tp *tp = d->tp;
+    uint32_t utid, upid, task, callsite;
+    TM_TRY(thread_of(d, d->pend[pending][1], d->pend[pending][0], &utid, &upid));
+    TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
+    TM_TRY(resolve_callstack(d, o->gen, upid, iid, &callsite));
+    tp->s_ts[o->w] = o->ts;
+    tp->s_callsite[o->w] = callsite;
+    tp->s_task[o->w] = task;
+    tp->s_attr[o->w] = attr;
+    return TM_OK;
+}
+
+/* An async context row, its parents first. */
+static tm_status async_ctx(dec *d, uint32_t gen, uint64_t iid, int depth, uint32_t *out) {
+    *out = TP_NULL;
+    uint32_t row = cache_get(d, CK_ASYNC, gen, 0, iid);
+    if (row != TM_ABSENT) {
+        *out = row;
+        return TM_OK;
+    }
+    const intern_ent *e = lookup(d, gen, IK_ASYNC_CONTEXTS, iid);
+    if (!e || depth > 64) return TM_OK;
+    tm_str name = no_str, kind = no_str;
+    uint64_t parent_iid = 0;
+    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 2 && f.wire == TM_PB_LEN) name = f.bytes;
+        if (f.num == 3 && f.wire == TM_PB_LEN) kind = f.bytes;
+        if (f.num == 4 && f.wire == TM_PB_VARINT) parent_iid = f.val;
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned async context");
+    uint32_t parent = TP_NULL;
+    if (parent_iid && parent_iid != iid) TM_TRY(async_ctx(d, gen, parent_iid, depth + 1, &parent));
+    tp_async_ctx *a;
+    if (PUSH(d->tp, asyncs, a) != TM_OK) return nomem(d);
+    a->name = name, a->kind = kind, a->parent = parent;
+    row = (uint32_t)(d->tp->n_asyncs - 1);
+    TM_TRY(cache_put(d, CK_ASYNC, gen, 0, iid, row));
+    *out = row;
+    return TM_OK;
+}
+
+/* The message of an inline-or-interned oneof: the inline one, else the
+ * interned entry of iid. */
+static tm_bytes inline_or_interned(const dec *d, uint32_t gen, tm_bytes msg, uint64_t iid, uint32_t kind) {
+    if (msg.data) return msg;
+    const intern_ent *e = iid ? lookup(d, gen, kind, iid) : NULL;
+    return e ? e->msg : (tm_bytes){NULL, 0};
+}
+
+static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref) {
+    tm_tp *tp = d->tp;
+    tm_bytes b = payload_at(ref);
+    tm_bytes task_msg = {NULL, 0}, exec_msg = {NULL, 0}, cs_msg = {NULL, 0}, primary = {NULL, 0};
+    uint64_t task_iid = 0, exec_iid = 0, cs_iid = 0, primary_iid = 0, weight = 0;
+    bool has_weight = false;
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        bool len = f.wire == TM_PB_LEN;
+        switch (f.num) {
+        case 1: if (len) task_msg = f.bytes; break;
+        case 2: task_iid = f.val; break;
+        case 3: if (len) exec_msg = f.bytes; break;
+        case 4: exec_iid = f.val; break;
+        case 5: if (len) cs_msg = f.bytes; break;
+        case 6: cs_iid = f.val; break;
+        case 9: if (len) primary = f.bytes; break;
+        case 10: primary_iid = f.val; break;
+        case 11: weight = f.val, has_weight = true; break;
+        default: break;
+        }
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "stack_sample");
+    uint32_t session, upid = TP_NULL, utid = TP_NULL, async = TP_NULL, task = TP_NULL, exec = TP_NULL, attr;
+    uint32_t callsite = TP_NULL;
+    TM_TRY(session_of(d, o->gen, false, &session));
+    task_msg = inline_or_interned(d, o->gen, task_msg, task_iid, IK_TASK_CONTEXTS);
+    if (task_msg.data) {
+        uint64_t pid = 0, tid = 0, async_iid = 0;
+        tm_pb_reader t = tm_pb_reader_of(task_msg);
+        while ((rc = tm_pb_next(&t, &f)) == TM_PB_OK) {
+            if (f.num == 2) pid = f.val;
+            if (f.num == 3) tid = f.val;
+            if (f.num == 4) async_iid = f.val;
+        }
+        if (rc == TM_PB_ERROR) return pb_fail(d, &t, "stack_sample.task_context");
+        if (tid)
+            TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &utid, &upid));
+        else if (pid)
+            TM_TRY(process_of(d, (int64_t)pid, &upid));
+        if (async_iid) TM_TRY(async_ctx(d, o->gen, async_iid, 0, &async));
+        TM_TRY(task_of(d, upid, utid, async, &task));
+    }
+    exec_msg = inline_or_interned(d, o->gen, exec_msg, exec_iid, IK_EXEC_CONTEXTS);
+    if (exec_msg.data) {
+        uint32_t cpu = TP_NULL;
+        uint64_t mode = 0;
+        tm_pb_reader t = tm_pb_reader_of(exec_msg);
+        while ((rc = tm_pb_next(&t, &f)) == TM_PB_OK) {
+            if (f.num == 2) cpu = (uint32_t)f.val;
+            if (f.num == 3) mode = f.val;
+        }
+        if (rc == TM_PB_ERROR) return pb_fail(d, &t, "stack_sample.execution_context");
+        TM_TRY(exec_of(d, cpu, stack_mode(mode), &exec));
+    }
+    if (cs_msg.data)
+        TM_TRY(inline_callstack(d, cs_msg, &callsite));
+    else if (cs_iid)
+        TM_TRY(resolve_callstack(d, o->gen, upid, cs_iid, &callsite));
+    TM_TRY(attr_of(d, TP_SRC_STACK, 0, exec, session, 0, &attr));
+    tp->s_ts[o->w] = o->ts;
+    tp->s_callsite[o->w] = callsite;
+    tp->s_task[o->w] = task;
+    tp->s_attr[o->w] = attr;
+    /* The weights: primary on the timebase track, followers on theirs. */
+    tm_bytes defs = d->gens[o->gen].stack;
+    primary = inline_or_interned(d, o->gen, primary, primary_iid, IK_COUNTER_DESCRIPTORS);
+    tm_pb_reader dr = tm_pb_reader_of(defs);
+    while (!primary.data && defs.data && tm_pb_next(&dr, &f) == TM_PB_OK)
+        if (f.num == 2 && f.wire == TM_PB_LEN) primary = f.bytes;
+    uint32_t track;
+    if (has_weight && primary.data) {
+        TM_TRY(stack_track(d, session, primary, true, &track));
+        TM_TRY(add_counter(d, o->ts, track, (double)weight, (uint32_t)o->w));
+    }
+    /* Follower weights pair with the defaults' follower descriptors in order. */
+    tm_pb_repeated weights = tm_pb_repeated_of(b, 14);
+    tm_pb_reader descs = tm_pb_reader_of(defs);
+    uint64_t v;
+    while ((rc = tm_pb_repeated_next(&weights, &v)) == TM_PB_OK) {
+        tm_bytes desc = {NULL, 0};
+        while (!desc.data && descs.p < descs.end && tm_pb_next(&descs, &f) == TM_PB_OK)
+            if (f.num == 3 && f.wire == TM_PB_LEN) desc = f.bytes;
+        if (!desc.data) continue;
+        TM_TRY(stack_track(d, session, desc, false, &track));
+        TM_TRY(add_counter(d, o->ts, track, (double)v, (uint32_t)o->w));
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &weights.msg, "stack_sample.follower_weights");
+    return TM_OK;
+}
+
+/* ---- parser: processes and threads ---------------------------------------------- */
+
+static tm_status apply_process_tree(dec *d, tm_bytes b) {
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.wire != TM_PB_LEN) continue;
+        tm_pb_reader c = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        if (f.num == 1) { /* Process */
+            int64_t pid = 0, ppid = 0, uid = TP_NO_INT;
+            tm_str first = no_str;
+            size_t n_args = 0, total = 0;
+            while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+                if (g.num == 1 && g.wire == TM_PB_VARINT) pid = (int32_t)g.val;
+                if (g.num == 2 && g.wire == TM_PB_VARINT) ppid = (int32_t)g.val;
+                if (g.num == 5 && g.wire == TM_PB_VARINT) uid = (int32_t)g.val;
+                if (g.num == 3 && g.wire == TM_PB_LEN) {
+                    if (!n_args++) first = g.bytes;
+                    total += g.bytes.len + 1;
+                }
+            }
+            if (rc == TM_PB_ERROR) return pb_fail(d, &c, "process_tree.processes");
+            if (!n_args) continue; /* Trace Processor skips processes without a cmdline */
+            uint32_t parent, upid;
+            TM_TRY(process_of(d, ppid, &parent));
+            TM_TRY(process_of(d, pid, &upid));
+            char *cmd = tm_arena_alloc(&d->tp->arena, total + 1);
+            if (!cmd) return nomem(d);
+            size_t n = 0;
+            c = tm_pb_reader_of(f.bytes);
+            while (tm_pb_next(&c, &g) == TM_PB_OK)
+                if (g.num == 3 && g.wire == TM_PB_LEN) {
+                    if (n) cmd[n++] = ' ';
+                    memcpy(cmd + n, g.bytes.data, g.bytes.len);
+                    n += g.bytes.len;
+                }
+            cmd[n] = 0;
+            tp_process *p = &d->tp->processes[upid];
+            p->parent_upid = parent;
+            p->cmdline = (tm_str){(const uint8_t *)cmd, n};
+            if (uid != TP_NO_INT) p->uid = uid;
+            if (n_args == 1) { /* a single element may be a whole command line */
+                const uint8_t *sp = memchr(first.data, ' ', first.len);
+                if (sp) first.len = (size_t)(sp - first.data);
+            }
+            name_process(d, upid, first, 4);
+        } else if (f.num == 2) { /* Thread */
+            int64_t tid = 0, tgid = 0;
+            tm_str name = no_str;
+            while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+                if (g.num == 1 && g.wire == TM_PB_VARINT) tid = (int32_t)g.val;
+                if (g.num == 3 && g.wire == TM_PB_VARINT) tgid = (int32_t)g.val;
+                if (g.num == 2 && g.wire == TM_PB_LEN) name = g.bytes;
+            }
+            if (rc == TM_PB_ERROR) return pb_fail(d, &c, "process_tree.threads");
+            uint32_t utid, upid;
+            TM_TRY(thread_of(d, tid, tgid, &utid, &upid));
+            name_thread(d, utid, name, 2);
+        }
+    }
+    return rc == TM_PB_ERROR ? pb_fail(d, &r, "process_tree") : TM_OK;
+}
+
+static tm_status apply_process_desc(dec *d, tm_bytes b, uint32_t name_prio) {
+    int64_t pid = 0;
+    tm_str name = no_str;
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == 1 && f.wire == TM_PB_VARINT) pid = (int32_t)f.val;
+        if (f.num == 6 && f.wire == TM_PB_LEN) name = f.bytes;
+    }
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "process_descriptor");
+    uint32_t upid;
+    TM_TRY(process_of(d, pid, &upid));
+    name_process(d, upid, name, name_prio);
+    return TM_OK;
+}
+
+static tm_status apply_thread_desc(dec *d, tm_bytes b) {
+    int64_t pid = 0, tid = 0, ref;
+    bool has_ref;
+    tm_str name = no_str;
+    if (parse_thread_desc(b, &pid, &tid, &ref, &has_ref, &name) != TM_OK)
+        return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, b.data), NULL, "thread_descriptor is malformed");
+    uint32_t utid, upid;
+    TM_TRY(thread_of(d, tid, pid, &utid, &upid));
+    name_thread(d, utid, name, 4);
+    return TM_OK;
+}
+
+static tm_status apply_event(dec *d, const event *e) {
+    switch (e->kind) {
+    case EV_PROCESS_TREE: return apply_process_tree(d, e->msg);
+    case EV_PROCESS_DESC: return apply_process_desc(d, e->msg, 2);
+    case EV_THREAD_DESC: return apply_thread_desc(d, e->msg);
+    case EV_TRACK_DESC: {
+        tm_pb_reader r = tm_pb_reader_of(e->msg);
+        tm_pb_field f;
+        int rc;
+        while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+            if (f.num == 3 && f.wire == TM_PB_LEN) TM_TRY(apply_process_desc(d, f.bytes, 2));
+            if (f.num == 4 && f.wire == TM_PB_LEN) TM_TRY(apply_thread_desc(d, f.bytes));
+        }
+        return rc == TM_PB_ERROR ? pb_fail(d, &r, "track_descriptor") : TM_OK;
+    }
+    default: return TM_OK;
+    }
+}
+
+/* ---- sorting and the parse pass ------------------------------------------------- */
+
+typedef struct ts_index {
+    int64_t ts;
+    uint64_t index;
+} ts_index;
+static int cmp_sample(const void *a, const void *b) {
+    const ts_index *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+static int cmp_event(const void *a, const void *b) {
+    const event *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Puts the sample columns in timestamp order (stable); d->s_order keeps
+ * each row's file order for ties with events. */
+static tm_status sort_samples(dec *d) {
+    tm_tp *tp = d->tp;
+    size_t n = tp->n_samples;
+    size_t i = 1;
+    while (i < n && tp->s_ts[i - 1] <= tp->s_ts[i]) i++;
+    if (i >= n) return TM_OK;
+    ts_index *keys = tm_mem_alloc(d->mem, n * sizeof *keys);
+    d->s_order = tm_mem_alloc(d->mem, n * sizeof *d->s_order);
+    void *tmp = tm_mem_alloc(d->mem, n * sizeof(int64_t));
+    if (!keys || !d->s_order || !tmp) {
+        tm_mem_free(d->mem, keys, n * sizeof *keys);
+        tm_mem_free(d->mem, tmp, n * sizeof(int64_t));
+        return nomem(d);
+    }
+    for (i = 0; i < n; i++) keys[i] = (ts_index){tp->s_ts[i], i};
+    qsort(keys, n, sizeof *keys, cmp_sample);
+    for (i = 0; i < n; i++) d->s_order[i] = (uint32_t)keys[i].index;
+    tm_mem_free(d->mem, keys, n * sizeof *keys);
+#define PERMUTE(T, col)                                               \
+    do {                                                              \
+        T *t = tmp;                                                   \
+        for (size_t k = 0; k < n; k++) t[k] = (col)[d->s_order[k]];   \
+        memcpy((col), t, n * sizeof(T));                              \
+    } while (0)
+    PERMUTE(int64_t, tp->s_ts);
+    PERMUTE(sample_ref, d->s_ref);
+    PERMUTE(uint32_t, tp->s_callsite);
+    PERMUTE(uint32_t, tp->s_task);
+    PERMUTE(uint32_t, tp->s_attr);
+#undef PERMUTE
+    tm_mem_free(d->mem, tmp, n * sizeof(int64_t));
+    return TM_OK;
+}
+
+static tm_status parse_all(dec *d) {
+    tm_tp *tp = d->tp;
+    TM_TRY(sort_samples(d));
+    if (d->n_events) qsort(d->events, d->n_events, sizeof *d->events, cmp_event);
+    size_t j = 0, w = 0, n = tp->n_samples;
+    for (size_t i = 0; i < n; i++) {
+        size_t order = d->s_order ? d->s_order[i] : i;
+        while (j < d->n_events &&
+               (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
+            TM_TRY(apply_event(d, &d->events[j++]));
+        out_row o = {w, tp->s_ts[i], tp->s_callsite[i]};
+        sample_ref ref = d->s_ref[i];
+        uint32_t attr = tp->s_attr[i];
+        bool keep = true;
+        switch (tp->attrs[attr].kind) {
+        case TP_SRC_PERF: TM_TRY(parse_perf(d, &o, ref.payload, &keep)); break;
+        case TP_SRC_CHROME: TM_TRY(parse_chrome(d, &o, ref.iid, tp->s_task[i], attr)); break;
+        default: TM_TRY(parse_stack_sample(d, &o, ref.payload)); break;
+        }
+        if (keep) w++;
+    }
+    while (j < d->n_events) TM_TRY(apply_event(d, &d->events[j++]));
+    tp->n_samples = w;
+    return TM_OK;
+}
+
+/* ---- results: stats, metadata --------------------------------------------------- */
+
+static tm_status sequence_stats(dec *d) {
+    static const uint32_t reason_keys[9] = {0, TPS_traced_buf_data_loss_read_gap, TPS_traced_buf_data_loss_chunk_corrupted,
+                                            TPS_traced_buf_data_loss_orphan_continuation,
+                                            TPS_traced_buf_data_loss_reassembly_gap,
+                                            TPS_traced_buf_data_loss_reassembly_broken_chain,
+                                            TPS_traced_buf_data_loss_overwrite, TPS_traced_buf_data_loss_writer_abort,
+                                            TPS_traced_buf_data_loss_smb_full};
+    for (size_t i = 0; i < d->n_seqs; i++) {
+        const seq_state *s = &d->seqs[i];
+        if (s->buffer == TP_NULL) continue;
+        TM_TRY(stat_set_idx(d, TPS_traced_buf_sequence_packet_loss, 0, s->buffer, s->packet_losses, true));
+        TM_TRY(stat_set_idx(d, TPS_traced_buf_incremental_sequences_dropped, 0, s->buffer,
+                            s->needs_skipped && !s->needs_accepted, true));
+        for (int bit = 1; bit < 9; bit++)
+            if (s->loss_reasons[bit])
+                TM_TRY(stat_set_idx(d, reason_keys[bit], 0, s->buffer, s->loss_reasons[bit], true));
+    }
+    return TM_OK;
+}
+
+static int cmp_stat(const void *a, const void *b) {
+    const stat_ent *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    if (x->machine != y->machine) return x->machine < y->machine ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* One row per single stat, then the indexed ones that were set, in key order. */
+static tm_status build_stats(dec *d) {
+    if (d->n_stats) qsort(d->stats, d->n_stats, sizeof *d->stats, cmp_stat);
+    size_t j = 0;
+    for (uint32_t key = 0; key < TPS_COUNT; key++) {
+        tp_stat *row;
+        if (!tp_stat_defs[key].indexed) {
+            if (PUSH(d->tp, stats, row) != TM_OK) return nomem(d);
+            *row = (tp_stat){key, 0, TP_NO_INT, d->single[key]};
+        }
+        for (; j < d->n_stats && d->stats[j].key == key; j++) {
+            if (PUSH(d->tp, stats, row) != TM_OK) return nomem(d);
+            *row = (tp_stat){key, d->stats[j].machine, d->stats[j].idx, d->stats[j].value};
+        }
+    }
+    return TM_OK;
+}
+
+static tm_status add_meta(dec *d, const char *name, int64_t v, tm_str s) {
+    tp_meta *m;
+    if (PUSH(d->tp, meta, m) != TM_OK) return nomem(d);
+    m->name = name, m->int_value = v, m->str_value = s;
+    return TM_OK;
+}
+
+static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
+    /* Without a TraceUuid packet Trace Processor names a trace by the
+     * 64-bit FNV-1a hash of its first 4 KiB. */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len && i < 4096; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    char uuid[40];
+    snprintf(uuid, sizeof uuid, "00000000-0000-0000-%04x-%012llx", (unsigned)(h >> 48),
+             (unsigned long long)(h & 0xffffffffffffull));
+    TM_TRY(add_meta(d, "trace_size_bytes", (int64_t)len, no_str));
+    if (d->n_snaps) TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
+    TM_TRY(add_meta(d, "trace_type", TP_NO_INT, (tm_str){(const uint8_t *)"proto", 5}));
+    tm_str uuid_str;
+    TM_TRY(arena_str(d, uuid, strlen(uuid), &uuid_str));
+    TM_TRY(add_meta(d, "trace_uuid", TP_NO_INT, uuid_str));
+    if (!d->n_snaps) { /* the synthetic snapshot of a trace without one */
+        /* Observed (probe p6): two more cache misses when packets were
+         * dropped for want of a snapshot, as that snapshot is added. */
+        if (d->dropped_on_clock) stat_add(d, TPS_clock_sync_cache_miss, 2);
+        tp_clock_row *row;
+        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
+        row->clock_id = 6;
+        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
+        row->clock_id = 11;
+    }
+    return TM_OK;
+}
+
+/* ---- entry points ------------------------------------------------------------------ */
+
+static void dec_release(dec *d) {
+    tm_mem *m = d->mem;
+    tm_mem_free(m, d->seqs, d->cap_seqs * sizeof *d->seqs);
+    tm_u64map_free(m, &d->seq_by_id);
+    tm_mem_free(m, d->gens, d->cap_gens * sizeof *d->gens);
+    tm_mem_free(m, d->ents, d->cap_ents * sizeof *d->ents);
+    tm_idxset_free(m, &d->ent_set);
+    tm_mem_free(m, d->cache, d->cap_cache * sizeof *d->cache);
+    tm_idxset_free(m, &d->cache_set);
+    tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);
+    tm_mem_free(m, d->events, d->cap_events * sizeof *d->events);
+    tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
+    tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
+    tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
+    tm_u64map_free(m, &d->pend_by_key);
+    tm_mem_free(m, d->points, d->cap_points * sizeof *d->points);
+    tm_mem_free(m, d->snaps, d->cap_snaps * sizeof *d->snaps);
+    tm_u64map_free(m, &d->proc_by_pid);
+    tm_u64map_free(m, &d->thread_by_tid);
+    tm_idxset *sets[] = {&d->frame_set, &d->callsite_set, &d->global_map_set, &d->exec_set,
+                         &d->attr_set, &d->task_set};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) tm_idxset_free(m, sets[i]);
+}
+
+tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits,
+                      tm_error *err) {
+    memset(tp, 0, sizeof *tp);
+    tp->mem = mem;
+    tm_arena_init(&tp->arena, mem);
+    dec d;
+    memset(&d, 0, sizeof d);
+    d.tp = tp, d.mem = mem, d.lim = limits, d.err = err, d.base = buf, d.base_len = len;
+    d.trace_clock = 6; /* BOOTTIME until a snapshot says otherwise */
+    d.rnd = 1;
+    d.dummy_mapping = TP_NULL;
+    /* The reserved rows: process 0 and its idle thread "swapper". */
+    uint32_t upid;
+    tm_status st = process_of(&d, 0, &upid);
+    if (st == TM_OK) {
+        tp->threads[0].name = (tm_str){(const uint8_t *)"swapper", 7};
+        tp->threads[0].name_prio = UINT32_MAX;
+        tp->threads[0].is_idle = 1;
+    }
+    struct timespec t0, t1, t2;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int is_proto = len == 0 || buf[0] == 0x0a; /* what Trace Processor's type guess checks first */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st == TM_OK && !is_proto)
+        st = tm_fail(err, TM_ERR_MALFORMED, 0, NULL, "not a Perfetto trace: it does not start with a TracePacket");
+    if (st == TM_OK) st = decode_trace(&d, (tm_bytes){buf, len}, 0);
+    if (st == TM_OK) st = parse_all(&d);
+    if (st == TM_OK) st = sequence_stats(&d);
+    if (st == TM_OK) st = build_metadata(&d, buf, len);
+    /* Wall-clock timings, as Trace Processor reports them (never 0). */
+    clock_gettime(CLOCK_MONOTONIC, &t2);
+    int64_t guess_ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec);
+    int64_t parse_ns = (t2.tv_sec - t1.tv_sec) * 1000000000ll + (t2.tv_nsec - t1.tv_nsec);
+    d.single[TPS_guess_trace_type_duration_ns] = guess_ns > 0 ? guess_ns : 1;
+    d.single[TPS_parse_trace_duration_ns] = parse_ns > 0 ? parse_ns : 1;
+    if (st == TM_OK) st = build_stats(&d);
+    dec_release(&d);
+    if (st != TM_OK) tm_tp_release(tp);
+    return st;
+}
+
+void tm_tp_release(tm_tp *tp) {
+    tm_mem *m = tp->mem;
+    if (!m) return;
+#define FREE_VEC(v) tm_mem_free(m, tp->v, tp->cap_##v * sizeof *tp->v)
+    FREE_VEC(processes); FREE_VEC(threads); FREE_VEC(mappings); FREE_VEC(frames); FREE_VEC(callsites);
+    FREE_VEC(symbols); FREE_VEC(attrs); FREE_VEC(tasks); FREE_VEC(execs); FREE_VEC(asyncs);
+    FREE_VEC(sessions); FREE_VEC(tracks); FREE_VEC(counters); FREE_VEC(stats); FREE_VEC(meta);
+    FREE_VEC(clocks);
+#undef FREE_VEC
+    tm_mem_free(m, tp->s_ts, tp->cap_samples * sizeof *tp->s_ts);
+    tm_mem_free(m, tp->s_callsite, tp->cap_samples * sizeof *tp->s_callsite);
+    tm_mem_free(m, tp->s_task, tp->cap_samples * sizeof *tp->s_task);
+    tm_mem_free(m, tp->s_attr, tp->cap_samples * sizeof *tp->s_attr);
+    tm_arena_release(&tp->arena);
+    memset(tp, 0, sizeof *tp);
+}
+
+/* ---- names ---------------------------------------------------------------------------- */
+
+const char *tm_tp_unwind_error_name(unsigned plus_one) {
+    static const char *const names[] = {"unknown", "none", "memory_invalid", "unwind_info", "unsupported",
+                                        "invalid_map", "max_frames_exceeded", "repeated_frame", "invalid_elf",
+                                        "system_call", "thread_timeout", "thread_does_not_exist", "bad_arch",
+                                        "maps_parse", "invalid_parameter", "ptrace_call"};
+    if (!plus_one) return NULL;
+    return plus_one - 1 < sizeof names / sizeof *names ? names[plus_one - 1] : "unknown";
+}
+
+const char *tm_tp_clock_name(uint32_t id) {
+    static const char *const names[] = {NULL, "REALTIME", "REALTIME_COARSE", "MONOTONIC", "MONOTONIC_COARSE",
+                                        "MONOTONIC_RAW", "BOOTTIME"};
+    return id < sizeof names / sizeof *names ? names[id] : NULL;
+}
+
+const tp_stat_def *tm_tp_stat_def(uint32_t key) { return &tp_stat_defs[key]; }
+
+const char *tm_tp_stat_description(uint32_t key) {
+    switch (key) {
+    case TPS_clock_sync_cache_miss: return "Clock conversions that were not in the 8-entry cache of single-hop conversions.";
+    case TPS_clock_sync_failure_unknown_source_clock: return "Timestamps in a clock that no ClockSnapshot mentions.";
+    case TPS_clock_sync_failure_no_path: return "Timestamps whose clock no chain of ClockSnapshots links to trace time.";
+    case TPS_clock_sync_failure_undeferrable_packet_loss: return "Packets dropped because their timestamp could not be converted.";
+    case TPS_packet_skipped_seq_needs_incremental_state_invalid: return "Packets that need interned data skipped while their sequence had lost it.";
+    case TPS_interned_data_skipped_incremental_state_invalid: return "Interned data ignored while its sequence had lost its incremental state.";
+    case TPS_perf_cpu_lost_records: return "PerfSample records the kernel dropped, by CPU.";
+    case TPS_perf_samples_skipped: return "PerfSamples the profiler could not read or unwind.";
+    case TPS_perf_samples_skipped_dataloss: return "PerfSamples the profiler shed under load.";
+    case TPS_perf_guardrail_stop_ts: return "When a guardrail stopped the perf session.";
+    case TPS_stackprofile_invalid_string_id: case TPS_stackprofile_invalid_mapping_id:
+    case TPS_stackprofile_invalid_frame_id: case TPS_stackprofile_invalid_callstack_id:
+        return "Callstacks dropped because an interned id was never defined on their sequence.";
+    case TPS_stackprofile_empty_callstack: return "Callstacks without frames.";
+    case TPS_stackprofile_parser_error: return "StreamingProfilePackets with fewer timestamp deltas than callstacks.";
+    case TPS_streaming_profile_invalid_timestamp: return "StreamingProfilePacket samples whose time came out negative.";
+    case TPS_traced_buf_sequence_packet_loss: return "Times a sequence writing into this buffer lost packets.";
+    case TPS_traced_buf_incremental_sequences_dropped: return "Sequences of this buffer whose every packet needing interned data was skipped.";
+    case TPS_long_trace_mode_bytes_overwritten: return "Bytes a buffer overwrote while streaming into a file: missing from the trace.";
+    default: return "";
+    }
+}

@@ -1,0 +1,172 @@
+/*
+ * tp.h — the Trace Processor model: a Perfetto trace decoded with Perfetto
+ * Trace Processor's semantics (perfetto-wire.md §2) into the rows of its
+ * tables. tp.c fills it; sql.c exposes it to SQLite as virtual tables.
+ *
+ * It is a second reading of the same wire format beside trace.c, on
+ * purpose: Trace Processor numbers rows in timestamp order, keeps one
+ * mapping per process and sequence generation and raises its own stats,
+ * while the converters' profile model deduplicates by content. Keeping the
+ * two explicit lets each match its reference exactly.
+ *
+ * Row ids are array indexes. Nullable ids hold TP_NULL; nullable strings
+ * have data == NULL (an empty string has non-NULL data). Strings are views
+ * into the input or into the model's arena. Samples are stored as columns
+ * (20 bytes a sample) because they are the bulk of every trace.
+ */
+#ifndef TM_TP_H
+#define TM_TP_H
+
+#include "common/alloc.h"
+#include "common/base.h"
+#include "tp/tp_stats.h"
+
+#define TP_NULL UINT32_MAX
+#define TP_NO_INT INT64_MIN /* a NULL integer column value */
+
+typedef struct tp_process {
+    int64_t pid;
+    tm_str name, cmdline;
+    int64_t uid;          /* TP_NO_INT: unknown */
+    uint32_t parent_upid; /* TP_NULL: none */
+    uint32_t name_prio;
+} tp_process;
+
+typedef struct tp_thread {
+    int64_t tid;
+    tm_str name;
+    uint32_t upid;       /* TP_NULL: unknown */
+    uint32_t name_prio;
+    int8_t is_main;      /* -1: NULL */
+    uint8_t is_idle;
+} tp_thread;
+
+typedef struct tp_mapping {
+    tm_str build_id, name;
+    uint64_t exact_offset, start_offset, start, end, load_bias;
+} tp_mapping;
+
+typedef struct tp_frame {
+    tm_str name, type;
+    uint64_t rel_pc;
+    uint32_t mapping;
+    uint32_t symbol_set; /* TP_NULL: none */
+} tp_frame;
+
+typedef struct tp_callsite {
+    uint32_t depth, parent, frame;
+} tp_callsite;
+
+typedef struct tp_symbol {
+    uint32_t symbol_set;
+    tm_str name, source_file;
+    uint32_t line;
+} tp_symbol;
+
+typedef enum { TP_SRC_PERF = 1, TP_SRC_CHROME = 2, TP_SRC_STACK = 3 } tp_sample_kind;
+
+/* What a sample shares with many others, deduplicated: kind, execution
+ * context, session, unwind error, Chrome's process priority. */
+typedef struct tp_sample_attr {
+    uint8_t kind;          /* tp_sample_kind */
+    uint8_t unwind_error;  /* PerfSample StackUnwindError + 1; 0: NULL */
+    uint32_t exec;         /* execution context id or TP_NULL */
+    uint32_t session;      /* session id or TP_NULL */
+    int32_t priority;      /* StreamingProfilePacket.process_priority */
+} tp_sample_attr;
+
+typedef struct tp_task_ctx {
+    uint32_t upid, utid, async; /* each TP_NULL when unknown */
+} tp_task_ctx;
+
+typedef struct tp_exec_ctx {
+    uint32_t cpu;          /* TP_NULL: unknown */
+    const char *mode;      /* static; NULL: unknown */
+} tp_exec_ctx;
+
+typedef struct tp_async_ctx {
+    tm_str name, kind;
+    uint32_t parent;       /* TP_NULL: none */
+} tp_async_ctx;
+
+typedef struct tp_session {
+    tm_str source, timebase_unit, cmdline;
+    uint8_t is_perf;
+} tp_session;
+
+typedef enum { TP_TRACK_PERF_COUNTER = 1, TP_TRACK_STACK_SAMPLE_COUNTER = 2 } tp_track_kind;
+
+typedef struct tp_track {
+    tm_str name, unit;
+    uint8_t kind;          /* tp_track_kind */
+    uint8_t is_timebase;
+    uint32_t session, cpu; /* cpu: TP_NULL for stack-sample counters */
+} tp_track;
+
+typedef struct tp_counter {
+    int64_t ts;
+    double value;
+    uint32_t track;
+    uint32_t sample;       /* the stack_sample it measures, or TP_NULL */
+} tp_counter;
+
+typedef struct tp_stat {
+    uint32_t key;          /* tp_stat_key */
+    uint32_t machine;      /* machine row id */
+    int64_t idx;           /* TP_NO_INT for single stats */
+    int64_t value;
+} tp_stat;
+
+typedef struct tp_meta {
+    const char *name;      /* static */
+    int64_t int_value;     /* TP_NO_INT: NULL */
+    tm_str str_value;
+} tp_meta;
+
+typedef struct tp_clock_row {
+    int64_t ts, value;
+    uint32_t clock_id, snapshot;
+} tp_clock_row;
+
+#define TP_VEC(T, name) T *name; size_t n_##name, cap_##name
+
+typedef struct tm_tp {
+    tm_mem *mem;
+    tm_arena arena;
+    TP_VEC(tp_process, processes);
+    TP_VEC(tp_thread, threads);
+    TP_VEC(tp_mapping, mappings);
+    TP_VEC(tp_frame, frames);
+    TP_VEC(tp_callsite, callsites);
+    TP_VEC(tp_symbol, symbols);
+    TP_VEC(tp_sample_attr, attrs);
+    TP_VEC(tp_task_ctx, tasks);
+    TP_VEC(tp_exec_ctx, execs);
+    TP_VEC(tp_async_ctx, asyncs);
+    TP_VEC(tp_session, sessions);
+    TP_VEC(tp_track, tracks);
+    TP_VEC(tp_counter, counters);
+    TP_VEC(tp_stat, stats);
+    TP_VEC(tp_meta, meta);
+    TP_VEC(tp_clock_row, clocks);
+    uint32_t n_machines;     /* machine rows: 0 is the host */
+    /* Samples, one entry per row in each column. */
+    size_t n_samples, cap_samples;
+    int64_t *s_ts;
+    uint32_t *s_callsite;    /* TP_NULL: none */
+    uint32_t *s_task;        /* task context id or TP_NULL */
+    uint32_t *s_attr;        /* tp_sample_attr id */
+} tm_tp;
+
+/* Decodes buf (which must outlive the model) into *tp. */
+tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits,
+                      tm_error *err);
+void tm_tp_release(tm_tp *tp);
+
+/* Static names of enum values as Trace Processor writes them. */
+const char *tm_tp_unwind_error_name(unsigned unwind_error_plus_one);
+const char *tm_tp_clock_name(uint32_t clock_id); /* NULL beyond the builtins 1-6 */
+const tp_stat_def *tm_tp_stat_def(uint32_t key); /* key < TPS_COUNT */
+const char *tm_tp_stat_description(uint32_t key); /* "" for stats tracemill never raises */
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * json_write.c — the buffered JSON emitter (see json_write.h). The double
+ * formatter finds the shortest digit string that round-trips (printf with
+ * growing precision, checked with strtod) and lays it out with the rules of
+ * ryu's format64, which serde_json uses.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "wire/json_write.h" /* tm_jw */
+
+void tm_jw_init(tm_jw *w, const tm_sink *sink) {
+    w->sink = sink;
+    w->len = 0;
+    w->failed = 0;
+}
+
+void tm_jw_flush(tm_jw *w) {
+    if (w->len && !w->failed && w->sink->write(w->sink->ctx, w->buf, w->len)) w->failed = 1;
+    w->len = 0;
+}
+
+tm_status tm_jw_finish(tm_jw *w) {
+    tm_jw_flush(w);
+    return w->failed ? TM_ERR_IO : TM_OK;
+}
+
+static size_t u64_digits(uint64_t v, char *out) { return (size_t)(tm_put_u64(out, v) - out); }
+
+void tm_jw_u64(tm_jw *w, uint64_t v) {
+    char b[24];
+    tm_jw_raw(w, b, u64_digits(v, b));
+}
+
+void tm_jw_i64(tm_jw *w, int64_t v) {
+    if (v < 0) {
+        tm_jw_char(w, '-');
+        tm_jw_u64(w, (uint64_t)0 - (uint64_t)v);
+    } else {
+        tm_jw_u64(w, (uint64_t)v);
+    }
+}
+
+void tm_jw_hex(tm_jw *w, uint64_t v) {
+    char b[20];
+    size_t n = 0;
+    char tmp[16];
+    do {
+        tmp[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    b[0] = '"';
+    b[1] = '0';
+    b[2] = 'x';
+    for (size_t i = 0; i < n; i++) b[3 + i] = tmp[n - 1 - i];
+    b[3 + n] = '"';
+    tm_jw_raw(w, b, n + 4);
+}
+
+void tm_jw_seconds(tm_jw *w, int64_t ns) {
+    uint64_t u = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    char b[40];
+    size_t n = 0;
+    if (ns < 0) b[n++] = '-';
+    n += u64_digits(u / 1000000000u, b + n);
+    b[n++] = '.';
+    uint64_t frac = u % 1000000000u;
+    char f[9];
+    for (int i = 8; i >= 0; i--) {
+        f[i] = (char)('0' + frac % 10);
+        frac /= 10;
+    }
+    size_t fl = 9;
+    while (fl > 1 && f[fl - 1] == '0') fl--;
+    memcpy(b + n, f, fl);
+    tm_jw_raw(w, b, n + fl);
+}
+
+/* Writes v as "[-]d.ddde[+-]x" with the fewest significant digits that
+ * read back as v. printf gives the closest decimal of each length; where
+ * the rounding interval is lopsided (powers of two) a neighbour of that
+ * decimal can round-trip when the closest does not, so both neighbours are
+ * tried at each length before moving on, as ryu's shortest search would. */
+static int round_trips(double v, int prec, char out[40]) {
+    snprintf(out, 40, "%.*e", prec, v);
+    return strtod(out, NULL) == v;
+}
+
+static void shortest_digits(double v, char out[40]) {
+    /* The correctly rounded prec-digit form round-trips for every prec from
+     * some p0 up (a longer form is never farther from v), so p0 is found by
+     * bisection: 4 conversions instead of up to 15 (Relay's timestamps need
+     * 13 digits). */
+    int lo = 0, hi = 15;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (round_trips(v, mid, out)) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo < 15) {
+        round_trips(v, lo, out);
+        return;
+    }
+    for (int prec = 15; prec < 17; prec++) {
+        if (round_trips(v, prec, out)) return;
+        /* at 16 and 17 digits a neighbour of the closest form may round-trip
+         * where it does not: the mantissa digits as an integer, +-1 */
+        const char *p = out + (out[0] == '-');
+        char *e = strchr(out, 'e');
+        uint64_t m = 0;
+        for (const char *q = p; q < e; q++)
+            if (*q != '.') m = m * 10 + (uint64_t)(*q - '0');
+        long exp10 = strtol(e + 1, NULL, 10);
+        for (int delta = -1; delta <= 1; delta += 2) {
+            uint64_t c = m + (uint64_t)(int64_t)delta;
+            char digits[24], cand[40];
+            int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)c);
+            if (n != prec + 1) continue; /* carried into another digit: not this length */
+            snprintf(cand, sizeof cand, "%s%c.%se%+ld", out[0] == '-' ? "-" : "", digits[0], digits + 1, exp10);
+            if (strtod(cand, NULL) == v) {
+                memcpy(out, cand, strlen(cand) + 1);
+                return;
+            }
+        }
+    }
+    snprintf(out, 40, "%.16e", v);
+}
+
+size_t tm_format_f64(double v, char *out) {
+    if (v == 0) {
+        if (signbit(v)) {
+            memcpy(out, "-0.0", 4);
+            return 4;
+        }
+        memcpy(out, "0.0", 3);
+        return 3;
+    }
+    char tmp[40];
+    shortest_digits(v, tmp);
+    /* tmp = [-]d[.ddd]e[+-]xx */
+    const char *p = tmp;
+    size_t n = 0;
+    if (*p == '-') out[n++] = *p++;
+    char digits[24];
+    size_t len = 0;
+    while (*p && *p != 'e') {
+        if (*p != '.') digits[len++] = *p;
+        p++;
+    }
+    while (len > 1 && digits[len - 1] == '0') len--;
+    int exp10 = (int)strtol(p + 1, NULL, 10); /* value = d.ddd x 10^exp10 */
+    int kk = exp10 + 1;      /* 10^(kk-1) <= v < 10^kk */
+    int k = kk - (int)len;
+    if (k >= 0 && kk <= 16) {
+        memcpy(out + n, digits, len);
+        n += len;
+        for (int i = 0; i < k; i++) out[n++] = '0';
+        out[n++] = '.';
+        out[n++] = '0';
+    } else if (kk > 0 && kk <= 16) {
+        memcpy(out + n, digits, (size_t)kk);
+        n += (size_t)kk;
+        out[n++] = '.';
+        memcpy(out + n, digits + kk, len - (size_t)kk);
+        n += len - (size_t)kk;
+    } else if (kk > -5 && kk <= 0) {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (int i = 0; i < -kk; i++) out[n++] = '0';
+        memcpy(out + n, digits, len);
+        n += len;
+    } else {
+        out[n++] = digits[0];
+        if (len > 1) {
+            out[n++] = '.';
+            memcpy(out + n, digits + 1, len - 1);
+            n += len - 1;
+        }
+        n += (size_t)snprintf(out + n, 8, "e%d", kk - 1);
+    }
+    return n;
+}
+
+void tm_jw_f64(tm_jw *w, double v) {
+    if (!isfinite(v)) {
+        tm_jw_lit(w, "null");
+        return;
+    }
+    char b[40];
+    tm_jw_raw(w, b, tm_format_f64(v, b));
+}
+
+void tm_jw_str(tm_jw *w, tm_str s) {
+    tm_jw_char(w, '"');
+    const uint8_t *p = s.data, *e = s.data + s.len, *run = p;
+    while (p < e) {
+        uint8_t c = *p;
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            p++;
+            continue;
+        }
+        size_t seq = c >= 0x80 ? tm_utf8_seq(p, e) : 0;
+        if (seq) {
+            p += seq;
+            continue;
+        }
+        tm_jw_raw(w, run, (size_t)(p - run));
+        if (c == '"') tm_jw_lit(w, "\\\"");
+        else if (c == '\\') tm_jw_lit(w, "\\\\");
+        else if (c == '\n') tm_jw_lit(w, "\\n");
+        else if (c == '\r') tm_jw_lit(w, "\\r");
+        else if (c == '\t') tm_jw_lit(w, "\\t");
+        else if (c == '\b') tm_jw_lit(w, "\\b");
+        else if (c == '\f') tm_jw_lit(w, "\\f");
+        else if (c < 0x20) {
+            char b[7];
+            snprintf(b, sizeof b, "\\u%04x", c);
+            tm_jw_raw(w, b, 6);
+        } else {
+            tm_jw_lit(w, "\xef\xbf\xbd"); /* U+FFFD for an invalid byte */
+        }
+        p++;
+        run = p;
+    }
+    tm_jw_raw(w, run, (size_t)(p - run));
+    tm_jw_char(w, '"');
+}
+
+void tm_jw_cstr(tm_jw *w, const char *s) {
+    tm_str v = {(const uint8_t *)s, strlen(s)};
+    tm_jw_str(w, v);
+}

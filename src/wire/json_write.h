@@ -1,0 +1,91 @@
+/*
+ * json_write.h — a small buffered JSON emitter over a tm_sink, fast enough
+ * for hundreds of millions of samples: raw appends are memcpy into a 64 KiB
+ * buffer, integers are formatted by hand.
+ *
+ * Strings are always valid UTF-8 on output: invalid input bytes become
+ * U+FFFD. Doubles are printed as serde_json does (shortest round-trip
+ * digits, ryu's layout: "1700000001.0", "1771278044.23", "1e30").
+ *
+ * Not thread-safe; one writer per output.
+ */
+#ifndef TM_JSON_WRITE_H
+#define TM_JSON_WRITE_H
+
+#include "common/base.h" /* tm_str */
+
+typedef struct tm_jw {
+    const tm_sink *sink;
+    size_t len;
+    int failed;
+    uint8_t buf[1 << 16];
+} tm_jw;
+
+void tm_jw_init(tm_jw *w, const tm_sink *sink);
+/* Flushes; returns TM_OK or TM_ERR_IO if any write failed. */
+tm_status tm_jw_finish(tm_jw *w);
+void tm_jw_flush(tm_jw *w);
+
+static inline void tm_jw_raw(tm_jw *w, const void *s, size_t n) {
+    if (TM_UNLIKELY(sizeof w->buf - w->len < n)) {
+        tm_jw_flush(w);
+        if (n > sizeof w->buf) {
+            if (!w->failed && w->sink->write(w->sink->ctx, s, n)) w->failed = 1;
+            return;
+        }
+    }
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+/* Space for n bytes written in place; finish with tm_jw_commit. n must be
+ * at most 4 KiB. */
+static inline char *tm_jw_reserve(tm_jw *w, size_t n) {
+    if (TM_UNLIKELY(sizeof w->buf - w->len < n)) tm_jw_flush(w);
+    return (char *)w->buf + w->len;
+}
+static inline void tm_jw_commit(tm_jw *w, const char *end) { w->len = (size_t)((const uint8_t *)end - w->buf); }
+
+/* Writes v in decimal at p (room for 20 bytes); returns the end. Inline:
+ * the sample writer calls it for every sample. */
+static inline char *tm_put_u64(char *p, uint64_t v) {
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    unsigned n = 1;
+    for (uint64_t x = v; x >= 10 && n < 20; x /= 10) n++;
+    char *e = p + n, *q = e; /* written in place, last digits first: no copy */
+    while (v >= 100) {
+        q -= 2;
+        memcpy(q, pairs + (v % 100) * 2, 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, pairs + v * 2, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    return e;
+}
+
+#define tm_jw_lit(w, s) tm_jw_raw((w), (s), sizeof(s) - 1)
+
+static inline void tm_jw_char(tm_jw *w, char c) {
+    if (TM_UNLIKELY(w->len == sizeof w->buf)) tm_jw_flush(w);
+    w->buf[w->len++] = (uint8_t)c;
+}
+
+void tm_jw_u64(tm_jw *w, uint64_t v);
+void tm_jw_i64(tm_jw *w, int64_t v);
+void tm_jw_str(tm_jw *w, tm_str s);      /* quoted, escaped, UTF-8 repaired */
+void tm_jw_cstr(tm_jw *w, const char *s);/* quoted */
+void tm_jw_hex(tm_jw *w, uint64_t v);    /* "0x1f" (quoted, lowercase, no padding) */
+void tm_jw_f64(tm_jw *w, double v);      /* serde_json's format; null if not finite */
+void tm_jw_seconds(tm_jw *w, int64_t ns);/* exact: 1700000001.01 from ns */
+
+/* Formats a double like serde_json into buf (>= 32 bytes); returns length. */
+size_t tm_format_f64(double v, char *buf);
+
+#endif

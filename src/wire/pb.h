@@ -1,0 +1,191 @@
+/*
+ * pb.h — protobuf wire-format pull reader (https://protobuf.dev/programming-guides/encoding/).
+ *
+ * A tm_pb_reader walks one message's bytes [p, end) and yields one field at a
+ * time: tag, wire type, and either the scalar value or a view of the
+ * length-delimited payload. It never allocates and never recurses: to read
+ * a nested message the caller opens a new reader over the field's bytes.
+ * Every varint and length is bounds-checked. Groups (wire types 3/4) are
+ * rejected as malformed, as Perfetto never writes them.
+ *
+ * Packed repeated scalars are read with tm_pb_packed_next over the
+ * field's bytes; unpacked ones arrive as separate fields, so callers accept
+ * both shapes for every repeated scalar.
+ *
+ * Errors leave r->err (a static message) and r->p at the offending byte.
+ */
+#ifndef TM_PB_H
+#define TM_PB_H
+
+#include "common/base.h" /* tm_bytes */
+
+enum { TM_PB_VARINT = 0, TM_PB_I64 = 1, TM_PB_LEN = 2, TM_PB_I32 = 5 };
+enum { TM_PB_OK = 0, TM_PB_DONE = 1, TM_PB_ERROR = 2 };
+
+typedef struct tm_pb_reader {
+    const uint8_t *p, *end;
+    const char *err;      /* set on TM_PB_ERROR */
+    tm_status err_code;   /* TM_ERR_TRUNCATED or TM_ERR_MALFORMED */
+} tm_pb_reader;
+
+typedef struct tm_pb_field {
+    uint32_t num;
+    uint32_t wire;
+    uint64_t val;        /* VARINT, I64, I32 */
+    tm_bytes bytes;      /* LEN */
+    const uint8_t *start;/* first byte of the tag */
+} tm_pb_field;
+
+static inline tm_pb_reader tm_pb_reader_of(tm_bytes b) {
+    /* an absent field is {NULL, 0}: NULL + 0 is undefined in C */
+    tm_pb_reader r = {b.data, b.data ? b.data + b.len : NULL, NULL, TM_OK};
+    return r;
+}
+
+/* Decodes a varint at *pp (< end). Returns 0 on success, else an error
+ * (1 truncated, 2 overlong). */
+static inline int tm_pb_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    const uint8_t *p = *pp;
+    if (TM_LIKELY(p < end && *p < 0x80)) {
+        *out = *p;
+        *pp = p + 1;
+        return 0;
+    }
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 70; shift += 7) {
+        if (p >= end) return 1;
+        uint8_t b = *p++;
+        if (shift == 63 && b > 1) return 2;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) {
+            *out = v;
+            *pp = p;
+            return 0;
+        }
+    }
+    return 2;
+}
+
+static inline int tm_pb_fail(tm_pb_reader *r, const uint8_t *at, tm_status code, const char *msg) {
+    r->p = at;
+    r->err = msg;
+    r->err_code = code;
+    return TM_PB_ERROR;
+}
+
+/* The general field decoder (pb.c); tm_pb_next inlines the common case. */
+int tm_pb_next_slow(tm_pb_reader *r, tm_pb_field *f);
+
+/* Decodes the varint at q < end. Returns the end, or NULL when it runs
+ * past end or reaches 10 bytes (left to the checked decoder, which also
+ * rejects overlong ones and reports the error). */
+static inline const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *end, uint64_t *out) {
+    uint64_t v = q[0];
+    if (TM_LIKELY(v < 0x80)) {
+        *out = v;
+        return q + 1;
+    }
+    v &= 0x7f;
+    for (unsigned i = 1; i < 9 && q + i < end; i++) {
+        v |= (uint64_t)(q[i] & 0x7f) << (7 * i);
+        if (q[i] < 0x80) {
+            *out = v;
+            return q + i + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Reads the next field. Returns TM_PB_OK, TM_PB_DONE at the end, or
+ * TM_PB_ERROR. Varint and length-delimited fields with tags of one or two
+ * bytes (field numbers below 2048) never leave this inline function unless
+ * they are malformed. */
+static inline int tm_pb_next(tm_pb_reader *r, tm_pb_field *f) {
+    const uint8_t *p = r->p, *end = r->end;
+    if (p >= end) return TM_PB_DONE;
+    uint32_t tag = p[0];
+    const uint8_t *q = p + 1;
+    if (tag >= 0x80) {
+        if (end - p < 2 || p[1] >= 0x80) return tm_pb_next_slow(r, f);
+        tag = (tag & 0x7f) | (uint32_t)p[1] << 7;
+        q = p + 2;
+    }
+    uint32_t wire = tag & 7;
+    if (TM_LIKELY(tag >= 8 && (wire == TM_PB_VARINT || wire == TM_PB_LEN) && q < end)) {
+        uint64_t v;
+        const uint8_t *e = tm_pb_varint_fast(q, end, &v);
+        if (TM_LIKELY(e != NULL)) {
+            f->start = p;
+            f->num = tag >> 3;
+            f->wire = wire;
+            if (wire == TM_PB_VARINT) {
+                f->val = v;
+                r->p = e;
+                return TM_PB_OK;
+            }
+            if (TM_LIKELY(v <= (uint64_t)(end - e))) {
+                f->val = 0;
+                f->bytes.data = e;
+                f->bytes.len = (size_t)v;
+                r->p = e + v;
+                return TM_PB_OK;
+            }
+        }
+    }
+    return tm_pb_next_slow(r, f);
+}
+
+/* Iterates the varints of a packed field. Returns TM_PB_OK with *out set,
+ * TM_PB_DONE, or TM_PB_ERROR (truncated/overlong element). */
+static inline int tm_pb_packed_next(tm_pb_reader *r, uint64_t *out) {
+    if (r->p >= r->end) return TM_PB_DONE;
+    int e = tm_pb_varint(&r->p, r->end, out);
+    if (e) return tm_pb_fail(r, r->p, e == 1 ? TM_ERR_TRUNCATED : TM_ERR_MALFORMED,
+                             e == 1 ? "truncated packed varint" : "overlong packed varint");
+    return TM_PB_OK;
+}
+
+/* Iterates the values of one repeated varint field of a message, packed
+ * or not (writers use either, even mixed). tm_pb_repeated_next returns
+ * TM_PB_OK with *out set, TM_PB_DONE, or TM_PB_ERROR with the error in
+ * it->msg (a bad packed element, or a wrong wire type for the field). */
+typedef struct tm_pb_repeated {
+    tm_pb_reader msg;    /* the rest of the message */
+    tm_pb_reader packed; /* the packed run being read */
+    uint32_t num;
+} tm_pb_repeated;
+
+static inline tm_pb_repeated tm_pb_repeated_of(tm_bytes msg, uint32_t num) {
+    tm_pb_repeated it = {tm_pb_reader_of(msg), {NULL, NULL, NULL, TM_OK}, num};
+    return it;
+}
+
+static inline int tm_pb_repeated_next(tm_pb_repeated *it, uint64_t *out) {
+    for (;;) {
+        if (it->packed.p < it->packed.end) {
+            if (tm_pb_packed_next(&it->packed, out) == TM_PB_OK) return TM_PB_OK;
+            return tm_pb_fail(&it->msg, it->packed.p, it->packed.err_code, it->packed.err);
+        }
+        tm_pb_field f;
+        int rc = tm_pb_next(&it->msg, &f);
+        if (rc != TM_PB_OK) return rc;
+        if (f.num != it->num) continue;
+        if (f.wire == TM_PB_VARINT) {
+            *out = f.val;
+            return TM_PB_OK;
+        }
+        if (f.wire != TM_PB_LEN)
+            return tm_pb_fail(&it->msg, f.start, TM_ERR_MALFORMED, "repeated varint field with a wrong wire type");
+        it->packed = tm_pb_reader_of(f.bytes);
+    }
+}
+
+/* Counts the elements of a packed varint field (no validation beyond what
+ * is needed to count). */
+static inline size_t tm_pb_packed_count(tm_bytes b) {
+    size_t n = 0;
+    for (size_t i = 0; i < b.len; i++) n += b.data[i] < 0x80;
+    return n;
+}
+
+#endif
