@@ -1,0 +1,285 @@
+/*
+ * fields.h — Perfetto's protobuf field numbers and enum values by name, for
+ * every message tracemill reads or writes (perfetto/trace/*.proto, v58).
+ * The one place they are spelled out: the reader (perfetto/), the
+ * recorder's writer (record/writer.c) and the test trace builder
+ * (tests/trace_builder.h) all use these names, never bare numbers.
+ *
+ * Names are TM_PF_<MESSAGE>_<FIELD>. Repeated scalar fields note how the
+ * proto declares them: Perfetto's protos are proto2, so a repeated scalar is
+ * unpacked unless declared [packed = true], and Perfetto's own decoder only
+ * reads the encoding the proto declares. Readers accept both, as protobuf
+ * requires; writers must use the declared one.
+ */
+#ifndef TM_PERFETTO_FIELDS_H
+#define TM_PERFETTO_FIELDS_H
+
+/* Trace */
+enum { TM_PF_TRACE_PACKET = 1 };
+
+/* TracePacket: header fields */
+enum {
+    TM_PF_PACKET_TIMESTAMP = 8,
+    TM_PF_PACKET_TIMESTAMP_CLOCK_ID = 58,
+    TM_PF_PACKET_TRUSTED_UID = 3,
+    TM_PF_PACKET_SEQUENCE_ID = 10, /* trusted_packet_sequence_id */
+    TM_PF_PACKET_TRUSTED_PID = 79,
+    TM_PF_PACKET_INTERNED_DATA = 12,
+    TM_PF_PACKET_SEQUENCE_FLAGS = 13,
+    TM_PF_PACKET_INCREMENTAL_STATE_CLEARED = 41, /* deprecated alias of the CLEARED flag */
+    TM_PF_PACKET_DEFAULTS = 59,                  /* trace_packet_defaults */
+    TM_PF_PACKET_PREVIOUS_PACKET_DROPPED = 42,   /* bool, a DataLossReason bit mask since v57 */
+    TM_PF_PACKET_FIRST_PACKET_ON_SEQUENCE = 87,
+    TM_PF_PACKET_MACHINE_ID = 98
+};
+
+/* TracePacket: members of `oneof data` */
+enum {
+    TM_PF_PACKET_FTRACE_EVENTS = 1,
+    TM_PF_PACKET_PROCESS_TREE = 2,
+    TM_PF_PACKET_CLOCK_SNAPSHOT = 6,
+    TM_PF_PACKET_PROCESS_STATS = 9,
+    TM_PF_PACKET_TRACK_EVENT = 11,
+    TM_PF_PACKET_TRACE_CONFIG = 33,
+    TM_PF_PACKET_FTRACE_STATS = 34,
+    TM_PF_PACKET_TRACE_STATS = 35,
+    TM_PF_PACKET_PROFILE_PACKET = 37,
+    TM_PF_PACKET_PROCESS_DESCRIPTOR = 43,
+    TM_PF_PACKET_THREAD_DESCRIPTOR = 44,
+    TM_PF_PACKET_SYSTEM_INFO = 45,
+    TM_PF_PACKET_COMPRESSED_PACKETS = 50,
+    TM_PF_PACKET_STREAMING_PROFILE_PACKET = 54,
+    TM_PF_PACKET_TRACK_DESCRIPTOR = 60,
+    TM_PF_PACKET_MODULE_SYMBOLS = 61,
+    TM_PF_PACKET_DEOBFUSCATION_MAPPING = 64,
+    TM_PF_PACKET_PERF_SAMPLE = 66,
+    TM_PF_PACKET_STREAMING_ALLOCATION = 74,
+    TM_PF_PACKET_STREAMING_FREE = 75,
+    TM_PF_PACKET_TRACE_UUID = 89,
+    TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS = 133,
+    TM_PF_PACKET_STACK_SAMPLE = 135
+};
+
+/* TracePacket.sequence_flags and previous_packet_dropped bits */
+enum { TM_PF_SEQ_INCREMENTAL_STATE_CLEARED = 1, TM_PF_SEQ_NEEDS_INCREMENTAL_STATE = 2 };
+enum { TM_PF_DATA_LOSS_PRESENT = 1 };
+
+/* TracePacketDefaults */
+enum {
+    TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID = 58,
+    TM_PF_DEFAULTS_TRACK_EVENT = 11,
+    TM_PF_DEFAULTS_PERF_SAMPLE = 12,
+    TM_PF_DEFAULTS_STACK_SAMPLE = 100
+};
+
+/* PerfSampleDefaults, PerfEvents.Timebase and PerfEvents.Counter */
+enum {
+    TM_PF_PERF_DEFAULTS_TIMEBASE = 1,
+    TM_PF_PERF_DEFAULTS_FOLLOWERS = 4,
+    TM_PF_TIMEBASE_PERIOD = 1,
+    TM_PF_TIMEBASE_FREQUENCY = 2,
+    TM_PF_TIMEBASE_TRACEPOINT = 3,
+    TM_PF_TIMEBASE_COUNTER = 4,
+    TM_PF_TIMEBASE_RAW_EVENT = 5,
+    TM_PF_TIMEBASE_POLL_PERIOD_MS = 6,
+    TM_PF_TIMEBASE_NAME = 10,
+    TM_PF_TIMEBASE_TIMESTAMP_CLOCK = 11,
+    TM_PF_COUNTER_SW_CPU_CLOCK = 1,
+    TM_PF_COUNTER_SW_TASK_CLOCK = 3
+};
+
+/* InternedData */
+enum {
+    TM_PF_INTERNED_FUNCTION_NAMES = 5,
+    TM_PF_INTERNED_FRAMES = 6,
+    TM_PF_INTERNED_CALLSTACKS = 7,
+    TM_PF_INTERNED_BUILD_IDS = 16,
+    TM_PF_INTERNED_MAPPING_PATHS = 17,
+    TM_PF_INTERNED_SOURCE_PATHS = 18,
+    TM_PF_INTERNED_MAPPINGS = 19,
+    TM_PF_INTERNED_TASK_CONTEXTS = 48,      /* stack_sample_task_contexts */
+    TM_PF_INTERNED_EXECUTION_CONTEXTS = 49, /* stack_sample_execution_contexts */
+    TM_PF_INTERNED_COUNTER_DESCRIPTORS = 50,
+    TM_PF_INTERNED_ASYNC_CONTEXTS = 51
+};
+
+/* Every interned message: iid = 1. InternedString: str = 2. */
+enum { TM_PF_INTERNED_IID = 1, TM_PF_INTERNED_STRING_STR = 2 };
+
+/* Mapping (profile_common.proto) */
+enum {
+    TM_PF_MAPPING_BUILD_ID = 2,
+    TM_PF_MAPPING_START_OFFSET = 3,
+    TM_PF_MAPPING_START = 4,
+    TM_PF_MAPPING_END = 5,
+    TM_PF_MAPPING_LOAD_BIAS = 6,
+    TM_PF_MAPPING_PATH_STRING_IDS = 7, /* repeated uint64, unpacked */
+    TM_PF_MAPPING_EXACT_OFFSET = 8
+};
+
+/* Frame */
+enum {
+    TM_PF_FRAME_FUNCTION_NAME_ID = 2,
+    TM_PF_FRAME_MAPPING_ID = 3,
+    TM_PF_FRAME_REL_PC = 4,
+    TM_PF_FRAME_SOURCE_PATH_IID = 5,
+    TM_PF_FRAME_LINE_NUMBER = 6,
+    TM_PF_FRAME_KIND = 7,
+    TM_PF_FRAME_KIND_STR = 8
+};
+
+/* Callstack: frame_ids is repeated uint64, unpacked (not [packed = true]). */
+enum { TM_PF_CALLSTACK_FRAME_IDS = 2 };
+
+/* PerfSample */
+enum {
+    TM_PF_PERF_SAMPLE_CPU = 1,
+    TM_PF_PERF_SAMPLE_PID = 2,
+    TM_PF_PERF_SAMPLE_TID = 3,
+    TM_PF_PERF_SAMPLE_CALLSTACK_IID = 4,
+    TM_PF_PERF_SAMPLE_CPU_MODE = 5,
+    TM_PF_PERF_SAMPLE_TIMEBASE_COUNT = 6,
+    TM_PF_PERF_SAMPLE_FOLLOWER_COUNTS = 7,
+    TM_PF_PERF_SAMPLE_UNWIND_ERROR = 16,
+    TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST = 17,
+    TM_PF_PERF_SAMPLE_SKIPPED_REASON = 18,
+    TM_PF_PERF_SAMPLE_PRODUCER_EVENT = 19
+};
+enum { TM_PF_CPU_MODE_KERNEL = 1, TM_PF_CPU_MODE_USER = 2 };
+
+/* StreamingProfilePacket: both repeated fields are declared [packed = true]. */
+enum {
+    TM_PF_STREAMING_CALLSTACK_IID = 1,
+    TM_PF_STREAMING_TIMESTAMP_DELTA_US = 2,
+    TM_PF_STREAMING_PROCESS_PRIORITY = 3
+};
+
+/* StackSample (v58) and its interned contexts */
+enum {
+    TM_PF_STACK_SAMPLE_TASK_CONTEXT = 1,
+    TM_PF_STACK_SAMPLE_TASK_CONTEXT_IID = 2,
+    TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT = 3,
+    TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT_IID = 4,
+    TM_PF_STACK_SAMPLE_CALLSTACK = 5,
+    TM_PF_STACK_SAMPLE_CALLSTACK_IID = 6,
+    TM_PF_STACK_SAMPLE_UNWIND_ERROR = 7,
+    TM_PF_STACK_SAMPLE_PRIMARY_WEIGHT = 11,
+    TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS = 14,
+    TM_PF_TASK_CONTEXT_PID = 2,
+    TM_PF_TASK_CONTEXT_TID = 3,
+    TM_PF_TASK_CONTEXT_ASYNC_ID = 4,
+    TM_PF_EXECUTION_CONTEXT_CPU = 2,
+    TM_PF_EXECUTION_CONTEXT_MODE = 3,
+    TM_PF_INLINE_CALLSTACK_FRAMES = 1,
+    TM_PF_INLINE_FRAME_FUNCTION_NAME = 1,
+    TM_PF_INLINE_FRAME_SOURCE_FILE = 2,
+    TM_PF_INLINE_FRAME_LINE_NUMBER = 3
+};
+
+/* ClockSnapshot, ClockSnapshot.Clock and BuiltinClock */
+enum {
+    TM_PF_CLOCK_SNAPSHOT_CLOCKS = 1,
+    TM_PF_CLOCK_SNAPSHOT_PRIMARY_TRACE_CLOCK = 2,
+    TM_PF_CLOCK_ID = 1,
+    TM_PF_CLOCK_TIMESTAMP = 2,
+    TM_PF_CLOCK_IS_INCREMENTAL = 3,
+    TM_PF_CLOCK_UNIT_MULTIPLIER_NS = 4
+};
+enum {
+    TM_PF_BUILTIN_CLOCK_REALTIME = 1,
+    TM_PF_BUILTIN_CLOCK_MONOTONIC = 3,
+    TM_PF_BUILTIN_CLOCK_MONOTONIC_RAW = 5,
+    TM_PF_BUILTIN_CLOCK_BOOTTIME = 6,
+    TM_PF_BUILTIN_CLOCK_TRACE_FILE = 11,
+    TM_PF_FIRST_SEQUENCE_CLOCK = 64, /* 64..127 are scoped to one sequence */
+    TM_PF_FIRST_RESERVED_CLOCK = 128
+};
+
+/* ProcessTree, ProcessTree.Process, ProcessTree.Thread */
+enum {
+    TM_PF_PROCESS_TREE_PROCESSES = 1,
+    TM_PF_PROCESS_TREE_THREADS = 2,
+    TM_PF_PROCESS_TREE_COLLECTION_END = 3,
+    TM_PF_PROCESS_PID = 1,
+    TM_PF_PROCESS_PPID = 2,
+    TM_PF_PROCESS_CMDLINE = 3,
+    TM_PF_PROCESS_UID = 5,
+    TM_PF_PROCESS_IS_KTHREAD = 8,
+    TM_PF_PROCESS_CMDLINE_IS_COMM = 9,
+    TM_PF_THREAD_TID = 1,
+    TM_PF_THREAD_NAME = 2,
+    TM_PF_THREAD_TGID = 3
+};
+
+/* ProcessDescriptor, ThreadDescriptor, TrackDescriptor */
+enum {
+    TM_PF_PROCESS_DESC_PID = 1,
+    TM_PF_PROCESS_DESC_CMDLINE = 2,
+    TM_PF_PROCESS_DESC_PROCESS_NAME = 6,
+    TM_PF_THREAD_DESC_PID = 1,
+    TM_PF_THREAD_DESC_TID = 2,
+    TM_PF_THREAD_DESC_THREAD_NAME = 5,
+    TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US = 6,
+    TM_PF_TRACK_DESC_UUID = 1,
+    TM_PF_TRACK_DESC_NAME = 2,
+    TM_PF_TRACK_DESC_PROCESS = 3,
+    TM_PF_TRACK_DESC_THREAD = 4,
+    TM_PF_TRACK_DESC_PARENT_UUID = 5,
+    TM_PF_TRACK_DESC_STATIC_NAME = 10
+};
+
+/* TraceStats, TraceStats.BufferStats, TraceStats.WriterStats */
+enum {
+    TM_PF_TRACE_STATS_BUFFER_STATS = 1,
+    TM_PF_TRACE_STATS_CHUNKS_DISCARDED = 8,
+    TM_PF_TRACE_STATS_WRITER_STATS = 18,
+    TM_PF_BUFFER_STATS_BYTES_WRITTEN = 1,
+    TM_PF_BUFFER_STATS_CHUNKS_OVERWRITTEN = 3,
+    TM_PF_BUFFER_STATS_BUFFER_SIZE = 12,
+    TM_PF_BUFFER_STATS_BYTES_OVERWRITTEN = 13,
+    TM_PF_BUFFER_STATS_CHUNKS_DISCARDED = 18,
+    TM_PF_BUFFER_STATS_TRACE_WRITER_PACKET_LOSS = 19,
+    TM_PF_WRITER_STATS_SEQUENCE_ID = 1,
+    TM_PF_WRITER_STATS_BUFFER = 4
+};
+
+/* TraceConfig and the pieces of it tracemill writes or reads */
+enum {
+    TM_PF_CONFIG_BUFFERS = 1,
+    TM_PF_CONFIG_DATA_SOURCES = 2,
+    TM_PF_CONFIG_DURATION_MS = 3,
+    TM_PF_CONFIG_WRITE_INTO_FILE = 8,
+    TM_PF_CONFIG_FILE_WRITE_PERIOD_MS = 9,
+    TM_PF_CONFIG_TRACE_UUID_MSB = 27,
+    TM_PF_CONFIG_TRACE_UUID_LSB = 28,
+    TM_PF_CONFIG_BUILTIN_DATA_SOURCES = 20,
+    TM_PF_BUFFER_CONFIG_SIZE_KB = 1,
+    TM_PF_BUFFER_CONFIG_FILL_POLICY = 4,
+    TM_PF_FILL_POLICY_RING_BUFFER = 1,
+    TM_PF_FILL_POLICY_DISCARD = 2,
+    TM_PF_DATA_SOURCE_CONFIG = 1,
+    TM_PF_DATA_SOURCE_CONFIG_NAME = 1,
+    TM_PF_DATA_SOURCE_CONFIG_TARGET_BUFFER = 2,
+    TM_PF_DATA_SOURCE_CONFIG_LEGACY_CONFIG = 1000,
+    TM_PF_BUILTIN_DATA_SOURCES_PRIMARY_TRACE_CLOCK = 5
+};
+
+/* TraceUuid (TracePacket 89) */
+enum { TM_PF_TRACE_UUID_MSB = 1, TM_PF_TRACE_UUID_LSB = 2 };
+
+/* SystemInfo and its utsname */
+enum {
+    TM_PF_SYSTEM_INFO_UTSNAME = 1,
+    TM_PF_SYSTEM_INFO_HZ = 3,
+    TM_PF_SYSTEM_INFO_TRACING_SERVICE_VERSION = 4,
+    TM_PF_SYSTEM_INFO_PAGE_SIZE = 6,
+    TM_PF_SYSTEM_INFO_TIMEZONE_OFF_MINS = 7,
+    TM_PF_SYSTEM_INFO_NUM_CPUS = 8,
+    TM_PF_SYSTEM_INFO_SYSTEM_RAM_BYTES = 16,
+    TM_PF_UTSNAME_SYSNAME = 1,
+    TM_PF_UTSNAME_VERSION = 2,
+    TM_PF_UTSNAME_RELEASE = 3,
+    TM_PF_UTSNAME_MACHINE = 4
+};
+
+#endif
