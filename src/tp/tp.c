@@ -14,11 +14,12 @@
  *     sessions, counters, contexts — so row ids come out as Trace
  *     Processor numbers them.
  *
- * Interned data stays where it is in the input (or in inflated buffers in
- * the arena): entries record their sequence, clear epoch and generation,
- * and a lookup from a packet sees the first entry of its epoch that was
- * added no later than the packet's generation — the view Trace Processor's
- * per-generation state gives, without copying it.
+ * Packets, sequences, generations and interned data come from the one
+ * Perfetto reader (perfetto/reader.h): interned data stays where it is in
+ * the input (or in inflated buffers in the arena), and a lookup from a
+ * packet sees the first entry of its epoch that was added no later than the
+ * packet's generation — the view Trace Processor's per-generation state
+ * gives, without copying it. The row caches here are keyed by generation.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
@@ -26,8 +27,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "wire/inflate.h"
 #include "common/limits.h"
+#include "perfetto/fields.h"
+#include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
 #include "wire/pb.h"
 #define TM_TP_STATS_TABLE /* the catalogue itself lives here */
 #include "tp/tp.h"
@@ -46,22 +48,12 @@ static const tm_str empty_str = {(const uint8_t *)"", 0};
 
 /* ---- decoder state ------------------------------------------------------ */
 
-/* InternedData field numbers the model reads. */
-enum {
-    IK_FUNCTION_NAMES = 5, IK_FRAMES = 6, IK_CALLSTACKS = 7, IK_BUILD_IDS = 16,
-    IK_MAPPING_PATHS = 17, IK_SOURCE_PATHS = 18, IK_MAPPINGS = 19,
-    IK_TASK_CONTEXTS = 48, IK_EXEC_CONTEXTS = 49, IK_COUNTER_DESCRIPTORS = 50,
-    IK_ASYNC_CONTEXTS = 51
-};
-
+/* What the model keeps per sequence, beside the reader's tm_pf_seq (same
+ * index). */
 typedef struct seq_state {
     uint32_t id;
-    uint32_t epoch;       /* incremented by every incremental-state clear */
-    uint32_t gen;         /* current generation record */
     uint32_t session;     /* TP_NULL until its first perf or stack sample */
     uint32_t buffer;      /* TP_NULL unless trace_stats.writer_stats names it */
-    bool valid;           /* incremental state valid */
-    bool seen;            /* a packet was seen before */
     bool needs_accepted;  /* a SEQ_NEEDS packet was parsed */
     bool needs_skipped;   /* a SEQ_NEEDS packet was skipped */
     uint32_t packet_losses;
@@ -72,22 +64,6 @@ typedef struct seq_state {
     int64_t track_time_ns;
     bool has_track_time;
 } seq_state;
-
-/* A sequence generation: the state a packet saw. Its TracePacketDefaults
- * are read once, when the generation starts. */
-typedef struct gen_rec {
-    uint32_t seq;         /* index into seqs */
-    uint32_t epoch;
-    uint32_t clock_id;    /* timestamp_clock_id; 0: none */
-    tm_bytes perf;        /* perf_sample_defaults (NULL data: none) */
-    tm_bytes stack;       /* stack_sample_defaults (NULL data: none) */
-} gen_rec;
-
-typedef struct intern_ent {
-    uint32_t seq, epoch, kind, gen;
-    uint64_t iid;
-    tm_bytes msg;
-} intern_ent;
 
 /* Row caches of a generation: (kind, gen, upid, iid) -> row. */
 enum { CK_MAPPING = 1, CK_FRAME = 2, CK_CALLSTACK = 3, CK_TASK = 4, CK_EXEC = 5, CK_ASYNC = 6 };
@@ -138,11 +114,9 @@ typedef struct dec {
     tm_mem *mem;
     const tm_limits *lim;
     tm_error *err;
-    const uint8_t *base; size_t base_len;
+    tm_pf_reader rd;
 
-    seq_state *seqs; size_t n_seqs, cap_seqs; tm_u64map seq_by_id;
-    gen_rec *gens; size_t n_gens, cap_gens;
-    intern_ent *ents; size_t n_ents, cap_ents; tm_idxset ent_set;
+    seq_state *seqs; size_t n_seqs, cap_seqs; /* by the reader's sequence index */
     cache_ent *cache; size_t n_cache, cap_cache; tm_idxset cache_set;
     stat_ent *stats; size_t n_stats, cap_stats;
     int64_t single[TPS_COUNT];
@@ -176,9 +150,7 @@ typedef struct dec {
     uint32_t dummy_mapping;
 } dec;
 
-static uint64_t off_of(const dec *d, const uint8_t *at) {
-    return at >= d->base && at <= d->base + d->base_len ? (uint64_t)(at - d->base) : 0;
-}
+static uint64_t off_of(const dec *d, const uint8_t *at) { return tm_pf_offset(&d->rd, at); }
 static tm_status nomem(dec *d) { return tm_fail(d->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
 static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) {
     return tm_fail(d->err, r->err_code, off_of(d, r->p), NULL, "%s: %s", where, r->err);
@@ -203,75 +175,17 @@ static tm_status stat_set_idx(dec *d, uint32_t key, uint32_t machine, int64_t id
 
 /* ---- interning ------------------------------------------------------------ */
 
-static uint32_t ent_hash(uint32_t seq, uint32_t epoch, uint32_t kind, uint64_t iid) {
-    return (uint32_t)tm_hash_u64(iid * 0x9e3779b97f4a7c15ull ^ ((uint64_t)seq << 40) ^ ((uint64_t)epoch << 16) ^ kind);
-}
-static int ent_eq(const void *ctx, uint32_t idx, const void *key) {
-    const intern_ent *a = &((const dec *)ctx)->ents[idx], *b = key;
-    return a->seq == b->seq && a->epoch == b->epoch && a->kind == b->kind && a->iid == b->iid;
-}
-
 /* The interned message of a kind and iid a packet of generation gen sees. */
-static const intern_ent *lookup(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid) {
-    const gen_rec *g = &d->gens[gen];
-    intern_ent key = {g->seq, g->epoch, kind, 0, iid, {NULL, 0}};
-    uint32_t i = tm_idxset_find(&d->ent_set, ent_hash(key.seq, key.epoch, kind, iid), ent_eq, d, &key);
-    if (i == TM_ABSENT || d->ents[i].gen > gen) return NULL;
-    return &d->ents[i];
+static const tm_bytes *lookup(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid) {
+    return tm_pf_lookup(&d->rd, gen, kind, iid);
 }
 
-static tm_status intern_add(dec *d, seq_state *s, uint32_t kind, tm_bytes msg) {
-    uint64_t iid = 0;
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
-        if (f.num == 1 && f.wire == TM_PB_VARINT) iid = f.val;
-    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned entry");
-    uint32_t seq = (uint32_t)(s - d->seqs);
-    intern_ent key = {seq, s->epoch, kind, s->gen, iid, msg};
-    uint32_t h = ent_hash(seq, s->epoch, kind, iid);
-    if (tm_idxset_find(&d->ent_set, h, ent_eq, d, &key) != TM_ABSENT) return TM_OK; /* the first one stays */
-    if (d->n_ents >= d->lim->max_interned_entries)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, msg.data), NULL, "more than %llu interned entries",
-                       (unsigned long long)d->lim->max_interned_entries);
-    if (d->n_ents == d->cap_ents &&
-        tm_vec_grow(d->mem, (void **)&d->ents, &d->cap_ents, sizeof *d->ents, d->n_ents + 1) != TM_OK)
-        return nomem(d);
-    d->ents[d->n_ents] = key;
-    if (tm_idxset_add(d->mem, &d->ent_set, h, (uint32_t)d->n_ents) != TM_OK) return nomem(d);
-    d->n_ents++;
-    return TM_OK;
-}
-
-static tm_status intern_data(dec *d, seq_state *s, tm_bytes b) {
-    tm_pb_reader r = tm_pb_reader_of(b);
-    tm_pb_field f;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.wire != TM_PB_LEN) continue;
-        switch (f.num) {
-        case IK_FUNCTION_NAMES: case IK_FRAMES: case IK_CALLSTACKS: case IK_BUILD_IDS:
-        case IK_MAPPING_PATHS: case IK_SOURCE_PATHS: case IK_MAPPINGS: case IK_TASK_CONTEXTS:
-        case IK_EXEC_CONTEXTS: case IK_COUNTER_DESCRIPTORS: case IK_ASYNC_CONTEXTS:
-            TM_TRY(intern_add(d, s, f.num, f.bytes));
-            break;
-        default:
-            break;
-        }
-    }
-    return rc == TM_PB_ERROR ? pb_fail(d, &r, "interned_data") : TM_OK;
-}
+static const tm_pf_gen *gen_of(const dec *d, uint32_t gen) { return tm_pf_gen_of(&d->rd, gen); }
 
 /* The string of an InternedString entry (field 2). */
 static bool interned_str(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid, tm_str *out) {
-    const intern_ent *e = lookup(d, gen, kind, iid);
-    if (!e) return false;
-    *out = empty_str;
-    tm_pb_reader r = tm_pb_reader_of(e->msg);
-    tm_pb_field f;
-    while (tm_pb_next(&r, &f) == TM_PB_OK)
-        if (f.num == 2 && f.wire == TM_PB_LEN) *out = f.bytes;
+    if (!tm_pf_lookup_str(&d->rd, gen, kind, iid, out)) return false;
+    if (!out->len) *out = empty_str;
     return true;
 }
 
@@ -567,97 +481,25 @@ static tm_status on_clock_snapshot(dec *d, const seq_state *s, tm_bytes b) {
 
 /* ---- tokenizer ------------------------------------------------------------- */
 
-typedef struct pkt {
-    const uint8_t *start;
-    uint64_t ts, clock_id, seq_id, flags, machine;
-    uint32_t lost;            /* previous_packet_dropped bits */
-    bool has_ts, has_seq, cleared, first_on_seq;
-    tm_bytes defaults, interned;
-    uint32_t payload;         /* field number of the data oneof, 0: none */
-    tm_bytes body;            /* its bytes (LEN payloads) */
-    const uint8_t *body_len;  /* the payload's length prefix */
-} pkt;
-
-/* Starts a generation of s: with the given TracePacketDefaults, or with
- * those of the current generation when keep is set. */
-static tm_status new_gen(dec *d, seq_state *s, tm_bytes defaults, bool keep) {
-    if (d->n_gens == d->cap_gens &&
-        tm_vec_grow(d->mem, (void **)&d->gens, &d->cap_gens, sizeof *d->gens, d->n_gens + 1) != TM_OK)
-        return nomem(d);
-    gen_rec g = {(uint32_t)(s - d->seqs), s->epoch, 0, {NULL, 0}, {NULL, 0}};
-    if (keep) {
-        g = d->gens[s->gen];
-        g.epoch = s->epoch;
-    }
-    tm_pb_reader r = tm_pb_reader_of(defaults);
-    tm_pb_field f;
-    int rc;
-    while (defaults.data && (rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 58 && f.wire == TM_PB_VARINT) g.clock_id = (uint32_t)f.val;
-        if (f.num == 12 && f.wire == TM_PB_LEN) g.perf = f.bytes;
-        if (f.num == 100 && f.wire == TM_PB_LEN) g.stack = f.bytes;
-    }
-    if (defaults.data && rc == TM_PB_ERROR) return pb_fail(d, &r, "trace_packet_defaults");
-    d->gens[d->n_gens] = g;
-    s->gen = (uint32_t)d->n_gens++;
-    return TM_OK;
-}
-
-static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
-    uint32_t i = tm_u64map_get(&d->seq_by_id, id);
-    if (i == TM_ABSENT) {
-        if (d->n_seqs >= d->lim->max_sequences)
-            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu packet sequences",
-                           (unsigned long long)d->lim->max_sequences);
+/* The model's state of the packet's sequence, made on its first packet. */
+static tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
+    while (d->n_seqs <= ps->index) {
         if (d->n_seqs == d->cap_seqs &&
             tm_vec_grow(d->mem, (void **)&d->seqs, &d->cap_seqs, sizeof *d->seqs, d->n_seqs + 1) != TM_OK)
             return nomem(d);
-        i = (uint32_t)d->n_seqs++;
-        seq_state *s = &d->seqs[i];
+        seq_state *s = &d->seqs[d->n_seqs++];
         memset(s, 0, sizeof *s);
-        s->id = (uint32_t)id;
         s->session = TP_NULL;
         s->buffer = TP_NULL;
-        if (tm_u64map_put(d->mem, &d->seq_by_id, id, i) != TM_OK) return nomem(d);
-        TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, false));
     }
-    *out = &d->seqs[i];
+    *out = &d->seqs[ps->index];
+    (*out)->id = ps->id;
     return TM_OK;
 }
 
-static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
-    memset(k, 0, sizeof *k);
-    k->start = b.data;
-    tm_pb_reader r = tm_pb_reader_of(b);
-    tm_pb_field f;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        switch (f.num) {
-        case 8: k->ts = f.val, k->has_ts = f.wire != TM_PB_LEN; break;
-        case 58: k->clock_id = f.val; break;
-        case 10: k->seq_id = f.val, k->has_seq = true; break;
-        case 13: k->flags = f.val; break;
-        case 41: k->cleared |= f.val != 0; break;
-        case 42: k->lost = (uint32_t)f.val; break;
-        case 87: k->first_on_seq = f.val != 0; break;
-        case 98: k->machine = f.val; break;
-        case 59: if (f.wire == TM_PB_LEN) k->defaults = f.bytes; break;
-        case 12: if (f.wire == TM_PB_LEN) k->interned = f.bytes; break;
-        case 2: case 6: case 33: case 34: case 35: case 43: case 44: case 50: case 54: case 60:
-        case 66: case 135:
-            if (f.wire != TM_PB_LEN)
-                return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, f.start), NULL,
-                               "TracePacket field %u: wrong wire type %u", f.num, f.wire);
-            k->payload = f.num;
-            k->body = f.bytes;
-            k->body_len = f.start + (f.num < 16 ? 1 : 2);
-            break;
-        default: break;
-        }
-    }
-    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "TracePacket");
-    if (k->flags & 1) k->cleared = true;
-    return TM_OK;
+/* The payload's length prefix, which sample rows keep. */
+static const uint8_t *payload_prefix(const tm_pf_packet *k) {
+    return k->data_tag + (k->data_field < 16 ? 1 : 2);
 }
 
 static tm_status push_event(dec *d, int64_t ts, uint32_t kind, tm_bytes msg) {
@@ -749,19 +591,19 @@ static tm_status pending_thread(dec *d, int64_t pid, int64_t tid, uint32_t *out)
 }
 
 /* The clock of a packet: its own, its sequence's default, the trace's. */
-static uint64_t packet_clock(const dec *d, const seq_state *s, const pkt *k) {
-    uint64_t id = k->clock_id ? k->clock_id : s ? d->gens[s->gen].clock_id : 0;
+static uint64_t packet_clock(const dec *d, const seq_state *s, const tm_pf_packet *k) {
+    uint64_t id = k->clock_id ? k->clock_id : s ? gen_of(d, k->gen)->clock_id : 0;
     return id ? clock_key(s ? s->id : 0, id) : d->trace_clock;
 }
 
-static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
+static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     if (!s->has_thread || !s->has_track_time) return TM_OK;
     int64_t prio = 0;
-    tm_pb_reader r = tm_pb_reader_of(k->body);
+    tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
-        if (f.num == 3 && f.wire == TM_PB_VARINT) prio = (int32_t)f.val;
+        if (f.num == TM_PF_STREAMING_PROCESS_PRIORITY && f.wire == TM_PB_VARINT) prio = (int32_t)f.val;
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "streaming_profile_packet");
     uint32_t attr, task = TP_NULL;
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
@@ -769,7 +611,8 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
     int64_t base;
     if (!to_trace_time(d, clock_key(s->id, 3), s->track_time_ns, &base, true)) base = s->track_time_ns;
     /* The callstack iids and the deltas, side by side. */
-    tm_pb_repeated iids = tm_pb_repeated_of(k->body, 1), deltas = tm_pb_repeated_of(k->body, 2);
+    tm_pb_repeated iids = tm_pb_repeated_of(k->data, TM_PF_STREAMING_CALLSTACK_IID),
+                   deltas = tm_pb_repeated_of(k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US);
     int64_t acc = 0;
     for (;;) {
         uint64_t iid = 0, delta = 0;
@@ -791,7 +634,7 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
             stat_add(d, TPS_streaming_profile_invalid_timestamp, 1);
             continue;
         }
-        TM_TRY(push_sample(d, ts, (sample_ref){.iid = iid}, k->start, s->gen, task, attr));
+        TM_TRY(push_sample(d, ts, (sample_ref){.iid = iid}, k->start, k->gen, task, attr));
     }
     return TM_OK;
 }
@@ -891,8 +734,8 @@ static tm_status on_trace_stats(dec *d, tm_bytes b, uint32_t machine) {
                 if (g.num == 4 && g.wire == TM_PB_VARINT) buf = g.val;
             }
             if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.writer_stats");
-            uint32_t i = tm_u64map_get(&d->seq_by_id, seq);
-            if (i != TM_ABSENT) d->seqs[i].buffer = (uint32_t)buf;
+            uint32_t i = tm_u64map_get(&d->rd.seq_by_id, seq);
+            if (i != TM_ABSENT && i < d->n_seqs) d->seqs[i].buffer = (uint32_t)buf;
         } else if (f.num == 15 && f.wire == TM_PB_VARINT) {
             if (f.val == 2) d->single[TPS_traced_final_flush_failed] = 1;
             else if (f.val == 1) d->single[TPS_traced_final_flush_succeeded] = 1;
@@ -952,135 +795,92 @@ static tm_status parse_thread_desc(tm_bytes b, int64_t *pid, int64_t *tid, int64
     return rc == TM_PB_ERROR ? TM_ERR_MALFORMED : TM_OK;
 }
 
-static tm_status decode_trace(dec *d, tm_bytes buf, int depth);
-
-static tm_status decode_packet(dec *d, tm_bytes b, int depth) {
-    pkt k;
-    TM_TRY(scan_packet(d, b, &k));
-    uint32_t machine = machine_of(d, k.machine);
-    if (k.payload == 50) {
-        if (depth > 0)
-            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.body.data), NULL,
-                           "compressed_packets inside compressed_packets");
-        tm_bytes inner;
-        const char *why = NULL;
-        tm_status st = tm_inflate(&d->tp->arena, d->mem, k.body, d->lim->max_inflated_bytes, &inner, &why);
-        if (st != TM_OK)
-            return tm_fail(d->err, st, off_of(d, k.body.data), NULL, "compressed_packets: %s",
-                           why ? why : "cannot inflate");
-        return decode_trace(d, inner, depth + 1);
-    }
+static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
+    uint32_t machine = machine_of(d, k->machine_id);
     seq_state *s = NULL;
-    if (k.has_seq && k.seq_id) {
-        TM_TRY(get_seq(d, k.seq_id, k.start, &s));
-    } else {
-        if (k.cleared) stat_add(d, TPS_incremental_state_cleared_missing_sequence_id, 1);
-        if (k.lost) stat_add(d, TPS_previous_packet_dropped_missing_sequence_id, 1);
-        if (k.defaults.data) stat_add(d, TPS_trace_packet_defaults_missing_sequence_id, 1);
-        if (k.interned.data) stat_add(d, TPS_interned_data_missing_sequence_id, 1);
-        if (k.flags & 2)
-            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.start), NULL,
-                           "a packet needs incremental state but has no trusted_packet_sequence_id");
-    }
-    if (s) {
-        /* 1. clear / loss */
-        if (k.lost && s->seen && !k.first_on_seq) {
+    if (k->seq) {
+        TM_TRY(seq_of(d, k->seq, &s));
+        if (k->loss) {
             s->packet_losses++;
             for (int bit = 1; bit < 9; bit++)
-                if (k.lost & (1u << bit)) s->loss_reasons[bit]++;
+                if (k->lost & (1u << bit)) s->loss_reasons[bit]++;
         }
-        if (k.cleared) {
-            s->epoch++;
-            s->valid = true;
-            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, false));
-        } else if (k.lost && s->seen) {
-            s->valid = false;
-            TM_TRY(new_gen(d, s, (tm_bytes){NULL, 0}, true));
-        }
-        s->seen = true;
-        /* 2. defaults, 3. interned data */
-        if (k.defaults.data) TM_TRY(new_gen(d, s, k.defaults, false));
-        if (k.interned.data) {
-            if (s->valid)
-                TM_TRY(intern_data(d, s, k.interned));
-            else
-                stat_add(d, TPS_interned_data_skipped_incremental_state_invalid, 1);
-        }
+        if (k->interned_skipped) stat_add(d, TPS_interned_data_skipped_incremental_state_invalid, 1);
+    } else {
+        if (k->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED)
+            stat_add(d, TPS_incremental_state_cleared_missing_sequence_id, 1);
+        if (k->lost) stat_add(d, TPS_previous_packet_dropped_missing_sequence_id, 1);
+        if (k->defaults.data) stat_add(d, TPS_trace_packet_defaults_missing_sequence_id, 1);
+        if (k->interned.data) stat_add(d, TPS_interned_data_missing_sequence_id, 1);
     }
-    /* 4. clock snapshots and stats are consumed here */
-    if (k.payload == 6) return on_clock_snapshot(d, s, k.body);
-    if (k.payload == 35) return on_trace_stats(d, k.body, machine);
-    if (k.payload == 33) return on_trace_config(d, k.body);
-    if (k.payload == 34) return on_ftrace_stats(d, k.body, machine);
-    /* 5. packets that need a state they cannot have */
-    if (s && (k.flags & 2)) {
-        if (!s->valid) {
+    /* Clock snapshots and stats are consumed here, stale or not. */
+    switch (k->data_field) {
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, s, k->data);
+    case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data, machine);
+    case TM_PF_PACKET_TRACE_CONFIG: return on_trace_config(d, k->data);
+    case TM_PF_PACKET_FTRACE_STATS: return on_ftrace_stats(d, k->data, machine);
+    default: break;
+    }
+    /* Packets that need a state they cannot have. */
+    if (s && (k->flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE)) {
+        if (k->stale) {
             s->needs_skipped = true;
             stat_add(d, TPS_packet_skipped_seq_needs_incremental_state_invalid, 1);
             return TM_OK;
         }
         s->needs_accepted = true;
     }
-    /* 6. the timestamp in trace time */
+    /* The timestamp in trace time. */
     int64_t ts = d->latest_ts;
-    if (k.has_ts) {
+    if (k->has_timestamp) {
         /* Trace Processor tries a failing conversion twice (once quietly,
          * once recording the error) before it drops the packet. */
-        uint64_t clock = packet_clock(d, s, &k);
-        if (!to_trace_time(d, clock, (int64_t)k.ts, &ts, false) &&
-            !to_trace_time(d, clock, (int64_t)k.ts, &ts, true)) {
+        uint64_t clock = packet_clock(d, s, k);
+        if (!to_trace_time(d, clock, (int64_t)k->timestamp, &ts, false) &&
+            !to_trace_time(d, clock, (int64_t)k->timestamp, &ts, true)) {
             stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, 1);
             d->dropped_on_clock = true;
             return TM_OK;
         }
         if (ts > d->latest_ts) d->latest_ts = ts;
     }
-    switch (k.payload) {
-    case 44: { /* legacy ThreadDescriptor: the sequence's thread and time base */
+    switch (k->data_field) {
+    case TM_PF_PACKET_THREAD_DESCRIPTOR: { /* legacy: the sequence's thread and time base */
         if (!s) {
             stat_add(d, TPS_thread_descriptor_missing_sequence_id, 1);
             return TM_OK;
         }
         int64_t pid = 0, tid = 0, ref = 0;
         bool has_ref = false;
-        if (parse_thread_desc(k.body, &pid, &tid, &ref, &has_ref, NULL) != TM_OK)
-            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k.body.data), NULL, "thread_descriptor is malformed");
-        if (s->valid) {
+        if (parse_thread_desc(k->data, &pid, &tid, &ref, &has_ref, NULL) != TM_OK)
+            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, k->data.data), NULL, "thread_descriptor is malformed");
+        if (k->seq->valid) {
             s->pid = pid, s->tid = tid, s->has_thread = true;
             if (has_ref) s->track_time_ns = (int64_t)((uint64_t)ref * 1000u), s->has_track_time = true; /* wraps as TP does */
         }
-        return push_event(d, ts, EV_THREAD_DESC, k.body);
+        return push_event(d, ts, EV_THREAD_DESC, k->data);
     }
-    case 2: case 43: case 60:
-        return push_event(d, ts, k.payload, k.body);
-    case 54:
-        return s ? on_streaming(d, s, &k) : TM_OK;
-    case 66: case 135: {
+    case TM_PF_PACKET_PROCESS_TREE: case TM_PF_PACKET_PROCESS_DESCRIPTOR: case TM_PF_PACKET_TRACK_DESCRIPTOR:
+        return push_event(d, ts, k->data_field, k->data);
+    case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
+        return s ? on_streaming(d, s, k) : TM_OK;
+    case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STACK_SAMPLE: {
         if (!s) return TM_OK;
         uint32_t attr;
-        TM_TRY(attr_of(d, k.payload == 66 ? TP_SRC_PERF : TP_SRC_STACK, 0, TP_NULL, TP_NULL, 0, &attr));
-        return push_sample(d, ts, (sample_ref){.payload = k.body_len}, k.start, s->gen, TP_NULL, attr);
+        TM_TRY(attr_of(d, k->data_field == TM_PF_PACKET_PERF_SAMPLE ? TP_SRC_PERF : TP_SRC_STACK, 0, TP_NULL,
+                       TP_NULL, 0, &attr));
+        return push_sample(d, ts, (sample_ref){.payload = payload_prefix(k)}, k->start, k->gen, TP_NULL, attr);
     }
     default:
         return TM_OK;
     }
 }
 
-static tm_status decode_trace(dec *d, tm_bytes buf, int depth) {
-    tm_pb_reader r = tm_pb_reader_of(buf);
-    tm_pb_field f;
+static tm_status decode_trace(dec *d) {
+    tm_pf_packet k;
     int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != 1) continue; /* Trace Processor skips other top-level fields */
-        if (f.wire != TM_PB_LEN)
-            return tm_fail(d->err, TM_ERR_MALFORMED, off_of(d, f.start), NULL,
-                           "Trace.packet has wire type %u, not length-delimited", f.wire);
-        if (f.bytes.len > d->lim->max_packet_bytes)
-            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "a packet of %zu bytes exceeds %llu",
-                           f.bytes.len, (unsigned long long)d->lim->max_packet_bytes);
-        if (f.bytes.len) TM_TRY(decode_packet(d, f.bytes, depth));
-    }
-    return rc == TM_PB_ERROR ? pb_fail(d, &r, "Trace") : TM_OK;
+    while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) TM_TRY(decode_packet(d, &k));
+    return rc == TM_PF_ERROR ? d->err->code : TM_OK;
 }
 
 /* ---- parser: callstacks ----------------------------------------------------- */
@@ -1137,7 +937,7 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
         return TM_OK;
     }
     *out = TM_ABSENT;
-    const intern_ent *e = lookup(d, gen, IK_MAPPINGS, iid);
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_MAPPINGS, iid);
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_mapping_id, 1);
         return TM_OK;
@@ -1145,7 +945,7 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
     tp_mapping m;
     memset(&m, 0, sizeof m);
     m.build_id = empty_str;
-    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_reader r = tm_pb_reader_of(*e);
     tm_pb_field f;
     int rc;
     char path[4096];
@@ -1156,7 +956,7 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
         switch (f.num) {
         case 2: {
             tm_str raw;
-            if (f.val && interned_str(d, gen, IK_BUILD_IDS, f.val, &raw)) TM_TRY(hex_build_id(d, raw, &m.build_id));
+            if (f.val && interned_str(d, gen, TM_PF_INTERNED_BUILD_IDS, f.val, &raw)) TM_TRY(hex_build_id(d, raw, &m.build_id));
             break;
         }
         case 3: m.start_offset = f.val; break;
@@ -1169,14 +969,14 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned mapping");
     /* path_string_ids: a bad iid ends the path */
-    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, 7);
+    tm_pb_repeated ids = tm_pb_repeated_of(*e, 7);
     uint64_t v;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
         if (++segments > d->lim->max_path_segments)
             return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, ids.msg.p), NULL, "more than %llu path segments",
                            (unsigned long long)d->lim->max_path_segments);
         tm_str seg;
-        if (!path_ok || !interned_str(d, gen, IK_MAPPING_PATHS, v, &seg)) {
+        if (!path_ok || !interned_str(d, gen, TM_PF_INTERNED_MAPPING_PATHS, v, &seg)) {
             path_ok = false;
             continue;
         }
@@ -1271,7 +1071,7 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
         return TM_OK;
     }
     *out = TM_ABSENT;
-    const intern_ent *e = lookup(d, gen, IK_FRAMES, iid);
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_FRAMES, iid);
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_frame_id, 1);
         return TM_OK;
@@ -1280,7 +1080,7 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     memset(&k, 0, sizeof k);
     tm_str type = no_str;
     uint64_t name_iid = 0, mapping_iid = 0, source_iid = 0;
-    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_reader r = tm_pb_reader_of(*e);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
@@ -1299,11 +1099,11 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
         }
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned frame");
-    if (name_iid && !interned_str(d, gen, IK_FUNCTION_NAMES, name_iid, &k.name)) {
+    if (name_iid && !interned_str(d, gen, TM_PF_INTERNED_FUNCTION_NAMES, name_iid, &k.name)) {
         stat_add(d, TPS_stackprofile_invalid_string_id, 1);
         return TM_OK;
     }
-    if (source_iid && !interned_str(d, gen, IK_SOURCE_PATHS, source_iid, &k.source)) k.source = no_str;
+    if (source_iid && !interned_str(d, gen, TM_PF_INTERNED_SOURCE_PATHS, source_iid, &k.source)) k.source = no_str;
     if (mapping_iid) {
         TM_TRY(resolve_mapping(d, gen, upid, mapping_iid, &k.mapping));
         if (k.mapping == TM_ABSENT) return TM_OK;
@@ -1342,18 +1142,18 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         return TM_OK;
     }
     *out = TP_NULL;
-    const intern_ent *e = lookup(d, gen, IK_CALLSTACKS, iid);
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_CALLSTACKS, iid);
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_callstack_id, 1);
         return TM_OK;
     }
-    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, 2);
+    tm_pb_repeated ids = tm_pb_repeated_of(*e, 2);
     uint64_t v;
     int rc;
     uint32_t parent = TP_NULL, depth = 0;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
         if (depth >= d->lim->max_stack_depth)
-            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->msg.data), NULL, "a callstack deeper than %llu frames",
+            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->data), NULL, "a callstack deeper than %llu frames",
                            (unsigned long long)d->lim->max_stack_depth);
         uint32_t frame;
         TM_TRY(resolve_frame(d, gen, upid, v, &frame));
@@ -1512,7 +1312,7 @@ static tm_status perf_track(dec *d, uint32_t gen, uint32_t session, uint32_t cpu
             return TM_OK;
         }
     }
-    tm_bytes defs = d->gens[gen].perf;
+    tm_bytes defs = gen_of(d, gen)->perf_defaults;
     tm_bytes timebase = {NULL, 0};
     tm_pb_reader r = tm_pb_reader_of(defs);
     tm_pb_field f;
@@ -1535,7 +1335,7 @@ static tm_status perf_track(dec *d, uint32_t gen, uint32_t session, uint32_t cpu
 }
 
 static tm_status session_of(dec *d, uint32_t gen, bool perf, uint32_t *out) {
-    seq_state *s = &d->seqs[d->gens[gen].seq];
+    seq_state *s = &d->seqs[gen_of(d, gen)->seq];
     if (s->session == TP_NULL) {
         tp_session *ss;
         if (PUSH(d->tp, sessions, ss) != TM_OK) return nomem(d);
@@ -1543,7 +1343,7 @@ static tm_status session_of(dec *d, uint32_t gen, bool perf, uint32_t *out) {
         if (perf) {
             ss->source = (tm_str){(const uint8_t *)"linux.perf", 10};
         } else {
-            tm_bytes defs = d->gens[gen].stack;
+            tm_bytes defs = gen_of(d, gen)->stack_defaults;
             tm_pb_reader r = tm_pb_reader_of(defs);
             tm_pb_field f;
             while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
@@ -1698,11 +1498,11 @@ static tm_status async_ctx(dec *d, uint32_t gen, uint64_t iid, int depth, uint32
         *out = row;
         return TM_OK;
     }
-    const intern_ent *e = lookup(d, gen, IK_ASYNC_CONTEXTS, iid);
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_ASYNC_CONTEXTS, iid);
     if (!e || depth > 64) return TM_OK;
     tm_str name = no_str, kind = no_str;
     uint64_t parent_iid = 0;
-    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_reader r = tm_pb_reader_of(*e);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
@@ -1726,8 +1526,8 @@ static tm_status async_ctx(dec *d, uint32_t gen, uint64_t iid, int depth, uint32
  * interned entry of iid. */
 static tm_bytes inline_or_interned(const dec *d, uint32_t gen, tm_bytes msg, uint64_t iid, uint32_t kind) {
     if (msg.data) return msg;
-    const intern_ent *e = iid ? lookup(d, gen, kind, iid) : NULL;
-    return e ? e->msg : (tm_bytes){NULL, 0};
+    const tm_bytes *e = iid ? lookup(d, gen, kind, iid) : NULL;
+    return e ? *e : (tm_bytes){NULL, 0};
 }
 
 static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref) {
@@ -1758,7 +1558,7 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
     uint32_t session, upid = TP_NULL, utid = TP_NULL, async = TP_NULL, task = TP_NULL, exec = TP_NULL, attr;
     uint32_t callsite = TP_NULL;
     TM_TRY(session_of(d, o->gen, false, &session));
-    task_msg = inline_or_interned(d, o->gen, task_msg, task_iid, IK_TASK_CONTEXTS);
+    task_msg = inline_or_interned(d, o->gen, task_msg, task_iid, TM_PF_INTERNED_TASK_CONTEXTS);
     if (task_msg.data) {
         uint64_t pid = 0, tid = 0, async_iid = 0;
         tm_pb_reader t = tm_pb_reader_of(task_msg);
@@ -1775,7 +1575,7 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
         if (async_iid) TM_TRY(async_ctx(d, o->gen, async_iid, 0, &async));
         TM_TRY(task_of(d, upid, utid, async, &task));
     }
-    exec_msg = inline_or_interned(d, o->gen, exec_msg, exec_iid, IK_EXEC_CONTEXTS);
+    exec_msg = inline_or_interned(d, o->gen, exec_msg, exec_iid, TM_PF_INTERNED_EXECUTION_CONTEXTS);
     if (exec_msg.data) {
         uint32_t cpu = TP_NULL;
         uint64_t mode = 0;
@@ -1797,8 +1597,8 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
     tp->s_task[o->w] = task;
     tp->s_attr[o->w] = attr;
     /* The weights: primary on the timebase track, followers on theirs. */
-    tm_bytes defs = d->gens[o->gen].stack;
-    primary = inline_or_interned(d, o->gen, primary, primary_iid, IK_COUNTER_DESCRIPTORS);
+    tm_bytes defs = gen_of(d, o->gen)->stack_defaults;
+    primary = inline_or_interned(d, o->gen, primary, primary_iid, TM_PF_INTERNED_COUNTER_DESCRIPTORS);
     tm_pb_reader dr = tm_pb_reader_of(defs);
     while (!primary.data && defs.data && tm_pb_next(&dr, &f) == TM_PB_OK)
         if (f.num == 2 && f.wire == TM_PB_LEN) primary = f.bytes;
@@ -2101,10 +1901,7 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
 static void dec_release(dec *d) {
     tm_mem *m = d->mem;
     tm_mem_free(m, d->seqs, d->cap_seqs * sizeof *d->seqs);
-    tm_u64map_free(m, &d->seq_by_id);
-    tm_mem_free(m, d->gens, d->cap_gens * sizeof *d->gens);
-    tm_mem_free(m, d->ents, d->cap_ents * sizeof *d->ents);
-    tm_idxset_free(m, &d->ent_set);
+    tm_pf_reader_release(&d->rd);
     tm_mem_free(m, d->cache, d->cap_cache * sizeof *d->cache);
     tm_idxset_free(m, &d->cache_set);
     tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);
@@ -2129,7 +1926,8 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     tm_arena_init(&tp->arena, mem);
     dec d;
     memset(&d, 0, sizeof d);
-    d.tp = tp, d.mem = mem, d.lim = limits, d.err = err, d.base = buf, d.base_len = len;
+    d.tp = tp, d.mem = mem, d.lim = limits, d.err = err;
+    tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, 0, err);
     d.trace_clock = 6; /* BOOTTIME until a snapshot says otherwise */
     d.rnd = 1;
     d.dummy_mapping = TP_NULL;
@@ -2147,7 +1945,7 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st == TM_OK && !is_proto)
         st = tm_fail(err, TM_ERR_MALFORMED, 0, NULL, "not a Perfetto trace: it does not start with a TracePacket");
-    if (st == TM_OK) st = decode_trace(&d, (tm_bytes){buf, len}, 0);
+    if (st == TM_OK) st = decode_trace(&d);
     if (st == TM_OK) st = parse_all(&d);
     if (st == TM_OK) st = sequence_stats(&d);
     if (st == TM_OK) st = build_metadata(&d, buf, len);

@@ -1,0 +1,512 @@
+/*
+ * reader.c — the one reader of the Perfetto wire format (reader.h): packet
+ * framing, compressed_packets, the TracePacket header, sequences and their
+ * generations, and the intern tables, for every consumer.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "perfetto/fields.h"
+#include "perfetto/reader.h"
+#include "wire/inflate.h" /* tm_inflate */
+
+/* ---- errors ---- */
+
+static const tm_pf_region *region_of(const tm_pf_reader *r, const uint8_t *at) {
+    for (size_t i = 0; i < r->n_regions; i++)
+        if (at >= r->regions[i].data && at <= r->regions[i].data + r->regions[i].len) return &r->regions[i];
+    return NULL;
+}
+
+uint64_t tm_pf_offset(const tm_pf_reader *r, const uint8_t *at) {
+    if (!at) return 0;
+    if (at >= r->base && at <= r->base + r->len) return (uint64_t)(at - r->base);
+    const tm_pf_region *g = region_of(r, at);
+    return g ? g->wrapper_off : 0;
+}
+
+tm_status tm_pf_fail(const tm_pf_reader *r, tm_status code, const uint8_t *at, const char *fmt, ...) {
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *reason = NULL;
+    if ((r->flags & TM_PF_RELAY) && code != TM_ERR_NOMEM)
+        reason = code == TM_ERR_LIMIT ? "ExceedSizeLimit" : "InvalidSampledProfile";
+    bool inflated = at && !(at >= r->base && at <= r->base + r->len) && region_of(r, at);
+    return tm_fail(r->err, code, tm_pf_offset(r, at), reason, "%s%s", msg,
+                   inflated ? " (inside the compressed packet at this offset)" : "");
+}
+
+static tm_status nomem(const tm_pf_reader *r) { return tm_pf_fail(r, TM_ERR_NOMEM, NULL, "out of memory"); }
+
+tm_status tm_pf_pb_fail(const tm_pf_reader *r, const tm_pb_reader *pb, const char *where) {
+    return tm_pf_fail(r, pb->err_code, pb->p, "%s: %s", where, pb->err);
+}
+
+tm_status tm_pf_wire_fail(const tm_pf_reader *r, const tm_pb_field *f, const char *msg_name) {
+    return tm_pf_fail(r, TM_ERR_MALFORMED, f->start, "%s field %u has wire type %u, which its type does not allow",
+                      msg_name, f->num, f->wire);
+}
+
+/* ---- set-up ---- */
+
+void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *mem, tm_arena *arena,
+                       const tm_limits *lim, unsigned flags, tm_error *err) {
+    memset(r, 0, sizeof *r);
+    r->mem = mem;
+    r->arena = arena;
+    r->lim = lim;
+    r->flags = flags;
+    r->err = err;
+    r->base = buf;
+    r->len = len;
+    r->outer = tm_pb_reader_of((tm_bytes){buf, len});
+    r->last_seq = TM_ABSENT;
+}
+
+void tm_pf_reader_release(tm_pf_reader *r) {
+    tm_mem_free(r->mem, r->seqs, r->cap_seqs * sizeof *r->seqs);
+    tm_mem_free(r->mem, r->gens, r->cap_gens * sizeof *r->gens);
+    tm_mem_free(r->mem, r->ents, r->cap_ents * sizeof *r->ents);
+    tm_mem_free(r->mem, r->regions, r->cap_regions * sizeof *r->regions);
+    tm_idxset_free(r->mem, &r->ent_set);
+    tm_u64map_free(r->mem, &r->seq_by_id);
+    r->seqs = NULL, r->gens = NULL, r->ents = NULL, r->regions = NULL;
+    r->n_seqs = r->cap_seqs = r->n_gens = r->cap_gens = r->n_ents = r->cap_ents = 0;
+    r->n_regions = r->cap_regions = 0;
+}
+
+/* ---- sequences and generations ---- */
+
+/* Starts a generation of s with the TracePacketDefaults `defaults` (NULL
+ * data: none), or with those of its current generation when keep is set. */
+static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool keep) {
+    if (TM_VEC_RESERVE(r->mem, r->gens, r->cap_gens, r->n_gens + 1) != TM_OK) return nomem(r);
+    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}};
+    if (keep) {
+        g = r->gens[s->gen];
+        g.epoch = s->epoch;
+    }
+    if (defaults.data) {
+        tm_pb_reader pb = tm_pb_reader_of(defaults);
+        tm_pb_field f;
+        int rc;
+        while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+            if (f.num == TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID) {
+                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacketDefaults");
+                g.clock_id = (uint32_t)f.val;
+            } else if (f.num == TM_PF_DEFAULTS_PERF_SAMPLE) {
+                TM_PF_WANT(r, f, TM_PB_LEN, "TracePacketDefaults");
+                g.perf_defaults = f.bytes;
+            } else if (f.num == TM_PF_DEFAULTS_STACK_SAMPLE) {
+                TM_PF_WANT(r, f, TM_PB_LEN, "TracePacketDefaults");
+                g.stack_defaults = f.bytes;
+            }
+        }
+        if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, "TracePacketDefaults");
+    }
+    r->gens[r->n_gens] = g;
+    s->gen = (uint32_t)r->n_gens++;
+    return TM_OK;
+}
+
+static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
+    if (r->last_seq != TM_ABSENT && r->seqs[r->last_seq].id == id) {
+        *out = &r->seqs[r->last_seq];
+        return TM_OK;
+    }
+    uint32_t i = tm_u64map_get(&r->seq_by_id, id);
+    if (i == TM_ABSENT) {
+        if (r->n_seqs >= r->lim->max_sequences)
+            return tm_pf_fail(r, TM_ERR_LIMIT, at, "more than %llu packet sequences (max_sequences)",
+                              (unsigned long long)r->lim->max_sequences);
+        if (TM_VEC_RESERVE(r->mem, r->seqs, r->cap_seqs, r->n_seqs + 1) != TM_OK) return nomem(r);
+        i = (uint32_t)r->n_seqs;
+        tm_pf_seq *s = &r->seqs[i];
+        memset(s, 0, sizeof *s);
+        s->id = id;
+        s->index = i;
+        if (tm_u64map_put(r->mem, &r->seq_by_id, id, i) != TM_OK) return nomem(r);
+        r->n_seqs++;
+        TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
+    }
+    r->last_seq = i;
+    *out = &r->seqs[i];
+    return TM_OK;
+}
+
+/* ---- interning ---- */
+
+static uint32_t ent_hash(uint32_t seq, uint32_t epoch, uint32_t field, uint64_t iid) {
+    return (uint32_t)tm_hash_u64(iid * 0x9e3779b97f4a7c15ull ^ ((uint64_t)seq << 40) ^ ((uint64_t)epoch << 16) ^
+                                 field);
+}
+
+static int ent_eq(const void *ctx, uint32_t idx, const void *key) {
+    const tm_pf_entry *a = &((const tm_pf_reader *)ctx)->ents[idx], *b = key;
+    return a->iid == b->iid && a->seq == b->seq && a->epoch == b->epoch && a->field == b->field;
+}
+
+const tm_bytes *tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
+    const tm_pf_gen *g = &r->gens[gen];
+    tm_pf_entry key = {g->seq, g->epoch, field, 0, iid, {NULL, 0}};
+    uint32_t i = tm_idxset_find(&r->ent_set, ent_hash(g->seq, g->epoch, field, iid), ent_eq, r, &key);
+    if (i == TM_ABSENT || r->ents[i].gen > gen) return NULL;
+    return &r->ents[i].msg;
+}
+
+bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out) {
+    const tm_bytes *msg = tm_pf_lookup(r, gen, field, iid);
+    if (!msg) return false;
+    out->data = msg->data; /* an entry without str is the empty string */
+    out->len = 0;
+    tm_pb_reader pb = tm_pb_reader_of(*msg);
+    tm_pb_field f;
+    while (tm_pb_next(&pb, &f) == TM_PB_OK) /* checked when interned */
+        if (f.num == TM_PF_INTERNED_STRING_STR) *out = f.bytes;
+    return true;
+}
+
+/* Counts the values of a repeated varint field, packed or not, checking
+ * each. */
+static tm_status count_repeated(const tm_pf_reader *r, tm_bytes msg, uint32_t num, const char *name, uint64_t *n) {
+    tm_pb_reader pb = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    int rc;
+    *n = 0;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        if (f.num != num) continue;
+        if (f.wire == TM_PB_VARINT) {
+            (*n)++;
+        } else if (f.wire == TM_PB_LEN) {
+            tm_pb_reader packed = tm_pb_reader_of(f.bytes);
+            uint64_t v;
+            int prc;
+            while ((prc = tm_pb_packed_next(&packed, &v)) == TM_PB_OK) (*n)++;
+            if (prc == TM_PB_ERROR) return tm_pf_pb_fail(r, &packed, name);
+        } else {
+            return tm_pf_wire_fail(r, &f, name);
+        }
+    }
+    return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, name) : TM_OK;
+}
+
+/* The schema of one interned entry: which fields must be varints (a bit
+ * per field number 1..31), which length-delimited, which repeated varint
+ * list is bounded by which limit. */
+typedef struct entry_schema {
+    const char *name;
+    uint32_t varints, lens;
+    uint32_t list_field;
+} entry_schema;
+
+#define BIT(n) (1u << (n))
+static const entry_schema string_schema = {"InternedString", BIT(1), BIT(2), 0};
+static const entry_schema frame_schema = {"Frame", BIT(1) | BIT(2) | BIT(3) | BIT(4), 0, 0};
+static const entry_schema mapping_schema = {
+    "Mapping", BIT(1) | BIT(2) | BIT(3) | BIT(4) | BIT(5) | BIT(6) | BIT(8), 0, TM_PF_MAPPING_PATH_STRING_IDS};
+static const entry_schema callstack_schema = {"Callstack", BIT(1), 0, TM_PF_CALLSTACK_FRAME_IDS};
+static const entry_schema task_schema = {"TaskContext", BIT(1) | BIT(2) | BIT(3) | BIT(4), 0, 0};
+static const entry_schema iid_schema = {"interned entry", BIT(1), 0, 0};
+#undef BIT
+
+/* The schema of InternedData field `field`, or NULL when the field is not
+ * interned (the Relay reading knows only the profiling tables). */
+static const entry_schema *schema_of(const tm_pf_reader *r, uint32_t field) {
+    bool relay = r->flags & TM_PF_RELAY;
+    switch (field) {
+    case TM_PF_INTERNED_FUNCTION_NAMES: case TM_PF_INTERNED_BUILD_IDS: case TM_PF_INTERNED_MAPPING_PATHS:
+        return &string_schema;
+    case TM_PF_INTERNED_FRAMES: return &frame_schema;
+    case TM_PF_INTERNED_CALLSTACKS: return &callstack_schema;
+    case TM_PF_INTERNED_MAPPINGS: return &mapping_schema;
+    case TM_PF_INTERNED_SOURCE_PATHS: return relay ? NULL : &string_schema;
+    case TM_PF_INTERNED_TASK_CONTEXTS: return relay ? NULL : &task_schema;
+    case TM_PF_INTERNED_EXECUTION_CONTEXTS: case TM_PF_INTERNED_COUNTER_DESCRIPTORS:
+    case TM_PF_INTERNED_ASYNC_CONTEXTS:
+        return relay ? NULL : &iid_schema;
+    default: return NULL;
+    }
+}
+
+/* Checks one entry against its schema and limits; *iid is 0 when it has none. */
+static tm_status check_entry(const tm_pf_reader *r, const entry_schema *sc, tm_bytes msg, const uint8_t *at,
+                             uint64_t *iid, tm_str *str) {
+    tm_pb_reader pb = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    int rc;
+    *iid = 0;
+    str->data = msg.data;
+    str->len = 0;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        if (f.num < 32 && (sc->varints >> f.num & 1)) TM_PF_WANT(r, f, TM_PB_VARINT, sc->name);
+        if (f.num < 32 && (sc->lens >> f.num & 1)) TM_PF_WANT(r, f, TM_PB_LEN, sc->name);
+        if (f.num == TM_PF_INTERNED_IID) *iid = f.val;
+        if (sc == &string_schema && f.num == TM_PF_INTERNED_STRING_STR) *str = f.bytes;
+    }
+    if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, sc->name);
+    if (sc == &callstack_schema) {
+        uint64_t n;
+        TM_TRY(count_repeated(r, msg, sc->list_field, "Callstack.frame_ids", &n));
+        if (n > r->lim->max_stack_depth)
+            return tm_pf_fail(r, TM_ERR_LIMIT, at, "callstack %llu has %llu frames (max_stack_depth %llu)",
+                              (unsigned long long)*iid, (unsigned long long)n,
+                              (unsigned long long)r->lim->max_stack_depth);
+    } else if (sc == &mapping_schema) {
+        uint64_t n;
+        TM_TRY(count_repeated(r, msg, sc->list_field, "Mapping.path_string_ids", &n));
+        if (n > r->lim->max_path_segments)
+            return tm_pf_fail(r, TM_ERR_LIMIT, at, "mapping has %llu path segments (max_path_segments %llu)",
+                              (unsigned long long)n, (unsigned long long)r->lim->max_path_segments);
+    }
+    return TM_OK;
+}
+
+static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const entry_schema *sc, tm_bytes msg,
+                           const uint8_t *at) {
+    uint64_t iid;
+    tm_str str;
+    TM_TRY(check_entry(r, sc, msg, at, &iid, &str));
+    if (iid == 0) return TM_OK; /* iid 0 means "not set": nothing can refer to it */
+    /* Relay's converter keeps only valid UTF-8 names and paths. */
+    if ((r->flags & TM_PF_RELAY) && sc == &string_schema && field != TM_PF_INTERNED_BUILD_IDS &&
+        !tm_utf8_valid(str))
+        return TM_OK;
+    tm_pf_entry key = {s->index, s->epoch, field, s->gen, iid, msg};
+    uint32_t h = ent_hash(key.seq, key.epoch, field, iid);
+    uint32_t i = tm_idxset_find(&r->ent_set, h, ent_eq, r, &key);
+    if (i != TM_ABSENT) {
+        if (r->flags & TM_PF_RELAY) r->ents[i].msg = msg; /* Relay: a later entry replaces the earlier one */
+        return TM_OK;                                     /* Trace Processor: the first one stays */
+    }
+    if (++s->n_interned > r->lim->max_interned_entries)
+        return tm_pf_fail(r, TM_ERR_LIMIT, at, "more than %llu interned entries on sequence %u",
+                          (unsigned long long)r->lim->max_interned_entries, s->id);
+    if (TM_VEC_RESERVE(r->mem, r->ents, r->cap_ents, r->n_ents + 1) != TM_OK) return nomem(r);
+    r->ents[r->n_ents] = key;
+    if (tm_idxset_add(r->mem, &r->ent_set, h, (uint32_t)r->n_ents) != TM_OK) return nomem(r);
+    r->n_ents++;
+    return TM_OK;
+}
+
+static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
+    tm_pb_reader pb = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        const entry_schema *sc = schema_of(r, f.num);
+        if (!sc) continue;
+        TM_PF_WANT(r, f, TM_PB_LEN, "InternedData");
+        TM_TRY(add_entry(r, s, f.num, sc, f.bytes, f.start));
+    }
+    return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, "InternedData") : TM_OK;
+}
+
+/* ---- packets ---- */
+
+/* Is field `num` a member of TracePacket's `oneof data` that some
+ * consumer reads? All of them are messages or bytes. */
+static bool is_data_member(uint32_t num, bool relay) {
+    switch (num) {
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: case TM_PF_PACKET_PERF_SAMPLE:
+        return true;
+    case TM_PF_PACKET_PROCESS_TREE: case TM_PF_PACKET_TRACE_CONFIG: case TM_PF_PACKET_FTRACE_STATS:
+    case TM_PF_PACKET_TRACE_STATS: case TM_PF_PACKET_PROCESS_DESCRIPTOR: case TM_PF_PACKET_THREAD_DESCRIPTOR:
+    case TM_PF_PACKET_COMPRESSED_PACKETS: case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
+    case TM_PF_PACKET_TRACK_DESCRIPTOR: case TM_PF_PACKET_TRACE_UUID: case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS:
+    case TM_PF_PACKET_STACK_SAMPLE:
+        return !relay;
+    default:
+        return false;
+    }
+}
+
+/* Reads the header fields of TracePacket b and its `oneof data` member. */
+static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
+    bool relay = r->flags & TM_PF_RELAY;
+    memset(pk, 0, sizeof *pk);
+    pk->start = b.data;
+    pk->bytes = b;
+    tm_pb_reader pb = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    bool legacy_cleared = false;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        switch (f.num) {
+        case TM_PF_PACKET_TIMESTAMP:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->timestamp = f.val;
+            pk->has_timestamp = true;
+            continue;
+        case TM_PF_PACKET_SEQUENCE_ID:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->seq_id = (uint32_t)f.val;
+            continue;
+        case TM_PF_PACKET_SEQUENCE_FLAGS:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->flags = (uint32_t)f.val;
+            continue;
+        case TM_PF_PACKET_INTERNED_DATA:
+            TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
+            pk->interned = f.bytes;
+            continue;
+        default:
+            break;
+        }
+        if (!relay) {
+            switch (f.num) {
+            case TM_PF_PACKET_TIMESTAMP_CLOCK_ID:
+                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+                pk->clock_id = (uint32_t)f.val;
+                continue;
+            case TM_PF_PACKET_INCREMENTAL_STATE_CLEARED:
+                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+                legacy_cleared = f.val != 0;
+                continue;
+            case TM_PF_PACKET_PREVIOUS_PACKET_DROPPED:
+                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+                pk->lost = (uint32_t)f.val;
+                continue;
+            case TM_PF_PACKET_FIRST_PACKET_ON_SEQUENCE:
+                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+                pk->first_on_sequence = f.val != 0;
+                continue;
+            case TM_PF_PACKET_MACHINE_ID:
+                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+                pk->machine_id = (uint32_t)f.val;
+                continue;
+            case TM_PF_PACKET_DEFAULTS:
+                TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
+                pk->defaults = f.bytes;
+                continue;
+            default:
+                break;
+            }
+        }
+        if (!is_data_member(f.num, relay)) continue;
+        TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
+        if (pk->data_field) r->counts.oneof_ignored++; /* protobuf: the last member of a oneof wins */
+        pk->data_field = f.num;
+        pk->data = f.bytes;
+        pk->data_tag = f.start;
+    }
+    if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, "TracePacket");
+    if (legacy_cleared) pk->flags |= TM_PF_SEQ_INCREMENTAL_STATE_CLEARED;
+    return TM_OK;
+}
+
+/* Relay's converter: every sequence id (0 too) has tables, created when
+ * interned data first arrives; a clear empties them if they exist; there is
+ * no loss handling, so nothing is ever stale. */
+static tm_status sequence_relay(tm_pf_reader *r, tm_pf_packet *pk) {
+    tm_pf_seq *s;
+    TM_TRY(get_seq(r, pk->seq_id, pk->start, &s));
+    pk->seq = s;
+    if ((pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) && s->seen) {
+        s->epoch++;
+        s->n_interned = 0;
+        TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
+        pk->cleared = true;
+    }
+    if (pk->interned.data) {
+        s->seen = true;
+        TM_TRY(add_interned(r, s, pk->interned));
+    }
+    pk->gen = s->gen;
+    return TM_OK;
+}
+
+/* Trace Processor's order: clear or loss, then defaults, then interned
+ * data; whether the packet is stale is for the consumer to act on, after
+ * it has taken what stale packets still give (clock snapshots, stats). */
+static tm_status sequence_update(tm_pf_reader *r, tm_pf_packet *pk) {
+    if (r->flags & TM_PF_RELAY) return sequence_relay(r, pk);
+    if (!pk->seq_id) {
+        if (pk->flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE)
+            return tm_pf_fail(r, TM_ERR_MALFORMED, pk->start,
+                              "a packet needs incremental state but has no trusted_packet_sequence_id");
+        return TM_OK;
+    }
+    tm_pf_seq *s;
+    TM_TRY(get_seq(r, pk->seq_id, pk->start, &s));
+    pk->seq = s;
+    pk->loss = pk->lost && s->seen && !pk->first_on_sequence;
+    if (pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) {
+        s->epoch++;
+        s->valid = true;
+        s->n_interned = 0;
+        TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
+        pk->cleared = true;
+    } else if (pk->lost && s->seen) {
+        /* Interned data stays readable by packets that do not need it. */
+        s->valid = false;
+        TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, true));
+    }
+    s->seen = true;
+    if (pk->defaults.data) TM_TRY(new_gen(r, s, pk->defaults, false));
+    if (pk->interned.data) {
+        if (s->valid) TM_TRY(add_interned(r, s, pk->interned));
+        else pk->interned_skipped = true;
+    }
+    pk->stale = (pk->flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE) && !s->valid;
+    pk->gen = s->gen;
+    return TM_OK;
+}
+
+/* Inflates a compressed_packets payload; its packets are read next. */
+static tm_status enter_compressed(tm_pf_reader *r, const tm_pf_packet *pk, const uint8_t *packet_tag) {
+    tm_bytes inner;
+    const char *why = NULL;
+    tm_status st = tm_inflate(r->arena, r->mem, pk->data, r->lim->max_inflated_bytes, &inner, &why);
+    if (st != TM_OK) return tm_pf_fail(r, st, packet_tag, "compressed_packets: %s", why ? why : "cannot inflate");
+    if (TM_VEC_RESERVE(r->mem, r->regions, r->cap_regions, r->n_regions + 1) != TM_OK) return nomem(r);
+    r->regions[r->n_regions++] = (tm_pf_region){inner.data, inner.len, tm_pf_offset(r, packet_tag)};
+    r->counts.compressed_packets++;
+    r->inner = tm_pb_reader_of(inner);
+    r->in_inner = true;
+    return TM_OK;
+}
+
+int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
+    for (;;) {
+        tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
+        tm_pb_field f;
+        int rc = tm_pb_next(pb, &f);
+        if (rc == TM_PB_DONE) {
+            if (!r->in_inner) return TM_PF_END;
+            r->in_inner = false;
+            continue;
+        }
+        if (rc == TM_PB_ERROR) {
+            tm_pf_pb_fail(r, pb, "Trace");
+            return TM_PF_ERROR;
+        }
+        if (f.num != TM_PF_TRACE_PACKET) continue; /* Trace Processor skips other top-level fields */
+        if (f.wire != TM_PB_LEN) {
+            tm_pf_fail(r, TM_ERR_MALFORMED, f.start, "Trace.packet has wire type %u, expected 2", f.wire);
+            return TM_PF_ERROR;
+        }
+        if (f.bytes.len > r->lim->max_packet_bytes) {
+            tm_pf_fail(r, TM_ERR_LIMIT, f.start, "packet of %zu bytes exceeds max_packet_bytes %llu", f.bytes.len,
+                       (unsigned long long)r->lim->max_packet_bytes);
+            return TM_PF_ERROR;
+        }
+        r->counts.packets++;
+        if (f.bytes.len == 0) continue; /* an empty packet says nothing */
+        if (scan_packet(r, f.bytes, pk) != TM_OK) return TM_PF_ERROR;
+        if (pk->data_field == TM_PF_PACKET_COMPRESSED_PACKETS) {
+            /* Only the inner packets count: the wrapper's other fields are ignored. */
+            if (r->in_inner) {
+                r->counts.nested_compressed++;
+                continue;
+            }
+            if (enter_compressed(r, pk, f.start) != TM_OK) return TM_PF_ERROR;
+            continue;
+        }
+        if (sequence_update(r, pk) != TM_OK) return TM_PF_ERROR;
+        return TM_PF_PACKET;
+    }
+}

@@ -1,0 +1,170 @@
+/*
+ * reader.h — the one reader of the Perfetto wire format. Every consumer
+ * (the profile model in profile/, the Trace Processor model in tp/) pulls
+ * packets from it instead of parsing traces itself.
+ *
+ * It owns, with one rule each:
+ *  - framing: Trace.packet records, max_packet_bytes, empty packets;
+ *  - compressed_packets: inflated (within max_inflated_bytes) and their
+ *    packets yielded in place; one inside another is not inflated but
+ *    counted (nested_compressed) and skipped;
+ *  - error offsets: the byte in the input, or for a packet that came out of
+ *    a compressed_packets payload, the offset of that wrapper packet;
+ *  - the TracePacket header: timestamp, clock, sequence id and flags, loss,
+ *    first_packet_on_sequence, defaults, interned data, and the member of
+ *    `oneof data` (the last one on the wire; the others are counted);
+ *  - sequences, in Trace Processor's order: clear or loss, then defaults,
+ *    then interned data; validity, epochs (one per clear) and generations
+ *    (one per clear, loss or defaults);
+ *  - interning: entries keyed by (sequence, epoch, field, iid), each
+ *    visible from the generation that added it on; the first entry of an
+ *    iid wins (Trace Processor), or, with TM_PF_RELAY, the last one (Sentry
+ *    Relay's converter); every entry is checked against its schema and the
+ *    limits (max_interned_entries per sequence, max_stack_depth,
+ *    max_path_segments) when it is added, so lookups never fail.
+ * It never allocates per packet and never recurses. It knows nothing of
+ * profiles, clocks conversion or SQL: consumers keep their own caches, keyed
+ * by generation, and their own rows.
+ */
+#ifndef TM_PERFETTO_READER_H
+#define TM_PERFETTO_READER_H
+
+#include "common/alloc.h" /* tm_mem, tm_arena, tm_idxset, tm_u64map */
+#include "common/base.h"
+#include "wire/pb.h"      /* tm_pb_reader */
+
+enum {
+    TM_PF_RELAY = 1 /* Sentry Relay's reading: its schema subset, last entry wins, no loss handling */
+};
+
+/* One sequence (trusted_packet_sequence_id). */
+typedef struct tm_pf_seq {
+    uint32_t id;           /* trusted_packet_sequence_id */
+    uint32_t index;        /* in order of first appearance */
+    uint32_t epoch;        /* incremental-state clears so far */
+    uint32_t gen;          /* the generation its next packet sees */
+    uint64_t n_interned;   /* entries added since the last clear */
+    bool valid;            /* incremental state is valid */
+    bool seen;             /* a packet of it was read before */
+} tm_pf_seq;
+
+/* A generation: the state a packet saw. TracePacketDefaults are read once,
+ * when it starts. */
+typedef struct tm_pf_gen {
+    uint32_t seq;          /* sequence index */
+    uint32_t epoch;
+    uint32_t clock_id;     /* TracePacketDefaults.timestamp_clock_id; 0: none */
+    tm_bytes perf_defaults;  /* perf_sample_defaults (NULL data: none) */
+    tm_bytes stack_defaults; /* stack_sample_defaults (NULL data: none) */
+} tm_pf_gen;
+
+/* One packet as a consumer sees it, after its sequence was updated and its
+ * interned data added. */
+typedef struct tm_pf_packet {
+    const uint8_t *start;   /* the TracePacket message */
+    tm_bytes bytes;
+    uint64_t timestamp;
+    uint32_t clock_id;      /* timestamp_clock_id; 0: none */
+    uint32_t seq_id;        /* trusted_packet_sequence_id; 0: none */
+    uint32_t flags;         /* sequence_flags (with incremental_state_cleared folded in) */
+    uint32_t lost;          /* previous_packet_dropped */
+    uint32_t machine_id;
+    bool has_timestamp;
+    bool first_on_sequence; /* first_packet_on_sequence */
+    bool loss;              /* lost data before it on a sequence seen before (not its first packet) */
+    bool cleared;           /* it cleared its sequence's incremental state */
+    bool stale;             /* it needs incremental state its sequence does not have */
+    bool interned_skipped;  /* its interned data came while the state was invalid, and was dropped */
+    tm_bytes defaults, interned;
+    uint32_t data_field;    /* the member of `oneof data`; 0: none */
+    tm_bytes data;          /* its payload (length-delimited members) */
+    const uint8_t *data_tag;/* its tag */
+    tm_pf_seq *seq;         /* NULL without a sequence id */
+    uint32_t gen;           /* the generation it sees (valid when seq is set) */
+} tm_pf_packet;
+
+/* What the reader counted over the whole trace. */
+typedef struct tm_pf_counts {
+    uint64_t packets;            /* Trace.packet records, empty ones and inflated ones included */
+    uint64_t compressed_packets; /* compressed_packets payloads inflated */
+    uint64_t nested_compressed;  /* compressed_packets inside one: skipped */
+    uint64_t oneof_ignored;      /* members of `oneof data` overridden by a later one */
+} tm_pf_counts;
+
+typedef struct tm_pf_entry {
+    uint32_t seq, epoch, field, gen;
+    uint64_t iid;
+    tm_bytes msg;
+} tm_pf_entry;
+
+/* Where the packets of one inflated compressed_packets payload live, so an
+ * error about any of them names the wrapper packet (also after reading). */
+typedef struct tm_pf_region {
+    const uint8_t *data;
+    size_t len;
+    uint64_t wrapper_off;
+} tm_pf_region;
+
+typedef struct tm_pf_reader {
+    /* configuration */
+    tm_mem *mem;           /* the reader's tables */
+    tm_arena *arena;       /* inflated payloads: they outlive the reader */
+    const tm_limits *lim;
+    tm_error *err;
+    unsigned flags;        /* TM_PF_* */
+    const uint8_t *base; size_t len;
+    /* framing */
+    tm_pb_reader outer, inner;
+    bool in_inner;
+    tm_pf_region *regions; size_t n_regions, cap_regions;
+    tm_pf_counts counts;
+    /* sequences */
+    tm_pf_seq *seqs; size_t n_seqs, cap_seqs;
+    tm_u64map seq_by_id;
+    uint32_t last_seq;     /* one-entry cache: packets come in runs per sequence */
+    tm_pf_gen *gens; size_t n_gens, cap_gens;
+    /* interning */
+    tm_pf_entry *ents; size_t n_ents, cap_ents;
+    tm_idxset ent_set;
+} tm_pf_reader;
+
+/* Starts reading buf[0, len). mem holds the reader's tables (freed by
+ * tm_pf_reader_release); arena the inflated payloads, which consumers may
+ * keep views into. */
+void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *mem, tm_arena *arena,
+                       const tm_limits *lim, unsigned flags, tm_error *err);
+void tm_pf_reader_release(tm_pf_reader *r);
+
+enum { TM_PF_END = 0, TM_PF_PACKET = 1, TM_PF_ERROR = -1 };
+/* The next packet: TM_PF_PACKET, TM_PF_END, or TM_PF_ERROR with err set. */
+int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk);
+
+/* The interned message (field, iid) as a packet of generation gen sees it,
+ * or NULL. */
+const tm_bytes *tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid);
+/* The string of an interned InternedString (function_names, mapping_paths,
+ * build_ids, source_paths); false when absent. */
+bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out);
+
+static inline const tm_pf_gen *tm_pf_gen_of(const tm_pf_reader *r, uint32_t gen) { return &r->gens[gen]; }
+
+/* The offset errors about `at` name: at's offset in the input, or the
+ * compressed packet's that holds it. */
+uint64_t tm_pf_offset(const tm_pf_reader *r, const uint8_t *at);
+/* Reports an error about `at` (NULL: no offset) by the reader's rule. */
+tm_status tm_pf_fail(const tm_pf_reader *r, tm_status code, const uint8_t *at, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* A wire-reader error (r->err_code, r->p) in message `where`. */
+tm_status tm_pf_pb_fail(const tm_pf_reader *r, const tm_pb_reader *pb, const char *where);
+/* A field whose wire type its declared type does not allow. */
+tm_status tm_pf_wire_fail(const tm_pf_reader *r, const tm_pb_field *f, const char *msg_name);
+
+#define TM_PF_WANT(r, f, w, name)                                          \
+    do {                                                                   \
+        if ((f).wire != (w)) return tm_pf_wire_fail((r), &(f), (name));    \
+    } while (0)
+
+#endif
