@@ -216,6 +216,10 @@ typedef struct tm_trace_stats {
     uint64_t writer_packet_loss;        /* packets writers could not hand over */
     uint64_t clock_readings_ignored;    /* snapshot clocks not used: reserved ids (>= 128),
                                            past TM_MAX_CLOCKS, or value * multiplier past int64 */
+    uint64_t oneof_members_ignored;     /* a packet set two members of TracePacket's `oneof data`:
+                                           the last one counts, each earlier one is counted here */
+    uint64_t dropped_without_sequence;  /* samples in packets without trusted_packet_sequence_id:
+                                           nothing interned can be resolved for them */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

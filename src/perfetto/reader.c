@@ -232,9 +232,21 @@ static const entry_schema *schema_of(const tm_pf_reader *r, uint32_t field) {
     }
 }
 
+/* What errors call an entry: strings by the table they are in. */
+static const char *entry_name(uint32_t field, const entry_schema *sc) {
+    switch (field) {
+    case TM_PF_INTERNED_FUNCTION_NAMES: return "function_names";
+    case TM_PF_INTERNED_BUILD_IDS: return "build_ids";
+    case TM_PF_INTERNED_MAPPING_PATHS: return "mapping_paths";
+    case TM_PF_INTERNED_SOURCE_PATHS: return "source_paths";
+    default: return sc->name;
+    }
+}
+
 /* Checks one entry against its schema and limits; *iid is 0 when it has none. */
-static tm_status check_entry(const tm_pf_reader *r, const entry_schema *sc, tm_bytes msg, const uint8_t *at,
-                             uint64_t *iid, tm_str *str) {
+static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_schema *sc, tm_bytes msg,
+                             const uint8_t *at, uint64_t *iid, tm_str *str) {
+    const char *name = entry_name(field, sc);
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;
@@ -242,12 +254,12 @@ static tm_status check_entry(const tm_pf_reader *r, const entry_schema *sc, tm_b
     str->data = msg.data;
     str->len = 0;
     while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
-        if (f.num < 32 && (sc->varints >> f.num & 1)) TM_PF_WANT(r, f, TM_PB_VARINT, sc->name);
-        if (f.num < 32 && (sc->lens >> f.num & 1)) TM_PF_WANT(r, f, TM_PB_LEN, sc->name);
+        if (f.num < 32 && (sc->varints >> f.num & 1)) TM_PF_WANT(r, f, TM_PB_VARINT, name);
+        if (f.num < 32 && (sc->lens >> f.num & 1)) TM_PF_WANT(r, f, TM_PB_LEN, name);
         if (f.num == TM_PF_INTERNED_IID) *iid = f.val;
         if (sc == &string_schema && f.num == TM_PF_INTERNED_STRING_STR) *str = f.bytes;
     }
-    if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, sc->name);
+    if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, name);
     if (sc == &callstack_schema) {
         uint64_t n;
         TM_TRY(count_repeated(r, msg, sc->list_field, "Callstack.frame_ids", &n));
@@ -269,7 +281,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
                            const uint8_t *at) {
     uint64_t iid;
     tm_str str;
-    TM_TRY(check_entry(r, sc, msg, at, &iid, &str));
+    TM_TRY(check_entry(r, field, sc, msg, at, &iid, &str));
     if (iid == 0) return TM_OK; /* iid 0 means "not set": nothing can refer to it */
     /* Relay's converter keeps only valid UTF-8 names and paths. */
     if ((r->flags & TM_PF_RELAY) && sc == &string_schema && field != TM_PF_INTERNED_BUILD_IDS &&
@@ -495,6 +507,7 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
             return TM_PF_ERROR;
         }
         r->counts.packets++;
+        r->packet_tag = f.start;
         if (f.bytes.len == 0) continue; /* an empty packet says nothing */
         if (scan_packet(r, f.bytes, pk) != TM_OK) return TM_PF_ERROR;
         if (pk->data_field == TM_PF_PACKET_COMPRESSED_PACKETS) {

@@ -116,6 +116,7 @@ typedef struct tm_pf_reader {
     /* framing */
     tm_pb_reader outer, inner;
     bool in_inner;
+    const uint8_t *packet_tag; /* the Trace.packet record being read: errors found later name it */
     tm_pf_region *regions; size_t n_regions, cap_regions;
     tm_pf_counts counts;
     /* sequences */

@@ -1,38 +1,38 @@
 /*
- * trace.c — decodes a Perfetto trace (protos/perfetto/trace/trace_packet.proto
- * and profiling/profile_common.proto; field numbers in perfetto-wire.md §1)
- * into the profile model, streaming packet by packet over the caller's
- * buffer: no message tree is ever built.
+ * trace.c — the profile model's consumer of the Perfetto reader
+ * (perfetto/reader.h): turns the packets it yields into profile samples,
+ * stacks, frames, mappings, threads and processes, resolving interned
+ * callstacks as samples arrive; and the tm_trace entry points.
  *
- * Two explicit paths share the wire reader and the profile model:
- *  - default mode follows Trace Processor: each trusted_packet_sequence_id
- *    has its own intern tables (function_names, mapping_paths, build_ids,
- *    frames, callstacks, mappings), valid only after
- *    SEQ_INCREMENTAL_STATE_CLEARED; after previous_packet_dropped, packets
- *    flagged SEQ_NEEDS_INCREMENTAL_STATE are skipped (and counted) until the
- *    next clear; the first interned entry of an iid wins; PerfSample,
+ * The reader owns packets, sequences, generations and interning; this file
+ * never reads a TracePacket header or an InternedData message itself. Two
+ * explicit paths share it:
+ *  - default mode follows Trace Processor: packets that need incremental
+ *    state their sequence lost are skipped (and counted), PerfSample,
  *    StreamingProfilePacket and (v58) StackSample samples are resolved
  *    when read; clocks go through the snapshot graph (clock.c) once the
  *    whole trace is read.
- *  - TM_MODE_RELAY reproduces Sentry Relay's converter (relay-sample-v2.md
- *    §2): PerfSample only, later entries overwrite, no loss handling,
- *    unresolvable frames skipped, the first BOOTTIME/REALTIME snapshot.
+ *  - TM_MODE_RELAY reproduces Sentry Relay's converter (the reader's
+ *    TM_PF_RELAY reading: PerfSample only, later entries overwrite, no loss
+ *    handling), unresolvable frames skipped, the first BOOTTIME/REALTIME
+ *    snapshot.
  *
  * Resolution results (profile stack, frame and mapping per iid) are cached
  * per sequence and dropped by a clear (or, in Relay mode, by any
- * interned-data merge); a sample whose callstack was seen before costs one
- * array load.
+ * interned-data merge, which may replace entries): within one epoch entries
+ * are only ever added, so a cached resolution stays right across the
+ * generations a loss or new defaults start. A sample whose callstack was
+ * seen before costs one array load.
  */
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "wire/inflate.h" /* tm_inflate */
 #include "common/limits.h"
-#include "wire/pb.h"      /* tm_pb_reader, tm_pb_next */
+#include "perfetto/fields.h"
+#include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
+#include "wire/pb.h"         /* tm_pb_reader, tm_pb_next */
 #include "profile/trace.h"   /* struct tm_trace */
 
-enum { SEQ_CLEARED = 1, SEQ_NEEDS = 2 };
-enum { STR_FUNCTION = 0, STR_PATH = 1, STR_BUILD_ID = 2, N_STR_KINDS = 3 };
 enum { F_HAS_FN = 1, F_HAS_MAPPING = 2, F_HAS_REL_PC = 4 };
 enum { M_HAS_BUILD = 1, M_HAS_LOAD_BIAS = 2 };
 
@@ -44,15 +44,12 @@ typedef struct ent_frame {
     uint32_t flags;
 } ent_frame;
 
+/* An interned Frame or Mapping, read when first resolved. */
 typedef struct ent_mapping {
     tm_bytes msg; /* for path_string_ids */
     uint64_t build, start, end, load_bias, start_offset, exact_offset;
     uint32_t flags;
 } ent_mapping;
-
-typedef struct ent_callstack {
-    tm_bytes msg; /* for frame_ids */
-} ent_callstack;
 
 /* StackSample's TaskContext (interned or inline); async_id is not kept:
  * the profile model has threads, not async tasks. */
@@ -61,21 +58,14 @@ typedef struct ent_task {
     bool has_tid;
 } ent_task;
 
+/* What the profile model keeps per sequence, beside the reader's
+ * tm_pf_seq (same index). */
 typedef struct seq_state {
-    uint64_t id;
-    tm_iidmap str_map[N_STR_KINDS];
-    tm_bytes *strs[N_STR_KINDS];
-    size_t n_strs[N_STR_KINDS], cap_strs[N_STR_KINDS];
-    tm_iidmap frame_map;    ent_frame *frames;    size_t n_frames, cap_frames;
-    tm_iidmap mapping_map;  ent_mapping *mappings; size_t n_mappings, cap_mappings;
-    tm_iidmap cs_map;       ent_callstack *css;   size_t n_css, cap_css;
-    tm_iidmap task_map;     ent_task *tasks;      size_t n_tasks, cap_tasks;
-    tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this generation */
-    tm_iidmap frame_by_iid; /* frame iid -> resolved profile frame, this generation */
-    tm_iidmap mapping_by_iid; /* mapping iid -> resolved profile mapping, this generation */
-    uint64_t n_interned;
-    bool seen, valid, had_loss, has_thread, has_ref_time;
-    uint32_t default_clock;
+    uint32_t id, index;
+    tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this epoch */
+    tm_iidmap frame_by_iid; /* frame iid -> resolved profile frame, this epoch */
+    tm_iidmap mapping_by_iid; /* mapping iid -> resolved profile mapping, this epoch */
+    bool had_loss, has_thread, has_ref_time;
     int64_t pid, tid;
     int64_t time_ns; /* legacy track-event time (MONOTONIC), StreamingProfilePacket base */
 } seq_state;
@@ -94,32 +84,19 @@ typedef struct clock_info {
     int64_t last;
 } clock_info;
 
-typedef struct pkt {
-    const uint8_t *start;
-    uint64_t ts, seq, dropped;
-    uint32_t clock_id, flags;
-    bool has_ts, has_seq, legacy_cleared, zstd;
-    tm_bytes interned, defaults, snapshot, ptree, pdesc, tdesc, track, compressed, streaming, perf, stack;
-    tm_bytes trace_stats;
-} pkt;
-
 typedef struct dec {
     tm_trace *t;
     tm_profile *p;
     tm_mem *mem;          /* the working tables', counted against work_budget */
     tm_mem work;
     tm_budget work_budget;
-    const uint8_t *packet_at; /* the top-level packet being decoded */
+    tm_pf_reader rd;
+    uint32_t gen;             /* its generation: what interned lookups see */
     const tm_limits *lim;
     int relay;
     tm_error *err;
-    const uint8_t *base;  /* the input buffer */
-    int inflated;         /* decoding packets from a compressed_packets payload */
-    uint64_t wrapper_off; /* offset of that compressed packet */
 
-    seq_state **seqs; size_t n_seqs, cap_seqs;
-    tm_u64map seq_map;
-    seq_state *last_seq;
+    seq_state **seqs; size_t n_seqs, cap_seqs; /* by the reader's sequence index */
 
     uint64_t *cs_scratch; size_t cap_cs;
     int64_t *delta_scratch; size_t cap_delta;
@@ -135,31 +112,9 @@ typedef struct dec {
      * it does they only feed max_samples. */
 } dec;
 
-/* ---- errors ---- */
+/* ---- errors: the reader's offset rule ---- */
 
-static uint64_t off_of(const dec *d, const uint8_t *at) {
-    return d->inflated ? d->wrapper_off : (uint64_t)(at - d->base);
-}
-
-static tm_status dfail(dec *d, tm_status code, const uint8_t *at, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-static tm_status dfail(dec *d, tm_status code, const uint8_t *at, const char *fmt, ...) {
-    char msg[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const char *reason = NULL;
-    if (d->relay && code != TM_ERR_NOMEM)
-        reason = code == TM_ERR_LIMIT ? "ExceedSizeLimit" : "InvalidSampledProfile";
-    uint64_t off = at ? off_of(d, at) : 0;
-    return tm_fail(d->err, code, off, reason, "%s%s", msg,
-                   d->inflated ? " (inside the compressed packet at this offset)" : "");
-}
+#define dfail(d, code, at, ...) tm_pf_fail(&(d)->rd, (code), (at), __VA_ARGS__)
 
 static tm_status nomem(dec *d) { return dfail(d, TM_ERR_NOMEM, NULL, "out of memory"); }
 
@@ -168,238 +123,47 @@ static tm_status nomem(dec *d) { return dfail(d, TM_ERR_NOMEM, NULL, "out of mem
         if ((expr) != TM_OK) return nomem(d);        \
     } while (0)
 
-static tm_status pb_error(dec *d, const tm_pb_reader *r, const char *where) {
-    return dfail(d, r->err_code, r->p, "%s: %s", where, r->err);
-}
-
-static tm_status wire_error(dec *d, const tm_pb_field *f, const char *msg_name) {
-    return dfail(d, TM_ERR_MALFORMED, f->start, "%s field %u has wire type %u, which its type does not allow",
-                 msg_name, f->num, f->wire);
-}
+static tm_status pb_error(dec *d, const tm_pb_reader *r, const char *where) { return tm_pf_pb_fail(&d->rd, r, where); }
 
 /* Checks a scalar field's wire type. */
-#define WANT(d, f, w, name) \
-    do {                    \
-        if ((f).wire != (w)) return wire_error((d), &(f), (name)); \
-    } while (0)
+#define WANT(d, f, w, name) TM_PF_WANT(&(d)->rd, (f), (w), (name))
 
 /* ---- sequences ---- */
 
 static void seq_free(tm_mem *m, seq_state *s) {
-    for (int k = 0; k < N_STR_KINDS; k++) {
-        tm_iidmap_free(m, &s->str_map[k]);
-        tm_mem_free(m, s->strs[k], s->cap_strs[k] * sizeof *s->strs[k]);
-    }
-    tm_iidmap_free(m, &s->frame_map);
-    tm_iidmap_free(m, &s->mapping_map);
-    tm_iidmap_free(m, &s->cs_map);
-    tm_iidmap_free(m, &s->task_map);
-    tm_mem_free(m, s->frames, s->cap_frames * sizeof *s->frames);
-    tm_mem_free(m, s->mappings, s->cap_mappings * sizeof *s->mappings);
-    tm_mem_free(m, s->css, s->cap_css * sizeof *s->css);
-    tm_mem_free(m, s->tasks, s->cap_tasks * sizeof *s->tasks);
     tm_iidmap_free(m, &s->stack_by_iid);
     tm_iidmap_free(m, &s->frame_by_iid);
     tm_iidmap_free(m, &s->mapping_by_iid);
     tm_mem_free(m, s, sizeof *s);
 }
 
-/* Drops what was resolved from the tables: after a clear, and in Relay
- * mode after any merge, which may replace entries. */
+/* Drops what was resolved from the intern tables: after a clear, and in
+ * Relay mode after any merge, which may replace entries. */
 static void seq_forget_resolved(tm_mem *m, seq_state *s) {
     tm_iidmap_clear(m, &s->stack_by_iid);
     tm_iidmap_clear(m, &s->frame_by_iid);
     tm_iidmap_clear(m, &s->mapping_by_iid);
 }
 
-static void seq_clear_tables(tm_mem *m, seq_state *s) {
-    for (int k = 0; k < N_STR_KINDS; k++) {
-        tm_iidmap_clear(m, &s->str_map[k]);
-        s->n_strs[k] = 0;
-    }
-    tm_iidmap_clear(m, &s->frame_map);
-    tm_iidmap_clear(m, &s->mapping_map);
-    tm_iidmap_clear(m, &s->cs_map);
-    tm_iidmap_clear(m, &s->task_map);
-    s->n_frames = s->n_mappings = s->n_css = s->n_tasks = 0;
-    s->n_interned = 0;
-    seq_forget_resolved(m, s);
-}
-
-static tm_status get_seq(dec *d, uint64_t id, const uint8_t *at, seq_state **out) {
-    if (d->last_seq && d->last_seq->id == id) {
-        *out = d->last_seq;
-        return TM_OK;
-    }
-    uint32_t idx = tm_u64map_get(&d->seq_map, id);
-    if (idx == TM_ABSENT) {
-        if (d->n_seqs >= d->lim->max_sequences)
-            return dfail(d, TM_ERR_LIMIT, at, "more than %llu packet sequences (max_sequences)",
-                         (unsigned long long)d->lim->max_sequences);
+/* The model's state of a reader sequence, made on its first packet. */
+static tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
+    while (d->n_seqs <= ps->index) {
         DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->seqs, d->cap_seqs, d->n_seqs + 1));
         seq_state *s = tm_mem_alloc(d->mem, sizeof *s);
         if (!s) return nomem(d);
         memset(s, 0, sizeof *s);
-        s->id = id;
-        idx = (uint32_t)d->n_seqs;
-        if (tm_u64map_put(d->mem, &d->seq_map, id, idx) != TM_OK) {
-            tm_mem_free(d->mem, s, sizeof *s);
-            return nomem(d);
-        }
+        s->index = (uint32_t)d->n_seqs;
         d->seqs[d->n_seqs++] = s;
         d->p->stats.sequences++;
     }
-    *out = d->last_seq = d->seqs[idx];
+    *out = d->seqs[ps->index];
+    (*out)->id = ps->id;
     return TM_OK;
 }
 
-/* Finds or creates the slot for iid in one intern table. Returns the slot
- * index in *slot, or TM_ABSENT when an existing entry must be kept (the
- * first entry wins outside Relay mode). */
-static tm_status intern_slot(dec *d, seq_state *s, tm_iidmap *map, void **vec, size_t *n,
-                             size_t *cap, size_t elem, uint64_t iid, const uint8_t *at,
-                             uint32_t *slot) {
-    uint32_t idx = tm_iidmap_get(map, iid);
-    if (idx != TM_ABSENT) {
-        *slot = d->relay ? idx : TM_ABSENT;
-        return TM_OK;
-    }
-    if (++s->n_interned > d->lim->max_interned_entries)
-        return dfail(d, TM_ERR_LIMIT, at, "more than %llu interned entries on sequence %llu",
-                     (unsigned long long)d->lim->max_interned_entries, (unsigned long long)s->id);
-    DTRY_MEM(d, tm_vec_grow(d->mem, vec, cap, elem, *n + 1));
-    idx = (uint32_t)*n;
-    DTRY_MEM(d, tm_iidmap_put(d->mem, map, iid, idx, *n + 1));
-    (*n)++;
-    *slot = idx;
-    return TM_OK;
-}
-
-#define INTERN_SLOT(d, s, map, vec, n, cap, iid, at, slot) \
-    intern_slot((d), (s), &(map), (void **)&(vec), &(n), &(cap), sizeof *(vec), (iid), (at), (slot))
-
-/* ---- interned data ---- */
-
-static tm_status merge_string(dec *d, seq_state *s, int kind, tm_bytes msg, const uint8_t *at) {
-    static const char *const names[N_STR_KINDS] = {"function_names", "mapping_paths", "build_ids"};
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    uint64_t iid = 0;
-    tm_bytes str = {msg.data, 0};
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 1) { WANT(d, f, TM_PB_VARINT, names[kind]); iid = f.val; }
-        else if (f.num == 2) { WANT(d, f, TM_PB_LEN, names[kind]); str = f.bytes; }
-    }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, names[kind]);
-    if (iid == 0) return TM_OK;
-    if (d->relay && kind != STR_BUILD_ID && !tm_utf8_valid(str)) return TM_OK;
-    uint32_t slot;
-    TM_TRY(INTERN_SLOT(d, s, s->str_map[kind], s->strs[kind], s->n_strs[kind], s->cap_strs[kind], iid,
-                       at, &slot));
-    if (slot != TM_ABSENT) s->strs[kind][slot] = str;
-    return TM_OK;
-}
-
-/* Counts the varints of a repeated scalar field's occurrences in msg,
- * packed or not, validating them. */
-static tm_status count_repeated(dec *d, tm_bytes msg, uint32_t num, const char *name, uint64_t *n) {
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    int rc;
-    *n = 0;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != num) continue;
-        if (f.wire == TM_PB_VARINT) (*n)++;
-        else if (f.wire == TM_PB_LEN) {
-            tm_pb_reader pr = tm_pb_reader_of(f.bytes);
-            uint64_t v;
-            int prc;
-            while ((prc = tm_pb_packed_next(&pr, &v)) == TM_PB_OK) (*n)++;
-            if (prc == TM_PB_ERROR) return pb_error(d, &pr, name);
-        } else return wire_error(d, &f, name);
-    }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, name);
-    return TM_OK;
-}
-
-static tm_status merge_frame(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at) {
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    ent_frame e = {0, 0, 0, 0};
-    uint64_t iid = 0;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        switch (f.num) {
-        case 1: WANT(d, f, TM_PB_VARINT, "Frame"); iid = f.val; break;
-        case 2: WANT(d, f, TM_PB_VARINT, "Frame"); e.fn = f.val; e.flags |= F_HAS_FN; break;
-        case 3: WANT(d, f, TM_PB_VARINT, "Frame"); e.mapping = f.val; e.flags |= F_HAS_MAPPING; break;
-        case 4: WANT(d, f, TM_PB_VARINT, "Frame"); e.rel_pc = f.val; e.flags |= F_HAS_REL_PC; break;
-        default: break;
-        }
-    }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "Frame");
-    if (iid == 0) return TM_OK;
-    uint32_t slot;
-    TM_TRY(INTERN_SLOT(d, s, s->frame_map, s->frames, s->n_frames, s->cap_frames, iid, at, &slot));
-    if (slot != TM_ABSENT) s->frames[slot] = e;
-    return TM_OK;
-}
-
-static tm_status merge_mapping(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at) {
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    ent_mapping e;
-    memset(&e, 0, sizeof e);
-    e.msg = msg;
-    uint64_t iid = 0;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num >= 1 && f.num <= 8 && f.num != 7) WANT(d, f, TM_PB_VARINT, "Mapping");
-        switch (f.num) {
-        case 1: iid = f.val; break;
-        case 2: e.build = f.val; e.flags |= M_HAS_BUILD; break;
-        case 3: e.start_offset = f.val; break;
-        case 4: e.start = f.val; break;
-        case 5: e.end = f.val; break;
-        case 6: e.load_bias = f.val; e.flags |= M_HAS_LOAD_BIAS; break;
-        case 8: e.exact_offset = f.val; break;
-        default: break;
-        }
-    }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "Mapping");
-    uint64_t segs;
-    TM_TRY(count_repeated(d, msg, 7, "Mapping.path_string_ids", &segs));
-    if (segs > d->lim->max_path_segments)
-        return dfail(d, TM_ERR_LIMIT, at, "mapping has %llu path segments (max_path_segments %llu)",
-                     (unsigned long long)segs, (unsigned long long)d->lim->max_path_segments);
-    if (iid == 0) return TM_OK;
-    uint32_t slot;
-    TM_TRY(INTERN_SLOT(d, s, s->mapping_map, s->mappings, s->n_mappings, s->cap_mappings, iid, at, &slot));
-    if (slot != TM_ABSENT) s->mappings[slot] = e;
-    return TM_OK;
-}
-
-static tm_status merge_callstack(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at) {
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    uint64_t iid = 0;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
-        if (f.num == 1) { WANT(d, f, TM_PB_VARINT, "Callstack"); iid = f.val; }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "Callstack");
-    uint64_t n;
-    TM_TRY(count_repeated(d, msg, 2, "Callstack.frame_ids", &n));
-    if (n > d->lim->max_stack_depth)
-        return dfail(d, TM_ERR_LIMIT, at, "callstack %llu has %llu frames (max_stack_depth %llu)",
-                     (unsigned long long)iid, (unsigned long long)n,
-                     (unsigned long long)d->lim->max_stack_depth);
-    if (iid == 0) return TM_OK;
-    uint32_t slot;
-    TM_TRY(INTERN_SLOT(d, s, s->cs_map, s->css, s->n_css, s->cap_css, iid, at, &slot));
-    if (slot != TM_ABSENT) s->css[slot].msg = msg;
-    return TM_OK;
-}
+/* How many entries the sequence's tables hold: bounds the dense part of
+ * the caches keyed by iid. */
+static size_t seq_entries(const dec *d, const seq_state *s) { return (size_t)d->rd.seqs[s->index].n_interned; }
 
 /* StackSample.TaskContext { iid=1; uint32 pid=2; uint32 tid=3; uint64 async_id=4; } */
 static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t *iid) {
@@ -410,61 +174,60 @@ static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t 
     *iid = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         if (f.num >= 1 && f.num <= 4) WANT(d, f, TM_PB_VARINT, "TaskContext");
-        if (f.num == 1) *iid = f.val;
-        else if (f.num == 2) e->pid = (uint32_t)f.val;
-        else if (f.num == 3) e->tid = (uint32_t)f.val, e->has_tid = true;
+        if (f.num == TM_PF_INTERNED_IID) *iid = f.val;
+        else if (f.num == TM_PF_TASK_CONTEXT_PID) e->pid = (uint32_t)f.val;
+        else if (f.num == TM_PF_TASK_CONTEXT_TID) e->tid = (uint32_t)f.val, e->has_tid = true;
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "TaskContext");
     return TM_OK;
 }
 
-static tm_status merge_task_context(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at) {
-    ent_task e;
-    uint64_t iid;
-    TM_TRY(parse_task_context(d, msg, &e, &iid));
-    if (iid == 0) return TM_OK;
-    uint32_t slot;
-    TM_TRY(INTERN_SLOT(d, s, s->task_map, s->tasks, s->n_tasks, s->cap_tasks, iid, at, &slot));
-    if (slot != TM_ABSENT) s->tasks[slot] = e;
-    return TM_OK;
+/* An interned Frame's fields (checked when it was interned). */
+static ent_frame parse_frame(tm_bytes msg) {
+    ent_frame e = {0, 0, 0, 0};
+    tm_pb_reader r = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        switch (f.num) {
+        case TM_PF_FRAME_FUNCTION_NAME_ID: e.fn = f.val; e.flags |= F_HAS_FN; break;
+        case TM_PF_FRAME_MAPPING_ID: e.mapping = f.val; e.flags |= F_HAS_MAPPING; break;
+        case TM_PF_FRAME_REL_PC: e.rel_pc = f.val; e.flags |= F_HAS_REL_PC; break;
+        default: break;
+        }
+    }
+    return e;
 }
 
-static tm_status merge_interned(dec *d, seq_state *s, tm_bytes b) {
-    tm_pb_reader r = tm_pb_reader_of(b);
+/* An interned Mapping's scalar fields (checked when it was interned). */
+static ent_mapping parse_mapping(tm_bytes msg) {
+    ent_mapping e;
+    memset(&e, 0, sizeof e);
+    e.msg = msg;
+    tm_pb_reader r = tm_pb_reader_of(msg);
     tm_pb_field f;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        int kind = -1;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
         switch (f.num) {
-        case 5: kind = STR_FUNCTION; break;
-        case 17: kind = STR_PATH; break;
-        case 16: kind = STR_BUILD_ID; break;
-        case 6: case 7: case 19: break;
-        case 48: if (d->relay) continue; break; /* stack_sample_task_contexts: not in Relay's schema */
-        default: continue;
+        case TM_PF_MAPPING_BUILD_ID: e.build = f.val; e.flags |= M_HAS_BUILD; break;
+        case TM_PF_MAPPING_START_OFFSET: e.start_offset = f.val; break;
+        case TM_PF_MAPPING_START: e.start = f.val; break;
+        case TM_PF_MAPPING_END: e.end = f.val; break;
+        case TM_PF_MAPPING_LOAD_BIAS: e.load_bias = f.val; e.flags |= M_HAS_LOAD_BIAS; break;
+        case TM_PF_MAPPING_EXACT_OFFSET: e.exact_offset = f.val; break;
+        default: break;
         }
-        WANT(d, f, TM_PB_LEN, "InternedData");
-        if (kind >= 0) TM_TRY(merge_string(d, s, kind, f.bytes, f.start));
-        else if (f.num == 6) TM_TRY(merge_frame(d, s, f.bytes, f.start));
-        else if (f.num == 7) TM_TRY(merge_callstack(d, s, f.bytes, f.start));
-        else if (f.num == 48) TM_TRY(merge_task_context(d, s, f.bytes, f.start));
-        else TM_TRY(merge_mapping(d, s, f.bytes, f.start));
     }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "InternedData");
-    if (d->relay) seq_forget_resolved(d->mem, s); /* later entries may have replaced earlier ones */
-    return TM_OK;
+    return e;
 }
 
 /* ---- resolution: interned ids -> profile model ---- */
 
-static const tm_bytes *lookup_str(const seq_state *s, int kind, uint64_t iid) {
-    uint32_t idx = tm_iidmap_get(&s->str_map[kind], iid);
-    return idx == TM_ABSENT ? NULL : &s->strs[kind][idx];
+static bool lookup_str(const dec *d, uint32_t field, uint64_t iid, tm_str *out) {
+    return tm_pf_lookup_str(&d->rd, d->gen, field, iid, out);
 }
 
 /* Joins the resolvable path segments of a mapping with '/'. Relay skips
  * unresolvable ids; Trace Processor stops at the first one. */
-static tm_status mapping_path(dec *d, const seq_state *s, tm_bytes msg, tm_str *out) {
+static tm_status mapping_path(dec *d, tm_bytes msg, tm_str *out) {
     tm_bytes segs[64];
     size_t n = 0, total = 0;
     tm_bytes *many = NULL;
@@ -474,23 +237,23 @@ static tm_status mapping_path(dec *d, const seq_state *s, tm_bytes msg, tm_str *
     int stop = 0;
     tm_status st = TM_OK;
     while (!stop && st == TM_OK && tm_pb_next(&r, &f) == TM_PB_OK) {
-        if (f.num != 7) continue;
+        if (f.num != TM_PF_MAPPING_PATH_STRING_IDS) continue;
         int packed = f.wire == TM_PB_LEN;
         tm_bytes none = {NULL, 0};
         tm_pb_reader pr = tm_pb_reader_of(packed ? f.bytes : none); /* bytes is unset for varints */
         uint64_t id = f.val;
         while (!stop && (!packed || tm_pb_packed_next(&pr, &id) == TM_PB_OK)) {
-            const tm_bytes *seg = lookup_str(s, STR_PATH, id);
-            if (!seg) {
+            tm_str seg;
+            if (!lookup_str(d, TM_PF_INTERNED_MAPPING_PATHS, id, &seg)) {
                 if (!d->relay) stop = 1;
             } else {
-                if (n < 64) segs[n] = *seg;
+                if (n < 64) segs[n] = seg;
                 else {
                     if (TM_VEC_RESERVE(d->mem, many, cap_many, n + 1) != TM_OK) { st = TM_ERR_NOMEM; break; }
                     if (n == 64) memcpy(many, segs, sizeof segs);
-                    many[n] = *seg;
+                    many[n] = seg;
                 }
-                total += seg->len + 1;
+                total += seg.len + 1;
                 n++;
             }
             if (!packed) break;
@@ -527,10 +290,10 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, const ent_m
     }
     tm_prof_mapping m;
     memset(&m, 0, sizeof m);
-    TM_TRY(mapping_path(d, s, e->msg, &m.path));
+    TM_TRY(mapping_path(d, e->msg, &m.path));
     if ((e->flags & M_HAS_BUILD) && e->build) {
-        const tm_bytes *b = lookup_str(s, STR_BUILD_ID, e->build);
-        if (b) m.build_id = *b;
+        tm_str b;
+        if (lookup_str(d, TM_PF_INTERNED_BUILD_IDS, e->build, &b)) m.build_id = b;
     }
     m.start = e->start;
     m.end = e->end;
@@ -540,7 +303,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, const ent_m
     if (e->flags & M_HAS_LOAD_BIAS) m.flags |= TM_MAPPING_HAS_LOAD_BIAS;
     if (m.path.len && tm_path_is_java(m.path)) m.flags |= TM_MAPPING_JAVA;
     DTRY_MEM(d, tm_profile_intern_mapping(d->p, &m, out));
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->mapping_by_iid, iid, *out, s->n_mappings));
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->mapping_by_iid, iid, *out, seq_entries(d, s)));
     return TM_OK;
 }
 
@@ -563,25 +326,25 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
         *ok = 1;
         return TM_OK;
     }
-    uint32_t idx = tm_iidmap_get(&s->frame_map, iid);
+    const tm_bytes *msg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_FRAMES, iid);
     *ok = 0;
-    if (idx == TM_ABSENT) return TM_OK;
-    const ent_frame *e = &s->frames[idx];
+    if (!msg) return TM_OK;
+    const ent_frame frame = parse_frame(*msg), *e = &frame;
     tm_prof_frame pf;
     memset(&pf, 0, sizeof pf);
     tm_str name = {NULL, 0};
     int has_name = 0;
     if ((e->flags & F_HAS_FN) && (e->fn || d->relay)) {
-        const tm_bytes *nm = lookup_str(s, STR_FUNCTION, e->fn);
-        if (nm) name = *nm, has_name = 1;
+        if (lookup_str(d, TM_PF_INTERNED_FUNCTION_NAMES, e->fn, &name)) has_name = 1;
         else if (!d->relay) return TM_OK;
     }
     const tm_prof_mapping *pm = NULL;
     if ((e->flags & F_HAS_MAPPING) && (e->mapping || d->relay)) {
-        uint32_t midx = tm_iidmap_get(&s->mapping_map, e->mapping);
-        if (midx != TM_ABSENT) {
+        const tm_bytes *mmsg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_MAPPINGS, e->mapping);
+        if (mmsg) {
             uint32_t pmi;
-            TM_TRY(resolve_mapping(d, s, e->mapping, &s->mappings[midx], &pmi));
+            const ent_mapping mapping = parse_mapping(*mmsg);
+            TM_TRY(resolve_mapping(d, s, e->mapping, &mapping, &pmi));
             pm = &d->p->mappings[pmi];
             pf.mapping = pmi + 1;
         } else if (!d->relay) return TM_OK;
@@ -618,7 +381,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
         pf.flags |= TM_FRAME_HAS_FUNCTION;
     }
     TM_TRY(intern_frame(d, &pf, at, out));
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->frame_by_iid, iid, *out, s->n_frames));
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->frame_by_iid, iid, *out, seq_entries(d, s)));
     *ok = 1;
     return TM_OK;
 }
@@ -635,15 +398,14 @@ static void reverse_scratch(dec *d, size_t n) {
 /* Resolves callstack iid, first time in this generation. */
 static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                         uint32_t *out, int *ok) {
-    uint32_t idx = tm_iidmap_get(&s->cs_map, iid);
+    const tm_bytes *msg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_CALLSTACKS, iid);
     *ok = 0;
-    if (idx == TM_ABSENT) return TM_OK;
-    const ent_callstack *e = &s->css[idx];
+    if (!msg) return TM_OK;
     size_t n = 0;
-    tm_pb_reader r = tm_pb_reader_of(e->msg);
+    tm_pb_reader r = tm_pb_reader_of(*msg);
     tm_pb_field f;
-    while (tm_pb_next(&r, &f) == TM_PB_OK) { /* validated when merged */
-        if (f.num != 2) continue;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) { /* checked when interned */
+        if (f.num != TM_PF_CALLSTACK_FRAME_IDS) continue;
         int packed = f.wire == TM_PB_LEN;
         tm_bytes none = {NULL, 0};
         tm_pb_reader pr = tm_pb_reader_of(packed ? f.bytes : none); /* bytes is unset for varints */
@@ -663,7 +425,7 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
     }
     reverse_scratch(d, n);
     DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->stack_by_iid, iid, *out, s->n_css));
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->stack_by_iid, iid, *out, seq_entries(d, s)));
     *ok = 1;
     return TM_OK;
 }
@@ -747,9 +509,9 @@ static uint64_t clock_key(uint64_t seq, uint32_t id) {
 }
 
 /* The packet's timestamp in ns and the clock it is in (0: trace clock). */
-static int packet_time(dec *d, const seq_state *s, const pkt *k, int64_t *ts, uint64_t *clock) {
-    uint64_t raw = k->has_ts ? k->ts : d->latest_ts;
-    uint32_t id = k->clock_id ? k->clock_id : s->default_clock;
+static int packet_time(dec *d, const seq_state *s, const tm_pf_packet *k, int64_t *ts, uint64_t *clock) {
+    uint64_t raw = k->has_timestamp ? k->timestamp : d->latest_ts;
+    uint32_t id = k->clock_id ? k->clock_id : tm_pf_gen_of(&d->rd, k->gen)->clock_id;
     *clock = id ? clock_key(s->id, id) : 0;
     clock_info *ci = id ? find_clock(d, *clock) : NULL;
     if (ci) {
@@ -764,8 +526,8 @@ static int packet_time(dec *d, const seq_state *s, const pkt *k, int64_t *ts, ui
     return 1;
 }
 
-static tm_status on_perf_sample(dec *d, seq_state *s, const pkt *k) {
-    tm_pb_reader r = tm_pb_reader_of(k->perf);
+static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
+    tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
     uint64_t pid = 0, tid = 0, cs = 0, lost = 0;
     bool has_pid = false, has_cs = false, skipped = false;
@@ -793,10 +555,10 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const pkt *k) {
         }
         uint32_t stack, thread;
         int ok;
-        TM_TRY(resolve_callstack(d, s, cs, k->perf.data, &stack, &ok));
+        TM_TRY(resolve_callstack(d, s, cs, k->data.data, &stack, &ok));
         if (ok) {
             TM_TRY(thread_of(d, (int64_t)tid, 0, &thread));
-            DTRY_MEM(d, tm_profile_add_sample(p, (int64_t)(k->has_ts ? k->ts : 0), stack, thread));
+            DTRY_MEM(d, tm_profile_add_sample(p, (int64_t)(k->has_timestamp ? k->timestamp : 0), stack, thread));
         } else {
             p->stats.dropped_unresolved++;
         }
@@ -818,7 +580,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const pkt *k) {
     TM_TRY(check_sample_limit(d, k->start));
     uint32_t stack, thread;
     int ok;
-    TM_TRY(resolve_callstack(d, s, cs, k->perf.data, &stack, &ok));
+    TM_TRY(resolve_callstack(d, s, cs, k->data.data, &stack, &ok));
     if (!ok) {
         p->stats.dropped_unresolved++;
         return TM_OK;
@@ -852,17 +614,17 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
             int prc;
             while ((prc = tm_pb_packed_next(&pr, &v)) == TM_PB_OK) (*vec)[(*n)++] = v;
             if (prc == TM_PB_ERROR) return pb_error(d, &pr, name);
-        } else return wire_error(d, &f, name);
+        } else return tm_pf_wire_fail(&d->rd, &f, name);
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, name);
     return TM_OK;
 }
 
-static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
+static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     size_t n_cs, n_dt;
-    TM_TRY(collect_repeated(d, k->streaming, 1, "StreamingProfilePacket.callstack_iid", &d->cs_scratch,
+    TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid", &d->cs_scratch,
                             &d->cap_cs, &n_cs));
-    TM_TRY(collect_repeated(d, k->streaming, 2, "StreamingProfilePacket.timestamp_delta_us",
+    TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US, "StreamingProfilePacket.timestamp_delta_us",
                             (uint64_t **)&d->delta_scratch, &d->cap_delta, &n_dt));
     tm_profile *p = d->p;
     p->stats.streaming_samples += n_cs;
@@ -897,7 +659,7 @@ static tm_status on_streaming(dec *d, seq_state *s, const pkt *k) {
         if (i >= n_cs) continue; /* trailing deltas still advance the time */
         uint32_t stack;
         int ok;
-        TM_TRY(resolve_callstack(d, s, d->cs_scratch[i], k->streaming.data, &stack, &ok));
+        TM_TRY(resolve_callstack(d, s, d->cs_scratch[i], k->data.data, &stack, &ok));
         if (!ok) p->stats.dropped_unresolved++;
         else if (bad_time || t < 0) p->stats.dropped_bad_timestamp++;
         else DTRY_MEM(d, tm_profile_add_sample(p, t, stack, thread));
@@ -955,13 +717,13 @@ enum { CS_NONE, CS_INLINE, CS_IID };
  * unwind error, descriptors and weights are checked but not kept: every
  * exporter counts samples, and the model has per-sample weights only for
  * folded input. Counting and drops follow PerfSample. */
-static tm_status on_stack_sample(dec *d, seq_state *s, const pkt *k) {
-    tm_pb_reader r = tm_pb_reader_of(k->stack);
+static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
+    tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
     ent_task task = {0, 0, false};
     uint64_t task_iid = 0, cs_iid = 0, iid;
     tm_bytes cs_msg = {NULL, 0};
-    const uint8_t *cs_at = k->stack.data;
+    const uint8_t *cs_at = k->data.data;
     int cs_kind = CS_NONE;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
@@ -1001,12 +763,13 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const pkt *k) {
     p->stats.stack_samples++;
     TM_TRY(check_sample_limit(d, k->start));
     if (task_iid) {
-        uint32_t idx = tm_iidmap_get(&s->task_map, task_iid);
-        if (idx == TM_ABSENT) {
+        const tm_bytes *msg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_TASK_CONTEXTS, task_iid);
+        if (!msg) {
             p->stats.dropped_unresolved++;
             return TM_OK;
         }
-        task = s->tasks[idx];
+        uint64_t iid;
+        TM_TRY(parse_task_context(d, *msg, &task, &iid));
     }
     uint32_t stack, thread;
     int ok = 1;
@@ -1036,29 +799,26 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const pkt *k) {
 }
 
 /* Counts the samples a skipped packet would have produced. */
-static uint64_t samples_in(const pkt *k) {
-    if (k->perf.data) {
-        tm_pb_reader r = tm_pb_reader_of(k->perf);
-        tm_pb_field f;
+static uint64_t samples_in(const tm_pf_packet *k) {
+    tm_pb_reader r = tm_pb_reader_of(k->data);
+    tm_pb_field f;
+    uint64_t n = 0;
+    switch (k->data_field) {
+    case TM_PF_PACKET_PERF_SAMPLE:
         while (tm_pb_next(&r, &f) == TM_PB_OK)
-            if (f.num == 4) return 1;
+            if (f.num == TM_PF_PERF_SAMPLE_CALLSTACK_IID) return 1;
+        return 0;
+    case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
+        while (tm_pb_next(&r, &f) == TM_PB_OK)
+            if (f.num == TM_PF_STREAMING_CALLSTACK_IID) n += f.wire == TM_PB_LEN ? tm_pb_packed_count(f.bytes) : 1;
+        return n;
+    case TM_PF_PACKET_STACK_SAMPLE:
+        while (tm_pb_next(&r, &f) == TM_PB_OK)
+            if (f.num == TM_PF_STACK_SAMPLE_CALLSTACK || f.num == TM_PF_STACK_SAMPLE_CALLSTACK_IID) return 1;
+        return 0;
+    default:
         return 0;
     }
-    if (k->streaming.data) {
-        uint64_t n = 0;
-        tm_pb_reader r = tm_pb_reader_of(k->streaming);
-        tm_pb_field f;
-        while (tm_pb_next(&r, &f) == TM_PB_OK)
-            if (f.num == 1) n += f.wire == TM_PB_LEN ? tm_pb_packed_count(f.bytes) : 1;
-        return n;
-    }
-    if (k->stack.data) {
-        tm_pb_reader r = tm_pb_reader_of(k->stack);
-        tm_pb_field f;
-        while (tm_pb_next(&r, &f) == TM_PB_OK)
-            if (f.num == 5 || f.num == 6) return 1;
-    }
-    return 0;
 }
 
 /* ---- descriptors ---- */
@@ -1093,12 +853,13 @@ static tm_status apply_thread_desc(dec *d, seq_state *s, const thread_desc *td, 
     uint32_t thread;
     TM_TRY(thread_of(d, td->tid, td->pid, &thread));
     tm_profile_name_thread(d->p, thread, td->name, PRIO_TRACK_DESCRIPTOR);
+    if (!s) return TM_OK;
     if (!s->has_thread || set_time) {
         s->has_thread = true;
         s->pid = td->pid;
         s->tid = td->tid;
     }
-    if (set_time && td->has_ref && s->valid) {
+    if (set_time && td->has_ref && d->rd.seqs[s->index].valid) {
         int64_t ns;
         if (!__builtin_mul_overflow(td->ref_us, (int64_t)1000, &ns)) {
             s->time_ns = ns;
@@ -1126,7 +887,7 @@ static tm_status on_process_desc(dec *d, tm_bytes b) {
     return TM_OK;
 }
 
-static tm_status on_track_desc(dec *d, seq_state *s, tm_bytes b) {
+static tm_status on_track_desc(dec *d, seq_state *s, tm_bytes b) { /* s: NULL without a sequence */
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
@@ -1221,13 +982,13 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
 
 /* ---- clocks ---- */
 
-static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
+static tm_status on_clock_snapshot(dec *d, const seq_state *s, const tm_pf_packet *k) {
     tm_clock_point pts[TM_MAX_CLOCKS];
     size_t n = 0;
     uint32_t primary = 0;
     uint64_t relay_boot = 0, relay_real = 0;
     bool has_boot = false, has_real = false;
-    tm_pb_reader r = tm_pb_reader_of(k->snapshot);
+    tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
@@ -1258,7 +1019,7 @@ static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
             d->p->stats.clock_readings_ignored++;
             continue;
         }
-        uint64_t key = clock_key(s->id, id);
+        uint64_t key = clock_key(s ? s->id : 0, id);
         clock_info *ci = find_clock(d, key);
         if (!ci && d->n_clocks < TM_MAX_CLOCKS) {
             ci = &d->clocks[d->n_clocks++];
@@ -1292,182 +1053,90 @@ static tm_status on_clock_snapshot(dec *d, seq_state *s, const pkt *k) {
     return TM_OK;
 }
 
-static tm_status on_defaults(dec *d, seq_state *s, tm_bytes b) {
-    tm_pb_reader r = tm_pb_reader_of(b);
-    tm_pb_field f;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
-        if (f.num == 58) { WANT(d, f, TM_PB_VARINT, "TracePacketDefaults"); s->default_clock = (uint32_t)f.val; }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "TracePacketDefaults");
-    return TM_OK;
-}
-
 /* ---- packets ---- */
 
-static tm_status decode_trace(dec *d, tm_bytes buf);
-
-static tm_status scan_packet(dec *d, tm_bytes b, pkt *k) {
-    tm_pb_reader r = tm_pb_reader_of(b);
-    tm_pb_field f;
-    int rc;
-    /* Per packet, so only what is read unconditionally is cleared: the
-     * scalars, and the data pointers that mark a payload as present. */
-    k->start = b.data;
-    k->ts = k->seq = k->dropped = 0;
-    k->clock_id = k->flags = 0;
-    k->has_ts = k->has_seq = k->legacy_cleared = k->zstd = false;
-    k->interned.data = k->defaults.data = k->snapshot.data = k->ptree.data = k->pdesc.data = NULL;
-    k->tdesc.data = k->track.data = k->compressed.data = k->streaming.data = k->perf.data = NULL;
-    k->stack.data = k->trace_stats.data = NULL;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        tm_bytes *slot = NULL;
-        switch (f.num) {
-        case 8: WANT(d, f, TM_PB_VARINT, "TracePacket"); k->ts = f.val; k->has_ts = true; continue;
-        case 10: WANT(d, f, TM_PB_VARINT, "TracePacket"); k->seq = (uint32_t)f.val; k->has_seq = true; continue;
-        case 13: WANT(d, f, TM_PB_VARINT, "TracePacket"); k->flags = (uint32_t)f.val; continue;
-        case 12: slot = &k->interned; break;
-        case 6: slot = &k->snapshot; break;
-        case 66: slot = &k->perf; break;
-        default: break;
-        }
-        if (!slot && !d->relay) {
-            switch (f.num) {
-            case 58: WANT(d, f, TM_PB_VARINT, "TracePacket"); k->clock_id = (uint32_t)f.val; continue;
-            case 41: WANT(d, f, TM_PB_VARINT, "TracePacket"); k->legacy_cleared = f.val != 0; continue;
-            case 42: WANT(d, f, TM_PB_VARINT, "TracePacket"); k->dropped = f.val; continue;
-            case 59: slot = &k->defaults; break;
-            case 2: slot = &k->ptree; break;
-            case 43: slot = &k->pdesc; break;
-            case 44: slot = &k->tdesc; break;
-            case 60: slot = &k->track; break;
-            case 50: slot = &k->compressed; break;
-            case 54: slot = &k->streaming; break;
-            case 135: slot = &k->stack; break; /* StackSample: not in Relay's schema */
-            case 35: slot = &k->trace_stats; break;
-            case 133: k->zstd = true; continue;
-            default: continue;
-            }
-        }
-        if (!slot) continue;
-        WANT(d, f, TM_PB_LEN, "TracePacket");
-        slot->data = f.bytes.data; /* two scalar copies: a 16-byte one stalls on store forwarding */
-        slot->len = f.bytes.len;
-    }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "TracePacket");
+static tm_status decode_packet_relay(dec *d, const tm_pf_packet *k) {
+    seq_state *s;
+    TM_TRY(seq_of(d, k->seq, &s));
+    if (k->cleared) d->p->stats.incremental_resets++;
+    if (k->cleared || k->interned.data) seq_forget_resolved(d->mem, s); /* entries may have been replaced */
+    if (k->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT) return on_clock_snapshot(d, s, k);
+    if (k->data_field == TM_PF_PACKET_PERF_SAMPLE) return on_perf_sample(d, s, k);
     return TM_OK;
 }
 
-static tm_status decode_packet_relay(dec *d, const pkt *k) {
-    seq_state *s;
-    TM_TRY(get_seq(d, k->seq, k->start, &s));
-    if ((k->flags & SEQ_CLEARED) && s->seen) {
-        seq_clear_tables(d->mem, s);
-        d->p->stats.incremental_resets++;
-    }
-    if (k->interned.data) {
-        s->seen = true; /* Relay creates the tables on demand */
-        TM_TRY(merge_interned(d, s, k->interned));
-    }
-    if (k->snapshot.data) TM_TRY(on_clock_snapshot(d, s, k));
-    if (k->perf.data) TM_TRY(on_perf_sample(d, s, k));
-    return TM_OK;
-}
-
-static tm_status decode_packet(dec *d, tm_bytes b) {
-    pkt k;
-    TM_TRY(scan_packet(d, b, &k));
-    d->p->stats.packets++;
-    if (d->relay) return decode_packet_relay(d, &k);
-    if (k.has_ts && k.ts > d->latest_ts) d->latest_ts = k.ts;
-    if (k.compressed.data) {
-        if (d->inflated) {
-            d->p->stats.packets_unsupported++; /* nested compression */
-            return TM_OK;
-        }
-        tm_bytes inner;
-        const char *why = "";
-        tm_status st = tm_inflate(&d->t->arena, d->mem, k.compressed, d->lim->max_inflated_bytes, &inner, &why);
-        if (st != TM_OK) return dfail(d, st, b.data, "compressed_packets: %s", why);
-        d->p->stats.compressed_packets++;
-        d->inflated = 1;
-        d->wrapper_off = (uint64_t)(b.data - d->base);
-        st = decode_trace(d, inner);
-        d->inflated = 0;
-        return st;
-    }
-    if (k.zstd) {
-        d->p->stats.packets_unsupported++;
-        return TM_OK;
-    }
-    seq_state *s;
-    TM_TRY(get_seq(d, k.seq, k.start, &s));
+static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
+    if (d->relay) return decode_packet_relay(d, k);
     tm_trace_stats *st = &d->p->stats;
-    /* 1. data loss (counted like TP's traced_buf_sequence_packet_loss, also
-     * when the same packet clears the state), then the clear, if any */
-    if (k.dropped && s->seen) {
-        st->data_losses++;
-        if (!s->had_loss) st->sequences_with_data_loss++;
-        s->had_loss = true;
+    if (k->has_timestamp && k->timestamp > d->latest_ts) d->latest_ts = k->timestamp;
+    /* 1. the sequence: data loss (counted like TP's
+     * traced_buf_sequence_packet_loss), clear, interned data dropped */
+    seq_state *s = NULL;
+    if (k->seq) {
+        TM_TRY(seq_of(d, k->seq, &s));
+        if (k->loss) {
+            st->data_losses++;
+            if (!s->had_loss) st->sequences_with_data_loss++;
+            s->had_loss = true;
+        }
+        if (k->cleared) {
+            seq_forget_resolved(d->mem, s);
+            st->incremental_resets++;
+        }
+        if (k->interned_skipped) st->interned_data_skipped++;
     }
-    if ((k.flags & SEQ_CLEARED) || k.legacy_cleared) {
-        seq_clear_tables(d->mem, s);
-        s->valid = true;
-        s->default_clock = 0;
-        st->incremental_resets++;
-    } else if (k.dropped && s->seen) {
-        s->valid = false;
+    /* 2. clock snapshots and trace stats are consumed here */
+    switch (k->data_field) {
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, s, k);
+    case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data);
+    case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS: st->packets_unsupported++; return TM_OK;
+    default: break;
     }
-    s->seen = true;
-    /* 2. defaults, 3. interned data */
-    if (k.defaults.data) TM_TRY(on_defaults(d, s, k.defaults));
-    if (k.interned.data) {
-        if (s->valid) TM_TRY(merge_interned(d, s, k.interned));
-        else st->interned_data_skipped++;
-    }
-    /* 4. clock snapshots and trace stats are consumed here */
-    if (k.snapshot.data) return on_clock_snapshot(d, s, &k);
-    if (k.trace_stats.data) return on_trace_stats(d, k.trace_stats);
-    /* 5. packets that need incremental state while it is invalid */
-    if ((k.flags & SEQ_NEEDS) && !s->valid) {
+    /* 3. packets that need incremental state while it is invalid */
+    if (k->stale) {
         st->packets_skipped_incremental++;
-        uint64_t lost = samples_in(&k);
+        uint64_t lost = samples_in(k);
         if (s->had_loss) st->dropped_stale_interning += lost;
         else st->dropped_never_cleared += lost;
         return TM_OK;
     }
-    /* 6. payloads */
-    if (k.tdesc.data) {
-        thread_desc td;
-        TM_TRY(parse_thread_desc(d, k.tdesc, &td));
-        TM_TRY(apply_thread_desc(d, s, &td, true));
+    /* 4. payloads; samples need a sequence's intern tables (Trace Processor
+     * drops them without one) */
+    if (!s && (k->data_field == TM_PF_PACKET_PERF_SAMPLE || k->data_field == TM_PF_PACKET_STREAMING_PROFILE_PACKET ||
+               k->data_field == TM_PF_PACKET_STACK_SAMPLE)) {
+        st->dropped_without_sequence += samples_in(k);
+        return TM_OK;
     }
-    if (k.track.data) TM_TRY(on_track_desc(d, s, k.track));
-    if (k.pdesc.data) TM_TRY(on_process_desc(d, k.pdesc));
-    if (k.ptree.data) TM_TRY(on_process_tree(d, k.ptree));
-    if (k.perf.data) TM_TRY(on_perf_sample(d, s, &k));
-    if (k.streaming.data) TM_TRY(on_streaming(d, s, &k));
-    if (k.stack.data) TM_TRY(on_stack_sample(d, s, &k));
-    return TM_OK;
+    switch (k->data_field) {
+    case TM_PF_PACKET_THREAD_DESCRIPTOR: {
+        if (!s) return TM_OK; /* a legacy thread descriptor describes its sequence */
+        thread_desc td;
+        TM_TRY(parse_thread_desc(d, k->data, &td));
+        return apply_thread_desc(d, s, &td, true);
+    }
+    case TM_PF_PACKET_TRACK_DESCRIPTOR: return on_track_desc(d, s, k->data);
+    case TM_PF_PACKET_PROCESS_DESCRIPTOR: return on_process_desc(d, k->data);
+    case TM_PF_PACKET_PROCESS_TREE: return on_process_tree(d, k->data);
+    case TM_PF_PACKET_PERF_SAMPLE: return on_perf_sample(d, s, k);
+    case TM_PF_PACKET_STREAMING_PROFILE_PACKET: return on_streaming(d, s, k);
+    case TM_PF_PACKET_STACK_SAMPLE: return on_stack_sample(d, s, k);
+    default: return TM_OK;
+    }
 }
 
-/* Trace { repeated TracePacket packet = 1; }: other top-level fields are
- * skipped, as Trace Processor does. */
-static tm_status decode_trace(dec *d, tm_bytes buf) {
-    tm_pb_reader r = tm_pb_reader_of(buf);
-    tm_pb_field f;
+static tm_status decode_trace(dec *d) {
+    tm_pf_packet k;
     int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != 1) continue;
-        if (f.wire != TM_PB_LEN)
-            return dfail(d, TM_ERR_MALFORMED, f.start, "Trace.packet has wire type %u, expected 2", f.wire);
-        if (f.bytes.len > d->lim->max_packet_bytes)
-            return dfail(d, TM_ERR_LIMIT, f.start, "packet of %zu bytes exceeds max_packet_bytes %llu",
-                         f.bytes.len, (unsigned long long)d->lim->max_packet_bytes);
-        if (!d->inflated) d->packet_at = f.start;
-        TM_TRY(decode_packet(d, f.bytes));
+    while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) {
+        d->gen = k.gen;
+        TM_TRY(decode_packet(d, &k));
     }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "Trace");
-    return TM_OK;
+    tm_trace_stats *st = &d->p->stats;
+    st->packets = d->rd.counts.packets;
+    st->compressed_packets = d->rd.counts.compressed_packets;
+    st->packets_unsupported += d->rd.counts.nested_compressed;
+    st->oneof_members_ignored = d->rd.counts.oneof_ignored;
+    return rc == TM_PF_ERROR ? d->err->code : TM_OK;
 }
 
 /* ---- after the last packet ---- */
@@ -1606,7 +1275,7 @@ static tm_status finish(dec *d) {
 static void dec_release(dec *d) {
     for (size_t i = 0; i < d->n_seqs; i++) seq_free(d->mem, d->seqs[i]);
     tm_mem_free(d->mem, d->seqs, d->cap_seqs * sizeof *d->seqs);
-    tm_u64map_free(d->mem, &d->seq_map);
+    tm_pf_reader_release(&d->rd);
     tm_mem_free(d->mem, d->cs_scratch, d->cap_cs * sizeof *d->cs_scratch);
     tm_mem_free(d->mem, d->delta_scratch, d->cap_delta * sizeof *d->delta_scratch);
     tm_mem_free(d->mem, d->frame_scratch, d->cap_fs * sizeof *d->frame_scratch);
@@ -1663,9 +1332,8 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     d.lim = &t->limits;
     d.relay = opts->mode == TM_MODE_RELAY;
     d.err = err;
-    d.base = buf;
     d.last_thread = TM_ABSENT;
-    tm_bytes all = {buf, len};
+    tm_pf_reader_init(&d.rd, buf, len, d.mem, &t->arena, d.lim, d.relay ? TM_PF_RELAY : 0, err);
     /* A sample costs ~16 bytes of trace or more in the common encodings:
      * reserving len/16 up front (at most 2^24 samples, 256 MiB) avoids most
      * regrowth copies without claiming memory a huge trace may not need. */
@@ -1674,14 +1342,14 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     if (reserve > t->limits.max_samples) reserve = (size_t)t->limits.max_samples;
     if (reserve > 1024 && TM_VEC_RESERVE(&t->mem, t->profile.samples, t->profile.cap_samples, reserve) != TM_OK)
         st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    if (st == TM_OK) st = decode_trace(&d, all);
+    if (st == TM_OK) st = decode_trace(&d);
     if (st == TM_OK) st = finish(&d);
     if (st == TM_ERR_NOMEM && tm_budget_exceeded(&d.work_budget))
-        st = dfail(&d, TM_ERR_LIMIT, d.packet_at,
+        st = dfail(&d, TM_ERR_LIMIT, d.rd.packet_tag,
                    "memory budget exceeded: the decode's working tables need more than %llu bytes (max_work_bytes)",
                    (unsigned long long)t->limits.max_work_bytes);
     if (st == TM_ERR_NOMEM && tm_budget_exceeded(&t->result_budget))
-        st = dfail(&d, TM_ERR_LIMIT, d.packet_at,
+        st = dfail(&d, TM_ERR_LIMIT, d.rd.packet_tag,
                    "memory budget exceeded: the profile needs more than %llu bytes (max_result_bytes)",
                    (unsigned long long)t->limits.max_result_bytes);
     dec_release(&d);
