@@ -1,0 +1,499 @@
+/*
+ * test_differential.c — the profile model (convert/info) and the SQL model
+ * (query) must agree on every Perfetto trace: tm_diff_check
+ * (differential.h) over the repository's traces (examples, tests/hostile,
+ * fuzz/corpus/trace, the relay-compat and perfetto-probes fixtures that
+ * the golden files and other suites read) and over traces built here in
+ * several shapes.
+ *
+ * Suite `differential` must pass. Suite `divergence` holds one regression
+ * test per known disagreement of today's readers, each asserting the
+ * behaviour expected once both sit on one Perfetto reader; they fail until
+ * then (CMake runs them as test_differential_divergence).
+ */
+#define _POSIX_C_SOURCE 200809L /* scandir */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "differential.h"
+#include "profile/profile.h"
+#include "trace_builder.h"
+#include "tracemill.h"
+#include "tutil.h"
+
+#define CLK_REALTIME 1
+#define CLK_MONOTONIC 3
+#define CLK_BOOTTIME 6
+
+/* ---- checking ---- */
+
+/* Checks one input; a disagreement is appended to fails as "name: why". */
+static int check_one(const char *name, const void *data, size_t len, tu_membuf *fails) {
+    tm_diff_report r;
+    if (tm_diff_check(data, len, &r)) return 1;
+    char line[1400];
+    int n = snprintf(line, sizeof line, "%s: %s\n", name, r.message);
+    cr_assert(n > 0);
+    cr_assert_eq(tu_membuf_write(fails, line, strlen(line)), 0);
+    return 0;
+}
+
+/* Traces of tests/hostile that disagree today, by divergence class (the
+ * letters of the divergence tests below); test
+ * divergence/known_repository_traces runs them, the other suites skip them. */
+static const char *const known_divergent[] = {
+    /* (a) nested compressed_packets */
+    "compressed_nested_100_deep.pftrace",
+    /* (b) a wire type the field does not allow: the profile model rejects */
+    "wire_callstack_iid_as_bytes.pftrace", "wire_clock_timestamp_as_bytes.pftrace",
+    "wire_frame_ids_as_fixed64.pftrace", "wire_interned_data_as_varint.pftrace",
+    "wire_sequence_id_as_fixed32.pftrace", "wire_timestamp_as_bytes.pftrace",
+    /* (f) a truncated packed varint only the profile model reads */
+    "truncated_packed_frame_ids.pftrace", "truncated_streaming_deltas.pftrace",
+    /* (g) the offset of an error in or of a compressed payload, and of a limit */
+    "compressed_garbage.pftrace", "truncated_zlib_stream.pftrace", "truncated_inside_compressed_payload.pftrace",
+    "zlib_bomb_1KB.pftrace", "path_segments_10001.pftrace",
+    /* (h) timestamps past int64: the profile model drops the sample, SQL keeps it */
+    "clock_multiplier_2pow64_minus_1.pftrace", "perf_sample_timestamp_2pow64_minus_1.pftrace",
+    /* (i) StreamingProfilePacket on a sequence without a thread descriptor:
+     * the profile model keeps its samples (tid 0, packet time), SQL none */
+    "streaming_deltas_negative.pftrace", "streaming_deltas_overflow.pftrace",
+    "streaming_fewer_deltas_than_callstacks.pftrace",
+};
+
+static int is_known_divergent(const char *name) {
+    for (size_t i = 0; i < sizeof known_divergent / sizeof *known_divergent; i++)
+        if (strcmp(name, known_divergent[i]) == 0) return 1;
+    return 0;
+}
+
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Checks every DIR/NAME[/SUB] ending in .pftrace (SUB: a file inside each
+ * subdirectory, for the probe layout), except the known divergent ones.
+ * Returns how many were checked; fails collects the disagreements. */
+static size_t check_dir(const char *dir, const char *sub, tu_membuf *fails) {
+    struct dirent **ents;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    cr_assert_geq(n, 0, "cannot list %s", dir);
+    size_t checked = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        char path[1024];
+        if (sub) snprintf(path, sizeof path, "%s/%s/%s", dir, name, sub);
+        else snprintf(path, sizeof path, "%s/%s", dir, name);
+        int wanted = name[0] != '.' && (sub || has_suffix(name, ".pftrace")) && !is_known_divergent(name);
+        size_t len;
+        char *data = wanted ? tu_read_file(path, &len) : NULL;
+        if (data) {
+            check_one(path + strlen(dir) + 1, data, len, fails);
+            checked++;
+            free(data);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    return checked;
+}
+
+static void assert_dir_agrees(const char *dir, const char *sub) {
+    tu_membuf fails = {0};
+    size_t n = check_dir(dir, sub, &fails);
+    cr_assert_gt(n, 0, "no traces in %s", dir);
+    cr_assert_eq(fails.len, 0, "%s: the readers disagree on:\n%s", dir, fails.data);
+    tu_membuf_free(&fails);
+}
+
+/* A built trace must agree and both readers must keep `kept` samples. */
+static void assert_agrees(const tb_buf *b, const tm_options *opts, size_t kept) {
+    tm_diff_report r;
+    int ok = tm_diff_check_with(b->data, b->len, opts, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    cr_assert_eq(r.profile_err.code, TM_OK, "the profile model rejects: %s", r.profile_err.message);
+    cr_assert_eq(r.profile_samples, kept, "the profile model keeps %zu samples, expected %zu", r.profile_samples, kept);
+    cr_assert_geq(r.sql_samples, kept);
+}
+
+/* ---- building traces ---- */
+
+/* Inside an open InternedData: function names, frames and one callstack
+ * per entry of fns (callstack iid k + 1 = the frames of fns[0..k], root
+ * first), all iids numbered from base. */
+static void intern_chain(tb_buf *b, uint64_t base, const char *const *fns, size_t n) {
+    for (size_t i = 0; i < n; i++) tb_interned_string(b, TB_I_FUNCTION_NAMES, base + i, fns[i], strlen(fns[i]));
+    for (size_t i = 0; i < n; i++) tb_frame(b, base + i, base + i, 0, 0x100 * (i + 1));
+    uint64_t frames[16];
+    for (size_t i = 0; i < n && i < 16; i++) {
+        frames[i] = base + i;
+        tb_callstack(b, base + i, frames, i + 1, 1);
+    }
+}
+
+/* A packet on seq that clears its state and interns the chain fns. */
+static void clear_and_intern(tb_buf *b, uint32_t seq, uint64_t ts, const char *const *fns, size_t n) {
+    size_t p = tb_packet_open(b, seq, ts, TB_SEQ_CLEARED);
+    size_t i = tb_open(b, TB_P_INTERNED_DATA);
+    intern_chain(b, 1, fns, n);
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
+static void thread_desc(tb_buf *b, uint32_t pid, uint32_t tid, uint64_t ref_us) {
+    size_t d = tb_open(b, TB_P_THREAD_DESCRIPTOR);
+    tb_uint(b, TB_TD_PID, pid);
+    tb_uint(b, TB_TD_TID, tid);
+    tb_uint(b, TB_TD_REF_US, ref_us);
+    tb_close(b, d);
+}
+
+static void streaming(tb_buf *b, const uint64_t *cs, const uint64_t *dt, size_t n) {
+    size_t s = tb_open(b, TB_P_STREAMING_PROFILE);
+    tb_packed(b, TB_SP_CALLSTACK, cs, n);
+    tb_packed(b, TB_SP_DELTA, dt, n);
+    tb_close(b, s);
+}
+
+/* A sequence with a thread (pid, tid, reference time) and interned chain. */
+static void streaming_sequence(tb_buf *b, uint32_t seq, uint32_t pid, uint32_t tid, uint64_t ref_us,
+                               const char *const *fns, size_t n) {
+    size_t p = tb_packet_open(b, seq, TB_NO_TS, TB_SEQ_CLEARED);
+    thread_desc(b, pid, tid, ref_us);
+    size_t i = tb_open(b, TB_P_INTERNED_DATA);
+    intern_chain(b, 1, fns, n);
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
+static void streaming_packet(tb_buf *b, uint32_t seq, const uint64_t *cs, const uint64_t *dt, size_t n) {
+    size_t p = tb_packet_open(b, seq, TB_NO_TS, TB_SEQ_NEEDS);
+    streaming(b, cs, dt, n);
+    tb_close(b, p);
+}
+
+/* One ClockSnapshot.Clock, with is_incremental and unit_multiplier_ns when non-zero. */
+static void clock_entry(tb_buf *b, uint32_t id, uint64_t value, int incremental, uint64_t mult) {
+    size_t c = tb_open(b, TB_CS_CLOCKS);
+    tb_uint(b, TB_CLK_ID, id);
+    tb_uint(b, TB_CLK_TS, value);
+    if (incremental) tb_uint(b, TB_CLK_INCREMENTAL, 1);
+    if (mult) tb_uint(b, TB_CLK_MULT, mult);
+    tb_close(b, c);
+}
+
+static const char *const abc[] = {"main", "run", "work"};
+static const char *const xyz[] = {"start", "loop", "poll"};
+
+/* ---- the repository's traces ---- */
+
+Test(differential, examples) { assert_dir_agrees(TM_SOURCE_DIR "/examples", NULL); }
+
+Test(differential, hostile_traces) { assert_dir_agrees(TM_SOURCE_DIR "/tests/hostile", NULL); }
+
+Test(differential, fuzz_corpus_traces) { assert_dir_agrees(TM_SOURCE_DIR "/fuzz/corpus/trace", NULL); }
+
+Test(differential, relay_compat_fixtures) { assert_dir_agrees(TM_FIXTURES "/relay-compat", NULL); }
+
+Test(differential, perfetto_probe_fixtures) { assert_dir_agrees(TM_FIXTURES "/perfetto-probes", "trace.pftrace"); }
+
+/* ---- built traces ---- */
+
+Test(differential, perf_samples_on_two_threads) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    size_t n = 0;
+    for (uint64_t k = 0; k < 6; k++, n++) tb_perf_sample(&b, 1, 1000 + k * 10, 7, 7 + (uint32_t)(k % 2), 1 + k % 3, TB_SEQ_NEEDS);
+    assert_agrees(&b, NULL, n);
+    tb_free(&b);
+}
+
+Test(differential, streaming_profile_packets) {
+    tb_buf b = {0};
+    streaming_sequence(&b, 1, 20, 21, 5000, abc, 3);
+    const uint64_t cs[] = {3, 2, 3, 1}, dt[] = {0, 10, 10, 250};
+    streaming_packet(&b, 1, cs, dt, 4);
+    streaming_packet(&b, 1, cs, dt, 2);
+    assert_agrees(&b, NULL, 6);
+    tb_free(&b);
+}
+
+Test(differential, both_sample_kinds_on_several_sequences) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    streaming_sequence(&b, 2, 30, 31, 2, xyz, 3);
+    clear_and_intern(&b, 3, 100, xyz, 2); /* the same iids, other names */
+    const uint64_t cs[] = {1, 3}, dt[] = {5, 5};
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    streaming_packet(&b, 2, cs, dt, 2);
+    tb_perf_sample(&b, 3, 1500, 7, 9, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 2000, 7, 9, 1, TB_SEQ_NEEDS);
+    assert_agrees(&b, NULL, 5);
+    tb_free(&b);
+}
+
+Test(differential, incremental_state_cleared_twice) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1100, xyz, 3); /* iid 3 now names another stack */
+    tb_perf_sample(&b, 1, 1200, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 1300, 7, 8, 2, TB_SEQ_NEEDS);
+    assert_agrees(&b, NULL, 3);
+    tb_free(&b);
+}
+
+Test(differential, lost_packets_until_the_next_clear) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    size_t p = tb_packet_open(&b, 1, 1100, TB_SEQ_NEEDS); /* after a loss: skipped by both */
+    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    tb_close(&b, p);
+    tb_perf_sample(&b, 1, 1200, 7, 8, 2, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1300, xyz, 3);
+    tb_perf_sample(&b, 1, 1400, 7, 8, 1, TB_SEQ_NEEDS);
+    assert_agrees(&b, NULL, 2);
+    tb_free(&b);
+}
+
+Test(differential, compressed_packets) {
+    tb_buf inner = {0}, b = {0};
+    clear_and_intern(&inner, 1, 100, abc, 3);
+    tb_perf_sample(&inner, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&inner, 1, 1100, 7, 8, 2, TB_SEQ_NEEDS);
+    tb_compressed_packet(&b, &inner);
+    tb_perf_sample(&b, 1, 1200, 7, 8, 1, TB_SEQ_NEEDS); /* the interning of the payload stays */
+    assert_agrees(&b, NULL, 3);
+    tb_free(&inner);
+    tb_free(&b);
+}
+
+Test(differential, samples_in_a_non_boottime_clock) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC, CLK_REALTIME};
+    const uint64_t at0[] = {1000000, 500000, 1700000000000000000ull}, at1[] = {3000000, 2600000, 1700000000002000000ull};
+    tb_clock_snapshot(&b, 0, ids, at0, 3);
+    tb_clock_snapshot(&b, 0, ids, at1, 3); /* MONOTONIC ran 100 µs slower in between */
+    clear_and_intern(&b, 1, 1000000, abc, 3);
+    for (uint64_t ts = 600000; ts <= 3600000; ts += 500000) {
+        size_t p = tb_packet_open(&b, 1, ts, TB_SEQ_NEEDS);
+        tb_uint(&b, TB_P_CLOCK_ID, CLK_MONOTONIC);
+        size_t s = tb_open(&b, TB_P_PERF_SAMPLE);
+        tb_uint(&b, TB_PS_PID, 7);
+        tb_uint(&b, TB_PS_TID, 8);
+        tb_uint(&b, TB_PS_CALLSTACK, 1 + ts / 500000 % 3);
+        tb_close(&b, s);
+        tb_close(&b, p);
+    }
+    assert_agrees(&b, NULL, 7);
+    tb_free(&b);
+}
+
+Test(differential, stack_samples) {
+    tb_buf b = {0};
+    size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
+    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    intern_chain(&b, 1, abc, 3);
+    tb_task_context(&b, 5, 40, 41);
+    tb_close(&b, i);
+    tb_close(&b, p);
+    const char *const frames[] = {"root", "mid", "leaf"};
+    tb_stack_sample s1 = {.ts = 1000, .seq = 1, .task = 1, .pid = 40, .tid = 42, .frames = frames, .n_frames = 3,
+                          .inline_cs = 1};
+    tb_stack_sample s2 = {.ts = 1100, .seq = 1, .flags = TB_SEQ_NEEDS, .task_iid = 5, .cs_iid = 3};
+    tb_stack_sample s3 = {.ts = 1200, .seq = 1, .task = 1, .pid = 40, .tid = TB_SS_NONE, .frames = frames,
+                          .n_frames = 2, .inline_cs = 1}; /* no tid: the process's main thread */
+    tb_stack_sample_packet(&b, &s1);
+    tb_stack_sample_packet(&b, &s2);
+    tb_stack_sample_packet(&b, &s3);
+    assert_agrees(&b, NULL, 3);
+    tb_free(&b);
+}
+
+/* The check itself must see a difference that is there: the profile model
+ * of one trace against the SQL model of another. */
+static void assert_compare_differs(const tb_buf *profile_in, const tb_buf *sql_in, const char *needle) {
+    tm_trace *t = NULL;
+    tm_db *db = NULL;
+    cr_assert_eq(tm_trace_parse(profile_in->data, profile_in->len, NULL, &t, NULL), TM_OK);
+    cr_assert_eq(tm_db_open(sql_in->data, sql_in->len, NULL, &db, NULL), TM_OK);
+    tm_diff_report r;
+    cr_assert_not(tm_diff_compare(t, db, &r), "a difference went unseen");
+    cr_assert_eq(r.verdict, TM_DIFF_SAMPLES);
+    cr_assert(strstr(r.message, needle), "the message does not show %s: %s", needle, r.message);
+    cr_assert(tm_diff_compare(t, db, &r) == 0 && strstr(r.message, needle), "a second compare differs: %s", r.message);
+    tm_trace_free(t);
+    tm_db_free(db);
+}
+
+Test(differential, sees_other_samples) {
+    tb_buf a = {0}, b = {0}, c = {0}, d = {0};
+    const char *const other[] = {"main", "run", "idle"};
+    clear_and_intern(&a, 1, 100, abc, 3);
+    clear_and_intern(&b, 1, 100, abc, 3);
+    clear_and_intern(&c, 1, 100, other, 3);
+    clear_and_intern(&d, 1, 100, abc, 3);
+    tb_perf_sample(&a, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 1000, 7, 9, 3, TB_SEQ_NEEDS); /* another thread */
+    tb_perf_sample(&c, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS); /* another leaf */
+    tb_perf_sample(&d, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&d, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS); /* the same sample twice */
+    assert_compare_differs(&a, &b, "tid=9");
+    assert_compare_differs(&a, &c, "idle <- run <- main");
+    assert_compare_differs(&a, &d, "keeps 1, SQL perf_sample has 2");
+    tb_free(&a);
+    tb_free(&b);
+    tb_free(&c);
+    tb_free(&d);
+}
+
+/* ---- known divergences: expected to fail until the shared reader ---- */
+
+Test(divergence, known_repository_traces) {
+    tu_membuf fails = {0};
+    for (size_t i = 0; i < sizeof known_divergent / sizeof *known_divergent; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tests/hostile/%s", TM_SOURCE_DIR, known_divergent[i]);
+        size_t len;
+        char *data = tu_read_file(path, &len);
+        cr_assert_not_null(data, "cannot read %s", path);
+        check_one(known_divergent[i], data, len, &fails);
+        free(data);
+    }
+    cr_assert_eq(fails.len, 0, "the readers disagree on:\n%s", fails.data);
+    tu_membuf_free(&fails);
+}
+
+/* (a) A compressed packet inside a compressed packet's payload: both
+ * accept, and the nested one is counted as unsupported. */
+Test(divergence, nested_compressed_packets) {
+    tb_buf inner = {0}, middle = {0}, b = {0};
+    tb_perf_sample(&inner, 1, 1100, 7, 8, 2, TB_SEQ_NEEDS);
+    tb_compressed_packet(&middle, &inner);
+    clear_and_intern(&b, 1, 100, abc, 3);
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_compressed_packet(&b, &middle);
+    tm_diff_report r;
+    int ok = tm_diff_check(b.data, b.len, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    cr_assert_eq(r.profile_err.code, TM_OK, "%s", r.profile_err.message);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(b.data, b.len, NULL, &t, NULL), TM_OK);
+    cr_assert_geq(tm_trace_get_stats(t)->packets_unsupported, 1);
+    tm_trace_free(t);
+    tb_free(&inner);
+    tb_free(&middle);
+    tb_free(&b);
+}
+
+/* (b) ClockSnapshot.Clock.unit_multiplier_ns (a uint64) written
+ * length-delimited: both reject, with the same status and offset. */
+Test(divergence, clock_multiplier_with_a_wrong_wire_type) {
+    tb_buf b = {0};
+    size_t p = tb_packet_open(&b, 0, TB_NO_TS, 0);
+    size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
+    size_t c = tb_open(&b, TB_CS_CLOCKS);
+    tb_uint(&b, TB_CLK_ID, CLK_BOOTTIME);
+    tb_uint(&b, TB_CLK_TS, 1000);
+    tb_bytes(&b, TB_CLK_MULT, "\x01", 1);
+    tb_close(&b, c);
+    tb_close(&b, cs);
+    tb_close(&b, p);
+    clear_and_intern(&b, 1, 100, abc, 3);
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tm_diff_report r;
+    int ok = tm_diff_check(b.data, b.len, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    cr_assert_neq(r.profile_err.code, TM_OK, "a wire type the field does not allow must be rejected");
+    tb_free(&b);
+}
+
+/* (c) max_interned_entries counts per sequence (tm_limits documents
+ * "interned entries on one sequence"): 3 allows two sequences of two. */
+Test(divergence, interned_entries_limit_is_per_sequence) {
+    tb_buf b = {0};
+    for (uint32_t seq = 1; seq <= 2; seq++) {
+        size_t p = tb_packet_open(&b, seq, 100, TB_SEQ_CLEARED);
+        size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+        tb_interned_string(&b, TB_I_FUNCTION_NAMES, 1, "f", 1);
+        tb_interned_string(&b, TB_I_FUNCTION_NAMES, 2, "g", 1);
+        tb_close(&b, i);
+        tb_close(&b, p);
+    }
+    tm_options o;
+    memset(&o, 0, sizeof o);
+    o.limits.max_interned_entries = 3;
+    tm_diff_report r;
+    int ok = tm_diff_check_with(b.data, b.len, &o, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    cr_assert_eq(r.profile_err.code, TM_OK, "%s", r.profile_err.message);
+    tb_free(&b);
+}
+
+/* (d) An incremental sequence-scoped clock (64) in units of 1000 ns: each
+ * timestamp delta of 1000 units is 1 ms, from the snapshot's BOOTTIME. */
+Test(divergence, incremental_clock_with_a_unit_multiplier) {
+    enum { CLK_SEQ = 64, MULT = 1000, DELTA = 1000, N = 3 };
+    const uint64_t boot = 1000000000;
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, TB_NO_TS, abc, 3);
+    size_t p = tb_packet_open(&b, 1, TB_NO_TS, 0);
+    size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
+    clock_entry(&b, CLK_BOOTTIME, boot, 0, 0);
+    clock_entry(&b, CLK_SEQ, 0, 1, MULT);
+    tb_close(&b, cs);
+    tb_close(&b, p);
+    for (int k = 0; k < N; k++) {
+        p = tb_packet_open(&b, 1, DELTA, TB_SEQ_NEEDS);
+        tb_uint(&b, TB_P_CLOCK_ID, CLK_SEQ);
+        size_t s = tb_open(&b, TB_P_PERF_SAMPLE);
+        tb_uint(&b, TB_PS_PID, 7);
+        tb_uint(&b, TB_PS_TID, 8);
+        tb_uint(&b, TB_PS_CALLSTACK, 3);
+        tb_close(&b, s);
+        tb_close(&b, p);
+    }
+    tm_diff_report r;
+    int ok = tm_diff_check(b.data, b.len, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(b.data, b.len, NULL, &t, NULL), TM_OK);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(pr->n_samples, N);
+    for (int k = 0; k < N; k++)
+        cr_assert_eq(pr->samples[k].ts, (int64_t)(boot + (uint64_t)(k + 1) * DELTA * MULT), "sample %d at %lld", k,
+                     (long long)pr->samples[k].ts);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* (e) thread_descriptor and streaming_profile_packet in one packet: both
+ * are members of TracePacket's oneof data, so the last on the wire (the
+ * samples) wins and the descriptor is ignored: the samples stay on the
+ * sequence's earlier thread and time base. */
+Test(divergence, two_members_of_the_packet_oneof) {
+    tb_buf b = {0};
+    streaming_sequence(&b, 1, 20, 21, 1000, abc, 3);
+    size_t p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_NEEDS);
+    thread_desc(&b, 20, 22, 5000);
+    const uint64_t cs[] = {3, 1}, dt[] = {10, 10};
+    streaming(&b, cs, dt, 2);
+    tb_close(&b, p);
+    tm_diff_report r;
+    int ok = tm_diff_check(b.data, b.len, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    cr_assert_eq(r.profile_samples, 2);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(b.data, b.len, NULL, &t, NULL), TM_OK);
+    const tm_profile *pr = tm_trace_profile(t);
+    for (size_t k = 0; k < pr->n_samples; k++)
+        cr_assert_eq(pr->threads[pr->samples[k].thread].tid, 21, "sample %zu is on tid %lld", k,
+                     (long long)pr->threads[pr->samples[k].thread].tid);
+    tm_trace_free(t);
+    tb_free(&b);
+}
