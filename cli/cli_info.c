@@ -35,6 +35,7 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("samples: no clock path to trace time", s->dropped_missing_clock);
     line("samples: bad timestamp", s->dropped_bad_timestamp);
     line("samples: fewer deltas than callstacks", s->dropped_malformed_streaming);
+    line("samples: packet without a sequence id", s->dropped_without_sequence);
     line("PerfSample skipped by the producer", s->perf_samples_skipped);
     line("PerfSample without callstack", s->perf_samples_without_callstack);
     line("kernel records lost (PerfSample)", s->perf_records_lost);
@@ -45,6 +46,7 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("packets skipped: needed incremental state", s->packets_skipped_incremental);
     line("interned data skipped: state invalid", s->interned_data_skipped);
     line("packets skipped: unsupported", s->packets_unsupported);
+    line("packet oneof members ignored", s->oneof_members_ignored);
     line("streaming samples timed from packet ts", s->streaming_without_reference_time);
     line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);

@@ -6,10 +6,9 @@
  * the golden files and other suites read) and over traces built here in
  * several shapes.
  *
- * Suite `differential` must pass. Suite `divergence` holds one regression
- * test per known disagreement of today's readers, each asserting the
- * behaviour expected once both sit on one Perfetto reader; they fail until
- * then (CMake runs them as test_differential_divergence).
+ * Suite `divergence` holds one regression test per disagreement the two
+ * readings had before both read through the one Perfetto reader
+ * (perfetto/reader.h), each asserting the behaviour both now share.
  */
 #define _POSIX_C_SOURCE 200809L /* scandir */
 #include <criterion/criterion.h>
@@ -41,42 +40,13 @@ static int check_one(const char *name, const void *data, size_t len, tu_membuf *
     return 0;
 }
 
-/* Traces of tests/hostile that disagree today, by divergence class (the
- * letters of the divergence tests below); test
- * divergence/known_repository_traces runs them, the other suites skip them. */
-static const char *const known_divergent[] = {
-    /* (a) nested compressed_packets */
-    "compressed_nested_100_deep.pftrace",
-    /* (b) a wire type the field does not allow: the profile model rejects */
-    "wire_callstack_iid_as_bytes.pftrace", "wire_clock_timestamp_as_bytes.pftrace",
-    "wire_frame_ids_as_fixed64.pftrace", "wire_interned_data_as_varint.pftrace",
-    "wire_sequence_id_as_fixed32.pftrace", "wire_timestamp_as_bytes.pftrace",
-    /* (f) a truncated packed varint only the profile model reads */
-    "truncated_packed_frame_ids.pftrace", "truncated_streaming_deltas.pftrace",
-    /* (g) the offset of an error in or of a compressed payload, and of a limit */
-    "compressed_garbage.pftrace", "truncated_zlib_stream.pftrace", "truncated_inside_compressed_payload.pftrace",
-    "zlib_bomb_1KB.pftrace", "path_segments_10001.pftrace",
-    /* (h) timestamps past int64: the profile model drops the sample, SQL keeps it */
-    "clock_multiplier_2pow64_minus_1.pftrace", "perf_sample_timestamp_2pow64_minus_1.pftrace",
-    /* (i) StreamingProfilePacket on a sequence without a thread descriptor:
-     * the profile model keeps its samples (tid 0, packet time), SQL none */
-    "streaming_deltas_negative.pftrace", "streaming_deltas_overflow.pftrace",
-    "streaming_fewer_deltas_than_callstacks.pftrace",
-};
-
-static int is_known_divergent(const char *name) {
-    for (size_t i = 0; i < sizeof known_divergent / sizeof *known_divergent; i++)
-        if (strcmp(name, known_divergent[i]) == 0) return 1;
-    return 0;
-}
-
 static int has_suffix(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 /* Checks every DIR/NAME[/SUB] ending in .pftrace (SUB: a file inside each
- * subdirectory, for the probe layout), except the known divergent ones.
+ * subdirectory, for the probe layout).
  * Returns how many were checked; fails collects the disagreements. */
 static size_t check_dir(const char *dir, const char *sub, tu_membuf *fails) {
     struct dirent **ents;
@@ -88,7 +58,7 @@ static size_t check_dir(const char *dir, const char *sub, tu_membuf *fails) {
         char path[1024];
         if (sub) snprintf(path, sizeof path, "%s/%s/%s", dir, name, sub);
         else snprintf(path, sizeof path, "%s/%s", dir, name);
-        int wanted = name[0] != '.' && (sub || has_suffix(name, ".pftrace")) && !is_known_divergent(name);
+        int wanted = name[0] != '.' && (sub || has_suffix(name, ".pftrace"));
         size_t len;
         char *data = wanted ? tu_read_file(path, &len) : NULL;
         if (data) {
@@ -352,25 +322,8 @@ Test(differential, sees_other_samples) {
     tb_free(&d);
 }
 
-/* ---- known divergences: expected to fail until the shared reader ---- */
+/* ---- the disagreements of the two readings before the one reader ---- */
 
-Test(divergence, known_repository_traces) {
-    tu_membuf fails = {0};
-    for (size_t i = 0; i < sizeof known_divergent / sizeof *known_divergent; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/tests/hostile/%s", TM_SOURCE_DIR, known_divergent[i]);
-        size_t len;
-        char *data = tu_read_file(path, &len);
-        cr_assert_not_null(data, "cannot read %s", path);
-        check_one(known_divergent[i], data, len, &fails);
-        free(data);
-    }
-    cr_assert_eq(fails.len, 0, "the readers disagree on:\n%s", fails.data);
-    tu_membuf_free(&fails);
-}
-
-/* (a) A compressed packet inside a compressed packet's payload: both
- * accept, and the nested one is counted as unsupported. */
 Test(divergence, nested_compressed_packets) {
     tb_buf inner = {0}, middle = {0}, b = {0};
     tb_perf_sample(&inner, 1, 1100, 7, 8, 2, TB_SEQ_NEEDS);
@@ -494,6 +447,7 @@ Test(divergence, two_members_of_the_packet_oneof) {
     for (size_t k = 0; k < pr->n_samples; k++)
         cr_assert_eq(pr->threads[pr->samples[k].thread].tid, 21, "sample %zu is on tid %lld", k,
                      (long long)pr->threads[pr->samples[k].thread].tid);
+    cr_assert_eq(tm_trace_get_stats(t)->oneof_members_ignored, 1, "the ignored descriptor is counted");
     tm_trace_free(t);
     tb_free(&b);
 }

@@ -54,6 +54,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"skipped_unsupported", s->packets_unsupported},
         {"skipped_needs_incremental_state", s->packets_skipped_incremental},
         {"interned_data_skipped", s->interned_data_skipped},
+        {"oneof_members_ignored", s->oneof_members_ignored},
     };
     write_group(w, "packets", packets, N(packets), 0);
     const counter samples[] = {
@@ -74,6 +75,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"perf_sample_skipped_by_producer", s->perf_samples_skipped},
         {"perf_sample_without_callstack", s->perf_samples_without_callstack},
         {"perf_kernel_records_lost", s->perf_records_lost},
+        {"without_sequence", s->dropped_without_sequence},
     };
     write_group(w, "samples_dropped", dropped, N(dropped), 0);
     const counter seqs[] = {

@@ -9,7 +9,8 @@
 
 #include "perfetto/fields.h"
 #include "perfetto/reader.h"
-#include "wire/inflate.h" /* tm_inflate */
+#include "perfetto/schema.h"  /* tm_pf_check_payload */
+#include "wire/inflate.h"     /* tm_inflate */
 
 /* ---- errors ---- */
 
@@ -74,6 +75,10 @@ void tm_pf_reader_release(tm_pf_reader *r) {
     tm_mem_free(r->mem, r->regions, r->cap_regions * sizeof *r->regions);
     tm_idxset_free(r->mem, &r->ent_set);
     tm_u64map_free(r->mem, &r->seq_by_id);
+    tm_mem_free(r->mem, r->clocks, r->cap_clocks * sizeof *r->clocks);
+    tm_u64map_free(r->mem, &r->clock_by_key);
+    r->clocks = NULL;
+    r->n_clocks = r->cap_clocks = 0;
     r->seqs = NULL, r->gens = NULL, r->ents = NULL, r->regions = NULL;
     r->n_seqs = r->cap_seqs = r->n_gens = r->cap_gens = r->n_ents = r->cap_ents = 0;
     r->n_regions = r->cap_regions = 0;
@@ -317,6 +322,95 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, "InternedData") : TM_OK;
 }
 
+/* ---- clocks ---- */
+
+static tm_pf_clock *find_clock(tm_pf_reader *r, uint64_t key) {
+    uint32_t i = tm_u64map_get(&r->clock_by_key, key);
+    return i == TM_ABSENT ? NULL : &r->clocks[i];
+}
+
+/* Reads a ClockSnapshot into r->snapshot: the first reading of a clock
+ * fixes its multiplier and whether it is incremental; each reading of an
+ * incremental clock restarts it. */
+static tm_status read_snapshot(tm_pf_reader *r, tm_pf_packet *pk) {
+    tm_pf_snapshot *snap = &r->snapshot;
+    snap->primary = 0;
+    snap->n = 0;
+    snap->ignored = 0;
+    tm_pb_reader pb = tm_pb_reader_of(pk->data);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) { /* wire types checked by the schema */
+        if (f.num == TM_PF_CLOCK_SNAPSHOT_PRIMARY_TRACE_CLOCK) snap->primary = (uint32_t)f.val;
+        if (f.num != TM_PF_CLOCK_SNAPSHOT_CLOCKS) continue;
+        uint64_t id = 0, value = 0, mult = 1;
+        bool incremental = false;
+        tm_pb_reader cr = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while (tm_pb_next(&cr, &g) == TM_PB_OK) {
+            if (g.num == TM_PF_CLOCK_ID) id = g.val;
+            else if (g.num == TM_PF_CLOCK_TIMESTAMP) value = g.val;
+            else if (g.num == TM_PF_CLOCK_IS_INCREMENTAL) incremental = g.val != 0;
+            else if (g.num == TM_PF_CLOCK_UNIT_MULTIPLIER_NS && g.val) mult = g.val;
+        }
+        if (r->flags & TM_PF_RELAY) { /* Relay reads clock ids and raw values, nothing else */
+            if (snap->n < TM_MAX_CLOCKS) snap->readings[snap->n++] = (tm_pf_clock_reading){id, (int64_t)value};
+            continue;
+        }
+        if (id >= TM_PF_FIRST_RESERVED_CLOCK || snap->n >= TM_MAX_CLOCKS) {
+            snap->ignored++;
+            continue;
+        }
+        uint64_t key = tm_pf_clock_key(pk->seq_id, (uint32_t)id);
+        tm_pf_clock *c = find_clock(r, key);
+        if (!c) {
+            if (TM_VEC_RESERVE(r->mem, r->clocks, r->cap_clocks, r->n_clocks + 1) != TM_OK) return nomem(r);
+            if (tm_u64map_put(r->mem, &r->clock_by_key, key, (uint32_t)r->n_clocks) != TM_OK) return nomem(r);
+            c = &r->clocks[r->n_clocks++];
+            c->mult = mult;
+            c->incremental = incremental && id >= TM_PF_FIRST_SEQUENCE_CLOCK;
+            c->last = 0;
+        }
+        uint64_t scaled;
+        if (__builtin_mul_overflow(value, c->mult, &scaled) || scaled > INT64_MAX) {
+            snap->ignored++;
+            continue;
+        }
+        if (c->incremental) c->last = (int64_t)scaled;
+        snap->readings[snap->n++] = (tm_pf_clock_reading){key, (int64_t)scaled};
+    }
+    pk->snapshot = snap;
+    return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, "ClockSnapshot") : TM_OK;
+}
+
+/* The packet's timestamp in its clock domain: multiplier applied, and
+ * incremental clocks advanced by it. The value wraps as Trace Processor's
+ * int64 arithmetic does; time_ok says whether it did. */
+static void resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
+    uint32_t id = pk->clock_id;
+    if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
+    pk->has_time = true;
+    pk->time_clock = id ? tm_pf_clock_key(pk->seq_id, id) : 0;
+    uint64_t raw = pk->timestamp;
+    bool overflow = false;
+    tm_pf_clock *c = id ? find_clock(r, pk->time_clock) : NULL;
+    if (c) {
+        overflow = __builtin_mul_overflow(raw, c->mult, &raw);
+        if (c->incremental) {
+            raw += (uint64_t)c->last;
+            c->last = (int64_t)raw;
+        }
+    }
+    pk->time_ok = !overflow && raw <= INT64_MAX;
+    pk->time_ns = (int64_t)raw;
+}
+
+/* Packets consumed before their time matters. */
+static bool consumed_untimed(uint32_t data_field) {
+    return data_field == TM_PF_PACKET_CLOCK_SNAPSHOT || data_field == TM_PF_PACKET_TRACE_STATS ||
+           data_field == TM_PF_PACKET_TRACE_CONFIG || data_field == TM_PF_PACKET_FTRACE_STATS;
+}
+
 /* ---- packets ---- */
 
 /* Is field `num` a member of TracePacket's `oneof data` that some
@@ -482,7 +576,28 @@ static tm_status enter_compressed(tm_pf_reader *r, const tm_pf_packet *pk, const
     return TM_OK;
 }
 
+/* Is the payload one a consumer reads? Clock snapshots and trace stats
+ * always are; a packet its sequence cannot interpret (stale, or samples
+ * and legacy descriptors without a sequence) is skipped unread. */
+static bool payload_is_read(const tm_pf_packet *pk) {
+    switch (pk->data_field) {
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: case TM_PF_PACKET_TRACE_STATS:
+        return true;
+    case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STREAMING_PROFILE_PACKET: case TM_PF_PACKET_STACK_SAMPLE:
+    case TM_PF_PACKET_THREAD_DESCRIPTOR:
+        return pk->seq && !pk->stale;
+    default:
+        return !pk->stale;
+    }
+}
+
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
+    /* Trace Processor's first test of a trace's type: it opens with a
+     * Trace.packet record. */
+    if (r->outer.p == r->base && r->len && r->base[0] != 0x0a && !r->in_inner) {
+        tm_pf_fail(r, TM_ERR_MALFORMED, r->base, "not a Perfetto trace: it does not start with a TracePacket");
+        return TM_PF_ERROR;
+    }
     for (;;) {
         tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
         tm_pb_field f;
@@ -520,6 +635,9 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
             continue;
         }
         if (sequence_update(r, pk) != TM_OK) return TM_PF_ERROR;
+        if (payload_is_read(pk) && tm_pf_check_payload(r, pk) != TM_OK) return TM_PF_ERROR;
+        if (pk->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT && read_snapshot(r, pk) != TM_OK) return TM_PF_ERROR;
+        if (pk->has_timestamp && !pk->stale && !consumed_untimed(pk->data_field)) resolve_time(r, pk);
         return TM_PF_PACKET;
     }
 }

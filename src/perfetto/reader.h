@@ -21,7 +21,15 @@
  *    iid wins (Trace Processor), or, with TM_PF_RELAY, the last one (Sentry
  *    Relay's converter); every entry is checked against its schema and the
  *    limits (max_interned_entries per sequence, max_stack_depth,
- *    max_path_segments) when it is added, so lookups never fail.
+ *    max_path_segments) when it is added, so lookups never fail;
+ *  - payloads: every payload a consumer reads is checked against its
+ *    message's wire types (schema.c) before the packet is yielded;
+ *  - clock readings: ClockSnapshots parsed once (sequence-scoped ids keyed
+ *    by sequence, reserved ids and overflowing values counted, multipliers
+ *    applied), and each packet's timestamp resolved to a clock domain and
+ *    nanoseconds: its clock, else its generation's default, multiplier and
+ *    incremental clocks applied. Converting between domains through the
+ *    snapshots is the consumers' (they convert at different times).
  * It never allocates per packet and never recurses. It knows nothing of
  * profiles, clocks conversion or SQL: consumers keep their own caches, keyed
  * by generation, and their own rows.
@@ -31,6 +39,7 @@
 
 #include "common/alloc.h" /* tm_mem, tm_arena, tm_idxset, tm_u64map */
 #include "common/base.h"
+#include "common/limits.h" /* TM_MAX_CLOCKS */
 #include "wire/pb.h"      /* tm_pb_reader */
 
 enum {
@@ -58,6 +67,32 @@ typedef struct tm_pf_gen {
     tm_bytes stack_defaults; /* stack_sample_defaults (NULL data: none) */
 } tm_pf_gen;
 
+/* A clock domain: a builtin clock id, or (sequence id << 8 | id) for the
+ * sequence-scoped ids 64..127. */
+static inline uint64_t tm_pf_clock_key(uint32_t seq_id, uint32_t id) {
+    return id >= 64 && id < 128 ? (uint64_t)seq_id << 8 | id : id;
+}
+
+typedef struct tm_pf_clock_reading {
+    uint64_t clock; /* tm_pf_clock_key */
+    int64_t ns;     /* value x unit_multiplier_ns */
+} tm_pf_clock_reading;
+
+/* One ClockSnapshot's usable readings, in order. */
+typedef struct tm_pf_snapshot {
+    uint32_t primary;  /* primary_trace_clock; 0: none */
+    size_t n;
+    uint64_t ignored;  /* reserved ids (>= 128), past TM_MAX_CLOCKS, or value x multiplier past int64 */
+    tm_pf_clock_reading readings[TM_MAX_CLOCKS];
+} tm_pf_snapshot;
+
+/* What the reader knows of a clock domain from the snapshots. */
+typedef struct tm_pf_clock {
+    uint64_t mult;     /* unit_multiplier_ns, as first seen */
+    int64_t last;      /* incremental clocks: the value so far */
+    bool incremental;
+} tm_pf_clock;
+
 /* One packet as a consumer sees it, after its sequence was updated and its
  * interned data added. */
 typedef struct tm_pf_packet {
@@ -81,6 +116,13 @@ typedef struct tm_pf_packet {
     const uint8_t *data_tag;/* its tag */
     tm_pf_seq *seq;         /* NULL without a sequence id */
     uint32_t gen;           /* the generation it sees (valid when seq is set) */
+    const tm_pf_snapshot *snapshot; /* a ClockSnapshot's readings (valid until the next packet) */
+    /* The timestamp, resolved: set for packets with a timestamp that are
+     * neither stale nor consumed before conversion (snapshots, stats, config). */
+    bool has_time;
+    bool time_ok;           /* false: the value overflows int64 in nanoseconds */
+    uint64_t time_clock;    /* tm_pf_clock_key; 0: the trace's default clock */
+    int64_t time_ns;
 } tm_pf_packet;
 
 /* What the reader counted over the whole trace. */
@@ -127,6 +169,10 @@ typedef struct tm_pf_reader {
     /* interning */
     tm_pf_entry *ents; size_t n_ents, cap_ents;
     tm_idxset ent_set;
+    /* clocks */
+    tm_pf_clock *clocks; size_t n_clocks, cap_clocks;
+    tm_u64map clock_by_key;
+    tm_pf_snapshot snapshot;
 } tm_pf_reader;
 
 /* Starts reading buf[0, len). mem holds the reader's tables (freed by

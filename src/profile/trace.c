@@ -78,12 +78,6 @@ typedef struct clock_run {
     int64_t anchor;  /* that base, in `clock` */
 } clock_run;
 
-typedef struct clock_info {
-    uint64_t key, mult;
-    int incremental;
-    int64_t last;
-} clock_info;
-
 typedef struct dec {
     tm_trace *t;
     tm_profile *p;
@@ -103,7 +97,6 @@ typedef struct dec {
     uint32_t *frame_scratch; size_t cap_fs;
 
     clock_run *runs; size_t n_runs, cap_runs;
-    clock_info clocks[TM_MAX_CLOCKS]; size_t n_clocks;
     uint64_t latest_ts;
     int64_t last_tid; uint32_t last_thread; /* one-entry cache: samples come in runs per thread */
     uint64_t relay_samples;
@@ -498,32 +491,18 @@ static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *ou
     return thread_of_slow(d, tid, pid, out);
 }
 
-static clock_info *find_clock(dec *d, uint64_t key) {
-    for (size_t i = 0; i < d->n_clocks; i++)
-        if (d->clocks[i].key == key) return &d->clocks[i];
-    return NULL;
-}
-
-static uint64_t clock_key(uint64_t seq, uint32_t id) {
-    return id >= 64 && id < 128 ? (seq << 8) | id : id;
-}
-
-/* The packet's timestamp in ns and the clock it is in (0: trace clock). */
-static int packet_time(dec *d, const seq_state *s, const tm_pf_packet *k, int64_t *ts, uint64_t *clock) {
-    uint64_t raw = k->has_timestamp ? k->timestamp : d->latest_ts;
-    uint32_t id = k->clock_id ? k->clock_id : tm_pf_gen_of(&d->rd, k->gen)->clock_id;
-    *clock = id ? clock_key(s->id, id) : 0;
-    clock_info *ci = id ? find_clock(d, *clock) : NULL;
-    if (ci) {
-        if (__builtin_mul_overflow(raw, ci->mult, &raw)) return 0;
-        if (ci->incremental) {
-            raw += (uint64_t)ci->last;
-            ci->last = (int64_t)raw;
-        }
+/* The packet's timestamp in ns and the clock it is in (0: trace clock), as
+ * the reader resolved it; a packet without one is at the latest time seen. */
+static int packet_time(dec *d, const tm_pf_packet *k, int64_t *ts, uint64_t *clock) {
+    if (!k->has_time) {
+        if (d->latest_ts > INT64_MAX) return 0;
+        *ts = (int64_t)d->latest_ts;
+        *clock = 0;
+        return 1;
     }
-    if (raw > INT64_MAX) return 0;
-    *ts = (int64_t)raw;
-    return 1;
+    *ts = k->time_ns;
+    *clock = k->time_clock;
+    return k->time_ok;
 }
 
 static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
@@ -587,7 +566,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     }
     int64_t ts;
     uint64_t clock;
-    if (!packet_time(d, s, k, &ts, &clock)) {
+    if (!packet_time(d, k, &ts, &clock)) {
         p->stats.dropped_bad_timestamp++;
         return TM_OK;
     }
@@ -642,7 +621,7 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     else {
         p->stats.streaming_without_reference_time += n_cs;
         keep_raw = 0;
-        if (!packet_time(d, s, k, &t, &clock)) {
+        if (!packet_time(d, k, &t, &clock)) {
             p->stats.dropped_bad_timestamp += n_cs;
             return TM_OK;
         }
@@ -781,7 +760,7 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     }
     int64_t ts;
     uint64_t clock;
-    if (!packet_time(d, s, k, &ts, &clock)) {
+    if (!packet_time(d, k, &ts, &clock)) {
         p->stats.dropped_bad_timestamp++;
         return TM_OK;
     }
@@ -982,72 +961,29 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
 
 /* ---- clocks ---- */
 
-static tm_status on_clock_snapshot(dec *d, const seq_state *s, const tm_pf_packet *k) {
-    tm_clock_point pts[TM_MAX_CLOCKS];
-    size_t n = 0;
-    uint32_t primary = 0;
-    uint64_t relay_boot = 0, relay_real = 0;
-    bool has_boot = false, has_real = false;
-    tm_pb_reader r = tm_pb_reader_of(k->data);
-    tm_pb_field f;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 2) { WANT(d, f, TM_PB_VARINT, "ClockSnapshot"); primary = (uint32_t)f.val; continue; }
-        if (f.num != 1) continue;
-        WANT(d, f, TM_PB_LEN, "ClockSnapshot");
-        tm_pb_reader cr = tm_pb_reader_of(f.bytes);
-        tm_pb_field g;
-        uint32_t id = 0;
-        uint64_t value = 0, mult = 1;
-        bool incremental = false;
-        int crc;
-        while ((crc = tm_pb_next(&cr, &g)) == TM_PB_OK) {
-            /* Relay's schema declares only clock_id and timestamp; prost skips the rest. */
-            if (g.num >= 1 && g.num <= (d->relay ? 2u : 4u)) WANT(d, g, TM_PB_VARINT, "ClockSnapshot.Clock");
-            if (g.num == 1) id = (uint32_t)g.val;
-            else if (g.num == 2) value = g.val;
-            else if (g.num == 3) incremental = g.val != 0;
-            else if (g.num == 4 && g.val) mult = g.val;
-        }
-        if (crc == TM_PB_ERROR) return pb_error(d, &cr, "ClockSnapshot.Clock");
-        if (d->relay) {
-            if (id == TM_CLOCK_BOOTTIME && !has_boot) relay_boot = value, has_boot = true;
-            if (id == TM_CLOCK_REALTIME && !has_real) relay_real = value, has_real = true;
-            continue;
-        }
-        if (id >= 128 || n >= TM_MAX_CLOCKS) {
-            d->p->stats.clock_readings_ignored++;
-            continue;
-        }
-        uint64_t key = clock_key(s ? s->id : 0, id);
-        clock_info *ci = find_clock(d, key);
-        if (!ci && d->n_clocks < TM_MAX_CLOCKS) {
-            ci = &d->clocks[d->n_clocks++];
-            ci->key = key;
-            ci->mult = mult;
-            ci->incremental = incremental && id >= 64;
-        }
-        uint64_t scaled;
-        if (__builtin_mul_overflow(value, mult, &scaled) || scaled > INT64_MAX) {
-            d->p->stats.clock_readings_ignored++;
-            continue;
-        }
-        if (ci && ci->incremental) ci->last = (int64_t)scaled;
-        pts[n].clock = key;
-        pts[n].value = (int64_t)scaled;
-        n++;
-    }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "ClockSnapshot");
+static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
+    const tm_pf_snapshot *snap = k->snapshot;
     d->p->stats.clock_snapshots++;
     if (d->relay) {
+        /* Relay takes the first snapshot with both BOOTTIME and REALTIME. */
+        uint64_t boot = 0, real = 0;
+        bool has_boot = false, has_real = false;
+        for (size_t i = 0; i < snap->n; i++) {
+            uint64_t c = snap->readings[i].clock, v = (uint64_t)snap->readings[i].ns;
+            if (c == TM_CLOCK_BOOTTIME && !has_boot) boot = v, has_boot = true;
+            if (c == TM_CLOCK_REALTIME && !has_real) real = v, has_real = true;
+        }
         if (!d->p->has_relay_offset && has_boot && has_real) {
             d->p->has_relay_offset = 1;
-            d->relay_boot = relay_boot;
-            d->relay_real = relay_real;
+            d->relay_boot = boot;
+            d->relay_real = real;
         }
         return TM_OK;
     }
-    tm_status st = tm_clocks_add(&d->t->clocks, pts, n, primary);
+    d->p->stats.clock_readings_ignored += snap->ignored;
+    tm_clock_point pts[TM_MAX_CLOCKS];
+    for (size_t i = 0; i < snap->n; i++) pts[i] = (tm_clock_point){snap->readings[i].clock, snap->readings[i].ns};
+    tm_status st = tm_clocks_add(&d->t->clocks, pts, snap->n, snap->primary);
     if (st == TM_ERR_NOMEM) return nomem(d);
     if (st != TM_OK) return dfail(d, st, k->start, "more than %u clock snapshots", TM_MAX_CLOCK_SNAPSHOTS);
     return TM_OK;
@@ -1060,7 +996,7 @@ static tm_status decode_packet_relay(dec *d, const tm_pf_packet *k) {
     TM_TRY(seq_of(d, k->seq, &s));
     if (k->cleared) d->p->stats.incremental_resets++;
     if (k->cleared || k->interned.data) seq_forget_resolved(d->mem, s); /* entries may have been replaced */
-    if (k->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT) return on_clock_snapshot(d, s, k);
+    if (k->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT) return on_clock_snapshot(d, k);
     if (k->data_field == TM_PF_PACKET_PERF_SAMPLE) return on_perf_sample(d, s, k);
     return TM_OK;
 }
@@ -1087,7 +1023,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     }
     /* 2. clock snapshots and trace stats are consumed here */
     switch (k->data_field) {
-    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, s, k);
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, k);
     case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data);
     case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS: st->packets_unsupported++; return TM_OK;
     default: break;

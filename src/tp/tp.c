@@ -291,7 +291,6 @@ static void name_process(dec *d, uint32_t upid, tm_str name, uint32_t prio) {
 /* ---- clocks ---------------------------------------------------------------- */
 
 /* Sequence-scoped clock ids (64..127) are distinct per sequence. */
-static uint64_t clock_key(uint32_t seq, uint64_t id) { return id >= 64 && id < 128 ? (uint64_t)seq << 8 | id : id; }
 
 static int64_t snap_value(const dec *d, const clk_snap *s, uint64_t clock, bool *found) {
     for (uint32_t i = 0; i < s->n; i++)
@@ -412,35 +411,20 @@ static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool r
     return true;
 }
 
-static tm_status on_clock_snapshot(dec *d, const seq_state *s, tm_bytes b) {
-    tm_pb_reader r = tm_pb_reader_of(b);
-    tm_pb_field f;
-    int rc;
-    uint64_t primary = 0;
+static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
+    const tm_pf_snapshot *snap = k->snapshot;
+    uint64_t primary = snap->primary;
     size_t first = d->n_points;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 2 && f.wire == TM_PB_VARINT) primary = f.val;
-        if (f.num != 1 || f.wire != TM_PB_LEN) continue;
-        uint64_t id = 0, ts = 0, mult = 1;
-        tm_pb_reader c = tm_pb_reader_of(f.bytes);
-        tm_pb_field g;
-        while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-            if (g.wire != TM_PB_VARINT) continue;
-            if (g.num == 1) id = g.val;
-            if (g.num == 2) ts = g.val;
-            if (g.num == 4 && g.val) mult = g.val;
-        }
-        if (rc == TM_PB_ERROR) return pb_fail(d, &c, "clock_snapshot.clocks");
+    for (size_t i = 0; i < snap->n; i++) {
         if (d->n_points == d->cap_points &&
             tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
             return nomem(d);
-        d->points[d->n_points++] = (clk_point){clock_key(s ? s->id : 0, id), (int64_t)(ts * mult)};
+        d->points[d->n_points++] = (clk_point){snap->readings[i].clock, snap->readings[i].ns};
     }
-    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "clock_snapshot");
     size_t n = d->n_points - first;
     if (n == 0) return TM_OK;
     if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, b.data), NULL, "more than %u clock snapshots",
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, k->data.data), NULL, "more than %u clock snapshots",
                        TM_MAX_CLOCK_SNAPSHOTS);
     /* Its group: an earlier snapshot with the same set of clocks. */
     uint32_t group = d->n_groups;
@@ -591,9 +575,8 @@ static tm_status pending_thread(dec *d, int64_t pid, int64_t tid, uint32_t *out)
 }
 
 /* The clock of a packet: its own, its sequence's default, the trace's. */
-static uint64_t packet_clock(const dec *d, const seq_state *s, const tm_pf_packet *k) {
-    uint64_t id = k->clock_id ? k->clock_id : s ? gen_of(d, k->gen)->clock_id : 0;
-    return id ? clock_key(s ? s->id : 0, id) : d->trace_clock;
+static uint64_t packet_clock(const dec *d, const tm_pf_packet *k) {
+    return k->time_clock ? k->time_clock : d->trace_clock;
 }
 
 static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
@@ -609,7 +592,7 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
     TM_TRY(pending_thread(d, s->pid, s->tid, &task));
     int64_t base;
-    if (!to_trace_time(d, clock_key(s->id, 3), s->track_time_ns, &base, true)) base = s->track_time_ns;
+    if (!to_trace_time(d, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, &base, true)) base = s->track_time_ns;
     /* The callstack iids and the deltas, side by side. */
     tm_pb_repeated iids = tm_pb_repeated_of(k->data, TM_PF_STREAMING_CALLSTACK_IID),
                    deltas = tm_pb_repeated_of(k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US);
@@ -815,7 +798,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     }
     /* Clock snapshots and stats are consumed here, stale or not. */
     switch (k->data_field) {
-    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, s, k->data);
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, k);
     case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data, machine);
     case TM_PF_PACKET_TRACE_CONFIG: return on_trace_config(d, k->data);
     case TM_PF_PACKET_FTRACE_STATS: return on_ftrace_stats(d, k->data, machine);
@@ -832,12 +815,12 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     }
     /* The timestamp in trace time. */
     int64_t ts = d->latest_ts;
-    if (k->has_timestamp) {
+    if (k->has_time) {
         /* Trace Processor tries a failing conversion twice (once quietly,
-         * once recording the error) before it drops the packet. */
-        uint64_t clock = packet_clock(d, s, k);
-        if (!to_trace_time(d, clock, (int64_t)k->timestamp, &ts, false) &&
-            !to_trace_time(d, clock, (int64_t)k->timestamp, &ts, true)) {
+         * once recording the error) before it drops the packet; a value
+         * past int64 wraps, as its arithmetic does. */
+        uint64_t clock = packet_clock(d, k);
+        if (!to_trace_time(d, clock, k->time_ns, &ts, false) && !to_trace_time(d, clock, k->time_ns, &ts, true)) {
             stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, 1);
             d->dropped_on_clock = true;
             return TM_OK;
@@ -1941,10 +1924,8 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     }
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int is_proto = len == 0 || buf[0] == 0x0a; /* what Trace Processor's type guess checks first */
+    /* The type guess (a first TracePacket) is the reader's, when it reads. */
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (st == TM_OK && !is_proto)
-        st = tm_fail(err, TM_ERR_MALFORMED, 0, NULL, "not a Perfetto trace: it does not start with a TracePacket");
     if (st == TM_OK) st = decode_trace(&d);
     if (st == TM_OK) st = parse_all(&d);
     if (st == TM_OK) st = sequence_stats(&d);

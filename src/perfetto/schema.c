@@ -1,0 +1,154 @@
+/*
+ * schema.c — the wire-type schema of the TracePacket payloads consumers
+ * read (schema.h). The reader checks a payload against it before any
+ * consumer sees the packet, so whether a trace is accepted, and the byte an
+ * error names, never depend on which consumer reads it.
+ *
+ * A schema lists, per field number (< 64), whether the field must be a
+ * varint, length-delimited, a repeated varint (packed or not), or a nested
+ * message with a schema of its own. Fields it does not list are skipped, as
+ * protobuf skips unknown fields. Checking recurses only along the schemas'
+ * own nesting (three levels at most), never as deep as the input asks.
+ */
+#include "perfetto/fields.h"
+#include "perfetto/schema.h"
+
+typedef struct schema schema;
+typedef struct child {
+    uint32_t field;
+    const schema *of;
+} child;
+typedef struct list_name {
+    uint32_t field;
+    const char *name; /* "Message.field", for errors */
+} list_name;
+struct schema {
+    const char *name;
+    uint64_t varints, lens, repeated;
+    const child *children;         /* terminated by a zero field */
+    const list_name *lists;        /* names of repeated fields, terminated by a zero field */
+};
+
+#define F(n) (1ull << (n))
+
+static const schema producer_event = {"PerfSample.ProducerEvent", F(1), 0, 0, NULL, NULL};
+static const child perf_children[] = {{TM_PF_PERF_SAMPLE_PRODUCER_EVENT, &producer_event}, {0, NULL}};
+static const list_name perf_lists[] = {{TM_PF_PERF_SAMPLE_FOLLOWER_COUNTS, "PerfSample.follower_counts"}, {0, NULL}};
+static const schema perf_sample = {
+    "PerfSample", F(1) | F(2) | F(3) | F(4) | F(5) | F(6) | F(16) | F(17) | F(18), 0, F(7), perf_children, perf_lists};
+/* Relay's converter declares only cpu, pid, tid and callstack_iid. */
+static const schema perf_sample_relay = {"PerfSample", F(1) | F(2) | F(3) | F(4), 0, 0, NULL, NULL};
+
+static const list_name streaming_lists[] = {
+    {TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid"},
+    {TM_PF_STREAMING_TIMESTAMP_DELTA_US, "StreamingProfilePacket.timestamp_delta_us"},
+    {0, NULL}};
+static const schema streaming = {"StreamingProfilePacket", F(3), 0, F(1) | F(2), NULL, streaming_lists};
+
+static const schema clock = {"ClockSnapshot.Clock", F(1) | F(2) | F(3) | F(4), 0, 0, NULL, NULL};
+static const child snapshot_children[] = {{TM_PF_CLOCK_SNAPSHOT_CLOCKS, &clock}, {0, NULL}};
+static const schema clock_snapshot = {"ClockSnapshot", F(2), 0, 0, snapshot_children, NULL};
+/* Relay's Clock declares only clock_id and timestamp. */
+static const schema clock_relay = {"ClockSnapshot.Clock", F(1) | F(2), 0, 0, NULL, NULL};
+static const child snapshot_relay_children[] = {{TM_PF_CLOCK_SNAPSHOT_CLOCKS, &clock_relay}, {0, NULL}};
+static const schema clock_snapshot_relay = {"ClockSnapshot", F(2), 0, 0, snapshot_relay_children, NULL};
+
+static const schema task_context = {"TaskContext", F(1) | F(2) | F(3) | F(4), 0, 0, NULL, NULL};
+static const schema execution_context = {"ExecutionContext", F(2) | F(3), 0, 0, NULL, NULL};
+static const schema inline_frame = {"StackSample.Frame", F(3), F(1) | F(2), 0, NULL, NULL};
+static const child inline_callstack_children[] = {{TM_PF_INLINE_CALLSTACK_FRAMES, &inline_frame}, {0, NULL}};
+static const schema inline_callstack = {"StackSample.Callstack", 0, 0, 0, inline_callstack_children, NULL};
+static const child stack_sample_children[] = {{TM_PF_STACK_SAMPLE_TASK_CONTEXT, &task_context},
+                                              {TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT, &execution_context},
+                                              {TM_PF_STACK_SAMPLE_CALLSTACK, &inline_callstack},
+                                              {0, NULL}};
+static const list_name stack_sample_lists[] = {
+    {TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS, "StackSample.follower_weights"}, {0, NULL}};
+static const schema stack_sample = {"StackSample", F(2) | F(4) | F(6) | F(8) | F(10) | F(11), F(7) | F(9), F(14),
+                                    stack_sample_children, stack_sample_lists};
+
+static const schema thread_descriptor = {"ThreadDescriptor", F(1) | F(2) | F(3) | F(4) | F(6) | F(7) | F(8), F(5),
+                                         0, NULL, NULL};
+static const schema process_descriptor = {"ProcessDescriptor", F(1) | F(3) | F(4) | F(5) | F(7), F(2) | F(6) | F(8),
+                                          0, NULL, NULL};
+static const child track_children[] = {{TM_PF_TRACK_DESC_PROCESS, &process_descriptor},
+                                       {TM_PF_TRACK_DESC_THREAD, &thread_descriptor},
+                                       {0, NULL}};
+static const schema track_descriptor = {"TrackDescriptor", 0, 0, 0, track_children, NULL};
+
+static const schema tree_process = {"ProcessTree.Process", F(1) | F(2) | F(5) | F(7) | F(8) | F(9), F(3), F(6), NULL, NULL};
+static const schema tree_thread = {"ProcessTree.Thread", F(1) | F(3), F(2), F(4), NULL, NULL};
+static const child tree_children[] = {{TM_PF_PROCESS_TREE_PROCESSES, &tree_process},
+                                      {TM_PF_PROCESS_TREE_THREADS, &tree_thread},
+                                      {0, NULL}};
+static const schema process_tree = {"ProcessTree", F(3), 0, 0, tree_children, NULL};
+
+static const schema buffer_stats = {"TraceStats.BufferStats", F(3) | F(13) | F(18) | F(19), 0, 0, NULL, NULL};
+static const child trace_stats_children[] = {{TM_PF_TRACE_STATS_BUFFER_STATS, &buffer_stats}, {0, NULL}};
+static const schema trace_stats = {"TraceStats", F(8), 0, 0, trace_stats_children, NULL};
+
+#undef F
+
+static const schema *payload_schema(uint32_t data_field, bool relay) {
+    switch (data_field) {
+    case TM_PF_PACKET_PERF_SAMPLE: return relay ? &perf_sample_relay : &perf_sample;
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: return relay ? &clock_snapshot_relay : &clock_snapshot;
+    case TM_PF_PACKET_STREAMING_PROFILE_PACKET: return &streaming;
+    case TM_PF_PACKET_STACK_SAMPLE: return &stack_sample;
+    case TM_PF_PACKET_THREAD_DESCRIPTOR: return &thread_descriptor;
+    case TM_PF_PACKET_PROCESS_DESCRIPTOR: return &process_descriptor;
+    case TM_PF_PACKET_TRACK_DESCRIPTOR: return &track_descriptor;
+    case TM_PF_PACKET_PROCESS_TREE: return &process_tree;
+    case TM_PF_PACKET_TRACE_STATS: return &trace_stats;
+    default: return NULL;
+    }
+}
+
+/* The name errors give a repeated field. */
+static const char *repeated_name(const schema *sc, uint32_t field) {
+    for (const list_name *l = sc->lists; l && l->field; l++)
+        if (l->field == field) return l->name;
+    return sc->name;
+}
+
+static const schema *child_schema(const schema *sc, uint32_t field) {
+    for (const child *c = sc->children; c && c->field; c++)
+        if (c->field == field) return c->of;
+    return NULL;
+}
+
+static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg) {
+    tm_pb_reader pb = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        if (f.num >= 64) continue;
+        uint64_t bit = 1ull << f.num;
+        if (sc->varints & bit) {
+            TM_PF_WANT(r, f, TM_PB_VARINT, sc->name);
+        } else if (sc->lens & bit) {
+            TM_PF_WANT(r, f, TM_PB_LEN, sc->name);
+        } else if (sc->repeated & bit) {
+            if (f.wire == TM_PB_LEN) {
+                tm_pb_reader packed = tm_pb_reader_of(f.bytes);
+                uint64_t v;
+                int prc;
+                while ((prc = tm_pb_packed_next(&packed, &v)) == TM_PB_OK) continue;
+                if (prc == TM_PB_ERROR) return tm_pf_pb_fail(r, &packed, repeated_name(sc, f.num));
+            } else {
+                TM_PF_WANT(r, f, TM_PB_VARINT, repeated_name(sc, f.num));
+            }
+        } else {
+            const schema *of = child_schema(sc, f.num);
+            if (!of) continue;
+            TM_PF_WANT(r, f, TM_PB_LEN, sc->name);
+            TM_TRY(check_message(r, of, f.bytes));
+        }
+    }
+    return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, sc->name) : TM_OK;
+}
+
+tm_status tm_pf_check_payload(const tm_pf_reader *r, const tm_pf_packet *pk) {
+    const schema *sc = payload_schema(pk->data_field, r->flags & TM_PF_RELAY);
+    return sc ? check_message(r, sc, pk->data) : TM_OK;
+}

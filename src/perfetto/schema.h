@@ -1,0 +1,15 @@
+/*
+ * schema.h — checks a TracePacket payload's wire types against the schema
+ * of its message (schema.c), for the reader.
+ */
+#ifndef TM_PERFETTO_SCHEMA_H
+#define TM_PERFETTO_SCHEMA_H
+
+#include "perfetto/reader.h"
+
+/* Checks the packet's `oneof data` member, if it is one consumers read:
+ * every field a consumer reads has the wire type its type allows, and
+ * repeated varints and nested messages are well-formed. */
+tm_status tm_pf_check_payload(const tm_pf_reader *r, const tm_pf_packet *pk);
+
+#endif
