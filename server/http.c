@@ -31,6 +31,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -45,6 +46,7 @@
 #include "server.h"
 
 #define REAPER_PERIOD_MS 100
+#define LINGER_MS 2000
 
 typedef enum phase {
     PHASE_IDLE,    /* waiting for a request's headers */
@@ -63,6 +65,7 @@ typedef struct conn {
     phase phase;
     struct timespec since; /* when the phase began */
     uint64_t body_bytes;   /* in PHASE_BODY */
+    unsigned answered;     /* requests completed on it */
     const char *cut;       /* the reaper closed it, and why */
 } conn;
 
@@ -177,6 +180,25 @@ static void log_line(tm_srv_server *s, const char *client, const char *method, c
 
 /* ---- answers ---- */
 
+/* Closing a socket with unread input resets the connection, and the
+ * client may lose the answer before reading it. So after the answer the
+ * sending side is closed and input is discarded until the client closes
+ * too, for at most LINGER_MS (a client that stops sending once answered
+ * closes at once). */
+static void linger(int fd) {
+    shutdown(fd, SHUT_WR);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char sink[16384];
+    for (;;) {
+        int left = LINGER_MS - (int)(seconds_since(&t0) * 1e3);
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0) return;
+        ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+    }
+}
+
 /* libmicrohttpd 0.9 queues no answer while a body is still arriving. A
  * refusal decided then is written on the socket here (the connection's
  * thread is inside this callback, so nothing else writes to it), and
@@ -188,12 +210,12 @@ static enum MHD_Result write_mid_body(request *r, unsigned status, const char *c
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 %u %s\r\nConnection: close\r\nContent-Type: %s\r\nContent-Length: %zu\r\n\r\n",
                      status, reason ? reason : "", ctype, len);
-    if (r->conn && r->conn->fd >= 0 && n > 0 && (size_t)n < sizeof head) {
+    int fd = r->conn ? r->conn->fd : -1;
+    if (fd >= 0 && n > 0 && (size_t)n < sizeof head) {
         struct iovec iov[2] = {{head, (size_t)n}, {(void *)data, len}};
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
         /* an error answer fits the socket's send buffer; a client that does not read it loses it */
-        if (sendmsg(r->conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* closing is all that is left */
-        }
+        if (sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) > 0) linger(fd);
     }
     r->answered = 1;
     return MHD_NO;
@@ -670,12 +692,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)mc;
     (void)toe;
     tm_srv_server *s = cls;
     request *r = *con_cls;
     if (!r) return;
     set_phase(s, r->conn, PHASE_IDLE);
-    (void)mc;
+    if (r->conn) {
+        pthread_mutex_lock(&s->mu);
+        r->conn->answered++;
+        pthread_mutex_unlock(&s->mu);
+    }
     if (r->route == ROUTE_ENVELOPE) atomic_fetch_sub(&s->in_flight, 1);
     tm_srv_decoder_free(r->decoder);
     tm_srv_buf_release(&r->body);
@@ -778,7 +805,8 @@ static void *reap(void *arg) {
             if (!why) continue;
             c->cut = why;
             shutdown(c->fd, SHUT_RDWR); /* the connection's thread sees the end and closes it */
-            if (!draining)
+            /* closing a kept-alive connection that went quiet after its answers is routine */
+            if (!draining && (c->phase == PHASE_BODY || !c->answered))
                 log_line(s, c->client, "-", "-", 0, 408, c->phase == PHASE_BODY ? c->body_bytes : 0, age, why);
         }
         struct timespec until = now;
