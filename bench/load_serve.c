@@ -711,10 +711,14 @@ int main(int argc, char **argv) {
     printf("p99_ms: %.3f\n", pct_ms(all, n_lat, 0.99));
     printf("p999_ms: %.3f\n", pct_ms(all, n_lat, 0.999));
     printf("max_ms: %.3f\n", n_lat ? (double)all[n_lat - 1] / 1e6 : 0.0);
-    if (opt.server_pid && srv_ok && tck > 0)
-        printf("server_cpu_pct: %.1f\n", (double)(srv1 - srv0) / (double)tck / secs * 100);
-    else if (opt.server_pid)
+    if (opt.server_pid && srv_ok && tck > 0) {
+        double cpu_s = (double)(srv1 - srv0) / (double)tck;
+        printf("server_cpu_pct: %.1f\n", cpu_s / secs * 100);
+        /* the server's CPU cost of one accepted chunk: utime + stime over the window per 200 */
+        if (ok > 0) printf("server_cpu_ms_per_chunk: %.3f\n", cpu_s * 1e3 / ok);
+    } else if (opt.server_pid) {
         printf("server_cpu_pct: unknown\n");
+    }
     if (opt.broker_pid && brk_ok && tck > 0)
         printf("broker_cpu_pct: %.1f\n", (double)(brk1 - brk0) / (double)tck / secs * 100);
     else if (opt.broker_pid)

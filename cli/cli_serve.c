@@ -27,7 +27,8 @@ static int config_error(const tm_error *err) {
 }
 
 static int serve_usage(void) {
-    fputs("usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:PUBLIC_KEY]...\n",
+    fputs("usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:PUBLIC_KEY]...\n"
+          "                       [--access-log off|text|json]\n",
           stderr);
     return EXIT_USAGE;
 }
@@ -58,6 +59,8 @@ int cli_serve(int argc, char **argv) {
             st = tm_srv_config_set_store(&cfg, argv[++i], &err);
         } else if (strcmp(a, "--project") == 0) {
             st = tm_srv_config_add_project(&cfg, argv[++i], &err);
+        } else if (strcmp(a, "--access-log") == 0) {
+            st = tm_srv_config_set_access_log(&cfg, argv[++i], &err);
         } else {
             fprintf(stderr, "tracemill serve: unknown option '%s'\n", a);
             rc = serve_usage();
@@ -97,7 +100,8 @@ int cli_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&stop, &sig);
-    fprintf(stderr, "tracemill serve: %s: draining and stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    fprintf(stderr, "tracemill serve: %s: draining (at most %u s) and stopping\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.limits.shutdown_timeout_s);
     tm_srv_server_stop(server);
 out:
     tm_srv_config_release(&cfg);

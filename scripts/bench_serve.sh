@@ -132,8 +132,8 @@ wait "$mock_pid" || true
 mock_pid=
 
 echo "== summary ($(nproc) cores, $CONNECTIONS connections, ${DURATION} s)"
-echo "(CPU: 100 % = one core; mock_cpu is the mock Kafka cluster, which shares the machine)"
-printf '%-12s %9s %7s %7s %7s %7s %10s %8s %8s  %s\n' scenario chunks/s MB/s p50_ms p99_ms max_ms server_cpu mock_cpu gen_cpu target
+echo "(CPU: 100 % = one core; cpu_ms/chk = the server's utime + stime per accepted chunk; mock_cpu is the mock Kafka cluster, which shares the machine)"
+printf '%-12s %9s %7s %7s %7s %7s %10s %9s %8s %8s  %s\n' scenario chunks/s MB/s p50_ms p99_ms max_ms server_cpu cpu_ms/chk mock_cpu gen_cpu target
 for name in kafka store; do
   [ -s "$tmp/$name.out" ] || { printf '%-12s (no result)\n' "$name"; continue; }
   awk -v name="$name" -F': ' '
@@ -148,8 +148,9 @@ for name in kafka store; do
         t = sprintf(">= 1000 chunks/s (%.2fx): %s", cps / 1000, met ? "met" : "missed");
       }
       mock = ("broker_cpu_pct" in v) ? v["broker_cpu_pct"] "%" : "-";
-      printf "%-12s %9.1f %7.1f %7.2f %7.2f %7.2f %9s%% %8s %7s%%  %s\n", name == "kafka" ? "mock Kafka" : "local store",
-        cps, v["mb_per_s"], v["p50_ms"], p99, v["max_ms"], v["server_cpu_pct"], mock, v["generator_cpu_pct"], t;
+      per_chunk = ("server_cpu_ms_per_chunk" in v) ? v["server_cpu_ms_per_chunk"] : "-";
+      printf "%-12s %9.1f %7.1f %7.2f %7.2f %7.2f %9s%% %9s %8s %7s%%  %s\n", name == "kafka" ? "mock Kafka" : "local store",
+        cps, v["mb_per_s"], v["p50_ms"], p99, v["max_ms"], v["server_cpu_pct"], per_chunk, mock, v["generator_cpu_pct"], t;
     }' "$tmp/$name.out"
 done
 exit "$failed"

@@ -17,11 +17,19 @@
  *     max_envelope_size: 200MiB  # decoded bytes; integers with an optional
  *     max_profile_size: 50MiB    # B, KB, MB, GB (x1000) or KiB, MiB, GiB (x1024)
  *     max_connections: 256       # suffix (case-insensitive); all must be > 0
+ *     max_connections_per_ip: 64 # connections over either cap are answered 503
  *     request_timeout: 30        # seconds of idle connection
+ *     header_timeout: 10         # seconds from connect (or the previous answer) to complete headers
+ *     body_timeout: 120          # seconds from the headers to the body's last byte
+ *     min_body_rate: 1KiB        # per second, once a body took header_timeout seconds
+ *     max_decoded_in_flight: 512MiB  # decoded bodies of all requests together
+ *     shutdown_timeout: 10       # seconds from SIGTERM to exit
  *     max_conversion_work: 15MiB # memory budgets of one chunk's conversion
  *     max_conversion_result: 40MiB  # (Relay's): decode tables, and profile +
  *                                # writer; a chunk over either is rejected
  *                                # with an ExceedSizeLimit outcome
+ *   access_log: text             # off, text or json (one JSON object a line), or
+ *   access_log: {format: json, path: /var/log/tracemill.log}   # appended to; default stderr
  *   projects:                    # added to projects already configured
  *     - id: 42                   # required, non-zero, unique
  *       organization_id: 1       # default 1, non-zero
@@ -625,11 +633,39 @@ static tm_status limits_entry(walk *w, const char *path, const node *key, const 
     if (key_is(key, "max_envelope_size")) return size_value(w, val, path, &w->cfg->limits.max_envelope_size);
     if (key_is(key, "max_profile_size")) return size_value(w, val, path, &w->cfg->limits.max_profile_size);
     if (key_is(key, "max_connections")) return u32_value(w, val, path, &w->cfg->limits.max_connections);
+    if (key_is(key, "max_connections_per_ip"))
+        return u32_value(w, val, path, &w->cfg->limits.max_connections_per_ip);
     if (key_is(key, "request_timeout")) return u32_value(w, val, path, &w->cfg->limits.request_timeout_s);
+    if (key_is(key, "header_timeout")) return u32_value(w, val, path, &w->cfg->limits.header_timeout_s);
+    if (key_is(key, "body_timeout")) return u32_value(w, val, path, &w->cfg->limits.body_timeout_s);
+    if (key_is(key, "min_body_rate")) return size_value(w, val, path, &w->cfg->limits.min_body_rate);
+    if (key_is(key, "max_decoded_in_flight"))
+        return size_value(w, val, path, &w->cfg->limits.max_decoded_in_flight);
+    if (key_is(key, "shutdown_timeout")) return u32_value(w, val, path, &w->cfg->limits.shutdown_timeout_s);
     if (key_is(key, "max_conversion_work")) return size_value(w, val, path, &w->cfg->limits.max_conversion_work);
     if (key_is(key, "max_conversion_result"))
         return size_value(w, val, path, &w->cfg->limits.max_conversion_result);
     return unknown(w, key, path);
+}
+
+static int access_log_format(const char *text, tm_srv_access_log *out) {
+    static const char *const names[] = {"off", "text", "json"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *out = (tm_srv_access_log)i;
+            return 0;
+        }
+    return -1;
+}
+
+static tm_status access_log_entry(walk *w, const char *path, const node *key, const node *val, void *ctx) {
+    (void)ctx;
+    if (key_is(key, "path")) return string_value(w, val, path, &w->cfg->access_log_path);
+    if (!key_is(key, "format")) return unknown(w, key, path);
+    tm_status st = text_value(w, val, path);
+    if (st == TM_OK && access_log_format(val->text, &w->cfg->access_log))
+        st = bad(w, val, path, "\"%.40s\" is not off, text or json", val->text);
+    return st;
 }
 
 /* -- kafka -- */
@@ -803,6 +839,13 @@ static tm_status top_entry(walk *w, const char *path, const node *key, const nod
         return set_str(&w->cfg->upstream, val->text, val->len) ? nomem(w->err) : TM_OK;
     }
     if (key_is(key, "limits")) return each_entry(w, val, path, limits_entry, NULL);
+    if (key_is(key, "access_log")) {
+        if (val->kind == N_MAP) return each_entry(w, val, path, access_log_entry, NULL);
+        if ((st = text_value(w, val, path)) != TM_OK) return st;
+        if (access_log_format(val->text, &w->cfg->access_log))
+            return bad(w, val, path, "\"%.40s\" is not off, text or json", val->text);
+        return TM_OK;
+    }
     if (key_is(key, "projects")) return projects_value(w, val, path);
     if (key_is(key, "kafka")) return each_entry(w, val, path, kafka_entry, NULL);
     return unknown(w, key, path);
@@ -818,7 +861,14 @@ tm_status tm_srv_config_init(tm_srv_config *cfg, tm_error *err) {
     cfg->limits.max_envelope_size = 200u * 1024u * 1024u;
     cfg->limits.max_profile_size = 50u * 1024u * 1024u;
     cfg->limits.max_connections = 256;
+    cfg->limits.max_connections_per_ip = 64;
     cfg->limits.request_timeout_s = 30;
+    cfg->limits.header_timeout_s = 10;
+    cfg->limits.body_timeout_s = 120;
+    cfg->limits.min_body_rate = 1024;
+    cfg->limits.max_decoded_in_flight = 512u * 1024u * 1024u;
+    cfg->limits.shutdown_timeout_s = 10;
+    cfg->access_log = TM_SRV_ACCESS_LOG_TEXT;
     cfg->limits.max_conversion_work = 15u * 1024u * 1024u;
     cfg->limits.max_conversion_result = 40u * 1024u * 1024u;
     cfg->kafka.profiles_topic = dup_len("ingest-profiles", 15);
@@ -992,11 +1042,18 @@ tm_status tm_srv_config_finish(tm_srv_config *cfg, const char **generated_key, t
     return TM_OK;
 }
 
+tm_status tm_srv_config_set_access_log(tm_srv_config *cfg, const char *format, tm_error *err) {
+    if (access_log_format(format, &cfg->access_log))
+        return tm_srv_fail(err, TM_ERR_MALFORMED, 0, "--access-log: \"%.40s\" is not off, text or json", format);
+    return TM_OK;
+}
+
 void tm_srv_config_release(tm_srv_config *cfg) {
     if (!cfg) return;
     free(cfg->listen_host);
     free(cfg->store_path);
     free(cfg->upstream);
+    free(cfg->access_log_path);
     for (size_t i = 0; i < cfg->n_projects; i++) project_release(&cfg->projects[i]);
     free(cfg->projects);
     free(cfg->kafka.bootstrap_servers);

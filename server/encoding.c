@@ -8,9 +8,12 @@
  * in steps of at most STEP bytes, never more than one byte past what
  * max_decoded still allows, and the buffer is grown only up to that, so a
  * decompression bomb costs at most max_decoded (+1) bytes of output before
- * it fails with TM_ERR_LIMIT. zstd frames asking for a window above
- * 2^ZSTD_WINDOW_LOG_MAX (8 MiB, RFC 9659's bound for HTTP) fail with
- * TM_ERR_LIMIT rather than making libzstd allocate it.
+ * it fails with TM_ERR_LIMIT. A decoder may also charge that growth to a
+ * budget shared by all requests (tm_srv_decoder_share), so N concurrent
+ * bombs cost at most the shared limit, not N times max_decoded. zstd
+ * frames asking for a window above 2^ZSTD_WINDOW_LOG_MAX (8 MiB, RFC 9659's
+ * bound for HTTP) fail with TM_ERR_LIMIT rather than making libzstd
+ * allocate it.
  *
  * Stream rules: gzip accepts several concatenated members (RFC 1952 §2.2)
  * and zstd several frames; deflate and br end at their end marker, and any
@@ -22,6 +25,7 @@
  */
 #include <brotli/decode.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -80,6 +84,8 @@ struct tm_srv_decoder {
     size_t n_head;
     ZSTD_DCtx *zstd;
     BrotliDecoderState *br;
+    tm_srv_budget *shared; /* NULL: only max_decoded applies */
+    uint64_t charged;     /* bytes taken from shared */
     const char *msg;      /* the library's message for STEP_ERROR */
     tm_status step_code;  /* code for STEP_ERROR: MALFORMED, LIMIT or NOMEM */
 };
@@ -110,8 +116,21 @@ tm_status tm_srv_decoder_new(tm_srv_encoding enc, uint64_t max_decoded, tm_srv_d
     return TM_OK;
 }
 
+int tm_srv_budget_take(tm_srv_budget *b, uint64_t n) {
+    uint64_t used = atomic_load(&b->used);
+    do {
+        if (n > b->limit - used) return -1;
+    } while (!atomic_compare_exchange_weak(&b->used, &used, used + n));
+    return 0;
+}
+
+void tm_srv_budget_give(tm_srv_budget *b, uint64_t n) { atomic_fetch_sub(&b->used, n); }
+
+void tm_srv_decoder_share(tm_srv_decoder *d, tm_srv_budget *shared) { d->shared = shared; }
+
 void tm_srv_decoder_free(tm_srv_decoder *d) {
     if (!d) return;
+    if (d->shared) tm_srv_budget_give(d->shared, d->charged);
     if (d->z_ready) inflateEnd(&d->z);
     ZSTD_freeDCtx(d->zstd);
     if (d->br) BrotliDecoderDestroyInstance(d->br);
@@ -187,15 +206,21 @@ static step_result step_identity(const uint8_t *in, size_t in_len, size_t *in_us
 }
 
 /* Makes room for need more bytes, growing geometrically but never past
- * allowance bytes beyond the current length (need <= allowance). */
-static int reserve(tm_srv_buf *b, size_t need, uint64_t allowance) {
+ * allowance bytes beyond the current length (need <= allowance). -1 when
+ * memory or the shared budget runs out (*over set for the budget). */
+static int reserve(tm_srv_decoder *d, tm_srv_buf *b, size_t need, uint64_t allowance, int *over) {
     if (b->cap - b->len >= need) return 0;
     size_t lim = allowance > SIZE_MAX - b->len ? SIZE_MAX : b->len + (size_t)allowance;
     size_t cap = b->cap < 4096 ? 4096 : b->cap > SIZE_MAX / 2 ? SIZE_MAX : b->cap * 2;
     if (cap > lim) cap = lim;
     if (cap < b->len + need) cap = b->len + need;
+    if (d->shared && tm_srv_budget_take(d->shared, cap - b->cap)) return *over = 1, -1;
     uint8_t *p = realloc(b->data, cap);
-    if (!p) return -1;
+    if (!p) {
+        if (d->shared) tm_srv_budget_give(d->shared, cap - b->cap);
+        return -1;
+    }
+    if (d->shared) d->charged += cap - b->cap;
     b->data = p;
     b->cap = cap;
     return 0;
@@ -206,9 +231,14 @@ static tm_status fail(tm_srv_decoder *d, tm_error *err, tm_status code, const ch
     return tm_srv_fail(err, code, d->consumed, "%s", what);
 }
 
-/* Decodes in[0..len) into out until all of it is taken and flushed. */
-static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, tm_srv_buf *out, tm_error *err) {
+/* Decodes in[0..len) into out until all of it is taken and flushed, or
+ * until out grew by quota bytes while input is left (*left says how much). */
+static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, size_t quota, tm_srv_buf *out,
+                     size_t *left, tm_error *err) {
+    size_t start = out->len;
     for (;;) {
+        *left = len;
+        if (len && out->len - start >= quota) return TM_OK;
         if (d->ended) {
             if (len == 0) return TM_OK;
             if (d->enc == TM_SRV_ENC_GZIP) {
@@ -224,7 +254,11 @@ static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, tm_srv_bu
         uint64_t remaining = d->max_decoded - d->decoded;
         size_t step = remaining >= STEP ? STEP : (size_t)remaining + 1; /* one byte more detects the overflow */
         uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
-        if (reserve(out, step, allowance)) return fail(d, err, TM_ERR_NOMEM, "out of memory for the decoded body");
+        int over = 0;
+        if (reserve(d, out, step, allowance, &over))
+            return fail(d, err, TM_ERR_NOMEM,
+                        over ? "the decoded bodies of all requests in flight reach the server's budget"
+                             : "out of memory for the decoded body");
         size_t in_used, o_used;
         uint8_t *o = out->data + out->len;
         step_result r;
@@ -246,6 +280,7 @@ static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, tm_srv_bu
             return tm_srv_fail(err, TM_ERR_LIMIT, d->consumed, "decoded body exceeds %llu bytes",
                                (unsigned long long)d->max_decoded);
         }
+        *left = len;
         if (r == STEP_ERROR) return fail(d, err, d->step_code, d->msg);
         if (r == STREAM_END) d->ended = 1;
         else if (r == NEED_INPUT) return TM_OK;
@@ -264,22 +299,30 @@ static tm_status start_deflate(tm_srv_decoder *d, tm_error *err) {
     return TM_OK;
 }
 
-tm_status tm_srv_decoder_feed(tm_srv_decoder *d, const void *data, size_t len, tm_srv_buf *out,
-                              tm_error *err) {
+tm_status tm_srv_decoder_feed_part(tm_srv_decoder *d, const void *data, size_t len, size_t quota, size_t *used,
+                                   tm_srv_buf *out, tm_error *err) {
+    *used = 0;
     if (d->failed) return tm_srv_fail(err, d->failed, d->consumed, "the decoder failed earlier");
     if (len == 0) return TM_OK; /* every feed already drains the libraries' output */
     const uint8_t *in = data;
+    size_t taken = 0, left;
     if (d->enc == TM_SRV_ENC_DEFLATE && !d->z_ready) {
-        while (d->n_head < 2 && len) {
-            d->head[d->n_head++] = *in++;
-            len--;
-        }
+        while (d->n_head < 2 && taken < len) d->head[d->n_head++] = in[taken++];
+        *used = taken;
         if (d->n_head < 2) return TM_OK;
         tm_status st = start_deflate(d, err);
-        if (!st) st = run(d, d->head, 2, out, err);
+        if (!st) st = run(d, d->head, 2, SIZE_MAX, out, &left, err);
         if (st) return st;
     }
-    return run(d, in, len, out, err);
+    tm_status st = run(d, in + taken, len - taken, quota, out, &left, err);
+    *used = len - left;
+    return st;
+}
+
+tm_status tm_srv_decoder_feed(tm_srv_decoder *d, const void *data, size_t len, tm_srv_buf *out,
+                              tm_error *err) {
+    size_t used;
+    return tm_srv_decoder_feed_part(d, data, len, SIZE_MAX, &used, out, err);
 }
 
 tm_status tm_srv_decoder_finish(tm_srv_decoder *d, tm_srv_buf *out, tm_error *err) {

@@ -311,14 +311,15 @@ static tm_status read_header(const uint8_t *buf, size_t len, size_t start, const
     return TM_OK;
 }
 
-/* Parses the item at buf[start] into *it; *next is where the next one may begin. */
-static tm_status read_item(const uint8_t *buf, size_t len, size_t start, tm_srv_item *it, size_t *next,
-                           tm_error *err) {
-    int has_length = 0;
-    uint64_t length = 0;
+/* Reads the item header line at buf[start] into *it (payload unset);
+ * *after is the offset past its '\n'. */
+static tm_status read_item_header(const uint8_t *buf, size_t len, size_t start, tm_srv_item *it, int *has_length,
+                                  uint64_t *length, size_t *after, tm_error *err) {
+    *has_length = 0;
+    *length = 0;
     const field fields[] = {
         {"type", FIELD_STR_REQUIRED, &it->type, NULL, NULL},
-        {"length", FIELD_U64, NULL, &has_length, &length},
+        {"length", FIELD_U64, NULL, has_length, length},
         {"content_type", FIELD_STR, &it->content_type, NULL, NULL},
         {"platform", FIELD_STR, &it->platform, NULL, NULL},
         {"filename", FIELD_STR, &it->filename, NULL, NULL},
@@ -326,10 +327,20 @@ static tm_status read_item(const uint8_t *buf, size_t len, size_t start, tm_srv_
     };
     memset(it, 0, sizeof *it);
     it->offset = start;
-    size_t after;
-    tm_status st = read_header(buf, len, start, fields, sizeof fields / sizeof fields[0], &it->header, &after, err);
+    tm_status st = read_header(buf, len, start, fields, sizeof fields / sizeof fields[0], &it->header, after, err);
     if (st) return st;
     if (!it->type.ptr) return tm_srv_fail(err, TM_ERR_MALFORMED, start, "item header lacks \"type\"");
+    return TM_OK;
+}
+
+/* Parses the item at buf[start] into *it; *next is where the next one may begin. */
+static tm_status read_item(const uint8_t *buf, size_t len, size_t start, tm_srv_item *it, size_t *next,
+                           tm_error *err) {
+    int has_length;
+    uint64_t length;
+    size_t after;
+    tm_status st = read_item_header(buf, len, start, it, &has_length, &length, &after, err);
+    if (st) return st;
 
     size_t pstart = after < len ? after : len;
     size_t pend;
@@ -353,18 +364,25 @@ static tm_status read_item(const uint8_t *buf, size_t len, size_t start, tm_srv_
     return TM_OK;
 }
 
-static tm_status parse(const uint8_t *buf, size_t len, tm_srv_envelope *env, tm_error *err) {
-    if (len == 0) return tm_srv_fail(err, TM_ERR_MALFORMED, 0, "empty envelope: no header");
+static tm_status read_envelope_header(const uint8_t *buf, size_t len, tm_srv_envelope *env, size_t *after,
+                                     tm_error *err) {
     const field fields[] = {
         {"event_id", FIELD_STR, &env->event_id, NULL, NULL},
         {"dsn", FIELD_STR, &env->dsn, NULL, NULL},
     };
+    return read_header(buf, len, 0, fields, 2, &env->header, after, err);
+}
+
+static int is_blank(uint8_t c) { return c == '\n' || c == '\r' || c == ' ' || c == '\t'; }
+
+static tm_status parse(const uint8_t *buf, size_t len, tm_srv_envelope *env, tm_error *err) {
+    if (len == 0) return tm_srv_fail(err, TM_ERR_MALFORMED, 0, "empty envelope: no header");
     size_t p;
-    tm_status st = read_header(buf, len, 0, fields, 2, &env->header, &p, err);
+    tm_status st = read_envelope_header(buf, len, env, &p, err);
     if (st) return st;
     size_t cap = 0;
     for (;;) {
-        while (p < len && (buf[p] == '\n' || buf[p] == '\r' || buf[p] == ' ' || buf[p] == '\t')) p++;
+        while (p < len && is_blank(buf[p])) p++;
         if (p >= len) return TM_OK;
         if (env->n_items == TM_SRV_MAX_ITEMS)
             return tm_srv_fail(err, TM_ERR_LIMIT, p, "more than %u items in the envelope", TM_SRV_MAX_ITEMS);
@@ -390,6 +408,81 @@ void tm_srv_envelope_release(tm_srv_envelope *env) {
     if (!env) return;
     free(env->items);
     memset(env, 0, sizeof *env);
+}
+
+/* ---- checking the framing while the body arrives ---- */
+
+enum { SCAN_ENVELOPE_HEADER = 0, SCAN_ITEM_HEADER, SCAN_SIZED_PAYLOAD, SCAN_LINE_PAYLOAD };
+
+/* The line starting at sc->pos: its '\n' offset, or 0 while it is still
+ * incomplete (a header line never starts with '\n'). */
+static size_t line_end(tm_srv_envelope_scan *sc, const uint8_t *buf, size_t len) {
+    size_t from = sc->searched > sc->pos ? sc->searched : sc->pos;
+    const uint8_t *nl = from < len ? memchr(buf + from, '\n', len - from) : NULL;
+    if (nl) return (size_t)(nl - buf);
+    sc->searched = len;
+    return 0;
+}
+
+tm_status tm_srv_envelope_scan_feed(tm_srv_envelope_scan *sc, const uint8_t *buf, size_t len, uint64_t max_len,
+                                    tm_error *err) {
+    for (;;) {
+        if (sc->state == SCAN_SIZED_PAYLOAD) {
+            /* the payload, then a '\n' unless the envelope ends there */
+            if (len <= sc->payload_end) return TM_OK;
+            if (buf[sc->payload_end] != '\n')
+                return tm_srv_fail(err, TM_ERR_MALFORMED, sc->payload_end,
+                                   "expected a newline after the %llu-byte payload",
+                                   (unsigned long long)(sc->payload_end - sc->pos));
+            sc->pos = (size_t)sc->payload_end + 1;
+            sc->state = SCAN_ITEM_HEADER;
+            continue;
+        }
+        if (sc->state == SCAN_LINE_PAYLOAD) {
+            size_t nl = line_end(sc, buf, len);
+            if (!nl) return TM_OK;
+            sc->pos = nl + 1;
+            sc->state = SCAN_ITEM_HEADER;
+            continue;
+        }
+        if (sc->state == SCAN_ITEM_HEADER) {
+            while (sc->pos < len && is_blank(buf[sc->pos])) sc->pos++;
+            if (sc->pos >= len) return TM_OK;
+            if (sc->n_items == TM_SRV_MAX_ITEMS)
+                return tm_srv_fail(err, TM_ERR_LIMIT, sc->pos, "more than %u items in the envelope", TM_SRV_MAX_ITEMS);
+        }
+        size_t nl = line_end(sc, buf, len);
+        if (!nl) {
+            if (len - sc->pos > TM_SRV_MAX_HEADER_BYTES)
+                return tm_srv_fail(err, TM_ERR_LIMIT, sc->pos, "header line longer than %u bytes",
+                                   TM_SRV_MAX_HEADER_BYTES);
+            return TM_OK;
+        }
+        size_t after;
+        tm_status st;
+        if (sc->state == SCAN_ENVELOPE_HEADER) {
+            tm_srv_envelope env = {0};
+            if ((st = read_envelope_header(buf, nl + 1, &env, &after, err))) return st;
+            sc->has_dsn = env.dsn.ptr != NULL;
+            sc->dsn_offset = sc->has_dsn ? (size_t)((const uint8_t *)env.dsn.ptr - buf) : 0;
+            sc->dsn_len = env.dsn.len;
+            sc->header_done = 1;
+            sc->pos = after;
+            sc->state = SCAN_ITEM_HEADER;
+            continue;
+        }
+        tm_srv_item it;
+        int has_length;
+        uint64_t length;
+        if ((st = read_item_header(buf, nl + 1, sc->pos, &it, &has_length, &length, &after, err))) return st;
+        sc->n_items++;
+        if (has_length && length > max_len - (after < max_len ? after : max_len))
+            return tm_srv_fail(err, TM_ERR_LIMIT, sc->pos, "item declares length %llu, more than the %llu-byte "
+                               "envelope limit leaves", (unsigned long long)length, (unsigned long long)max_len);
+        sc->pos = after;
+        sc->payload_end = after + length;
+        sc->state = has_length ? SCAN_SIZED_PAYLOAD : SCAN_LINE_PAYLOAD;
+    }
 }
 
 /* Relay's split_item_payload: the compound split is used only when

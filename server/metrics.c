@@ -21,7 +21,7 @@ static const double bucket_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025
                                        0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
 #define N_BUCKETS (sizeof bucket_bounds / sizeof bucket_bounds[0])
 #define MAX_ITEM_SERIES 64
-#define N_STATUS_CLASSES 13 /* the statuses the server sends, and "other" */
+#define N_STATUS_CLASSES 14 /* the statuses the server sends, and "other" */
 
 typedef struct histogram {
     _Atomic uint64_t buckets[N_BUCKETS + 1]; /* the last is +Inf */
@@ -43,8 +43,8 @@ struct tm_srv_metrics {
     size_t n_items;
 };
 
-static const unsigned status_codes[N_STATUS_CLASSES - 1] = {200, 400, 401, 403, 404, 405, 411,
-                                                            413, 415, 429, 500, 503};
+static const unsigned status_codes[N_STATUS_CLASSES - 1] = {200, 400, 401, 403, 404, 405, 408,
+                                                            411, 413, 415, 429, 500, 503};
 
 tm_srv_metrics *tm_srv_metrics_new(void) {
     tm_srv_metrics *m = calloc(1, sizeof *m);

@@ -89,6 +89,28 @@ typedef struct tm_srv_envelope {
 tm_status tm_srv_envelope_parse(const uint8_t *buf, size_t len, tm_srv_envelope *out, tm_error *err);
 void tm_srv_envelope_release(tm_srv_envelope *env);
 
+/* Checks an envelope's framing while its (decoded) body arrives, so that a
+ * body which cannot become valid is refused early: a header line longer
+ * than TM_SRV_MAX_HEADER_BYTES after that many bytes, not after the whole
+ * body; a header that is not valid JSON once its line is complete; an item
+ * declaring a length past max_len; more than TM_SRV_MAX_ITEMS items. It
+ * refuses only what tm_srv_envelope_parse would refuse too (with the same
+ * offsets and messages). Start zeroed; each call gets the whole body so
+ * far (buf may move between calls, len only grows). */
+typedef struct tm_srv_envelope_scan {
+    size_t pos;           /* start of the part not yet checked */
+    size_t searched;      /* a newline was looked for up to here */
+    int state;
+    uint64_t payload_end; /* of an item with "length" */
+    size_t n_items;
+    int header_done;      /* the envelope header line has been read */
+    int has_dsn;          /* its "dsn", as buf[dsn_offset..+dsn_len) */
+    size_t dsn_offset, dsn_len;
+} tm_srv_envelope_scan;
+
+tm_status tm_srv_envelope_scan_feed(tm_srv_envelope_scan *sc, const uint8_t *buf, size_t len, uint64_t max_len,
+                                    tm_error *err);
+
 /* Relay's split_item_payload: with meta_length inside the payload, json is
  * the first meta_length bytes and raw the rest (raw.len 0 -> no raw);
  * without meta_length, or out of range, json is the whole payload and raw
@@ -115,6 +137,17 @@ int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out);
 
 typedef struct tm_srv_decoder tm_srv_decoder;
 
+/* Bytes held by all requests together, against a limit (the decoded
+ * bodies in flight). Thread-safe. */
+typedef struct tm_srv_budget {
+    _Atomic uint64_t used;
+    uint64_t limit;
+} tm_srv_budget;
+
+/* Takes n bytes: 0, or -1 (nothing taken) when that would pass the limit. */
+int tm_srv_budget_take(tm_srv_budget *b, uint64_t n);
+void tm_srv_budget_give(tm_srv_budget *b, uint64_t n);
+
 /* A streaming decoder appending decoded bytes to out, failing with
  * TM_ERR_LIMIT as soon as out would exceed max_decoded bytes (so a bomb
  * costs at most max_decoded of memory). */
@@ -122,6 +155,15 @@ tm_status tm_srv_decoder_new(tm_srv_encoding enc, uint64_t max_decoded, tm_srv_d
                              tm_error *err);
 tm_status tm_srv_decoder_feed(tm_srv_decoder *d, const void *data, size_t len, tm_srv_buf *out,
                               tm_error *err);
+/* As tm_srv_decoder_feed, but returns once out has grown by quota bytes
+ * (one library step more at most) while input is left: *used says how much
+ * of data was taken, so the caller can look at the output as it grows. */
+tm_status tm_srv_decoder_feed_part(tm_srv_decoder *d, const void *data, size_t len, size_t quota, size_t *used,
+                                   tm_srv_buf *out, tm_error *err);
+/* Charges every byte the output buffer grows by to shared as well (until
+ * tm_srv_decoder_free gives them back); a growth the budget cannot cover
+ * fails with TM_ERR_NOMEM, as memory running out does. */
+void tm_srv_decoder_share(tm_srv_decoder *d, tm_srv_budget *shared);
 /* Ends the stream: TM_ERR_TRUNCATED when the encoded stream is incomplete. */
 tm_status tm_srv_decoder_finish(tm_srv_decoder *d, tm_srv_buf *out, tm_error *err);
 void tm_srv_decoder_free(tm_srv_decoder *d);
@@ -143,6 +185,12 @@ typedef struct tm_srv_kv {
     char *key, *value;
 } tm_srv_kv;
 
+typedef enum tm_srv_access_log {
+    TM_SRV_ACCESS_LOG_OFF = 0,
+    TM_SRV_ACCESS_LOG_TEXT,
+    TM_SRV_ACCESS_LOG_JSON
+} tm_srv_access_log;
+
 typedef struct tm_srv_config {
     char *listen_host;                /* default "127.0.0.1" */
     uint16_t listen_port;             /* default 3000 */
@@ -153,11 +201,19 @@ typedef struct tm_srv_config {
     struct {
         uint64_t max_envelope_size;   /* decoded bytes, default 200 MiB */
         uint64_t max_profile_size;    /* item payload and expanded JSON, default 50 MiB */
-        uint32_t max_connections;     /* default 256 */
+        uint32_t max_connections;     /* default 256; more get 503 */
+        uint32_t max_connections_per_ip; /* default 64; more get 503 */
         uint32_t request_timeout_s;   /* idle connection timeout, default 30 */
+        uint32_t header_timeout_s;    /* connect (or previous answer) to headers, default 10 */
+        uint32_t body_timeout_s;      /* headers to the body's last byte, default 120 */
+        uint64_t min_body_rate;       /* bytes/s after header_timeout_s of body, default 1 KiB */
+        uint64_t max_decoded_in_flight; /* decoded bodies of all requests, default 512 MiB */
+        uint32_t shutdown_timeout_s;  /* SIGTERM to exit, default 10 */
         uint64_t max_conversion_work;   /* a chunk decode's working tables, default 15 MiB */
         uint64_t max_conversion_result; /* its profile + Sample v2 writer, default 40 MiB */
     } limits;
+    tm_srv_access_log access_log;     /* default TM_SRV_ACCESS_LOG_TEXT */
+    char *access_log_path;            /* appended to; NULL: stderr */
     struct {
         char *bootstrap_servers;      /* NULL: no Kafka, the local store is the output */
         char *profiles_topic;         /* default "ingest-profiles" */
@@ -177,6 +233,8 @@ tm_status tm_srv_config_load(tm_srv_config *cfg, const char *path, tm_error *err
 tm_status tm_srv_config_set_listen(tm_srv_config *cfg, const char *host_port, tm_error *err);
 tm_status tm_srv_config_add_project(tm_srv_config *cfg, const char *id_key, tm_error *err);
 tm_status tm_srv_config_set_store(tm_srv_config *cfg, const char *path, tm_error *err);
+/* "off", "text" or "json" (--access-log). */
+tm_status tm_srv_config_set_access_log(tm_srv_config *cfg, const char *format, tm_error *err);
 /* Validates; with no project configured adds project 1 with a random
  * 32-hex-digit key (*generated_key set to it, else NULL). */
 tm_status tm_srv_config_finish(tm_srv_config *cfg, const char **generated_key, tm_error *err);

@@ -167,6 +167,14 @@ Test(serve_config, defaults) {
     cr_assert_eq(cfg.limits.max_profile_size, 50 * MIB);
     cr_assert_eq(cfg.limits.max_connections, 256);
     cr_assert_eq(cfg.limits.request_timeout_s, 30);
+    cr_assert_eq(cfg.limits.max_connections_per_ip, 64);
+    cr_assert_eq(cfg.limits.header_timeout_s, 10);
+    cr_assert_eq(cfg.limits.body_timeout_s, 120);
+    cr_assert_eq(cfg.limits.min_body_rate, 1024);
+    cr_assert_eq(cfg.limits.max_decoded_in_flight, 512 * MIB);
+    cr_assert_eq(cfg.limits.shutdown_timeout_s, 10);
+    cr_assert_eq(cfg.access_log, TM_SRV_ACCESS_LOG_TEXT);
+    cr_assert_null(cfg.access_log_path);
     cr_assert_null(cfg.kafka.bootstrap_servers);
     cr_assert_str_eq(cfg.kafka.profiles_topic, "ingest-profiles");
     cr_assert_str_eq(cfg.kafka.outcomes_topic, "outcomes");
@@ -183,6 +191,24 @@ Test(serve_config, defaults) {
     cr_assert_eq(cfg.limits.max_connections, 9);
     cr_assert_eq(cfg.limits.request_timeout_s, 30);
     cr_assert_eq(cfg.limits.max_envelope_size, 200 * MIB);
+}
+
+Test(serve_config, budgets_and_access_log) {
+    parse_ok("limits:\n  max_connections_per_ip: 8\n  header_timeout: 3\n  body_timeout: 40\n"
+             "  min_body_rate: 2KiB\n  max_decoded_in_flight: 1GiB\n  shutdown_timeout: 7\n"
+             "access_log: {format: json, path: /tmp/access.log}\n");
+    cr_assert_eq(cfg.limits.max_connections_per_ip, 8);
+    cr_assert_eq(cfg.limits.header_timeout_s, 3);
+    cr_assert_eq(cfg.limits.body_timeout_s, 40);
+    cr_assert_eq(cfg.limits.min_body_rate, 2048);
+    cr_assert_eq(cfg.limits.max_decoded_in_flight, 1024 * MIB);
+    cr_assert_eq(cfg.limits.shutdown_timeout_s, 7);
+    cr_assert_eq(cfg.access_log, TM_SRV_ACCESS_LOG_JSON);
+    cr_assert_str_eq(cfg.access_log_path, "/tmp/access.log");
+    parse_ok("access_log: off\n");
+    cr_assert_eq(cfg.access_log, TM_SRV_ACCESS_LOG_OFF);
+    parse_fails("access_log: ^loud\n", TM_ERR_MALFORMED, "access_log", "not off, text or json");
+    parse_fails("limits: {shutdown_timeout: ^0}\n", TM_ERR_MALFORMED, "limits.shutdown_timeout", "1 to");
 }
 
 Test(serve_config, listen_forms) {
