@@ -50,6 +50,13 @@ void tm_srv_buf_release(tm_srv_buf *b);
  * runs out. */
 int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len);
 
+/* Chunk ids as Relay's EventId takes them: a UUID, plain (32 hex digits)
+ * or with dashes (8-4-4-4-12), either case. Writes the 32 lowercase hex
+ * digits and a NUL to out and returns 1; 0 for anything else (a path, a
+ * control character, ...), leaving out unspecified. */
+#define TM_SRV_UUID_HEX 32
+int tm_srv_uuid_normalize(const char *s, size_t len, char out[TM_SRV_UUID_HEX + 1]);
+
 /* Formats into err (code, offset, message); returns code. */
 tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
