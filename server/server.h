@@ -277,7 +277,8 @@ typedef struct tm_srv_record {
 
 /* SQLite in WAL mode at DIR/tracemill.db (DIR is created). Tables:
  * chunks(id, received, project_id, chunk_id, payload_size, raw_size,
- * message), outcomes(id, received, project_id, message) and spool(id,
+ * message; one row per project_id and chunk_id), outcomes(id, received,
+ * project_id, message) and spool(id,
  * kind, project_id, chunk_id, message) for Kafka messages waiting for a
  * broker. A background thread commits concurrent submissions in one
  * transaction (group commit, synchronous=FULL). Thread-safe. */
@@ -298,6 +299,7 @@ typedef struct tm_srv_spooled {
     int64_t id;
     tm_srv_record_kind kind;
     uint64_t project_id;
+    tm_srv_view chunk_id;     /* in value's allocation (freed with it); may be absent */
     uint8_t *value;
     size_t value_len;
 } tm_srv_spooled;
@@ -306,6 +308,9 @@ tm_status tm_srv_store_spool_peek(tm_srv_store *s, size_t max, tm_srv_spooled *o
 tm_status tm_srv_store_spool_delete(tm_srv_store *s, int64_t up_to_id, tm_error *err);
 uint64_t tm_srv_store_spool_count(tm_srv_store *s);
 uint64_t tm_srv_store_backlog(tm_srv_store *s); /* submissions waiting for commit */
+/* Chunks put since open that were already stored (same project_id and
+ * chunk_id) and so were skipped: each is stored once, and its put succeeds. */
+uint64_t tm_srv_store_duplicates(tm_srv_store *s);
 
 /* Reading back (`tracemill store ...`): calls fn for every stored chunk in
  * id order (message is the msgpack); a non-zero return from fn stops the
@@ -365,6 +370,7 @@ typedef struct tm_srv_gauges {
     uint64_t kafka_queue_depth;
     uint64_t store_backlog;
     uint64_t spooled;
+    uint64_t chunks_duplicate;   /* a counter: chunks the store already held */
 } tm_srv_gauges;
 
 /* Appends the Prometheus text exposition. */

@@ -12,7 +12,8 @@
  * Retry-After and X-Sentry-Rate-Limits); /healthz and /metrics; a broker
  * outage with spooling and replay (nothing lost or duplicated); kill -9
  * under load and restart (every acknowledged chunk stored exactly once);
- * malformed configuration; graceful stop on SIGTERM; chunk ids that are
+ * malformed configuration; graceful stop on SIGTERM; a repeated chunk
+ * stored once and counted; chunk ids that are
  * not UUIDs rejected, and `store ls|export` safe on rows that hold them.
  */
 #define _GNU_SOURCE
@@ -350,6 +351,28 @@ Test(serve, rejections_and_their_outcomes) {
     cr_assert_eq(r.status, 400);
     cr_assert(strstr(r.body.data, "\"detail\":\"invalid envelope at byte 0"), "%s", r.body.data);
     response_free(&r);
+    ts_server_free(&s);
+}
+
+/* An SDK that lost the answer posts again: each post is acknowledged, the
+ * chunk is stored once, and the repeats are counted. */
+Test(serve, a_chunk_posted_three_times_is_stored_once) {
+    ts_server s = start_server(NULL);
+    chunk c = make_chunk(4);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    for (int i = 0; i < 3; i++) {
+        response r = post(s.port, env.data, env.len);
+        cr_assert_eq(r.status, 200, "post %d: %s", i + 1, r.body.data);
+        response_free(&r);
+    }
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    response m = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert(strstr(m.body.data, "\ntracemill_chunks_duplicate_total 2\n"), "%s", m.body.data);
+    cr_assert(strstr(m.body.data, "tracemill_items_total{type=\"profile_chunk\",outcome=\"accepted\"} 3\n"), "%s",
+              m.body.data);
+    response_free(&m);
+    tu_membuf_free(&env);
+    free(c.meta);
     ts_server_free(&s);
 }
 
