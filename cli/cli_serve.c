@@ -64,8 +64,21 @@ int cli_serve(int argc, char **argv) {
         }
         if (st != TM_OK) rc = config_error(&err);
     }
-    const char *generated = NULL;
-    if (rc == EXIT_OK && tm_srv_config_finish(&cfg, &generated, &err) != TM_OK) rc = config_error(&err);
+    /* Without a configured project, project 1's key is kept in the store,
+     * so the DSN stays the same across restarts. */
+    char stored_key[TM_SRV_KEY_HEX + 1] = "";
+    int key_created = 0;
+    if (rc == EXIT_OK && cfg.n_projects == 0) {
+        char project[sizeof "1:" + TM_SRV_KEY_HEX];
+        if (tm_srv_store_key(cfg.store_path, stored_key, &key_created, &err) != TM_OK) {
+            fprintf(stderr, "tracemill serve: %s\n", err.message);
+            rc = EXIT_IO;
+        } else {
+            snprintf(project, sizeof project, "1:%s", stored_key);
+            if (tm_srv_config_add_project(&cfg, project, &err) != TM_OK) rc = config_error(&err);
+        }
+    }
+    if (rc == EXIT_OK && tm_srv_config_finish(&cfg, NULL, &err) != TM_OK) rc = config_error(&err);
     if (rc != EXIT_OK) goto out;
 
     /* Every thread the server starts inherits this mask, so the signals
@@ -90,9 +103,14 @@ int cli_serve(int argc, char **argv) {
     else
         printf("local store %s\n", cfg.store_path);
     for (size_t p = 0; p < cfg.n_projects; p++)
-        for (size_t k = 0; k < cfg.projects[p].n_public_keys; k++)
-            printf("DSN: http://%s@%s:%u/%" PRIu64 "%s\n", cfg.projects[p].public_keys[k], cfg.listen_host, port,
-                   cfg.projects[p].id, generated == cfg.projects[p].public_keys[k] ? " (generated key)" : "");
+        for (size_t k = 0; k < cfg.projects[p].n_public_keys; k++) {
+            const char *key = cfg.projects[p].public_keys[k];
+            printf("DSN: http://%s@%s:%u/%" PRIu64, key, cfg.listen_host, port, cfg.projects[p].id);
+            if (strcmp(key, stored_key) == 0)
+                printf(" (%s key, kept in %s/%s)", key_created ? "generated" : "stored", cfg.store_path,
+                       TM_SRV_KEY_FILE);
+            putchar('\n');
+        }
     fflush(stdout);
 
     int sig = 0;

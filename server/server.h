@@ -187,6 +187,9 @@ tm_status tm_srv_config_set_store(tm_srv_config *cfg, const char *path, tm_error
 /* Validates; with no project configured adds project 1 with a random
  * 32-hex-digit key (*generated_key set to it, else NULL). */
 tm_status tm_srv_config_finish(tm_srv_config *cfg, const char **generated_key, tm_error *err);
+/* Fills buf with TM_SRV_KEY_HEX random lowercase hex digits and a NUL. */
+#define TM_SRV_KEY_HEX 32
+tm_status tm_srv_random_key(char *buf, tm_error *err);
 void tm_srv_config_release(tm_srv_config *cfg);
 
 /* Authentication result of a key for a project id. */
@@ -329,6 +332,16 @@ tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_
                                   tm_error *err);
 /* Opens an existing store read-only (no writer thread); close as usual. */
 tm_status tm_srv_store_open_readonly(const char *dir, tm_srv_store **out, tm_error *err);
+
+/* The public key `serve` uses when no project is configured, kept in
+ * DIR/TM_SRV_KEY_FILE so that DSNs survive a restart: read back when the
+ * file exists (it must be a regular file of mode 0600 holding
+ * TM_SRV_KEY_HEX lowercase hex digits), else a random key written there
+ * atomically (a complete file or none; of two servers racing, both end up
+ * with the one that was linked first). DIR is created like the store's.
+ * *created tells which. */
+#define TM_SRV_KEY_FILE "public_key"
+tm_status tm_srv_store_key(const char *dir, char key[TM_SRV_KEY_HEX + 1], int *created, tm_error *err);
 
 /* ==== Kafka (kafka.c) =================================================== */
 

@@ -22,17 +22,22 @@
  * unique index. A repeated chunk (an SDK retrying after a lost answer) is
  * skipped without an error and counted, so its sender still gets its 200.
  *
+ * The store directory also keeps the project key `serve` generates when
+ * none is configured (tm_srv_store_key), so a restart keeps its DSN.
+ *
  * Threading: every function may be called from any thread. Spool access
  * shares a second connection under db_mu; each_chunk opens its own
  * read-only connection so its callback may call back into the store.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 #include <zstd.h>
@@ -622,4 +627,92 @@ tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_
     sqlite3_finalize(q);
     sqlite3_close(db);
     return st; /* an early stop by fn is not an error */
+}
+
+/* ---- The generated project key ----------------------------------------- */
+
+/* Reads a key file already open as fd: TM_SRV_KEY_HEX lowercase hex digits,
+ * an optional newline, and nothing readable by anyone but its owner. */
+static tm_status read_key(int fd, const char *path, char key[TM_SRV_KEY_HEX + 1], tm_error *err) {
+    struct stat sb;
+    char text[TM_SRV_KEY_HEX + 2];
+    if (fstat(fd, &sb) != 0) return tm_srv_fail(err, TM_ERR_IO, 0, "stat %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return tm_srv_fail(err, TM_ERR_IO, 0, "%s is not a regular file", path);
+    if (sb.st_mode & 077)
+        return tm_srv_fail(err, TM_ERR_IO, 0, "%s holds a secret but has mode %04o: chmod 600 it", path,
+                           (unsigned)(sb.st_mode & 07777));
+    ssize_t n;
+    size_t len = 0;
+    while (len < sizeof text && (n = read(fd, text + len, sizeof text - len)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return tm_srv_fail(err, TM_ERR_IO, 0, "read %s: %s", path, strerror(errno));
+        len += (size_t)n;
+    }
+    int valid = len == TM_SRV_KEY_HEX || (len == TM_SRV_KEY_HEX + 1 && text[TM_SRV_KEY_HEX] == '\n');
+    for (size_t i = 0; valid && i < TM_SRV_KEY_HEX; i++)
+        valid = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
+    if (!valid)
+        return tm_srv_fail(err, TM_ERR_MALFORMED, 0,
+                           "%s does not hold a key (%d lowercase hex digits): remove it to get a new one", path,
+                           TM_SRV_KEY_HEX);
+    memcpy(key, text, TM_SRV_KEY_HEX);
+    key[TM_SRV_KEY_HEX] = 0;
+    return TM_OK;
+}
+
+/* Writes a new random key to a temporary file (mode 0600, synced) and
+ * links it to path, which fails rather than replace a key another server
+ * wrote first: *lost_race is then set and nothing else happens. */
+static tm_status create_key(const char *dir, const char *path, char key[TM_SRV_KEY_HEX + 1], int *lost_race,
+                            tm_error *err) {
+    *lost_race = 0;
+    tm_status st = tm_srv_random_key(key, err);
+    if (st != TM_OK) return st;
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/." TM_SRV_KEY_FILE ".XXXXXX", dir) >= sizeof tmp)
+        return tm_srv_fail(err, TM_ERR_INVALID_ARG, 0, "store path too long: %s", dir);
+    int fd = mkstemp(tmp); /* mode 0600 */
+    if (fd < 0) return tm_srv_fail(err, TM_ERR_IO, 0, "create a key file in %s: %s", dir, strerror(errno));
+    char line[TM_SRV_KEY_HEX + 1];
+    memcpy(line, key, TM_SRV_KEY_HEX);
+    line[TM_SRV_KEY_HEX] = '\n';
+    errno = 0; /* a short write sets none */
+    if (write(fd, line, sizeof line) != (ssize_t)sizeof line || fsync(fd) != 0)
+        st = tm_srv_fail(err, TM_ERR_IO, 0, "write %s: %s", tmp, strerror(errno ? errno : EIO));
+    if (close(fd) != 0 && st == TM_OK) st = tm_srv_fail(err, TM_ERR_IO, 0, "write %s: %s", tmp, strerror(errno));
+    if (st == TM_OK && link(tmp, path) != 0) {
+        if (errno == EEXIST) *lost_race = 1;
+        else st = tm_srv_fail(err, TM_ERR_IO, 0, "create %s: %s", path, strerror(errno));
+    }
+    unlink(tmp);
+    if (st == TM_OK && !*lost_race) { /* the new name survives a power loss too */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) != 0) st = tm_srv_fail(err, TM_ERR_IO, 0, "sync %s: %s", dir, strerror(errno));
+        if (dfd >= 0) close(dfd);
+    }
+    return st;
+}
+
+tm_status tm_srv_store_key(const char *dir, char key[TM_SRV_KEY_HEX + 1], int *created, tm_error *err) {
+    *created = 0;
+    tm_status st = make_dirs(dir, err);
+    if (st != TM_OK) return st;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, TM_SRV_KEY_FILE) >= sizeof path)
+        return tm_srv_fail(err, TM_ERR_INVALID_ARG, 0, "store path too long: %s", dir);
+    for (;;) {
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            st = read_key(fd, path, key, err);
+            close(fd);
+            return st;
+        }
+        if (errno != ENOENT) return tm_srv_fail(err, TM_ERR_IO, 0, "open %s: %s", path, strerror(errno));
+        int lost_race;
+        st = create_key(dir, path, key, &lost_race, err);
+        if (st != TM_OK || !lost_race) {
+            *created = st == TM_OK;
+            return st;
+        }
+    }
 }

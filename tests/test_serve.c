@@ -13,8 +13,9 @@
  * outage with spooling and replay (nothing lost or duplicated); kill -9
  * under load and restart (every acknowledged chunk stored exactly once);
  * malformed configuration; graceful stop on SIGTERM; a repeated chunk
- * stored once and counted; chunk ids that are
- * not UUIDs rejected, and `store ls|export` safe on rows that hold them.
+ * stored once and counted; the generated key kept across a restart; chunk
+ * ids that are not UUIDs rejected, and `store ls|export` safe on rows that
+ * hold them.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -33,6 +34,7 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -352,6 +354,42 @@ Test(serve, rejections_and_their_outcomes) {
     cr_assert(strstr(r.body.data, "\"detail\":\"invalid envelope at byte 0"), "%s", r.body.data);
     response_free(&r);
     ts_server_free(&s);
+}
+
+/* Without a configured project the generated key is kept in the store
+ * (mode 0600): a restart on the same store takes the DSN it gave before. */
+Test(serve, generated_key_survives_a_restart) {
+    char *dir = ts_temp_dir("tm_serve_key");
+    ts_server s = ts_server_start(dir, 0, "");
+    char *key_path = ts_fmt("%s/" TM_SRV_KEY_FILE, s.store);
+    size_t len;
+    char *key = tu_read_file(key_path, &len);
+    cr_assert(key && len == 33 && key[32] == '\n', "%s", key_path);
+    key[32] = 0;
+    char *said = ts_fmt("/1 (generated key, kept in %s)\n", key_path);
+    cr_assert(strstr(s.dsn, key) && strstr(s.dsn, said), "%s", s.dsn);
+    cr_assert_eq(ts_server_stop(&s), 0);
+
+    ts_server again = ts_server_start(dir, 0, "");
+    free(said);
+    said = ts_fmt("DSN: http://%s@127.0.0.1:%d/1 (stored key, kept in %s)\n", key, again.port, key_path);
+    cr_assert_str_eq(again.dsn, said);
+    char *auth = ts_fmt("X-Sentry-Auth: Sentry sentry_key=%s, sentry_version=7", key);
+    const char *const headers[] = {auth, NULL};
+    chunk c = make_chunk(5);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    response r = request(again.port, "POST", "/api/1/envelope/", headers, env.data, env.len);
+    cr_assert_eq(r.status, 200, "the key from before the restart: %s", r.body.data);
+    cr_assert_eq(ts_count_rows(again.store, "select count(*) from chunks where project_id = 1"), 1);
+    struct stat sb;
+    cr_assert_eq(stat(key_path, &sb), 0);
+    cr_assert_eq(sb.st_mode & 07777, 0600, "mode %o", sb.st_mode & 07777);
+
+    response_free(&r);
+    tu_membuf_free(&env);
+    free(c.meta), free(auth), free(said), free(key), free(key_path);
+    free(s.dir), free(s.store), free(dir);
+    ts_server_free(&again);
 }
 
 /* An SDK that lost the answer posts again: each post is acknowledged, the
