@@ -67,8 +67,21 @@ int cli_serve(int argc, char **argv) {
         }
         if (st != TM_OK) rc = config_error(&err);
     }
-    const char *generated = NULL;
-    if (rc == EXIT_OK && tm_srv_config_finish(&cfg, &generated, &err) != TM_OK) rc = config_error(&err);
+    /* Without a configured project, project 1's key is kept in the store,
+     * so the DSN stays the same across restarts. */
+    char stored_key[TM_SRV_KEY_HEX + 1] = "";
+    int key_created = 0;
+    if (rc == EXIT_OK && cfg.n_projects == 0) {
+        char project[sizeof "1:" + TM_SRV_KEY_HEX];
+        if (tm_srv_store_key(cfg.store_path, stored_key, &key_created, &err) != TM_OK) {
+            fprintf(stderr, "tracemill serve: %s\n", err.message);
+            rc = EXIT_IO;
+        } else {
+            snprintf(project, sizeof project, "1:%s", stored_key);
+            if (tm_srv_config_add_project(&cfg, project, &err) != TM_OK) rc = config_error(&err);
+        }
+    }
+    if (rc == EXIT_OK && tm_srv_config_finish(&cfg, NULL, &err) != TM_OK) rc = config_error(&err);
     if (rc != EXIT_OK) goto out;
 
     /* Every thread the server starts inherits this mask, so the signals
@@ -93,9 +106,14 @@ int cli_serve(int argc, char **argv) {
     else
         printf("local store %s\n", cfg.store_path);
     for (size_t p = 0; p < cfg.n_projects; p++)
-        for (size_t k = 0; k < cfg.projects[p].n_public_keys; k++)
-            printf("DSN: http://%s@%s:%u/%" PRIu64 "%s\n", cfg.projects[p].public_keys[k], cfg.listen_host, port,
-                   cfg.projects[p].id, generated == cfg.projects[p].public_keys[k] ? " (generated key)" : "");
+        for (size_t k = 0; k < cfg.projects[p].n_public_keys; k++) {
+            const char *key = cfg.projects[p].public_keys[k];
+            printf("DSN: http://%s@%s:%u/%" PRIu64, key, cfg.listen_host, port, cfg.projects[p].id);
+            if (strcmp(key, stored_key) == 0)
+                printf(" (%s key, kept in %s/%s)", key_created ? "generated" : "stored", cfg.store_path,
+                       TM_SRV_KEY_FILE);
+            putchar('\n');
+        }
     fflush(stdout);
 
     int sig = 0;
@@ -125,12 +143,24 @@ static void format_time(uint64_t unix_s, char *out, size_t cap) {
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Writes a chunk id from the store with every byte outside printable
+ * ASCII (and the backslash) as \xNN: an id stored by an older server or
+ * another writer could otherwise move the cursor or forge a line. */
+static void print_escaped(FILE *f, tm_srv_view id) {
+    for (size_t i = 0; id.ptr && i < id.len; i++) {
+        const unsigned char c = (unsigned char)id.ptr[i];
+        if (c > ' ' && c < 0x7f && c != '\\') fputc(c, f);
+        else fprintf(f, "\\x%02x", c);
+    }
+}
+
 static int print_line(void *ctx, const tm_srv_stored_chunk *c) {
     (void)ctx;
     char when[32];
     format_time(c->received, when, sizeof when);
-    printf("%s  project=%" PRIu64 "  chunk_id=%.*s  payload=%zu  raw=%zu\n", when, c->project_id,
-           (int)c->chunk_id.len, c->chunk_id.ptr ? c->chunk_id.ptr : "", c->payload_size, c->raw_size);
+    printf("%s  project=%" PRIu64 "  chunk_id=", when, c->project_id);
+    print_escaped(stdout, c->chunk_id);
+    printf("  payload=%zu  raw=%zu\n", c->payload_size, c->raw_size);
     return 0;
 }
 
@@ -160,7 +190,9 @@ static int write_chunk(void *ctx, const tm_srv_stored_chunk *c) {
         return 1;
     }
     if (job->raw && !m.raw_profile) {
-        fprintf(stderr, "tracemill store: chunk %.*s has no raw profile\n", (int)c->chunk_id.len, c->chunk_id.ptr);
+        fputs("tracemill store: chunk ", stderr);
+        print_escaped(stderr, c->chunk_id);
+        fputs(" has no raw profile\n", stderr);
         job->rc = EXIT_REJECTED;
         return 1;
     }
@@ -171,28 +203,39 @@ static int write_chunk(void *ctx, const tm_srv_stored_chunk *c) {
 
 typedef struct export_job {
     const char *dir;
-    size_t written;
+    size_t written, skipped;
     int rc;
 } export_job;
+
+/* A row that cannot be exported is reported and skipped; the walk goes on. */
+static int skip_chunk(export_job *job, const tm_srv_stored_chunk *c, const char *why) {
+    fprintf(stderr, "tracemill store: skipping stored chunk %" PRId64 " (chunk_id ", c->id);
+    print_escaped(stderr, c->chunk_id);
+    fprintf(stderr, "): %s\n", why);
+    job->skipped++;
+    if (job->rc == EXIT_OK) job->rc = EXIT_REJECTED;
+    return 0;
+}
 
 static int export_chunk(void *ctx, const tm_srv_stored_chunk *c) {
     export_job *job = ctx;
     tm_srv_chunk_msg m;
-    char ctype[64], path[4096];
+    char ctype[64], path[4096], id[TM_SRV_UUID_HEX + 1];
     tm_error err;
-    if (tm_srv_chunk_msg_decode(c->message, c->message_len, &m, ctype, sizeof ctype, &err) != TM_OK) {
-        job->rc = cli_report_error("stored message", &err);
-        return 1;
-    }
-    /* the store id keeps names unique when a chunk was sent twice */
-    int n = snprintf(path, sizeof path, "%s/%06" PRId64 "-%.*s.json", job->dir, c->id, (int)c->chunk_id.len,
-                     c->chunk_id.ptr ? c->chunk_id.ptr : "");
+    /* file names come from the normalised id only, never from stored text */
+    if (!tm_srv_uuid_normalize(c->chunk_id.ptr, c->chunk_id.len, id))
+        return skip_chunk(job, c, "the chunk_id is not a UUID");
+    if (tm_srv_chunk_msg_decode(c->message, c->message_len, &m, ctype, sizeof ctype, &err) != TM_OK)
+        return skip_chunk(job, c, err.message);
+    /* the store id keeps names unique when two projects sent the same chunk_id */
+    int n = snprintf(path, sizeof path, "%s/%06" PRId64 "-%s.json", job->dir, c->id, id);
     if (n < 0 || (size_t)n >= sizeof path) return job->rc = EXIT_USAGE, 1;
-    if ((job->rc = write_file(path, 0, m.payload, m.payload_len)) != EXIT_OK) return 1;
-    if (m.raw_profile) {
+    int rc = write_file(path, 0, m.payload, m.payload_len);
+    if (rc == EXIT_OK && m.raw_profile) {
         memcpy(path + n - 5, ".pftrace", 9);
-        if ((job->rc = write_file(path, 1, m.raw_profile, m.raw_profile_len)) != EXIT_OK) return 1;
+        rc = write_file(path, 1, m.raw_profile, m.raw_profile_len);
     }
+    if (rc != EXIT_OK) return job->rc = rc, 1; /* the disk is the problem: the next row would fail too */
     job->written++;
     return 0;
 }
@@ -221,8 +264,11 @@ int cli_store(int argc, char **argv) {
     if (is_ls) {
         st = tm_srv_store_each_chunk(store, NULL, print_line, NULL, &err);
     } else if (is_get) {
+        /* ids are stored normalised; one that is not a UUID is looked up as given */
+        char id[TM_SRV_UUID_HEX + 1];
         get_job job = {raw, out_path, 0, EXIT_OK};
-        st = tm_srv_store_each_chunk(store, arg, write_chunk, &job, &err);
+        st = tm_srv_store_each_chunk(store, tm_srv_uuid_normalize(arg, strlen(arg), id) ? id : arg, write_chunk,
+                                     &job, &err);
         if (st == TM_OK && !job.found) {
             fprintf(stderr, "tracemill store: no chunk with chunk_id %s in %s\n", arg, store_path);
             rc = EXIT_REJECTED;
@@ -230,14 +276,16 @@ int cli_store(int argc, char **argv) {
             rc = job.rc;
         }
     } else {
-        export_job job = {arg, 0, EXIT_OK};
+        export_job job = {arg, 0, 0, EXIT_OK};
         if (mkdir(arg, 0755) != 0 && errno != EEXIST) {
             fprintf(stderr, "tracemill store: cannot create %s: %s\n", arg, strerror(errno));
             rc = EXIT_IO;
         } else {
             st = tm_srv_store_each_chunk(store, NULL, export_chunk, &job, &err);
             rc = job.rc;
-            if (st == TM_OK && rc == EXIT_OK) fprintf(stderr, "tracemill store: %zu chunks written to %s\n", job.written, arg);
+            if (st == TM_OK && (rc == EXIT_OK || job.skipped))
+                fprintf(stderr, "tracemill store: %zu chunks written to %s, %zu skipped\n", job.written, arg,
+                        job.skipped);
         }
     }
     if (st != TM_OK) {

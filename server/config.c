@@ -81,7 +81,6 @@
 #define MAX_ENTRIES 4096u /* per mapping or sequence; projects and keys in all */
 #define MAX_KEY_LEN 128u
 #define MAX_HOST_LEN 253u
-#define GENERATED_KEY_HEX 32
 
 static tm_status nomem(tm_error *err) {
     return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");
@@ -983,9 +982,8 @@ tm_status tm_srv_config_add_project(tm_srv_config *cfg, const char *id_key, tm_e
     return TM_OK;
 }
 
-/* Fills buf with GENERATED_KEY_HEX lowercase hex digits and a NUL. */
-static tm_status random_key(char *buf, tm_error *err) {
-    unsigned char raw[GENERATED_KEY_HEX / 2];
+tm_status tm_srv_random_key(char *buf, tm_error *err) {
+    unsigned char raw[TM_SRV_KEY_HEX / 2];
     size_t got = 0;
     while (got < sizeof raw) {
         ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
@@ -1013,7 +1011,7 @@ static tm_status random_key(char *buf, tm_error *err) {
         buf[2 * i] = hex[raw[i] >> 4];
         buf[2 * i + 1] = hex[raw[i] & 15];
     }
-    buf[GENERATED_KEY_HEX] = '\0';
+    buf[TM_SRV_KEY_HEX] = '\0';
     return TM_OK;
 }
 
@@ -1029,12 +1027,12 @@ tm_status tm_srv_config_finish(tm_srv_config *cfg, const char **generated_key, t
                                (unsigned long long)cfg->projects[i].id);
     }
     if (cfg->n_projects > 0) return TM_OK;
-    char key[GENERATED_KEY_HEX + 1];
-    tm_status st = random_key(key, err);
+    char key[TM_SRV_KEY_HEX + 1];
+    tm_status st = tm_srv_random_key(key, err);
     if (st != TM_OK) return st;
     tm_srv_project p;
     project_defaults(&p, 1);
-    if (project_add_key(&p, key, GENERATED_KEY_HEX) || config_push_project(cfg, &p)) {
+    if (project_add_key(&p, key, TM_SRV_KEY_HEX) || config_push_project(cfg, &p)) {
         project_release(&p);
         return nomem(err);
     }

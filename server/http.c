@@ -575,7 +575,8 @@ static enum MHD_Result answer_metrics(tm_srv_server *s, request *r, struct MHD_C
     tm_srv_gauges g = {.requests_in_flight = (uint64_t)atomic_load(&s->in_flight),
                        .kafka_queue_depth = s->kafka ? tm_srv_kafka_queue_depth(s->kafka) : 0,
                        .store_backlog = tm_srv_store_backlog(s->store),
-                       .spooled = s->kafka ? tm_srv_store_spool_count(s->store) : 0};
+                       .spooled = s->kafka ? tm_srv_store_spool_count(s->store) : 0,
+                       .chunks_duplicate = tm_srv_store_duplicates(s->store)};
     tm_srv_buf out = {0};
     if (tm_srv_metrics_render(s->metrics, &g, &out) != 0) {
         tm_srv_buf_release(&out);

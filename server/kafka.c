@@ -113,12 +113,14 @@ static void *poll_main(void *arg) {
     return NULL;
 }
 
-/* Hands one message to librdkafka (copied); its report completes *s. */
+/* Hands one message to librdkafka (copied); its report completes *s. A
+ * chunk's key is its chunk_id: consumers deduplicate by it (delivery is at
+ * least once), and copies of one chunk land in one partition. */
 static rd_kafka_resp_err_t produce(tm_srv_kafka *k, tm_srv_record_kind kind, uint64_t project_id,
-                                   const uint8_t *value, size_t len, slot *s) {
+                                   tm_srv_view chunk_id, const uint8_t *value, size_t len, slot *s) {
     char pid[24];
     int pid_len = snprintf(pid, sizeof pid, "%" PRIu64, project_id);
-    rd_kafka_vu_t vu[6];
+    rd_kafka_vu_t vu[7];
     vu[0].vtype = RD_KAFKA_VTYPE_TOPIC;
     vu[0].u.cstr = kind == TM_SRV_RECORD_OUTCOME ? k->outcomes_topic : k->profiles_topic;
     vu[1].vtype = RD_KAFKA_VTYPE_PARTITION;
@@ -134,8 +136,12 @@ static rd_kafka_resp_err_t produce(tm_srv_kafka *k, tm_srv_record_kind kind, uin
     vu[4].u.header.size = pid_len;
     vu[5].vtype = RD_KAFKA_VTYPE_OPAQUE;
     vu[5].u.ptr = s;
+    vu[6].vtype = RD_KAFKA_VTYPE_KEY;
+    vu[6].u.mem.ptr = (void *)chunk_id.ptr;
+    vu[6].u.mem.size = chunk_id.len;
+    const size_t n_vu = kind == TM_SRV_RECORD_CHUNK && chunk_id.ptr ? 7 : 6;
     atomic_fetch_add(&k->in_flight, 1);
-    rd_kafka_error_t *e = rd_kafka_produceva(k->rk, vu, 6);
+    rd_kafka_error_t *e = rd_kafka_produceva(k->rk, vu, n_vu);
     if (!e) return RD_KAFKA_RESP_ERR_NO_ERROR;
     atomic_fetch_sub(&k->in_flight, 1);
     rd_kafka_resp_err_t code = rd_kafka_error_code(e);
@@ -183,8 +189,8 @@ static tm_status send_direct(tm_srv_kafka *k, const tm_srv_record *recs, size_t 
     size_t refused = 0;
     for (size_t i = 0; i < n; i++) {
         slots[i].t = &t;
-        rd_kafka_resp_err_t e = produce(k, recs[i].kind, recs[i].project_id, recs[i].value, recs[i].value_len,
-                                        &slots[i]);
+        rd_kafka_resp_err_t e = produce(k, recs[i].kind, recs[i].project_id, recs[i].chunk_id, recs[i].value,
+                                        recs[i].value_len, &slots[i]);
         if (e) {
             refuse(&slots[i], e);
             refused++;
@@ -262,7 +268,8 @@ static int replay_round(tm_srv_kafka *k) {
     for (size_t i = 0; i < n; i++) {
         const tm_srv_spooled *e = &k->batch[i];
         if (is_acked(k, e->id)) continue;
-        rd_kafka_resp_err_t err = produce(k, e->kind, e->project_id, e->value, e->value_len, &k->batch_slots[i]);
+        rd_kafka_resp_err_t err =
+            produce(k, e->kind, e->project_id, e->chunk_id, e->value, e->value_len, &k->batch_slots[i]);
         if (err) {
             refuse(&k->batch_slots[i], err);
             refused++;

@@ -158,5 +158,11 @@ int tm_srv_metrics_render(tm_srv_metrics *m, const tm_srv_gauges *g, tm_srv_buf 
                         (unsigned long long)g->requests_in_flight, (unsigned long long)g->kafka_queue_depth,
                         (unsigned long long)g->store_backlog,
                         (unsigned long long)g->spooled);
+    if (!rc)
+        rc = printf_buf(out,
+                        "# HELP tracemill_chunks_duplicate_total Chunks the local store already held (same project "
+                        "and chunk_id): acknowledged, not stored again.\n"
+                        "# TYPE tracemill_chunks_duplicate_total counter\ntracemill_chunks_duplicate_total %llu\n",
+                        (unsigned long long)g->chunks_duplicate);
     return rc;
 }

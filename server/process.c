@@ -79,20 +79,11 @@ static const char *json_str(const json_t *obj, const char *key) {
     return json_string_value(json_object_get(obj, key));
 }
 
-/* The chunk_id as the payload writes it: a UUID without dashes, lower
- * case (SDKs send either form); anything else as sent. */
-static const char *normalized_chunk_id(const char *id, char out[33]) {
-    size_t n = 0;
-    for (const char *p = id; p && *p; p++) {
-        char c = *p;
-        if (c == '-') continue;
-        if (c >= 'A' && c <= 'F') c = (char)(c - 'A' + 'a');
-        if (n == 32 || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return id;
-        out[n++] = c;
-    }
-    if (n != 32) return id;
-    out[32] = 0;
-    return out;
+/* A UUID field of the chunk (chunk_id, profiler_id) as 32 lowercase hex
+ * digits, or 0 when it is missing or not a UUID. */
+static int uuid_field(const json_t *obj, const char *key, char out[TM_SRV_UUID_HEX + 1]) {
+    const json_t *v = json_object_get(obj, key);
+    return json_is_string(v) && tm_srv_uuid_normalize(json_string_value(v), json_string_length(v), out);
 }
 
 /* ---- records ---- */
@@ -168,8 +159,12 @@ static void count(const chunk_job *j, const char *type, const char *outcome) {
     if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, type, outcome);
 }
 
-static tm_status add_chunk(const chunk_job *j, const char *chunk_id, const tm_srv_buf *payload,
-                           tm_srv_view raw, tm_error *err) {
+/* meta holds the chunk's chunk_id: the store and Kafka key chunks by it,
+ * and `store export` names files after it, so only a UUID gets this far. */
+static tm_status add_chunk(const chunk_job *j, const json_t *meta, const tm_srv_buf *payload, tm_srv_view raw,
+                           tm_error *err) {
+    char chunk_id[TM_SRV_UUID_HEX + 1];
+    if (!uuid_field(meta, "chunk_id", chunk_id)) return reject(j, "InvalidJson", err);
     const tm_srv_context *ctx = j->ctx;
     tm_srv_chunk_msg m = {.organization_id = ctx->project->organization_id,
                           .project_id = ctx->project->id,
@@ -188,12 +183,10 @@ static tm_status add_chunk(const chunk_job *j, const char *chunk_id, const tm_sr
         tm_srv_buf_release(&value);
         return st;
     }
-    char uuid[33];
-    chunk_id = normalized_chunk_id(chunk_id, uuid);
     tm_srv_record rec = {.kind = TM_SRV_RECORD_CHUNK,
                          .project_id = ctx->project->id,
                          .received = ctx->now_unix,
-                         .chunk_id = {chunk_id, chunk_id ? strlen(chunk_id) : 0},
+                         .chunk_id = {chunk_id, TM_SRV_UUID_HEX},
                          .payload_size = payload->len,
                          .raw_size = raw.len};
     st = add_record(j->out, rec, &value, err);
@@ -285,7 +278,7 @@ static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view ra
             is_ui_platform(item->platform.ptr, item->platform.len) != is_ui_platform(platform, strlen(platform)))
             rejected = "InvalidProfileType";
         if (st == TM_OK)
-            st = rejected ? reject(j, rejected, err) : add_chunk(j, json_str(root, "chunk_id"), &payload, raw, err);
+            st = rejected ? reject(j, rejected, err) : add_chunk(j, root, &payload, raw, err);
         tm_srv_buf_release(&payload);
     }
     json_decref(root);
@@ -444,11 +437,19 @@ static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
     if (item->platform.ptr) j->ui = is_ui_platform(item->platform.ptr, item->platform.len);
     json_t *root = json_loadb((const char *)item->payload, item->payload_len, JSON_REJECT_DUPLICATES, NULL);
     const char *version = json_str(root, "version");
-    /* the fields Relay's ProfileChunk cannot do without */
-    if (!version || strcmp(version, "2") != 0 || !json_str(root, "chunk_id") || !json_str(root, "profiler_id") ||
-        !json_str(root, "platform")) {
+    /* the fields Relay's ProfileChunk cannot do without; its ids are UUIDs
+     * (EventId), checked as the Perfetto path checks them, and written the
+     * way Relay writes them back: 32 lowercase hex digits */
+    char chunk_id[TM_SRV_UUID_HEX + 1], profiler_id[TM_SRV_UUID_HEX + 1];
+    if (!version || strcmp(version, "2") != 0 || !uuid_field(root, "chunk_id", chunk_id) ||
+        !uuid_field(root, "profiler_id", profiler_id) || !json_str(root, "platform")) {
         json_decref(root);
         return reject(j, "InvalidJson", err);
+    }
+    if (json_object_set_new(root, "chunk_id", json_string(chunk_id)) ||
+        json_object_set_new(root, "profiler_id", json_string(profiler_id))) {
+        json_decref(root);
+        return tm_srv_fail(err, TM_ERR_NOMEM, item->payload_offset, "out of memory normalising a chunk");
     }
     const char *platform = json_str(root, "platform");
     if (platform) j->ui = is_ui_platform(platform, strlen(platform));
@@ -462,7 +463,7 @@ static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
         rejected = "ExceedSizeLimit";
     if (st == TM_OK)
         st = rejected ? reject(j, rejected, err)
-                      : add_chunk(j, json_str(root, "chunk_id"), &payload, (tm_srv_view){NULL, 0}, err);
+                      : add_chunk(j, root, &payload, (tm_srv_view){NULL, 0}, err);
     tm_srv_buf_release(&payload);
     json_decref(root);
     return st;

@@ -50,6 +50,13 @@ void tm_srv_buf_release(tm_srv_buf *b);
  * runs out. */
 int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len);
 
+/* Chunk ids as Relay's EventId takes them: a UUID, plain (32 hex digits)
+ * or with dashes (8-4-4-4-12), either case. Writes the 32 lowercase hex
+ * digits and a NUL to out and returns 1; 0 for anything else (a path, a
+ * control character, ...), leaving out unspecified. */
+#define TM_SRV_UUID_HEX 32
+int tm_srv_uuid_normalize(const char *s, size_t len, char out[TM_SRV_UUID_HEX + 1]);
+
 /* Formats into err (code, offset, message); returns code. */
 tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -238,6 +245,9 @@ tm_status tm_srv_config_set_access_log(tm_srv_config *cfg, const char *format, t
 /* Validates; with no project configured adds project 1 with a random
  * 32-hex-digit key (*generated_key set to it, else NULL). */
 tm_status tm_srv_config_finish(tm_srv_config *cfg, const char **generated_key, tm_error *err);
+/* Fills buf with TM_SRV_KEY_HEX random lowercase hex digits and a NUL. */
+#define TM_SRV_KEY_HEX 32
+tm_status tm_srv_random_key(char *buf, tm_error *err);
 void tm_srv_config_release(tm_srv_config *cfg);
 
 /* Authentication result of a key for a project id. */
@@ -328,7 +338,8 @@ typedef struct tm_srv_record {
 
 /* SQLite in WAL mode at DIR/tracemill.db (DIR is created). Tables:
  * chunks(id, received, project_id, chunk_id, payload_size, raw_size,
- * message), outcomes(id, received, project_id, message) and spool(id,
+ * message; one row per project_id and chunk_id), outcomes(id, received,
+ * project_id, message) and spool(id,
  * kind, project_id, chunk_id, message) for Kafka messages waiting for a
  * broker. A background thread commits concurrent submissions in one
  * transaction (group commit, synchronous=FULL). Thread-safe. */
@@ -349,6 +360,7 @@ typedef struct tm_srv_spooled {
     int64_t id;
     tm_srv_record_kind kind;
     uint64_t project_id;
+    tm_srv_view chunk_id;     /* in value's allocation (freed with it); may be absent */
     uint8_t *value;
     size_t value_len;
 } tm_srv_spooled;
@@ -357,6 +369,9 @@ tm_status tm_srv_store_spool_peek(tm_srv_store *s, size_t max, tm_srv_spooled *o
 tm_status tm_srv_store_spool_delete(tm_srv_store *s, int64_t up_to_id, tm_error *err);
 uint64_t tm_srv_store_spool_count(tm_srv_store *s);
 uint64_t tm_srv_store_backlog(tm_srv_store *s); /* submissions waiting for commit */
+/* Chunks put since open that were already stored (same project_id and
+ * chunk_id) and so were skipped: each is stored once, and its put succeeds. */
+uint64_t tm_srv_store_duplicates(tm_srv_store *s);
 
 /* Reading back (`tracemill store ...`): calls fn for every stored chunk in
  * id order (message is the msgpack); a non-zero return from fn stops the
@@ -375,6 +390,16 @@ tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_
                                   tm_error *err);
 /* Opens an existing store read-only (no writer thread); close as usual. */
 tm_status tm_srv_store_open_readonly(const char *dir, tm_srv_store **out, tm_error *err);
+
+/* The public key `serve` uses when no project is configured, kept in
+ * DIR/TM_SRV_KEY_FILE so that DSNs survive a restart: read back when the
+ * file exists (it must be a regular file of mode 0600 holding
+ * TM_SRV_KEY_HEX lowercase hex digits), else a random key written there
+ * atomically (a complete file or none; of two servers racing, both end up
+ * with the one that was linked first). DIR is created like the store's.
+ * *created tells which. */
+#define TM_SRV_KEY_FILE "public_key"
+tm_status tm_srv_store_key(const char *dir, char key[TM_SRV_KEY_HEX + 1], int *created, tm_error *err);
 
 /* ==== Kafka (kafka.c) =================================================== */
 
@@ -416,6 +441,7 @@ typedef struct tm_srv_gauges {
     uint64_t kafka_queue_depth;
     uint64_t store_backlog;
     uint64_t spooled;
+    uint64_t chunks_duplicate;   /* a counter: chunks the store already held */
 } tm_srv_gauges;
 
 /* Appends the Prometheus text exposition. */

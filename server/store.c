@@ -18,17 +18,26 @@
  * the writer's disk bandwidth (each byte goes to the WAL, then to the
  * database) is what limits ingest; each_chunk hands them back as sent.
  *
+ * Idempotence: a chunk is stored once per (project_id, chunk_id), under a
+ * unique index. A repeated chunk (an SDK retrying after a lost answer) is
+ * skipped without an error and counted, so its sender still gets its 200.
+ *
+ * The store directory also keeps the project key `serve` generates when
+ * none is configured (tm_srv_store_key), so a restart keeps its DSN.
+ *
  * Threading: every function may be called from any thread. Spool access
  * shares a second connection under db_mu; each_chunk opens its own
  * read-only connection so its callback may call back into the store.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 #include <zstd.h>
@@ -42,7 +51,6 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS chunks("
     " id INTEGER PRIMARY KEY, received INTEGER NOT NULL, project_id INTEGER NOT NULL,"
     " chunk_id TEXT, payload_size INTEGER NOT NULL, raw_size INTEGER NOT NULL, message BLOB NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS chunks_by_chunk_id ON chunks(chunk_id);"
     "CREATE TABLE IF NOT EXISTS outcomes("
     " id INTEGER PRIMARY KEY, received INTEGER NOT NULL, project_id INTEGER NOT NULL, message TEXT NOT NULL);"
     /* AUTOINCREMENT: spool ids never go back, even once the spool empties,
@@ -60,7 +68,8 @@ static const char *const stmt_sql[S_COUNT] = {
     "SAVEPOINT submission",
     "RELEASE submission",
     "ROLLBACK TO submission",
-    "INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message) VALUES(?,?,?,?,?,?)",
+    "INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message) VALUES(?,?,?,?,?,?)"
+    " ON CONFLICT(chunk_id, project_id) DO NOTHING",
     "INSERT INTO outcomes(received, project_id, message) VALUES(?,?,?)",
     "INSERT INTO spool(kind, project_id, chunk_id, message) VALUES(?,?,?,?)",
 };
@@ -71,6 +80,7 @@ typedef struct submission {
     size_t n;
     int spool;
     int done;
+    uint64_t duplicates; /* chunks already stored, skipped */
     tm_status st;
     tm_error err;
     struct submission *next;
@@ -94,6 +104,7 @@ struct tm_srv_store {
     uint64_t backlog;
     uint64_t in_put; /* callers inside put, which close waits out */
     int64_t spooled; /* rows in spool; briefly negative if a delete beats the writer's count */
+    uint64_t duplicates; /* chunks skipped as already stored, since open */
     int closing;
 };
 
@@ -173,8 +184,11 @@ static int bind_view(sqlite3_stmt *q, int i, tm_srv_view v) {
     return v.ptr ? sqlite3_bind_text64(q, i, v.ptr, v.len, SQLITE_STATIC, SQLITE_UTF8) : sqlite3_bind_null(q, i);
 }
 
-/* A NULL value binds NULL, which the NOT NULL constraints refuse. */
-static tm_status insert(tm_srv_store *s, const tm_srv_record *r, size_t i, int spool, tm_error *err) {
+/* A NULL value binds NULL, which the NOT NULL constraints refuse. A chunk
+ * already stored inserts nothing and counts in b->duplicates. */
+static tm_status insert(tm_srv_store *s, submission *b, size_t i, tm_error *err) {
+    const tm_srv_record *r = &b->recs[i];
+    const int spool = b->spool;
     sqlite3_stmt *q;
     int rc;
     const char *what;
@@ -204,6 +218,8 @@ static tm_status insert(tm_srv_store *s, const tm_srv_record *r, size_t i, int s
     tm_status st = TM_OK;
     if (rc != SQLITE_OK || sqlite3_step(q) != SQLITE_DONE)
         st = tm_srv_fail(err, TM_ERR_IO, 0, "record %zu: %s in %s: %s", i, what, s->db_path, sqlite3_errmsg(s->wdb));
+    else if (q == s->stmt[S_CHUNK] && sqlite3_changes(s->wdb) == 0)
+        b->duplicates++;
     sqlite3_reset(q);
     return st;
 }
@@ -226,7 +242,8 @@ static int64_t commit_batch(tm_srv_store *s, submission *batch) {
     for (submission *b = batch; b; b = b->next) {
         if (run(s, S_SAVEPOINT, "open a savepoint in", &e) != TM_OK) goto abort;
         b->st = TM_OK;
-        for (size_t i = 0; i < b->n && b->st == TM_OK; i++) b->st = insert(s, &b->recs[i], i, b->spool, &b->err);
+        b->duplicates = 0;
+        for (size_t i = 0; i < b->n && b->st == TM_OK; i++) b->st = insert(s, b, i, &b->err);
         if (b->st != TM_OK && run(s, S_ROLLBACK_TO, "roll back a submission in", &e) != TM_OK) goto abort;
         if (run(s, S_RELEASE, "release a savepoint in", &e) != TM_OK) goto abort;
     }
@@ -258,6 +275,7 @@ static void *writer_main(void *arg) {
         s->spooled += spooled;
         for (submission *b = batch, *next; b; b = next) {
             next = b->next; /* b may vanish once done is seen */
+            if (b->st == TM_OK) s->duplicates += b->duplicates;
             b->done = 1;
             s->backlog--;
         }
@@ -290,6 +308,52 @@ static tm_status count_spool(tm_srv_store *s, tm_error *err) {
     else
         s->spooled = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
+    return st;
+}
+
+/* Stores written before chunks were unique may hold one chunk several
+ * times. The unique index cannot be built over them, so every copy but the
+ * first (lowest id) moves to chunks_duplicate, a table of the same columns:
+ * nothing is deleted. This runs once, inside a write transaction, so two
+ * servers opening one old store do not both migrate it. */
+static const char move_duplicates[] =
+    "CREATE TABLE IF NOT EXISTS chunks_duplicate AS SELECT * FROM chunks WHERE 0;"
+    "CREATE TEMP TABLE first_copy AS SELECT min(id) AS id FROM chunks WHERE chunk_id IS NOT NULL"
+    " GROUP BY chunk_id, project_id;"
+    "INSERT INTO chunks_duplicate SELECT * FROM chunks"
+    " WHERE chunk_id IS NOT NULL AND id NOT IN (SELECT id FROM first_copy);"
+    "DELETE FROM chunks WHERE chunk_id IS NOT NULL AND id NOT IN (SELECT id FROM first_copy);"
+    "DROP TABLE first_copy;";
+
+static tm_status count_rows(sqlite3 *db, const char *sql, int64_t *n) {
+    sqlite3_stmt *q = NULL;
+    const int ok = sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW;
+    if (ok) *n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return ok ? TM_OK : TM_ERR_IO;
+}
+
+static tm_status make_chunks_unique(tm_srv_store *s, tm_error *err) {
+    static const char has_index[] = "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'chunks_unique'";
+    static const char copies[] = "SELECT count(*) - (SELECT count(*) FROM"
+                                 " (SELECT 1 FROM chunks WHERE chunk_id IS NOT NULL GROUP BY chunk_id, project_id))"
+                                 " FROM chunks WHERE chunk_id IS NOT NULL";
+    int64_t indexed = 0, duplicates = 0;
+    if (count_rows(s->db, has_index, &indexed) != TM_OK) return sql_fail(err, s->db, "read the schema of", s->db_path);
+    if (indexed) return TM_OK;
+    tm_status st = exec(s->db, "BEGIN IMMEDIATE", "begin the migration of", s->db_path, err);
+    if (st != TM_OK) return st;
+    if (count_rows(s->db, has_index, &indexed) != TM_OK || count_rows(s->db, copies, &duplicates) != TM_OK)
+        st = sql_fail(err, s->db, "read the chunks of", s->db_path);
+    if (st == TM_OK && !indexed && duplicates > 0)
+        st = exec(s->db, move_duplicates, "move duplicate chunks aside in", s->db_path, err);
+    if (st == TM_OK && !indexed)
+        st = exec(s->db,
+                  "CREATE UNIQUE INDEX chunks_unique ON chunks(chunk_id, project_id);"
+                  "DROP INDEX IF EXISTS chunks_by_chunk_id;", /* the unique index serves lookups by chunk_id */
+                  "index the chunks of", s->db_path, err);
+    if (st == TM_OK) st = exec(s->db, "COMMIT", "commit the migration of", s->db_path, err);
+    if (st != TM_OK && !sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
 }
 
@@ -327,6 +391,7 @@ static tm_status store_open(const char *dir, int readonly, tm_srv_store **out, t
     pthread_cond_init(&s->done, NULL);
     st = open_conn(s->db_path, readonly, &s->db, err);
     if (st == TM_OK && !readonly) st = exec(s->db, schema, "create the tables of", s->db_path, err);
+    if (st == TM_OK && !readonly) st = make_chunks_unique(s, err);
     if (st == TM_OK) st = count_spool(s, err);
     if (st == TM_OK && !readonly) st = start_writer(s, err);
     if (st != TM_OK) {
@@ -422,6 +487,13 @@ tm_status tm_srv_store_put(tm_srv_store *s, const tm_srv_record *recs, size_t n,
     return sub.st;
 }
 
+uint64_t tm_srv_store_duplicates(tm_srv_store *s) {
+    pthread_mutex_lock(&s->mu);
+    const uint64_t n = s->duplicates;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 uint64_t tm_srv_store_backlog(tm_srv_store *s) {
     pthread_mutex_lock(&s->mu);
     const uint64_t n = s->backlog;
@@ -446,8 +518,8 @@ tm_status tm_srv_store_spool_peek(tm_srv_store *s, size_t max, tm_srv_spooled *o
     sqlite3_stmt *q = NULL;
     tm_status st = TM_OK;
     size_t n = 0;
-    int rc = sqlite3_prepare_v2(s->db, "SELECT id, kind, project_id, message FROM spool ORDER BY id LIMIT ?", -1,
-                                &q, NULL);
+    int rc = sqlite3_prepare_v2(s->db, "SELECT id, kind, project_id, message, chunk_id FROM spool ORDER BY id LIMIT ?",
+                                -1, &q, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(q, 1, max > INT64_MAX ? INT64_MAX : (sqlite3_int64)max);
     while (rc == SQLITE_OK && st == TM_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
         tm_srv_spooled *e = &out[n];
@@ -456,12 +528,19 @@ tm_status tm_srv_store_spool_peek(tm_srv_store *s, size_t max, tm_srv_spooled *o
         e->project_id = (uint64_t)sqlite3_column_int64(q, 2);
         const void *v = sqlite3_column_blob(q, 3);
         e->value_len = (size_t)sqlite3_column_bytes(q, 3);
-        e->value = malloc(e->value_len ? e->value_len : 1);
+        const char *chunk_id = (const char *)sqlite3_column_text(q, 4);
+        const size_t chunk_id_len = (size_t)sqlite3_column_bytes(q, 4);
+        e->value = malloc(e->value_len + chunk_id_len + 1);
         if (!e->value) {
             st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory reading spool entry %lld", (long long)e->id);
             break;
         }
         if (e->value_len) memcpy(e->value, v, e->value_len);
+        e->chunk_id = (tm_srv_view){NULL, 0};
+        if (chunk_id) {
+            memcpy(e->value + e->value_len, chunk_id, chunk_id_len);
+            e->chunk_id = (tm_srv_view){(const char *)e->value + e->value_len, chunk_id_len};
+        }
         n++;
         if (kind != TM_SRV_RECORD_CHUNK && kind != TM_SRV_RECORD_OUTCOME)
             st = tm_srv_fail(err, TM_ERR_MALFORMED, 0, "spool entry %lld in %s has unknown kind %d",
@@ -548,4 +627,92 @@ tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_
     sqlite3_finalize(q);
     sqlite3_close(db);
     return st; /* an early stop by fn is not an error */
+}
+
+/* ---- The generated project key ----------------------------------------- */
+
+/* Reads a key file already open as fd: TM_SRV_KEY_HEX lowercase hex digits,
+ * an optional newline, and nothing readable by anyone but its owner. */
+static tm_status read_key(int fd, const char *path, char key[TM_SRV_KEY_HEX + 1], tm_error *err) {
+    struct stat sb;
+    char text[TM_SRV_KEY_HEX + 2];
+    if (fstat(fd, &sb) != 0) return tm_srv_fail(err, TM_ERR_IO, 0, "stat %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return tm_srv_fail(err, TM_ERR_IO, 0, "%s is not a regular file", path);
+    if (sb.st_mode & 077)
+        return tm_srv_fail(err, TM_ERR_IO, 0, "%s holds a secret but has mode %04o: chmod 600 it", path,
+                           (unsigned)(sb.st_mode & 07777));
+    ssize_t n;
+    size_t len = 0;
+    while (len < sizeof text && (n = read(fd, text + len, sizeof text - len)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return tm_srv_fail(err, TM_ERR_IO, 0, "read %s: %s", path, strerror(errno));
+        len += (size_t)n;
+    }
+    int valid = len == TM_SRV_KEY_HEX || (len == TM_SRV_KEY_HEX + 1 && text[TM_SRV_KEY_HEX] == '\n');
+    for (size_t i = 0; valid && i < TM_SRV_KEY_HEX; i++)
+        valid = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
+    if (!valid)
+        return tm_srv_fail(err, TM_ERR_MALFORMED, 0,
+                           "%s does not hold a key (%d lowercase hex digits): remove it to get a new one", path,
+                           TM_SRV_KEY_HEX);
+    memcpy(key, text, TM_SRV_KEY_HEX);
+    key[TM_SRV_KEY_HEX] = 0;
+    return TM_OK;
+}
+
+/* Writes a new random key to a temporary file (mode 0600, synced) and
+ * links it to path, which fails rather than replace a key another server
+ * wrote first: *lost_race is then set and nothing else happens. */
+static tm_status create_key(const char *dir, const char *path, char key[TM_SRV_KEY_HEX + 1], int *lost_race,
+                            tm_error *err) {
+    *lost_race = 0;
+    tm_status st = tm_srv_random_key(key, err);
+    if (st != TM_OK) return st;
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/." TM_SRV_KEY_FILE ".XXXXXX", dir) >= sizeof tmp)
+        return tm_srv_fail(err, TM_ERR_INVALID_ARG, 0, "store path too long: %s", dir);
+    int fd = mkstemp(tmp); /* mode 0600 */
+    if (fd < 0) return tm_srv_fail(err, TM_ERR_IO, 0, "create a key file in %s: %s", dir, strerror(errno));
+    char line[TM_SRV_KEY_HEX + 1];
+    memcpy(line, key, TM_SRV_KEY_HEX);
+    line[TM_SRV_KEY_HEX] = '\n';
+    errno = 0; /* a short write sets none */
+    if (write(fd, line, sizeof line) != (ssize_t)sizeof line || fsync(fd) != 0)
+        st = tm_srv_fail(err, TM_ERR_IO, 0, "write %s: %s", tmp, strerror(errno ? errno : EIO));
+    if (close(fd) != 0 && st == TM_OK) st = tm_srv_fail(err, TM_ERR_IO, 0, "write %s: %s", tmp, strerror(errno));
+    if (st == TM_OK && link(tmp, path) != 0) {
+        if (errno == EEXIST) *lost_race = 1;
+        else st = tm_srv_fail(err, TM_ERR_IO, 0, "create %s: %s", path, strerror(errno));
+    }
+    unlink(tmp);
+    if (st == TM_OK && !*lost_race) { /* the new name survives a power loss too */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || fsync(dfd) != 0) st = tm_srv_fail(err, TM_ERR_IO, 0, "sync %s: %s", dir, strerror(errno));
+        if (dfd >= 0) close(dfd);
+    }
+    return st;
+}
+
+tm_status tm_srv_store_key(const char *dir, char key[TM_SRV_KEY_HEX + 1], int *created, tm_error *err) {
+    *created = 0;
+    tm_status st = make_dirs(dir, err);
+    if (st != TM_OK) return st;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, TM_SRV_KEY_FILE) >= sizeof path)
+        return tm_srv_fail(err, TM_ERR_INVALID_ARG, 0, "store path too long: %s", dir);
+    for (;;) {
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            st = read_key(fd, path, key, err);
+            close(fd);
+            return st;
+        }
+        if (errno != ENOENT) return tm_srv_fail(err, TM_ERR_IO, 0, "open %s: %s", path, strerror(errno));
+        int lost_race;
+        st = create_key(dir, path, key, &lost_race, err);
+        if (st != TM_OK || !lost_race) {
+            *created = st == TM_OK;
+            return st;
+        }
+    }
 }

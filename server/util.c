@@ -1,6 +1,6 @@
 /*
- * util.c — the server layer's growable byte buffer, JSON string escaping
- * and error formatting.
+ * util.c — the server layer's growable byte buffer, JSON string escaping,
+ * chunk id (UUID) normalisation and error formatting.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,4 +70,21 @@ int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len) {
         run = i + 1;
     }
     return tm_srv_buf_append(out, s + run, len - run) || tm_srv_buf_append(out, "\"", 1) ? -1 : 0;
+}
+
+int tm_srv_uuid_normalize(const char *s, size_t len, char out[TM_SRV_UUID_HEX + 1]) {
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    if (!s || (len != 32 && len != 36)) return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (len == 36 && (i == 8 || i == 13 || i == 18 || i == 23)) {
+            if (s[i] != '-') return 0;
+            continue;
+        }
+        const char c = s[i] >= 'A' && s[i] <= 'F' ? (char)(s[i] - 'A' + 'a') : s[i];
+        if (!memchr(hex, c, 16)) return 0; /* 16: the NUL is not a digit */
+        out[n++] = c;
+    }
+    out[n] = 0;
+    return 1;
 }

@@ -144,6 +144,7 @@ typedef struct got {
     uint8_t *value;
     size_t len;
     char project_id[32]; /* the header's value; "" when missing */
+    char key[64];        /* the message key; "" when missing */
 } got;
 
 typedef struct topic_read {
@@ -183,6 +184,7 @@ static topic_read consume(const char *bootstraps, const char *topic, size_t want
             g->len = m->len;
             g->value = malloc(m->len ? m->len : 1);
             memcpy(g->value, m->payload, m->len);
+            if (m->key && m->key_len < sizeof g->key) memcpy(g->key, m->key, m->key_len);
             rd_kafka_headers_t *h = NULL;
             const void *v = NULL;
             size_t vlen = 0;
@@ -237,6 +239,7 @@ Test(kafka, chunks_and_outcomes_reach_their_topics, .timeout = 240) {
         record(TM_SRV_RECORD_CHUNK, 7, big, big_len),
         record(TM_SRV_RECORD_OUTCOME, UINT64_MAX, outcome_b, strlen(outcome_b)),
     };
+    recs[0].chunk_id = (tm_srv_view){"0123456789abcdef0123456789abcdef", 32};
     cr_assert_eq(tm_srv_kafka_send(k, recs, 4, &err), TM_OK, "%s", err.message);
     cr_assert_eq(tm_srv_kafka_send(k, recs, 0, &err), TM_OK);
     cr_assert_eq(tm_srv_store_spool_count(st.s), 0);
@@ -246,6 +249,9 @@ Test(kafka, chunks_and_outcomes_reach_their_topics, .timeout = 240) {
     cr_assert_eq(p.total, 2);
     assert_msg(&p.msgs[0], chunk_a, sizeof chunk_a, "42");
     assert_msg(&p.msgs[1], big, big_len, "7");
+    /* a chunk is keyed by its chunk_id, which consumers deduplicate by */
+    cr_assert_str_eq(p.msgs[0].key, "0123456789abcdef0123456789abcdef");
+    cr_assert_str_eq(p.msgs[1].key, "");
     topic_read o = consume(c.bootstraps, OUTCOMES, 2);
     cr_assert_eq(o.n, 2);
     cr_assert_eq(o.total, 2);
@@ -282,6 +288,7 @@ static void *send_main(void *arg) {
             record(TM_SRV_RECORD_CHUNK, 100 + (uint64_t)s->t, s->values[i][0], strlen(s->values[i][0])),
             record(TM_SRV_RECORD_OUTCOME, 100 + (uint64_t)s->t, s->values[i][1], strlen(s->values[i][1])),
         };
+        recs[0].chunk_id = (tm_srv_view){s->values[i][0], strlen(s->values[i][0])}; /* the key: the value */
         tm_error err;
         s->st[i] = tm_srv_kafka_send(s->k, recs, 2, &err);
     }
@@ -309,6 +316,10 @@ static void read_spool(tm_srv_store *s, spooled_list *chunks, spooled_list *outc
         memcpy(l->value[l->n], e[i].value, e[i].value_len);
         l->value[l->n][e[i].value_len] = '\0';
         snprintf(l->project_id[l->n], sizeof l->project_id[0], "%" PRIu64, e[i].project_id);
+        if (e[i].kind == TM_SRV_RECORD_CHUNK) /* spooled with the chunk_id its key comes from */
+            cr_assert(e[i].chunk_id.len == e[i].value_len && !memcmp(e[i].chunk_id.ptr, e[i].value, e[i].value_len));
+        else
+            cr_assert_null(e[i].chunk_id.ptr);
         l->n++;
         if (i > 0) cr_assert_gt(e[i].id, e[i - 1].id);
         free(e[i].value);
@@ -374,8 +385,10 @@ Test(kafka, outage_spools_then_replays_in_order_exactly_once, .timeout = 300) {
     topic_read p = consume(c.bootstraps, PROFILES, THREADS * SENDS + 1);
     cr_assert_eq(p.n, THREADS * SENDS + 1);
     cr_assert_eq(p.total, THREADS * SENDS + 1, "duplicates: %" PRId64 " chunk messages", p.total);
-    for (size_t i = 0; i < chunks.n; i++)
+    for (size_t i = 0; i < chunks.n; i++) {
         assert_msg(&p.msgs[i], chunks.value[i], strlen(chunks.value[i]), chunks.project_id[i]);
+        cr_assert_str_eq(p.msgs[i].key, chunks.value[i], "a replayed chunk keeps its key");
+    }
     assert_msg(&p.msgs[chunks.n], after, strlen(after), "5");
     topic_read o = consume(c.bootstraps, OUTCOMES, THREADS * SENDS);
     assert_topic_is(&o, &outcomes);

@@ -12,7 +12,10 @@
  * Retry-After and X-Sentry-Rate-Limits); /healthz and /metrics; a broker
  * outage with spooling and replay (nothing lost or duplicated); kill -9
  * under load and restart (every acknowledged chunk stored exactly once);
- * malformed configuration; graceful stop on SIGTERM.
+ * malformed configuration; graceful stop on SIGTERM; a repeated chunk
+ * stored once and counted; the generated key kept across a restart; chunk
+ * ids that are not UUIDs rejected, and `store ls|export` safe on rows that
+ * hold them.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -31,6 +34,7 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,6 +50,8 @@
 #define DEMO_META TM_SOURCE_DIR "/examples/demo.meta.json"
 #define KEY "e12d836b15bb49d7bbf99e64295d995b"
 #define OTHER_KEY "0123456789abcdef0123456789abcdef"
+#define UUID_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define UUID_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 /* ---- files and processes ---- */
 
@@ -303,12 +309,12 @@ Test(serve, rejections_and_their_outcomes) {
         {"not Perfetto", NULL, "profiling_platform_not_supported"},
         {"bad metadata", NULL, "profiling_invalid_json"},
         {"plain chunk without samples",
-         "{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"a\",\"profiler_id\":\"b\",\"platform\":\"python\","
-         "\"version\":\"2\",\"profile\":{\"frames\":[],\"stacks\":[],\"samples\":[]}}\n",
+         "{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"" UUID_A "\",\"profiler_id\":\"" UUID_B "\","
+         "\"platform\":\"python\",\"version\":\"2\",\"profile\":{\"frames\":[],\"stacks\":[],\"samples\":[]}}\n",
          "profiling_not_enough_samples"},
         {"stack out of range",
-         "{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"a\",\"profiler_id\":\"b\",\"platform\":\"python\","
-         "\"version\":\"2\",\"profile\":{\"frames\":[],\"stacks\":[],\"samples\":[{\"stack_id\":0,"
+         "{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"" UUID_A "\",\"profiler_id\":\"" UUID_B "\","
+         "\"platform\":\"python\",\"version\":\"2\",\"profile\":{\"frames\":[],\"stacks\":[],\"samples\":[{\"stack_id\":0,"
          "\"thread_id\":\"1\",\"timestamp\":1.0}]}}\n",
          "profiling_malformed_samples"},
         {"other item type", "{}\n{\"type\":\"event\"}\n{}\n", "unsupported_item_type"},
@@ -348,6 +354,170 @@ Test(serve, rejections_and_their_outcomes) {
     cr_assert(strstr(r.body.data, "\"detail\":\"invalid envelope at byte 0"), "%s", r.body.data);
     response_free(&r);
     ts_server_free(&s);
+}
+
+/* Without a configured project the generated key is kept in the store
+ * (mode 0600): a restart on the same store takes the DSN it gave before. */
+Test(serve, generated_key_survives_a_restart) {
+    char *dir = ts_temp_dir("tm_serve_key");
+    ts_server s = ts_server_start(dir, 0, "");
+    char *key_path = ts_fmt("%s/" TM_SRV_KEY_FILE, s.store);
+    size_t len;
+    char *key = tu_read_file(key_path, &len);
+    cr_assert(key && len == 33 && key[32] == '\n', "%s", key_path);
+    key[32] = 0;
+    char *said = ts_fmt("/1 (generated key, kept in %s)\n", key_path);
+    cr_assert(strstr(s.dsn, key) && strstr(s.dsn, said), "%s", s.dsn);
+    cr_assert_eq(ts_server_stop(&s), 0);
+
+    ts_server again = ts_server_start(dir, 0, "");
+    free(said);
+    said = ts_fmt("DSN: http://%s@127.0.0.1:%d/1 (stored key, kept in %s)\n", key, again.port, key_path);
+    cr_assert_str_eq(again.dsn, said);
+    char *auth = ts_fmt("X-Sentry-Auth: Sentry sentry_key=%s, sentry_version=7", key);
+    const char *const headers[] = {auth, NULL};
+    chunk c = make_chunk(5);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    response r = request(again.port, "POST", "/api/1/envelope/", headers, env.data, env.len);
+    cr_assert_eq(r.status, 200, "the key from before the restart: %s", r.body.data);
+    cr_assert_eq(ts_count_rows(again.store, "select count(*) from chunks where project_id = 1"), 1);
+    struct stat sb;
+    cr_assert_eq(stat(key_path, &sb), 0);
+    cr_assert_eq(sb.st_mode & 07777, 0600, "mode %o", sb.st_mode & 07777);
+
+    response_free(&r);
+    tu_membuf_free(&env);
+    free(c.meta), free(auth), free(said), free(key), free(key_path);
+    free(s.dir), free(s.store), free(dir);
+    ts_server_free(&again);
+}
+
+/* An SDK that lost the answer posts again: each post is acknowledged, the
+ * chunk is stored once, and the repeats are counted. */
+Test(serve, a_chunk_posted_three_times_is_stored_once) {
+    ts_server s = start_server(NULL);
+    chunk c = make_chunk(4);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    for (int i = 0; i < 3; i++) {
+        response r = post(s.port, env.data, env.len);
+        cr_assert_eq(r.status, 200, "post %d: %s", i + 1, r.body.data);
+        response_free(&r);
+    }
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    response m = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert(strstr(m.body.data, "\ntracemill_chunks_duplicate_total 2\n"), "%s", m.body.data);
+    cr_assert(strstr(m.body.data, "tracemill_items_total{type=\"profile_chunk\",outcome=\"accepted\"} 3\n"), "%s",
+              m.body.data);
+    response_free(&m);
+    tu_membuf_free(&env);
+    free(c.meta);
+    ts_server_free(&s);
+}
+
+/* A plain JSON chunk whose chunk_id is the JSON string text given. */
+static char *plain_chunk(const char *chunk_id_json) {
+    return ts_fmt("{}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"%s\",\"profiler_id\":\"" UUID_B "\","
+                  "\"platform\":\"python\",\"version\":\"2\",\"profile\":{\"frames\":[{\"function\":\"f\"}],"
+                  "\"stacks\":[[0]],\"samples\":[{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1.0}]}}\n",
+                  chunk_id_json);
+}
+
+/* Chunk ids key store rows and Kafka messages and name exported files:
+ * plain JSON chunks get the Perfetto path's UUID check, and the accepted
+ * ones are normalised. */
+Test(serve, hostile_chunk_ids_are_rejected_and_uuids_normalised) {
+    ts_server s = start_server(NULL);
+    const char *hostile[] = {"../../etc/passwd", "a/b", "\\u001b[2J0123456789abcdef0123456789ab",
+                             "0123456789abcdef0123456789abcde\\n", "0123456789abcdef0123456789abcdeg",
+                             "01234567-89ab-cdef-0123-456789abcdef0", ""};
+    const size_t n_hostile = sizeof hostile / sizeof hostile[0];
+    for (size_t i = 0; i < n_hostile; i++) {
+        char *body = plain_chunk(hostile[i]);
+        response r = post(s.port, body, strlen(body));
+        cr_assert_eq(r.status, 200, "%s: %s", hostile[i], r.body.data);
+        response_free(&r);
+        free(body);
+    }
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 0);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes where message like "
+                                        "'%\"reason\":\"profiling_invalid_json\"%'"),
+                 (int)n_hostile);
+    response m = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    char *want = ts_fmt("tracemill_items_total{type=\"profile_chunk\",outcome=\"profiling_invalid_json\"} %zu\n",
+                        n_hostile);
+    cr_assert(strstr(m.body.data, want), "%s", m.body.data);
+    response_free(&m);
+    free(want);
+
+    /* a dashed, upper-case UUID is stored (and written in the payload) as 32 lower-case hex digits */
+    char *body = plain_chunk("ABCDEF01-2345-6789-ABCD-EF0123456789");
+    response r = post(s.port, body, strlen(body));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks where chunk_id = "
+                                        "'abcdef0123456789abcdef0123456789'"), 1);
+    int code;
+    char *cmd = ts_fmt("%s store get ABCDEF01-2345-6789-ABCD-EF0123456789 --store %s", TM_CLI, s.store);
+    char *payload = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0, "store get takes the dashed form");
+    cr_assert(strstr(payload, "{\"chunk_id\":\"abcdef0123456789abcdef0123456789\",\"profiler_id\":\"" UUID_B "\","),
+              "%s", payload);
+    free(payload), free(cmd), free(body);
+    ts_server_free(&s);
+}
+
+/* A store written by an older server (or any SQLite client) may hold ids
+ * that are not UUIDs and messages that do not decode: `store ls` shows
+ * them escaped, one line each, and `store export` skips them and goes on. */
+Test(serve, store_ls_escapes_and_export_skips_bad_rows) {
+    char *dir = ts_temp_dir("tm_store_rows");
+    char *store_dir = ts_fmt("%s/store", dir);
+    tm_srv_store *st;
+    tm_error err;
+    cr_assert_eq(tm_srv_store_open(store_dir, &st, &err), TM_OK, "%s", err.message);
+    tm_srv_chunk_msg m = {.organization_id = 1, .project_id = 1, .received = 1, .retention_days = 90,
+                          .payload = (const uint8_t *)"{}", .payload_len = 2};
+    tm_srv_buf msg = {0};
+    cr_assert_eq(tm_srv_chunk_msg_encode(&m, &msg, &err), TM_OK, "%s", err.message);
+    const char *forged = "x\x1b[2J\nforged  project=9  chunk_id=" UUID_A;
+    const tm_srv_record recs[] = {
+        {.kind = TM_SRV_RECORD_CHUNK, .project_id = 1, .chunk_id = {forged, strlen(forged)}, .value = msg.data,
+         .value_len = msg.len},
+        {.kind = TM_SRV_RECORD_CHUNK, .project_id = 1, .chunk_id = {UUID_A, 32},
+         .value = (const uint8_t *)"not msgpack", .value_len = 11},
+        {.kind = TM_SRV_RECORD_CHUNK, .project_id = 1, .chunk_id = {UUID_B, 32}, .value = msg.data,
+         .value_len = msg.len},
+    };
+    cr_assert_eq(tm_srv_store_put(st, recs, 3, 0, &err), TM_OK, "%s", err.message);
+    tm_srv_store_close(st);
+    tm_srv_buf_release(&msg);
+
+    int code;
+    char *cmd = ts_fmt("%s store ls --store %s", TM_CLI, store_dir);
+    char *ls = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0);
+    cr_assert_null(strchr(ls, '\x1b'), "%s", ls);
+    cr_assert(strstr(ls, "chunk_id=x\\x1b[2J\\x0aforged\\x20\\x20project=9\\x20\\x20chunk_id=" UUID_A "  payload="),
+              "%s", ls);
+    size_t lines = 0;
+    for (const char *p = ls; *p; p++) lines += *p == '\n';
+    cr_assert_eq(lines, 3, "%s", ls);
+    free(cmd);
+
+    cmd = ts_fmt("%s store export %s/out --store %s 2>&1", TM_CLI, dir, store_dir);
+    char *said = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 1, "skipped rows make the export exit 1: %s", said);
+    cr_assert(strstr(said, "1 chunks written to"), "%s", said);
+    cr_assert(strstr(said, "2 skipped"), "%s", said);
+    cr_assert_null(strchr(said, '\x1b'), "%s", said);
+    free(cmd);
+    cmd = ts_fmt("ls %s/out", dir);
+    char *files = ts_run_capture(cmd, &code);
+    cr_assert_str_eq(files, "000003-" UUID_B ".json\n");
+    free(files), free(said), free(cmd), free(ls);
+    cmd = ts_fmt("rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd), free(store_dir), free(dir);
 }
 
 Test(serve, authentication) {

@@ -1,7 +1,8 @@
 /*
  * test_store.c — server/store.c, the local SQLite store: records written by
  * put come back from each_chunk (and the outcomes and spool tables) exactly
- * once, concurrent puts all land, a failing submission stores nothing of
+ * once, a chunk put again is skipped and counted (and an older store's
+ * copies are moved aside), concurrent puts all land, a failing submission stores nothing of
  * itself, the spool is FIFO with durable deletes, everything survives a
  * reopen, and every put acknowledged before a kill -9 is on disk afterwards.
  * Each test works in its own mkdtemp directory under /tmp and removes it.
@@ -164,6 +165,79 @@ Test(store, empty_put_and_close_null) {
     tm_srv_store_close(NULL);
 }
 
+/* ---- One chunk per (project, chunk_id) --------------------------------- */
+
+Test(store, a_chunk_is_stored_once_per_project) {
+    tm_srv_store *s = open_store();
+    const tm_srv_record first[] = {chunk(1, 10, "c", "first"), outcome(1, 10, "{}")};
+    const tm_srv_record again[] = {chunk(1, 11, "c", "again"), outcome(1, 11, "{}")};
+    put(s, first, 2, 0);
+    put(s, again, 2, 0);
+    put(s, again, 2, 0);
+    cr_assert_eq(tm_srv_store_duplicates(s), 2);
+    /* twice in one put; the same id in another project is another chunk;
+     * chunks without an id are never duplicates */
+    const tm_srv_record mixed[] = {chunk(2, 12, "c", "other project"), chunk(2, 13, "c", "twice"),
+                                   chunk(3, 14, NULL, "n1"), chunk(3, 15, NULL, "n2")};
+    put(s, mixed, 4, 0);
+    cr_assert_eq(tm_srv_store_duplicates(s), 3);
+    /* a submission that fails counts none of its duplicates */
+    tm_srv_record failing[] = {chunk(1, 16, "c", "dup"), chunk(1, 17, "d", "bad")};
+    failing[1].value = NULL;
+    tm_error err;
+    cr_assert_eq(tm_srv_store_put(s, failing, 2, 0, &err), TM_ERR_IO);
+    cr_assert_eq(tm_srv_store_duplicates(s), 3);
+    /* the spool keeps every record: Kafka delivery is at least once */
+    put(s, again, 1, 1);
+    put(s, again, 1, 1);
+    cr_assert_eq(tm_srv_store_spool_count(s), 2);
+    cr_assert_str_eq(chunks(s, NULL), "1|10|1|c|50|500|first\n"
+                                      "2|12|2|c|130|1300|other project\n"
+                                      "3|14|3|NULL|20|200|n1\n"
+                                      "4|15|3|NULL|20|200|n2\n");
+    cr_assert_str_eq(query("SELECT count(*) FROM outcomes"), "3\n");
+    tm_srv_store_close(s);
+}
+
+/* A store from before the unique index, holding one chunk three times
+ * and another twice: the first copy of each stays, the later ones move to
+ * chunks_duplicate, and the store then refuses new copies. */
+Test(store, old_store_with_duplicates_is_migrated) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/tracemill.db", dir);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db,
+                              "CREATE TABLE chunks(id INTEGER PRIMARY KEY, received INTEGER NOT NULL,"
+                              " project_id INTEGER NOT NULL, chunk_id TEXT, payload_size INTEGER NOT NULL,"
+                              " raw_size INTEGER NOT NULL, message BLOB NOT NULL);"
+                              "CREATE INDEX chunks_by_chunk_id ON chunks(chunk_id);"
+                              "INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message)"
+                              " VALUES (1, 1, 'a', 0, 0, x'00'), (2, 1, 'a', 0, 0, x'00'), (3, 2, 'a', 0, 0, x'00'),"
+                              " (4, 1, 'b', 0, 0, x'00'), (5, 1, 'a', 0, 0, x'00'), (6, 1, 'b', 0, 0, x'00'),"
+                              " (7, 1, NULL, 0, 0, x'00'), (8, 1, NULL, 0, 0, x'00');",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+
+    tm_srv_store *s = open_store();
+    cr_assert_str_eq(query("SELECT group_concat(received) FROM (SELECT received FROM chunks ORDER BY id)"),
+                     "1,3,4,7,8\n");
+    cr_assert_str_eq(query("SELECT group_concat(received) FROM (SELECT received FROM chunks_duplicate ORDER BY id)"),
+                     "2,5,6\n");
+    cr_assert_str_eq(query("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master WHERE type = 'index'"
+                           " AND tbl_name = 'chunks' ORDER BY name)"),
+                     "chunks_unique\n");
+    const tm_srv_record recs[] = {chunk(1, 9, "a", "new copy"), chunk(1, 10, "e", "new")};
+    put(s, recs, 2, 0);
+    cr_assert_eq(tm_srv_store_duplicates(s), 1);
+    tm_srv_store_close(s);
+
+    s = open_store(); /* once migrated, opening changes nothing */
+    tm_srv_store_close(s);
+    cr_assert_str_eq(query("SELECT count(*) || ' ' || (SELECT count(*) FROM chunks_duplicate) FROM chunks"), "6 3\n");
+}
+
 /* ---- The spool --------------------------------------------------------- */
 
 static void check_peek(tm_srv_store *s, size_t max, size_t want_n, const char *want) {
@@ -224,12 +298,13 @@ Test(store, reopen_keeps_everything) {
     cr_assert_str_eq(chunks(s, NULL), "1|100|1|c|40|400|kept\n");
     cr_assert_eq(tm_srv_store_spool_count(s), 2);
     check_peek(s, 8, 2, "1:0:1:kept;2:1:1:{};");
-    put(s, recs, 1, 0);
+    put(s, recs, 1, 0); /* already stored before the reopen */
+    cr_assert_eq(tm_srv_store_duplicates(s), 1);
     tm_srv_store_close(s);
 
     tm_error err;
     cr_assert_eq(tm_srv_store_open_readonly(dir, &s, &err), TM_OK, "%s", err.message);
-    cr_assert_str_eq(chunks(s, NULL), "1|100|1|c|40|400|kept\n2|100|1|c|40|400|kept\n");
+    cr_assert_str_eq(chunks(s, NULL), "1|100|1|c|40|400|kept\n");
     cr_assert_eq(tm_srv_store_spool_count(s), 2);
     check_peek(s, 1, 1, "1:0:1:kept;");
     cr_assert_str_eq(query("SELECT count(*) FROM outcomes"), "1\n");

@@ -81,7 +81,10 @@ ts_server ts_server_start(const char *dir, int port, const char *yaml) {
     while (fgets(line, sizeof line, s.out)) {
         const char *p = strstr(line, banner);
         if (p) s.port = atoi(p + strlen(banner));
-        if (strncmp(line, "DSN:", 4) == 0) break;
+        if (strncmp(line, "DSN:", 4) == 0) {
+            snprintf(s.dsn, sizeof s.dsn, "%s", line);
+            break;
+        }
     }
     cr_assert(s.port > 0, "the server printed no port");
     cr_assert(port == 0 || s.port == port, "the server listens on %d, not %d", s.port, port);

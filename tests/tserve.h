@@ -30,6 +30,7 @@ typedef struct ts_server {
     int port;
     FILE *out; /* the server's stdout */
     char *dir, *store;
+    char dsn[512]; /* the banner's first DSN line */
 } ts_server;
 
 /* Starts `tracemill serve --config DIR/config.yml` listening on
