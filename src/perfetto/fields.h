@@ -1,6 +1,6 @@
 /*
  * fields.h — Perfetto's protobuf field numbers and enum values by name, for
- * every message tracemill reads or writes (perfetto/trace/*.proto, v58).
+ * every message tracemill reads or writes (protos/perfetto/trace, v58).
  * The one place they are spelled out: the reader (perfetto/), the
  * recorder's writer (record/writer.c) and the test trace builder
  * (tests/trace_builder.h) all use these names, never bare numbers.
