@@ -602,12 +602,10 @@ static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f,
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
     put_uint(b, TM_PF_INTERNED_IID, s->cs[k].iid);
-    size_t ids = msg_open(b); /* packed repeated uint64 */
-    for (uint32_t i = 0; i < n; i++) {
-        uint8_t *p = room(b, TM_PBW_VARINT_MAX);
-        if (p) b->len = (size_t)(tm_pbw_varint(p, f[i]) - b->p);
-    }
-    msg_close(b, TM_PF_CALLSTACK_FRAME_IDS, ids);
+    /* Unpacked, as the proto declares it: Perfetto's decoder reads
+     * frame_ids only that way, and packed ids left Trace Processor without
+     * stacks. */
+    for (uint32_t i = 0; i < n; i++) put_uint(b, TM_PF_CALLSTACK_FRAME_IDS, f[i]);
     msg_close(b, TM_PF_INTERNED_CALLSTACKS, e);
     return s->cs[k].iid;
 }
