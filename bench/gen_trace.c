@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     if (!n_threads || !n_stacks || !n_frames || !depth) return 2;
 
     tb_buf t = {0};
-    uint32_t ids[3] = {6, 3, 1};
+    uint32_t ids[3] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC, TM_PF_BUILTIN_CLOCK_REALTIME};
     uint64_t vals[3] = {BOOT0, MONO0, REAL0};
     tb_clock_snapshot(&t, 1, ids, vals, 3);
 

@@ -70,7 +70,7 @@ static const char *fn_of(const char *key, size_t *len) {
 /* Threads of pid 10: 10 "main", 11 "worker", 12 "bg". */
 static tb_buf build(const stk *stacks, size_t n) {
     tb_buf t = {0};
-    const uint32_t ids[2] = {6, 1};
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(&t, 0, ids, vals, 2);
     size_t p = tb_packet_open(&t, 2, 1, 0);

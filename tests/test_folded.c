@@ -88,7 +88,7 @@ static void add_threads(tb_buf *t) {
 }
 
 static void build(tb_buf *t, const smp *s, size_t n) {
-    const uint32_t ids[2] = {6, 1};
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     add_threads(t);

@@ -33,6 +33,7 @@
 #include <zlib.h>
 
 #include "server.h"
+#include "wire/pb.h" /* wire types of the hand-made fields */
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"
@@ -62,7 +63,7 @@ static void put(tb_buf *t, const char *bytes, size_t n) { tb_raw(t, bytes, n); }
 
 /* BOOTTIME 1 s = REALTIME 1.7e9 s on sequence 1. */
 static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {6, 1};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
     tb_clock_snapshot(t, 1, ids, vals, 2);
 }
@@ -289,7 +290,7 @@ BUILDER(truncated_inside_perf_sample) {
 BUILDER(truncated_inside_interned_data) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    tb_tag(t, TM_PF_PACKET_INTERNED_DATA, 2);
+    tb_tag(t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
     tb_varint(t, 40); /* 3 bytes follow inside the packet */
     PUT(t, "\x2a\x01\x00");
     tb_close(t, p);
@@ -299,8 +300,8 @@ BUILDER(truncated_interned_string) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t f = tb_open(t, TM_PF_INTERNED_FUNCTION_NAMES);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_INTERNED_STRING_STR, TM_PB_LEN);
     tb_varint(t, 50);
     PUT(t, "main");
     tb_close(t, f);
@@ -310,8 +311,8 @@ BUILDER(truncated_packed_frame_ids) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_LEN);
     tb_varint(t, 3);
     PUT(t, "\x01\x02\x83"); /* the last varint continues past the field */
     tb_close(t, c);
@@ -321,8 +322,8 @@ BUILDER(truncated_clock_value) {
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
     size_t s = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
     size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
-    tb_uint(t, TM_PF_CLOCK_ID, 6);
-    tb_tag(t, TM_PF_CLOCK_TIMESTAMP, 0);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
+    tb_tag(t, TM_PF_CLOCK_TIMESTAMP, TM_PB_VARINT);
     PUT(t, "\xff\xff");
     tb_close(t, c);
     tb_close(t, s);
@@ -334,7 +335,7 @@ BUILDER(truncated_streaming_deltas) {
     size_t s = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
     static const uint64_t cs[] = {1, 1};
     tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, cs, 2);
-    tb_tag(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, 2);
+    tb_tag(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, TM_PB_LEN);
     tb_varint(t, 2);
     PUT(t, "\x01\xff");
     tb_close(t, s);
@@ -367,7 +368,7 @@ BUILDER(varint_11_bytes_tag) { valid_trace(t, 1); ff_bytes(t, 10); PUT(t, "\x01"
 BUILDER(varint_11_bytes_timestamp) {
     valid_trace(t, 1);
     size_t p = tb_open(t, TM_PF_TRACE_PACKET);
-    tb_tag(t, TM_PF_PACKET_TIMESTAMP, 0);
+    tb_tag(t, TM_PF_PACKET_TIMESTAMP, TM_PB_VARINT);
     ff_bytes(t, 10);
     PUT(t, "\x01");
     tb_close(t, p);
@@ -375,7 +376,7 @@ BUILDER(varint_11_bytes_timestamp) {
 BUILDER(varint_10_bytes_overflowing_64_bits) {
     valid_trace(t, 1);
     size_t p = tb_open(t, TM_PF_TRACE_PACKET);
-    tb_tag(t, TM_PF_PACKET_TIMESTAMP, 0);
+    tb_tag(t, TM_PF_PACKET_TIMESTAMP, TM_PB_VARINT);
     ff_bytes(t, 9);
     PUT(t, "\x7f"); /* bits 64..69 set */
     tb_close(t, p);
@@ -384,8 +385,8 @@ BUILDER(varint_11_bytes_frame_id) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 0);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_VARINT);
     ff_bytes(t, 10);
     PUT(t, "\x01");
     tb_close(t, c);
@@ -403,7 +404,7 @@ BUILDER(length_2pow64_minus_1_top_level) {
 BUILDER(length_2pow64_minus_1_interned_data) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    tb_tag(t, TM_PF_PACKET_INTERNED_DATA, 2);
+    tb_tag(t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
     tb_varint(t, UINT64_MAX);
     PUT(t, "\x2a\x00");
     tb_close(t, p);
@@ -413,8 +414,8 @@ BUILDER(length_2pow63_function_name) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t f = tb_open(t, TM_PF_INTERNED_FUNCTION_NAMES);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_INTERNED_STRING_STR, TM_PB_LEN);
     tb_varint(t, 1ull << 63);
     PUT(t, "main");
     tb_close(t, f);
@@ -424,8 +425,8 @@ BUILDER(length_2pow64_minus_2_frame_ids) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_LEN);
     tb_varint(t, UINT64_MAX - 1);
     PUT(t, "\x01");
     tb_close(t, c);
@@ -434,7 +435,7 @@ BUILDER(length_2pow64_minus_2_frame_ids) {
 BUILDER(length_2pow64_minus_1_compressed) {
     valid_trace(t, 1);
     size_t p = tb_open(t, TM_PF_TRACE_PACKET);
-    tb_tag(t, TM_PF_PACKET_COMPRESSED_PACKETS, 2);
+    tb_tag(t, TM_PF_PACKET_COMPRESSED_PACKETS, TM_PB_LEN);
     tb_varint(t, UINT64_MAX);
     PUT(t, "\x78\x9c");
     tb_close(t, p);
@@ -450,7 +451,7 @@ static void packet_of(tb_buf *t, size_t bytes) {
     size_t p = tb_open(t, TM_PF_TRACE_PACKET);
     size_t fill = bytes - 2 - 4; /* field 1000's tag takes 2 bytes, its length 4 */
     if (varint_size(fill) != 4) abort();
-    tb_tag(t, 1000, 2);
+    tb_tag(t, 1000, TM_PB_LEN);
     tb_varint(t, fill);
     uint8_t *zeros = calloc(1, fill);
     if (!zeros) abort();
@@ -503,8 +504,8 @@ BUILDER(wire_frame_ids_as_fixed64) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_fixed64(t, 2, 1);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_fixed64(t, TM_PF_CALLSTACK_FRAME_IDS, 1);
     tb_close(t, c);
     close2(t, o);
 }
@@ -512,7 +513,7 @@ BUILDER(wire_clock_timestamp_as_bytes) {
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
     size_t s = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
     size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
-    tb_uint(t, TM_PF_CLOCK_ID, 6);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     tb_bytes(t, TM_PF_CLOCK_TIMESTAMP, "\x01", 1);
     tb_close(t, c);
     tb_close(t, s);
@@ -717,7 +718,7 @@ BUILDER(thread_reference_time_negative) {
 
 /* -- clocks -- */
 static void clocks_then_samples(tb_buf *t, uint64_t boot, uint64_t real) {
-    const uint32_t ids[] = {6, 1};
+    const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[] = {boot, real};
     tb_clock_snapshot(t, 1, ids, vals, 2);
     interned_packet(t, 1);
@@ -730,12 +731,12 @@ BUILDER(clock_multiplier_2pow64_minus_1) {
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
     size_t s = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
     size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
-    tb_uint(t, TM_PF_CLOCK_ID, 64);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_FIRST_SEQUENCE_CLOCK);
     tb_uint(t, TM_PF_CLOCK_TIMESTAMP, 5);
     tb_uint(t, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, UINT64_MAX);
     tb_close(t, c);
     c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
-    tb_uint(t, TM_PF_CLOCK_ID, 6);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     tb_uint(t, TM_PF_CLOCK_TIMESTAMP, 1000000000ull);
     tb_close(t, c);
     tb_close(t, s);
@@ -743,7 +744,7 @@ BUILDER(clock_multiplier_2pow64_minus_1) {
     interned_packet(t, 1);
     for (uint64_t k = 0; k < 3; k++) {
         p = tb_packet_open(t, 1, 6 + k, TB_SEQ_NEEDS);
-        tb_uint(t, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, 64);
+        tb_uint(t, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, TM_PF_FIRST_SEQUENCE_CLOCK);
         size_t ps = tb_open(t, TM_PF_PACKET_PERF_SAMPLE);
         tb_uint(t, TM_PF_PERF_SAMPLE_PID, 100);
         tb_uint(t, TM_PF_PERF_SAMPLE_TID, 100);
@@ -764,7 +765,7 @@ BUILDER(clock_snapshot_300_clocks) {
     samples(t, 1, 2);
 }
 BUILDER(gen_clock_snapshots_1000001) {
-    static const uint32_t ids[] = {6, 1};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     for (uint64_t k = 0; k <= 1000000; k++) {
         const uint64_t vals[] = {1000000000ull + k, 1700000000000000000ull + k};
         tb_clock_snapshot(t, 1, ids, vals, 2);
@@ -791,7 +792,7 @@ BUILDER(zstd_compressed_packets) {
     zstd_rle(&z, 131072, 1);
     valid_trace(t, 2);
     size_t p = tb_open(t, TM_PF_TRACE_PACKET);
-    tb_bytes(t, 133, z.data, z.len); /* zstd_compressed_packets */
+    tb_bytes(t, TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS, z.data, z.len);
     tb_close(t, p);
     tb_free(&z);
 }

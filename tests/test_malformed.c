@@ -60,7 +60,7 @@ static size_t close_at(tb_buf *t, size_t mark, size_t pos) {
 }
 
 static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {6, 1}; /* BOOTTIME, REALTIME */
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
     tb_clock_snapshot(t, 1, ids, vals, 2);
 }
@@ -245,7 +245,7 @@ Test(malformed, length_past_end_of_interned_data) {
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t bad = t.len;
-        tb_tag(&t, TM_PF_PACKET_INTERNED_DATA, 2);
+        tb_tag(&t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
         tb_varint(&t, 32); /* 3 bytes follow in the packet */
         tb_raw(&t, "\x2a\x01\x00", 3);
         bad = close_at(&t, p, bad);
@@ -263,7 +263,7 @@ Test(malformed, length_past_end_of_interned_frame) {
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
         size_t bad = t.len;
-        tb_tag(&t, TM_PF_INTERNED_FRAMES, 2);
+        tb_tag(&t, TM_PF_INTERNED_FRAMES, TM_PB_LEN);
         tb_varint(&t, 20);
         tb_raw(&t, "\x08\x01", 2);
         bad = close_at(&t, i, bad);
@@ -333,7 +333,7 @@ Test(malformed, interned_frame_iid_sent_as_len) {
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t f = tb_open(&t, TM_PF_INTERNED_FRAMES);
         size_t bad = t.len;
-        tb_bytes(&t, 1, "\x01", 1); /* Frame.iid is uint64 */
+        tb_bytes(&t, TM_PF_INTERNED_IID, "\x01", 1); /* Frame.iid is uint64 */
         bad = close_at(&t, f, bad);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
@@ -364,9 +364,10 @@ Test(malformed, garbage_inside_interned_data) {
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t f = tb_open(&t, TM_PF_INTERNED_FRAMES);
-        tb_uint(&t, 1, 1);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
         bad = t.len;
-        tb_raw(&t, "\x27\x00", 2); /* field 4, wire type 7 */
+        tb_tag(&t, TM_PF_FRAME_REL_PC, 7); /* no such wire type */
+        tb_varint(&t, 0);
         bad = close_at(&t, f, bad);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
@@ -378,8 +379,8 @@ Test(malformed, garbage_inside_interned_data) {
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t c = tb_open(&t, TM_PF_INTERNED_CALLSTACKS);
-        tb_uint(&t, 1, 1);
-        tb_tag(&t, 2, 2);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
+        tb_tag(&t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_LEN);
         tb_varint(&t, 3);
         bad = t.len + 2;
         tb_raw(&t, "\x01\x02\x83", 3);
@@ -394,9 +395,9 @@ Test(malformed, garbage_inside_interned_data) {
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t mp = tb_open(&t, TM_PF_INTERNED_MAPPINGS);
-        tb_uint(&t, 1, 1);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
         bad = t.len;
-        tb_fixed32(&t, 7, 1);
+        tb_fixed32(&t, TM_PF_MAPPING_PATH_STRING_IDS, 1);
         bad = close_at(&t, mp, bad);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
@@ -666,7 +667,7 @@ Test(limits, max_packet_bytes) {
         size_t at = t.len;
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         static const char pad[300] = {0};
-        tb_bytes(&t, 900, pad, sizeof pad); /* for_testing: skipped */
+        tb_bytes(&t, TM_PF_PACKET_FOR_TESTING, pad, sizeof pad); /* skipped */
         tb_close(&t, p);
         size_t big = t.len - payload_of(&t, at);
         valid_trace(&t, 1);
@@ -777,7 +778,8 @@ static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
  * a ThreadDescriptor with a StreamingProfilePacket, defaults, and a
  * compressed packet. */
 static void rich_trace(tb_buf *t) {
-    static const uint32_t ids[] = {6, 1, 3};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME,
+                                   TM_PF_BUILTIN_CLOCK_MONOTONIC};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull, 500000000ull};
     tb_clock_snapshot(t, 1, ids, vals, 3);
 
@@ -794,7 +796,7 @@ static void rich_trace(tb_buf *t) {
 
     p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
-    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, 6);
+    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     tb_close(t, d);
     size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
@@ -1184,7 +1186,7 @@ Test(relay_schema, clock_fields_outside_relays_subset_are_skipped) {
     tb_buf t = {0};
     size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
     size_t cs = tb_open(&t, TM_PF_PACKET_CLOCK_SNAPSHOT);
-    static const uint32_t ids[] = {6, 1};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
     for (int k = 0; k < 2; k++) {
         size_t c = tb_open(&t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);

@@ -22,7 +22,7 @@
  * packet after a clock snapshot), then 4n samples over them. */
 static tb_buf interning_trace(uint64_t n, size_t *interned_at) {
     tb_buf t = {0};
-    uint32_t ids[] = {6};
+    uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME};
     uint64_t vals[] = {1000};
     tb_clock_snapshot(&t, 0, ids, vals, 1);
     *interned_at = t.len;

@@ -139,6 +139,9 @@ typedef struct pkt_info {
     int frame_ids_varint, frame_ids_len, path_ids_varint, path_ids_len;
 } pkt_info;
 
+/* The sequence flags of a packet that starts a generation of interning. */
+enum { NEW_GENERATION = TM_PF_SEQ_INCREMENTAL_STATE_CLEARED | TM_PF_SEQ_NEEDS_INCREMENTAL_STATE };
+
 static tm_bytes bytes(const void *p, size_t n) {
     tm_bytes b = {p, n};
     return b;
@@ -274,7 +277,7 @@ Test(record_writer, samples_threads_and_names_read_back) {
                      st->dropped_missing_clock,
                  0);
     cr_expect_eq(st->data_losses, 0);
-    cr_expect_eq(st->trace_clock_id, 6);
+    cr_expect_eq(st->trace_clock_id, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     cr_expect(st->has_realtime);
     cr_expect_eq(st->first_sample_ns, 1001000000);
     cr_expect(has_thread(t, "worker-a"));
@@ -307,12 +310,13 @@ Test(record_writer, interning_once_per_sequence_and_flags) {
             cr_expect_eq(p[i].seq, TMR_WRITER_SEQ, "descriptors go on the writer's own sequence");
             continue;
         }
-        cr_expect(p[i].flags & 2, "every sample packet needs incremental state");
+        cr_expect(p[i].flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE, "every sample packet needs incremental state");
         if (p[i].seq == 7) {
             frames7 += p[i].n_frames, stacks7 += p[i].n_callstacks;
-            cleared7 += (p[i].flags & 1) != 0;
+            cleared7 += (p[i].flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) != 0;
             if (!seen7++) {
-                cr_expect(p[i].flags & 1, "first packet of a sequence clears its state");
+                cr_expect(p[i].flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED,
+                          "first packet of a sequence clears its state");
                 cr_expect(p[i].has_defaults);
                 /* Root first: the root's frame was interned last (pcs run leaf to root). */
                 cr_expect_eq(p[i].first_callstack_len, 3);
@@ -336,9 +340,9 @@ Test(record_writer, interning_once_per_sequence_and_flags) {
     sample(&r, 7, 1, 301, deep, 3, 0);
     n = scan(&r, p, 64);
     cr_assert_eq(n, before + 2);
-    cr_expect_eq(p[before].flags, 3);
+    cr_expect_eq(p[before].flags, NEW_GENERATION);
     cr_expect_eq(p[before].n_frames, 3);
-    cr_expect_eq(p[before + 1].flags, 2);
+    cr_expect_eq(p[before + 1].flags, TM_PF_SEQ_NEEDS_INCREMENTAL_STATE);
     cr_expect_eq(p[before + 1].n_frames, 0);
     tm_trace *t = parse(&r, TM_MODE_DEFAULT);
     cr_expect_eq(tm_trace_get_stats(t)->samples_kept, 8);
@@ -406,7 +410,7 @@ Test(record_writer, data_loss_is_reported_and_later_samples_resolve) {
         cr_expect_eq(p[i].flags, 0, "the loss marker needs no incremental state");
         cr_expect(!p[i].has_perf_sample);
         cr_assert_lt(i + 1, n);
-        cr_expect_eq(p[i + 1].flags, 3, "the sample after a loss starts a new generation");
+        cr_expect_eq(p[i + 1].flags, NEW_GENERATION, "the sample after a loss starts a new generation");
         cr_expect_eq(p[i + 1].n_frames, 3, "and re-interns what it uses");
         cr_expect_eq(p[i + 1].n_callstacks, 1);
     }

@@ -80,7 +80,7 @@ enum {
 static const char ODD_NAME[] = "a\"b\\\n\xff\xc0\xafz";
 
 static void add_clock(tb_buf *t) {
-    const uint32_t ids[2] = {6, 1}; /* BOOTTIME, REALTIME */
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, REAL0};
     tb_clock_snapshot(t, 0, ids, vals, 2);
 }

@@ -290,7 +290,7 @@ static tu_membuf perfetto_to_v2(const void *buf, size_t len) {
 static const char ODD_NAME[] = "q\"b\\s\n\x01\xff\xc0\xafz\xe2\x82\xac";
 
 static void build_trace(tb_buf *t) {
-    const uint32_t ids[2] = {6, 1}; /* BOOTTIME, REALTIME */
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {1000000000ull, 1700000001000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     size_t pkt = tb_packet_open(t, 2, 1, 0);

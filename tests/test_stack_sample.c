@@ -21,10 +21,10 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define CLK_REALTIME 1
-#define CLK_MONOTONIC 3
-#define CLK_MONOTONIC_RAW 5
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_MONOTONIC TM_PF_BUILTIN_CLOCK_MONOTONIC
+#define CLK_MONOTONIC_RAW TM_PF_BUILTIN_CLOCK_MONOTONIC_RAW
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 
 /* BOOTTIME 1 s is Unix 1700000000 s. */
 #define BOOT0 1000000000ull
@@ -114,7 +114,7 @@ static void interned_packet(tb_buf *t, uint32_t seq) {
     tb_callstack(t, 7, cs, 3, 1);
     tb_task_context(t, 5, 100, 102);
     size_t ec = tb_open(t, TM_PF_INTERNED_EXECUTION_CONTEXTS);
-    tb_uint(t, 1, 3);
+    tb_uint(t, TM_PF_INTERNED_IID, 3);
     tb_uint(t, TM_PF_EXECUTION_CONTEXT_CPU, 1);
     tb_close(t, ec);
     tb_close(t, i);
@@ -404,7 +404,7 @@ Test(stack_sample, packet_timestamps_go_through_the_clock_graph) {
     size_t d = tb_open(&b, TM_PF_PACKET_DEFAULTS);
     tb_uint(&b, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
     size_t sd = tb_open(&b, TM_PF_DEFAULTS_STACK_SAMPLE);
-    tb_str(&b, 1, "python.wall");
+    tb_str(&b, TM_PF_STACK_DEFAULTS_SOURCE, "python.wall");
     tb_close(&b, sd);
     tb_close(&b, d);
     tb_close(&b, p);

@@ -55,8 +55,8 @@
  * at the sizes used here each quadratic variant exceeds 10x. */
 #define MAX_PER_BYTE_FACTOR 8.0
 
-#define CLK_REALTIME 1
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 #define BOOT0 1000000000ull
 #define UNIX0 1700000000000000000ull
 /* Samples are 1 ms apart at every size, so that timestamps need as many

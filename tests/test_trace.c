@@ -26,9 +26,9 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define CLK_REALTIME 1
-#define CLK_MONOTONIC 3
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_MONOTONIC TM_PF_BUILTIN_CLOCK_MONOTONIC
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 
 /* ---- text buffer ---- */
 
@@ -178,12 +178,12 @@ static void callstack1(tb_buf *t, uint64_t iid, uint64_t frame) { tb_callstack(t
 static void mapping_paths(tb_buf *t, uint64_t iid, uint64_t start, uint64_t end, const uint64_t *paths,
                           size_t n, int packed) {
     size_t m = tb_open(t, TM_PF_INTERNED_MAPPINGS);
-    tb_uint(t, 1, iid);
-    tb_uint(t, 4, start);
-    tb_uint(t, 5, end);
-    if (packed) tb_packed(t, 7, paths, n);
+    tb_uint(t, TM_PF_INTERNED_IID, iid);
+    tb_uint(t, TM_PF_MAPPING_START, start);
+    tb_uint(t, TM_PF_MAPPING_END, end);
+    if (packed) tb_packed(t, TM_PF_MAPPING_PATH_STRING_IDS, paths, n);
     else
-        for (size_t i = 0; i < n; i++) tb_uint(t, 7, paths[i]);
+        for (size_t i = 0; i < n; i++) tb_uint(t, TM_PF_MAPPING_PATH_STRING_IDS, paths[i]);
     tb_close(t, m);
 }
 
@@ -819,7 +819,7 @@ Test(trace_clocks, sequence_scoped_clock_with_unit_multiplier) {
     tb_uint(&b, TM_PF_CLOCK_TIMESTAMP, 100000);
     tb_close(&b, c);
     c = tb_open(&b, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
-    tb_uint(&b, TM_PF_CLOCK_ID, 64);
+    tb_uint(&b, TM_PF_CLOCK_ID, TM_PF_FIRST_SEQUENCE_CLOCK);
     tb_uint(&b, TM_PF_CLOCK_TIMESTAMP, 5); /* 5 µs */
     tb_uint(&b, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, 1000);
     tb_close(&b, c);
@@ -1440,13 +1440,13 @@ Test(trace_frames, missing_callstack_frame_or_mapping_iid_drops_the_sample) {
 static void trace_stats_packet(tb_buf *t, const uint64_t *overwritten, const uint64_t *discarded,
                                const uint64_t *writer_loss, size_t n_buffers) {
     size_t p = tb_packet_open(t, 0, TB_NO_TS, 0);
-    size_t s = tb_open(t, 35);
+    size_t s = tb_open(t, TM_PF_PACKET_TRACE_STATS);
     for (size_t b = 0; b < n_buffers; b++) {
-        size_t bs = tb_open(t, 1);
-        tb_uint(t, 3, overwritten[b]);
-        tb_uint(t, 13, overwritten[b] * 4096);
-        tb_uint(t, 18, discarded[b]);
-        tb_uint(t, 19, writer_loss[b]);
+        size_t bs = tb_open(t, TM_PF_TRACE_STATS_BUFFER_STATS);
+        tb_uint(t, TM_PF_BUFFER_STATS_CHUNKS_OVERWRITTEN, overwritten[b]);
+        tb_uint(t, TM_PF_BUFFER_STATS_BYTES_OVERWRITTEN, overwritten[b] * 4096);
+        tb_uint(t, TM_PF_BUFFER_STATS_CHUNKS_DISCARDED, discarded[b]);
+        tb_uint(t, TM_PF_BUFFER_STATS_TRACE_WRITER_PACKET_LOSS, writer_loss[b]);
         tb_close(t, bs);
     }
     tb_close(t, s);
