@@ -59,26 +59,26 @@ int main(int argc, char **argv) {
     if (!n_threads || !n_stacks || !n_frames || !depth) return 2;
 
     tb_buf t = {0};
-    uint32_t ids[3] = {6, 3, 1};
+    uint32_t ids[3] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC, TM_PF_BUILTIN_CLOCK_REALTIME};
     uint64_t vals[3] = {BOOT0, MONO0, REAL0};
     tb_clock_snapshot(&t, 1, ids, vals, 3);
 
     /* Process and thread names. */
-    size_t p = tb_open(&t, TB_TRACE_PACKET);
-    tb_uint(&t, TB_P_TIMESTAMP, BOOT0);
-    tb_uint(&t, TB_P_SEQ_ID, 1);
-    size_t pt = tb_open(&t, TB_P_PROCESS_TREE);
-    size_t pr = tb_open(&t, TB_PT_PROCESSES);
-    tb_uint(&t, TB_PROC_PID, PID);
-    tb_str(&t, TB_PROC_CMDLINE, "com.example.app");
+    size_t p = tb_open(&t, TM_PF_TRACE_PACKET);
+    tb_uint(&t, TM_PF_PACKET_TIMESTAMP, BOOT0);
+    tb_uint(&t, TM_PF_PACKET_SEQUENCE_ID, 1);
+    size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
+    size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
+    tb_uint(&t, TM_PF_PROCESS_PID, PID);
+    tb_str(&t, TM_PF_PROCESS_CMDLINE, "com.example.app");
     tb_close(&t, pr);
     for (uint32_t i = 0; i < n_threads; i++) {
         char name[32];
         snprintf(name, sizeof name, i == 0 ? "main" : (i % 2 ? "RenderThread-%u" : "worker-%u"), i);
-        size_t th = tb_open(&t, TB_PT_THREADS);
-        tb_uint(&t, TB_THR_TID, PID + i);
-        tb_str(&t, TB_THR_NAME, name);
-        tb_uint(&t, TB_THR_TGID, PID);
+        size_t th = tb_open(&t, TM_PF_PROCESS_TREE_THREADS);
+        tb_uint(&t, TM_PF_THREAD_TID, PID + i);
+        tb_str(&t, TM_PF_THREAD_NAME, name);
+        tb_uint(&t, TM_PF_THREAD_TGID, PID);
         tb_close(&t, th);
     }
     tb_close(&t, pt);
@@ -97,33 +97,33 @@ int main(int argc, char **argv) {
 
     for (uint32_t i = 0; i < n_threads; i++) {
         int streaming = i % 2 == 1;
-        p = tb_open(&t, TB_TRACE_PACKET);
-        tb_uint(&t, TB_P_TIMESTAMP, BOOT0);
-        tb_uint(&t, TB_P_SEQ_ID, 10 + i);
-        tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_CLEARED);
+        p = tb_open(&t, TM_PF_TRACE_PACKET);
+        tb_uint(&t, TM_PF_PACKET_TIMESTAMP, BOOT0);
+        tb_uint(&t, TM_PF_PACKET_SEQUENCE_ID, 10 + i);
+        tb_uint(&t, TM_PF_PACKET_SEQUENCE_FLAGS, TB_SEQ_CLEARED);
         if (streaming) {
-            size_t td = tb_open(&t, TB_P_THREAD_DESCRIPTOR);
-            tb_uint(&t, TB_TD_PID, PID);
-            tb_uint(&t, TB_TD_TID, PID + i);
-            tb_uint(&t, TB_TD_REF_US, MONO0 / 1000);
+            size_t td = tb_open(&t, TM_PF_PACKET_THREAD_DESCRIPTOR);
+            tb_uint(&t, TM_PF_THREAD_DESC_PID, PID);
+            tb_uint(&t, TM_PF_THREAD_DESC_TID, PID + i);
+            tb_uint(&t, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, MONO0 / 1000);
             tb_close(&t, td);
         }
-        size_t in = tb_open(&t, TB_P_INTERNED_DATA);
+        size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         for (uint32_t f = 1; f <= n_frames; f++) {
             char name[64];
             int m = (int)(f % N_MAPPINGS);
             int len = m == 2 ? snprintf(name, sizeof name, "com.example.app.Module%u.method%u", f % 97, f)
                              : snprintf(name, sizeof name, "native_function_%u", f);
-            tb_interned_string(&t, TB_I_FUNCTION_NAMES, f, name, (size_t)len);
+            tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, f, name, (size_t)len);
         }
         for (int m = 0; m < N_MAPPINGS; m++) {
             for (int s = 0; s < 3; s++) {
                 const char *seg = mapping_paths[m][s];
-                tb_interned_string(&t, TB_I_MAPPING_PATHS, (uint64_t)(m * 3 + s + 1), seg, strlen(seg));
+                tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, (uint64_t)(m * 3 + s + 1), seg, strlen(seg));
             }
             uint8_t build_id[20];
             for (int b = 0; b < 20; b++) build_id[b] = (uint8_t)(m * 31 + b * 7);
-            if (m != 2) tb_interned_string(&t, TB_I_BUILD_IDS, (uint64_t)m + 1, build_id, sizeof build_id);
+            if (m != 2) tb_interned_string(&t, TM_PF_INTERNED_BUILD_IDS, (uint64_t)m + 1, build_id, sizeof build_id);
             uint64_t path[3] = {(uint64_t)m * 3 + 1, (uint64_t)m * 3 + 2, (uint64_t)m * 3 + 3};
             uint64_t start = 0x7000000000ull + (uint64_t)m * 0x10000000ull;
             tb_mapping(&t, (uint64_t)m + 1, m != 2 ? (uint64_t)m + 1 : 0, start, start + 0x8000000ull, path, 3);
@@ -151,12 +151,12 @@ int main(int argc, char **argv) {
                     cs[k] = 1 + rnd() % n_stacks;
                     dt[k] = base == 0 && k == 0 ? 0 : 1000;
                 }
-                p = tb_open(&t, TB_TRACE_PACKET);
-                tb_uint(&t, TB_P_SEQ_ID, 10 + i);
-                tb_uint(&t, TB_P_SEQ_FLAGS, TB_SEQ_NEEDS);
-                size_t sp = tb_open(&t, TB_P_STREAMING_PROFILE);
-                tb_packed(&t, TB_SP_CALLSTACK, cs, (size_t)n);
-                tb_packed(&t, TB_SP_DELTA, dt, (size_t)n);
+                p = tb_open(&t, TM_PF_TRACE_PACKET);
+                tb_uint(&t, TM_PF_PACKET_SEQUENCE_ID, 10 + i);
+                tb_uint(&t, TM_PF_PACKET_SEQUENCE_FLAGS, TB_SEQ_NEEDS);
+                size_t sp = tb_open(&t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+                tb_packed(&t, TM_PF_STREAMING_CALLSTACK_IID, cs, (size_t)n);
+                tb_packed(&t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, (size_t)n);
                 tb_close(&t, sp);
                 tb_close(&t, p);
             }

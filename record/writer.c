@@ -29,132 +29,9 @@
 #include <unistd.h>
 
 #include "common/base.h" /* tm_fail, tm_hash_u64 */
+#include "perfetto/fields.h"
 #include "wire/pb_write.h"
 #include "record.h"
-
-/* ---- field numbers (perfetto-wire.md §1) ---- */
-enum {
-    TRACE_PACKET = 1,
-    /* TracePacket */
-    PKT_PROCESS_TREE = 2,
-    PKT_CLOCK_SNAPSHOT = 6,
-    PKT_TIMESTAMP = 8,
-    PKT_SEQ_ID = 10,
-    PKT_INTERNED_DATA = 12,
-    PKT_SEQ_FLAGS = 13,
-    PKT_TRACE_CONFIG = 33,
-    PKT_TRACE_STATS = 35,
-    PKT_PREV_DROPPED = 42,
-    PKT_SYSTEM_INFO = 45,
-    PKT_DEFAULTS = 59,
-    PKT_TRACK_DESCRIPTOR = 60,
-    PKT_PERF_SAMPLE = 66,
-    SEQ_INCREMENTAL_STATE_CLEARED = 1,
-    SEQ_NEEDS_INCREMENTAL_STATE = 2,
-    DATA_LOSS_PRESENT = 1,
-    /* TracePacketDefaults */
-    DEF_TIMESTAMP_CLOCK_ID = 58,
-    DEF_PERF_SAMPLE_DEFAULTS = 12,
-    PSD_TIMEBASE = 1,
-    TB_FREQUENCY = 2,
-    TB_COUNTER = 4,
-    TB_NAME = 10,
-    COUNTER_SW_CPU_CLOCK = 1,
-    COUNTER_SW_TASK_CLOCK = 3,
-    /* InternedData */
-    ID_FUNCTION_NAMES = 5,
-    ID_FRAMES = 6,
-    ID_CALLSTACKS = 7,
-    ID_BUILD_IDS = 16,
-    ID_MAPPING_PATHS = 17,
-    ID_MAPPINGS = 19,
-    IID = 1,
-    STR_STR = 2,
-    MAP_BUILD_ID = 2,
-    MAP_START_OFFSET = 3,
-    MAP_START = 4,
-    MAP_END = 5,
-    MAP_LOAD_BIAS = 6,
-    MAP_PATH_IDS = 7,
-    MAP_EXACT_OFFSET = 8,
-    FRAME_NAME_ID = 2,
-    FRAME_MAPPING_ID = 3,
-    FRAME_REL_PC = 4,
-    CALLSTACK_FRAME_IDS = 2,
-    /* PerfSample */
-    PS_CPU = 1,
-    PS_PID = 2,
-    PS_TID = 3,
-    PS_CALLSTACK_IID = 4,
-    PS_CPU_MODE = 5,
-    CPU_MODE_USER = 2,
-    /* ClockSnapshot */
-    CS_CLOCKS = 1,
-    CS_PRIMARY = 2,
-    CLOCK_ID = 1,
-    CLOCK_TIMESTAMP = 2,
-    CLOCK_REALTIME_ID = 1,
-    CLOCK_MONOTONIC_ID = 3,
-    CLOCK_BOOTTIME_ID = 6,
-    /* ProcessTree */
-    PT_PROCESSES = 1,
-    PT_THREADS = 2,
-    PT_COLLECTION_END = 3,
-    PROC_PID = 1,
-    PROC_PPID = 2,
-    PROC_CMDLINE = 3,
-    PROC_UID = 5,
-    THR_TID = 1,
-    THR_NAME = 2,
-    THR_TGID = 3,
-    /* TrackDescriptor */
-    TD_UUID = 1,
-    TD_PROCESS = 3,
-    TD_THREAD = 4,
-    TD_PARENT_UUID = 5,
-    PD_PID = 1,
-    PD_CMDLINE = 2,
-    PD_PROCESS_NAME = 6,
-    TDESC_PID = 1,
-    TDESC_TID = 2,
-    TDESC_THREAD_NAME = 5,
-    /* SystemInfo */
-    SI_UTSNAME = 1,
-    SI_HZ = 3,
-    SI_SERVICE_VERSION = 4,
-    SI_PAGE_SIZE = 6,
-    SI_TIMEZONE_OFF_MINS = 7,
-    SI_NUM_CPUS = 8,
-    SI_RAM_BYTES = 16,
-    UTS_SYSNAME = 1,
-    UTS_VERSION = 2,
-    UTS_RELEASE = 3,
-    UTS_MACHINE = 4,
-    /* TraceConfig */
-    TC_BUFFERS = 1,
-    TC_DATA_SOURCES = 2,
-    TC_BUILTIN = 20,
-    BUF_SIZE_KB = 1,
-    BUF_FILL_POLICY = 4,
-    FILL_RING_BUFFER = 1,
-    FILL_DISCARD = 2,
-    DS_CONFIG = 1,
-    DSC_NAME = 1,
-    DSC_TARGET_BUFFER = 2,
-    DSC_LEGACY_CONFIG = 1000,
-    BUILTIN_PRIMARY_CLOCK = 5,
-    /* TraceStats */
-    TS_BUFFER_STATS = 1,
-    TS_WRITER_STATS = 18,
-    BS_BYTES_WRITTEN = 1,
-    BS_CHUNKS_OVERWRITTEN = 3,
-    BS_BUFFER_SIZE = 12,
-    BS_BYTES_OVERWRITTEN = 13,
-    BS_CHUNKS_DISCARDED = 18,
-    BS_WRITER_PACKET_LOSS = 19,
-    WS_SEQUENCE_ID = 1,
-    WS_BUFFER = 4,
-};
 
 /* uuids of the process and thread tracks: fixed tags so they never collide. */
 #define PROCESS_TRACK_UUID(pid) (0x7472616365000000ull ^ (uint64_t)(uint32_t)(pid))
@@ -329,7 +206,7 @@ static uint64_t now_ns(clockid_t c) {
 
 /* Frames the packet in w->pkt as a Trace record and hands it on. */
 static tm_status emit_packet(tmr_writer *w, tm_error *err) {
-    msg_close(&w->pkt, TRACE_PACKET, 0);
+    msg_close(&w->pkt, TM_PF_TRACE_PACKET, 0);
     if (w->pkt.oom) {
         w->pkt.oom = 0;
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory encoding a trace packet");
@@ -342,8 +219,8 @@ static tm_status emit_packet(tmr_writer *w, tm_error *err) {
 /* Starts a packet on the writer's own sequence. */
 static void own_packet(tmr_writer *w, uint64_t ts) {
     w->pkt.len = 0;
-    put_uint(&w->pkt, PKT_TIMESTAMP, ts);
-    put_uint(&w->pkt, PKT_SEQ_ID, TMR_WRITER_SEQ);
+    put_uint(&w->pkt, TM_PF_PACKET_TIMESTAMP, ts);
+    put_uint(&w->pkt, TM_PF_PACKET_SEQUENCE_ID, TMR_WRITER_SEQ);
 }
 
 static void read_cmdline(tmr_writer *w) {
@@ -418,25 +295,26 @@ static tm_status trace_config(tmr_writer *w, uint64_t ts, tm_error *err) {
     own_packet(w, ts);
     size_t tc = msg_open(b);
     size_t buf = msg_open(b);
-    put_uint(b, BUF_SIZE_KB, w->o.buffer_kb);
-    put_uint(b, BUF_FILL_POLICY, w->o.fill_discard ? FILL_DISCARD : FILL_RING_BUFFER);
-    msg_close(b, TC_BUFFERS, buf);
+    put_uint(b, TM_PF_BUFFER_CONFIG_SIZE_KB, w->o.buffer_kb);
+    put_uint(b, TM_PF_BUFFER_CONFIG_FILL_POLICY,
+             w->o.fill_discard ? TM_PF_FILL_POLICY_DISCARD : TM_PF_FILL_POLICY_RING_BUFFER);
+    msg_close(b, TM_PF_CONFIG_BUFFERS, buf);
     size_t ds = msg_open(b);
     size_t dsc = msg_open(b);
-    put_str(b, DSC_NAME, "linux.perf");
-    put_uint(b, DSC_TARGET_BUFFER, 0);
+    put_str(b, TM_PF_DATA_SOURCE_CONFIG_NAME, "linux.perf");
+    put_uint(b, TM_PF_DATA_SOURCE_CONFIG_TARGET_BUFFER, 0);
     /* The sampling setup in words; the same facts are machine-readable in
      * every sample sequence's PerfSampleDefaults timebase. */
     char desc[96];
     snprintf(desc, sizeof desc, "tracemill.record frequency_hz=%u timer=%s", (unsigned)w->o.sampling_hz,
              w->o.wall_clock ? "wall-clock" : "thread-cpu-time");
-    put_str(b, DSC_LEGACY_CONFIG, desc);
-    msg_close(b, DS_CONFIG, dsc);
-    msg_close(b, TC_DATA_SOURCES, ds);
+    put_str(b, TM_PF_DATA_SOURCE_CONFIG_LEGACY_CONFIG, desc);
+    msg_close(b, TM_PF_DATA_SOURCE_CONFIG, dsc);
+    msg_close(b, TM_PF_CONFIG_DATA_SOURCES, ds);
     size_t bi = msg_open(b);
-    put_uint(b, BUILTIN_PRIMARY_CLOCK, CLOCK_BOOTTIME_ID);
-    msg_close(b, TC_BUILTIN, bi);
-    msg_close(b, PKT_TRACE_CONFIG, tc);
+    put_uint(b, TM_PF_BUILTIN_DATA_SOURCES_PRIMARY_TRACE_CLOCK, TM_PF_BUILTIN_CLOCK_BOOTTIME);
+    msg_close(b, TM_PF_CONFIG_BUILTIN_DATA_SOURCES, bi);
+    msg_close(b, TM_PF_PACKET_TRACE_CONFIG, tc);
     return emit_packet(w, err);
 }
 
@@ -447,23 +325,24 @@ static tm_status system_info(tmr_writer *w, uint64_t ts, tm_error *err) {
     struct utsname u;
     if (uname(&u) == 0) {
         size_t un = msg_open(b);
-        put_str(b, UTS_SYSNAME, u.sysname);
-        put_str(b, UTS_VERSION, u.version);
-        put_str(b, UTS_RELEASE, u.release);
-        put_str(b, UTS_MACHINE, u.machine);
-        msg_close(b, SI_UTSNAME, un);
+        put_str(b, TM_PF_UTSNAME_SYSNAME, u.sysname);
+        put_str(b, TM_PF_UTSNAME_VERSION, u.version);
+        put_str(b, TM_PF_UTSNAME_RELEASE, u.release);
+        put_str(b, TM_PF_UTSNAME_MACHINE, u.machine);
+        msg_close(b, TM_PF_SYSTEM_INFO_UTSNAME, un);
     }
     long hz = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_CONF),
          pages = sysconf(_SC_PHYS_PAGES);
-    if (hz > 0) put_uint(b, SI_HZ, (uint64_t)hz);
-    put_str(b, SI_SERVICE_VERSION, "tracemill-record " TM_VERSION_STRING);
-    if (page > 0) put_uint(b, SI_PAGE_SIZE, (uint64_t)page);
+    if (hz > 0) put_uint(b, TM_PF_SYSTEM_INFO_HZ, (uint64_t)hz);
+    put_str(b, TM_PF_SYSTEM_INFO_TRACING_SERVICE_VERSION, "tracemill-record " TM_VERSION_STRING);
+    if (page > 0) put_uint(b, TM_PF_SYSTEM_INFO_PAGE_SIZE, (uint64_t)page);
     time_t t = time(NULL);
     struct tm local;
-    if (localtime_r(&t, &local)) put_uint(b, SI_TIMEZONE_OFF_MINS, (uint64_t)(int64_t)(local.tm_gmtoff / 60));
-    if (cpus > 0) put_uint(b, SI_NUM_CPUS, (uint64_t)cpus);
-    if (pages > 0 && page > 0) put_uint(b, SI_RAM_BYTES, (uint64_t)pages * (uint64_t)page);
-    msg_close(b, PKT_SYSTEM_INFO, si);
+    if (localtime_r(&t, &local))
+        put_uint(b, TM_PF_SYSTEM_INFO_TIMEZONE_OFF_MINS, (uint64_t)(int64_t)(local.tm_gmtoff / 60));
+    if (cpus > 0) put_uint(b, TM_PF_SYSTEM_INFO_NUM_CPUS, (uint64_t)cpus);
+    if (pages > 0 && page > 0) put_uint(b, TM_PF_SYSTEM_INFO_SYSTEM_RAM_BYTES, (uint64_t)pages * (uint64_t)page);
+    msg_close(b, TM_PF_PACKET_SYSTEM_INFO, si);
     return emit_packet(w, err);
 }
 
@@ -473,25 +352,26 @@ tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err) {
     wbuf *b = &w->pkt;
     own_packet(w, boot);
     size_t cs = msg_open(b);
-    static const uint32_t ids[3] = {CLOCK_BOOTTIME_ID, CLOCK_MONOTONIC_ID, CLOCK_REALTIME_ID};
+    static const uint32_t ids[3] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC,
+                                    TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[3] = {boot, mono, real};
     for (int i = 0; i < 3; i++) {
         size_t c = msg_open(b);
-        put_uint(b, CLOCK_ID, ids[i]);
-        put_uint(b, CLOCK_TIMESTAMP, vals[i]);
-        msg_close(b, CS_CLOCKS, c);
+        put_uint(b, TM_PF_CLOCK_ID, ids[i]);
+        put_uint(b, TM_PF_CLOCK_TIMESTAMP, vals[i]);
+        msg_close(b, TM_PF_CLOCK_SNAPSHOT_CLOCKS, c);
     }
-    put_uint(b, CS_PRIMARY, CLOCK_BOOTTIME_ID);
-    msg_close(b, PKT_CLOCK_SNAPSHOT, cs);
+    put_uint(b, TM_PF_CLOCK_SNAPSHOT_PRIMARY_TRACE_CLOCK, TM_PF_BUILTIN_CLOCK_BOOTTIME);
+    msg_close(b, TM_PF_PACKET_CLOCK_SNAPSHOT, cs);
     return emit_packet(w, err);
 }
 
 static void put_thread_entry(tmr_writer *w, wbuf *b, int32_t tid, const char *name) {
     size_t t = msg_open(b);
-    put_uint(b, THR_TID, (uint64_t)(int64_t)tid);
-    if (name) put_str(b, THR_NAME, name);
-    put_uint(b, THR_TGID, (uint64_t)(int64_t)w->o.pid);
-    msg_close(b, PT_THREADS, t);
+    put_uint(b, TM_PF_THREAD_TID, (uint64_t)(int64_t)tid);
+    if (name) put_str(b, TM_PF_THREAD_NAME, name);
+    put_uint(b, TM_PF_THREAD_TGID, (uint64_t)(int64_t)w->o.pid);
+    msg_close(b, TM_PF_PROCESS_TREE_THREADS, t);
 }
 
 static tm_status process_tree(tmr_writer *w, uint64_t ts, tm_error *err) {
@@ -499,14 +379,14 @@ static tm_status process_tree(tmr_writer *w, uint64_t ts, tm_error *err) {
     own_packet(w, ts);
     size_t pt = msg_open(b);
     size_t p = msg_open(b);
-    put_uint(b, PROC_PID, (uint64_t)(int64_t)w->o.pid);
-    put_uint(b, PROC_PPID, (uint64_t)(int64_t)getppid());
-    put_cmdline(w, b, PROC_CMDLINE);
-    put_uint(b, PROC_UID, (uint64_t)getuid());
-    msg_close(b, PT_PROCESSES, p);
+    put_uint(b, TM_PF_PROCESS_PID, (uint64_t)(int64_t)w->o.pid);
+    put_uint(b, TM_PF_PROCESS_PPID, (uint64_t)(int64_t)getppid());
+    put_cmdline(w, b, TM_PF_PROCESS_CMDLINE);
+    put_uint(b, TM_PF_PROCESS_UID, (uint64_t)getuid());
+    msg_close(b, TM_PF_PROCESS_TREE_PROCESSES, p);
     for (size_t i = 0; i < w->n_threads; i++) put_thread_entry(w, b, w->threads[i].tid, w->threads[i].name);
-    put_uint(b, PT_COLLECTION_END, ts);
-    msg_close(b, PKT_PROCESS_TREE, pt);
+    put_uint(b, TM_PF_PROCESS_TREE_COLLECTION_END, ts);
+    msg_close(b, TM_PF_PACKET_PROCESS_TREE, pt);
     return emit_packet(w, err);
 }
 
@@ -514,13 +394,13 @@ static tm_status process_track(tmr_writer *w, uint64_t ts, tm_error *err) {
     wbuf *b = &w->pkt;
     own_packet(w, ts);
     size_t td = msg_open(b);
-    put_uint(b, TD_UUID, PROCESS_TRACK_UUID(w->o.pid));
+    put_uint(b, TM_PF_TRACK_DESC_UUID, PROCESS_TRACK_UUID(w->o.pid));
     size_t pd = msg_open(b);
-    put_uint(b, PD_PID, (uint64_t)(int64_t)w->o.pid);
-    put_cmdline(w, b, PD_CMDLINE);
-    put_str(b, PD_PROCESS_NAME, w->process_name);
-    msg_close(b, TD_PROCESS, pd);
-    msg_close(b, PKT_TRACK_DESCRIPTOR, td);
+    put_uint(b, TM_PF_PROCESS_DESC_PID, (uint64_t)(int64_t)w->o.pid);
+    put_cmdline(w, b, TM_PF_PROCESS_DESC_CMDLINE);
+    put_str(b, TM_PF_PROCESS_DESC_PROCESS_NAME, w->process_name);
+    msg_close(b, TM_PF_TRACK_DESC_PROCESS, pd);
+    msg_close(b, TM_PF_PACKET_TRACK_DESCRIPTOR, td);
     return emit_packet(w, err);
 }
 
@@ -528,14 +408,14 @@ static tm_status thread_track(tmr_writer *w, uint64_t ts, int32_t tid, const cha
     wbuf *b = &w->pkt;
     own_packet(w, ts);
     size_t td = msg_open(b);
-    put_uint(b, TD_UUID, THREAD_TRACK_UUID(tid));
-    put_uint(b, TD_PARENT_UUID, PROCESS_TRACK_UUID(w->o.pid));
+    put_uint(b, TM_PF_TRACK_DESC_UUID, THREAD_TRACK_UUID(tid));
+    put_uint(b, TM_PF_TRACK_DESC_PARENT_UUID, PROCESS_TRACK_UUID(w->o.pid));
     size_t d = msg_open(b);
-    put_uint(b, TDESC_PID, (uint64_t)(int64_t)w->o.pid);
-    put_uint(b, TDESC_TID, (uint64_t)(int64_t)tid);
-    if (name) put_str(b, TDESC_THREAD_NAME, name);
-    msg_close(b, TD_THREAD, d);
-    msg_close(b, PKT_TRACK_DESCRIPTOR, td);
+    put_uint(b, TM_PF_THREAD_DESC_PID, (uint64_t)(int64_t)w->o.pid);
+    put_uint(b, TM_PF_THREAD_DESC_TID, (uint64_t)(int64_t)tid);
+    if (name) put_str(b, TM_PF_THREAD_DESC_THREAD_NAME, name);
+    msg_close(b, TM_PF_TRACK_DESC_THREAD, d);
+    msg_close(b, TM_PF_PACKET_TRACK_DESCRIPTOR, td);
     return emit_packet(w, err);
 }
 
@@ -583,8 +463,8 @@ tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_err
     own_packet(w, ts);
     size_t pt = msg_open(b);
     put_thread_entry(w, b, tid, t->name);
-    put_uint(b, PT_COLLECTION_END, ts);
-    msg_close(b, PKT_PROCESS_TREE, pt);
+    put_uint(b, TM_PF_PROCESS_TREE_COLLECTION_END, ts);
+    msg_close(b, TM_PF_PACKET_PROCESS_TREE, pt);
     TM_TRY(emit_packet(w, err));
     return thread_track(w, ts, tid, t->name, err);
 }
@@ -615,8 +495,8 @@ static uint64_t intern_bytes(tmr_writer *w, seq_state *s, uint32_t field, int ki
     if (!*slot) {
         *slot = ++s->next_iid;
         size_t e = msg_open(&w->interned);
-        put_uint(&w->interned, IID, *slot);
-        put_bytes(&w->interned, STR_STR, data, n);
+        put_uint(&w->interned, TM_PF_INTERNED_IID, *slot);
+        put_bytes(&w->interned, TM_PF_INTERNED_STRING_STR, data, n);
         msg_close(&w->interned, field, e);
     }
     return *slot;
@@ -635,23 +515,26 @@ static uint64_t intern_mapping(tmr_writer *w, seq_state *s, int mapping) {
     /* Paths and build ids belong to the file: keyed by the path string the
      * symbolizer shares between a file's mappings. One full path per
      * mapping (readers join segments with '/', and a leading '//' is one). */
-    uint64_t path_iid = m->path[0] ? intern_bytes(w, s, ID_MAPPING_PATHS, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
+    uint64_t path_iid =
+        m->path[0] ? intern_bytes(w, s, TM_PF_INTERNED_MAPPING_PATHS, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
     uint64_t build_iid =
-        m->build_id_len ? intern_bytes(w, s, ID_BUILD_IDS, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len) : 0;
+        m->build_id_len
+            ? intern_bytes(w, s, TM_PF_INTERNED_BUILD_IDS, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len)
+            : 0;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
-    put_uint(b, IID, iid);
-    if (build_iid) put_uint(b, MAP_BUILD_ID, build_iid);
+    put_uint(b, TM_PF_INTERNED_IID, iid);
+    if (build_iid) put_uint(b, TM_PF_MAPPING_BUILD_ID, build_iid);
     /* As Perfetto's unwinder fills them: start_offset is where the ELF
      * starts in the file (0: files are whole ELF images), exact_offset the
      * mapping's file offset. */
-    put_uint(b, MAP_START_OFFSET, 0);
-    put_uint(b, MAP_START, m->start);
-    put_uint(b, MAP_END, m->end);
-    put_uint(b, MAP_LOAD_BIAS, m->load_bias);
-    if (path_iid) put_uint(b, MAP_PATH_IDS, path_iid);
-    put_uint(b, MAP_EXACT_OFFSET, m->offset);
-    msg_close(b, ID_MAPPINGS, e);
+    put_uint(b, TM_PF_MAPPING_START_OFFSET, 0);
+    put_uint(b, TM_PF_MAPPING_START, m->start);
+    put_uint(b, TM_PF_MAPPING_END, m->end);
+    put_uint(b, TM_PF_MAPPING_LOAD_BIAS, m->load_bias);
+    if (path_iid) put_uint(b, TM_PF_MAPPING_PATH_STRING_IDS, path_iid);
+    put_uint(b, TM_PF_MAPPING_EXACT_OFFSET, m->offset);
+    msg_close(b, TM_PF_INTERNED_MAPPINGS, e);
     return iid;
 }
 
@@ -670,15 +553,16 @@ static uint64_t intern_frame(tmr_writer *w, seq_state *s, uint64_t pc, int is_re
     }
     if (*slot) return *slot;
     uint64_t iid = *slot = ++s->next_iid;
-    uint64_t name_iid = name ? intern_bytes(w, s, ID_FUNCTION_NAMES, KEY_NAME, name, name, strlen(name)) : 0;
+    uint64_t name_iid =
+        name ? intern_bytes(w, s, TM_PF_INTERNED_FUNCTION_NAMES, KEY_NAME, name, name, strlen(name)) : 0;
     uint64_t mapping_iid = mapping >= 0 ? intern_mapping(w, s, mapping) : 0;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
-    put_uint(b, IID, iid);
-    if (name_iid) put_uint(b, FRAME_NAME_ID, name_iid);
-    if (mapping_iid) put_uint(b, FRAME_MAPPING_ID, mapping_iid);
-    put_uint(b, FRAME_REL_PC, rel_pc);
-    msg_close(b, ID_FRAMES, e);
+    put_uint(b, TM_PF_INTERNED_IID, iid);
+    if (name_iid) put_uint(b, TM_PF_FRAME_FUNCTION_NAME_ID, name_iid);
+    if (mapping_iid) put_uint(b, TM_PF_FRAME_MAPPING_ID, mapping_iid);
+    put_uint(b, TM_PF_FRAME_REL_PC, rel_pc);
+    msg_close(b, TM_PF_INTERNED_FRAMES, e);
     return iid;
 }
 
@@ -717,29 +601,27 @@ static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f,
     s->cs_n++;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
-    put_uint(b, IID, s->cs[k].iid);
-    size_t ids = msg_open(b); /* packed repeated uint64 */
-    for (uint32_t i = 0; i < n; i++) {
-        uint8_t *p = room(b, TM_PBW_VARINT_MAX);
-        if (p) b->len = (size_t)(tm_pbw_varint(p, f[i]) - b->p);
-    }
-    msg_close(b, CALLSTACK_FRAME_IDS, ids);
-    msg_close(b, ID_CALLSTACKS, e);
+    put_uint(b, TM_PF_INTERNED_IID, s->cs[k].iid);
+    /* Unpacked, as the proto declares it: Perfetto's decoder reads
+     * frame_ids only that way, and packed ids left Trace Processor without
+     * stacks. */
+    for (uint32_t i = 0; i < n; i++) put_uint(b, TM_PF_CALLSTACK_FRAME_IDS, f[i]);
+    msg_close(b, TM_PF_INTERNED_CALLSTACKS, e);
     return s->cs[k].iid;
 }
 
 /* Machine-readable sampling setup of a sequence (new with each generation). */
 static void put_defaults(tmr_writer *w, wbuf *b) {
     size_t d = msg_open(b);
-    put_uint(b, DEF_TIMESTAMP_CLOCK_ID, CLOCK_BOOTTIME_ID);
+    put_uint(b, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     size_t psd = msg_open(b);
     size_t tb = msg_open(b);
-    if (w->o.sampling_hz) put_uint(b, TB_FREQUENCY, w->o.sampling_hz);
-    put_uint(b, TB_COUNTER, w->o.wall_clock ? COUNTER_SW_CPU_CLOCK : COUNTER_SW_TASK_CLOCK);
-    put_str(b, TB_NAME, w->o.wall_clock ? "wall-clock" : "task-clock");
-    msg_close(b, PSD_TIMEBASE, tb);
-    msg_close(b, DEF_PERF_SAMPLE_DEFAULTS, psd);
-    msg_close(b, PKT_DEFAULTS, d);
+    if (w->o.sampling_hz) put_uint(b, TM_PF_TIMEBASE_FREQUENCY, w->o.sampling_hz);
+    put_uint(b, TM_PF_TIMEBASE_COUNTER, w->o.wall_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
+    put_str(b, TM_PF_TIMEBASE_NAME, w->o.wall_clock ? "wall-clock" : "task-clock");
+    msg_close(b, TM_PF_PERF_DEFAULTS_TIMEBASE, tb);
+    msg_close(b, TM_PF_DEFAULTS_PERF_SAMPLE, psd);
+    msg_close(b, TM_PF_PACKET_DEFAULTS, d);
 }
 
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
@@ -767,25 +649,26 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
          * only when the same packet does not also clear the state. It needs
          * no incremental state, so nothing is skipped because of it. */
         b->len = 0;
-        put_uint(b, PKT_TIMESTAMP, ts_ns);
-        put_uint(b, PKT_SEQ_ID, seq);
-        put_uint(b, PKT_PREV_DROPPED, DATA_LOSS_PRESENT);
+        put_uint(b, TM_PF_PACKET_TIMESTAMP, ts_ns);
+        put_uint(b, TM_PF_PACKET_SEQUENCE_ID, seq);
+        put_uint(b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, TM_PF_DATA_LOSS_PRESENT);
         tm_status st = emit_packet(w, err);
         if (st != TM_OK) return st; /* the sequence is already marked for clearing */
     }
     b->len = 0;
-    put_uint(b, PKT_TIMESTAMP, ts_ns);
-    put_uint(b, PKT_SEQ_ID, seq);
-    put_uint(b, PKT_SEQ_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE | (cleared ? SEQ_INCREMENTAL_STATE_CLEARED : 0));
+    put_uint(b, TM_PF_PACKET_TIMESTAMP, ts_ns);
+    put_uint(b, TM_PF_PACKET_SEQUENCE_ID, seq);
+    put_uint(b, TM_PF_PACKET_SEQUENCE_FLAGS,
+             TM_PF_SEQ_NEEDS_INCREMENTAL_STATE | (cleared ? TM_PF_SEQ_INCREMENTAL_STATE_CLEARED : 0));
     if (cleared) put_defaults(w, b);
-    if (w->interned.len) put_bytes(b, PKT_INTERNED_DATA, w->interned.p, w->interned.len);
+    if (w->interned.len) put_bytes(b, TM_PF_PACKET_INTERNED_DATA, w->interned.p, w->interned.len);
     size_t ps = msg_open(b);
-    put_uint(b, PS_CPU, cpu);
-    put_uint(b, PS_PID, (uint64_t)(uint32_t)w->o.pid);
-    put_uint(b, PS_TID, (uint64_t)(uint32_t)tid);
-    if (cs_iid) put_uint(b, PS_CALLSTACK_IID, cs_iid);
-    put_uint(b, PS_CPU_MODE, CPU_MODE_USER);
-    msg_close(b, PKT_PERF_SAMPLE, ps);
+    put_uint(b, TM_PF_PERF_SAMPLE_CPU, cpu);
+    put_uint(b, TM_PF_PERF_SAMPLE_PID, (uint64_t)(uint32_t)w->o.pid);
+    put_uint(b, TM_PF_PERF_SAMPLE_TID, (uint64_t)(uint32_t)tid);
+    if (cs_iid) put_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs_iid);
+    put_uint(b, TM_PF_PERF_SAMPLE_CPU_MODE, TM_PF_CPU_MODE_USER);
+    msg_close(b, TM_PF_PACKET_PERF_SAMPLE, ps);
     if (w->interned.oom) b->oom = 1;
     tm_status st = emit_packet(w, err);
     /* A packet that never reached the reader took its interned entries with
@@ -807,29 +690,29 @@ tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err) {
     for (uint32_t i = 0; i < l->n_writers; i++) packet_loss += l->writer_samples_lost ? l->writer_samples_lost[i] : 0;
     /* BufferStats has no bytes_discarded field: the discarded chunks say it. */
     size_t bs = msg_open(b);
-    put_uint(b, BS_CHUNKS_OVERWRITTEN, l->chunks_overwritten);
-    put_uint(b, BS_BUFFER_SIZE, (uint64_t)w->o.buffer_kb * 1024);
-    put_uint(b, BS_BYTES_OVERWRITTEN, l->bytes_overwritten);
-    put_uint(b, BS_CHUNKS_DISCARDED, l->chunks_discarded);
-    put_uint(b, BS_WRITER_PACKET_LOSS, packet_loss);
-    msg_close(b, TS_BUFFER_STATS, bs);
+    put_uint(b, TM_PF_BUFFER_STATS_CHUNKS_OVERWRITTEN, l->chunks_overwritten);
+    put_uint(b, TM_PF_BUFFER_STATS_BUFFER_SIZE, (uint64_t)w->o.buffer_kb * 1024);
+    put_uint(b, TM_PF_BUFFER_STATS_BYTES_OVERWRITTEN, l->bytes_overwritten);
+    put_uint(b, TM_PF_BUFFER_STATS_CHUNKS_DISCARDED, l->chunks_discarded);
+    put_uint(b, TM_PF_BUFFER_STATS_TRACE_WRITER_PACKET_LOSS, packet_loss);
+    msg_close(b, TM_PF_TRACE_STATS_BUFFER_STATS, bs);
     /* Every sequence writes into buffer 0: readers map sequence losses
      * (previous_packet_dropped) to a buffer through these. */
     for (size_t i = 0; i < w->n_seqs; i++) {
         size_t ws = msg_open(b);
-        put_uint(b, WS_SEQUENCE_ID, w->seqs[i].seq);
-        put_uint(b, WS_BUFFER, 0);
-        msg_close(b, TS_WRITER_STATS, ws);
+        put_uint(b, TM_PF_WRITER_STATS_SEQUENCE_ID, w->seqs[i].seq);
+        put_uint(b, TM_PF_WRITER_STATS_BUFFER, 0);
+        msg_close(b, TM_PF_TRACE_STATS_WRITER_STATS, ws);
     }
     for (uint32_t i = 0; i < l->n_writers; i++) {
         int known = 0;
         for (size_t k = 0; k < w->n_seqs && !known; k++) known = l->writer_seq && w->seqs[k].seq == l->writer_seq[i];
         if (known || !l->writer_seq) continue;
         size_t ws = msg_open(b);
-        put_uint(b, WS_SEQUENCE_ID, l->writer_seq[i]);
-        put_uint(b, WS_BUFFER, 0);
-        msg_close(b, TS_WRITER_STATS, ws);
+        put_uint(b, TM_PF_WRITER_STATS_SEQUENCE_ID, l->writer_seq[i]);
+        put_uint(b, TM_PF_WRITER_STATS_BUFFER, 0);
+        msg_close(b, TM_PF_TRACE_STATS_WRITER_STATS, ws);
     }
-    msg_close(b, PKT_TRACE_STATS, ts);
+    msg_close(b, TM_PF_PACKET_TRACE_STATS, ts);
     return emit_packet(w, err);
 }

@@ -19,9 +19,9 @@
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 
-#define CLK_REALTIME 1
-#define CLK_MONOTONIC 3
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_MONOTONIC TM_PF_BUILTIN_CLOCK_MONOTONIC
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 #define BOOT0 1000000000ull
 #define UNIX0 1700000000000000000ull
 
@@ -82,10 +82,10 @@ static void clock_packet(tb_buf *t, uint32_t seq) {
 
 static void process_packets(tb_buf *t) {
     size_t p = tb_packet_open(t, 0, BOOT0 + 1, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
-    size_t pr = tb_open(t, TB_PT_PROCESSES);
-    tb_uint(t, TB_PROC_PID, 100);
-    tb_str(t, TB_PROC_CMDLINE, "com.example.app");
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
+    size_t pr = tb_open(t, TM_PF_PROCESS_TREE_PROCESSES);
+    tb_uint(t, TM_PF_PROCESS_PID, 100);
+    tb_str(t, TM_PF_PROCESS_CMDLINE, "com.example.app");
     tb_close(t, pr);
     tb_pt_thread(t, 101, 100, "worker");
     tb_pt_thread(t, 103, 100, "render");
@@ -93,19 +93,19 @@ static void process_packets(tb_buf *t) {
     tb_close(t, p);
 
     p = tb_packet_open(t, 4, BOOT0 + 2, 0);
-    size_t pd = tb_open(t, TB_P_PROCESS_DESCRIPTOR);
-    tb_uint(t, TB_PD_PID, 100);
-    tb_str(t, TB_PD_NAME, "app");
+    size_t pd = tb_open(t, TM_PF_PACKET_PROCESS_DESCRIPTOR);
+    tb_uint(t, TM_PF_PROCESS_DESC_PID, 100);
+    tb_str(t, TM_PF_PROCESS_DESC_PROCESS_NAME, "app");
     tb_close(t, pd);
     tb_close(t, p);
 
     p = tb_packet_open(t, 4, BOOT0 + 3, 0);
-    size_t td = tb_open(t, TB_P_TRACK_DESCRIPTOR);
-    tb_uint(t, TB_TRACK_UUID, 77);
-    size_t th = tb_open(t, TB_TRACK_THREAD);
-    tb_uint(t, TB_TD_PID, 100);
-    tb_uint(t, TB_TD_TID, 104);
-    tb_str(t, TB_TD_NAME, "io");
+    size_t td = tb_open(t, TM_PF_PACKET_TRACK_DESCRIPTOR);
+    tb_uint(t, TM_PF_TRACK_DESC_UUID, 77);
+    size_t th = tb_open(t, TM_PF_TRACK_DESC_THREAD);
+    tb_uint(t, TM_PF_THREAD_DESC_PID, 100);
+    tb_uint(t, TM_PF_THREAD_DESC_TID, 104);
+    tb_str(t, TM_PF_THREAD_DESC_THREAD_NAME, "io");
     tb_close(t, th);
     tb_close(t, td);
     tb_close(t, p);
@@ -117,21 +117,21 @@ static void process_packets(tb_buf *t) {
  * visibly replaces them. */
 static void interned_packet(tb_buf *t, uint32_t seq, int gen) {
     size_t p = tb_packet_open(t, seq, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(t, TB_P_DEFAULTS);
-    tb_uint(t, TB_DEF_CLOCK_ID, CLK_BOOTTIME);
+    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
+    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_BOOTTIME);
     tb_close(t, d);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     char name[32];
     static const char *const fns[] = {"main", "run_loop", "android.view.View.draw", "memcpy"};
     for (size_t k = 0; k < N_OF(fns); k++) {
         int n = snprintf(name, sizeof name, "%s%s", fns[k], gen ? "_v2" : "");
-        tb_interned_string(t, TB_I_FUNCTION_NAMES, k + 1, name, (size_t)n);
+        tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, k + 1, name, (size_t)n);
     }
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 1, "system", 6);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 2, "lib64", 5);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 3, "libc.so", 7);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 4, "framework.oat", 13);
-    tb_interned_string(t, TB_I_BUILD_IDS, 1, "\x01\x02\xab\xcd\xef", 5);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "system", 6);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 2, "lib64", 5);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 3, "libc.so", 7);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 4, "framework.oat", 13);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 1, "\x01\x02\xab\xcd\xef", 5);
     static const uint64_t native_path[] = {1, 2, 3}, java_path[] = {1, 4};
     tb_mapping(t, 1, 1, 0x7000000000ull, 0x7000100000ull, native_path, N_OF(native_path));
     tb_mapping(t, 2, 0, 0x6000000000ull, 0x6000100000ull, java_path, N_OF(java_path));
@@ -150,15 +150,15 @@ static void interned_packet(tb_buf *t, uint32_t seq, int gen) {
 
 static void streaming_sequence(tb_buf *t, uint32_t seq) {
     size_t p = tb_packet_open(t, seq, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t td = tb_open(t, TB_P_THREAD_DESCRIPTOR);
-    tb_uint(t, TB_TD_PID, 100);
-    tb_uint(t, TB_TD_TID, 102);
-    tb_str(t, TB_TD_NAME, "sampler");
-    tb_uint(t, TB_TD_REF_US, 1000500);
+    size_t td = tb_open(t, TM_PF_PACKET_THREAD_DESCRIPTOR);
+    tb_uint(t, TM_PF_THREAD_DESC_PID, 100);
+    tb_uint(t, TM_PF_THREAD_DESC_TID, 102);
+    tb_str(t, TM_PF_THREAD_DESC_THREAD_NAME, "sampler");
+    tb_uint(t, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, 1000500);
     tb_close(t, td);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "chrome_main", 11);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "task_runner", 11);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "chrome_main", 11);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "task_runner", 11);
     tb_frame(t, 1, 1, 0, 0x10);
     tb_frame(t, 2, 2, 0, 0x20);
     static const uint64_t a[] = {1}, b[] = {1, 2};
@@ -167,19 +167,19 @@ static void streaming_sequence(tb_buf *t, uint32_t seq) {
     tb_close(t, i);
     tb_close(t, p);
     p = tb_packet_open(t, seq, TB_NO_TS, TB_SEQ_NEEDS);
-    size_t sp = tb_open(t, TB_P_STREAMING_PROFILE);
+    size_t sp = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
     static const uint64_t cs[] = {7, 8, 7, 8}, dt[] = {10, 20, 30, 40};
-    tb_packed(t, TB_SP_CALLSTACK, cs, N_OF(cs));
-    tb_packed(t, TB_SP_DELTA, dt, N_OF(dt));
+    tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, cs, N_OF(cs));
+    tb_packed(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, N_OF(dt));
     tb_close(t, sp);
     tb_close(t, p);
 }
 
 static void stack_samples(tb_buf *t, uint32_t seq) {
     size_t p = tb_packet_open(t, seq, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "py_main", 7);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "py_work", 7);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "py_main", 7);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "py_work", 7);
     tb_frame(t, 1, 1, 0, 0);
     tb_frame(t, 2, 2, 0, 0);
     static const uint64_t cs[] = {1, 2};
@@ -226,7 +226,7 @@ static void rich_trace(tb_buf *t) {
     stack_samples(t, 3);
     /* A data loss then an incremental reset that re-interns new names. */
     size_t p = tb_packet_open(t, 1, BOOT0 + 6500000ull, 0);
-    tb_uint(t, TB_P_PREV_DROPPED, 1);
+    tb_uint(t, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     tb_close(t, p);
     tb_perf_sample(t, 1, BOOT0 + 6600000ull, 100, 100, 1, TB_SEQ_NEEDS); /* stale: dropped */
     interned_packet(t, 1, 1);
@@ -247,18 +247,18 @@ static void rich_trace(tb_buf *t) {
 static void grown_trace(tb_buf *t, uint64_t n_samples) {
     clock_packet(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(t, TB_P_DEFAULTS);
-    tb_uint(t, TB_DEF_CLOCK_ID, CLK_BOOTTIME);
+    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
+    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_BOOTTIME);
     tb_close(t, d);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     char name[32];
     for (uint64_t k = 1; k <= 300; k++) {
         int n = snprintf(name, sizeof name, "fn_%llu", (unsigned long long)k);
-        tb_interned_string(t, TB_I_FUNCTION_NAMES, k, name, (size_t)n);
+        tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, k, name, (size_t)n);
     }
     for (uint64_t k = 1; k <= 8; k++) {
         int n = snprintf(name, sizeof name, "lib%llu.so", (unsigned long long)k);
-        tb_interned_string(t, TB_I_MAPPING_PATHS, k, name, (size_t)n);
+        tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, k, name, (size_t)n);
         tb_mapping(t, k, 0, k << 32, (k << 32) + 0x100000, &k, 1);
     }
     for (uint64_t k = 1; k <= 300; k++) tb_frame(t, k, k, k % 8 + 1, 0x100 * k);

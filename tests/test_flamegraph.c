@@ -70,11 +70,11 @@ static const char *fn_of(const char *key, size_t *len) {
 /* Threads of pid 10: 10 "main", 11 "worker", 12 "bg". */
 static tb_buf build(const stk *stacks, size_t n) {
     tb_buf t = {0};
-    const uint32_t ids[2] = {6, 1};
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(&t, 0, ids, vals, 2);
     size_t p = tb_packet_open(&t, 2, 1, 0);
-    size_t pt = tb_open(&t, TB_P_PROCESS_TREE);
+    size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(&t, 10, 10, "main");
     tb_pt_thread(&t, 11, 10, "worker");
     tb_pt_thread(&t, 12, 10, "bg");
@@ -83,9 +83,9 @@ static tb_buf build(const stk *stacks, size_t n) {
 
     strtab fns = {0}, frames = {0};
     size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(&t, TB_P_INTERNED_DATA);
-    tb_interned_string(&t, TB_I_MAPPING_PATHS, 1, "libx.so", 7);
-    tb_interned_string(&t, TB_I_MAPPING_PATHS, 2, "boot.oat", 8);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 1, "libx.so", 7);
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 2, "boot.oat", 8);
     const uint64_t lib[1] = {1}, oat[1] = {2};
     tb_mapping(&t, 1, 0, 0x10000, 0x20000, lib, 1);
     tb_mapping(&t, 2, 0, 0x30000, 0x40000, oat, 1);
@@ -100,7 +100,7 @@ static tb_buf build(const stk *stacks, size_t n) {
             const char *fn = fn_of(key, &len);
             size_t fns_before = fns.n;
             uint64_t fn_iid = intern(&fns, fn, len);
-            if (fns.n != fns_before) tb_interned_string(&t, TB_I_FUNCTION_NAMES, fn_iid, fn, len);
+            if (fns.n != fns_before) tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, fn_iid, fn, len);
             tb_frame(&t, cs[depth], fn_iid, strncmp(key, "J:", 2) == 0 ? 2 : 1, 0x10 * cs[depth]);
         }
         tb_callstack(&t, i + 1, cs, depth, 0);

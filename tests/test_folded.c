@@ -49,13 +49,13 @@ typedef struct smp {
 
 static void add_interned(tb_buf *t) {
     size_t pkt = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, FN_MAIN, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, FN_WORK, "work", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, FN_DUP, "dup", 3);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, FN_ODD, ODD, sizeof ODD - 1);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, FN_LEAF, "leaf", 4);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 1, "libx.so", 7);
+    size_t in = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, FN_MAIN, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, FN_WORK, "work", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, FN_DUP, "dup", 3);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, FN_ODD, ODD, sizeof ODD - 1);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, FN_LEAF, "leaf", 4);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "libx.so", 7);
     const uint64_t path[1] = {1};
     tb_mapping(t, 1, 0, 0x10000, 0x20000, path, 1);
     tb_frame(t, 1, FN_MAIN, 1, 0x10);
@@ -80,7 +80,7 @@ static void add_interned(tb_buf *t) {
 /* Threads of pid 10: tid 10 named "ui;thread", tid 11 unnamed, tid 12 "bg". */
 static void add_threads(tb_buf *t) {
     size_t p = tb_packet_open(t, 2, 1, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(t, 10, 10, "ui;thread");
     tb_pt_thread(t, 12, 10, "bg");
     tb_close(t, pt);
@@ -88,7 +88,7 @@ static void add_threads(tb_buf *t) {
 }
 
 static void build(tb_buf *t, const smp *s, size_t n) {
-    const uint32_t ids[2] = {6, 1};
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     add_threads(t);

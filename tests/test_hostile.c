@@ -33,6 +33,7 @@
 #include <zlib.h>
 
 #include "server.h"
+#include "wire/pb.h" /* wire types of the hand-made fields */
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tutil.h"
@@ -62,7 +63,7 @@ static void put(tb_buf *t, const char *bytes, size_t n) { tb_raw(t, bytes, n); }
 
 /* BOOTTIME 1 s = REALTIME 1.7e9 s on sequence 1. */
 static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {6, 1};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
     tb_clock_snapshot(t, 1, ids, vals, 2);
 }
@@ -71,10 +72,10 @@ static void clock_packet(tb_buf *t) {
  * a frame for each, callstack 1 = main > work > leaf. */
 static void interned_packet(tb_buf *t, uint32_t seq) {
     size_t p = tb_packet_open(t, seq, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "work", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "leaf", 4);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "work", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "leaf", 4);
     for (uint64_t k = 1; k <= 3; k++) tb_frame(t, k, k, 0, 0x100 * k);
     static const uint64_t cs[] = {1, 2, 3};
     tb_callstack(t, 1, cs, 3, 1);
@@ -102,7 +103,7 @@ typedef struct open2 {
 static open2 interned_open(tb_buf *t, uint32_t flags) {
     open2 o;
     o.outer = tb_packet_open(t, 1, TB_NO_TS, flags);
-    o.inner = tb_open(t, TB_P_INTERNED_DATA);
+    o.inner = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     return o;
 }
 static void close2(tb_buf *t, open2 o) {
@@ -116,8 +117,8 @@ static void ff_bytes(tb_buf *t, size_t n) {
 
 /* A packet holding compressed_packets = the given bytes. */
 static void compressed_field(tb_buf *t, const void *z, size_t n) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_bytes(t, TB_P_COMPRESSED, z, n);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_bytes(t, TM_PF_PACKET_COMPRESSED_PACKETS, z, n);
     tb_close(t, p);
 }
 
@@ -289,7 +290,7 @@ BUILDER(truncated_inside_perf_sample) {
 BUILDER(truncated_inside_interned_data) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    tb_tag(t, TB_P_INTERNED_DATA, 2);
+    tb_tag(t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
     tb_varint(t, 40); /* 3 bytes follow inside the packet */
     PUT(t, "\x2a\x01\x00");
     tb_close(t, p);
@@ -298,9 +299,9 @@ BUILDER(truncated_inside_interned_data) {
 BUILDER(truncated_interned_string) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    size_t f = tb_open(t, TB_I_FUNCTION_NAMES);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    size_t f = tb_open(t, TM_PF_INTERNED_FUNCTION_NAMES);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_INTERNED_STRING_STR, TM_PB_LEN);
     tb_varint(t, 50);
     PUT(t, "main");
     tb_close(t, f);
@@ -309,9 +310,9 @@ BUILDER(truncated_interned_string) {
 BUILDER(truncated_packed_frame_ids) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    size_t c = tb_open(t, TB_I_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_LEN);
     tb_varint(t, 3);
     PUT(t, "\x01\x02\x83"); /* the last varint continues past the field */
     tb_close(t, c);
@@ -319,10 +320,10 @@ BUILDER(truncated_packed_frame_ids) {
 }
 BUILDER(truncated_clock_value) {
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
-    size_t s = tb_open(t, TB_P_CLOCK_SNAPSHOT);
-    size_t c = tb_open(t, TB_CS_CLOCKS);
-    tb_uint(t, TB_CLK_ID, 6);
-    tb_tag(t, TB_CLK_TS, 0);
+    size_t s = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
+    size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
+    tb_tag(t, TM_PF_CLOCK_TIMESTAMP, TM_PB_VARINT);
     PUT(t, "\xff\xff");
     tb_close(t, c);
     tb_close(t, s);
@@ -331,10 +332,10 @@ BUILDER(truncated_clock_value) {
 BUILDER(truncated_streaming_deltas) {
     valid_trace(t, 1);
     size_t p = tb_packet_open(t, 1, 3000000000ull, TB_SEQ_NEEDS);
-    size_t s = tb_open(t, TB_P_STREAMING_PROFILE);
+    size_t s = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
     static const uint64_t cs[] = {1, 1};
-    tb_packed(t, TB_SP_CALLSTACK, cs, 2);
-    tb_tag(t, TB_SP_DELTA, 2);
+    tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, cs, 2);
+    tb_tag(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, TM_PB_LEN);
     tb_varint(t, 2);
     PUT(t, "\x01\xff");
     tb_close(t, s);
@@ -366,16 +367,16 @@ BUILDER(varint_11_bytes_packet_length) { valid_trace(t, 1); PUT(t, "\x0a"); ff_b
 BUILDER(varint_11_bytes_tag) { valid_trace(t, 1); ff_bytes(t, 10); PUT(t, "\x01"); }
 BUILDER(varint_11_bytes_timestamp) {
     valid_trace(t, 1);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_tag(t, TB_P_TIMESTAMP, 0);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_tag(t, TM_PF_PACKET_TIMESTAMP, TM_PB_VARINT);
     ff_bytes(t, 10);
     PUT(t, "\x01");
     tb_close(t, p);
 }
 BUILDER(varint_10_bytes_overflowing_64_bits) {
     valid_trace(t, 1);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_tag(t, TB_P_TIMESTAMP, 0);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_tag(t, TM_PF_PACKET_TIMESTAMP, TM_PB_VARINT);
     ff_bytes(t, 9);
     PUT(t, "\x7f"); /* bits 64..69 set */
     tb_close(t, p);
@@ -383,9 +384,9 @@ BUILDER(varint_10_bytes_overflowing_64_bits) {
 BUILDER(varint_11_bytes_frame_id) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    size_t c = tb_open(t, TB_I_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 0);
+    size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_VARINT);
     ff_bytes(t, 10);
     PUT(t, "\x01");
     tb_close(t, c);
@@ -403,7 +404,7 @@ BUILDER(length_2pow64_minus_1_top_level) {
 BUILDER(length_2pow64_minus_1_interned_data) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    tb_tag(t, TB_P_INTERNED_DATA, 2);
+    tb_tag(t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
     tb_varint(t, UINT64_MAX);
     PUT(t, "\x2a\x00");
     tb_close(t, p);
@@ -412,9 +413,9 @@ BUILDER(length_2pow64_minus_1_interned_data) {
 BUILDER(length_2pow63_function_name) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    size_t f = tb_open(t, TB_I_FUNCTION_NAMES);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    size_t f = tb_open(t, TM_PF_INTERNED_FUNCTION_NAMES);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_INTERNED_STRING_STR, TM_PB_LEN);
     tb_varint(t, 1ull << 63);
     PUT(t, "main");
     tb_close(t, f);
@@ -423,9 +424,9 @@ BUILDER(length_2pow63_function_name) {
 BUILDER(length_2pow64_minus_2_frame_ids) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    size_t c = tb_open(t, TB_I_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_tag(t, 2, 2);
+    size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_tag(t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_LEN);
     tb_varint(t, UINT64_MAX - 1);
     PUT(t, "\x01");
     tb_close(t, c);
@@ -433,8 +434,8 @@ BUILDER(length_2pow64_minus_2_frame_ids) {
 }
 BUILDER(length_2pow64_minus_1_compressed) {
     valid_trace(t, 1);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_tag(t, TB_P_COMPRESSED, 2);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_tag(t, TM_PF_PACKET_COMPRESSED_PACKETS, TM_PB_LEN);
     tb_varint(t, UINT64_MAX);
     PUT(t, "\x78\x9c");
     tb_close(t, p);
@@ -447,10 +448,10 @@ static size_t varint_size(uint64_t v) {
 
 /* One packet of exactly `bytes` payload bytes (an unknown bytes field). */
 static void packet_of(tb_buf *t, size_t bytes) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
     size_t fill = bytes - 2 - 4; /* field 1000's tag takes 2 bytes, its length 4 */
     if (varint_size(fill) != 4) abort();
-    tb_tag(t, 1000, 2);
+    tb_tag(t, 1000, TM_PB_LEN);
     tb_varint(t, fill);
     uint8_t *zeros = calloc(1, fill);
     if (!zeros) abort();
@@ -462,65 +463,65 @@ BUILDER(gen_packet_of_max_packet_bytes) { valid_trace(t, 2); packet_of(t, 4u << 
 BUILDER(gen_packet_over_max_packet_bytes) { valid_trace(t, 2); packet_of(t, (4u << 20) + 1); }
 
 /* -- wire types -- */
-BUILDER(wire_packet_as_varint) { valid_trace(t, 1); tb_uint(t, TB_TRACE_PACKET, 5); valid_trace(t, 1); }
-BUILDER(wire_packet_as_fixed64) { valid_trace(t, 1); tb_fixed64(t, TB_TRACE_PACKET, 5); }
+BUILDER(wire_packet_as_varint) { valid_trace(t, 1); tb_uint(t, TM_PF_TRACE_PACKET, 5); valid_trace(t, 1); }
+BUILDER(wire_packet_as_fixed64) { valid_trace(t, 1); tb_fixed64(t, TM_PF_TRACE_PACKET, 5); }
 BUILDER(wire_timestamp_as_bytes) {
     valid_trace(t, 1);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_bytes(t, TB_P_TIMESTAMP, "\x01", 1);
-    tb_uint(t, TB_P_SEQ_ID, 1);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_bytes(t, TM_PF_PACKET_TIMESTAMP, "\x01", 1);
+    tb_uint(t, TM_PF_PACKET_SEQUENCE_ID, 1);
     tb_close(t, p);
 }
 BUILDER(wire_sequence_id_as_fixed32) {
     valid_trace(t, 1);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_fixed32(t, TB_P_SEQ_ID, 1);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_fixed32(t, TM_PF_PACKET_SEQUENCE_ID, 1);
     tb_close(t, p);
 }
 BUILDER(wire_interned_data_as_varint) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    tb_uint(t, TB_P_INTERNED_DATA, 1);
+    tb_uint(t, TM_PF_PACKET_INTERNED_DATA, 1);
     tb_close(t, p);
 }
 BUILDER(wire_perf_sample_as_fixed32) {
     valid_trace(t, 1);
     size_t p = tb_packet_open(t, 1, 3000000000ull, TB_SEQ_NEEDS);
-    tb_fixed32(t, TB_P_PERF_SAMPLE, 1);
+    tb_fixed32(t, TM_PF_PACKET_PERF_SAMPLE, 1);
     tb_close(t, p);
 }
 BUILDER(wire_callstack_iid_as_bytes) {
     valid_trace(t, 1);
     size_t p = tb_packet_open(t, 1, 3000000000ull, TB_SEQ_NEEDS);
-    size_t s = tb_open(t, TB_P_PERF_SAMPLE);
-    tb_uint(t, TB_PS_PID, 100);
-    tb_uint(t, TB_PS_TID, 100);
-    tb_bytes(t, TB_PS_CALLSTACK, "\x01", 1);
+    size_t s = tb_open(t, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(t, TM_PF_PERF_SAMPLE_PID, 100);
+    tb_uint(t, TM_PF_PERF_SAMPLE_TID, 100);
+    tb_bytes(t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, "\x01", 1);
     tb_close(t, s);
     tb_close(t, p);
 }
 BUILDER(wire_frame_ids_as_fixed64) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    size_t c = tb_open(t, TB_I_CALLSTACKS);
-    tb_uint(t, 1, 1);
-    tb_fixed64(t, 2, 1);
+    size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_fixed64(t, TM_PF_CALLSTACK_FRAME_IDS, 1);
     tb_close(t, c);
     close2(t, o);
 }
 BUILDER(wire_clock_timestamp_as_bytes) {
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
-    size_t s = tb_open(t, TB_P_CLOCK_SNAPSHOT);
-    size_t c = tb_open(t, TB_CS_CLOCKS);
-    tb_uint(t, TB_CLK_ID, 6);
-    tb_bytes(t, TB_CLK_TS, "\x01", 1);
+    size_t s = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
+    size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
+    tb_bytes(t, TM_PF_CLOCK_TIMESTAMP, "\x01", 1);
     tb_close(t, c);
     tb_close(t, s);
     tb_close(t, p);
 }
 BUILDER(wire_type_7_in_packet) {
     valid_trace(t, 1);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
     PUT(t, "\x47\x00"); /* field 8, wire type 7 */
     tb_close(t, p);
 }
@@ -569,7 +570,7 @@ BUILDER(gen_million_empty_packets) {
 BUILDER(interned_iids_2pow64_minus_1) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, UINT64_MAX, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, UINT64_MAX, "main", 4);
     tb_frame(t, UINT64_MAX, UINT64_MAX, 0, 0x10);
     static const uint64_t cs[] = {UINT64_MAX};
     tb_callstack(t, UINT64_MAX, cs, 1, 1);
@@ -621,7 +622,7 @@ BUILDER(mapping_missing_paths_and_build_id) { with_interned(t, missing_path_and_
 static void deep_stack(tb_buf *t, size_t n) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "recurse", 7);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "recurse", 7);
     tb_frame(t, 1, 1, 0, 0x40);
     uint64_t *f = malloc(n * sizeof *f);
     if (!f) abort();
@@ -649,8 +650,8 @@ BUILDER(gen_sequences_1000001) { sequences(t, 1000001); }
 static void path_segments(tb_buf *t, size_t n) {
     valid_trace(t, 0);
     open2 o = interned_open(t, 0);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 1, "seg", 3);
-    tb_interned_string(t, TB_I_BUILD_IDS, 1, "\x01\x02\x03\x04", 4);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "seg", 3);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 1, "\x01\x02\x03\x04", 4);
     uint64_t *p = malloc(n * sizeof *p);
     if (!p) abort();
     for (size_t i = 0; i < n; i++) p[i] = 1;
@@ -670,11 +671,11 @@ BUILDER(path_segments_10001) { path_segments(t, 10001); }
 static void streaming(tb_buf *t, const uint64_t *cs, size_t n_cs, const int64_t *deltas, size_t n_d) {
     valid_trace(t, 2);
     size_t p = tb_packet_open(t, 1, 3000000000ull, TB_SEQ_NEEDS);
-    size_t s = tb_open(t, TB_P_STREAMING_PROFILE);
-    tb_packed(t, TB_SP_CALLSTACK, cs, n_cs);
+    size_t s = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, cs, n_cs);
     uint64_t d[8];
     for (size_t i = 0; i < n_d; i++) d[i] = (uint64_t)deltas[i];
-    tb_packed(t, TB_SP_DELTA, d, n_d);
+    tb_packed(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, d, n_d);
     tb_close(t, s);
     tb_close(t, p);
 }
@@ -698,18 +699,18 @@ BUILDER(perf_sample_timestamp_2pow64_minus_1) {
 BUILDER(thread_reference_time_negative) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(t, TB_P_THREAD_DESCRIPTOR);
-    tb_uint(t, TB_TD_PID, 100);
-    tb_uint(t, TB_TD_TID, 101);
-    tb_uint(t, TB_TD_REF_US, (uint64_t)-5000); /* -5 ms */
+    size_t d = tb_open(t, TM_PF_PACKET_THREAD_DESCRIPTOR);
+    tb_uint(t, TM_PF_THREAD_DESC_PID, 100);
+    tb_uint(t, TM_PF_THREAD_DESC_TID, 101);
+    tb_uint(t, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, (uint64_t)-5000); /* -5 ms */
     tb_close(t, d);
     tb_close(t, p);
     interned_packet(t, 2);
     p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_NEEDS);
-    size_t s = tb_open(t, TB_P_STREAMING_PROFILE);
-    tb_packed(t, TB_SP_CALLSTACK, three_cs, 3);
+    size_t s = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, three_cs, 3);
     static const uint64_t deltas[] = {0, 1000, 1000};
-    tb_packed(t, TB_SP_DELTA, deltas, 3);
+    tb_packed(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, deltas, 3);
     tb_close(t, s);
     tb_close(t, p);
     samples(t, 1, 0);
@@ -717,7 +718,7 @@ BUILDER(thread_reference_time_negative) {
 
 /* -- clocks -- */
 static void clocks_then_samples(tb_buf *t, uint64_t boot, uint64_t real) {
-    const uint32_t ids[] = {6, 1};
+    const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[] = {boot, real};
     tb_clock_snapshot(t, 1, ids, vals, 2);
     interned_packet(t, 1);
@@ -728,26 +729,26 @@ BUILDER(clock_boottime_2pow64_minus_1) { clocks_then_samples(t, UINT64_MAX, 1700
 BUILDER(clock_multiplier_2pow64_minus_1) {
     /* a sequence-scoped clock 64 counting in units of 2^64-1 ns */
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
-    size_t s = tb_open(t, TB_P_CLOCK_SNAPSHOT);
-    size_t c = tb_open(t, TB_CS_CLOCKS);
-    tb_uint(t, TB_CLK_ID, 64);
-    tb_uint(t, TB_CLK_TS, 5);
-    tb_uint(t, TB_CLK_MULT, UINT64_MAX);
+    size_t s = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
+    size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_FIRST_SEQUENCE_CLOCK);
+    tb_uint(t, TM_PF_CLOCK_TIMESTAMP, 5);
+    tb_uint(t, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, UINT64_MAX);
     tb_close(t, c);
-    c = tb_open(t, TB_CS_CLOCKS);
-    tb_uint(t, TB_CLK_ID, 6);
-    tb_uint(t, TB_CLK_TS, 1000000000ull);
+    c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(t, TM_PF_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
+    tb_uint(t, TM_PF_CLOCK_TIMESTAMP, 1000000000ull);
     tb_close(t, c);
     tb_close(t, s);
     tb_close(t, p);
     interned_packet(t, 1);
     for (uint64_t k = 0; k < 3; k++) {
         p = tb_packet_open(t, 1, 6 + k, TB_SEQ_NEEDS);
-        tb_uint(t, TB_P_CLOCK_ID, 64);
-        size_t ps = tb_open(t, TB_P_PERF_SAMPLE);
-        tb_uint(t, TB_PS_PID, 100);
-        tb_uint(t, TB_PS_TID, 100);
-        tb_uint(t, TB_PS_CALLSTACK, 1);
+        tb_uint(t, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, TM_PF_FIRST_SEQUENCE_CLOCK);
+        size_t ps = tb_open(t, TM_PF_PACKET_PERF_SAMPLE);
+        tb_uint(t, TM_PF_PERF_SAMPLE_PID, 100);
+        tb_uint(t, TM_PF_PERF_SAMPLE_TID, 100);
+        tb_uint(t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1);
         tb_close(t, ps);
         tb_close(t, p);
     }
@@ -764,7 +765,7 @@ BUILDER(clock_snapshot_300_clocks) {
     samples(t, 1, 2);
 }
 BUILDER(gen_clock_snapshots_1000001) {
-    static const uint32_t ids[] = {6, 1};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     for (uint64_t k = 0; k <= 1000000; k++) {
         const uint64_t vals[] = {1000000000ull + k, 1700000000000000000ull + k};
         tb_clock_snapshot(t, 1, ids, vals, 2);
@@ -790,8 +791,8 @@ BUILDER(zstd_compressed_packets) {
     tb_buf z = {0};
     zstd_rle(&z, 131072, 1);
     valid_trace(t, 2);
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_bytes(t, 133, z.data, z.len); /* zstd_compressed_packets */
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_bytes(t, TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS, z.data, z.len);
     tb_close(t, p);
     tb_free(&z);
 }
@@ -801,8 +802,8 @@ BUILDER(compressed_garbage) { valid_trace(t, 1); compressed_field(t, "this is no
 static void names_trace(tb_buf *t, const char *a, size_t an, const char *b, size_t bn) {
     clock_packet(t);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, a, an);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, b, bn);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, a, an);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, b, bn);
     tb_frame(t, 1, 1, 0, 0x10);
     tb_frame(t, 2, 2, 0, 0x20);
     static const uint64_t f[] = {1, 2};
@@ -815,19 +816,19 @@ BUILDER(function_name_with_nul) { names_trace(t, "ma\0in", 5, "\0", 1); }
 BUILDER(thread_name_invalid_utf8_and_nul) {
     valid_trace(t, 2);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
-    size_t th = tb_open(t, TB_PT_THREADS);
-    tb_uint(t, TB_THR_TID, 100);
-    tb_bytes(t, TB_THR_NAME, "\xc0\xaf\0x", 4);
-    tb_uint(t, TB_THR_TGID, 100);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
+    size_t th = tb_open(t, TM_PF_PROCESS_TREE_THREADS);
+    tb_uint(t, TM_PF_THREAD_TID, 100);
+    tb_bytes(t, TM_PF_THREAD_NAME, "\xc0\xaf\0x", 4);
+    tb_uint(t, TM_PF_THREAD_TGID, 100);
     tb_close(t, th);
     tb_close(t, pt);
     tb_close(t, p);
 }
 static void bad_path(tb_buf *t) {
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 1, "/lib\xff", 5);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 2, "x\0.so", 5);
-    tb_interned_string(t, TB_I_BUILD_IDS, 1, "\0\xff", 2);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "/lib\xff", 5);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 2, "x\0.so", 5);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 1, "\0\xff", 2);
     static const uint64_t paths[] = {1, 2};
     tb_mapping(t, 1, 1, 0x1000, 0x2000, paths, 2);
     tb_frame(t, 12, 1, 1, 0x10);

@@ -60,7 +60,7 @@ static size_t close_at(tb_buf *t, size_t mark, size_t pos) {
 }
 
 static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {6, 1}; /* BOOTTIME, REALTIME */
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
     tb_clock_snapshot(t, 1, ids, vals, 2);
 }
@@ -69,10 +69,10 @@ static void clock_packet(tb_buf *t) {
  * three frames without mapping, callstack 1 = {1, 2}. */
 static void interned_packet(tb_buf *t) {
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "work", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "leaf", 4);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "work", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "leaf", 4);
     for (uint64_t k = 1; k <= 3; k++) tb_frame(t, k, k, 0, 0x100 * k);
     static const uint64_t cs[] = {1, 2};
     tb_callstack(t, 1, cs, 2, 1);
@@ -245,7 +245,7 @@ Test(malformed, length_past_end_of_interned_data) {
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t bad = t.len;
-        tb_tag(&t, TB_P_INTERNED_DATA, 2);
+        tb_tag(&t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
         tb_varint(&t, 32); /* 3 bytes follow in the packet */
         tb_raw(&t, "\x2a\x01\x00", 3);
         bad = close_at(&t, p, bad);
@@ -260,14 +260,14 @@ Test(malformed, length_past_end_of_interned_frame) {
         tb_buf t = {0};
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
-        tb_interned_string(&t, TB_I_FUNCTION_NAMES, 1, "main", 4);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
         size_t bad = t.len;
-        tb_tag(&t, TB_I_FRAMES, 2);
+        tb_tag(&t, TM_PF_INTERNED_FRAMES, TM_PB_LEN);
         tb_varint(&t, 20);
         tb_raw(&t, "\x08\x01", 2);
         bad = close_at(&t, i, bad);
-        tb_uint(&t, TB_P_TIMESTAMP, 1); /* packet bytes after the interned data */
+        tb_uint(&t, TM_PF_PACKET_TIMESTAMP, 1); /* packet bytes after the interned data */
         bad = close_at(&t, p, bad);
         expect_error_at(&t, modes[m], NULL, TM_ERR_TRUNCATED, bad);
         tb_free(&t);
@@ -281,7 +281,7 @@ Test(malformed, trace_packet_sent_as_varint) {
         tb_buf t = {0};
         valid_trace(&t, 1);
         size_t at = t.len;
-        tb_uint(&t, TB_TRACE_PACKET, 5); /* 08 05 */
+        tb_uint(&t, TM_PF_TRACE_PACKET, 5); /* 08 05 */
         valid_trace(&t, 1);
         expect_error_at(&t, modes[m], NULL, TM_ERR_MALFORMED, at);
         tb_free(&t);
@@ -289,7 +289,7 @@ Test(malformed, trace_packet_sent_as_varint) {
         /* and as fixed32 */
         valid_trace(&t, 1);
         at = t.len;
-        tb_fixed32(&t, TB_TRACE_PACKET, 5);
+        tb_fixed32(&t, TM_PF_TRACE_PACKET, 5);
         expect_error_at(&t, modes[m], NULL, TM_ERR_MALFORMED, at);
         tb_free(&t);
     }
@@ -300,11 +300,11 @@ Test(malformed, perf_sample_tid_sent_as_len) {
         tb_buf t = {0};
         valid_trace(&t, 1);
         size_t p = tb_packet_open(&t, 1, 3000000000ull, 0);
-        size_t s = tb_open(&t, TB_P_PERF_SAMPLE);
-        tb_uint(&t, TB_PS_PID, 100);
+        size_t s = tb_open(&t, TM_PF_PACKET_PERF_SAMPLE);
+        tb_uint(&t, TM_PF_PERF_SAMPLE_PID, 100);
         size_t bad = t.len;
-        tb_bytes(&t, TB_PS_TID, "\x65", 1);
-        tb_uint(&t, TB_PS_CALLSTACK, 1);
+        tb_bytes(&t, TM_PF_PERF_SAMPLE_TID, "\x65", 1);
+        tb_uint(&t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1);
         bad = close_at(&t, s, bad);
         bad = close_at(&t, p, bad);
         expect_error_at(&t, modes[m], NULL, TM_ERR_MALFORMED, bad);
@@ -318,7 +318,7 @@ Test(malformed, packet_timestamp_sent_as_fixed64) {
         valid_trace(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         size_t bad = t.len;
-        tb_fixed64(&t, TB_P_TIMESTAMP, 3000000000ull);
+        tb_fixed64(&t, TM_PF_PACKET_TIMESTAMP, 3000000000ull);
         bad = close_at(&t, p, bad);
         expect_error_at(&t, modes[m], NULL, TM_ERR_MALFORMED, bad);
         tb_free(&t);
@@ -330,10 +330,10 @@ Test(malformed, interned_frame_iid_sent_as_len) {
         tb_buf t = {0};
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
-        size_t f = tb_open(&t, TB_I_FRAMES);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        size_t f = tb_open(&t, TM_PF_INTERNED_FRAMES);
         size_t bad = t.len;
-        tb_bytes(&t, 1, "\x01", 1); /* Frame.iid is uint64 */
+        tb_bytes(&t, TM_PF_INTERNED_IID, "\x01", 1); /* Frame.iid is uint64 */
         bad = close_at(&t, f, bad);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
@@ -350,8 +350,8 @@ Test(malformed, garbage_inside_interned_data) {
         tb_buf t = {0};
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
-        tb_interned_string(&t, TB_I_FUNCTION_NAMES, 1, "main", 4);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
         size_t bad = t.len;
         tb_raw(&t, "\xff\xff\xff", 3);
         bad = close_at(&t, i, bad);
@@ -362,11 +362,12 @@ Test(malformed, garbage_inside_interned_data) {
         /* wire type 7 inside a Frame */
         clock_packet(&t);
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        i = tb_open(&t, TB_P_INTERNED_DATA);
-        size_t f = tb_open(&t, TB_I_FRAMES);
-        tb_uint(&t, 1, 1);
+        i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        size_t f = tb_open(&t, TM_PF_INTERNED_FRAMES);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
         bad = t.len;
-        tb_raw(&t, "\x27\x00", 2); /* field 4, wire type 7 */
+        tb_tag(&t, TM_PF_FRAME_REL_PC, 7); /* no such wire type */
+        tb_varint(&t, 0);
         bad = close_at(&t, f, bad);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
@@ -376,10 +377,10 @@ Test(malformed, garbage_inside_interned_data) {
         /* a packed Callstack.frame_ids whose last element is cut */
         clock_packet(&t);
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        i = tb_open(&t, TB_P_INTERNED_DATA);
-        size_t c = tb_open(&t, TB_I_CALLSTACKS);
-        tb_uint(&t, 1, 1);
-        tb_tag(&t, 2, 2);
+        i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        size_t c = tb_open(&t, TM_PF_INTERNED_CALLSTACKS);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
+        tb_tag(&t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_LEN);
         tb_varint(&t, 3);
         bad = t.len + 2;
         tb_raw(&t, "\x01\x02\x83", 3);
@@ -392,11 +393,11 @@ Test(malformed, garbage_inside_interned_data) {
         /* a mapping path id sent as fixed32 */
         clock_packet(&t);
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        i = tb_open(&t, TB_P_INTERNED_DATA);
-        size_t mp = tb_open(&t, TB_I_MAPPINGS);
-        tb_uint(&t, 1, 1);
+        i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        size_t mp = tb_open(&t, TM_PF_INTERNED_MAPPINGS);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
         bad = t.len;
-        tb_fixed32(&t, 7, 1);
+        tb_fixed32(&t, TM_PF_MAPPING_PATH_STRING_IDS, 1);
         bad = close_at(&t, mp, bad);
         bad = close_at(&t, i, bad);
         bad = close_at(&t, p, bad);
@@ -442,8 +443,8 @@ Test(malformed, field_number_zero_in_a_packet) {
 /* ---- compressed_packets ---- */
 
 static void raw_compressed_packet(tb_buf *t, const void *z, size_t n) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_bytes(t, TB_P_COMPRESSED, z, n);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_bytes(t, TM_PF_PACKET_COMPRESSED_PACKETS, z, n);
     tb_close(t, p);
 }
 
@@ -508,7 +509,7 @@ Test(malformed, truncated_zlib) {
     cr_assert_eq(tm_pb_next(&r, &f), TM_PB_OK);
     tm_pb_reader pr = tm_pb_reader_of(f.bytes);
     cr_assert_eq(tm_pb_next(&pr, &f), TM_PB_OK);
-    cr_assert_eq(f.num, TB_P_COMPRESSED);
+    cr_assert_eq(f.num, TM_PF_PACKET_COMPRESSED_PACKETS);
     size_t zn = f.bytes.len;
     cr_assert_gt(zn, 8);
     size_t cuts[] = {1, 2, zn / 2, zn - 4, zn - 1};
@@ -632,7 +633,7 @@ Test(limits, max_stack_depth) {
         tb_buf t = {0};
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         static const uint64_t two[] = {1, 2}, three[] = {1, 2, 3};
         tb_callstack(&t, 1, two, 2, 1);
         size_t bad = t.len;
@@ -666,7 +667,7 @@ Test(limits, max_packet_bytes) {
         size_t at = t.len;
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         static const char pad[300] = {0};
-        tb_bytes(&t, 900, pad, sizeof pad); /* for_testing: skipped */
+        tb_bytes(&t, TM_PF_PACKET_FOR_TESTING, pad, sizeof pad); /* skipped */
         tb_close(&t, p);
         size_t big = t.len - payload_of(&t, at);
         valid_trace(&t, 1);
@@ -681,7 +682,7 @@ Test(limits, max_unique_frames) {
         clock_packet(&t);
         interned_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         static const uint64_t three[] = {1, 2, 3};
         tb_callstack(&t, 2, three, 3, 1);
         tb_close(&t, i);
@@ -699,7 +700,7 @@ Test(limits, max_path_segments) {
         tb_buf t = {0};
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         static const uint64_t paths[] = {1, 2, 3};
         tb_mapping(&t, 1, 0, 0x1000, 0x2000, paths, 2);
         size_t bad = t.len;
@@ -716,9 +717,9 @@ Test(limits, max_interned_entries) {
         tb_buf t = {0};
         clock_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TB_P_INTERNED_DATA);
-        tb_interned_string(&t, TB_I_FUNCTION_NAMES, 1, "a", 1);
-        tb_interned_string(&t, TB_I_MAPPING_PATHS, 1, "b", 1);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "a", 1);
+        tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 1, "b", 1);
         size_t bad = t.len;
         tb_frame(&t, 1, 1, 0, 0);
         bad = close_at(&t, i, bad);
@@ -777,34 +778,35 @@ static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
  * a ThreadDescriptor with a StreamingProfilePacket, defaults, and a
  * compressed packet. */
 static void rich_trace(tb_buf *t) {
-    static const uint32_t ids[] = {6, 1, 3};
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME,
+                                   TM_PF_BUILTIN_CLOCK_MONOTONIC};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull, 500000000ull};
     tb_clock_snapshot(t, 1, ids, vals, 3);
 
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_TIMESTAMP, 1000000001ull);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
-    size_t pr = tb_open(t, TB_PT_PROCESSES);
-    tb_uint(t, TB_PROC_PID, 100);
-    tb_str(t, TB_PROC_CMDLINE, "com.example.app");
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_uint(t, TM_PF_PACKET_TIMESTAMP, 1000000001ull);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
+    size_t pr = tb_open(t, TM_PF_PROCESS_TREE_PROCESSES);
+    tb_uint(t, TM_PF_PROCESS_PID, 100);
+    tb_str(t, TM_PF_PROCESS_CMDLINE, "com.example.app");
     tb_close(t, pr);
     tb_pt_thread(t, 101, 100, "w\xc3\xb6rker");
     tb_close(t, pt);
     tb_close(t, p);
 
     p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(t, TB_P_DEFAULTS);
-    tb_uint(t, TB_DEF_CLOCK_ID, 6);
+    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
+    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     tb_close(t, d);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "\xe5\xb7\xa5\xe4\xbd\x9c", 6);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "android.view.View.draw", 22);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 1, "system", 6);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 2, "lib64", 5);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 3, "libc.so", 7);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 4, "boot.oat", 8);
-    tb_interned_string(t, TB_I_BUILD_IDS, 1, "\x01\x02\xab\xcd", 4);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "\xe5\xb7\xa5\xe4\xbd\x9c", 6);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "android.view.View.draw", 22);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "system", 6);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 2, "lib64", 5);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 3, "libc.so", 7);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 4, "boot.oat", 8);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 1, "\x01\x02\xab\xcd", 4);
     static const uint64_t native_path[] = {1, 2, 3}, java_path[] = {1, 4};
     tb_mapping(t, 1, 1, 0x7000000000ull, 0x7000100000ull, native_path, 3);
     tb_mapping(t, 2, 0, 0x6000000000ull, 0x6000100000ull, java_path, 2);
@@ -825,23 +827,23 @@ static void rich_trace(tb_buf *t) {
 
     /* Sequence 2: a ThreadDescriptor time base and streaming samples. */
     p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t td = tb_open(t, TB_P_THREAD_DESCRIPTOR);
-    tb_uint(t, TB_TD_PID, 100);
-    tb_uint(t, TB_TD_TID, 102);
-    tb_str(t, TB_TD_NAME, "sampler");
-    tb_uint(t, TB_TD_REF_US, 500000);
+    size_t td = tb_open(t, TM_PF_PACKET_THREAD_DESCRIPTOR);
+    tb_uint(t, TM_PF_THREAD_DESC_PID, 100);
+    tb_uint(t, TM_PF_THREAD_DESC_TID, 102);
+    tb_str(t, TM_PF_THREAD_DESC_THREAD_NAME, "sampler");
+    tb_uint(t, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, 500000);
     tb_close(t, td);
-    i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "chrome_main", 11);
+    i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "chrome_main", 11);
     tb_frame(t, 1, 1, 0, 0x10);
     tb_callstack(t, 7, (const uint64_t[]){1}, 1, 0);
     tb_close(t, i);
     tb_close(t, p);
     p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_NEEDS);
-    size_t sp = tb_open(t, TB_P_STREAMING_PROFILE);
+    size_t sp = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
     static const uint64_t sp_cs[] = {7, 7, 7}, sp_dt[] = {10, 20, 30};
-    tb_packed(t, TB_SP_CALLSTACK, sp_cs, 3);
-    tb_packed(t, TB_SP_DELTA, sp_dt, 3);
+    tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, sp_cs, 3);
+    tb_packed(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, sp_dt, 3);
     tb_close(t, sp);
     tb_close(t, p);
 
@@ -1165,12 +1167,12 @@ Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
     tb_buf t = {0};
     valid_trace(&t, 2);
     size_t p = tb_packet_open(&t, 1, 3000000000ull, 0);
-    size_t s = tb_open(&t, TB_P_PERF_SAMPLE);
+    size_t s = tb_open(&t, TM_PF_PACKET_PERF_SAMPLE);
     size_t bad = t.len;
-    tb_bytes(&t, TB_PS_CPU, "\x02", 1);
-    tb_uint(&t, TB_PS_PID, 100);
-    tb_uint(&t, TB_PS_TID, 100);
-    tb_uint(&t, TB_PS_CALLSTACK, 1);
+    tb_bytes(&t, TM_PF_PERF_SAMPLE_CPU, "\x02", 1);
+    tb_uint(&t, TM_PF_PERF_SAMPLE_PID, 100);
+    tb_uint(&t, TM_PF_PERF_SAMPLE_TID, 100);
+    tb_uint(&t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1);
     bad = close_at(&t, s, bad);
     bad = close_at(&t, p, bad);
     expect_error_at(&t, TM_MODE_RELAY, NULL, TM_ERR_MALFORMED, bad);
@@ -1183,15 +1185,15 @@ Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
 Test(relay_schema, clock_fields_outside_relays_subset_are_skipped) {
     tb_buf t = {0};
     size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
-    size_t cs = tb_open(&t, TB_P_CLOCK_SNAPSHOT);
-    static const uint32_t ids[] = {6, 1};
+    size_t cs = tb_open(&t, TM_PF_PACKET_CLOCK_SNAPSHOT);
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
     for (int k = 0; k < 2; k++) {
-        size_t c = tb_open(&t, TB_CS_CLOCKS);
-        tb_uint(&t, TB_CLK_ID, ids[k]);
-        tb_uint(&t, TB_CLK_TS, vals[k]);
-        tb_bytes(&t, TB_CLK_INCREMENTAL, "\x00", 1);
-        tb_fixed32(&t, TB_CLK_MULT, 1);
+        size_t c = tb_open(&t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+        tb_uint(&t, TM_PF_CLOCK_ID, ids[k]);
+        tb_uint(&t, TM_PF_CLOCK_TIMESTAMP, vals[k]);
+        tb_bytes(&t, TM_PF_CLOCK_IS_INCREMENTAL, "\x00", 1);
+        tb_fixed32(&t, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, 1);
         tb_close(&t, c);
     }
     tb_close(&t, cs);

@@ -22,16 +22,16 @@
  * packet after a clock snapshot), then 4n samples over them. */
 static tb_buf interning_trace(uint64_t n, size_t *interned_at) {
     tb_buf t = {0};
-    uint32_t ids[] = {6};
+    uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME};
     uint64_t vals[] = {1000};
     tb_clock_snapshot(&t, 0, ids, vals, 1);
     *interned_at = t.len;
     size_t pk = tb_packet_open(&t, 1, 1000, TB_SEQ_CLEARED | TB_SEQ_NEEDS);
-    size_t in = tb_open(&t, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
     char name[32];
     for (uint64_t i = 1; i <= n; i++) {
         int len = snprintf(name, sizeof name, "function_%llu", (unsigned long long)i);
-        tb_interned_string(&t, TB_I_FUNCTION_NAMES, i, name, (size_t)len);
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, i, name, (size_t)len);
     }
     for (uint64_t i = 1; i <= n; i++) tb_frame(&t, i, i, 0, i * 16);
     for (uint64_t i = 1; i <= n; i++) tb_callstack(&t, i, &i, 1, 1);

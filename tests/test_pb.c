@@ -594,7 +594,7 @@ Test(pb_nested, trace_packet_perf_sample) {
     tm_pb_reader top = tm_pb_reader_of(bytes_of(in, t.len));
     tm_pb_field f;
     cr_assert_eq(tm_pb_next(&top, &f), TM_PB_OK);
-    cr_assert_eq(f.num, TB_TRACE_PACKET);
+    cr_assert_eq(f.num, TM_PF_TRACE_PACKET);
     cr_assert_eq(f.wire, TM_PB_LEN);
 
     tm_pb_reader pkt = tm_pb_reader_of(f.bytes);
@@ -602,9 +602,9 @@ Test(pb_nested, trace_packet_perf_sample) {
     uint64_t ts = 0, seq = 0, pid = 0, tid = 0, cs = 0;
     int rc, saw_perf = 0;
     while ((rc = tm_pb_next(&pkt, &g)) == TM_PB_OK) {
-        if (g.num == TB_P_TIMESTAMP) ts = g.val;
-        else if (g.num == TB_P_SEQ_ID) seq = g.val;
-        else if (g.num == TB_P_PERF_SAMPLE) {
+        if (g.num == TM_PF_PACKET_TIMESTAMP) ts = g.val;
+        else if (g.num == TM_PF_PACKET_SEQUENCE_ID) seq = g.val;
+        else if (g.num == TM_PF_PACKET_PERF_SAMPLE) {
             saw_perf = 1;
             cr_assert_geq(g.bytes.data, f.bytes.data);
             cr_assert_leq(g.bytes.data + g.bytes.len, f.bytes.data + f.bytes.len);
@@ -613,9 +613,9 @@ Test(pb_nested, trace_packet_perf_sample) {
             int prc;
             while ((prc = tm_pb_next(&ps, &h)) == TM_PB_OK) {
                 cr_assert_eq(h.wire, TM_PB_VARINT);
-                if (h.num == TB_PS_PID) pid = h.val;
-                else if (h.num == TB_PS_TID) tid = h.val;
-                else if (h.num == TB_PS_CALLSTACK) cs = h.val;
+                if (h.num == TM_PF_PERF_SAMPLE_PID) pid = h.val;
+                else if (h.num == TM_PF_PERF_SAMPLE_TID) tid = h.val;
+                else if (h.num == TM_PF_PERF_SAMPLE_CALLSTACK_IID) cs = h.val;
             }
             cr_assert_eq(prc, TM_PB_DONE);
         }

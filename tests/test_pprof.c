@@ -347,14 +347,14 @@ enum {
 };
 
 static void add_clock(tb_buf *t) {
-    const uint32_t ids[2] = {6, 1}; /* BOOTTIME, REALTIME */
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, REAL0};
     tb_clock_snapshot(t, 0, ids, vals, 2);
 }
 
 static void add_thread_names(tb_buf *t) {
     size_t p = tb_packet_open(t, 2, BOOT0, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(t, 43, PID, "RenderThread");
     tb_close(t, pt);
     tb_close(t, p);
@@ -362,15 +362,15 @@ static void add_thread_names(tb_buf *t) {
 
 static void add_interned(tb_buf *t) {
     size_t pkt = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "foo", 3);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "native_func", 11);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 4, "android.view.View.draw", 22);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 10, "libexample.so", 13);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 11, "system", 6);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 12, "boot-framework.oat", 18);
-    tb_interned_string(t, TB_I_BUILD_IDS, 20, BUILD_ID, sizeof BUILD_ID);
+    size_t in = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "foo", 3);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "native_func", 11);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 4, "android.view.View.draw", 22);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 10, "libexample.so", 13);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 11, "system", 6);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 12, "boot-framework.oat", 18);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 20, BUILD_ID, sizeof BUILD_ID);
     const uint64_t lib_path[1] = {10}, oat_path[2] = {11, 12};
     tb_mapping(t, 1, 20, 0x70000000, 0x70010000, lib_path, 1);
     tb_mapping(t, 2, 0, 0x1000, 0x2000, oat_path, 2);
@@ -747,11 +747,11 @@ Test(pprof, large_profile_across_members) {
     tb_buf t = {0};
     add_clock(&t);
     size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(&t, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
     char name[32];
     for (int f = 1; f <= N_FRAMES; f++) {
         int n = snprintf(name, sizeof name, "fn_%d", f);
-        tb_interned_string(&t, TB_I_FUNCTION_NAMES, (uint64_t)f, name, (size_t)n);
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, (uint64_t)f, name, (size_t)n);
         tb_frame(&t, (uint64_t)f, (uint64_t)f, 0, (uint64_t)f * 16);
     }
     static uint64_t frames[DEEP];

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "perfetto/fields.h"
 #include "wire/pb.h"
 #include "record.h"
 #include "tutil.h"
@@ -133,11 +134,37 @@ typedef struct pkt_info {
     int n_frames, n_callstacks, n_mappings, n_names, n_build_ids, n_paths;
     uint64_t first_callstack_frames[8]; /* frame iids of the first interned callstack */
     int first_callstack_len;
+    /* Repeated varint fields by wire type: Callstack.frame_ids and
+     * Mapping.path_string_ids, which the protos declare unpacked. */
+    int frame_ids_varint, frame_ids_len, path_ids_varint, path_ids_len;
 } pkt_info;
+
+/* The sequence flags of a packet that starts a generation of interning. */
+enum { NEW_GENERATION = TM_PF_SEQ_INCREMENTAL_STATE_CLEARED | TM_PF_SEQ_NEEDS_INCREMENTAL_STATE };
 
 static tm_bytes bytes(const void *p, size_t n) {
     tm_bytes b = {p, n};
     return b;
+}
+
+/* Counts field num's entries in msg by wire type (varint or length-delimited);
+ * the values, packed or not, go to out[0..max) when out is given. */
+static void repeated_ids(tm_bytes msg, uint32_t num, int *n_varint, int *n_len, uint64_t *out, int *n_out, int max) {
+    tm_pb_reader r = tm_pb_reader_of(msg);
+    tm_pb_field c;
+    while (tm_pb_next(&r, &c) == TM_PB_OK) {
+        if (c.num != num) continue;
+        if (c.wire == TM_PB_VARINT) {
+            (*n_varint)++;
+            if (out && *n_out < max) out[(*n_out)++] = c.val;
+            continue;
+        }
+        (*n_len)++;
+        tm_pb_reader packed = tm_pb_reader_of(c.bytes);
+        uint64_t v;
+        while (tm_pb_packed_next(&packed, &v) == TM_PB_OK)
+            if (out && *n_out < max) out[(*n_out)++] = v;
+    }
 }
 
 static size_t scan(const rig *r, pkt_info *out, size_t max) {
@@ -146,39 +173,35 @@ static size_t scan(const rig *r, pkt_info *out, size_t max) {
     size_t n = 0;
     int rc;
     while ((rc = tm_pb_next(&tr, &f)) == TM_PB_OK) {
-        cr_assert_eq(f.num, 1, "top-level field %u", f.num);
+        cr_assert_eq(f.num, TM_PF_TRACE_PACKET, "top-level field %u", f.num);
         cr_assert_lt(n, max);
         pkt_info *p = &out[n++];
         memset(p, 0, sizeof *p);
         tm_pb_reader pr = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
         while (tm_pb_next(&pr, &g) == TM_PB_OK) {
-            if (g.num == 10) p->seq = (uint32_t)g.val;
-            if (g.num == 13) p->flags = (uint32_t)g.val;
-            if (g.num == 42) p->prev_dropped = (uint32_t)g.val;
-            if (g.num == 66) p->has_perf_sample = 1;
-            if (g.num == 59) p->has_defaults = 1;
-            if (g.num != 12) continue;
+            if (g.num == TM_PF_PACKET_SEQUENCE_ID) p->seq = (uint32_t)g.val;
+            if (g.num == TM_PF_PACKET_SEQUENCE_FLAGS) p->flags = (uint32_t)g.val;
+            if (g.num == TM_PF_PACKET_PREVIOUS_PACKET_DROPPED) p->prev_dropped = (uint32_t)g.val;
+            if (g.num == TM_PF_PACKET_PERF_SAMPLE) p->has_perf_sample = 1;
+            if (g.num == TM_PF_PACKET_DEFAULTS) p->has_defaults = 1;
+            if (g.num != TM_PF_PACKET_INTERNED_DATA) continue;
             tm_pb_reader ir = tm_pb_reader_of(g.bytes);
             tm_pb_field h;
             while (tm_pb_next(&ir, &h) == TM_PB_OK) {
-                p->n_names += h.num == 5;
-                p->n_frames += h.num == 6;
-                p->n_build_ids += h.num == 16;
-                p->n_paths += h.num == 17;
-                p->n_mappings += h.num == 19;
-                if (h.num != 7) continue;
-                if (p->n_callstacks++ == 0) {
-                    tm_pb_reader cr = tm_pb_reader_of(h.bytes);
-                    tm_pb_field c;
-                    while (tm_pb_next(&cr, &c) == TM_PB_OK) {
-                        if (c.num != 2 || c.wire != TM_PB_LEN) continue;
-                        tm_pb_reader packed = tm_pb_reader_of(c.bytes);
-                        uint64_t v;
-                        while (tm_pb_packed_next(&packed, &v) == TM_PB_OK && p->first_callstack_len < 8)
-                            p->first_callstack_frames[p->first_callstack_len++] = v;
-                    }
+                p->n_names += h.num == TM_PF_INTERNED_FUNCTION_NAMES;
+                p->n_frames += h.num == TM_PF_INTERNED_FRAMES;
+                p->n_build_ids += h.num == TM_PF_INTERNED_BUILD_IDS;
+                p->n_paths += h.num == TM_PF_INTERNED_MAPPING_PATHS;
+                if (h.num == TM_PF_INTERNED_MAPPINGS) {
+                    p->n_mappings++;
+                    repeated_ids(h.bytes, TM_PF_MAPPING_PATH_STRING_IDS, &p->path_ids_varint, &p->path_ids_len,
+                                 NULL, NULL, 0);
                 }
+                if (h.num != TM_PF_INTERNED_CALLSTACKS) continue;
+                int first = p->n_callstacks++ == 0;
+                repeated_ids(h.bytes, TM_PF_CALLSTACK_FRAME_IDS, &p->frame_ids_varint, &p->frame_ids_len,
+                             first ? p->first_callstack_frames : NULL, &p->first_callstack_len, 8);
             }
         }
     }
@@ -254,7 +277,7 @@ Test(record_writer, samples_threads_and_names_read_back) {
                      st->dropped_missing_clock,
                  0);
     cr_expect_eq(st->data_losses, 0);
-    cr_expect_eq(st->trace_clock_id, 6);
+    cr_expect_eq(st->trace_clock_id, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     cr_expect(st->has_realtime);
     cr_expect_eq(st->first_sample_ns, 1001000000);
     cr_expect(has_thread(t, "worker-a"));
@@ -287,12 +310,13 @@ Test(record_writer, interning_once_per_sequence_and_flags) {
             cr_expect_eq(p[i].seq, TMR_WRITER_SEQ, "descriptors go on the writer's own sequence");
             continue;
         }
-        cr_expect(p[i].flags & 2, "every sample packet needs incremental state");
+        cr_expect(p[i].flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE, "every sample packet needs incremental state");
         if (p[i].seq == 7) {
             frames7 += p[i].n_frames, stacks7 += p[i].n_callstacks;
-            cleared7 += (p[i].flags & 1) != 0;
+            cleared7 += (p[i].flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) != 0;
             if (!seen7++) {
-                cr_expect(p[i].flags & 1, "first packet of a sequence clears its state");
+                cr_expect(p[i].flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED,
+                          "first packet of a sequence clears its state");
                 cr_expect(p[i].has_defaults);
                 /* Root first: the root's frame was interned last (pcs run leaf to root). */
                 cr_expect_eq(p[i].first_callstack_len, 3);
@@ -316,13 +340,48 @@ Test(record_writer, interning_once_per_sequence_and_flags) {
     sample(&r, 7, 1, 301, deep, 3, 0);
     n = scan(&r, p, 64);
     cr_assert_eq(n, before + 2);
-    cr_expect_eq(p[before].flags, 3);
+    cr_expect_eq(p[before].flags, NEW_GENERATION);
     cr_expect_eq(p[before].n_frames, 3);
-    cr_expect_eq(p[before + 1].flags, 2);
+    cr_expect_eq(p[before + 1].flags, TM_PF_SEQ_NEEDS_INCREMENTAL_STATE);
     cr_expect_eq(p[before + 1].n_frames, 0);
     tm_trace *t = parse(&r, TM_MODE_DEFAULT);
     cr_expect_eq(tm_trace_get_stats(t)->samples_kept, 8);
     cr_expect_geq(tm_trace_get_stats(t)->incremental_resets, 3);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+/* Perfetto's decoder reads a repeated field only in the encoding its proto
+ * declares: Callstack.frame_ids and Mapping.path_string_ids are not
+ * [packed = true], and packed frame ids left Trace Processor with no stacks
+ * (issue 22). One varint field per frame id, per path id. */
+Test(record_writer, repeated_ids_are_unpacked_as_declared) {
+    rig r;
+    rig_open(&r, 0);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    const uint64_t shallow[] = {leaf_pc(rw_middle), ret_pc(rw_root)};
+    sample(&r, 1, 1, 100, deep, 3, 0);
+    sample(&r, 1, 1, 101, shallow, 2, 0);
+    sample(&r, 2, 2, 102, deep, 3, 0);
+    pkt_info p[64];
+    size_t n = scan(&r, p, 64);
+    int stacks = 0, ids = 0, packed = 0, paths = 0, packed_paths = 0;
+    for (size_t i = 0; i < n; i++) {
+        stacks += p[i].n_callstacks;
+        ids += p[i].frame_ids_varint, packed += p[i].frame_ids_len;
+        paths += p[i].path_ids_varint, packed_paths += p[i].path_ids_len;
+    }
+    cr_expect_eq(stacks, 3);
+    cr_expect_eq(packed, 0, "Callstack.frame_ids written packed (wire type 2)");
+    cr_expect_eq(ids, 3 + 2 + 3, "one varint field per frame of each interned callstack");
+    cr_expect_eq(packed_paths, 0, "Mapping.path_string_ids written packed (wire type 2)");
+    cr_expect_eq(paths, 2, "one path id per interned mapping (one mapping on each sequence)");
+
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    tu_membuf fo = folded(t);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 2, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 1, "%s", fo.data);
+    tu_membuf_free(&fo);
     tm_trace_free(t);
     rig_close(&r);
 }
@@ -351,7 +410,7 @@ Test(record_writer, data_loss_is_reported_and_later_samples_resolve) {
         cr_expect_eq(p[i].flags, 0, "the loss marker needs no incremental state");
         cr_expect(!p[i].has_perf_sample);
         cr_assert_lt(i + 1, n);
-        cr_expect_eq(p[i + 1].flags, 3, "the sample after a loss starts a new generation");
+        cr_expect_eq(p[i + 1].flags, NEW_GENERATION, "the sample after a loss starts a new generation");
         cr_expect_eq(p[i + 1].n_frames, 3, "and re-interns what it uses");
         cr_expect_eq(p[i + 1].n_callstacks, 1);
     }

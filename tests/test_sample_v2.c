@@ -80,25 +80,25 @@ enum {
 static const char ODD_NAME[] = "a\"b\\\n\xff\xc0\xafz";
 
 static void add_clock(tb_buf *t) {
-    const uint32_t ids[2] = {6, 1}; /* BOOTTIME, REALTIME */
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {BOOT0, REAL0};
     tb_clock_snapshot(t, 0, ids, vals, 2);
 }
 
 static void add_interned(tb_buf *t) {
     size_t pkt = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "foo", 3);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "native_func", 11);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 4, "android.view.View.draw", 22);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 5, "signed", 6);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 6, ODD_NAME, sizeof ODD_NAME - 1);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 10, "libexample.so", 13);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 11, "system", 6);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 12, "framework", 9);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 13, "boot-framework.oat", 18);
-    tb_interned_string(t, TB_I_BUILD_IDS, 20, BUILD_ID, sizeof BUILD_ID);
+    size_t in = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "foo", 3);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "native_func", 11);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 4, "android.view.View.draw", 22);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 5, "signed", 6);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 6, ODD_NAME, sizeof ODD_NAME - 1);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 10, "libexample.so", 13);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 11, "system", 6);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 12, "framework", 9);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 13, "boot-framework.oat", 18);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 20, BUILD_ID, sizeof BUILD_ID);
     const uint64_t lib_path[1] = {10}, oat_path[3] = {11, 12, 13};
     tb_mapping(t, 1, 20, 0x70000000, 0x70010000, lib_path, 1);
     tb_mapping(t, 2, 0, 0x1000, 0x2000, oat_path, 3);
@@ -641,8 +641,8 @@ static void add_process_tree(tb_buf *t) {
         uint32_t tid;
         const char *name;
     } th[] = {{42, "com.example.app"}, {43, "RenderThread"}, {44, "NeverSampled"}};
-    size_t pkt = tb_open(t, TB_TRACE_PACKET);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    size_t pkt = tb_open(t, TM_PF_TRACE_PACKET);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     for (size_t i = 0; i < sizeof th / sizeof *th; i++) tb_pt_thread(t, th[i].tid, 42, th[i].name);
     tb_close(t, pt);
     tb_close(t, pkt);

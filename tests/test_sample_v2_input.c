@@ -290,24 +290,24 @@ static tu_membuf perfetto_to_v2(const void *buf, size_t len) {
 static const char ODD_NAME[] = "q\"b\\s\n\x01\xff\xc0\xafz\xe2\x82\xac";
 
 static void build_trace(tb_buf *t) {
-    const uint32_t ids[2] = {6, 1}; /* BOOTTIME, REALTIME */
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
     const uint64_t vals[2] = {1000000000ull, 1700000001000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     size_t pkt = tb_packet_open(t, 2, 1, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(t, 42, 42, "app");
     tb_pt_thread(t, 43, 42, "worker \"1\"\t\xce\xbb");
     tb_close(t, pt);
     tb_close(t, pkt);
     pkt = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, ODD_NAME, sizeof ODD_NAME - 1);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "com.example.Foo.bar", 19);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 10, "libexample.so", 13);
-    tb_interned_string(t, TB_I_MAPPING_PATHS, 11, "base.odex", 9);
+    size_t in = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, ODD_NAME, sizeof ODD_NAME - 1);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "com.example.Foo.bar", 19);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 10, "libexample.so", 13);
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 11, "base.odex", 9);
     static const uint8_t short_id[4] = {0xaa, 0xbb, 0xcc, 0xdd};
-    tb_interned_string(t, TB_I_BUILD_IDS, 20, short_id, sizeof short_id);
+    tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 20, short_id, sizeof short_id);
     const uint64_t lib_path[1] = {10}, odex_path[1] = {11};
     tb_mapping(t, 1, 20, 0x70000000, 0x70010000, lib_path, 1);
     tb_mapping(t, 2, 0, 0x1000, 0x2000, odex_path, 1);

@@ -21,10 +21,10 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define CLK_REALTIME 1
-#define CLK_MONOTONIC 3
-#define CLK_MONOTONIC_RAW 5
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_MONOTONIC TM_PF_BUILTIN_CLOCK_MONOTONIC
+#define CLK_MONOTONIC_RAW TM_PF_BUILTIN_CLOCK_MONOTONIC_RAW
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 
 /* BOOTTIME 1 s is Unix 1700000000 s. */
 #define BOOT0 1000000000ull
@@ -90,10 +90,10 @@ static void clock_packet(tb_buf *t) {
 
 static void process_tree(tb_buf *t) {
     size_t p = tb_packet_open(t, 0, TB_NO_TS, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
-    size_t pr = tb_open(t, TB_PT_PROCESSES);
-    tb_uint(t, TB_PROC_PID, 100);
-    tb_str(t, TB_PROC_CMDLINE, "app");
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
+    size_t pr = tb_open(t, TM_PF_PROCESS_TREE_PROCESSES);
+    tb_uint(t, TM_PF_PROCESS_PID, 100);
+    tb_str(t, TM_PF_PROCESS_CMDLINE, "app");
     tb_close(t, pr);
     tb_pt_thread(t, 101, 100, "worker");
     tb_close(t, pt);
@@ -105,17 +105,17 @@ static void process_tree(tb_buf *t) {
  * context 5 = pid 100, tid 102; execution context 3 = cpu 1 (not used). */
 static void interned_packet(tb_buf *t, uint32_t seq) {
     size_t p = tb_packet_open(t, seq, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 1, "main", 4);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 2, "run", 3);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, 3, "bar", 3);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "run", 3);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 3, "bar", 3);
     for (uint64_t k = 1; k <= 3; k++) tb_frame(t, k, k, 0, 0x10 * k);
     static const uint64_t cs[] = {1, 2, 3};
     tb_callstack(t, 7, cs, 3, 1);
     tb_task_context(t, 5, 100, 102);
-    size_t ec = tb_open(t, TB_I_SS_EXEC_CONTEXTS);
-    tb_uint(t, 1, 3);
-    tb_uint(t, TB_EC_CPU, 1);
+    size_t ec = tb_open(t, TM_PF_INTERNED_EXECUTION_CONTEXTS);
+    tb_uint(t, TM_PF_INTERNED_IID, 3);
+    tb_uint(t, TM_PF_EXECUTION_CONTEXT_CPU, 1);
     tb_close(t, ec);
     tb_close(t, i);
     tb_close(t, p);
@@ -401,10 +401,10 @@ Test(stack_sample, packet_timestamps_go_through_the_clock_graph) {
     tb_clock_snapshot(&b, 1, ids, vals, 3);
     /* seq 2: MONOTONIC by default */
     size_t p = tb_packet_open(&b, 2, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(&b, TB_P_DEFAULTS);
-    tb_uint(&b, TB_DEF_CLOCK_ID, CLK_MONOTONIC);
-    size_t sd = tb_open(&b, TB_DEF_STACK_SAMPLE);
-    tb_str(&b, 1, "python.wall");
+    size_t d = tb_open(&b, TM_PF_PACKET_DEFAULTS);
+    tb_uint(&b, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
+    size_t sd = tb_open(&b, TM_PF_DEFAULTS_STACK_SAMPLE);
+    tb_str(&b, TM_PF_STACK_DEFAULTS_SOURCE, "python.wall");
     tb_close(&b, sd);
     tb_close(&b, d);
     tb_close(&b, p);
@@ -447,7 +447,7 @@ Test(stack_sample, incremental_state_and_drop_counters) {
     s.ts = BOOT0 + 1;
     tb_stack_sample_packet(&b, &s); /* kept */
     size_t p = tb_packet_open(&b, 4, TB_NO_TS, 0);
-    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    tb_uint(&b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     tb_close(&b, p);
     s.ts = BOOT0 + 2;
     tb_stack_sample_packet(&b, &s); /* stale interning */
@@ -495,18 +495,18 @@ Test(stack_sample, last_callstack_and_task_context_on_the_wire_win) {
     clock_packet(&b);
     interned_packet(&b, 1);
     size_t p = tb_packet_open(&b, 1, BOOT0, 0);
-    size_t ss = tb_open(&b, TB_P_STACK_SAMPLE);
-    tb_uint(&b, TB_SS_TASK_CONTEXT_IID, 5);
-    size_t tc = tb_open(&b, TB_SS_TASK_CONTEXT);
-    tb_uint(&b, TB_TC_PID, 100);
-    tb_uint(&b, TB_TC_TID, 101);
+    size_t ss = tb_open(&b, TM_PF_PACKET_STACK_SAMPLE);
+    tb_uint(&b, TM_PF_STACK_SAMPLE_TASK_CONTEXT_IID, 5);
+    size_t tc = tb_open(&b, TM_PF_STACK_SAMPLE_TASK_CONTEXT);
+    tb_uint(&b, TM_PF_TASK_CONTEXT_PID, 100);
+    tb_uint(&b, TM_PF_TASK_CONTEXT_TID, 101);
     tb_close(&b, tc);
-    size_t cs = tb_open(&b, TB_SS_CALLSTACK);
-    size_t f = tb_open(&b, TB_SSC_FRAMES);
-    tb_str(&b, TB_SSF_FUNCTION, "inline");
+    size_t cs = tb_open(&b, TM_PF_STACK_SAMPLE_CALLSTACK);
+    size_t f = tb_open(&b, TM_PF_INLINE_CALLSTACK_FRAMES);
+    tb_str(&b, TM_PF_INLINE_FRAME_FUNCTION_NAME, "inline");
     tb_close(&b, f);
     tb_close(&b, cs);
-    tb_uint(&b, TB_SS_CALLSTACK_IID, 7);
+    tb_uint(&b, TM_PF_STACK_SAMPLE_CALLSTACK_IID, 7);
     tb_close(&b, ss);
     tb_close(&b, p);
     tm_trace *t = parse(&b);
@@ -556,12 +556,12 @@ Test(stack_sample, max_stack_depth_for_inline_callstacks) {
     tb_buf b = {0};
     clock_packet(&b);
     size_t p = tb_packet_open(&b, 1, BOOT0, 0);
-    size_t ss = tb_open(&b, TB_P_STACK_SAMPLE);
+    size_t ss = tb_open(&b, TM_PF_PACKET_STACK_SAMPLE);
     size_t at = b.len;
-    size_t cs = tb_open(&b, TB_SS_CALLSTACK);
+    size_t cs = tb_open(&b, TM_PF_STACK_SAMPLE_CALLSTACK);
     for (int i = 0; i < 3; i++) {
-        size_t f = tb_open(&b, TB_SSC_FRAMES);
-        tb_str(&b, TB_SSF_FUNCTION, i == 0 ? "a" : i == 1 ? "b" : "c");
+        size_t f = tb_open(&b, TM_PF_INLINE_CALLSTACK_FRAMES);
+        tb_str(&b, TM_PF_INLINE_FRAME_FUNCTION_NAME, i == 0 ? "a" : i == 1 ? "b" : "c");
         tb_close(&b, f);
     }
     at = close_at(&b, cs, at);
@@ -577,12 +577,12 @@ Test(stack_sample, max_unique_frames_for_inline_frames) {
     tb_stack_sample s = inline_sample(1, 1, 100, 100, main_foo, 2);
     tb_stack_sample_packet(&b, &s);
     size_t p = tb_packet_open(&b, 1, BOOT0 + 2, 0);
-    size_t ss = tb_open(&b, TB_P_STACK_SAMPLE);
+    size_t ss = tb_open(&b, TM_PF_PACKET_STACK_SAMPLE);
     size_t at = b.len;
-    size_t cs = tb_open(&b, TB_SS_CALLSTACK);
+    size_t cs = tb_open(&b, TM_PF_STACK_SAMPLE_CALLSTACK);
     for (int i = 0; i < 2; i++) {
-        size_t f = tb_open(&b, TB_SSC_FRAMES);
-        tb_str(&b, TB_SSF_FUNCTION, main_baz[i]);
+        size_t f = tb_open(&b, TM_PF_INLINE_CALLSTACK_FRAMES);
+        tb_str(&b, TM_PF_INLINE_FRAME_FUNCTION_NAME, main_baz[i]);
         tb_close(&b, f);
     }
     at = close_at(&b, cs, at);
@@ -602,58 +602,58 @@ static void damaged(tb_buf *b, body_fn body, size_t *at) {
     clock_packet(b);
     interned_packet(b, 1);
     size_t p = tb_packet_open(b, 1, BOOT0, 0);
-    size_t ss = tb_open(b, TB_P_STACK_SAMPLE);
+    size_t ss = tb_open(b, TM_PF_PACKET_STACK_SAMPLE);
     size_t pos = body(b);
     pos = close_at(b, ss, pos);
     *at = close_at(b, p, pos);
 }
 
 static size_t tid_as_len(tb_buf *b) {
-    size_t tc = tb_open(b, TB_SS_TASK_CONTEXT);
-    tb_uint(b, TB_TC_PID, 100);
+    size_t tc = tb_open(b, TM_PF_STACK_SAMPLE_TASK_CONTEXT);
+    tb_uint(b, TM_PF_TASK_CONTEXT_PID, 100);
     size_t at = b->len;
-    tb_str(b, TB_TC_TID, "x");
+    tb_str(b, TM_PF_TASK_CONTEXT_TID, "x");
     at = close_at(b, tc, at);
-    tb_uint(b, TB_SS_CALLSTACK_IID, 7);
+    tb_uint(b, TM_PF_STACK_SAMPLE_CALLSTACK_IID, 7);
     return at;
 }
 
 static size_t function_name_as_varint(tb_buf *b) {
-    size_t cs = tb_open(b, TB_SS_CALLSTACK);
-    size_t f = tb_open(b, TB_SSC_FRAMES);
+    size_t cs = tb_open(b, TM_PF_STACK_SAMPLE_CALLSTACK);
+    size_t f = tb_open(b, TM_PF_INLINE_CALLSTACK_FRAMES);
     size_t at = b->len;
-    tb_uint(b, TB_SSF_FUNCTION, 3);
+    tb_uint(b, TM_PF_INLINE_FRAME_FUNCTION_NAME, 3);
     at = close_at(b, f, at);
     return close_at(b, cs, at);
 }
 
 static size_t line_as_len(tb_buf *b) {
-    size_t cs = tb_open(b, TB_SS_CALLSTACK);
-    size_t f = tb_open(b, TB_SSC_FRAMES);
-    tb_str(b, TB_SSF_FUNCTION, "main");
+    size_t cs = tb_open(b, TM_PF_STACK_SAMPLE_CALLSTACK);
+    size_t f = tb_open(b, TM_PF_INLINE_CALLSTACK_FRAMES);
+    tb_str(b, TM_PF_INLINE_FRAME_FUNCTION_NAME, "main");
     size_t at = b->len;
-    tb_str(b, TB_SSF_LINE, "12");
+    tb_str(b, TM_PF_INLINE_FRAME_LINE_NUMBER, "12");
     at = close_at(b, f, at);
     return close_at(b, cs, at);
 }
 
 static size_t callstack_iid_as_len(tb_buf *b) {
     size_t at = b->len;
-    tb_str(b, TB_SS_CALLSTACK_IID, "7");
+    tb_str(b, TM_PF_STACK_SAMPLE_CALLSTACK_IID, "7");
     return at;
 }
 
 static size_t callstack_as_varint(tb_buf *b) {
     size_t at = b->len;
-    tb_uint(b, TB_SS_CALLSTACK, 1);
+    tb_uint(b, TM_PF_STACK_SAMPLE_CALLSTACK, 1);
     return at;
 }
 
 /* An inline callstack whose frame claims 40 bytes where 2 are left. */
 static size_t frame_length_past_end(tb_buf *b) {
-    size_t cs = tb_open(b, TB_SS_CALLSTACK);
+    size_t cs = tb_open(b, TM_PF_STACK_SAMPLE_CALLSTACK);
     size_t at = b->len;
-    tb_tag(b, TB_SSC_FRAMES, 2);
+    tb_tag(b, TM_PF_INLINE_CALLSTACK_FRAMES, 2);
     tb_varint(b, 40);
     tb_raw(b, "\x0a\x00", 2);
     return close_at(b, cs, at);
@@ -661,8 +661,8 @@ static size_t frame_length_past_end(tb_buf *b) {
 
 /* follower_weights whose last packed varint is cut. */
 static size_t packed_follower_cut(tb_buf *b) {
-    tb_uint(b, TB_SS_CALLSTACK_IID, 7);
-    tb_tag(b, TB_SS_FOLLOWER_WEIGHTS, 2);
+    tb_uint(b, TM_PF_STACK_SAMPLE_CALLSTACK_IID, 7);
+    tb_tag(b, TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS, 2);
     tb_varint(b, 3);
     tb_raw(b, "\x05", 1);
     size_t at = b->len; /* the cut varint starts here */
@@ -671,9 +671,9 @@ static size_t packed_follower_cut(tb_buf *b) {
 }
 
 static size_t weight_as_fixed64(tb_buf *b) {
-    tb_uint(b, TB_SS_CALLSTACK_IID, 7);
+    tb_uint(b, TM_PF_STACK_SAMPLE_CALLSTACK_IID, 7);
     size_t at = b->len;
-    tb_fixed64(b, TB_SS_PRIMARY_WEIGHT, 5);
+    tb_fixed64(b, TM_PF_STACK_SAMPLE_PRIMARY_WEIGHT, 5);
     return at;
 }
 
@@ -705,11 +705,11 @@ Test(stack_sample, malformed_interned_task_context) {
     tb_buf b = {0};
     clock_packet(&b);
     size_t p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
-    size_t tc = tb_open(&b, TB_I_SS_TASK_CONTEXTS);
-    tb_uint(&b, TB_TC_IID, 5);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
+    size_t tc = tb_open(&b, TM_PF_INTERNED_TASK_CONTEXTS);
+    tb_uint(&b, TM_PF_INTERNED_IID, 5);
     size_t at = b.len;
-    tb_str(&b, TB_TC_PID, "100");
+    tb_str(&b, TM_PF_TASK_CONTEXT_PID, "100");
     at = close_at(&b, tc, at);
     at = close_at(&b, in, at);
     at = close_at(&b, p, at);
@@ -722,7 +722,7 @@ Test(stack_sample, stack_sample_sent_as_varint) {
     clock_packet(&b);
     size_t p = tb_packet_open(&b, 1, BOOT0, 0);
     size_t at = b.len;
-    tb_uint(&b, TB_P_STACK_SAMPLE, 1);
+    tb_uint(&b, TM_PF_PACKET_STACK_SAMPLE, 1);
     at = close_at(&b, p, at);
     expect_error_at(&b, TM_ERR_MALFORMED, at, "TracePacket.stack_sample as a varint");
     tb_free(&b);

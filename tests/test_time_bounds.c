@@ -55,8 +55,8 @@
  * at the sizes used here each quadratic variant exceeds 10x. */
 #define MAX_PER_BYTE_FACTOR 8.0
 
-#define CLK_REALTIME 1
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 #define BOOT0 1000000000ull
 #define UNIX0 1700000000000000000ull
 /* Samples are 1 ms apart at every size, so that timestamps need as many
@@ -142,7 +142,7 @@ static void clock_packet(tb_buf *t) {
 static void interned_name(tb_buf *t, uint64_t iid, const char *prefix, uint64_t k) {
     char s[48];
     int n = snprintf(s, sizeof s, "%s_%llu", prefix, (unsigned long long)k);
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, iid, s, (size_t)n);
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, iid, s, (size_t)n);
 }
 
 /* The linear control: one sequence with a small table, then samples until
@@ -150,7 +150,7 @@ static void interned_name(tb_buf *t, uint64_t iid, const char *prefix, uint64_t 
 static void gen_ordinary(tb_buf *t, size_t bytes) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     for (uint64_t k = 1; k <= 64; k++) {
         interned_name(t, k, "function", k);
         tb_frame(t, k, k, 0, 0x10 * k);
@@ -172,7 +172,7 @@ static void gen_ordinary(tb_buf *t, size_t bytes) {
 static void gen_resets(tb_buf *t, size_t n) {
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     for (uint64_t k = 1; k <= 8 * n; k++) {
         interned_name(t, k, "big_table_function", k);
         tb_frame(t, k, k, 0, k);
@@ -183,15 +183,15 @@ static void gen_resets(tb_buf *t, size_t n) {
     tb_perf_sample(t, 1, BOOT0, 100, 100, 1, TB_SEQ_NEEDS);
     for (uint64_t r = 0; r < n; r++) {
         p = tb_packet_open(t, 1, BOOT0 + STEP * (r + 1), TB_SEQ_CLEARED | TB_SEQ_NEEDS);
-        i = tb_open(t, TB_P_INTERNED_DATA);
+        i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
         interned_name(t, 1, "after_reset", r);
         tb_frame(t, 1, 1, 0, r);
         tb_callstack(t, 1, (const uint64_t[]){1}, 1, 1);
         tb_close(t, i);
-        size_t s = tb_open(t, TB_P_PERF_SAMPLE);
-        tb_uint(t, TB_PS_PID, 100);
-        tb_uint(t, TB_PS_TID, 100);
-        tb_uint(t, TB_PS_CALLSTACK, 1);
+        size_t s = tb_open(t, TM_PF_PACKET_PERF_SAMPLE);
+        tb_uint(t, TM_PF_PERF_SAMPLE_PID, 100);
+        tb_uint(t, TM_PF_PERF_SAMPLE_TID, 100);
+        tb_uint(t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1);
         tb_close(t, s);
         tb_close(t, p);
     }
@@ -203,7 +203,7 @@ static void gen_sequences(tb_buf *t, size_t n) {
     clock_packet(t);
     for (uint32_t q = 1; q <= n; q++) {
         size_t p = tb_packet_open(t, q, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(t, TB_P_INTERNED_DATA);
+        size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
         interned_name(t, 1, "seq_main", q);
         interned_name(t, 2, "seq_work", q);
         tb_frame(t, 1, 1, 0, 0x10);
@@ -225,7 +225,7 @@ static void gen_colliding_iids(tb_buf *t, size_t n) {
     colliding_iids(iid, n);
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     for (size_t k = 0; k < n; k++) {
         interned_name(t, iid[k], "colliding", k);
         tb_frame(t, iid[k], iid[k], 0, k);
@@ -247,7 +247,7 @@ static void gen_colliding_ids(tb_buf *t, size_t n) {
     clock_packet(t);
     for (size_t q = 0; q < n; q++) {
         size_t p = tb_packet_open(t, (uint32_t)id[q], TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(t, TB_P_INTERNED_DATA);
+        size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
         interned_name(t, 1, "id_main", q);
         tb_frame(t, 1, 1, 0, 0x10);
         tb_callstack(t, 1, (const uint64_t[]){1}, 1, 1);
@@ -269,12 +269,12 @@ static void gen_deep(tb_buf *t, size_t n) {
     size_t n_maps = n / 4 + 1;
     clock_packet(t);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     char seg[32];
     uint64_t path[PATH_SEGMENTS];
     for (uint64_t k = 1; k <= PATH_SEGMENTS; k++) {
         int len = snprintf(seg, sizeof seg, "dir%llu", (unsigned long long)k);
-        tb_interned_string(t, TB_I_MAPPING_PATHS, k, seg, (size_t)len);
+        tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, k, seg, (size_t)len);
         path[k - 1] = k;
     }
     for (uint64_t m = 1; m <= n_maps; m++) tb_mapping(t, m, 0, m << 32, (m << 32) + 0x10000, path, PATH_SEGMENTS);

@@ -26,9 +26,9 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define CLK_REALTIME 1
-#define CLK_MONOTONIC 3
-#define CLK_BOOTTIME 6
+#define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
+#define CLK_MONOTONIC TM_PF_BUILTIN_CLOCK_MONOTONIC
+#define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 
 /* ---- text buffer ---- */
 
@@ -165,11 +165,11 @@ static void assert_same_profile(const tm_trace *a, const tm_trace *b) {
 /* ---- trace-building helpers (on top of trace_builder.h) ---- */
 
 static void fn_name(tb_buf *t, uint64_t iid, const char *s) {
-    tb_interned_string(t, TB_I_FUNCTION_NAMES, iid, s, strlen(s));
+    tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, iid, s, strlen(s));
 }
 
 static void path_str(tb_buf *t, uint64_t iid, const char *s) {
-    tb_interned_string(t, TB_I_MAPPING_PATHS, iid, s, strlen(s));
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, iid, s, strlen(s));
 }
 
 static void callstack1(tb_buf *t, uint64_t iid, uint64_t frame) { tb_callstack(t, iid, &frame, 1, 0); }
@@ -177,35 +177,35 @@ static void callstack1(tb_buf *t, uint64_t iid, uint64_t frame) { tb_callstack(t
 /* Mapping whose path_string_ids are written packed or one by one. */
 static void mapping_paths(tb_buf *t, uint64_t iid, uint64_t start, uint64_t end, const uint64_t *paths,
                           size_t n, int packed) {
-    size_t m = tb_open(t, TB_I_MAPPINGS);
-    tb_uint(t, 1, iid);
-    tb_uint(t, 4, start);
-    tb_uint(t, 5, end);
-    if (packed) tb_packed(t, 7, paths, n);
+    size_t m = tb_open(t, TM_PF_INTERNED_MAPPINGS);
+    tb_uint(t, TM_PF_INTERNED_IID, iid);
+    tb_uint(t, TM_PF_MAPPING_START, start);
+    tb_uint(t, TM_PF_MAPPING_END, end);
+    if (packed) tb_packed(t, TM_PF_MAPPING_PATH_STRING_IDS, paths, n);
     else
-        for (size_t i = 0; i < n; i++) tb_uint(t, 7, paths[i]);
+        for (size_t i = 0; i < n; i++) tb_uint(t, TM_PF_MAPPING_PATH_STRING_IDS, paths[i]);
     tb_close(t, m);
 }
 
 static void perf_body(tb_buf *t, uint32_t pid, uint32_t tid, uint64_t cs) {
-    size_t s = tb_open(t, TB_P_PERF_SAMPLE);
-    tb_uint(t, TB_PS_PID, pid);
-    tb_uint(t, TB_PS_TID, tid);
-    tb_uint(t, TB_PS_CALLSTACK, cs);
+    size_t s = tb_open(t, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(t, TM_PF_PERF_SAMPLE_PID, pid);
+    tb_uint(t, TM_PF_PERF_SAMPLE_TID, tid);
+    tb_uint(t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs);
     tb_close(t, s);
 }
 
 /* StreamingProfilePacket; unpacked fields are interleaved (cs, delta, cs, ...). */
 static void streaming_body(tb_buf *t, const uint64_t *cs, size_t n_cs, const uint64_t *dt, size_t n_dt,
                            int packed) {
-    size_t s = tb_open(t, TB_P_STREAMING_PROFILE);
+    size_t s = tb_open(t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
     if (packed) {
-        tb_packed(t, TB_SP_CALLSTACK, cs, n_cs);
-        tb_packed(t, TB_SP_DELTA, dt, n_dt);
+        tb_packed(t, TM_PF_STREAMING_CALLSTACK_IID, cs, n_cs);
+        tb_packed(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, n_dt);
     } else {
         for (size_t i = 0; i < n_cs || i < n_dt; i++) {
-            if (i < n_cs) tb_uint(t, TB_SP_CALLSTACK, cs[i]);
-            if (i < n_dt) tb_uint(t, TB_SP_DELTA, dt[i]);
+            if (i < n_cs) tb_uint(t, TM_PF_STREAMING_CALLSTACK_IID, cs[i]);
+            if (i < n_dt) tb_uint(t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt[i]);
         }
     }
     tb_close(t, s);
@@ -221,11 +221,11 @@ static void streaming_packet(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flag
 
 /* ThreadDescriptor body; ref_us < 0 leaves reference_timestamp_us out. */
 static void thread_desc_body(tb_buf *t, int64_t pid, int64_t tid, int64_t ref_us, const char *name) {
-    size_t d = tb_open(t, TB_P_THREAD_DESCRIPTOR);
-    tb_uint(t, TB_TD_PID, (uint64_t)pid);
-    tb_uint(t, TB_TD_TID, (uint64_t)tid);
-    if (name) tb_str(t, TB_TD_NAME, name);
-    if (ref_us >= 0) tb_uint(t, TB_TD_REF_US, (uint64_t)ref_us);
+    size_t d = tb_open(t, TM_PF_PACKET_THREAD_DESCRIPTOR);
+    tb_uint(t, TM_PF_THREAD_DESC_PID, (uint64_t)pid);
+    tb_uint(t, TM_PF_THREAD_DESC_TID, (uint64_t)tid);
+    if (name) tb_str(t, TM_PF_THREAD_DESC_THREAD_NAME, name);
+    if (ref_us >= 0) tb_uint(t, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, (uint64_t)ref_us);
     tb_close(t, d);
 }
 
@@ -233,7 +233,7 @@ static void thread_desc_body(tb_buf *t, int64_t pid, int64_t tid, int64_t ref_us
  * frame 1 (no mapping, rel_pc 1) and callstack 1 = [frame 1]. */
 static void clear_with_one_frame(tb_buf *t, uint32_t seq, uint64_t ts, const char *fn) {
     size_t p = tb_packet_open(t, seq, ts, TB_SEQ_CLEARED);
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     fn_name(t, 1, fn);
     tb_frame(t, 1, 1, 0, 1);
     callstack1(t, 1, 1);
@@ -250,7 +250,7 @@ static void build_packing_trace(tb_buf *t, int packed) {
     for (uint32_t seq = 1; seq <= 2; seq++) {
         size_t p = tb_packet_open(t, seq, 100, TB_SEQ_CLEARED);
         if (seq == 2) thread_desc_body(t, 10, 12, 1, NULL); /* reference time 1 µs */
-        size_t i = tb_open(t, TB_P_INTERNED_DATA);
+        size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
         fn_name(t, 1, "main");
         fn_name(t, 2, "work");
         path_str(t, 1, "system");
@@ -309,9 +309,9 @@ static void build_reset_trace(tb_buf *t, int legacy) {
     const char *names[] = {"alpha", "beta"};
     for (int g = 0; g < 3; g++) {
         size_t p = tb_packet_open(t, 1, 100 + 200 * (uint64_t)g, legacy ? 0 : TB_SEQ_CLEARED);
-        if (legacy) tb_uint(t, TB_P_INCREMENTAL_CLEARED, 1);
+        if (legacy) tb_uint(t, TM_PF_PACKET_INCREMENTAL_STATE_CLEARED, 1);
         if (g < 2) { /* the third clear interns nothing */
-            size_t i = tb_open(t, TB_P_INTERNED_DATA);
+            size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
             fn_name(t, 1, names[g]);
             tb_frame(t, 1, 1, 0, 1 + (uint64_t)g);
             callstack1(t, 1, 1);
@@ -358,7 +358,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
     static const uint64_t a_path[] = {1}, b_path[] = {2};
     /* Generation 1, packet 1: the first definitions, no sample. */
     size_t p = tb_packet_open(&b, 1, 10, TB_SEQ_CLEARED);
-    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "first");
     fn_name(&b, 2, "other");
     path_str(&b, 1, "a.so");
@@ -370,7 +370,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
     tb_close(&b, p);
     /* Packet 2 redefines every iid, then samples callstack 1. */
     p = tb_packet_open(&b, 1, 20, TB_SEQ_NEEDS);
-    i = tb_open(&b, TB_P_INTERNED_DATA);
+    i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "second");
     path_str(&b, 1, "c.so");
     mapping_paths(&b, 1, 0x5000, 0x6000, b_path, 1, 0);
@@ -433,7 +433,7 @@ Test(trace_loss, probe_p3_incremental_loss) {
 Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 10, TB_SEQ_CLEARED);
-    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "a");
     fn_name(&b, 2, "b");
     tb_frame(&b, 1, 1, 0, 1);
@@ -445,7 +445,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     tb_close(&b, p);
     /* Loss: this and the next SEQ_NEEDS packets are skipped. */
     p = tb_packet_open(&b, 1, 20, TB_SEQ_NEEDS);
-    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    tb_uint(&b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     perf_body(&b, 5, 5, 1);
     tb_close(&b, p);
     tb_perf_sample(&b, 1, 30, 5, 5, 2, TB_SEQ_NEEDS);
@@ -453,7 +453,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     tb_perf_sample(&b, 1, 40, 5, 5, 2, 0);
     /* Interned data on a SEQ_NEEDS packet while invalid: both skipped. */
     p = tb_packet_open(&b, 1, 50, TB_SEQ_NEEDS);
-    i = tb_open(&b, TB_P_INTERNED_DATA);
+    i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 3, "c");
     tb_close(&b, i);
     perf_body(&b, 5, 5, 1);
@@ -466,7 +466,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     /* Sequence 2: a skipped StreamingProfilePacket counts each callstack. */
     p = tb_packet_open(&b, 2, 5, TB_SEQ_CLEARED);
     thread_desc_body(&b, 8, 9, 1000, NULL);
-    i = tb_open(&b, TB_P_INTERNED_DATA);
+    i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "s");
     tb_frame(&b, 1, 1, 0, 1);
     callstack1(&b, 1, 1);
@@ -475,7 +475,7 @@ Test(trace_loss, needs_incremental_packets_skipped_after_loss_until_clear) {
     const uint64_t one[] = {1}, d1[] = {1}, three[] = {1, 1, 1}, d3[] = {1, 1, 1};
     streaming_packet(&b, 2, TB_NO_TS, TB_SEQ_NEEDS, one, 1, d1, 1);
     p = tb_packet_open(&b, 2, TB_NO_TS, TB_SEQ_NEEDS);
-    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    tb_uint(&b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     streaming_body(&b, three, 3, d3, 3, 1);
     tb_close(&b, p);
 
@@ -506,8 +506,8 @@ Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
     /* Sequence 9 never clears. previous_packet_dropped on its first packet
      * is not a loss: the sequence had not been seen. */
     size_t p = tb_packet_open(&b, 9, 10, TB_SEQ_NEEDS);
-    tb_uint(&b, TB_P_PREV_DROPPED, 1);
-    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    tb_uint(&b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
+    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "x");
     tb_frame(&b, 1, 1, 0, 1);
     callstack1(&b, 1, 1);
@@ -520,7 +520,7 @@ Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
     /* Sequence 10 never clears either; without the NEEDS flag its packet
      * is parsed, but its interned data was dropped: unresolved. */
     p = tb_packet_open(&b, 10, 40, 0);
-    i = tb_open(&b, TB_P_INTERNED_DATA);
+    i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "y");
     tb_frame(&b, 1, 1, 0, 1);
     callstack1(&b, 1, 1);
@@ -551,7 +551,7 @@ Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
 /* Interns a = fn 1, b = fn 2 (or swapped), frames 1 -> fn 1, 2 -> fn 2,
  * callstack 1 = [1], callstack 2 = [1, 2]. */
 static void intern_ab(tb_buf *t, const char *f1, const char *f2) {
-    size_t i = tb_open(t, TB_P_INTERNED_DATA);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     fn_name(t, 1, f1);
     fn_name(t, 2, f2);
     tb_frame(t, 1, 1, 0, 1);
@@ -659,12 +659,12 @@ Test(trace_samples, probe_p8_cpu_profile_unittest_port) {
 Test(trace_samples, streaming_thread_from_track_descriptor_and_packet_time_fallback) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 4, 9000, TB_SEQ_CLEARED);
-    size_t td = tb_open(&b, TB_P_TRACK_DESCRIPTOR);
-    tb_uint(&b, TB_TRACK_UUID, 77);
-    size_t th = tb_open(&b, TB_TRACK_THREAD);
-    tb_uint(&b, TB_TD_PID, 300);
-    tb_uint(&b, TB_TD_TID, 301);
-    tb_str(&b, TB_TD_NAME, "trk");
+    size_t td = tb_open(&b, TM_PF_PACKET_TRACK_DESCRIPTOR);
+    tb_uint(&b, TM_PF_TRACK_DESC_UUID, 77);
+    size_t th = tb_open(&b, TM_PF_TRACK_DESC_THREAD);
+    tb_uint(&b, TM_PF_THREAD_DESC_PID, 300);
+    tb_uint(&b, TM_PF_THREAD_DESC_TID, 301);
+    tb_str(&b, TM_PF_THREAD_DESC_THREAD_NAME, "trk");
     tb_close(&b, th);
     tb_close(&b, td);
     intern_ab(&b, "a", "b");
@@ -752,7 +752,7 @@ Test(trace_clocks, probe_p6_monotonic_without_snapshot_is_dropped) {
 
 static void perf_with_clock(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t clock_id) {
     size_t p = tb_packet_open(t, seq, ts, TB_SEQ_NEEDS);
-    if (clock_id) tb_uint(t, TB_P_CLOCK_ID, clock_id);
+    if (clock_id) tb_uint(t, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, clock_id);
     perf_body(t, 4, 4, 1);
     tb_close(t, p);
 }
@@ -769,8 +769,8 @@ Test(trace_clocks, per_packet_timestamp_clock_id_and_defaults) {
     /* Sequence 3: TracePacketDefaults.timestamp_clock_id = MONOTONIC. */
     clear_with_one_frame(&b, 3, 0, "f");
     size_t p = tb_packet_open(&b, 3, TB_NO_TS, 0);
-    size_t d = tb_open(&b, TB_P_DEFAULTS);
-    tb_uint(&b, TB_DEF_CLOCK_ID, CLK_MONOTONIC);
+    size_t d = tb_open(&b, TM_PF_PACKET_DEFAULTS);
+    tb_uint(&b, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
     tb_close(&b, d);
     tb_close(&b, p);
     perf_with_clock(&b, 3, 2000, 0);             /* default MONOTONIC -> 11000 */
@@ -813,15 +813,15 @@ Test(trace_clocks, primary_trace_clock_sets_trace_time) {
 Test(trace_clocks, sequence_scoped_clock_with_unit_multiplier) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 2, TB_NO_TS, 0);
-    size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
-    size_t c = tb_open(&b, TB_CS_CLOCKS);
-    tb_uint(&b, TB_CLK_ID, CLK_BOOTTIME);
-    tb_uint(&b, TB_CLK_TS, 100000);
+    size_t cs = tb_open(&b, TM_PF_PACKET_CLOCK_SNAPSHOT);
+    size_t c = tb_open(&b, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(&b, TM_PF_CLOCK_ID, CLK_BOOTTIME);
+    tb_uint(&b, TM_PF_CLOCK_TIMESTAMP, 100000);
     tb_close(&b, c);
-    c = tb_open(&b, TB_CS_CLOCKS);
-    tb_uint(&b, TB_CLK_ID, 64);
-    tb_uint(&b, TB_CLK_TS, 5); /* 5 µs */
-    tb_uint(&b, TB_CLK_MULT, 1000);
+    c = tb_open(&b, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(&b, TM_PF_CLOCK_ID, TM_PF_FIRST_SEQUENCE_CLOCK);
+    tb_uint(&b, TM_PF_CLOCK_TIMESTAMP, 5); /* 5 µs */
+    tb_uint(&b, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, 1000);
     tb_close(&b, c);
     tb_close(&b, cs);
     tb_close(&b, p);
@@ -879,7 +879,7 @@ static void build_compress_parts(tb_buf *a, tb_buf *b) {
     const uint64_t vals[] = {1000000, 0};
     tb_clock_snapshot(a, 1, ids, vals, 2);
     size_t p = tb_packet_open(a, 2, 10, 0);
-    size_t pt = tb_open(a, TB_P_PROCESS_TREE);
+    size_t pt = tb_open(a, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(a, 21, 20, "perf-thread");
     tb_close(a, pt);
     tb_close(a, p);
@@ -980,7 +980,7 @@ Test(trace_compressed, probe_p4_equals_probe_p2) {
 
 static void process_tree_thread(tb_buf *t, uint32_t seq, int64_t tid, int64_t tgid, const char *name) {
     size_t p = tb_packet_open(t, seq, 1, 0);
-    size_t pt = tb_open(t, TB_P_PROCESS_TREE);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(t, (uint64_t)tid, (uint64_t)tgid, name);
     tb_close(t, pt);
     tb_close(t, p);
@@ -989,10 +989,10 @@ static void process_tree_thread(tb_buf *t, uint32_t seq, int64_t tid, int64_t tg
 Test(trace_names, thread_names_from_process_tree) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 1, 0);
-    size_t pt = tb_open(&b, TB_P_PROCESS_TREE);
-    size_t pr = tb_open(&b, TB_PT_PROCESSES);
-    tb_uint(&b, TB_PROC_PID, 10);
-    tb_str(&b, TB_PROC_CMDLINE, "com.example.app");
+    size_t pt = tb_open(&b, TM_PF_PACKET_PROCESS_TREE);
+    size_t pr = tb_open(&b, TM_PF_PROCESS_TREE_PROCESSES);
+    tb_uint(&b, TM_PF_PROCESS_PID, 10);
+    tb_str(&b, TM_PF_PROCESS_CMDLINE, "com.example.app");
     tb_close(&b, pr);
     const int64_t tids[] = {11, 12};
     const char *names[] = {"RenderThread", "Worker"};
@@ -1028,12 +1028,12 @@ Test(trace_names, descriptor_thread_names_beat_process_tree) {
     /* Thread 12: ProcessTree first, TrackDescriptor.thread later. */
     process_tree_thread(&b, 5, 12, 10, "pt-12");
     p = tb_packet_open(&b, 2, 2, TB_SEQ_CLEARED);
-    size_t td = tb_open(&b, TB_P_TRACK_DESCRIPTOR);
-    tb_uint(&b, TB_TRACK_UUID, 5);
-    size_t th = tb_open(&b, TB_TRACK_THREAD);
-    tb_uint(&b, TB_TD_PID, 10);
-    tb_uint(&b, TB_TD_TID, 12);
-    tb_str(&b, TB_TD_NAME, "track-name");
+    size_t td = tb_open(&b, TM_PF_PACKET_TRACK_DESCRIPTOR);
+    tb_uint(&b, TM_PF_TRACK_DESC_UUID, 5);
+    size_t th = tb_open(&b, TM_PF_TRACK_DESC_THREAD);
+    tb_uint(&b, TM_PF_THREAD_DESC_PID, 10);
+    tb_uint(&b, TM_PF_THREAD_DESC_TID, 12);
+    tb_str(&b, TM_PF_THREAD_DESC_THREAD_NAME, "track-name");
     tb_close(&b, th);
     tb_close(&b, td);
     tb_close(&b, p);
@@ -1153,7 +1153,7 @@ Test(trace_frames, address_only_frames) {
     tb_buf b = {0};
     static const uint64_t path[] = {1};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     path_str(&b, 1, "libnative.so");
     mapping_paths(&b, 1, 0x7000, 0x9000, path, 1, 1);
     tb_frame(&b, 1, 0, 1, 0x123); /* no function_name_id */
@@ -1194,7 +1194,7 @@ Test(trace_frames, java_mappings_split_module_and_function) {
     enum { N = 7, NATIVE = 6 };
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "android.os.Looper.loop");
     fn_name(&b, 2, "nodots");
     for (uint64_t k = 1; k <= N; k++) {
@@ -1249,7 +1249,7 @@ Test(trace_frames, deep_stack_of_5000_frames_with_default_limits) {
     uint64_t *ids = malloc(DEPTH * sizeof *ids);
     cr_assert_not_null(ids);
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     for (uint64_t k = 0; k < DEPTH; k++) {
         char name[16];
         snprintf(name, sizeof name, "f%llu", (unsigned long long)k);
@@ -1283,7 +1283,7 @@ Test(trace_frames, multi_segment_mapping_path_joined_with_slash) {
     tb_buf b = {0};
     static const uint64_t segs[] = {1, 2, 3, 4};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     path_str(&b, 1, "apex");
     path_str(&b, 2, "com.android.runtime");
     path_str(&b, 3, "lib64");
@@ -1312,7 +1312,7 @@ Test(trace_frames, mapping_path_stops_at_unresolvable_segment) {
     tb_buf b = {0};
     static const uint64_t segs[] = {1, 99, 3};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     path_str(&b, 1, "system");
     path_str(&b, 3, "libc.so");
     fn_name(&b, 1, "malloc");
@@ -1335,7 +1335,7 @@ Test(trace_frames, frames_deduplicated_across_sequences) {
     tb_buf b = {0};
     static const uint64_t path1[] = {1}, path3[] = {3};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "main");
     fn_name(&b, 2, "work");
     path_str(&b, 1, "libapp.so");
@@ -1349,7 +1349,7 @@ Test(trace_frames, frames_deduplicated_across_sequences) {
     tb_close(&b, p);
     /* Sequence 2: the same content under other iids. */
     p = tb_packet_open(&b, 2, 6, TB_SEQ_CLEARED);
-    in = tb_open(&b, TB_P_INTERNED_DATA);
+    in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 5, "work");
     fn_name(&b, 6, "main");
     path_str(&b, 3, "libapp.so");
@@ -1378,7 +1378,7 @@ Test(trace_frames, frames_deduplicated_across_sequences) {
 Test(trace_frames, missing_function_name_iid_drops_the_sample) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "good");
     tb_frame(&b, 1, 7, 0, 0x10); /* function_name_id 7 was never interned */
     tb_frame(&b, 2, 1, 0, 0x20);
@@ -1407,7 +1407,7 @@ Test(trace_frames, missing_function_name_iid_drops_the_sample) {
 Test(trace_frames, missing_callstack_frame_or_mapping_iid_drops_the_sample) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 5, TB_SEQ_CLEARED);
-    size_t in = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&b, 1, "good");
     tb_frame(&b, 1, 1, 0, 0x10);
     tb_frame(&b, 2, 1, 30, 0x20); /* mapping 30 was never interned */
@@ -1440,13 +1440,13 @@ Test(trace_frames, missing_callstack_frame_or_mapping_iid_drops_the_sample) {
 static void trace_stats_packet(tb_buf *t, const uint64_t *overwritten, const uint64_t *discarded,
                                const uint64_t *writer_loss, size_t n_buffers) {
     size_t p = tb_packet_open(t, 0, TB_NO_TS, 0);
-    size_t s = tb_open(t, 35);
+    size_t s = tb_open(t, TM_PF_PACKET_TRACE_STATS);
     for (size_t b = 0; b < n_buffers; b++) {
-        size_t bs = tb_open(t, 1);
-        tb_uint(t, 3, overwritten[b]);
-        tb_uint(t, 13, overwritten[b] * 4096);
-        tb_uint(t, 18, discarded[b]);
-        tb_uint(t, 19, writer_loss[b]);
+        size_t bs = tb_open(t, TM_PF_TRACE_STATS_BUFFER_STATS);
+        tb_uint(t, TM_PF_BUFFER_STATS_CHUNKS_OVERWRITTEN, overwritten[b]);
+        tb_uint(t, TM_PF_BUFFER_STATS_BYTES_OVERWRITTEN, overwritten[b] * 4096);
+        tb_uint(t, TM_PF_BUFFER_STATS_CHUNKS_DISCARDED, discarded[b]);
+        tb_uint(t, TM_PF_BUFFER_STATS_TRACE_WRITER_PACKET_LOSS, writer_loss[b]);
         tb_close(t, bs);
     }
     tb_close(t, s);
@@ -1479,8 +1479,8 @@ Test(trace_losses, dropped_packet_with_a_clear_counts_the_loss_and_resolves_afte
     tb_perf_sample(&t, 1, 2000, 1, 1, 1, TB_SEQ_NEEDS);
     /* the writer lost packets, then restarted its interning in one packet */
     size_t p = tb_packet_open(&t, 1, 3000, TB_SEQ_CLEARED | TB_SEQ_NEEDS);
-    tb_uint(&t, TB_P_PREV_DROPPED, 1);
-    size_t i = tb_open(&t, TB_P_INTERNED_DATA);
+    tb_uint(&t, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
+    size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
     fn_name(&t, 1, "after");
     tb_frame(&t, 1, 1, 0, 1);
     callstack1(&t, 1, 1);

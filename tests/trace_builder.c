@@ -107,45 +107,45 @@ void tb_compressed_packet(tb_buf *trace, const tb_buf *inner) {
         fprintf(stderr, "trace_builder: compression failed\n");
         abort();
     }
-    size_t p = tb_open(trace, TB_TRACE_PACKET);
-    tb_bytes(trace, TB_P_COMPRESSED, z, cap);
+    size_t p = tb_open(trace, TM_PF_TRACE_PACKET);
+    tb_bytes(trace, TM_PF_PACKET_COMPRESSED_PACKETS, z, cap);
     tb_close(trace, p);
     free(z);
 }
 
 void tb_interned_string(tb_buf *b, uint32_t field, uint64_t iid, const void *s, size_t n) {
     size_t m = tb_open(b, field);
-    tb_uint(b, 1, iid);
-    tb_bytes(b, 2, s, n);
+    tb_uint(b, TM_PF_INTERNED_IID, iid);
+    tb_bytes(b, TM_PF_INTERNED_STRING_STR, s, n);
     tb_close(b, m);
 }
 
 void tb_frame(tb_buf *b, uint64_t iid, uint64_t fn_iid, uint64_t mapping_iid, uint64_t rel_pc) {
-    size_t m = tb_open(b, TB_I_FRAMES);
-    tb_uint(b, 1, iid);
-    if (fn_iid) tb_uint(b, 2, fn_iid);
-    if (mapping_iid) tb_uint(b, 3, mapping_iid);
-    tb_uint(b, 4, rel_pc);
+    size_t m = tb_open(b, TM_PF_INTERNED_FRAMES);
+    tb_uint(b, TM_PF_INTERNED_IID, iid);
+    if (fn_iid) tb_uint(b, TM_PF_FRAME_FUNCTION_NAME_ID, fn_iid);
+    if (mapping_iid) tb_uint(b, TM_PF_FRAME_MAPPING_ID, mapping_iid);
+    tb_uint(b, TM_PF_FRAME_REL_PC, rel_pc);
     tb_close(b, m);
 }
 
 void tb_callstack(tb_buf *b, uint64_t iid, const uint64_t *frames, size_t n, int packed) {
-    size_t m = tb_open(b, TB_I_CALLSTACKS);
-    tb_uint(b, 1, iid);
-    if (packed) tb_packed(b, 2, frames, n);
+    size_t m = tb_open(b, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(b, TM_PF_INTERNED_IID, iid);
+    if (packed) tb_packed(b, TM_PF_CALLSTACK_FRAME_IDS, frames, n);
     else
-        for (size_t i = 0; i < n; i++) tb_uint(b, 2, frames[i]);
+        for (size_t i = 0; i < n; i++) tb_uint(b, TM_PF_CALLSTACK_FRAME_IDS, frames[i]);
     tb_close(b, m);
 }
 
 void tb_mapping(tb_buf *b, uint64_t iid, uint64_t build_iid, uint64_t start, uint64_t end,
                 const uint64_t *path_iids, size_t n_paths) {
-    size_t m = tb_open(b, TB_I_MAPPINGS);
-    tb_uint(b, 1, iid);
-    if (build_iid) tb_uint(b, 2, build_iid);
-    tb_uint(b, 4, start);
-    tb_uint(b, 5, end);
-    for (size_t i = 0; i < n_paths; i++) tb_uint(b, 7, path_iids[i]);
+    size_t m = tb_open(b, TM_PF_INTERNED_MAPPINGS);
+    tb_uint(b, TM_PF_INTERNED_IID, iid);
+    if (build_iid) tb_uint(b, TM_PF_MAPPING_BUILD_ID, build_iid);
+    tb_uint(b, TM_PF_MAPPING_START, start);
+    tb_uint(b, TM_PF_MAPPING_END, end);
+    for (size_t i = 0; i < n_paths; i++) tb_uint(b, TM_PF_MAPPING_PATH_STRING_IDS, path_iids[i]);
     tb_close(b, m);
 }
 
@@ -155,97 +155,97 @@ void tb_clock_snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint6
 
 void tb_perf_sample(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t pid, uint32_t tid, uint64_t cs_iid,
                     uint32_t flags) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    tb_uint(t, TB_P_TIMESTAMP, ts);
-    tb_uint(t, TB_P_SEQ_ID, seq);
-    if (flags) tb_uint(t, TB_P_SEQ_FLAGS, flags);
-    size_t s = tb_open(t, TB_P_PERF_SAMPLE);
-    tb_uint(t, TB_PS_PID, pid);
-    tb_uint(t, TB_PS_TID, tid);
-    tb_uint(t, TB_PS_CALLSTACK, cs_iid);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_uint(t, TM_PF_PACKET_TIMESTAMP, ts);
+    tb_uint(t, TM_PF_PACKET_SEQUENCE_ID, seq);
+    if (flags) tb_uint(t, TM_PF_PACKET_SEQUENCE_FLAGS, flags);
+    size_t s = tb_open(t, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(t, TM_PF_PERF_SAMPLE_PID, pid);
+    tb_uint(t, TM_PF_PERF_SAMPLE_TID, tid);
+    tb_uint(t, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs_iid);
     tb_close(t, s);
     tb_close(t, p);
 }
 
 size_t tb_packet_open(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags) {
-    size_t p = tb_open(t, TB_TRACE_PACKET);
-    if (ts != TB_NO_TS) tb_uint(t, TB_P_TIMESTAMP, ts);
-    if (seq) tb_uint(t, TB_P_SEQ_ID, seq);
-    if (flags) tb_uint(t, TB_P_SEQ_FLAGS, flags);
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    if (ts != TB_NO_TS) tb_uint(t, TM_PF_PACKET_TIMESTAMP, ts);
+    if (seq) tb_uint(t, TM_PF_PACKET_SEQUENCE_ID, seq);
+    if (flags) tb_uint(t, TM_PF_PACKET_SEQUENCE_FLAGS, flags);
     return p;
 }
 
 void tb_clock_snapshot_primary(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n,
                                uint32_t primary) {
     size_t p = tb_packet_open(t, seq, TB_NO_TS, 0);
-    size_t cs = tb_open(t, TB_P_CLOCK_SNAPSHOT);
+    size_t cs = tb_open(t, TM_PF_PACKET_CLOCK_SNAPSHOT);
     for (size_t i = 0; i < n; i++) {
-        size_t c = tb_open(t, TB_CS_CLOCKS);
-        tb_uint(t, TB_CLK_ID, ids[i]);
-        tb_uint(t, TB_CLK_TS, values[i]);
+        size_t c = tb_open(t, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+        tb_uint(t, TM_PF_CLOCK_ID, ids[i]);
+        tb_uint(t, TM_PF_CLOCK_TIMESTAMP, values[i]);
         tb_close(t, c);
     }
-    if (primary) tb_uint(t, TB_CS_PRIMARY, primary);
+    if (primary) tb_uint(t, TM_PF_CLOCK_SNAPSHOT_PRIMARY_TRACE_CLOCK, primary);
     tb_close(t, cs);
     tb_close(t, p);
 }
 
 void tb_pt_thread(tb_buf *t, uint64_t tid, uint64_t tgid, const char *name) {
-    size_t th = tb_open(t, TB_PT_THREADS);
-    tb_uint(t, TB_THR_TID, tid);
-    tb_str(t, TB_THR_NAME, name);
-    tb_uint(t, TB_THR_TGID, tgid);
+    size_t th = tb_open(t, TM_PF_PROCESS_TREE_THREADS);
+    tb_uint(t, TM_PF_THREAD_TID, tid);
+    tb_str(t, TM_PF_THREAD_NAME, name);
+    tb_uint(t, TM_PF_THREAD_TGID, tgid);
     tb_close(t, th);
 }
 
 static void stack_sample_body(tb_buf *t, const tb_stack_sample *s) {
-    size_t ss = tb_open(t, TB_P_STACK_SAMPLE);
+    size_t ss = tb_open(t, TM_PF_PACKET_STACK_SAMPLE);
     if (s->task) {
-        size_t tc = tb_open(t, TB_SS_TASK_CONTEXT);
-        if (s->pid != TB_SS_NONE) tb_uint(t, TB_TC_PID, s->pid);
-        if (s->tid != TB_SS_NONE) tb_uint(t, TB_TC_TID, s->tid);
-        if (s->async_id) tb_uint(t, TB_TC_ASYNC_ID, s->async_id);
+        size_t tc = tb_open(t, TM_PF_STACK_SAMPLE_TASK_CONTEXT);
+        if (s->pid != TB_SS_NONE) tb_uint(t, TM_PF_TASK_CONTEXT_PID, s->pid);
+        if (s->tid != TB_SS_NONE) tb_uint(t, TM_PF_TASK_CONTEXT_TID, s->tid);
+        if (s->async_id) tb_uint(t, TM_PF_TASK_CONTEXT_ASYNC_ID, s->async_id);
         tb_close(t, tc);
     }
-    if (s->task_iid) tb_uint(t, TB_SS_TASK_CONTEXT_IID, s->task_iid);
+    if (s->task_iid) tb_uint(t, TM_PF_STACK_SAMPLE_TASK_CONTEXT_IID, s->task_iid);
     if (s->cpu > 0) {
-        size_t ec = tb_open(t, TB_SS_EXEC_CONTEXT);
-        tb_uint(t, TB_EC_CPU, (uint64_t)s->cpu);
-        if (s->mode) tb_uint(t, TB_EC_MODE, s->mode);
+        size_t ec = tb_open(t, TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT);
+        tb_uint(t, TM_PF_EXECUTION_CONTEXT_CPU, (uint64_t)s->cpu);
+        if (s->mode) tb_uint(t, TM_PF_EXECUTION_CONTEXT_MODE, s->mode);
         tb_close(t, ec);
     }
-    if (s->exec_iid) tb_uint(t, TB_SS_EXEC_CONTEXT_IID, s->exec_iid);
+    if (s->exec_iid) tb_uint(t, TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT_IID, s->exec_iid);
     if (s->inline_cs) {
-        size_t cs = tb_open(t, TB_SS_CALLSTACK);
+        size_t cs = tb_open(t, TM_PF_STACK_SAMPLE_CALLSTACK);
         for (size_t i = 0; i < s->n_frames; i++) {
-            size_t f = tb_open(t, TB_SSC_FRAMES);
-            if (s->frames[i]) tb_str(t, TB_SSF_FUNCTION, s->frames[i]);
+            size_t f = tb_open(t, TM_PF_INLINE_CALLSTACK_FRAMES);
+            if (s->frames[i]) tb_str(t, TM_PF_INLINE_FRAME_FUNCTION_NAME, s->frames[i]);
             if (s->source) {
-                tb_str(t, TB_SSF_SOURCE_FILE, s->source);
-                tb_uint(t, TB_SSF_LINE, i + 1);
+                tb_str(t, TM_PF_INLINE_FRAME_SOURCE_FILE, s->source);
+                tb_uint(t, TM_PF_INLINE_FRAME_LINE_NUMBER, i + 1);
             }
             tb_close(t, f);
         }
         tb_close(t, cs);
     }
-    if (s->cs_iid) tb_uint(t, TB_SS_CALLSTACK_IID, s->cs_iid);
-    if (s->unwind_error) tb_str(t, TB_SS_UNWIND_ERROR, s->unwind_error);
-    if (s->weight) tb_uint(t, TB_SS_PRIMARY_WEIGHT, s->weight);
-    if (s->n_followers) tb_packed(t, TB_SS_FOLLOWER_WEIGHTS, s->followers, s->n_followers);
+    if (s->cs_iid) tb_uint(t, TM_PF_STACK_SAMPLE_CALLSTACK_IID, s->cs_iid);
+    if (s->unwind_error) tb_str(t, TM_PF_STACK_SAMPLE_UNWIND_ERROR, s->unwind_error);
+    if (s->weight) tb_uint(t, TM_PF_STACK_SAMPLE_PRIMARY_WEIGHT, s->weight);
+    if (s->n_followers) tb_packed(t, TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS, s->followers, s->n_followers);
     tb_close(t, ss);
 }
 
 void tb_stack_sample_packet(tb_buf *t, const tb_stack_sample *s) {
     size_t p = tb_packet_open(t, s->seq, s->ts, s->flags);
-    if (s->clock_id) tb_uint(t, TB_P_CLOCK_ID, s->clock_id);
+    if (s->clock_id) tb_uint(t, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, s->clock_id);
     stack_sample_body(t, s);
     tb_close(t, p);
 }
 
 void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid) {
-    size_t m = tb_open(b, TB_I_SS_TASK_CONTEXTS);
-    tb_uint(b, TB_TC_IID, iid);
-    tb_uint(b, TB_TC_PID, pid);
-    tb_uint(b, TB_TC_TID, tid);
+    size_t m = tb_open(b, TM_PF_INTERNED_TASK_CONTEXTS);
+    tb_uint(b, TM_PF_INTERNED_IID, iid);
+    tb_uint(b, TM_PF_TASK_CONTEXT_PID, pid);
+    tb_uint(b, TM_PF_TASK_CONTEXT_TID, tid);
     tb_close(b, m);
 }

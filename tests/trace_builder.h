@@ -1,8 +1,8 @@
 /*
  * trace_builder.h — writes Perfetto traces in memory for tests, the demo
  * and the benchmark: a protobuf writer (varints, length-delimited fields
- * opened and closed like brackets, packed repeated fields) plus named
- * field numbers for the messages tracemill reads. Not part of the library.
+ * opened and closed like brackets, packed repeated fields); field numbers
+ * are perfetto/fields.h's names. Not part of the library.
  * Out-of-memory aborts: this is test tooling.
  */
 #ifndef TM_TRACE_BUILDER_H
@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "perfetto/fields.h" /* field numbers: TM_PF_<MESSAGE>_<FIELD> */
 
 typedef struct tb_buf {
     uint8_t *data;
@@ -32,45 +34,8 @@ void tb_close(tb_buf *b, size_t mark);
 /* Appends a TracePacket holding compressed_packets = zlib(inner trace). */
 void tb_compressed_packet(tb_buf *trace, const tb_buf *inner);
 
-/* Field numbers (perfetto-wire.md §1). */
-enum {
-    TB_TRACE_PACKET = 1,
-    /* TracePacket */
-    TB_P_PROCESS_TREE = 2, TB_P_CLOCK_SNAPSHOT = 6, TB_P_TIMESTAMP = 8, TB_P_SEQ_ID = 10,
-    TB_P_INTERNED_DATA = 12, TB_P_SEQ_FLAGS = 13, TB_P_INCREMENTAL_CLEARED = 41,
-    TB_P_PREV_DROPPED = 42, TB_P_PROCESS_DESCRIPTOR = 43, TB_P_THREAD_DESCRIPTOR = 44,
-    TB_P_COMPRESSED = 50, TB_P_STREAMING_PROFILE = 54, TB_P_CLOCK_ID = 58, TB_P_DEFAULTS = 59,
-    TB_P_TRACK_DESCRIPTOR = 60, TB_P_PERF_SAMPLE = 66,
-    /* InternedData */
-    TB_I_FUNCTION_NAMES = 5, TB_I_FRAMES = 6, TB_I_CALLSTACKS = 7, TB_I_BUILD_IDS = 16,
-    TB_I_MAPPING_PATHS = 17, TB_I_MAPPINGS = 19,
-    /* ClockSnapshot / Clock */
-    TB_CS_CLOCKS = 1, TB_CS_PRIMARY = 2, TB_CLK_ID = 1, TB_CLK_TS = 2, TB_CLK_INCREMENTAL = 3,
-    TB_CLK_MULT = 4,
-    /* PerfSample */
-    TB_PS_CPU = 1, TB_PS_PID = 2, TB_PS_TID = 3, TB_PS_CALLSTACK = 4, TB_PS_LOST = 17,
-    TB_PS_SKIPPED = 18,
-    /* StreamingProfilePacket */
-    TB_SP_CALLSTACK = 1, TB_SP_DELTA = 2,
-    /* ThreadDescriptor / ProcessDescriptor / TrackDescriptor */
-    TB_TD_PID = 1, TB_TD_TID = 2, TB_TD_NAME = 5, TB_TD_REF_US = 6, TB_PD_PID = 1,
-    TB_PD_NAME = 6, TB_TRACK_UUID = 1, TB_TRACK_PROCESS = 3, TB_TRACK_THREAD = 4,
-    /* ProcessTree */
-    TB_PT_PROCESSES = 1, TB_PT_THREADS = 2, TB_PROC_PID = 1, TB_PROC_CMDLINE = 3,
-    TB_THR_TID = 1, TB_THR_NAME = 2, TB_THR_TGID = 3,
-    /* TracePacketDefaults */
-    TB_DEF_CLOCK_ID = 58, TB_DEF_STACK_SAMPLE = 100,
-    /* StackSample (TracePacket 135, v58) and its interned tables */
-    TB_P_STACK_SAMPLE = 135, TB_I_SS_TASK_CONTEXTS = 48, TB_I_SS_EXEC_CONTEXTS = 49,
-    TB_SS_TASK_CONTEXT = 1, TB_SS_TASK_CONTEXT_IID = 2, TB_SS_EXEC_CONTEXT = 3, TB_SS_EXEC_CONTEXT_IID = 4,
-    TB_SS_CALLSTACK = 5, TB_SS_CALLSTACK_IID = 6, TB_SS_UNWIND_ERROR = 7, TB_SS_PRIMARY_WEIGHT = 11,
-    TB_SS_FOLLOWER_WEIGHTS = 14,
-    TB_TC_IID = 1, TB_TC_PID = 2, TB_TC_TID = 3, TB_TC_ASYNC_ID = 4,
-    TB_EC_CPU = 2, TB_EC_MODE = 3,
-    TB_SSC_FRAMES = 1, TB_SSF_FUNCTION = 1, TB_SSF_SOURCE_FILE = 2, TB_SSF_LINE = 3
-};
-
-enum { TB_SEQ_CLEARED = 1, TB_SEQ_NEEDS = 2 };
+/* Short names for the sequence flags most packets set. */
+enum { TB_SEQ_CLEARED = TM_PF_SEQ_INCREMENTAL_STATE_CLEARED, TB_SEQ_NEEDS = TM_PF_SEQ_NEEDS_INCREMENTAL_STATE };
 
 /* Convenience writers for whole messages. */
 void tb_interned_string(tb_buf *b, uint32_t field, uint64_t iid, const void *s, size_t n);
@@ -93,7 +58,7 @@ size_t tb_packet_open(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t flags);
 /* tb_clock_snapshot plus ClockSnapshot.primary_trace_clock (left out if 0). */
 void tb_clock_snapshot_primary(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n,
                                uint32_t primary);
-/* One ProcessTree.threads entry (tid, name, tgid), written inside an open TB_P_PROCESS_TREE. */
+/* One ProcessTree.threads entry (tid, name, tgid), written inside an open TM_PF_PACKET_PROCESS_TREE. */
 void tb_pt_thread(tb_buf *t, uint64_t tid, uint64_t tgid, const char *name);
 
 /* A StackSample packet (TracePacket 135). Zero-initialise, then set what the

@@ -11,9 +11,14 @@
 #ifndef TM_CLOCK_H
 #define TM_CLOCK_H
 
-#include "common/alloc.h" /* tm_mem */
+#include "common/alloc.h"     /* tm_mem */
+#include "perfetto/fields.h" /* builtin clock ids */
 
-enum { TM_CLOCK_REALTIME = 1, TM_CLOCK_MONOTONIC = 3, TM_CLOCK_BOOTTIME = 6 };
+enum {
+    TM_CLOCK_REALTIME = TM_PF_BUILTIN_CLOCK_REALTIME,
+    TM_CLOCK_MONOTONIC = TM_PF_BUILTIN_CLOCK_MONOTONIC,
+    TM_CLOCK_BOOTTIME = TM_PF_BUILTIN_CLOCK_BOOTTIME
+};
 
 typedef struct tm_clock_point {
     uint64_t clock;

@@ -1,6 +1,6 @@
 /*
  * fields.h — Perfetto's protobuf field numbers and enum values by name, for
- * every message tracemill reads or writes (the perfetto/trace protos, v58).
+ * every message tracemill reads or writes (protos/perfetto/trace, v58).
  * The one place they are spelled out: the reader (perfetto/), the
  * recorder's writer (record/writer.c) and the test trace builder
  * (tests/trace_builder.h) all use these names, never bare numbers.
@@ -57,7 +57,8 @@ enum {
     TM_PF_PACKET_STREAMING_FREE = 75,
     TM_PF_PACKET_TRACE_UUID = 89,
     TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS = 133,
-    TM_PF_PACKET_STACK_SAMPLE = 135
+    TM_PF_PACKET_STACK_SAMPLE = 135,
+    TM_PF_PACKET_FOR_TESTING = 900
 };
 
 /* TracePacket.sequence_flags and previous_packet_dropped bits */
@@ -165,6 +166,8 @@ enum {
     TM_PF_STACK_SAMPLE_UNWIND_ERROR = 7,
     TM_PF_STACK_SAMPLE_PRIMARY_WEIGHT = 11,
     TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS = 14,
+    TM_PF_STACK_DEFAULTS_SOURCE = 1, /* StackSampleDefaults (TracePacketDefaults 100) */
+    TM_PF_STACK_DEFAULTS_PRIMARY_COUNTER = 2,
     TM_PF_TASK_CONTEXT_PID = 2,
     TM_PF_TASK_CONTEXT_TID = 3,
     TM_PF_TASK_CONTEXT_ASYNC_ID = 4,
