@@ -96,7 +96,7 @@ static void assert_agrees(const tb_buf *b, const tm_options *opts, size_t kept) 
  * per entry of fns (callstack iid k + 1 = the frames of fns[0..k], root
  * first), all iids numbered from base. */
 static void intern_chain(tb_buf *b, uint64_t base, const char *const *fns, size_t n) {
-    for (size_t i = 0; i < n; i++) tb_interned_string(b, TB_I_FUNCTION_NAMES, base + i, fns[i], strlen(fns[i]));
+    for (size_t i = 0; i < n; i++) tb_interned_string(b, TM_PF_INTERNED_FUNCTION_NAMES, base + i, fns[i], strlen(fns[i]));
     for (size_t i = 0; i < n; i++) tb_frame(b, base + i, base + i, 0, 0x100 * (i + 1));
     uint64_t frames[16];
     for (size_t i = 0; i < n && i < 16; i++) {
@@ -108,24 +108,24 @@ static void intern_chain(tb_buf *b, uint64_t base, const char *const *fns, size_
 /* A packet on seq that clears its state and interns the chain fns. */
 static void clear_and_intern(tb_buf *b, uint32_t seq, uint64_t ts, const char *const *fns, size_t n) {
     size_t p = tb_packet_open(b, seq, ts, TB_SEQ_CLEARED);
-    size_t i = tb_open(b, TB_P_INTERNED_DATA);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
     intern_chain(b, 1, fns, n);
     tb_close(b, i);
     tb_close(b, p);
 }
 
 static void thread_desc(tb_buf *b, uint32_t pid, uint32_t tid, uint64_t ref_us) {
-    size_t d = tb_open(b, TB_P_THREAD_DESCRIPTOR);
-    tb_uint(b, TB_TD_PID, pid);
-    tb_uint(b, TB_TD_TID, tid);
-    tb_uint(b, TB_TD_REF_US, ref_us);
+    size_t d = tb_open(b, TM_PF_PACKET_THREAD_DESCRIPTOR);
+    tb_uint(b, TM_PF_THREAD_DESC_PID, pid);
+    tb_uint(b, TM_PF_THREAD_DESC_TID, tid);
+    tb_uint(b, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, ref_us);
     tb_close(b, d);
 }
 
 static void streaming(tb_buf *b, const uint64_t *cs, const uint64_t *dt, size_t n) {
-    size_t s = tb_open(b, TB_P_STREAMING_PROFILE);
-    tb_packed(b, TB_SP_CALLSTACK, cs, n);
-    tb_packed(b, TB_SP_DELTA, dt, n);
+    size_t s = tb_open(b, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    tb_packed(b, TM_PF_STREAMING_CALLSTACK_IID, cs, n);
+    tb_packed(b, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, n);
     tb_close(b, s);
 }
 
@@ -134,7 +134,7 @@ static void streaming_sequence(tb_buf *b, uint32_t seq, uint32_t pid, uint32_t t
                                const char *const *fns, size_t n) {
     size_t p = tb_packet_open(b, seq, TB_NO_TS, TB_SEQ_CLEARED);
     thread_desc(b, pid, tid, ref_us);
-    size_t i = tb_open(b, TB_P_INTERNED_DATA);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
     intern_chain(b, 1, fns, n);
     tb_close(b, i);
     tb_close(b, p);
@@ -148,11 +148,11 @@ static void streaming_packet(tb_buf *b, uint32_t seq, const uint64_t *cs, const 
 
 /* One ClockSnapshot.Clock, with is_incremental and unit_multiplier_ns when non-zero. */
 static void clock_entry(tb_buf *b, uint32_t id, uint64_t value, int incremental, uint64_t mult) {
-    size_t c = tb_open(b, TB_CS_CLOCKS);
-    tb_uint(b, TB_CLK_ID, id);
-    tb_uint(b, TB_CLK_TS, value);
-    if (incremental) tb_uint(b, TB_CLK_INCREMENTAL, 1);
-    if (mult) tb_uint(b, TB_CLK_MULT, mult);
+    size_t c = tb_open(b, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(b, TM_PF_CLOCK_ID, id);
+    tb_uint(b, TM_PF_CLOCK_TIMESTAMP, value);
+    if (incremental) tb_uint(b, TM_PF_CLOCK_IS_INCREMENTAL, 1);
+    if (mult) tb_uint(b, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, mult);
     tb_close(b, c);
 }
 
@@ -222,7 +222,7 @@ Test(differential, lost_packets_until_the_next_clear) {
     clear_and_intern(&b, 1, 100, abc, 3);
     tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
     size_t p = tb_packet_open(&b, 1, 1100, TB_SEQ_NEEDS); /* after a loss: skipped by both */
-    tb_uint(&b, TB_P_PREV_DROPPED, 1);
+    tb_uint(&b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     tb_close(&b, p);
     tb_perf_sample(&b, 1, 1200, 7, 8, 2, TB_SEQ_NEEDS);
     clear_and_intern(&b, 1, 1300, xyz, 3);
@@ -252,11 +252,11 @@ Test(differential, samples_in_a_non_boottime_clock) {
     clear_and_intern(&b, 1, 1000000, abc, 3);
     for (uint64_t ts = 600000; ts <= 3600000; ts += 500000) {
         size_t p = tb_packet_open(&b, 1, ts, TB_SEQ_NEEDS);
-        tb_uint(&b, TB_P_CLOCK_ID, CLK_MONOTONIC);
-        size_t s = tb_open(&b, TB_P_PERF_SAMPLE);
-        tb_uint(&b, TB_PS_PID, 7);
-        tb_uint(&b, TB_PS_TID, 8);
-        tb_uint(&b, TB_PS_CALLSTACK, 1 + ts / 500000 % 3);
+        tb_uint(&b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
+        size_t s = tb_open(&b, TM_PF_PACKET_PERF_SAMPLE);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_PID, 7);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_TID, 8);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1 + ts / 500000 % 3);
         tb_close(&b, s);
         tb_close(&b, p);
     }
@@ -267,7 +267,7 @@ Test(differential, samples_in_a_non_boottime_clock) {
 Test(differential, stack_samples) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
-    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     intern_chain(&b, 1, abc, 3);
     tb_task_context(&b, 5, 40, 41);
     tb_close(&b, i);
@@ -349,11 +349,11 @@ Test(divergence, nested_compressed_packets) {
 Test(divergence, clock_multiplier_with_a_wrong_wire_type) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 0, TB_NO_TS, 0);
-    size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
-    size_t c = tb_open(&b, TB_CS_CLOCKS);
-    tb_uint(&b, TB_CLK_ID, CLK_BOOTTIME);
-    tb_uint(&b, TB_CLK_TS, 1000);
-    tb_bytes(&b, TB_CLK_MULT, "\x01", 1);
+    size_t cs = tb_open(&b, TM_PF_PACKET_CLOCK_SNAPSHOT);
+    size_t c = tb_open(&b, TM_PF_CLOCK_SNAPSHOT_CLOCKS);
+    tb_uint(&b, TM_PF_CLOCK_ID, CLK_BOOTTIME);
+    tb_uint(&b, TM_PF_CLOCK_TIMESTAMP, 1000);
+    tb_bytes(&b, TM_PF_CLOCK_UNIT_MULTIPLIER_NS, "\x01", 1);
     tb_close(&b, c);
     tb_close(&b, cs);
     tb_close(&b, p);
@@ -372,9 +372,9 @@ Test(divergence, interned_entries_limit_is_per_sequence) {
     tb_buf b = {0};
     for (uint32_t seq = 1; seq <= 2; seq++) {
         size_t p = tb_packet_open(&b, seq, 100, TB_SEQ_CLEARED);
-        size_t i = tb_open(&b, TB_P_INTERNED_DATA);
-        tb_interned_string(&b, TB_I_FUNCTION_NAMES, 1, "f", 1);
-        tb_interned_string(&b, TB_I_FUNCTION_NAMES, 2, "g", 1);
+        size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
+        tb_interned_string(&b, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+        tb_interned_string(&b, TM_PF_INTERNED_FUNCTION_NAMES, 2, "g", 1);
         tb_close(&b, i);
         tb_close(&b, p);
     }
@@ -396,18 +396,18 @@ Test(divergence, incremental_clock_with_a_unit_multiplier) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, TB_NO_TS, abc, 3);
     size_t p = tb_packet_open(&b, 1, TB_NO_TS, 0);
-    size_t cs = tb_open(&b, TB_P_CLOCK_SNAPSHOT);
+    size_t cs = tb_open(&b, TM_PF_PACKET_CLOCK_SNAPSHOT);
     clock_entry(&b, CLK_BOOTTIME, boot, 0, 0);
     clock_entry(&b, CLK_SEQ, 0, 1, MULT);
     tb_close(&b, cs);
     tb_close(&b, p);
     for (int k = 0; k < N; k++) {
         p = tb_packet_open(&b, 1, DELTA, TB_SEQ_NEEDS);
-        tb_uint(&b, TB_P_CLOCK_ID, CLK_SEQ);
-        size_t s = tb_open(&b, TB_P_PERF_SAMPLE);
-        tb_uint(&b, TB_PS_PID, 7);
-        tb_uint(&b, TB_PS_TID, 8);
-        tb_uint(&b, TB_PS_CALLSTACK, 3);
+        tb_uint(&b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_SEQ);
+        size_t s = tb_open(&b, TM_PF_PACKET_PERF_SAMPLE);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_PID, 7);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_TID, 8);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 3);
         tb_close(&b, s);
         tb_close(&b, p);
     }
