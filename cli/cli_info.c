@@ -88,7 +88,6 @@ int cli_info(int argc, char **argv) {
     } else {
         print_summary(path, tm_trace_get_stats(t));
     }
-    if (fflush(stdout) != 0) rc = EXIT_IO;
     tm_trace_free(t);
     cli_input_release(&in);
     return rc;

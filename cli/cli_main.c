@@ -82,7 +82,7 @@ static int cli_exec_server(char **argv) {
     return EXIT_IO;
 }
 
-int main(int argc, char **argv) {
+static int run_command(int argc, char **argv) {
     if (argc < 2) {
         fputs(cli_usage, stderr);
         return EXIT_USAGE;
@@ -106,3 +106,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "tracemill: unknown command '%s'\n\n%s", cmd, cli_usage);
     return EXIT_USAGE;
 }
+
+int main(int argc, char **argv) { return cli_close_stdout(run_command(argc, argv)); }

@@ -485,10 +485,6 @@ int cli_query(int argc, char **argv) {
         sqlite3 *s = tm_db_sqlite(db);
         if (from_stdin) rc = cli_query_shell(s, &o, isatty(STDIN_FILENO));
         else rc = cli_query_run(s, file ? text : sql, file ? file : "SQL", 1, &o);
-        if (fflush(stdout) != 0 && rc == EXIT_OK) {
-            fprintf(stderr, "tracemill query: cannot write standard output\n");
-            rc = EXIT_IO;
-        }
         tm_db_free(db);
         cli_input_release(&in);
     }
@@ -515,8 +511,15 @@ int cli_export_sqlite(int argc, char **argv) {
     tm_db *db = NULL;
     int rc = open_db(trace, &opts, &in, &db);
     if (rc != EXIT_OK) return rc;
+    const char *inputs[] = {trace, NULL};
+    cli_output o;
+    rc = cli_output_open(out, CLI_OUT_NAMED, inputs, &o);
     tm_error err;
-    if (tm_db_export(db, out, &err) != TM_OK) rc = cli_report_error(out, &err);
+    if (rc == EXIT_OK && tm_db_export(db, o.tmp, &err) != TM_OK) {
+        fprintf(stderr, "tracemill: cannot write %s: %s\n", out, err.message);
+        rc = EXIT_IO;
+    }
+    rc = cli_output_close(&o, rc);
     tm_db_free(db);
     cli_input_release(&in);
     return rc;

@@ -139,9 +139,10 @@ typedef struct get_job {
 /* JSON payloads end with a newline, as `tracemill convert` writes them. */
 static int write_file(const char *path, int binary, const void *data, size_t len) {
     cli_output o;
-    int rc = cli_output_open(path, binary, &o);
+    int rc = cli_output_open(path, binary ? CLI_OUT_BINARY : 0, NULL, &o);
     if (rc != EXIT_OK) return rc;
-    if ((len && fwrite(data, 1, len, o.f) != len) || (!binary && fputc('\n', o.f) == EOF)) rc = EXIT_IO;
+    if ((len && fwrite(data, 1, len, o.f) != len) || (!binary && fputc('\n', o.f) == EOF))
+        rc = cli_output_error(o.path, errno);
     return cli_output_close(&o, rc);
 }
 
@@ -245,8 +246,8 @@ int cli_store(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_serve(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "store") == 0) return cli_store(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_close_stdout(cli_serve(argc - 1, argv + 1));
+    if (argc >= 2 && strcmp(argv[1], "store") == 0) return cli_close_stdout(cli_store(argc - 1, argv + 1));
     fputs("usage: tracemill-serve serve|store ... (run through `tracemill serve` / `tracemill store`)\n", stderr);
     return EXIT_USAGE;
 }

@@ -11,12 +11,12 @@
  * table's id, upid or utid) by direct access, which is what the usual joins
  * (callsite_id = id, frame_id = id, track_id = id) need.
  */
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/alloc.h"
 #include "common/limits.h"
@@ -715,15 +715,24 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
 
 struct sqlite3 *tm_db_sqlite(tm_db *db) { return db ? db->sql : NULL; }
 
+/* SQLite's message, with the system's reason when a file operation failed. */
+static tm_status export_fail(tm_error *err, sqlite3 *db) {
+    int sys = sqlite3_system_errno(db);
+    return tm_fail(err, TM_ERR_IO, 0, NULL, "%s%s%s", sqlite3_errmsg(db), sys ? ": " : "", sys ? strerror(sys) : "");
+}
+
 tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
     if (!db || !path) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_export: NULL argument");
-    if (remove(path) != 0 && errno != ENOENT)
-        return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot replace %s: %s", path, strerror(errno));
+    struct stat before;
+    int existed = stat(path, &before) == 0;
+    if (existed && (!S_ISREG(before.st_mode) || before.st_size != 0))
+        return tm_fail(err, TM_ERR_IO, 0, NULL, "%s: %s", path,
+                       S_ISREG(before.st_mode) ? "exists and is not empty" : "not a regular file");
     char *attach = sqlite3_mprintf("ATTACH DATABASE %Q AS tm_export", path);
     if (!attach) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     int rc = sqlite3_exec(db->sql, attach, NULL, NULL, NULL);
     sqlite3_free(attach);
-    if (rc != SQLITE_OK) return sql_fail(err, db->sql, path);
+    if (rc != SQLITE_OK) return export_fail(err, db->sql);
     tm_status st = TM_OK;
     rc = sqlite3_exec(db->sql, "BEGIN", NULL, NULL, NULL);
     for (size_t i = 0; i < N_TABLES && rc == SQLITE_OK; i++) {
@@ -734,11 +743,11 @@ tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
     }
     if (rc == SQLITE_OK) rc = sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        st = sql_fail(err, db->sql, path);
+        st = export_fail(err, db->sql);
         sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
     }
     sqlite3_exec(db->sql, "DETACH DATABASE tm_export", NULL, NULL, NULL);
-    if (st != TM_OK) remove(path);
+    if (st != TM_OK && !existed) remove(path);
     return st;
 }
 
