@@ -6,6 +6,7 @@
 #ifndef TM_CLI_H
 #define TM_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,7 +114,14 @@ typedef struct cli_qout {
     int timer;       /* print each statement's wall time to stderr */
     int result_sets; /* printed so far: separators go between them */
     int statements;  /* run so far: errors name statements by number */
+    double timeout_s; /* --timeout: a statement running longer stops (0: none) */
+    double deadline;  /* of the running statement, on the monotonic clock */
+    volatile sig_atomic_t cancel; /* set by the shell's Ctrl-C: stop the statement */
 } cli_qout;
+
+/* Makes the statements run on db stop (SQLITE_INTERRUPT) at o's timeout or
+ * when o->cancel is set. */
+void cli_query_watch(struct sqlite3 *db, cli_qout *o);
 
 /* Parses table|csv|json|perfetto; 0 on an unknown name. */
 int cli_qformat_parse(const char *name, cli_qformat *out);
