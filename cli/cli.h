@@ -144,6 +144,8 @@ int cli_export_sqlite(int argc, char **argv);
 /* `tracemill record`: runs a command under libtracemill_record.so. */
 int cli_record(int argc, char **argv);
 
-extern const char cli_usage[];
+/* Prints "tracemill CMD: <message>" and "see 'tracemill CMD --help'" (cmd
+ * NULL: the overview); returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -12,8 +12,7 @@
 #include "cli.h"
 
 static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "tracemill convert: %s%s%s\n\n%s", msg, arg ? " " : "", arg ? arg : "", cli_usage);
-    return EXIT_USAGE;
+    return cli_usage_error("convert", "%s%s%s", msg, arg ? " " : "", arg ? arg : "");
 }
 
 /* inputs: the trace, then --meta if given, then NULL. */
@@ -99,6 +98,10 @@ int cli_convert(int argc, char **argv) {
         }
     }
     if (!in_path) return usage("no trace given", NULL);
+    /* Options the format would ignore are refused, not silently dropped. */
+    if ((x.threads.name || x.threads.by_tid) && (x.format == FMT_SAMPLE_V2 || x.format == FMT_REPORT))
+        return usage("--thread does not apply to -f sample-v2 or report: they hold every thread", NULL);
+    if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
     if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
         return usage("--per-thread needs -f pprof and -o DIRECTORY", NULL);
 

@@ -10,8 +10,7 @@
 #include "cli.h"
 
 static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "tracemill diff: %s%s%s\n\n%s", msg, arg ? " " : "", arg ? arg : "", cli_usage);
-    return EXIT_USAGE;
+    return cli_usage_error("diff", "%s%s%s", msg, arg ? " " : "", arg ? arg : "");
 }
 
 int cli_diff(int argc, char **argv) {
@@ -40,6 +39,7 @@ int cli_diff(int argc, char **argv) {
         }
     }
     if (!paths[1]) return usage("needs two profiles: BASE NEW", NULL);
+    if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
     if (strcmp(paths[0], "-") == 0 && strcmp(paths[1], "-") == 0) return usage("only one input may be -", NULL);
 
     cli_input in[2] = {{0}, {0}};

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,4 +335,14 @@ int cli_close_stdout(int rc) {
     if (fclose(stdout) != 0 && !failed) failed = 1, e = errno;
     /* A command that failed has said why; its output may be cut short. */
     return failed && rc == EXIT_OK ? cli_output_error(NULL, e) : rc;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tracemill%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nsee 'tracemill%s%s --help'\n", cmd ? " " : "", cmd ? cmd : "");
+    return EXIT_USAGE;
 }

@@ -450,12 +450,7 @@ static char *read_text(const char *path) {
 }
 
 static int usage(const char *cmd, const char *why, const char *arg) {
-    fprintf(stderr, "tracemill %s: %s%s\n", cmd, why, arg ? arg : "");
-    if (strcmp(cmd, "query") == 0)
-        fputs("usage: tracemill query TRACE [SQL] [-f FILE.sql] [--format table|csv|json|perfetto]\n", stderr);
-    else
-        fputs("usage: tracemill export-sqlite TRACE OUT.db\n", stderr);
-    return EXIT_USAGE;
+    return cli_usage_error(cmd, "%s%s", why, arg ? arg : "");
 }
 
 int cli_query(int argc, char **argv) {
@@ -477,10 +472,8 @@ int cli_query(int argc, char **argv) {
             /* convert's -f is a format: catch the habit before reading a
              * file named "csv" */
             if (cli_qformat_parse(file, &f) || cli_parse_format(file, &x)) {
-                fprintf(stderr, "tracemill query: -f takes a file of SQL, not a format: did you mean --format %s?\n",
-                        file);
-                fputs("see 'tracemill query --help'\n", stderr);
-                return EXIT_USAGE;
+                return cli_usage_error("query", "-f takes a file of SQL, not a format: did you mean --format %s?",
+                                       file);
             }
         } else if (strcmp(a, "--timeout") == 0) {
             char *end = NULL;

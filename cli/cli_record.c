@@ -28,16 +28,6 @@
 #define KERNEL_TICK_HZ 250
 #define CPU_TIMER_FULL_RATE_HZ 166
 
-static const char record_usage[] =
-    "usage: tracemill record [-F HZ] [-o OUT.pftrace] [--duration S] [--buffer-kb N]\n"
-    "                        [--fill ring|discard] [--clock cpu|wall] [--chunk-seconds N]\n"
-    "                        [--unwind dwarf|fp] [--max-depth N] [--file-write-period-ms N]\n"
-    "                        [--clear-period-ms N] [--demangle] [--preload LIB.so]\n"
-    "                        [--upload DSN [--release R] [--environment E] [--upload-queue DIR]\n"
-    "                         [--upload-queue-max N] [--upload-timeout-ms N]] -- CMD ARGS...\n"
-    "  --upload DSN sends each chunk (--chunk-seconds, 60 by default) to Sentry or `tracemill serve`;\n"
-    "  unsent chunks wait in --upload-queue (OUT.queue/) for the next run.\n";
-
 typedef struct env_opt {
     const char *flag, *var;
     const char *choices[2]; /* NULL: a number, unless text */
@@ -157,10 +147,6 @@ int cli_record(int argc, char **argv) {
     int demangle = 0, i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(record_usage, stdout);
-            return EXIT_OK;
-        }
         if (strcmp(a, "--demangle") == 0) {
             demangle = 1;
             continue;
@@ -173,34 +159,28 @@ int cli_record(int argc, char **argv) {
             while (k < N_ENV_OPTS && strcmp(env_opts[k].flag, a) != 0) k++;
             if (k == N_ENV_OPTS) break;
             if (!valid_value(&env_opts[k], v)) {
-                fprintf(stderr, "tracemill record: bad value for %s: %s\n", a, v);
-                return EXIT_USAGE;
+                return cli_usage_error("record", "bad value for %s: %s", a, v);
             }
             values[k] = argv[++i];
         }
     }
-    if (i >= argc - 1 || strcmp(argv[i], "--") != 0) {
-        if (i < argc && strcmp(argv[i], "--") != 0) fprintf(stderr, "tracemill record: unknown option %s\n", argv[i]);
-        fputs(record_usage, stderr);
-        return EXIT_USAGE;
-    }
+    if (i < argc && strcmp(argv[i], "--") != 0)
+        return cli_usage_error("record", "unknown option or missing value: %s", argv[i]);
+    if (i >= argc - 1) return cli_usage_error("record", "no program given: tracemill record [options] -- CMD ARGS...");
     char **cmd = argv + i + 1;
     const char *upload = values[OPT_UPLOAD];
     if (upload && !dsn_well_formed(upload)) {
-        fprintf(stderr, "tracemill record: --upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s\n", upload);
-        return EXIT_USAGE;
+        return cli_usage_error("record", "--upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s", upload);
     }
     for (int k = OPT_UPLOAD + 1; !upload && k < N_ENV_OPTS; k++)
         if (values[k]) {
-            fprintf(stderr, "tracemill record: %s needs --upload\n", env_opts[k].flag);
-            return EXIT_USAGE;
+            return cli_usage_error("record", "%s needs --upload", env_opts[k].flag);
         }
 
     unsigned long hz = values[OPT_HZ] ? strtoul(values[OPT_HZ], NULL, 10) : 101;
     int wall = values[OPT_CLOCK] && strcmp(values[OPT_CLOCK], "wall") == 0;
     if (hz == 0) {
-        fputs("tracemill record: -F must be at least 1\n", stderr);
-        return EXIT_USAGE;
+        return cli_usage_error("record", "-F must be at least 1");
     }
     if (!wall && hz > KERNEL_TICK_HZ)
         fprintf(stderr,

@@ -26,10 +26,8 @@ static int config_error(const tm_error *err) {
     return err->code == TM_ERR_IO ? EXIT_IO : EXIT_USAGE;
 }
 
-static int serve_usage(void) {
-    fputs("usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:PUBLIC_KEY]...\n",
-          stderr);
-    return EXIT_USAGE;
+static int serve_usage(const char *arg) {
+    return cli_usage_error("serve", "unknown option or missing value: %s", arg);
 }
 
 int cli_serve(int argc, char **argv) {
@@ -49,7 +47,7 @@ int cli_serve(int argc, char **argv) {
         const char *a = argv[i];
         tm_status st = TM_OK;
         if (i + 1 >= argc) {
-            rc = serve_usage();
+            rc = serve_usage(a);
         } else if (strcmp(a, "--config") == 0) {
             i++;
         } else if (strcmp(a, "--listen") == 0) {
@@ -59,8 +57,7 @@ int cli_serve(int argc, char **argv) {
         } else if (strcmp(a, "--project") == 0) {
             st = tm_srv_config_add_project(&cfg, argv[++i], &err);
         } else {
-            fprintf(stderr, "tracemill serve: unknown option '%s'\n", a);
-            rc = serve_usage();
+            rc = serve_usage(a);
         }
         if (st != TM_OK) rc = config_error(&err);
     }
@@ -107,11 +104,7 @@ out:
 /* ---- tracemill store ---- */
 
 static int store_usage(void) {
-    fputs("usage: tracemill store ls [--store PATH]\n"
-          "       tracemill store get CHUNK_ID [--raw] [-o OUT] [--store PATH]\n"
-          "       tracemill store export OUT_DIR [--store PATH]\n",
-          stderr);
-    return EXIT_USAGE;
+    return cli_usage_error("store", "wants ls, get CHUNK_ID or export OUT_DIR, with --store PATH, -o OUT, --raw");
 }
 
 static void format_time(uint64_t unix_s, char *out, size_t cap) {

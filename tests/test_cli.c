@@ -10,7 +10,12 @@
  * earlier version renamed its temp file over it); `--compat relay --meta`
  * reproducing Relay's bytes plus a newline; `info` and `info --json`;
  * `--max-samples`; `--version` and `help`; usage errors of the exporter
- * options and of `diff`.
+ * options and of `diff`. What every writing command does with an existing
+ * output (FIFOs and devices written in place; directories, read-only files
+ * and the input refused; mode kept; links followed), output errors naming
+ * the output, failed writes to stdout; per-command --help, one-line usage
+ * errors, the manual page and bash completion; thread options a format
+ * ignores; binary output refused on a pseudo-terminal.
  */
 #define _XOPEN_SOURCE 700
 #include <criterion/criterion.h>
@@ -390,12 +395,15 @@ static const char *const writers[] = {
 };
 
 static run_result run_writer(const char *tmpl, const char *in, const char *out) {
-    char args[1024] = "";
-    for (const char *p = tmpl; *p;) {
-        if (strncmp(p, "OUT", 3) == 0) strcat(args, out), p += 3;
-        else if (strncmp(p, "IN", 2) == 0) strcat(args, in), p += 2;
-        else strncat(args, p++, 1);
+    char args[1024];
+    size_t n = 0;
+    for (const char *p = tmpl; *p && n < sizeof args;) {
+        if (strncmp(p, "OUT", 3) == 0) n += (size_t)snprintf(args + n, sizeof args - n, "%s", out), p += 3;
+        else if (strncmp(p, "IN", 2) == 0) n += (size_t)snprintf(args + n, sizeof args - n, "%s", in), p += 2;
+        else args[n++] = *p++;
     }
+    cr_assert_lt(n, sizeof args);
+    args[n] = 0;
     return run("%s", args);
 }
 
@@ -648,4 +656,112 @@ Test(cli_info, version_and_help_exit_0) {
     cr_expect(strstr(r.out, "usage: tracemill"), "help printed: %s", r.out);
     cr_expect(strstr(r.out, "convert") && strstr(r.out, "info"), "help lacks the commands: %s", r.out);
     run_free(&r);
+}
+
+/* ---- help, usage errors, the manual and completion ---- */
+
+Test(cli_help, every_command_has_its_own_help) {
+    static const char *const cmds[] = {"convert", "diff", "info", "query", "export-sqlite", "record", "serve", "store"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: tracemill %s", cmds[i]);
+        const char *forms[] = {"%s --help", "%s -h", "help %s", "%s " MINIMAL " --help"};
+        for (size_t k = 0; k < sizeof forms / sizeof *forms; k++) {
+            char args[256];
+            snprintf(args, sizeof args, forms[k], cmds[i]);
+            run_result r = run("%s", args);
+            cr_expect_eq(r.code, 0, "`%s`: exit %d: %s", args, r.code, r.err);
+            cr_expect(strncmp(r.out, want, strlen(want)) == 0, "`%s`: %s", args, r.out);
+            cr_expect_eq(r.err_len, 0u, "`%s`: %s", args, r.err);
+            run_free(&r);
+        }
+    }
+    run_result r = run("-V");
+    cr_expect(r.code == 0 && strncmp(r.out, "tracemill ", 10) == 0, "-V: %s", r.out);
+    run_free(&r);
+    r = run("help nosuchcommand");
+    cr_expect_eq(r.code, 2);
+    run_free(&r);
+}
+
+/* One line saying what is wrong and where the help is, not the overview. */
+Test(cli_help, a_usage_error_is_one_line_and_a_pointer) {
+    static const struct {
+        const char *args, *cmd;
+    } cases[] = {
+        {"convert --bogus " MINIMAL, "convert"},     {"diff " MINIMAL, "diff"},
+        {"info --bogus " MINIMAL, "info"},           {"query " MINIMAL " --bogus", "query"},
+        {"export-sqlite " MINIMAL, "export-sqlite"}, {"record --bogus -- true", "record"},
+        {"convert -f nope " MINIMAL, "convert"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_result r = run("%s", cases[i].args);
+        char see[80];
+        snprintf(see, sizeof see, "\nsee 'tracemill %s --help'\n", cases[i].cmd);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d", cases[i].args, r.code);
+        const char *nl = strchr(r.err, '\n');
+        cr_expect(nl && strcmp(nl, see) == 0, "`%s`: not one line and the pointer: %s", cases[i].args, r.err);
+        run_free(&r);
+    }
+}
+
+Test(cli_help, the_manual_renders_and_completion_completes) {
+    char cmd[1024];
+    if (system("command -v man >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd,
+                 "MANWIDTH=80 man -l %s/docs/tracemill.1 2>&1 | grep -q 'export-sqlite' && "
+                 "! man --warnings -l %s/docs/tracemill.1 2>&1 >/dev/null | grep -q .",
+                 TM_SOURCE_DIR, TM_SOURCE_DIR);
+        cr_expect_eq(system(cmd), 0, "docs/tracemill.1 does not render cleanly with man -l");
+    }
+    snprintf(cmd, sizeof cmd,
+             "bash -c 'source %s/docs/tracemill.bash-completion && "
+             "COMP_WORDS=(tracemill ex); COMP_CWORD=1; _tracemill; [ \"${COMPREPLY[*]}\" = export-sqlite ] && "
+             "COMP_WORDS=(tracemill convert -f sv); COMP_CWORD=3; _tracemill; [ \"${COMPREPLY[*]}\" = svg ] && "
+             "COMP_WORDS=(tracemill query t --tim); COMP_CWORD=3; _tracemill; [ \"${COMPREPLY[*]}\" = --timeout ]'",
+             TM_SOURCE_DIR);
+    cr_expect_eq(system(cmd), 0, "docs/tracemill.bash-completion does not complete commands and options");
+}
+
+/* ---- options a format would ignore; binary output on a terminal ---- */
+
+Test(cli_help, thread_options_the_format_ignores_are_refused) {
+    static const char *const cases[] = {
+        "convert --thread main " MINIMAL, "convert -f sample-v2 --thread 1 " MINIMAL,
+        "convert -f report --thread-name x " MINIMAL, "convert --thread-prefix " MINIMAL,
+        "convert -f svg --thread-prefix " MINIMAL, "diff --thread-prefix " MINIMAL " " MINIMAL,
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_result r = run("%s", cases[i]);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d: %s", cases[i], r.code, r.err);
+        cr_expect(strstr(r.err, "--thread"), "`%s`: %s", cases[i], r.err);
+        run_free(&r);
+    }
+    run_result r = run("convert -f folded --thread-prefix " MINIMAL);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    run_free(&r);
+}
+
+Test(cli_io, binary_output_is_refused_on_a_terminal, .timeout = 20) {
+    static const char *const formats[][4] = {{"-f", "pprof", NULL}, {"-f", "pprof", "--uncompressed", NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        char *argv[8] = {TM_CLI, "convert"};
+        int n = 2;
+        for (int k = 0; formats[i][k]; k++) argv[n++] = (char *)formats[i][k];
+        argv[n++] = MINIMAL;
+        argv[n] = NULL;
+        int master;
+        int pid = tu_spawn_on_pty(argv, &master);
+        cr_assert_gt(pid, 0);
+        tu_membuf seen = {0};
+        tu_pty_wait_for(master, &seen, "\n", 5000);
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d: %s", argv[n - 2], status,
+                  seen.data ? seen.data : "");
+        cr_expect(seen.data && strstr(seen.data, "refusing to write binary output to a terminal"), "%s",
+                  seen.data ? seen.data : "(nothing)");
+        tu_membuf_free(&seen);
+        close(master);
+    }
 }
