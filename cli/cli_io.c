@@ -2,10 +2,13 @@
  * cli_io.c — input loading, output files, error reporting and shared
  * option parsing for the tracemill command. Files are mapped read-only so a
  * 10 GB trace costs page cache, not a copy; stdin is read into one growing
- * buffer. Output to a regular file goes to OUT.tmp-PID first and is renamed
- * into place only when the whole document was written, so a rejected trace
- * never leaves a truncated file behind. Devices and pipes (/dev/null, a
- * FIFO) are written directly: renaming over them would replace the device.
+ * buffer. Output to a regular file (symbolic links followed to their
+ * target) goes to TARGET.tmp-XXXXXX beside it, with the target's mode, and
+ * is renamed over it only when the command succeeded, so a rejected trace
+ * never leaves a truncated file behind and a failed one never removes the
+ * old file. Character devices and FIFOs (/dev/null, a named pipe) are
+ * written directly: renaming over them would replace the device.
+ * Directories, read-only files and the command's own inputs are refused.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
