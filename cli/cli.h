@@ -6,6 +6,7 @@
 #ifndef TM_CLI_H
 #define TM_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,19 +36,35 @@ int cli_parse_u64(const char *s, uint64_t *out);
  * (consuming its value), 0 if not, -1 on a bad value. */
 int cli_limit_option(int argc, char **argv, int *i, tm_options *opts);
 
-/* An output file written atomically (see cli_io.c); "-" or NULL is stdout,
- * where binary output is refused on a terminal. */
+/* An output of a command (see cli_io.c). "-" or NULL is stdout; a device
+ * or FIFO is written in place; a regular file (symbolic links followed) is
+ * written to a temporary file beside it that replaces it, with its mode,
+ * only when the command succeeds. */
 typedef struct cli_output {
-    FILE *f;
-    const char *path;
-    char *tmp;   /* regular files: written here, renamed on success */
-    int special; /* a device or pipe, written in place */
+    FILE *f;      /* where to write; NULL with CLI_OUT_NAMED on a regular file */
+    const char *path; /* as given, for messages; NULL for stdout */
+    char *target; /* the file renamed onto */
+    char *tmp;    /* the file being written (CLI_OUT_NAMED: write to this name) */
+    int special;  /* a device or FIFO */
 } cli_output;
 
-int cli_output_open(const char *path, int binary, cli_output *o);
-/* Flushes and closes; renames into place when rc is EXIT_OK, else removes
- * the partial file. Returns rc or the I/O failure. */
+enum {
+    CLI_OUT_BINARY = 1, /* refused on a terminal */
+    CLI_OUT_NAMED = 2,  /* the writer needs a file by name (tmp), even for a device */
+};
+
+/* Opens path for writing; inputs (NULL-terminated, may be NULL) are the
+ * files it must not be. Prints why and returns the exit code on failure. */
+int cli_output_open(const char *path, int flags, const char *const *inputs, cli_output *o);
+/* Flushes and closes; replaces the target when rc is EXIT_OK, else leaves
+ * it as it was. Returns rc or the write failure. */
 int cli_output_close(cli_output *o, int rc);
+/* Prints "tracemill: cannot write PATH: <errno text>" (PATH NULL: standard
+ * output); returns EXIT_IO. */
+int cli_output_error(const char *path, int errnum);
+/* What main returns: rc, or EXIT_IO (said on stderr) when standard output
+ * could not be written (a full disk, a closed pipe, /dev/full). */
+int cli_close_stdout(int rc);
 
 /* ---- exporters (cli_export.c), shared by convert and diff ---- */
 
@@ -97,7 +114,14 @@ typedef struct cli_qout {
     int timer;       /* print each statement's wall time to stderr */
     int result_sets; /* printed so far: separators go between them */
     int statements;  /* run so far: errors name statements by number */
+    double timeout_s; /* --timeout: a statement running longer stops (0: none) */
+    double deadline;  /* of the running statement, on the monotonic clock */
+    volatile sig_atomic_t cancel; /* set by the shell's Ctrl-C: stop the statement */
 } cli_qout;
+
+/* Makes the statements run on db stop (SQLITE_INTERRUPT) at o's timeout or
+ * when o->cancel is set. */
+void cli_query_watch(struct sqlite3 *db, cli_qout *o);
 
 /* Parses table|csv|json|perfetto; 0 on an unknown name. */
 int cli_qformat_parse(const char *name, cli_qformat *out);
@@ -120,6 +144,8 @@ int cli_export_sqlite(int argc, char **argv);
 /* `tracemill record`: runs a command under libtracemill_record.so. */
 int cli_record(int argc, char **argv);
 
-extern const char cli_usage[];
+/* Prints "tracemill CMD: <message>" and "see 'tracemill CMD --help'" (cmd
+ * NULL: the overview); returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -12,24 +12,27 @@
 #include "cli.h"
 
 static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "tracemill convert: %s%s%s\n\n%s", msg, arg ? " " : "", arg ? arg : "", cli_usage);
-    return EXIT_USAGE;
+    return cli_usage_error("convert", "%s%s%s", msg, arg ? " " : "", arg ? arg : "");
 }
 
-static int write_one(const cli_export *x, const tm_trace *t, const char *in_path, const char *out_path) {
+/* inputs: the trace, then --meta if given, then NULL. */
+static int write_one(const cli_export *x, const tm_trace *t, const char *const *inputs, const char *out_path) {
+    const char *in_path = inputs[0];
     cli_output o;
-    int rc = cli_output_open(out_path, x->format == FMT_PPROF && !x->uncompressed, &o);
+    int rc = cli_output_open(out_path, x->format == FMT_PPROF ? CLI_OUT_BINARY : 0, inputs, &o);
     if (rc != EXIT_OK) return rc;
     tm_sink sink = tm_sink_file(o.f);
     tm_error err;
     tm_status st = cli_export_write(x, NULL, t, &sink, &err);
     if (st == TM_OK && (x->format == FMT_SAMPLE_V2 || x->format == FMT_REPORT) && fputc('\n', o.f) == EOF)
-        st = TM_ERR_IO, err.code = st, err.offset = 0, err.reason = NULL, snprintf(err.message, sizeof err.message, "%s", strerror(errno));
-    return cli_output_close(&o, st == TM_OK ? EXIT_OK : cli_report_error(in_path, &err));
+        rc = cli_output_error(o.path, errno);
+    else if (st != TM_OK) /* a failed write, or a trace the format cannot hold */
+        rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(in_path, &err);
+    return cli_output_close(&o, rc);
 }
 
 /* DIR/<tid>-<name>.pb.gz for every thread with samples. */
-static int write_per_thread(cli_export *x, const tm_trace *t, const char *in_path, const char *dir) {
+static int write_per_thread(cli_export *x, const tm_trace *t, const char *const *inputs, const char *dir) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "tracemill: cannot create directory %s: %s\n", dir, strerror(errno));
         return EXIT_IO;
@@ -54,7 +57,7 @@ static int write_per_thread(cli_export *x, const tm_trace *t, const char *in_pat
                  x->uncompressed ? "" : ".gz");
         x->threads.by_tid = 1;
         x->threads.tid = th.tid;
-        int rc = write_one(x, t, in_path, path);
+        int rc = write_one(x, t, inputs, path);
         free(path);
         if (rc != EXIT_OK) return rc;
         written++;
@@ -95,6 +98,10 @@ int cli_convert(int argc, char **argv) {
         }
     }
     if (!in_path) return usage("no trace given", NULL);
+    /* Options the format would ignore are refused, not silently dropped. */
+    if ((x.threads.name || x.threads.by_tid) && (x.format == FMT_SAMPLE_V2 || x.format == FMT_REPORT))
+        return usage("--thread does not apply to -f sample-v2 or report: they hold every thread", NULL);
+    if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
     if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
         return usage("--per-thread needs -f pprof and -o DIRECTORY", NULL);
 
@@ -107,6 +114,7 @@ int cli_convert(int argc, char **argv) {
         cli_input_release(&meta);
         return rc;
     }
+    const char *inputs[] = {in_path, meta_path, NULL};
     tm_trace *t = NULL;
     tm_error err;
     if (meta_path && tm_sample_v2_check_meta(x.v2.meta_json, x.v2.meta_len, &err) != TM_OK)
@@ -114,9 +122,9 @@ int cli_convert(int argc, char **argv) {
     else if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK)
         rc = cli_report_error(in_path, &err);
     else if (per_thread)
-        rc = write_per_thread(&x, t, in_path, out_path);
+        rc = write_per_thread(&x, t, inputs, out_path);
     else
-        rc = write_one(&x, t, in_path, out_path);
+        rc = write_one(&x, t, inputs, out_path);
     tm_trace_free(t);
     cli_input_release(&in);
     cli_input_release(&meta);

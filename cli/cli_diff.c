@@ -3,14 +3,14 @@
  * Sample v2 chunks or folded stacks, each detected on its own) to a
  * differential flame graph or a two-count folded diff.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
 static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "tracemill diff: %s%s%s\n\n%s", msg, arg ? " " : "", arg ? arg : "", cli_usage);
-    return EXIT_USAGE;
+    return cli_usage_error("diff", "%s%s%s", msg, arg ? " " : "", arg ? arg : "");
 }
 
 int cli_diff(int argc, char **argv) {
@@ -39,6 +39,7 @@ int cli_diff(int argc, char **argv) {
         }
     }
     if (!paths[1]) return usage("needs two profiles: BASE NEW", NULL);
+    if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
     if (strcmp(paths[0], "-") == 0 && strcmp(paths[1], "-") == 0) return usage("only one input may be -", NULL);
 
     cli_input in[2] = {{0}, {0}};
@@ -52,11 +53,13 @@ int cli_diff(int argc, char **argv) {
     }
     if (rc == EXIT_OK) {
         cli_output o;
-        rc = cli_output_open(out_path, 0, &o);
+        const char *inputs[] = {paths[0], paths[1], NULL};
+        rc = cli_output_open(out_path, 0, inputs, &o);
         if (rc == EXIT_OK) {
             tm_sink sink = tm_sink_file(o.f);
-            tm_status st = cli_export_write(&x, t[0], t[1], &sink, &err);
-            rc = cli_output_close(&o, st == TM_OK ? EXIT_OK : cli_report_error(paths[1], &err));
+            if (cli_export_write(&x, t[0], t[1], &sink, &err) != TM_OK)
+                rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(paths[1], &err);
+            rc = cli_output_close(&o, rc);
         }
     }
     for (int k = 0; k < 2; k++) {

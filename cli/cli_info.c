@@ -60,22 +60,19 @@ int cli_info(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_export_option(argc, argv, &i, &x);
-        if (r < 0) return EXIT_USAGE;
+        if (r < 0) return cli_usage_error("info", "bad value for %s", argv[i]);
         if (r > 0) continue;
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else if (argv[i][0] == '-' && argv[i][1] != 0) {
-            fprintf(stderr, "tracemill info: unknown option %s\n\n%s", argv[i], cli_usage);
-            return EXIT_USAGE;
+            return cli_usage_error("info", "unknown option %s", argv[i]);
         } else if (path) {
-            fprintf(stderr, "tracemill info: more than one trace given\n");
-            return EXIT_USAGE;
+            return cli_usage_error("info", "more than one trace given");
         } else {
             path = argv[i];
         }
     }
     if (!path) {
-        fprintf(stderr, "tracemill info: no trace given\n\n%s", cli_usage);
-        return EXIT_USAGE;
+        return cli_usage_error("info", "no trace given");
     }
     cli_input in;
     int rc = cli_input_load(path, &in);
@@ -90,7 +87,6 @@ int cli_info(int argc, char **argv) {
     } else {
         print_summary(path, tm_trace_get_stats(t));
     }
-    if (fflush(stdout) != 0) rc = EXIT_IO;
     tm_trace_free(t);
     cli_input_release(&in);
     return rc;

@@ -2,14 +2,19 @@
  * cli_io.c — input loading, output files, error reporting and shared
  * option parsing for the tracemill command. Files are mapped read-only so a
  * 10 GB trace costs page cache, not a copy; stdin is read into one growing
- * buffer. Output to a regular file goes to OUT.tmp-PID first and is renamed
- * into place only when the whole document was written, so a rejected trace
- * never leaves a truncated file behind. Devices and pipes (/dev/null, a
- * FIFO) are written directly: renaming over them would replace the device.
+ * buffer. Output to a regular file (symbolic links followed to their
+ * target) goes to TARGET.tmp-XXXXXX beside it, with the target's mode, and
+ * is renamed over it only when the command succeeded, so a rejected trace
+ * never leaves a truncated file behind and a failed one never removes the
+ * old file. Character devices and FIFOs (/dev/null, a named pipe) are
+ * written directly: renaming over them would replace the device.
+ * Directories, read-only files and the command's own inputs are refused.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,66 +163,189 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
     return 0;
 }
 
-int cli_output_open(const char *path, int binary, cli_output *o) {
+int cli_output_error(const char *path, int errnum) {
+    fprintf(stderr, "tracemill: cannot write %s: %s\n", path ? path : "standard output", strerror(errnum));
+    return EXIT_IO;
+}
+
+/* path with its symbolic links followed to the file they end at, which may
+ * not exist yet (a dangling link names the file to create). NULL with
+ * errno set on failure. */
+static char *final_target(const char *path) {
+    char *cur = strdup(path);
+    for (int hops = 0; cur; hops++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0) {
+            if (errno == ENOENT) return cur;
+            free(cur);
+            return NULL;
+        }
+        if (!S_ISLNK(st.st_mode)) return cur;
+        char link[PATH_MAX];
+        ssize_t n = -1;
+        if (hops == 40) errno = ELOOP;
+        else n = readlink(cur, link, sizeof link - 1);
+        if (n < 0) {
+            free(cur);
+            return NULL;
+        }
+        link[n] = 0;
+        /* A relative link is relative to the directory holding it. */
+        const char *slash = strrchr(cur, '/');
+        int dir_len = link[0] == '/' || !slash ? 0 : (int)(slash - cur) + 1;
+        size_t len = (size_t)dir_len + (size_t)n + 1;
+        char *next = malloc(len);
+        if (next) snprintf(next, len, "%.*s%s", dir_len, cur, link);
+        free(cur);
+        cur = next;
+    }
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* A new empty file with the given mode: TARGET.tmp-XXXXXX beside target
+ * (so that rename() replaces target atomically) or, with target NULL, in
+ * $TMPDIR. Returns its descriptor (name in *name), or -1 with errno. */
+static int create_temp(const char *target, mode_t mode, char **name) {
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir) dir = "/tmp";
+    size_t len = strlen(target ? target : dir) + 32;
+    *name = malloc(len);
+    if (!*name) {
+        errno = ENOMEM;
+        return -1;
+    }
+    if (target) snprintf(*name, len, "%s.tmp-XXXXXX", target);
+    else snprintf(*name, len, "%s/tracemill-XXXXXX", dir);
+    int fd = mkstemp(*name);
+    if (fd >= 0 && fchmod(fd, mode) == 0) return fd;
+    int e = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(*name);
+    }
+    free(*name);
+    *name = NULL;
+    errno = e;
+    return -1;
+}
+
+/* Whether out is one of inputs (same device and inode), said on stderr. */
+static int is_an_input(const char *path, const struct stat *out, const char *const *inputs) {
+    for (; inputs && *inputs; inputs++) {
+        struct stat st;
+        if (strcmp(*inputs, "-") == 0 || stat(*inputs, &st) != 0) continue;
+        if (st.st_dev == out->st_dev && st.st_ino == out->st_ino) {
+            fprintf(stderr, "tracemill: refusing to write %s: it is the input %s\n", path, *inputs);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The file a device or FIFO gets as a stream, for a writer that needs a
+ * named, seekable file: a temporary file copied over at close. */
+static int open_special(const char *path, int named, cli_output *o) {
+    o->special = 1;
+    o->f = fopen(path, "wb");
+    if (!o->f) return cli_output_error(path, errno);
+    if (!named) return EXIT_OK;
+    int fd = create_temp(NULL, 0600, &o->tmp);
+    if (fd < 0) return cli_output_error(path, errno);
+    close(fd);
+    return EXIT_OK;
+}
+
+int cli_output_open(const char *path, int flags, const char *const *inputs, cli_output *o) {
     memset(o, 0, sizeof *o);
     o->path = path;
-    o->f = stdout;
     if (!path || strcmp(path, "-") == 0) {
-        if (binary && isatty(STDOUT_FILENO)) {
+        o->path = NULL;
+        o->f = stdout;
+        if ((flags & CLI_OUT_BINARY) && isatty(STDOUT_FILENO)) {
             fprintf(stderr, "tracemill: refusing to write binary output to a terminal (use -o FILE)\n");
             return EXIT_USAGE;
         }
         return EXIT_OK;
     }
+    o->target = final_target(path);
+    if (!o->target) return cli_output_error(path, errno);
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        if (S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "tracemill: %s is a directory\n", path);
+    mode_t mode;
+    if (stat(o->target, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return cli_output_error(path, EISDIR);
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return open_special(path, flags & CLI_OUT_NAMED, o);
+        if (!S_ISREG(st.st_mode)) {
+            fprintf(stderr, "tracemill: cannot write %s: not a regular file, character device or FIFO\n", path);
             return EXIT_IO;
         }
-        o->special = 1;
-        o->f = fopen(path, "wb");
-        if (!o->f) {
-            fprintf(stderr, "tracemill: cannot open %s: %s\n", path, strerror(errno));
+        if (is_an_input(path, &st, inputs)) return EXIT_USAGE;
+        /* rename() would replace a file we may not write: refuse, as an
+         * in-place write would (and, for root, when it has no write bit). */
+        if (access(o->target, W_OK) != 0 || !(st.st_mode & 0222)) {
+            fprintf(stderr, "tracemill: cannot write %s: the file is read-only\n", path);
             return EXIT_IO;
         }
-        return EXIT_OK;
+        mode = st.st_mode & 07777;
+    } else {
+        mode_t mask = umask(0);
+        umask(mask);
+        mode = 0666 & ~mask;
     }
-    size_t n = strlen(path) + 32;
-    o->tmp = malloc(n);
-    if (!o->tmp) {
-        fprintf(stderr, "tracemill: out of memory\n");
-        return EXIT_IO;
-    }
-    snprintf(o->tmp, n, "%s.tmp-%ld", path, (long)getpid());
-    o->f = fopen(o->tmp, "wb");
-    if (!o->f) {
-        fprintf(stderr, "tracemill: cannot create %s: %s\n", o->tmp, strerror(errno));
-        free(o->tmp);
-        o->tmp = NULL;
-        return EXIT_IO;
+    int fd = create_temp(o->target, mode, &o->tmp);
+    if (fd < 0) return cli_output_error(path, errno);
+    if (flags & CLI_OUT_NAMED) close(fd);
+    else if (!(o->f = fdopen(fd, "wb"))) {
+        int e = errno;
+        close(fd);
+        return cli_output_error(path, e);
     }
     return EXIT_OK;
 }
 
+/* Appends the temporary file's bytes to o->f (a device or FIFO). */
+static int copy_temp(cli_output *o) {
+    FILE *in = fopen(o->tmp, "rb");
+    if (!in) return cli_output_error(o->path, errno);
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, o->f) != n) break;
+    int rc = ferror(in) ? cli_output_error(o->path, errno) : EXIT_OK;
+    fclose(in);
+    return rc;
+}
+
 int cli_output_close(cli_output *o, int rc) {
-    if (!o->f) return rc;
-    if (fflush(o->f) != 0 && rc == EXIT_OK) {
-        fprintf(stderr, "tracemill: cannot write %s: %s\n", o->path ? o->path : "standard output", strerror(errno));
-        rc = EXIT_IO;
-    }
-    if (o->f != stdout && fclose(o->f) != 0 && rc == EXIT_OK) {
-        fprintf(stderr, "tracemill: cannot write %s: %s\n", o->path, strerror(errno));
-        rc = EXIT_IO;
+    if (o->special && o->tmp && rc == EXIT_OK) rc = copy_temp(o);
+    if (o->f) {
+        int failed = fflush(o->f) != 0 || ferror(o->f), e = errno;
+        if (o->f != stdout && fclose(o->f) != 0 && !failed) failed = 1, e = errno;
+        if (failed && rc == EXIT_OK) rc = cli_output_error(o->path, e);
     }
     if (o->tmp) {
-        if (rc == EXIT_OK && rename(o->tmp, o->path) != 0) {
-            fprintf(stderr, "tracemill: cannot rename %s to %s: %s\n", o->tmp, o->path, strerror(errno));
-            rc = EXIT_IO;
-        }
-        if (rc != EXIT_OK) remove(o->tmp);
-        free(o->tmp);
+        if (!o->special && rc == EXIT_OK && rename(o->tmp, o->target) != 0) rc = cli_output_error(o->path, errno);
+        if (o->special || rc != EXIT_OK) unlink(o->tmp);
     }
+    free(o->tmp);
+    free(o->target);
     memset(o, 0, sizeof *o);
     return rc;
+}
+
+int cli_close_stdout(int rc) {
+    int failed = fflush(stdout) != 0 || ferror(stdout), e = errno;
+    if (fclose(stdout) != 0 && !failed) failed = 1, e = errno;
+    /* A command that failed has said why; its output may be cut short. */
+    return failed && rc == EXIT_OK ? cli_output_error(NULL, e) : rc;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tracemill%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nsee 'tracemill%s%s --help'\n", cmd ? " " : "", cmd ? cmd : "");
+    return EXIT_USAGE;
 }

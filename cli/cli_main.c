@@ -1,6 +1,7 @@
 /*
- * cli_main.c — `tracemill <command>` dispatch and usage text. Each command
- * lives in its own cli_<command>.c file.
+ * cli_main.c — `tracemill <command>` dispatch, the overview and each
+ * command's --help text (also `tracemill help COMMAND`). Each command lives
+ * in its own cli_<command>.c file.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -10,60 +11,156 @@
 
 #include "cli.h"
 
-const char cli_usage[] =
-    "usage: tracemill <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  convert [-f FORMAT] [-o OUT|-] [options] INPUT|-\n"
-    "      FORMAT: sample-v2 (default), pprof, folded, speedscope, svg, report\n"
-    "      --meta META.json          Sample v2 chunk metadata to merge\n"
-    "      --compat relay            byte-compatible with Sentry Relay (sample-v2)\n"
-    "      --remove-single-samples   drop threads with at most one non-empty sample\n"
-    "      --per-thread              pprof: one file per thread into -o DIRECTORY\n"
-    "      --uncompressed            pprof: raw profile.proto instead of gzip\n"
-    "      --period DURATION         pprof, speedscope: sampling period (default:\n"
-    "                                inferred per thread), e.g. 10ms, 250us, 4000000\n"
-    "      --thread NAME|TID         only this thread (--thread-name NAME for digits)\n"
-    "      --thread-prefix           folded: the thread name as the root frame\n"
-    "      --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n"
-    "  diff BASE NEW [-f svg|folded] [-o OUT] [--thread ...] [--title TEXT] [--reverse]\n"
-    "      differential flame graph (default) or \"stack BASE NEW\" folded lines\n"
-    "  info TRACE|- [--json] [--compat relay]\n"
-    "      packets, sequences, samples kept and dropped by reason, threads,\n"
-    "      clocks, resets and data losses\n"
-    "  query TRACE [SQL] [-f FILE.sql] [--format table|csv|json|perfetto]\n"
-    "      SQL over Trace Processor's tables (process, thread, stack_profile_*,\n"
-    "      perf_sample, stack_sample, stats, metadata, ...); several statements\n"
-    "      allowed. Without SQL or -f: a shell on a terminal (.help), else the\n"
-    "      SQL is read from stdin. Default format: table on a terminal, else\n"
-    "      csv; perfetto is Trace Processor's CSV\n"
-    "  export-sqlite TRACE OUT.db\n"
-    "      the same tables as a standalone SQLite file\n"
-    "  serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:KEY]...\n"
-    "      ingest Sentry envelopes (POST /api/ID/envelope/), convert profile\n"
-    "      chunks, hand them to Kafka or the local store (default\n"
-    "      127.0.0.1:3000, ./tracemill-store, project 1 with a key generated\n"
-    "      once and kept in the store's public_key file)\n"
-    "  store ls | get CHUNK_ID [--raw] [-o OUT] | export OUT_DIR   [--store PATH]\n"
-    "      what the local store holds: one line per chunk, a chunk's payload\n"
-    "      JSON (--raw: its Perfetto trace), or every chunk as files\n"
-    "  record [-F HZ] [-o OUT.pftrace] [--duration S] [--buffer-kb N] [--fill ring|discard]\n"
-    "         [--clock cpu|wall] [--chunk-seconds N] [--unwind dwarf|fp] -- CMD ARGS...\n"
-    "      run CMD under the sampling profiler (libtracemill_record.so preloaded)\n"
-    "      and write a Perfetto trace (default 101 Hz of CPU time per thread)\n"
-    "\n"
-    "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected\n"
-    "from their first bytes; --input-format perfetto|sample-v2|folded overrides\n"
-    "\n"
-    "limits (convert, diff, info, query and export-sqlite):\n"
-    "  --limits generous|relay   preset (default generous; --compat relay uses relay)\n"
-    "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"
-    "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"
-    "  --max-interned-entries N  --max-chunk-duration-ns N\n"
-    "  --max-work-bytes N  --max-result-bytes N   memory budgets (default 4 GiB and\n"
-    "                            16 GiB; relay: 15 MiB and 40 MiB); k/M/G = x1000\n"
-    "\n"
-    "exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O\n";
+#define LIMITS_HELP                                                                                   \
+    "limits (a trace beyond one is rejected, exit 1):\n"                                               \
+    "  --limits generous|relay   preset (default generous; --compat relay uses relay)\n"               \
+    "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"                \
+    "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"                         \
+    "  --max-interned-entries N  --max-chunk-duration-ns N\n"                                          \
+    "  --max-work-bytes N  --max-result-bytes N   memory budgets; k/M/G multiply by 1000\n"
+
+#define INPUT_HELP                                                                                    \
+    "  --input-format perfetto|sample-v2|folded   override detection from the first bytes\n"
+
+#define OUTPUT_HELP                                                                                   \
+    "-o FILE is replaced only when the command succeeds, keeping its mode; a symbolic\n"               \
+    "link is written through; a device or FIFO is written in place; a directory, a\n"                 \
+    "read-only file or the input itself is refused.\n"
+
+static const struct command_help {
+    const char *name, *summary, *text;
+} commands[] = {
+    {"convert", "a profile to sample-v2, pprof, folded, speedscope, svg or report",
+     "usage: tracemill convert [-f FORMAT] [-o OUT|-] [options] INPUT|-\n"
+     "\n"
+     "Decodes a Perfetto trace, Sample v2 chunk or folded stacks and writes it in FORMAT:\n"
+     "sample-v2 (default), pprof, folded, speedscope, svg (flame graph) or report.\n"
+     "\n"
+     "  -f, --format FORMAT       output format\n"
+     "  -o, --output OUT          output file (default: standard output)\n"
+     "  --meta META.json          Sample v2 chunk metadata to merge\n"
+     "  --compat relay            byte-compatible with Sentry Relay (sample-v2)\n"
+     "  --remove-single-samples   drop threads with at most one non-empty sample\n"
+     "  --per-thread              pprof: one file per thread into -o DIRECTORY\n"
+     "  --uncompressed            pprof: raw profile.proto instead of gzip\n"
+     "  --period DURATION         pprof, speedscope: sampling period (default: inferred\n"
+     "                            per thread), e.g. 10ms, 250us, 4000000\n"
+     "  --thread NAME|TID         only this thread (--thread-name NAME for digits);\n"
+     "                            not with sample-v2 or report, which hold every thread\n"
+     "  --thread-prefix           folded: the thread name as the root frame\n"
+     "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
+     "pprof is refused on a terminal.\n\n" LIMITS_HELP},
+    {"diff", "a differential flame graph (or folded diff) of two profiles",
+     "usage: tracemill diff BASE NEW [-f svg|folded] [-o OUT] [options]\n"
+     "\n"
+     "Compares two profiles (each detected on its own): a differential flame graph, or\n"
+     "with -f folded one \"stack BASE NEW\" line per stack.\n"
+     "\n"
+     "  -f, --format svg|folded   output format (default svg)\n"
+     "  -o, --output OUT          output file (default: standard output)\n"
+     "  --thread NAME|TID  --thread-name NAME   only this thread\n"
+     "  --thread-prefix           folded: the thread name as the root frame\n"
+     "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
+     "\n" LIMITS_HELP},
+    {"info", "what a trace holds and what was lost",
+     "usage: tracemill info TRACE|- [--json] [--compat relay] [options]\n"
+     "\n"
+     "Packets, sequences, samples kept and dropped by reason, threads, clocks,\n"
+     "resets and data losses; --json prints the data-quality report.\n"
+     "\n" INPUT_HELP "\n" LIMITS_HELP},
+    {"query", "SQL over Trace Processor's tables",
+     "usage: tracemill query TRACE [SQL] [-f FILE.sql] [--format table|csv|json|perfetto]\n"
+     "                       [--timeout SECONDS] [options]\n"
+     "\n"
+     "Runs SQL (several statements allowed) over Trace Processor's tables: process,\n"
+     "thread, stack_profile_*, perf_sample, stack_sample, stats, metadata, ...\n"
+     "Without SQL or -f: a shell on a terminal (.help lists its commands; Ctrl-C stops\n"
+     "a statement), else SQL read from standard input.\n"
+     "\n"
+     "  -f, --file FILE.sql       SQL from a file (the output format is --format)\n"
+     "  --format FORMAT           table (default on a terminal), csv (default\n"
+     "                            otherwise), json, or perfetto (Trace Processor's CSV)\n"
+     "  --timeout SECONDS         stop a statement that runs longer (exit 1)\n"
+     "\n"
+     "Queries read: ATTACH, VACUUM and pragmas that set values are refused, so a query\n"
+     "writes no file; export-sqlite writes the tables to a database.\n"
+     "\n" LIMITS_HELP},
+    {"export-sqlite", "the SQL tables as a standalone SQLite file",
+     "usage: tracemill export-sqlite TRACE OUT.db [options]\n"
+     "\n"
+     "Writes the tables `tracemill query` sees into a SQLite database readable\n"
+     "without tracemill.\n"
+     "\n" OUTPUT_HELP "\n" LIMITS_HELP},
+    {"record", "run a program under the sampling profiler",
+     "usage: tracemill record [-F HZ] [-o OUT.pftrace] [options] -- CMD ARGS...\n"
+     "\n"
+     "Runs CMD with libtracemill_record.so preloaded and writes a Perfetto trace\n"
+     "(default 101 Hz of CPU time per thread, to tracemill-record.pftrace).\n"
+     "\n"
+     "  -F HZ                     samples per second of each thread's clock\n"
+     "  -o OUT.pftrace            the trace (replaced only if samples were recorded)\n"
+     "  --clock cpu|wall          CPU time (default) or wall-clock time\n"
+     "  --duration S              stop recording after S seconds\n"
+     "  --buffer-kb N  --fill ring|discard   the sample buffer and what a full one does\n"
+     "  --chunk-seconds N         continuous: OUT.0.pftrace, OUT.1.pftrace, ...\n"
+     "  --unwind dwarf|fp  --max-depth N  --demangle   how stacks are taken and named\n"
+     "  --file-write-period-ms N  --clear-period-ms N\n"
+     "  --preload LIB.so          the recorder library (default: next to tracemill)\n"
+     "  --upload DSN              send each chunk to Sentry or `tracemill serve`\n"
+     "  --release R  --environment E  --upload-queue DIR  --upload-queue-max N\n"
+     "  --upload-timeout-ms N     with --upload; unsent chunks wait in the queue\n"
+     "\n"
+     "A run without samples, or whose program cannot start, leaves OUT as it was.\n"},
+    {"serve", "the ingest server for Sentry envelopes",
+     "usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH]\n"
+     "                       [--project ID:KEY]... [--access-log off|text|json]\n"
+     "\n"
+     "Accepts Sentry envelopes (POST /api/ID/envelope/), converts profile chunks and\n"
+     "hands them to Kafka or the local store (default 127.0.0.1:3000,\n"
+     "./tracemill-store, project 1 with a key generated once and kept in the store's\n"
+     "public_key file). SIGTERM drains: requests received are answered, then it exits.\n"},
+    {"store", "read what the local store holds",
+     "usage: tracemill store ls | get CHUNK_ID [--raw] [-o OUT] | export OUT_DIR  [--store PATH]\n"
+     "\n"
+     "  ls                        one line per stored chunk\n"
+     "  get CHUNK_ID              the chunk's payload JSON (--raw: its Perfetto trace)\n"
+     "  export OUT_DIR            every chunk as files\n"
+     "  --store PATH              the store (default ./tracemill-store)\n"
+     "\n" OUTPUT_HELP},
+};
+#define N_COMMANDS (sizeof commands / sizeof *commands)
+
+static int print_usage(FILE *f) {
+    fputs("usage: tracemill COMMAND [options]     (tracemill COMMAND --help for its options)\n\ncommands:\n", f);
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-15s %s\n", commands[i].name, commands[i].summary);
+    fputs("  help COMMAND    a command's options\n"
+          "\n"
+          "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected from\n"
+          "their first bytes. Exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O.\n"
+          "-V, --version prints the version. man tracemill has the details.\n",
+          f);
+    return f == stdout ? EXIT_OK : EXIT_USAGE;
+}
+
+static const struct command_help *find_command(const char *name) {
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static int print_help(const char *name) {
+    const struct command_help *c = find_command(name);
+    if (!c) return cli_usage_error(NULL, "no command named '%s'", name);
+    fputs(c->text, stdout);
+    return EXIT_OK;
+}
+
+/* --help or -h among a command's options (before record's "--"). */
+static int asks_for_help(int argc, char **argv) {
+    for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
 
 /* serve and store live in the sibling program tracemill-serve (it links
  * the server's libraries, which would slow every other command's start). */
@@ -83,27 +180,24 @@ static int cli_exec_server(char **argv) {
     return EXIT_IO;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(cli_usage, stderr);
-        return EXIT_USAGE;
-    }
+static int run_command(int argc, char **argv) {
+    if (argc < 2) return print_usage(stderr);
     const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+        printf("tracemill %s\n", TM_VERSION_STRING);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        return argc > 2 ? print_help(argv[2]) : print_usage(stdout);
+    if (!find_command(cmd)) return cli_usage_error(NULL, "unknown command '%s'", cmd);
+    if (asks_for_help(argc, argv)) return print_help(cmd);
     if (strcmp(cmd, "convert") == 0) return cli_convert(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
     if (strcmp(cmd, "diff") == 0) return cli_diff(argc - 1, argv + 1);
     if (strcmp(cmd, "query") == 0) return cli_query(argc - 1, argv + 1);
     if (strcmp(cmd, "export-sqlite") == 0) return cli_export_sqlite(argc - 1, argv + 1);
     if (strcmp(cmd, "record") == 0) return cli_record(argc - 1, argv + 1);
-    if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "store") == 0) return cli_exec_server(argv);
-    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-        printf("tracemill %s\n", TM_VERSION_STRING);
-        return EXIT_OK;
-    }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        fputs(cli_usage, stdout);
-        return EXIT_OK;
-    }
-    fprintf(stderr, "tracemill: unknown command '%s'\n\n%s", cmd, cli_usage);
-    return EXIT_USAGE;
+    return cli_exec_server(argv); /* serve, store */
 }
+
+int main(int argc, char **argv) { return cli_close_stdout(run_command(argc, argv)); }

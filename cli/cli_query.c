@@ -371,14 +371,27 @@ static void position(const char *text, const char *pos, int first_line, int *lin
     }
 }
 
+static int progress(void *ctx) {
+    const cli_qout *o = ctx;
+    return o->cancel || (o->timeout_s > 0 && now_s() > o->deadline);
+}
+
+void cli_query_watch(sqlite3 *db, cli_qout *o) { sqlite3_progress_handler(db, 10000, progress, o); }
+
 static int sql_error(sqlite3 *db, const char *sql, const char *at, int stmt_no, const char *where,
-                     int first_line) {
-    int line, col, off = sqlite3_error_offset(db);
+                     int first_line, const cli_qout *o) {
+    int line, col, off = sqlite3_error_offset(db), code = sqlite3_errcode(db);
     if (off < 0) at += strspn(at, " \t\r\n"); /* a run-time error: point at the statement */
     else at += off;
     position(sql, at, first_line, &line, &col);
     fflush(stdout);
-    fprintf(stderr, "tracemill query: %s:%d:%d: statement %d: %s\n", where, line, col, stmt_no, sqlite3_errmsg(db));
+    fprintf(stderr, "tracemill query: %s:%d:%d: statement %d: ", where, line, col, stmt_no);
+    if (code == SQLITE_INTERRUPT && o->cancel) fputs("interrupted\n", stderr);
+    else if (code == SQLITE_INTERRUPT) fprintf(stderr, "stopped after --timeout %g s\n", o->timeout_s);
+    else if (code == SQLITE_AUTH)
+        fprintf(stderr, "%s (queries may not write files or settings: no ATTACH, VACUUM or pragma assignments; "
+                        "export-sqlite writes a database)\n", sqlite3_errmsg(db));
+    else fprintf(stderr, "%s\n", sqlite3_errmsg(db));
     return EXIT_REJECTED;
 }
 
@@ -387,7 +400,7 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
         sqlite3_stmt *st = NULL;
         const char *tail = NULL;
         if (sqlite3_prepare_v2(db, p, -1, &st, &tail) != SQLITE_OK)
-            return sql_error(db, sql, p, o->statements + 1, where, first_line);
+            return sql_error(db, sql, p, o->statements + 1, where, first_line, o);
         if (!st) { /* only blanks, comments or ';' */
             if (!tail || tail == p) break;
             p = tail;
@@ -395,9 +408,10 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
         }
         o->statements++;
         double t0 = now_s();
+        o->deadline = t0 + o->timeout_s;
         int rc = print_result(st, o);
         if (o->timer) fprintf(stderr, "time: %.3f ms\n", (now_s() - t0) * 1e3);
-        if (rc != SQLITE_DONE) rc = sql_error(db, sql, p, o->statements, where, first_line);
+        if (rc != SQLITE_DONE) rc = sql_error(db, sql, p, o->statements, where, first_line, o);
         else rc = EXIT_OK;
         sqlite3_finalize(st);
         if (rc != EXIT_OK) return rc;
@@ -436,19 +450,14 @@ static char *read_text(const char *path) {
 }
 
 static int usage(const char *cmd, const char *why, const char *arg) {
-    fprintf(stderr, "tracemill %s: %s%s\n", cmd, why, arg ? arg : "");
-    if (strcmp(cmd, "query") == 0)
-        fputs("usage: tracemill query TRACE [SQL] [-f FILE.sql] [--format table|csv|json|perfetto]\n", stderr);
-    else
-        fputs("usage: tracemill export-sqlite TRACE OUT.db\n", stderr);
-    return EXIT_USAGE;
+    return cli_usage_error(cmd, "%s%s", why, arg ? arg : "");
 }
 
 int cli_query(int argc, char **argv) {
     tm_options opts;
     memset(&opts, 0, sizeof opts);
     const char *trace = NULL, *sql = NULL, *file = NULL;
-    cli_qout o = {stdout, isatty(STDOUT_FILENO) ? QFMT_TABLE : QFMT_CSV, 0, 0, 0};
+    cli_qout o = {stdout, isatty(STDOUT_FILENO) ? QFMT_TABLE : QFMT_CSV, 0, 0, 0, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_limit_option(argc, argv, &i, &opts);
@@ -458,6 +467,18 @@ int cli_query(int argc, char **argv) {
             if (++i >= argc) return usage("query", "-f needs a file", NULL);
             if (file) return usage("query", "more than one -f given", NULL);
             file = argv[i];
+            cli_qformat f;
+            cli_format x;
+            /* convert's -f is a format: catch the habit before reading a
+             * file named "csv" */
+            if (cli_qformat_parse(file, &f) || cli_parse_format(file, &x)) {
+                return cli_usage_error("query", "-f takes a file of SQL, not a format: did you mean --format %s?",
+                                       file);
+            }
+        } else if (strcmp(a, "--timeout") == 0) {
+            char *end = NULL;
+            o.timeout_s = ++i < argc ? strtod(argv[i], &end) : 0;
+            if (!end || *end || !(o.timeout_s > 0)) return usage("query", "--timeout needs seconds > 0", NULL);
         } else if (strcmp(a, "--format") == 0) {
             if (++i >= argc) return usage("query", "--format needs table, csv, json or perfetto", NULL);
             if (!cli_qformat_parse(argv[i], &o.format)) return usage("query", "unknown --format ", argv[i]);
@@ -483,12 +504,9 @@ int cli_query(int argc, char **argv) {
     int rc = open_db(trace, &opts, &in, &db);
     if (rc == EXIT_OK) {
         sqlite3 *s = tm_db_sqlite(db);
+        cli_query_watch(s, &o);
         if (from_stdin) rc = cli_query_shell(s, &o, isatty(STDIN_FILENO));
         else rc = cli_query_run(s, file ? text : sql, file ? file : "SQL", 1, &o);
-        if (fflush(stdout) != 0 && rc == EXIT_OK) {
-            fprintf(stderr, "tracemill query: cannot write standard output\n");
-            rc = EXIT_IO;
-        }
         tm_db_free(db);
         cli_input_release(&in);
     }
@@ -515,8 +533,15 @@ int cli_export_sqlite(int argc, char **argv) {
     tm_db *db = NULL;
     int rc = open_db(trace, &opts, &in, &db);
     if (rc != EXIT_OK) return rc;
+    const char *inputs[] = {trace, NULL};
+    cli_output o;
+    rc = cli_output_open(out, CLI_OUT_NAMED, inputs, &o);
     tm_error err;
-    if (tm_db_export(db, out, &err) != TM_OK) rc = cli_report_error(out, &err);
+    if (rc == EXIT_OK && tm_db_export(db, o.tmp, &err) != TM_OK) {
+        fprintf(stderr, "tracemill: cannot write %s: %s\n", out, err.message);
+        rc = EXIT_IO;
+    }
+    rc = cli_output_close(&o, rc);
     tm_db_free(db);
     cli_input_release(&in);
     return rc;

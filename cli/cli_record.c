@@ -28,16 +28,6 @@
 #define KERNEL_TICK_HZ 250
 #define CPU_TIMER_FULL_RATE_HZ 166
 
-static const char record_usage[] =
-    "usage: tracemill record [-F HZ] [-o OUT.pftrace] [--duration S] [--buffer-kb N]\n"
-    "                        [--fill ring|discard] [--clock cpu|wall] [--chunk-seconds N]\n"
-    "                        [--unwind dwarf|fp] [--max-depth N] [--file-write-period-ms N]\n"
-    "                        [--clear-period-ms N] [--demangle] [--preload LIB.so]\n"
-    "                        [--upload DSN [--release R] [--environment E] [--upload-queue DIR]\n"
-    "                         [--upload-queue-max N] [--upload-timeout-ms N]] -- CMD ARGS...\n"
-    "  --upload DSN sends each chunk (--chunk-seconds, 60 by default) to Sentry or `tracemill serve`;\n"
-    "  unsent chunks wait in --upload-queue (OUT.queue/) for the next run.\n";
-
 typedef struct env_opt {
     const char *flag, *var;
     const char *choices[2]; /* NULL: a number, unless text */
@@ -122,27 +112,34 @@ static int find_preload(const char *given, char *out, size_t cap) {
     return access(out, R_OK) == 0;
 }
 
-/* "N samples, T threads, D s" of one written trace; 0 if it does not decode. */
-static int summarize(const char *path) {
+/* Prints "N samples, T threads, D s" of the trace written to file (named
+ * name to the user) and returns its sample count; 0 if it holds none or
+ * does not decode. */
+static uint64_t summarize(const char *file, const char *name) {
     cli_input in;
-    if (cli_input_load(path, &in) != EXIT_OK) return 0;
+    if (cli_input_load(file, &in) != EXIT_OK) return 0;
+    if (in.len == 0) { /* the recorder never wrote: nothing to decode */
+        cli_input_release(&in);
+        return 0;
+    }
     tm_trace *t = NULL;
     tm_error err;
-    int ok = tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK;
-    if (ok) {
+    uint64_t samples = 0;
+    if (tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK && tm_trace_get_stats(t)->samples_kept) {
         const tm_trace_stats *s = tm_trace_get_stats(t);
-        fprintf(stderr, "tracemill record: %s: %zu bytes, %llu samples from %zu threads over %.2f s", path, in.len,
+        samples = s->samples_kept;
+        fprintf(stderr, "tracemill record: %s: %zu bytes, %llu samples from %zu threads over %.2f s", name, in.len,
                 (unsigned long long)s->samples_kept, tm_trace_thread_count(t),
                 (double)(s->last_sample_ns - s->first_sample_ns) * 1e-9);
         uint64_t lost = s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss;
         if (lost) fprintf(stderr, ", %llu packets lost (see tracemill info)", (unsigned long long)lost);
         fputc('\n', stderr);
-    } else {
-        cli_report_error(path, &err);
+    } else if (t == NULL) {
+        cli_report_error(name, &err);
     }
     tm_trace_free(t);
     cli_input_release(&in);
-    return ok;
+    return samples;
 }
 
 int cli_record(int argc, char **argv) {
@@ -150,10 +147,6 @@ int cli_record(int argc, char **argv) {
     int demangle = 0, i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(record_usage, stdout);
-            return EXIT_OK;
-        }
         if (strcmp(a, "--demangle") == 0) {
             demangle = 1;
             continue;
@@ -166,34 +159,28 @@ int cli_record(int argc, char **argv) {
             while (k < N_ENV_OPTS && strcmp(env_opts[k].flag, a) != 0) k++;
             if (k == N_ENV_OPTS) break;
             if (!valid_value(&env_opts[k], v)) {
-                fprintf(stderr, "tracemill record: bad value for %s: %s\n", a, v);
-                return EXIT_USAGE;
+                return cli_usage_error("record", "bad value for %s: %s", a, v);
             }
             values[k] = argv[++i];
         }
     }
-    if (i >= argc - 1 || strcmp(argv[i], "--") != 0) {
-        if (i < argc && strcmp(argv[i], "--") != 0) fprintf(stderr, "tracemill record: unknown option %s\n", argv[i]);
-        fputs(record_usage, stderr);
-        return EXIT_USAGE;
-    }
+    if (i < argc && strcmp(argv[i], "--") != 0)
+        return cli_usage_error("record", "unknown option or missing value: %s", argv[i]);
+    if (i >= argc - 1) return cli_usage_error("record", "no program given: tracemill record [options] -- CMD ARGS...");
     char **cmd = argv + i + 1;
     const char *upload = values[OPT_UPLOAD];
     if (upload && !dsn_well_formed(upload)) {
-        fprintf(stderr, "tracemill record: --upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s\n", upload);
-        return EXIT_USAGE;
+        return cli_usage_error("record", "--upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s", upload);
     }
     for (int k = OPT_UPLOAD + 1; !upload && k < N_ENV_OPTS; k++)
         if (values[k]) {
-            fprintf(stderr, "tracemill record: %s needs --upload\n", env_opts[k].flag);
-            return EXIT_USAGE;
+            return cli_usage_error("record", "%s needs --upload", env_opts[k].flag);
         }
 
     unsigned long hz = values[OPT_HZ] ? strtoul(values[OPT_HZ], NULL, 10) : 101;
     int wall = values[OPT_CLOCK] && strcmp(values[OPT_CLOCK], "wall") == 0;
     if (hz == 0) {
-        fputs("tracemill record: -F must be at least 1\n", stderr);
-        return EXIT_USAGE;
+        return cli_usage_error("record", "-F must be at least 1");
     }
     if (!wall && hz > KERNEL_TICK_HZ)
         fprintf(stderr,
@@ -214,16 +201,22 @@ int cli_record(int argc, char **argv) {
                         "--preload PATH or TRACEMILL_RECORD_LIB)\n");
         return EXIT_IO;
     }
-    /* An existing trace at OUT would pass for this run's if the program never
-     * started the recorder. */
-    if (!values[OPT_CHUNK_SECONDS]) unlink(out);
+    /* One trace goes to a temporary file that replaces OUT only if it holds
+     * samples; chunks (OUT.N.pftrace) and uploads are written by the
+     * recorder itself. */
+    int single = !values[OPT_CHUNK_SECONDS];
+    cli_output o = {0};
+    if (single) {
+        int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
+        if (rc != EXIT_OK) return rc;
+    }
 
     /* The preload library writes here why it did not start recording. */
     char status_path[] = "/tmp/tracemill-record-status-XXXXXX";
     int status_fd = mkstemp(status_path);
     if (status_fd < 0) {
         fprintf(stderr, "tracemill record: cannot create a file in /tmp: %s\n", strerror(errno));
-        return EXIT_IO;
+        return cli_output_close(&o, EXIT_IO);
     }
     close(status_fd);
 
@@ -231,14 +224,14 @@ int cli_record(int argc, char **argv) {
     if (pid < 0) {
         fprintf(stderr, "tracemill record: fork: %s\n", strerror(errno));
         unlink(status_path);
-        return EXIT_IO;
+        return cli_output_close(&o, EXIT_IO);
     }
     if (pid == 0) {
         const char *old = getenv("LD_PRELOAD");
         char *preload_value = NULL, pid_text[32];
         if (asprintf(&preload_value, "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "") < 0) _exit(126);
         setenv("LD_PRELOAD", preload_value, 1);
-        setenv("TRACEMILL_RECORD_OUT", out, 1);
+        setenv("TRACEMILL_RECORD_OUT", single ? o.tmp : out, 1);
         snprintf(pid_text, sizeof pid_text, "%d", (int)getpid());
         setenv("TRACEMILL_RECORD_PID", pid_text, 1);
         setenv("TRACEMILL_RECORD_STATUS", status_path, 1);
@@ -264,17 +257,19 @@ int cli_record(int argc, char **argv) {
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds what was written before\n",
                 cmd[0], WTERMSIG(status));
-    if (code == 127) return EXIT_IO;
+    if (code == 127) return cli_output_close(&o, EXIT_IO);
     if (refused) {
         fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",
                 cmd[0]);
-        return EXIT_IO;
+        return cli_output_close(&o, EXIT_IO);
     }
     /* Uploaded chunks are not files; the program's recorder reported them. */
     if (upload) return code == 0 ? EXIT_OK : code;
 
-    int traces = 0;
-    if (values[OPT_CHUNK_SECONDS]) {
+    uint64_t samples = 0;
+    if (single) {
+        samples = summarize(o.tmp, out);
+    } else {
         for (unsigned n = 0;; n++) {
             size_t len = strlen(out);
             /* x.pftrace -> x.N.pftrace, as the recorder names chunks */
@@ -282,16 +277,21 @@ int cli_record(int argc, char **argv) {
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%.*s.%u.pftrace", stem, out, n);
             if (access(path, R_OK) != 0) break;
-            traces += summarize(path);
+            samples += summarize(path, path);
         }
-    } else if (access(out, R_OK) == 0) {
-        traces = summarize(out);
     }
-    if (traces == 0) {
-        fprintf(stderr, "tracemill record: no trace was written (did %s start? see messages above)\n", cmd[0]);
-        return EXIT_IO;
+    if (samples == 0) {
+        fprintf(stderr,
+                "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
+                "sampled every 1/%lu s of %s time)%s%s\n",
+                cmd[0], hz, wall ? "wall-clock" : "CPU", single ? "; nothing was written to " : "", single ? out : "");
+        cli_output_close(&o, EXIT_REJECTED);
+        return code == 0 ? EXIT_REJECTED : code;
     }
-    fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n",
-            values[OPT_CHUNK_SECONDS] ? "OUT.N.pftrace" : out);
+    int to_file = !o.special, rc = cli_output_close(&o, EXIT_OK);
+    if (rc != EXIT_OK) return rc;
+    if (to_file)
+        fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n",
+                single ? out : "OUT.N.pftrace");
     return code == 0 ? EXIT_OK : code;
 }

@@ -26,11 +26,8 @@ static int config_error(const tm_error *err) {
     return err->code == TM_ERR_IO ? EXIT_IO : EXIT_USAGE;
 }
 
-static int serve_usage(void) {
-    fputs("usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH] [--project ID:PUBLIC_KEY]...\n"
-          "                       [--access-log off|text|json]\n",
-          stderr);
-    return EXIT_USAGE;
+static int serve_usage(const char *arg) {
+    return cli_usage_error("serve", "unknown option or missing value: %s", arg);
 }
 
 int cli_serve(int argc, char **argv) {
@@ -50,7 +47,7 @@ int cli_serve(int argc, char **argv) {
         const char *a = argv[i];
         tm_status st = TM_OK;
         if (i + 1 >= argc) {
-            rc = serve_usage();
+            rc = serve_usage(a);
         } else if (strcmp(a, "--config") == 0) {
             i++;
         } else if (strcmp(a, "--listen") == 0) {
@@ -62,8 +59,7 @@ int cli_serve(int argc, char **argv) {
         } else if (strcmp(a, "--access-log") == 0) {
             st = tm_srv_config_set_access_log(&cfg, argv[++i], &err);
         } else {
-            fprintf(stderr, "tracemill serve: unknown option '%s'\n", a);
-            rc = serve_usage();
+            rc = serve_usage(a);
         }
         if (st != TM_OK) rc = config_error(&err);
     }
@@ -129,11 +125,7 @@ out:
 /* ---- tracemill store ---- */
 
 static int store_usage(void) {
-    fputs("usage: tracemill store ls [--store PATH]\n"
-          "       tracemill store get CHUNK_ID [--raw] [-o OUT] [--store PATH]\n"
-          "       tracemill store export OUT_DIR [--store PATH]\n",
-          stderr);
-    return EXIT_USAGE;
+    return cli_usage_error("store", "wants ls, get CHUNK_ID or export OUT_DIR, with --store PATH, -o OUT, --raw");
 }
 
 static void format_time(uint64_t unix_s, char *out, size_t cap) {
@@ -173,9 +165,10 @@ typedef struct get_job {
 /* JSON payloads end with a newline, as `tracemill convert` writes them. */
 static int write_file(const char *path, int binary, const void *data, size_t len) {
     cli_output o;
-    int rc = cli_output_open(path, binary, &o);
+    int rc = cli_output_open(path, binary ? CLI_OUT_BINARY : 0, NULL, &o);
     if (rc != EXIT_OK) return rc;
-    if ((len && fwrite(data, 1, len, o.f) != len) || (!binary && fputc('\n', o.f) == EOF)) rc = EXIT_IO;
+    if ((len && fwrite(data, 1, len, o.f) != len) || (!binary && fputc('\n', o.f) == EOF))
+        rc = cli_output_error(o.path, errno);
     return cli_output_close(&o, rc);
 }
 
@@ -297,8 +290,8 @@ int cli_store(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_serve(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "store") == 0) return cli_store(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_close_stdout(cli_serve(argc - 1, argv + 1));
+    if (argc >= 2 && strcmp(argv[1], "store") == 0) return cli_close_stdout(cli_store(argc - 1, argv + 1));
     fputs("usage: tracemill-serve serve|store ... (run through `tracemill serve` / `tracemill store`)\n", stderr);
     return EXIT_USAGE;
 }

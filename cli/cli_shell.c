@@ -9,9 +9,13 @@
  * comments and trigger bodies), so it may span lines; a script's last
  * statement needs no ';'. A line starting with '.' while no statement is
  * open is a dot-command (the table below, listed by .help).
+ *
+ * Ctrl-C in the interactive shell stops the running statement, or drops
+ * the statement being typed, and the shell goes on (as sqlite3's does).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +183,25 @@ static int dot_command(shell *sh, char *line, int line_no) {
     return EXIT_REJECTED;
 }
 
+/* ---- Ctrl-C ---- */
+
+static cli_qout *interruptible; /* the interactive shell's output state */
+
+static void on_interrupt(int sig) {
+    (void)sig;
+    interruptible->cancel = 1; /* the progress handler stops the statement */
+}
+
+/* Without SA_RESTART, so that Ctrl-C also ends the wait for a line. */
+static void catch_interrupt(cli_qout *o, struct sigaction *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    interruptible = o;
+    sigaction(SIGINT, &sa, old);
+}
+
 /* ---- reading lines ---- */
 
 static char *history_file(void) {
@@ -242,10 +265,20 @@ int cli_query_shell(sqlite3 *db, cli_qout *o, int interactive) {
         if (history) read_history(history);
         fputs("tracemill query shell: .help for commands, .quit to leave\n", stderr);
     }
+    struct sigaction old_sigint;
+    if (interactive) catch_interrupt(o, &old_sigint);
     text_buf b = {0};
     int rc = EXIT_OK, line_no = 0, first_line = 1;
-    char *line;
-    while (!sh.quit && (line = next_line(interactive, b.len > 0))) {
+    for (;;) {
+        o->cancel = 0;
+        char *line = sh.quit ? NULL : next_line(interactive, b.len > 0);
+        if (!line && interactive && o->cancel) { /* Ctrl-C at the prompt: drop what was typed */
+            fputc('\n', stderr);
+            b.len = 0;
+            first_line = line_no + 1;
+            continue;
+        }
+        if (!line) break;
         int r = EXIT_OK;
         line_no++;
         if (b.len == 0 && line[strspn(line, " \t")] == '.') {
@@ -269,6 +302,7 @@ int cli_query_shell(sqlite3 *db, cli_qout *o, int interactive) {
     }
     if (interactive && !sh.quit) fputc('\n', stderr); /* end the prompt's line after Ctrl-D */
     if (rc == EXIT_OK && b.len > 0 && !sh.quit) rc = cli_query_run(db, b.data, "stdin", first_line, o);
+    if (interactive) sigaction(SIGINT, &old_sigint, NULL);
     if (interactive && history) write_history(history);
     free(history);
     free(b.data);

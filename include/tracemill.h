@@ -364,8 +364,10 @@ TM_API tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts,
  * the tm_db; do not close it. */
 TM_API struct sqlite3 *tm_db_sqlite(tm_db *db);
 
-/* Writes every table into a new standalone SQLite file at path (an existing
- * file is replaced), readable without tracemill. */
+/* Writes every table into a standalone SQLite file at path, readable
+ * without tracemill. path must not exist or be an empty file (a temporary
+ * file to rename into place, say): an existing database is never replaced.
+ * On failure a file this call created is removed. */
 TM_API tm_status tm_db_export(tm_db *db, const char *path, tm_error *err);
 
 TM_API void tm_db_free(tm_db *db);

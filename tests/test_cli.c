@@ -10,9 +10,14 @@
  * earlier version renamed its temp file over it); `--compat relay --meta`
  * reproducing Relay's bytes plus a newline; `info` and `info --json`;
  * `--max-samples`; `--version` and `help`; usage errors of the exporter
- * options and of `diff`.
+ * options and of `diff`. What every writing command does with an existing
+ * output (FIFOs and devices written in place; directories, read-only files
+ * and the input refused; mode kept; links followed), output errors naming
+ * the output, failed writes to stdout; per-command --help, one-line usage
+ * errors, the manual page and bash completion; thread options a format
+ * ignores; binary output refused on a pseudo-terminal.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -362,6 +368,245 @@ Test(cli_io, dev_null_stays_a_character_device) {
     expect_dev_null_intact();
 }
 
+/* ---- what commands do with existing files ---- */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot create %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void expect_text(const char *path, const char *text, const char *what) {
+    char *got = tu_read_file(path, NULL);
+    cr_expect(got && strcmp(got, text) == 0, "%s: %s now holds %s", what, path, got ? got : "(nothing)");
+    free(got);
+}
+
+static mode_t mode_of(const char *path) {
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0, "%s is gone", path);
+    return st.st_mode;
+}
+
+/* Each command that writes, with OUT for its output and IN for its input. */
+static const char *const writers[] = {
+    "convert -o OUT IN", "convert -f folded -o OUT IN", "diff IN " MINIMAL " -o OUT", "export-sqlite IN OUT",
+};
+
+static run_result run_writer(const char *tmpl, const char *in, const char *out) {
+    char args[1024];
+    size_t n = 0;
+    for (const char *p = tmpl; *p && n < sizeof args;) {
+        if (strncmp(p, "OUT", 3) == 0) n += (size_t)snprintf(args + n, sizeof args - n, "%s", out), p += 3;
+        else if (strncmp(p, "IN", 2) == 0) n += (size_t)snprintf(args + n, sizeof args - n, "%s", in), p += 2;
+        else args[n++] = *p++;
+    }
+    cr_assert_lt(n, sizeof args);
+    args[n] = 0;
+    return run("%s", args);
+}
+
+/* A process that copies what arrives on fifo into copy, until EOF. */
+static pid_t start_fifo_reader(const char *fifo, const char *copy) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        FILE *in = fopen(fifo, "rb"), *out = fopen(copy, "wb");
+        if (!in || !out) _exit(1);
+        int c;
+        while ((c = getc(in)) != EOF) putc(c, out);
+        _exit(fclose(out) != 0);
+    }
+    return pid;
+}
+
+static int starts_with_file(const char *path, const char *prefix) {
+    size_t len;
+    char *got = tu_read_file(path, &len);
+    int ok = got && len >= strlen(prefix) && memcmp(got, prefix, strlen(prefix)) == 0;
+    free(got);
+    return ok;
+}
+
+/* Replacing a FIFO or a device node by a regular file (as a rename, or
+ * export-sqlite's remove-then-create, did) would break it for everyone. */
+Test(cli_files, a_fifo_or_device_is_written_in_place) {
+    static const char *const prefixes[] = {"{", "", "<?xml", "SQLite format 3"};
+    make_scratch();
+    char fifo[128], copy[128], dev[128];
+    snprintf(fifo, sizeof fifo, "%s/fifo", scratch);
+    snprintf(copy, sizeof copy, "%s/copy", scratch);
+    snprintf(dev, sizeof dev, "%s/null", scratch);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    /* a private /dev/null where device nodes can be made (root) */
+    int have_dev = mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0;
+    for (size_t i = 0; i < sizeof writers / sizeof *writers; i++) {
+        pid_t reader = start_fifo_reader(fifo, copy);
+        run_result r = run_writer(writers[i], MINIMAL, fifo);
+        int st;
+        waitpid(reader, &st, 0);
+        cr_expect_eq(r.code, 0, "`%s` to a FIFO: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect(S_ISFIFO(mode_of(fifo)), "`%s` replaced the FIFO", writers[i]);
+        cr_expect(starts_with_file(copy, prefixes[i]), "`%s`: the FIFO's reader got no %s", writers[i],
+                  prefixes[i]);
+        run_free(&r);
+        if (!have_dev) continue;
+        r = run_writer(writers[i], MINIMAL, dev);
+        cr_expect_eq(r.code, 0, "`%s` to a device: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect(S_ISCHR(mode_of(dev)), "`%s` replaced the device node", writers[i]);
+        run_free(&r);
+    }
+    expect_dev_null_intact();
+    remove_scratch();
+}
+
+Test(cli_files, a_directory_is_refused) {
+    make_scratch();
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/d", scratch);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    for (size_t i = 0; i < sizeof writers / sizeof *writers; i++) {
+        run_result r = run_writer(writers[i], MINIMAL, dir);
+        cr_expect_eq(r.code, 3, "`%s`: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect(S_ISDIR(mode_of(dir)), "`%s` replaced the directory", writers[i]);
+        cr_expect(strstr(r.err, "Is a directory"), "`%s`: %s", writers[i], r.err);
+        run_free(&r);
+    }
+    remove_scratch();
+}
+
+Test(cli_files, the_input_is_refused_as_output) {
+    make_scratch();
+    char in[128], link[128];
+    snprintf(in, sizeof in, "%s/t.pftrace", scratch);
+    snprintf(link, sizeof link, "%s/link", scratch);
+    size_t len, after_len;
+    char *orig = tu_read_file(MINIMAL, &len);
+    cr_assert_not_null(orig);
+    FILE *f = fopen(in, "wb");
+    cr_assert_not_null(f);
+    fwrite(orig, 1, len, f);
+    fclose(f);
+    cr_assert_eq(symlink("t.pftrace", link), 0);
+    for (size_t i = 0; i < sizeof writers / sizeof *writers; i++) {
+        const char *outs[] = {in, link};
+        for (int k = 0; k < 2; k++) {
+            run_result r = run_writer(writers[i], in, outs[k]);
+            cr_expect_eq(r.code, 2, "`%s` onto %s: exit %d: %s", writers[i], outs[k], r.code, r.err);
+            cr_expect(strstr(r.err, "it is the input"), "`%s`: %s", writers[i], r.err);
+            char *after = tu_read_file(in, &after_len);
+            cr_expect(after && after_len == len && memcmp(after, orig, len) == 0, "`%s` changed its input",
+                      writers[i]);
+            free(after);
+            run_free(&r);
+        }
+    }
+    cr_expect_eq(count_entries(scratch, ""), 2u, "temporary files left behind");
+    free(orig);
+    remove_scratch();
+}
+
+Test(cli_files, mode_links_and_read_only_files_are_respected) {
+    make_scratch();
+    char out[128], link[128], dangling[128], made[128], ro[128];
+    snprintf(out, sizeof out, "%s/out", scratch);
+    snprintf(link, sizeof link, "%s/link", scratch);
+    snprintf(dangling, sizeof dangling, "%s/dangling", scratch);
+    snprintf(made, sizeof made, "%s/made", scratch);
+    snprintf(ro, sizeof ro, "%s/ro", scratch);
+    for (size_t i = 0; i < sizeof writers / sizeof *writers; i++) {
+        /* an existing file keeps its mode */
+        write_text(out, "old\n");
+        cr_assert_eq(chmod(out, 0600), 0);
+        run_result r = run_writer(writers[i], MINIMAL, out);
+        cr_expect_eq(r.code, 0, "`%s`: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect_eq(mode_of(out) & 07777, 0600, "`%s`: mode %o, not 600", writers[i], mode_of(out) & 07777);
+        run_free(&r);
+        /* a new file gets 0666 less the umask */
+        remove(made);
+        mode_t mask = umask(027);
+        r = run_writer(writers[i], MINIMAL, made);
+        umask(mask);
+        cr_expect_eq(r.code, 0, "`%s`: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect_eq(mode_of(made) & 07777, 0640, "`%s`: new file mode %o, not 640", writers[i],
+                     mode_of(made) & 07777);
+        run_free(&r);
+        /* a symbolic link is written through, to its target */
+        remove(link);
+        cr_assert_eq(symlink("out", link), 0);
+        r = run_writer(writers[i], MINIMAL, link);
+        cr_expect_eq(r.code, 0, "`%s` through a link: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect(S_ISLNK(mode_of(link)), "`%s` replaced the link", writers[i]);
+        cr_expect(!starts_with_file(out, "old"), "`%s` did not write the link's target", writers[i]);
+        run_free(&r);
+        /* a dangling link creates its target */
+        remove(dangling);
+        remove(made);
+        cr_assert_eq(symlink("made", dangling), 0);
+        r = run_writer(writers[i], MINIMAL, dangling);
+        cr_expect_eq(r.code, 0, "`%s` through a dangling link: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect(S_ISLNK(mode_of(dangling)) && exists(made), "`%s`: the link's target was not created",
+                  writers[i]);
+        run_free(&r);
+        /* a read-only file is refused, also for root */
+        write_text(ro, "keep\n");
+        cr_assert_eq(chmod(ro, 0444), 0);
+        r = run_writer(writers[i], MINIMAL, ro);
+        cr_expect_eq(r.code, 3, "`%s` onto a read-only file: exit %d: %s", writers[i], r.code, r.err);
+        cr_expect(strstr(r.err, "read-only"), "`%s`: %s", writers[i], r.err);
+        expect_text(ro, "keep\n", writers[i]);
+        cr_assert_eq(chmod(ro, 0644), 0);
+        run_free(&r);
+    }
+    cr_expect_eq(count_entries(scratch, "out.tmp"), 0u, "temporary files left behind");
+    remove_scratch();
+}
+
+/* ---- output errors ---- */
+
+Test(cli_files, output_errors_name_the_output_and_the_reason) {
+    make_scratch();
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/no/such/dir/out", scratch);
+    for (size_t i = 0; i < sizeof writers / sizeof *writers; i++) {
+        const char *outs[] = {"/dev/full", missing};
+        const char *reasons[] = {"No space left on device", "No such file or directory"};
+        for (int k = 0; k < 2; k++) {
+            run_result r = run_writer(writers[i], MINIMAL, outs[k]);
+            char want[256];
+            snprintf(want, sizeof want, "tracemill: cannot write %s: %s", outs[k], reasons[k]);
+            cr_expect_eq(r.code, 3, "`%s` to %s: exit %d: %s", writers[i], outs[k], r.code, r.err);
+            cr_expect(strstr(r.err, want), "`%s`: wanted \"%s\", got %s", writers[i], want, r.err);
+            cr_expect(!strstr(r.err, "at byte") && !strstr(r.err, ".tmp") && !strstr(r.err, MINIMAL),
+                      "`%s`: %s", writers[i], r.err);
+            run_free(&r);
+        }
+    }
+    remove_scratch();
+}
+
+Test(cli_files, a_failed_write_to_stdout_fails_the_command) {
+    static const char *const cases[] = {
+        "--help", "help convert", "--version", "info " MINIMAL, "info --json " MINIMAL,
+        "convert " MINIMAL, "convert -f folded " MINIMAL, "query " MINIMAL " 'SELECT 1'",
+    };
+    char err_path[] = "/tmp/tm_cli_err_XXXXXX", cmd[1024];
+    int fd = mkstemp(err_path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s >/dev/full 2>%s", TM_CLI, cases[i], err_path);
+        int st = system(cmd);
+        char *err = tu_read_file(err_path, NULL);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "`%s`: exit %d: %s", cases[i], WEXITSTATUS(st), err);
+        cr_expect(err && strstr(err, "cannot write standard output: No space left on device"), "`%s`: %s",
+                  cases[i], err);
+        free(err);
+    }
+    remove(err_path);
+}
+
 /* ---- info, version, help ---- */
 
 Test(cli_info, summary_counts_samples) {
@@ -411,4 +656,112 @@ Test(cli_info, version_and_help_exit_0) {
     cr_expect(strstr(r.out, "usage: tracemill"), "help printed: %s", r.out);
     cr_expect(strstr(r.out, "convert") && strstr(r.out, "info"), "help lacks the commands: %s", r.out);
     run_free(&r);
+}
+
+/* ---- help, usage errors, the manual and completion ---- */
+
+Test(cli_help, every_command_has_its_own_help) {
+    static const char *const cmds[] = {"convert", "diff", "info", "query", "export-sqlite", "record", "serve", "store"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: tracemill %s", cmds[i]);
+        const char *forms[] = {"%s --help", "%s -h", "help %s", "%s " MINIMAL " --help"};
+        for (size_t k = 0; k < sizeof forms / sizeof *forms; k++) {
+            char args[256];
+            snprintf(args, sizeof args, forms[k], cmds[i]);
+            run_result r = run("%s", args);
+            cr_expect_eq(r.code, 0, "`%s`: exit %d: %s", args, r.code, r.err);
+            cr_expect(strncmp(r.out, want, strlen(want)) == 0, "`%s`: %s", args, r.out);
+            cr_expect_eq(r.err_len, 0u, "`%s`: %s", args, r.err);
+            run_free(&r);
+        }
+    }
+    run_result r = run("-V");
+    cr_expect(r.code == 0 && strncmp(r.out, "tracemill ", 10) == 0, "-V: %s", r.out);
+    run_free(&r);
+    r = run("help nosuchcommand");
+    cr_expect_eq(r.code, 2);
+    run_free(&r);
+}
+
+/* One line saying what is wrong and where the help is, not the overview. */
+Test(cli_help, a_usage_error_is_one_line_and_a_pointer) {
+    static const struct {
+        const char *args, *cmd;
+    } cases[] = {
+        {"convert --bogus " MINIMAL, "convert"},     {"diff " MINIMAL, "diff"},
+        {"info --bogus " MINIMAL, "info"},           {"query " MINIMAL " --bogus", "query"},
+        {"export-sqlite " MINIMAL, "export-sqlite"}, {"record --bogus -- true", "record"},
+        {"convert -f nope " MINIMAL, "convert"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_result r = run("%s", cases[i].args);
+        char see[80];
+        snprintf(see, sizeof see, "\nsee 'tracemill %s --help'\n", cases[i].cmd);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d", cases[i].args, r.code);
+        const char *nl = strchr(r.err, '\n');
+        cr_expect(nl && strcmp(nl, see) == 0, "`%s`: not one line and the pointer: %s", cases[i].args, r.err);
+        run_free(&r);
+    }
+}
+
+Test(cli_help, the_manual_renders_and_completion_completes) {
+    char cmd[1024];
+    if (system("command -v man >/dev/null 2>&1") == 0) {
+        snprintf(cmd, sizeof cmd,
+                 "MANWIDTH=80 man -l %s/docs/tracemill.1 2>&1 | grep -q 'export-sqlite' && "
+                 "! man --warnings -l %s/docs/tracemill.1 2>&1 >/dev/null | grep -q .",
+                 TM_SOURCE_DIR, TM_SOURCE_DIR);
+        cr_expect_eq(system(cmd), 0, "docs/tracemill.1 does not render cleanly with man -l");
+    }
+    snprintf(cmd, sizeof cmd,
+             "bash -c 'source %s/docs/tracemill.bash-completion && "
+             "COMP_WORDS=(tracemill ex); COMP_CWORD=1; _tracemill; [ \"${COMPREPLY[*]}\" = export-sqlite ] && "
+             "COMP_WORDS=(tracemill convert -f sv); COMP_CWORD=3; _tracemill; [ \"${COMPREPLY[*]}\" = svg ] && "
+             "COMP_WORDS=(tracemill query t --tim); COMP_CWORD=3; _tracemill; [ \"${COMPREPLY[*]}\" = --timeout ]'",
+             TM_SOURCE_DIR);
+    cr_expect_eq(system(cmd), 0, "docs/tracemill.bash-completion does not complete commands and options");
+}
+
+/* ---- options a format would ignore; binary output on a terminal ---- */
+
+Test(cli_help, thread_options_the_format_ignores_are_refused) {
+    static const char *const cases[] = {
+        "convert --thread main " MINIMAL, "convert -f sample-v2 --thread 1 " MINIMAL,
+        "convert -f report --thread-name x " MINIMAL, "convert --thread-prefix " MINIMAL,
+        "convert -f svg --thread-prefix " MINIMAL, "diff --thread-prefix " MINIMAL " " MINIMAL,
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_result r = run("%s", cases[i]);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d: %s", cases[i], r.code, r.err);
+        cr_expect(strstr(r.err, "--thread"), "`%s`: %s", cases[i], r.err);
+        run_free(&r);
+    }
+    run_result r = run("convert -f folded --thread-prefix " MINIMAL);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    run_free(&r);
+}
+
+Test(cli_io, binary_output_is_refused_on_a_terminal, .timeout = 20) {
+    static const char *const formats[][4] = {{"-f", "pprof", NULL}, {"-f", "pprof", "--uncompressed", NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        char *argv[8] = {TM_CLI, "convert"};
+        int n = 2;
+        for (int k = 0; formats[i][k]; k++) argv[n++] = (char *)formats[i][k];
+        argv[n++] = MINIMAL;
+        argv[n] = NULL;
+        int master;
+        int pid = tu_spawn_on_pty(argv, &master);
+        cr_assert_gt(pid, 0);
+        tu_membuf seen = {0};
+        tu_pty_wait_for(master, &seen, "\n", 5000);
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d: %s", argv[n - 2], status,
+                  seen.data ? seen.data : "");
+        cr_expect(seen.data && strstr(seen.data, "refusing to write binary output to a terminal"), "%s",
+                  seen.data ? seen.data : "(nothing)");
+        tu_membuf_free(&seen);
+        close(master);
+    }
 }

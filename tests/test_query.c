@@ -9,8 +9,10 @@
  * statements and their separators, empty statements and comments; SQL
  * errors (exit 1, statement number, line:column, SQLite's message);
  * usage and I/O errors; -f files; SQL and dot-commands read from stdin;
- * export-sqlite read back with SQLite's C API. Results depend on literal
- * SQL, never on what the decoder fills the tables with.
+ * export-sqlite read back with SQLite's C API; the sandbox (no ATTACH,
+ * VACUUM INTO, pragma assignments or fts3_tokenizer), --timeout, Ctrl-C in
+ * the shell on a pseudo-terminal. Results depend on literal SQL, never on
+ * what the decoder fills the tables with.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tutil.h"
@@ -409,4 +412,100 @@ Test(query_export, sqlite_file_holds_every_table) {
     free(names);
     remove(db_path);
     free(db_path);
+}
+
+/* ---- the sandbox: queries read, export-sqlite writes ---- */
+
+Test(query_sandbox, statements_that_write_files_or_settings_are_refused) {
+    char dir[] = "/tmp/tm_query_sandbox_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char sql[6][512];
+    snprintf(sql[0], sizeof sql[0], "ATTACH '%s/a.db' AS a; CREATE TABLE a.t(x)", dir);
+    snprintf(sql[1], sizeof sql[1], "VACUUM INTO '%s/v.db'", dir);
+    snprintf(sql[2], sizeof sql[2], "PRAGMA writable_schema=ON");
+    snprintf(sql[3], sizeof sql[3], "SELECT hex(fts3_tokenizer('simple'))");
+    snprintf(sql[4], sizeof sql[4], "DETACH main");
+    snprintf(sql[5], sizeof sql[5], "PRAGMA journal_mode=OFF");
+    for (size_t i = 0; i < 6; i++) {
+        run_result r = run("query " TRACE " %s", shq(sql[i]));
+        cr_expect_eq(r.code, 1, "%s: exit %d: %s", sql[i], r.code, r.err);
+        cr_expect(strstr(r.err, "authoriz"), "%s: %s", sql[i], r.err);
+        run_free(&r);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rmdir %s", dir); /* fails if a file was created */
+    cr_expect_eq(system(cmd), 0, "a statement created a file in %s", dir);
+    /* reading stays allowed: pragmas that only report, tables in memory */
+    run_result r = run("query --format csv " TRACE " %s",
+                       shq("PRAGMA table_info(thread); CREATE TABLE x(a); INSERT INTO x VALUES (7); SELECT a FROM x"));
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "utid") && strstr(r.out, "a\n7\n"), "%s", r.out);
+    run_free(&r);
+}
+
+#define FOREVER "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+
+Test(query_sandbox, timeout_stops_a_statement, .timeout = 20) {
+    run_result r = run("query --timeout 0.3 " TRACE " %s", shq(FOREVER));
+    cr_expect_eq(r.code, 1, "exit %d: %s", r.code, r.err);
+    cr_expect(strstr(r.err, "statement 1: stopped after --timeout 0.3 s"), "%s", r.err);
+    run_free(&r);
+    r = run("query --timeout 5 --format csv " TRACE " 'SELECT 1 AS a'");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out, "a\n1\n");
+    run_free(&r);
+    static const char *const bad[] = {"--timeout 0", "--timeout -1", "--timeout x", "--timeout"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        r = run("query %s " TRACE " 'SELECT 1'", bad[i]);
+        cr_expect_eq(r.code, 2, "%s: exit %d: %s", bad[i], r.code, r.err);
+        run_free(&r);
+    }
+}
+
+/* Ctrl-C stops the running statement or drops the line being typed; the
+ * shell goes on, as sqlite3's does. */
+Test(query_shell, ctrl_c_cancels_the_statement_not_the_shell, .timeout = 30) {
+    char *argv[] = {TM_CLI, "query", TRACE, NULL};
+    int master;
+    int pid = tu_spawn_on_pty(argv, &master);
+    cr_assert_gt(pid, 0);
+    tu_membuf seen = {0};
+    cr_assert(tu_pty_wait_for(master, &seen, "tracemill> ", 5000), "no prompt: %s", seen.data);
+    cr_assert_eq(write(master, FOREVER ";\n", strlen(FOREVER ";\n")), (ssize_t)strlen(FOREVER ";\n"));
+    struct timespec pause = {0, 300000000};
+    nanosleep(&pause, NULL);
+    cr_assert_eq(write(master, "\x03", 1), 1);
+    cr_expect(tu_pty_wait_for(master, &seen, "interrupted\r\ntracemill> ", 5000), "the statement was not stopped: %s",
+              seen.data);
+    /* a half-typed statement is dropped (typed as a person would: after
+     * the line editor is ready, with a pause before Ctrl-C) */
+    tu_membuf_free(&seen);
+    nanosleep(&pause, NULL);
+    cr_assert_eq(write(master, "SELECT 'dropped'", 16), 16);
+    cr_expect(tu_pty_wait_for(master, &seen, "dropped", 5000), "%s", seen.data);
+    nanosleep(&pause, NULL);
+    cr_assert_eq(write(master, "\x03", 1), 1);
+    cr_expect(tu_pty_wait_for(master, &seen, "tracemill> ", 5000), "no new prompt: %s", seen.data);
+    tu_membuf_free(&seen);
+    cr_assert_eq(write(master, "SELECT 6 * 7 AS answer;\n", 24), 24);
+    cr_expect(tu_pty_wait_for(master, &seen, " 42", 5000), "the shell did not go on: %s", seen.data);
+    cr_expect(!strstr(seen.data, "syntax error"), "the dropped line was kept: %s", seen.data);
+    cr_assert_eq(write(master, ".quit\n", 6), 6);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    tu_membuf_free(&seen);
+    close(master);
+}
+
+Test(query_errors, a_format_given_to_f_gets_a_hint) {
+    static const char *const formats[] = {"csv", "json", "table", "perfetto", "svg"};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        run_result r = run("query " TRACE " -f %s", formats[i]);
+        char want[64];
+        snprintf(want, sizeof want, "did you mean --format %s?", formats[i]);
+        cr_expect_eq(r.code, 2, "-f %s: exit %d: %s", formats[i], r.code, r.err);
+        cr_expect(strstr(r.err, want), "-f %s: %s", formats[i], r.err);
+        run_free(&r);
+    }
 }

@@ -5,7 +5,9 @@
  * every trace is read back with tm_trace_parse: thread names, stacks rooted
  * in the program, CPU shares of hot/warm/cold, exact loss accounting under
  * buffer pressure in both fill policies, self-contained continuous chunks,
- * and no crash or hang across fork, thread churn and exit().
+ * and no crash or hang across fork, thread churn and exit(); and what
+ * `tracemill record` does with its output file (kept when nothing was
+ * recorded, /dev/null written in place, the old file's mode kept).
  *
  * Paths of the binaries come from the build: TM_RECORD_TARGET (plain),
  * TM_RECORD_TARGET_API, TM_RECORD_PRELOAD (libtracemill_record.so), TM_CLI.
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -409,4 +412,82 @@ Test(record, thread_churn) {
 
 Test(record, exit_while_sampling) {
     check_mode("exit", NULL);
+}
+
+/* ---- `tracemill record` and its output file ---- */
+
+/* Runs `tracemill record -o OUT -- ARGS` (shell words) with stderr into the
+ * returned text; *code gets the exit status. */
+static char *record_cli(const char *out, const char *args, int *code) {
+    char *err = path_in_dir("stderr"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record --preload %s -o %s -- %s 2>%s >/dev/null", TM_CLI, TM_RECORD_PRELOAD, out,
+                          args, err),
+                 0);
+    tu_asan_recorded_child_env(); /* inherited by the shell and the program */
+    int st = system(cmd);
+    *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *text = tu_read_file(err, NULL);
+    cr_assert_not_null(text);
+    free(cmd);
+    free(err);
+    return text;
+}
+
+/* A run that records nothing (the program cannot start, or ends before its
+ * first sample) leaves an existing OUT as it was and says so. */
+Test(record, a_run_without_samples_keeps_the_old_trace) {
+    char *out = path_in_dir("precious.pftrace");
+    FILE *f = fopen(out, "w");
+    cr_assert_not_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+    int code;
+    char *err = record_cli(out, "/nonexistent/program", &code);
+    cr_expect_eq(code, 3, "exit %d: %s", code, err);
+    free(err);
+    char *kept = tu_read_file(out, NULL);
+    cr_expect(kept && strcmp(kept, "precious\n") == 0, "OUT was replaced: %s", kept ? kept : "(gone)");
+    free(kept);
+
+    err = record_cli(out, TM_RECORD_TARGET " --seconds 0", &code);
+    cr_expect_neq(code, 0, "a run without samples exits 0: %s", err);
+    cr_expect(strstr(err, "no samples were recorded"), "%s", err);
+    cr_expect(!strstr(err, "flame graph"), "a flame graph of nothing is suggested: %s", err);
+    free(err);
+    kept = tu_read_file(out, NULL);
+    cr_expect(kept && strcmp(kept, "precious\n") == 0, "OUT was replaced: %s", kept ? kept : "(gone)");
+    free(kept);
+    free(out);
+}
+
+/* -o /dev/null records and reports the trace (it used to fail reading the
+ * trace back from the device) and leaves the device a device. */
+Test(record, dev_null_is_an_output) {
+    int code;
+    char *err = record_cli("/dev/null", TM_RECORD_TARGET " --seconds 0.5", &code);
+    cr_expect_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "/dev/null:") && strstr(err, "samples from"), "%s", err);
+    cr_expect(!strstr(err, "at byte") && !strstr(err, "flame graph"), "%s", err);
+    free(err);
+    struct stat st;
+    cr_expect(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is no longer a device");
+}
+
+/* The trace replaces OUT with OUT's mode, as convert's outputs do. */
+Test(record, the_trace_keeps_the_mode_of_the_file_it_replaces) {
+    char *out = path_in_dir("t.pftrace");
+    FILE *f = fopen(out, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(chmod(out, 0600), 0);
+    int code;
+    char *err = record_cli(out, TM_RECORD_TARGET " --seconds 0.5", &code);
+    cr_expect_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "flame graph"), "%s", err);
+    free(err);
+    struct stat st;
+    cr_assert_eq(stat(out, &st), 0);
+    cr_expect_eq(st.st_mode & 07777, 0600, "mode %o", st.st_mode & 07777);
+    cr_expect_gt(st.st_size, 0);
+    free(out);
 }

@@ -1,7 +1,9 @@
 /*
  * test_sql.c — the virtual tables' constraint handling (src/sql.c): every
  * id predicate the tables answer themselves must select the same rows as
- * SQLite does on a real table with the same contents (the exported copy).
+ * SQLite does on a real table with the same contents (the exported copy);
+ * and the sandbox of the connection (no ATTACH, VACUUM INTO, pragma
+ * assignments or fts3_tokenizer) with tm_db_export never replacing a file.
  */
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include <criterion/criterion.h>
@@ -71,6 +73,47 @@ Test(sql, limits_of_the_options_apply) {
     cr_assert(strstr(err.message, "more than 10 samples"), "%s", err.message);
     opts.limits.max_samples = 3000;
     cr_assert_eq(tm_db_open(buf, len, &opts, &db, &err), TM_OK, "%s", err.message);
+    tm_db_free(db);
+    free(buf);
+}
+
+/* The connection tm_db_sqlite hands out runs what a user types: it reads
+ * the trace but creates no file and changes no setting; tm_db_export is
+ * how a database gets written, and it never replaces one. */
+Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
+    size_t len;
+    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert_not_null(buf);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_open(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3 *s = tm_db_sqlite(db);
+    char dir[] = "/tmp/tm_test_sql_XXXXXX", sql[256], path[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(sql, sizeof sql, "ATTACH '%s/a.db' AS a", dir);
+    cr_expect_neq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK, "ATTACH ran");
+    snprintf(sql, sizeof sql, "VACUUM INTO '%s/v.db'", dir);
+    cr_expect_neq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK, "VACUUM INTO ran");
+    cr_expect_neq(sqlite3_exec(s, "PRAGMA writable_schema=ON", NULL, NULL, NULL), SQLITE_OK);
+    cr_expect_neq(sqlite3_exec(s, "SELECT fts3_tokenizer('simple')", NULL, NULL, NULL), SQLITE_OK);
+    cr_expect_eq(sqlite3_exec(s, "SELECT count(*) FROM thread", NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(s));
+
+    /* an existing database is refused and kept; a new path is written */
+    snprintf(path, sizeof path, "%s/kept.db", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("not empty", f);
+    fclose(f);
+    cr_expect_eq(tm_db_export(db, path, &err), TM_ERR_IO);
+    char *kept = tu_read_file(path, NULL);
+    cr_expect(kept && strcmp(kept, "not empty") == 0, "the existing file was replaced");
+    free(kept);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/new.db", dir);
+    cr_expect_eq(tm_db_export(db, path, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(sqlite3_exec(s, sql, NULL, NULL, NULL) == SQLITE_OK, 0, "export left ATTACH allowed");
+    unlink(path);
+    cr_expect_eq(rmdir(dir), 0, "a statement left a file in %s", dir);
     tm_db_free(db);
     free(buf);
 }

@@ -1,17 +1,21 @@
 /*
  * tutil.c — the shared test plumbing declared in tutil.h: the tu_membuf
- * sink, the failing allocator, whole-file reading and the recorded child's
- * ASan settings. No Criterion and no libtracemill here (see
- * tutil.h): callers assert on the return values.
+ * sink, the failing allocator, whole-file reading, the recorded child's
+ * ASan settings and programs run on a pseudo-terminal. No Criterion and no
+ * libtracemill here (see tutil.h): callers assert on the return values.
  */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700 /* setenv, posix_openpt */
 #endif
 #include "tutil.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 int tu_membuf_write(void *ctx, const void *data, size_t len) {
     tu_membuf *m = ctx;
@@ -91,4 +95,41 @@ void tu_asan_recorded_child_env(void) {
 #if defined(__SANITIZE_ADDRESS__) || defined(TU_CLANG_ASAN)
     setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
 #endif
+}
+
+int tu_spawn_on_pty(char *const argv[], int *master) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0) return -1;
+    const char *name = ptsname(m);
+    if (!name) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        /* A new session whose first terminal opened becomes its own. */
+        setsid();
+        int s = open(name, O_RDWR);
+        if (s < 0) _exit(126);
+        close(m);
+        dup2(s, 0), dup2(s, 1), dup2(s, 2);
+        if (s > 2) close(s);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    *master = m;
+    return pid;
+}
+
+int tu_pty_wait_for(int master, tu_membuf *seen, const char *want, int timeout_ms) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        if (seen->data && strstr(seen->data, want)) return 1;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = timeout_ms - ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+        struct pollfd p = {master, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) return 0;
+        char buf[4096];
+        ssize_t n = read(master, buf, sizeof buf);
+        if (n <= 0 || tu_membuf_write(seen, buf, (size_t)n) != 0) return 0; /* the program is gone */
+    }
 }

@@ -1,8 +1,9 @@
 /*
  * tutil.h — plumbing shared by the Criterion suites (tests/test_*.c): a
  * growing in-memory buffer that serves as a tm_sink write callback, an
- * allocator that fails on demand, reading a whole file into memory, and the
- * sanitizer settings of recorded child programs. Trace-building helpers live
+ * allocator that fails on demand, reading a whole file into memory, the
+ * sanitizer settings of recorded child programs, and running a program on a
+ * pseudo-terminal. Trace-building helpers live
  * in trace_builder.h, assertions in the test files.
  *
  * tutil.c is compiled into the tm_trace_builder library, which gen_trace
@@ -57,5 +58,14 @@ char *tu_read_file(const char *path, size_t *len);
  * in its exit-time leak check: an ASan limitation, not the recorder's). A
  * no-op in other builds. */
 void tu_asan_recorded_child_env(void);
+
+/* Runs argv (argv[0] a path) with a new pseudo-terminal as its controlling
+ * terminal, stdin, stdout and stderr, as in an interactive session. Returns
+ * the child's pid with the terminal's other side in *master, or -1. */
+int tu_spawn_on_pty(char *const argv[], int *master);
+
+/* Appends what the terminal shows to *seen until it holds want (returns 1)
+ * or timeout_ms pass or the program closes the terminal (returns 0). */
+int tu_pty_wait_for(int master, tu_membuf *seen, const char *want, int timeout_ms);
 
 #endif

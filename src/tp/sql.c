@@ -11,12 +11,12 @@
  * table's id, upid or utid) by direct access, which is what the usual joins
  * (callsite_id = id, frame_id = id, track_id = id) need.
  */
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/alloc.h"
 #include "common/limits.h"
@@ -43,6 +43,7 @@ struct tm_db {
     tm_mem mem;
     tm_tp tp;
     sqlite3 *sql;
+    int exporting; /* tm_db_export's own ATTACH is allowed */
 };
 
 /* ---- value helpers --------------------------------------------------- */
@@ -668,6 +669,48 @@ static tm_status sql_fail(tm_error *err, sqlite3 *db, const char *what) {
     return tm_fail(err, TM_ERR_IO, 0, NULL, "%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
 }
 
+/* ---- the sandbox: statements read the trace, they write no file ---- */
+
+/* Pragmas that only report; any other pragma may not set a value. */
+static int pragma_reads(const char *name, const char *value) {
+    static const char *const with_argument[] = {
+        "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+        "foreign_key_list", "function_list", "module_list", "pragma_list", "collation_list", "database_list",
+    };
+    static const char *const without_argument_but_writing[] = {
+        "optimize", "shrink_memory", "incremental_vacuum", "wal_checkpoint",
+    };
+    for (size_t i = 0; i < sizeof with_argument / sizeof *with_argument; i++)
+        if (sqlite3_stricmp(name, with_argument[i]) == 0) return 1;
+    for (size_t i = 0; i < sizeof without_argument_but_writing / sizeof *without_argument_but_writing; i++)
+        if (sqlite3_stricmp(name, without_argument_but_writing[i]) == 0) return 0;
+    return value == NULL;
+}
+
+/* ATTACH (and VACUUM INTO, which attaches its target) would create files
+ * anywhere; fts3_tokenizer() hands out a function pointer. */
+static int sandbox(void *ctx, int action, const char *arg1, const char *arg2, const char *db, const char *trigger) {
+    const tm_db *d = ctx;
+    (void)db, (void)trigger;
+    switch (action) {
+    case SQLITE_ATTACH:
+    case SQLITE_DETACH: return d->exporting ? SQLITE_OK : SQLITE_DENY;
+    case SQLITE_PRAGMA: return pragma_reads(arg1, arg2) ? SQLITE_OK : SQLITE_DENY;
+    case SQLITE_FUNCTION: return sqlite3_stricmp(arg2, "fts3_tokenizer") == 0 ? SQLITE_DENY : SQLITE_OK;
+    default: return SQLITE_OK;
+    }
+}
+
+static tm_status lock_down(tm_db *d, tm_error *err) {
+    int off = 0, on = 1;
+    if (sqlite3_db_config(d->sql, SQLITE_DBCONFIG_DEFENSIVE, 1, &on) != SQLITE_OK ||
+        sqlite3_db_config(d->sql, SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, 0, &off) != SQLITE_OK ||
+        sqlite3_db_config(d->sql, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, &off) != SQLITE_OK ||
+        sqlite3_set_authorizer(d->sql, sandbox, d) != SQLITE_OK)
+        return sql_fail(err, d->sql, "securing SQLite");
+    return TM_OK;
+}
+
 static tm_status register_tables(tm_db *d, tm_error *err) {
     for (size_t i = 0; i < N_TABLES; i++) {
         module_ctx *m = sqlite3_malloc(sizeof *m);
@@ -705,6 +748,7 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
                            SQLITE_OK)
         st = sql_fail(err, d->sql, "opening SQLite");
     if (st == TM_OK) st = register_tables(d, err);
+    if (st == TM_OK) st = lock_down(d, err);
     if (st != TM_OK) {
         tm_db_free(d);
         return st;
@@ -715,15 +759,28 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
 
 struct sqlite3 *tm_db_sqlite(tm_db *db) { return db ? db->sql : NULL; }
 
+/* SQLite's message, with the system's reason when a file operation failed. */
+static tm_status export_fail(tm_error *err, sqlite3 *db) {
+    int sys = sqlite3_system_errno(db);
+    return tm_fail(err, TM_ERR_IO, 0, NULL, "%s%s%s", sqlite3_errmsg(db), sys ? ": " : "", sys ? strerror(sys) : "");
+}
+
 tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
     if (!db || !path) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_export: NULL argument");
-    if (remove(path) != 0 && errno != ENOENT)
-        return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot replace %s: %s", path, strerror(errno));
+    struct stat before;
+    int existed = stat(path, &before) == 0;
+    if (existed && (!S_ISREG(before.st_mode) || before.st_size != 0))
+        return tm_fail(err, TM_ERR_IO, 0, NULL, "%s: %s", path,
+                       S_ISREG(before.st_mode) ? "exists and is not empty" : "not a regular file");
     char *attach = sqlite3_mprintf("ATTACH DATABASE %Q AS tm_export", path);
     if (!attach) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    db->exporting = 1;
     int rc = sqlite3_exec(db->sql, attach, NULL, NULL, NULL);
     sqlite3_free(attach);
-    if (rc != SQLITE_OK) return sql_fail(err, db->sql, path);
+    if (rc != SQLITE_OK) {
+        db->exporting = 0;
+        return export_fail(err, db->sql);
+    }
     tm_status st = TM_OK;
     rc = sqlite3_exec(db->sql, "BEGIN", NULL, NULL, NULL);
     for (size_t i = 0; i < N_TABLES && rc == SQLITE_OK; i++) {
@@ -734,11 +791,12 @@ tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
     }
     if (rc == SQLITE_OK) rc = sqlite3_exec(db->sql, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        st = sql_fail(err, db->sql, path);
+        st = export_fail(err, db->sql);
         sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
     }
     sqlite3_exec(db->sql, "DETACH DATABASE tm_export", NULL, NULL, NULL);
-    if (st != TM_OK) remove(path);
+    db->exporting = 0;
+    if (st != TM_OK && !existed) remove(path);
     return st;
 }
 
