@@ -7,8 +7,13 @@
  * and Java (.oat) mappings, a BOOTTIME/MONOTONIC/REALTIME clock snapshot,
  * thread names from a ProcessTree.
  *
+ * --resets R makes every sequence clear its incremental state R times,
+ * evenly over its samples, and emit its interned names, mappings, frames
+ * and callstacks again after each clear, as a traced_perf producer with a
+ * short clear_period_ms does: the heavy shape of `make bench`.
+ *
  * usage: gen_trace OUT [--samples N] [--threads T] [--callstacks C]
- *                      [--frames F] [--depth D] [--seed S]
+ *                      [--frames F] [--depth D] [--resets R] [--seed S]
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -44,10 +49,57 @@ static const char *const mapping_paths[N_MAPPINGS][3] = {
     {"data", "app/com.example.app/lib/arm64", "libgame.so"},
 };
 
+/* The stack pool every sequence interns. */
+typedef struct pool {
+    uint32_t n_frames, n_stacks, stride;
+    const uint64_t *stacks; /* n_stacks rows of stride frame iids, root first */
+    const uint32_t *stack_len;
+} pool;
+
+/* Everything a sequence interns: function names, mapping paths, build ids,
+ * mappings, frames and callstacks. */
+static void write_interned(tb_buf *t, const pool *pl) {
+    size_t in = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    for (uint32_t f = 1; f <= pl->n_frames; f++) {
+        char name[64];
+        int m = (int)(f % N_MAPPINGS);
+        int len = m == 2 ? snprintf(name, sizeof name, "com.example.app.Module%u.method%u", f % 97, f)
+                         : snprintf(name, sizeof name, "native_function_%u", f);
+        tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, f, name, (size_t)len);
+    }
+    for (int m = 0; m < N_MAPPINGS; m++) {
+        for (int s = 0; s < 3; s++) {
+            const char *seg = mapping_paths[m][s];
+            tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, (uint64_t)(m * 3 + s + 1), seg, strlen(seg));
+        }
+        uint8_t build_id[20];
+        for (int b = 0; b < 20; b++) build_id[b] = (uint8_t)(m * 31 + b * 7);
+        if (m != 2) tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, (uint64_t)m + 1, build_id, sizeof build_id);
+        uint64_t path[3] = {(uint64_t)m * 3 + 1, (uint64_t)m * 3 + 2, (uint64_t)m * 3 + 3};
+        uint64_t start = 0x7000000000ull + (uint64_t)m * 0x10000000ull;
+        tb_mapping(t, (uint64_t)m + 1, m != 2 ? (uint64_t)m + 1 : 0, start, start + 0x8000000ull, path, 3);
+    }
+    for (uint32_t f = 1; f <= pl->n_frames; f++) tb_frame(t, f, f, f % N_MAPPINGS + 1, 0x1000 + f * 16);
+    for (uint32_t s = 0; s < pl->n_stacks; s++)
+        tb_callstack(t, s + 1, &pl->stacks[(size_t)s * pl->stride], pl->stack_len[s], 1);
+    tb_close(t, in);
+}
+
+/* A packet that clears sequence seq's incremental state and interns the
+ * pool again (the legacy ThreadDescriptor's time base carries over). */
+static void write_reset(tb_buf *t, uint32_t seq, uint64_t ts, const pool *pl) {
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    tb_uint(t, TM_PF_PACKET_TIMESTAMP, ts);
+    tb_uint(t, TM_PF_PACKET_SEQUENCE_ID, seq);
+    tb_uint(t, TM_PF_PACKET_SEQUENCE_FLAGS, TB_SEQ_CLEARED);
+    write_interned(t, pl);
+    tb_close(t, p);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: gen_trace OUT [--samples N] [--threads T] [--callstacks C] [--frames F] "
-                        "[--depth D] [--seed S]\n");
+                        "[--depth D] [--resets R] [--seed S]\n");
         return 2;
     }
     uint64_t n_samples = arg_u64(argc, argv, "--samples", 2000000);
@@ -55,6 +107,7 @@ int main(int argc, char **argv) {
     uint32_t n_stacks = (uint32_t)arg_u64(argc, argv, "--callstacks", 2000);
     uint32_t n_frames = (uint32_t)arg_u64(argc, argv, "--frames", 4000);
     uint32_t depth = (uint32_t)arg_u64(argc, argv, "--depth", 20);
+    uint64_t resets = arg_u64(argc, argv, "--resets", 0);
     rng_state ^= arg_u64(argc, argv, "--seed", 1);
     if (!n_threads || !n_stacks || !n_frames || !depth) return 2;
 
@@ -95,6 +148,7 @@ int main(int argc, char **argv) {
             stacks[(size_t)s * (depth + 8) + k] = k < 3 ? k + 1 : 1 + rnd() % n_frames;
     }
 
+    const pool pl = {n_frames, n_stacks, depth + 8, stacks, stack_len};
     for (uint32_t i = 0; i < n_threads; i++) {
         int streaming = i % 2 == 1;
         p = tb_open(&t, TM_PF_TRACE_PACKET);
@@ -108,37 +162,17 @@ int main(int argc, char **argv) {
             tb_uint(&t, TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US, MONO0 / 1000);
             tb_close(&t, td);
         }
-        size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
-        for (uint32_t f = 1; f <= n_frames; f++) {
-            char name[64];
-            int m = (int)(f % N_MAPPINGS);
-            int len = m == 2 ? snprintf(name, sizeof name, "com.example.app.Module%u.method%u", f % 97, f)
-                             : snprintf(name, sizeof name, "native_function_%u", f);
-            tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, f, name, (size_t)len);
-        }
-        for (int m = 0; m < N_MAPPINGS; m++) {
-            for (int s = 0; s < 3; s++) {
-                const char *seg = mapping_paths[m][s];
-                tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, (uint64_t)(m * 3 + s + 1), seg, strlen(seg));
-            }
-            uint8_t build_id[20];
-            for (int b = 0; b < 20; b++) build_id[b] = (uint8_t)(m * 31 + b * 7);
-            if (m != 2) tb_interned_string(&t, TM_PF_INTERNED_BUILD_IDS, (uint64_t)m + 1, build_id, sizeof build_id);
-            uint64_t path[3] = {(uint64_t)m * 3 + 1, (uint64_t)m * 3 + 2, (uint64_t)m * 3 + 3};
-            uint64_t start = 0x7000000000ull + (uint64_t)m * 0x10000000ull;
-            tb_mapping(&t, (uint64_t)m + 1, m != 2 ? (uint64_t)m + 1 : 0, start, start + 0x8000000ull, path, 3);
-        }
-        for (uint32_t f = 1; f <= n_frames; f++) tb_frame(&t, f, f, f % N_MAPPINGS + 1, 0x1000 + f * 16);
-        for (uint32_t s = 0; s < n_stacks; s++)
-            tb_callstack(&t, s + 1, &stacks[(size_t)s * (depth + 8)], stack_len[s], 1);
-        tb_close(&t, in);
+        write_interned(&t, &pl);
         tb_close(&t, p);
     }
 
     /* Samples: each thread every 1 ms, in chunks of 32. */
     uint64_t per_thread = (n_samples + n_threads - 1) / n_threads, written = 0;
+    uint64_t reset_every = resets ? (per_thread / (resets + 1) + 31) / 32 * 32 : 0;
     for (uint64_t base = 0; base < per_thread && written < n_samples; base += 32) {
         for (uint32_t i = 0; i < n_threads && written < n_samples; i++) {
+            if (reset_every && base && base % reset_every == 0)
+                write_reset(&t, 10 + i, BOOT0 + base * 1000000ull + i * 1000, &pl);
             uint64_t n = per_thread - base < 32 ? per_thread - base : 32;
             if (n > n_samples - written) n = n_samples - written;
             if (i % 2 == 0) {

@@ -68,19 +68,23 @@ void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *
     r->last_seq = TM_ABSENT;
 }
 
+static void seq_release(tm_mem *m, tm_pf_seq *s) {
+    tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
+    for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_free(m, &s->newest[k]);
+}
+
 void tm_pf_reader_release(tm_pf_reader *r) {
+    for (size_t i = 0; i < r->n_seqs; i++) seq_release(r->mem, &r->seqs[i]);
     tm_mem_free(r->mem, r->seqs, r->cap_seqs * sizeof *r->seqs);
     tm_mem_free(r->mem, r->gens, r->cap_gens * sizeof *r->gens);
-    tm_mem_free(r->mem, r->ents, r->cap_ents * sizeof *r->ents);
     tm_mem_free(r->mem, r->regions, r->cap_regions * sizeof *r->regions);
-    tm_idxset_free(r->mem, &r->ent_set);
     tm_u64map_free(r->mem, &r->seq_by_id);
     tm_mem_free(r->mem, r->clocks, r->cap_clocks * sizeof *r->clocks);
     tm_u64map_free(r->mem, &r->clock_by_key);
     r->clocks = NULL;
     r->n_clocks = r->cap_clocks = 0;
-    r->seqs = NULL, r->gens = NULL, r->ents = NULL, r->regions = NULL;
-    r->n_seqs = r->cap_seqs = r->n_gens = r->cap_gens = r->n_ents = r->cap_ents = 0;
+    r->seqs = NULL, r->gens = NULL, r->regions = NULL;
+    r->n_seqs = r->cap_seqs = r->n_gens = r->cap_gens = 0;
     r->n_regions = r->cap_regions = 0;
 }
 
@@ -145,30 +149,43 @@ static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_
 
 /* ---- interning ---- */
 
-static uint32_t ent_hash(uint32_t seq, uint32_t epoch, uint32_t field, uint64_t iid) {
-    return (uint32_t)tm_hash_u64(iid * 0x9e3779b97f4a7c15ull ^ ((uint64_t)seq << 40) ^ ((uint64_t)epoch << 16) ^
-                                 field);
+/* The kind index of an interned field (schema_of says which are interned). */
+static int kind_of(uint32_t field) {
+    switch (field) {
+    case TM_PF_INTERNED_FUNCTION_NAMES: return 0;
+    case TM_PF_INTERNED_FRAMES: return 1;
+    case TM_PF_INTERNED_CALLSTACKS: return 2;
+    case TM_PF_INTERNED_BUILD_IDS: return 3;
+    case TM_PF_INTERNED_MAPPING_PATHS: return 4;
+    case TM_PF_INTERNED_SOURCE_PATHS: return 5;
+    case TM_PF_INTERNED_MAPPINGS: return 6;
+    case TM_PF_INTERNED_TASK_CONTEXTS: return 7;
+    case TM_PF_INTERNED_EXECUTION_CONTEXTS: return 8;
+    case TM_PF_INTERNED_COUNTER_DESCRIPTORS: return 9;
+    case TM_PF_INTERNED_ASYNC_CONTEXTS: return 10;
+    default: return -1;
+    }
 }
 
-static int ent_eq(const void *ctx, uint32_t idx, const void *key) {
-    const tm_pf_entry *a = &((const tm_pf_reader *)ctx)->ents[idx], *b = key;
-    return a->iid == b->iid && a->seq == b->seq && a->epoch == b->epoch && a->field == b->field;
-}
-
-const tm_bytes *tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
+bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out) {
     const tm_pf_gen *g = &r->gens[gen];
-    tm_pf_entry key = {g->seq, g->epoch, field, 0, iid, {NULL, 0}};
-    uint32_t i = tm_idxset_find(&r->ent_set, ent_hash(g->seq, g->epoch, field, iid), ent_eq, r, &key);
-    if (i == TM_ABSENT || r->ents[i].gen > gen) return NULL;
-    return &r->ents[i].msg;
+    const tm_pf_seq *s = &r->seqs[g->seq];
+    int kind = kind_of(field);
+    if (kind < 0) return false;
+    uint32_t i = tm_iidmap_get(&s->newest[kind], iid);
+    while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
+    if (i == TM_ABSENT || s->ents[i].epoch != g->epoch || s->ents[i].gen > gen) return false;
+    out->data = s->ents[i].msg;
+    out->len = s->ents[i].len;
+    return true;
 }
 
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out) {
-    const tm_bytes *msg = tm_pf_lookup(r, gen, field, iid);
-    if (!msg) return false;
-    out->data = msg->data; /* an entry without str is the empty string */
+    tm_bytes msg;
+    if (!tm_pf_lookup(r, gen, field, iid, &msg)) return false;
+    out->data = msg.data; /* an entry without str is the empty string */
     out->len = 0;
-    tm_pb_reader pb = tm_pb_reader_of(*msg);
+    tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     while (tm_pb_next(&pb, &f) == TM_PB_OK) /* checked when interned */
         if (f.num == TM_PF_INTERNED_STRING_STR) *out = f.bytes;
@@ -292,20 +309,24 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if ((r->flags & TM_PF_RELAY) && sc == &string_schema && field != TM_PF_INTERNED_BUILD_IDS &&
         !tm_utf8_valid(str))
         return TM_OK;
-    tm_pf_entry key = {s->index, s->epoch, field, s->gen, iid, msg};
-    uint32_t h = ent_hash(key.seq, key.epoch, field, iid);
-    uint32_t i = tm_idxset_find(&r->ent_set, h, ent_eq, r, &key);
-    if (i != TM_ABSENT) {
-        if (r->flags & TM_PF_RELAY) r->ents[i].msg = msg; /* Relay: a later entry replaces the earlier one */
-        return TM_OK;                                     /* Trace Processor: the first one stays */
+    tm_iidmap *newest = &s->newest[kind_of(field)];
+    uint32_t i = tm_iidmap_get(newest, iid);
+    if (i != TM_ABSENT && s->ents[i].epoch == s->epoch) {
+        if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
+            s->ents[i].msg = msg.data;
+            s->ents[i].len = (uint32_t)msg.len;
+        }
+        return TM_OK; /* Trace Processor: the first one stays */
     }
     if (++s->n_interned > r->lim->max_interned_entries)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "more than %llu interned entries on sequence %u",
                           (unsigned long long)r->lim->max_interned_entries, s->id);
-    if (TM_VEC_RESERVE(r->mem, r->ents, r->cap_ents, r->n_ents + 1) != TM_OK) return nomem(r);
-    r->ents[r->n_ents] = key;
-    if (tm_idxset_add(r->mem, &r->ent_set, h, (uint32_t)r->n_ents) != TM_OK) return nomem(r);
-    r->n_ents++;
+    if (s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
+        return tm_pf_fail(r, TM_ERR_LIMIT, at, "interned data past 4 GiB on sequence %u", s->id);
+    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
+    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i};
+    if (tm_iidmap_put(r->mem, newest, iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
+    s->n_ents++;
     return TM_OK;
 }
 
@@ -504,6 +525,19 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     return TM_OK;
 }
 
+/* A clear: a new epoch, whose entries start empty. Without
+ * TM_PF_KEEP_EPOCHS nothing looks up an older epoch again, so its entries
+ * go. */
+static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
+    s->epoch++;
+    s->n_interned = 0;
+    if (!(r->flags & TM_PF_KEEP_EPOCHS)) {
+        s->n_ents = 0;
+        for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
+    }
+    return new_gen(r, s, (tm_bytes){NULL, 0}, false);
+}
+
 /* Relay's converter: every sequence id (0 too) has tables, created when
  * interned data first arrives; a clear empties them if they exist; there is
  * no loss handling, so nothing is ever stale. */
@@ -512,9 +546,7 @@ static tm_status sequence_relay(tm_pf_reader *r, tm_pf_packet *pk) {
     TM_TRY(get_seq(r, pk->seq_id, pk->start, &s));
     pk->seq = s;
     if ((pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) && s->seen) {
-        s->epoch++;
-        s->n_interned = 0;
-        TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
+        TM_TRY(seq_clear(r, s));
         pk->cleared = true;
     }
     if (pk->interned.data) {
@@ -541,10 +573,8 @@ static tm_status sequence_update(tm_pf_reader *r, tm_pf_packet *pk) {
     pk->seq = s;
     pk->loss = pk->lost && s->seen && !pk->first_on_sequence;
     if (pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) {
-        s->epoch++;
         s->valid = true;
-        s->n_interned = 0;
-        TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
+        TM_TRY(seq_clear(r, s));
         pk->cleared = true;
     } else if (pk->lost && s->seen) {
         /* Interned data stays readable by packets that do not need it. */

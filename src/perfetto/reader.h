@@ -21,7 +21,12 @@
  *    iid wins (Trace Processor), or, with TM_PF_RELAY, the last one (Sentry
  *    Relay's converter); every entry is checked against its schema and the
  *    limits (max_interned_entries per sequence, max_stack_depth,
- *    max_path_segments) when it is added, so lookups never fail;
+ *    max_path_segments) when it is added, so lookups never fail. Each
+ *    sequence keeps its entries in one array with an iid index per field;
+ *    an entry of an older epoch is reached through the newer one's `prev`.
+ *    Without TM_PF_KEEP_EPOCHS a clear drops the old epoch's entries (for
+ *    consumers that resolve packets as they come); with it they stay, for
+ *    consumers that resolve them after reading (in timestamp order);
  *  - payloads: every payload a consumer reads is checked against its
  *    message's wire types (schema.c) before the packet is yielded;
  *  - clock readings: ClockSnapshots parsed once (sequence-scoped ids keyed
@@ -43,8 +48,19 @@
 #include "wire/pb.h"      /* tm_pb_reader */
 
 enum {
-    TM_PF_RELAY = 1 /* Sentry Relay's reading: its schema subset, last entry wins, no loss handling */
+    TM_PF_RELAY = 1,      /* Sentry Relay's reading: its schema subset, last entry wins, no loss handling */
+    TM_PF_KEEP_EPOCHS = 2 /* keep the entries of every epoch: lookups from any generation, any time */
 };
+
+/* The InternedData fields the reader interns, as small indexes. */
+enum { TM_PF_N_INTERNED_KINDS = 11 };
+
+typedef struct tm_pf_entry {
+    const uint8_t *msg;
+    uint32_t len;
+    uint32_t epoch, gen;
+    uint32_t prev; /* the entry of the same field and iid in an older epoch; TM_ABSENT: none */
+} tm_pf_entry;
 
 /* One sequence (trusted_packet_sequence_id). */
 typedef struct tm_pf_seq {
@@ -53,6 +69,8 @@ typedef struct tm_pf_seq {
     uint32_t epoch;        /* incremental-state clears so far */
     uint32_t gen;          /* the generation its next packet sees */
     uint64_t n_interned;   /* entries added since the last clear */
+    tm_pf_entry *ents; size_t n_ents, cap_ents;
+    tm_iidmap newest[TM_PF_N_INTERNED_KINDS]; /* iid -> its newest entry, per kind */
     bool valid;            /* incremental state is valid */
     bool seen;             /* a packet of it was read before */
 } tm_pf_seq;
@@ -133,12 +151,6 @@ typedef struct tm_pf_counts {
     uint64_t oneof_ignored;      /* members of `oneof data` overridden by a later one */
 } tm_pf_counts;
 
-typedef struct tm_pf_entry {
-    uint32_t seq, epoch, field, gen;
-    uint64_t iid;
-    tm_bytes msg;
-} tm_pf_entry;
-
 /* Where the packets of one inflated compressed_packets payload live, so an
  * error about any of them names the wrapper packet (also after reading). */
 typedef struct tm_pf_region {
@@ -166,9 +178,6 @@ typedef struct tm_pf_reader {
     tm_u64map seq_by_id;
     uint32_t last_seq;     /* one-entry cache: packets come in runs per sequence */
     tm_pf_gen *gens; size_t n_gens, cap_gens;
-    /* interning */
-    tm_pf_entry *ents; size_t n_ents, cap_ents;
-    tm_idxset ent_set;
     /* clocks */
     tm_pf_clock *clocks; size_t n_clocks, cap_clocks;
     tm_u64map clock_by_key;
@@ -186,9 +195,9 @@ enum { TM_PF_END = 0, TM_PF_PACKET = 1, TM_PF_ERROR = -1 };
 /* The next packet: TM_PF_PACKET, TM_PF_END, or TM_PF_ERROR with err set. */
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk);
 
-/* The interned message (field, iid) as a packet of generation gen sees it,
- * or NULL. */
-const tm_bytes *tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid);
+/* The interned message (field, iid) as a packet of generation gen sees it;
+ * false when there is none. */
+bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out);
 /* The string of an interned InternedString (function_names, mapping_paths,
  * build_ids, source_paths); false when absent. */
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out);

@@ -319,10 +319,10 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
         *ok = 1;
         return TM_OK;
     }
-    const tm_bytes *msg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_FRAMES, iid);
+    tm_bytes msg;
     *ok = 0;
-    if (!msg) return TM_OK;
-    const ent_frame frame = parse_frame(*msg), *e = &frame;
+    if (!tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_FRAMES, iid, &msg)) return TM_OK;
+    const ent_frame frame = parse_frame(msg), *e = &frame;
     tm_prof_frame pf;
     memset(&pf, 0, sizeof pf);
     tm_str name = {NULL, 0};
@@ -333,10 +333,10 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     }
     const tm_prof_mapping *pm = NULL;
     if ((e->flags & F_HAS_MAPPING) && (e->mapping || d->relay)) {
-        const tm_bytes *mmsg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_MAPPINGS, e->mapping);
-        if (mmsg) {
+        tm_bytes mmsg;
+        if (tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_MAPPINGS, e->mapping, &mmsg)) {
             uint32_t pmi;
-            const ent_mapping mapping = parse_mapping(*mmsg);
+            const ent_mapping mapping = parse_mapping(mmsg);
             TM_TRY(resolve_mapping(d, s, e->mapping, &mapping, &pmi));
             pm = &d->p->mappings[pmi];
             pf.mapping = pmi + 1;
@@ -391,11 +391,11 @@ static void reverse_scratch(dec *d, size_t n) {
 /* Resolves callstack iid, first time in this generation. */
 static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                         uint32_t *out, int *ok) {
-    const tm_bytes *msg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_CALLSTACKS, iid);
+    tm_bytes msg;
     *ok = 0;
-    if (!msg) return TM_OK;
+    if (!tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_CALLSTACKS, iid, &msg)) return TM_OK;
     size_t n = 0;
-    tm_pb_reader r = tm_pb_reader_of(*msg);
+    tm_pb_reader r = tm_pb_reader_of(msg);
     tm_pb_field f;
     while (tm_pb_next(&r, &f) == TM_PB_OK) { /* checked when interned */
         if (f.num != TM_PF_CALLSTACK_FRAME_IDS) continue;
@@ -742,13 +742,13 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     p->stats.stack_samples++;
     TM_TRY(check_sample_limit(d, k->start));
     if (task_iid) {
-        const tm_bytes *msg = tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_TASK_CONTEXTS, task_iid);
-        if (!msg) {
+        tm_bytes msg;
+        if (!tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_TASK_CONTEXTS, task_iid, &msg)) {
             p->stats.dropped_unresolved++;
             return TM_OK;
         }
         uint64_t iid;
-        TM_TRY(parse_task_context(d, *msg, &task, &iid));
+        TM_TRY(parse_task_context(d, msg, &task, &iid));
     }
     uint32_t stack, thread;
     int ok = 1;

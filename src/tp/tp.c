@@ -176,8 +176,8 @@ static tm_status stat_set_idx(dec *d, uint32_t key, uint32_t machine, int64_t id
 /* ---- interning ------------------------------------------------------------ */
 
 /* The interned message of a kind and iid a packet of generation gen sees. */
-static const tm_bytes *lookup(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid) {
-    return tm_pf_lookup(&d->rd, gen, kind, iid);
+static bool lookup(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid, tm_bytes *out) {
+    return tm_pf_lookup(&d->rd, gen, kind, iid, out);
 }
 
 static const tm_pf_gen *gen_of(const dec *d, uint32_t gen) { return tm_pf_gen_of(&d->rd, gen); }
@@ -920,7 +920,8 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
         return TM_OK;
     }
     *out = TM_ABSENT;
-    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_MAPPINGS, iid);
+    tm_bytes ent;
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_MAPPINGS, iid, &ent) ? &ent : NULL;
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_mapping_id, 1);
         return TM_OK;
@@ -1054,7 +1055,8 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
         return TM_OK;
     }
     *out = TM_ABSENT;
-    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_FRAMES, iid);
+    tm_bytes ent;
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_FRAMES, iid, &ent) ? &ent : NULL;
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_frame_id, 1);
         return TM_OK;
@@ -1125,7 +1127,8 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         return TM_OK;
     }
     *out = TP_NULL;
-    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_CALLSTACKS, iid);
+    tm_bytes ent;
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_CALLSTACKS, iid, &ent) ? &ent : NULL;
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_callstack_id, 1);
         return TM_OK;
@@ -1481,7 +1484,8 @@ static tm_status async_ctx(dec *d, uint32_t gen, uint64_t iid, int depth, uint32
         *out = row;
         return TM_OK;
     }
-    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_ASYNC_CONTEXTS, iid);
+    tm_bytes ent;
+    const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_ASYNC_CONTEXTS, iid, &ent) ? &ent : NULL;
     if (!e || depth > 64) return TM_OK;
     tm_str name = no_str, kind = no_str;
     uint64_t parent_iid = 0;
@@ -1509,8 +1513,9 @@ static tm_status async_ctx(dec *d, uint32_t gen, uint64_t iid, int depth, uint32
  * interned entry of iid. */
 static tm_bytes inline_or_interned(const dec *d, uint32_t gen, tm_bytes msg, uint64_t iid, uint32_t kind) {
     if (msg.data) return msg;
-    const tm_bytes *e = iid ? lookup(d, gen, kind, iid) : NULL;
-    return e ? *e : (tm_bytes){NULL, 0};
+    tm_bytes e = {NULL, 0};
+    if (iid && !lookup(d, gen, kind, iid, &e)) e = (tm_bytes){NULL, 0};
+    return e;
 }
 
 static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref) {
@@ -1910,7 +1915,7 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     dec d;
     memset(&d, 0, sizeof d);
     d.tp = tp, d.mem = mem, d.lim = limits, d.err = err;
-    tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, 0, err);
+    tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS, err);
     d.trace_clock = 6; /* BOOTTIME until a snapshot says otherwise */
     d.rnd = 1;
     d.dummy_mapping = TP_NULL;
