@@ -70,7 +70,10 @@ void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *
 
 static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
+    tm_u64map_free(m, &s->by_epoch);
+    if (!s->newest) return;
     for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_free(m, &s->newest[k]);
+    tm_mem_free(m, s->newest, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
 }
 
 void tm_pf_reader_release(tm_pf_reader *r) {
@@ -167,12 +170,24 @@ static int kind_of(uint32_t field) {
     }
 }
 
+/* The key of (epoch, kind, iid) in by_epoch; false when they do not pack
+ * (iids past 2^36 or epochs past 2^24: the epoch chain finds those). */
+static bool epoch_key(uint32_t epoch, int kind, uint64_t iid, uint64_t *key) {
+    if (iid >> 36 || epoch >> 24) return false;
+    *key = (uint64_t)epoch << 40 | (uint64_t)kind << 36 | iid;
+    return true;
+}
+
 bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out) {
     const tm_pf_gen *g = &r->gens[gen];
     const tm_pf_seq *s = &r->seqs[g->seq];
     int kind = kind_of(field);
-    if (kind < 0) return false;
+    if (kind < 0 || !s->newest) return false;
     uint32_t i = tm_iidmap_get(&s->newest[kind], iid);
+    uint64_t key;
+    if (i != TM_ABSENT && s->ents[i].epoch != g->epoch && (r->flags & TM_PF_KEEP_EPOCHS) &&
+        epoch_key(g->epoch, kind, iid, &key))
+        i = tm_u64map_get(&s->by_epoch, key);
     while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
     if (i == TM_ABSENT || s->ents[i].epoch != g->epoch || s->ents[i].gen > gen) return false;
     out->data = s->ents[i].msg;
@@ -309,6 +324,11 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if ((r->flags & TM_PF_RELAY) && sc == &string_schema && field != TM_PF_INTERNED_BUILD_IDS &&
         !tm_utf8_valid(str))
         return TM_OK;
+    if (!s->newest) { /* most sequences of a system trace intern nothing */
+        s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+        if (!s->newest) return nomem(r);
+        memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+    }
     tm_iidmap *newest = &s->newest[kind_of(field)];
     uint32_t i = tm_iidmap_get(newest, iid);
     if (i != TM_ABSENT && s->ents[i].epoch == s->epoch) {
@@ -326,6 +346,10 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i};
     if (tm_iidmap_put(r->mem, newest, iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
+    uint64_t key;
+    if ((r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(s->epoch, kind_of(field), iid, &key) &&
+        tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)s->n_ents) != TM_OK)
+        return nomem(r);
     s->n_ents++;
     return TM_OK;
 }
@@ -531,7 +555,7 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
 static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
     s->epoch++;
     s->n_interned = 0;
-    if (!(r->flags & TM_PF_KEEP_EPOCHS)) {
+    if (!(r->flags & TM_PF_KEEP_EPOCHS) && s->newest) {
         s->n_ents = 0;
         for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
     }
