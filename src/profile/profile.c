@@ -7,7 +7,7 @@
  * module, package, address, platform), as Relay's converter does, so two
  * sequences that intern the same function get one frame.
  */
-#include "profile.h" /* tm_profile */
+#include "profile/profile.h" /* tm_profile */
 
 void tm_profile_init(tm_profile *p, tm_mem *mem, tm_arena *arena) {
     memset(p, 0, sizeof *p);
