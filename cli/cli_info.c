@@ -76,7 +76,7 @@ int cli_info(int argc, char **argv) {
         return EXIT_USAGE;
     }
     cli_input in;
-    int rc = cli_input_load(path, &in);
+    int rc = cli_input_load(path, &x.opts, &in);
     if (rc != EXIT_OK) return rc;
     tm_trace *t = NULL;
     tm_error err;

@@ -61,6 +61,8 @@ const char cli_usage[] =
     "  --max-interned-entries N  --max-chunk-duration-ns N\n"
     "  --max-work-bytes N  --max-result-bytes N   memory budgets (default 4 GiB and\n"
     "                            16 GiB; relay: 15 MiB and 40 MiB); k/M/G = x1000\n"
+    "  --max-input-bytes N       bytes read from a file, pipe or device (default\n"
+    "                            4 GiB; relay: 50 MiB, Relay's profile size limit)\n"
     "\n"
     "exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O\n";
 

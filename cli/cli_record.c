@@ -125,7 +125,7 @@ static int find_preload(const char *given, char *out, size_t cap) {
 /* "N samples, T threads, D s" of one written trace; 0 if it does not decode. */
 static int summarize(const char *path) {
     cli_input in;
-    if (cli_input_load(path, &in) != EXIT_OK) return 0;
+    if (cli_input_load(path, NULL, &in) != EXIT_OK) return 0;
     tm_trace *t = NULL;
     tm_error err;
     int ok = tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK;

@@ -109,6 +109,8 @@ typedef struct tm_limits {
                                      interning, caches, scratch), freed when it ends */
     uint64_t max_result_bytes;    /* memory a tm_trace holds (the profile model, inflated
                                      payloads), plus what exporters allocate from it */
+    uint64_t max_input_bytes;     /* size of the input as given (compressed or not); the
+                                     CLI stops reading a file, pipe or device past it */
 } tm_limits;
 
 typedef enum tm_limit_preset {

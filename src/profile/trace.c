@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "wire/inflate.h" /* tm_inflate */
+#include "wire/input.h"   /* tm_input_check */
 #include "common/limits.h"
 #include "wire/pb.h"      /* tm_pb_reader, tm_pb_next */
 #include "profile/trace.h"   /* struct tm_trace */
@@ -1628,6 +1629,7 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
         out->max_chunk_duration_ns = TM_RELAY_MAX_CHUNK_NS;
         out->max_work_bytes = TM_RELAY_MAX_WORK_BYTES;
         out->max_result_bytes = TM_RELAY_MAX_RESULT_BYTES;
+        out->max_input_bytes = TM_RELAY_MAX_INPUT_BYTES;
     } else {
         out->max_samples = TM_CLI_MAX_SAMPLES;
         out->max_stack_depth = TM_CLI_MAX_STACK_DEPTH;
@@ -1640,6 +1642,7 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
         out->max_chunk_duration_ns = TM_CLI_MAX_CHUNK_NS;
         out->max_work_bytes = TM_CLI_MAX_WORK_BYTES;
         out->max_result_bytes = TM_CLI_MAX_RESULT_BYTES;
+        out->max_input_bytes = TM_CLI_MAX_INPUT_BYTES;
     }
 }
 
@@ -1726,8 +1729,9 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
     t->profile.stats.bytes = len;
 
-    tm_status st;
-    if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
+    tm_status st = tm_input_check(len, &t->limits, opts->mode == TM_MODE_RELAY, err);
+    if (st != TM_OK) {
+    } else if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
     else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
     else st = decode_perfetto(t, buf, len, opts, err);
     if (fmt != TM_INPUT_PERFETTO) st = tm_trace_budget_status(t, st, err);

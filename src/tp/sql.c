@@ -21,6 +21,7 @@
 #include "common/alloc.h"
 #include "common/limits.h"
 #include "tp/tp.h"
+#include "wire/input.h" /* tm_input_check */
 
 typedef void (*col_get)(const tm_tp *tp, size_t row, sqlite3_context *ctx);
 
@@ -700,7 +701,8 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
     memset(&defaults, 0, sizeof defaults);
     tm_limits limits;
     tm_limits_resolve(opts ? opts : &defaults, &limits);
-    tm_status st = tm_tp_build(&d->tp, &d->mem, buf, len, &limits, err);
+    tm_status st = tm_input_check(len, &limits, false, err);
+    if (st == TM_OK) st = tm_tp_build(&d->tp, &d->mem, buf, len, &limits, err);
     if (st == TM_OK && sqlite3_open_v2(":memory:", &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
                            SQLITE_OK)
         st = sql_fail(err, d->sql, "opening SQLite");
