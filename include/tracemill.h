@@ -66,7 +66,8 @@ typedef enum tm_status {
     TM_ERR_UNSUPPORTED = 5, /* valid input that tracemill does not handle */
     TM_ERR_IO = 6,          /* reading or writing failed */
     TM_ERR_INVALID_ARG = 7, /* the caller passed something unusable */
-    TM_ERR_REJECTED = 8     /* the profile fails Sample v2 validation */
+    TM_ERR_REJECTED = 8,    /* the profile fails Sample v2 validation */
+    TM_ERR_EMPTY = 9        /* the input holds no bytes: nothing to decode */
 } tm_status;
 
 typedef struct tm_error {
@@ -159,8 +160,9 @@ typedef struct tm_trace tm_trace;
 /* Decodes a Perfetto trace (or a Sample v2 chunk or folded stacks, see
  * tm_options.input) held in buf[0..len). opts may be NULL.
  * On success *out owns the result (free it with tm_trace_free); on failure
- * *out is NULL and err (if not NULL) says why and where. The buffer must
- * outlive the trace. */
+ * *out is NULL and err (if not NULL) says why and where. An empty buffer
+ * fails with TM_ERR_EMPTY, one longer than max_input_bytes with
+ * TM_ERR_LIMIT. The buffer must outlive the trace. */
 TM_API tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts,
                                 tm_trace **out, tm_error *err);
 

@@ -111,3 +111,40 @@ Test(input_limit, cli_stops_reading_pipes_and_devices_at_the_limit) {
     cr_expect_eq(r.code, 0, "a 121-byte trace within --max-input-bytes 121: exit %d: %s", r.code, r.err);
     shell_free(&r);
 }
+
+/* ---- empty input ---- */
+
+Test(input_empty, library_names_empty_input) {
+    tm_trace *t = NULL;
+    tm_db *db = NULL;
+    tm_error err;
+    static const char nothing[1];
+    cr_expect_eq(tm_trace_parse(nothing, 0, NULL, &t, &err), TM_ERR_EMPTY);
+    cr_expect_null(t);
+    cr_expect(strstr(err.message, "empty input"), "%s", err.message);
+    cr_expect_str_eq(tm_status_str(TM_ERR_EMPTY), "TM_ERR_EMPTY");
+    cr_expect_eq(tm_db_open(nothing, 0, NULL, &db, &err), TM_ERR_EMPTY);
+    cr_expect_null(db);
+    /* Relay answers an empty trace with NotEnoughSamples */
+    tm_options relay = {.mode = TM_MODE_RELAY};
+    cr_expect_eq(tm_trace_parse(NULL, 0, &relay, &t, &err), TM_ERR_EMPTY);
+    cr_expect(err.reason && strcmp(err.reason, "NotEnoughSamples") == 0);
+}
+
+Test(input_empty, every_command_rejects_empty_input) {
+    static const char *const commands[] = {
+        "convert -f folded",     "convert -f svg", "convert -f pprof -o /dev/null", "convert -f speedscope",
+        "convert -f report",     "convert",        "info",                          "info --json",
+        "convert --input-format folded -f folded", "diff -f folded " MINIMAL,
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, CLI " %s - < /dev/null", commands[i]);
+        expect_rejected(cmd, "TM_ERR_EMPTY at byte 0: empty input", NULL);
+        snprintf(cmd, sizeof cmd, CLI " %s /dev/null", commands[i]);
+        expect_rejected(cmd, "/dev/null: TM_ERR_EMPTY", NULL);
+    }
+    expect_rejected(": | " CLI " query - 'select 1'", "TM_ERR_EMPTY", NULL);
+    expect_rejected(CLI " export-sqlite /dev/null /dev/null", "TM_ERR_EMPTY", NULL);
+    expect_rejected(CLI " info " RC_DIR "/empty.pftrace", "empty.pftrace: TM_ERR_EMPTY", NULL);
+}

@@ -1,6 +1,7 @@
 /*
  * input.h — the checks every input passes before a decoder reads it, shared
- * by tm_trace_parse and tm_db_open: the size limit (max_input_bytes).
+ * by tm_trace_parse and tm_db_open: the size limit (max_input_bytes) and
+ * empty input (TM_ERR_EMPTY).
  */
 #ifndef TM_INPUT_H
 #define TM_INPUT_H
