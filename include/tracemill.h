@@ -158,7 +158,8 @@ typedef struct tm_options {
 typedef struct tm_trace tm_trace;
 
 /* Decodes a Perfetto trace (or a Sample v2 chunk or folded stacks, see
- * tm_options.input) held in buf[0..len). opts may be NULL.
+ * tm_options.input) held in buf[0..len), which may be compressed whole with
+ * gzip or zstd (not in TM_MODE_RELAY). opts may be NULL.
  * On success *out owns the result (free it with tm_trace_free); on failure
  * *out is NULL and err (if not NULL) says why and where. An empty buffer
  * fails with TM_ERR_EMPTY, one longer than max_input_bytes with
@@ -220,6 +221,8 @@ typedef struct tm_trace_stats {
     uint64_t writer_packet_loss;        /* packets writers could not hand over */
     uint64_t clock_readings_ignored;    /* snapshot clocks not used: reserved ids (>= 128),
                                            past TM_MAX_CLOCKS, or value * multiplier past int64 */
+    uint64_t bytes_decompressed;      /* a gzip or zstd input: its size decompressed (the
+                                         offsets of decode errors count these bytes); else 0 */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */
@@ -352,7 +355,8 @@ TM_API tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *
  * thread, stack_profile_*, perf_sample, cpu_profile_stack_sample,
  * stack_sample*, counter, track, stats, metadata, clock_snapshot, ... The
  * tables are virtual: rows are read from the decoded columns, never copied
- * into SQLite. Only Perfetto input is accepted; opts->input is ignored.
+ * into SQLite. Only Perfetto input is accepted (gzip or zstd compressed
+ * whole, as for tm_trace_parse); opts->input and opts->mode are ignored.
  * The input buffer must outlive the tm_db. */
 typedef struct tm_db tm_db;
 

@@ -27,7 +27,6 @@
 #include <stdio.h>
 
 #include "wire/inflate.h" /* tm_inflate */
-#include "wire/input.h"   /* tm_input_check */
 #include "common/limits.h"
 #include "wire/pb.h"      /* tm_pb_reader, tm_pb_next */
 #include "profile/trace.h"   /* struct tm_trace */
@@ -1706,19 +1705,14 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     if (!opts) opts = &defaults;
     if (!out || (!buf && len))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: NULL %s", out ? "buffer" : "out");
-    tm_input_format fmt = opts->input == TM_INPUT_AUTO ? tm_input_detect(buf, len) : opts->input;
-    if (!tm_input_format_name(fmt))
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)fmt);
-    if (fmt != TM_INPUT_PERFETTO && opts->mode == TM_MODE_RELAY)
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "Relay compatibility applies to Perfetto traces, not %s input",
-                       tm_input_format_name(fmt));
+    if (opts->input != TM_INPUT_AUTO && !tm_input_format_name(opts->input))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)opts->input);
     tm_mem mem;
     tm_mem_init(&mem, opts->alloc);
     tm_trace *t = tm_mem_alloc(&mem, sizeof *t);
     if (!t) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     memset(t, 0, sizeof *t);
     t->mem = mem;
-    t->input = fmt;
     tm_limits_resolve(opts, &t->limits);
     tm_mem_set_budget(&t->mem, &t->result_budget, t->limits.max_result_bytes);
     tm_arena_init(&t->arena, &t->mem);
@@ -1729,7 +1723,17 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
     t->profile.stats.bytes = len;
 
-    tm_status st = tm_input_check(len, &t->limits, opts->mode == TM_MODE_RELAY, err);
+    tm_status st = tm_input_open(&t->mem, buf, len, &t->limits, opts->mode == TM_MODE_RELAY, &t->source, err);
+    tm_input_format fmt = TM_INPUT_AUTO;
+    if (st == TM_OK) {
+        buf = t->source.bytes.data, len = t->source.bytes.len;
+        if (t->source.copy) t->profile.stats.bytes_decompressed = len;
+        fmt = opts->input == TM_INPUT_AUTO ? tm_input_detect(buf, len) : opts->input;
+        if (fmt != TM_INPUT_PERFETTO && opts->mode == TM_MODE_RELAY)
+            st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "Relay compatibility applies to Perfetto traces, not %s input",
+                         tm_input_format_name(fmt));
+    }
+    t->input = fmt;
     if (st != TM_OK) {
     } else if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
     else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
@@ -1751,6 +1755,7 @@ void tm_trace_free(tm_trace *t) {
     tm_profile_release(&t->profile);
     tm_clocks_release(&t->clocks);
     tm_arena_release(&t->arena);
+    tm_input_close(&mem, &t->source);
     tm_mem_free(&mem, t, sizeof *t);
 }
 

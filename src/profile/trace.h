@@ -11,6 +11,7 @@
 #include "common/alloc.h"   /* tm_mem, tm_arena */
 #include "perfetto/clock.h"   /* tm_clocks */
 #include "profile/profile.h" /* tm_profile */
+#include "wire/input.h"     /* tm_input */
 
 struct tm_trace {
     tm_mem mem;            /* counted against result_budget */
@@ -20,6 +21,7 @@ struct tm_trace {
     tm_clocks clocks;
     tm_limits limits;  /* resolved: preset, then the caller's overrides */
     tm_input_format input;
+    tm_input source;   /* the bytes decoded: string views point into them */
 };
 
 /* Readers of the other input formats (in_sample_v2.c, in_folded.c): each
