@@ -135,9 +135,12 @@ typedef enum tm_input_format {
     TM_INPUT_FOLDED = 3     /* folded stacks: "root;...;leaf COUNT" lines */
 } tm_input_format;
 
-/* The format of buf by its first bytes: '{' (after blanks) is Sample v2
- * JSON, a first line ending in " COUNT" is folded stacks, anything else is
- * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO. */
+/* The format of buf by its first bytes (after a UTF-8 byte order mark):
+ * '{' (after blanks) is Sample v2 JSON, a first line of text ending in a
+ * blank and something meant as a count ("3", but also "3.5" or "-3", which
+ * the folded reader then rejects by line) is folded stacks, anything else is
+ * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO.
+ * Call it on decompressed bytes: tm_trace_parse does. */
 TM_API tm_input_format tm_input_detect(const void *buf, size_t len);
 
 /* "perfetto", "sample-v2", "folded" (NULL for an unknown value). */

@@ -1782,7 +1782,7 @@ tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
 static int is_blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /* Folded stacks: the first line that is neither blank nor a '#' comment is
- * printable text, a space and decimal digits. */
+ * printable UTF-8 text ending in a count (tm_folded_looks_like_sample). */
 static int looks_folded(const uint8_t *p, size_t len) {
     size_t start = 0;
     for (;;) {
@@ -1795,9 +1795,8 @@ static int looks_folded(const uint8_t *p, size_t len) {
         while (n > start && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
         while (start < n && (p[start] == ' ' || p[start] == '\t')) start++;
         if (n > start && p[start] != '#') {
-            size_t digits = 0;
-            while (start + digits < n && p[n - 1 - digits] >= '0' && p[n - 1 - digits] <= '9') digits++;
-            return digits && start + digits + 1 < n && p[n - 1 - digits] == ' ';
+            tm_str line = {p + start, n - start};
+            return tm_utf8_valid(line) && tm_folded_looks_like_sample(line);
         }
         if (end >= len) return 0;
         start = end + 1;
@@ -1807,6 +1806,8 @@ static int looks_folded(const uint8_t *p, size_t len) {
 tm_input_format tm_input_detect(const void *buf, size_t len) {
     const uint8_t *p = buf;
     if (!p || !len || p[0] == 0x0a) return TM_INPUT_PERFETTO;
+    size_t bom = tm_utf8_bom_len(p, len);
+    p += bom, len -= bom;
     size_t i = 0;
     while (i < len && is_blank(p[i])) i++;
     if (i < len && p[i] == '{') return TM_INPUT_SAMPLE_V2;

@@ -28,5 +28,10 @@ struct tm_trace {
  * fills t->profile within t->limits, sorted by time, with its stats. */
 tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
 tm_status tm_folded_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
+/* Whether a line (trailing blanks removed) ends in what is meant as a
+ * folded count: a blank, then a digit or a signed digit. Detection uses it,
+ * so that a malformed count (3.5, -1, 2^64, after a tab) reaches the folded
+ * reader and its message rather than the Perfetto decoder's. */
+int tm_folded_looks_like_sample(tm_str line);
 
 #endif
