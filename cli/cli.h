@@ -21,8 +21,10 @@ typedef struct cli_input {
     int mapped; /* 1: munmap, 0: free */
 } cli_input;
 
-/* Loads path ("-" is stdin). Prints an error and returns EXIT_IO on failure. */
-int cli_input_load(const char *path, cli_input *in);
+/* Loads path ("-" is stdin), at most the max_input_bytes of opts (NULL: the
+ * generous preset). Prints an error and returns EXIT_IO on failure, or
+ * EXIT_REJECTED for an input past the limit. */
+int cli_input_load(const char *path, const tm_options *opts, cli_input *in);
 void cli_input_release(cli_input *in);
 
 /* Prints "tracemill: <what>: <reason> at byte N: message" for a library error;

@@ -107,10 +107,10 @@ int cli_convert(int argc, char **argv) {
 
     cli_input meta = {0}, in;
     int rc;
-    if (meta_path && (rc = cli_input_load(meta_path, &meta)) != EXIT_OK) return rc;
+    if (meta_path && (rc = cli_input_load(meta_path, &x.opts, &meta)) != EXIT_OK) return rc;
     x.v2.meta_json = (const char *)meta.data;
     x.v2.meta_len = meta.len;
-    if ((rc = cli_input_load(in_path, &in)) != EXIT_OK) {
+    if ((rc = cli_input_load(in_path, &x.opts, &in)) != EXIT_OK) {
         cli_input_release(&meta);
         return rc;
     }

@@ -47,7 +47,7 @@ int cli_diff(int argc, char **argv) {
     tm_error err;
     int rc = EXIT_OK;
     for (int k = 0; k < 2 && rc == EXIT_OK; k++) {
-        rc = cli_input_load(paths[k], &in[k]);
+        rc = cli_input_load(paths[k], &x.opts, &in[k]);
         if (rc == EXIT_OK && tm_trace_parse(in[k].data, in[k].len, &x.opts, &t[k], &err) != TM_OK)
             rc = cli_report_error(paths[k], &err);
     }

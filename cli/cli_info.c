@@ -12,8 +12,9 @@ static void line(const char *name, unsigned long long v) {
 }
 
 static void print_summary(const char *path, const tm_trace_stats *s) {
-    printf("%s: %llu bytes, %llu packets (%llu compressed), %llu sequences\n", path,
-           (unsigned long long)s->bytes, (unsigned long long)s->packets,
+    printf("%s: %llu bytes", path, (unsigned long long)s->bytes);
+    if (s->bytes_decompressed) printf(" (%llu decompressed)", (unsigned long long)s->bytes_decompressed);
+    printf(", %llu packets (%llu compressed), %llu sequences\n", (unsigned long long)s->packets,
            (unsigned long long)s->compressed_packets, (unsigned long long)s->sequences);
     printf("samples: %llu kept of %llu PerfSample + %llu StreamingProfilePacket + %llu StackSample\n",
            (unsigned long long)s->samples_kept, (unsigned long long)s->perf_samples,
@@ -75,7 +76,7 @@ int cli_info(int argc, char **argv) {
         return cli_usage_error("info", "no trace given");
     }
     cli_input in;
-    int rc = cli_input_load(path, &in);
+    int rc = cli_input_load(path, &x.opts, &in);
     if (rc != EXIT_OK) return rc;
     tm_trace *t = NULL;
     tm_error err;

@@ -1,8 +1,8 @@
 /*
  * cli_io.c — input loading, output files, error reporting and shared
  * option parsing for the tracemill command. Files are mapped read-only so a
- * 10 GB trace costs page cache, not a copy; stdin is read into one growing
- * buffer. Output to a regular file (symbolic links followed to their
+ * 10 GB trace costs page cache, not a copy; stdin, pipes and devices are
+ * read into one growing buffer that stops at max_input_bytes. Output to a regular file (symbolic links followed to their
  * target) goes to TARGET.tmp-XXXXXX beside it, with the target's mode, and
  * is renamed over it only when the command succeeded, so a rejected trace
  * never leaves a truncated file behind and a failed one never removes the
@@ -24,23 +24,45 @@
 
 #include "cli.h"
 
-static int read_all(int fd, const char *name, cli_input *in) {
-    size_t cap = 1 << 16, len = 0;
+/* The input size the options allow: their max_input_bytes, else the preset's. */
+static uint64_t max_input_bytes(const tm_options *opts) {
+    if (opts && opts->limits.max_input_bytes) return opts->limits.max_input_bytes;
+    tm_limits preset;
+    tm_limits_preset(opts && (opts->mode == TM_MODE_RELAY || opts->preset == TM_LIMITS_RELAY) ? TM_LIMITS_RELAY
+                                                                                               : TM_LIMITS_GENEROUS,
+                     &preset);
+    return preset.max_input_bytes;
+}
+
+static int too_large(const char *name, uint64_t max_bytes) {
+    tm_error err = {TM_ERR_LIMIT, max_bytes, NULL, ""};
+    snprintf(err.message, sizeof err.message,
+             "input is larger than max_input_bytes (%llu; raise it with --max-input-bytes)",
+             (unsigned long long)max_bytes);
+    return cli_report_error(name, &err);
+}
+
+/* Reads fd to its end, stopping as soon as it holds more than max_bytes:
+ * a pipe or device (/dev/zero) never grows the buffer past the limit. */
+static int read_all(int fd, const char *name, uint64_t max_bytes, cli_input *in) {
+    size_t bound = max_bytes < SIZE_MAX - 1 ? (size_t)max_bytes + 1 : SIZE_MAX - 1;
+    size_t cap = bound < ((size_t)1 << 16) ? bound : (size_t)1 << 16, len = 0;
     uint8_t *buf = malloc(cap);
     if (!buf) {
         fprintf(stderr, "tracemill: out of memory reading %s\n", name);
         return EXIT_IO;
     }
-    for (;;) {
+    while (len < bound) {
         if (len == cap) {
-            uint8_t *nb = realloc(buf, cap * 2);
+            size_t ncap = cap > bound / 2 ? bound : cap * 2;
+            uint8_t *nb = realloc(buf, ncap);
             if (!nb) {
                 free(buf);
                 fprintf(stderr, "tracemill: out of memory reading %s\n", name);
                 return EXIT_IO;
             }
             buf = nb;
-            cap *= 2;
+            cap = ncap;
         }
         ssize_t n = read(fd, buf + len, cap - len);
         if (n == 0) break;
@@ -52,15 +74,20 @@ static int read_all(int fd, const char *name, cli_input *in) {
         }
         len += (size_t)n;
     }
+    if (len > max_bytes) {
+        free(buf);
+        return too_large(name, max_bytes);
+    }
     in->data = buf;
     in->len = len;
     in->mapped = 0;
     return EXIT_OK;
 }
 
-int cli_input_load(const char *path, cli_input *in) {
+int cli_input_load(const char *path, const tm_options *opts, cli_input *in) {
     memset(in, 0, sizeof *in);
-    if (strcmp(path, "-") == 0) return read_all(STDIN_FILENO, "standard input", in);
+    uint64_t max_bytes = max_input_bytes(opts);
+    if (strcmp(path, "-") == 0) return read_all(STDIN_FILENO, "standard input", max_bytes, in);
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
         fprintf(stderr, "tracemill: cannot open %s: %s\n", path, strerror(errno));
@@ -77,10 +104,12 @@ int cli_input_load(const char *path, cli_input *in) {
         fprintf(stderr, "tracemill: %s is a directory\n", path);
         rc = EXIT_IO;
     } else if (!S_ISREG(st.st_mode)) {
-        rc = read_all(fd, path, in); /* pipes, /dev/stdin, ... */
+        rc = read_all(fd, path, max_bytes, in); /* pipes, /dev/stdin, ... */
+    } else if ((uint64_t)st.st_size > max_bytes) {
+        rc = too_large(path, max_bytes);
     } else if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) rc = read_all(fd, path, in);
+        if (p == MAP_FAILED) rc = read_all(fd, path, max_bytes, in);
         else {
             posix_madvise(p, (size_t)st.st_size, POSIX_MADV_SEQUENTIAL);
             in->data = p;
@@ -139,6 +168,7 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
         {"--max-chunk-duration-ns", offsetof(tm_limits, max_chunk_duration_ns)},
         {"--max-work-bytes", offsetof(tm_limits, max_work_bytes)},
         {"--max-result-bytes", offsetof(tm_limits, max_result_bytes)},
+        {"--max-input-bytes", offsetof(tm_limits, max_input_bytes)},
     };
     const char *arg = argv[*i];
     if (strcmp(arg, "--limits") == 0) {

@@ -17,7 +17,9 @@
     "  --max-samples N  --max-stack-depth N  --max-sequences N  --max-packet-bytes N\n"                \
     "  --max-unique-frames N  --max-path-segments N  --max-inflated-bytes N\n"                         \
     "  --max-interned-entries N  --max-chunk-duration-ns N\n"                                          \
-    "  --max-work-bytes N  --max-result-bytes N   memory budgets; k/M/G multiply by 1000\n"
+    "  --max-work-bytes N  --max-result-bytes N   memory budgets; k/M/G multiply by 1000\n"              \
+    "  --max-input-bytes N       bytes read from a file, pipe or device (default 4 GiB;\n"               \
+    "                            relay: 50 MiB, Relay's profile size limit)\n"
 
 #define INPUT_HELP                                                                                    \
     "  --input-format perfetto|sample-v2|folded   override detection from the first bytes\n"

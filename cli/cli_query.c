@@ -424,7 +424,7 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
 
 /* Opens path as a tm_db; on failure prints why and returns the exit code. */
 static int open_db(const char *path, const tm_options *opts, cli_input *in, tm_db **db) {
-    int rc = cli_input_load(path, in);
+    int rc = cli_input_load(path, opts, in);
     if (rc != EXIT_OK) return rc;
     tm_error err;
     if (tm_db_open(in->data, in->len, opts, db, &err) != TM_OK) {
@@ -435,9 +435,9 @@ static int open_db(const char *path, const tm_options *opts, cli_input *in, tm_d
 }
 
 /* The whole of path as a NUL-terminated string (NULL after printing why). */
-static char *read_text(const char *path) {
+static char *read_text(const char *path, const tm_options *opts) {
     cli_input in;
-    if (cli_input_load(path, &in) != EXIT_OK) return NULL;
+    if (cli_input_load(path, opts, &in) != EXIT_OK) return NULL;
     char *s = malloc(in.len + 1);
     if (s) {
         if (in.len) memcpy(s, in.data, in.len);
@@ -498,7 +498,7 @@ int cli_query(int argc, char **argv) {
     if (from_stdin && strcmp(trace, "-") == 0)
         return usage("query", "the trace is on stdin: give the SQL as an argument or with -f", NULL);
     char *text = NULL;
-    if (file && !(text = read_text(file))) return EXIT_IO;
+    if (file && !(text = read_text(file, &opts))) return EXIT_IO;
     cli_input in;
     tm_db *db = NULL;
     int rc = open_db(trace, &opts, &in, &db);

@@ -117,7 +117,7 @@ static int find_preload(const char *given, char *out, size_t cap) {
  * does not decode. */
 static uint64_t summarize(const char *file, const char *name) {
     cli_input in;
-    if (cli_input_load(file, &in) != EXIT_OK) return 0;
+    if (cli_input_load(file, NULL, &in) != EXIT_OK) return 0;
     if (in.len == 0) { /* the recorder never wrote: nothing to decode */
         cli_input_release(&in);
         return 0;

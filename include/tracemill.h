@@ -66,7 +66,8 @@ typedef enum tm_status {
     TM_ERR_UNSUPPORTED = 5, /* valid input that tracemill does not handle */
     TM_ERR_IO = 6,          /* reading or writing failed */
     TM_ERR_INVALID_ARG = 7, /* the caller passed something unusable */
-    TM_ERR_REJECTED = 8     /* the profile fails Sample v2 validation */
+    TM_ERR_REJECTED = 8,    /* the profile fails Sample v2 validation */
+    TM_ERR_EMPTY = 9        /* the input holds no bytes: nothing to decode */
 } tm_status;
 
 typedef struct tm_error {
@@ -109,6 +110,8 @@ typedef struct tm_limits {
                                      interning, caches, scratch), freed when it ends */
     uint64_t max_result_bytes;    /* memory a tm_trace holds (the profile model, inflated
                                      payloads), plus what exporters allocate from it */
+    uint64_t max_input_bytes;     /* size of the input as given (compressed or not); the
+                                     CLI stops reading a file, pipe or device past it */
 } tm_limits;
 
 typedef enum tm_limit_preset {
@@ -132,9 +135,12 @@ typedef enum tm_input_format {
     TM_INPUT_FOLDED = 3     /* folded stacks: "root;...;leaf COUNT" lines */
 } tm_input_format;
 
-/* The format of buf by its first bytes: '{' (after blanks) is Sample v2
- * JSON, a first line ending in " COUNT" is folded stacks, anything else is
- * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO. */
+/* The format of buf by its first bytes (after a UTF-8 byte order mark):
+ * '{' (after blanks) is Sample v2 JSON, a first line of text ending in a
+ * blank and something meant as a count ("3", but also "3.5" or "-3", which
+ * the folded reader then rejects by line) is folded stacks, anything else is
+ * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO.
+ * Call it on decompressed bytes: tm_trace_parse does. */
 TM_API tm_input_format tm_input_detect(const void *buf, size_t len);
 
 /* "perfetto", "sample-v2", "folded" (NULL for an unknown value). */
@@ -155,10 +161,12 @@ typedef struct tm_options {
 typedef struct tm_trace tm_trace;
 
 /* Decodes a Perfetto trace (or a Sample v2 chunk or folded stacks, see
- * tm_options.input) held in buf[0..len). opts may be NULL.
+ * tm_options.input) held in buf[0..len), which may be compressed whole with
+ * gzip or zstd (not in TM_MODE_RELAY). opts may be NULL.
  * On success *out owns the result (free it with tm_trace_free); on failure
- * *out is NULL and err (if not NULL) says why and where. The buffer must
- * outlive the trace. */
+ * *out is NULL and err (if not NULL) says why and where. An empty buffer
+ * fails with TM_ERR_EMPTY, one longer than max_input_bytes with
+ * TM_ERR_LIMIT. The buffer must outlive the trace. */
 TM_API tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts,
                                 tm_trace **out, tm_error *err);
 
@@ -220,6 +228,8 @@ typedef struct tm_trace_stats {
                                            the last one counts, each earlier one is counted here */
     uint64_t dropped_without_sequence;  /* samples in packets without trusted_packet_sequence_id:
                                            nothing interned can be resolved for them */
+    uint64_t bytes_decompressed;      /* a gzip or zstd input: its size decompressed (the
+                                         offsets of decode errors count these bytes); else 0 */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */
@@ -352,7 +362,8 @@ TM_API tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *
  * thread, stack_profile_*, perf_sample, cpu_profile_stack_sample,
  * stack_sample*, counter, track, stats, metadata, clock_snapshot, ... The
  * tables are virtual: rows are read from the decoded columns, never copied
- * into SQLite. Only Perfetto input is accepted; opts->input is ignored.
+ * into SQLite. Only Perfetto input is accepted (gzip or zstd compressed
+ * whole, as for tm_trace_parse); opts->input and opts->mode are ignored.
  * The input buffer must outlive the tm_db. */
 typedef struct tm_db tm_db;
 

@@ -228,6 +228,7 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
     tm_options opts = {.preset = TM_LIMITS_RELAY, .input = TM_INPUT_PERFETTO};
     opts.limits.max_work_bytes = j->ctx->cfg->limits.max_conversion_work;
     opts.limits.max_result_bytes = j->ctx->cfg->limits.max_conversion_result;
+    opts.limits.max_input_bytes = j->ctx->cfg->limits.max_profile_size; /* 0: the preset's */
     tm_trace *t = NULL;
     if (tm_trace_parse(raw.ptr, raw.len, &opts, &t, &e) != TM_OK) {
         /* Relay reads the metadata before the trace, so its errors win;

@@ -495,7 +495,9 @@ static tm_status ex_sample_v2_meta(const tm_trace *t, const tm_trace *base, cons
     static const char meta[] = "{\"version\":\"2\",\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\","
                                "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\",\"platform\":\"android\","
                                "\"release\":\"app@1.0\",\"environment\":\"prod\",\"content_type\":\"perfetto\","
-                               "\"client_sdk\":{\"name\":\"sentry.native\",\"version\":\"0.7.0\"}}";
+                               "\"client_sdk\":{\"name\":\"sentry.native\",\"version\":\"0.7.0\"},"
+                               "\"measurements\":{\"cpu_usage\":{\"unit\":\"percent\",\"values\":"
+                               "[{\"timestamp\":1700000000.5,\"value\":42.5}]}}}";
     tm_sample_v2_options o;
     memset(&o, 0, sizeof o);
     o.meta_json = meta;

@@ -628,7 +628,6 @@ Test(cli_info, json_report_is_valid_and_counts_samples) {
     } cases[] = {
         {"info --json " MINIMAL, 2},
         {"info --json --compat relay " MINIMAL, 2},
-        {"info --json " RC_DIR "/empty.pftrace", 0},
         {"info --json " RC_DIR "/exactly_max_samples.pftrace", 100000},
         {"convert -f report " MINIMAL, 2},
     };

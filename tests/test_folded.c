@@ -472,10 +472,51 @@ Test(folded_in, malformed_lines_name_offset_and_line) {
         snprintf(want, sizeof want, "line %d", line_no[i]);
         expect_error(text, NULL, TM_ERR_MALFORMED, strlen(ok) + extra[i], want);
     }
-    /* 2^64 - 1 still fits. */
-    tm_trace *t = parse_folded("a 18446744073709551615\n");
-    cr_assert_eq(tm_trace_profile(t)->weights[0], UINT64_MAX);
+    /* 2^63 - 1 still fits: pprof and speedscope write counts as int64. */
+    tm_trace *t = parse_folded("a 9223372036854775807\n");
+    cr_assert_eq(tm_trace_profile(t)->weights[0], (uint64_t)INT64_MAX);
     tm_trace_free(t);
+    expect_error("a 9223372036854775808\n", NULL, TM_ERR_MALFORMED, 0, "count past 2^63 - 1");
+    expect_error("a 9223372036854775807\nb 1\n", NULL, TM_ERR_MALFORMED, 22, "line 2: the counts add up");
+}
+
+/* Text that is folded stacks with a malformed count is detected as folded
+ * (it used to reach the Perfetto decoder: "unsupported wire type") and the
+ * error names the folded problem and its line. */
+Test(folded_in, malformed_counts_are_detected_as_folded) {
+    static const struct {
+        const char *text;
+        size_t offset;
+        const char *message;
+    } cases[] = {
+        {"main;foo 3.5\n", 0, "folded line 1: the count is not a whole number"},
+        {"main;foo\t3\n", 0, "folded line 1: a tab before the count"},
+        {"# profile\nmain;foo -3\n", 10, "folded line 2: negative count"},
+        {"main;foo 99999999999999999999\n", 0, "folded line 1: count past 2^63 - 1"},
+        {"main;foo 9223372036854775808\n", 0, "folded line 1: count past 2^63 - 1"},
+        {"main;foo 3\nmain;bar 1e3\n", 11, "folded line 2: the count is not a decimal number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t len = strlen(cases[i].text);
+        cr_expect_eq(tm_input_detect(cases[i].text, len), TM_INPUT_FOLDED, "%s", cases[i].text);
+        tm_trace *t = NULL;
+        tm_error err;
+        cr_expect_eq(tm_trace_parse(cases[i].text, len, NULL, &t, &err), TM_ERR_MALFORMED, "%s", cases[i].text);
+        cr_expect_eq(err.offset, cases[i].offset, "%s: offset %llu", cases[i].text, (unsigned long long)err.offset);
+        cr_expect(strstr(err.message, cases[i].message), "%s: %s", cases[i].text, err.message);
+    }
+}
+
+Test(folded_in, byte_order_mark_is_skipped) {
+    const char text[] = "\xef\xbb\xbfmain;foo 3\nmain 1\n";
+    cr_assert_eq(tm_input_detect(text, sizeof text - 1), TM_INPUT_FOLDED);
+    tm_trace *t = parse(text, sizeof text - 1);
+    char *out = folded(t, NULL);
+    cr_expect_str_eq(out, "main 1\nmain;foo 3\n");
+    free(out);
+    tm_trace_free(t);
+    /* offsets still count the mark */
+    expect_error("\xef\xbb\xbfmain;foo x\n", NULL, TM_ERR_MALFORMED, 3, "line 1");
 }
 
 Test(folded_in, limits_are_enforced) {

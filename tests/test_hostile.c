@@ -1291,7 +1291,7 @@ static int parse_expect(const char *s, expectation *x, char *why, size_t cap) {
     if (colon) *colon = 0, snprintf(x->counters, sizeof x->counters, "%s", colon + 1);
     char *slash = strchr(head, '/');
     if (slash) *slash = 0, snprintf(x->reason, sizeof x->reason, "%s", slash + 1);
-    for (int st = TM_OK; st <= TM_ERR_REJECTED; st++)
+    for (int st = TM_OK; st <= TM_ERR_EMPTY; st++)
         if (strcmp(head, st == TM_OK ? "OK" : tm_status_str((tm_status)st)) == 0) {
             x->status = (tm_status)st;
             return 1;
@@ -1303,7 +1303,7 @@ static int parse_expect(const char *s, expectation *x, char *why, size_t cap) {
 /* A failing call must report itself: err.code is the status, a message. */
 static int clean_error(tm_status st, const tm_error *err, const char *what, char *why, size_t cap) {
     if (st == TM_OK) return 1;
-    if (st > TM_ERR_REJECTED || err->code != st || !memchr(err->message, 0, sizeof err->message) ||
+    if (st > TM_ERR_EMPTY || err->code != st || !memchr(err->message, 0, sizeof err->message) ||
         !err->message[0]) {
         snprintf(why, cap, "%s: status %d with err.code %d and message \"%.60s\"", what, (int)st, (int)err->code,
                  err->message);

@@ -929,7 +929,8 @@ static void mutation_loop(tm_mode mode, uint64_t seed, int iterations) {
         tm_status st = tm_trace_parse(copy, cur.len, &o, &tr, &err);
         if (st != TM_OK) {
             failed++;
-            cr_assert(st == TM_ERR_TRUNCATED || st == TM_ERR_MALFORMED || st == TM_ERR_LIMIT,
+            cr_assert(st == TM_ERR_TRUNCATED || st == TM_ERR_MALFORMED || st == TM_ERR_LIMIT ||
+                          (st == TM_ERR_EMPTY && cur.len == 0),
                       "[%s] iteration %d: unexpected %s (%s)", mode_name(mode), it, tm_status_str(st),
                       err.message);
             cr_assert_null(tr);
@@ -939,7 +940,9 @@ static void mutation_loop(tm_mode mode, uint64_t seed, int iterations) {
                           (unsigned long long)err.offset);
             if (mode == TM_MODE_RELAY) {
                 cr_assert_not_null(err.reason, "iteration %d", it);
-                const char *want = st == TM_ERR_LIMIT ? "ExceedSizeLimit" : "InvalidSampledProfile";
+                const char *want = st == TM_ERR_LIMIT   ? "ExceedSizeLimit"
+                                   : st == TM_ERR_EMPTY ? "NotEnoughSamples"
+                                                        : "InvalidSampledProfile";
                 cr_assert_str_eq(err.reason, want);
             }
         } else {

@@ -648,6 +648,76 @@ Test(pprof, fixed_period) {
     tb_free(&t);
 }
 
+/* CPU time per thread_id label. */
+static void cpu_by_thread(const d_profile *d, int64_t cpu[2], const int64_t tids[2]) {
+    cpu[0] = cpu[1] = 0;
+    for (size_t i = 0; i < d->n_samples; i++) {
+        const d_label *l = label(d, &d->samples[i], "thread_id");
+        cr_assert_not_null(l);
+        for (int k = 0; k < 2; k++)
+            if ((int64_t)l->num == tids[k]) cpu[k] += d->samples[i].values[1];
+    }
+}
+
+/* A thread's period comes from its own gaps only when it has enough of
+ * them, and its CPU time never exceeds its span: tid 43 with two samples
+ * 800 ms apart was 1.6 s of CPU in a 1 s profile. */
+Test(pprof, inferred_periods_keep_cpu_time_within_each_thread_span) {
+    smp s[1002];
+    size_t n = 0;
+    for (int i = 0; i < 1000; i++) s[n++] = (smp){BOOT0 + (uint64_t)i * 1000000, 42, CS_MAIN_FOO};
+    s[n++] = (smp){BOOT0 + 100000000 + 500, 43, CS_NATIVE};
+    s[n++] = (smp){BOOT0 + 900000000 + 500, 43, CS_NATIVE};
+    /* samples in time order, as a trace holds them */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && s[j - 1].ts > s[j].ts; j--) {
+            smp tmp = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = tmp;
+        }
+    tb_buf t = {0};
+    build_trace(&t, s, n);
+    tm_trace *tr = parse(&t);
+    d_profile d;
+    write_and_decode(tr, NULL, &d);
+    cr_assert_eq(d.period, 1000000);
+    int64_t cpu[2];
+    const int64_t tids[2] = {42, 43};
+    cpu_by_thread(&d, cpu, tids);
+    cr_expect_eq(cpu[0], 1000 * 1000000ll, "tid 42: its own 1 ms period");
+    cr_expect_eq(cpu[1], 2 * 1000000ll, "tid 43: too few gaps, the whole trace's 1 ms: %lld", (long long)cpu[1]);
+    int says = 0;
+    for (size_t i = 0; i < d.n_comments; i++)
+        says |= strstr(str_at(&d, d.comments[i]), "1 threads the median of their own gaps, 1 (fewer than 8 gaps)") !=
+                NULL;
+    cr_expect(says, "the comment says how each period was obtained");
+    free_profile(&d);
+    tm_trace_free(tr);
+    tb_free(&t);
+
+    /* tid 42 samples in bursts: 5 gaps of 100 ms, 4 of 1 ms -> median
+     * 100 ms, but 10 samples span only 504 ms: lowered to the mean gap. */
+    n = 0;
+    uint64_t ts = BOOT0;
+    for (int i = 0; i < 10; i++) {
+        s[n++] = (smp){ts, 42, CS_MAIN_FOO};
+        ts += i < 5 ? 100000000 : 1000000;
+    }
+    t = (tb_buf){0};
+    build_trace(&t, s, n);
+    tr = parse(&t);
+    write_and_decode(tr, NULL, &d);
+    cpu_by_thread(&d, cpu, tids);
+    cr_expect_leq(cpu[0], 504000000ll + d.period, "tid 42: %lld ns of CPU in a 504 ms span", (long long)cpu[0]);
+    says = 0;
+    for (size_t i = 0; i < d.n_comments; i++)
+        says |= strstr(str_at(&d, d.comments[i]), "1 lowered to their mean gap") != NULL;
+    cr_expect(says, "the comment says the period was lowered");
+    free_profile(&d);
+    tm_trace_free(tr);
+    tb_free(&t);
+}
+
 Test(pprof, unnamed_thread_without_unix_time) {
     /* no clock snapshot: timestamps stay in trace time; tid 50 is unnamed */
     tb_buf t = {0};

@@ -61,7 +61,8 @@ static run_result run_with_input(const char *input, const char *fmt, ...) {
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     char *in = temp_file(input), *out = temp_file(NULL), *err = temp_file(NULL);
-    snprintf(cmd, sizeof cmd, "%s %s <%s >%s 2>%s", TM_CLI, args, in, out, err);
+    /* stdin first, so that a redirection in args overrides it */
+    snprintf(cmd, sizeof cmd, "%s <%s %s >%s 2>%s", TM_CLI, in, args, out, err);
     int st = system(cmd);
     run_result r;
     r.code = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

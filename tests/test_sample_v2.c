@@ -444,10 +444,12 @@ Test(meta, invalid_metadata_is_rejected_as_InvalidJson) {
     tb_free(&t);
 }
 
-/* expand_perfetto reads the metadata before it converts (§1.1): an empty
- * trace with bad metadata is InvalidJson, not NotEnoughSamples. */
+/* expand_perfetto reads the metadata before it converts (§1.1): a trace
+ * without samples (one empty packet) with bad metadata is InvalidJson, not
+ * NotEnoughSamples. */
 Test(meta, metadata_is_checked_before_the_samples) {
     tb_buf t = {0};
+    tb_close(&t, tb_packet_open(&t, 1, 0, 0));
     tu_membuf out = {0};
     tm_error err;
     tm_status st = convert(&t, TM_MODE_RELAY, "{\"version\":\"2\"}", &out, &err);

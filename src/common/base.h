@@ -105,6 +105,12 @@ static inline size_t tm_utf8_seq(const uint8_t *p, const uint8_t *e) {
     return n + 1;
 }
 
+/* 3 when buf starts with a UTF-8 byte order mark (which editors on Windows
+ * put in front of text files), else 0. */
+static inline size_t tm_utf8_bom_len(const uint8_t *buf, size_t len) {
+    return len >= 3 && buf[0] == 0xef && buf[1] == 0xbb && buf[2] == 0xbf ? 3 : 0;
+}
+
 static inline int tm_utf8_valid(tm_bytes b) {
     const uint8_t *p = b.data, *e = b.data + b.len;
     while (p < e) {

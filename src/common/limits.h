@@ -22,6 +22,8 @@
 #define TM_RELAY_MAX_CHUNK_NS 66000000000ull  /* MAX_PROFILE_CHUNK_DURATION: 60 s + slack */
 #define TM_RELAY_MAX_WORK_BYTES (15ull << 20)   /* the hardened converter's intern-table budget */
 #define TM_RELAY_MAX_RESULT_BYTES (40ull << 20) /* and its result budget */
+#define TM_RELAY_MAX_INPUT_BYTES (50ull << 20)  /* Relay's limits.max_profile_size (50 MiB): the
+                                                    largest profile chunk item it accepts */
 
 /* Generous (CLI) preset. */
 #define TM_CLI_MAX_SAMPLES 1000000000ull      /* 10x the 1e8-sample target */
@@ -35,6 +37,7 @@
 #define TM_CLI_MAX_CHUNK_NS UINT64_MAX        /* no chunk duration limit */
 #define TM_CLI_MAX_WORK_BYTES (4ull << 30)    /* 1e8 interned entries fit */
 #define TM_CLI_MAX_RESULT_BYTES (16ull << 30) /* 1e8 samples and their sort need ~5 GiB */
+#define TM_CLI_MAX_INPUT_BYTES (4ull << 30)   /* stdin or a device is read into memory up to this */
 
 /* Fixed internal ceilings. */
 #define TM_MAX_CLOCKS 256u            /* distinct clock ids in snapshots */

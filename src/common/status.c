@@ -18,6 +18,7 @@ const char *tm_status_str(tm_status st) {
     case TM_ERR_IO: return "TM_ERR_IO";
     case TM_ERR_INVALID_ARG: return "TM_ERR_INVALID_ARG";
     case TM_ERR_REJECTED: return "TM_ERR_REJECTED";
+    case TM_ERR_EMPTY: return "TM_ERR_EMPTY";
     }
     return "TM_ERR_UNKNOWN";
 }

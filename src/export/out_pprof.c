@@ -160,6 +160,7 @@ typedef struct pprof_writer {
     tm_mem *mem;
     uint8_t *sel;
     int64_t *period, overall_period;
+    tm_period_sources period_sources;
     tm_frame_labels labels;
     tm_arena arena; /* build-id hex strings */
     strtab strings;
@@ -183,7 +184,7 @@ typedef struct pprof_writer {
     uint8_t *chunk;
     out_stream out;
     tm_pbw w;
-    char comment_period[160], comment_time[96];
+    char comment_period[400], comment_time[96];
 } pprof_writer;
 
 static void writer_release(pprof_writer *x) {
@@ -609,8 +610,11 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
                  p->untimed ? "input without timestamps" : "no thread has two samples");
     else
         snprintf(x->comment_period, sizeof x->comment_period,
-                 "period: %lld ns, inferred as the median gap between samples (per thread for cpu values)",
-                 (long long)x->overall_period);
+                 "period: %lld ns, inferred as the median gap between samples of the whole trace; cpu values use "
+                 "a period per thread: %zu threads the median of their own gaps, %zu (fewer than %d gaps) the "
+                 "whole trace's; %zu lowered to their mean gap, so that no thread's time exceeds its span",
+                 (long long)x->overall_period, x->period_sources.own, x->period_sources.overall,
+                 TM_OWN_PERIOD_MIN_GAPS, x->period_sources.capped);
     snprintf(x->comment_time, sizeof x->comment_time, "timestamp_ns: %s",
              p->untimed ? "absent (input without timestamps)"
              : p->n_realtime ? "Unix time" : "trace time (the trace has no realtime clock)");
@@ -636,7 +640,8 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
 
 static tm_status setup(pprof_writer *x, const tm_pprof_options *opts) {
     const tm_profile *p = x->p;
-    if (tm_thread_periods(p, x->sel, opts ? opts->period_ns : 0, &x->period, &x->overall_period) != TM_OK)
+    if (tm_thread_periods(p, x->sel, opts ? opts->period_ns : 0, true, &x->period, &x->overall_period,
+                          &x->period_sources) != TM_OK)
         return TM_ERR_NOMEM;
     x->threads = tm_mem_alloc(x->mem, (p->n_threads + 1) * sizeof *x->threads);
     x->stack_off = tm_mem_alloc(x->mem, (p->n_stacks + 1) * sizeof *x->stack_off);

@@ -474,6 +474,195 @@ tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
     return st;
 }
 
+/* Relay's converter errors, in its order, before anything is written. */
+static tm_status check_converter(const tm_profile *p, tm_error *err) {
+    if (p->n_samples == 0) return REJECT(err, "NotEnoughSamples", "the trace has no samples that resolve to a callstack");
+    if (p->relay_compat && !p->has_relay_offset)
+        return REJECT(err, "InvalidSampledProfile", "no ClockSnapshot holds both BOOTTIME and REALTIME");
+    if (!p->relay_compat && !p->n_realtime)
+        return REJECT(err, "InvalidSampledProfile",
+                      "no ClockSnapshot relates the trace clock to REALTIME, so Unix times are unknown");
+    return TM_OK;
+}
+
+/* The samples that are written: Sample v2's normalisation. */
+typedef struct selection {
+    uint8_t *drop_thread; /* per thread */
+    uint32_t *count;      /* per thread: samples written */
+    int64_t first, last;  /* times of the first and last written sample */
+} selection;
+
+static void selection_release(const tm_profile *p, selection *sel) {
+    tm_mem_free(p->mem, sel->drop_thread, p->n_threads + 1);
+    tm_mem_free(p->mem, sel->count, (p->n_threads + 1) * sizeof *sel->count);
+}
+
+static tm_status select_samples(const tm_profile *p, int remove_single_samples, selection *sel, tm_error *err) {
+    sel->drop_thread = tm_mem_alloc(p->mem, p->n_threads + 1);
+    sel->count = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *sel->count);
+    if (!sel->drop_thread || !sel->count) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    memset(sel->drop_thread, 0, p->n_threads + 1);
+    memset(sel->count, 0, (p->n_threads + 1) * sizeof *sel->count);
+    if (remove_single_samples) {
+        for (size_t i = 0; i < p->n_samples; i++)
+            if (p->stacks[p->samples[i].stack].len) sel->count[p->samples[i].thread]++;
+        size_t kept = 0;
+        for (size_t i = 0; i < p->n_threads; i++) sel->drop_thread[i] = sel->count[i] <= 1;
+        for (size_t i = 0; i < p->n_samples; i++) kept += !sel->drop_thread[p->samples[i].thread];
+        if (!kept) return REJECT(err, "NotEnoughSamples", "no thread has more than one non-empty sample");
+        memset(sel->count, 0, (p->n_threads + 1) * sizeof *sel->count);
+    }
+    int any = 0;
+    for (size_t i = 0; i < p->n_samples; i++) {
+        const tm_prof_sample *s = &p->samples[i];
+        if (sel->drop_thread[s->thread]) continue;
+        sel->count[s->thread]++;
+        if (!any) sel->first = s->ts, any = 1;
+        sel->last = s->ts;
+    }
+    return TM_OK;
+}
+
+static tm_status check_duration(const tm_profile *p, const selection *sel, tm_error *err) {
+    int relay = p->relay_compat;
+    /* Relay measures the span on the written (ms-rounded) f64 seconds. */
+    double span = relay ? relay_seconds(p, sel->last) - relay_seconds(p, sel->first)
+                        : (double)(sel->last - sel->first) / 1e9;
+    int too_long = relay ? span > (double)p->max_chunk_duration_ns / 1e9
+                         : (uint64_t)(sel->last - sel->first) > p->max_chunk_duration_ns;
+    if (too_long)
+        return REJECT(err, "DurationIsTooLong", "samples span %.3f s, more than the %.3f s a chunk may last", span,
+                      (double)p->max_chunk_duration_ns / 1e9);
+    return TM_OK;
+}
+
+/* The chunk's fields before "profile": merged metadata and debug images. */
+static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m, tm_error *err) {
+    if (m->root) {
+        if (m->measurements && json_object_size(m->measurements))
+            TM_TRY(write_measurements(w, p->mem, m->measurements, err));
+        tm_jw_lit(w, "\"chunk_id\":\"");
+        tm_jw_raw(w, m->chunk_id, 32);
+        tm_jw_lit(w, "\",\"profiler_id\":\"");
+        tm_jw_raw(w, m->profiler_id, 32);
+        tm_jw_lit(w, "\",");
+    }
+    size_t n_meta_images = m->images ? json_array_size(m->images) : 0;
+    if (n_meta_images || count_images(p)) {
+        tm_jw_lit(w, "\"debug_meta\":{\"images\":[");
+        for (size_t i = 0; i < n_meta_images; i++) {
+            if (i) tm_jw_char(w, ',');
+            write_meta_image(w, json_array_get(m->images, i));
+        }
+        write_images(w, p, n_meta_images > 0);
+        tm_jw_lit(w, "]},");
+    }
+    if (m->environment) {
+        tm_jw_lit(w, "\"environment\":");
+        write_json_value(w, m->environment);
+        tm_jw_char(w, ',');
+    }
+    tm_jw_lit(w, "\"platform\":");
+    if (m->root) write_json_value(w, m->platform);
+    else {
+        int java = 0;
+        for (size_t i = 0; i < p->n_frames && !java; i++) java = (p->frames[i].flags & TM_FRAME_JAVA) != 0;
+        tm_jw_cstr(w, java ? "android" : "native");
+    }
+    tm_jw_char(w, ',');
+    if (m->content_type) {
+        tm_jw_lit(w, "\"content_type\":");
+        write_json_value(w, m->content_type);
+        tm_jw_char(w, ',');
+    }
+    if (m->root) {
+        tm_jw_lit(w, "\"release\":");
+        if (m->release) write_json_value(w, m->release);
+        else tm_jw_lit(w, "null");
+        tm_jw_lit(w, ",\"client_sdk\":{\"name\":");
+        write_json_value(w, json_object_get(m->client_sdk, "name"));
+        tm_jw_lit(w, ",\"version\":");
+        write_json_value(w, json_object_get(m->client_sdk, "version"));
+        tm_jw_lit(w, "},");
+    }
+    return TM_OK;
+}
+
+static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m) {
+    tm_jw_lit(w, "],\"stacks\":[");
+    for (size_t i = 0; i < p->n_stacks; i++) {
+        const tm_prof_stack *sk = &p->stacks[i];
+        if (i) tm_jw_char(w, ',');
+        tm_jw_char(w, '[');
+        for (uint32_t j = 0; j < sk->len; j++) {
+            if (j) tm_jw_char(w, ',');
+            tm_jw_u64(w, p->frame_ids[sk->off + j]);
+        }
+        tm_jw_char(w, ']');
+    }
+    tm_jw_lit(w, "],\"frames\":[");
+    uint64_t addr_mask = json_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
+    for (size_t i = 0; i < p->n_frames; i++) {
+        if (i) tm_jw_char(w, ',');
+        write_frame(w, &p->frames[i], addr_mask);
+    }
+    tm_jw_char(w, ']');
+}
+
+/* thread_metadata, of the threads that kept samples: Relay names only the
+ * first observed pid "main"; the default mode names every thread, sorted
+ * by tid. */
+static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint32_t *count, tm_error *err) {
+    if (p->relay_compat) {
+        uint32_t th = TM_ABSENT;
+        for (size_t i = 0; p->has_relay_pid && i < p->n_threads; i++)
+            if (p->threads[i].tid == p->relay_observed_pid && count[i]) th = (uint32_t)i;
+        if (th != TM_ABSENT) {
+            tm_jw_lit(w, ",\"thread_metadata\":{");
+            write_thread_key(w, p->threads[th].tid);
+            tm_jw_lit(w, ":{\"name\":\"main\"}}");
+        }
+        return TM_OK;
+    }
+    tid_index *order = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *order);
+    if (!order) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_threads; i++) {
+        const tm_prof_thread *th = &p->threads[i];
+        if (count[i] && (th->name_prio || (th->pid && th->tid == th->pid))) {
+            order[n].tid = th->tid;
+            order[n++].index = (uint32_t)i;
+        }
+    }
+    if (n) {
+        qsort(order, n, sizeof *order, cmp_tid);
+        tm_jw_lit(w, ",\"thread_metadata\":{");
+        for (size_t i = 0; i < n; i++) {
+            const tm_prof_thread *th = &p->threads[order[i].index];
+            if (i) tm_jw_char(w, ',');
+            write_thread_key(w, th->tid);
+            tm_jw_lit(w, ":{\"name\":");
+            if (th->pid && th->tid == th->pid) tm_jw_lit(w, "\"main\"");
+            else tm_jw_str(w, th->name);
+            tm_jw_char(w, '}');
+        }
+        tm_jw_char(w, '}');
+    }
+    tm_mem_free(p->mem, order, (p->n_threads + 1) * sizeof *order);
+    return TM_OK;
+}
+
+static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const selection *sel, tm_error *err) {
+    tm_jw_char(w, '{');
+    TM_TRY(write_chunk_fields(w, p, m, err));
+    tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
+    TM_TRY(write_samples(w, p, sel->drop_thread, err));
+    write_stacks_and_frames(w, p, m);
+    TM_TRY(write_thread_metadata(w, p, sel->count, err));
+    tm_jw_lit(w, "}}");
+    return TM_OK;
+}
+
 tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts, const tm_sink *out,
                              tm_error *err) {
     static const tm_sample_v2_options no_opts;
@@ -483,183 +672,25 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     const tm_profile *p = tm_trace_profile(t);
     if (p->untimed)
         return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "folded stacks have no timestamps, which Sample v2 needs");
-    int relay = p->relay_compat;
     meta m;
     memset(&m, 0, sizeof m);
+    selection sel;
+    memset(&sel, 0, sizeof sel);
+    tm_jw *w = NULL;
     tm_status st = TM_OK;
     if (opts->meta_json) st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
-
-    /* Converter errors, in Relay's order. */
-    if (st == TM_OK && p->n_samples == 0)
-        st = REJECT(err, "NotEnoughSamples", "the trace has no samples that resolve to a callstack");
-    if (st == TM_OK && relay && !p->has_relay_offset)
-        st = REJECT(err, "InvalidSampledProfile", "no ClockSnapshot holds both BOOTTIME and REALTIME");
-    if (st == TM_OK && !relay && !p->n_realtime)
-        st = REJECT(err, "InvalidSampledProfile",
-                    "no ClockSnapshot relates the trace clock to REALTIME, so Unix times are unknown");
-
-    /* Normalisation: which samples are kept. */
-    uint8_t *drop_thread = NULL;
-    uint32_t *count = NULL;
-    size_t kept = p->n_samples;
-    if (st == TM_OK) {
-        drop_thread = tm_mem_alloc(p->mem, p->n_threads + 1);
-        count = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *count);
-        if (!drop_thread || !count) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-        else {
-            memset(drop_thread, 0, p->n_threads + 1);
-            memset(count, 0, (p->n_threads + 1) * sizeof *count);
-        }
-    }
-    if (st == TM_OK && opts->remove_single_samples) {
-        for (size_t i = 0; i < p->n_samples; i++)
-            if (p->stacks[p->samples[i].stack].len) count[p->samples[i].thread]++;
-        kept = 0;
-        for (size_t i = 0; i < p->n_threads; i++) drop_thread[i] = count[i] <= 1;
-        for (size_t i = 0; i < p->n_samples; i++) kept += !drop_thread[p->samples[i].thread];
-        if (!kept) st = REJECT(err, "NotEnoughSamples", "no thread has more than one non-empty sample");
-    }
-    int64_t first = 0, last = 0;
-    if (st == TM_OK) {
-        int any = 0;
-        memset(count, 0, (p->n_threads + 1) * sizeof *count);
-        for (size_t i = 0; i < p->n_samples; i++) {
-            const tm_prof_sample *s = &p->samples[i];
-            if (drop_thread[s->thread]) continue;
-            count[s->thread]++;
-            if (!any) first = s->ts, any = 1;
-            last = s->ts;
-        }
-    }
-    if (st == TM_OK) {
-        /* Relay measures the span on the written (ms-rounded) f64 seconds. */
-        double span = relay ? relay_seconds(p, last) - relay_seconds(p, first) : (double)(last - first) / 1e9;
-        int too_long = relay ? span > (double)p->max_chunk_duration_ns / 1e9
-                             : (uint64_t)(last - first) > p->max_chunk_duration_ns;
-        if (too_long)
-            st = REJECT(err, "DurationIsTooLong", "samples span %.3f s, more than the %.3f s a chunk may last",
-                        span, (double)p->max_chunk_duration_ns / 1e9);
-    }
-
-    tm_jw *w = NULL;
-    if (st == TM_OK) {
-        w = tm_mem_alloc(p->mem, sizeof *w);
-        if (!w) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    }
+    if (st == TM_OK) st = check_converter(p, err);
+    if (st == TM_OK) st = select_samples(p, opts->remove_single_samples, &sel, err);
+    if (st == TM_OK) st = check_duration(p, &sel, err);
+    if (st == TM_OK && !(w = tm_mem_alloc(p->mem, sizeof *w))) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     if (st == TM_OK) {
         tm_jw_init(w, out);
-        tm_jw_char(w, '{');
-        if (m.root) {
-            if (m.measurements && json_object_size(m.measurements)) st = write_measurements(w, p->mem, m.measurements, err);
-            tm_jw_lit(w, "\"chunk_id\":\"");
-            tm_jw_raw(w, m.chunk_id, 32);
-            tm_jw_lit(w, "\",\"profiler_id\":\"");
-            tm_jw_raw(w, m.profiler_id, 32);
-            tm_jw_lit(w, "\",");
-        }
-        size_t n_meta_images = m.images ? json_array_size(m.images) : 0;
-        if (n_meta_images || count_images(p)) {
-            tm_jw_lit(w, "\"debug_meta\":{\"images\":[");
-            for (size_t i = 0; i < n_meta_images; i++) {
-                if (i) tm_jw_char(w, ',');
-                write_meta_image(w, json_array_get(m.images, i));
-            }
-            write_images(w, p, n_meta_images > 0);
-            tm_jw_lit(w, "]},");
-        }
-        if (m.environment) {
-            tm_jw_lit(w, "\"environment\":");
-            write_json_value(w, m.environment);
-            tm_jw_char(w, ',');
-        }
-        tm_jw_lit(w, "\"platform\":");
-        if (m.root) write_json_value(w, m.platform);
-        else {
-            int java = 0;
-            for (size_t i = 0; i < p->n_frames && !java; i++) java = (p->frames[i].flags & TM_FRAME_JAVA) != 0;
-            tm_jw_cstr(w, java ? "android" : "native");
-        }
-        tm_jw_char(w, ',');
-        if (m.content_type) {
-            tm_jw_lit(w, "\"content_type\":");
-            write_json_value(w, m.content_type);
-            tm_jw_char(w, ',');
-        }
-        if (m.root) {
-            tm_jw_lit(w, "\"release\":");
-            if (m.release) write_json_value(w, m.release);
-            else tm_jw_lit(w, "null");
-            tm_jw_lit(w, ",\"client_sdk\":{\"name\":");
-            write_json_value(w, json_object_get(m.client_sdk, "name"));
-            tm_jw_lit(w, ",\"version\":");
-            write_json_value(w, json_object_get(m.client_sdk, "version"));
-            tm_jw_lit(w, "},");
-        }
-        tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
-        st = write_samples(w, p, drop_thread, err);
-        tm_jw_lit(w, "],\"stacks\":[");
-        for (size_t i = 0; i < p->n_stacks; i++) {
-            const tm_prof_stack *sk = &p->stacks[i];
-            if (i) tm_jw_char(w, ',');
-            tm_jw_char(w, '[');
-            for (uint32_t j = 0; j < sk->len; j++) {
-                if (j) tm_jw_char(w, ',');
-                tm_jw_u64(w, p->frame_ids[sk->off + j]);
-            }
-            tm_jw_char(w, ']');
-        }
-        tm_jw_lit(w, "],\"frames\":[");
-        uint64_t addr_mask = json_str_is(m.platform, "cocoa") ? COCOA_ADDR_MASK
-                                                                                              : UINT64_MAX;
-        for (size_t i = 0; i < p->n_frames; i++) {
-            if (i) tm_jw_char(w, ',');
-            write_frame(w, &p->frames[i], addr_mask);
-        }
-        tm_jw_char(w, ']');
-        /* thread_metadata: only threads that kept samples. */
-        if (relay) {
-            uint32_t th = TM_ABSENT;
-            for (size_t i = 0; p->has_relay_pid && i < p->n_threads; i++)
-                if (p->threads[i].tid == p->relay_observed_pid && count[i]) th = (uint32_t)i;
-            if (th != TM_ABSENT) {
-                tm_jw_lit(w, ",\"thread_metadata\":{");
-                write_thread_key(w, p->threads[th].tid);
-                tm_jw_lit(w, ":{\"name\":\"main\"}}");
-            }
-        } else {
-            tid_index *order = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *order);
-            size_t n = 0;
-            if (!order) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-            for (size_t i = 0; order && i < p->n_threads; i++) {
-                const tm_prof_thread *th = &p->threads[i];
-                if (count[i] && (th->name_prio || (th->pid && th->tid == th->pid))) {
-                    order[n].tid = th->tid;
-                    order[n++].index = (uint32_t)i;
-                }
-            }
-            if (n) {
-                qsort(order, n, sizeof *order, cmp_tid);
-                tm_jw_lit(w, ",\"thread_metadata\":{");
-                for (size_t i = 0; i < n; i++) {
-                    const tm_prof_thread *th = &p->threads[order[i].index];
-                    if (i) tm_jw_char(w, ',');
-                    write_thread_key(w, th->tid);
-                    tm_jw_lit(w, ":{\"name\":");
-                    if (th->pid && th->tid == th->pid) tm_jw_lit(w, "\"main\"");
-                    else tm_jw_str(w, th->name);
-                    tm_jw_char(w, '}');
-                }
-                tm_jw_char(w, '}');
-            }
-            tm_mem_free(p->mem, order, (p->n_threads + 1) * sizeof *order);
-        }
-        tm_jw_lit(w, "}}");
+        st = write_chunk(w, p, &m, &sel, err);
         tm_status wst = tm_jw_finish(w);
         if (st == TM_OK && wst != TM_OK) st = tm_fail(err, wst, 0, NULL, "writing the output failed");
     }
     tm_mem_free(p->mem, w, sizeof *w);
-    tm_mem_free(p->mem, drop_thread, p->n_threads + 1);
-    tm_mem_free(p->mem, count, (p->n_threads + 1) * sizeof *count);
+    selection_release(p, &sel);
     if (m.root) json_decref(m.root);
     return tm_trace_budget_status(t, st, err);
 }

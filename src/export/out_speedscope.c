@@ -239,7 +239,7 @@ tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *op
     tm_arena_init(&w.ar, p->mem);
     TM_TRY(tm_thread_select(p, opts ? &opts->threads : NULL, &w.sel, err));
     int64_t overall;
-    tm_status st = tm_thread_periods(p, w.sel, opts ? opts->period_ns : 0, &w.period, &overall);
+    tm_status st = tm_thread_periods(p, w.sel, opts ? opts->period_ns : 0, false, &w.period, &overall, NULL);
     if (st == TM_OK) st = group_samples(&w);
     if (st == TM_OK) st = number_frames(&w);
     if (st == TM_OK) st = render_stacks(&w);

@@ -124,7 +124,7 @@ void tm_frame_labels_release(const tm_profile *p, tm_frame_labels *l) {
 #define GAPS_KEPT 64
 
 typedef struct gap_state {
-    int64_t last_ts;
+    int64_t first_ts, last_ts;
     uint64_t seen;   /* samples seen so far */
     uint64_t total;  /* samples of the thread */
     uint32_t kept;
@@ -141,9 +141,12 @@ static int64_t median(int64_t *v, size_t n) {
     return v[n / 2];
 }
 
-tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fixed_ns, int64_t **per_thread,
-                            int64_t *overall) {
+tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fixed_ns, bool within_span,
+                            int64_t **per_thread, int64_t *overall, tm_period_sources *how) {
     size_t nt = p->n_threads;
+    tm_period_sources ignored;
+    if (!how) how = &ignored;
+    memset(how, 0, sizeof *how);
     *per_thread = tm_mem_alloc(p->mem, (nt + 1) * sizeof **per_thread);
     if (!*per_thread) return TM_ERR_NOMEM;
     if (fixed_ns > 0 || p->untimed) {
@@ -173,6 +176,7 @@ tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fix
             if (gap_no % stride == 0 && g->kept < GAPS_KEPT && s->ts > g->last_ts)
                 gaps[(size_t)s->thread * GAPS_KEPT + g->kept++] = s->ts - g->last_ts;
         }
+        if (!g->seen) g->first_ts = s->ts;
         g->last_ts = s->ts;
         g->seen++;
     }
@@ -183,8 +187,18 @@ tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fix
         for (uint32_t k = 0; k < gs[t].kept; k++) gaps[n_all++] = gaps[t * GAPS_KEPT + k];
     }
     *overall = median(gaps, n_all);
-    for (size_t t = 0; t < nt; t++)
-        if (!gs[t].kept) (*per_thread)[t] = *overall;
+    for (size_t t = 0; t < nt; t++) {
+        const gap_state *g = &gs[t];
+        int64_t *period = &(*per_thread)[t];
+        if (g->kept < TM_OWN_PERIOD_MIN_GAPS) *period = *overall;
+        if (g->seen) ++*(g->kept < TM_OWN_PERIOD_MIN_GAPS ? &how->overall : &how->own);
+        if (!within_span || g->seen < 2) continue;
+        int64_t mean_gap = (g->last_ts - g->first_ts) / (int64_t)(g->seen - 1);
+        if (*period > mean_gap) {
+            *period = mean_gap;
+            how->capped++;
+        }
+    }
     tm_mem_free(p->mem, gs, (nt + 1) * sizeof *gs);
     tm_mem_free(p->mem, gaps, (nt + 1) * GAPS_KEPT * sizeof *gaps);
     return TM_OK;

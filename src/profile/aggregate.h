@@ -49,14 +49,32 @@ void tm_frame_labels_release(const tm_profile *p, tm_frame_labels *l);
 
 /* ---- periods ---- */
 
+/* A thread's own median takes this many gaps: fewer are one pause or burst
+ * away from a wrong period (two samples 800 ms apart made a 1.6 s thread in
+ * a 1 s profile). */
+#define TM_OWN_PERIOD_MIN_GAPS 8
+
+/* How tm_thread_periods obtained the periods of the selected threads with
+ * samples. */
+typedef struct tm_period_sources {
+    size_t own;     /* the median of the thread's own gaps */
+    size_t overall; /* too few gaps of its own: the whole trace's median */
+    size_t capped;  /* lowered to the thread's mean gap (see below) */
+} tm_period_sources;
+
 /* Sampling period of each selected thread in ns: the median gap between
  * consecutive samples of the thread (up to 64 gaps, evenly spread, are
- * looked at, so memory is 64 entries per thread). A thread with fewer than
- * two samples gets the median over all threads; with no gaps anywhere
+ * looked at, so memory is 64 entries per thread) when it has at least
+ * TM_OWN_PERIOD_MIN_GAPS gaps, else the median over all threads' gaps.
+ * within_span: a thread's samples times its period never exceed its span
+ * (last - first sample, plus one period), so the period is at most the
+ * thread's mean gap (pprof, whose cpu values are samples times period;
+ * speedscope weighs each sample by its gap instead). With no gaps anywhere
  * every period is 0. fixed_ns > 0 skips the inference. *per_thread has
- * p->n_threads entries; free with tm_thread_periods_free. */
-tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fixed_ns, int64_t **per_thread,
-                            int64_t *overall);
+ * p->n_threads entries; free with tm_thread_periods_free. how (may be NULL)
+ * counts the threads by source. */
+tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fixed_ns, bool within_span,
+                            int64_t **per_thread, int64_t *overall, tm_period_sources *how);
 void tm_thread_periods_free(const tm_profile *p, int64_t *per_thread);
 
 /* ---- stack counts ---- */

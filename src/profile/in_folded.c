@@ -4,9 +4,11 @@
  * profile model, so every exporter also works on folded input.
  *
  * Lines end in LF or CRLF; blank lines and lines starting with '#' are
- * skipped; trailing blanks are ignored. The count is the decimal number
- * after the LAST space, so frame names may contain spaces; a line without
- * one is TM_ERR_MALFORMED at the line's byte offset. Frames are split on
+ * skipped; trailing blanks are ignored; a UTF-8 byte order mark is skipped.
+ * The count is the decimal number (below 2^63) after the LAST space, so
+ * frame names may contain spaces; a line without one, or with a count that
+ * is negative, fractional, too large or after a tab, is TM_ERR_MALFORMED at
+ * the line's byte offset, with its line number. Frames are split on
  * ';' (an empty name is a frame named ""); the text "[no frames]" alone is
  * an empty stack, as out_folded.c writes one.
  *
@@ -46,22 +48,45 @@ static tm_str line_at(const uint8_t *s, const uint8_t *end, const uint8_t **next
 
 static int is_sample_line(tm_str line) { return line.len && line.data[0] != '#'; }
 
-/* Splits "STACK COUNT" at the last space. Returns 0 when there is no
- * space or COUNT is not a decimal number that fits 64 bits. */
-static int split_count(tm_str line, tm_str *stack, uint64_t *count) {
-    size_t sp = line.len;
-    while (sp && line.data[sp - 1] != ' ') sp--;
-    if (!sp || sp == line.len) return 0;
+/* Where the count of a line starts: after its last blank (space or tab);
+ * 0 when the line has no blank. */
+static size_t count_start(tm_str line) {
+    size_t at = line.len;
+    while (at && line.data[at - 1] != ' ' && line.data[at - 1] != '\t') at--;
+    return at;
+}
+
+static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+int tm_folded_looks_like_sample(tm_str line) {
+    size_t at = count_start(line);
+    if (!at || at == line.len) return 0;
+    const uint8_t *c = line.data + at, *end = line.data + line.len;
+    if ((*c == '-' || *c == '+') && c + 1 < end) c++;
+    return is_digit(*c);
+}
+
+/* Splits "STACK COUNT" at the last blank. Returns NULL, or what is wrong
+ * with the count. Counts stay below 2^63 because pprof and speedscope
+ * write them as signed 64-bit numbers. */
+static const char *split_count(tm_str line, tm_str *stack, uint64_t *count) {
+    size_t at = count_start(line);
+    if (!at || at == line.len) return "expected \"frames COUNT\" (no count after the last space)";
+    if (line.data[at - 1] == '\t') return "a tab before the count (folded stacks separate it with a space)";
+    tm_str tok = {line.data + at, line.len - at};
+    if (tok.data[0] == '-') return "negative count";
     uint64_t v = 0;
-    for (size_t i = sp; i < line.len; i++) {
-        unsigned d = (unsigned)line.data[i] - '0';
-        if (d > 9 || v > (UINT64_MAX - d) / 10) return 0;
+    for (size_t i = 0; i < tok.len; i++) {
+        if (tok.data[i] == '.' && i && is_digit(tok.data[i - 1])) return "the count is not a whole number";
+        if (!is_digit(tok.data[i])) return "the count is not a decimal number";
+        unsigned d = (unsigned)tok.data[i] - '0';
+        if (v > ((uint64_t)INT64_MAX - d) / 10) return "count past 2^63 - 1";
         v = v * 10 + d;
     }
     stack->data = line.data;
-    stack->len = sp - 1;
+    stack->len = at - 1;
     *count = v;
-    return 1;
+    return NULL;
 }
 
 static tm_status fail_at(reader *r, tm_status code, tm_str line, size_t line_no, const char *what) {
@@ -137,14 +162,18 @@ static tm_status read_lines(reader *r, const uint8_t *buf, size_t len) {
     tm_str name = {(const uint8_t *)thread_name, sizeof thread_name - 1};
     tm_profile_name_thread(p, thread, name, 1);
     size_t line_no = 0;
+    uint64_t total = 0;
     for (const uint8_t *s = buf; s < end; s = next) {
         tm_str line = line_at(s, end, &next), stack;
         uint64_t count;
         uint32_t stack_id;
         line_no++;
         if (!is_sample_line(line)) continue;
-        if (!split_count(line, &stack, &count))
-            return fail_at(r, TM_ERR_MALFORMED, line, line_no, "expected \"frames COUNT\" (no count after the last space)");
+        const char *bad_count = split_count(line, &stack, &count);
+        if (bad_count) return fail_at(r, TM_ERR_MALFORMED, line, line_no, bad_count);
+        if (count > (uint64_t)INT64_MAX - total)
+            return fail_at(r, TM_ERR_MALFORMED, line, line_no, "the counts add up past 2^63 - 1");
+        total += count;
         TM_TRY(intern_stack(r, stack, line_no, &stack_id));
         p->weights[p->n_samples] = count;
         TM_TRY(tm_profile_add_sample(p, 0, stack_id, thread)); /* within cap: cannot fail */
@@ -160,7 +189,8 @@ tm_status tm_folded_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *
     r.err = err;
     tm_profile *p = &t->profile;
     p->untimed = 1;
-    tm_status st = read_lines(&r, buf, len);
+    size_t bom = tm_utf8_bom_len(buf, len); /* offsets still count it */
+    tm_status st = read_lines(&r, buf + bom, len - bom);
     tm_mem_free(&t->mem, r.ids, r.cap_ids * sizeof *r.ids);
     if (st != TM_OK) return st;
     p->stats.samples_kept = p->n_samples;

@@ -723,6 +723,7 @@ tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_erro
     r.len = len;
     r.last_thread = TM_ABSENT;
     tm_json_reader_init(&r.j, buf, len);
+    r.j.p += tm_utf8_bom_len(buf, len); /* offsets still count the byte order mark */
     /* A sample takes ~65 bytes of JSON: reserve for that (at most 2^24
      * samples up front) instead of regrowing from small. */
     size_t reserve = len / 64 < ((size_t)1 << 24) ? len / 64 : (size_t)1 << 24;

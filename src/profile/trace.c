@@ -1233,6 +1233,7 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
         out->max_chunk_duration_ns = TM_RELAY_MAX_CHUNK_NS;
         out->max_work_bytes = TM_RELAY_MAX_WORK_BYTES;
         out->max_result_bytes = TM_RELAY_MAX_RESULT_BYTES;
+        out->max_input_bytes = TM_RELAY_MAX_INPUT_BYTES;
     } else {
         out->max_samples = TM_CLI_MAX_SAMPLES;
         out->max_stack_depth = TM_CLI_MAX_STACK_DEPTH;
@@ -1245,6 +1246,7 @@ void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
         out->max_chunk_duration_ns = TM_CLI_MAX_CHUNK_NS;
         out->max_work_bytes = TM_CLI_MAX_WORK_BYTES;
         out->max_result_bytes = TM_CLI_MAX_RESULT_BYTES;
+        out->max_input_bytes = TM_CLI_MAX_INPUT_BYTES;
     }
 }
 
@@ -1307,19 +1309,14 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     if (!opts) opts = &defaults;
     if (!out || (!buf && len))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: NULL %s", out ? "buffer" : "out");
-    tm_input_format fmt = opts->input == TM_INPUT_AUTO ? tm_input_detect(buf, len) : opts->input;
-    if (!tm_input_format_name(fmt))
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)fmt);
-    if (fmt != TM_INPUT_PERFETTO && opts->mode == TM_MODE_RELAY)
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "Relay compatibility applies to Perfetto traces, not %s input",
-                       tm_input_format_name(fmt));
+    if (opts->input != TM_INPUT_AUTO && !tm_input_format_name(opts->input))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)opts->input);
     tm_mem mem;
     tm_mem_init(&mem, opts->alloc);
     tm_trace *t = tm_mem_alloc(&mem, sizeof *t);
     if (!t) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     memset(t, 0, sizeof *t);
     t->mem = mem;
-    t->input = fmt;
     tm_limits_resolve(opts, &t->limits);
     tm_mem_set_budget(&t->mem, &t->result_budget, t->limits.max_result_bytes);
     tm_arena_init(&t->arena, &t->mem);
@@ -1330,8 +1327,19 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
     t->profile.stats.bytes = len;
 
-    tm_status st;
-    if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
+    tm_status st = tm_input_open(&t->mem, buf, len, &t->limits, opts->mode == TM_MODE_RELAY, &t->source, err);
+    tm_input_format fmt = TM_INPUT_AUTO;
+    if (st == TM_OK) {
+        buf = t->source.bytes.data, len = t->source.bytes.len;
+        if (t->source.copy) t->profile.stats.bytes_decompressed = len;
+        fmt = opts->input == TM_INPUT_AUTO ? tm_input_detect(buf, len) : opts->input;
+        if (fmt != TM_INPUT_PERFETTO && opts->mode == TM_MODE_RELAY)
+            st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "Relay compatibility applies to Perfetto traces, not %s input",
+                         tm_input_format_name(fmt));
+    }
+    t->input = fmt;
+    if (st != TM_OK) {
+    } else if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
     else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
     else st = decode_perfetto(t, buf, len, opts, err);
     if (fmt != TM_INPUT_PERFETTO) st = tm_trace_budget_status(t, st, err);
@@ -1351,6 +1359,7 @@ void tm_trace_free(tm_trace *t) {
     tm_profile_release(&t->profile);
     tm_clocks_release(&t->clocks);
     tm_arena_release(&t->arena);
+    tm_input_close(&mem, &t->source);
     tm_mem_free(&mem, t, sizeof *t);
 }
 
@@ -1377,7 +1386,7 @@ tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
 static int is_blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /* Folded stacks: the first line that is neither blank nor a '#' comment is
- * printable text, a space and decimal digits. */
+ * printable UTF-8 text ending in a count (tm_folded_looks_like_sample). */
 static int looks_folded(const uint8_t *p, size_t len) {
     size_t start = 0;
     for (;;) {
@@ -1390,9 +1399,8 @@ static int looks_folded(const uint8_t *p, size_t len) {
         while (n > start && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
         while (start < n && (p[start] == ' ' || p[start] == '\t')) start++;
         if (n > start && p[start] != '#') {
-            size_t digits = 0;
-            while (start + digits < n && p[n - 1 - digits] >= '0' && p[n - 1 - digits] <= '9') digits++;
-            return digits && start + digits + 1 < n && p[n - 1 - digits] == ' ';
+            tm_str line = {p + start, n - start};
+            return tm_utf8_valid(line) && tm_folded_looks_like_sample(line);
         }
         if (end >= len) return 0;
         start = end + 1;
@@ -1402,6 +1410,8 @@ static int looks_folded(const uint8_t *p, size_t len) {
 tm_input_format tm_input_detect(const void *buf, size_t len) {
     const uint8_t *p = buf;
     if (!p || !len || p[0] == 0x0a) return TM_INPUT_PERFETTO;
+    size_t bom = tm_utf8_bom_len(p, len);
+    p += bom, len -= bom;
     size_t i = 0;
     while (i < len && is_blank(p[i])) i++;
     if (i < len && p[i] == '{') return TM_INPUT_SAMPLE_V2;

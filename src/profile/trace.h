@@ -11,6 +11,7 @@
 #include "common/alloc.h"   /* tm_mem, tm_arena */
 #include "perfetto/clock.h"   /* tm_clocks */
 #include "profile/profile.h" /* tm_profile */
+#include "wire/input.h"     /* tm_input */
 
 struct tm_trace {
     tm_mem mem;            /* counted against result_budget */
@@ -20,11 +21,17 @@ struct tm_trace {
     tm_clocks clocks;
     tm_limits limits;  /* resolved: preset, then the caller's overrides */
     tm_input_format input;
+    tm_input source;   /* the bytes decoded: string views point into them */
 };
 
 /* Readers of the other input formats (in_sample_v2.c, in_folded.c): each
  * fills t->profile within t->limits, sorted by time, with its stats. */
 tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
 tm_status tm_folded_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
+/* Whether a line (trailing blanks removed) ends in what is meant as a
+ * folded count: a blank, then a digit or a signed digit. Detection uses it,
+ * so that a malformed count (3.5, -1, 2^64, after a tab) reaches the folded
+ * reader and its message rather than the Perfetto decoder's. */
+int tm_folded_looks_like_sample(tm_str line);
 
 #endif

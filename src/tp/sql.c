@@ -21,6 +21,7 @@
 #include "common/alloc.h"
 #include "common/limits.h"
 #include "tp/tp.h"
+#include "wire/input.h" /* tm_input_open */
 
 typedef void (*col_get)(const tm_tp *tp, size_t row, sqlite3_context *ctx);
 
@@ -41,6 +42,7 @@ typedef struct table_def {
 
 struct tm_db {
     tm_mem mem;
+    tm_input source; /* the bytes decoded: the tables' strings point into them */
     tm_tp tp;
     sqlite3 *sql;
     int exporting; /* tm_db_export's own ATTACH is allowed */
@@ -743,7 +745,8 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
     memset(&defaults, 0, sizeof defaults);
     tm_limits limits;
     tm_limits_resolve(opts ? opts : &defaults, &limits);
-    tm_status st = tm_tp_build(&d->tp, &d->mem, buf, len, &limits, err);
+    tm_status st = tm_input_open(&d->mem, buf, len, &limits, false, &d->source, err);
+    if (st == TM_OK) st = tm_tp_build(&d->tp, &d->mem, d->source.bytes.data, d->source.bytes.len, &limits, err);
     if (st == TM_OK && sqlite3_open_v2(":memory:", &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
                            SQLITE_OK)
         st = sql_fail(err, d->sql, "opening SQLite");
@@ -804,6 +807,7 @@ void tm_db_free(tm_db *db) {
     if (!db) return;
     sqlite3_close(db->sql);
     tm_tp_release(&db->tp);
+    tm_input_close(&db->mem, &db->source);
     tm_mem m = db->mem;
     tm_mem_free(&m, db, sizeof *db);
 }
