@@ -6,7 +6,10 @@
 # `tracemill convert -f sample-v2 -o FILE` end to end with its peak RSS, and
 # prints the figures against the targets of issue 2; then (3) every other
 # exporter on the same trace, with its speed relative to sample-v2 (issue 3:
-# pprof and folded >= 50 %) and its peak RSS against input + output + 16 MB.
+# pprof and folded >= 50 %) and its peak RSS against input + output + 16 MB;
+# (4) SQL over it; (5) the heavy shape: 1 million samples whose sequences
+# clear their incremental state 9 times and intern 20 000 stacks again after
+# each clear, through convert and query.
 set -euo pipefail
 BUILD=${1:-build}
 SAMPLES=${BENCH_SAMPLES:-2000000}
@@ -110,3 +113,45 @@ for q in "select count(*) from perf_sample" "$top_sql"; do
       l, t, mbs, mbs / 200, rss, budget, rss <= budget ? "within" : "OVER";
   }'
 done
+
+# (5) The heavy shape (gen_trace --resets): convert and query load, against
+# the targets of the one-reader issue (convert >= 300 MB/s, peak RSS <=
+# input + output + 64 MB; query load >= 100 MB/s, peak RSS <= 2 x input + 64 MB).
+heavy="$dir/heavy.pftrace"
+[ -f "$heavy" ] || "$BUILD/gen_trace" "$heavy" --samples 1000000 --threads 8 --callstacks 20000 --frames 5000 \
+  --depth 20 --resets 9
+heavy_b=$(stat -c %s "$heavy")
+measure() { # COMMAND... -> "US RSS_KB" (best of 3)
+  local b=0 brss=0 start end pid peak r
+  for i in 1 2 3; do
+    peak=0
+    start=$(date +%s%N)
+    "$@" >/dev/null &
+    pid=$!
+    while kill -0 $pid 2>/dev/null; do
+      r=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2>/dev/null || true)
+      [ -n "$r" ] && [ "$r" -gt "$peak" ] && peak=$r
+      sleep 0.002
+    done
+    wait $pid
+    end=$(date +%s%N)
+    local us=$(( (end - start) / 1000 ))
+    if [ "$b" -eq 0 ] || [ "$us" -lt "$b" ]; then b=$us brss=$peak; fi
+  done
+  echo "$b $brss"
+}
+echo "== heavy shape ($((heavy_b / 1000000)) MB, 9 clears per sequence): convert -f sample-v2 and query (best of 3)"
+read -r us rss < <(measure "$BUILD/tracemill" convert -f sample-v2 -o "$dir/heavy.json" "$heavy")
+out_b=$(stat -c %s "$dir/heavy.json")
+awk -v us="$us" -v in_b="$heavy_b" -v out_b="$out_b" -v rss_kb="$rss" 'BEGIN {
+  t = us / 1e6; mbs = in_b / 1e6 / t; rss = rss_kb / 1024; budget = (in_b + out_b) / 1048576 + 64;
+  printf "convert    wall %.3f s  %6.1f MB/s (target >= 300: %.2fx)  peak RSS %6.1f MB / budget %6.1f MB (%s)\n",
+    t, mbs, mbs / 300, rss, budget, rss <= budget ? "within" : "OVER";
+}'
+read -r us rss < <(measure "$BUILD/tracemill" query --format csv "$heavy" "select count(*) from cpu_profile_stack_sample")
+awk -v us="$us" -v in_b="$heavy_b" -v rss_kb="$rss" 'BEGIN {
+  t = us / 1e6; mbs = in_b / 1e6 / t; rss = rss_kb / 1024; budget = 2 * in_b / 1048576 + 64;
+  printf "query load wall %.3f s  %6.1f MB/s (target >= 100: %.2fx)  peak RSS %6.1f MB / budget %6.1f MB (%s)\n",
+    t, mbs, mbs / 100, rss, budget, rss <= budget ? "within" : "OVER";
+}'
+rm -f "$dir/heavy.json"
