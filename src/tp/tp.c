@@ -1396,14 +1396,14 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     tm_tp *tp = d->tp;
     tm_bytes b = payload_at(ref);
     uint64_t cpu = 0, pid = 0, tid = 0, cs_iid = 0, mode = 0, lost = 0, unwind = 0, skip = 0;
-    bool has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
+    bool has_cpu = false, has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
     uint64_t timebase = 0;
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        case 1: cpu = f.val; break;
+        case 1: cpu = f.val, has_cpu = true; break;
         case 2: pid = f.val; break;
         case 3: tid = f.val; break;
         case 4: cs_iid = f.val; break;
@@ -1431,7 +1431,8 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     uint32_t utid, upid, task, exec, attr, callsite = TP_NULL;
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &utid, &upid));
     TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
-    TM_TRY(exec_of(d, (uint32_t)cpu, perf_mode(mode), &exec));
+    /* perf_sample.cpu is NULL, not 0, when the sample names no cpu. */
+    TM_TRY(exec_of(d, has_cpu ? (uint32_t)cpu : TP_NULL, perf_mode(mode), &exec));
     if (has_skip) {
         if (skip == 1 || skip == 2) stat_add(d, TPS_perf_samples_skipped, 1);
         if (skip == 3) stat_add(d, TPS_perf_samples_skipped_dataloss, 1);
