@@ -76,3 +76,48 @@ Test(sql_model, perf_sample_without_cpu_has_null_cpu) {
     cr_expect_str_eq(rows(&b, "SELECT ts, cpu FROM perf_sample ORDER BY ts"), "1000|NULL;2000|0;3000|3");
     tb_free(&b);
 }
+
+/* A ProcessTree.processes entry with a one-element cmdline. */
+static void pt_process(tb_buf *b, uint32_t pid, uint32_t ppid, const char *cmdline, int is_comm) {
+    size_t p = tb_open(b, TB_PT_PROCESSES);
+    tb_uint(b, TB_PROC_PID, pid);
+    tb_uint(b, TB_PROC_PPID, ppid);
+    tb_str(b, TB_PROC_CMDLINE, cmdline);
+    if (is_comm) tb_uint(b, TB_PROC_CMDLINE_IS_COMM, 1);
+    tb_close(b, p);
+}
+
+static const char *const process_tree_query =
+    "SELECT p.pid, p.name, p.cmdline, t.name FROM process p JOIN thread t ON t.upid = p.upid AND t.tid = p.pid "
+    "WHERE p.pid >= 50 ORDER BY p.pid";
+
+Test(sql_model, cmdline_is_comm_names_the_main_thread) {
+    tb_buf b = {0};
+    size_t p = tb_packet_open(&b, 1, 100, 0);
+    size_t t = tb_open(&b, TB_P_PROCESS_TREE);
+    pt_process(&b, 60, 1, "system_server", 1);
+    pt_process(&b, 61, 1, "app --flag", 1); /* the name is cut at the space, the thread's is not */
+    pt_process(&b, 70, 1, "/system/bin/app", 0);
+    tb_close(&b, t);
+    tb_close(&b, p);
+    cr_expect_str_eq(rows(&b, process_tree_query),
+                     "60|system_server|system_server|system_server;61|app|app --flag|app --flag;"
+                     "70|/system/bin/app|/system/bin/app|NULL");
+    tb_free(&b);
+}
+
+Test(sql_model, kworker_names_cut_to_the_worker) {
+    tb_buf b = {0};
+    size_t p = tb_packet_open(&b, 1, 100, 0);
+    size_t t = tb_open(&b, TB_P_PROCESS_TREE);
+    pt_process(&b, 50, 2, "kworker/R-rcu_g", 1);
+    pt_process(&b, 51, 2, "kworker/3:1+events", 0);
+    pt_process(&b, 52, 2, "kworker/u8:0", 1);  /* no queue: kept */
+    pt_process(&b, 53, 1, "kworker/0:0-mm", 1); /* not kthreadd's child: kept */
+    tb_close(&b, t);
+    tb_close(&b, p);
+    cr_expect_str_eq(rows(&b, process_tree_query),
+                     "50|kworker/R|kworker/R|kworker/R;51|kworker/3:1|kworker/3:1|NULL;"
+                     "52|kworker/u8:0|kworker/u8:0|kworker/u8:0;53|kworker/0:0-mm|kworker/0:0-mm|kworker/0:0-mm");
+    tb_free(&b);
+}

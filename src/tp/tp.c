@@ -1609,6 +1609,22 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
 
 /* ---- parser: processes and threads ---------------------------------------------- */
 
+/* A kernel workqueue worker's comm ends in the queue it last served
+ * ("kworker/45:2-mm_percpu_wq", "+" while busy), which changes from one scan
+ * to the next; Trace Processor keeps only the worker's own part, cut at the
+ * first '-' or '+' after "kworker/". Returns whether name was cut. */
+static bool kworker_pool(tm_str *name) {
+    static const char prefix[] = "kworker/";
+    const size_t k = sizeof prefix - 1;
+    if (name->len <= k || memcmp(name->data, prefix, k) != 0) return false;
+    for (size_t i = k; i < name->len; i++)
+        if (name->data[i] == '-' || name->data[i] == '+') {
+            name->len = i;
+            return true;
+        }
+    return false;
+}
+
 static tm_status apply_process_tree(dec *d, tm_bytes b) {
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1619,12 +1635,14 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
         tm_pb_field g;
         if (f.num == 1) { /* Process */
             int64_t pid = 0, ppid = 0, uid = TP_NO_INT;
+            bool is_comm = false;
             tm_str first = no_str;
             size_t n_args = 0, total = 0;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
                 if (g.num == 1 && g.wire == TM_PB_VARINT) pid = (int32_t)g.val;
                 if (g.num == 2 && g.wire == TM_PB_VARINT) ppid = (int32_t)g.val;
                 if (g.num == 5 && g.wire == TM_PB_VARINT) uid = (int32_t)g.val;
+                if (g.num == 9 && g.wire == TM_PB_VARINT) is_comm = g.val != 0;
                 if (g.num == 3 && g.wire == TM_PB_LEN) {
                     if (!n_args++) first = g.bytes;
                     total += g.bytes.len + 1;
@@ -1635,26 +1653,37 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
             uint32_t parent, upid;
             TM_TRY(process_of(d, ppid, &parent));
             TM_TRY(process_of(d, pid, &upid));
-            char *cmd = tm_arena_alloc(&d->tp->arena, total + 1);
-            if (!cmd) return nomem(d);
-            size_t n = 0;
-            c = tm_pb_reader_of(f.bytes);
-            while (tm_pb_next(&c, &g) == TM_PB_OK)
-                if (g.num == 3 && g.wire == TM_PB_LEN) {
-                    if (n) cmd[n++] = ' ';
-                    memcpy(cmd + n, g.bytes.data, g.bytes.len);
-                    n += g.bytes.len;
-                }
-            cmd[n] = 0;
+            tm_str cmdline;
+            if (ppid == 2 && kworker_pool(&first)) {
+                cmdline = first; /* the whole command line is the pool's name too */
+            } else {
+                char *cmd = tm_arena_alloc(&d->tp->arena, total + 1);
+                if (!cmd) return nomem(d);
+                size_t n = 0;
+                c = tm_pb_reader_of(f.bytes);
+                while (tm_pb_next(&c, &g) == TM_PB_OK)
+                    if (g.num == 3 && g.wire == TM_PB_LEN) {
+                        if (n) cmd[n++] = ' ';
+                        memcpy(cmd + n, g.bytes.data, g.bytes.len);
+                        n += g.bytes.len;
+                    }
+                cmd[n] = 0;
+                cmdline = (tm_str){(const uint8_t *)cmd, n};
+            }
             tp_process *p = &d->tp->processes[upid];
             p->parent_upid = parent;
-            p->cmdline = (tm_str){(const uint8_t *)cmd, n};
+            p->cmdline = cmdline;
             if (uid != TP_NO_INT) p->uid = uid;
             if (n_args == 1) { /* a single element may be a whole command line */
                 const uint8_t *sp = memchr(first.data, ' ', first.len);
                 if (sp) first.len = (size_t)(sp - first.data);
             }
             name_process(d, upid, first, 4);
+            if (is_comm) { /* the "cmdline" is the main thread's comm: it names that thread */
+                uint32_t utid;
+                TM_TRY(thread_of(d, pid, pid, &utid, &upid));
+                name_thread(d, utid, cmdline, 2);
+            }
         } else if (f.num == 2) { /* Thread */
             int64_t tid = 0, tgid = 0;
             tm_str name = no_str;
