@@ -121,3 +121,27 @@ Test(sql_model, kworker_names_cut_to_the_worker) {
                      "52|kworker/u8:0|kworker/u8:0|kworker/u8:0;53|kworker/0:0-mm|kworker/0:0-mm|kworker/0:0-mm");
     tb_free(&b);
 }
+
+Test(sql_model, frames_without_a_mapping_have_symbol_set_0) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100); /* frame 1: no mapping, rel_pc 0x10 */
+    size_t p = tb_packet_open(&b, 1, 200, TB_SEQ_NEEDS);
+    size_t i = tb_open(&b, TB_P_INTERNED_DATA);
+    tb_mapping(&b, 1, 0, 0x1000, 0x2000, NULL, 0);
+    tb_frame(&b, 2, 1, 1, 0x20); /* in mapping 1 */
+    const uint64_t frames[] = {1, 2};
+    tb_callstack(&b, 2, frames, 2, 0);
+    tb_close(&b, i);
+    tb_close(&b, p);
+    perf_sample(&b, 1000, 0);
+    size_t q = tb_packet_open(&b, 1, 2000, TB_SEQ_NEEDS);
+    size_t s = tb_open(&b, TB_P_PERF_SAMPLE);
+    tb_uint(&b, TB_PS_PID, 7);
+    tb_uint(&b, TB_PS_TID, 8);
+    tb_uint(&b, TB_PS_CALLSTACK, 2);
+    tb_close(&b, s);
+    tb_close(&b, q);
+    cr_expect_str_eq(rows(&b, "SELECT rel_pc, symbol_set_id FROM stack_profile_frame ORDER BY rel_pc"), "16|0;32|NULL");
+    cr_expect_str_eq(rows(&b, "SELECT count(*) FROM stack_profile_symbol"), "0");
+    tb_free(&b);
+}

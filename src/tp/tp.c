@@ -997,11 +997,13 @@ static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
         return 0;
     tm_str src = no_str;
     uint32_t line = 0;
-    if (a->symbol_set != TP_NULL) src = d->tp->symbols[a->symbol_set].source_file, line = d->tp->symbols[a->symbol_set].line;
+    if (a->has_symbol) src = d->tp->symbols[a->symbol_set].source_file, line = d->tp->symbols[a->symbol_set].line;
     return tm_bytes_eq(src, b->source) && line == b->line;
 }
 
-static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *out) {
+/* unmapped: the Frame named no mapping; Trace Processor then gives a frame
+ * without a source location symbol set 0 (observed), not NULL. */
+static tm_status add_frame(dec *d, const frame_key *k, tm_str type, bool unmapped, uint32_t *out) {
     uint32_t h = (uint32_t)tm_hash_bytes(tm_hash_bytes(k->rel_pc * 0x9e3779b97f4a7c15ull ^ k->mapping ^ (uint64_t)k->line << 40,
                                                        k->name), k->source);
     uint32_t i = tm_idxset_find(&d->frame_set, h, frame_eq, d, k);
@@ -1015,7 +1017,7 @@ static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *ou
     f->type = type;
     f->rel_pc = k->rel_pc;
     f->mapping = k->mapping;
-    f->symbol_set = TP_NULL;
+    f->symbol_set = unmapped ? 0 : TP_NULL;
     i = (uint32_t)(d->tp->n_frames - 1);
     if (k->source.data || k->line) {
         tp_symbol *sym;
@@ -1025,6 +1027,7 @@ static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *ou
         sym->source_file = k->source;
         sym->line = k->line;
         d->tp->frames[i].symbol_set = sym->symbol_set;
+        d->tp->frames[i].has_symbol = true;
     }
     if (tm_idxset_add(d->mem, &d->frame_set, h, i) != TM_OK) return nomem(d);
     *out = i;
@@ -1093,7 +1096,7 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     } else {
         TM_TRY(dummy_mapping(d, &k.mapping));
     }
-    TM_TRY(add_frame(d, &k, type, &row));
+    TM_TRY(add_frame(d, &k, type, mapping_iid == 0, &row));
     TM_TRY(cache_put(d, CK_FRAME, gen, upid, iid, row));
     *out = row;
     return TM_OK;
@@ -1178,7 +1181,7 @@ static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
             return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "a callstack deeper than %llu frames",
                            (unsigned long long)d->lim->max_stack_depth);
         uint32_t frame;
-        TM_TRY(add_frame(d, &k, no_str, &frame));
+        TM_TRY(add_frame(d, &k, no_str, false, &frame));
         TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "stack_sample.callstack");
