@@ -145,3 +145,72 @@ Test(sql_model, frames_without_a_mapping_have_symbol_set_0) {
     cr_expect_str_eq(rows(&b, "SELECT count(*) FROM stack_profile_symbol"), "0");
     tb_free(&b);
 }
+
+/* A PerfSample like perf_sample's whose timestamp is in clock. */
+static void perf_sample_in(tb_buf *b, uint64_t ts, uint32_t clock) {
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_NEEDS);
+    tb_uint(b, TB_P_CLOCK_ID, clock);
+    size_t s = tb_open(b, TB_P_PERF_SAMPLE);
+    tb_uint(b, TB_PS_PID, 7);
+    tb_uint(b, TB_PS_TID, 8);
+    tb_uint(b, TB_PS_CALLSTACK, 1);
+    tb_close(b, s);
+    tb_close(b, p);
+}
+
+static const char *const clock_rows = "SELECT snapshot_id, clock_id, ts, clock_value FROM clock_snapshot ORDER BY id";
+static const char *const cache_misses = "SELECT value FROM stats WHERE name = 'clock_sync_cache_miss'";
+static const char *const trace_clock = "SELECT count(*) FROM metadata WHERE name = 'trace_time_clock_id'";
+
+Test(sql_model, no_synthetic_snapshot_without_a_conversion) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100);
+    perf_sample(&b, 1000, 0);
+    perf_sample_in(&b, 2000, CLK_BOOTTIME); /* already trace time */
+    cr_expect_str_eq(rows(&b, clock_rows), "");
+    cr_expect_str_eq(rows(&b, cache_misses), "0");
+    cr_expect_str_eq(rows(&b, trace_clock), "0");
+    tb_free(&b);
+}
+
+Test(sql_model, synthetic_snapshot_when_a_conversion_needs_one) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100);
+    perf_sample(&b, 1000, 0);
+    perf_sample_in(&b, 2000, CLK_MONOTONIC); /* dropped: no path to trace time */
+    cr_expect_str_eq(rows(&b, clock_rows), "0|6|0|0;0|11|0|0");
+    cr_expect_str_eq(rows(&b, "SELECT ts FROM perf_sample"), "1000");
+    cr_expect_str_eq(rows(&b, trace_clock), "0");
+    tb_free(&b);
+}
+
+/* Every reading of a snapshot other than the trace clock's is converted for
+ * its row, each a miss after the snapshot emptied the cache. */
+Test(sql_model, snapshot_rows_cost_cache_misses) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t at0[] = {10000, 1000}, at1[] = {25000, 5000};
+    tb_clock_snapshot(&b, 0, ids, at0, 2);
+    tb_clock_snapshot(&b, 0, ids, at1, 2);
+    clear_and_intern(&b, 1, 100);
+    perf_sample(&b, 30000, 0);
+    cr_expect_str_eq(rows(&b, cache_misses), "2");
+    cr_expect_str_eq(rows(&b, clock_rows), "0|6|10000|10000;0|3|10000|1000;1|6|25000|25000;1|3|25000|5000");
+    tb_free(&b);
+}
+
+/* A conversion cached before a snapshot is not used after it. */
+Test(sql_model, a_snapshot_empties_the_conversion_cache) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t at0[] = {1000, 500}, at1[] = {5000, 4400};
+    tb_clock_snapshot(&b, 0, ids, at0, 2); /* row: miss 1, caches MONOTONIC from the first snapshot */
+    clear_and_intern(&b, 1, 100);
+    perf_sample_in(&b, 600, CLK_MONOTONIC); /* hit */
+    tb_clock_snapshot(&b, 0, ids, at1, 2); /* row: miss 2, caches MONOTONIC from 4400 on */
+    perf_sample_in(&b, 700, CLK_MONOTONIC); /* miss 3, caches MONOTONIC before 4400 */
+    perf_sample_in(&b, 800, CLK_MONOTONIC); /* hit */
+    cr_expect_str_eq(rows(&b, cache_misses), "3");
+    cr_expect_str_eq(rows(&b, "SELECT ts FROM perf_sample ORDER BY ts"), "1100;1200;1300");
+    tb_free(&b);
+}

@@ -141,7 +141,7 @@ typedef struct dec {
     uint64_t rnd;
     uint32_t trace_buffers_fill[64]; uint32_t n_buffers;
     uint64_t machine_raw[16];
-    bool dropped_on_clock;
+    bool synthetic_snapshot; /* snapshot 0 is Trace Processor's stand-in */
     bool write_into_file; uint64_t file_write_period_ms;
 
     /* Parse-time row indexes. */
@@ -339,7 +339,7 @@ static bool hop(const dec *d, uint32_t group, uint64_t src, uint64_t dst, int64_
     int64_t t = snap_value(d, best, dst, &f);
     if (!f) return false;
     *out = wrap_add(ns, wrap_sub(t, best_v));
-    *lo = best_v;
+    *lo = best == first ? INT64_MIN : best_v; /* the first snapshot also extrapolates backwards */
     *hi = next_v;
     return true;
 }
@@ -382,18 +382,24 @@ static bool clock_path(const dec *d, uint64_t src, uint64_t dst, int64_t ns, int
     return false;
 }
 
+static tm_status add_synthetic_snapshot(dec *d);
+
 /* Converts ns of clock src to trace time, counting cache misses as Trace
- * Processor's 8-entry cache of single-hop conversions would. */
-static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool record_error) {
+ * Processor's 8-entry cache of single-hop conversions would (a new
+ * snapshot empties it). The first conversion a trace without a snapshot
+ * needs makes Trace Processor add a synthetic one. */
+static tm_status to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool record_error, bool *ok) {
+    *ok = true;
     if (src == d->trace_clock) {
         *out = ns;
-        return true;
+        return TM_OK;
     }
+    if (!d->n_snaps) TM_TRY(add_synthetic_snapshot(d));
     for (int i = 0; i < 8; i++) {
         const clk_cache *c = &d->cc[i];
         if (c->used && c->src == src && c->dst == d->trace_clock && ns >= c->min && ns < c->max) {
             *out = wrap_add(ns, c->shift);
-            return true;
+            return TM_OK;
         }
     }
     stat_add(d, TPS_clock_sync_cache_miss, 1);
@@ -402,30 +408,27 @@ static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool r
     if (!clock_path(d, src, d->trace_clock, ns, out, &hops, &lo, &hi)) {
         if (record_error)
             stat_add(d, clock_known(d, src) ? TPS_clock_sync_failure_no_path : TPS_clock_sync_failure_unknown_source_clock, 1);
-        return false;
+        *ok = false;
+        return TM_OK;
     }
     if (hops == 1) {
         d->rnd = d->rnd * 48271 % 2147483647; /* std::minstd_rand picks the slot */
         d->cc[d->rnd % 8] = (clk_cache){src, d->trace_clock, lo, hi, wrap_sub(*out, ns), true};
     }
-    return true;
+    return TM_OK;
 }
 
-static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
-    const tm_pf_snapshot *snap = k->snapshot;
-    uint64_t primary = snap->primary;
-    size_t first = d->n_points;
-    for (size_t i = 0; i < snap->n; i++) {
-        if (d->n_points == d->cap_points &&
-            tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
-            return nomem(d);
-        d->points[d->n_points++] = (clk_point){snap->readings[i].clock, snap->readings[i].ns};
-    }
+static tm_status push_point(dec *d, uint64_t clock, int64_t ns) {
+    if (d->n_points == d->cap_points &&
+        tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
+        return nomem(d);
+    d->points[d->n_points++] = (clk_point){clock, ns};
+    return TM_OK;
+}
+
+/* Adds the snapshot of points[first ..] and its clock_snapshot rows. */
+static tm_status add_snapshot(dec *d, size_t first, uint64_t primary) {
     size_t n = d->n_points - first;
-    if (n == 0) return TM_OK;
-    if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, k->data.data), NULL, "more than %u clock snapshots",
-                       TM_MAX_CLOCK_SNAPSHOTS);
     /* Its group: an earlier snapshot with the same set of clocks. */
     uint32_t group = d->n_groups;
     for (size_t i = 0; i < d->n_snaps && group == d->n_groups; i++) {
@@ -441,6 +444,7 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
         return nomem(d);
     uint32_t snap_id = (uint32_t)d->n_snaps;
     d->snaps[d->n_snaps++] = (clk_snap){group, (uint32_t)first, (uint32_t)n};
+    memset(d->cc, 0, sizeof d->cc);
     if (d->n_snaps == 1) {
         bool has_boot = false;
         for (size_t k = 0; k < n; k++) has_boot |= d->points[first + k].clock == 6;
@@ -449,18 +453,51 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
         else if (has_boot)
             d->trace_clock = 6;
     }
+    /* Trace Processor converts every reading to trace time for its row,
+     * through its cache (so each other clock costs a miss after the cache
+     * was emptied); a reading it cannot convert takes the snapshot's
+     * trace-clock value. */
     for (size_t k = 0; k < n; k++) {
+        clk_point pt = d->points[first + k];
+        int64_t tt;
+        bool ok, f2;
+        TM_TRY(to_trace_time(d, pt.clock, pt.ns, &tt, false, &ok));
+        if (!ok) {
+            tt = snap_value(d, &d->snaps[snap_id], d->trace_clock, &f2);
+            if (!f2) tt = 0;
+        }
         tp_clock_row *row;
         if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        bool f2;
-        int64_t tt = snap_value(d, &d->snaps[snap_id], d->trace_clock, &f2);
-        if (!f2 && !to_trace_time(d, d->points[first + k].clock, d->points[first + k].ns, &tt, false)) tt = 0;
         row->ts = tt;
-        row->clock_id = (uint32_t)(d->points[first + k].clock & 0xff);
-        row->value = d->points[first + k].ns;
+        row->clock_id = (uint32_t)(pt.clock & 0xff);
+        row->value = pt.ns;
         row->snapshot = snap_id;
     }
     return TM_OK;
+}
+
+/* Trace Processor's stand-in for a missing snapshot, {BOOTTIME 0,
+ * TRACE_FILE 0}, added when a conversion first needs one. */
+static tm_status add_synthetic_snapshot(dec *d) {
+    size_t first = d->n_points;
+    TM_TRY(push_point(d, TM_PF_BUILTIN_CLOCK_BOOTTIME, 0));
+    TM_TRY(push_point(d, TM_PF_BUILTIN_CLOCK_TRACE_FILE, 0));
+    d->synthetic_snapshot = true;
+    TM_TRY(add_snapshot(d, first, 0));
+    /* Observed (probe p6): one miss more than its rows' conversions explain. */
+    stat_add(d, TPS_clock_sync_cache_miss, 1);
+    return TM_OK;
+}
+
+static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
+    const tm_pf_snapshot *snap = k->snapshot;
+    size_t first = d->n_points;
+    for (size_t i = 0; i < snap->n; i++) TM_TRY(push_point(d, snap->readings[i].clock, snap->readings[i].ns));
+    if (d->n_points == first) return TM_OK;
+    if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, k->data.data), NULL, "more than %u clock snapshots",
+                       TM_MAX_CLOCK_SNAPSHOTS);
+    return add_snapshot(d, first, snap->primary);
 }
 
 /* ---- tokenizer ------------------------------------------------------------- */
@@ -592,7 +629,9 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
     TM_TRY(pending_thread(d, s->pid, s->tid, &task));
     int64_t base;
-    if (!to_trace_time(d, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, &base, true)) base = s->track_time_ns;
+    bool ok;
+    TM_TRY(to_trace_time(d, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, &base, true, &ok));
+    if (!ok) base = s->track_time_ns;
     /* The callstack iids and the deltas, side by side. */
     tm_pb_repeated iids = tm_pb_repeated_of(k->data, TM_PF_STREAMING_CALLSTACK_IID),
                    deltas = tm_pb_repeated_of(k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US);
@@ -820,9 +859,11 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
          * once recording the error) before it drops the packet; a value
          * past int64 wraps, as its arithmetic does. */
         uint64_t clock = packet_clock(d, k);
-        if (!to_trace_time(d, clock, k->time_ns, &ts, false) && !to_trace_time(d, clock, k->time_ns, &ts, true)) {
+        bool ok;
+        TM_TRY(to_trace_time(d, clock, k->time_ns, &ts, false, &ok));
+        if (!ok) TM_TRY(to_trace_time(d, clock, k->time_ns, &ts, true, &ok));
+        if (!ok) {
             stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, 1);
-            d->dropped_on_clock = true;
             return TM_OK;
         }
         if (ts > d->latest_ts) d->latest_ts = ts;
@@ -1894,21 +1935,12 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
     snprintf(uuid, sizeof uuid, "00000000-0000-0000-%04x-%012llx", (unsigned)(h >> 48),
              (unsigned long long)(h & 0xffffffffffffull));
     TM_TRY(add_meta(d, "trace_size_bytes", (int64_t)len, no_str));
-    if (d->n_snaps) TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
+    if (d->n_snaps > (d->synthetic_snapshot ? 1u : 0u))
+        TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
     TM_TRY(add_meta(d, "trace_type", TP_NO_INT, (tm_str){(const uint8_t *)"proto", 5}));
     tm_str uuid_str;
     TM_TRY(arena_str(d, uuid, strlen(uuid), &uuid_str));
     TM_TRY(add_meta(d, "trace_uuid", TP_NO_INT, uuid_str));
-    if (!d->n_snaps) { /* the synthetic snapshot of a trace without one */
-        /* Observed (probe p6): two more cache misses when packets were
-         * dropped for want of a snapshot, as that snapshot is added. */
-        if (d->dropped_on_clock) stat_add(d, TPS_clock_sync_cache_miss, 2);
-        tp_clock_row *row;
-        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        row->clock_id = 6;
-        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        row->clock_id = 11;
-    }
     return TM_OK;
 }
 
