@@ -141,7 +141,7 @@ typedef struct dec {
     uint64_t rnd;
     uint32_t trace_buffers_fill[64]; uint32_t n_buffers;
     uint64_t machine_raw[16];
-    bool dropped_on_clock;
+    bool synthetic_snapshot; /* snapshot 0 is Trace Processor's stand-in */
     bool write_into_file; uint64_t file_write_period_ms;
 
     /* Parse-time row indexes. */
@@ -339,7 +339,7 @@ static bool hop(const dec *d, uint32_t group, uint64_t src, uint64_t dst, int64_
     int64_t t = snap_value(d, best, dst, &f);
     if (!f) return false;
     *out = wrap_add(ns, wrap_sub(t, best_v));
-    *lo = best_v;
+    *lo = best == first ? INT64_MIN : best_v; /* the first snapshot also extrapolates backwards */
     *hi = next_v;
     return true;
 }
@@ -382,18 +382,24 @@ static bool clock_path(const dec *d, uint64_t src, uint64_t dst, int64_t ns, int
     return false;
 }
 
+static tm_status add_synthetic_snapshot(dec *d);
+
 /* Converts ns of clock src to trace time, counting cache misses as Trace
- * Processor's 8-entry cache of single-hop conversions would. */
-static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool record_error) {
+ * Processor's 8-entry cache of single-hop conversions would (a new
+ * snapshot empties it). The first conversion a trace without a snapshot
+ * needs makes Trace Processor add a synthetic one. */
+static tm_status to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool record_error, bool *ok) {
+    *ok = true;
     if (src == d->trace_clock) {
         *out = ns;
-        return true;
+        return TM_OK;
     }
+    if (!d->n_snaps) TM_TRY(add_synthetic_snapshot(d));
     for (int i = 0; i < 8; i++) {
         const clk_cache *c = &d->cc[i];
         if (c->used && c->src == src && c->dst == d->trace_clock && ns >= c->min && ns < c->max) {
             *out = wrap_add(ns, c->shift);
-            return true;
+            return TM_OK;
         }
     }
     stat_add(d, TPS_clock_sync_cache_miss, 1);
@@ -402,30 +408,27 @@ static bool to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool r
     if (!clock_path(d, src, d->trace_clock, ns, out, &hops, &lo, &hi)) {
         if (record_error)
             stat_add(d, clock_known(d, src) ? TPS_clock_sync_failure_no_path : TPS_clock_sync_failure_unknown_source_clock, 1);
-        return false;
+        *ok = false;
+        return TM_OK;
     }
     if (hops == 1) {
         d->rnd = d->rnd * 48271 % 2147483647; /* std::minstd_rand picks the slot */
         d->cc[d->rnd % 8] = (clk_cache){src, d->trace_clock, lo, hi, wrap_sub(*out, ns), true};
     }
-    return true;
+    return TM_OK;
 }
 
-static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
-    const tm_pf_snapshot *snap = k->snapshot;
-    uint64_t primary = snap->primary;
-    size_t first = d->n_points;
-    for (size_t i = 0; i < snap->n; i++) {
-        if (d->n_points == d->cap_points &&
-            tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
-            return nomem(d);
-        d->points[d->n_points++] = (clk_point){snap->readings[i].clock, snap->readings[i].ns};
-    }
+static tm_status push_point(dec *d, uint64_t clock, int64_t ns) {
+    if (d->n_points == d->cap_points &&
+        tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
+        return nomem(d);
+    d->points[d->n_points++] = (clk_point){clock, ns};
+    return TM_OK;
+}
+
+/* Adds the snapshot of points[first ..] and its clock_snapshot rows. */
+static tm_status add_snapshot(dec *d, size_t first, uint64_t primary) {
     size_t n = d->n_points - first;
-    if (n == 0) return TM_OK;
-    if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, k->data.data), NULL, "more than %u clock snapshots",
-                       TM_MAX_CLOCK_SNAPSHOTS);
     /* Its group: an earlier snapshot with the same set of clocks. */
     uint32_t group = d->n_groups;
     for (size_t i = 0; i < d->n_snaps && group == d->n_groups; i++) {
@@ -441,6 +444,7 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
         return nomem(d);
     uint32_t snap_id = (uint32_t)d->n_snaps;
     d->snaps[d->n_snaps++] = (clk_snap){group, (uint32_t)first, (uint32_t)n};
+    memset(d->cc, 0, sizeof d->cc);
     if (d->n_snaps == 1) {
         bool has_boot = false;
         for (size_t k = 0; k < n; k++) has_boot |= d->points[first + k].clock == 6;
@@ -449,18 +453,51 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
         else if (has_boot)
             d->trace_clock = 6;
     }
+    /* Trace Processor converts every reading to trace time for its row,
+     * through its cache (so each other clock costs a miss after the cache
+     * was emptied); a reading it cannot convert takes the snapshot's
+     * trace-clock value. */
     for (size_t k = 0; k < n; k++) {
+        clk_point pt = d->points[first + k];
+        int64_t tt;
+        bool ok, f2;
+        TM_TRY(to_trace_time(d, pt.clock, pt.ns, &tt, false, &ok));
+        if (!ok) {
+            tt = snap_value(d, &d->snaps[snap_id], d->trace_clock, &f2);
+            if (!f2) tt = 0;
+        }
         tp_clock_row *row;
         if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        bool f2;
-        int64_t tt = snap_value(d, &d->snaps[snap_id], d->trace_clock, &f2);
-        if (!f2 && !to_trace_time(d, d->points[first + k].clock, d->points[first + k].ns, &tt, false)) tt = 0;
         row->ts = tt;
-        row->clock_id = (uint32_t)(d->points[first + k].clock & 0xff);
-        row->value = d->points[first + k].ns;
+        row->clock_id = (uint32_t)(pt.clock & 0xff);
+        row->value = pt.ns;
         row->snapshot = snap_id;
     }
     return TM_OK;
+}
+
+/* Trace Processor's stand-in for a missing snapshot, {BOOTTIME 0,
+ * TRACE_FILE 0}, added when a conversion first needs one. */
+static tm_status add_synthetic_snapshot(dec *d) {
+    size_t first = d->n_points;
+    TM_TRY(push_point(d, TM_PF_BUILTIN_CLOCK_BOOTTIME, 0));
+    TM_TRY(push_point(d, TM_PF_BUILTIN_CLOCK_TRACE_FILE, 0));
+    d->synthetic_snapshot = true;
+    TM_TRY(add_snapshot(d, first, 0));
+    /* Observed (probe p6): one miss more than its rows' conversions explain. */
+    stat_add(d, TPS_clock_sync_cache_miss, 1);
+    return TM_OK;
+}
+
+static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
+    const tm_pf_snapshot *snap = k->snapshot;
+    size_t first = d->n_points;
+    for (size_t i = 0; i < snap->n; i++) TM_TRY(push_point(d, snap->readings[i].clock, snap->readings[i].ns));
+    if (d->n_points == first) return TM_OK;
+    if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, k->data.data), NULL, "more than %u clock snapshots",
+                       TM_MAX_CLOCK_SNAPSHOTS);
+    return add_snapshot(d, first, snap->primary);
 }
 
 /* ---- tokenizer ------------------------------------------------------------- */
@@ -592,7 +629,9 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
     TM_TRY(pending_thread(d, s->pid, s->tid, &task));
     int64_t base;
-    if (!to_trace_time(d, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, &base, true)) base = s->track_time_ns;
+    bool ok;
+    TM_TRY(to_trace_time(d, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, &base, true, &ok));
+    if (!ok) base = s->track_time_ns;
     /* The callstack iids and the deltas, side by side. */
     tm_pb_repeated iids = tm_pb_repeated_of(k->data, TM_PF_STREAMING_CALLSTACK_IID),
                    deltas = tm_pb_repeated_of(k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US);
@@ -820,9 +859,11 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
          * once recording the error) before it drops the packet; a value
          * past int64 wraps, as its arithmetic does. */
         uint64_t clock = packet_clock(d, k);
-        if (!to_trace_time(d, clock, k->time_ns, &ts, false) && !to_trace_time(d, clock, k->time_ns, &ts, true)) {
+        bool ok;
+        TM_TRY(to_trace_time(d, clock, k->time_ns, &ts, false, &ok));
+        if (!ok) TM_TRY(to_trace_time(d, clock, k->time_ns, &ts, true, &ok));
+        if (!ok) {
             stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, 1);
-            d->dropped_on_clock = true;
             return TM_OK;
         }
         if (ts > d->latest_ts) d->latest_ts = ts;
@@ -998,11 +1039,13 @@ static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
         return 0;
     tm_str src = no_str;
     uint32_t line = 0;
-    if (a->symbol_set != TP_NULL) src = d->tp->symbols[a->symbol_set].source_file, line = d->tp->symbols[a->symbol_set].line;
+    if (a->has_symbol) src = d->tp->symbols[a->symbol_set].source_file, line = d->tp->symbols[a->symbol_set].line;
     return tm_bytes_eq(src, b->source) && line == b->line;
 }
 
-static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *out) {
+/* unmapped: the Frame named no mapping; Trace Processor then gives a frame
+ * without a source location symbol set 0 (observed), not NULL. */
+static tm_status add_frame(dec *d, const frame_key *k, tm_str type, bool unmapped, uint32_t *out) {
     uint32_t h = (uint32_t)tm_hash_bytes(tm_hash_bytes(k->rel_pc * 0x9e3779b97f4a7c15ull ^ k->mapping ^ (uint64_t)k->line << 40,
                                                        k->name), k->source);
     uint32_t i = tm_idxset_find(&d->frame_set, h, frame_eq, d, k);
@@ -1016,7 +1059,7 @@ static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *ou
     f->type = type;
     f->rel_pc = k->rel_pc;
     f->mapping = k->mapping;
-    f->symbol_set = TP_NULL;
+    f->symbol_set = unmapped ? 0 : TP_NULL;
     i = (uint32_t)(d->tp->n_frames - 1);
     if (k->source.data || k->line) {
         tp_symbol *sym;
@@ -1026,6 +1069,7 @@ static tm_status add_frame(dec *d, const frame_key *k, tm_str type, uint32_t *ou
         sym->source_file = k->source;
         sym->line = k->line;
         d->tp->frames[i].symbol_set = sym->symbol_set;
+        d->tp->frames[i].has_symbol = true;
     }
     if (tm_idxset_add(d->mem, &d->frame_set, h, i) != TM_OK) return nomem(d);
     *out = i;
@@ -1095,7 +1139,7 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     } else {
         TM_TRY(dummy_mapping(d, &k.mapping));
     }
-    TM_TRY(add_frame(d, &k, type, &row));
+    TM_TRY(add_frame(d, &k, type, mapping_iid == 0, &row));
     TM_TRY(cache_put(d, CK_FRAME, gen, upid, iid, row));
     *out = row;
     return TM_OK;
@@ -1181,7 +1225,7 @@ static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
             return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "a callstack deeper than %llu frames",
                            (unsigned long long)d->lim->max_stack_depth);
         uint32_t frame;
-        TM_TRY(add_frame(d, &k, no_str, &frame));
+        TM_TRY(add_frame(d, &k, no_str, false, &frame));
         TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "stack_sample.callstack");
@@ -1399,14 +1443,14 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     tm_tp *tp = d->tp;
     tm_bytes b = payload_at(ref);
     uint64_t cpu = 0, pid = 0, tid = 0, cs_iid = 0, mode = 0, lost = 0, unwind = 0, skip = 0;
-    bool has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
+    bool has_cpu = false, has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
     uint64_t timebase = 0;
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        case 1: cpu = f.val; break;
+        case 1: cpu = f.val, has_cpu = true; break;
         case 2: pid = f.val; break;
         case 3: tid = f.val; break;
         case 4: cs_iid = f.val; break;
@@ -1434,7 +1478,8 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     uint32_t utid, upid, task, exec, attr, callsite = TP_NULL;
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &utid, &upid));
     TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
-    TM_TRY(exec_of(d, (uint32_t)cpu, perf_mode(mode), &exec));
+    /* perf_sample.cpu is NULL, not 0, when the sample names no cpu. */
+    TM_TRY(exec_of(d, has_cpu ? (uint32_t)cpu : TP_NULL, perf_mode(mode), &exec));
     if (has_skip) {
         if (skip == 1 || skip == 2) stat_add(d, TPS_perf_samples_skipped, 1);
         if (skip == 3) stat_add(d, TPS_perf_samples_skipped_dataloss, 1);
@@ -1613,6 +1658,22 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
 
 /* ---- parser: processes and threads ---------------------------------------------- */
 
+/* A kernel workqueue worker's comm ends in the queue it last served
+ * ("kworker/45:2-mm_percpu_wq", "+" while busy), which changes from one scan
+ * to the next; Trace Processor keeps only the worker's own part, cut at the
+ * first '-' or '+' after "kworker/". Returns whether name was cut. */
+static bool kworker_pool(tm_str *name) {
+    static const char prefix[] = "kworker/";
+    const size_t k = sizeof prefix - 1;
+    if (name->len <= k || memcmp(name->data, prefix, k) != 0) return false;
+    for (size_t i = k; i < name->len; i++)
+        if (name->data[i] == '-' || name->data[i] == '+') {
+            name->len = i;
+            return true;
+        }
+    return false;
+}
+
 static tm_status apply_process_tree(dec *d, tm_bytes b) {
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1623,12 +1684,14 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
         tm_pb_field g;
         if (f.num == 1) { /* Process */
             int64_t pid = 0, ppid = 0, uid = TP_NO_INT;
+            bool is_comm = false;
             tm_str first = no_str;
             size_t n_args = 0, total = 0;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
                 if (g.num == 1 && g.wire == TM_PB_VARINT) pid = (int32_t)g.val;
                 if (g.num == 2 && g.wire == TM_PB_VARINT) ppid = (int32_t)g.val;
                 if (g.num == 5 && g.wire == TM_PB_VARINT) uid = (int32_t)g.val;
+                if (g.num == 9 && g.wire == TM_PB_VARINT) is_comm = g.val != 0;
                 if (g.num == 3 && g.wire == TM_PB_LEN) {
                     if (!n_args++) first = g.bytes;
                     total += g.bytes.len + 1;
@@ -1639,26 +1702,37 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
             uint32_t parent, upid;
             TM_TRY(process_of(d, ppid, &parent));
             TM_TRY(process_of(d, pid, &upid));
-            char *cmd = tm_arena_alloc(&d->tp->arena, total + 1);
-            if (!cmd) return nomem(d);
-            size_t n = 0;
-            c = tm_pb_reader_of(f.bytes);
-            while (tm_pb_next(&c, &g) == TM_PB_OK)
-                if (g.num == 3 && g.wire == TM_PB_LEN) {
-                    if (n) cmd[n++] = ' ';
-                    memcpy(cmd + n, g.bytes.data, g.bytes.len);
-                    n += g.bytes.len;
-                }
-            cmd[n] = 0;
+            tm_str cmdline;
+            if (ppid == 2 && kworker_pool(&first)) {
+                cmdline = first; /* the whole command line is the pool's name too */
+            } else {
+                char *cmd = tm_arena_alloc(&d->tp->arena, total + 1);
+                if (!cmd) return nomem(d);
+                size_t n = 0;
+                c = tm_pb_reader_of(f.bytes);
+                while (tm_pb_next(&c, &g) == TM_PB_OK)
+                    if (g.num == 3 && g.wire == TM_PB_LEN) {
+                        if (n) cmd[n++] = ' ';
+                        memcpy(cmd + n, g.bytes.data, g.bytes.len);
+                        n += g.bytes.len;
+                    }
+                cmd[n] = 0;
+                cmdline = (tm_str){(const uint8_t *)cmd, n};
+            }
             tp_process *p = &d->tp->processes[upid];
             p->parent_upid = parent;
-            p->cmdline = (tm_str){(const uint8_t *)cmd, n};
+            p->cmdline = cmdline;
             if (uid != TP_NO_INT) p->uid = uid;
             if (n_args == 1) { /* a single element may be a whole command line */
                 const uint8_t *sp = memchr(first.data, ' ', first.len);
                 if (sp) first.len = (size_t)(sp - first.data);
             }
             name_process(d, upid, first, 4);
+            if (is_comm) { /* the "cmdline" is the main thread's comm: it names that thread */
+                uint32_t utid;
+                TM_TRY(thread_of(d, pid, pid, &utid, &upid));
+                name_thread(d, utid, cmdline, 2);
+            }
         } else if (f.num == 2) { /* Thread */
             int64_t tid = 0, tgid = 0;
             tm_str name = no_str;
@@ -1866,21 +1940,12 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
     snprintf(uuid, sizeof uuid, "00000000-0000-0000-%04x-%012llx", (unsigned)(h >> 48),
              (unsigned long long)(h & 0xffffffffffffull));
     TM_TRY(add_meta(d, "trace_size_bytes", (int64_t)len, no_str));
-    if (d->n_snaps) TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
+    if (d->n_snaps > (d->synthetic_snapshot ? 1u : 0u))
+        TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
     TM_TRY(add_meta(d, "trace_type", TP_NO_INT, (tm_str){(const uint8_t *)"proto", 5}));
     tm_str uuid_str;
     TM_TRY(arena_str(d, uuid, strlen(uuid), &uuid_str));
     TM_TRY(add_meta(d, "trace_uuid", TP_NO_INT, uuid_str));
-    if (!d->n_snaps) { /* the synthetic snapshot of a trace without one */
-        /* Observed (probe p6): two more cache misses when packets were
-         * dropped for want of a snapshot, as that snapshot is added. */
-        if (d->dropped_on_clock) stat_add(d, TPS_clock_sync_cache_miss, 2);
-        tp_clock_row *row;
-        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        row->clock_id = 6;
-        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        row->clock_id = 11;
-    }
     return TM_OK;
 }
 

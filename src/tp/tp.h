@@ -51,6 +51,7 @@ typedef struct tp_frame {
     uint64_t rel_pc;
     uint32_t mapping;
     uint32_t symbol_set; /* TP_NULL: none */
+    bool has_symbol;     /* symbol_set names this frame's own stack_profile_symbol rows */
 } tp_frame;
 
 typedef struct tp_callsite {
