@@ -286,7 +286,23 @@ static int open_special(const char *path, int named, cli_output *o) {
     return EXIT_OK;
 }
 
+static int open_output(const char *path, int flags, const char *const *inputs, cli_output *o);
+
 int cli_output_open(const char *path, int flags, const char *const *inputs, cli_output *o) {
+    int rc = open_output(path, flags, inputs, o);
+    if (rc != EXIT_OK) { /* nothing was written: release what the attempt holds */
+        if (o->f && o->f != stdout) fclose(o->f);
+        if (o->tmp) {
+            unlink(o->tmp);
+            free(o->tmp);
+        }
+        free(o->target);
+        memset(o, 0, sizeof *o);
+    }
+    return rc;
+}
+
+static int open_output(const char *path, int flags, const char *const *inputs, cli_output *o) {
     memset(o, 0, sizeof *o);
     o->path = path;
     if (!path || strcmp(path, "-") == 0) {
