@@ -19,11 +19,11 @@ trace="$dir/bench-$SAMPLES.pftrace"
 [ -f "$trace" ] || "$BUILD/gen_trace" "$trace" --samples "$SAMPLES" --threads 8 --callstacks 2000 --frames 4000 --depth 20
 echo "== in-process (library API)"
 "$BUILD/bench_convert" "$trace" 5
-# Runs the CLI once; prints "SECONDS PEAK_RSS_KB" (VmHWM sampled from /proc).
-run_cli() {
+# Runs a command once; prints "MICROSECONDS PEAK_RSS_KB" (VmHWM sampled from /proc).
+run_once() {
   local start end pid peak=0 r
   start=$(date +%s%N)
-  "$BUILD/tracemill" convert -f "${2:-sample-v2}" -o "$1" "$trace" &
+  "$@" >/dev/null &
   pid=$!
   while kill -0 $pid 2>/dev/null; do
     r=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2>/dev/null || true)
@@ -34,6 +34,16 @@ run_cli() {
   end=$(date +%s%N)
   echo "$(( (end - start) / 1000 )) $peak"
 }
+# The best of 3 runs of a command: "MICROSECONDS PEAK_RSS_KB" of that run.
+best_of_3() {
+  local b=0 brss=0 us rss
+  for i in 1 2 3; do
+    read -r us rss < <(run_once "$@")
+    if [ "$b" -eq 0 ] || [ "$us" -lt "$b" ]; then b=$us brss=$rss; fi
+  done
+  echo "$b $brss"
+}
+run_cli() { run_once "$BUILD/tracemill" convert -f "${2:-sample-v2}" -o "$1" "$trace"; }
 in_b=$(stat -c %s "$trace")
 samples=$("$BUILD/tracemill" info --json "$trace" | sed 's/.*"kept":\([0-9]*\).*/\1/')
 echo "== CLI: tracemill convert -f sample-v2 -o /dev/null (best of 5)"
@@ -85,27 +95,9 @@ rm -f "$dir"/out.*
 # tables + one count(*); the top-functions query joins every sample to its
 # leaf frame. Targets: load >= 200 MB/s of trace, peak RSS <= 1.5x trace + 16 MB.
 echo "== SQL: tracemill query (best of 3; RSS of that run)"
-run_query() { # SQL -> "US RSS_KB"
-  local start end pid peak=0 r
-  start=$(date +%s%N)
-  "$BUILD/tracemill" query --format csv "$trace" "$1" >/dev/null &
-  pid=$!
-  while kill -0 $pid 2>/dev/null; do
-    r=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2>/dev/null || true)
-    [ -n "$r" ] && [ "$r" -gt "$peak" ] && peak=$r
-    sleep 0.002
-  done
-  wait $pid
-  end=$(date +%s%N)
-  echo "$(( (end - start) / 1000 )) $peak"
-}
 top_sql="select f.name, count(*) as self from stack_sample s join stack_profile_callsite c on s.callsite_id = c.id join stack_profile_frame f on c.frame_id = f.id group by f.name order by self desc limit 20"
 for q in "select count(*) from perf_sample" "$top_sql"; do
-  b=0 brss=0
-  for i in 1 2 3; do
-    read -r us rss < <(run_query "$q")
-    if [ "$b" -eq 0 ] || [ "$us" -lt "$b" ]; then b=$us brss=$rss; fi
-  done
+  read -r b brss < <(best_of_3 "$BUILD/tracemill" query --format csv "$trace" "$q")
   label=$([ "$q" = "$top_sql" ] && echo "top-20 self frames" || echo "count(*) perf_sample")
   awk -v l="$label" -v us="$b" -v in_b="$in_b" -v rss_kb="$brss" 'BEGIN {
     t = us / 1e6; mbs = in_b / 1e6 / t; rss = rss_kb / 1024; budget = 1.5 * in_b / 1048576 + 16;
@@ -121,34 +113,15 @@ heavy="$dir/heavy.pftrace"
 [ -f "$heavy" ] || "$BUILD/gen_trace" "$heavy" --samples 1000000 --threads 8 --callstacks 20000 --frames 5000 \
   --depth 20 --resets 9
 heavy_b=$(stat -c %s "$heavy")
-measure() { # COMMAND... -> "US RSS_KB" (best of 3)
-  local b=0 brss=0 start end pid peak r
-  for i in 1 2 3; do
-    peak=0
-    start=$(date +%s%N)
-    "$@" >/dev/null &
-    pid=$!
-    while kill -0 $pid 2>/dev/null; do
-      r=$(awk '/VmHWM/ {print $2}' /proc/$pid/status 2>/dev/null || true)
-      [ -n "$r" ] && [ "$r" -gt "$peak" ] && peak=$r
-      sleep 0.002
-    done
-    wait $pid
-    end=$(date +%s%N)
-    local us=$(( (end - start) / 1000 ))
-    if [ "$b" -eq 0 ] || [ "$us" -lt "$b" ]; then b=$us brss=$peak; fi
-  done
-  echo "$b $brss"
-}
 echo "== heavy shape ($((heavy_b / 1000000)) MB, 9 clears per sequence): convert -f sample-v2 and query (best of 3)"
-read -r us rss < <(measure "$BUILD/tracemill" convert -f sample-v2 -o "$dir/heavy.json" "$heavy")
+read -r us rss < <(best_of_3 "$BUILD/tracemill" convert -f sample-v2 -o "$dir/heavy.json" "$heavy")
 out_b=$(stat -c %s "$dir/heavy.json")
 awk -v us="$us" -v in_b="$heavy_b" -v out_b="$out_b" -v rss_kb="$rss" 'BEGIN {
   t = us / 1e6; mbs = in_b / 1e6 / t; rss = rss_kb / 1024; budget = (in_b + out_b) / 1048576 + 64;
   printf "convert    wall %.3f s  %6.1f MB/s (target >= 300: %.2fx)  peak RSS %6.1f MB / budget %6.1f MB (%s)\n",
     t, mbs, mbs / 300, rss, budget, rss <= budget ? "within" : "OVER";
 }'
-read -r us rss < <(measure "$BUILD/tracemill" query --format csv "$heavy" "select count(*) from cpu_profile_stack_sample")
+read -r us rss < <(best_of_3 "$BUILD/tracemill" query --format csv "$heavy" "select count(*) from cpu_profile_stack_sample")
 awk -v us="$us" -v in_b="$heavy_b" -v rss_kb="$rss" 'BEGIN {
   t = us / 1e6; mbs = in_b / 1e6 / t; rss = rss_kb / 1024; budget = 2 * in_b / 1048576 + 64;
   printf "query load wall %.3f s  %6.1f MB/s (target >= 100: %.2fx)  peak RSS %6.1f MB / budget %6.1f MB (%s)\n",

@@ -475,6 +475,21 @@ static bool is_data_member(uint32_t num, bool relay) {
     }
 }
 
+/* Is field `num` one of the TracePacket header's varints? Relay's schema
+ * has only the timestamp, the sequence id and its flags. */
+static bool is_header_varint(uint32_t num, bool relay) {
+    switch (num) {
+    case TM_PF_PACKET_TIMESTAMP: case TM_PF_PACKET_SEQUENCE_ID: case TM_PF_PACKET_SEQUENCE_FLAGS:
+        return true;
+    case TM_PF_PACKET_TIMESTAMP_CLOCK_ID: case TM_PF_PACKET_INCREMENTAL_STATE_CLEARED:
+    case TM_PF_PACKET_PREVIOUS_PACKET_DROPPED: case TM_PF_PACKET_FIRST_PACKET_ON_SEQUENCE:
+    case TM_PF_PACKET_MACHINE_ID:
+        return !relay;
+    default:
+        return false;
+    }
+}
+
 /* Reads the header fields of TracePacket b and its `oneof data` member. */
 static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     bool relay = r->flags & TM_PF_RELAY;
@@ -486,56 +501,25 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     int rc;
     bool legacy_cleared = false;
     while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
-        switch (f.num) {
-        case TM_PF_PACKET_TIMESTAMP:
+        if (is_header_varint(f.num, relay)) {
             TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-            pk->timestamp = f.val;
-            pk->has_timestamp = true;
-            continue;
-        case TM_PF_PACKET_SEQUENCE_ID:
-            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-            pk->seq_id = (uint32_t)f.val;
-            continue;
-        case TM_PF_PACKET_SEQUENCE_FLAGS:
-            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-            pk->flags = (uint32_t)f.val;
-            continue;
-        case TM_PF_PACKET_INTERNED_DATA:
-            TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
-            pk->interned = f.bytes;
-            continue;
-        default:
-            break;
-        }
-        if (!relay) {
             switch (f.num) {
-            case TM_PF_PACKET_TIMESTAMP_CLOCK_ID:
-                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-                pk->clock_id = (uint32_t)f.val;
-                continue;
-            case TM_PF_PACKET_INCREMENTAL_STATE_CLEARED:
-                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-                legacy_cleared = f.val != 0;
-                continue;
-            case TM_PF_PACKET_PREVIOUS_PACKET_DROPPED:
-                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-                pk->lost = (uint32_t)f.val;
-                continue;
-            case TM_PF_PACKET_FIRST_PACKET_ON_SEQUENCE:
-                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-                pk->first_on_sequence = f.val != 0;
-                continue;
-            case TM_PF_PACKET_MACHINE_ID:
-                TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
-                pk->machine_id = (uint32_t)f.val;
-                continue;
-            case TM_PF_PACKET_DEFAULTS:
-                TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
-                pk->defaults = f.bytes;
-                continue;
-            default:
-                break;
+            case TM_PF_PACKET_TIMESTAMP: pk->timestamp = f.val, pk->has_timestamp = true; break;
+            case TM_PF_PACKET_SEQUENCE_ID: pk->seq_id = (uint32_t)f.val; break;
+            case TM_PF_PACKET_SEQUENCE_FLAGS: pk->flags = (uint32_t)f.val; break;
+            case TM_PF_PACKET_TIMESTAMP_CLOCK_ID: pk->clock_id = (uint32_t)f.val; break;
+            case TM_PF_PACKET_INCREMENTAL_STATE_CLEARED: legacy_cleared = f.val != 0; break;
+            case TM_PF_PACKET_PREVIOUS_PACKET_DROPPED: pk->lost = (uint32_t)f.val; break;
+            case TM_PF_PACKET_FIRST_PACKET_ON_SEQUENCE: pk->first_on_sequence = f.val != 0; break;
+            default: pk->machine_id = (uint32_t)f.val; break;
             }
+            continue;
+        }
+        if (f.num == TM_PF_PACKET_INTERNED_DATA || (!relay && f.num == TM_PF_PACKET_DEFAULTS)) {
+            TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
+            if (f.num == TM_PF_PACKET_INTERNED_DATA) pk->interned = f.bytes;
+            else pk->defaults = f.bytes;
+            continue;
         }
         if (!is_data_member(f.num, relay)) continue;
         TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
