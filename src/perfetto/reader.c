@@ -182,14 +182,17 @@ bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t 
     const tm_pf_gen *g = &r->gens[gen];
     const tm_pf_seq *s = &r->seqs[g->seq];
     int kind = kind_of(field);
-    if (kind < 0 || !s->newest) return false;
-    uint32_t i = tm_iidmap_get(&s->newest[kind], iid);
+    if (kind < 0) return false;
+    uint32_t i;
     uint64_t key;
-    if (i != TM_ABSENT && s->ents[i].epoch != g->epoch && (r->flags & TM_PF_KEEP_EPOCHS) &&
-        epoch_key(g->epoch, kind, iid, &key))
+    if ((r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(g->epoch, kind, iid, &key)) {
         i = tm_u64map_get(&s->by_epoch, key);
-    while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
-    if (i == TM_ABSENT || s->ents[i].epoch != g->epoch || s->ents[i].gen > gen) return false;
+    } else {
+        i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
+        while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
+        if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
+    }
+    if (i == TM_ABSENT || s->ents[i].gen > gen) return false;
     out->data = s->ents[i].msg;
     out->len = s->ents[i].len;
     return true;
@@ -324,13 +327,17 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if ((r->flags & TM_PF_RELAY) && sc == &string_schema && field != TM_PF_INTERNED_BUILD_IDS &&
         !tm_utf8_valid(str))
         return TM_OK;
-    if (!s->newest) { /* most sequences of a system trace intern nothing */
+    /* Kept epochs are indexed by (epoch, kind, iid) when those pack into a
+     * key; otherwise by iid, older epochs chained behind the newest. */
+    int kind = kind_of(field);
+    uint64_t key;
+    bool keyed = (r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(s->epoch, kind, iid, &key);
+    if (!keyed && !s->newest) { /* most sequences of a system trace intern nothing */
         s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
         if (!s->newest) return nomem(r);
         memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
     }
-    tm_iidmap *newest = &s->newest[kind_of(field)];
-    uint32_t i = tm_iidmap_get(newest, iid);
+    uint32_t i = keyed ? tm_u64map_get(&s->by_epoch, key) : tm_iidmap_get(&s->newest[kind], iid);
     if (i != TM_ABSENT && s->ents[i].epoch == s->epoch) {
         if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
             s->ents[i].msg = msg.data;
@@ -344,12 +351,10 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if (s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "interned data past 4 GiB on sequence %u", s->id);
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
-    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i};
-    if (tm_iidmap_put(r->mem, newest, iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
-    uint64_t key;
-    if ((r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(s->epoch, kind_of(field), iid, &key) &&
-        tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)s->n_ents) != TM_OK)
-        return nomem(r);
+    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, keyed ? TM_ABSENT : i};
+    tm_status st = keyed ? tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)s->n_ents)
+                         : tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1);
+    if (st != TM_OK) return nomem(r);
     s->n_ents++;
     return TM_OK;
 }

@@ -22,9 +22,9 @@
  *    Relay's converter); every entry is checked against its schema and the
  *    limits (max_interned_entries per sequence, max_stack_depth,
  *    max_path_segments) when it is added, so lookups never fail. Each
- *    sequence keeps its entries in one array with an iid index per field;
- *    an entry of an older epoch is found by (epoch, field, iid) in one
- *    more index, or through the newer one's `prev`.
+ *    sequence keeps its entries in one array, indexed by iid per field
+ *    (older epochs chained behind the newest through `prev`), or, when
+ *    epochs are kept, by (epoch, field, iid) in one map.
  *    Without TM_PF_KEEP_EPOCHS a clear drops the old epoch's entries (for
  *    consumers that resolve packets as they come); with it they stay, for
  *    consumers that resolve them after reading (in timestamp order);
@@ -72,7 +72,8 @@ typedef struct tm_pf_seq {
     uint64_t n_interned;   /* entries added since the last clear */
     tm_pf_entry *ents; size_t n_ents, cap_ents;
     tm_iidmap *newest;     /* [TM_PF_N_INTERNED_KINDS]: iid -> its newest entry; NULL until the first */
-    tm_u64map by_epoch;    /* TM_PF_KEEP_EPOCHS: (epoch, kind, iid) -> entry, when they pack into 64 bits */
+    tm_u64map by_epoch;    /* TM_PF_KEEP_EPOCHS: (epoch, kind, iid) -> entry, when they pack into 64 bits;
+                              what does not pack goes to newest */
     bool valid;            /* incremental state is valid */
     bool seen;             /* a packet of it was read before */
 } tm_pf_seq;
