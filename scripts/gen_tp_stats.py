@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gen_tp_stats.py — writes src/tp_stats.h, the catalogue of Trace Processor's
 stats keys, from the key list Perfetto's tests record
-(shared/fixtures/perfetto-difftests/tp_stats_v58.csv). Only names, kinds,
+(tests/fixtures/perfetto-difftests/tp_stats_v58.csv). Only names, kinds,
 severities, sources and scopes are taken: descriptions are ours (tp.c).
 usage: scripts/gen_tp_stats.py CSV > src/tp_stats.h"""
 import csv

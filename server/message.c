@@ -3,7 +3,7 @@
  * local store: Relay's ProfileChunkKafkaMessage and its TrackOutcome JSON.
  *
  * ProfileChunkKafkaMessage is what Relay writes with rmp_serde::to_vec_named
- * (relay-server store.rs; docs/relay-sample-v2.md §3.3): a MessagePack map
+ * (relay-server store.rs): a MessagePack map
  * with string keys in declaration order, integers in their smallest
  * encoding, the Bytes fields (payload, raw_profile) as bin and the optional
  * fields left out when absent. Encoding uses msgpack-c's packer; decoding is

@@ -1,9 +1,9 @@
 /*
  * process.c — what the server does with one envelope, before anything is
- * handed over: Relay's profile_chunk rules (relay-sample-v2.md §3.2),
+ * handed over: Relay's profile_chunk rules,
  * conversion of Perfetto chunks with the library, validation and
- * normalisation of plain Sample v2 JSON chunks (§1.5), rate limits, and an
- * outcome with Relay's reason string for every rejection (§1.6, §3.6).
+ * normalisation of plain Sample v2 JSON chunks, rate limits, and an
+ * outcome with Relay's reason string for every rejection.
  *
  * The result is a list of records (Kafka messages and outcomes) that the
  * front end hands to Kafka or the local store in one go.

@@ -1,6 +1,6 @@
 /*
- * test_cli.c — the tracemill command as a user runs it (design.md,
- * "Command-line contract"): the built binary (TM_CLI) is run through the
+ * test_cli.c — the tracemill command as a user runs it (its
+ * command-line contract): the built binary (TM_CLI) is run through the
  * shell with stdout and stderr captured in temporary files.
  *
  * Covered: exit codes (0 ok, 1 rejected input with "<kind> at byte N",

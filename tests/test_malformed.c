@@ -7,7 +7,7 @@
  * protobuf encoding or the Perfetto schema allows, LIMIT when a tm_limits
  * ceiling is breached), a message, an err.offset at the offending byte, and
  * in Relay mode Relay's reason ("InvalidSampledProfile" for bad input,
- * "ExceedSizeLimit" for limits; relay-sample-v2.md §1.6, §2.2, §2.10).
+ * "ExceedSizeLimit" for limits).
  *
  * It also runs a deterministic random-mutation loop over a valid trace and
  * a failing allocator that fails every allocation in turn, counting live
@@ -448,8 +448,8 @@ static void raw_compressed_packet(tb_buf *t, const void *z, size_t n) {
     tb_close(t, p);
 }
 
-/* Relay's converter does not read compressed_packets (relay-sample-v2.md
- * §2.1: field 50 is not in its subset, and prost skips unknown fields), so
+/* Relay's converter does not read compressed_packets (field 50 is not in
+ * its subset, and prost skips unknown fields), so
  * in Relay mode bad compressed payloads are skipped, never inflated. */
 static void expect_relay_skips(const tb_buf *t) {
     tm_options o = options_for(TM_MODE_RELAY);
@@ -477,7 +477,7 @@ Test(malformed, invalid_zlib_data) {
 
 Test(malformed, raw_deflate_is_rejected) {
     /* Trace Processor inflates with inflateInit2(32+MAX_WBITS): zlib or gzip
-     * headers only; raw deflate fails (perfetto-wire.md §1, compressed_packets). */
+     * headers only; raw deflate fails (Trace Processor's rule). */
     static const char inner_src[] = "\x0a\x02\x40\x01";
     uint8_t z[64];
     z_stream zs;
@@ -742,7 +742,7 @@ static void assert_json_object(const tu_membuf *s, const char *what) {
 
 Test(limits, max_chunk_duration_is_a_sample_v2_rejection) {
     /* Samples 2 ms apart with a 1 ms chunk limit: the trace parses; the
-     * Sample v2 writer refuses it as Relay does (DurationIsTooLong, §1.6). */
+     * Sample v2 writer refuses it as Relay does (DurationIsTooLong). */
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
         valid_trace(&t, 3);
@@ -864,7 +864,7 @@ Test(mutation, rich_trace_is_valid) {
         tm_error err;
         cr_assert_eq(tm_trace_parse(t.data, t.len, &o, &tr, &err), TM_OK, "%s", err.message);
         const tm_trace_stats *st = tm_trace_get_stats(tr);
-        /* Relay reads PerfSamples only and skips compressed packets (§2.1). */
+        /* Relay reads PerfSamples only and skips compressed packets. */
         cr_assert_eq(st->samples_kept, modes[m] == TM_MODE_RELAY ? 6u : 11u, "[%s] %llu samples",
                      mode_name(modes[m]), (unsigned long long)st->samples_kept);
         tu_membuf s = {0};
@@ -1162,10 +1162,10 @@ Test(failing_alloc, every_sample_v2_writer_allocation) {
 
 /* ---- Relay's schema decides which wire types Relay mode checks ---- */
 
-/* Relay decodes the whole trace with prost (relay-sample-v2.md §2.2): a known
+/* Relay decodes the whole trace with prost: a known
  * field with the wrong wire type is a decode error (InvalidSampledProfile),
  * an unknown one is skipped whatever its wire type. PerfSample.cpu (1) is in
- * Relay's subset (§2.1), even though the converter never uses it. */
+ * Relay's subset, even though the converter never uses it. */
 Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
     tb_buf t = {0};
     valid_trace(&t, 2);
@@ -1183,7 +1183,7 @@ Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
 }
 
 /* ClockSnapshot.Clock in Relay's subset has clock_id (1) and timestamp (2)
- * only (§2.1), so prost skips is_incremental (3) and unit_multiplier_ns (4)
+ * only, so prost skips is_incremental (3) and unit_multiplier_ns (4)
  * whatever their wire type, and Relay converts the trace. */
 Test(relay_schema, clock_fields_outside_relays_subset_are_skipped) {
     tb_buf t = {0};

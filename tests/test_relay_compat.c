@@ -4,12 +4,12 @@
  * For every NAME.pftrace in fixtures/relay-compat/ the library (parse in
  * Relay mode, tm_write_sample_v2 with meta.json) must produce exactly the
  * bytes of expected/NAME.expand.json and, with remove_single_samples on,
- * expected/NAME.expand_remove_single.json (relay-sample-v2.md §1, §4). The
+ * expected/NAME.expand_remove_single.json. The
  * expected files end with the newline the CLI appends; the library writes
  * none. An expected file "error: <Variant>" means Relay rejects the trace and
  * tracemill must fail with err.reason == "<Variant>" (at parse or at write).
  * exactly_max_samples.pftrace has no expected file: 100 000 samples pass
- * (MAX_SAMPLES is a ">" test, §2.3 step 6). A missing fixture, a missing
+ * (Relay's MAX_SAMPLES is a ">" test). A missing fixture, a missing
  * expected file or an empty directory fails the suite: a compatibility
  * test that silently compares nothing is worse than none.
  */
@@ -150,7 +150,7 @@ out:
 
 /* ---- tests ---- */
 
-/* The PR's converter tests (relay-sample-v2.md §4), one fixture each. */
+/* The PR's converter tests, one fixture each. */
 static const char *const known_fixtures[] = {
     "minimal", "empty", "invalid_protobuf", "missing_clock_snapshot", "mapping_resolution",
     "separate_namespaces", "incremental_state_reset", "incremental_state_reset_before_after",

@@ -4,14 +4,14 @@
  *
  * - tm_format_f64 must print doubles exactly as serde_json does (ryu's
  *   shortest digits and format64 layout), because Relay-mode output is
- *   compared byte for byte with Relay's (relay-sample-v2.md §1.3, §9).
+ *   compared byte for byte with Relay's.
  * - tm_jw_seconds prints default-mode timestamps exactly from nanoseconds.
  * - JSON strings are escaped and always valid UTF-8 (bad bytes -> U+FFFD).
- * - Chunk metadata is validated and merged as Relay's expand_perfetto does
- *   (§1.1-1.5): EventIds, required fields, InvalidJson, key order, release,
+ * - Chunk metadata is validated and merged as Relay's expand_perfetto
+ *   does: EventIds, required fields, InvalidJson, key order, release,
  *   SDK images first, Sample v2 normalisation (single-sample threads,
  *   DurationIsTooLong, PAC stripping for cocoa).
- * - Default mode (design.md): exact timestamps, named threads, platform
+ * - Default mode: exact timestamps, named threads, platform
  *   without metadata, always valid JSON.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -363,7 +363,7 @@ Test(json_string, replaces_invalid_utf8_bytes) {
     EXPECT_JW("\xc3\xa9\xff\xc3\xa9", "\"\xc3\xa9" FFFD "\xc3\xa9\""); /* valid around bad */
 }
 
-/* Relay stage C drops interned strings that are not UTF-8 (§2.4): the frame
+/* Relay stage C drops interned strings that are not UTF-8: the frame
  * keeps its address but has no "function". Default mode repairs them. */
 Test(json_string, invalid_utf8_function_names_per_mode) {
     tb_buf t = {0};
@@ -385,7 +385,7 @@ Test(json_string, invalid_utf8_function_names_per_mode) {
     tb_free(&t);
 }
 
-/* ==== metadata (relay-sample-v2.md §1.1-1.2) ============================= */
+/* ==== metadata =========================================================== */
 
 Test(meta, hyphenated_and_uppercase_event_ids_become_32_lowercase_hex) {
     tb_buf t = {0};
@@ -444,7 +444,7 @@ Test(meta, invalid_metadata_is_rejected_as_InvalidJson) {
     tb_free(&t);
 }
 
-/* expand_perfetto reads the metadata before it converts (§1.1): a trace
+/* expand_perfetto reads the metadata before it converts: a trace
  * without samples (one empty packet) with bad metadata is InvalidJson, not
  * NotEnoughSamples. */
 Test(meta, metadata_is_checked_before_the_samples) {
@@ -479,7 +479,7 @@ Test(meta, release_is_null_when_absent_and_kept_when_present) {
     tb_free(&t);
 }
 
-/* §1.2 key order, with every optional key present and the metadata's own
+/* Relay's key order, with every optional key present and the metadata's own
  * keys deliberately shuffled; unknown keys (timestamp, foo, SDK packages) are
  * dropped; the SDK's proguard image stays in front of converted images. */
 Test(meta, top_level_key_order_and_sdk_images_first) {
@@ -524,7 +524,7 @@ Test(meta, top_level_key_order_and_sdk_images_first) {
     tb_free(&t);
 }
 
-/* ==== Sample v2 normalisation (§1.5) ===================================== */
+/* ==== Sample v2 normalisation ========================================== */
 
 static tm_status convert_two(tm_mode mode, uint64_t span_ns, const tm_limits *lim, tu_membuf *out,
                              tm_error *err) {
@@ -558,7 +558,7 @@ Test(duration, relay_rejects_chunks_longer_than_66_s) {
 }
 
 /* normalize() runs on the converted samples, whose timestamps are already
- * rounded to milliseconds (§2.5, §1.5 step 6): 66.0004 s becomes 66.000 s. */
+ * rounded to milliseconds: 66.0004 s becomes 66.000 s. */
 Test(duration, relay_measures_the_ms_rounded_timestamps) {
     tu_membuf out = {0};
     tm_error err;
@@ -584,8 +584,8 @@ Test(duration, default_mode_has_no_limit_unless_configured) {
     free(out.data);
 }
 
-/* §1.5 step 1: threads with <= 1 non-empty sample lose all their samples,
- * and step 8 then drops their thread_metadata. */
+/* Normalisation: threads with <= 1 non-empty sample lose all their samples,
+ * and a later step drops their thread_metadata. */
 Test(normalize, remove_single_samples_drops_whole_threads) {
     tb_buf t = {0};
     const smp s[4] = {{BOOT0, 42, 42, CS_MAIN_FOO},
@@ -617,7 +617,7 @@ Test(normalize, remove_single_samples_drops_whole_threads) {
     tb_free(&t);
 }
 
-/* §1.5 step 7: pointer-authentication bits are stripped (mask
+/* Normalisation: pointer-authentication bits are stripped (mask
  * 0x0000000FFFFFFFFF) from instruction_addr only when platform is cocoa. */
 Test(normalize, pointer_auth_bits_stripped_only_for_cocoa) {
     tb_buf t = {0};
@@ -713,7 +713,7 @@ Test(default_mode, platform_without_meta_depends_on_java_frames) {
     }
 }
 
-/* design.md: without --meta the output still holds version, platform,
+/* Default mode: without --meta the output still holds version, platform,
  * profile and debug_meta, and nothing invented (no chunk_id, no release). */
 Test(default_mode, output_without_meta_has_no_chunk_ids) {
     tb_buf t = {0};

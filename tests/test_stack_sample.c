@@ -1,6 +1,6 @@
 /*
  * test_stack_sample.c — Perfetto v58's generic StackSample packet
- * (TracePacket 135, perfetto-wire.md §1) in the default decoder: inline and
+ * (TracePacket 135) in the default decoder: inline and
  * interned callstacks, threads from inline and interned task contexts (and
  * the rule for samples without a tid), packet timestamps through the clock
  * graph, the incremental-state and drop counters PerfSample uses, limits,

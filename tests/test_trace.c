@@ -1,10 +1,10 @@
 /*
  * test_trace.c — the Perfetto trace model in default mode (TM_MODE_DEFAULT):
  * tm_trace_parse turns traces built with trace_builder.h, and the Trace
- * Processor probe traces in fixtures/perfetto-probes, into the profile
- * model (tm_trace_profile), and every expected value comes from the rules
- * in docs/perfetto-wire.md §1-§2 (what Trace Processor does) and
- * docs/design.md "Default mode vs Relay compatibility".
+ * Processor probe traces in tests/fixtures/perfetto-probes, into the
+ * profile model (tm_trace_profile), and every expected value comes from
+ * what Trace Processor does and from the README's "Default mode and
+ * `--compat relay`".
  *
  * Covered: packed vs unpacked repeated fields; incremental state (clears,
  * iid reuse, first entry wins); data loss (previous_packet_dropped, skipped
@@ -300,7 +300,7 @@ Test(trace_wire, packed_and_unpacked_repeated_fields_give_identical_profiles) {
 }
 
 /* ==================================================================== */
-/* Incremental state (perfetto-wire.md §2.2).                           */
+/* Incremental state.                                                   */
 /* ==================================================================== */
 
 /* Three generations on sequence 1; legacy = use TracePacket field 41
@@ -400,7 +400,7 @@ Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation)
 }
 
 /* ==================================================================== */
-/* Data loss (perfetto-wire.md §2.2, design.md; probe p3).               */
+/* Data loss (probe p3).                                                */
 /* ==================================================================== */
 
 Test(trace_loss, probe_p3_incremental_loss) {
@@ -545,7 +545,7 @@ Test(trace_loss, sequence_that_never_clears_counts_dropped_never_cleared) {
 }
 
 /* ==================================================================== */
-/* PerfSample + StreamingProfilePacket (perfetto-wire.md §2.4, §2.5).     */
+/* PerfSample + StreamingProfilePacket.                                 */
 /* ==================================================================== */
 
 /* Interns a = fn 1, b = fn 2 (or swapped), frames 1 -> fn 1, 2 -> fn 2,
@@ -687,7 +687,7 @@ Test(trace_samples, streaming_thread_from_track_descriptor_and_packet_time_fallb
     tb_free(&b);
 }
 
-/* §2.4: base = sequence time converted MONOTONIC -> trace time once per
+/* Trace Processor: base = sequence time converted MONOTONIC -> trace time once per
  * packet; the deltas are added to the converted base. */
 Test(trace_samples, streaming_deltas_are_added_to_the_converted_base) {
     tb_buf b = {0};
@@ -716,7 +716,7 @@ Test(trace_samples, streaming_deltas_are_added_to_the_converted_base) {
 }
 
 /* ==================================================================== */
-/* Clocks (perfetto-wire.md §2.3; probes p5, p6).                        */
+/* Clocks (probes p5, p6).                                              */
 /* ==================================================================== */
 
 Test(trace_clocks, probe_p5_defaults_clock_and_two_snapshots) {
@@ -808,7 +808,7 @@ Test(trace_clocks, primary_trace_clock_sets_trace_time) {
     tb_free(&b);
 }
 
-/* §1 "ClockSnapshot, clocks": ids 64-127 are valid only on the sequence that
+/* ClockSnapshot clocks: ids 64-127 are valid only on the sequence that
  * emitted the snapshot; unit_multiplier_ns scales the clock's values. */
 Test(trace_clocks, sequence_scoped_clock_with_unit_multiplier) {
     tb_buf b = {0};
@@ -871,7 +871,7 @@ Test(trace_clocks, unix_time_from_boottime_realtime_snapshots_exact_ns) {
 }
 
 /* ==================================================================== */
-/* compressed_packets (perfetto-wire.md §1; probes p2, p4).              */
+/* compressed_packets (probes p2, p4).                                  */
 /* ==================================================================== */
 
 static void build_compress_parts(tb_buf *a, tb_buf *b) {
@@ -975,7 +975,7 @@ Test(trace_compressed, probe_p4_equals_probe_p2) {
 }
 
 /* ==================================================================== */
-/* Names (perfetto-wire.md §2.7).                                        */
+/* Names.                                                               */
 /* ==================================================================== */
 
 static void process_tree_thread(tb_buf *t, uint32_t seq, int64_t tid, int64_t tgid, const char *name) {
@@ -1146,7 +1146,7 @@ Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
 }
 
 /* ==================================================================== */
-/* Frames (perfetto-wire.md §2.2, §2.6; relay-sample-v2.md frame rules). */
+/* Frames (Trace Processor's and Relay's frame rules).                  */
 /* ==================================================================== */
 
 Test(trace_frames, address_only_frames) {

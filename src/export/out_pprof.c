@@ -1,6 +1,6 @@
 /*
  * out_pprof.c — profile model -> pprof (profile.proto, package
- * perftools.profiles; field numbers in docs pprof-and-friends.md), gzip
+ * perftools.profiles), gzip
  * compressed or raw.
  *
  * One Sample per profile sample of the selected threads, leaf first, with

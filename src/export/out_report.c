@@ -1,7 +1,7 @@
 /*
  * out_report.c — the data-quality report: every counter of a decode as one
- * JSON object, grouped the way design.md ("Data-quality report") lists
- * them. `tracemill info --json` and `convert -f report` print this.
+ * JSON object, grouped by what they count. `tracemill info --json` and
+ * `convert -f report` print this.
  * Also home of tm_sink_file, the stdio sink.
  */
 #include "wire/json_write.h" /* tm_jw */

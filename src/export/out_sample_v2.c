@@ -1,6 +1,6 @@
 /*
  * out_sample_v2.c — profile model -> Sentry Sample v2 profile-chunk JSON
- * (relay-sample-v2.md §1), written in one streaming pass.
+ * (Relay's format), written in one streaming pass.
  *
  * Metadata (the [JSON] part of a profile_chunk item) is read with jansson
  * and merged the way Relay's expand_perfetto does: known keys in Relay's

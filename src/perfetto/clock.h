@@ -1,6 +1,6 @@
 /*
  * clock.h — Perfetto clock snapshots and conversion between clock domains,
- * as Trace Processor does (perfetto-wire.md §2.3): snapshots link clocks;
+ * as Trace Processor does: snapshots link clocks;
  * a path of hops is found by breadth-first search; each hop uses the
  * snapshot with the largest source value <= ts, or the first one for
  * earlier timestamps. Clock keys are builtin ids (1..63) or, for

@@ -1,7 +1,7 @@
 /*
  * in_sample_v2.c — Sentry Sample v2 profile-chunk JSON (what Sentry SDKs
- * and Relay produce, and `tracemill convert -f sample-v2` writes; see
- * relay-sample-v2.md §1) -> the profile model, so every exporter reads it.
+ * and Relay produce, and `tracemill convert -f sample-v2` writes) -> the
+ * profile model, so every exporter reads it.
  *
  * One streaming pass with the json_read.h tokenizer (no tree: chunks run to
  * 100+ MB) collects frames, stacks, images, samples and thread names as the

@@ -36,7 +36,7 @@
 enum { F_HAS_FN = 1, F_HAS_MAPPING = 2, F_HAS_REL_PC = 4 };
 enum { M_HAS_BUILD = 1, M_HAS_LOAD_BIAS = 2 };
 
-/* Thread and process name priorities (Trace Processor's, §2.7). */
+/* Thread and process name priorities (Trace Processor's). */
 enum { PRIO_PROCESS_TREE = 2, PRIO_TRACK_DESCRIPTOR = 4 };
 
 typedef struct ent_frame {

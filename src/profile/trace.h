@@ -2,8 +2,8 @@
  * trace.h — the Perfetto trace model: per-sequence intern tables and
  * incremental state, clocks, and the decoder that turns a .pftrace buffer
  * into a tm_profile; the entry point tm_trace_parse also dispatches to the
- * Sample v2 and folded readers. See trace.c for the rules and perfetto-wire.md for
- * the field numbers.
+ * Sample v2 and folded readers. See trace.c for the rules and perfetto/fields.h
+ * for the field numbers.
  */
 #ifndef TM_TRACE_H
 #define TM_TRACE_H

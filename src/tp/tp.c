@@ -1,6 +1,6 @@
 /*
  * tp.c — decodes a Perfetto trace into the Trace Processor model (tp.h)
- * with Trace Processor's semantics (perfetto-wire.md §2).
+ * with Trace Processor's semantics.
  *
  * Two passes, as Trace Processor's tokenizer and parser:
  *  1. Tokenize, in file order: sequences, incremental state, packet

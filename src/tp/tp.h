@@ -1,6 +1,6 @@
 /*
  * tp.h — the Trace Processor model: a Perfetto trace decoded with Perfetto
- * Trace Processor's semantics (perfetto-wire.md §2) into the rows of its
+ * Trace Processor's semantics into the rows of its
  * tables. tp.c fills it; sql.c exposes it to SQLite as virtual tables.
  *
  * It is a second reading of the same wire format beside trace.c, on

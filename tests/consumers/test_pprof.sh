@@ -70,8 +70,8 @@ check_trace() { # TRACE NAME
 }
 
 check_trace "$src/examples/demo.pftrace" demo
-check_trace "$src/../shared/fixtures/relay-compat/multi_sequence.pftrace" multi_sequence
-check_trace "$src/../shared/fixtures/relay-compat/java_frame_splitting.pftrace" java_frame_splitting
+check_trace "$src/tests/fixtures/relay-compat/multi_sequence.pftrace" multi_sequence
+check_trace "$src/tests/fixtures/relay-compat/java_frame_splitting.pftrace" java_frame_splitting
 
 # ---- Google's pprof on the demo ----
 demo="$tmp/demo.pb.gz"

@@ -42,7 +42,7 @@ timed() {
 }
 
 timed "$src/examples/demo.pftrace"
-timed "$src/../shared/fixtures/relay-compat/empty_callstack.pftrace"
+timed "$src/tests/fixtures/relay-compat/empty_callstack.pftrace"
 
 # Folded input: the demo's folded stacks read back.
 "$cli" convert -f folded -o "$tmp/demo.folded" "$src/examples/demo.pftrace"

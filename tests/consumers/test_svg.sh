@@ -10,7 +10,7 @@
 set -euo pipefail
 cli="$1" src="$2" build="$3"
 here="$src/tests/consumers"
-fixtures="$src/../shared/fixtures/relay-compat"
+fixtures="$src/tests/fixtures/relay-compat"
 out="$build/svg-consumer"
 mkdir -p "$out"
 

@@ -6,7 +6,7 @@
 # usage: run.sh CLI SOURCE_DIR [--update]
 set -uo pipefail
 cli=$1 src=$2 update=${3:-}
-fx="$src/../shared/fixtures"
+fx="$src/tests/fixtures"
 demo="$src/examples/demo.pftrace"
 p1="$fx/perfetto-probes/p1_streaming_profile/trace.pftrace"
 p2="$fx/perfetto-probes/p2_perf_sample/trace.pftrace"
