@@ -68,8 +68,8 @@ static const char *const stmt_sql[S_COUNT] = {
     "SAVEPOINT submission",
     "RELEASE submission",
     "ROLLBACK TO submission",
-    "INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message) VALUES(?,?,?,?,?,?)"
-    " ON CONFLICT(chunk_id, project_id) DO NOTHING",
+    ("INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message) VALUES(?,?,?,?,?,?)"
+     " ON CONFLICT(chunk_id, project_id) DO NOTHING"),
     "INSERT INTO outcomes(received, project_id, message) VALUES(?,?,?)",
     "INSERT INTO spool(kind, project_id, chunk_id, message) VALUES(?,?,?,?)",
 };
