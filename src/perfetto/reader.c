@@ -624,7 +624,8 @@ static tm_status enter_compressed(tm_pf_reader *r, const tm_pf_packet *pk, const
  * and legacy descriptors without a sequence) is skipped unread. */
 static bool payload_is_read(const tm_pf_packet *pk) {
     switch (pk->data_field) {
-    case TM_PF_PACKET_CLOCK_SNAPSHOT: case TM_PF_PACKET_TRACE_STATS:
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: case TM_PF_PACKET_TRACE_STATS: case TM_PF_PACKET_TRACE_CONFIG:
+    case TM_PF_PACKET_FTRACE_STATS:
         return true;
     case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STREAMING_PROFILE_PACKET: case TM_PF_PACKET_STACK_SAMPLE:
     case TM_PF_PACKET_THREAD_DESCRIPTOR:

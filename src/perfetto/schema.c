@@ -83,9 +83,25 @@ static const child tree_children[] = {{TM_PF_PROCESS_TREE_PROCESSES, &tree_proce
                                       {0, NULL}};
 static const schema process_tree = {"ProcessTree", F(3), 0, 0, tree_children, NULL};
 
-static const schema buffer_stats = {"TraceStats.BufferStats", F(3) | F(13) | F(18) | F(19), 0, 0, NULL, NULL};
-static const child trace_stats_children[] = {{TM_PF_TRACE_STATS_BUFFER_STATS, &buffer_stats}, {0, NULL}};
-static const schema trace_stats = {"TraceStats", F(8), 0, 0, trace_stats_children, NULL};
+/* TraceStats: every figure the Trace Processor model reads into its stats. */
+#define F_RANGE(lo, hi) ((~0ull >> (63 - (hi))) & ~((1ull << (lo)) - 1))
+static const schema buffer_stats = {"TraceStats.BufferStats", F_RANGE(1, 20), 0, 0, NULL, NULL};
+static const schema filter_stats = {"TraceStats.FilterStats", F_RANGE(1, 5), 0, F(20), NULL, NULL};
+static const schema writer_stats = {"TraceStats.WriterStats", F(1) | F(4), 0, F(2) | F(3), NULL, NULL};
+static const child trace_stats_children[] = {{TM_PF_TRACE_STATS_BUFFER_STATS, &buffer_stats},
+                                             {TM_PF_TRACE_STATS_FILTER_STATS, &filter_stats},
+                                             {TM_PF_TRACE_STATS_WRITER_STATS, &writer_stats},
+                                             {0, NULL}};
+static const schema trace_stats = {"TraceStats", F_RANGE(2, 10) | F_RANGE(12, 15), 0, 0, trace_stats_children, NULL};
+#undef F_RANGE
+
+/* TraceConfig and FtraceStats: what the Trace Processor model reads of them. */
+static const schema buffer_config = {"TraceConfig.BufferConfig", F(1) | F(4), 0, 0, NULL, NULL};
+static const child config_children[] = {{TM_PF_CONFIG_BUFFERS, &buffer_config}, {0, NULL}};
+static const schema trace_config = {"TraceConfig", F(3) | F(8) | F(9), 0, 0, config_children, NULL};
+static const schema ftrace_cpu_stats = {"FtraceCpuStats", F(1) | F(2), 0, 0, NULL, NULL};
+static const child ftrace_children[] = {{TM_PF_FTRACE_STATS_CPU_STATS, &ftrace_cpu_stats}, {0, NULL}};
+static const schema ftrace_stats = {"FtraceStats", F(1), 0, 0, ftrace_children, NULL};
 
 #undef F
 
@@ -100,6 +116,8 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_TRACK_DESCRIPTOR: return &track_descriptor;
     case TM_PF_PACKET_PROCESS_TREE: return &process_tree;
     case TM_PF_PACKET_TRACE_STATS: return &trace_stats;
+    case TM_PF_PACKET_TRACE_CONFIG: return &trace_config;
+    case TM_PF_PACKET_FTRACE_STATS: return &ftrace_stats;
     default: return NULL;
     }
 }

@@ -828,7 +828,7 @@ static tm_status parse_thread_desc(dec *d, tm_bytes b, thread_desc *td) {
 
 /* A sequence's thread: from its ThreadDescriptor or TrackDescriptor.thread. */
 static tm_status apply_thread_desc(dec *d, seq_state *s, const thread_desc *td, bool set_time) {
-    if (!td->has_tid) return TM_OK;
+    if (!td->has_tid && !set_time) return TM_OK; /* a legacy descriptor without tid is thread 0, as in Trace Processor */
     uint32_t thread;
     TM_TRY(thread_of(d, td->tid, td->pid, &thread));
     tm_profile_name_thread(d->p, thread, td->name, PRIO_TRACK_DESCRIPTOR);
