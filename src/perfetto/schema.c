@@ -87,6 +87,8 @@ static const schema buffer_stats = {"TraceStats.BufferStats", F(3) | F(13) | F(1
 static const child trace_stats_children[] = {{TM_PF_TRACE_STATS_BUFFER_STATS, &buffer_stats}, {0, NULL}};
 static const schema trace_stats = {"TraceStats", F(8), 0, 0, trace_stats_children, NULL};
 
+static const schema trace_uuid = {"TraceUuid", F(1) | F(2), 0, 0, NULL, NULL};
+
 #undef F
 
 static const schema *payload_schema(uint32_t data_field, bool relay) {
@@ -100,6 +102,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_TRACK_DESCRIPTOR: return &track_descriptor;
     case TM_PF_PACKET_PROCESS_TREE: return &process_tree;
     case TM_PF_PACKET_TRACE_STATS: return &trace_stats;
+    case TM_PF_PACKET_TRACE_UUID: return &trace_uuid;
     default: return NULL;
     }
 }
