@@ -52,6 +52,10 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);
     line("mappings without build id", s->mappings_without_build_id);
+    /* Apart: the service's count spans every producer and session. */
+    if (s->service_chunks_discarded)
+        printf("tracing service, all sessions (not this trace's loss):\n  %-44s %llu\n", "chunks discarded",
+               (unsigned long long)s->service_chunks_discarded);
 }
 
 int cli_info(int argc, char **argv) {

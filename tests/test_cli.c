@@ -621,6 +621,30 @@ Test(cli_info, summary_counts_samples) {
     run_free(&r);
 }
 
+/* The service's chunks_discarded (top-level TraceStats field 8) is shown
+ * apart from this trace's losses, the per-buffer figures. */
+Test(cli_info, service_chunks_discarded_apart_from_losses) {
+    size_t len;
+    char *min = tu_read_file(MINIMAL, &len);
+    cr_assert_not_null(min);
+    /* Trace.packet { trace_stats { buffer_stats { chunks_discarded: 2 } chunks_discarded: 9 } } */
+    static const unsigned char stats[] = {0x0a, 0x0a, 0x9a, 0x02, 0x07, 0x0a, 0x03, 0x90, 0x01, 0x02, 0x40, 0x09};
+    char path[] = "/tmp/tm_cli_stats_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert(write(fd, min, len) == (ssize_t)len && write(fd, stats, sizeof stats) == (ssize_t)sizeof stats);
+    close(fd);
+    free(min);
+    run_result r = run("info %s", path);
+    remove(path);
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    const char *own = strstr(r.out, "producer: buffer chunks discarded");
+    cr_expect(own && strncmp(strchr(own, '\n') - 2, " 2\n", 3) == 0, "%s", r.out);
+    const char *svc = strstr(r.out, "tracing service, all sessions (not this trace's loss):\n  chunks discarded");
+    cr_expect(svc && strstr(svc, " 9\n"), "%s", r.out);
+    run_free(&r);
+}
+
 Test(cli_info, json_report_is_valid_and_counts_samples) {
     static const struct {
         const char *args;

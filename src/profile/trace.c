@@ -886,17 +886,19 @@ static tm_status on_track_desc(dec *d, seq_state *s, tm_bytes b) { /* s: NULL wi
 }
 
 /* TraceStats: each packet is a snapshot of the session so far, so the last
- * one wins; BufferStats are summed over the buffers. */
+ * one wins; BufferStats are summed over the buffers. Only they are this
+ * trace's loss: the top-level chunks_discarded is the service's, across
+ * every producer and session, so it is kept apart. */
 static tm_status on_trace_stats(dec *d, tm_bytes b) {
     tm_trace_stats *st = &d->p->stats;
-    uint64_t overwritten = 0, discarded = 0, bytes_overwritten = 0, writer_loss = 0;
+    uint64_t overwritten = 0, discarded = 0, bytes_overwritten = 0, writer_loss = 0, service_discarded = 0;
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         if (f.num == 8) {
             WANT(d, f, TM_PB_VARINT, "TraceStats");
-            discarded += f.val; /* the service's chunks_discarded, outside any buffer */
+            service_discarded += f.val;
             continue;
         }
         if (f.num != 1) continue;
@@ -916,6 +918,7 @@ static tm_status on_trace_stats(dec *d, tm_bytes b) {
     st->trace_stats_packets++;
     st->buffer_chunks_overwritten = overwritten;
     st->buffer_chunks_discarded = discarded;
+    st->service_chunks_discarded = service_discarded;
     st->buffer_bytes_overwritten = bytes_overwritten;
     st->writer_packet_loss = writer_loss;
     return TM_OK;
