@@ -1198,14 +1198,15 @@ static tm_status finish(dec *d) {
         st->first_sample_ns = p->samples[0].ts;
         st->last_sample_ns = p->samples[p->n_samples - 1].ts;
     }
-    /* Threads with samples but no name (the main thread of a known pid is
-     * named "main"; tid 0 of an unknown process is not). */
+    /* Threads with samples but no name from the trace: neither their own
+     * nor, for a main thread, its process's. The same rule in both modes:
+     * the "main" an output may write for a main thread is no name. */
     uint8_t *has = tm_mem_alloc(d->mem, p->n_threads + 1);
     if (!has) return nomem(d);
     memset(has, 0, p->n_threads + 1);
     for (size_t i = 0; i < p->n_samples; i++) has[p->samples[i].thread] = 1;
     for (size_t i = 0; i < p->n_threads; i++)
-        if (has[i] && !p->threads[i].name_prio && !(p->threads[i].tid == p->threads[i].pid && p->threads[i].pid))
+        if (has[i] && !p->threads[i].name_prio && !tm_profile_main_thread_process_name(p, &p->threads[i]).len)
             st->threads_without_name++;
     tm_mem_free(d->mem, has, p->n_threads + 1);
     return TM_OK;
