@@ -80,11 +80,16 @@ int cli_info(int argc, char **argv) {
         return cli_usage_error("info", "no trace given");
     }
     cli_input in;
+    cli_progress_start(x.quiet);
+    cli_progress_phase("reading", 0);
     int rc = cli_input_load(path, &x.opts, &in);
-    if (rc != EXIT_OK) return rc;
+    cli_progress_phase("decoding", in.len);
     tm_trace *t = NULL;
     tm_error err;
-    if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK) {
+    tm_status st = rc == EXIT_OK ? tm_trace_parse(in.data, in.len, &x.opts, &t, &err) : TM_OK;
+    cli_progress_stop(); /* what follows starts on a clean line */
+    if (rc != EXIT_OK) return rc;
+    if (st != TM_OK) {
         rc = cli_report_error(path, &err);
     } else if (json) {
         tm_sink out = tm_sink_file(stdout);

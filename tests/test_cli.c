@@ -788,3 +788,42 @@ Test(cli_io, binary_output_is_refused_on_a_terminal, .timeout = 20) {
         close(master);
     }
 }
+
+/* ---- progress ---- */
+
+/* A slow input: the trace, then two seconds before the stream ends. The
+ * progress line shows on a terminal, past the first second, and is erased;
+ * with --quiet, or stderr a pipe, nothing is said. */
+#define SLOW_CONVERT "(cat " MINIMAL "; sleep 2) | " TM_CLI " convert -f folded -o /dev/null "
+
+static char *on_pty(const char *cmd) {
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    int master;
+    int pid = tu_spawn_on_pty(argv, &master);
+    cr_assert_gt(pid, 0);
+    tu_membuf seen = {0};
+    tu_pty_wait_for(master, &seen, "no such text", 8000); /* until the program closes the terminal */
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status %d: %s", cmd, status,
+              seen.data ? seen.data : "");
+    close(master);
+    return seen.data ? seen.data : strdup("");
+}
+
+Test(cli_progress, shown_on_a_terminal_for_slow_work, .timeout = 30) {
+    char *seen = on_pty(SLOW_CONVERT "-");
+    cr_expect(strstr(seen, "\rtracemill: reading "), "no progress: %s", seen);
+    cr_expect(strstr(seen, " bytes... "), "no bytes read: %s", seen);
+    cr_expect(strstr(seen, "\r\033[K"), "the line was not erased: %s", seen);
+    free(seen);
+    seen = on_pty(SLOW_CONVERT "--quiet -");
+    cr_expect(!strstr(seen, "tracemill:"), "--quiet: %s", seen);
+    free(seen);
+}
+
+Test(cli_progress, never_when_stderr_is_a_pipe, .timeout = 30) {
+    char *seen = on_pty(SLOW_CONVERT "- 2>&1 | cat"); /* a terminal is there, but not on stderr */
+    cr_expect(!strstr(seen, "tracemill:"), "said: %s", seen);
+    free(seen);
+}
