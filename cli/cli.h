@@ -21,6 +21,16 @@ typedef struct cli_input {
     int mapped; /* 1: munmap, 0: free */
 } cli_input;
 
+/* A progress line on stderr for long work (cli_progress.c): nothing unless
+ * stderr is a terminal, quiet is 0 and the work passes a second. phase
+ * names what runs now ("reading", "decoding", ...), total its input bytes
+ * (0: unknown); cli_progress_bytes the bytes done so far. stop erases the
+ * line. */
+void cli_progress_start(int quiet);
+void cli_progress_phase(const char *name, size_t total);
+void cli_progress_bytes(size_t done);
+void cli_progress_stop(void);
+
 /* Loads path ("-" is stdin), at most the max_input_bytes of opts (NULL: the
  * generous preset). Prints an error and returns EXIT_IO on failure, or
  * EXIT_REJECTED for an input past the limit. */
@@ -78,7 +88,7 @@ typedef struct cli_export {
     tm_sample_v2_options v2;
     tm_thread_filter threads;
     int64_t period_ns;
-    int thread_prefix, reverse, uncompressed;
+    int thread_prefix, reverse, uncompressed, quiet;
     unsigned width_px;
     const char *title;
 } cli_export;

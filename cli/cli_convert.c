@@ -24,6 +24,7 @@ static int write_one(const cli_export *x, const tm_trace *t, const char *const *
     tm_sink sink = tm_sink_file(o.f);
     tm_error err;
     tm_status st = cli_export_write(x, NULL, t, &sink, &err);
+    cli_progress_stop(); /* errors start on a clean line */
     if (st == TM_OK && (x->format == FMT_SAMPLE_V2 || x->format == FMT_REPORT) && fputc('\n', o.f) == EOF)
         rc = cli_output_error(o.path, errno);
     else if (st != TM_OK) /* a failed write, or a trace the format cannot hold */
@@ -110,21 +111,30 @@ int cli_convert(int argc, char **argv) {
     if (meta_path && (rc = cli_input_load(meta_path, &x.opts, &meta)) != EXIT_OK) return rc;
     x.v2.meta_json = (const char *)meta.data;
     x.v2.meta_len = meta.len;
-    if ((rc = cli_input_load(in_path, &x.opts, &in)) != EXIT_OK) {
+    cli_progress_start(x.quiet || per_thread); /* --per-thread reports each file it writes */
+    cli_progress_phase("reading", 0);
+    rc = cli_input_load(in_path, &x.opts, &in);
+    if (rc != EXIT_OK) {
+        cli_progress_stop();
         cli_input_release(&meta);
         return rc;
     }
+    cli_progress_phase("decoding", in.len);
     const char *inputs[] = {in_path, meta_path, NULL};
     tm_trace *t = NULL;
     tm_error err;
     if (meta_path && tm_sample_v2_check_meta(x.v2.meta_json, x.v2.meta_len, &err) != TM_OK)
         rc = cli_report_error(meta_path, &err); /* metadata errors first, as Relay */
-    else if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK)
+    else if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK) {
+        cli_progress_stop();
         rc = cli_report_error(in_path, &err);
-    else if (per_thread)
+    } else if (per_thread) {
         rc = write_per_thread(&x, t, inputs, out_path);
-    else
+    } else {
+        cli_progress_phase("writing", 0);
         rc = write_one(&x, t, inputs, out_path);
+    }
+    cli_progress_stop();
     tm_trace_free(t);
     cli_input_release(&in);
     cli_input_release(&meta);

@@ -46,22 +46,31 @@ int cli_diff(int argc, char **argv) {
     tm_trace *t[2] = {NULL, NULL};
     tm_error err;
     int rc = EXIT_OK;
+    cli_progress_start(x.quiet);
     for (int k = 0; k < 2 && rc == EXIT_OK; k++) {
+        cli_progress_phase("reading", 0);
         rc = cli_input_load(paths[k], &x.opts, &in[k]);
-        if (rc == EXIT_OK && tm_trace_parse(in[k].data, in[k].len, &x.opts, &t[k], &err) != TM_OK)
+        cli_progress_phase("decoding", in[k].len);
+        if (rc == EXIT_OK && tm_trace_parse(in[k].data, in[k].len, &x.opts, &t[k], &err) != TM_OK) {
+            cli_progress_stop(); /* errors start on a clean line */
             rc = cli_report_error(paths[k], &err);
+        }
     }
+    cli_progress_phase("writing", 0);
     if (rc == EXIT_OK) {
         cli_output o;
         const char *inputs[] = {paths[0], paths[1], NULL};
         rc = cli_output_open(out_path, 0, inputs, &o);
         if (rc == EXIT_OK) {
             tm_sink sink = tm_sink_file(o.f);
-            if (cli_export_write(&x, t[0], t[1], &sink, &err) != TM_OK)
+            tm_status st = cli_export_write(&x, t[0], t[1], &sink, &err);
+            cli_progress_stop();
+            if (st != TM_OK)
                 rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(paths[1], &err);
             rc = cli_output_close(&o, rc);
         }
     }
+    cli_progress_stop();
     for (int k = 0; k < 2; k++) {
         tm_trace_free(t[k]);
         cli_input_release(&in[k]);

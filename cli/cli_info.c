@@ -52,6 +52,10 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);
     line("mappings without build id", s->mappings_without_build_id);
+    /* Apart: the service's count spans every producer and session. */
+    if (s->service_chunks_discarded)
+        printf("tracing service, all sessions (not this trace's loss):\n  %-44s %llu\n", "chunks discarded",
+               (unsigned long long)s->service_chunks_discarded);
 }
 
 int cli_info(int argc, char **argv) {
@@ -76,11 +80,16 @@ int cli_info(int argc, char **argv) {
         return cli_usage_error("info", "no trace given");
     }
     cli_input in;
+    cli_progress_start(x.quiet);
+    cli_progress_phase("reading", 0);
     int rc = cli_input_load(path, &x.opts, &in);
-    if (rc != EXIT_OK) return rc;
+    cli_progress_phase("decoding", in.len);
     tm_trace *t = NULL;
     tm_error err;
-    if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK) {
+    tm_status st = rc == EXIT_OK ? tm_trace_parse(in.data, in.len, &x.opts, &t, &err) : TM_OK;
+    cli_progress_stop(); /* what follows starts on a clean line */
+    if (rc != EXIT_OK) return rc;
+    if (st != TM_OK) {
         rc = cli_report_error(path, &err);
     } else if (json) {
         tm_sink out = tm_sink_file(stdout);

@@ -73,6 +73,7 @@ static int read_all(int fd, const char *name, uint64_t max_bytes, cli_input *in)
             return EXIT_IO;
         }
         len += (size_t)n;
+        cli_progress_bytes(len);
     }
     if (len > max_bytes) {
         free(buf);

@@ -45,6 +45,7 @@ static const struct command_help {
      "  --remove-single-samples   drop threads with at most one non-empty sample\n"
      "  --per-thread              pprof: one file per thread into -o DIRECTORY\n"
      "  --uncompressed            pprof: raw profile.proto instead of gzip\n"
+     "  --quiet                   no progress line (shown on a terminal after a second)\n"
      "  --period DURATION         pprof, speedscope: sampling period (default: inferred\n"
      "                            per thread), e.g. 10ms, 250us, 4000000\n"
      "  --thread NAME|TID         only this thread (--thread-name NAME for digits);\n"
@@ -62,10 +63,11 @@ static const struct command_help {
      "  -o, --output OUT          output file (default: standard output)\n"
      "  --thread NAME|TID  --thread-name NAME   only this thread\n"
      "  --thread-prefix           folded: the thread name as the root frame\n"
-     "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
-     "\n" LIMITS_HELP},
+     "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n"
+     "  --quiet                   no progress line (shown on a terminal after a second)\n" INPUT_HELP
+     "\n" OUTPUT_HELP "\n" LIMITS_HELP},
     {"info", "what a trace holds and what was lost",
-     "usage: tracemill info TRACE|- [--json] [--compat relay] [options]\n"
+     "usage: tracemill info TRACE|- [--json] [--compat relay] [--quiet] [options]\n"
      "\n"
      "Packets, sequences, samples kept and dropped by reason, threads, clocks,\n"
      "resets and data losses; --json prints the data-quality report.\n"

@@ -230,6 +230,9 @@ typedef struct tm_trace_stats {
                                            nothing interned can be resolved for them */
     uint64_t bytes_decompressed;      /* a gzip or zstd input: its size decompressed (the
                                          offsets of decode errors count these bytes); else 0 */
+    uint64_t service_chunks_discarded; /* TraceStats.chunks_discarded of the last TraceStats: the
+                                          tracing service's, across all its producers and
+                                          sessions; not this trace's loss */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

@@ -621,6 +621,30 @@ Test(cli_info, summary_counts_samples) {
     run_free(&r);
 }
 
+/* The service's chunks_discarded (top-level TraceStats field 8) is shown
+ * apart from this trace's losses, the per-buffer figures. */
+Test(cli_info, service_chunks_discarded_apart_from_losses) {
+    size_t len;
+    char *min = tu_read_file(MINIMAL, &len);
+    cr_assert_not_null(min);
+    /* Trace.packet { trace_stats { buffer_stats { chunks_discarded: 2 } chunks_discarded: 9 } } */
+    static const unsigned char stats[] = {0x0a, 0x0a, 0x9a, 0x02, 0x07, 0x0a, 0x03, 0x90, 0x01, 0x02, 0x40, 0x09};
+    char path[] = "/tmp/tm_cli_stats_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert(write(fd, min, len) == (ssize_t)len && write(fd, stats, sizeof stats) == (ssize_t)sizeof stats);
+    close(fd);
+    free(min);
+    run_result r = run("info %s", path);
+    remove(path);
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    const char *own = strstr(r.out, "producer: buffer chunks discarded");
+    cr_expect(own && strncmp(strchr(own, '\n') - 2, " 2\n", 3) == 0, "%s", r.out);
+    const char *svc = strstr(r.out, "tracing service, all sessions (not this trace's loss):\n  chunks discarded");
+    cr_expect(svc && strstr(svc, " 9\n"), "%s", r.out);
+    run_free(&r);
+}
+
 Test(cli_info, json_report_is_valid_and_counts_samples) {
     static const struct {
         const char *args;
@@ -763,4 +787,43 @@ Test(cli_io, binary_output_is_refused_on_a_terminal, .timeout = 20) {
         tu_membuf_free(&seen);
         close(master);
     }
+}
+
+/* ---- progress ---- */
+
+/* A slow input: the trace, then two seconds before the stream ends. The
+ * progress line shows on a terminal, past the first second, and is erased;
+ * with --quiet, or stderr a pipe, nothing is said. */
+#define SLOW_CONVERT "(cat " MINIMAL "; sleep 2) | " TM_CLI " convert -f folded -o /dev/null "
+
+static char *on_pty(const char *cmd) {
+    char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+    int master;
+    int pid = tu_spawn_on_pty(argv, &master);
+    cr_assert_gt(pid, 0);
+    tu_membuf seen = {0};
+    tu_pty_wait_for(master, &seen, "no such text", 8000); /* until the program closes the terminal */
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status %d: %s", cmd, status,
+              seen.data ? seen.data : "");
+    close(master);
+    return seen.data ? seen.data : strdup("");
+}
+
+Test(cli_progress, shown_on_a_terminal_for_slow_work, .timeout = 30) {
+    char *seen = on_pty(SLOW_CONVERT "-");
+    cr_expect(strstr(seen, "\rtracemill: reading "), "no progress: %s", seen);
+    cr_expect(strstr(seen, " bytes... "), "no bytes read: %s", seen);
+    cr_expect(strstr(seen, "\r\033[K"), "the line was not erased: %s", seen);
+    free(seen);
+    seen = on_pty(SLOW_CONVERT "--quiet -");
+    cr_expect(!strstr(seen, "tracemill:"), "--quiet: %s", seen);
+    free(seen);
+}
+
+Test(cli_progress, never_when_stderr_is_a_pipe, .timeout = 30) {
+    char *seen = on_pty(SLOW_CONVERT "- 2>&1 | cat"); /* a terminal is there, but not on stderr */
+    cr_expect(!strstr(seen, "tracemill:"), "said: %s", seen);
+    free(seen);
 }

@@ -785,3 +785,93 @@ Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
     free(out.data);
     tb_free(&t);
 }
+
+/* A system-wide trace: kernel thread 50 and single-threaded process 60
+ * described only as processes, thread 42 named by the tree, 61 and the
+ * main thread of 70 named by nothing. */
+static void build_system_wide(tb_buf *t) {
+    static const struct {
+        uint32_t pid;
+        const char *cmdline;
+    } pr[] = {{50, "kworker/0:1"}, {60, "/usr/bin/single"}};
+    size_t pkt = tb_open(t, TM_PF_TRACE_PACKET);
+    size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
+    for (size_t i = 0; i < sizeof pr / sizeof *pr; i++) {
+        size_t p = tb_open(t, TM_PF_PROCESS_TREE_PROCESSES);
+        tb_uint(t, 1, pr[i].pid);
+        tb_str(t, TM_PF_PROCESS_CMDLINE, pr[i].cmdline);
+        tb_close(t, p);
+    }
+    tb_pt_thread(t, 42, 42, "com.example.app");
+    tb_close(t, pt);
+    tb_close(t, pkt);
+    const smp s[5] = {{BOOT0, 42, 42, CS_MAIN_FOO},
+                      {BOOT0 + 1000000, 50, 50, CS_MAIN_FOO},
+                      {BOOT0 + 2000000, 60, 60, CS_MAIN_FOO},
+                      {BOOT0 + 3000000, 60, 61, CS_MAIN_FOO},
+                      {BOOT0 + 4000000, 70, 70, CS_MAIN_FOO}};
+    build_trace(t, s, 5);
+}
+
+static const char *thread_name(json_t *tm, const char *tid) {
+    return json_string_value(json_object_get(json_object_get(tm, tid), "name"));
+}
+
+/* The default mode names a main thread without a name of its own after its
+ * process, so `--thread main` no longer merges unrelated processes; Relay
+ * compat keeps "main" for the observed pid only. */
+Test(default_mode, unnamed_main_thread_takes_its_process_name) {
+    tb_buf t = {0};
+    build_system_wide(&t);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
+    json_t *root = load_json(&out);
+    json_t *tm = json_object_get(json_object_get(root, "profile"), "thread_metadata");
+    cr_expect_str_eq(thread_name(tm, "42"), "main"); /* a named main thread stays "main" */
+    cr_expect_str_eq(thread_name(tm, "50"), "kworker/0:1");
+    cr_expect_str_eq(thread_name(tm, "60"), "/usr/bin/single");
+    cr_expect_str_eq(thread_name(tm, "70"), "main"); /* no process name known */
+    cr_expect_null(json_object_get(tm, "61"), "%s", out.data);
+    json_decref(root);
+    free(out.data);
+
+    tu_membuf rel = convert_ok(&t, TM_MODE_RELAY, META);
+    cr_expect(strstr(rel.data, "\"thread_metadata\":{\"42\":{\"name\":\"main\"}}"), "%s", rel.data);
+    free(rel.data);
+
+    /* The label other outputs and `--thread` use: "main" picks only 70. */
+    tm_options opts = {0};
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(t.data, t.len, &opts, &tr, &err), TM_OK, "%s", err.message);
+    tm_folded_options fo = {0};
+    fo.thread_prefix = 1;
+    fo.threads.name = "main";
+    tu_membuf folded = {0};
+    tm_sink sink = {tu_membuf_write, &folded};
+    cr_assert_eq(tm_write_folded(tr, &fo, &sink, &err), TM_OK, "%s", err.message);
+    cr_expect(strncmp(folded.data, "main;", 5) == 0 && !strchr(folded.data, '\n')[1], "%s", folded.data);
+    cr_expect(strstr(folded.data, " 1\n"), "%s", folded.data);
+    free(folded.data);
+    tm_trace_free(tr);
+    tb_free(&t);
+}
+
+/* Both modes count the same threads unnamed: no name of their own and, for
+ * a main thread, none from its process; the "main" placeholder is no name.
+ * Relay mode reads no names (Relay's reading), so it counts every one. */
+Test(default_mode, threads_without_name_same_rule_in_both_modes) {
+    tb_buf t = {0};
+    build_system_wide(&t);
+    const struct { tm_mode mode; uint64_t unnamed; } want[] = {{TM_MODE_DEFAULT, 2}, {TM_MODE_RELAY, 5}};
+    for (size_t i = 0; i < 2; i++) {
+        tm_options opts = {0};
+        opts.mode = want[i].mode;
+        tm_trace *tr = NULL;
+        tm_error err;
+        cr_assert_eq(tm_trace_parse(t.data, t.len, &opts, &tr, &err), TM_OK, "%s", err.message);
+        cr_expect_eq(tm_trace_get_stats(tr)->threads_without_name, want[i].unnamed, "mode %d: %llu", (int)want[i].mode,
+                     (unsigned long long)tm_trace_get_stats(tr)->threads_without_name);
+        tm_trace_free(tr);
+    }
+    tb_free(&t);
+}

@@ -214,3 +214,50 @@ Test(sql_model, a_snapshot_empties_the_conversion_cache) {
     cr_expect_str_eq(rows(&b, "SELECT ts FROM perf_sample ORDER BY ts"), "1100;1200;1300");
     tb_free(&b);
 }
+
+/* A packet carrying only a message of field `field` with two int64s. */
+static void uuid_packet(tb_buf *b, uint32_t field, uint32_t msb_field, uint64_t msb, uint32_t lsb_field, uint64_t lsb) {
+    size_t p = tb_open(b, 1);
+    size_t m = tb_open(b, field);
+    tb_uint(b, msb_field, msb);
+    tb_uint(b, lsb_field, lsb);
+    tb_close(b, m);
+    tb_close(b, p);
+}
+
+static const char *const trace_uuid = "SELECT str_value FROM metadata WHERE name = 'trace_uuid'";
+
+/* The trace's TraceUuid packet names it, whatever its config says. */
+Test(sql_model, trace_uuid_from_its_packet) {
+    tb_buf b = {0};
+    uuid_packet(&b, TM_PF_PACKET_TRACE_CONFIG, TM_PF_CONFIG_TRACE_UUID_MSB, 1, TM_PF_CONFIG_TRACE_UUID_LSB, 2);
+    uuid_packet(&b, TM_PF_PACKET_TRACE_UUID, TM_PF_TRACE_UUID_MSB, 0x0123456789abcdefull, TM_PF_TRACE_UUID_LSB,
+                (uint64_t)-2);
+    clear_and_intern(&b, 1, 100);
+    perf_sample(&b, 1000, 0);
+    cr_expect_str_eq(rows(&b, trace_uuid), "01234567-89ab-cdef-ffff-fffffffffffe");
+    tb_free(&b);
+}
+
+/* Without one, the config's trace_uuid_msb/lsb. */
+Test(sql_model, trace_uuid_from_its_config) {
+    tb_buf b = {0};
+    uuid_packet(&b, TM_PF_PACKET_TRACE_CONFIG, TM_PF_CONFIG_TRACE_UUID_MSB, 0xfedcba9876543210ull,
+                TM_PF_CONFIG_TRACE_UUID_LSB, 0x1122334455667788ull);
+    clear_and_intern(&b, 1, 100);
+    perf_sample(&b, 1000, 0);
+    cr_expect_str_eq(rows(&b, trace_uuid), "fedcba98-7654-3210-1122-334455667788");
+    tb_free(&b);
+}
+
+/* Without either (or with zeros), the hash of the first bytes. */
+Test(sql_model, trace_uuid_from_a_hash) {
+    tb_buf b = {0};
+    uuid_packet(&b, TM_PF_PACKET_TRACE_UUID, TM_PF_TRACE_UUID_MSB, 0, TM_PF_TRACE_UUID_LSB, 0);
+    clear_and_intern(&b, 1, 100);
+    perf_sample(&b, 1000, 0);
+    const char *u = rows(&b, trace_uuid);
+    cr_expect(strncmp(u, "00000000-0000-0000-", 19) == 0 && strlen(u) == 36, "%s", u);
+    cr_expect(strcmp(u, "00000000-0000-0000-0000-000000000000") != 0);
+    tb_free(&b);
+}

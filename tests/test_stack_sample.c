@@ -278,7 +278,8 @@ Test(stack_sample, folded_output) {
     char *plain = folded_of(t, 0);
     cr_assert_str_eq(plain, "main;baz 1\nmain;foo 2\nmain;run;bar 1\n");
     char *prefixed = folded_of(t, 1);
-    cr_assert_str_eq(prefixed, "main;main;foo 1\ntid-102;main;baz 1\nworker;main;foo 1\nworker;main;run;bar 1\n");
+    /* tid 100, pid 100's main thread without a name of its own: its process's */
+    cr_assert_str_eq(prefixed, "app;main;foo 1\ntid-102;main;baz 1\nworker;main;foo 1\nworker;main;run;bar 1\n");
     free(plain);
     free(prefixed);
     tm_trace_free(t);
@@ -299,7 +300,7 @@ Test(stack_sample, sample_v2_output) {
     assert_v2_sample(root, 2, 1700000000.75, "102", baz, 2, 1);
     assert_v2_sample(root, 3, 1700000001.0, "100", foo_main, 2, 1);
     json_t *meta = json_object_get(json_object_get(root, "profile"), "thread_metadata");
-    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(meta, "100"), "name")), "main");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(meta, "100"), "name")), "app");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(meta, "101"), "name")), "worker");
     cr_assert_null(json_object_get(meta, "102"), "tid 102 has no name");
     json_decref(root);
@@ -338,13 +339,13 @@ Test(stack_sample, perfetto_difftest_fixture) {
     cr_assert_eq(s->samples_kept, 4);
     cr_assert_eq(s->samples_without_thread, 1);
     cr_assert_eq(s->dropped_unresolved, 0);
-    /* tid-101 and tid 0 have no name; tid 100 is pid 100's main thread. */
+    /* tid-101 and tid 0 have no name; tid 100, pid 100's main thread, its process's. */
     cr_assert_eq(s->threads_without_name, 2);
     char *folded = folded_of(t, 0);
     cr_assert_str_eq(folded, "foo 3\nmain;foo 1\n"); /* the frames merge by name */
     free(folded);
     char *prefixed = folded_of(t, 1);
-    cr_assert_str_eq(prefixed, "main;foo 1\ntid-0;foo 1\ntid-101;foo 1\ntid-101;main;foo 1\n");
+    cr_assert_str_eq(prefixed, "myproc;foo 1\ntid-0;foo 1\ntid-101;foo 1\ntid-101;main;foo 1\n");
     free(prefixed);
     tm_trace_free(t);
     free(data);

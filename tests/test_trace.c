@@ -1453,6 +1453,37 @@ static void trace_stats_packet(tb_buf *t, const uint64_t *overwritten, const uin
     tb_close(t, p);
 }
 
+/* The service-wide TraceStats.chunks_discarded (all producers, all
+ * sessions) is not this trace's loss: kept apart, in the model and the
+ * report. */
+Test(trace_losses, service_chunks_discarded_kept_apart) {
+    tb_buf t = {0};
+    clear_with_one_frame(&t, 1, 1000, "f");
+    tb_perf_sample(&t, 1, 2000, 1, 1, 1, TB_SEQ_NEEDS);
+    size_t p = tb_packet_open(&t, 0, TB_NO_TS, 0);
+    size_t s = tb_open(&t, TM_PF_PACKET_TRACE_STATS);
+    size_t bs = tb_open(&t, TM_PF_TRACE_STATS_BUFFER_STATS);
+    tb_uint(&t, TM_PF_BUFFER_STATS_CHUNKS_DISCARDED, 2);
+    tb_close(&t, bs);
+    tb_uint(&t, TM_PF_TRACE_STATS_CHUNKS_DISCARDED, 9);
+    tb_close(&t, s);
+    tb_close(&t, p);
+    tm_trace *tr = parse(&t);
+    const tm_trace_stats *st = tm_trace_get_stats(tr);
+    cr_assert_eq(st->buffer_chunks_discarded, 2);
+    cr_assert_eq(st->service_chunks_discarded, 9);
+    tu_membuf out = {0};
+    tm_sink sink = {tu_membuf_write, &out};
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(tm_write_report(tr, &sink, &err), TM_OK, "%s", err.message);
+    cr_assert_not_null(strstr(out.data, "\"chunks_discarded\":2,"), "%s", out.data);
+    cr_assert_not_null(strstr(out.data, "\"tracing_service_all_sessions\":{\"chunks_discarded\":9}"), "%s", out.data);
+    tu_membuf_free(&out);
+    tm_trace_free(tr);
+    tb_free(&t);
+}
+
 Test(trace_losses, last_trace_stats_summed_over_buffers) {
     tb_buf t = {0};
     clear_with_one_frame(&t, 1, 1000, "f");

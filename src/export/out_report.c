@@ -93,6 +93,9 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"writer_packet_loss", s->writer_packet_loss},
     };
     write_group(w, "producer_losses", producer, N(producer), 0);
+    /* Not this trace's loss: the service's count over all its sessions. */
+    const counter service[] = {{"chunks_discarded", s->service_chunks_discarded}};
+    write_group(w, "tracing_service_all_sessions", service, N(service), 0);
     const counter timing[] = {
         {"clock_snapshots", s->clock_snapshots},
         {"clock_readings_ignored", s->clock_readings_ignored},

@@ -11,7 +11,8 @@
  *
  * Relay mode writes Relay's bytes: timestamps rounded to milliseconds as
  * f64 seconds, only the first observed pid named "main". Default mode
- * writes exact nanosecond timestamps and names every thread.
+ * writes exact nanosecond timestamps and names every thread (a main thread
+ * without a name after its process).
  */
 #include <jansson.h>
 #include <math.h>
@@ -611,7 +612,8 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m
 
 /* thread_metadata, of the threads that kept samples: Relay names only the
  * first observed pid "main"; the default mode names every thread, sorted
- * by tid. */
+ * by tid, a main thread without a name of its own after its process when
+ * that has one (else "main"). */
 static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint32_t *count, tm_error *err) {
     if (p->relay_compat) {
         uint32_t th = TM_ABSENT;
@@ -642,7 +644,9 @@ static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint
             if (i) tm_jw_char(w, ',');
             write_thread_key(w, th->tid);
             tm_jw_lit(w, ":{\"name\":");
-            if (th->pid && th->tid == th->pid) tm_jw_lit(w, "\"main\"");
+            tm_str proc = tm_profile_main_thread_process_name(p, th);
+            if (proc.len) tm_jw_str(w, proc);
+            else if (th->pid && th->tid == th->pid) tm_jw_lit(w, "\"main\"");
             else tm_jw_str(w, th->name);
             tm_jw_char(w, '}');
         }

@@ -98,10 +98,12 @@ static const schema trace_stats = {"TraceStats", F_RANGE(2, 10) | F_RANGE(12, 15
 /* TraceConfig and FtraceStats: what the Trace Processor model reads of them. */
 static const schema buffer_config = {"TraceConfig.BufferConfig", F(1) | F(4), 0, 0, NULL, NULL};
 static const child config_children[] = {{TM_PF_CONFIG_BUFFERS, &buffer_config}, {0, NULL}};
-static const schema trace_config = {"TraceConfig", F(3) | F(8) | F(9), 0, 0, config_children, NULL};
+static const schema trace_config = {"TraceConfig", F(3) | F(8) | F(9) | F(27) | F(28), 0, 0, config_children, NULL};
 static const schema ftrace_cpu_stats = {"FtraceCpuStats", F(1) | F(2), 0, 0, NULL, NULL};
 static const child ftrace_children[] = {{TM_PF_FTRACE_STATS_CPU_STATS, &ftrace_cpu_stats}, {0, NULL}};
 static const schema ftrace_stats = {"FtraceStats", F(1), 0, 0, ftrace_children, NULL};
+
+static const schema trace_uuid = {"TraceUuid", F(1) | F(2), 0, 0, NULL, NULL};
 
 #undef F
 
@@ -118,6 +120,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_TRACE_STATS: return &trace_stats;
     case TM_PF_PACKET_TRACE_CONFIG: return &trace_config;
     case TM_PF_PACKET_FTRACE_STATS: return &ftrace_stats;
+    case TM_PF_PACKET_TRACE_UUID: return &trace_uuid;
     default: return NULL;
     }
 }

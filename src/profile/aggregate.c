@@ -43,6 +43,10 @@ void tm_thread_selection_free(const tm_profile *p, uint8_t *sel) {
 tm_str tm_thread_label(const tm_profile *p, uint32_t thread, char *buf) {
     const tm_prof_thread *t = &p->threads[thread];
     if (t->name.len) return t->name;
+    /* Relay names every main thread "main"; the default mode tells them
+     * apart by their process's name when it is known. */
+    tm_str proc = p->relay_compat ? (tm_str){NULL, 0} : tm_profile_main_thread_process_name(p, t);
+    if (proc.len) return proc;
     int n = t->tid == t->pid && t->pid ? snprintf(buf, 32, "main") : snprintf(buf, 32, "tid-%lld", (long long)t->tid);
     tm_str s = {(const uint8_t *)buf, (size_t)n};
     return s;

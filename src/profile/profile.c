@@ -186,6 +186,13 @@ void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint3
     }
 }
 
+tm_str tm_profile_main_thread_process_name(const tm_profile *p, const tm_prof_thread *t) {
+    tm_str none = {NULL, 0};
+    if (t->name_prio || !t->pid || t->tid != t->pid) return none;
+    uint32_t idx = tm_u64map_get(&p->process_by_pid, (uint64_t)t->pid);
+    return idx == TM_ABSENT ? none : p->processes[idx].name;
+}
+
 /* ---- samples ---- */
 
 void tm_profile_count_threads(tm_profile *p) {

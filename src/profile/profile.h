@@ -112,6 +112,10 @@ tm_status tm_profile_thread(tm_profile *p, int64_t tid, uint32_t *out);
 tm_status tm_profile_process(tm_profile *p, int64_t pid, uint32_t *out);
 void tm_profile_name_thread(tm_profile *p, uint32_t thread, tm_str name, uint32_t prio);
 void tm_profile_name_process(tm_profile *p, uint32_t process, tm_str name, uint32_t prio);
+/* The name a process's main thread (tid == pid) without a name of its own
+ * takes from its process (kernel threads and single-threaded processes are
+ * often described only as processes); empty otherwise. */
+tm_str tm_profile_main_thread_process_name(const tm_profile *p, const tm_prof_thread *t);
 
 static inline tm_status tm_profile_add_sample(tm_profile *p, int64_t ts, uint32_t stack,
                                               uint32_t thread) {

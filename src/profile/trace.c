@@ -886,17 +886,19 @@ static tm_status on_track_desc(dec *d, seq_state *s, tm_bytes b) { /* s: NULL wi
 }
 
 /* TraceStats: each packet is a snapshot of the session so far, so the last
- * one wins; BufferStats are summed over the buffers. */
+ * one wins; BufferStats are summed over the buffers. Only they are this
+ * trace's loss: the top-level chunks_discarded is the service's, across
+ * every producer and session, so it is kept apart. */
 static tm_status on_trace_stats(dec *d, tm_bytes b) {
     tm_trace_stats *st = &d->p->stats;
-    uint64_t overwritten = 0, discarded = 0, bytes_overwritten = 0, writer_loss = 0;
+    uint64_t overwritten = 0, discarded = 0, bytes_overwritten = 0, writer_loss = 0, service_discarded = 0;
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         if (f.num == 8) {
             WANT(d, f, TM_PB_VARINT, "TraceStats");
-            discarded += f.val; /* the service's chunks_discarded, outside any buffer */
+            service_discarded += f.val;
             continue;
         }
         if (f.num != 1) continue;
@@ -916,6 +918,7 @@ static tm_status on_trace_stats(dec *d, tm_bytes b) {
     st->trace_stats_packets++;
     st->buffer_chunks_overwritten = overwritten;
     st->buffer_chunks_discarded = discarded;
+    st->service_chunks_discarded = service_discarded;
     st->buffer_bytes_overwritten = bytes_overwritten;
     st->writer_packet_loss = writer_loss;
     return TM_OK;
@@ -1195,14 +1198,15 @@ static tm_status finish(dec *d) {
         st->first_sample_ns = p->samples[0].ts;
         st->last_sample_ns = p->samples[p->n_samples - 1].ts;
     }
-    /* Threads with samples but no name (the main thread of a known pid is
-     * named "main"; tid 0 of an unknown process is not). */
+    /* Threads with samples but no name from the trace: neither their own
+     * nor, for a main thread, its process's. The same rule in both modes:
+     * the "main" an output may write for a main thread is no name. */
     uint8_t *has = tm_mem_alloc(d->mem, p->n_threads + 1);
     if (!has) return nomem(d);
     memset(has, 0, p->n_threads + 1);
     for (size_t i = 0; i < p->n_samples; i++) has[p->samples[i].thread] = 1;
     for (size_t i = 0; i < p->n_threads; i++)
-        if (has[i] && !p->threads[i].name_prio && !(p->threads[i].tid == p->threads[i].pid && p->threads[i].pid))
+        if (has[i] && !p->threads[i].name_prio && !tm_profile_main_thread_process_name(p, &p->threads[i]).len)
             st->threads_without_name++;
     tm_mem_free(d->mem, has, p->n_threads + 1);
     return TM_OK;

@@ -143,6 +143,9 @@ typedef struct dec {
     uint64_t machine_raw[16];
     bool synthetic_snapshot; /* snapshot 0 is Trace Processor's stand-in */
     bool write_into_file; uint64_t file_write_period_ms;
+    /* The trace's own UUID: a TraceUuid packet's wins over TraceConfig's. */
+    uint64_t uuid_msb, uuid_lsb;
+    bool uuid_from_packet, uuid_from_config;
 
     /* Parse-time row indexes. */
     tm_u64map proc_by_pid, thread_by_tid;
@@ -665,6 +668,7 @@ static tm_status on_trace_config(dec *d, tm_bytes b) {
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
+    uint64_t msb = 0, lsb = 0;
     d->n_buffers = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         if (f.num == 1 && f.wire == TM_PB_LEN) {
@@ -677,8 +681,30 @@ static tm_status on_trace_config(dec *d, tm_bytes b) {
         }
         if (f.num == 8 && f.wire == TM_PB_VARINT) d->write_into_file = f.val != 0;
         if (f.num == 9 && f.wire == TM_PB_VARINT) d->file_write_period_ms = f.val;
+        if (f.num == TM_PF_CONFIG_TRACE_UUID_MSB && f.wire == TM_PB_VARINT) msb = f.val;
+        if (f.num == TM_PF_CONFIG_TRACE_UUID_LSB && f.wire == TM_PB_VARINT) lsb = f.val;
     }
-    return rc == TM_PB_ERROR ? pb_fail(d, &r, "trace_config") : TM_OK;
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "trace_config");
+    /* Trace Processor takes a config's UUID only when the trace has no
+     * TraceUuid packet, and a zero one never. */
+    if ((msb || lsb) && !d->uuid_from_packet) {
+        d->uuid_msb = msb, d->uuid_lsb = lsb;
+        d->uuid_from_config = true;
+    }
+    return TM_OK;
+}
+
+static void on_trace_uuid(dec *d, tm_bytes b) {
+    uint64_t msb = 0, lsb = 0;
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) { /* checked against its schema by the reader */
+        if (f.num == TM_PF_TRACE_UUID_MSB) msb = f.val;
+        if (f.num == TM_PF_TRACE_UUID_LSB) lsb = f.val;
+    }
+    if (!msb && !lsb) return;
+    d->uuid_msb = msb, d->uuid_lsb = lsb;
+    d->uuid_from_packet = true;
 }
 
 /* TraceStats.BufferStats field -> traced_buf_<name> key. */
@@ -840,6 +866,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, k);
     case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data, machine);
     case TM_PF_PACKET_TRACE_CONFIG: return on_trace_config(d, k->data);
+    case TM_PF_PACKET_TRACE_UUID: on_trace_uuid(d, k->data); return TM_OK;
     case TM_PF_PACKET_FTRACE_STATS: return on_ftrace_stats(d, k->data, machine);
     default: break;
     }
@@ -1932,13 +1959,19 @@ static tm_status add_meta(dec *d, const char *name, int64_t v, tm_str s) {
 }
 
 static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
-    /* Without a TraceUuid packet Trace Processor names a trace by the
-     * 64-bit FNV-1a hash of its first 4 KiB. */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len && i < 4096; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    /* A trace names itself by a TraceUuid packet or its config's
+     * trace_uuid_msb/lsb; without either Trace Processor names it by the
+     * 64-bit FNV-1a hash of its first 4 KiB (as the low half). Printed as
+     * Perfetto does: the 128 bits, msb first, big-endian, 8-4-4-4-12. */
+    uint64_t msb = d->uuid_msb, lsb = d->uuid_lsb;
+    if (!d->uuid_from_packet && !d->uuid_from_config) {
+        msb = 0, lsb = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < len && i < 4096; i++) lsb = (lsb ^ buf[i]) * 0x100000001b3ull;
+    }
     char uuid[40];
-    snprintf(uuid, sizeof uuid, "00000000-0000-0000-%04x-%012llx", (unsigned)(h >> 48),
-             (unsigned long long)(h & 0xffffffffffffull));
+    snprintf(uuid, sizeof uuid, "%08llx-%04x-%04x-%04x-%012llx", (unsigned long long)(msb >> 32),
+             (unsigned)(msb >> 16 & 0xffff), (unsigned)(msb & 0xffff), (unsigned)(lsb >> 48),
+             (unsigned long long)(lsb & 0xffffffffffffull));
     TM_TRY(add_meta(d, "trace_size_bytes", (int64_t)len, no_str));
     if (d->n_snaps > (d->synthetic_snapshot ? 1u : 0u))
         TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
