@@ -40,6 +40,8 @@ void cli_input_release(cli_input *in);
 /* Prints "tracemill: <what>: <reason> at byte N: message" for a library error;
  * returns the exit code for it. */
 int cli_report_error(const char *what, const tm_error *err);
+/* Says on stderr that a decoded trace was cut off, if it was. */
+void cli_warn_truncated(const char *what, const tm_trace *t);
 
 /* Parses a limit value (decimal, optional k/M/G suffix); returns 0 on error. */
 int cli_parse_u64(const char *s, uint64_t *out);

@@ -129,8 +129,11 @@ int cli_convert(int argc, char **argv) {
         cli_progress_stop();
         rc = cli_report_error(in_path, &err);
     } else if (per_thread) {
+        cli_warn_truncated(in_path, t);
         rc = write_per_thread(&x, t, inputs, out_path);
     } else {
+        cli_progress_stop();
+        cli_warn_truncated(in_path, t);
         cli_progress_phase("writing", 0);
         rc = write_one(&x, t, inputs, out_path);
     }

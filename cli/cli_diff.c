@@ -54,6 +54,9 @@ int cli_diff(int argc, char **argv) {
         if (rc == EXIT_OK && tm_trace_parse(in[k].data, in[k].len, &x.opts, &t[k], &err) != TM_OK) {
             cli_progress_stop(); /* errors start on a clean line */
             rc = cli_report_error(paths[k], &err);
+        } else if (rc == EXIT_OK) {
+            cli_progress_stop();
+            cli_warn_truncated(paths[k], t[k]);
         }
     }
     cli_progress_phase("writing", 0);

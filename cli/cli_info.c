@@ -48,6 +48,9 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("interned data skipped: state invalid", s->interned_data_skipped);
     line("packets skipped: unsupported", s->packets_unsupported);
     line("packet oneof members ignored", s->oneof_members_ignored);
+    if (s->truncated)
+        printf("  %-44s at byte %llu (the packets before it were read)\n", "trace cut off",
+               (unsigned long long)s->truncated_at);
     line("streaming samples timed from packet ts", s->streaming_without_reference_time);
     line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);
@@ -89,6 +92,7 @@ int cli_info(int argc, char **argv) {
     tm_status st = rc == EXIT_OK ? tm_trace_parse(in.data, in.len, &x.opts, &t, &err) : TM_OK;
     cli_progress_stop(); /* what follows starts on a clean line */
     if (rc != EXIT_OK) return rc;
+    if (st == TM_OK) cli_warn_truncated(path, t);
     if (st != TM_OK) {
         rc = cli_report_error(path, &err);
     } else if (json) {

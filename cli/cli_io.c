@@ -172,6 +172,10 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
         {"--max-input-bytes", offsetof(tm_limits, max_input_bytes)},
     };
     const char *arg = argv[*i];
+    if (strcmp(arg, "--strict") == 0) {
+        opts->strict = 1;
+        return 1;
+    }
     if (strcmp(arg, "--limits") == 0) {
         if (*i + 1 >= argc) return -1;
         const char *v = argv[++*i];
@@ -192,6 +196,15 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
         return 1;
     }
     return 0;
+}
+
+void cli_warn_truncated(const char *what, const tm_trace *t) {
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    if (!st->truncated) return;
+    fprintf(stderr,
+            "tracemill: warning: %s is cut off: the packet at byte %llu runs past the end; the complete packets "
+            "before it were read (--strict rejects such a trace)\n",
+            what, (unsigned long long)st->truncated_at);
 }
 
 int cli_output_error(const char *path, int errnum) {

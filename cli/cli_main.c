@@ -19,7 +19,9 @@
     "  --max-interned-entries N  --max-chunk-duration-ns N\n"                                          \
     "  --max-work-bytes N  --max-result-bytes N   memory budgets; k/M/G multiply by 1000\n"              \
     "  --max-input-bytes N       bytes read from a file, pipe or device (default 4 GiB;\n"               \
-    "                            relay: 50 MiB, Relay's profile size limit)\n"
+    "                            relay: 50 MiB, Relay's profile size limit)\n"               \
+    "  --strict                  reject a trace cut off inside a packet (default: read the\n"              \
+    "                            complete packets before it and warn; --compat relay rejects)\n"
 
 #define INPUT_HELP                                                                                    \
     "  --input-format perfetto|sample-v2|folded   override detection from the first bytes\n"

@@ -152,6 +152,8 @@ typedef struct tm_options {
     tm_limits limits;       /* non-zero fields override the preset */
     const tm_alloc *alloc;  /* NULL: the C library's malloc */
     tm_input_format input;  /* TM_INPUT_AUTO: detect; TM_MODE_RELAY needs Perfetto */
+    int strict;             /* a Perfetto trace cut off inside a packet is rejected (TM_ERR_TRUNCATED)
+                               instead of read up to that packet (always in TM_MODE_RELAY) */
 } tm_options;
 
 /* ==== Traces =========================================================== */
@@ -233,6 +235,9 @@ typedef struct tm_trace_stats {
     uint64_t service_chunks_discarded; /* TraceStats.chunks_discarded of the last TraceStats: the
                                           tracing service's, across all its producers and
                                           sessions; not this trace's loss */
+    int truncated;                      /* the trace is cut off: its last packet runs past the end
+                                           (not with tm_options.strict); what came before was read */
+    uint64_t truncated_at;              /* where that packet starts */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

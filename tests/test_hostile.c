@@ -1265,7 +1265,7 @@ static const struct {
     STAT(clock_snapshots), STAT(perf_samples), STAT(streaming_samples), STAT(samples_kept),
     STAT(dropped_unresolved), STAT(dropped_missing_clock), STAT(dropped_bad_timestamp),
     STAT(dropped_malformed_streaming), STAT(samples_without_thread), STAT(threads), STAT(frames),
-    STAT(mappings), STAT(mappings_without_build_id), STAT(clock_readings_ignored),
+    STAT(mappings), STAT(mappings_without_build_id), STAT(clock_readings_ignored), STAT(truncated_at),
 };
 
 /* What an entry expects, parsed from its EXPECT column. */
@@ -1410,8 +1410,9 @@ static int check_status(const expectation *x, tm_status st, const tm_error *err,
     return 1;
 }
 
-/* Options of a trace target: "trace", "trace-relay", "sample-v2", "folded",
- * each optionally followed by ",LIMIT=VALUE" overrides. */
+/* Options of a trace target: "trace", "trace-strict" (tm_options.strict),
+ * "trace-relay", "sample-v2", "folded", each optionally followed by
+ * ",LIMIT=VALUE" overrides. */
 static int trace_options(const char *target, tm_options *o, char *why, size_t cap) {
     memset(o, 0, sizeof *o);
     char copy[128];
@@ -1419,6 +1420,7 @@ static int trace_options(const char *target, tm_options *o, char *why, size_t ca
     char *rest = strchr(copy, ',');
     if (rest) *rest++ = 0;
     if (strcmp(copy, "trace") == 0) o->input = TM_INPUT_PERFETTO;
+    else if (strcmp(copy, "trace-strict") == 0) o->input = TM_INPUT_PERFETTO, o->strict = 1;
     else if (strcmp(copy, "trace-relay") == 0) o->input = TM_INPUT_PERFETTO, o->mode = TM_MODE_RELAY;
     else if (strcmp(copy, "sample-v2") == 0) o->input = TM_INPUT_SAMPLE_V2;
     else if (strcmp(copy, "folded") == 0) o->input = TM_INPUT_FOLDED;
@@ -1751,6 +1753,7 @@ Test(hostile, the_cli_names_the_offset_of_each_parse_error, .timeout = 120) {
         char flags[512] = "";
         const char *comma = strchr(e->target, ',');
         if (o.mode == TM_MODE_RELAY) strcat(flags, " --compat relay");
+        if (o.strict) strcat(flags, " --strict");
         if (o.input == TM_INPUT_SAMPLE_V2) strcat(flags, " --input-format sample-v2");
         if (o.input == TM_INPUT_FOLDED) strcat(flags, " --input-format folded");
         for (size_t k = 0; comma && k < N_OF(limit_fields); k++) {

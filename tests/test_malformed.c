@@ -33,10 +33,13 @@ static const tm_mode modes[] = {TM_MODE_DEFAULT, TM_MODE_RELAY};
 static const char *mode_name(tm_mode m) { return m == TM_MODE_RELAY ? "relay" : "default"; }
 
 /* Options with every field zero (the preset's limits, malloc) but the mode. */
+/* Strict: a cut-off trace is an error here, so that every cut is one to
+ * check; what the default makes of it is tested below. */
 static tm_options options_for(tm_mode mode) {
     tm_options o;
     memset(&o, 0, sizeof o);
     o.mode = mode;
+    o.strict = 1;
     return o;
 }
 
@@ -226,6 +229,37 @@ Test(malformed, input_cut_inside_the_last_packet) {
         }
         tb_free(&t);
     }
+}
+
+/* Without strict, a trace cut inside its last packet keeps the packets
+ * before it, says where the cut packet starts, and both readers agree;
+ * Relay mode still rejects it, as Relay does. */
+Test(malformed, a_cut_trace_keeps_its_complete_packets_unless_strict) {
+    tb_buf t = {0};
+    valid_trace(&t, 2);
+    tm_trace *whole = NULL;
+    cr_assert_eq(tm_trace_parse(t.data, t.len, NULL, &whole, NULL), TM_OK);
+    size_t kept = tm_trace_get_stats(whole)->samples_kept;
+    tm_trace_free(whole);
+    size_t at = t.len;
+    tb_perf_sample(&t, 1, 7, 100, 100, 1, 0);
+    for (size_t cut = at + 1; cut < t.len; cut++) {
+        tm_trace *tr = NULL;
+        tm_error err;
+        cr_assert_eq(tm_trace_parse(t.data, cut, NULL, &tr, &err), TM_OK, "cut at %zu: %s", cut, err.message);
+        const tm_trace_stats *st = tm_trace_get_stats(tr);
+        cr_assert(st->truncated, "cut at %zu: not reported as truncated", cut);
+        cr_assert_eq(st->truncated_at, at, "cut at %zu: truncated_at %llu", cut, (unsigned long long)st->truncated_at);
+        cr_assert_eq(st->samples_kept, kept, "cut at %zu: %zu samples", cut, (size_t)st->samples_kept);
+        tm_trace_free(tr);
+        tm_db *db = NULL;
+        cr_assert_eq(tm_db_open(t.data, cut, NULL, &db, &err), TM_OK, "SQL, cut at %zu: %s", cut, err.message);
+        tm_db_free(db);
+        tm_options relay = options_for(TM_MODE_RELAY);
+        relay.strict = 0;
+        cr_assert_eq(tm_trace_parse(t.data, cut, &relay, &tr, &err), TM_ERR_TRUNCATED, "relay, cut at %zu", cut);
+    }
+    tb_free(&t);
 }
 
 Test(malformed, length_past_end_top_level_packet) {

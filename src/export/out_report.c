@@ -55,6 +55,8 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"skipped_needs_incremental_state", s->packets_skipped_incremental},
         {"interned_data_skipped", s->interned_data_skipped},
         {"oneof_members_ignored", s->oneof_members_ignored},
+        {"truncated", (uint64_t)s->truncated},
+        {"truncated_at_byte", s->truncated_at},
     };
     write_group(w, "packets", packets, N(packets), 0);
     const counter samples[] = {

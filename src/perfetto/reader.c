@@ -644,8 +644,18 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
     }
     for (;;) {
         tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
+        const uint8_t *record = pb->p;
         tm_pb_field f;
         int rc = tm_pb_next(pb, &f);
+        /* A trace cut off inside its last packet (a partial copy, a killed
+         * writer): Trace Processor keeps every complete packet, and so does
+         * the reader unless strict (Relay's converter rejects the trace). */
+        if (rc == TM_PB_ERROR && !r->in_inner && pb->err_code == TM_ERR_TRUNCATED &&
+            !(r->flags & (TM_PF_STRICT | TM_PF_RELAY))) {
+            r->counts.truncated = true;
+            r->counts.truncated_at = (uint64_t)(record - r->base);
+            return TM_PF_END;
+        }
         if (rc == TM_PB_DONE) {
             if (!r->in_inner) return TM_PF_END;
             r->in_inner = false;

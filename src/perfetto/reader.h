@@ -50,7 +50,8 @@
 
 enum {
     TM_PF_RELAY = 1,      /* Sentry Relay's reading: its schema subset, last entry wins, no loss handling */
-    TM_PF_KEEP_EPOCHS = 2 /* keep the entries of every epoch: lookups from any generation, any time */
+    TM_PF_KEEP_EPOCHS = 2, /* keep the entries of every epoch: lookups from any generation, any time */
+    TM_PF_STRICT = 4       /* a trace cut off inside a packet is an error, not the end of the trace */
 };
 
 /* The InternedData fields the reader interns, as small indexes. */
@@ -152,6 +153,8 @@ typedef struct tm_pf_counts {
     uint64_t compressed_packets; /* compressed_packets payloads inflated */
     uint64_t nested_compressed;  /* compressed_packets inside one: skipped */
     uint64_t oneof_ignored;      /* members of `oneof data` overridden by a later one */
+    bool truncated;              /* the last packet runs past the end (without TM_PF_STRICT) */
+    uint64_t truncated_at;       /* the offset of that packet */
 } tm_pf_counts;
 
 /* Where the packets of one inflated compressed_packets payload live, so an

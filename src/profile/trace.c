@@ -1075,6 +1075,8 @@ static tm_status decode_trace(dec *d) {
     st->compressed_packets = d->rd.counts.compressed_packets;
     st->packets_unsupported += d->rd.counts.nested_compressed;
     st->oneof_members_ignored = d->rd.counts.oneof_ignored;
+    st->truncated = d->rd.counts.truncated;
+    st->truncated_at = d->rd.counts.truncated_at;
     return rc == TM_PF_ERROR ? d->err->code : TM_OK;
 }
 
@@ -1275,7 +1277,8 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     d.relay = opts->mode == TM_MODE_RELAY;
     d.err = err;
     d.last_thread = TM_ABSENT;
-    tm_pf_reader_init(&d.rd, buf, len, d.mem, &t->arena, d.lim, d.relay ? TM_PF_RELAY : 0, err);
+    tm_pf_reader_init(&d.rd, buf, len, d.mem, &t->arena, d.lim,
+                      (d.relay ? TM_PF_RELAY : 0) | (opts->strict ? TM_PF_STRICT : 0), err);
     /* A sample costs ~16 bytes of trace or more in the common encodings:
      * reserving len/16 up front (at most 2^24 samples, 256 MiB) avoids most
      * regrowth copies without claiming memory a huge trace may not need. */

@@ -746,7 +746,8 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
     tm_limits limits;
     tm_limits_resolve(opts ? opts : &defaults, &limits);
     tm_status st = tm_input_open(&d->mem, buf, len, &limits, false, &d->source, err);
-    if (st == TM_OK) st = tm_tp_build(&d->tp, &d->mem, d->source.bytes.data, d->source.bytes.len, &limits, err);
+    if (st == TM_OK) st = tm_tp_build(&d->tp, &d->mem, d->source.bytes.data, d->source.bytes.len, &limits,
+                                       opts && opts->strict, err);
     if (st == TM_OK && sqlite3_open_v2(":memory:", &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
                            SQLITE_OK)
         st = sql_fail(err, d->sql, "opening SQLite");

@@ -2005,7 +2005,7 @@ static void dec_release(dec *d) {
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) tm_idxset_free(m, sets[i]);
 }
 
-tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits,
+tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits, bool strict,
                       tm_error *err) {
     memset(tp, 0, sizeof *tp);
     tp->mem = mem;
@@ -2013,7 +2013,7 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     dec d;
     memset(&d, 0, sizeof d);
     d.tp = tp, d.mem = mem, d.lim = limits, d.err = err;
-    tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS, err);
+    tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS | (strict ? TM_PF_STRICT : 0), err);
     d.trace_clock = 6; /* BOOTTIME until a snapshot says otherwise */
     d.rnd = 1;
     d.dummy_mapping = TP_NULL;

@@ -159,8 +159,9 @@ typedef struct tm_tp {
     uint32_t *s_attr;        /* tp_sample_attr id */
 } tm_tp;
 
-/* Decodes buf (which must outlive the model) into *tp. */
-tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits,
+/* Decodes buf (which must outlive the model) into *tp; strict: a trace cut
+ * off inside a packet is an error instead of read up to that packet. */
+tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits, bool strict,
                       tm_error *err);
 void tm_tp_release(tm_tp *tp);
 
