@@ -87,6 +87,7 @@ static const struct command_help {
      "  --format FORMAT           table (default on a terminal), csv (default\n"
      "                            otherwise), json, or perfetto (Trace Processor's CSV)\n"
      "  --timeout SECONDS         stop a statement that runs longer (exit 1)\n"
+     "  --quiet                   no progress line on a terminal while the trace loads\n"
      "\n"
      "Queries read: ATTACH, VACUUM and pragmas that set values are refused, so a query\n"
      "writes no file; export-sqlite writes the tables to a database.\n"

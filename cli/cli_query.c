@@ -422,15 +422,20 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
 
 /* ---- the commands ---- */
 
-/* Opens path as a tm_db; on failure prints why and returns the exit code. */
-static int open_db(const char *path, const tm_options *opts, cli_input *in, tm_db **db) {
+/* Opens path as a tm_db, with a progress line on a terminal unless quiet;
+ * on failure prints why and returns the exit code. */
+static int open_db(const char *path, const tm_options *opts, int quiet, cli_input *in, tm_db **db) {
+    cli_progress_start(quiet);
+    cli_progress_phase("reading", 0);
     int rc = cli_input_load(path, opts, in);
-    if (rc != EXIT_OK) return rc;
+    if (rc == EXIT_OK) cli_progress_phase("loading the tables of", in->len);
     tm_error err;
-    if (tm_db_open(in->data, in->len, opts, db, &err) != TM_OK) {
+    if (rc == EXIT_OK && tm_db_open(in->data, in->len, opts, db, &err) != TM_OK) {
+        cli_progress_stop(); /* the error starts on a clean line */
         rc = cli_report_error(path, &err);
         cli_input_release(in);
     }
+    cli_progress_stop();
     return rc;
 }
 
@@ -457,12 +462,17 @@ int cli_query(int argc, char **argv) {
     tm_options opts;
     memset(&opts, 0, sizeof opts);
     const char *trace = NULL, *sql = NULL, *file = NULL;
+    int quiet = 0;
     cli_qout o = {stdout, isatty(STDOUT_FILENO) ? QFMT_TABLE : QFMT_CSV, 0, 0, 0, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_limit_option(argc, argv, &i, &opts);
         if (r < 0) return usage("query", "bad limit option ", a);
         if (r > 0) continue;
+        if (strcmp(a, "--quiet") == 0) {
+            quiet = 1;
+            continue;
+        }
         if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) {
             if (++i >= argc) return usage("query", "-f needs a file", NULL);
             if (file) return usage("query", "more than one -f given", NULL);
@@ -501,7 +511,7 @@ int cli_query(int argc, char **argv) {
     if (file && !(text = read_text(file, &opts))) return EXIT_IO;
     cli_input in;
     tm_db *db = NULL;
-    int rc = open_db(trace, &opts, &in, &db);
+    int rc = open_db(trace, &opts, quiet, &in, &db);
     if (rc == EXIT_OK) {
         sqlite3 *s = tm_db_sqlite(db);
         cli_query_watch(s, &o);
@@ -518,10 +528,15 @@ int cli_export_sqlite(int argc, char **argv) {
     tm_options opts;
     memset(&opts, 0, sizeof opts);
     const char *trace = NULL, *out = NULL;
+    int quiet = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_limit_option(argc, argv, &i, &opts);
         if (r < 0) return usage("export-sqlite", "bad limit option ", argv[i]);
         if (r > 0) continue;
+        if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = 1;
+            continue;
+        }
         if (argv[i][0] == '-' && argv[i][1] != 0) return usage("export-sqlite", "unknown option ", argv[i]);
         if (!trace) trace = argv[i];
         else if (!out) out = argv[i];
@@ -531,7 +546,7 @@ int cli_export_sqlite(int argc, char **argv) {
     if (strcmp(out, "-") == 0) return usage("export-sqlite", "OUT.db must be a file", NULL);
     cli_input in;
     tm_db *db = NULL;
-    int rc = open_db(trace, &opts, &in, &db);
+    int rc = open_db(trace, &opts, quiet, &in, &db);
     if (rc != EXIT_OK) return rc;
     const char *inputs[] = {trace, NULL};
     cli_output o;

@@ -828,6 +828,16 @@ Test(cli_progress, shown_on_a_terminal_for_slow_work, .timeout = 30) {
     free(seen);
 }
 
+Test(cli_progress, query_loading_shows_it_too, .timeout = 30) {
+    char *seen = on_pty("(cat " MINIMAL "; sleep 2) | " TM_CLI " query - \"select count(*) from perf_sample\" >/dev/null");
+    cr_expect(strstr(seen, "\rtracemill: reading "), "no progress: %s", seen);
+    cr_expect(strstr(seen, "\r\033[K"), "the line was not erased: %s", seen);
+    free(seen);
+    seen = on_pty("(cat " MINIMAL "; sleep 2) | " TM_CLI " query --quiet - \"select 1\" >/dev/null");
+    cr_expect(!strstr(seen, "tracemill:"), "--quiet: %s", seen);
+    free(seen);
+}
+
 Test(cli_progress, never_when_stderr_is_a_pipe, .timeout = 30) {
     char *seen = on_pty(SLOW_CONVERT "- 2>&1 | cat"); /* a terminal is there, but not on stderr */
     cr_expect(!strstr(seen, "tracemill:"), "said: %s", seen);
