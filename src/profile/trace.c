@@ -511,14 +511,13 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     uint64_t pid = 0, tid = 0, cs = 0, lost = 0;
     bool has_pid = false, has_cs = false, skipped = false;
     int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
         switch (f.num) {
-        case 1: WANT(d, f, TM_PB_VARINT, "PerfSample"); break; /* cpu */
-        case 2: WANT(d, f, TM_PB_VARINT, "PerfSample"); pid = (uint32_t)f.val; has_pid = true; break;
-        case 3: WANT(d, f, TM_PB_VARINT, "PerfSample"); tid = (uint32_t)f.val; break;
-        case 4: WANT(d, f, TM_PB_VARINT, "PerfSample"); cs = f.val; has_cs = true; break;
-        case 17: if (!d->relay) { WANT(d, f, TM_PB_VARINT, "PerfSample"); lost = f.val; } break;
-        case 18: if (!d->relay) { WANT(d, f, TM_PB_VARINT, "PerfSample"); skipped = true; } break;
+        case TM_PF_PERF_SAMPLE_PID: pid = (uint32_t)f.val; has_pid = true; break;
+        case TM_PF_PERF_SAMPLE_TID: tid = (uint32_t)f.val; break;
+        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs = f.val; has_cs = true; break;
+        case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) lost = f.val; break;
+        case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) skipped = true; break;
         default: break;
         }
     }

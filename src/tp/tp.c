@@ -2025,19 +2025,18 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
         tp->threads[0].name_prio = UINT32_MAX;
         tp->threads[0].is_idle = 1;
     }
-    struct timespec t0, t1, t2;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* The type guess (a first TracePacket) is the reader's, when it reads. */
+    struct timespec t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st == TM_OK) st = decode_trace(&d);
     if (st == TM_OK) st = parse_all(&d);
     if (st == TM_OK) st = sequence_stats(&d);
     if (st == TM_OK) st = build_metadata(&d, buf, len);
-    /* Wall-clock timings, as Trace Processor reports them (never 0). */
+    /* Wall-clock timings, as Trace Processor reports them (never 0). The
+     * type guess is the reader's test of the first byte, inside the parse:
+     * no time of its own to measure. */
     clock_gettime(CLOCK_MONOTONIC, &t2);
-    int64_t guess_ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec);
     int64_t parse_ns = (t2.tv_sec - t1.tv_sec) * 1000000000ll + (t2.tv_nsec - t1.tv_nsec);
-    d.single[TPS_guess_trace_type_duration_ns] = guess_ns > 0 ? guess_ns : 1;
+    d.single[TPS_guess_trace_type_duration_ns] = 1;
     d.single[TPS_parse_trace_duration_ns] = parse_ns > 0 ? parse_ns : 1;
     if (st == TM_OK) st = build_stats(&d);
     dec_release(&d);
