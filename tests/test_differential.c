@@ -451,3 +451,85 @@ Test(divergence, two_members_of_the_packet_oneof) {
     tm_trace_free(t);
     tb_free(&b);
 }
+
+/* ---- clocks: one tracker (perfetto/clock.c) for both readers ---- */
+
+static void mono_sample(tb_buf *b, uint64_t ts, uint64_t iid) {
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_NEEDS);
+    tb_uint(b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
+    size_t s = tb_open(b, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(b, TM_PF_PERF_SAMPLE_PID, 7);
+    tb_uint(b, TM_PF_PERF_SAMPLE_TID, 8);
+    tb_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, iid);
+    tb_close(b, s);
+    tb_close(b, p);
+}
+
+/* Both readers agree, and the profile model keeps samples at want[]. */
+static void assert_times(const tb_buf *b, const int64_t *want, size_t n) {
+    tm_diff_report r;
+    int ok = tm_diff_check(b->data, b->len, &r);
+    cr_assert(ok, "the readers disagree: %s", r.message);
+    cr_assert_eq(r.sql_samples, n, "SQL has %zu samples, want %zu", r.sql_samples, n);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(b->data, b->len, NULL, &t, NULL), TM_OK);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(pr->n_samples, n, "the profile model keeps %zu samples, want %zu", pr->n_samples, n);
+    for (size_t k = 0; k < n; k++)
+        cr_assert_eq(pr->samples[k].ts, want[k], "sample %zu at %lld, want %lld", k, (long long)pr->samples[k].ts,
+                     (long long)want[k]);
+    tm_trace_free(t);
+}
+
+/* (f) MONOTONIC goes backwards between two snapshots: it is non-monotonic,
+ * so no timestamp converts from it (Trace Processor erases its edges); the
+ * samples in it are dropped by both readers (found by fuzz_differential:
+ * each used to pick a different snapshot). */
+Test(divergence, non_monotonic_source_clock) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t at0[] = {10000, 12648}, at1[] = {25000, 5000};
+    tb_clock_snapshot(&b, 0, ids, at0, 2);
+    tb_clock_snapshot(&b, 0, ids, at1, 2);
+    clear_and_intern(&b, 1, TB_NO_TS, abc, 3);
+    mono_sample(&b, 500, 3);
+    mono_sample(&b, 2000, 3);
+    assert_times(&b, NULL, 0);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(b.data, b.len, NULL, &t, NULL), TM_OK);
+    cr_assert_eq(tm_trace_get_stats(t)->dropped_missing_clock, 2);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* (g) A timestamp converts with the snapshots read before it, as Trace
+ * Processor converts when it reads the packet: the same MONOTONIC value
+ * maps differently before and after the second snapshot. */
+Test(divergence, conversion_uses_the_snapshots_read_so_far) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t at0[] = {1000000, 0}, at1[] = {2000000, 2000};
+    tb_clock_snapshot(&b, 0, ids, at0, 2);
+    clear_and_intern(&b, 1, TB_NO_TS, abc, 3);
+    mono_sample(&b, 3000, 3);
+    tb_clock_snapshot(&b, 0, ids, at1, 2);
+    mono_sample(&b, 3000, 3);
+    const int64_t want[] = {1003000, 2001000};
+    assert_times(&b, want, 2);
+    tb_free(&b);
+}
+
+/* (h) The trace clock going backwards rejects the snapshot: the earlier
+ * one keeps converting. */
+Test(divergence, trace_clock_going_backwards_rejects_the_snapshot) {
+    tb_buf b = {0};
+    const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+    const uint64_t at0[] = {5000, 5000}, at1[] = {4000, 9000};
+    tb_clock_snapshot(&b, 0, ids, at0, 2);
+    tb_clock_snapshot(&b, 0, ids, at1, 2);
+    clear_and_intern(&b, 1, TB_NO_TS, abc, 3);
+    mono_sample(&b, 9500, 3);
+    const int64_t want[] = {9500};
+    assert_times(&b, want, 1);
+    tb_free(&b);
+}

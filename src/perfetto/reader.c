@@ -66,6 +66,7 @@ void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *
     r->len = len;
     r->outer = tm_pb_reader_of((tm_bytes){buf, len});
     r->last_seq = TM_ABSENT;
+    tm_clocks_init(&r->clocks, mem);
 }
 
 static void seq_release(tm_mem *m, tm_pf_seq *s) {
@@ -82,10 +83,12 @@ void tm_pf_reader_release(tm_pf_reader *r) {
     tm_mem_free(r->mem, r->gens, r->cap_gens * sizeof *r->gens);
     tm_mem_free(r->mem, r->regions, r->cap_regions * sizeof *r->regions);
     tm_u64map_free(r->mem, &r->seq_by_id);
-    tm_mem_free(r->mem, r->clocks, r->cap_clocks * sizeof *r->clocks);
-    tm_u64map_free(r->mem, &r->clock_by_key);
-    r->clocks = NULL;
-    r->n_clocks = r->cap_clocks = 0;
+    tm_mem_free(r->mem, r->domains, r->cap_domains * sizeof *r->domains);
+    tm_u64map_free(r->mem, &r->domain_by_key);
+    tm_clocks_release(&r->clocks);
+    tm_clocks_init(&r->clocks, r->mem);
+    r->domains = NULL;
+    r->n_domains = r->cap_domains = 0;
     r->seqs = NULL, r->gens = NULL, r->regions = NULL;
     r->n_seqs = r->cap_seqs = r->n_gens = r->cap_gens = 0;
     r->n_regions = r->cap_regions = 0;
@@ -375,8 +378,8 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
 /* ---- clocks ---- */
 
 static tm_pf_clock *find_clock(tm_pf_reader *r, uint64_t key) {
-    uint32_t i = tm_u64map_get(&r->clock_by_key, key);
-    return i == TM_ABSENT ? NULL : &r->clocks[i];
+    uint32_t i = tm_u64map_get(&r->domain_by_key, key);
+    return i == TM_ABSENT ? NULL : &r->domains[i];
 }
 
 /* Reads a ClockSnapshot into r->snapshot: the first reading of a clock
@@ -414,9 +417,9 @@ static tm_status read_snapshot(tm_pf_reader *r, tm_pf_packet *pk) {
         uint64_t key = tm_pf_clock_key(pk->seq_id, (uint32_t)id);
         tm_pf_clock *c = find_clock(r, key);
         if (!c) {
-            if (TM_VEC_RESERVE(r->mem, r->clocks, r->cap_clocks, r->n_clocks + 1) != TM_OK) return nomem(r);
-            if (tm_u64map_put(r->mem, &r->clock_by_key, key, (uint32_t)r->n_clocks) != TM_OK) return nomem(r);
-            c = &r->clocks[r->n_clocks++];
+            if (TM_VEC_RESERVE(r->mem, r->domains, r->cap_domains, r->n_domains + 1) != TM_OK) return nomem(r);
+            if (tm_u64map_put(r->mem, &r->domain_by_key, key, (uint32_t)r->n_domains) != TM_OK) return nomem(r);
+            c = &r->domains[r->n_domains++];
             c->mult = mult;
             c->incremental = incremental && id >= TM_PF_FIRST_SEQUENCE_CLOCK;
             c->last = 0;
@@ -430,13 +433,26 @@ static tm_status read_snapshot(tm_pf_reader *r, tm_pf_packet *pk) {
         snap->readings[snap->n++] = (tm_pf_clock_reading){key, (int64_t)scaled};
     }
     pk->snapshot = snap;
-    return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, "ClockSnapshot") : TM_OK;
+    if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, "ClockSnapshot");
+    if (r->flags & TM_PF_RELAY) return TM_OK;
+    tm_clock_point pts[TM_MAX_CLOCKS];
+    for (size_t i = 0; i < snap->n; i++) pts[i] = (tm_clock_point){snap->readings[i].clock, snap->readings[i].ns, 0};
+    tm_status st = tm_clocks_add(&r->clocks, pts, snap->n, snap->primary);
+    if (st == TM_ERR_NOMEM) return nomem(r);
+    if (st != TM_OK) return tm_pf_fail(r, st, pk->start, "more than %u clock snapshots", TM_MAX_CLOCK_SNAPSHOTS);
+    return TM_OK;
 }
 
 /* The packet's timestamp in its clock domain: multiplier applied, and
  * incremental clocks advanced by it. The value wraps as Trace Processor's
  * int64 arithmetic does; time_ok says whether it did. */
-static void resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
+tm_status tm_pf_to_trace_time(tm_pf_reader *r, uint64_t clock, int64_t ns, bool record, int64_t *out, bool *ok,
+                              bool *wrapped) {
+    *ok = tm_clocks_to_trace(&r->clocks, clock, ns, record, out, wrapped);
+    return r->clocks.out_of_memory ? nomem(r) : TM_OK;
+}
+
+static tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
     uint32_t id = pk->clock_id;
     if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
     pk->has_time = true;
@@ -453,12 +469,30 @@ static void resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
     }
     pk->time_ok = !overflow && raw <= INT64_MAX;
     pk->time_ns = (int64_t)raw;
+    /* In trace time. Trace Processor tries a failing conversion twice, once
+     * quietly and once counting the failure, before it drops the packet. */
+    pk->trace_exact = pk->time_ok;
+    if (!pk->time_clock || (r->flags & TM_PF_RELAY)) {
+        pk->trace_ok = true;
+        pk->trace_ns = pk->time_ns;
+        if (pk->trace_ns > r->latest_ns) r->latest_ns = pk->trace_ns;
+        return TM_OK;
+    }
+    bool wrapped;
+    TM_TRY(tm_pf_to_trace_time(r, pk->time_clock, pk->time_ns, false, &pk->trace_ns, &pk->trace_ok, &wrapped));
+    if (!pk->trace_ok)
+        TM_TRY(tm_pf_to_trace_time(r, pk->time_clock, pk->time_ns, true, &pk->trace_ns, &pk->trace_ok, &wrapped));
+    if (!pk->trace_ok) r->counts.clock_undeferrable++;
+    pk->trace_exact = pk->time_ok && !wrapped;
+    if (pk->trace_ok && pk->trace_ns > r->latest_ns) r->latest_ns = pk->trace_ns;
+    return TM_OK;
 }
 
 /* Packets consumed before their time matters. */
 static bool consumed_untimed(uint32_t data_field) {
     return data_field == TM_PF_PACKET_CLOCK_SNAPSHOT || data_field == TM_PF_PACKET_TRACE_STATS ||
-           data_field == TM_PF_PACKET_TRACE_CONFIG || data_field == TM_PF_PACKET_FTRACE_STATS;
+           data_field == TM_PF_PACKET_TRACE_CONFIG || data_field == TM_PF_PACKET_FTRACE_STATS ||
+           data_field == TM_PF_PACKET_TRACE_UUID;
 }
 
 /* ---- packets ---- */
@@ -691,7 +725,8 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
         if (sequence_update(r, pk) != TM_OK) return TM_PF_ERROR;
         if (payload_is_read(pk) && tm_pf_check_payload(r, pk) != TM_OK) return TM_PF_ERROR;
         if (pk->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT && read_snapshot(r, pk) != TM_OK) return TM_PF_ERROR;
-        if (pk->has_timestamp && !pk->stale && !consumed_untimed(pk->data_field)) resolve_time(r, pk);
+        if (pk->has_timestamp && !pk->stale && !consumed_untimed(pk->data_field) && resolve_time(r, pk) != TM_OK)
+            return TM_PF_ERROR;
         return TM_PF_PACKET;
     }
 }

@@ -34,11 +34,12 @@
  *    by sequence, reserved ids and overflowing values counted, multipliers
  *    applied), and each packet's timestamp resolved to a clock domain and
  *    nanoseconds: its clock, else its generation's default, multiplier and
- *    incremental clocks applied. Converting between domains through the
- *    snapshots is the consumers' (they convert at different times).
+ *    incremental clocks applied, then converted to trace time through the
+ *    one clock tracker (clock.c), as Trace Processor converts it when it
+ *    reads the packet.
  * It never allocates per packet and never recurses. It knows nothing of
- * profiles, clocks conversion or SQL: consumers keep their own caches, keyed
- * by generation, and their own rows.
+ * profiles or SQL: consumers keep their own caches, keyed by generation,
+ * and their own rows.
  */
 #ifndef TM_PERFETTO_READER_H
 #define TM_PERFETTO_READER_H
@@ -46,6 +47,7 @@
 #include "common/alloc.h" /* tm_mem, tm_arena, tm_idxset, tm_u64map */
 #include "common/base.h"
 #include "common/limits.h" /* TM_MAX_CLOCKS */
+#include "perfetto/clock.h" /* tm_clocks */
 #include "wire/pb.h"      /* tm_pb_reader */
 
 enum {
@@ -145,6 +147,12 @@ typedef struct tm_pf_packet {
     bool time_ok;           /* false: the value overflows int64 in nanoseconds */
     uint64_t time_clock;    /* tm_pf_clock_key; 0: the trace's default clock */
     int64_t time_ns;
+    /* That time in trace time (with has_time): trace_ok false when no
+     * snapshot path leads there (Trace Processor drops the packet); the
+     * value wraps as Trace Processor's arithmetic does, trace_exact says it
+     * did not (neither the value nor its conversion overflowed int64). */
+    bool trace_ok, trace_exact;
+    int64_t trace_ns;
 } tm_pf_packet;
 
 /* What the reader counted over the whole trace. */
@@ -153,6 +161,7 @@ typedef struct tm_pf_counts {
     uint64_t compressed_packets; /* compressed_packets payloads inflated */
     uint64_t nested_compressed;  /* compressed_packets inside one: skipped */
     uint64_t oneof_ignored;      /* members of `oneof data` overridden by a later one */
+    uint64_t clock_undeferrable; /* packets whose time could not be converted */
     bool truncated;              /* the last packet runs past the end (without TM_PF_STRICT) */
     uint64_t truncated_at;       /* the offset of that packet */
 } tm_pf_counts;
@@ -185,9 +194,11 @@ typedef struct tm_pf_reader {
     uint32_t last_seq;     /* one-entry cache: packets come in runs per sequence */
     tm_pf_gen *gens; size_t n_gens, cap_gens;
     /* clocks */
-    tm_pf_clock *clocks; size_t n_clocks, cap_clocks;
-    tm_u64map clock_by_key;
+    tm_pf_clock *domains; size_t n_domains, cap_domains;
+    tm_u64map domain_by_key;
     tm_pf_snapshot snapshot;
+    tm_clocks clocks;      /* snapshots and conversion to trace time (not in Relay mode) */
+    int64_t latest_ns;     /* the latest trace time so far: packets without a timestamp are at it */
 } tm_pf_reader;
 
 /* Starts reading buf[0, len). mem holds the reader's tables (freed by
@@ -207,6 +218,12 @@ bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t 
 /* The string of an interned InternedString (function_names, mapping_paths,
  * build_ids, source_paths); false when absent. */
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out);
+
+/* ns of clock (tm_pf_clock_key) in trace time, for times a consumer keeps
+ * itself (the legacy track-event time base); record: count a failure.
+ * *ok: converted (*wrapped: past int64, wrapped). */
+tm_status tm_pf_to_trace_time(tm_pf_reader *r, uint64_t clock, int64_t ns, bool record, int64_t *out, bool *ok,
+                              bool *wrapped);
 
 static inline const tm_pf_gen *tm_pf_gen_of(const tm_pf_reader *r, uint32_t gen) { return &r->gens[gen]; }
 

@@ -26,6 +26,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/limits.h"
 #include "perfetto/fields.h"
@@ -70,14 +71,6 @@ typedef struct seq_state {
     int64_t time_ns; /* legacy track-event time (MONOTONIC), StreamingProfilePacket base */
 } seq_state;
 
-typedef struct clock_run {
-    size_t first;    /* first sample index */
-    uint64_t clock;  /* 0: already trace time */
-    int keep_raw;    /* keep unconvertible timestamps (StreamingProfilePacket) */
-    int anchored;    /* one StreamingProfilePacket: convert its base, then add deltas */
-    int64_t anchor;  /* that base, in `clock` */
-} clock_run;
-
 typedef struct dec {
     tm_trace *t;
     tm_profile *p;
@@ -96,8 +89,6 @@ typedef struct dec {
     int64_t *delta_scratch; size_t cap_delta;
     uint32_t *frame_scratch; size_t cap_fs;
 
-    clock_run *runs; size_t n_runs, cap_runs;
-    uint64_t latest_ts;
     int64_t last_tid; uint32_t last_thread; /* one-entry cache: samples come in runs per thread */
     uint64_t relay_samples;
     uint64_t relay_boot, relay_real;
@@ -439,22 +430,7 @@ static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, co
 
 /* ---- samples ---- */
 
-static tm_status push_run(dec *d, uint64_t clock, int keep_raw, int anchored, int64_t anchor) {
-    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->runs, d->cap_runs, d->n_runs + 1));
-    clock_run *run = &d->runs[d->n_runs++];
-    run->first = d->p->n_samples;
-    run->clock = clock;
-    run->keep_raw = keep_raw;
-    run->anchored = anchored;
-    run->anchor = anchor;
-    return TM_OK;
-}
-
-/* Records a sample whose timestamp is in `clock` (converted after the last
- * packet, when every snapshot is known). */
-static tm_status add_sample(dec *d, int64_t ts, uint64_t clock, uint32_t stack, uint32_t thread) {
-    const clock_run *last = d->n_runs ? &d->runs[d->n_runs - 1] : NULL;
-    if (!last || last->clock != clock || last->anchored) TM_TRY(push_run(d, clock, 0, 0, 0));
+static tm_status add_sample(dec *d, int64_t ts, uint32_t stack, uint32_t thread) {
     DTRY_MEM(d, tm_profile_add_sample(d->p, ts, stack, thread));
     return TM_OK;
 }
@@ -491,18 +467,18 @@ static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *ou
     return thread_of_slow(d, tid, pid, out);
 }
 
-/* The packet's timestamp in ns and the clock it is in (0: trace clock), as
- * the reader resolved it; a packet without one is at the latest time seen. */
-static int packet_time(dec *d, const tm_pf_packet *k, int64_t *ts, uint64_t *clock) {
+/* The packet's time in trace time, as the reader converted it (a packet
+ * without a timestamp is at the latest time seen); false, counted, when it
+ * has none: no conversion path, or past int64. */
+static bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64_t *ts) {
     if (!k->has_time) {
-        if (d->latest_ts > INT64_MAX) return 0;
-        *ts = (int64_t)d->latest_ts;
-        *clock = 0;
-        return 1;
+        *ts = d->rd.latest_ns;
+        return true;
     }
-    *ts = k->time_ns;
-    *clock = k->time_clock;
-    return k->time_ok;
+    if (!k->time_ok || (k->trace_ok && !k->trace_exact)) d->p->stats.dropped_bad_timestamp += n_samples;
+    else if (!k->trace_ok) d->p->stats.dropped_missing_clock += n_samples;
+    *ts = k->trace_ns;
+    return k->trace_ok && k->trace_exact;
 }
 
 static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
@@ -564,13 +540,9 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         return TM_OK;
     }
     int64_t ts;
-    uint64_t clock;
-    if (!packet_time(d, k, &ts, &clock)) {
-        p->stats.dropped_bad_timestamp++;
-        return TM_OK;
-    }
+    if (!packet_time(d, k, 1, &ts)) return TM_OK;
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
-    return add_sample(d, ts, clock, stack, thread);
+    return add_sample(d, ts, stack, thread);
 }
 
 /* Collects the values of a repeated varint field, packed or not. */
@@ -613,37 +585,39 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
         TM_TRY(thread_of(d, 0, 0, &thread));
         p->stats.samples_without_thread += n_cs;
     }
-    int64_t t;
-    uint64_t clock = TM_CLOCK_MONOTONIC;
-    int keep_raw = 1;
-    if (s->has_ref_time) t = s->time_ns;
-    else {
+    /* Trace Processor converts the packet's base once, when it reads the
+     * packet: the legacy time base (MONOTONIC; kept as it is when it has no
+     * conversion), else the packet's own time; it adds the deltas in trace
+     * time and advances the time base by them, wrapping as its int64 does.
+     * Samples whose time wraps are dropped here. */
+    int64_t base;
+    bool exact = true;
+    if (s->has_ref_time) {
+        bool ok, wrapped;
+        TM_TRY(tm_pf_to_trace_time(&d->rd, TM_CLOCK_MONOTONIC, s->time_ns, true, &base, &ok, &wrapped));
+        if (!ok) base = s->time_ns;
+        else exact = !wrapped;
+    } else {
         p->stats.streaming_without_reference_time += n_cs;
-        keep_raw = 0;
-        if (!packet_time(d, k, &t, &clock)) {
-            p->stats.dropped_bad_timestamp += n_cs;
-            return TM_OK;
-        }
+        if (!packet_time(d, k, n_cs, &base)) return TM_OK;
     }
-    /* Trace Processor converts the packet's base once and adds the deltas in
-     * trace time: the samples form one run anchored at the base. */
-    TM_TRY(push_run(d, clock, keep_raw, 1, t));
-    int bad_time = 0;
+    int64_t acc = 0;
     for (size_t i = 0; i < n_dt; i++) {
-        int64_t delta;
-        if (__builtin_mul_overflow((int64_t)d->delta_scratch[i], (int64_t)1000, &delta) ||
-            __builtin_add_overflow(t, delta, &t))
-            bad_time = 1;
+        uint64_t delta_ns = (uint64_t)d->delta_scratch[i] * 1000u;
+        if ((uint64_t)d->delta_scratch[i] > UINT64_MAX / 1000u || delta_ns > INT64_MAX ||
+            __builtin_add_overflow(acc, (int64_t)delta_ns, &acc))
+            exact = false;
+        if (s->has_ref_time) s->time_ns = (int64_t)((uint64_t)s->time_ns + delta_ns);
         if (i >= n_cs) continue; /* trailing deltas still advance the time */
         uint32_t stack;
         int ok;
+        int64_t t;
         TM_TRY(resolve_callstack(d, s, d->cs_scratch[i], k->data.data, &stack, &ok));
         if (!ok) p->stats.dropped_unresolved++;
-        else if (bad_time || t < 0) p->stats.dropped_bad_timestamp++;
+        else if (!exact || __builtin_add_overflow(base, acc, &t) || t < 0) p->stats.dropped_bad_timestamp++;
         else DTRY_MEM(d, tm_profile_add_sample(p, t, stack, thread));
     }
     if (n_cs > n_dt) p->stats.dropped_malformed_streaming += n_cs - n_dt;
-    if (s->has_ref_time && !bad_time) s->time_ns = t;
     return TM_OK;
 }
 
@@ -758,11 +732,7 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         return TM_OK;
     }
     int64_t ts;
-    uint64_t clock;
-    if (!packet_time(d, k, &ts, &clock)) {
-        p->stats.dropped_bad_timestamp++;
-        return TM_OK;
-    }
+    if (!packet_time(d, k, 1, &ts)) return TM_OK;
     /* Without a tid (a task context naming only a process or an async task,
      * or none at all) the sample goes to the process's main thread (tid =
      * pid) when the pid is known, else to tid 0 and samples_without_thread,
@@ -773,7 +743,7 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         TM_TRY(thread_of(d, 0, 0, &thread));
         p->stats.samples_without_thread++;
     }
-    return add_sample(d, ts, clock, stack, thread);
+    return add_sample(d, ts, stack, thread);
 }
 
 /* Counts the samples a skipped packet would have produced. */
@@ -838,11 +808,8 @@ static tm_status apply_thread_desc(dec *d, seq_state *s, const thread_desc *td, 
         s->tid = td->tid;
     }
     if (set_time && td->has_ref && d->rd.seqs[s->index].valid) {
-        int64_t ns;
-        if (!__builtin_mul_overflow(td->ref_us, (int64_t)1000, &ns)) {
-            s->time_ns = ns;
-            s->has_ref_time = true;
-        }
+        s->time_ns = (int64_t)((uint64_t)td->ref_us * 1000u); /* wraps as Trace Processor's int64 does */
+        s->has_ref_time = true;
     }
     return TM_OK;
 }
@@ -982,12 +949,7 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
         }
         return TM_OK;
     }
-    d->p->stats.clock_readings_ignored += snap->ignored;
-    tm_clock_point pts[TM_MAX_CLOCKS];
-    for (size_t i = 0; i < snap->n; i++) pts[i] = (tm_clock_point){snap->readings[i].clock, snap->readings[i].ns};
-    tm_status st = tm_clocks_add(&d->t->clocks, pts, snap->n, snap->primary);
-    if (st == TM_ERR_NOMEM) return nomem(d);
-    if (st != TM_OK) return dfail(d, st, k->start, "more than %u clock snapshots", TM_MAX_CLOCK_SNAPSHOTS);
+    d->p->stats.clock_readings_ignored += snap->ignored; /* the reader's clock tracker took the rest */
     return TM_OK;
 }
 
@@ -1006,7 +968,6 @@ static tm_status decode_packet_relay(dec *d, const tm_pf_packet *k) {
 static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     if (d->relay) return decode_packet_relay(d, k);
     tm_trace_stats *st = &d->p->stats;
-    if (k->has_timestamp && k->timestamp > d->latest_ts) d->latest_ts = k->timestamp;
     /* 1. the sequence: data loss (counted like TP's
      * traced_buf_sequence_packet_loss), clear, interned data dropped */
     seq_state *s = NULL;
@@ -1081,68 +1042,17 @@ static tm_status decode_trace(dec *d) {
 
 /* ---- after the last packet ---- */
 
-/* Converts samples recorded in other clocks to trace time and drops those
- * that cannot be (counted as dropped_missing_clock). Samples arrive in runs
- * of one clock; paths are built once per clock and runs already in trace
- * time are left where they are. */
-#define PATH_CACHE 8
-
-static tm_status convert_sample_clocks(dec *d) {
-    tm_profile *p = d->p;
-    tm_clocks *c = &d->t->clocks;
-    tm_clock_path paths[PATH_CACHE];
-    uint64_t path_clock[PATH_CACHE];
-    size_t n_paths = 0, w = 0;
-    tm_status st = TM_OK;
-    for (size_t ri = 0; ri < d->n_runs && st == TM_OK; ri++) {
-        const clock_run *run = &d->runs[ri];
-        size_t end = ri + 1 < d->n_runs ? d->runs[ri + 1].first : p->n_samples;
-        if (run->clock == 0 || run->clock == c->trace_clock) {
-            if (w != run->first) memmove(p->samples + w, p->samples + run->first, (end - run->first) * sizeof *p->samples);
-            w += end - run->first;
-            continue;
-        }
-        size_t k = 0;
-        while (k < n_paths && path_clock[k] != run->clock) k++;
-        if (k == n_paths) {
-            if (n_paths == PATH_CACHE) { /* rare: many clocks; recycle the last slot */
-                tm_clock_path_release(c, &paths[--n_paths]);
-                k = n_paths;
-            }
-            st = tm_clock_path_build(c, run->clock, c->trace_clock, &paths[k]);
-            if (st != TM_OK) break;
-            path_clock[k] = run->clock;
-            n_paths++;
-        }
-        const tm_clock_path *path = &paths[k];
-        /* An anchored run (one StreamingProfilePacket) converts its base once
-         * and shifts every sample by the same amount. */
-        int64_t base, shift = 0;
-        int anchor_ok = run->anchored && tm_clock_path_convert(path, run->anchor, &base) &&
-                        !__builtin_sub_overflow(base, run->anchor, &shift);
-        for (size_t i = run->first; i < end; i++) {
-            tm_prof_sample smp = p->samples[i];
-            int64_t out;
-            int converted = run->anchored ? anchor_ok && !__builtin_add_overflow(smp.ts, shift, &out)
-                                          : tm_clock_path_convert(path, smp.ts, &out);
-            if (converted) smp.ts = out;
-            else if (!run->keep_raw || path->ok) {
-                p->stats.dropped_missing_clock++;
-                continue;
-            }
-            p->samples[w++] = smp;
-        }
-    }
-    for (size_t k = 0; k < n_paths; k++) tm_clock_path_release(c, &paths[k]);
-    if (st != TM_OK) return nomem(d);
-    p->n_samples = w;
-    return TM_OK;
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
-/* Piecewise offsets from trace time to REALTIME, one per snapshot. */
+/* Piecewise offsets from trace time to REALTIME, one per trace-clock value
+ * of a snapshot (where the conversion may change). */
 static tm_status build_realtime(dec *d) {
     tm_profile *p = d->p;
-    tm_clocks *c = &d->t->clocks;
+    const tm_clocks *c = &d->rd.clocks;
+    size_t n = 0;
     if (c->trace_clock == TM_CLOCK_REALTIME) {
         p->realtime = tm_mem_alloc(p->mem, sizeof *p->realtime);
         if (!p->realtime) return nomem(d);
@@ -1151,22 +1061,29 @@ static tm_status build_realtime(dec *d) {
         p->n_realtime = 1;
         return TM_OK;
     }
-    tm_clock_path path;
-    DTRY_MEM(d, tm_clock_path_build(c, c->trace_clock, TM_CLOCK_REALTIME, &path));
-    if (!path.ok) return TM_OK;
+    for (size_t i = 0; i < c->n_points; i++) n += c->points[i].clock == c->trace_clock;
+    if (!n) return TM_OK;
+    int64_t *from = tm_mem_alloc(d->mem, n * sizeof *from);
+    if (!from) return nomem(d);
+    n = 0;
+    for (size_t i = 0; i < c->n_points; i++)
+        if (c->points[i].clock == c->trace_clock) from[n++] = c->points[i].value;
+    qsort(from, n, sizeof *from, cmp_i64);
     tm_status st = TM_OK;
-    size_t n = path.hops[0].n;
     p->realtime = tm_mem_alloc(p->mem, n * sizeof *p->realtime);
     if (!p->realtime) st = TM_ERR_NOMEM;
     for (size_t i = 0; st == TM_OK && i < n; i++) {
-        int64_t from = path.hops[0].from_vals[i], to;
-        if (!tm_clock_path_convert(&path, from, &to)) continue;
-        if (p->n_realtime && p->realtime[p->n_realtime - 1].from_ns == from) continue;
-        p->realtime[p->n_realtime].from_ns = from;
-        p->realtime[p->n_realtime].offset_ns = to - from;
+        int64_t to, offset;
+        bool wrapped;
+        if (i && from[i] == from[i - 1]) continue;
+        if (!tm_clocks_convert(c, c->trace_clock, TM_CLOCK_REALTIME, from[i], &to, &wrapped) || wrapped ||
+            __builtin_sub_overflow(to, from[i], &offset))
+            continue;
+        p->realtime[p->n_realtime].from_ns = from[i];
+        p->realtime[p->n_realtime].offset_ns = offset;
         p->n_realtime++;
     }
-    tm_clock_path_release(c, &path);
+    tm_mem_free(d->mem, from, n * sizeof *from);
     if (!p->n_realtime) {
         tm_mem_free(p->mem, p->realtime, n * sizeof *p->realtime);
         p->realtime = NULL;
@@ -1186,14 +1103,13 @@ static tm_status finish(dec *d) {
         /* Relay adds REALTIME - BOOTTIME in 128-bit arithmetic */
         if (p->has_relay_offset) p->relay_offset_ns = (tm_i128)d->relay_real - (tm_i128)d->relay_boot;
     } else {
-        TM_TRY(convert_sample_clocks(d));
         TM_TRY(build_realtime(d));
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
     tm_trace_stats *st = &p->stats;
     st->samples_kept = p->n_samples;
     st->threads = p->n_threads;
-    st->trace_clock_id = (uint32_t)d->t->clocks.trace_clock;
+    st->trace_clock_id = (uint32_t)d->rd.clocks.trace_clock;
     st->has_realtime = d->relay ? p->has_relay_offset : p->n_realtime > 0;
     if (p->n_samples) {
         st->first_sample_ns = p->samples[0].ts;
@@ -1220,7 +1136,6 @@ static void dec_release(dec *d) {
     tm_mem_free(d->mem, d->cs_scratch, d->cap_cs * sizeof *d->cs_scratch);
     tm_mem_free(d->mem, d->delta_scratch, d->cap_delta * sizeof *d->delta_scratch);
     tm_mem_free(d->mem, d->frame_scratch, d->cap_fs * sizeof *d->frame_scratch);
-    tm_mem_free(d->mem, d->runs, d->cap_runs * sizeof *d->runs);
 }
 
 /* ---- public API ---- */
@@ -1327,7 +1242,6 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     tm_mem_set_budget(&t->mem, &t->result_budget, t->limits.max_result_bytes);
     tm_arena_init(&t->arena, &t->mem);
     tm_profile_init(&t->profile, &t->mem, &t->arena);
-    tm_clocks_init(&t->clocks, &t->mem);
     t->profile.relay_compat = opts->mode == TM_MODE_RELAY;
     t->profile.max_unique_frames = t->limits.max_unique_frames;
     t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
@@ -1363,7 +1277,6 @@ void tm_trace_free(tm_trace *t) {
     tm_mem mem = t->mem;
     mem.budget = NULL; /* it lives in *t, freed last */
     tm_profile_release(&t->profile);
-    tm_clocks_release(&t->clocks);
     tm_arena_release(&t->arena);
     tm_input_close(&mem, &t->source);
     tm_mem_free(&mem, t, sizeof *t);

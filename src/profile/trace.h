@@ -9,7 +9,6 @@
 #define TM_TRACE_H
 
 #include "common/alloc.h"   /* tm_mem, tm_arena */
-#include "perfetto/clock.h"   /* tm_clocks */
 #include "profile/profile.h" /* tm_profile */
 #include "wire/input.h"     /* tm_input */
 
@@ -18,7 +17,6 @@ struct tm_trace {
     tm_budget result_budget;
     tm_arena arena;
     tm_profile profile;
-    tm_clocks clocks;
     tm_limits limits;  /* resolved: preset, then the caller's overrides */
     tm_input_format input;
     tm_input source;   /* the bytes decoded: string views point into them */

@@ -87,21 +87,6 @@ typedef struct event {
     tm_bytes msg;
 } event;
 
-/* Clock snapshots (TP's clock tracker): a snapshot belongs to the group of
- * snapshots with the same set of clocks; conversion hops within a group. */
-typedef struct clk_point {
-    uint64_t clock;
-    int64_t ns;
-} clk_point;
-typedef struct clk_snap {
-    uint32_t group, off, n; /* points[off .. off+n) */
-} clk_snap;
-typedef struct clk_cache {
-    uint64_t src, dst;
-    int64_t min, max, shift;
-    bool used;
-} clk_cache;
-
 /* What a sample row refers to until it is parsed: the payload's length
  * prefix (PerfSample, StackSample), or the callstack iid (Chrome). */
 typedef union sample_ref {
@@ -127,21 +112,12 @@ typedef struct dec {
      * callsite; the task column the pending thread key of Chrome samples. */
     sample_ref *s_ref;
     uint32_t *s_order;     /* file order, only after a reordering sort */
-    int64_t latest_ts;
 
     /* Pending threads of Chrome samples: (pid, tid). */
     int64_t (*pend)[2]; size_t n_pend, cap_pend; tm_u64map pend_by_key;
 
-    /* Clocks. */
-    clk_point *points; size_t n_points, cap_points;
-    clk_snap *snaps; size_t n_snaps, cap_snaps;
-    uint32_t n_groups;
-    uint64_t trace_clock;
-    clk_cache cc[8];
-    uint64_t rnd;
     uint32_t trace_buffers_fill[64]; uint32_t n_buffers;
     uint64_t machine_raw[16];
-    bool synthetic_snapshot; /* snapshot 0 is Trace Processor's stand-in */
     bool write_into_file; uint64_t file_write_period_ms;
     /* The trace's own UUID: a TraceUuid packet's wins over TraceConfig's. */
     uint64_t uuid_msb, uuid_lsb;
@@ -293,216 +269,6 @@ static void name_process(dec *d, uint32_t upid, tm_str name, uint32_t prio) {
 
 /* ---- clocks ---------------------------------------------------------------- */
 
-/* Sequence-scoped clock ids (64..127) are distinct per sequence. */
-
-static int64_t snap_value(const dec *d, const clk_snap *s, uint64_t clock, bool *found) {
-    for (uint32_t i = 0; i < s->n; i++)
-        if (d->points[s->off + i].clock == clock) {
-            *found = true;
-            return d->points[s->off + i].ns;
-        }
-    *found = false;
-    return 0;
-}
-
-static bool clock_known(const dec *d, uint64_t clock) {
-    for (size_t i = 0; i < d->n_points; i++)
-        if (d->points[i].clock == clock) return true;
-    return false;
-}
-
-/* Trace Processor's clock arithmetic is int64 that wraps on absurd values;
- * done here in unsigned arithmetic, where wrapping is defined. */
-static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
-static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
-
-/* One hop inside a snapshot group: the snapshot with the largest src value
- * <= ns (the first one for earlier values). Sets the range it covers. */
-static bool hop(const dec *d, uint32_t group, uint64_t src, uint64_t dst, int64_t ns, int64_t *out,
-                int64_t *lo, int64_t *hi) {
-    const clk_snap *best = NULL, *first = NULL;
-    int64_t best_v = 0, first_v = 0, next_v = INT64_MAX;
-    for (size_t i = 0; i < d->n_snaps; i++) {
-        const clk_snap *s = &d->snaps[i];
-        if (s->group != group) continue;
-        bool f;
-        int64_t v = snap_value(d, s, src, &f);
-        if (!f) continue;
-        if (!first) first = s, first_v = v;
-        if (v <= ns && (!best || v >= best_v)) best = s, best_v = v;
-    }
-    if (!first) return false;
-    if (!best) best = first, best_v = first_v;
-    for (size_t i = 0; i < d->n_snaps; i++) { /* the range ends at the next snapshot */
-        bool f;
-        int64_t v = d->snaps[i].group == group ? snap_value(d, &d->snaps[i], src, &f) : 0;
-        if (d->snaps[i].group == group && f && v > best_v && v < next_v) next_v = v;
-    }
-    bool f;
-    int64_t t = snap_value(d, best, dst, &f);
-    if (!f) return false;
-    *out = wrap_add(ns, wrap_sub(t, best_v));
-    *lo = best == first ? INT64_MIN : best_v; /* the first snapshot also extrapolates backwards */
-    *hi = next_v;
-    return true;
-}
-
-/* Breadth-first search over clocks linked by snapshot groups, at most four
- * hops, as Trace Processor's clock tracker. */
-static bool clock_path(const dec *d, uint64_t src, uint64_t dst, int64_t ns, int64_t *out, int *hops,
-                       int64_t *lo, int64_t *hi) {
-    enum { MAXQ = 256 };
-    struct node { uint64_t clock; int64_t ns; int depth; int64_t lo, hi; } q[MAXQ];
-    size_t head = 0, tail = 0;
-    q[tail++] = (struct node){src, ns, 0, INT64_MIN, INT64_MAX};
-    while (head < tail) {
-        struct node cur = q[head++];
-        if (cur.depth >= 4) continue;
-        for (uint32_t g = 0; g < d->n_groups; g++) {
-            const clk_snap *s = NULL;
-            for (size_t i = 0; i < d->n_snaps && !s; i++)
-                if (d->snaps[i].group == g) s = &d->snaps[i];
-            bool has_cur;
-            snap_value(d, s, cur.clock, &has_cur);
-            if (!has_cur) continue;
-            for (uint32_t k = 0; k < s->n; k++) {
-                uint64_t next = d->points[s->off + k].clock;
-                if (next == cur.clock) continue;
-                int64_t v, l, h;
-                if (!hop(d, g, cur.clock, next, cur.ns, &v, &l, &h)) continue;
-                struct node n = {next, v, cur.depth + 1, l > cur.lo ? l : cur.lo, h < cur.hi ? h : cur.hi};
-                if (next == dst) {
-                    *out = v;
-                    *hops = n.depth;
-                    *lo = n.lo;
-                    *hi = n.hi;
-                    return true;
-                }
-                if (tail < MAXQ) q[tail++] = n;
-            }
-        }
-    }
-    return false;
-}
-
-static tm_status add_synthetic_snapshot(dec *d);
-
-/* Converts ns of clock src to trace time, counting cache misses as Trace
- * Processor's 8-entry cache of single-hop conversions would (a new
- * snapshot empties it). The first conversion a trace without a snapshot
- * needs makes Trace Processor add a synthetic one. */
-static tm_status to_trace_time(dec *d, uint64_t src, int64_t ns, int64_t *out, bool record_error, bool *ok) {
-    *ok = true;
-    if (src == d->trace_clock) {
-        *out = ns;
-        return TM_OK;
-    }
-    if (!d->n_snaps) TM_TRY(add_synthetic_snapshot(d));
-    for (int i = 0; i < 8; i++) {
-        const clk_cache *c = &d->cc[i];
-        if (c->used && c->src == src && c->dst == d->trace_clock && ns >= c->min && ns < c->max) {
-            *out = wrap_add(ns, c->shift);
-            return TM_OK;
-        }
-    }
-    stat_add(d, TPS_clock_sync_cache_miss, 1);
-    int hops;
-    int64_t lo, hi;
-    if (!clock_path(d, src, d->trace_clock, ns, out, &hops, &lo, &hi)) {
-        if (record_error)
-            stat_add(d, clock_known(d, src) ? TPS_clock_sync_failure_no_path : TPS_clock_sync_failure_unknown_source_clock, 1);
-        *ok = false;
-        return TM_OK;
-    }
-    if (hops == 1) {
-        d->rnd = d->rnd * 48271 % 2147483647; /* std::minstd_rand picks the slot */
-        d->cc[d->rnd % 8] = (clk_cache){src, d->trace_clock, lo, hi, wrap_sub(*out, ns), true};
-    }
-    return TM_OK;
-}
-
-static tm_status push_point(dec *d, uint64_t clock, int64_t ns) {
-    if (d->n_points == d->cap_points &&
-        tm_vec_grow(d->mem, (void **)&d->points, &d->cap_points, sizeof *d->points, d->n_points + 1) != TM_OK)
-        return nomem(d);
-    d->points[d->n_points++] = (clk_point){clock, ns};
-    return TM_OK;
-}
-
-/* Adds the snapshot of points[first ..] and its clock_snapshot rows. */
-static tm_status add_snapshot(dec *d, size_t first, uint64_t primary) {
-    size_t n = d->n_points - first;
-    /* Its group: an earlier snapshot with the same set of clocks. */
-    uint32_t group = d->n_groups;
-    for (size_t i = 0; i < d->n_snaps && group == d->n_groups; i++) {
-        const clk_snap *o = &d->snaps[i];
-        if (o->n != n) continue;
-        bool same = true;
-        for (size_t k = 0; k < n && same; k++) snap_value(d, o, d->points[first + k].clock, &same);
-        if (same) group = o->group;
-    }
-    if (group == d->n_groups) d->n_groups++;
-    if (d->n_snaps == d->cap_snaps &&
-        tm_vec_grow(d->mem, (void **)&d->snaps, &d->cap_snaps, sizeof *d->snaps, d->n_snaps + 1) != TM_OK)
-        return nomem(d);
-    uint32_t snap_id = (uint32_t)d->n_snaps;
-    d->snaps[d->n_snaps++] = (clk_snap){group, (uint32_t)first, (uint32_t)n};
-    memset(d->cc, 0, sizeof d->cc);
-    if (d->n_snaps == 1) {
-        bool has_boot = false;
-        for (size_t k = 0; k < n; k++) has_boot |= d->points[first + k].clock == 6;
-        if (primary)
-            d->trace_clock = primary;
-        else if (has_boot)
-            d->trace_clock = 6;
-    }
-    /* Trace Processor converts every reading to trace time for its row,
-     * through its cache (so each other clock costs a miss after the cache
-     * was emptied); a reading it cannot convert takes the snapshot's
-     * trace-clock value. */
-    for (size_t k = 0; k < n; k++) {
-        clk_point pt = d->points[first + k];
-        int64_t tt;
-        bool ok, f2;
-        TM_TRY(to_trace_time(d, pt.clock, pt.ns, &tt, false, &ok));
-        if (!ok) {
-            tt = snap_value(d, &d->snaps[snap_id], d->trace_clock, &f2);
-            if (!f2) tt = 0;
-        }
-        tp_clock_row *row;
-        if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
-        row->ts = tt;
-        row->clock_id = (uint32_t)(pt.clock & 0xff);
-        row->value = pt.ns;
-        row->snapshot = snap_id;
-    }
-    return TM_OK;
-}
-
-/* Trace Processor's stand-in for a missing snapshot, {BOOTTIME 0,
- * TRACE_FILE 0}, added when a conversion first needs one. */
-static tm_status add_synthetic_snapshot(dec *d) {
-    size_t first = d->n_points;
-    TM_TRY(push_point(d, TM_PF_BUILTIN_CLOCK_BOOTTIME, 0));
-    TM_TRY(push_point(d, TM_PF_BUILTIN_CLOCK_TRACE_FILE, 0));
-    d->synthetic_snapshot = true;
-    TM_TRY(add_snapshot(d, first, 0));
-    /* Observed (probe p6): one miss more than its rows' conversions explain. */
-    stat_add(d, TPS_clock_sync_cache_miss, 1);
-    return TM_OK;
-}
-
-static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
-    const tm_pf_snapshot *snap = k->snapshot;
-    size_t first = d->n_points;
-    for (size_t i = 0; i < snap->n; i++) TM_TRY(push_point(d, snap->readings[i].clock, snap->readings[i].ns));
-    if (d->n_points == first) return TM_OK;
-    if (d->n_snaps >= TM_MAX_CLOCK_SNAPSHOTS)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, k->data.data), NULL, "more than %u clock snapshots",
-                       TM_MAX_CLOCK_SNAPSHOTS);
-    return add_snapshot(d, first, snap->primary);
-}
-
 /* ---- tokenizer ------------------------------------------------------------- */
 
 /* The model's state of the packet's sequence, made on its first packet. */
@@ -614,11 +380,6 @@ static tm_status pending_thread(dec *d, int64_t pid, int64_t tid, uint32_t *out)
     return TM_OK;
 }
 
-/* The clock of a packet: its own, its sequence's default, the trace's. */
-static uint64_t packet_clock(const dec *d, const tm_pf_packet *k) {
-    return k->time_clock ? k->time_clock : d->trace_clock;
-}
-
 static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     if (!s->has_thread || !s->has_track_time) return TM_OK;
     int64_t prio = 0;
@@ -632,8 +393,9 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
     TM_TRY(pending_thread(d, s->pid, s->tid, &task));
     int64_t base;
-    bool ok;
-    TM_TRY(to_trace_time(d, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, &base, true, &ok));
+    bool ok, wrapped;
+    TM_TRY(tm_pf_to_trace_time(&d->rd, tm_pf_clock_key(s->id, TM_PF_BUILTIN_CLOCK_MONOTONIC), s->track_time_ns, true,
+                               &base, &ok, &wrapped));
     if (!ok) base = s->track_time_ns;
     /* The callstack iids and the deltas, side by side. */
     tm_pb_repeated iids = tm_pb_repeated_of(k->data, TM_PF_STREAMING_CALLSTACK_IID),
@@ -863,7 +625,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     }
     /* Clock snapshots and stats are consumed here, stale or not. */
     switch (k->data_field) {
-    case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, k);
+    case TM_PF_PACKET_CLOCK_SNAPSHOT: return TM_OK; /* the reader's clock tracker took it; rows at the end */
     case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data, machine);
     case TM_PF_PACKET_TRACE_CONFIG: return on_trace_config(d, k->data);
     case TM_PF_PACKET_TRACE_UUID: on_trace_uuid(d, k->data); return TM_OK;
@@ -879,22 +641,11 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
         }
         s->needs_accepted = true;
     }
-    /* The timestamp in trace time. */
-    int64_t ts = d->latest_ts;
-    if (k->has_time) {
-        /* Trace Processor tries a failing conversion twice (once quietly,
-         * once recording the error) before it drops the packet; a value
-         * past int64 wraps, as its arithmetic does. */
-        uint64_t clock = packet_clock(d, k);
-        bool ok;
-        TM_TRY(to_trace_time(d, clock, k->time_ns, &ts, false, &ok));
-        if (!ok) TM_TRY(to_trace_time(d, clock, k->time_ns, &ts, true, &ok));
-        if (!ok) {
-            stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, 1);
-            return TM_OK;
-        }
-        if (ts > d->latest_ts) d->latest_ts = ts;
-    }
+    /* The timestamp in trace time, as the reader converted it (a value
+     * past int64 wraps, as Trace Processor's arithmetic does); a packet
+     * whose time has no conversion is dropped. */
+    if (k->has_time && !k->trace_ok) return TM_OK;
+    int64_t ts = k->has_time ? k->trace_ns : d->rd.latest_ns;
     switch (k->data_field) {
     case TM_PF_PACKET_THREAD_DESCRIPTOR: { /* legacy: the sequence's thread and time base */
         if (!s) {
@@ -927,11 +678,32 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     }
 }
 
+/* The clock_snapshot rows, from the reader's clock tracker (Trace
+ * Processor's stand-in snapshot included), and what it counted. */
+static tm_status clock_rows(dec *d) {
+    const tm_clocks *c = &d->rd.clocks;
+    for (size_t i = 0; i < c->n_snaps; i++) {
+        const tm_clock_snap *s = &c->snaps[i];
+        for (uint32_t k = 0; k < s->n; k++) {
+            const tm_clock_point *pt = &c->points[s->first + k];
+            tp_clock_row *row;
+            if (PUSH(d->tp, clocks, row) != TM_OK) return nomem(d);
+            *row = (tp_clock_row){pt->trace_ns, pt->value, (uint32_t)(pt->clock & 0xff), s->id};
+        }
+    }
+    stat_add(d, TPS_clock_sync_cache_miss, (int64_t)c->cache_misses);
+    stat_add(d, TPS_invalid_clock_snapshots, (int64_t)c->invalid_snapshots);
+    stat_add(d, TPS_clock_sync_failure_no_path, (int64_t)c->failed_no_path);
+    stat_add(d, TPS_clock_sync_failure_unknown_source_clock, (int64_t)c->failed_unknown_source);
+    stat_add(d, TPS_clock_sync_failure_undeferrable_packet_loss, (int64_t)d->rd.counts.clock_undeferrable);
+    return TM_OK;
+}
+
 static tm_status decode_trace(dec *d) {
     tm_pf_packet k;
     int rc;
     while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) TM_TRY(decode_packet(d, &k));
-    return rc == TM_PF_ERROR ? d->err->code : TM_OK;
+    return rc == TM_PF_ERROR ? d->err->code : clock_rows(d);
 }
 
 /* ---- parser: callstacks ----------------------------------------------------- */
@@ -1973,8 +1745,8 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
              (unsigned)(msb >> 16 & 0xffff), (unsigned)(msb & 0xffff), (unsigned)(lsb >> 48),
              (unsigned long long)(lsb & 0xffffffffffffull));
     TM_TRY(add_meta(d, "trace_size_bytes", (int64_t)len, no_str));
-    if (d->n_snaps > (d->synthetic_snapshot ? 1u : 0u))
-        TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->trace_clock, no_str));
+    if (tm_clocks_real_snapshots(&d->rd.clocks))
+        TM_TRY(add_meta(d, "trace_time_clock_id", (int64_t)d->rd.clocks.trace_clock, no_str));
     TM_TRY(add_meta(d, "trace_type", TP_NO_INT, (tm_str){(const uint8_t *)"proto", 5}));
     tm_str uuid_str;
     TM_TRY(arena_str(d, uuid, strlen(uuid), &uuid_str));
@@ -1996,8 +1768,6 @@ static void dec_release(dec *d) {
     tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
     tm_u64map_free(m, &d->pend_by_key);
-    tm_mem_free(m, d->points, d->cap_points * sizeof *d->points);
-    tm_mem_free(m, d->snaps, d->cap_snaps * sizeof *d->snaps);
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
     tm_idxset *sets[] = {&d->frame_set, &d->callsite_set, &d->global_map_set, &d->exec_set,
@@ -2014,8 +1784,6 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     memset(&d, 0, sizeof d);
     d.tp = tp, d.mem = mem, d.lim = limits, d.err = err;
     tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS | (strict ? TM_PF_STRICT : 0), err);
-    d.trace_clock = 6; /* BOOTTIME until a snapshot says otherwise */
-    d.rnd = 1;
     d.dummy_mapping = TP_NULL;
     /* The reserved rows: process 0 and its idle thread "swapper". */
     uint32_t upid;
