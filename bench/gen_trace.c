@@ -81,7 +81,7 @@ static void write_interned(tb_buf *t, const pool *pl) {
     }
     for (uint32_t f = 1; f <= pl->n_frames; f++) tb_frame(t, f, f, f % N_MAPPINGS + 1, 0x1000 + f * 16);
     for (uint32_t s = 0; s < pl->n_stacks; s++)
-        tb_callstack(t, s + 1, &pl->stacks[(size_t)s * pl->stride], pl->stack_len[s], 1);
+        tb_callstack(t, s + 1, &pl->stacks[(size_t)s * pl->stride], pl->stack_len[s], 0);
     tb_close(t, in);
 }
 
@@ -189,8 +189,8 @@ int main(int argc, char **argv) {
                 tb_uint(&t, TM_PF_PACKET_SEQUENCE_ID, 10 + i);
                 tb_uint(&t, TM_PF_PACKET_SEQUENCE_FLAGS, TB_SEQ_NEEDS);
                 size_t sp = tb_open(&t, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
-                tb_packed(&t, TM_PF_STREAMING_CALLSTACK_IID, cs, (size_t)n);
-                tb_packed(&t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, (size_t)n);
+                tb_repeated(&t, TM_PF_STREAMING_CALLSTACK_IID, cs, (size_t)n);
+                tb_repeated(&t, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, (size_t)n);
                 tb_close(&t, sp);
                 tb_close(&t, p);
             }

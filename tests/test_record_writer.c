@@ -22,6 +22,7 @@
 #include "perfetto/fields.h"
 #include "wire/pb.h"
 #include "record.h"
+#include "conformance.h"
 #include "tutil.h"
 
 /* ---- functions whose addresses make the synthetic stacks ---- */
@@ -376,6 +377,8 @@ Test(record_writer, repeated_ids_are_unpacked_as_declared) {
     cr_expect_eq(ids, 3 + 2 + 3, "one varint field per frame of each interned callstack");
     cr_expect_eq(packed_paths, 0, "Mapping.path_string_ids written packed (wire type 2)");
     cr_expect_eq(paths, 2, "one path id per interned mapping (one mapping on each sequence)");
+    char why[256];
+    cr_expect_eq(tc_check_trace((const uint8_t *)r.out.data, r.out.len, why, sizeof why), 0, "%s", why);
 
     tm_trace *t = parse(&r, TM_MODE_DEFAULT);
     tu_membuf fo = folded(t);

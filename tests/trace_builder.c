@@ -87,6 +87,10 @@ void tb_packed(tb_buf *b, uint32_t field, const uint64_t *v, size_t n) {
     for (size_t i = 0; i < n; i++) tb_varint(b, v[i]);
 }
 
+void tb_repeated(tb_buf *b, uint32_t field, const uint64_t *v, size_t n) {
+    for (size_t i = 0; i < n; i++) tb_uint(b, field, v[i]);
+}
+
 size_t tb_open(tb_buf *b, uint32_t field) {
     tb_tag(b, field, 2);
     return b->len;

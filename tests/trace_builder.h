@@ -28,6 +28,9 @@ void tb_fixed32(tb_buf *b, uint32_t field, uint32_t v);
 void tb_bytes(tb_buf *b, uint32_t field, const void *p, size_t n);
 void tb_str(tb_buf *b, uint32_t field, const char *s);
 void tb_packed(tb_buf *b, uint32_t field, const uint64_t *v, size_t n);
+/* The same list unpacked (one record per value), as Perfetto's protos
+ * declare their repeated scalars: what writers of real traces must use. */
+void tb_repeated(tb_buf *b, uint32_t field, const uint64_t *v, size_t n);
 /* Opens a length-delimited sub-message; tb_close patches its length. */
 size_t tb_open(tb_buf *b, uint32_t field);
 void tb_close(tb_buf *b, size_t mark);
