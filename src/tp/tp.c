@@ -131,9 +131,7 @@ typedef struct dec {
 
 static uint64_t off_of(const dec *d, const uint8_t *at) { return tm_pf_offset(&d->rd, at); }
 static tm_status nomem(dec *d) { return tm_fail(d->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
-static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) {
-    return tm_fail(d->err, r->err_code, off_of(d, r->p), NULL, "%s: %s", where, r->err);
-}
+static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) { return tm_pf_pb_fail(&d->rd, r, where); }
 
 static void stat_add(dec *d, uint32_t key, int64_t v) { d->single[key] += v; }
 
