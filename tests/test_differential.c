@@ -156,6 +156,18 @@ static void clock_entry(tb_buf *b, uint32_t id, uint64_t value, int incremental,
     tb_close(b, c);
 }
 
+/* A PerfSample of pid 7 / tid 8 timed in MONOTONIC. */
+static void mono_sample(tb_buf *b, uint64_t ts, uint64_t iid) {
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_NEEDS);
+    tb_uint(b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
+    size_t s = tb_open(b, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(b, TM_PF_PERF_SAMPLE_PID, 7);
+    tb_uint(b, TM_PF_PERF_SAMPLE_TID, 8);
+    tb_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, iid);
+    tb_close(b, s);
+    tb_close(b, p);
+}
+
 static const char *const abc[] = {"main", "run", "work"};
 static const char *const xyz[] = {"start", "loop", "poll"};
 
@@ -250,16 +262,7 @@ Test(differential, samples_in_a_non_boottime_clock) {
     tb_clock_snapshot(&b, 0, ids, at0, 3);
     tb_clock_snapshot(&b, 0, ids, at1, 3); /* MONOTONIC ran 100 µs slower in between */
     clear_and_intern(&b, 1, 1000000, abc, 3);
-    for (uint64_t ts = 600000; ts <= 3600000; ts += 500000) {
-        size_t p = tb_packet_open(&b, 1, ts, TB_SEQ_NEEDS);
-        tb_uint(&b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
-        size_t s = tb_open(&b, TM_PF_PACKET_PERF_SAMPLE);
-        tb_uint(&b, TM_PF_PERF_SAMPLE_PID, 7);
-        tb_uint(&b, TM_PF_PERF_SAMPLE_TID, 8);
-        tb_uint(&b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1 + ts / 500000 % 3);
-        tb_close(&b, s);
-        tb_close(&b, p);
-    }
+    for (uint64_t ts = 600000; ts <= 3600000; ts += 500000) mono_sample(&b, ts, 1 + ts / 500000 % 3);
     assert_agrees(&b, NULL, 7);
     tb_free(&b);
 }
@@ -454,16 +457,6 @@ Test(divergence, two_members_of_the_packet_oneof) {
 
 /* ---- clocks: one tracker (perfetto/clock.c) for both readers ---- */
 
-static void mono_sample(tb_buf *b, uint64_t ts, uint64_t iid) {
-    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_NEEDS);
-    tb_uint(b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
-    size_t s = tb_open(b, TM_PF_PACKET_PERF_SAMPLE);
-    tb_uint(b, TM_PF_PERF_SAMPLE_PID, 7);
-    tb_uint(b, TM_PF_PERF_SAMPLE_TID, 8);
-    tb_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, iid);
-    tb_close(b, s);
-    tb_close(b, p);
-}
 
 /* Both readers agree, and the profile model keeps samples at want[]. */
 static void assert_times(const tb_buf *b, const int64_t *want, size_t n) {
