@@ -662,21 +662,48 @@ Test(limits, max_samples) {
     }
 }
 
+/* Both encodings of frame_ids: unpacked ones (as writers emit them) take
+ * the reader's one-pass scan, packed ones its general check. */
 Test(limits, max_stack_depth) {
-    for (size_t m = 0; m < N_OF(modes); m++) {
-        tb_buf t = {0};
-        clock_packet(&t);
-        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
-        static const uint64_t two[] = {1, 2}, three[] = {1, 2, 3};
-        tb_callstack(&t, 1, two, 2, 1);
-        size_t bad = t.len;
-        tb_callstack(&t, 2, three, 3, 0); /* unpacked: counted all the same */
-        bad = close_at(&t, i, bad);
-        bad = close_at(&t, p, bad);
-        expect_exact_limit(&t, modes[m], LIMIT(max_stack_depth), 3, bad, bad);
-        tb_free(&t);
-    }
+    for (size_t m = 0; m < N_OF(modes); m++)
+        for (int packed = 0; packed < 2; packed++) {
+            tb_buf t = {0};
+            clock_packet(&t);
+            size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+            size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+            static const uint64_t two[] = {1, 2}, three[] = {1, 2, 300};
+            tb_callstack(&t, 1, two, 2, !packed);
+            size_t bad = t.len;
+            tb_callstack(&t, 2, three, 3, packed);
+            bad = close_at(&t, i, bad);
+            bad = close_at(&t, p, bad);
+            expect_exact_limit(&t, modes[m], LIMIT(max_stack_depth), 3, bad, bad);
+            tb_free(&t);
+        }
+}
+
+/* A frame id whose varint runs past its callstack: the same error, at the
+ * same offset, whichever path reads it. */
+Test(malformed, frame_id_varint_past_its_callstack) {
+    tb_buf t = {0};
+    clock_packet(&t);
+    size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    size_t cs = tb_open(&t, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(&t, TM_PF_INTERNED_IID, 1);
+    tb_uint(&t, TM_PF_CALLSTACK_FRAME_IDS, 5);
+    tb_tag(&t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_VARINT);
+    size_t at = t.len;
+    tb_raw(&t, "\x80\x80", 2); /* continuation bits, then the end of the callstack */
+    tb_close(&t, cs);
+    tb_close(&t, i);
+    tb_close(&t, p);
+    tm_error err;
+    cr_assert_eq(parse_buf(&t, TM_MODE_DEFAULT, NULL, &err), TM_ERR_TRUNCATED, "%s", err.message);
+    cr_assert(strstr(err.message, "Callstack: truncated varint"), "message: %s", err.message);
+    cr_assert(err.offset >= at - 1 && err.offset <= at + 3, "offset %llu, the varint at %zu",
+              (unsigned long long)err.offset, at);
+    tb_free(&t);
 }
 
 Test(limits, max_sequences) {
