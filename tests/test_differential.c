@@ -527,11 +527,12 @@ Test(divergence, trace_clock_going_backwards_rejects_the_snapshot) {
     tb_free(&b);
 }
 
-/* (i) A StackSample with both an inline callstack and a callstack_iid (and
- * both task contexts): the inline ones win wherever they are on the wire,
- * as Trace Processor reads them (found by fuzz_differential: the profile
- * model took the last one). */
-Test(divergence, stack_sample_inline_callstack_wins_over_its_iid) {
+/* (i) A StackSample with both an inline callstack and a callstack_iid, and
+ * both task contexts: wherever they are on the wire, the interned callstack
+ * wins and the inline task context wins, as Trace Processor reads them
+ * (found by fuzz_differential: the profile model took the last one, the
+ * SQL model the inline callstack). */
+Test(divergence, stack_sample_interned_callstack_and_inline_task_win) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
     size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
@@ -542,6 +543,7 @@ Test(divergence, stack_sample_inline_callstack_wins_over_its_iid) {
     const char *const frames[] = {"root", "leaf"};
     tb_stack_sample s = {.ts = 1000, .seq = 1, .flags = TB_SEQ_NEEDS, .task = 1, .pid = 40, .tid = 42,
                          .task_iid = 5, .frames = frames, .n_frames = 2, .inline_cs = 1, .cs_iid = 3};
+    /* the builder writes the inline task before its iid, the inline callstack before its iid */
     tb_stack_sample_packet(&b, &s);
     assert_agrees(&b, NULL, 1);
     tm_trace *t = NULL;
@@ -549,7 +551,7 @@ Test(divergence, stack_sample_inline_callstack_wins_over_its_iid) {
     const tm_profile *pr = tm_trace_profile(t);
     cr_assert_eq(pr->n_samples, 1);
     cr_assert_eq(pr->threads[pr->samples[0].thread].tid, 42, "the inline task context's thread");
-    cr_assert_eq(pr->stacks[pr->samples[0].stack].len, 2, "the inline callstack, not iid 3 (3 frames)");
+    cr_assert_eq(pr->stacks[pr->samples[0].stack].len, 3, "the interned callstack 3 (3 frames), not the inline one");
     tm_trace_free(t);
     tb_free(&b);
 }

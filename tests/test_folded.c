@@ -24,7 +24,6 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define BOOT0 1000000000ull
 
 /* Function name iids. */
 enum { FN_MAIN = 1, FN_WORK, FN_DUP, FN_ODD, FN_LEAF };
@@ -89,7 +88,7 @@ static void add_threads(tb_buf *t) {
 
 static void build(tb_buf *t, const smp *s, size_t n) {
     const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
+    const uint64_t vals[2] = {TB_BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     add_threads(t);
     add_interned(t);
@@ -136,9 +135,9 @@ static char *folded_diff(const tm_trace *a, const tm_trace *b, const tm_folded_o
 
 /* The trace most tests use: what each stack holds is in the comments. */
 static const smp MIXED[] = {
-    {BOOT0 + 1000, 10, CS_MAIN_WORK}, {BOOT0 + 2000, 10, CS_MAIN_WORK}, {BOOT0 + 3000, 11, CS_MAIN_WORK},
-    {BOOT0 + 4000, 10, CS_DUP_A},     {BOOT0 + 5000, 11, CS_DUP_A},     {BOOT0 + 6000, 12, CS_DUP_B},
-    {BOOT0 + 7000, 11, CS_DEEP},      {BOOT0 + 8000, 10, CS_EMPTY},     {BOOT0 + 9000, 12, CS_EMPTY},
+    {TB_BOOT0 + 1000, 10, CS_MAIN_WORK}, {TB_BOOT0 + 2000, 10, CS_MAIN_WORK}, {TB_BOOT0 + 3000, 11, CS_MAIN_WORK},
+    {TB_BOOT0 + 4000, 10, CS_DUP_A},     {TB_BOOT0 + 5000, 11, CS_DUP_A},     {TB_BOOT0 + 6000, 12, CS_DUP_B},
+    {TB_BOOT0 + 7000, 11, CS_DEEP},      {TB_BOOT0 + 8000, 10, CS_EMPTY},     {TB_BOOT0 + 9000, 12, CS_EMPTY},
 };
 
 /* The trace's names are views into b: free b after the trace. */
@@ -233,7 +232,7 @@ Test(folded_out, thread_filter_by_tid_and_name) {
 }
 
 Test(folded_out, labels_cannot_break_the_format) {
-    const smp s[] = {{BOOT0 + 1000, 10, CS_ODD}, {BOOT0 + 2000, 10, CS_ADDR}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_ODD}, {TB_BOOT0 + 2000, 10, CS_ADDR}};
     tb_buf b = {0};
     build(&b, s, 2);
     tm_trace *t = parse(b.data, b.len);
@@ -298,8 +297,8 @@ Test(folded_out, sink_failure_is_io_error) {
 Test(folded_diff, two_columns_with_stacks_of_either_side) {
     tb_buf mb = {0};
     tm_trace *base = mixed_trace(&mb);
-    const smp s[] = {{BOOT0 + 1000, 10, CS_MAIN_WORK}, {BOOT0 + 2000, 10, CS_ODD}, {BOOT0 + 3000, 12, CS_DUP_B},
-                     {BOOT0 + 4000, 12, CS_DUP_A},     {BOOT0 + 5000, 11, CS_ODD}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_MAIN_WORK}, {TB_BOOT0 + 2000, 10, CS_ODD}, {TB_BOOT0 + 3000, 12, CS_DUP_B},
+                     {TB_BOOT0 + 4000, 12, CS_DUP_A},     {TB_BOOT0 + 5000, 11, CS_ODD}};
     tb_buf b = {0};
     build(&b, s, 5);
     tm_trace *now = parse(b.data, b.len);
@@ -569,8 +568,8 @@ static void round_trip(const void *data, size_t len, const tm_folded_options *o)
 }
 
 Test(folded_round_trip, built_trace_with_odd_names_and_prefix) {
-    const smp s[] = {{BOOT0 + 1000, 10, CS_ODD}, {BOOT0 + 2000, 10, CS_ADDR}, {BOOT0 + 3000, 11, CS_EMPTY},
-                     {BOOT0 + 4000, 12, CS_DEEP}, {BOOT0 + 5000, 12, CS_DUP_A}, {BOOT0 + 6000, 12, CS_DUP_B}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_ODD}, {TB_BOOT0 + 2000, 10, CS_ADDR}, {TB_BOOT0 + 3000, 11, CS_EMPTY},
+                     {TB_BOOT0 + 4000, 12, CS_DEEP}, {TB_BOOT0 + 5000, 12, CS_DUP_A}, {TB_BOOT0 + 6000, 12, CS_DUP_B}};
     tb_buf b = {0};
     build(&b, s, 6);
     round_trip(b.data, b.len, NULL);

@@ -681,8 +681,9 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        /* An inline task context or callstack wins over an interned one,
-         * wherever each is on the wire, as Trace Processor reads them. */
+        /* As Trace Processor reads them, wherever each is on the wire: an
+         * inline task context wins over an interned one, an interned
+         * callstack over an inline one. */
         case 1:
             WANT(d, f, TM_PB_LEN, "StackSample");
             TM_TRY(parse_task_context(d, f.bytes, &task, &iid));
@@ -693,14 +694,14 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
             WANT(d, f, TM_PB_VARINT, "StackSample");
             if (!inline_task) task_iid = f.val;
             break;
-        case 5: WANT(d, f, TM_PB_LEN, "StackSample"); cs_msg = f.bytes; cs_at = f.start; cs_kind = CS_INLINE; break;
-        case 6:
-            WANT(d, f, TM_PB_VARINT, "StackSample");
-            if (cs_kind == CS_INLINE) break;
-            cs_iid = f.val;
+        case 5:
+            WANT(d, f, TM_PB_LEN, "StackSample");
+            if (cs_kind == CS_IID) break;
+            cs_msg = f.bytes;
             cs_at = f.start;
-            cs_kind = CS_IID;
+            cs_kind = CS_INLINE;
             break;
+        case 6: WANT(d, f, TM_PB_VARINT, "StackSample"); cs_iid = f.val; cs_at = f.start; cs_kind = CS_IID; break;
         case 3: case 7: case 9: WANT(d, f, TM_PB_LEN, "StackSample"); break;
         case 4: case 8: case 10: case 11: WANT(d, f, TM_PB_VARINT, "StackSample"); break;
         case 14: /* follower_weights, packed or not */
