@@ -222,13 +222,14 @@ static tm_status select_samples(const tm_profile *p, int truncate, selection *s,
 /* ---- ids ---- */
 
 /* 32 hex digits with the UUID v4 version and variant bits, from two hashes
- * of the written samples and a salt. */
+ * of the written samples (as written: elapsed time, stack, tid) and a salt. */
 static void derive_id(const tm_profile *p, const selection *s, uint64_t salt, char out[33]) {
     uint64_t h[2] = {salt, ~salt};
     for (size_t i = 0; i < p->n_samples; i++) {
         if (!s->keep[i]) continue;
         const tm_prof_sample *x = &p->samples[i];
-        uint64_t v = (uint64_t)x->ts ^ ((uint64_t)x->stack << 32) ^ (uint64_t)p->threads[x->thread].tid;
+        uint64_t v = ((uint64_t)x->ts - (uint64_t)s->first) ^ ((uint64_t)x->stack << 32) ^
+                     (uint64_t)p->threads[x->thread].tid;
         h[0] = tm_hash_u64(h[0] ^ v);
         h[1] = tm_hash_u64(h[1] + v);
     }
@@ -251,16 +252,17 @@ static int has_java(const tm_profile *p) {
     return 0;
 }
 
-/* The thread the transaction ran on: the metadata's, else the main thread
- * (tid == pid) of the profile, else the one with the most samples kept. */
+/* The thread the transaction ran on: the metadata's, else the one with
+ * the most samples written (ties: the lowest tid), which reading the
+ * output back gives again. */
 static int64_t active_thread(const tm_profile *p, const meta *m, const selection *s) {
     if (m->has_active_tid) return m->active_tid;
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < p->n_threads; i++) {
-        const tm_prof_thread *th = &p->threads[i];
         if (!s->count[i]) continue;
-        if (th->pid && th->tid == th->pid) return th->tid;
-        if (best == SIZE_MAX || s->count[i] > s->count[best]) best = i;
+        if (best == SIZE_MAX || s->count[i] > s->count[best] ||
+            (s->count[i] == s->count[best] && p->threads[i].tid < p->threads[best].tid))
+            best = i;
     }
     return p->threads[best].tid;
 }

@@ -123,8 +123,9 @@ int tm_rfc3339_parse(tm_bytes s, int64_t *unix_ns) {
     /* A leap second (:60) counts as the first second of the next minute. */
     int64_t secs = days_from_civil(y, mo, d) * 86400 + (int64_t)(h * 3600 + mi * 60 + sec) - offset_s;
     /* Years 0000..9999 keep secs within +-2^38: only the nanoseconds can overflow. */
-    int64_t ns;
-    if (__builtin_mul_overflow(secs, (int64_t)1000000000, &ns) || __builtin_add_overflow(ns, (int64_t)frac, &ns))
+    int64_t ns, sub = frac;
+    if (secs < 0 && sub) secs++, sub -= 1000000000; /* so that INT64_MIN itself is reachable */
+    if (__builtin_mul_overflow(secs, (int64_t)1000000000, &ns) || __builtin_add_overflow(ns, sub, &ns))
         return 0;
     *unix_ns = ns;
     return 1;
