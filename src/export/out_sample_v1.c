@@ -183,9 +183,10 @@ static tm_status select_samples(const tm_profile *p, int truncate, selection *s,
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     }
     size_t end = n; /* with truncate: the first sample past 30 s */
-    if (truncate)
-        for (end = 0; end < n && (uint64_t)p->samples[end].ts - (uint64_t)p->samples[0].ts <= V1_MAX_DURATION_NS;)
-            end++;
+    if (truncate) {
+        end = 0;
+        while (end < n && (uint64_t)p->samples[end].ts - (uint64_t)p->samples[0].ts <= V1_MAX_DURATION_NS) end++;
+    }
     for (size_t i = 0; i < n_threads; i++) edge[2 * i] = SIZE_MAX, edge[2 * i + 1] = 0;
     for (size_t i = 0; i < end; i++) {
         const tm_prof_sample *x = &p->samples[i];
