@@ -3,10 +3,11 @@
  *
  * tracemill decodes CPU profiles recorded as Perfetto traces (.pftrace) into
  * a deduplicated profile model and writes them out as Sentry Sample v2
- * profile-chunk JSON, pprof, folded stacks, speedscope JSON, flame graph
- * SVGs (plain and differential) and a data-quality report. Sample v2 JSON
- * chunks and folded stacks are read too, so every exporter also works on
- * profiles that are already in those formats.
+ * profile-chunk JSON, Sentry Sample v1 transaction profiles, pprof, folded
+ * stacks, speedscope JSON, flame graph SVGs (plain and differential) and a
+ * data-quality report. Sample v2 chunks, Sample v1 profiles and folded
+ * stacks are read too, so every exporter also works on profiles that are
+ * already in those formats.
  *
  * Introduction: the three-call happy path
  *
@@ -132,18 +133,21 @@ typedef enum tm_input_format {
     TM_INPUT_AUTO = 0,      /* detected from the first bytes (tm_input_detect) */
     TM_INPUT_PERFETTO = 1,  /* Perfetto protobuf trace (.pftrace) */
     TM_INPUT_SAMPLE_V2 = 2, /* Sentry Sample v2 profile chunk JSON */
-    TM_INPUT_FOLDED = 3     /* folded stacks: "root;...;leaf COUNT" lines */
+    TM_INPUT_FOLDED = 3,    /* folded stacks: "root;...;leaf COUNT" lines */
+    TM_INPUT_SAMPLE_V1 = 4  /* Sentry Sample v1 transaction profile JSON (sentry-python) */
 } tm_input_format;
 
 /* The format of buf by its first bytes (after a UTF-8 byte order mark):
- * '{' (after blanks) is Sample v2 JSON, a first line of text ending in a
+ * '{' (after blanks) is Sentry JSON: Sample v1 when its top-level "version"
+ * is "1" or, before any version, the first of profile.samples has an
+ * elapsed_since_start_ns; Sample v2 otherwise. A first line of text ending in a
  * blank and something meant as a count ("3", but also "3.5" or "-3", which
  * the folded reader then rejects by line) is folded stacks, anything else is
  * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO.
  * Call it on decompressed bytes: tm_trace_parse does. */
 TM_API tm_input_format tm_input_detect(const void *buf, size_t len);
 
-/* "perfetto", "sample-v2", "folded" (NULL for an unknown value). */
+/* "perfetto", "sample-v2", "folded", "sample-v1" (NULL for an unknown value). */
 TM_API const char *tm_input_format_name(tm_input_format f);
 
 typedef struct tm_options {
@@ -162,9 +166,9 @@ typedef struct tm_options {
  * Immutable after tm_trace_parse; may be read from any thread. */
 typedef struct tm_trace tm_trace;
 
-/* Decodes a Perfetto trace (or a Sample v2 chunk or folded stacks, see
- * tm_options.input) held in buf[0..len), which may be compressed whole with
- * gzip or zstd (not in TM_MODE_RELAY). opts may be NULL.
+/* Decodes a Perfetto trace (or a Sample v2 chunk, a Sample v1 profile or
+ * folded stacks, see tm_options.input) held in buf[0..len), which may be
+ * compressed whole with gzip or zstd (not in TM_MODE_RELAY). opts may be NULL.
  * On success *out owns the result (free it with tm_trace_free); on failure
  * *out is NULL and err (if not NULL) says why and where. An empty buffer
  * fails with TM_ERR_EMPTY, one longer than max_input_bytes with
@@ -288,6 +292,36 @@ TM_API tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_option
  * before the trace, so its errors come first): TM_OK, or TM_ERR_REJECTED
  * with reason "InvalidJson". */
 TM_API tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err);
+
+/* Options of the Sample v1 writer. Zero-initialisable. */
+typedef struct tm_sample_v1_options {
+    /* Profile metadata JSON: an object whose event_id, platform, release,
+     * environment, dist, device, os, runtime and transaction (an object
+     * {name, id, trace_id, active_thread_id}, or "transactions": [one])
+     * replace the defaults; other keys are ignored. Bad metadata is
+     * TM_ERR_REJECTED with reason "InvalidJson" (or
+     * "InvalidTransactionMetadata"). NULL/0: defaults only. */
+    const char *meta_json;
+    size_t meta_len;
+    /* 1: keep only the samples of the first 30 s (sentry-python stops its
+     * profiler there) instead of failing with DurationIsTooLong. */
+    int truncate;
+} tm_sample_v1_options;
+
+/* Writes the trace as one Sentry Sample v1 (transaction) profile, what
+ * sentry-python's profiler sends: timestamp and event_id, one transaction,
+ * samples with elapsed_since_start_ns, stacks leaf first, frames and
+ * thread_metadata. Relay's v1 normalisation is applied first: idle samples
+ * at the edges of each thread and single-sample threads are dropped; no
+ * sample left is NotEnoughSamples, more than 30 s is DurationIsTooLong
+ * (err->reason). Ids not given in the metadata are derived from the
+ * samples, so equal input gives equal bytes. opts may be NULL. */
+TM_API tm_status tm_write_sample_v1(const tm_trace *t, const tm_sample_v1_options *opts,
+                                    const tm_sink *out, tm_error *err);
+
+/* Validates Sample v1 metadata as tm_write_sample_v1 would: TM_OK, or
+ * TM_ERR_REJECTED with the reason it would give. */
+TM_API tm_status tm_sample_v1_check_meta(const char *json, size_t len, tm_error *err);
 
 /* Writes the data-quality report (JSON object, one line) of a trace. */
 TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err);

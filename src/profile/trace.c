@@ -31,6 +31,7 @@
 #include "common/limits.h"
 #include "perfetto/fields.h"
 #include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
+#include "wire/json_read.h"  /* tm_json_reader: telling Sample v1 from v2 */
 #include "wire/pb.h"         /* tm_pb_reader, tm_pb_next */
 #include "profile/trace.h"   /* struct tm_trace */
 
@@ -1270,6 +1271,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     t->input = fmt;
     if (st != TM_OK) {
     } else if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
+    else if (fmt == TM_INPUT_SAMPLE_V1) st = tm_sample_v1_read(t, buf, len, err);
     else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
     else st = decode_perfetto(t, buf, len, opts, err);
     if (fmt != TM_INPUT_PERFETTO) st = tm_trace_budget_status(t, st, err);
@@ -1336,6 +1338,54 @@ static int looks_folded(const uint8_t *p, size_t len) {
     }
 }
 
+/* The first key of the first element of profile.samples in the object
+ * the reader is inside (its '{' read): "elapsed_since_start_ns" means
+ * Sample v1, "timestamp" v2; 0 when neither decides. */
+static tm_input_format first_sample_key(tm_json_reader *j) {
+    tm_json_token tok;
+    while (tm_json_next(j, &tok) == TM_JSON_KEY) {
+        int samples = tm_json_eq(&tok, "samples");
+        if (tm_json_next(j, &tok) == TM_JSON_ERROR) return TM_INPUT_AUTO;
+        if (!samples || tok.type != TM_JSON_ARRAY) {
+            if (!tm_json_skip(j, &tok)) return TM_INPUT_AUTO;
+            continue;
+        }
+        if (tm_json_next(j, &tok) != TM_JSON_OBJECT) return TM_INPUT_AUTO;
+        while (tm_json_next(j, &tok) == TM_JSON_KEY) {
+            if (tm_json_eq(&tok, "elapsed_since_start_ns")) return TM_INPUT_SAMPLE_V1;
+            if (tm_json_eq(&tok, "timestamp")) return TM_INPUT_SAMPLE_V2;
+            if (tm_json_next(j, &tok) == TM_JSON_ERROR || !tm_json_skip(j, &tok)) return TM_INPUT_AUTO;
+        }
+        return TM_INPUT_AUTO;
+    }
+    return TM_INPUT_AUTO;
+}
+
+/* Sentry JSON: the top-level "version" decides ("1" is a transaction
+ * profile); before one, the first sample's time key does (samples_too).
+ * Anything else, malformed JSON included, goes to the Sample v2 reader,
+ * which says what is wrong. The walk stops at the first decision: both
+ * writers put "version" before "profile". */
+static tm_input_format sentry_version(const uint8_t *p, size_t len, int samples_too) {
+    tm_json_reader j;
+    tm_json_token tok;
+    tm_json_reader_init(&j, p, len);
+    if (tm_json_next(&j, &tok) != TM_JSON_OBJECT) return TM_INPUT_SAMPLE_V2;
+    while (tm_json_next(&j, &tok) == TM_JSON_KEY) {
+        int version = tm_json_eq(&tok, "version"), profile = samples_too && tm_json_eq(&tok, "profile");
+        if (tm_json_next(&j, &tok) == TM_JSON_ERROR) break;
+        if (version)
+            return tok.type == TM_JSON_STRING && tm_json_eq(&tok, "1") ? TM_INPUT_SAMPLE_V1 : TM_INPUT_SAMPLE_V2;
+        if (profile && tok.type == TM_JSON_OBJECT) {
+            tm_input_format f = first_sample_key(&j);
+            /* No sample to tell: look for a version past the profile. */
+            return f != TM_INPUT_AUTO ? f : sentry_version(p, len, 0);
+        }
+        if (!tm_json_skip(&j, &tok)) break;
+    }
+    return TM_INPUT_SAMPLE_V2;
+}
+
 tm_input_format tm_input_detect(const void *buf, size_t len) {
     const uint8_t *p = buf;
     if (!p || !len || p[0] == 0x0a) return TM_INPUT_PERFETTO;
@@ -1343,7 +1393,7 @@ tm_input_format tm_input_detect(const void *buf, size_t len) {
     p += bom, len -= bom;
     size_t i = 0;
     while (i < len && is_blank(p[i])) i++;
-    if (i < len && p[i] == '{') return TM_INPUT_SAMPLE_V2;
+    if (i < len && p[i] == '{') return sentry_version(p, len, 1);
     if (looks_folded(p, len)) return TM_INPUT_FOLDED;
     return TM_INPUT_PERFETTO;
 }
@@ -1353,6 +1403,7 @@ const char *tm_input_format_name(tm_input_format f) {
     case TM_INPUT_PERFETTO: return "perfetto";
     case TM_INPUT_SAMPLE_V2: return "sample-v2";
     case TM_INPUT_FOLDED: return "folded";
+    case TM_INPUT_SAMPLE_V1: return "sample-v1";
     case TM_INPUT_AUTO: break;
     }
     return NULL;
