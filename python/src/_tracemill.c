@@ -698,28 +698,38 @@ static PyObject *column_value(sqlite3_stmt *stmt, int i) {
     }
 }
 
-/* Runs one statement: its column names and rows, or NULL. */
-static PyObject *run_statement(sqlite3 *db, sqlite3_stmt *stmt, size_t at) {
+/* The statement's column names, or NULL. */
+static PyObject *column_names(sqlite3_stmt *stmt) {
     int nc = sqlite3_column_count(stmt);
-    PyObject *names = PyList_New(nc), *rows = names ? PyList_New(0) : NULL;
-    for (int i = 0; rows && i < nc; i++) {
+    PyObject *names = PyList_New(nc);
+    for (int i = 0; names && i < nc; i++) {
         const char *name = sqlite3_column_name(stmt, i);
         PyObject *s = PyUnicode_FromString(name ? name : "");
-        if (!s) Py_CLEAR(rows);
+        if (!s) Py_CLEAR(names);
         else PyList_SET_ITEM(names, i, s);
     }
-    while (rows) {
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = sqlite3_step(stmt);
-        Py_END_ALLOW_THREADS
-        if (rc == SQLITE_DONE) break;
-        if (rc != SQLITE_ROW) {
-            raise_sql(db, at);
-            Py_CLEAR(rows);
-            break;
-        }
-        PyObject *row = PyTuple_New(nc);
+    return names;
+}
+
+/* The next row: 1, 0 at the end, -1 (QueryError) on failure. The GIL is
+ * released while SQLite works. */
+static int step(sqlite3 *db, sqlite3_stmt *stmt, size_t at) {
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sqlite3_step(stmt);
+    Py_END_ALLOW_THREADS
+    if (rc == SQLITE_ROW) return 1;
+    if (rc == SQLITE_DONE) return 0;
+    raise_sql(db, at);
+    return -1;
+}
+
+/* Runs one statement: (column names, list of row tuples), or NULL. */
+static PyObject *run_rows(sqlite3 *db, sqlite3_stmt *stmt, size_t at) {
+    int nc = sqlite3_column_count(stmt), more;
+    PyObject *names = column_names(stmt), *rows = names ? PyList_New(0) : NULL;
+    while (rows && (more = step(db, stmt, at)) != 0) {
+        PyObject *row = more > 0 ? PyTuple_New(nc) : NULL;
         for (int i = 0; row && i < nc; i++) {
             PyObject *v = column_value(stmt, i);
             if (!v) Py_CLEAR(row);
@@ -734,11 +744,89 @@ static PyObject *run_statement(sqlite3 *db, sqlite3_stmt *stmt, size_t at) {
     return r;
 }
 
-/* (column names, rows) of the last statement of sql that has columns (or
- * of the last statement). */
-static PyObject *Trace_query_columns(TraceObject *self, PyObject *args) {
+/* One column of run_columns: int64 values while every value is an integer,
+ * then a list. */
+typedef struct column {
+    int64_t *ints;
+    size_t n, cap;
+    PyObject *list;
+    char kind; /* 'i' integers (in ints), 'f' numbers, 'o' anything */
+} column;
+
+static int column_add(column *c, sqlite3_stmt *stmt, int i) {
+    int type = sqlite3_column_type(stmt, i);
+    if (!c->list && type == SQLITE_INTEGER) {
+        if (c->n == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 1024;
+            int64_t *p = PyMem_Realloc(c->ints, cap * sizeof *p);
+            if (!p) return PyErr_NoMemory(), -1;
+            c->ints = p;
+            c->cap = cap;
+        }
+        c->ints[c->n++] = sqlite3_column_int64(stmt, i);
+        return 0;
+    }
+    if (!c->list) { /* the first value that is not an integer */
+        c->list = PyList_New((Py_ssize_t)c->n);
+        for (size_t k = 0; c->list && k < c->n; k++) {
+            PyObject *v = PyLong_FromLongLong(c->ints[k]);
+            if (!v) Py_CLEAR(c->list);
+            else PyList_SET_ITEM(c->list, (Py_ssize_t)k, v);
+        }
+        if (!c->list) return -1;
+        PyMem_Free(c->ints);
+        c->ints = NULL;
+        c->kind = 'f';
+    }
+    if (type != SQLITE_INTEGER && type != SQLITE_FLOAT) c->kind = 'o';
+    PyObject *v = column_value(stmt, i);
+    int r = v ? PyList_Append(c->list, v) : -1;
+    Py_XDECREF(v);
+    return r;
+}
+
+/* Runs one statement column by column: (column names, values per column,
+ * kinds), where the values of an integer column (kind 'i') are the bytes
+ * of an int64 array and those of other columns a list (kind 'f' when they
+ * are all numbers, 'o' otherwise); NULL on failure. */
+static PyObject *run_columns(sqlite3 *db, sqlite3_stmt *stmt, size_t at) {
+    int nc = sqlite3_column_count(stmt), more = 1, ok = 1;
+    column *cols = PyMem_Calloc((size_t)nc + 1, sizeof *cols);
+    char *kinds = PyMem_Malloc((size_t)nc + 1);
+    PyObject *names = cols && kinds ? column_names(stmt) : NULL, *values = NULL, *r = NULL;
+    if (!cols || !kinds) PyErr_NoMemory();
+    for (int i = 0; cols && i < nc; i++) cols[i].kind = 'i';
+    while (names && ok && (more = step(db, stmt, at)) > 0)
+        for (int i = 0; ok && i < nc; i++) ok = column_add(&cols[i], stmt, i) == 0;
+    if (names && ok && more == 0) values = PyList_New(nc);
+    for (int i = 0; values && i < nc; i++) {
+        PyObject *v = cols[i].list ? Py_NewRef(cols[i].list)
+                                   : PyBytes_FromStringAndSize((const char *)cols[i].ints,
+                                                               (Py_ssize_t)(cols[i].n * sizeof(int64_t)));
+        kinds[i] = cols[i].kind;
+        if (!v) Py_CLEAR(values);
+        else PyList_SET_ITEM(values, i, v);
+    }
+    if (values) r = Py_BuildValue("(OOs#)", names, values, kinds, (Py_ssize_t)nc);
+    for (int i = 0; cols && i < nc; i++) {
+        PyMem_Free(cols[i].ints);
+        Py_XDECREF(cols[i].list);
+    }
+    PyMem_Free(cols);
+    PyMem_Free(kinds);
+    Py_XDECREF(names);
+    Py_XDECREF(values);
+    return r;
+}
+
+/* run_rows' (by_column: run_columns') result for the last statement of sql
+ * that has columns (or for the last statement). */
+static PyObject *Trace_query(TraceObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"sql", "by_column", NULL};
     const char *sql;
-    if (!PyArg_ParseTuple(args, "s", &sql) || trace_enter(self) < 0) return NULL;
+    int by_column = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|p", kwlist, &sql, &by_column) || trace_enter(self) < 0)
+        return NULL;
     lock_acquire(self->lock);
     PyObject *result = NULL;
     if (!self->db) {
@@ -765,7 +853,7 @@ static PyObject *Trace_query_columns(TraceObject *self, PyObject *args) {
                 raise_sql(db, (size_t)(rest - sql));
                 ok = 0;
             } else if (stmt) { /* NULL: only blanks or a comment were left */
-                PyObject *r = run_statement(db, stmt, (size_t)(rest - sql));
+                PyObject *r = by_column ? run_columns(db, stmt, (size_t)(rest - sql)) : run_rows(db, stmt, (size_t)(rest - sql));
                 if (!r) ok = 0;
                 else if (!result || sqlite3_column_count(stmt) > 0) Py_XSETREF(result, r);
                 else Py_DECREF(r);
@@ -775,7 +863,7 @@ static PyObject *Trace_query_columns(TraceObject *self, PyObject *args) {
             rest = tail;
         }
         if (!ok) Py_CLEAR(result);
-        else if (!result) result = Py_BuildValue("([][])");
+        else if (!result) result = by_column ? Py_BuildValue("([][]s)", "") : Py_BuildValue("([][])");
     }
     PyThread_release_lock(self->lock);
     trace_leave(self);
@@ -806,8 +894,10 @@ static PyMethodDef Trace_methods[] = {
      "_export(format, *, thread=None, title=None, name=None, meta=None, period_ns=0, width=0,\n"
      "        reverse=False, uncompressed=False, thread_prefix=False, remove_single_samples=False)\n"
      "--\n\nThe trace written in format (sample-v2, pprof, folded, speedscope, svg, report)."},
-    {"_query", (PyCFunction)Trace_query_columns, METH_VARARGS,
-     "_query(sql)\n--\n\n(column names, rows) of the last statement of sql that returns columns."},
+    {"_query", (PyCFunction)(void (*)(void))Trace_query, METH_VARARGS | METH_KEYWORDS,
+     "_query(sql, by_column=False)\n--\n\n(column names, rows) of the last statement of sql that returns\n"
+     "columns; by_column: (column names, values per column, kinds: a letter per column, i for\n"
+     "integers, given as the bytes of an int64 array, f numbers, o other, given as lists)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -195,6 +195,13 @@ def test_query_df(demo, monkeypatch):
     df = demo.query_df("select ts, cpu, utid from perf_sample order by ts")
     assert list(df.columns) == ["ts", "cpu", "utid"] and len(df) == 1500
     assert isinstance(df, pd.DataFrame) and df["ts"].is_monotonic_increasing
+    assert str(df["ts"].dtype) == "int64"
+    assert df["ts"].tolist() == [r[0] for r in demo.query("select ts from perf_sample order by ts")]
+    mixed = demo.query_df("select 1 as a, 1.5 as a, 'x' as s, null as n union all select 2, 2, 'y', 3")
+    assert list(mixed.columns) == ["a", "a", "s", "n"]
+    assert mixed.iloc[:, 0].tolist() == [1, 2] and mixed.iloc[:, 1].tolist() == [1.5, 2.0]
+    assert mixed["s"].tolist() == ["x", "y"] and mixed["n"].tolist()[1] == 3
+    assert demo.query_df("select 1 as a, 'x' as b where 0").shape == (0, 2)
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(ImportError, match="needs pandas"):
         demo.query_df("select 1")

@@ -91,8 +91,15 @@ class Trace(_tracemill.Trace):
         except ImportError as e:
             raise ImportError("Trace.query_df() needs pandas (apt-get install python3-pandas, "
                               "or pip install pandas); Trace.query() returns plain tuples") from e
-        names, rows = self._query(sql)
-        return pandas.DataFrame.from_records(rows, columns=names)
+        import numpy
+        names, columns, kinds = self._query(sql, by_column=True)
+        # Integer columns arrive as int64 arrays, numbers become float64
+        # arrays; pandas infers the others.
+        data = {i: numpy.frombuffer(c, dtype=numpy.int64) if k == "i" else numpy.array(c, dtype=numpy.float64)
+                if k == "f" else c for i, (c, k) in enumerate(zip(columns, kinds))}
+        frame = pandas.DataFrame(data, columns=range(len(names)))
+        frame.columns = names  # names may repeat: set after building
+        return frame
 
     def to_sample_v2(self, meta: Union[None, str, bytes, Mapping[str, Any]] = None,
                      remove_single_samples: bool = False) -> str:
