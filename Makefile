@@ -65,7 +65,8 @@ bench-record: build
 
 # The Python package (python/) built in place into $(BUILD)/python/lib with
 # /usr/bin/python3 (offline); `pip install ./python` installs it.
-python: build
+python: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target tracemill_static
 	cd python && TRACEMILL_BUILD_DIR=$(abspath $(BUILD)) /usr/bin/python3 setup.py -q build_py \
 	  --build-lib $(abspath $(BUILD))/python/lib build_ext --build-lib $(abspath $(BUILD))/python/lib \
 	  --build-temp $(abspath $(BUILD))/python/tmp
