@@ -26,8 +26,8 @@ __all__ = ["load", "diff", "Trace", "Error", "OutOfMemoryError", "MalformedError
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 Thread = Union[int, str, None]
 
-# Output formats of Trace.write: the name, and whether Trace.to_* gives text.
-_FORMATS = {"sample-v2": True, "pprof": False, "folded": True, "speedscope": True, "svg": True, "report": True}
+# Formats of Trace.write, and the names that imply one.
+_FORMATS = ("sample-v2", "pprof", "folded", "speedscope", "svg", "report")
 _BY_SUFFIX = [(".pb.gz", "pprof"), (".pb", "pprof"), (".folded", "folded"), (".txt", "folded"),
               (".speedscope.json", "speedscope"), (".svg", "svg"), (".json", "sample-v2")]
 
