@@ -1,7 +1,8 @@
 # test_tracemill.py — the Python API against the CLI and the C library's
 # counters: every export byte for byte, info and threads, samples as tuples
 # and numpy columns, SQL (tuples, DataFrame, errors), errors with their
-# offsets, limits and Relay mode, memory over 1000 loads, and threads
+# offsets, limits and Relay mode, memory over 1000 loads, the GIL released
+# while decoding, and threads
 # sharing one Trace.
 import collections
 import csv
@@ -322,6 +323,21 @@ def test_concurrent_use_of_one_trace():
     assert all(r == (results[0][0], True, 3000) for r in results)
     assert sum(n for _, n in results[0][0]) == 1500
     t.close()
+
+
+def test_decoding_releases_the_gil(demo):
+    stacks = [line.rsplit(" ", 1)[0] for line in demo.to_folded().splitlines()]
+    data = "".join(f"{stacks[i % len(stacks)]};leaf{i % 5000} {i % 7 + 1}\n" for i in range(80000)).encode()
+    ticks = []
+    worker = threading.Thread(target=lambda: tracemill.load(data).close())
+    worker.start()
+    while worker.is_alive():  # this thread keeps running while the other one decodes
+        ticks.append(time.perf_counter())
+        time.sleep(0)
+    worker.join()
+    duration = ticks[-1] - ticks[0] if len(ticks) > 1 else 0
+    longest = max((b - a for a, b in zip(ticks, ticks[1:])), default=0)
+    assert len(ticks) > 10 and longest < 0.6 * duration, (len(ticks), longest, duration)
 
 
 def test_close_while_other_threads_work():
