@@ -2,8 +2,7 @@
 # counters: every export byte for byte, info and threads, samples as tuples
 # and numpy columns, SQL (tuples, DataFrame, errors), errors with their
 # offsets, limits and Relay mode, memory over 1000 loads, the GIL released
-# while decoding, and threads
-# sharing one Trace.
+# while decoding, and threads sharing one Trace.
 import collections
 import csv
 import io
