@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src python clean
 
 all: build
 
@@ -62,6 +62,15 @@ bench-serve: build
 # 250 Hz, ratio of medians, and trace bytes per sample.
 bench-record: build
 	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
+
+# The Python package (python/) built in place into $(BUILD)/python/lib with
+# /usr/bin/python3 (offline); `pip install ./python` installs it.
+python: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target tracemill_static
+	cd python && TRACEMILL_BUILD_DIR=$(abspath $(BUILD)) /usr/bin/python3 setup.py -q build_py \
+	  --build-lib $(abspath $(BUILD))/python/lib build_ext --build-lib $(abspath $(BUILD))/python/lib \
+	  --build-temp $(abspath $(BUILD))/python/tmp
+	@echo "python: PYTHONPATH=$(abspath $(BUILD))/python/lib /usr/bin/python3 -c 'import tracemill'"
 
 # Rewrites tests/golden/* from the current build; review `git diff` after.
 golden: build

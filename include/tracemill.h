@@ -260,6 +260,31 @@ typedef struct tm_thread_info {
 TM_API size_t tm_trace_thread_count(const tm_trace *t);
 TM_API tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out);
 
+/* One sample of the profile. Samples are in time order (folded input: in
+ * line order, every ts 0). */
+typedef struct tm_sample_info {
+    int64_t ts;       /* trace time, ns */
+    uint64_t weight;  /* 1; folded input: the line's count */
+    size_t thread;    /* index for tm_trace_thread */
+    size_t stack;     /* index for tm_trace_stack */
+} tm_sample_info;
+
+/* Samples; i < tm_trace_sample_count(t). */
+TM_API size_t tm_trace_sample_count(const tm_trace *t);
+TM_API tm_status tm_trace_sample(const tm_trace *t, size_t i, tm_sample_info *out);
+
+/* Distinct stacks; i < tm_trace_stack_count(t). *frames (owned by the
+ * trace; NULL for an empty stack) holds *n frame indexes, leaf first. */
+TM_API size_t tm_trace_stack_count(const tm_trace *t);
+TM_API tm_status tm_trace_stack(const tm_trace *t, size_t i, const uint32_t **frames, size_t *n);
+
+/* Distinct frames; i < tm_trace_frame_count(t). tm_trace_frame_label
+ * writes the frame's name as the text formats do (see "How frames are
+ * named" below) into buf[0..cap), NUL-terminated and cut short when it does
+ * not fit (cap 0 writes nothing), and its full length to *len. */
+TM_API size_t tm_trace_frame_count(const tm_trace *t);
+TM_API tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, size_t cap, size_t *len);
+
 /* ==== Output =========================================================== */
 
 /* Where writers put bytes. write returns 0 on success, non-zero on failure

@@ -11,7 +11,9 @@
  * (stacks on one side only, filters matching one side), folded input
  * (CRLF, comments, blanks, spaces in frames, "[no frames]", errors with
  * byte offsets and line numbers, limits), the write -> read -> write round
- * trip, and every allocation failure of reader and writers.
+ * trip, every allocation failure of reader and writers, and the public
+ * accessors the folded lines are made of (tm_trace_sample, tm_trace_stack,
+ * tm_trace_frame_label: what the Python package reads).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -537,6 +539,79 @@ Test(folded_in, limits_are_enforced) {
     memset(&lim, 0, sizeof lim);
     lim.max_unique_frames = 3;
     expect_error("a;b 1\nb;c 1\nd 1\n", &lim, TM_ERR_LIMIT, 12, "max_unique_frames");
+}
+
+/* ==== sample, stack and frame accessors ================================= */
+
+/* The label of frame i (it fits in 64 bytes). */
+static const char *label(const tm_trace *t, size_t i, char buf[64]) {
+    size_t len;
+    cr_assert_eq(tm_trace_frame_label(t, i, buf, 64, &len), TM_OK);
+    cr_assert_eq(strlen(buf), len);
+    return buf;
+}
+
+Test(accessors, samples_stacks_and_labels) {
+    const smp s[] = {{BOOT0 + 1000, 10, CS_ODD}, {BOOT0 + 2000, 11, CS_ADDR}, {BOOT0 + 3000, 12, CS_EMPTY},
+                     {BOOT0 + 4000, 12, CS_DEEP}};
+    tb_buf b = {0};
+    build(&b, s, 4);
+    tm_trace *t = parse(b.data, b.len);
+    cr_assert_eq(tm_trace_sample_count(t), 4);
+    /* Each stack's labels leaf first, unsanitised (the folded writer turns ';' into ':'). */
+    const char *want[4][3] = {{ODD, "main", NULL}, {"0x70 (libx.so)", "main", NULL}, {NULL}, {"leaf", "work", "main"}};
+    for (size_t i = 0; i < 4; i++) {
+        tm_sample_info si;
+        cr_assert_eq(tm_trace_sample(t, i, &si), TM_OK);
+        cr_assert_eq(si.ts, (int64_t)s[i].ts);
+        cr_assert_eq(si.weight, 1);
+        tm_thread_info ti;
+        cr_assert_eq(tm_trace_thread(t, si.thread, &ti), TM_OK);
+        cr_assert_eq(ti.tid, s[i].tid);
+        const uint32_t *frames;
+        size_t n, depth = 0;
+        cr_assert_eq(tm_trace_stack(t, si.stack, &frames, &n), TM_OK);
+        while (depth < 3 && want[i][depth]) depth++;
+        cr_assert_eq(n, depth, "sample %zu", i);
+        cr_assert_eq(frames == NULL, depth == 0);
+        for (size_t d = 0; d < n; d++) {
+            char buf[64];
+            cr_assert_str_eq(label(t, frames[d], buf), want[i][d]);
+        }
+    }
+    cr_assert_leq(tm_trace_stack_count(t), 4);
+    cr_assert_geq(tm_trace_frame_count(t), 5);
+    tm_sample_info si;
+    const uint32_t *frames;
+    size_t n;
+    char buf[8];
+    cr_assert_eq(tm_trace_sample(t, 4, &si), TM_ERR_INVALID_ARG);
+    cr_assert_eq(tm_trace_stack(t, tm_trace_stack_count(t), &frames, &n), TM_ERR_INVALID_ARG);
+    cr_assert_eq(tm_trace_frame_label(t, tm_trace_frame_count(t), buf, sizeof buf, &n), TM_ERR_INVALID_ARG);
+    cr_assert_eq(tm_trace_sample_count(NULL), 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(accessors, labels_are_cut_to_the_buffer_and_folded_weights_kept) {
+    tm_trace *t = parse_folded("main;a_long_function_name 3\n");
+    cr_assert_eq(tm_trace_sample_count(t), 1);
+    tm_sample_info si;
+    cr_assert_eq(tm_trace_sample(t, 0, &si), TM_OK);
+    cr_assert_eq(si.weight, 3);
+    cr_assert_eq(si.ts, 0);
+    const uint32_t *frames;
+    size_t n, len;
+    cr_assert_eq(tm_trace_stack(t, si.stack, &frames, &n), TM_OK);
+    cr_assert_eq(n, 2);
+    char buf[8];
+    cr_assert_eq(tm_trace_frame_label(t, frames[0], buf, sizeof buf, &len), TM_OK);
+    cr_assert_eq(len, strlen("a_long_function_name"));
+    cr_assert_str_eq(buf, "a_long_");
+    cr_assert_eq(tm_trace_frame_label(t, frames[0], NULL, 0, &len), TM_OK);
+    cr_assert_eq(len, strlen("a_long_function_name"));
+    cr_assert_eq(tm_trace_frame_label(t, frames[0], NULL, 1, &len), TM_ERR_INVALID_ARG);
+    tm_trace_free(t);
 }
 
 /* ==== round trip ======================================================= */

@@ -33,6 +33,7 @@
 #include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
 #include "wire/json_read.h"  /* tm_json_reader: telling Sample v1 from v2 */
 #include "wire/pb.h"         /* tm_pb_reader, tm_pb_next */
+#include "profile/aggregate.h" /* tm_frame_label_format */
 #include "profile/trace.h"   /* struct tm_trace */
 
 enum { F_HAS_FN = 1, F_HAS_MAPPING = 2, F_HAS_REL_PC = 4 };
@@ -1309,6 +1310,36 @@ tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
     out->name = th->name.len ? (const char *)th->name.data : NULL;
     out->name_len = th->name.len;
     out->samples = th->weight;
+    return TM_OK;
+}
+
+size_t tm_trace_sample_count(const tm_trace *t) { return t ? t->profile.n_samples : 0; }
+
+tm_status tm_trace_sample(const tm_trace *t, size_t i, tm_sample_info *out) {
+    if (!t || !out || i >= t->profile.n_samples) return TM_ERR_INVALID_ARG;
+    const tm_prof_sample *s = &t->profile.samples[i];
+    out->ts = s->ts;
+    out->weight = tm_profile_weight(&t->profile, i);
+    out->thread = s->thread;
+    out->stack = s->stack;
+    return TM_OK;
+}
+
+size_t tm_trace_stack_count(const tm_trace *t) { return t ? t->profile.n_stacks : 0; }
+
+tm_status tm_trace_stack(const tm_trace *t, size_t i, const uint32_t **frames, size_t *n) {
+    if (!t || !frames || !n || i >= t->profile.n_stacks) return TM_ERR_INVALID_ARG;
+    const tm_prof_stack *s = &t->profile.stacks[i];
+    *frames = tm_profile_stack_frames(&t->profile, s);
+    *n = s->len;
+    return TM_OK;
+}
+
+size_t tm_trace_frame_count(const tm_trace *t) { return t ? t->profile.n_frames : 0; }
+
+tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, size_t cap, size_t *len) {
+    if (!t || (!buf && cap) || !len || i >= t->profile.n_frames) return TM_ERR_INVALID_ARG;
+    *len = tm_frame_label_format(&t->profile, (uint32_t)i, buf, cap);
     return TM_OK;
 }
 
