@@ -552,8 +552,8 @@ static const char *label(const tm_trace *t, size_t i, char buf[64]) {
 }
 
 Test(accessors, samples_stacks_and_labels) {
-    const smp s[] = {{BOOT0 + 1000, 10, CS_ODD}, {BOOT0 + 2000, 11, CS_ADDR}, {BOOT0 + 3000, 12, CS_EMPTY},
-                     {BOOT0 + 4000, 12, CS_DEEP}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_ODD}, {TB_BOOT0 + 2000, 11, CS_ADDR}, {TB_BOOT0 + 3000, 12, CS_EMPTY},
+                     {TB_BOOT0 + 4000, 12, CS_DEEP}};
     tb_buf b = {0};
     build(&b, s, 4);
     tm_trace *t = parse(b.data, b.len);
