@@ -5,9 +5,10 @@
 # --static) and with find_package(tracemill) (tests/install/CMakeLists.txt),
 # each run on examples/demo.pftrace; also the files a package ships (SONAME
 # links, header, man page, completion, programs) and `tracemill -V`.
-# usage: run.sh SOURCE_DIR BUILD_DIR
+# usage: run.sh SOURCE_DIR BUILD_DIR [CFLAGS] (CFLAGS: for a sanitized build,
+# -fsanitize=...; CC: the compiler, cc by default)
 set -euo pipefail
-src="$(cd "$1" && pwd)" build="$(cd "$2" && pwd)"
+src="$(cd "$1" && pwd)" build="$(cd "$2" && pwd)" cflags="${3:-}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 prefix="$tmp/prefix"
@@ -62,18 +63,19 @@ cc="${CC:-cc}"
 ex="$src/examples/convert_to_sample_v2.c"
 # shared, found at run time through the RPATH a packager would not set (LD_LIBRARY_PATH here)
 # shellcheck disable=SC2046
-"$cc" -o "$tmp/ex_shared" "$ex" $(pkg-config --cflags --libs tracemill) || fail "pkg-config shared build"
+"$cc" $cflags -o "$tmp/ex_shared" "$ex" $(pkg-config --cflags --libs tracemill) || fail "pkg-config shared build"
 LD_LIBRARY_PATH="$libdir" needs_so "$tmp/ex_shared" || fail "pkg-config shared build does not load libtracemill.so.$major"
 LD_LIBRARY_PATH="$libdir" check_example "$tmp/ex_shared" "pkg-config --cflags --libs tracemill (shared)"
 # static: the archive by name, then what Requires.private/Libs.private add
 # shellcheck disable=SC2046
-"$cc" -o "$tmp/ex_static" "$ex" $(pkg-config --cflags tracemill) \
+"$cc" $cflags -o "$tmp/ex_static" "$ex" $(pkg-config --cflags tracemill) \
   $(pkg-config --static --libs tracemill | sed 's/-ltracemill\b/-l:libtracemill.a/') || fail "pkg-config static build"
 loads_no_tracemill "$tmp/ex_static" || fail "static build still loads libtracemill.so"
 check_example "$tmp/ex_static" "pkg-config --static --libs tracemill (static)"
 
 # find_package(tracemill): a CMake project outside the tree.
 cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLE_SOURCE="$ex" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$cflags" \
   >"$tmp/fp.log" 2>&1 || { cat "$tmp/fp.log"; fail "find_package(tracemill): configure"; }
 cmake --build "$tmp/fp" >>"$tmp/fp.log" 2>&1 || { cat "$tmp/fp.log"; fail "find_package(tracemill): build"; }
 LD_LIBRARY_PATH="$libdir" needs_so "$tmp/fp/example_shared" || fail "tracemill::tracemill is not the shared library"
