@@ -219,7 +219,8 @@ int cli_record(int argc, char **argv) {
 
     char lib[PATH_MAX];
     if (!find_preload(preload, lib, sizeof lib)) {
-        fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill, or give "
+        fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill or in its "
+                        "installed library directory; give "
                         "--preload PATH or TRACEMILL_RECORD_LIB)\n");
         return EXIT_IO;
     }
