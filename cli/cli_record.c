@@ -95,7 +95,9 @@ static int valid_value(const env_opt *o, const char *v) {
     return *v && !*end && n <= UINT32_MAX;
 }
 
-/* libtracemill_record.so beside this program, unless told otherwise. */
+/* libtracemill_record.so beside this program (the build directory), else
+ * in the library directory of the tree it is installed in (BINDIR/../LIBDIR
+ * as configured), unless told otherwise. */
 static int find_preload(const char *given, char *out, size_t cap) {
     const char *env = getenv("TRACEMILL_RECORD_LIB");
     if (given || env) {
@@ -109,7 +111,27 @@ static int find_preload(const char *given, char *out, size_t cap) {
     char *slash = strrchr(exe, '/');
     *slash = 0;
     if ((size_t)snprintf(out, cap, "%s/libtracemill_record.so", exe) >= cap) return 0;
-    return access(out, R_OK) == 0;
+    if (access(out, R_OK) == 0) return 1;
+#if defined(TM_INSTALL_BINDIR) && defined(TM_INSTALL_LIBDIR)
+    /* installed: PREFIX/BINDIR/tracemill and PREFIX/LIBDIR/libtracemill_record.so */
+    const char *bindir = TM_INSTALL_BINDIR, *libdir = TM_INSTALL_LIBDIR;
+    char lib[PATH_MAX];
+    if (libdir[0] == '/') {
+        if ((size_t)snprintf(lib, sizeof lib, "%s/libtracemill_record.so", libdir) >= sizeof lib) return 0;
+    } else {
+        size_t depth = 1; /* directories in BINDIR: as many ".." up to the prefix */
+        for (const char *c = bindir; *c; c++) depth += *c == '/' && c[1] && c[1] != '/';
+        size_t n = (size_t)snprintf(lib, sizeof lib, "%s", exe);
+        while (depth-- && n < sizeof lib) n += (size_t)snprintf(lib + n, sizeof lib - n, "/..");
+        if (n >= sizeof lib ||
+            (size_t)snprintf(lib + n, sizeof lib - n, "/%s/libtracemill_record.so", libdir) >= sizeof lib - n)
+            return 0;
+    }
+    if (access(lib, R_OK) != 0 || !realpath(lib, out)) return 0;
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* Prints "N samples, T threads, D s" of the trace written to file (named
@@ -197,7 +219,8 @@ int cli_record(int argc, char **argv) {
 
     char lib[PATH_MAX];
     if (!find_preload(preload, lib, sizeof lib)) {
-        fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill, or give "
+        fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill or in its "
+                        "installed library directory; give "
                         "--preload PATH or TRACEMILL_RECORD_LIB)\n");
         return EXIT_IO;
     }

@@ -53,7 +53,24 @@ extern "C" {
 #define TM_API
 #endif
 
-#define TM_VERSION_STRING "0.1.0"
+/* ==== Version ========================================================== */
+
+/* The version of this header; tm_version_number() is the library's, which a
+ * program linked against libtracemill.so.0 may find newer than the header it
+ * was built with (same major version: the ABI is the same). The CMake
+ * project version is read from these three lines. */
+#define TM_VERSION_MAJOR 0
+#define TM_VERSION_MINOR 1
+#define TM_VERSION_PATCH 0
+#define TM_VERSION_NUMBER (TM_VERSION_MAJOR * 10000 + TM_VERSION_MINOR * 100 + TM_VERSION_PATCH)
+#define TM_VERSION_STR_(x) #x
+#define TM_VERSION_STR(x) TM_VERSION_STR_(x)
+#define TM_VERSION_STRING \
+    TM_VERSION_STR(TM_VERSION_MAJOR) "." TM_VERSION_STR(TM_VERSION_MINOR) "." TM_VERSION_STR(TM_VERSION_PATCH)
+
+/* The library's TM_VERSION_NUMBER and TM_VERSION_STRING (a static string). */
+TM_API unsigned tm_version_number(void);
+TM_API const char *tm_version_string(void);
 
 /* ==== Status and errors ================================================ */
 
