@@ -280,6 +280,8 @@ def rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.skipif(os.environ.get("TRACEMILL_SANITIZED") == "1",
+                    reason="AddressSanitizer's quarantine holds freed memory: RSS says nothing there")
 def test_no_memory_growth_over_1000_loads():
     with open(DEMO, "rb") as f:
         data = f.read()
