@@ -242,7 +242,7 @@ static int rec_cmp(const void *a, const void *b) {
 typedef struct proc {
     int32_t pid, ppid;
     tmr_symbols *syms;
-    tmr_unwinder *unw;  /* NULL once the process exited (its files are closed) */
+    tmr_unwinder *unw;  /* NULL once its main thread exited (its files are closed) */
     tmr_writer *w;
     uint32_t own_seq;
     int maps_changed;   /* the unwinder's modules are stale */
@@ -256,7 +256,7 @@ typedef struct thread {
 } thread;
 
 typedef struct stats {
-    uint64_t samples, complete, partial, truncated, callchain_used, no_regs, unknown_process;
+    uint64_t samples, complete, partial, truncated, callchain_used;
     uint64_t lost, throttled, processes, threads;
 } stats;
 
@@ -526,23 +526,22 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
     }
 
     proc *p = find_proc(s, (int32_t)pid);
-    if (!p) {
-        s->st.unknown_process++;
-        if (!(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
-    }
+    if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
     thread *t = find_thread(s, (int32_t)tid);
     if (!t || t->pid != (int32_t)pid) {
         if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : p->comm, err))) return err->code;
     }
     uint32_t depth = 0;
     int complete = 0;
-    if (abi != PERF_SAMPLE_REGS_ABI_NONE && p->unw) {
+    if (!p->unw) { /* a thread outlived the main one, whose exit closed the unwinder */
+        if (!(p->unw = tmr_unwind_new(p->pid, err))) return err->code;
+        p->maps_changed = 1;
+    }
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
         if (p->maps_changed) tmr_unwind_set_mappings(p->unw, p->syms);
         p->maps_changed = 0;
         tmr_unwind_input in = {(int32_t)tid, regs, stack, (size_t)dyn_size};
         depth = tmr_unwind(p->unw, &in, s->pcs, s->o.max_depth, &complete);
-    } else {
-        s->st.no_regs++;
     }
     /* The kernel's frame-pointer callchain (user part): the stack when
      * there are no registers to unwind from, or when DWARF unwinding got no

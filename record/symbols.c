@@ -540,6 +540,12 @@ tmr_symbols *tmr_symbols_new_for(int32_t pid, int demangle, tm_error *err) {
     s->pid = pid;
     if (demangle) {
         void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        /* The recorder of another process may be a C program: libstdc++
+         * has the demangler (loaded once, for the life of the recorder). */
+        if (!fn && pid) {
+            void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+            fn = lib ? dlsym(lib, "__cxa_demangle") : NULL;
+        }
         memcpy(&s->demangle, &fn, sizeof fn); /* object to function pointer, as POSIX allows */
     }
     return s;
