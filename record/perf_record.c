@@ -53,7 +53,8 @@ enum {
     EXIT_OWN_FAILURE = 125, /* as timeout(1) and env(1): the recorder failed, not the command */
     EXIT_CANNOT_RUN = 127,
     STACK_BYTES = 32768,    /* user stack copied per sample */
-    RING_PAGES_MAX = 512,   /* data pages per CPU ring (halved while the kernel refuses) */
+    RING_BYTES_MAX = 8 << 20,   /* per CPU ring: 256 samples of a full stack copy, 128 ms at 1000 Hz x 2 */
+    RING_BYTES_TOTAL = 64 << 20, /* over all CPUs (rings are locked memory); halved while the kernel refuses */
     DEFAULT_MAX_DEPTH = 256,
     POLL_MS = 100
 };
@@ -146,13 +147,14 @@ static void perf_attr(struct perf_event_attr *a, unsigned hz) {
     a->watermark = 1;
 }
 
-/* Opens the event of CPU cpu on pid and maps its ring. 0, or -1 with
- * errno set (ENODEV: an offline CPU). */
-static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, ring *r) {
+/* Opens the event of CPU cpu on pid and maps its ring, of at most
+ * max_pages data pages (a power of two). 0, or -1 with errno set (ENODEV:
+ * an offline CPU). */
+static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, size_t max_pages, ring *r) {
     struct perf_event_attr a;
     perf_attr(&a, hz);
     long page = sysconf(_SC_PAGESIZE);
-    for (size_t pages = RING_PAGES_MAX; pages >= 8; pages /= 2) {
+    for (size_t pages = max_pages; pages >= 8; pages /= 2) {
         a.wakeup_watermark = (uint32_t)(pages * (size_t)page / 4);
         int fd = (int)syscall(SYS_perf_event_open, &a, pid, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
         if (fd < 0) return -1;
@@ -588,6 +590,10 @@ static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
         if (h->size < 8 + 16) return TM_OK;
         memcpy(&lost, d + 16, 8);
         s->st.lost += lost;
+        /* The lost records may have been mappings: each process still
+         * alive has them in /proc/PID/maps. */
+        for (size_t i = 0; i < s->n_procs; i++)
+            if (s->procs[i]->unw && tmr_symbols_refresh(s->procs[i]->syms, NULL) == TM_OK) s->procs[i]->maps_changed = 1;
         proc *root = find_proc(s, s->root);
         return root ? tmr_writer_records_lost(root->w, r->cpu, r->ts, lost, err) : TM_OK;
     }
@@ -717,8 +723,11 @@ int main(int argc, char **argv) {
     ring *rings = calloc(n_cpus > 0 ? (size_t)n_cpus : 1, sizeof *rings);
     size_t n_rings = 0;
     int open_errno = 0;
+    size_t max_pages = 8, page = (size_t)sysconf(_SC_PAGESIZE);
+    while (max_pages * 2 * page <= RING_BYTES_MAX && max_pages * 2 * page * (size_t)n_cpus <= RING_BYTES_TOTAL)
+        max_pages *= 2;
     for (long cpu = 0; rings && cpu < n_cpus; cpu++) {
-        if (open_ring(child, (uint32_t)cpu, s.o.hz, &rings[n_rings]) == 0) n_rings++;
+        if (open_ring(child, (uint32_t)cpu, s.o.hz, max_pages, &rings[n_rings]) == 0) n_rings++;
         else if (errno != ENODEV) open_errno = errno; /* ENODEV: an offline CPU */
     }
     int code = EXIT_OWN_FAILURE;

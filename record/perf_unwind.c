@@ -7,7 +7,7 @@
  * One Dwfl per sampled process: its modules are the ELF files of the
  * process's live executable mappings (each reported once, at the address
  * where the file's offset 0 is mapped: start - offset of its first
- * executable mapping), re-reported when the mappings change. The Dwfl is
+ * executable mapping); a new Dwfl when the mappings change. The Dwfl is
  * attached once, with callbacks that read "the thread" being unwound from
  * the sample in hand: memory_read serves the stack copy, and
  * set_initial_registers hands libdw the sampled registers in DWARF order.
@@ -47,22 +47,24 @@ tmr_unwinder *tmr_unwind_new(int32_t pid, tm_error *err) {
         return NULL;
     }
     u->pid = pid;
-    u->dwfl = dwfl_begin(&dwfl_callbacks);
-    if (!u->dwfl) {
-        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "libdw: %s", dwfl_errmsg(-1));
-        free(u);
-        return NULL;
-    }
     return u;
 }
 
 void tmr_unwind_free(tmr_unwinder *u) {
     if (!u) return;
-    dwfl_end(u->dwfl);
+    if (u->dwfl) dwfl_end(u->dwfl);
     free(u);
 }
 
 void tmr_unwind_set_mappings(tmr_unwinder *u, const tmr_symbols *syms) {
+    /* A new Dwfl each time: modules reported again into a Dwfl already
+     * attached were not found by its unwinder (a sample during the dynamic
+     * loader's work, then the libraries' mappings, left whole runs without
+     * stacks). Mappings change seldom after a process starts. */
+    if (u->dwfl) dwfl_end(u->dwfl);
+    u->attached = 0;
+    u->dwfl = dwfl_begin(&dwfl_callbacks);
+    if (!u->dwfl) return; /* out of memory: samples keep their pc (or the kernel's callchain) */
     int idx[4096];
     size_t n = tmr_symbols_live(syms, idx, sizeof idx / sizeof idx[0]);
     if (n > sizeof idx / sizeof idx[0]) n = sizeof idx / sizeof idx[0];
@@ -141,7 +143,7 @@ uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, 
     if (max == 0) return 0;
     u->in = in, u->pcs = pcs, u->depth = 0, u->max = max, u->truncated = 0;
     /* The machine comes from the first module's ELF: attach once there is one. */
-    if (!u->attached) u->attached = dwfl_attach_state(u->dwfl, NULL, u->pid, &thread_callbacks, u);
+    if (!u->attached && u->dwfl) u->attached = dwfl_attach_state(u->dwfl, NULL, u->pid, &thread_callbacks, u);
     if (u->attached) {
         /* 0: the outermost frame was reached; DWARF_CB_ABORT: on_frame
          * stopped at a zero pc (also the end) or at max; -1: a frame could

@@ -67,11 +67,11 @@ static char *path_in_dir(const char *name) {
     return p;
 }
 
-/* Runs `tracemill record --backend perf -o DIR/t.pftrace -- ARGS` (shell
- * words); *code gets record's exit status; returns its stderr. */
-static char *record(const char *args, int *code) {
+/* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace -- ARGS`
+ * (shell words); *code gets record's exit status; returns its stderr. */
+static char *record_at(int hz, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s -- %s 2>%s >%s", TM_CLI, HZ, trace, args, err,
+    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s -- %s 2>%s >%s", TM_CLI, hz, trace, args, err,
                           out),
                  0);
     int st = system(cmd);
@@ -81,6 +81,8 @@ static char *record(const char *args, int *code) {
     free(cmd), free(err), free(out), free(trace);
     return text;
 }
+
+static char *record(const char *args, int *code) { return record_at(HZ, args, code); }
 
 typedef struct counts {
     uint64_t total, rooted, hot, cold, blocked, child;
@@ -175,6 +177,24 @@ Test(record_perf, threads_and_blocked_signals) {
     cr_expect_geq(c.rooted * 100, c.total * 95, "%llu of %llu stacks reach _start or start_thread",
                   (unsigned long long)c.rooted, (unsigned long long)c.total);
     cr_expect_eq(c.records_lost, 0);
+    free(err);
+}
+
+/* -F 1000 delivers its rate (the signal backend's CPU timers cannot pass
+ * the kernel tick), and stacks stay complete when the first samples land
+ * while the dynamic loader is still mapping libraries (whose modules the
+ * unwinder then has to take in). */
+Test(record_perf, a_thousand_hertz) {
+    need_perf();
+    int code;
+    char *err = record_at(1000, TM_RECORD_PERF_TARGET " threads 0.3", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    counts c = read_trace();
+    cr_expect(c.hot + c.cold >= 0.3 * 900 * 0.85 && c.blocked >= 0.3 * 900 * 0.85,
+              "%llu + %llu samples of 0.3 CPU-s each at 1000 Hz: %s", (unsigned long long)(c.hot + c.cold),
+              (unsigned long long)c.blocked, err);
+    cr_expect_geq(c.rooted * 100, c.total * 95, "%llu of %llu stacks reach _start or start_thread: %s",
+                  (unsigned long long)c.rooted, (unsigned long long)c.total, err);
     free(err);
 }
 
