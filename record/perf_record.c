@@ -592,8 +592,10 @@ static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
         s->st.lost += lost;
         /* The lost records may have been mappings: each process still
          * alive has them in /proc/PID/maps. */
-        for (size_t i = 0; i < s->n_procs; i++)
-            if (s->procs[i]->unw && tmr_symbols_refresh(s->procs[i]->syms, NULL) == TM_OK) s->procs[i]->maps_changed = 1;
+        for (size_t i = 0; i < s->n_procs; i++) {
+            proc *q = s->procs[i];
+            if (q->unw && tmr_symbols_refresh(q->syms, NULL) == TM_OK) q->maps_changed = 1;
+        }
         proc *root = find_proc(s, s->root);
         return root ? tmr_writer_records_lost(root->w, r->cpu, r->ts, lost, err) : TM_OK;
     }
