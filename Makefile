@@ -1,10 +1,14 @@
-# Root wrapper around CMake. `make` builds everything into build/,
-# `make test` runs every test, `make demo` converts the bundled example.
+# Root wrapper around CMake. `make` builds everything into build/ (it
+# installs nothing: `make deps` installs the Debian packages the build and
+# tests need); `make test` installs them, sets up the consumer tests' tools
+# and runs every test with -Werror; `make demo` converts the bundled example.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= 2
+# make test, asan and fuzz keep warnings errors (TRACEMILL_WERROR), as CI does.
+CI_FLAGS ?= -DTRACEMILL_WERROR=ON
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src python clean
 
 all: build
 
@@ -12,18 +16,26 @@ deps:
 	@scripts/install-deps.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null || \
+	  { echo "make: configuring failed; \`make deps\` installs what the build needs (Debian/Ubuntu)"; \
+	    rm -f $@; exit 1; }
 
-build: deps $(BUILD)/CMakeCache.txt
+build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# The consumer tests' tools (go build, npm ci) are set up here, not by
+# ctest, which needs no network.
+test: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CI_FLAGS) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	tests/consumers/setup.sh $(BUILD)
 	scripts/checksrc.sh $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure
 
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTM_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTM_SANITIZE=ON $(CI_FLAGS) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	tests/consumers/setup.sh $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure
 
 # libFuzzer on one target (fuzz/fuzz_TARGET.c) for SECONDS, under ASan and
@@ -33,7 +45,7 @@ FUZZ_BUILD ?= build-fuzz
 TARGET ?= trace
 SECONDS ?= 60
 fuzz: deps
-	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTM_SANITIZE=ON -DTM_FUZZ=ON >/dev/null
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTM_SANITIZE=ON -DTM_FUZZ=ON $(CI_FLAGS) >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_$(TARGET)
 	mkdir -p $(FUZZ_BUILD)/corpus/$(TARGET)
 	cd $(FUZZ_BUILD) && ./fuzz_$(TARGET) -max_total_time=$(SECONDS) -timeout=10 -rss_limit_mb=2048 \
@@ -44,11 +56,12 @@ fuzz: deps
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 fuzz-smoke: deps
-	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTM_SANITIZE=ON -DTM_FUZZ=ON >/dev/null
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTM_SANITIZE=ON -DTM_FUZZ=ON $(CI_FLAGS) >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
 	scripts/fuzz_smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-demo: build
+demo: deps
+	@$(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)
 
 bench: build
@@ -62,6 +75,15 @@ bench-serve: build
 # 250 Hz, ratio of medians, and trace bytes per sample.
 bench-record: build
 	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
+
+# The Python package (python/) built in place into $(BUILD)/python/lib with
+# /usr/bin/python3 (offline); `pip install ./python` installs it.
+python: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target tracemill_static
+	cd python && TRACEMILL_BUILD_DIR=$(abspath $(BUILD)) /usr/bin/python3 setup.py -q build_py \
+	  --build-lib $(abspath $(BUILD))/python/lib build_ext --build-lib $(abspath $(BUILD))/python/lib \
+	  --build-temp $(abspath $(BUILD))/python/tmp
+	@echo "python: PYTHONPATH=$(abspath $(BUILD))/python/lib /usr/bin/python3 -c 'import tracemill'"
 
 # Rewrites tests/golden/* from the current build; review `git diff` after.
 golden: build

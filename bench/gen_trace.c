@@ -37,7 +37,6 @@ static uint64_t arg_u64(int argc, char **argv, const char *name, uint64_t def) {
 }
 
 #define PID 4200u
-#define BOOT0 1000000000ull
 #define MONO0 500000000ull
 #define REAL0 1771278043000000000ull
 #define N_MAPPINGS 4
@@ -113,12 +112,12 @@ int main(int argc, char **argv) {
 
     tb_buf t = {0};
     uint32_t ids[3] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC, TM_PF_BUILTIN_CLOCK_REALTIME};
-    uint64_t vals[3] = {BOOT0, MONO0, REAL0};
+    uint64_t vals[3] = {TB_BOOT0, MONO0, REAL0};
     tb_clock_snapshot(&t, 1, ids, vals, 3);
 
     /* Process and thread names. */
     size_t p = tb_open(&t, TM_PF_TRACE_PACKET);
-    tb_uint(&t, TM_PF_PACKET_TIMESTAMP, BOOT0);
+    tb_uint(&t, TM_PF_PACKET_TIMESTAMP, TB_BOOT0);
     tb_uint(&t, TM_PF_PACKET_SEQUENCE_ID, 1);
     size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
     size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
@@ -152,7 +151,7 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < n_threads; i++) {
         int streaming = i % 2 == 1;
         p = tb_open(&t, TM_PF_TRACE_PACKET);
-        tb_uint(&t, TM_PF_PACKET_TIMESTAMP, BOOT0);
+        tb_uint(&t, TM_PF_PACKET_TIMESTAMP, TB_BOOT0);
         tb_uint(&t, TM_PF_PACKET_SEQUENCE_ID, 10 + i);
         tb_uint(&t, TM_PF_PACKET_SEQUENCE_FLAGS, TB_SEQ_CLEARED);
         if (streaming) {
@@ -172,12 +171,12 @@ int main(int argc, char **argv) {
     for (uint64_t base = 0; base < per_thread && written < n_samples; base += 32) {
         for (uint32_t i = 0; i < n_threads && written < n_samples; i++) {
             if (reset_every && base && base % reset_every == 0)
-                write_reset(&t, 10 + i, BOOT0 + base * 1000000ull + i * 1000, &pl);
+                write_reset(&t, 10 + i, TB_BOOT0 + base * 1000000ull + i * 1000, &pl);
             uint64_t n = per_thread - base < 32 ? per_thread - base : 32;
             if (n > n_samples - written) n = n_samples - written;
             if (i % 2 == 0) {
                 for (uint64_t k = 0; k < n; k++)
-                    tb_perf_sample(&t, 10 + i, BOOT0 + (base + k) * 1000000ull + i * 1000, PID, PID + i,
+                    tb_perf_sample(&t, 10 + i, TB_BOOT0 + (base + k) * 1000000ull + i * 1000, PID, PID + i,
                                    1 + rnd() % n_stacks, TB_SEQ_NEEDS);
             } else {
                 uint64_t cs[32], dt[32];

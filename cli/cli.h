@@ -82,12 +82,13 @@ int cli_close_stdout(int rc);
 
 /* ---- exporters (cli_export.c), shared by convert and diff ---- */
 
-typedef enum { FMT_SAMPLE_V2, FMT_PPROF, FMT_FOLDED, FMT_SPEEDSCOPE, FMT_SVG, FMT_REPORT } cli_format;
+typedef enum { FMT_SAMPLE_V2, FMT_PPROF, FMT_FOLDED, FMT_SPEEDSCOPE, FMT_SVG, FMT_REPORT, FMT_SAMPLE_V1 } cli_format;
 
 typedef struct cli_export {
     tm_options opts; /* mode, limits, input format */
     cli_format format;
     tm_sample_v2_options v2;
+    tm_sample_v1_options v1;
     tm_thread_filter threads;
     int64_t period_ns;
     int thread_prefix, reverse, uncompressed, quiet;

@@ -25,7 +25,8 @@ static int write_one(const cli_export *x, const tm_trace *t, const char *const *
     tm_error err;
     tm_status st = cli_export_write(x, NULL, t, &sink, &err);
     cli_progress_stop(); /* errors start on a clean line */
-    if (st == TM_OK && (x->format == FMT_SAMPLE_V2 || x->format == FMT_REPORT) && fputc('\n', o.f) == EOF)
+    int json_line = x->format == FMT_SAMPLE_V2 || x->format == FMT_SAMPLE_V1 || x->format == FMT_REPORT;
+    if (st == TM_OK && json_line && fputc('\n', o.f) == EOF)
         rc = cli_output_error(o.path, errno);
     else if (st != TM_OK) /* a failed write, or a trace the format cannot hold */
         rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(in_path, &err);
@@ -86,6 +87,8 @@ int cli_convert(int argc, char **argv) {
         } else if (strcmp(a, "--meta") == 0) {
             if (++i >= argc) return usage("missing value for", a);
             meta_path = argv[i];
+        } else if (strcmp(a, "--truncate") == 0) {
+            x.v1.truncate = 1;
         } else if (strcmp(a, "--remove-single-samples") == 0) {
             x.v2.remove_single_samples = 1;
         } else if (strcmp(a, "--per-thread") == 0) {
@@ -100,8 +103,12 @@ int cli_convert(int argc, char **argv) {
     }
     if (!in_path) return usage("no trace given", NULL);
     /* Options the format would ignore are refused, not silently dropped. */
-    if ((x.threads.name || x.threads.by_tid) && (x.format == FMT_SAMPLE_V2 || x.format == FMT_REPORT))
-        return usage("--thread does not apply to -f sample-v2 or report: they hold every thread", NULL);
+    int whole = x.format == FMT_SAMPLE_V2 || x.format == FMT_SAMPLE_V1 || x.format == FMT_REPORT;
+    if ((x.threads.name || x.threads.by_tid) && whole)
+        return usage("--thread does not apply to -f sample-v2, sample-v1 or report: they hold every thread", NULL);
+    if (x.v1.truncate && x.format != FMT_SAMPLE_V1) return usage("--truncate applies to -f sample-v1 only", NULL);
+    if (meta_path && x.format != FMT_SAMPLE_V2 && x.format != FMT_SAMPLE_V1)
+        return usage("--meta applies to -f sample-v2 and sample-v1 only", NULL);
     if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
     if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
         return usage("--per-thread needs -f pprof and -o DIRECTORY", NULL);
@@ -109,8 +116,8 @@ int cli_convert(int argc, char **argv) {
     cli_input meta = {0}, in;
     int rc;
     if (meta_path && (rc = cli_input_load(meta_path, &x.opts, &meta)) != EXIT_OK) return rc;
-    x.v2.meta_json = (const char *)meta.data;
-    x.v2.meta_len = meta.len;
+    x.v2.meta_json = x.v1.meta_json = (const char *)meta.data;
+    x.v2.meta_len = x.v1.meta_len = meta.len;
     cli_progress_start(x.quiet || per_thread); /* --per-thread reports each file it writes */
     cli_progress_phase("reading", 0);
     rc = cli_input_load(in_path, &x.opts, &in);
@@ -123,7 +130,10 @@ int cli_convert(int argc, char **argv) {
     const char *inputs[] = {in_path, meta_path, NULL};
     tm_trace *t = NULL;
     tm_error err;
-    if (meta_path && tm_sample_v2_check_meta(x.v2.meta_json, x.v2.meta_len, &err) != TM_OK)
+    tm_status meta_st = !meta_path ? TM_OK
+                        : x.format == FMT_SAMPLE_V1 ? tm_sample_v1_check_meta(x.v1.meta_json, x.v1.meta_len, &err)
+                                                    : tm_sample_v2_check_meta(x.v2.meta_json, x.v2.meta_len, &err);
+    if (meta_st != TM_OK)
         rc = cli_report_error(meta_path, &err); /* metadata errors first, as Relay */
     else if (tm_trace_parse(in.data, in.len, &x.opts, &t, &err) != TM_OK) {
         cli_progress_stop();

@@ -14,6 +14,7 @@ static const struct {
 } formats[] = {
     {"sample-v2", FMT_SAMPLE_V2}, {"pprof", FMT_PPROF}, {"folded", FMT_FOLDED},
     {"speedscope", FMT_SPEEDSCOPE}, {"svg", FMT_SVG},   {"report", FMT_REPORT},
+    {"sample-v1", FMT_SAMPLE_V1},
 };
 
 int cli_parse_format(const char *name, cli_format *out) {
@@ -69,12 +70,13 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
         x->opts.mode = TM_MODE_RELAY;
         ++*i;
     } else if (strcmp(a, "--input-format") == 0) {
-        if (!v) return bad(a, "takes: perfetto, sample-v2 or folded");
+        if (!v) return bad(a, "takes: perfetto, sample-v2, sample-v1 or folded");
         if (strcmp(v, "perfetto") == 0) x->opts.input = TM_INPUT_PERFETTO;
         else if (strcmp(v, "sample-v2") == 0) x->opts.input = TM_INPUT_SAMPLE_V2;
+        else if (strcmp(v, "sample-v1") == 0) x->opts.input = TM_INPUT_SAMPLE_V1;
         else if (strcmp(v, "folded") == 0) x->opts.input = TM_INPUT_FOLDED;
         else if (strcmp(v, "auto") == 0) x->opts.input = TM_INPUT_AUTO;
-        else return bad(a, "takes: perfetto, sample-v2, folded or auto");
+        else return bad(a, "takes: perfetto, sample-v2, sample-v1, folded or auto");
         ++*i;
     } else if (strcmp(a, "--thread") == 0) {
         if (!v || !*v) return bad(a, "takes a thread name or tid");
@@ -128,6 +130,7 @@ tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_t
     }
     case FMT_SVG: return tm_write_flamegraph(t, &svg, out, err);
     case FMT_REPORT: return tm_write_report(t, out, err);
+    case FMT_SAMPLE_V1: return tm_write_sample_v1(t, &x->v1, out, err);
     case FMT_SAMPLE_V2: break;
     }
     return tm_write_sample_v2(t, &x->v2, out, err);

@@ -24,7 +24,8 @@
     "                            complete packets before it and warn; --compat relay rejects)\n"
 
 #define INPUT_HELP                                                                                    \
-    "  --input-format perfetto|sample-v2|folded   override detection from the first bytes\n"
+    "  --input-format perfetto|sample-v2|sample-v1|folded   override detection from the\n"      \
+    "                            first bytes\n"
 
 #define OUTPUT_HELP                                                                                   \
     "-o FILE is replaced only when the command succeeds, keeping its mode; a symbolic\n"               \
@@ -34,15 +35,19 @@
 static const struct command_help {
     const char *name, *summary, *text;
 } commands[] = {
-    {"convert", "a profile to sample-v2, pprof, folded, speedscope, svg or report",
+    {"convert", "a profile to sample-v2, sample-v1, pprof, folded, speedscope, svg or report",
      "usage: tracemill convert [-f FORMAT] [-o OUT|-] [options] INPUT|-\n"
      "\n"
-     "Decodes a Perfetto trace, Sample v2 chunk or folded stacks and writes it in FORMAT:\n"
-     "sample-v2 (default), pprof, folded, speedscope, svg (flame graph) or report.\n"
+     "Decodes a Perfetto trace, Sample v2 chunk, Sample v1 profile or folded stacks and\n"
+     "writes it in FORMAT: sample-v2 (default), sample-v1 (a Sentry transaction profile,\n"
+     "as sentry-python sends), pprof, folded, speedscope, svg (flame graph) or report.\n"
      "\n"
      "  -f, --format FORMAT       output format\n"
      "  -o, --output OUT          output file (default: standard output)\n"
-     "  --meta META.json          Sample v2 chunk metadata to merge\n"
+     "  --meta META.json          sample-v2: chunk metadata to merge; sample-v1: event_id,\n"
+     "                            platform, release, environment, dist, device, os, runtime,\n"
+     "                            transaction {name, id, trace_id, active_thread_id}\n"
+     "  --truncate                sample-v1: keep the first 30 s instead of failing\n"
      "  --compat relay            byte-compatible with Sentry Relay (sample-v2)\n"
      "  --remove-single-samples   drop threads with at most one non-empty sample\n"
      "  --per-thread              pprof: one file per thread into -o DIRECTORY\n"
@@ -51,7 +56,7 @@ static const struct command_help {
      "  --period DURATION         pprof, speedscope: sampling period (default: inferred\n"
      "                            per thread), e.g. 10ms, 250us, 4000000\n"
      "  --thread NAME|TID         only this thread (--thread-name NAME for digits);\n"
-     "                            not with sample-v2 or report, which hold every thread\n"
+     "                            not with sample-v2, sample-v1 or report (every thread)\n"
      "  --thread-prefix           folded: the thread name as the root frame\n"
      "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
      "pprof is refused on a terminal.\n\n" LIMITS_HELP},
@@ -120,7 +125,8 @@ static const struct command_help {
      "  --chunk-seconds N         continuous: OUT.0.pftrace, OUT.1.pftrace, ...\n"
      "  --unwind dwarf|fp         how stacks are taken\n"
      "  --file-write-period-ms N  --clear-period-ms N\n"
-     "  --preload LIB.so          the recorder library (default: next to tracemill)\n"
+     "  --preload LIB.so          the recorder library (default: next to tracemill, else\n"
+     "                            in the library directory it is installed with)\n"
      "  --upload DSN              send each chunk to Sentry or `tracemill serve`\n"
      "  --release R  --environment E  --upload-queue DIR  --upload-queue-max N\n"
      "  --upload-timeout-ms N     with --upload; unsent chunks wait in the queue\n"

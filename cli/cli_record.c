@@ -151,11 +151,38 @@ static void pass_on(int sig, siginfo_t *info, void *uc) {
     if (g_runner > 0) kill((pid_t)g_runner, sig);
 }
 
-/* libtracemill_record.so beside this program, unless told otherwise. */
+/* libtracemill_record.so beside this program (the build directory), else
+ * in the library directory of the tree it is installed in (BINDIR/../LIBDIR
+ * as configured), unless told otherwise. */
 static int find_preload(const char *given, char *out, size_t cap) {
     const char *env = getenv("TRACEMILL_RECORD_LIB");
     if (given || env) return realpath(given ? given : env, out) != NULL;
-    return beside_me("libtracemill_record.so", R_OK, out, cap);
+    if (beside_me("libtracemill_record.so", R_OK, out, cap)) return 1;
+#if defined(TM_INSTALL_BINDIR) && defined(TM_INSTALL_LIBDIR)
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    *strrchr(exe, '/') = 0;
+    /* installed: PREFIX/BINDIR/tracemill and PREFIX/LIBDIR/libtracemill_record.so */
+    const char *bindir = TM_INSTALL_BINDIR, *libdir = TM_INSTALL_LIBDIR;
+    char lib[PATH_MAX];
+    if (libdir[0] == '/') {
+        if ((size_t)snprintf(lib, sizeof lib, "%s/libtracemill_record.so", libdir) >= sizeof lib) return 0;
+    } else {
+        size_t depth = 1; /* directories in BINDIR: as many ".." up to the prefix */
+        for (const char *c = bindir; *c; c++) depth += *c == '/' && c[1] && c[1] != '/';
+        size_t k = (size_t)snprintf(lib, sizeof lib, "%s", exe);
+        while (depth-- && k < sizeof lib) k += (size_t)snprintf(lib + k, sizeof lib - k, "/..");
+        if (k >= sizeof lib ||
+            (size_t)snprintf(lib + k, sizeof lib - k, "/%s/libtracemill_record.so", libdir) >= sizeof lib - k)
+            return 0;
+    }
+    if (access(lib, R_OK) != 0 || !realpath(lib, out)) return 0;
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* Prints "N samples, T threads, D s" of the trace written to file (named
@@ -346,7 +373,8 @@ int cli_record(int argc, char **argv) {
 
     char lib[PATH_MAX];
     if (!find_preload(preload, lib, sizeof lib)) {
-        fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill, or give "
+        fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill or in its "
+                        "installed library directory; give "
                         "--preload PATH or TRACEMILL_RECORD_LIB)\n");
         return EXIT_IO;
     }

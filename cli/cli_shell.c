@@ -1,9 +1,10 @@
 /*
  * cli_shell.c — the `tracemill query` shell: statements and dot-commands
  * read line by line from stdin. On a terminal it is interactive (libedit
- * line editing, history in ~/.tracemill_history, a continuation prompt
- * while a statement is open, errors reported and the session going on);
- * otherwise stdin is a script, run to its end or its first error.
+ * line editing and history in ~/.tracemill_history when built with libedit,
+ * TM_HAVE_LIBEDIT; a continuation prompt while a statement is open, errors
+ * reported and the session going on); otherwise stdin is a script, run to
+ * its end or its first error.
  *
  * A statement ends where sqlite3_complete() says so (a ';' outside quotes,
  * comments and trigger bodies), so it may span lines; a script's last
@@ -21,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef TM_HAVE_LIBEDIT
 #include <editline/readline.h>
+#endif
 
 #include "cli.h"
 
@@ -215,11 +218,20 @@ static char *history_file(void) {
 
 /* The next line without its line end (malloc'd), NULL at the end of input. */
 static char *next_line(int interactive, int continuation) {
+    const char *prompt = continuation ? "      ...> " : "tracemill> ";
+#ifdef TM_HAVE_LIBEDIT
     if (interactive) {
-        char *l = readline(continuation ? "      ...> " : "tracemill> ");
+        char *l = readline(prompt);
         if (l && *l) add_history(l);
         return l;
     }
+#else
+    if (interactive) { /* no line editing: a prompt, then a plain read */
+        fputs(prompt, stderr);
+        fflush(stderr);
+        clearerr(stdin); /* Ctrl-C interrupted the last read */
+    }
+#endif
     char *l = NULL;
     size_t cap = 0;
     ssize_t n = getline(&l, &cap, stdin);
@@ -261,8 +273,10 @@ int cli_query_shell(sqlite3 *db, cli_qout *o, int interactive) {
     shell sh = {db, o, 0};
     char *history = interactive ? history_file() : NULL;
     if (interactive) {
+#ifdef TM_HAVE_LIBEDIT
         stifle_history(HISTORY_LINES);
         if (history) read_history(history);
+#endif
         fputs("tracemill query shell: .help for commands, .quit to leave\n", stderr);
     }
     struct sigaction old_sigint;
@@ -303,7 +317,9 @@ int cli_query_shell(sqlite3 *db, cli_qout *o, int interactive) {
     if (interactive && !sh.quit) fputc('\n', stderr); /* end the prompt's line after Ctrl-D */
     if (rc == EXIT_OK && b.len > 0 && !sh.quit) rc = cli_query_run(db, b.data, "stdin", first_line, o);
     if (interactive) sigaction(SIGINT, &old_sigint, NULL);
+#ifdef TM_HAVE_LIBEDIT
     if (interactive && history) write_history(history);
+#endif
     free(history);
     free(b.data);
     return interactive && rc != EXIT_IO ? EXIT_OK : rc;

@@ -3,10 +3,11 @@
  *
  * tracemill decodes CPU profiles recorded as Perfetto traces (.pftrace) into
  * a deduplicated profile model and writes them out as Sentry Sample v2
- * profile-chunk JSON, pprof, folded stacks, speedscope JSON, flame graph
- * SVGs (plain and differential) and a data-quality report. Sample v2 JSON
- * chunks and folded stacks are read too, so every exporter also works on
- * profiles that are already in those formats.
+ * profile-chunk JSON, Sentry Sample v1 transaction profiles, pprof, folded
+ * stacks, speedscope JSON, flame graph SVGs (plain and differential) and a
+ * data-quality report. Sample v2 chunks, Sample v1 profiles and folded
+ * stacks are read too, so every exporter also works on profiles that are
+ * already in those formats.
  *
  * Introduction: the three-call happy path
  *
@@ -52,7 +53,24 @@ extern "C" {
 #define TM_API
 #endif
 
-#define TM_VERSION_STRING "0.1.0"
+/* ==== Version ========================================================== */
+
+/* The version of this header; tm_version_number() is the library's, which a
+ * program linked against libtracemill.so.0 may find newer than the header it
+ * was built with (same major version: the ABI is the same). The CMake
+ * project version is read from these three lines. */
+#define TM_VERSION_MAJOR 0
+#define TM_VERSION_MINOR 1
+#define TM_VERSION_PATCH 0
+#define TM_VERSION_NUMBER (TM_VERSION_MAJOR * 10000 + TM_VERSION_MINOR * 100 + TM_VERSION_PATCH)
+#define TM_VERSION_STR_(x) #x
+#define TM_VERSION_STR(x) TM_VERSION_STR_(x)
+#define TM_VERSION_STRING \
+    TM_VERSION_STR(TM_VERSION_MAJOR) "." TM_VERSION_STR(TM_VERSION_MINOR) "." TM_VERSION_STR(TM_VERSION_PATCH)
+
+/* The library's TM_VERSION_NUMBER and TM_VERSION_STRING (a static string). */
+TM_API unsigned tm_version_number(void);
+TM_API const char *tm_version_string(void);
 
 /* ==== Status and errors ================================================ */
 
@@ -132,18 +150,21 @@ typedef enum tm_input_format {
     TM_INPUT_AUTO = 0,      /* detected from the first bytes (tm_input_detect) */
     TM_INPUT_PERFETTO = 1,  /* Perfetto protobuf trace (.pftrace) */
     TM_INPUT_SAMPLE_V2 = 2, /* Sentry Sample v2 profile chunk JSON */
-    TM_INPUT_FOLDED = 3     /* folded stacks: "root;...;leaf COUNT" lines */
+    TM_INPUT_FOLDED = 3,    /* folded stacks: "root;...;leaf COUNT" lines */
+    TM_INPUT_SAMPLE_V1 = 4  /* Sentry Sample v1 transaction profile JSON (sentry-python) */
 } tm_input_format;
 
 /* The format of buf by its first bytes (after a UTF-8 byte order mark):
- * '{' (after blanks) is Sample v2 JSON, a first line of text ending in a
+ * '{' (after blanks) is Sentry JSON: Sample v1 when its top-level "version"
+ * is "1" or, before any version, the first of profile.samples has an
+ * elapsed_since_start_ns; Sample v2 otherwise. A first line of text ending in a
  * blank and something meant as a count ("3", but also "3.5" or "-3", which
  * the folded reader then rejects by line) is folded stacks, anything else is
  * Perfetto (whose first byte, 0x0A, is also '\n'). Never TM_INPUT_AUTO.
  * Call it on decompressed bytes: tm_trace_parse does. */
 TM_API tm_input_format tm_input_detect(const void *buf, size_t len);
 
-/* "perfetto", "sample-v2", "folded" (NULL for an unknown value). */
+/* "perfetto", "sample-v2", "folded", "sample-v1" (NULL for an unknown value). */
 TM_API const char *tm_input_format_name(tm_input_format f);
 
 typedef struct tm_options {
@@ -162,9 +183,9 @@ typedef struct tm_options {
  * Immutable after tm_trace_parse; may be read from any thread. */
 typedef struct tm_trace tm_trace;
 
-/* Decodes a Perfetto trace (or a Sample v2 chunk or folded stacks, see
- * tm_options.input) held in buf[0..len), which may be compressed whole with
- * gzip or zstd (not in TM_MODE_RELAY). opts may be NULL.
+/* Decodes a Perfetto trace (or a Sample v2 chunk, a Sample v1 profile or
+ * folded stacks, see tm_options.input) held in buf[0..len), which may be
+ * compressed whole with gzip or zstd (not in TM_MODE_RELAY). opts may be NULL.
  * On success *out owns the result (free it with tm_trace_free); on failure
  * *out is NULL and err (if not NULL) says why and where. An empty buffer
  * fails with TM_ERR_EMPTY, one longer than max_input_bytes with
@@ -256,6 +277,31 @@ typedef struct tm_thread_info {
 TM_API size_t tm_trace_thread_count(const tm_trace *t);
 TM_API tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out);
 
+/* One sample of the profile. Samples are in time order (folded input: in
+ * line order, every ts 0). */
+typedef struct tm_sample_info {
+    int64_t ts;       /* trace time, ns */
+    uint64_t weight;  /* 1; folded input: the line's count */
+    size_t thread;    /* index for tm_trace_thread */
+    size_t stack;     /* index for tm_trace_stack */
+} tm_sample_info;
+
+/* Samples; i < tm_trace_sample_count(t). */
+TM_API size_t tm_trace_sample_count(const tm_trace *t);
+TM_API tm_status tm_trace_sample(const tm_trace *t, size_t i, tm_sample_info *out);
+
+/* Distinct stacks; i < tm_trace_stack_count(t). *frames (owned by the
+ * trace; NULL for an empty stack) holds *n frame indexes, leaf first. */
+TM_API size_t tm_trace_stack_count(const tm_trace *t);
+TM_API tm_status tm_trace_stack(const tm_trace *t, size_t i, const uint32_t **frames, size_t *n);
+
+/* Distinct frames; i < tm_trace_frame_count(t). tm_trace_frame_label
+ * writes the frame's name as the text formats do (see "How frames are
+ * named" below) into buf[0..cap), NUL-terminated and cut short when it does
+ * not fit (cap 0 writes nothing), and its full length to *len. */
+TM_API size_t tm_trace_frame_count(const tm_trace *t);
+TM_API tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, size_t cap, size_t *len);
+
 /* ==== Output =========================================================== */
 
 /* Where writers put bytes. write returns 0 on success, non-zero on failure
@@ -288,6 +334,36 @@ TM_API tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_option
  * before the trace, so its errors come first): TM_OK, or TM_ERR_REJECTED
  * with reason "InvalidJson". */
 TM_API tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err);
+
+/* Options of the Sample v1 writer. Zero-initialisable. */
+typedef struct tm_sample_v1_options {
+    /* Profile metadata JSON: an object whose event_id, platform, release,
+     * environment, dist, device, os, runtime and transaction (an object
+     * {name, id, trace_id, active_thread_id}, or "transactions": [one])
+     * replace the defaults; other keys are ignored. Bad metadata is
+     * TM_ERR_REJECTED with reason "InvalidJson" (or
+     * "InvalidTransactionMetadata"). NULL/0: defaults only. */
+    const char *meta_json;
+    size_t meta_len;
+    /* 1: keep only the samples of the first 30 s (sentry-python stops its
+     * profiler there) instead of failing with DurationIsTooLong. */
+    int truncate;
+} tm_sample_v1_options;
+
+/* Writes the trace as one Sentry Sample v1 (transaction) profile, what
+ * sentry-python's profiler sends: timestamp and event_id, one transaction,
+ * samples with elapsed_since_start_ns, stacks leaf first, frames and
+ * thread_metadata. Relay's v1 normalisation is applied first: idle samples
+ * at the edges of each thread and single-sample threads are dropped; no
+ * sample left is NotEnoughSamples, more than 30 s is DurationIsTooLong
+ * (err->reason). Ids not given in the metadata are derived from the
+ * samples, so equal input gives equal bytes. opts may be NULL. */
+TM_API tm_status tm_write_sample_v1(const tm_trace *t, const tm_sample_v1_options *opts,
+                                    const tm_sink *out, tm_error *err);
+
+/* Validates Sample v1 metadata as tm_write_sample_v1 would: TM_OK, or
+ * TM_ERR_REJECTED with the reason it would give. */
+TM_API tm_status tm_sample_v1_check_meta(const char *json, size_t len, tm_error *err);
 
 /* Writes the data-quality report (JSON object, one line) of a trace. */
 TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # checksrc.sh — style rules enforced by a script, not by review:
-#  1. every C source and header opens with a comment saying what it owns;
+#  1. every C source and header opens with a comment saying what it owns,
+#     and so does every Python file and shell script of python/;
 #  2. no malloc/calloc/realloc/free in src/ outside common/alloc.c, and none
 #     of strcpy, strcat, sprintf, atoi, strtok, gets in src/, cli/, server/
 #     and record/;
@@ -10,7 +11,8 @@
 #  4. the CLI and examples include only the public header (and cli.h;
 #     cli_serve.c also server/server.h), server/ only the public header, and
 #     record/ the public header plus the wire writer (wire/pb_write.h,
-#     common/base.h) and the Perfetto field numbers (perfetto/fields.h);
+#     common/base.h) and the Perfetto field numbers (perfetto/fields.h),
+#     and the Python extension (python/src/) only the public header;
 #  5. libtracemill exports only tm_* symbols, libtracemill_record only
 #     tm_recorder_* (needs the build dir).
 set -u
@@ -19,9 +21,14 @@ cd "$(dirname "$0")/.."
 fail=0
 say() { echo "checksrc: $*"; fail=1; }
 
-for f in $(ls src/*/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c 2>/dev/null); do
+for f in $(ls src/*/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c python/src/*.c 2>/dev/null); do
   first=$(head -c 2 "$f")
   [ "$first" = "/*" ] || [ "$first" = "//" ] || say "$f: must open with a comment saying what it owns"
+done
+
+for f in $(ls python/*.py python/tracemill/*.py python/tracemill/*.pyi python/tests/*.py python/tests/*.sh 2>/dev/null); do
+  line=$(head -n 1 "$f")
+  [ "${line:0:1}" = "#" ] || say "$f: must open with a comment saying what it owns"
 done
 
 for f in src/*/*.c src/*/*.h; do
@@ -55,6 +62,9 @@ done
 # The server layer sits above the library: the public header, never src/.
 grep -nE '#include "' server/*.[ch] | grep -vE '"(tracemill|server)\.h"' \
   | sed 's|^|checksrc: server may include only tracemill.h and server.h: |' | grep . && fail=1
+# The Python extension is a client of the library: the public header only.
+grep -nE '#include "' python/src/*.c | grep -vE '"tracemill\.h"' \
+  | sed 's|^|checksrc: the Python extension may include only tracemill.h: |' | grep . && fail=1
 # The recorder also sits above the library; it borrows only the protobuf writer.
 grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|record|wire/pb_write|common/base|perfetto/fields)\.h"' \
   | sed 's|^|checksrc: record may include only tracemill.h, record.h, wire/pb_write.h, common/base.h and perfetto/fields.h: |' | grep . && fail=1

@@ -2,14 +2,19 @@
 # install-deps.sh — installs the Debian packages tracemill's build and tests
 # need (clang and its libFuzzer runtime for make fuzz, valgrind for the
 # time-bound tests; for the consumer tests too: Go and pprof's sources, xmllint,
-# Chromium, Node.js), only when one is missing (idempotent; safe to run on
-# every make).
+# Chromium, Node.js, jq; for the Python package /usr/bin/python3's headers,
+# setuptools, pytest, numpy and pandas), only when one is missing
+# (idempotent). Run by `make deps`, `make test`, `make demo`, `make asan` and
+# the fuzz targets, never by a plain `make`. A library-only build (see
+# README, Install) needs only cmake, pkg-config, zlib, jansson, libdeflate,
+# SQLite and libzstd.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev libcriterion-dev
       libsqlite3-dev sqlite3 libedit-dev
       libmicrohttpd-dev librdkafka-dev libmsgpack-dev libyaml-dev libzstd-dev libbrotli-dev curl
       libcurl4-openssl-dev libunwind-dev libdw-dev clang libclang-rt-dev valgrind
-      golang-go golang-github-google-pprof-dev libxml2-utils chromium)
+      golang-go golang-github-google-pprof-dev libxml2-utils chromium jq
+      python3-dev python3-setuptools python3-pytest python3-numpy python3-pandas)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,8 +22,6 @@
 #define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
 #define CLK_MONOTONIC TM_PF_BUILTIN_CLOCK_MONOTONIC
 #define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
-#define BOOT0 1000000000ull
-#define UNIX0 1700000000000000000ull
 
 /* An iid above the decoder's dense-array bound (2^26): it lands in the
  * sparse hash map, whose growth must fail cleanly too. */
@@ -76,12 +74,12 @@ typedef struct input {
 
 static void clock_packet(tb_buf *t, uint32_t seq) {
     static const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME, CLK_MONOTONIC};
-    static const uint64_t vals[] = {BOOT0, UNIX0, 500000000ull};
+    static const uint64_t vals[] = {TB_BOOT0, TB_UNIX0, 500000000ull};
     tb_clock_snapshot(t, seq, ids, vals, N_OF(ids));
 }
 
 static void process_packets(tb_buf *t) {
-    size_t p = tb_packet_open(t, 0, BOOT0 + 1, 0);
+    size_t p = tb_packet_open(t, 0, TB_BOOT0 + 1, 0);
     size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     size_t pr = tb_open(t, TM_PF_PROCESS_TREE_PROCESSES);
     tb_uint(t, TM_PF_PROCESS_PID, 100);
@@ -92,14 +90,14 @@ static void process_packets(tb_buf *t) {
     tb_close(t, pt);
     tb_close(t, p);
 
-    p = tb_packet_open(t, 4, BOOT0 + 2, 0);
+    p = tb_packet_open(t, 4, TB_BOOT0 + 2, 0);
     size_t pd = tb_open(t, TM_PF_PACKET_PROCESS_DESCRIPTOR);
     tb_uint(t, TM_PF_PROCESS_DESC_PID, 100);
     tb_str(t, TM_PF_PROCESS_DESC_PROCESS_NAME, "app");
     tb_close(t, pd);
     tb_close(t, p);
 
-    p = tb_packet_open(t, 4, BOOT0 + 3, 0);
+    p = tb_packet_open(t, 4, TB_BOOT0 + 3, 0);
     size_t td = tb_open(t, TM_PF_PACKET_TRACK_DESCRIPTOR);
     tb_uint(t, TM_PF_TRACK_DESC_UUID, 77);
     size_t th = tb_open(t, TM_PF_TRACK_DESC_THREAD);
@@ -192,7 +190,7 @@ static void stack_samples(tb_buf *t, uint32_t seq) {
     tb_stack_sample s;
     memset(&s, 0, sizeof s);
     s.seq = seq;
-    s.ts = BOOT0 + 4000000ull;
+    s.ts = TB_BOOT0 + 4000000ull;
     s.task = 1;
     s.pid = 100;
     s.tid = 105;
@@ -207,7 +205,7 @@ static void stack_samples(tb_buf *t, uint32_t seq) {
     tb_stack_sample_packet(t, &s);
     memset(&s, 0, sizeof s);
     s.seq = seq;
-    s.ts = BOOT0 + 5000000ull;
+    s.ts = TB_BOOT0 + 5000000ull;
     s.flags = TB_SEQ_NEEDS;
     s.task_iid = 5;
     s.cs_iid = 9;
@@ -220,22 +218,22 @@ static void rich_trace(tb_buf *t) {
     process_packets(t);
     interned_packet(t, 1, 0);
     for (int k = 0; k < 6; k++)
-        tb_perf_sample(t, 1, BOOT0 + 1000000ull * (uint64_t)k, 100, k % 2 ? 101 : 100,
+        tb_perf_sample(t, 1, TB_BOOT0 + 1000000ull * (uint64_t)k, 100, k % 2 ? 101 : 100,
                        k % 3 == 2 ? SPARSE_IID : (uint64_t)(k % 3) + 1, TB_SEQ_NEEDS);
     streaming_sequence(t, 2);
     stack_samples(t, 3);
     /* A data loss then an incremental reset that re-interns new names. */
-    size_t p = tb_packet_open(t, 1, BOOT0 + 6500000ull, 0);
+    size_t p = tb_packet_open(t, 1, TB_BOOT0 + 6500000ull, 0);
     tb_uint(t, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     tb_close(t, p);
-    tb_perf_sample(t, 1, BOOT0 + 6600000ull, 100, 100, 1, TB_SEQ_NEEDS); /* stale: dropped */
+    tb_perf_sample(t, 1, TB_BOOT0 + 6600000ull, 100, 100, 1, TB_SEQ_NEEDS); /* stale: dropped */
     interned_packet(t, 1, 1);
-    tb_perf_sample(t, 1, BOOT0 + 7000000ull, 100, 103, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(t, 1, TB_BOOT0 + 7000000ull, 100, 103, 2, TB_SEQ_NEEDS);
     /* More samples of sequence 1, compressed; an unresolvable callstack too. */
     tb_buf inner = {0};
-    tb_perf_sample(&inner, 1, BOOT0 + 8000000ull, 100, 100, SPARSE_IID, TB_SEQ_NEEDS);
-    tb_perf_sample(&inner, 1, BOOT0 + 9000000ull, 100, 101, 1, TB_SEQ_NEEDS);
-    tb_perf_sample(&inner, 1, BOOT0 + 9500000ull, 100, 101, 99, TB_SEQ_NEEDS);
+    tb_perf_sample(&inner, 1, TB_BOOT0 + 8000000ull, 100, 100, SPARSE_IID, TB_SEQ_NEEDS);
+    tb_perf_sample(&inner, 1, TB_BOOT0 + 9000000ull, 100, 101, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&inner, 1, TB_BOOT0 + 9500000ull, 100, 101, 99, TB_SEQ_NEEDS);
     tb_compressed_packet(t, &inner);
     tb_free(&inner);
 }
@@ -272,7 +270,7 @@ static void grown_trace(tb_buf *t, uint64_t n_samples) {
     tb_close(t, p);
     for (uint64_t k = 0; k < n_samples; k++) {
         uint64_t jitter = k % 5 == 4 ? 3000000ull : 0; /* every fifth sample is later than the next */
-        tb_perf_sample(t, 1, BOOT0 + 1000000ull * k + jitter, 100, 100 + (uint32_t)(k % 24), k % 120 + 1,
+        tb_perf_sample(t, 1, TB_BOOT0 + 1000000ull * k + jitter, 100, 100 + (uint32_t)(k % 24), k % 120 + 1,
                        TB_SEQ_NEEDS);
     }
 }
@@ -638,7 +636,7 @@ static long sweep_export(const input *in, const input *base_in, const exporter *
 static void base_trace(tb_buf *t) {
     clock_packet(t, 1);
     interned_packet(t, 1, 0);
-    for (int k = 0; k < 4; k++) tb_perf_sample(t, 1, BOOT0 + 2000000ull * (uint64_t)k, 100, 100, 2, TB_SEQ_NEEDS);
+    for (int k = 0; k < 4; k++) tb_perf_sample(t, 1, TB_BOOT0 + 2000000ull * (uint64_t)k, 100, 100, 2, TB_SEQ_NEEDS);
 }
 
 static void sweep_all_exporters(const input *in, const input *base_in) {

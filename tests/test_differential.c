@@ -156,6 +156,18 @@ static void clock_entry(tb_buf *b, uint32_t id, uint64_t value, int incremental,
     tb_close(b, c);
 }
 
+/* A PerfSample of pid 7 / tid 8 timed in MONOTONIC. */
+static void mono_sample(tb_buf *b, uint64_t ts, uint64_t iid) {
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_NEEDS);
+    tb_uint(b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
+    size_t s = tb_open(b, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(b, TM_PF_PERF_SAMPLE_PID, 7);
+    tb_uint(b, TM_PF_PERF_SAMPLE_TID, 8);
+    tb_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, iid);
+    tb_close(b, s);
+    tb_close(b, p);
+}
+
 static const char *const abc[] = {"main", "run", "work"};
 static const char *const xyz[] = {"start", "loop", "poll"};
 
@@ -250,16 +262,7 @@ Test(differential, samples_in_a_non_boottime_clock) {
     tb_clock_snapshot(&b, 0, ids, at0, 3);
     tb_clock_snapshot(&b, 0, ids, at1, 3); /* MONOTONIC ran 100 µs slower in between */
     clear_and_intern(&b, 1, 1000000, abc, 3);
-    for (uint64_t ts = 600000; ts <= 3600000; ts += 500000) {
-        size_t p = tb_packet_open(&b, 1, ts, TB_SEQ_NEEDS);
-        tb_uint(&b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
-        size_t s = tb_open(&b, TM_PF_PACKET_PERF_SAMPLE);
-        tb_uint(&b, TM_PF_PERF_SAMPLE_PID, 7);
-        tb_uint(&b, TM_PF_PERF_SAMPLE_TID, 8);
-        tb_uint(&b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1 + ts / 500000 % 3);
-        tb_close(&b, s);
-        tb_close(&b, p);
-    }
+    for (uint64_t ts = 600000; ts <= 3600000; ts += 500000) mono_sample(&b, ts, 1 + ts / 500000 % 3);
     assert_agrees(&b, NULL, 7);
     tb_free(&b);
 }
@@ -454,16 +457,6 @@ Test(divergence, two_members_of_the_packet_oneof) {
 
 /* ---- clocks: one tracker (perfetto/clock.c) for both readers ---- */
 
-static void mono_sample(tb_buf *b, uint64_t ts, uint64_t iid) {
-    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_NEEDS);
-    tb_uint(b, TM_PF_PACKET_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
-    size_t s = tb_open(b, TM_PF_PACKET_PERF_SAMPLE);
-    tb_uint(b, TM_PF_PERF_SAMPLE_PID, 7);
-    tb_uint(b, TM_PF_PERF_SAMPLE_TID, 8);
-    tb_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, iid);
-    tb_close(b, s);
-    tb_close(b, p);
-}
 
 /* Both readers agree, and the profile model keeps samples at want[]. */
 static void assert_times(const tb_buf *b, const int64_t *want, size_t n) {
@@ -534,11 +527,12 @@ Test(divergence, trace_clock_going_backwards_rejects_the_snapshot) {
     tb_free(&b);
 }
 
-/* (i) A StackSample with both an inline callstack and a callstack_iid (and
- * both task contexts): the inline ones win wherever they are on the wire,
- * as Trace Processor reads them (found by fuzz_differential: the profile
- * model took the last one). */
-Test(divergence, stack_sample_inline_callstack_wins_over_its_iid) {
+/* (i) A StackSample with both an inline callstack and a callstack_iid, and
+ * both task contexts: wherever they are on the wire, the interned callstack
+ * wins and the inline task context wins, as Trace Processor reads them
+ * (found by fuzz_differential: the profile model took the last one, the
+ * SQL model the inline callstack). */
+Test(divergence, stack_sample_interned_callstack_and_inline_task_win) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
     size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
@@ -549,6 +543,7 @@ Test(divergence, stack_sample_inline_callstack_wins_over_its_iid) {
     const char *const frames[] = {"root", "leaf"};
     tb_stack_sample s = {.ts = 1000, .seq = 1, .flags = TB_SEQ_NEEDS, .task = 1, .pid = 40, .tid = 42,
                          .task_iid = 5, .frames = frames, .n_frames = 2, .inline_cs = 1, .cs_iid = 3};
+    /* the builder writes the inline task before its iid, the inline callstack before its iid */
     tb_stack_sample_packet(&b, &s);
     assert_agrees(&b, NULL, 1);
     tm_trace *t = NULL;
@@ -556,7 +551,7 @@ Test(divergence, stack_sample_inline_callstack_wins_over_its_iid) {
     const tm_profile *pr = tm_trace_profile(t);
     cr_assert_eq(pr->n_samples, 1);
     cr_assert_eq(pr->threads[pr->samples[0].thread].tid, 42, "the inline task context's thread");
-    cr_assert_eq(pr->stacks[pr->samples[0].stack].len, 2, "the inline callstack, not iid 3 (3 frames)");
+    cr_assert_eq(pr->stacks[pr->samples[0].stack].len, 3, "the interned callstack 3 (3 frames), not the inline one");
     tm_trace_free(t);
     tb_free(&b);
 }

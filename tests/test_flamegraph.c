@@ -25,7 +25,6 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define BOOT0 1000000000ull
 #define MAX_FRAMES 8
 #define AVAIL 1180.0 /* default width 1200 minus 2 x 10 px padding */
 #define HEADER 72.0
@@ -71,7 +70,7 @@ static const char *fn_of(const char *key, size_t *len) {
 static tb_buf build(const stk *stacks, size_t n) {
     tb_buf t = {0};
     const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
+    const uint64_t vals[2] = {TB_BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(&t, 0, ids, vals, 2);
     size_t p = tb_packet_open(&t, 2, 1, 0);
     size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
@@ -107,7 +106,7 @@ static tb_buf build(const stk *stacks, size_t n) {
     }
     tb_close(&t, in);
     tb_close(&t, pkt);
-    uint64_t ts = BOOT0;
+    uint64_t ts = TB_BOOT0;
     for (size_t i = 0; i < n; i++)
         for (unsigned k = 0; k < stacks[i].count; k++) tb_perf_sample(&t, 1, ts += 1000, 10, stacks[i].tid, i + 1, 0);
     strtab_free(&fns);

@@ -11,7 +11,9 @@
  * (stacks on one side only, filters matching one side), folded input
  * (CRLF, comments, blanks, spaces in frames, "[no frames]", errors with
  * byte offsets and line numbers, limits), the write -> read -> write round
- * trip, and every allocation failure of reader and writers.
+ * trip, every allocation failure of reader and writers, and the public
+ * accessors the folded lines are made of (tm_trace_sample, tm_trace_stack,
+ * tm_trace_frame_label: what the Python package reads).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -24,7 +26,6 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define BOOT0 1000000000ull
 
 /* Function name iids. */
 enum { FN_MAIN = 1, FN_WORK, FN_DUP, FN_ODD, FN_LEAF };
@@ -89,7 +90,7 @@ static void add_threads(tb_buf *t) {
 
 static void build(tb_buf *t, const smp *s, size_t n) {
     const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
+    const uint64_t vals[2] = {TB_BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     add_threads(t);
     add_interned(t);
@@ -136,9 +137,9 @@ static char *folded_diff(const tm_trace *a, const tm_trace *b, const tm_folded_o
 
 /* The trace most tests use: what each stack holds is in the comments. */
 static const smp MIXED[] = {
-    {BOOT0 + 1000, 10, CS_MAIN_WORK}, {BOOT0 + 2000, 10, CS_MAIN_WORK}, {BOOT0 + 3000, 11, CS_MAIN_WORK},
-    {BOOT0 + 4000, 10, CS_DUP_A},     {BOOT0 + 5000, 11, CS_DUP_A},     {BOOT0 + 6000, 12, CS_DUP_B},
-    {BOOT0 + 7000, 11, CS_DEEP},      {BOOT0 + 8000, 10, CS_EMPTY},     {BOOT0 + 9000, 12, CS_EMPTY},
+    {TB_BOOT0 + 1000, 10, CS_MAIN_WORK}, {TB_BOOT0 + 2000, 10, CS_MAIN_WORK}, {TB_BOOT0 + 3000, 11, CS_MAIN_WORK},
+    {TB_BOOT0 + 4000, 10, CS_DUP_A},     {TB_BOOT0 + 5000, 11, CS_DUP_A},     {TB_BOOT0 + 6000, 12, CS_DUP_B},
+    {TB_BOOT0 + 7000, 11, CS_DEEP},      {TB_BOOT0 + 8000, 10, CS_EMPTY},     {TB_BOOT0 + 9000, 12, CS_EMPTY},
 };
 
 /* The trace's names are views into b: free b after the trace. */
@@ -233,7 +234,7 @@ Test(folded_out, thread_filter_by_tid_and_name) {
 }
 
 Test(folded_out, labels_cannot_break_the_format) {
-    const smp s[] = {{BOOT0 + 1000, 10, CS_ODD}, {BOOT0 + 2000, 10, CS_ADDR}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_ODD}, {TB_BOOT0 + 2000, 10, CS_ADDR}};
     tb_buf b = {0};
     build(&b, s, 2);
     tm_trace *t = parse(b.data, b.len);
@@ -298,8 +299,8 @@ Test(folded_out, sink_failure_is_io_error) {
 Test(folded_diff, two_columns_with_stacks_of_either_side) {
     tb_buf mb = {0};
     tm_trace *base = mixed_trace(&mb);
-    const smp s[] = {{BOOT0 + 1000, 10, CS_MAIN_WORK}, {BOOT0 + 2000, 10, CS_ODD}, {BOOT0 + 3000, 12, CS_DUP_B},
-                     {BOOT0 + 4000, 12, CS_DUP_A},     {BOOT0 + 5000, 11, CS_ODD}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_MAIN_WORK}, {TB_BOOT0 + 2000, 10, CS_ODD}, {TB_BOOT0 + 3000, 12, CS_DUP_B},
+                     {TB_BOOT0 + 4000, 12, CS_DUP_A},     {TB_BOOT0 + 5000, 11, CS_ODD}};
     tb_buf b = {0};
     build(&b, s, 5);
     tm_trace *now = parse(b.data, b.len);
@@ -540,6 +541,79 @@ Test(folded_in, limits_are_enforced) {
     expect_error("a;b 1\nb;c 1\nd 1\n", &lim, TM_ERR_LIMIT, 12, "max_unique_frames");
 }
 
+/* ==== sample, stack and frame accessors ================================= */
+
+/* The label of frame i (it fits in 64 bytes). */
+static const char *label(const tm_trace *t, size_t i, char buf[64]) {
+    size_t len;
+    cr_assert_eq(tm_trace_frame_label(t, i, buf, 64, &len), TM_OK);
+    cr_assert_eq(strlen(buf), len);
+    return buf;
+}
+
+Test(accessors, samples_stacks_and_labels) {
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_ODD}, {TB_BOOT0 + 2000, 11, CS_ADDR}, {TB_BOOT0 + 3000, 12, CS_EMPTY},
+                     {TB_BOOT0 + 4000, 12, CS_DEEP}};
+    tb_buf b = {0};
+    build(&b, s, 4);
+    tm_trace *t = parse(b.data, b.len);
+    cr_assert_eq(tm_trace_sample_count(t), 4);
+    /* Each stack's labels leaf first, unsanitised (the folded writer turns ';' into ':'). */
+    const char *want[4][3] = {{ODD, "main", NULL}, {"0x70 (libx.so)", "main", NULL}, {NULL}, {"leaf", "work", "main"}};
+    for (size_t i = 0; i < 4; i++) {
+        tm_sample_info si;
+        cr_assert_eq(tm_trace_sample(t, i, &si), TM_OK);
+        cr_assert_eq(si.ts, (int64_t)s[i].ts);
+        cr_assert_eq(si.weight, 1);
+        tm_thread_info ti;
+        cr_assert_eq(tm_trace_thread(t, si.thread, &ti), TM_OK);
+        cr_assert_eq(ti.tid, s[i].tid);
+        const uint32_t *frames;
+        size_t n, depth = 0;
+        cr_assert_eq(tm_trace_stack(t, si.stack, &frames, &n), TM_OK);
+        while (depth < 3 && want[i][depth]) depth++;
+        cr_assert_eq(n, depth, "sample %zu", i);
+        cr_assert_eq(frames == NULL, depth == 0);
+        for (size_t d = 0; d < n; d++) {
+            char buf[64];
+            cr_assert_str_eq(label(t, frames[d], buf), want[i][d]);
+        }
+    }
+    cr_assert_leq(tm_trace_stack_count(t), 4);
+    cr_assert_geq(tm_trace_frame_count(t), 5);
+    tm_sample_info si;
+    const uint32_t *frames;
+    size_t n;
+    char buf[8];
+    cr_assert_eq(tm_trace_sample(t, 4, &si), TM_ERR_INVALID_ARG);
+    cr_assert_eq(tm_trace_stack(t, tm_trace_stack_count(t), &frames, &n), TM_ERR_INVALID_ARG);
+    cr_assert_eq(tm_trace_frame_label(t, tm_trace_frame_count(t), buf, sizeof buf, &n), TM_ERR_INVALID_ARG);
+    cr_assert_eq(tm_trace_sample_count(NULL), 0);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(accessors, labels_are_cut_to_the_buffer_and_folded_weights_kept) {
+    tm_trace *t = parse_folded("main;a_long_function_name 3\n");
+    cr_assert_eq(tm_trace_sample_count(t), 1);
+    tm_sample_info si;
+    cr_assert_eq(tm_trace_sample(t, 0, &si), TM_OK);
+    cr_assert_eq(si.weight, 3);
+    cr_assert_eq(si.ts, 0);
+    const uint32_t *frames;
+    size_t n, len;
+    cr_assert_eq(tm_trace_stack(t, si.stack, &frames, &n), TM_OK);
+    cr_assert_eq(n, 2);
+    char buf[8];
+    cr_assert_eq(tm_trace_frame_label(t, frames[0], buf, sizeof buf, &len), TM_OK);
+    cr_assert_eq(len, strlen("a_long_function_name"));
+    cr_assert_str_eq(buf, "a_long_");
+    cr_assert_eq(tm_trace_frame_label(t, frames[0], NULL, 0, &len), TM_OK);
+    cr_assert_eq(len, strlen("a_long_function_name"));
+    cr_assert_eq(tm_trace_frame_label(t, frames[0], NULL, 1, &len), TM_ERR_INVALID_ARG);
+    tm_trace_free(t);
+}
+
 /* ==== round trip ======================================================= */
 
 static void round_trip(const void *data, size_t len, const tm_folded_options *o) {
@@ -569,8 +643,8 @@ static void round_trip(const void *data, size_t len, const tm_folded_options *o)
 }
 
 Test(folded_round_trip, built_trace_with_odd_names_and_prefix) {
-    const smp s[] = {{BOOT0 + 1000, 10, CS_ODD}, {BOOT0 + 2000, 10, CS_ADDR}, {BOOT0 + 3000, 11, CS_EMPTY},
-                     {BOOT0 + 4000, 12, CS_DEEP}, {BOOT0 + 5000, 12, CS_DUP_A}, {BOOT0 + 6000, 12, CS_DUP_B}};
+    const smp s[] = {{TB_BOOT0 + 1000, 10, CS_ODD}, {TB_BOOT0 + 2000, 10, CS_ADDR}, {TB_BOOT0 + 3000, 11, CS_EMPTY},
+                     {TB_BOOT0 + 4000, 12, CS_DEEP}, {TB_BOOT0 + 5000, 12, CS_DUP_A}, {TB_BOOT0 + 6000, 12, CS_DUP_B}};
     tb_buf b = {0};
     build(&b, s, 6);
     round_trip(b.data, b.len, NULL);

@@ -62,11 +62,6 @@ static void put(tb_buf *t, const char *bytes, size_t n) { tb_raw(t, bytes, n); }
 #define PUT(t, lit) put((t), (lit), sizeof(lit) - 1)
 
 /* BOOTTIME 1 s = REALTIME 1.7e9 s on sequence 1. */
-static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
-    tb_clock_snapshot(t, 1, ids, vals, 2);
-}
 
 /* interned_data on `seq` with the cleared flag: functions main, work, leaf,
  * a frame for each, callstack 1 = main > work > leaf. */
@@ -91,7 +86,7 @@ static void samples(tb_buf *t, uint64_t cs, int n) {
 
 /* A trace that converts in every mode: clock, interned data, n samples. */
 static void valid_trace(tb_buf *t, int n) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     interned_packet(t, 1);
     samples(t, 1, n);
 }
@@ -288,7 +283,7 @@ BUILDER(truncated_inside_perf_sample) {
     tb_free(&s);
 }
 BUILDER(truncated_inside_interned_data) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     tb_tag(t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
     tb_varint(t, 40); /* 3 bytes follow inside the packet */
@@ -297,7 +292,7 @@ BUILDER(truncated_inside_interned_data) {
     samples(t, 1, 1);
 }
 BUILDER(truncated_interned_string) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t f = tb_open(t, TM_PF_INTERNED_FUNCTION_NAMES);
     tb_uint(t, TM_PF_INTERNED_IID, 1);
@@ -308,7 +303,7 @@ BUILDER(truncated_interned_string) {
     close2(t, o);
 }
 BUILDER(truncated_packed_frame_ids) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
     tb_uint(t, TM_PF_INTERNED_IID, 1);
@@ -382,7 +377,7 @@ BUILDER(varint_10_bytes_overflowing_64_bits) {
     tb_close(t, p);
 }
 BUILDER(varint_11_bytes_frame_id) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
     tb_uint(t, TM_PF_INTERNED_IID, 1);
@@ -402,7 +397,7 @@ BUILDER(length_2pow64_minus_1_top_level) {
     PUT(t, "\x08\x01");
 }
 BUILDER(length_2pow64_minus_1_interned_data) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     tb_tag(t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
     tb_varint(t, UINT64_MAX);
@@ -411,7 +406,7 @@ BUILDER(length_2pow64_minus_1_interned_data) {
     samples(t, 1, 1);
 }
 BUILDER(length_2pow63_function_name) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t f = tb_open(t, TM_PF_INTERNED_FUNCTION_NAMES);
     tb_uint(t, TM_PF_INTERNED_IID, 1);
@@ -422,7 +417,7 @@ BUILDER(length_2pow63_function_name) {
     close2(t, o);
 }
 BUILDER(length_2pow64_minus_2_frame_ids) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
     tb_uint(t, TM_PF_INTERNED_IID, 1);
@@ -479,7 +474,7 @@ BUILDER(wire_sequence_id_as_fixed32) {
     tb_close(t, p);
 }
 BUILDER(wire_interned_data_as_varint) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     tb_uint(t, TM_PF_PACKET_INTERNED_DATA, 1);
     tb_close(t, p);
@@ -501,7 +496,7 @@ BUILDER(wire_callstack_iid_as_bytes) {
     tb_close(t, p);
 }
 BUILDER(wire_frame_ids_as_fixed64) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     size_t c = tb_open(t, TM_PF_INTERNED_CALLSTACKS);
     tb_uint(t, TM_PF_INTERNED_IID, 1);
@@ -542,7 +537,7 @@ BUILDER(deep_nesting_unknown_packet_field) {
     samples(t, 1, 2);
 }
 BUILDER(deep_nesting_inside_interned_data) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     interned_packet(t, 1);
     open2 o = interned_open(t, 0);
     nest(t, 999, 4000);
@@ -568,7 +563,7 @@ BUILDER(gen_million_empty_packets) {
 
 /* -- interning -- */
 BUILDER(interned_iids_2pow64_minus_1) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, UINT64_MAX, "main", 4);
     tb_frame(t, UINT64_MAX, UINT64_MAX, 0, 0x10);
@@ -620,7 +615,7 @@ BUILDER(mapping_missing_paths_and_build_id) { with_interned(t, missing_path_and_
 
 /* A recursive callstack of n frames (all frame 1). */
 static void deep_stack(tb_buf *t, size_t n) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "recurse", 7);
     tb_frame(t, 1, 1, 0, 0x40);
@@ -697,7 +692,7 @@ BUILDER(perf_sample_timestamp_2pow64_minus_1) {
     tb_perf_sample(t, 1, UINT64_MAX, 100, 100, 1, TB_SEQ_NEEDS);
 }
 BUILDER(thread_reference_time_negative) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_CLEARED);
     size_t d = tb_open(t, TM_PF_PACKET_THREAD_DESCRIPTOR);
     tb_uint(t, TM_PF_THREAD_DESC_PID, 100);
@@ -800,7 +795,7 @@ BUILDER(compressed_garbage) { valid_trace(t, 1); compressed_field(t, "this is no
 
 /* -- names -- */
 static void names_trace(tb_buf *t, const char *a, size_t an, const char *b, size_t bn) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     open2 o = interned_open(t, TB_SEQ_CLEARED);
     tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1, a, an);
     tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 2, b, bn);

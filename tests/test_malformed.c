@@ -62,11 +62,6 @@ static size_t close_at(tb_buf *t, size_t mark, size_t pos) {
     return pos >= mark ? pos + (t->len - before) : pos;
 }
 
-static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    static const uint64_t vals[] = {1000000000ull, 1700000000000000000ull};
-    tb_clock_snapshot(t, 1, ids, vals, 2);
-}
 
 /* interned_data on seq 1 with SEQ_INCREMENTAL_STATE_CLEARED: three functions,
  * three frames without mapping, callstack 1 = {1, 2}. */
@@ -85,7 +80,7 @@ static void interned_packet(tb_buf *t) {
 
 /* A valid trace: clock snapshot, interned data, n perf samples on seq 1. */
 static void valid_trace(tb_buf *t, int n) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     interned_packet(t);
     for (int k = 0; k < n; k++)
         tb_perf_sample(t, 1, 2000000000ull + 1000000ull * (uint64_t)k, 100, 100, 1, TB_SEQ_NEEDS);
@@ -199,7 +194,7 @@ Test(malformed, truncated_varint_in_third_packet) {
      * matters is the packet's, not the input's. */
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         interned_packet(&t);
         size_t at = t.len;
         tb_raw(&t, "\x0a\x03\x40\x80\x80", 5);
@@ -276,7 +271,7 @@ Test(malformed, length_past_end_top_level_packet) {
 Test(malformed, length_past_end_of_interned_data) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t bad = t.len;
         tb_tag(&t, TM_PF_PACKET_INTERNED_DATA, TM_PB_LEN);
@@ -292,7 +287,7 @@ Test(malformed, length_past_end_of_interned_data) {
 Test(malformed, length_past_end_of_interned_frame) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
@@ -362,7 +357,7 @@ Test(malformed, packet_timestamp_sent_as_fixed64) {
 Test(malformed, interned_frame_iid_sent_as_len) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t f = tb_open(&t, TM_PF_INTERNED_FRAMES);
@@ -382,7 +377,7 @@ Test(malformed, garbage_inside_interned_data) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         /* a tag cut by the end of interned_data */
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main", 4);
@@ -394,7 +389,7 @@ Test(malformed, garbage_inside_interned_data) {
         tb_free(&t);
 
         /* wire type 7 inside a Frame */
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t f = tb_open(&t, TM_PF_INTERNED_FRAMES);
@@ -409,7 +404,7 @@ Test(malformed, garbage_inside_interned_data) {
         tb_free(&t);
 
         /* a packed Callstack.frame_ids whose last element is cut */
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t c = tb_open(&t, TM_PF_INTERNED_CALLSTACKS);
@@ -425,7 +420,7 @@ Test(malformed, garbage_inside_interned_data) {
         tb_free(&t);
 
         /* a mapping path id sent as fixed32 */
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         size_t mp = tb_open(&t, TM_PF_INTERNED_MAPPINGS);
@@ -662,21 +657,48 @@ Test(limits, max_samples) {
     }
 }
 
+/* Both encodings of frame_ids: unpacked ones (as writers emit them) take
+ * the reader's one-pass scan, packed ones its general check. */
 Test(limits, max_stack_depth) {
-    for (size_t m = 0; m < N_OF(modes); m++) {
-        tb_buf t = {0};
-        clock_packet(&t);
-        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
-        static const uint64_t two[] = {1, 2}, three[] = {1, 2, 3};
-        tb_callstack(&t, 1, two, 2, 1);
-        size_t bad = t.len;
-        tb_callstack(&t, 2, three, 3, 0); /* unpacked: counted all the same */
-        bad = close_at(&t, i, bad);
-        bad = close_at(&t, p, bad);
-        expect_exact_limit(&t, modes[m], LIMIT(max_stack_depth), 3, bad, bad);
-        tb_free(&t);
-    }
+    for (size_t m = 0; m < N_OF(modes); m++)
+        for (int packed = 0; packed < 2; packed++) {
+            tb_buf t = {0};
+            tb_standard_clocks(&t, 1);
+            size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+            size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+            static const uint64_t two[] = {1, 2}, three[] = {1, 2, 300};
+            tb_callstack(&t, 1, two, 2, !packed);
+            size_t bad = t.len;
+            tb_callstack(&t, 2, three, 3, packed);
+            bad = close_at(&t, i, bad);
+            bad = close_at(&t, p, bad);
+            expect_exact_limit(&t, modes[m], LIMIT(max_stack_depth), 3, bad, bad);
+            tb_free(&t);
+        }
+}
+
+/* A frame id whose varint runs past its callstack: the same error, at the
+ * same offset, whichever path reads it. */
+Test(malformed, frame_id_varint_past_its_callstack) {
+    tb_buf t = {0};
+    tb_standard_clocks(&t, 1);
+    size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    size_t cs = tb_open(&t, TM_PF_INTERNED_CALLSTACKS);
+    tb_uint(&t, TM_PF_INTERNED_IID, 1);
+    tb_uint(&t, TM_PF_CALLSTACK_FRAME_IDS, 5);
+    tb_tag(&t, TM_PF_CALLSTACK_FRAME_IDS, TM_PB_VARINT);
+    size_t at = t.len;
+    tb_raw(&t, "\x80\x80", 2); /* continuation bits, then the end of the callstack */
+    tb_close(&t, cs);
+    tb_close(&t, i);
+    tb_close(&t, p);
+    tm_error err;
+    cr_assert_eq(parse_buf(&t, TM_MODE_DEFAULT, NULL, &err), TM_ERR_TRUNCATED, "%s", err.message);
+    cr_assert(strstr(err.message, "Callstack: truncated varint"), "message: %s", err.message);
+    cr_assert(err.offset >= at - 1 && err.offset <= at + 3, "offset %llu, the varint at %zu",
+              (unsigned long long)err.offset, at);
+    tb_free(&t);
 }
 
 Test(limits, max_sequences) {
@@ -713,7 +735,7 @@ Test(limits, max_packet_bytes) {
 Test(limits, max_unique_frames) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         interned_packet(&t);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
@@ -732,7 +754,7 @@ Test(limits, max_unique_frames) {
 Test(limits, max_path_segments) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         static const uint64_t paths[] = {1, 2, 3};
@@ -749,7 +771,7 @@ Test(limits, max_path_segments) {
 Test(limits, max_interned_entries) {
     for (size_t m = 0; m < N_OF(modes); m++) {
         tb_buf t = {0};
-        clock_packet(&t);
+        tb_standard_clocks(&t, 1);
         size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
         tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "a", 1);

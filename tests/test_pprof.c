@@ -332,7 +332,6 @@ static void check_ids(const d_profile *d) {
 
 /* ==== building traces ==================================================== */
 
-#define BOOT0 1000000000ull          /* BOOTTIME of the clock snapshot */
 #define REAL0 1700000001000000000ull /* REALTIME at the same instant */
 #define PERIOD 10000000ull           /* 10 ms between a thread's samples */
 #define PID 42
@@ -348,12 +347,12 @@ enum {
 
 static void add_clock(tb_buf *t) {
     const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[2] = {BOOT0, REAL0};
+    const uint64_t vals[2] = {TB_BOOT0, REAL0};
     tb_clock_snapshot(t, 0, ids, vals, 2);
 }
 
 static void add_thread_names(tb_buf *t) {
-    size_t p = tb_packet_open(t, 2, BOOT0, 0);
+    size_t p = tb_packet_open(t, 2, TB_BOOT0, 0);
     size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
     tb_pt_thread(t, 43, PID, "RenderThread");
     tb_close(t, pt);
@@ -397,13 +396,13 @@ typedef struct smp {
 /* Thread 42 (the main thread: tid == pid) and 43 ("RenderThread") take
  * turns, each sampling every PERIOD ns. */
 static const smp SAMPLES[] = {
-    {BOOT0, 42, CS_MAIN_FOO},
-    {BOOT0 + 1000, 43, CS_NATIVE},
-    {BOOT0 + PERIOD, 42, CS_JAVA},
-    {BOOT0 + PERIOD + 1000, 43, CS_NATIVE},
-    {BOOT0 + 2 * PERIOD, 42, CS_MAIN_FOO},
-    {BOOT0 + 2 * PERIOD + 1000, 43, CS_UNNAMED},
-    {BOOT0 + 3 * PERIOD, 42, CS_MAIN_FOO},
+    {TB_BOOT0, 42, CS_MAIN_FOO},
+    {TB_BOOT0 + 1000, 43, CS_NATIVE},
+    {TB_BOOT0 + PERIOD, 42, CS_JAVA},
+    {TB_BOOT0 + PERIOD + 1000, 43, CS_NATIVE},
+    {TB_BOOT0 + 2 * PERIOD, 42, CS_MAIN_FOO},
+    {TB_BOOT0 + 2 * PERIOD + 1000, 43, CS_UNNAMED},
+    {TB_BOOT0 + 3 * PERIOD, 42, CS_MAIN_FOO},
 };
 #define N_SAMPLES (sizeof SAMPLES / sizeof *SAMPLES)
 
@@ -450,7 +449,7 @@ static void write_and_decode(const tm_trace *tr, const tm_pprof_options *opts, d
 /* The built sample whose Unix timestamp this is. */
 static const smp *sample_at(const smp *s, size_t n, uint64_t unix_ns) {
     for (size_t i = 0; i < n; i++)
-        if (s[i].ts - BOOT0 + REAL0 == unix_ns) return &s[i];
+        if (s[i].ts - TB_BOOT0 + REAL0 == unix_ns) return &s[i];
     cr_assert_fail("no sample at %llu", (unsigned long long)unix_ns);
     return NULL;
 }
@@ -665,9 +664,9 @@ static void cpu_by_thread(const d_profile *d, int64_t cpu[2], const int64_t tids
 Test(pprof, inferred_periods_keep_cpu_time_within_each_thread_span) {
     smp s[1002];
     size_t n = 0;
-    for (int i = 0; i < 1000; i++) s[n++] = (smp){BOOT0 + (uint64_t)i * 1000000, 42, CS_MAIN_FOO};
-    s[n++] = (smp){BOOT0 + 100000000 + 500, 43, CS_NATIVE};
-    s[n++] = (smp){BOOT0 + 900000000 + 500, 43, CS_NATIVE};
+    for (int i = 0; i < 1000; i++) s[n++] = (smp){TB_BOOT0 + (uint64_t)i * 1000000, 42, CS_MAIN_FOO};
+    s[n++] = (smp){TB_BOOT0 + 100000000 + 500, 43, CS_NATIVE};
+    s[n++] = (smp){TB_BOOT0 + 900000000 + 500, 43, CS_NATIVE};
     /* samples in time order, as a trace holds them */
     for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0 && s[j - 1].ts > s[j].ts; j--) {
@@ -698,7 +697,7 @@ Test(pprof, inferred_periods_keep_cpu_time_within_each_thread_span) {
     /* tid 42 samples in bursts: 5 gaps of 100 ms, 4 of 1 ms -> median
      * 100 ms, but 10 samples span only 504 ms: lowered to the mean gap. */
     n = 0;
-    uint64_t ts = BOOT0;
+    uint64_t ts = TB_BOOT0;
     for (int i = 0; i < 10; i++) {
         s[n++] = (smp){ts, 42, CS_MAIN_FOO};
         ts += i < 5 ? 100000000 : 1000000;
@@ -836,9 +835,9 @@ Test(pprof, large_profile_across_members) {
     uint64_t ts_sum = 0, deep_samples = 0;
     for (uint64_t i = 0; i < N; i++) {
         uint64_t cs = 1 + (i * 2654435761u) % N_STACKS;
-        uint64_t ts = BOOT0 + i * 250000 + (i % 7);
+        uint64_t ts = TB_BOOT0 + i * 250000 + (i % 7);
         tb_perf_sample(&t, 1, ts, PID, (uint32_t)(100 + i % 4), cs, 0);
-        ts_sum += ts - BOOT0 + REAL0;
+        ts_sum += ts - TB_BOOT0 + REAL0;
         deep_samples += cs == N_STACKS;
     }
     tm_trace *tr = parse(&t);

@@ -61,7 +61,6 @@ static tu_membuf jw_capture_seconds(int64_t ns) {
 
 /* ---- trace building ---- */
 
-#define BOOT0 1000000000ull            /* BOOTTIME of the clock snapshot */
 #define REAL0 1700000001000000000ull   /* REALTIME at the same instant */
 
 static const uint8_t BUILD_ID[20] = {0xb0, 0x3e, 0x4a, 0x7f, 0x5e, 0x88, 0x4c, 0x8d, 0xa0, 0x4b,
@@ -81,7 +80,7 @@ static const char ODD_NAME[] = "a\"b\\\n\xff\xc0\xafz";
 
 static void add_clock(tb_buf *t) {
     const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[2] = {BOOT0, REAL0};
+    const uint64_t vals[2] = {TB_BOOT0, REAL0};
     tb_clock_snapshot(t, 0, ids, vals, 2);
 }
 
@@ -180,7 +179,7 @@ static json_t *load_json(const tu_membuf *m) {
     "\"client_sdk\":{\"name\":\"sentry-android\",\"version\":\"1.0\"}"
 static const char META[] = "{\"version\":\"2\"," META_FIELDS "}";
 
-static const smp TWO_SAMPLES[2] = {{BOOT0, 42, 42, CS_MAIN_FOO}, {BOOT0 + 10000000, 42, 42, CS_MAIN_FOO}};
+static const smp TWO_SAMPLES[2] = {{TB_BOOT0, 42, 42, CS_MAIN_FOO}, {TB_BOOT0 + 10000000, 42, 42, CS_MAIN_FOO}};
 
 /* ==== tm_format_f64 ==================================================== */
 
@@ -367,7 +366,7 @@ Test(json_string, replaces_invalid_utf8_bytes) {
  * keeps its address but has no "function". Default mode repairs them. */
 Test(json_string, invalid_utf8_function_names_per_mode) {
     tb_buf t = {0};
-    const smp s[2] = {{BOOT0, 42, 42, CS_ODD_NAME}, {BOOT0 + 1000000, 42, 42, CS_ODD_NAME}};
+    const smp s[2] = {{TB_BOOT0, 42, 42, CS_ODD_NAME}, {TB_BOOT0 + 1000000, 42, 42, CS_ODD_NAME}};
     build_trace(&t, s, 2);
     tu_membuf out = convert_ok(&t, TM_MODE_RELAY, META);
     cr_expect(strstr(out.data, "\"frames\":[{\"instruction_addr\":\"0x3000\",\"platform\":\"native\"}]"),
@@ -492,7 +491,7 @@ Test(meta, top_level_key_order_and_sdk_images_first) {
         "\"profiler_id\":\"4d229f1d3807421ba62a5f8bc295d836\","
         "\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\"}";
     tb_buf t = {0};
-    const smp s[2] = {{BOOT0, 42, 42, CS_NATIVE_IMG}, {BOOT0 + 10000000, 42, 42, CS_NATIVE_IMG}};
+    const smp s[2] = {{TB_BOOT0, 42, 42, CS_NATIVE_IMG}, {TB_BOOT0 + 10000000, 42, 42, CS_NATIVE_IMG}};
     build_trace(&t, s, 2);
     tu_membuf out = convert_ok(&t, TM_MODE_RELAY, meta);
     json_t *root = load_json(&out);
@@ -529,7 +528,7 @@ Test(meta, top_level_key_order_and_sdk_images_first) {
 static tm_status convert_two(tm_mode mode, uint64_t span_ns, const tm_limits *lim, tu_membuf *out,
                              tm_error *err) {
     tb_buf t = {0};
-    const smp s[2] = {{BOOT0, 42, 42, CS_MAIN_FOO}, {BOOT0 + span_ns, 42, 42, CS_MAIN_FOO}};
+    const smp s[2] = {{TB_BOOT0, 42, 42, CS_MAIN_FOO}, {TB_BOOT0 + span_ns, 42, 42, CS_MAIN_FOO}};
     build_trace(&t, s, 2);
     tm_options opts = {0};
     opts.mode = mode;
@@ -588,10 +587,10 @@ Test(duration, default_mode_has_no_limit_unless_configured) {
  * and a later step drops their thread_metadata. */
 Test(normalize, remove_single_samples_drops_whole_threads) {
     tb_buf t = {0};
-    const smp s[4] = {{BOOT0, 42, 42, CS_MAIN_FOO},
-                      {BOOT0 + 10000000, 42, 42, CS_EMPTY},
-                      {BOOT0 + 20000000, 42, 43, CS_MAIN_FOO},
-                      {BOOT0 + 30000000, 42, 43, CS_MAIN_FOO}};
+    const smp s[4] = {{TB_BOOT0, 42, 42, CS_MAIN_FOO},
+                      {TB_BOOT0 + 10000000, 42, 42, CS_EMPTY},
+                      {TB_BOOT0 + 20000000, 42, 43, CS_MAIN_FOO},
+                      {TB_BOOT0 + 30000000, 42, 43, CS_MAIN_FOO}};
     build_trace(&t, s, 4);
     tm_options opts = {0};
     opts.mode = TM_MODE_RELAY;
@@ -621,7 +620,7 @@ Test(normalize, remove_single_samples_drops_whole_threads) {
  * 0x0000000FFFFFFFFF) from instruction_addr only when platform is cocoa. */
 Test(normalize, pointer_auth_bits_stripped_only_for_cocoa) {
     tb_buf t = {0};
-    const smp s[2] = {{BOOT0, 42, 42, CS_PAC}, {BOOT0 + 1000000, 42, 42, CS_PAC}};
+    const smp s[2] = {{TB_BOOT0, 42, 42, CS_PAC}, {TB_BOOT0 + 1000000, 42, 42, CS_PAC}};
     build_trace(&t, s, 2);
     tu_membuf out = convert_ok(&t, TM_MODE_RELAY, META);
     cr_expect(strstr(out.data, "\"instruction_addr\":\"0x8000001234567\""), "android: %s", out.data);
@@ -653,10 +652,10 @@ static void add_process_tree(tb_buf *t) {
 Test(default_mode, named_threads_with_samples_appear_and_pid_thread_is_main) {
     tb_buf t = {0};
     add_process_tree(&t);
-    const smp s[4] = {{BOOT0, 42, 42, CS_MAIN_FOO},
-                      {BOOT0 + 1000000, 42, 43, CS_MAIN_FOO},
-                      {BOOT0 + 2000000, 42, 43, CS_MAIN_FOO},
-                      {BOOT0 + 3000000, 42, 45, CS_MAIN_FOO}};
+    const smp s[4] = {{TB_BOOT0, 42, 42, CS_MAIN_FOO},
+                      {TB_BOOT0 + 1000000, 42, 43, CS_MAIN_FOO},
+                      {TB_BOOT0 + 2000000, 42, 43, CS_MAIN_FOO},
+                      {TB_BOOT0 + 3000000, 42, 45, CS_MAIN_FOO}};
     build_trace(&t, s, 4);
     tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     json_t *root = load_json(&out);
@@ -672,9 +671,9 @@ Test(default_mode, named_threads_with_samples_appear_and_pid_thread_is_main) {
 
 Test(default_mode, timestamps_are_exact_nanoseconds_and_sorted) {
     tb_buf t = {0};
-    const smp s[3] = {{BOOT0 + 10000000, 42, 42, CS_MAIN_FOO},
-                      {BOOT0, 42, 42, CS_MAIN_FOO},
-                      {BOOT0 + 1, 42, 42, CS_MAIN_FOO}};
+    const smp s[3] = {{TB_BOOT0 + 10000000, 42, 42, CS_MAIN_FOO},
+                      {TB_BOOT0, 42, 42, CS_MAIN_FOO},
+                      {TB_BOOT0 + 1, 42, 42, CS_MAIN_FOO}};
     build_trace(&t, s, 3);
     tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     cr_expect(strstr(out.data, "\"samples\":["
@@ -701,7 +700,7 @@ Test(default_mode, platform_without_meta_depends_on_java_frames) {
     } cases[] = {{CS_MAIN_FOO, "native"}, {CS_NATIVE_IMG, "native"}, {CS_JAVA, "android"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tb_buf t = {0};
-        const smp s[2] = {{BOOT0, 42, 42, cases[i].cs}, {BOOT0 + 1000000, 42, 42, cases[i].cs}};
+        const smp s[2] = {{TB_BOOT0, 42, 42, cases[i].cs}, {TB_BOOT0 + 1000000, 42, 42, cases[i].cs}};
         build_trace(&t, s, 2);
         tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
         json_t *root = load_json(&out);
@@ -717,9 +716,9 @@ Test(default_mode, platform_without_meta_depends_on_java_frames) {
  * profile and debug_meta, and nothing invented (no chunk_id, no release). */
 Test(default_mode, output_without_meta_has_no_chunk_ids) {
     tb_buf t = {0};
-    const smp s[3] = {{BOOT0, 42, 42, CS_NATIVE_IMG},
-                      {BOOT0 + 1000000, 42, 42, CS_JAVA},
-                      {BOOT0 + 2000000, 42, 42, CS_ODD_NAME}};
+    const smp s[3] = {{TB_BOOT0, 42, 42, CS_NATIVE_IMG},
+                      {TB_BOOT0 + 1000000, 42, 42, CS_JAVA},
+                      {TB_BOOT0 + 2000000, 42, 42, CS_ODD_NAME}};
     build_trace(&t, s, 3);
     tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     json_t *root = load_json(&out);
@@ -758,7 +757,7 @@ Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
     const size_t n = sizeof fractions / sizeof *fractions;
     smp s[sizeof fractions / sizeof *fractions];
     for (size_t i = 0; i < n; i++) {
-        s[i].ts = BOOT0 + fractions[i];
+        s[i].ts = TB_BOOT0 + fractions[i];
         s[i].pid = 42;
         s[i].tid = 42;
         s[i].cs = CS_MAIN_FOO;
@@ -805,11 +804,11 @@ static void build_system_wide(tb_buf *t) {
     tb_pt_thread(t, 42, 42, "com.example.app");
     tb_close(t, pt);
     tb_close(t, pkt);
-    const smp s[5] = {{BOOT0, 42, 42, CS_MAIN_FOO},
-                      {BOOT0 + 1000000, 50, 50, CS_MAIN_FOO},
-                      {BOOT0 + 2000000, 60, 60, CS_MAIN_FOO},
-                      {BOOT0 + 3000000, 60, 61, CS_MAIN_FOO},
-                      {BOOT0 + 4000000, 70, 70, CS_MAIN_FOO}};
+    const smp s[5] = {{TB_BOOT0, 42, 42, CS_MAIN_FOO},
+                      {TB_BOOT0 + 1000000, 50, 50, CS_MAIN_FOO},
+                      {TB_BOOT0 + 2000000, 60, 60, CS_MAIN_FOO},
+                      {TB_BOOT0 + 3000000, 60, 61, CS_MAIN_FOO},
+                      {TB_BOOT0 + 4000000, 70, 70, CS_MAIN_FOO}};
     build_trace(t, s, 5);
 }
 

@@ -21,7 +21,6 @@
 #include "tracemill.h"
 #include "tutil.h"
 
-#define BOOT0 1000000000ull
 #define MS 1000000ull
 
 enum { FN_MAIN = 1, FN_WORK, FN_DUP };
@@ -43,7 +42,7 @@ typedef struct smp {
 
 static void build(tb_buf *t, const smp *s, size_t n) {
     const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[2] = {BOOT0, 1700000000000000000ull};
+    const uint64_t vals[2] = {TB_BOOT0, 1700000000000000000ull};
     tb_clock_snapshot(t, 0, ids, vals, 2);
     size_t p = tb_packet_open(t, 2, 1, 0);
     size_t pt = tb_open(t, TM_PF_PACKET_PROCESS_TREE);
@@ -75,7 +74,7 @@ static void build(tb_buf *t, const smp *s, size_t n) {
     tb_callstack(t, CS_EMPTY, NULL, 0, 0);
     tb_close(t, in);
     tb_close(t, pkt);
-    for (size_t i = 0; i < n; i++) tb_perf_sample(t, 1, BOOT0 + s[i].ts_ms * MS, 10, s[i].tid, s[i].cs, 0);
+    for (size_t i = 0; i < n; i++) tb_perf_sample(t, 1, TB_BOOT0 + s[i].ts_ms * MS, 10, s[i].tid, s[i].cs, 0);
 }
 
 /* tid 10: gaps 1, 1, 8, 1 ms (period 1 ms, one idle gap of 7 ms);
@@ -165,7 +164,7 @@ static void expect_profile(json_t *root, const char *name, const char *unit, lon
 #define WORK MAIN ";work@libx.so"
 #define DUP MAIN ";dup@libx.so"
 #define WORK_Y MAIN ";work@liby.so"
-#define T(ms) ((long long)(BOOT0 + (ms) * MS))
+#define T(ms) ((long long)(TB_BOOT0 + (ms) * MS))
 
 Test(speedscope, file_fields_frames_and_profiles) {
     tb_buf b = {0};

@@ -27,8 +27,6 @@
 #define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
 
 /* BOOTTIME 1 s is Unix 1700000000 s. */
-#define BOOT0 1000000000ull
-#define UNIX0 1700000000000000000ull
 
 /* ---- helpers ---- */
 
@@ -82,11 +80,6 @@ static size_t close_at(tb_buf *t, size_t mark, size_t pos) {
     return pos >= mark ? pos + (t->len - before) : pos;
 }
 
-static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME};
-    static const uint64_t vals[] = {BOOT0, UNIX0};
-    tb_clock_snapshot(t, 1, ids, vals, 2);
-}
 
 static void process_tree(tb_buf *t) {
     size_t p = tb_packet_open(t, 0, TB_NO_TS, 0);
@@ -124,13 +117,13 @@ static void interned_packet(tb_buf *t, uint32_t seq) {
 static const char *const main_foo[] = {"main", "foo"};
 static const char *const main_baz[] = {"main", "baz"};
 
-/* An inline-callstack sample of pid/tid at BOOT0 + ms milliseconds. */
+/* An inline-callstack sample of pid/tid at TB_BOOT0 + ms milliseconds. */
 static tb_stack_sample inline_sample(uint32_t seq, uint64_t ms, uint32_t pid, uint32_t tid,
                                      const char *const *frames, size_t n) {
     tb_stack_sample s;
     memset(&s, 0, sizeof s);
     s.seq = seq;
-    s.ts = BOOT0 + ms * 1000000ull;
+    s.ts = TB_BOOT0 + ms * 1000000ull;
     s.task = 1;
     s.pid = pid;
     s.tid = tid;
@@ -142,7 +135,7 @@ static tb_stack_sample inline_sample(uint32_t seq, uint64_t ms, uint32_t pid, ui
 
 /* The trace of the output tests: four samples on seq 1, 250 ms apart. */
 static void mixed_trace(tb_buf *t) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     process_tree(t);
     interned_packet(t, 1);
     static const uint64_t followers[] = {500};
@@ -252,10 +245,10 @@ Test(stack_sample, inline_and_interned_callstacks_in_the_model) {
     cr_assert_eq(p->n_samples, 4);
     static const char *const foo_main[] = {"foo", "main"}, *const bar[] = {"bar", "run", "main"},
                              *const baz[] = {"baz", "main"};
-    assert_sample(p, 0, (int64_t)(BOOT0 + 250000000ull), 101, foo_main, 2);
-    assert_sample(p, 1, (int64_t)(BOOT0 + 500000000ull), 101, bar, 3);
-    assert_sample(p, 2, (int64_t)(BOOT0 + 750000000ull), 102, baz, 2); /* interned task context */
-    assert_sample(p, 3, (int64_t)(BOOT0 + 1000000000ull), 100, foo_main, 2); /* no tid: main thread */
+    assert_sample(p, 0, (int64_t)(TB_BOOT0 + 250000000ull), 101, foo_main, 2);
+    assert_sample(p, 1, (int64_t)(TB_BOOT0 + 500000000ull), 101, bar, 3);
+    assert_sample(p, 2, (int64_t)(TB_BOOT0 + 750000000ull), 102, baz, 2); /* interned task context */
+    assert_sample(p, 3, (int64_t)(TB_BOOT0 + 1000000000ull), 100, foo_main, 2); /* no tid: main thread */
     /* Inline frames carry the name only: no mapping, address or source file. */
     const tm_prof_frame *leaf = &p->frames[p->frame_ids[p->stacks[p->samples[0].stack].off]];
     cr_assert_eq(leaf->flags, TM_FRAME_HAS_FUNCTION);
@@ -357,7 +350,7 @@ Test(stack_sample, perfetto_difftest_fixture) {
  * pid) when the pid is known, else tid 0, counted in samples_without_thread. */
 Test(stack_sample, samples_without_tid) {
     tb_buf b = {0};
-    clock_packet(&b);
+    tb_standard_clocks(&b, 1);
     interned_packet(&b, 1);
     tb_stack_sample s = inline_sample(1, 100, 300, TB_SS_NONE, main_foo, 2); /* pid only */
     tb_stack_sample_packet(&b, &s);
@@ -376,12 +369,12 @@ Test(stack_sample, samples_without_tid) {
     static const char *const foo_main[] = {"foo", "main"};
     cr_assert_eq(p->n_samples, 5);
     for (size_t i = 0; i < 2; i++) {
-        assert_sample(p, i, (int64_t)(BOOT0 + 100000000ull * (i + 1)), 300, foo_main, 2);
+        assert_sample(p, i, (int64_t)(TB_BOOT0 + 100000000ull * (i + 1)), 300, foo_main, 2);
         cr_assert_eq(p->threads[p->samples[i].thread].pid, 300);
     }
-    assert_sample(p, 2, (int64_t)(BOOT0 + 300000000ull), 0, foo_main, 2);
-    assert_sample(p, 3, (int64_t)(BOOT0 + 400000000ull), 0, foo_main, 2);
-    assert_sample(p, 4, (int64_t)(BOOT0 + 500000000ull), 301, foo_main, 2);
+    assert_sample(p, 2, (int64_t)(TB_BOOT0 + 300000000ull), 0, foo_main, 2);
+    assert_sample(p, 3, (int64_t)(TB_BOOT0 + 400000000ull), 0, foo_main, 2);
+    assert_sample(p, 4, (int64_t)(TB_BOOT0 + 500000000ull), 301, foo_main, 2);
     cr_assert_eq(p->threads[p->samples[4].thread].pid, 0, "pid unknown");
     cr_assert_eq(tm_trace_get_stats(t)->samples_without_thread, 2);
     json_t *root = sample_v2_of(t);
@@ -398,7 +391,7 @@ Test(stack_sample, samples_without_tid) {
 Test(stack_sample, packet_timestamps_go_through_the_clock_graph) {
     tb_buf b = {0};
     static const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC, CLK_REALTIME};
-    static const uint64_t vals[] = {5 * BOOT0, BOOT0, UNIX0};
+    static const uint64_t vals[] = {5 * TB_BOOT0, TB_BOOT0, TB_UNIX0};
     tb_clock_snapshot(&b, 1, ids, vals, 3);
     /* seq 2: MONOTONIC by default */
     size_t p = tb_packet_open(&b, 2, TB_NO_TS, TB_SEQ_CLEARED);
@@ -412,7 +405,7 @@ Test(stack_sample, packet_timestamps_go_through_the_clock_graph) {
     tb_stack_sample s = inline_sample(2, 500, 100, 100, main_foo, 2); /* MONOTONIC 1.5 s -> BOOTTIME 5.5 s */
     tb_stack_sample_packet(&b, &s);
     s = inline_sample(2, 0, 100, 100, main_foo, 2);
-    s.ts = 6 * BOOT0;
+    s.ts = 6 * TB_BOOT0;
     s.clock_id = CLK_BOOTTIME; /* the packet's own clock wins */
     tb_stack_sample_packet(&b, &s);
     s = inline_sample(3, 0, 100, 100, main_foo, 2);
@@ -422,8 +415,8 @@ Test(stack_sample, packet_timestamps_go_through_the_clock_graph) {
     const tm_profile *pr = tm_trace_profile(t);
     static const char *const foo_main[] = {"foo", "main"};
     cr_assert_eq(pr->n_samples, 2);
-    assert_sample(pr, 0, (int64_t)(5 * BOOT0 + 500000000ull), 100, foo_main, 2);
-    assert_sample(pr, 1, (int64_t)(6 * BOOT0), 100, foo_main, 2);
+    assert_sample(pr, 0, (int64_t)(5 * TB_BOOT0 + 500000000ull), 100, foo_main, 2);
+    assert_sample(pr, 1, (int64_t)(6 * TB_BOOT0), 100, foo_main, 2);
     cr_assert_eq(tm_trace_get_stats(t)->dropped_missing_clock, 1);
     tm_trace_free(t);
     tb_free(&b);
@@ -433,43 +426,43 @@ Test(stack_sample, packet_timestamps_go_through_the_clock_graph) {
 
 Test(stack_sample, incremental_state_and_drop_counters) {
     tb_buf b = {0};
-    clock_packet(&b);
+    tb_standard_clocks(&b, 1);
     tb_stack_sample s;
     /* seq 3 never clears: a sample that needs the state is skipped */
     memset(&s, 0, sizeof s);
     s.seq = 3;
-    s.ts = BOOT0;
+    s.ts = TB_BOOT0;
     s.cs_iid = 7;
     s.flags = TB_SEQ_NEEDS;
     tb_stack_sample_packet(&b, &s);
     /* seq 4: cleared, one good sample, then data loss */
     interned_packet(&b, 4);
     s.seq = 4;
-    s.ts = BOOT0 + 1;
+    s.ts = TB_BOOT0 + 1;
     tb_stack_sample_packet(&b, &s); /* kept */
     size_t p = tb_packet_open(&b, 4, TB_NO_TS, 0);
     tb_uint(&b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
     tb_close(&b, p);
-    s.ts = BOOT0 + 2;
+    s.ts = TB_BOOT0 + 2;
     tb_stack_sample_packet(&b, &s); /* stale interning */
     tb_stack_sample in = inline_sample(4, 0, 100, 100, main_foo, 2);
-    in.ts = BOOT0 + 3;
+    in.ts = TB_BOOT0 + 3;
     in.flags = TB_SEQ_NEEDS; /* the rule holds even though nothing here is interned */
     tb_stack_sample_packet(&b, &in);
     /* a clear without tables: iids no longer resolve */
     p = tb_packet_open(&b, 4, TB_NO_TS, TB_SEQ_CLEARED);
     tb_close(&b, p);
-    s.ts = BOOT0 + 4;
+    s.ts = TB_BOOT0 + 4;
     tb_stack_sample_packet(&b, &s); /* callstack 7 unresolved */
-    in.ts = BOOT0 + 5;
+    in.ts = TB_BOOT0 + 5;
     in.task = 0;
     in.task_iid = 5; /* task context 5 unresolved */
     tb_stack_sample_packet(&b, &in);
     tb_stack_sample none = inline_sample(4, 0, 100, 100, NULL, 0);
-    none.ts = BOOT0 + 6;
+    none.ts = TB_BOOT0 + 6;
     none.inline_cs = 0; /* no callstack at all: not a sample */
     tb_stack_sample_packet(&b, &none);
-    none.ts = BOOT0 + 7;
+    none.ts = TB_BOOT0 + 7;
     none.inline_cs = 1; /* an empty inline callstack: a sample without frames */
     tb_stack_sample_packet(&b, &none);
     tm_trace *t = parse(&b);
@@ -481,8 +474,8 @@ Test(stack_sample, incremental_state_and_drop_counters) {
     cr_assert_eq(st->dropped_unresolved, 2);
     cr_assert_eq(st->samples_kept, 2);
     static const char *const bar[] = {"bar", "run", "main"};
-    assert_sample(pr, 0, (int64_t)BOOT0 + 1, 0, bar, 3); /* no task context: tid 0 */
-    assert_sample(pr, 1, (int64_t)BOOT0 + 7, 100, NULL, 0);
+    assert_sample(pr, 0, (int64_t)TB_BOOT0 + 1, 0, bar, 3); /* no task context: tid 0 */
+    assert_sample(pr, 1, (int64_t)TB_BOOT0 + 7, 100, NULL, 0);
     char *folded = folded_of(t, 0);
     cr_assert_str_eq(folded, "[no frames] 1\nmain;run;bar 1\n");
     free(folded);
@@ -493,9 +486,9 @@ Test(stack_sample, incremental_state_and_drop_counters) {
 /* Interleaved oneof members: the last one on the wire wins. */
 Test(stack_sample, last_callstack_and_task_context_on_the_wire_win) {
     tb_buf b = {0};
-    clock_packet(&b);
+    tb_standard_clocks(&b, 1);
     interned_packet(&b, 1);
-    size_t p = tb_packet_open(&b, 1, BOOT0, 0);
+    size_t p = tb_packet_open(&b, 1, TB_BOOT0, 0);
     size_t ss = tb_open(&b, TM_PF_PACKET_STACK_SAMPLE);
     tb_uint(&b, TM_PF_STACK_SAMPLE_TASK_CONTEXT_IID, 5);
     size_t tc = tb_open(&b, TM_PF_STACK_SAMPLE_TASK_CONTEXT);
@@ -512,7 +505,7 @@ Test(stack_sample, last_callstack_and_task_context_on_the_wire_win) {
     tb_close(&b, p);
     tm_trace *t = parse(&b);
     static const char *const bar[] = {"bar", "run", "main"};
-    assert_sample(tm_trace_profile(t), 0, (int64_t)BOOT0, 101, bar, 3);
+    assert_sample(tm_trace_profile(t), 0, (int64_t)TB_BOOT0, 101, bar, 3);
     tm_trace_free(t);
     tb_free(&b);
 }
@@ -537,9 +530,9 @@ static void expect_limit(const tb_buf *b, size_t field, uint64_t ok, uint64_t at
 
 Test(stack_sample, max_samples_counts_stack_samples) {
     tb_buf b = {0};
-    clock_packet(&b);
+    tb_standard_clocks(&b, 1);
     interned_packet(&b, 1);
-    tb_perf_sample(&b, 1, BOOT0, 100, 100, 7, 0);
+    tb_perf_sample(&b, 1, TB_BOOT0, 100, 100, 7, 0);
     tb_stack_sample s = inline_sample(1, 1, 100, 100, main_foo, 2);
     tb_stack_sample_packet(&b, &s);
     size_t at = b.len;
@@ -555,8 +548,8 @@ Test(stack_sample, max_samples_counts_stack_samples) {
 
 Test(stack_sample, max_stack_depth_for_inline_callstacks) {
     tb_buf b = {0};
-    clock_packet(&b);
-    size_t p = tb_packet_open(&b, 1, BOOT0, 0);
+    tb_standard_clocks(&b, 1);
+    size_t p = tb_packet_open(&b, 1, TB_BOOT0, 0);
     size_t ss = tb_open(&b, TM_PF_PACKET_STACK_SAMPLE);
     size_t at = b.len;
     size_t cs = tb_open(&b, TM_PF_STACK_SAMPLE_CALLSTACK);
@@ -574,10 +567,10 @@ Test(stack_sample, max_stack_depth_for_inline_callstacks) {
 
 Test(stack_sample, max_unique_frames_for_inline_frames) {
     tb_buf b = {0};
-    clock_packet(&b);
+    tb_standard_clocks(&b, 1);
     tb_stack_sample s = inline_sample(1, 1, 100, 100, main_foo, 2);
     tb_stack_sample_packet(&b, &s);
-    size_t p = tb_packet_open(&b, 1, BOOT0 + 2, 0);
+    size_t p = tb_packet_open(&b, 1, TB_BOOT0 + 2, 0);
     size_t ss = tb_open(&b, TM_PF_PACKET_STACK_SAMPLE);
     size_t at = b.len;
     size_t cs = tb_open(&b, TM_PF_STACK_SAMPLE_CALLSTACK);
@@ -600,9 +593,9 @@ Test(stack_sample, max_unique_frames_for_inline_frames) {
 typedef size_t (*body_fn)(tb_buf *b);
 
 static void damaged(tb_buf *b, body_fn body, size_t *at) {
-    clock_packet(b);
+    tb_standard_clocks(b, 1);
     interned_packet(b, 1);
-    size_t p = tb_packet_open(b, 1, BOOT0, 0);
+    size_t p = tb_packet_open(b, 1, TB_BOOT0, 0);
     size_t ss = tb_open(b, TM_PF_PACKET_STACK_SAMPLE);
     size_t pos = body(b);
     pos = close_at(b, ss, pos);
@@ -704,7 +697,7 @@ Test(stack_sample, malformed_fields_give_errors_at_the_offending_byte) {
 
 Test(stack_sample, malformed_interned_task_context) {
     tb_buf b = {0};
-    clock_packet(&b);
+    tb_standard_clocks(&b, 1);
     size_t p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t in = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
     size_t tc = tb_open(&b, TM_PF_INTERNED_TASK_CONTEXTS);
@@ -720,8 +713,8 @@ Test(stack_sample, malformed_interned_task_context) {
 
 Test(stack_sample, stack_sample_sent_as_varint) {
     tb_buf b = {0};
-    clock_packet(&b);
-    size_t p = tb_packet_open(&b, 1, BOOT0, 0);
+    tb_standard_clocks(&b, 1);
+    size_t p = tb_packet_open(&b, 1, TB_BOOT0, 0);
     size_t at = b.len;
     tb_uint(&b, TM_PF_PACKET_STACK_SAMPLE, 1);
     at = close_at(&b, p, at);
@@ -737,9 +730,9 @@ Test(stack_sample, relay_mode_ignores_stack_samples) {
     tb_buf perf = {0}, mixed = {0};
     for (int with_stack = 0; with_stack < 2; with_stack++) {
         tb_buf *b = with_stack ? &mixed : &perf;
-        clock_packet(b);
+        tb_standard_clocks(b, 1);
         interned_packet(b, 1);
-        tb_perf_sample(b, 1, BOOT0 + 1000000, 100, 101, 7, TB_SEQ_NEEDS);
+        tb_perf_sample(b, 1, TB_BOOT0 + 1000000, 100, 101, 7, TB_SEQ_NEEDS);
         if (with_stack) {
             tb_stack_sample s = inline_sample(1, 2, 100, 102, main_foo, 2);
             tb_stack_sample_packet(b, &s);
@@ -748,7 +741,7 @@ Test(stack_sample, relay_mode_ignores_stack_samples) {
             s.ts += 1000000;
             tb_stack_sample_packet(b, &s);
         }
-        tb_perf_sample(b, 1, BOOT0 + 4000000, 100, 101, 7, TB_SEQ_NEEDS);
+        tb_perf_sample(b, 1, TB_BOOT0 + 4000000, 100, 101, 7, TB_SEQ_NEEDS);
     }
     tm_trace *tp = parse_mode(&perf, TM_MODE_RELAY), *tm = parse_mode(&mixed, TM_MODE_RELAY);
     cr_assert_eq(tm_trace_profile(tm)->n_samples, 2);

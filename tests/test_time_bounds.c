@@ -57,8 +57,6 @@
 
 #define CLK_REALTIME TM_PF_BUILTIN_CLOCK_REALTIME
 #define CLK_BOOTTIME TM_PF_BUILTIN_CLOCK_BOOTTIME
-#define BOOT0 1000000000ull
-#define UNIX0 1700000000000000000ull
 /* Samples are 1 ms apart at every size, so that timestamps need as many
  * digits in the small trace as in the large one: the Sample v2 writer's
  * cost per timestamp grows with its digits. */
@@ -132,12 +130,7 @@ static unsigned table_bits(size_t n) {
 
 /* ---- trace generators ---- */
 
-/* Sample v2 needs Unix time: BOOTTIME BOOT0 is REALTIME UNIX0. */
-static void clock_packet(tb_buf *t) {
-    static const uint32_t ids[] = {CLK_BOOTTIME, CLK_REALTIME};
-    static const uint64_t vals[] = {BOOT0, UNIX0};
-    tb_clock_snapshot(t, 1, ids, vals, 2);
-}
+/* Sample v2 needs Unix time: BOOTTIME TB_BOOT0 is REALTIME TB_UNIX0. */
 
 static void interned_name(tb_buf *t, uint64_t iid, const char *prefix, uint64_t k) {
     char s[48];
@@ -148,7 +141,7 @@ static void interned_name(tb_buf *t, uint64_t iid, const char *prefix, uint64_t 
 /* The linear control: one sequence with a small table, then samples until
  * the trace reaches `bytes`. */
 static void gen_ordinary(tb_buf *t, size_t bytes) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     for (uint64_t k = 1; k <= 64; k++) {
@@ -163,14 +156,14 @@ static void gen_ordinary(tb_buf *t, size_t bytes) {
     tb_close(t, i);
     tb_close(t, p);
     for (uint64_t k = 0; k < 2 || t->len < bytes; k++) /* two samples at least: Relay's minimum */
-        tb_perf_sample(t, 1, BOOT0 + STEP * k, 100, 100 + (uint32_t)(k % 8), k % 16 + 1, TB_SEQ_NEEDS);
+        tb_perf_sample(t, 1, TB_BOOT0 + STEP * k, 100, 100 + (uint32_t)(k % 8), k % 16 + 1, TB_SEQ_NEEDS);
 }
 
 /* 1. One sequence interns 8n names and frames once, then n packets each
  * clear the incremental state, intern one entry and sample it. A clear that
  * costs the capacity the tables once reached is quadratic here. */
 static void gen_resets(tb_buf *t, size_t n) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     for (uint64_t k = 1; k <= 8 * n; k++) {
@@ -180,9 +173,9 @@ static void gen_resets(tb_buf *t, size_t n) {
     tb_callstack(t, 1, (const uint64_t[]){1, 2}, 2, 1);
     tb_close(t, i);
     tb_close(t, p);
-    tb_perf_sample(t, 1, BOOT0, 100, 100, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(t, 1, TB_BOOT0, 100, 100, 1, TB_SEQ_NEEDS);
     for (uint64_t r = 0; r < n; r++) {
-        p = tb_packet_open(t, 1, BOOT0 + STEP * (r + 1), TB_SEQ_CLEARED | TB_SEQ_NEEDS);
+        p = tb_packet_open(t, 1, TB_BOOT0 + STEP * (r + 1), TB_SEQ_CLEARED | TB_SEQ_NEEDS);
         i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
         interned_name(t, 1, "after_reset", r);
         tb_frame(t, 1, 1, 0, r);
@@ -200,7 +193,7 @@ static void gen_resets(tb_buf *t, size_t n) {
 /* 2. n sequences, each interning a few entries, their samples interleaved
  * round-robin. */
 static void gen_sequences(tb_buf *t, size_t n) {
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     for (uint32_t q = 1; q <= n; q++) {
         size_t p = tb_packet_open(t, q, TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
@@ -214,7 +207,7 @@ static void gen_sequences(tb_buf *t, size_t n) {
     }
     for (uint64_t round = 0; round < 3; round++)
         for (uint32_t q = 1; q <= n; q++)
-            tb_perf_sample(t, q, BOOT0 + STEP * (round * n + q), 100, 1000 + q % 64, 1, TB_SEQ_NEEDS);
+            tb_perf_sample(t, q, TB_BOOT0 + STEP * (round * n + q), 100, 1000 + q % 64, 1, TB_SEQ_NEEDS);
 }
 
 /* 3a. n names, frames and callstacks on one sequence under interned ids
@@ -223,7 +216,7 @@ static void gen_colliding_iids(tb_buf *t, size_t n) {
     uint64_t *iid = malloc(n * sizeof *iid);
     cr_assert_not_null(iid);
     colliding_iids(iid, n);
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     for (size_t k = 0; k < n; k++) {
@@ -234,7 +227,7 @@ static void gen_colliding_iids(tb_buf *t, size_t n) {
     tb_close(t, i);
     tb_close(t, p);
     for (size_t k = 0; k < 2 * n; k++)
-        tb_perf_sample(t, 1, BOOT0 + STEP * k, 100, 100, iid[(k * 7) % n], TB_SEQ_NEEDS);
+        tb_perf_sample(t, 1, TB_BOOT0 + STEP * k, 100, 100, iid[(k * 7) % n], TB_SEQ_NEEDS);
     free(iid);
 }
 
@@ -244,7 +237,7 @@ static void gen_colliding_ids(tb_buf *t, size_t n) {
     uint64_t *id = malloc(n * sizeof *id);
     cr_assert_not_null(id);
     colliding_u32(id, n, table_bits(n));
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     for (size_t q = 0; q < n; q++) {
         size_t p = tb_packet_open(t, (uint32_t)id[q], TB_NO_TS, TB_SEQ_CLEARED);
         size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
@@ -256,7 +249,7 @@ static void gen_colliding_ids(tb_buf *t, size_t n) {
     }
     for (uint64_t round = 0; round < 2; round++)
         for (size_t q = 0; q < n; q++)
-            tb_perf_sample(t, (uint32_t)id[q], BOOT0 + STEP * (round * n + q), (uint32_t)id[q], (uint32_t)id[q], 1,
+            tb_perf_sample(t, (uint32_t)id[q], TB_BOOT0 + STEP * (round * n + q), (uint32_t)id[q], (uint32_t)id[q], 1,
                            TB_SEQ_NEEDS);
     free(id);
 }
@@ -267,7 +260,7 @@ static void gen_colliding_ids(tb_buf *t, size_t n) {
 #define PATH_SEGMENTS 64
 static void gen_deep(tb_buf *t, size_t n) {
     size_t n_maps = n / 4 + 1;
-    clock_packet(t);
+    tb_standard_clocks(t, 1);
     size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
     size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
     char seg[32];
@@ -293,7 +286,7 @@ static void gen_deep(tb_buf *t, size_t n) {
     tb_close(t, i);
     tb_close(t, p);
     for (uint64_t c = 1; c <= n; c++)
-        tb_perf_sample(t, 1, BOOT0 + STEP * c, 100, 100 + (uint32_t)(c % 4), c, TB_SEQ_NEEDS);
+        tb_perf_sample(t, 1, TB_BOOT0 + STEP * c, 100, 100 + (uint32_t)(c % 4), c, TB_SEQ_NEEDS);
 }
 
 /* ---- running the CLI under callgrind ---- */

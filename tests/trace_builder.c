@@ -153,6 +153,12 @@ void tb_mapping(tb_buf *b, uint64_t iid, uint64_t build_iid, uint64_t start, uin
     tb_close(b, m);
 }
 
+void tb_standard_clocks(tb_buf *t, uint32_t seq) {
+    static const uint32_t ids[] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_REALTIME};
+    static const uint64_t vals[] = {TB_BOOT0, TB_UNIX0};
+    tb_clock_snapshot(t, seq, ids, vals, 2);
+}
+
 void tb_clock_snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n) {
     tb_clock_snapshot_primary(t, seq, ids, values, n, 0);
 }

@@ -47,6 +47,12 @@ void tb_callstack(tb_buf *b, uint64_t iid, const uint64_t *frames, size_t n, int
 void tb_mapping(tb_buf *b, uint64_t iid, uint64_t build_iid, uint64_t start, uint64_t end,
                 const uint64_t *path_iids, size_t n_paths);
 /* A packet with a ClockSnapshot of (clock id, value) pairs. */
+/* The clocks most test traces share: BOOTTIME TB_BOOT0 is Unix time
+ * TB_UNIX0 (2023-11-14). */
+#define TB_BOOT0 1000000000ull
+#define TB_UNIX0 1700000000000000000ull
+/* A ClockSnapshot on seq linking BOOTTIME TB_BOOT0 to REALTIME TB_UNIX0. */
+void tb_standard_clocks(tb_buf *t, uint32_t seq);
 void tb_clock_snapshot(tb_buf *t, uint32_t seq, const uint32_t *ids, const uint64_t *values, size_t n);
 /* A PerfSample packet. */
 void tb_perf_sample(tb_buf *t, uint32_t seq, uint64_t ts, uint32_t pid, uint32_t tid, uint64_t cs_iid,

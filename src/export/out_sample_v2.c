@@ -14,12 +14,10 @@
  * writes exact nanosecond timestamps and names every thread (a main thread
  * without a name after its process).
  */
-#include <jansson.h>
 #include <math.h>
 
-#include "wire/json_write.h" /* tm_jw */
 #include "common/limits.h"
-#include "profile/profile.h"    /* tm_profile */
+#include "export/sentry_json.h" /* tm_sentry_*, tm_jw, tm_profile */
 
 #define REJECT(err, reason, ...) tm_fail((err), TM_ERR_REJECTED, 0, (reason), __VA_ARGS__)
 
@@ -30,39 +28,6 @@ typedef struct meta {
     char chunk_id[33], profiler_id[33];
     json_t *platform, *release, *environment, *content_type, *client_sdk, *images, *measurements;
 } meta;
-
-static int hexval(int c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Whether v is the string lit exactly (strings may hold NULs). */
-static int json_str_is(const json_t *v, const char *lit) {
-    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
-           memcmp(json_string_value(v), lit, strlen(lit)) == 0;
-}
-
-/* Relay's EventId: a UUID, simple or hyphenated, written as 32 lowercase
- * hex digits. */
-static int parse_event_id(const json_t *v, char out[33]) {
-    if (!json_is_string(v)) return 0;
-    const char *s = json_string_value(v);
-    size_t len = json_string_length(v), n = 0;
-    if (len != 32 && len != 36) return 0;
-    for (size_t i = 0; i < len; i++) {
-        if (len == 36 && (i == 8 || i == 13 || i == 18 || i == 23)) {
-            if (s[i] != '-') return 0;
-            continue;
-        }
-        int h = hexval((unsigned char)s[i]);
-        if (h < 0) return 0;
-        out[n++] = "0123456789abcdef"[h];
-    }
-    out[n] = 0;
-    return n == 32;
-}
 
 static const char *const image_types[] = {"symbolic", "macho", "sourcemap", "proguard", "jvm"};
 
@@ -81,11 +46,11 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
     if (!json_is_object(m->root)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");
     json_t *o = m->root, *v;
     v = json_object_get(o, "version");
-    if (!json_str_is(v, "2"))
+    if (!tm_sentry_str_is(v, "2"))
         return REJECT(err, "InvalidJson", "metadata field version must be \"2\"");
-    if (!parse_event_id(json_object_get(o, "chunk_id"), m->chunk_id))
+    if (!tm_sentry_event_id(json_object_get(o, "chunk_id"), m->chunk_id))
         return REJECT(err, "InvalidJson", "metadata field chunk_id is missing or not a UUID");
-    if (!parse_event_id(json_object_get(o, "profiler_id"), m->profiler_id))
+    if (!tm_sentry_event_id(json_object_get(o, "profiler_id"), m->profiler_id))
         return REJECT(err, "InvalidJson", "metadata field profiler_id is missing or not a UUID");
     m->platform = json_object_get(o, "platform");
     if (!json_is_string(m->platform)) return REJECT(err, "InvalidJson", "metadata field platform is missing or not a string");
@@ -115,7 +80,8 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
         json_array_foreach(m->images, i, img) {
             json_t *ty = json_object_get(img, "type");
             int known = 0;
-            for (size_t k = 0; k < sizeof image_types / sizeof *image_types; k++) known |= json_str_is(ty, image_types[k]);
+            for (size_t k = 0; k < sizeof image_types / sizeof *image_types; k++)
+                known |= tm_sentry_str_is(ty, image_types[k]);
             if (!json_is_object(img) || !known)
                 return REJECT(err, "InvalidJson", "debug_meta.images[%zu] has no known type", i);
         }
@@ -138,48 +104,6 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
     return TM_OK;
 }
 
-/* Writes a jansson value (strings, numbers, literals, containers). */
-static void write_json_value(tm_jw *w, const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_STRING: {
-        tm_str s = {(const uint8_t *)json_string_value(v), json_string_length(v)};
-        tm_jw_str(w, s);
-        break;
-    }
-    case JSON_INTEGER: tm_jw_i64(w, (int64_t)json_integer_value(v)); break;
-    case JSON_REAL: tm_jw_f64(w, json_real_value(v)); break;
-    case JSON_TRUE: tm_jw_lit(w, "true"); break;
-    case JSON_FALSE: tm_jw_lit(w, "false"); break;
-    case JSON_NULL: tm_jw_lit(w, "null"); break;
-    case JSON_ARRAY: {
-        tm_jw_char(w, '[');
-        size_t i;
-        json_t *e;
-        json_array_foreach(v, i, e) {
-            if (i) tm_jw_char(w, ',');
-            write_json_value(w, e);
-        }
-        tm_jw_char(w, ']');
-        break;
-    }
-    case JSON_OBJECT: {
-        tm_jw_char(w, '{');
-        const char *k;
-        json_t *e;
-        int first = 1;
-        json_object_foreach((json_t *)v, k, e) {
-            if (!first) tm_jw_char(w, ',');
-            first = 0;
-            tm_jw_cstr(w, k);
-            tm_jw_char(w, ':');
-            write_json_value(w, e);
-        }
-        tm_jw_char(w, '}');
-        break;
-    }
-    }
-}
-
 /* An SDK image with Relay's DebugImage key order; unknown keys dropped. */
 static void write_meta_image(tm_jw *w, const json_t *img) {
     static const char *const keys[] = {"code_file", "debug_id", "debug_file", "type", "image_addr",
@@ -193,7 +117,7 @@ static void write_meta_image(tm_jw *w, const json_t *img) {
         first = 0;
         tm_jw_cstr(w, keys[k]);
         tm_jw_char(w, ':');
-        write_json_value(w, v);
+        tm_sentry_write_value(w, v);
     }
     tm_jw_char(w, '}');
 }
@@ -218,7 +142,7 @@ static tm_status write_measurements(tm_jw *w, tm_mem *mem, const json_t *ms, tm_
         if (i) tm_jw_char(w, ',');
         tm_jw_cstr(w, keys[i]);
         tm_jw_lit(w, ":{\"unit\":");
-        write_json_value(w, json_object_get(m, "unit"));
+        tm_sentry_write_value(w, json_object_get(m, "unit"));
         tm_jw_lit(w, ",\"values\":[");
         size_t j;
         json_t *e;
@@ -235,67 +159,6 @@ static tm_status write_measurements(tm_jw *w, tm_mem *mem, const json_t *ms, tm_
     tm_jw_lit(w, "},");
     tm_mem_free(mem, keys, (n ? n : 1) * sizeof *keys);
     return TM_OK;
-}
-
-/* ---- converted debug images ---- */
-
-static void write_debug_id(tm_jw *w, tm_bytes build_id) {
-    static const int order[16] = {3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15};
-    uint8_t b[16] = {0};
-    memcpy(b, build_id.data, build_id.len < 16 ? build_id.len : 16);
-    char s[38];
-    size_t n = 0;
-    s[n++] = '"';
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) s[n++] = '-';
-        s[n++] = "0123456789abcdef"[b[order[i]] >> 4];
-        s[n++] = "0123456789abcdef"[b[order[i]] & 15];
-    }
-    s[n++] = '"';
-    tm_jw_raw(w, s, n);
-}
-
-static int is_image(const tm_prof_mapping *m) {
-    return m->path.len && !(m->flags & TM_MAPPING_JAVA) && m->build_id.len;
-}
-
-/* Images for native mappings with a build id, first encounter first,
- * deduplicated on (code_file, start). Returns how many were written. */
-static size_t write_images(tm_jw *w, const tm_profile *p, int comma) {
-    size_t written = 0;
-    for (size_t i = 0; i < p->n_mappings; i++) {
-        const tm_prof_mapping *m = &p->mappings[i];
-        if (!is_image(m)) continue;
-        int dup = 0;
-        for (size_t j = 0; j < i && !dup; j++)
-            dup = is_image(&p->mappings[j]) && p->mappings[j].start == m->start &&
-                  tm_bytes_eq(p->mappings[j].path, m->path);
-        if (dup) continue;
-        if (comma || written) tm_jw_char(w, ',');
-        written++;
-        tm_jw_lit(w, "{\"code_file\":");
-        tm_jw_str(w, m->path);
-        tm_jw_lit(w, ",\"debug_id\":");
-        write_debug_id(w, m->build_id);
-        tm_jw_lit(w, ",\"type\":\"symbolic\",\"image_addr\":");
-        tm_jw_hex(w, m->start);
-        if (p->relay_compat || (m->flags & TM_MAPPING_HAS_LOAD_BIAS)) {
-            tm_jw_lit(w, ",\"image_vmaddr\":");
-            tm_jw_hex(w, m->load_bias);
-        }
-        if (m->end > m->start) {
-            tm_jw_lit(w, ",\"image_size\":");
-            tm_jw_u64(w, m->end - m->start);
-        }
-        tm_jw_char(w, '}');
-    }
-    return written;
-}
-
-static size_t count_images(const tm_profile *p) {
-    for (size_t i = 0; i < p->n_mappings; i++)
-        if (is_image(&p->mappings[i])) return 1;
-    return 0;
 }
 
 /* ---- profile ---- */
@@ -549,22 +412,22 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
         tm_jw_lit(w, "\",");
     }
     size_t n_meta_images = m->images ? json_array_size(m->images) : 0;
-    if (n_meta_images || count_images(p)) {
+    if (n_meta_images || tm_sentry_has_images(p)) {
         tm_jw_lit(w, "\"debug_meta\":{\"images\":[");
         for (size_t i = 0; i < n_meta_images; i++) {
             if (i) tm_jw_char(w, ',');
             write_meta_image(w, json_array_get(m->images, i));
         }
-        write_images(w, p, n_meta_images > 0);
+        tm_sentry_write_images(w, p, n_meta_images > 0);
         tm_jw_lit(w, "]},");
     }
     if (m->environment) {
         tm_jw_lit(w, "\"environment\":");
-        write_json_value(w, m->environment);
+        tm_sentry_write_value(w, m->environment);
         tm_jw_char(w, ',');
     }
     tm_jw_lit(w, "\"platform\":");
-    if (m->root) write_json_value(w, m->platform);
+    if (m->root) tm_sentry_write_value(w, m->platform);
     else {
         int java = 0;
         for (size_t i = 0; i < p->n_frames && !java; i++) java = (p->frames[i].flags & TM_FRAME_JAVA) != 0;
@@ -573,17 +436,17 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
     tm_jw_char(w, ',');
     if (m->content_type) {
         tm_jw_lit(w, "\"content_type\":");
-        write_json_value(w, m->content_type);
+        tm_sentry_write_value(w, m->content_type);
         tm_jw_char(w, ',');
     }
     if (m->root) {
         tm_jw_lit(w, "\"release\":");
-        if (m->release) write_json_value(w, m->release);
+        if (m->release) tm_sentry_write_value(w, m->release);
         else tm_jw_lit(w, "null");
         tm_jw_lit(w, ",\"client_sdk\":{\"name\":");
-        write_json_value(w, json_object_get(m->client_sdk, "name"));
+        tm_sentry_write_value(w, json_object_get(m->client_sdk, "name"));
         tm_jw_lit(w, ",\"version\":");
-        write_json_value(w, json_object_get(m->client_sdk, "version"));
+        tm_sentry_write_value(w, json_object_get(m->client_sdk, "version"));
         tm_jw_lit(w, "},");
     }
     return TM_OK;
@@ -602,7 +465,7 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m
         tm_jw_char(w, ']');
     }
     tm_jw_lit(w, "],\"frames\":[");
-    uint64_t addr_mask = json_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
+    uint64_t addr_mask = tm_sentry_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
     for (size_t i = 0; i < p->n_frames; i++) {
         if (i) tm_jw_char(w, ',');
         write_frame(w, &p->frames[i], addr_mask);

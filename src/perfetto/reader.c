@@ -286,10 +286,56 @@ static const char *entry_name(uint32_t field, const entry_schema *sc) {
     }
 }
 
+static tm_status depth_fail(const tm_pf_reader *r, const uint8_t *at, uint64_t iid, uint64_t n) {
+    return tm_pf_fail(r, TM_ERR_LIMIT, at, "callstack %llu has %llu frames (max_stack_depth %llu)",
+                      (unsigned long long)iid, (unsigned long long)n, (unsigned long long)r->lim->max_stack_depth);
+}
+
+/* A Callstack as writers emit it, {iid, frame_ids...} as plain varints
+ * with one-byte tags, read in one tight pass: true with *iid and *n set.
+ * Anything else (packed ids, other fields, long or broken varints) returns
+ * false, and the general check reads it, with its errors. Heavy traces
+ * re-send every callstack after each clear: this is most of their bytes. */
+static bool scan_plain_callstack(tm_bytes msg, uint64_t *iid, uint64_t *n) {
+    enum { IID_TAG = TM_PF_INTERNED_IID << 3 | TM_PB_VARINT, FRAME_TAG = TM_PF_CALLSTACK_FRAME_IDS << 3 | TM_PB_VARINT };
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    uint64_t count = 0, id = 0;
+    while (p < end) {
+        uint8_t tag = *p++;
+        /* frame ids below 2^14 (one or two bytes): the common case */
+        if (tag == FRAME_TAG && end - p >= 2 && (p[0] < 0x80 || p[1] < 0x80)) {
+            p += p[0] < 0x80 ? 1 : 2;
+            count++;
+            continue;
+        }
+        if (tag != FRAME_TAG && tag != IID_TAG) return false;
+        uint64_t v = 0;
+        unsigned shift = 0;
+        for (;;) { /* at most 9 bytes (63 bits): longer ones take the general path */
+            if (p >= end || shift > 56) return false;
+            uint8_t b = *p++;
+            v |= (uint64_t)(b & 0x7f) << shift;
+            if (b < 0x80) break;
+            shift += 7;
+        }
+        if (tag == IID_TAG) id = v;
+        else count++;
+    }
+    *iid = id;
+    *n = count;
+    return true;
+}
+
 /* Checks one entry against its schema and limits; *iid is 0 when it has none. */
 static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_schema *sc, tm_bytes msg,
                              const uint8_t *at, uint64_t *iid, tm_str *str) {
     const char *name = entry_name(field, sc);
+    uint64_t n_frames;
+    if (sc == &callstack_schema && scan_plain_callstack(msg, iid, &n_frames)) {
+        str->data = msg.data;
+        str->len = 0;
+        return n_frames > r->lim->max_stack_depth ? depth_fail(r, at, *iid, n_frames) : TM_OK;
+    }
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;
@@ -306,10 +352,7 @@ static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_
     if (sc == &callstack_schema) {
         uint64_t n;
         TM_TRY(count_repeated(r, msg, sc->list_field, "Callstack.frame_ids", &n));
-        if (n > r->lim->max_stack_depth)
-            return tm_pf_fail(r, TM_ERR_LIMIT, at, "callstack %llu has %llu frames (max_stack_depth %llu)",
-                              (unsigned long long)*iid, (unsigned long long)n,
-                              (unsigned long long)r->lim->max_stack_depth);
+        if (n > r->lim->max_stack_depth) return depth_fail(r, at, *iid, n);
     } else if (sc == &mapping_schema) {
         uint64_t n;
         TM_TRY(count_repeated(r, msg, sc->list_field, "Mapping.path_string_ids", &n));

@@ -75,29 +75,53 @@ tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame) {
     return TM_KIND_NATIVE;
 }
 
-static tm_status label_of(const tm_profile *p, const tm_prof_frame *f, tm_arena *ar, tm_str *out) {
-    if ((f->flags & TM_FRAME_HAS_FUNCTION) && !(f->flags & TM_FRAME_JAVA && f->module.len)) {
+/* A function name is its own label; other labels are composed. */
+static int label_is_function(const tm_prof_frame *f) {
+    return (f->flags & TM_FRAME_HAS_FUNCTION) && !(f->flags & TM_FRAME_JAVA && f->module.len);
+}
+
+/* Copies src to buf at `at` as far as cap allows; returns the new length. */
+static size_t put(char *buf, size_t cap, size_t at, const void *src, size_t n) {
+    if (n && at < cap) memcpy(buf + at, src, n < cap - at ? n : cap - at);
+    return at + n;
+}
+
+size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, size_t cap) {
+    const tm_prof_frame *f = &p->frames[frame];
+    size_t n = 0;
+    if (f->flags & TM_FRAME_HAS_FUNCTION) {
+        if (!label_is_function(f)) { /* Java: Class.method */
+            n = put(buf, cap, n, f->module.data, f->module.len);
+            n = put(buf, cap, n, ".", 1);
+        }
+        n = put(buf, cap, n, f->function.data, f->function.len);
+    } else {
+        tm_str lib = frame_library(p, f);
+        char addr[24];
+        int a = snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)(f->mapping ? f->rel_pc : f->addr));
+        n = put(buf, cap, n, addr, (size_t)a);
+        if (lib.len) {
+            n = put(buf, cap, n, " (", 2);
+            n = put(buf, cap, n, lib.data, lib.len);
+            n = put(buf, cap, n, ")", 1);
+        }
+    }
+    if (cap) buf[n < cap ? n : cap - 1] = 0;
+    return n;
+}
+
+static tm_status label_of(const tm_profile *p, uint32_t frame, tm_arena *ar, tm_str *out) {
+    const tm_prof_frame *f = &p->frames[frame];
+    if (label_is_function(f)) {
         *out = f->function;
         return TM_OK;
     }
-    if (f->flags & TM_FRAME_HAS_FUNCTION) { /* Java: Class.method */
-        uint8_t *s = tm_arena_alloc(ar, f->module.len + 1 + f->function.len);
-        if (!s) return TM_ERR_NOMEM;
-        memcpy(s, f->module.data, f->module.len);
-        s[f->module.len] = '.';
-        memcpy(s + f->module.len + 1, f->function.data, f->function.len);
-        out->data = s;
-        out->len = f->module.len + 1 + f->function.len;
-        return TM_OK;
-    }
-    tm_str lib = frame_library(p, f);
-    uint64_t addr = f->mapping ? f->rel_pc : f->addr;
-    char *s = tm_arena_alloc(ar, lib.len + 24);
+    size_t len = tm_frame_label_format(p, frame, NULL, 0);
+    char *s = tm_arena_alloc(ar, len + 1);
     if (!s) return TM_ERR_NOMEM;
-    int n = lib.len ? snprintf(s, lib.len + 24, "0x%llx (%.*s)", (unsigned long long)addr, TM_STR_ARGS(lib))
-                    : snprintf(s, lib.len + 24, "0x%llx", (unsigned long long)addr);
+    tm_frame_label_format(p, frame, s, len + 1);
     out->data = (const uint8_t *)s;
-    out->len = (size_t)n;
+    out->len = len;
     return TM_OK;
 }
 
@@ -108,7 +132,7 @@ tm_status tm_frame_labels_build(const tm_profile *p, tm_frame_labels *out) {
     if (!out->of) return TM_ERR_NOMEM;
     out->n = p->n_frames;
     for (size_t i = 0; i < p->n_frames; i++) {
-        tm_status st = label_of(p, &p->frames[i], &out->arena, &out->of[i]);
+        tm_status st = label_of(p, (uint32_t)i, &out->arena, &out->of[i]);
         if (st != TM_OK) {
             tm_frame_labels_release(p, out);
             return st;

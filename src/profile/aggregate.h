@@ -45,6 +45,9 @@ typedef struct tm_frame_labels {
 } tm_frame_labels;
 
 tm_status tm_frame_labels_build(const tm_profile *p, tm_frame_labels *out);
+/* One frame's label formatted into buf[0..cap) as snprintf does: returns
+ * its full length (tm_trace_frame_label). */
+size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, size_t cap);
 void tm_frame_labels_release(const tm_profile *p, tm_frame_labels *l);
 
 /* ---- periods ---- */

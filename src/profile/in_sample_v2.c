@@ -1,7 +1,10 @@
 /*
  * in_sample_v2.c — Sentry Sample v2 profile-chunk JSON (what Sentry SDKs
- * and Relay produce, and `tracemill convert -f sample-v2` writes) -> the
- * profile model, so every exporter reads it.
+ * and Relay produce, and `tracemill convert -f sample-v2` writes) and
+ * Sentry Sample v1 transaction profiles (what sentry-python's transaction
+ * profiler sends, and `-f sample-v1` writes) -> the profile model, so every
+ * exporter reads them. The two share frames, stacks, thread_metadata and
+ * debug_meta; they differ in the version and in how samples are timed.
  *
  * One streaming pass with the json_read.h tokenizer (no tree: chunks run to
  * 100+ MB) collects frames, stacks, images, samples and thread names as the
@@ -12,10 +15,14 @@
  * their address, stacks (leaf first, as in the JSON) and sample stack ids
  * are renumbered to profile ids, and thread_metadata names threads.
  *
- * Timestamps are Unix seconds as decimal text and become nanoseconds
- * exactly (no double in between), so the profile's trace time is Unix time:
- * one realtime segment with offset 0. What the model has no field for
- * (abs_path, lineno, in_app, ...) is dropped.
+ * Sample v2 timestamps are Unix seconds as decimal text and become
+ * nanoseconds exactly (no double in between). A Sample v1 sample is timed
+ * by elapsed_since_start_ns (a decimal string or integer) after the
+ * profile's top-level "timestamp" (RFC 3339, or Unix seconds as a number).
+ * Either way the profile's trace time is Unix time: one realtime segment
+ * with offset 0. Sample v1 frames may use Relay's older key names (name,
+ * file, line). What the model has no field for (abs_path, filename,
+ * lineno, in_app, transactions, device, ...) is dropped.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +30,7 @@
 
 #include "perfetto/clock.h"     /* TM_CLOCK_REALTIME */
 #include "wire/json_read.h" /* tm_json_reader */
+#include "wire/rfc3339.h"   /* tm_rfc3339_parse */
 #include "profile/trace.h"     /* tm_trace */
 
 enum { PLATFORM_NONE, PLATFORM_JAVA, PLATFORM_OTHER };
@@ -63,6 +71,9 @@ typedef struct v2 {
     image *images; size_t n_images, cap_images;
     thread_name *names; size_t n_names, cap_names;
     size_t samples_offset;   /* the '[' of profile.samples */
+    int v1;                  /* reading Sample v1: samples are elapsed_since_start_ns after start_ns */
+    int has_start;
+    int64_t start_ns;        /* Sample v1's "timestamp", Unix ns */
     tm_bytes last_tid_text;  /* consecutive samples mostly share a thread */
     uint32_t last_thread;
 } v2;
@@ -81,11 +92,11 @@ static tm_status vfail(v2 *r, tm_status code, size_t at, const char *reason, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return tm_fail(r->err, code, at, reason, "Sample v2: %s", msg);
+    return tm_fail(r->err, code, at, reason, "Sample v%d: %s", r->v1 ? 1 : 2, msg);
 }
 
 static tm_status json_error(v2 *r) {
-    return tm_fail(r->err, r->j.err_code, r->j.err_offset, NULL, "Sample v2 JSON: %s", r->j.err);
+    return tm_fail(r->err, r->j.err_code, r->j.err_offset, NULL, "Sample v%d JSON: %s", r->v1 ? 1 : 2, r->j.err);
 }
 
 static tm_status nomem(v2 *r) { return tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
@@ -328,7 +339,21 @@ static tm_status read_sample(v2 *r, size_t index, size_t offset) {
     for (;;) {
         NEXT(r, &tok);
         if (tok.type == TM_JSON_OBJECT_END) break;
-        if (KEY_IS(&tok, "timestamp")) {
+        if (r->v1 && KEY_IS(&tok, "elapsed_since_start_ns")) {
+            NEXT(r, &tok);
+            uint64_t elapsed;
+            tm_json_token digits = tok; /* sentry-python writes it as a string of digits */
+            digits.type = tok.type == TM_JSON_STRING && !tok.escaped ? TM_JSON_NUMBER : tok.type;
+            if (!tm_json_u64(&digits, &elapsed))
+                return wrong_type(r, &tok, "profile.samples", index, ".elapsed_since_start_ns",
+                                  "a decimal count of nanoseconds");
+            if (elapsed > INT64_MAX)
+                return vfail(r, TM_ERR_MALFORMED, tok.offset, NULL,
+                             "profile.samples[%zu].elapsed_since_start_ns %.*s is out of range", index,
+                             TM_STR_ARGS(tok.text));
+            ts = (int64_t)elapsed;
+            seen |= 1;
+        } else if (!r->v1 && KEY_IS(&tok, "timestamp")) {
             NEXT(r, &tok);
             if (tok.type != TM_JSON_NUMBER) return wrong_type(r, &tok, "profile.samples", index, ".timestamp", "a number");
             if (!tm_json_scaled_i64(&tok, 9, &ts))
@@ -353,7 +378,8 @@ static tm_status read_sample(v2 *r, size_t index, size_t offset) {
     }
     if (seen != 7)
         return vfail(r, TM_ERR_MALFORMED, offset, "MalformedSamples", "profile.samples[%zu] has no %s", index,
-                     !(seen & 1) ? "timestamp" : !(seen & 2) ? "stack_id" : "thread_id");
+                     !(seen & 1) ? (r->v1 ? "elapsed_since_start_ns" : "timestamp")
+                                 : !(seen & 2) ? "stack_id" : "thread_id");
     if (r->p->n_samples >= r->t->limits.max_samples)
         return vfail(r, TM_ERR_LIMIT, offset, NULL, "more than %llu samples (max_samples)",
                      (unsigned long long)r->t->limits.max_samples);
@@ -417,7 +443,7 @@ static tm_status read_frame(v2 *r, size_t index, size_t offset) {
     for (;;) {
         NEXT(r, &tok);
         if (tok.type == TM_JSON_OBJECT_END) return TM_OK;
-        if (KEY_IS(&tok, "function")) {
+        if (KEY_IS(&tok, "function") || KEY_IS(&tok, "name")) { /* "name": Relay's older alias */
             TM_TRY(read_opt_str(r, "profile.frames", index, ".function", &f->function, &present));
             if (present) f->flags |= TM_FRAME_HAS_FUNCTION;
         } else if (KEY_IS(&tok, "module")) {
@@ -525,6 +551,21 @@ static tm_status read_profile(v2 *r) {
     }
 }
 
+/* Sample v1's start time: RFC 3339 text, or Unix seconds as a number. */
+static tm_status read_start(v2 *r) {
+    tm_json_token tok;
+    NEXT(r, &tok);
+    if (tok.type == TM_JSON_STRING && !tok.escaped && tm_rfc3339_parse(tok.text, &r->start_ns)) {
+    } else if (tok.type == TM_JSON_NUMBER) {
+        if (!tm_json_scaled_i64(&tok, 9, &r->start_ns))
+            return vfail(r, TM_ERR_MALFORMED, tok.offset, NULL, "timestamp %.*s is out of range", TM_STR_ARGS(tok.text));
+    } else {
+        return wrong_type(r, &tok, "timestamp", SIZE_MAX, "", "an RFC 3339 date-time or Unix seconds");
+    }
+    r->has_start = 1;
+    return TM_OK;
+}
+
 static tm_status read_document(v2 *r) {
     tm_json_token tok;
     NEXT(r, &tok);
@@ -538,9 +579,13 @@ static tm_status read_document(v2 *r) {
             TM_TRY(once(r, &tok, &seen, 1));
             NEXT(r, &tok);
             if (tok.type != TM_JSON_STRING) return wrong_type(r, &tok, "version", SIZE_MAX, "", "a string");
-            if (!KEY_IS(&tok, "2"))
-                return vfail(r, TM_ERR_UNSUPPORTED, tok.offset, NULL, "version \"%.*s\": only version \"2\" "
-                             "(profile chunks) is read", TM_STR_ARGS(tok.text));
+            if (r->v1 ? !KEY_IS(&tok, "1") : !KEY_IS(&tok, "2"))
+                return vfail(r, TM_ERR_UNSUPPORTED, tok.offset, NULL, "version \"%.*s\": this reader takes "
+                             "version \"%d\" (%s)", TM_STR_ARGS(tok.text), r->v1 ? 1 : 2,
+                             r->v1 ? "transaction profiles" : "profile chunks");
+        } else if (r->v1 && KEY_IS(&tok, "timestamp")) {
+            TM_TRY(once(r, &tok, &seen, 16));
+            TM_TRY(read_start(r));
         } else if (KEY_IS(&tok, "platform")) {
             TM_TRY(once(r, &tok, &seen, 2));
             int present;
@@ -557,7 +602,11 @@ static tm_status read_document(v2 *r) {
         }
     }
     NEXT(r, &tok); /* only blanks may follow */
-    if (!(seen & 8)) return vfail(r, TM_ERR_MALFORMED, 0, NULL, "no \"profile\" object: not a profile chunk");
+    if (!(seen & 8))
+        return vfail(r, TM_ERR_MALFORMED, 0, NULL, "no \"profile\" object: not a %s",
+                     r->v1 ? "transaction profile" : "profile chunk");
+    if (r->v1 && !(seen & 16))
+        return vfail(r, TM_ERR_MALFORMED, 0, NULL, "no \"timestamp\": the samples' start time is unknown");
     return TM_OK;
 }
 
@@ -682,6 +731,10 @@ static tm_status finish(v2 *r) {
         uint32_t th = tm_u64map_get(&p->thread_by_tid, (uint64_t)r->names[i].tid);
         if (th != TM_ABSENT) tm_profile_name_thread(p, th, r->names[i].name, 1);
     }
+    for (size_t i = 0; r->v1 && i < p->n_samples; i++)
+        if (__builtin_add_overflow(p->samples[i].ts, r->start_ns, &p->samples[i].ts))
+            return vfail(r, TM_ERR_MALFORMED, element_offset(r, r->samples_offset, i), NULL,
+                         "timestamp + profile.samples[%zu].elapsed_since_start_ns is past the year 2262", i);
     /* Timestamps are Unix time already: trace time maps to itself. */
     p->realtime = tm_mem_alloc(r->mem, sizeof *p->realtime);
     if (!p->realtime) return nomem(r);
@@ -712,9 +765,10 @@ static void release(v2 *r) {
     tm_mem_free(r->mem, r->names, r->cap_names * sizeof *r->names);
 }
 
-tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err) {
+static tm_status read_sentry(tm_trace *t, const uint8_t *buf, size_t len, int v1, tm_error *err) {
     v2 r;
     memset(&r, 0, sizeof r);
+    r.v1 = v1;
     r.t = t;
     r.p = &t->profile;
     r.mem = &t->mem;
@@ -734,4 +788,12 @@ tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_erro
     if (st == TM_OK) st = finish(&r);
     release(&r);
     return st;
+}
+
+tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err) {
+    return read_sentry(t, buf, len, 0, err);
+}
+
+tm_status tm_sample_v1_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err) {
+    return read_sentry(t, buf, len, 1, err);
 }

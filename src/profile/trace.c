@@ -31,7 +31,9 @@
 #include "common/limits.h"
 #include "perfetto/fields.h"
 #include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
+#include "wire/json_read.h"  /* tm_json_reader: telling Sample v1 from v2 */
 #include "wire/pb.h"         /* tm_pb_reader, tm_pb_next */
+#include "profile/aggregate.h" /* tm_frame_label_format */
 #include "profile/trace.h"   /* struct tm_trace */
 
 enum { F_HAS_FN = 1, F_HAS_MAPPING = 2, F_HAS_REL_PC = 4 };
@@ -681,8 +683,9 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        /* An inline task context or callstack wins over an interned one,
-         * wherever each is on the wire, as Trace Processor reads them. */
+        /* As Trace Processor reads them, wherever each is on the wire: an
+         * inline task context wins over an interned one, an interned
+         * callstack over an inline one. */
         case 1:
             WANT(d, f, TM_PB_LEN, "StackSample");
             TM_TRY(parse_task_context(d, f.bytes, &task, &iid));
@@ -693,14 +696,14 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
             WANT(d, f, TM_PB_VARINT, "StackSample");
             if (!inline_task) task_iid = f.val;
             break;
-        case 5: WANT(d, f, TM_PB_LEN, "StackSample"); cs_msg = f.bytes; cs_at = f.start; cs_kind = CS_INLINE; break;
-        case 6:
-            WANT(d, f, TM_PB_VARINT, "StackSample");
-            if (cs_kind == CS_INLINE) break;
-            cs_iid = f.val;
+        case 5:
+            WANT(d, f, TM_PB_LEN, "StackSample");
+            if (cs_kind == CS_IID) break;
+            cs_msg = f.bytes;
             cs_at = f.start;
-            cs_kind = CS_IID;
+            cs_kind = CS_INLINE;
             break;
+        case 6: WANT(d, f, TM_PB_VARINT, "StackSample"); cs_iid = f.val; cs_at = f.start; cs_kind = CS_IID; break;
         case 3: case 7: case 9: WANT(d, f, TM_PB_LEN, "StackSample"); break;
         case 4: case 8: case 10: case 11: WANT(d, f, TM_PB_VARINT, "StackSample"); break;
         case 14: /* follower_weights, packed or not */
@@ -1269,6 +1272,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     t->input = fmt;
     if (st != TM_OK) {
     } else if (fmt == TM_INPUT_SAMPLE_V2) st = tm_sample_v2_read(t, buf, len, err);
+    else if (fmt == TM_INPUT_SAMPLE_V1) st = tm_sample_v1_read(t, buf, len, err);
     else if (fmt == TM_INPUT_FOLDED) st = tm_folded_read(t, buf, len, err);
     else st = decode_perfetto(t, buf, len, opts, err);
     if (fmt != TM_INPUT_PERFETTO) st = tm_trace_budget_status(t, st, err);
@@ -1309,6 +1313,36 @@ tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
     return TM_OK;
 }
 
+size_t tm_trace_sample_count(const tm_trace *t) { return t ? t->profile.n_samples : 0; }
+
+tm_status tm_trace_sample(const tm_trace *t, size_t i, tm_sample_info *out) {
+    if (!t || !out || i >= t->profile.n_samples) return TM_ERR_INVALID_ARG;
+    const tm_prof_sample *s = &t->profile.samples[i];
+    out->ts = s->ts;
+    out->weight = tm_profile_weight(&t->profile, i);
+    out->thread = s->thread;
+    out->stack = s->stack;
+    return TM_OK;
+}
+
+size_t tm_trace_stack_count(const tm_trace *t) { return t ? t->profile.n_stacks : 0; }
+
+tm_status tm_trace_stack(const tm_trace *t, size_t i, const uint32_t **frames, size_t *n) {
+    if (!t || !frames || !n || i >= t->profile.n_stacks) return TM_ERR_INVALID_ARG;
+    const tm_prof_stack *s = &t->profile.stacks[i];
+    *frames = tm_profile_stack_frames(&t->profile, s);
+    *n = s->len;
+    return TM_OK;
+}
+
+size_t tm_trace_frame_count(const tm_trace *t) { return t ? t->profile.n_frames : 0; }
+
+tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, size_t cap, size_t *len) {
+    if (!t || (!buf && cap) || !len || i >= t->profile.n_frames) return TM_ERR_INVALID_ARG;
+    *len = tm_frame_label_format(&t->profile, (uint32_t)i, buf, cap);
+    return TM_OK;
+}
+
 /* ---- input formats ---- */
 
 static int is_blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -1335,6 +1369,54 @@ static int looks_folded(const uint8_t *p, size_t len) {
     }
 }
 
+/* The first key of the first element of profile.samples in the object
+ * the reader is inside (its '{' read): "elapsed_since_start_ns" means
+ * Sample v1, "timestamp" v2; 0 when neither decides. */
+static tm_input_format first_sample_key(tm_json_reader *j) {
+    tm_json_token tok;
+    while (tm_json_next(j, &tok) == TM_JSON_KEY) {
+        int samples = tm_json_eq(&tok, "samples");
+        if (tm_json_next(j, &tok) == TM_JSON_ERROR) return TM_INPUT_AUTO;
+        if (!samples || tok.type != TM_JSON_ARRAY) {
+            if (!tm_json_skip(j, &tok)) return TM_INPUT_AUTO;
+            continue;
+        }
+        if (tm_json_next(j, &tok) != TM_JSON_OBJECT) return TM_INPUT_AUTO;
+        while (tm_json_next(j, &tok) == TM_JSON_KEY) {
+            if (tm_json_eq(&tok, "elapsed_since_start_ns")) return TM_INPUT_SAMPLE_V1;
+            if (tm_json_eq(&tok, "timestamp")) return TM_INPUT_SAMPLE_V2;
+            if (tm_json_next(j, &tok) == TM_JSON_ERROR || !tm_json_skip(j, &tok)) return TM_INPUT_AUTO;
+        }
+        return TM_INPUT_AUTO;
+    }
+    return TM_INPUT_AUTO;
+}
+
+/* Sentry JSON: the top-level "version" decides ("1" is a transaction
+ * profile); before one, the first sample's time key does (samples_too).
+ * Anything else, malformed JSON included, goes to the Sample v2 reader,
+ * which says what is wrong. The walk stops at the first decision: both
+ * writers put "version" before "profile". */
+static tm_input_format sentry_version(const uint8_t *p, size_t len, int samples_too) {
+    tm_json_reader j;
+    tm_json_token tok;
+    tm_json_reader_init(&j, p, len);
+    if (tm_json_next(&j, &tok) != TM_JSON_OBJECT) return TM_INPUT_SAMPLE_V2;
+    while (tm_json_next(&j, &tok) == TM_JSON_KEY) {
+        int version = tm_json_eq(&tok, "version"), profile = samples_too && tm_json_eq(&tok, "profile");
+        if (tm_json_next(&j, &tok) == TM_JSON_ERROR) break;
+        if (version)
+            return tok.type == TM_JSON_STRING && tm_json_eq(&tok, "1") ? TM_INPUT_SAMPLE_V1 : TM_INPUT_SAMPLE_V2;
+        if (profile && tok.type == TM_JSON_OBJECT) {
+            tm_input_format f = first_sample_key(&j);
+            /* No sample to tell: look for a version past the profile. */
+            return f != TM_INPUT_AUTO ? f : sentry_version(p, len, 0);
+        }
+        if (!tm_json_skip(&j, &tok)) break;
+    }
+    return TM_INPUT_SAMPLE_V2;
+}
+
 tm_input_format tm_input_detect(const void *buf, size_t len) {
     const uint8_t *p = buf;
     if (!p || !len || p[0] == 0x0a) return TM_INPUT_PERFETTO;
@@ -1342,7 +1424,7 @@ tm_input_format tm_input_detect(const void *buf, size_t len) {
     p += bom, len -= bom;
     size_t i = 0;
     while (i < len && is_blank(p[i])) i++;
-    if (i < len && p[i] == '{') return TM_INPUT_SAMPLE_V2;
+    if (i < len && p[i] == '{') return sentry_version(p, len, 1);
     if (looks_folded(p, len)) return TM_INPUT_FOLDED;
     return TM_INPUT_PERFETTO;
 }
@@ -1352,6 +1434,7 @@ const char *tm_input_format_name(tm_input_format f) {
     case TM_INPUT_PERFETTO: return "perfetto";
     case TM_INPUT_SAMPLE_V2: return "sample-v2";
     case TM_INPUT_FOLDED: return "folded";
+    case TM_INPUT_SAMPLE_V1: return "sample-v1";
     case TM_INPUT_AUTO: break;
     }
     return NULL;

@@ -2,7 +2,7 @@
  * trace.h — the Perfetto trace model: per-sequence intern tables and
  * incremental state, clocks, and the decoder that turns a .pftrace buffer
  * into a tm_profile; the entry point tm_trace_parse also dispatches to the
- * Sample v2 and folded readers. See trace.c for the rules and perfetto/fields.h
+ * Sample v2, Sample v1 and folded readers. See trace.c for the rules and perfetto/fields.h
  * for the field numbers.
  */
 #ifndef TM_TRACE_H
@@ -22,9 +22,11 @@ struct tm_trace {
     tm_input source;   /* the bytes decoded: string views point into them */
 };
 
-/* Readers of the other input formats (in_sample_v2.c, in_folded.c): each
- * fills t->profile within t->limits, sorted by time, with its stats. */
+/* Readers of the other input formats (in_sample_v2.c, which reads both
+ * Sentry formats, and in_folded.c): each fills t->profile within t->limits,
+ * sorted by time, with its stats. */
 tm_status tm_sample_v2_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
+tm_status tm_sample_v1_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
 tm_status tm_folded_read(tm_trace *t, const uint8_t *buf, size_t len, tm_error *err);
 /* Whether a line (trailing blanks removed) ends in what is meant as a
  * folded count: a blank, then a digit or a signed digit. Detection uses it,

@@ -131,9 +131,7 @@ typedef struct dec {
 
 static uint64_t off_of(const dec *d, const uint8_t *at) { return tm_pf_offset(&d->rd, at); }
 static tm_status nomem(dec *d) { return tm_fail(d->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
-static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) {
-    return tm_fail(d->err, r->err_code, off_of(d, r->p), NULL, "%s: %s", where, r->err);
-}
+static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) { return tm_pf_pb_fail(&d->rd, r, where); }
 
 static void stat_add(dec *d, uint32_t key, int64_t v) { d->single[key] += v; }
 
@@ -1367,6 +1365,7 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
     tm_bytes b = payload_at(ref);
     tm_bytes task_msg = {NULL, 0}, exec_msg = {NULL, 0}, cs_msg = {NULL, 0}, primary = {NULL, 0};
     uint64_t task_iid = 0, exec_iid = 0, cs_iid = 0, primary_iid = 0, weight = 0;
+    bool has_cs_iid = false;
     bool has_weight = false;
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1379,7 +1378,7 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
         case 3: if (len) exec_msg = f.bytes; break;
         case 4: exec_iid = f.val; break;
         case 5: if (len) cs_msg = f.bytes; break;
-        case 6: cs_iid = f.val; break;
+        case 6: cs_iid = f.val, has_cs_iid = true; break;
         case 9: if (len) primary = f.bytes; break;
         case 10: primary_iid = f.val; break;
         case 11: weight = f.val, has_weight = true; break;
@@ -1419,10 +1418,11 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
         if (rc == TM_PB_ERROR) return pb_fail(d, &t, "stack_sample.execution_context");
         TM_TRY(exec_of(d, cpu, stack_mode(mode), &exec));
     }
-    if (cs_msg.data)
-        TM_TRY(inline_callstack(d, cs_msg, &callsite));
-    else if (cs_iid)
+    /* An interned callstack wins over an inline one, as in Trace Processor. */
+    if (has_cs_iid)
         TM_TRY(resolve_callstack(d, o->gen, upid, cs_iid, &callsite));
+    else if (cs_msg.data)
+        TM_TRY(inline_callstack(d, cs_msg, &callsite));
     TM_TRY(attr_of(d, TP_SRC_STACK, 0, exec, session, 0, &attr));
     tp->s_ts[o->w] = o->ts;
     tp->s_callsite[o->w] = callsite;

@@ -5,10 +5,14 @@
 # against what tracemill says about the same trace elsewhere: `info --json`
 # (samples kept) and the Sample v2 output (samples per thread, leaf
 # functions). Also `convert --per-thread -f pprof -o DIR`.
-# usage: test_pprof.sh CLI SOURCE_DIR BUILD_DIR
+# usage: test_pprof.sh CLI SOURCE_DIR BUILD_DIR (exit 77, skipped, when its tools or
+# BUILD_DIR/consumers are absent: see require.sh)
 set -euo pipefail
 cli="$1" src="$2" build="$3"
 pprof="$build/consumers/pprof" check="$build/consumers/pprof_check"
+source "$src/tests/consumers/require.sh"
+require_cmd jq node
+require_file "$pprof" "$check"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 export PPROF_TMPDIR="$tmp" PPROF_BINARY_PATH=/nonexistent HOME="$tmp"

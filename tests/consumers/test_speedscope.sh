@@ -8,11 +8,16 @@
 # for folded input, one sample per line and weights adding up to the counts.
 # Then speedscope itself (speedscope_load.mjs, headless Chromium) imports
 # two of the files.
-# usage: test_speedscope.sh CLI SOURCE_DIR BUILD_DIR
+# usage: test_speedscope.sh CLI SOURCE_DIR BUILD_DIR (exit 77, skipped, when its tools or
+# BUILD_DIR/consumers are absent: see require.sh)
 set -euo pipefail
 cli="$1" src="$2" build="$3"
 consumers="$build/consumers"
 check="$src/tests/consumers/speedscope_check.mjs"
+source "$src/tests/consumers/require.sh"
+require_cmd node
+require_file "$consumers/node_modules/speedscope" "$consumers/node_modules/ajv" \
+  "$consumers/node_modules/playwright-core"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 

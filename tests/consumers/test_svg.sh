@@ -6,10 +6,14 @@
 # grown frames red, shrunk ones blue, and a profile against itself neutral;
 # headless Chromium (svg_check.mjs) renders, hovers, zooms and searches.
 # Screenshots land in BUILD_DIR (svg_demo*.png, svg_diff*.png).
-# usage: test_svg.sh CLI SOURCE_DIR BUILD_DIR
+# usage: test_svg.sh CLI SOURCE_DIR BUILD_DIR (exit 77, skipped, when its tools or
+# BUILD_DIR/consumers are absent: see require.sh)
 set -euo pipefail
 cli="$1" src="$2" build="$3"
 here="$src/tests/consumers"
+source "$here/require.sh"
+require_cmd xmllint python3 node
+require_file "$build/consumers/node_modules/playwright-core"
 fixtures="$src/tests/fixtures/relay-compat"
 out="$build/svg-consumer"
 mkdir -p "$out"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # run.sh — golden-file test of every output format on the core test traces:
 # runs the CLI for each case below and compares its output byte for byte
-# with tests/golden/<case>. `make golden` (run.sh CLI SRC --update) rewrites
-# the files after an intended change; review the diff before committing.
+# with tests/golden/<case>; pprof output (*.pb) is kept as text made by
+# pprof_text (built beside the CLI), in tests/golden/<case>.txt, so a change
+# reads as a text diff. A difference is shown with diff -u. `make golden`
+# (run.sh CLI SRC --update) rewrites the files after an intended change;
+# review the diff before committing.
 # usage: run.sh CLI SOURCE_DIR [--update]
 set -uo pipefail
 cli=$1 src=$2 update=${3:-}
@@ -46,22 +49,32 @@ cases=(
   "sample-v2-input.sample-v2.json|convert -f sample-v2 $v2_in"
   "sample-v2-input.pb|convert -f pprof --uncompressed $v2_in"
 )
+pprof_text="$(dirname "$cli")/pprof_text"
 fail=0
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+tmp=$(mktemp) raw=$(mktemp)
+trap 'rm -f "$tmp" "$raw"' EXIT
 for c in "${cases[@]}"; do
   name=${c%%|*} args=${c#*|}
   # shellcheck disable=SC2086
-  if ! "$cli" $args -o "$tmp" 2>/dev/null; then
+  if ! "$cli" $args -o "$raw" 2>/dev/null; then
     echo "FAIL $name: tracemill $args exited non-zero"; fail=1; continue
   fi
   gold="$src/tests/golden/$name"
+  if [[ $name == *.pb ]]; then
+    gold="$gold.txt"
+    if ! "$pprof_text" "$raw" >"$tmp"; then
+      echo "FAIL $name: pprof_text cannot read the output"; fail=1; continue
+    fi
+  else
+    cp "$raw" "$tmp"
+  fi
   if [ "$update" = --update ]; then
-    cp "$tmp" "$gold"; echo "updated $name"
+    cp "$tmp" "$gold"; echo "updated ${gold#"$src/"}"
   elif [ ! -f "$gold" ]; then
     echo "FAIL $name: no golden file (run make golden)"; fail=1
   elif ! cmp -s "$tmp" "$gold"; then
-    echo "FAIL $name: output differs from tests/golden/$name"; fail=1
+    echo "FAIL $name: output differs from ${gold#"$src/"}:"; fail=1
+    diff -u "$gold" "$tmp" | head -40
   else
     echo "ok   $name"
   fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# run.sh — the ctest entry of the Python package: builds tracemill (the
+# pure-Python layer and the extension) into BUILD/python/lib with Debian's
+# /usr/bin/python3 against BUILD/libtracemill.a, then runs its pytest suite
+# against BUILD/tracemill. Exits 77 (skipped) when that Python lacks pytest
+# or setuptools.  usage: run.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+SRC=$1
+BUILD=$(cd "$2" && pwd)
+PY=/usr/bin/python3
+if ! $PY -c "import pytest, setuptools" 2>/dev/null; then
+  echo "python: skipped, $PY lacks pytest or setuptools (scripts/install-deps.sh installs them)"
+  exit 77
+fi
+cd "$SRC/python"
+TRACEMILL_BUILD_DIR=$BUILD $PY setup.py -q build_py --build-lib "$BUILD/python/lib" \
+  build_ext --build-lib "$BUILD/python/lib" --build-temp "$BUILD/python/tmp" >/dev/null
+cd "$SRC"
+TRACEMILL_CLI=$BUILD/tracemill PYTHONPATH=$BUILD/python/lib PYTHONDONTWRITEBYTECODE=1 \
+  exec $PY -m pytest -q -p no:cacheprovider python/tests

@@ -1,0 +1,136 @@
+/*
+ * sentry_json.c — helpers shared by the Sample v1 and Sample v2 writers
+ * (see sentry_json.h): metadata ids and strings, jansson values written
+ * with the JSON writer, and debug images from native mappings.
+ */
+#include "export/sentry_json.h"
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int tm_sentry_str_is(const json_t *v, const char *lit) {
+    return json_is_string(v) && json_string_length(v) == strlen(lit) &&
+           memcmp(json_string_value(v), lit, strlen(lit)) == 0;
+}
+
+int tm_sentry_event_id(const json_t *v, char out[33]) {
+    if (!json_is_string(v)) return 0;
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v), n = 0;
+    if (len != 32 && len != 36) return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (len == 36 && (i == 8 || i == 13 || i == 18 || i == 23)) {
+            if (s[i] != '-') return 0;
+            continue;
+        }
+        int h = hexval((unsigned char)s[i]);
+        if (h < 0) return 0;
+        out[n++] = "0123456789abcdef"[h];
+    }
+    out[n] = 0;
+    return n == 32;
+}
+
+void tm_sentry_write_value(tm_jw *w, const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_STRING: {
+        tm_str s = {(const uint8_t *)json_string_value(v), json_string_length(v)};
+        tm_jw_str(w, s);
+        break;
+    }
+    case JSON_INTEGER: tm_jw_i64(w, (int64_t)json_integer_value(v)); break;
+    case JSON_REAL: tm_jw_f64(w, json_real_value(v)); break;
+    case JSON_TRUE: tm_jw_lit(w, "true"); break;
+    case JSON_FALSE: tm_jw_lit(w, "false"); break;
+    case JSON_NULL: tm_jw_lit(w, "null"); break;
+    case JSON_ARRAY: {
+        tm_jw_char(w, '[');
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            if (i) tm_jw_char(w, ',');
+            tm_sentry_write_value(w, e);
+        }
+        tm_jw_char(w, ']');
+        break;
+    }
+    case JSON_OBJECT: {
+        tm_jw_char(w, '{');
+        const char *k;
+        json_t *e;
+        int first = 1;
+        json_object_foreach((json_t *)v, k, e) {
+            if (!first) tm_jw_char(w, ',');
+            first = 0;
+            tm_jw_cstr(w, k);
+            tm_jw_char(w, ':');
+            tm_sentry_write_value(w, e);
+        }
+        tm_jw_char(w, '}');
+        break;
+    }
+    }
+}
+
+/* A build id as a debug id: a GUID whose first three fields are
+ * little-endian, as Sentry reads ELF build ids. */
+static void write_debug_id(tm_jw *w, tm_bytes build_id) {
+    static const int order[16] = {3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15};
+    uint8_t b[16] = {0};
+    memcpy(b, build_id.data, build_id.len < 16 ? build_id.len : 16);
+    char s[38];
+    size_t n = 0;
+    s[n++] = '"';
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) s[n++] = '-';
+        s[n++] = "0123456789abcdef"[b[order[i]] >> 4];
+        s[n++] = "0123456789abcdef"[b[order[i]] & 15];
+    }
+    s[n++] = '"';
+    tm_jw_raw(w, s, n);
+}
+
+static int is_image(const tm_prof_mapping *m) {
+    return m->path.len && !(m->flags & TM_MAPPING_JAVA) && m->build_id.len;
+}
+
+size_t tm_sentry_write_images(tm_jw *w, const tm_profile *p, int comma) {
+    size_t written = 0;
+    for (size_t i = 0; i < p->n_mappings; i++) {
+        const tm_prof_mapping *m = &p->mappings[i];
+        if (!is_image(m)) continue;
+        int dup = 0;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = is_image(&p->mappings[j]) && p->mappings[j].start == m->start &&
+                  tm_bytes_eq(p->mappings[j].path, m->path);
+        if (dup) continue;
+        if (comma || written) tm_jw_char(w, ',');
+        written++;
+        tm_jw_lit(w, "{\"code_file\":");
+        tm_jw_str(w, m->path);
+        tm_jw_lit(w, ",\"debug_id\":");
+        write_debug_id(w, m->build_id);
+        tm_jw_lit(w, ",\"type\":\"symbolic\",\"image_addr\":");
+        tm_jw_hex(w, m->start);
+        if (p->relay_compat || (m->flags & TM_MAPPING_HAS_LOAD_BIAS)) {
+            tm_jw_lit(w, ",\"image_vmaddr\":");
+            tm_jw_hex(w, m->load_bias);
+        }
+        if (m->end > m->start) {
+            tm_jw_lit(w, ",\"image_size\":");
+            tm_jw_u64(w, m->end - m->start);
+        }
+        tm_jw_char(w, '}');
+    }
+    return written;
+}
+
+int tm_sentry_has_images(const tm_profile *p) {
+    for (size_t i = 0; i < p->n_mappings; i++)
+        if (is_image(&p->mappings[i])) return 1;
+    return 0;
+}
