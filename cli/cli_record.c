@@ -1,8 +1,11 @@
 /*
- * cli_record.c — `tracemill record [options] -- CMD ARGS...`: runs CMD with
- * libtracemill_record.so in LD_PRELOAD and the options in TRACEMILL_RECORD_*
- * environment variables (see record/preload.c), waits for it, and reports
- * what the trace holds and where it is.
+ * cli_record.c — `tracemill record [options] -- CMD ARGS...`: chooses the
+ * backend (perf when perf_event_open works, else signal), then either runs
+ * tracemill-record-perf (record/perf_record.c) on CMD, passing on the
+ * signals that should reach CMD, or runs CMD with libtracemill_record.so in
+ * LD_PRELOAD and the options in TRACEMILL_RECORD_* environment variables
+ * (see record/preload.c); waits, and reports what the trace holds and where
+ * it is.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -13,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,24 +100,70 @@ static int valid_value(const env_opt *o, const char *v) {
     return *v && !*end && n <= UINT32_MAX;
 }
 
-/* libtracemill_record.so beside this program (the build directory), else
- * in the library directory of the tree it is installed in (BINDIR/../LIBDIR
- * as configured), unless told otherwise. */
-static int find_preload(const char *given, char *out, size_t cap) {
-    const char *env = getenv("TRACEMILL_RECORD_LIB");
-    if (given || env) {
-        if (!realpath(given ? given : env, out)) return 0;
-        return 1;
-    }
+/* A sibling of this program by name into out, if access(mode) allows it. */
+static int beside_me(const char *name, int mode, char *out, size_t cap) {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return 0;
     exe[n] = 0;
     char *slash = strrchr(exe, '/');
     *slash = 0;
-    if ((size_t)snprintf(out, cap, "%s/libtracemill_record.so", exe) >= cap) return 0;
-    if (access(out, R_OK) == 0) return 1;
+    if ((size_t)snprintf(out, cap, "%s/%s", exe, name) >= cap) return 0;
+    return access(out, mode) == 0;
+}
+
+/* Whether this kernel lets us sample our own children with perf_event_open
+ * (a disabled user-only cpu-clock event on ourselves); why not in why. */
+static int perf_usable(char *why, size_t cap) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    a.disabled = 1;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    int e = errno;
+    char paranoid[16] = "?";
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "re");
+    if (f) {
+        if (!fgets(paranoid, sizeof paranoid, f)) paranoid[0] = 0;
+        paranoid[strcspn(paranoid, "\n")] = 0;
+        fclose(f);
+    }
+    snprintf(why, cap, "perf_event_open refused: %s (kernel.perf_event_paranoid = %s)", strerror(e), paranoid);
+    return 0;
+}
+
+/* The perf backend's runner, for the signal handlers that pass signals on. */
+static volatile sig_atomic_t g_runner = 0;
+
+static void pass_on(int sig, siginfo_t *info, void *uc) {
+    (void)uc;
+    /* Ctrl-C and Ctrl-\ from the terminal reach the whole process group
+     * already; a kill(1) of record does not. */
+    if ((sig == SIGINT || sig == SIGQUIT) && info && info->si_code > 0) return;
+    if (g_runner > 0) kill((pid_t)g_runner, sig);
+}
+
+/* libtracemill_record.so beside this program (the build directory), else
+ * in the library directory of the tree it is installed in (BINDIR/../LIBDIR
+ * as configured), unless told otherwise. */
+static int find_preload(const char *given, char *out, size_t cap) {
+    const char *env = getenv("TRACEMILL_RECORD_LIB");
+    if (given || env) return realpath(given ? given : env, out) != NULL;
+    if (beside_me("libtracemill_record.so", R_OK, out, cap)) return 1;
 #if defined(TM_INSTALL_BINDIR) && defined(TM_INSTALL_LIBDIR)
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    *strrchr(exe, '/') = 0;
     /* installed: PREFIX/BINDIR/tracemill and PREFIX/LIBDIR/libtracemill_record.so */
     const char *bindir = TM_INSTALL_BINDIR, *libdir = TM_INSTALL_LIBDIR;
     char lib[PATH_MAX];
@@ -121,10 +172,10 @@ static int find_preload(const char *given, char *out, size_t cap) {
     } else {
         size_t depth = 1; /* directories in BINDIR: as many ".." up to the prefix */
         for (const char *c = bindir; *c; c++) depth += *c == '/' && c[1] && c[1] != '/';
-        size_t n = (size_t)snprintf(lib, sizeof lib, "%s", exe);
-        while (depth-- && n < sizeof lib) n += (size_t)snprintf(lib + n, sizeof lib - n, "/..");
-        if (n >= sizeof lib ||
-            (size_t)snprintf(lib + n, sizeof lib - n, "/%s/libtracemill_record.so", libdir) >= sizeof lib - n)
+        size_t k = (size_t)snprintf(lib, sizeof lib, "%s", exe);
+        while (depth-- && k < sizeof lib) k += (size_t)snprintf(lib + k, sizeof lib - k, "/..");
+        if (k >= sizeof lib ||
+            (size_t)snprintf(lib + k, sizeof lib - k, "/%s/libtracemill_record.so", libdir) >= sizeof lib - k)
             return 0;
     }
     if (access(lib, R_OK) != 0 || !realpath(lib, out)) return 0;
@@ -155,6 +206,8 @@ static uint64_t summarize(const char *file, const char *name) {
                 (double)(s->last_sample_ns - s->first_sample_ns) * 1e-9);
         uint64_t lost = s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss;
         if (lost) fprintf(stderr, ", %llu packets lost (see tracemill info)", (unsigned long long)lost);
+        if (s->perf_records_lost)
+            fprintf(stderr, ", %llu kernel records lost", (unsigned long long)s->perf_records_lost);
         fputc('\n', stderr);
     } else if (t == NULL) {
         cli_report_error(name, &err);
@@ -164,8 +217,74 @@ static uint64_t summarize(const char *file, const char *name) {
     return samples;
 }
 
+/* The perf backend: tracemill-record-perf writes the trace to OUT's
+ * temporary file and exits with CMD's status (125: it failed itself). */
+static int record_perf(const char *helper, const char *out, unsigned long hz, const char *max_depth, int demangle,
+                       char **cmd) {
+    cli_output o = {0};
+    int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
+    if (rc != EXIT_OK) return rc;
+    char hz_text[24];
+    snprintf(hz_text, sizeof hz_text, "%lu", hz);
+    size_t n_cmd = 0;
+    while (cmd[n_cmd]) n_cmd++;
+    const char **args = calloc(n_cmd + 12, sizeof *args);
+    if (!args) return cli_output_close(&o, EXIT_IO);
+    size_t n = 0;
+    args[n++] = helper;
+    args[n++] = "-F", args[n++] = hz_text, args[n++] = "-o", args[n++] = o.tmp;
+    if (max_depth) args[n++] = "--max-depth", args[n++] = max_depth;
+    if (demangle) args[n++] = "--demangle";
+    args[n++] = "--";
+    for (size_t i = 0; i < n_cmd; i++) args[n++] = cmd[i];
+    struct sigaction sa, old[4];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = pass_on;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    static const int passed[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 4; i++) sigaction(passed[i], &sa, &old[i]);
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int i = 0; i < 4; i++) sigaction(passed[i], &old[i], NULL);
+        execv(helper, (char *const *)args);
+        fprintf(stderr, "tracemill record: cannot run %s: %s\n", helper, strerror(errno));
+        _exit(125);
+    }
+    free(args);
+    if (pid < 0) {
+        fprintf(stderr, "tracemill record: fork: %s\n", strerror(errno));
+        return cli_output_close(&o, EXIT_IO);
+    }
+    g_runner = pid;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    g_runner = 0;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 125;
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "tracemill record: the recorder was killed by signal %d\n", WTERMSIG(status));
+    uint64_t samples = summarize(o.tmp, out);
+    if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
+        cli_output_close(&o, EXIT_IO);
+        return code;
+    }
+    if (samples == 0) {
+        fprintf(stderr,
+                "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
+                "sampled every 1/%lu s of CPU time in user mode); nothing was written to %s\n",
+                cmd[0], hz, out);
+        cli_output_close(&o, EXIT_REJECTED);
+        return code == 0 ? EXIT_REJECTED : code;
+    }
+    int to_file = !o.special;
+    rc = cli_output_close(&o, EXIT_OK);
+    if (rc != EXIT_OK) return 125;
+    if (to_file) fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n", out);
+    return code;
+}
+
 int cli_record(int argc, char **argv) {
-    const char *out = "tracemill-record.pftrace", *preload = NULL, *values[N_ENV_OPTS] = {0};
+    const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     int demangle = 0, i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -176,6 +295,11 @@ int cli_record(int argc, char **argv) {
         if (!v) break;
         if (strcmp(a, "-o") == 0) out = argv[++i];
         else if (strcmp(a, "--preload") == 0) preload = argv[++i];
+        else if (strcmp(a, "--backend") == 0) {
+            backend = argv[++i];
+            if (strcmp(backend, "auto") != 0 && strcmp(backend, "perf") != 0 && strcmp(backend, "signal") != 0)
+                return cli_usage_error("record", "--backend wants auto, perf or signal, not %s", backend);
+        }
         else {
             int k = 0;
             while (k < N_ENV_OPTS && strcmp(env_opts[k].flag, a) != 0) k++;
@@ -204,6 +328,36 @@ int cli_record(int argc, char **argv) {
     if (hz == 0) {
         return cli_usage_error("record", "-F must be at least 1");
     }
+
+    /* The first option only the signal backend has, if any. */
+    const char *signal_only = preload ? "--preload" : NULL;
+    for (int k = 0; k < N_ENV_OPTS && !signal_only; k++)
+        if (values[k] && k != OPT_HZ && k != OPT_MAX_DEPTH &&
+            !(k == OPT_CLOCK && strcmp(values[k], "cpu") == 0) && !(k == OPT_UNWIND && strcmp(values[k], "dwarf") == 0))
+            signal_only = env_opts[k].flag;
+    char helper[PATH_MAX], why[200] = "";
+    int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
+    if (strcmp(backend, "perf") == 0) {
+        if (signal_only) return cli_usage_error("record", "%s needs --backend signal", signal_only);
+        if (!have_helper) {
+            fprintf(stderr, "tracemill record: the perf backend is not installed (tracemill-record-perf next to "
+                            "tracemill; x86-64 builds only)\n");
+            return 125;
+        }
+        fprintf(stderr, "tracemill record: backend perf (asked for)\n");
+        return record_perf(helper, out, hz, values[OPT_MAX_DEPTH], demangle, cmd);
+    }
+    if (strcmp(backend, "auto") == 0) {
+        if (signal_only) snprintf(why, sizeof why, "%s is a signal backend option", signal_only);
+        else if (!have_helper) snprintf(why, sizeof why, "tracemill-record-perf is not installed");
+        else if (perf_usable(why, sizeof why)) {
+            fprintf(stderr, "tracemill record: backend perf (perf_event_open works here)\n");
+            return record_perf(helper, out, hz, values[OPT_MAX_DEPTH], demangle, cmd);
+        }
+    } else {
+        snprintf(why, sizeof why, "asked for");
+    }
+    fprintf(stderr, "tracemill record: backend signal (%s)\n", why);
     if (!wall && hz > KERNEL_TICK_HZ)
         fprintf(stderr,
                 "tracemill record: -F %lu exceeds what CPU-time timers can deliver: the kernel checks them at its "

@@ -2,7 +2,8 @@
  * record.h — internal interfaces of the recorder (libtracemill_record), the
  * sampling profiler that writes Perfetto traces. Its pieces:
  *
- *   symbols.c   /proc/self/maps, ELF build ids and symbol tables, dladdr:
+ *   symbols.c   a process's mappings (/proc/self/maps, or MMAP2 records of
+ *               another process), ELF build ids and symbol tables, dladdr:
  *               turns a pc into (mapping, rel_pc, function name)
  *   writer.c    the Perfetto encoder: per-sequence interning, ClockSnapshot,
  *               ProcessTree, TrackDescriptors, PerfSample, TraceStats...
@@ -12,6 +13,10 @@
  *               file writing, chunks, the public tm_recorder_* API
  *   upload.c    continuous-profiling chunks as Sentry envelopes over HTTP
  *   preload.c   LD_PRELOAD entry: configuration from the environment
+ *   perf_unwind.c  the perf backend's DWARF unwinder (elfutils libdw) over a
+ *               sample's copied user stack and registers
+ *   perf_record.c  the perf backend: the tracemill-record-perf program that
+ *               runs a command under perf_event_open and writes its trace
  *
  * The recorder sits beside cli/ and server/: it uses include/tracemill.h
  * and, for protobuf encoding, the library's wire writer (src/pb_write.h).
@@ -64,6 +69,11 @@ typedef struct tmr_mapping {
 
 typedef struct tmr_symbols tmr_symbols;
 
+/* An empty table for process pid (0: this process), filled by
+ * tmr_symbols_add or tmr_symbols_refresh (/proc/PID/maps). For another
+ * process, pcs in no mapping never re-read its maps, and there is no dladdr
+ * or dl_iterate_phdr fallback. */
+tmr_symbols *tmr_symbols_new_for(int32_t pid, int demangle, tm_error *err);
 /* Reads /proc/self/maps (executable mappings only) and each file's build
  * id. Returns NULL on failure (err says why). demangle: C++ names through
  * __cxa_demangle when the process has it (looked up with dlsym). */
@@ -71,6 +81,18 @@ tmr_symbols *tmr_symbols_new(int demangle, tm_error *err);
 void tmr_symbols_free(tmr_symbols *s);
 /* Re-reads the maps (after dlopen, or when a pc falls in no known mapping). */
 tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err);
+/* A new executable mapping [start, end) of path at file offset offset; it
+ * replaces the live mappings it overlaps. */
+tm_status tmr_symbols_add(tmr_symbols *s, uint64_t start, uint64_t end, uint64_t offset, const char *path,
+                          tm_error *err);
+/* No mapping is live any more (the process called exec); indices stay valid. */
+void tmr_symbols_forget_live(tmr_symbols *s);
+/* Adds every live mapping of src to dst (a forked child starts with its
+ * parent's mappings). */
+tm_status tmr_symbols_copy_live(tmr_symbols *dst, const tmr_symbols *src, tm_error *err);
+/* The indices of the live mappings, sorted by address, into out[0..cap);
+ * returns how many are live (may exceed cap). */
+size_t tmr_symbols_live(const tmr_symbols *s, int *out, size_t cap);
 
 /* Resolves pc (cached per pc; a pc in no mapping re-reads the maps, at
  * most every 100 ms). *mapping is an index usable with tmr_symbols_mapping, or -1
@@ -95,12 +117,20 @@ typedef struct tmr_writer_opts {
     int wall_clock;                /* sampling timer kind, described in TraceConfig */
     uint32_t buffer_kb;            /* described in TraceConfig */
     int fill_discard;              /* described in TraceConfig */
+    int perf_cpu_clock;            /* timebase: perf's cpu-clock event (the perf backend) */
+    int32_t ppid;                  /* 0: getppid() */
+    const char *cmdline;           /* cmdline_len bytes, NUL-separated arguments; NULL: /proc/self/cmdline */
+    size_t cmdline_len;
+    uint32_t own_seq;              /* sequence of this writer's own packets; 0: TMR_WRITER_SEQ */
+    int process_only;              /* another process of a trace begun by another writer: tmr_writer_begin
+                                      writes only this process's descriptors */
 } tmr_writer_opts;
 
 typedef struct tmr_writer tmr_writer;
 
 /* The writer's own trusted_packet_sequence_id (descriptors, clock
- * snapshots, stats). Sample sequences must be >= 1 and differ from it. */
+ * snapshots, stats). Sample sequences must be >= 1 and differ from it (and
+ * from every own_seq of the trace's other writers: one per process). */
 #define TMR_WRITER_SEQ 0x7fffffffu
 
 tmr_writer *tmr_writer_new(const tmr_writer_opts *o, tmr_symbols *syms, tmr_emit_fn emit, void *ctx,
@@ -129,11 +159,17 @@ tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_err
  * >= 1). pcs[0] is the interrupted pc (the leaf), pcs[1..depth) return
  * addresses, outermost last (the writer symbolizes return addresses at pc-1,
  * so pass them unadjusted). ts_ns is CLOCK_BOOTTIME. depth 0 writes a
- * PerfSample without a callstack. prev_dropped: samples
+ * PerfSample without a callstack. period: the counter's count the sample
+ * stands for (PerfSample.timebase_count; 0: not written). prev_dropped: samples
  * of this sequence were lost before this one (sets previous_packet_dropped
  * and re-emits the sequence's interned state). */
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
-                            const uint64_t *pcs, uint32_t depth, int prev_dropped, tm_error *err);
+                            const uint64_t *pcs, uint32_t depth, uint64_t period, int prev_dropped, tm_error *err);
+
+/* lost records the kernel could not write into cpu's ring buffer (the perf
+ * backend's PERF_RECORD_LOST): a PerfSample carrying only
+ * kernel_records_lost, on the writer's own sequence. */
+tm_status tmr_writer_records_lost(tmr_writer *w, uint32_t cpu, uint64_t ts_ns, uint64_t lost, tm_error *err);
 
 /* Forgets the interning of every sequence (periodic incremental-state clear
  * and chunk starts). */
@@ -203,6 +239,39 @@ void tmr_sampler_forget_after_fork(tmr_sampler *s);
 /* Disarms, waits for handlers still running, restores SIGPROF's previous
  * disposition and frees. NULL is a no-op. */
 void tmr_sampler_free(tmr_sampler *s);
+
+/* ==== DWARF unwinding of perf samples (perf_unwind.c) ================== */
+
+/* perf's x86-64 user registers, as sampled with TMR_PERF_REGS_MASK: in the
+ * sample they come in bit order, AX..IP then R8..R15. */
+enum {
+    TMR_PERF_REG_AX, TMR_PERF_REG_BX, TMR_PERF_REG_CX, TMR_PERF_REG_DX, TMR_PERF_REG_SI, TMR_PERF_REG_DI,
+    TMR_PERF_REG_BP, TMR_PERF_REG_SP, TMR_PERF_REG_IP, TMR_PERF_REG_R8, /* .. R15 = R8 + 7 */
+    TMR_PERF_NREGS = TMR_PERF_REG_R8 + 8
+};
+/* perf_event_attr.sample_regs_user: AX..IP (bits 0-8) and R8..R15 (bits 16-23). */
+#define TMR_PERF_REGS_MASK 0xff01ffull
+
+typedef struct tmr_unwind_input {
+    int32_t tid;
+    const uint64_t *regs;  /* TMR_PERF_NREGS registers, TMR_PERF_REG_* order */
+    const uint8_t *stack;  /* the user stack from regs[SP] upwards */
+    size_t stack_len;
+} tmr_unwind_input;
+
+typedef struct tmr_unwinder tmr_unwinder;
+
+/* An unwinder for process pid (libdw's Dwfl). */
+tmr_unwinder *tmr_unwind_new(int32_t pid, tm_error *err);
+void tmr_unwind_free(tmr_unwinder *u);
+/* Its modules: the ELF files of syms' live mappings (call again whenever
+ * they change). */
+void tmr_unwind_set_mappings(tmr_unwinder *u, const tmr_symbols *syms);
+/* Unwinds one sample into pcs[0..max): pcs[0] the sampled pc, then return
+ * addresses. Returns the depth (>= 1 when max >= 1: at least the pc);
+ * *complete is 1 when the outermost frame was reached, 0 when the stack was
+ * cut (a frame that could not be unwound, or more than max frames). */
+uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, uint32_t max, int *complete);
 
 /* ==== Continuous upload (upload.c) ===================================== */
 

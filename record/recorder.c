@@ -389,7 +389,7 @@ static void on_sample(void *ctx, const tmr_raw_sample *s) {
     r->emit_seq = s->seq;
     r->emit_is_sample = 1;
     tm_error err;
-    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, s->depth, prev_dropped,
+    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, s->depth, 0, prev_dropped,
                                      &err);
     if (st != TM_OK && r->bg_status == TM_OK) {
         r->bg_status = st;
@@ -575,8 +575,11 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
         if (!r->syms) st = err ? err->code : TM_ERR_IO;
     }
     if (st == TM_OK) {
-        tmr_writer_opts wo = {(int32_t)getpid(), NULL, r->o.hz, r->o.clock == TM_RECORD_CLOCK_WALL, r->o.buffer_kb,
-                              r->o.fill == TM_RECORD_FILL_DISCARD};
+        tmr_writer_opts wo = {.pid = (int32_t)getpid(),
+                              .sampling_hz = r->o.hz,
+                              .wall_clock = r->o.clock == TM_RECORD_CLOCK_WALL,
+                              .buffer_kb = r->o.buffer_kb,
+                              .fill_discard = r->o.fill == TM_RECORD_FILL_DISCARD};
         r->writer = tmr_writer_new(&wo, r->syms, on_emit, r, err);
         if (!r->writer) st = err ? err->code : TM_ERR_NOMEM;
     }

@@ -1,6 +1,7 @@
 /*
- * symbols.c — the recorder's symbolizer: the executable mappings of
- * /proc/self/maps, each mapped ELF file's build id and load bias, and
+ * symbols.c — the recorder's symbolizer: the executable mappings of a
+ * process (its own /proc/self/maps, or another process's mappings as the
+ * perf backend reports them), each mapped ELF file's build id and load bias, and
  * function names from the file's .symtab/.dynsym (or a separate debug file
  * found by build id), with dladdr as the fallback. Turns a pc into
  * (mapping, rel_pc, function name) and caches the answer per pc.
@@ -17,7 +18,8 @@
  * checked against the file, so short, odd or hostile files give "no build
  * id" / "no symbols", never a crash. Files that cannot be opened (the vdso,
  * deleted files) take build id and load bias from the loaded object's
- * program headers (dl_iterate_phdr) and names from dladdr.
+ * program headers (dl_iterate_phdr) and names from dladdr; for another
+ * process they have neither.
  *
  * Mappings are append-only: an index handed out stays valid (and means the
  * same mapping) until tmr_symbols_free, across refreshes. Not thread-safe:
@@ -94,6 +96,7 @@ typedef struct cache_ent {
 typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *len, int *status);
 
 struct tmr_symbols {
+    int32_t pid;              /* 0: this process (/proc/self); else mappings come from tmr_symbols_add */
     cxa_demangle_fn demangle; /* NULL: names as in the symbol table */
     tmr_mapping *maps;        /* append-only */
     size_t *map_file;         /* per mapping: index into files, or SIZE_MAX */
@@ -385,9 +388,11 @@ static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_
     if (deleted) {
         /* The path may now name another file; the mapping itself is still
          * reachable through map_files (when the kernel lets us open it). */
-        char mf[80];
-        snprintf(mf, sizeof mf, "/proc/self/map_files/%llx-%llx", (unsigned long long)start,
-                 (unsigned long long)end);
+        char mf[96];
+        if (s->pid) snprintf(mf, sizeof mf, "/proc/%d/map_files/%llx-%llx", (int)s->pid, (unsigned long long)start,
+                             (unsigned long long)end);
+        else snprintf(mf, sizeof mf, "/proc/self/map_files/%llx-%llx", (unsigned long long)start,
+                      (unsigned long long)end);
         f->open_path = dup_str(mf, strlen(mf));
     } else {
         f->open_path = dup_str(path, strlen(path));
@@ -405,16 +410,59 @@ static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_
         if (fd >= 0) close(fd);
     }
     if (read_ok != 0) {
-        phdr_probe p = {start, f};
-        dl_iterate_phdr(probe_object, &p);
-        f->syms_loaded = 1; /* no readable file: names come from dladdr */
+        if (!s->pid) {
+            phdr_probe p = {start, f};
+            dl_iterate_phdr(probe_object, &p);
+        }
+        f->syms_loaded = 1; /* no readable file: names come from dladdr (this process only) */
     }
     return s->n_files++;
 }
 
+/* The index of the mapping [start, end) at offset of path (an existing
+ * identical one, or a new one), or -1 when memory runs out. */
+static int mapping_index(tmr_symbols *s, uint64_t start, uint64_t end, uint64_t offset, const char *path) {
+    for (size_t i = 0; i < s->n_maps; i++) {
+        const tmr_mapping *m = &s->maps[i];
+        if (m->start == start && m->end == end && m->offset == offset && strcmp(m->path, path) == 0) return (int)i;
+    }
+    if (s->n_maps >= INT32_MAX || tmr_grow((void **)&s->maps, &s->cap_maps, sizeof *s->maps, s->n_maps + 1))
+        return -1;
+    size_t cap = s->n_maps;
+    if (tmr_grow((void **)&s->map_file, &cap, sizeof *s->map_file, s->cap_maps)) return -1;
+    size_t plen = strlen(path);
+    static const char deleted_sfx[] = " (deleted)";
+    int deleted = plen >= sizeof deleted_sfx - 1 && strcmp(path + plen - (sizeof deleted_sfx - 1), deleted_sfx) == 0;
+    size_t fi = path[0] == '/' || path[0] == '[' ? file_for(s, path, start, end, deleted) : SIZE_MAX;
+    tmr_mapping *m = &s->maps[s->n_maps];
+    memset(m, 0, sizeof *m);
+    m->start = start, m->end = end, m->offset = offset;
+    if (fi != SIZE_MAX) {
+        const elf_file *f = &s->files[fi];
+        m->path = f->path;
+        m->load_bias = f->load_bias;
+        memcpy(m->build_id, f->build_id, sizeof m->build_id);
+        m->build_id_len = f->build_id_len;
+    } else {
+        m->path = own(s, dup_str(path, plen));
+        if (!m->path) m->path = "";
+    }
+    s->map_file[s->n_maps] = fi;
+    return (int)s->n_maps++;
+}
+
+/* Answers cached before may name unmapped code or miss new code. */
+static void forget_cache(tmr_symbols *s) {
+    if (s->cache) memset(s->cache, 0, s->cache_cap * sizeof *s->cache);
+    s->cache_n = 0;
+}
+
 tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
-    FILE *in = fopen("/proc/self/maps", "re");
-    if (!in) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot open /proc/self/maps: %s", strerror(errno));
+    char maps[48];
+    if (s->pid) snprintf(maps, sizeof maps, "/proc/%d/maps", (int)s->pid);
+    else snprintf(maps, sizeof maps, "/proc/self/maps");
+    FILE *in = fopen(maps, "re");
+    if (!in) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot open %s: %s", maps, strerror(errno));
     char *line = NULL;
     size_t line_cap = 0;
     tm_status st = TM_OK;
@@ -428,69 +476,84 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
             continue;
         char *path = line + path_at;
         path[strcspn(path, "\n")] = 0;
-        size_t plen = strlen(path);
-        static const char deleted_sfx[] = " (deleted)";
-        int deleted = plen >= sizeof deleted_sfx - 1 &&
-                      strcmp(path + plen - (sizeof deleted_sfx - 1), deleted_sfx) == 0;
-        /* Same mapping as before: keep its index. */
-        size_t idx = SIZE_MAX;
-        for (size_t i = 0; i < s->n_maps && idx == SIZE_MAX; i++) {
-            const tmr_mapping *m = &s->maps[i];
-            if (m->start == start && m->end == end && m->offset == offset && strcmp(m->path, path) == 0) idx = i;
-        }
-        if (idx == SIZE_MAX) {
-            if (tmr_grow((void **)&s->maps, &s->cap_maps, sizeof *s->maps, s->n_maps + 1)) {
-                st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
-                break;
-            }
-            size_t cap = s->n_maps;
-            if (tmr_grow((void **)&s->map_file, &cap, sizeof *s->map_file, s->cap_maps)) {
-                st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
-                break;
-            }
-            size_t fi = path[0] == '/' || path[0] == '[' ? file_for(s, path, start, end, deleted) : SIZE_MAX;
-            tmr_mapping *m = &s->maps[s->n_maps];
-            memset(m, 0, sizeof *m);
-            m->start = start, m->end = end, m->offset = offset;
-            if (fi != SIZE_MAX) {
-                const elf_file *f = &s->files[fi];
-                m->path = f->path;
-                m->load_bias = f->load_bias;
-                memcpy(m->build_id, f->build_id, sizeof m->build_id);
-                m->build_id_len = f->build_id_len;
-            } else {
-                m->path = own(s, dup_str(path, plen));
-                if (!m->path) m->path = "";
-            }
-            s->map_file[s->n_maps] = fi;
-            idx = s->n_maps++;
-        }
-        if (tmr_grow((void **)&s->live, &s->cap_live, sizeof *s->live, s->n_live + 1)) {
-            st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/self/maps");
+        int idx = mapping_index(s, start, end, offset, path); /* same mapping as before: same index */
+        if (idx < 0 || tmr_grow((void **)&s->live, &s->cap_live, sizeof *s->live, s->n_live + 1)) {
+            st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading %s", maps);
             break;
         }
-        s->live[s->n_live++] = (int)idx; /* the kernel lists mappings by address: live stays sorted */
+        s->live[s->n_live++] = idx; /* the kernel lists mappings by address: live stays sorted */
     }
     free(line);
     fclose(in);
-    /* Answers cached before may name unmapped code or miss new code. */
-    if (s->cache) memset(s->cache, 0, s->cache_cap * sizeof *s->cache);
-    s->cache_n = 0;
+    forget_cache(s);
     clock_gettime(CLOCK_MONOTONIC, &s->last_refresh);
     return st;
 }
 
-tmr_symbols *tmr_symbols_new(int demangle, tm_error *err) {
+tm_status tmr_symbols_add(tmr_symbols *s, uint64_t start, uint64_t end, uint64_t offset, const char *path,
+                          tm_error *err) {
+    if (end <= start) return TM_OK;
+    int idx = mapping_index(s, start, end, offset, path);
+    if (idx < 0 || tmr_grow((void **)&s->live, &s->cap_live, sizeof *s->live, s->n_live + 1))
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory adding a mapping");
+    /* A new mapping replaces whatever it overlaps (mmap MAP_FIXED, munmap
+     * then mmap); live stays sorted by start and free of overlaps. */
+    size_t kept = 0, at = SIZE_MAX;
+    for (size_t i = 0; i < s->n_live; i++) {
+        const tmr_mapping *m = &s->maps[s->live[i]];
+        if (m->start < end && start < m->end) continue;
+        if (at == SIZE_MAX && m->start >= end) at = kept;
+        s->live[kept++] = s->live[i];
+    }
+    if (at == SIZE_MAX) at = kept;
+    memmove(s->live + at + 1, s->live + at, (kept - at) * sizeof *s->live);
+    s->live[at] = idx;
+    s->n_live = kept + 1;
+    forget_cache(s);
+    return TM_OK;
+}
+
+void tmr_symbols_forget_live(tmr_symbols *s) {
+    s->n_live = 0;
+    forget_cache(s);
+}
+
+tm_status tmr_symbols_copy_live(tmr_symbols *dst, const tmr_symbols *src, tm_error *err) {
+    for (size_t i = 0; i < src->n_live; i++) {
+        const tmr_mapping *m = &src->maps[src->live[i]];
+        TM_TRY(tmr_symbols_add(dst, m->start, m->end, m->offset, m->path, err));
+    }
+    return TM_OK;
+}
+
+size_t tmr_symbols_live(const tmr_symbols *s, int *out, size_t cap) {
+    for (size_t i = 0; i < s->n_live && i < cap; i++) out[i] = s->live[i];
+    return s->n_live;
+}
+
+tmr_symbols *tmr_symbols_new_for(int32_t pid, int demangle, tm_error *err) {
     tmr_symbols *s = calloc(1, sizeof *s);
     if (!s) {
         tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
         return NULL;
     }
+    s->pid = pid;
     if (demangle) {
         void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        /* The recorder of another process may be a C program: libstdc++
+         * has the demangler (loaded once, for the life of the recorder). */
+        if (!fn && pid) {
+            void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+            fn = lib ? dlsym(lib, "__cxa_demangle") : NULL;
+        }
         memcpy(&s->demangle, &fn, sizeof fn); /* object to function pointer, as POSIX allows */
     }
-    if (tmr_symbols_refresh(s, err) != TM_OK) {
+    return s;
+}
+
+tmr_symbols *tmr_symbols_new(int demangle, tm_error *err) {
+    tmr_symbols *s = tmr_symbols_new_for(0, demangle, err);
+    if (s && tmr_symbols_refresh(s, err) != TM_OK) {
         tmr_symbols_free(s);
         return NULL;
     }
@@ -559,7 +622,7 @@ static const char *dladdr_name(tmr_symbols *s, uint64_t pc) {
 
 static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
     int i = find_live(s, pc);
-    if (i < 0) {
+    if (i < 0 && !s->pid) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         int64_t ms = (int64_t)(now.tv_sec - s->last_refresh.tv_sec) * 1000 +
@@ -581,7 +644,7 @@ static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc,
         func_sym *y = find_sym(f, *rel_pc);
         if (y) *name = shown_name(s, y);
     }
-    if (!*name) *name = dladdr_name(s, pc);
+    if (!*name && !s->pid) *name = dladdr_name(s, pc);
 }
 
 void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {

@@ -8,7 +8,10 @@
  *
  * Sequences: every sampled thread writes on the sequence the caller gives
  * (seq >= 1, != TMR_WRITER_SEQ); descriptors, clock snapshots and stats go
- * on the writer's own sequence TMR_WRITER_SEQ, which interns nothing.
+ * on the writer's own sequence (TMR_WRITER_SEQ unless told), which interns
+ * nothing. A writer describes one process; a trace of several (the perf
+ * backend) has one writer per process, each with its own sequence, the
+ * first one writing the trace-wide packets.
  *
  * Packets are built in one growable scratch buffer: a nested message is
  * written body first and its tag and length are inserted in front when it
@@ -184,7 +187,7 @@ struct tmr_writer {
     tmr_symbols *syms;
     tmr_emit_fn emit;
     void *ctx;
-    char *cmdline;          /* /proc/self/cmdline: NUL-separated arguments */
+    char *cmdline;          /* NUL-separated arguments (a copy of the given ones, or /proc/self/cmdline) */
     size_t cmdline_len;
     const char *process_name;
     seq_state *seqs;
@@ -220,7 +223,7 @@ static tm_status emit_packet(tmr_writer *w, tm_error *err) {
 static void own_packet(tmr_writer *w, uint64_t ts) {
     w->pkt.len = 0;
     put_uint(&w->pkt, TM_PF_PACKET_TIMESTAMP, ts);
-    put_uint(&w->pkt, TM_PF_PACKET_SEQUENCE_ID, TMR_WRITER_SEQ);
+    put_uint(&w->pkt, TM_PF_PACKET_SEQUENCE_ID, w->o.own_seq);
 }
 
 static void read_cmdline(tmr_writer *w) {
@@ -264,8 +267,24 @@ tmr_writer *tmr_writer_new(const tmr_writer_opts *o, tmr_symbols *syms, tmr_emit
     }
     w->o = *o;
     if (w->o.pid == 0) w->o.pid = (int32_t)getpid();
+    if (w->o.ppid == 0) w->o.ppid = (int32_t)getppid();
+    if (w->o.own_seq == 0) w->o.own_seq = TMR_WRITER_SEQ;
     w->syms = syms, w->emit = emit, w->ctx = ctx;
-    read_cmdline(w);
+    if (o->cmdline) {
+        w->cmdline = malloc(o->cmdline_len + 1);
+        if (!w->cmdline) {
+            free(w);
+            tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+            return NULL;
+        }
+        memcpy(w->cmdline, o->cmdline, o->cmdline_len);
+        w->cmdline[o->cmdline_len] = 0;
+        w->cmdline_len = o->cmdline_len;
+        while (w->cmdline_len && w->cmdline[w->cmdline_len - 1] == 0) w->cmdline_len--;
+    } else {
+        read_cmdline(w);
+    }
+    w->o.cmdline = NULL;
     w->process_name = o->process_name ? o->process_name : w->cmdline_len ? w->cmdline : "unknown";
     return w;
 }
@@ -307,7 +326,7 @@ static tm_status trace_config(tmr_writer *w, uint64_t ts, tm_error *err) {
      * every sample sequence's PerfSampleDefaults timebase. */
     char desc[96];
     snprintf(desc, sizeof desc, "tracemill.record frequency_hz=%u timer=%s", (unsigned)w->o.sampling_hz,
-             w->o.wall_clock ? "wall-clock" : "thread-cpu-time");
+             w->o.perf_cpu_clock ? "perf-cpu-clock" : w->o.wall_clock ? "wall-clock" : "thread-cpu-time");
     put_str(b, TM_PF_DATA_SOURCE_CONFIG_LEGACY_CONFIG, desc);
     msg_close(b, TM_PF_DATA_SOURCE_CONFIG, dsc);
     msg_close(b, TM_PF_CONFIG_DATA_SOURCES, ds);
@@ -380,7 +399,7 @@ static tm_status process_tree(tmr_writer *w, uint64_t ts, tm_error *err) {
     size_t pt = msg_open(b);
     size_t p = msg_open(b);
     put_uint(b, TM_PF_PROCESS_PID, (uint64_t)(int64_t)w->o.pid);
-    put_uint(b, TM_PF_PROCESS_PPID, (uint64_t)(int64_t)getppid());
+    put_uint(b, TM_PF_PROCESS_PPID, (uint64_t)(int64_t)w->o.ppid);
     put_cmdline(w, b, TM_PF_PROCESS_CMDLINE);
     put_uint(b, TM_PF_PROCESS_UID, (uint64_t)getuid());
     msg_close(b, TM_PF_PROCESS_TREE_PROCESSES, p);
@@ -429,6 +448,11 @@ static tm_status descriptors(tmr_writer *w, uint64_t ts, tm_error *err) {
 
 tm_status tmr_writer_begin(tmr_writer *w, tm_error *err) {
     uint64_t ts = now_ns(CLOCK_BOOTTIME);
+    if (w->o.process_only) {
+        TM_TRY(descriptors(w, ts, err));
+        tmr_writer_clear_incremental(w);
+        return TM_OK;
+    }
     TM_TRY(trace_config(w, ts, err));
     TM_TRY(system_info(w, ts, err));
     TM_TRY(tmr_writer_clock_snapshot(w, err));
@@ -617,16 +641,17 @@ static void put_defaults(tmr_writer *w, wbuf *b) {
     size_t psd = msg_open(b);
     size_t tb = msg_open(b);
     if (w->o.sampling_hz) put_uint(b, TM_PF_TIMEBASE_FREQUENCY, w->o.sampling_hz);
-    put_uint(b, TM_PF_TIMEBASE_COUNTER, w->o.wall_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
-    put_str(b, TM_PF_TIMEBASE_NAME, w->o.wall_clock ? "wall-clock" : "task-clock");
+    put_uint(b, TM_PF_TIMEBASE_COUNTER,
+             w->o.wall_clock || w->o.perf_cpu_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
+    put_str(b, TM_PF_TIMEBASE_NAME, w->o.perf_cpu_clock ? "cpu-clock" : w->o.wall_clock ? "wall-clock" : "task-clock");
     msg_close(b, TM_PF_PERF_DEFAULTS_TIMEBASE, tb);
     msg_close(b, TM_PF_DEFAULTS_PERF_SAMPLE, psd);
     msg_close(b, TM_PF_PACKET_DEFAULTS, d);
 }
 
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
-                            const uint64_t *pcs, uint32_t depth, int prev_dropped, tm_error *err) {
-    if (seq == 0 || seq == TMR_WRITER_SEQ || (depth && !pcs))
+                            const uint64_t *pcs, uint32_t depth, uint64_t period, int prev_dropped, tm_error *err) {
+    if (seq == 0 || seq == TMR_WRITER_SEQ || seq == w->o.own_seq || (depth && !pcs))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "bad sample: sequence %u, depth %u", (unsigned)seq,
                        (unsigned)depth);
     seq_state *s = seq_get(w, seq);
@@ -668,6 +693,7 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
     put_uint(b, TM_PF_PERF_SAMPLE_TID, (uint64_t)(uint32_t)tid);
     if (cs_iid) put_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs_iid);
     put_uint(b, TM_PF_PERF_SAMPLE_CPU_MODE, TM_PF_CPU_MODE_USER);
+    if (period) put_uint(b, TM_PF_PERF_SAMPLE_TIMEBASE_COUNT, period);
     msg_close(b, TM_PF_PACKET_PERF_SAMPLE, ps);
     if (w->interned.oom) b->oom = 1;
     tm_status st = emit_packet(w, err);
@@ -679,6 +705,17 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
 }
 
 /* ---- losses ---- */
+
+tm_status tmr_writer_records_lost(tmr_writer *w, uint32_t cpu, uint64_t ts_ns, uint64_t lost, tm_error *err) {
+    wbuf *b = &w->pkt;
+    own_packet(w, ts_ns);
+    size_t ps = msg_open(b);
+    put_uint(b, TM_PF_PERF_SAMPLE_CPU, cpu);
+    put_uint(b, TM_PF_PERF_SAMPLE_PID, (uint64_t)(uint32_t)w->o.pid);
+    put_uint(b, TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST, lost);
+    msg_close(b, TM_PF_PACKET_PERF_SAMPLE, ps);
+    return emit_packet(w, err);
+}
 
 tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err) {
     static const tmr_losses none;

@@ -83,7 +83,7 @@ static void rig_close(rig *r) {
 
 static void sample(rig *r, uint32_t seq, int32_t tid, uint64_t ts, const uint64_t *pcs, uint32_t n, int dropped) {
     tm_error err;
-    cr_assert_eq(tmr_writer_sample(r->w, seq, tid, 0, ts, pcs, n, dropped, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tmr_writer_sample(r->w, seq, tid, 0, ts, pcs, n, 0, dropped, &err), TM_OK, "%s", err.message);
 }
 
 static void stats_no_loss(rig *r) {
@@ -440,8 +440,8 @@ Test(record_writer, junk_pcs_and_empty_stacks_do_not_break_the_trace) {
     sample(&r, 1, 5, 11, junk, 4, 0);
     sample(&r, 1, 5, 12, NULL, 0, 0);
     tm_error err;
-    cr_expect_eq(tmr_writer_sample(r.w, 0, 5, 0, 13, junk, 1, 0, &err), TM_ERR_INVALID_ARG);
-    cr_expect_eq(tmr_writer_sample(r.w, TMR_WRITER_SEQ, 5, 0, 13, junk, 1, 0, &err), TM_ERR_INVALID_ARG);
+    cr_expect_eq(tmr_writer_sample(r.w, 0, 5, 0, 13, junk, 1, 0, 0, &err), TM_ERR_INVALID_ARG);
+    cr_expect_eq(tmr_writer_sample(r.w, TMR_WRITER_SEQ, 5, 0, 13, junk, 1, 0, 0, &err), TM_ERR_INVALID_ARG);
     stats_no_loss(&r);
     tm_trace *t = parse(&r, TM_MODE_DEFAULT);
     const tm_trace_stats *st = tm_trace_get_stats(t);
@@ -467,7 +467,7 @@ Test(record_writer, emit_failure_is_io_error_and_state_recovers) {
     cr_assert_eq(tmr_writer_begin(w, &err), TM_OK);
     const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_root)};
     left = 0;
-    cr_expect_eq(tmr_writer_sample(w, 1, 1, 0, 1, deep, 2, 0, &err), TM_ERR_IO);
+    cr_expect_eq(tmr_writer_sample(w, 1, 1, 0, 1, deep, 2, 0, 0, &err), TM_ERR_IO);
     tmr_writer_free(w);
     tmr_symbols_free(s);
 

@@ -48,10 +48,14 @@ if [ -e "$build/libtracemill_record.so" ]; then
   ok "tracemill-serve, libtracemill_record.so and .a"
   if [ -z "$cflags" ]; then # (a sanitized recorder cannot be preloaded into a plain program)
     # the installed tracemill finds the installed recorder (PREFIX/bin/../LIBDIR)
-    (cd "$tmp" && "$prefix/bin/tracemill" record -o rec.pftrace -- true) >"$tmp/rec.out" 2>&1 || true
+    (cd "$tmp" && "$prefix/bin/tracemill" record --backend signal -o rec.pftrace -- true) >"$tmp/rec.out" 2>&1 || true
     ! grep -q "cannot find" "$tmp/rec.out" || { cat "$tmp/rec.out"; fail "installed tracemill record"; }
     ok "installed tracemill record finds the installed libtracemill_record.so"
   fi
+fi
+if [ -e "$build/tracemill-record-perf" ]; then
+  [ -x "$prefix/bin/tracemill-record-perf" ] || fail "tracemill-record-perf not installed beside tracemill"
+  ok "tracemill-record-perf"
 fi
 
 # check_example BINARY HOW: runs it on the demo trace, a Sample v2 chunk out.

@@ -1,0 +1,838 @@
+/*
+ * perf_record.c — the perf backend of `tracemill record`: the program
+ * tracemill-record-perf, which runs a command under perf_event_open and
+ * writes its Perfetto trace. Nothing is injected into the command: it is
+ * forked, and before it calls exec the recorder opens, on it, one software
+ * cpu-clock event per CPU (inherit: every thread and child process it will
+ * start; enable_on_exec: counting starts at its first instruction), each
+ * with a ring buffer this process reads. Samples carry the user registers
+ * and a copy of the user stack, unwound here with DWARF (perf_unwind.c);
+ * MMAP2, COMM, FORK and EXIT records give every process's mappings,
+ * thread names, threads and children. Records of all rings are put in time
+ * order before they are used (a record is used once every ring has been
+ * read past its time), and each process becomes a tmr_symbols, an
+ * unwinder and a tmr_writer of its own (its own Perfetto sequence and
+ * ProcessTree) writing into one trace file.
+ *
+ * It runs until the command exits (SIGTERM and SIGHUP, and SIGINT/SIGQUIT
+ * sent by kill rather than by the terminal, are forwarded to it), drains
+ * the rings and exits with the command's status (128+N when killed by
+ * signal N), 127 when the command cannot be run, 125 for its own failures.
+ *
+ * x86-64 only (the sampled register set and the unwinder's are x86-64's).
+ *
+ * Usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N]
+ *                              [--demangle] -- CMD ARGS...
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/base.h" /* tm_fail, TM_TRY */
+#include "record.h"
+
+#if !defined(__x86_64__)
+#error "the perf backend samples x86-64 registers"
+#endif
+
+enum {
+    EXIT_OWN_FAILURE = 125, /* as timeout(1) and env(1): the recorder failed, not the command */
+    EXIT_CANNOT_RUN = 127,
+    STACK_BYTES = 32768,    /* user stack copied per sample */
+    RING_BYTES_MAX = 8 << 20,   /* per CPU ring: 256 samples of a full stack copy, 128 ms at 1000 Hz x 2 */
+    RING_BYTES_TOTAL = 64 << 20, /* over all CPUs (rings are locked memory); halved while the kernel refuses */
+    DEFAULT_MAX_DEPTH = 256,
+    POLL_MS = 100
+};
+
+/* ---- the command line ---- */
+
+typedef struct opts {
+    unsigned hz;
+    const char *out;
+    uint32_t max_depth;
+    int demangle;
+    char **cmd;
+} opts;
+
+static int usage(const char *why) {
+    fprintf(stderr,
+            "tracemill-record-perf: %s\n"
+            "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] -- CMD ARGS...\n",
+            why);
+    return EXIT_OWN_FAILURE;
+}
+
+/* ---- signals: a self-pipe carries what the handlers saw ---- */
+
+static int g_sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig, siginfo_t *info, void *uc) {
+    (void)uc;
+    int saved = errno;
+    /* Ctrl-C and Ctrl-\ reach the command from the terminal already; only
+     * a signal sent by a process (kill) is forwarded. */
+    unsigned char b[2] = {(unsigned char)sig, (unsigned char)(info && info->si_code <= 0)};
+    ssize_t w = write(g_sig_pipe[1], b, sizeof b);
+    (void)w;
+    errno = saved;
+}
+
+static int install_signals(void) {
+    if (pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    static const int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        if (sigaction(sigs[i], &sa, NULL)) return -1;
+    return 0;
+}
+
+/* ---- events and rings ---- */
+
+typedef struct ring {
+    int fd;
+    uint32_t cpu;
+    uint8_t *base;       /* the metadata page, then data */
+    size_t data_size;    /* a power of two */
+} ring;
+
+static uint64_t boottime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void perf_attr(struct perf_event_attr *a, unsigned hz) {
+    memset(a, 0, sizeof *a);
+    a->size = sizeof *a;
+    a->type = PERF_TYPE_SOFTWARE;
+    a->config = PERF_COUNT_SW_CPU_CLOCK;
+    a->sample_period = 1000000000u / hz; /* cpu-clock counts nanoseconds */
+    a->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |
+                     PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+    a->sample_regs_user = TMR_PERF_REGS_MASK;
+    a->sample_stack_user = STACK_BYTES;
+    a->exclude_kernel = 1;
+    a->exclude_hv = 1;
+    a->exclude_callchain_kernel = 1;
+    a->disabled = 1;
+    a->enable_on_exec = 1;
+    a->inherit = 1;
+    a->mmap = 1;
+    a->mmap2 = 1;
+    a->comm = 1;
+    a->comm_exec = 1;
+    a->task = 1;
+    a->sample_id_all = 1;
+    a->use_clockid = 1;
+    a->clockid = CLOCK_BOOTTIME; /* the trace clock */
+    a->watermark = 1;
+}
+
+/* Opens the event of CPU cpu on pid and maps its ring, of at most
+ * max_pages data pages (a power of two). 0, or -1 with errno set (ENODEV:
+ * an offline CPU). */
+static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, size_t max_pages, ring *r) {
+    struct perf_event_attr a;
+    perf_attr(&a, hz);
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t pages = max_pages; pages >= 8; pages /= 2) {
+        a.wakeup_watermark = (uint32_t)(pages * (size_t)page / 4);
+        int fd = (int)syscall(SYS_perf_event_open, &a, pid, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
+        if (fd < 0) return -1;
+        void *base = mmap(NULL, (pages + 1) * (size_t)page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base != MAP_FAILED) {
+            *r = (ring){fd, cpu, base, pages * (size_t)page};
+            return 0;
+        }
+        int e = errno;
+        close(fd);
+        if (e != EPERM && e != ENOMEM) {
+            errno = e;
+            return -1;
+        }
+    }
+    return -1;
+}
+
+static void close_ring(ring *r) {
+    long page = sysconf(_SC_PAGESIZE);
+    munmap(r->base, r->data_size + (size_t)page);
+    close(r->fd);
+}
+
+/* ---- records in time order ---- */
+
+typedef struct rec {
+    uint64_t ts, order; /* order: arrival, to keep records of one time stable */
+    uint32_t cpu;
+    uint8_t *data;      /* the whole record, header first */
+} rec;
+
+typedef struct queue {
+    rec *r;
+    size_t n, cap;
+    uint64_t arrivals;
+} queue;
+
+/* The record's time: PERF_SAMPLE_TIME in a sample (after pid/tid), the
+ * sample_id trailer's (pid/tid, time, cpu) in every other record. */
+static uint64_t rec_time(const uint8_t *d, uint16_t size) {
+    const struct perf_event_header *h = (const void *)d;
+    uint64_t t = 0;
+    if (h->type == PERF_RECORD_SAMPLE) {
+        if (size >= 24) memcpy(&t, d + 16, 8);
+    } else if (size >= sizeof *h + 24) {
+        memcpy(&t, d + size - 16, 8);
+    }
+    return t;
+}
+
+/* Copies every complete record of ring r into q. -1 when memory runs out. */
+static int read_ring(ring *r, queue *q) {
+    struct perf_event_mmap_page *mp = (void *)r->base;
+    const uint8_t *data = r->base + sysconf(_SC_PAGESIZE);
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE), tail = mp->data_tail;
+    size_t mask = r->data_size - 1;
+    int rc = 0;
+    while (tail + sizeof(struct perf_event_header) <= head) {
+        struct perf_event_header h;
+        for (size_t i = 0; i < sizeof h; i++) ((uint8_t *)&h)[i] = data[(tail + i) & mask];
+        if (h.size < sizeof h || tail + h.size > head) break;
+        uint8_t *copy = malloc(h.size);
+        if (!copy || tmr_grow((void **)&q->r, &q->cap, sizeof *q->r, q->n + 1)) {
+            free(copy);
+            rc = -1;
+            break;
+        }
+        size_t at = (size_t)(tail & mask), first = r->data_size - at < h.size ? r->data_size - at : h.size;
+        memcpy(copy, data + at, first);
+        memcpy(copy + first, data, h.size - first);
+        q->r[q->n++] = (rec){rec_time(copy, h.size), q->arrivals++, r->cpu, copy};
+        tail += h.size;
+    }
+    __atomic_store_n(&mp->data_tail, tail, __ATOMIC_RELEASE);
+    return rc;
+}
+
+static int rec_cmp(const void *a, const void *b) {
+    const rec *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* ---- processes and threads ---- */
+
+typedef struct proc {
+    int32_t pid, ppid;
+    tmr_symbols *syms;
+    tmr_unwinder *unw;  /* NULL once its main thread exited (its files are closed) */
+    tmr_writer *w;
+    uint32_t own_seq;
+    int maps_changed;   /* the unwinder's modules are stale */
+    char comm[17];
+} proc;
+
+typedef struct thread {
+    int32_t tid, pid;
+    uint32_t seq;
+    char name[17];
+} thread;
+
+typedef struct stats {
+    uint64_t samples, complete, partial, truncated, callchain_used;
+    uint64_t lost, throttled, processes, threads;
+} stats;
+
+typedef struct rec_state {
+    opts o;
+    FILE *out;
+    int write_failed;
+    proc **procs;           /* each allocated once: writers keep pointers into it */
+    size_t n_procs, cap_procs;
+    thread *threads;
+    size_t n_threads, cap_threads;
+    uint32_t next_seq;      /* thread sequences: 1, 2, ... */
+    uint32_t next_own_seq;  /* process sequences: TMR_WRITER_SEQ, TMR_WRITER_SEQ - 1, ... */
+    int32_t root;           /* the command's pid */
+    int began;              /* the trace-wide packets are written */
+    uint64_t *pcs;
+    stats st;
+} rec_state;
+
+static int emit(void *ctx, const uint8_t *p, size_t len) {
+    rec_state *s = ctx;
+    if (fwrite(p, 1, len, s->out) != len) s->write_failed = 1;
+    return s->write_failed;
+}
+
+static void report(const char *what, const tm_error *err) {
+    fprintf(stderr, "tracemill-record-perf: %s: %s\n", what, err->message);
+}
+
+static proc *find_proc(rec_state *s, int32_t pid) {
+    for (size_t i = s->n_procs; i-- > 0;)
+        if (s->procs[i]->pid == pid) return s->procs[i];
+    return NULL;
+}
+
+static thread *find_thread(rec_state *s, int32_t tid) {
+    for (size_t i = s->n_threads; i-- > 0;)
+        if (s->threads[i].tid == tid) return &s->threads[i];
+    return NULL;
+}
+
+/* The command line of a live process; *len excludes the final NUL.
+ * malloc'd; NULL when it cannot be read. */
+static char *cmdline_of(int32_t pid, size_t *len) {
+    char path[48], *buf = NULL;
+    size_t n = 0, cap = 0;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        while (!tmr_grow((void **)&buf, &cap, 1, n + 4097)) {
+            size_t got = fread(buf + n, 1, cap - n - 1, f);
+            n += got;
+            if (got == 0) break;
+        }
+        fclose(f);
+    }
+    if (n == 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* argv as a NUL-separated command line; malloc'd, NULL when memory runs out. */
+static char *argv_cmdline(char **argv, size_t *len) {
+    size_t n = 0;
+    for (char **a = argv; *a; a++) n += strlen(*a) + 1;
+    char *buf = malloc(n + 1);
+    if (!buf) return NULL;
+    *len = 0;
+    for (char **a = argv; *a; a++) {
+        memcpy(buf + *len, *a, strlen(*a) + 1);
+        *len += strlen(*a) + 1;
+    }
+    if (*len) (*len)--; /* the last NUL is the terminator */
+    buf[*len] = 0;
+    return buf;
+}
+
+/* p's command line: the command's arguments before its exec (it still runs
+ * this program then), /proc/PID/cmdline while it lives, else name.
+ * malloc'd; NULL when memory runs out. */
+static char *proc_cmdline(rec_state *s, const proc *p, int before_exec, const char *name, size_t *len) {
+    char *c = before_exec ? NULL : cmdline_of(p->pid, len);
+    if (!c && p->pid == s->root) c = argv_cmdline(s->o.cmd, len);
+    if (!c && (c = malloc(strlen(name) + 1))) {
+        *len = strlen(name);
+        memcpy(c, name, *len + 1);
+    }
+    return c;
+}
+
+/* A (new) writer for p: its descriptors, thread entries for its known
+ * threads; the first writer of the trace also writes the trace-wide packets. */
+static tm_status new_writer(rec_state *s, proc *p, const char *cmdline, size_t cmdline_len, tm_error *err) {
+    tmr_writer_free(p->w);
+    tmr_writer_opts wo = {.pid = p->pid,
+                          .process_name = p->comm[0] ? p->comm : NULL,
+                          .sampling_hz = s->o.hz,
+                          .perf_cpu_clock = 1,
+                          .ppid = p->ppid,
+                          .cmdline = cmdline,
+                          .cmdline_len = cmdline_len,
+                          .own_seq = p->own_seq,
+                          .process_only = s->began};
+    p->w = tmr_writer_new(&wo, p->syms, emit, s, err);
+    if (!p->w) return err->code;
+    TM_TRY(tmr_writer_begin(p->w, err));
+    s->began = 1;
+    for (size_t i = 0; i < s->n_threads; i++)
+        if (s->threads[i].pid == p->pid) TM_TRY(tmr_writer_thread(p->w, s->threads[i].tid, s->threads[i].name, err));
+    return TM_OK;
+}
+
+/* A process seen for the first time; parent (may be NULL) lends its
+ * mappings, as fork does. */
+static proc *add_proc(rec_state *s, int32_t pid, const proc *parent, tm_error *err) {
+    proc *p = calloc(1, sizeof *p);
+    if (!p || tmr_grow((void **)&s->procs, &s->cap_procs, sizeof *s->procs, s->n_procs + 1)) {
+        free(p);
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        return NULL;
+    }
+    p->pid = pid;
+    p->ppid = parent ? parent->pid : (int32_t)getpid();
+    p->own_seq = s->next_own_seq--;
+    p->maps_changed = 1;
+    snprintf(p->comm, sizeof p->comm, "%s", parent ? parent->comm : "");
+    p->syms = tmr_symbols_new_for(pid, s->o.demangle, err);
+    p->unw = p->syms ? tmr_unwind_new(pid, err) : NULL;
+    if (!p->unw) {
+        tmr_symbols_free(p->syms);
+        free(p);
+        return NULL;
+    }
+    s->procs[s->n_procs++] = p;
+    s->st.processes++;
+    /* Known only from a sample (its fork was not seen): its maps, while it lives. */
+    tm_status st = parent ? tmr_symbols_copy_live(p->syms, parent->syms, err) : TM_OK;
+    if (st == TM_OK && !parent && pid != s->root) tmr_symbols_refresh(p->syms, NULL);
+    size_t len = 0;
+    /* The command, before its exec, still runs this program: its arguments are known. */
+    char *cmdline = st == TM_OK ? proc_cmdline(s, p, pid == s->root, p->comm, &len) : NULL;
+    if (st == TM_OK && !cmdline) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    if (st == TM_OK) st = new_writer(s, p, cmdline, len, err);
+    free(cmdline);
+    return st == TM_OK ? p : NULL;
+}
+
+static thread *add_thread(rec_state *s, int32_t tid, int32_t pid, const char *name, tm_error *err) {
+    thread *t = find_thread(s, tid);
+    if (!t) {
+        if (tmr_grow((void **)&s->threads, &s->cap_threads, sizeof *s->threads, s->n_threads + 1)) {
+            tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+            return NULL;
+        }
+        t = &s->threads[s->n_threads++];
+        memset(t, 0, sizeof *t);
+        t->tid = tid;
+        t->seq = s->next_seq++;
+        s->st.threads++;
+    }
+    t->pid = pid;
+    if (name) snprintf(t->name, sizeof t->name, "%s", name);
+    proc *p = find_proc(s, pid);
+    if (p && tmr_writer_thread(p->w, tid, t->name[0] ? t->name : NULL, err) != TM_OK) return NULL;
+    return t;
+}
+
+/* ---- records ---- */
+
+/* The fields of a FORK or EXIT record. */
+typedef struct task_rec {
+    uint32_t pid, ppid, tid, ptid;
+} task_rec;
+
+static tm_status on_comm(rec_state *s, const uint8_t *d, uint16_t size, int exec, tm_error *err) {
+    uint32_t pid, tid;
+    if (size < 8 + 8 + 1) return TM_OK;
+    memcpy(&pid, d + 8, 4);
+    memcpy(&tid, d + 12, 4);
+    char name[17];
+    snprintf(name, sizeof name, "%.*s", (int)(size - 16), (const char *)d + 16);
+    proc *p = find_proc(s, (int32_t)pid);
+    if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
+    if (exec) {
+        /* A new program: none of the old mappings, a new command line. */
+        tmr_symbols_forget_live(p->syms);
+        p->maps_changed = 1;
+        snprintf(p->comm, sizeof p->comm, "%s", name);
+        size_t len = 0;
+        char *cmdline = proc_cmdline(s, p, 0, name, &len);
+        if (!cmdline) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        tm_status st = new_writer(s, p, cmdline, len, err);
+        free(cmdline);
+        TM_TRY(st);
+    }
+    return add_thread(s, (int32_t)tid, (int32_t)pid, name, err) ? TM_OK : err->code;
+}
+
+static tm_status on_mmap2(rec_state *s, const uint8_t *d, uint16_t size, tm_error *err) {
+    /* pid tid; addr len pgoff; maj min ino ino_generation (or build id); prot flags; filename */
+    enum { AT_NAME = 8 + 8 + 24 + 24 + 8 };
+    if (size <= AT_NAME) return TM_OK;
+    uint32_t pid, prot;
+    uint64_t addr, len, pgoff;
+    memcpy(&pid, d + 8, 4);
+    memcpy(&addr, d + 16, 8);
+    memcpy(&len, d + 24, 8);
+    memcpy(&pgoff, d + 32, 8);
+    memcpy(&prot, d + AT_NAME - 8, 4);
+    if (!(prot & PROT_EXEC)) return TM_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", (int)(size - AT_NAME), (const char *)d + AT_NAME);
+    proc *p = find_proc(s, (int32_t)pid);
+    if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
+    p->maps_changed = 1;
+    return tmr_symbols_add(p->syms, addr, addr + len, pgoff, path, err);
+}
+
+static tm_status on_fork(rec_state *s, const task_rec *t, tm_error *err) {
+    proc *parent = find_proc(s, (int32_t)t->ppid);
+    thread *pt = find_thread(s, (int32_t)t->ptid);
+    char name[17] = "";
+    if (pt) memcpy(name, pt->name, sizeof name); /* a new thread has its creator's name until it sets one */
+    if (t->pid != t->ppid && !find_proc(s, (int32_t)t->pid)) {
+        if (!add_proc(s, (int32_t)t->pid, parent, err)) return err->code;
+    }
+    return add_thread(s, (int32_t)t->tid, (int32_t)t->pid, name[0] ? name : NULL, err) ? TM_OK : err->code;
+}
+
+static void on_exit_rec(rec_state *s, const task_rec *t) {
+    proc *p = find_proc(s, (int32_t)t->pid);
+    if (p && t->pid == t->tid) { /* the process is gone: close its ELF files */
+        tmr_unwind_free(p->unw);
+        p->unw = NULL;
+    }
+}
+
+static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_error *err) {
+    const uint8_t *at = d + 8, *end = d + size;
+    uint32_t pid, tid, cpu;
+    uint64_t ts, period, nr, abi = 0, stack_size = 0, dyn_size = 0;
+    if (end - at < 8 + 8 + 8 + 8 + 8) return TM_OK;
+    memcpy(&pid, at, 4), memcpy(&tid, at + 4, 4), at += 8;
+    memcpy(&ts, at, 8), at += 8;
+    memcpy(&cpu, at, 4), at += 8;
+    memcpy(&period, at, 8), at += 8;
+    memcpy(&nr, at, 8), at += 8;
+    if (nr > (uint64_t)(end - at) / 8) return TM_OK;
+    const uint8_t *chain = at;
+    at += nr * 8;
+    uint64_t regs[TMR_PERF_NREGS];
+    if (end - at >= 8) memcpy(&abi, at, 8), at += 8;
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+        if ((size_t)(end - at) < sizeof regs) return TM_OK;
+        memcpy(regs, at, sizeof regs), at += sizeof regs;
+    }
+    if (end - at >= 8) memcpy(&stack_size, at, 8), at += 8;
+    const uint8_t *stack = at;
+    if (stack_size) {
+        if (stack_size > (uint64_t)(end - at) || (uint64_t)(end - at) - stack_size < 8) return TM_OK;
+        memcpy(&dyn_size, at + stack_size, 8);
+        if (dyn_size > stack_size) dyn_size = stack_size;
+    }
+
+    proc *p = find_proc(s, (int32_t)pid);
+    if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
+    thread *t = find_thread(s, (int32_t)tid);
+    if (!t || t->pid != (int32_t)pid) {
+        if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : p->comm, err))) return err->code;
+    }
+    uint32_t depth = 0;
+    int complete = 0;
+    if (!p->unw) { /* a thread outlived the main one, whose exit closed the unwinder */
+        if (!(p->unw = tmr_unwind_new(p->pid, err))) return err->code;
+        p->maps_changed = 1;
+    }
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+        if (p->maps_changed) tmr_unwind_set_mappings(p->unw, p->syms);
+        p->maps_changed = 0;
+        tmr_unwind_input in = {(int32_t)tid, regs, stack, (size_t)dyn_size};
+        depth = tmr_unwind(p->unw, &in, s->pcs, s->o.max_depth, &complete);
+    }
+    /* The kernel's frame-pointer callchain (user part): the stack when
+     * there are no registers to unwind from, or when DWARF unwinding got no
+     * further than the sampled pc. */
+    if (depth <= 1 && !complete) {
+        uint32_t n = 0;
+        int user = 0;
+        for (uint64_t i = 0; i < nr && n < s->o.max_depth; i++) {
+            uint64_t ip;
+            memcpy(&ip, chain + i * 8, 8);
+            if (ip >= (uint64_t)PERF_CONTEXT_MAX) user = ip == (uint64_t)PERF_CONTEXT_USER;
+            else if (user) s->pcs[n++] = ip;
+        }
+        if (n > depth) {
+            depth = n;
+            s->st.callchain_used++;
+        }
+    }
+    s->st.samples++;
+    if (complete) s->st.complete++;
+    else if (depth == s->o.max_depth) s->st.truncated++;
+    else s->st.partial++;
+    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, period, 0, err);
+}
+
+static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
+    const struct perf_event_header *h = (const void *)r->data;
+    const uint8_t *d = r->data;
+    switch (h->type) {
+    case PERF_RECORD_SAMPLE: return on_sample(s, d, h->size, err);
+    case PERF_RECORD_MMAP2: return on_mmap2(s, d, h->size, err);
+    case PERF_RECORD_COMM: return on_comm(s, d, h->size, (h->misc & PERF_RECORD_MISC_COMM_EXEC) != 0, err);
+    case PERF_RECORD_FORK:
+    case PERF_RECORD_EXIT: {
+        task_rec t;
+        if (h->size < 8 + sizeof t) return TM_OK;
+        memcpy(&t, d + 8, sizeof t);
+        if (h->type == PERF_RECORD_FORK) return on_fork(s, &t, err);
+        on_exit_rec(s, &t);
+        return TM_OK;
+    }
+    case PERF_RECORD_LOST: {
+        uint64_t lost;
+        if (h->size < 8 + 16) return TM_OK;
+        memcpy(&lost, d + 16, 8);
+        s->st.lost += lost;
+        /* The lost records may have been mappings: each process still
+         * alive has them in /proc/PID/maps. */
+        for (size_t i = 0; i < s->n_procs; i++) {
+            proc *q = s->procs[i];
+            if (q->unw && tmr_symbols_refresh(q->syms, NULL) == TM_OK) q->maps_changed = 1;
+        }
+        proc *root = find_proc(s, s->root);
+        return root ? tmr_writer_records_lost(root->w, r->cpu, r->ts, lost, err) : TM_OK;
+    }
+    case PERF_RECORD_THROTTLE: s->st.throttled++; return TM_OK;
+    default: return TM_OK;
+    }
+}
+
+/* Uses the queued records up to time until (all of them: UINT64_MAX) in
+ * time order; the others stay queued. */
+static tm_status use_records(rec_state *s, queue *q, uint64_t until, tm_error *err) {
+    qsort(q->r, q->n, sizeof *q->r, rec_cmp);
+    size_t used = 0;
+    tm_status st = TM_OK;
+    for (; used < q->n && q->r[used].ts <= until && st == TM_OK; used++) {
+        st = on_record(s, &q->r[used], err);
+        free(q->r[used].data);
+    }
+    memmove(q->r, q->r + used, (q->n - used) * sizeof *q->r);
+    q->n -= used;
+    return st;
+}
+
+/* ---- the run ---- */
+
+/* Writes TraceStats: every thread's sequence, and no central-buffer loss
+ * (the kernel's losses are in the PerfSamples carrying kernel_records_lost). */
+static tm_status write_stats(rec_state *s, tm_error *err) {
+    proc *root = find_proc(s, s->root);
+    if (!root) return TM_OK;
+    uint32_t *seqs = calloc(s->n_threads + 1, sizeof *seqs);
+    uint64_t *lost = calloc(s->n_threads + 1, sizeof *lost);
+    tm_status st;
+    if (!seqs || !lost) {
+        st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    } else {
+        for (size_t i = 0; i < s->n_threads; i++) seqs[i] = s->threads[i].seq;
+        tmr_losses l = {.n_writers = (uint32_t)s->n_threads, .writer_seq = seqs, .writer_samples_lost = lost};
+        st = tmr_writer_stats(root->w, &l, err);
+    }
+    free(seqs);
+    free(lost);
+    return st;
+}
+
+static void free_state(rec_state *s) {
+    for (size_t i = 0; i < s->n_procs; i++) {
+        tmr_writer_free(s->procs[i]->w);
+        tmr_unwind_free(s->procs[i]->unw);
+        tmr_symbols_free(s->procs[i]->syms);
+        free(s->procs[i]);
+    }
+    free(s->procs);
+    free(s->threads);
+    free(s->pcs);
+}
+
+static int parse_opts(int argc, char **argv, opts *o) {
+    *o = (opts){.hz = 101, .out = "tracemill-record.pftrace", .max_depth = DEFAULT_MAX_DEPTH};
+    int i = 1;
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(a, "--demangle") == 0) o->demangle = 1;
+        else if (!v) return usage("an option needs a value");
+        else if (strcmp(a, "-o") == 0) o->out = argv[++i];
+        else if (strcmp(a, "-F") == 0) {
+            unsigned long hz = strtoul(v, &end, 10);
+            if (*end || hz == 0 || hz > 100000) return usage("-F wants 1..100000");
+            o->hz = (unsigned)hz, i++;
+        } else if (strcmp(a, "--max-depth") == 0) {
+            unsigned long d = strtoul(v, &end, 10);
+            if (*end || d == 0 || d > 65536) return usage("--max-depth wants 1..65536");
+            o->max_depth = (uint32_t)d, i++;
+        } else return usage("unknown option");
+    }
+    if (i >= argc - 1) return usage("no command given");
+    o->cmd = argv + i + 1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    rec_state s;
+    memset(&s, 0, sizeof s);
+    if (parse_opts(argc, argv, &s.o)) return EXIT_OWN_FAILURE;
+    s.next_seq = 1;
+    s.next_own_seq = TMR_WRITER_SEQ;
+    s.pcs = malloc(s.o.max_depth * sizeof *s.pcs);
+    s.out = fopen(s.o.out, "we");
+    if (!s.pcs || !s.out) {
+        fprintf(stderr, "tracemill-record-perf: cannot write %s: %s\n", s.o.out, strerror(errno));
+        return EXIT_OWN_FAILURE;
+    }
+    if (install_signals()) {
+        fprintf(stderr, "tracemill-record-perf: signals: %s\n", strerror(errno));
+        return EXIT_OWN_FAILURE;
+    }
+
+    /* The command waits on go until its events are open; exec_err tells
+     * why exec failed (it closes on a successful exec). */
+    int go[2], exec_err[2];
+    if (pipe2(go, O_CLOEXEC) || pipe2(exec_err, O_CLOEXEC)) {
+        fprintf(stderr, "tracemill-record-perf: pipe: %s\n", strerror(errno));
+        return EXIT_OWN_FAILURE;
+    }
+    pid_t child = fork();
+    if (child < 0) {
+        fprintf(stderr, "tracemill-record-perf: fork: %s\n", strerror(errno));
+        return EXIT_OWN_FAILURE;
+    }
+    if (child == 0) {
+        close(go[1]);
+        close(exec_err[0]);
+        char byte;
+        if (read(go[0], &byte, 1) != 1) _exit(EXIT_OWN_FAILURE); /* the recorder gave up */
+        execvp(s.o.cmd[0], s.o.cmd);
+        int e = errno;
+        ssize_t w = write(exec_err[1], &e, sizeof e);
+        (void)w;
+        _exit(EXIT_CANNOT_RUN);
+    }
+    close(go[0]);
+    close(exec_err[1]);
+    s.root = (int32_t)child;
+
+    long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
+    ring *rings = calloc(n_cpus > 0 ? (size_t)n_cpus : 1, sizeof *rings);
+    size_t n_rings = 0;
+    int open_errno = 0;
+    size_t max_pages = 8, page = (size_t)sysconf(_SC_PAGESIZE);
+    while (max_pages * 2 * page <= RING_BYTES_MAX && max_pages * 2 * page * (size_t)n_cpus <= RING_BYTES_TOTAL)
+        max_pages *= 2;
+    for (long cpu = 0; rings && cpu < n_cpus; cpu++) {
+        if (open_ring(child, (uint32_t)cpu, s.o.hz, max_pages, &rings[n_rings]) == 0) n_rings++;
+        else if (errno != ENODEV) open_errno = errno; /* ENODEV: an offline CPU */
+    }
+    int code = EXIT_OWN_FAILURE;
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    if (!rings || n_rings == 0 || open_errno) {
+        fprintf(stderr, "tracemill-record-perf: perf_event_open on the command: %s%s\n",
+                strerror(open_errno ? open_errno : ENOMEM),
+                open_errno == EACCES || open_errno == EPERM
+                    ? " (kernel.perf_event_paranoid must be 2 or less, or run as root; "
+                      "`tracemill record --backend signal` needs no permission)"
+                    : "");
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        goto done;
+    }
+    /* The root process is known before its first record. */
+    proc *root = add_proc(&s, s.root, NULL, &err);
+    if (!root) {
+        report("starting the trace", &err);
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        goto done;
+    }
+    snprintf(root->comm, sizeof root->comm, "%s", s.o.cmd[0]);
+
+    if (write(go[1], "g", 1) != 1) {
+        fprintf(stderr, "tracemill-record-perf: starting the command: %s\n", strerror(errno));
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        goto done;
+    }
+    close(go[1]);
+    int exec_errno = 0;
+    ssize_t got;
+    while ((got = read(exec_err[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+    }
+    close(exec_err[0]);
+    if (got == (ssize_t)sizeof exec_errno) {
+        fprintf(stderr, "tracemill record: cannot run %s: %s\n", s.o.cmd[0], strerror(exec_errno));
+        waitpid(child, NULL, 0);
+        code = EXIT_CANNOT_RUN;
+        goto done;
+    }
+
+    queue q = {0};
+    struct pollfd *pfd = calloc(n_rings + 1, sizeof *pfd);
+    tm_status st = pfd ? TM_OK : tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    int status = 0, exited = 0;
+    while (st == TM_OK && !exited) {
+        pfd[0] = (struct pollfd){.fd = g_sig_pipe[0], .events = POLLIN};
+        for (size_t i = 0; i < n_rings; i++) pfd[i + 1] = (struct pollfd){.fd = rings[i].fd, .events = POLLIN};
+        poll(pfd, n_rings + 1, POLL_MS);
+        unsigned char sig[2];
+        while (read(g_sig_pipe[0], sig, sizeof sig) == (ssize_t)sizeof sig) {
+            if (sig[0] == SIGCHLD) continue;
+            if ((sig[0] == SIGINT || sig[0] == SIGQUIT) && !sig[1]) continue; /* the terminal's: it has it */
+            kill(child, sig[0]);
+        }
+        pid_t w = waitpid(child, &status, WNOHANG);
+        exited = w == child;
+        /* Every record older than now is in its ring by now. */
+        uint64_t now = boottime_ns();
+        for (size_t i = 0; i < n_rings && st == TM_OK; i++)
+            if (read_ring(&rings[i], &q)) st = tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        if (st == TM_OK) st = use_records(&s, &q, exited ? UINT64_MAX : now, &err);
+    }
+    for (size_t i = 0; i < n_rings; i++) ioctl(rings[i].fd, PERF_EVENT_IOC_DISABLE, 0);
+    for (size_t i = 0; i < n_rings && st == TM_OK; i++)
+        if (read_ring(&rings[i], &q)) st = tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    if (st == TM_OK) st = use_records(&s, &q, UINT64_MAX, &err);
+    for (size_t i = 0; i < q.n; i++) free(q.r[i].data);
+    free(q.r);
+    free(pfd);
+    if (st == TM_OK) st = write_stats(&s, &err);
+    if (!exited) { /* the recorder failed first: the command still runs; wait for it as promised */
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+    if (st != TM_OK) {
+        report(s.write_failed ? "writing the trace" : "recording", &err);
+        goto done;
+    }
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    fprintf(stderr,
+            "tracemill record: backend perf (cpu-clock every %.3f ms of CPU time, %zu CPUs): %llu samples of "
+            "%llu threads in %llu processes; stacks: %llu complete, %llu partial, %llu cut at %u frames, %llu "
+            "from the frame-pointer callchain; %llu records lost, %llu throttled\n",
+            1e3 / s.o.hz, n_rings, (unsigned long long)s.st.samples, (unsigned long long)s.st.threads,
+            (unsigned long long)s.st.processes, (unsigned long long)s.st.complete,
+            (unsigned long long)s.st.partial, (unsigned long long)s.st.truncated, (unsigned)s.o.max_depth,
+            (unsigned long long)s.st.callchain_used, (unsigned long long)s.st.lost,
+            (unsigned long long)s.st.throttled);
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds everything up to its end\n",
+                s.o.cmd[0], WTERMSIG(status));
+done:
+    for (size_t i = 0; i < n_rings; i++) close_ring(&rings[i]);
+    free(rings);
+    free_state(&s);
+    if (fclose(s.out) && code != EXIT_OWN_FAILURE) {
+        fprintf(stderr, "tracemill-record-perf: writing %s: %s\n", s.o.out, strerror(errno));
+        code = EXIT_OWN_FAILURE;
+    }
+    return code;
+}

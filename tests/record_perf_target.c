@@ -1,0 +1,126 @@
+/*
+ * record_perf_target.c — the program the perf backend's tests record: the
+ * cases the signal backend cannot see or changes. Every mode burns CPU in
+ * user mode only (no system call in its loops but a rare clock read), in
+ * functions with known names, built with plain gcc -O2 (no frame pointers):
+ *
+ *   threads S   a thread "spinner" in spin_hot (~80 %) / spin_cold (~20 %),
+ *               and a thread "blocker" that blocks every signal, in
+ *               blocked_spin; S CPU-seconds each
+ *   child S     child_spin for S CPU-seconds (started by `sh -c` in the tests)
+ *   sigprof S   installs its own SIGPROF handler and ITIMER_PROF, spins in
+ *               spin_hot; prints "sigprof N" (the handler's count)
+ *   exit S      spins in spin_hot, then _exit(5)
+ *   abort S     spins in spin_hot, then abort()
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__clang__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE __attribute__((noinline, noipa))
+#endif
+
+static double g_seconds = 1.0;
+static volatile uint64_t g_sink;
+static volatile sig_atomic_t g_sigprof;
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A few hundred microseconds of arithmetic. */
+static NOINLINE uint64_t burn(uint64_t x) {
+    for (int i = 0; i < 200000; i++) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return x;
+}
+
+static NOINLINE void spin_hot(void) { g_sink = burn(g_sink); }
+static NOINLINE void spin_cold(void) { g_sink = burn(g_sink + 1); }
+static NOINLINE void blocked_spin(void) { g_sink = burn(g_sink + 2); }
+static NOINLINE void child_spin(void) { g_sink = burn(g_sink + 3); }
+
+/* Runs fn until the thread has used g_seconds of CPU time. */
+static void spin_for(void (*fn)(void)) {
+    double end = thread_cpu_seconds() + g_seconds;
+    while (thread_cpu_seconds() < end)
+        for (int i = 0; i < 20; i++) fn();
+}
+
+static void *spinner(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "spinner");
+    double end = thread_cpu_seconds() + g_seconds;
+    for (unsigned n = 0; thread_cpu_seconds() < end; n++)
+        for (int i = 0; i < 10; i++) n % 5 == 4 ? spin_cold() : spin_hot();
+    return NULL;
+}
+
+static void *blocker(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "blocker");
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    spin_for(blocked_spin);
+    return NULL;
+}
+
+static void on_sigprof(int sig) {
+    (void)sig;
+    g_sigprof++;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: record_perf_target threads|child|sigprof|exit|abort SECONDS\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    g_seconds = atof(argv[2]);
+    if (strcmp(mode, "threads") == 0) {
+        pthread_t a, b;
+        if (pthread_create(&a, NULL, spinner, NULL) || pthread_create(&b, NULL, blocker, NULL)) return 1;
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        return 0;
+    }
+    if (strcmp(mode, "child") == 0) {
+        spin_for(child_spin);
+        return 0;
+    }
+    if (strcmp(mode, "sigprof") == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigprof;
+        sigaction(SIGPROF, &sa, NULL);
+        struct itimerval it = {{0, 10000}, {0, 10000}};
+        setitimer(ITIMER_PROF, &it, NULL);
+        spin_for(spin_hot);
+        printf("sigprof %d\n", (int)g_sigprof);
+        return g_sigprof > 0 ? 0 : 1;
+    }
+    if (strcmp(mode, "exit") == 0) {
+        spin_for(spin_hot);
+        _exit(5);
+    }
+    if (strcmp(mode, "abort") == 0) {
+        spin_for(spin_hot);
+        abort();
+    }
+    fprintf(stderr, "record_perf_target: unknown mode %s\n", mode);
+    return 2;
+}

@@ -1,0 +1,280 @@
+/*
+ * test_record_perf.c — `tracemill record --backend perf` end to end: the
+ * test program record_perf_target is recorded without anything injected,
+ * and every trace is read back with tm_trace_parse and tm_write_folded:
+ * sample counts near CPU time x frequency per thread, the hot function
+ * first, a thread that blocks every signal sampled, a child process
+ * started by `sh -c` sampled, a program with its own SIGPROF handler
+ * unchanged, valid traces after _exit, abort and SIGTERM (passed on to the
+ * program), and the program's exit status as record's.
+ *
+ * Skipped, with the reason, when this kernel refuses perf_event_open.
+ * Paths come from the build: TM_CLI, TM_RECORD_PERF_TARGET.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tracemill.h"
+#include "tutil.h"
+
+#define HZ 101
+
+static char g_dir[] = "/tmp/tm_record_perf_XXXXXX";
+
+/* Skips the test unless a user-only cpu-clock event can be opened. */
+static void need_perf(void) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    a.disabled = 1;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+    if (fd < 0) cr_skip_test("perf_event_open refused here (%s): the perf backend cannot run", strerror(errno));
+    close(fd);
+}
+
+static void setup(void) {
+    cr_assert_not_null(mkdtemp(g_dir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
+}
+
+TestSuite(record_perf, .init = setup, .fini = teardown, .timeout = 90);
+
+static char *path_in_dir(const char *name) {
+    char *p = NULL;
+    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
+    return p;
+}
+
+/* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace -- ARGS`
+ * (shell words); *code gets record's exit status; returns its stderr. */
+static char *record_at(int hz, const char *args, int *code) {
+    char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s -- %s 2>%s >%s", TM_CLI, hz, trace, args, err,
+                          out),
+                 0);
+    int st = system(cmd);
+    *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *text = tu_read_file(err, NULL);
+    cr_assert_not_null(text);
+    free(cmd), free(err), free(out), free(trace);
+    return text;
+}
+
+static char *record(const char *args, int *code) { return record_at(HZ, args, code); }
+
+typedef struct counts {
+    uint64_t total, hot, cold, blocked, child;
+    uint64_t known, rooted; /* samples in the target's own functions; those of them that reach the outermost frame */
+    uint64_t records_lost;
+    int spinner, blocker;
+} counts;
+
+static int stack_has(const char *stack, size_t len, const char *frame) {
+    size_t n = strlen(frame);
+    for (size_t i = 0; i + n <= len; i++)
+        if ((i == 0 || stack[i - 1] == ';') && memcmp(stack + i, frame, n) == 0 &&
+            (i + n == len || stack[i + n] == ';'))
+            return 1;
+    return 0;
+}
+
+static int has_thread(const tm_trace *t, const char *name) {
+    for (size_t i = 0; i < tm_trace_thread_count(t); i++) {
+        tm_thread_info ti;
+        cr_assert_eq(tm_trace_thread(t, i, &ti), TM_OK);
+        if (ti.name && ti.name_len == strlen(name) && memcmp(ti.name, name, ti.name_len) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Reads DIR/t.pftrace back: samples per known function (from the folded
+ * stacks), how many stacks reach the outermost frame, the thread names. */
+static counts read_trace(void) {
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes, "no trace at %s", path);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(st->dropped_unresolved + st->dropped_stale_interning + st->dropped_never_cleared +
+                     st->dropped_missing_clock + st->dropped_bad_timestamp,
+                 0, "samples were dropped on reading");
+    counts c = {.records_lost = st->perf_records_lost,
+                .spinner = has_thread(t, "spinner"),
+                .blocker = has_thread(t, "blocker")};
+    tu_membuf out = {0};
+    tm_sink sink = {tu_membuf_write, &out};
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+    for (char *line = out.data; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        char *space = strrchr(line, ' ');
+        cr_assert_not_null(space, "not a folded line: %s", line);
+        size_t n = (size_t)(space - line);
+        uint64_t k = strtoull(space + 1, NULL, 10);
+        c.total += k;
+        int hot = stack_has(line, n, "spin_hot"), cold = stack_has(line, n, "spin_cold"),
+            blocked = stack_has(line, n, "blocked_spin"), child = stack_has(line, n, "child_spin");
+        c.hot += hot ? k : 0, c.cold += cold ? k : 0, c.blocked += blocked ? k : 0, c.child += child ? k : 0;
+        /* Other samples (the dynamic loader, a sanitizer's runtime) may have other roots. */
+        if (hot || cold || blocked || child) {
+            c.known += k;
+            if (stack_has(line, n, "_start") || stack_has(line, n, "start_thread")) c.rooted += k;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    cr_assert_eq(c.total, st->samples_kept);
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+    free(bytes);
+    free(path);
+    return c;
+}
+
+/* n samples stand for seconds of CPU time at HZ: within -30 %/+15 % (the
+ * machine is shared: a thread's first and last period are partial, and
+ * time in the kernel, which samples exclude, is charged to its CPU clock). */
+static void expect_rate(uint64_t n, double seconds, const char *what) {
+    double want = seconds * HZ;
+    cr_expect(n >= want * 0.7 && n <= want * 1.15, "%s: %llu samples for %.1f CPU-seconds at %d Hz (want ~%.0f)",
+              what, (unsigned long long)n, seconds, HZ, want);
+}
+
+/* Both threads sampled at the rate of their CPU time, the one that blocks
+ * every signal too; the hot function first; stacks complete. */
+Test(record_perf, threads_and_blocked_signals) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " threads 1.0", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "backend perf"), "%s", err);
+    counts c = read_trace();
+    cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
+    expect_rate(c.hot + c.cold, 1.0, "spinner");
+    expect_rate(c.blocked, 1.0, "blocker (all signals blocked)");
+    cr_expect_gt(c.hot, 2 * c.cold, "spin_hot (80 %%) does not dominate spin_cold: %llu vs %llu",
+                 (unsigned long long)c.hot, (unsigned long long)c.cold);
+    cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach _start or start_thread",
+                  (unsigned long long)c.rooted, (unsigned long long)c.known);
+    cr_expect_eq(c.records_lost, 0);
+    free(err);
+}
+
+/* -F 1000 delivers its rate (the signal backend's CPU timers cannot pass
+ * the kernel tick), and stacks stay complete when the first samples land
+ * while the dynamic loader is still mapping libraries (whose modules the
+ * unwinder then has to take in). */
+Test(record_perf, a_thousand_hertz) {
+    need_perf();
+    int code;
+    char *err = record_at(1000, TM_RECORD_PERF_TARGET " threads 0.3", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    counts c = read_trace();
+    cr_expect(c.hot + c.cold >= 0.3 * 900 * 0.85 && c.blocked >= 0.3 * 900 * 0.85,
+              "%llu + %llu samples of 0.3 CPU-s each at 1000 Hz: %s", (unsigned long long)(c.hot + c.cold),
+              (unsigned long long)c.blocked, err);
+    cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach _start or start_thread: %s",
+                  (unsigned long long)c.rooted, (unsigned long long)c.known, err);
+    free(err);
+}
+
+/* A process that sh forks is followed; sh's exit status is record's. */
+Test(record_perf, child_of_sh_and_exit_status) {
+    need_perf();
+    int code;
+    char *err = record("sh -c '" TM_RECORD_PERF_TARGET " child 0.5; exit 3'", &code);
+    cr_assert_eq(code, 3, "exit %d: %s", code, err);
+    counts c = read_trace();
+    expect_rate(c.child, 0.5, "the child of sh");
+    free(err);
+}
+
+/* The program's own SIGPROF timer and handler work as without record. */
+Test(record_perf, own_sigprof_handler_unchanged) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " sigprof 0.5", &code);
+    cr_assert_eq(code, 0, "exit %d (the program's handler never ran?): %s", code, err);
+    char *out_path = path_in_dir("stdout");
+    char *out = tu_read_file(out_path, NULL);
+    int n = 0;
+    cr_expect(out && sscanf(out, "sigprof %d", &n) == 1 && n > 10, "stdout: %s", out ? out : "(none)");
+    counts c = read_trace();
+    expect_rate(c.hot, 0.5, "spin_hot");
+    free(out), free(out_path), free(err);
+}
+
+/* _exit and abort leave a complete, valid trace; the status passes through. */
+Test(record_perf, exit_and_abort_keep_the_trace) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " exit 0.5", &code);
+    cr_assert_eq(code, 5, "exit %d: %s", code, err);
+    expect_rate(read_trace().hot, 0.5, "before _exit");
+    free(err);
+    err = record(TM_RECORD_PERF_TARGET " abort 0.5", &code);
+    cr_assert_eq(code, 128 + SIGABRT, "exit %d: %s", code, err);
+    expect_rate(read_trace().hot, 0.5, "before abort");
+    free(err);
+}
+
+/* SIGTERM to record reaches the program; record waits for it, writes the
+ * trace and exits 128 + SIGTERM, as the program did. */
+Test(record_perf, sigterm_is_passed_on) {
+    need_perf();
+    char *trace = path_in_dir("t.pftrace"), *err = path_in_dir("stderr");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (!freopen(err, "w", stderr)) _exit(126);
+        execl(TM_CLI, TM_CLI, "record", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET, "exit", "60",
+              (char *)NULL);
+        _exit(126);
+    }
+    struct timespec pause = {1, 500000000};
+    nanosleep(&pause, NULL);
+    cr_assert_eq(kill(pid, SIGTERM), 0);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char *text = tu_read_file(err, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM, "status %#x: %s", status,
+              text ? text : "");
+    cr_expect_gt(read_trace().hot, 0);
+    free(text), free(trace), free(err);
+}
+
+/* Options only the signal backend has are refused with --backend perf, and
+ * make auto choose signal, saying why. */
+Test(record_perf, signal_only_options) {
+    char *cmd = NULL, *err = path_in_dir("stderr");
+    cr_assert_gt(asprintf(&cmd, "%s record --backend perf --clock wall -- true 2>%s", TM_CLI, err), 0);
+    int st = system(cmd);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %#x", st);
+    char *text = tu_read_file(err, NULL);
+    cr_expect(text && strstr(text, "--clock needs --backend signal"), "%s", text ? text : "");
+    free(text), free(cmd), free(err);
+}
