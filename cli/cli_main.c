@@ -117,7 +117,7 @@ static const struct command_help {
      "                            and no signal-only option is given, else signal\n"
      "  -F HZ                     samples per second of each thread's clock\n"
      "  -o OUT.pftrace            the trace (replaced only if samples were recorded)\n"
-     "  --max-depth N  --demangle how deep stacks go and how names are shown\n"
+     "  --max-depth N  --no-demangle  how deep stacks go; C++ names are demangled unless --no-demangle\n"
      "signal backend only:\n"
      "  --clock cpu|wall          CPU time (default) or wall-clock time\n"
      "  --duration S              stop recording after S seconds\n"

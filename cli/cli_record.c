@@ -285,11 +285,11 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
-    int demangle = 0, i = 1;
+    int demangle = 1, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--demangle") == 0) {
-            demangle = 1;
+        if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
+            demangle = a[2] == 'd';
             continue;
         }
         if (!v) break;
@@ -416,7 +416,7 @@ int cli_record(int argc, char **argv) {
             if (values[k]) setenv(env_opts[k].var, values[k], 1);
         /* A program killed before exit still leaves most of its trace. */
         if (!values[OPT_FILE_WRITE_PERIOD]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
-        if (demangle) setenv("TRACEMILL_RECORD_DEMANGLE", "1", 1);
+        setenv("TRACEMILL_RECORD_DEMANGLE", demangle ? "1" : "0", 1);
         execvp(cmd[0], cmd);
         fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(errno));
         _exit(127);

@@ -48,6 +48,7 @@ typedef ElfW(Ehdr) elf_ehdr;
 typedef ElfW(Phdr) elf_phdr;
 typedef ElfW(Shdr) elf_shdr;
 typedef ElfW(Sym) elf_sym;
+typedef ElfW(Rela) elf_rela;
 typedef ElfW(Nhdr) elf_nhdr;
 
 #define ELF_CLASS_NATIVE (__ELF_NATIVE_CLASS == 64 ? ELFCLASS64 : ELFCLASS32)
@@ -80,7 +81,7 @@ typedef struct elf_file {
     int syms_loaded;  /* symbols are read at the first lookup that needs them */
     func_sym *syms;   /* sorted by addr */
     size_t n_syms;
-    char *blobs[4];   /* string tables the names point into: .symtab and .dynsym
+    char *blobs[6];   /* string tables the names point into: .symtab and .dynsym
                          of the file and of its separate debug file */
     size_t n_blobs;
 } elf_file;
@@ -283,6 +284,72 @@ static void read_symtab(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, 
     free(raw);
 }
 
+/* Reads a section's bytes into a new NUL-terminated buffer; NULL if it is
+ * out of the file or too large. */
+static char *read_section(int fd, uint64_t size, const elf_shdr *s) {
+    if (s->sh_type == SHT_NOBITS || s->sh_size > MAX_SYMTAB_BYTES) return NULL; /* NOBITS: a debug file's copy */
+    char *buf = malloc(s->sh_size + 1);
+    if (buf && read_at(fd, size, s->sh_offset, buf, s->sh_size)) {
+        free(buf);
+        return NULL;
+    }
+    if (buf) buf[s->sh_size] = 0;
+    return buf;
+}
+
+/* Names the x86-64 PLT stubs "name@plt", as perf and gdb do: one 16-byte
+ * stub per .rela.plt entry, in .plt.sec when the file has one (IBT), else
+ * in .plt after its 16-byte header. Without them a pc in a stub takes the
+ * name of whatever symbol precedes the PLT. */
+static void read_plt(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, size_t shstrndx, elf_file *f) {
+    if (shstrndx >= n_sh || f->n_blobs == sizeof f->blobs / sizeof f->blobs[0]) return;
+    char *sec_names = read_section(fd, size, &sh[shstrndx]);
+    if (!sec_names) return;
+    const elf_shdr *plt = NULL, *plt_sec = NULL, *rela = NULL;
+    for (size_t i = 0; i < n_sh; i++) {
+        if (sh[i].sh_name >= sh[shstrndx].sh_size) continue;
+        const char *nm = sec_names + sh[i].sh_name;
+        if (strcmp(nm, ".plt") == 0) plt = &sh[i];
+        else if (strcmp(nm, ".plt.sec") == 0) plt_sec = &sh[i];
+        else if (strcmp(nm, ".rela.plt") == 0 && sh[i].sh_type == SHT_RELA) rela = &sh[i];
+    }
+    free(sec_names);
+    if (!rela || (!plt && !plt_sec) || rela->sh_entsize != sizeof(elf_rela) || rela->sh_link >= n_sh) return;
+    const elf_shdr *dynsym = &sh[rela->sh_link];
+    if (dynsym->sh_entsize != sizeof(elf_sym) || dynsym->sh_link >= n_sh) return;
+    uint64_t base = plt_sec ? plt_sec->sh_addr : plt->sh_addr + 16;
+    uint64_t room = plt_sec ? plt_sec->sh_size : plt->sh_size > 16 ? plt->sh_size - 16 : 0;
+    elf_rela *relas = (elf_rela *)(void *)read_section(fd, size, rela);
+    elf_sym *syms = (elf_sym *)(void *)read_section(fd, size, dynsym);
+    char *strs = read_section(fd, size, &sh[dynsym->sh_link]);
+    size_t n = rela->sh_size / sizeof *relas, n_dyn = dynsym->sh_size / sizeof *syms, need = 0, cap = f->n_syms;
+    char *blob = NULL;
+    if (relas && syms && strs) {
+        for (size_t i = 0; i < n; i++) {
+            size_t k = ELF64_R_SYM(relas[i].r_info);
+            if (k && k < n_dyn && syms[k].st_name < sh[dynsym->sh_link].sh_size)
+                need += strlen(strs + syms[k].st_name) + sizeof "@plt";
+        }
+        blob = need ? malloc(need) : NULL;
+    }
+    if (blob && tmr_grow((void **)&f->syms, &cap, sizeof *f->syms, f->n_syms + n) == 0) {
+        char *at = blob;
+        for (size_t i = 0; i < n && 16 * (uint64_t)(i + 1) <= room; i++) {
+            size_t k = ELF64_R_SYM(relas[i].r_info);
+            if (!k || k >= n_dyn || syms[k].st_name >= sh[dynsym->sh_link].sh_size) continue;
+            int len = sprintf(at, "%s@plt", strs + syms[k].st_name);
+            f->syms[f->n_syms++] = (func_sym){.addr = base + 16 * (uint64_t)i, .size = 16, .name = at};
+            at += len + 1;
+        }
+        f->blobs[f->n_blobs++] = blob;
+        blob = NULL;
+    }
+    free(blob);
+    free(relas);
+    free(syms);
+    free(strs);
+}
+
 /* Reads .symtab and .dynsym of the file at path. Returns 1 if it has a
  * .symtab (is not stripped), else 0. */
 static int load_syms_from(const char *path, elf_file *f) {
@@ -301,6 +368,7 @@ static int load_syms_from(const char *path, elf_file *f) {
                 has_symtab |= sh[i].sh_type == SHT_SYMTAB;
                 read_symtab(fd, size, sh, eh.e_shnum, i, f);
             }
+            read_plt(fd, size, sh, eh.e_shnum, eh.e_shstrndx, f);
         }
         free(sh);
     }
@@ -333,9 +401,11 @@ static func_sym *find_sym(elf_file *f, uint64_t addr) {
     }
     if (lo == 0) return NULL;
     /* The nearest start below addr, else an enclosing symbol a little
-     * further back (nested or overlapping symbols). */
+     * further back (nested or overlapping symbols). A symbol without a size
+     * names its own address only: stretched to the next symbol it would
+     * name whatever follows it (the PLT after _init). */
     func_sym *near = &f->syms[lo - 1];
-    if (near->size == 0 || addr - near->addr < near->size) {
+    if (near->size == 0 ? addr == near->addr : addr - near->addr < near->size) {
         while (near > f->syms && near[-1].addr == near->addr) near--; /* best-ranked alias */
         return near;
     }

@@ -12,6 +12,7 @@
  *               spin_hot; prints "sigprof N" (the handler's count)
  *   exit S      spins in spin_hot, then _exit(5)
  *   abort S     spins in spin_hot, then abort()
+ *   cxx S       spins in a function with a C++ mangled name, tmtest::spin()
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -52,6 +53,8 @@ static NOINLINE void spin_hot(void) { g_sink = burn(g_sink); }
 static NOINLINE void spin_cold(void) { g_sink = burn(g_sink + 1); }
 static NOINLINE void blocked_spin(void) { g_sink = burn(g_sink + 2); }
 static NOINLINE void child_spin(void) { g_sink = burn(g_sink + 3); }
+static NOINLINE void cxx_spin(void) __asm__("_ZN6tmtest4spinEv"); /* tmtest::spin() */
+static NOINLINE void cxx_spin(void) { g_sink = burn(g_sink + 4); }
 
 /* Runs fn until the thread has used g_seconds of CPU time. */
 static void spin_for(void (*fn)(void)) {
@@ -86,7 +89,7 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_perf_target threads|child|sigprof|exit|abort SECONDS\n");
+        fprintf(stderr, "usage: record_perf_target threads|child|sigprof|exit|abort|cxx SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -100,6 +103,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(mode, "child") == 0) {
         spin_for(child_spin);
+        return 0;
+    }
+    if (strcmp(mode, "cxx") == 0) {
+        spin_for(cxx_spin);
         return 0;
     }
     if (strcmp(mode, "sigprof") == 0) {

@@ -67,12 +67,12 @@ static char *path_in_dir(const char *name) {
     return p;
 }
 
-/* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace -- ARGS`
+/* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace OPTS -- ARGS`
  * (shell words); *code gets record's exit status; returns its stderr. */
-static char *record_at(int hz, const char *args, int *code) {
+static char *record_with(int hz, const char *opts, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s -- %s 2>%s >%s", TM_CLI, hz, trace, args, err,
-                          out),
+    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, hz, trace, opts,
+                          args, err, out),
                  0);
     int st = system(cmd);
     *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -82,6 +82,7 @@ static char *record_at(int hz, const char *args, int *code) {
     return text;
 }
 
+static char *record_at(int hz, const char *args, int *code) { return record_with(hz, "", args, code); }
 static char *record(const char *args, int *code) { return record_at(HZ, args, code); }
 
 typedef struct counts {
@@ -277,4 +278,41 @@ Test(record_perf, signal_only_options) {
     char *text = tu_read_file(err, NULL);
     cr_expect(text && strstr(text, "--clock needs --backend signal"), "%s", text ? text : "");
     free(text), free(cmd), free(err);
+}
+
+/* The recorded trace's folded stacks (malloc'd). */
+static char *folded_text(void) {
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes, "no trace at %s", path);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    tu_membuf out = {0};
+    tm_sink sink = {tu_membuf_write, &out};
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+    tm_trace_free(t);
+    free(bytes);
+    free(path);
+    return out.data;
+}
+
+/* C++ names are demangled by default; --no-demangle keeps the symbol. */
+Test(record_perf, cxx_names_demangled_unless_asked_not_to) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " cxx 0.3", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *folded = folded_text();
+    cr_expect(folded && strstr(folded, "tmtest::spin()"), "no demangled name in:\n%s", folded ? folded : "");
+    free(folded);
+    free(err);
+    err = record_with(HZ, "--no-demangle", TM_RECORD_PERF_TARGET " cxx 0.3", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    folded = folded_text();
+    cr_expect(folded && strstr(folded, "_ZN6tmtest4spinEv") && !strstr(folded, "tmtest::spin()"),
+              "--no-demangle still demangled:\n%s", folded ? folded : "");
+    free(folded);
+    free(err);
 }

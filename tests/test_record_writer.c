@@ -552,6 +552,46 @@ Test(record_symbols, rel_pc_and_names_match_nm_and_dladdr) {
     tmr_symbols_free(s);
 }
 
+/* PLT stubs are named name@plt, as objdump names them; a symbol without a
+ * size (_init, just before the PLT) names its own address only. */
+Test(record_symbols, plt_stubs_named_and_sizeless_symbols_not_stretched) {
+    tm_error err;
+    tmr_symbols *s = tmr_symbols_new(0, &err);
+    cr_assert_not_null(s, "%s", err.message);
+    char exe[4096], cmd[9000], line[1024], want[512];
+    self_exe(exe, sizeof exe);
+    int m;
+    uint64_t rel;
+    const char *name;
+    tmr_symbols_lookup(s, leaf_pc(rw_leaf), &m, &rel, &name);
+    cr_assert_geq(m, 0);
+    Dl_info di;
+    cr_assert(dladdr((void *)(uintptr_t)addr_of(rw_leaf), &di));
+    /* pc = load address + ELF address - the ELF address of the first byte */
+    uint64_t base = (uint64_t)(uintptr_t)di.dli_fbase - tmr_symbols_mapping(s, m)->load_bias;
+    snprintf(cmd, sizeof cmd, "objdump -d -j .plt.sec '%s' 2>/dev/null; objdump -d -j .plt '%s' 2>/dev/null", exe,
+             exe);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int checked = 0;
+    unsigned long long at;
+    while (fgets(line, sizeof line, p))
+        if (sscanf(line, "%llx <%511[^>]>:", &at, want) == 2 && strlen(want) > 4 &&
+            strcmp(want + strlen(want) - 4, "@plt") == 0) { /* not PLT0, "x@plt-0x10" */
+            tmr_symbols_lookup(s, base + at + 4, &m, &rel, &name);
+            cr_expect(name && strcmp(name, want) == 0, "pc in the stub at %llx: %s, objdump says %s", at,
+                      name ? name : "(none)", want);
+            checked++;
+        }
+    pclose(p);
+    cr_assert_geq(checked, 3, "objdump listed %d PLT stubs", checked);
+    uint64_t init = nm_value(exe, "_init");
+    cr_assert_neq(init, 0);
+    tmr_symbols_lookup(s, base + init + 8, &m, &rel, &name);
+    cr_expect(!name || strcmp(name, "_init") != 0, "a pc 8 bytes into the size-0 _init is named _init");
+    tmr_symbols_free(s);
+}
+
 Test(record_symbols, build_id_matches_readelf) {
     tm_error err;
     tmr_symbols *s = tmr_symbols_new(0, &err);
