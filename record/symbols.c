@@ -337,7 +337,7 @@ static void read_plt(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, siz
         for (size_t i = 0; i < n && 16 * (uint64_t)(i + 1) <= room; i++) {
             size_t k = ELF64_R_SYM(relas[i].r_info);
             if (!k || k >= n_dyn || syms[k].st_name >= sh[dynsym->sh_link].sh_size) continue;
-            int len = sprintf(at, "%s@plt", strs + syms[k].st_name);
+            int len = snprintf(at, need - (size_t)(at - blob), "%s@plt", strs + syms[k].st_name);
             f->syms[f->n_syms++] = (func_sym){.addr = base + 16 * (uint64_t)i, .size = 16, .name = at};
             at += len + 1;
         }
