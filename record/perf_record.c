@@ -275,6 +275,8 @@ typedef struct rec_state {
     int32_t root;           /* the command's pid */
     int began;              /* the trace-wide packets are written */
     uint64_t *pcs;
+    uint64_t *cpu_count;    /* per CPU: the cpu-clock counts sampled so far (timebase_count is cumulative) */
+    size_t n_cpu_count;
     stats st;
 } rec_state;
 
@@ -566,7 +568,16 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
     if (complete) s->st.complete++;
     else if (depth == s->o.max_depth) s->st.truncated++;
     else s->st.partial++;
-    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, period, 0, err);
+    /* PerfSample.timebase_count is the counter's running value, as Perfetto
+     * reads it (a per-CPU counter track): the periods summed per CPU. */
+    uint64_t count = period;
+    if (cpu >= s->n_cpu_count) {
+        size_t had = s->n_cpu_count;
+        if (tmr_grow((void **)&s->cpu_count, &s->n_cpu_count, sizeof *s->cpu_count, (size_t)cpu + 1) == 0)
+            memset(s->cpu_count + had, 0, (s->n_cpu_count - had) * sizeof *s->cpu_count);
+    }
+    if (cpu < s->n_cpu_count) count = s->cpu_count[cpu] += period;
+    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, 0, err);
 }
 
 static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
@@ -651,6 +662,7 @@ static void free_state(rec_state *s) {
     free(s->procs);
     free(s->threads);
     free(s->pcs);
+    free(s->cpu_count);
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {

@@ -159,12 +159,13 @@ tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_err
  * >= 1). pcs[0] is the interrupted pc (the leaf), pcs[1..depth) return
  * addresses, outermost last (the writer symbolizes return addresses at pc-1,
  * so pass them unadjusted). ts_ns is CLOCK_BOOTTIME. depth 0 writes a
- * PerfSample without a callstack. period: the counter's count the sample
- * stands for (PerfSample.timebase_count; 0: not written). prev_dropped: samples
+ * PerfSample without a callstack. count: the timebase counter's running
+ * value at the sample (PerfSample.timebase_count, cumulative as Perfetto
+ * reads it; 0: not written). prev_dropped: samples
  * of this sequence were lost before this one (sets previous_packet_dropped
  * and re-emits the sequence's interned state). */
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
-                            const uint64_t *pcs, uint32_t depth, uint64_t period, int prev_dropped, tm_error *err);
+                            const uint64_t *pcs, uint32_t depth, uint64_t count, int prev_dropped, tm_error *err);
 
 /* lost records the kernel could not write into cpu's ring buffer (the perf
  * backend's PERF_RECORD_LOST): a PerfSample carrying only

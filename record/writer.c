@@ -650,7 +650,7 @@ static void put_defaults(tmr_writer *w, wbuf *b) {
 }
 
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
-                            const uint64_t *pcs, uint32_t depth, uint64_t period, int prev_dropped, tm_error *err) {
+                            const uint64_t *pcs, uint32_t depth, uint64_t count, int prev_dropped, tm_error *err) {
     if (seq == 0 || seq == TMR_WRITER_SEQ || seq == w->o.own_seq || (depth && !pcs))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "bad sample: sequence %u, depth %u", (unsigned)seq,
                        (unsigned)depth);
@@ -693,7 +693,7 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
     put_uint(b, TM_PF_PERF_SAMPLE_TID, (uint64_t)(uint32_t)tid);
     if (cs_iid) put_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs_iid);
     put_uint(b, TM_PF_PERF_SAMPLE_CPU_MODE, TM_PF_CPU_MODE_USER);
-    if (period) put_uint(b, TM_PF_PERF_SAMPLE_TIMEBASE_COUNT, period);
+    if (count) put_uint(b, TM_PF_PERF_SAMPLE_TIMEBASE_COUNT, count);
     msg_close(b, TM_PF_PACKET_PERF_SAMPLE, ps);
     if (w->interned.oom) b->oom = 1;
     tm_status st = emit_packet(w, err);

@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <linux/perf_event.h>
+#include <sqlite3.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,4 +316,38 @@ Test(record_perf, cxx_names_demangled_unless_asked_not_to) {
               "--no-demangle still demangled:\n%s", folded ? folded : "");
     free(folded);
     free(err);
+}
+
+/* PerfSample.timebase_count is the counter's running value per CPU, as
+ * Perfetto reads it: in the SQL model's counter table each CPU's cpu-clock
+ * track only grows, and it ends near the sampled CPU time. */
+Test(record_perf, timebase_count_is_cumulative_per_cpu) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " threads 0.4", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    free(err);
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes);
+    tm_db *db = NULL;
+    tm_error e;
+    cr_assert_eq(tm_db_open(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
+    sqlite3_stmt *q;
+    const char *sql = "SELECT count(*), sum(dec), max(v) FROM (SELECT value AS v, value < lag(value) OVER "
+                      "(PARTITION BY track_id ORDER BY ts) AS dec FROM counter)";
+    cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), sql, -1, &q, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(tm_db_sqlite(db)));
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    int64_t rows = sqlite3_column_int64(q, 0), decreasing = sqlite3_column_int64(q, 1);
+    double top = sqlite3_column_double(q, 2);
+    sqlite3_finalize(q);
+    cr_expect_gt(rows, 20, "%lld counter rows", (long long)rows);
+    cr_expect_eq(decreasing, 0, "%lld counter values went down", (long long)decreasing);
+    /* two threads of 0.4 s of CPU over at most 2 CPUs: one CPU counted >= 0.3 s */
+    cr_expect_gt(top, 0.3e9, "the largest running count is %.0f ns", top);
+    tm_db_free(db);
+    free(bytes);
+    free(path);
 }
