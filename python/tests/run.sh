@@ -26,5 +26,5 @@ cd "$SRC/python"
 TRACEMILL_BUILD_DIR=$BUILD $PY setup.py -q build_py --build-lib "$BUILD/python/lib" \
   build_ext --build-lib "$BUILD/python/lib" --build-temp "$BUILD/python/tmp" >/dev/null
 cd "$SRC"
-TRACEMILL_CLI=$BUILD/tracemill PYTHONPATH=$BUILD/python/lib PYTHONDONTWRITEBYTECODE=1 LD_PRELOAD=${preload:-} \
+TRACEMILL_BUILD_DIR=$BUILD TRACEMILL_CLI=$BUILD/tracemill PYTHONPATH=$BUILD/python/lib PYTHONDONTWRITEBYTECODE=1 LD_PRELOAD=${preload:-} \
   exec $PY -m pytest -q -p no:cacheprovider python/tests
