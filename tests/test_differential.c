@@ -267,14 +267,20 @@ Test(differential, samples_in_a_non_boottime_clock) {
     tb_free(&b);
 }
 
+/* Sequence 1 cleared with callstacks 1..3 over abc and task context 5
+ * (pid 40, tid 41): what the StackSample tests refer to. */
+static void stack_sample_interning(tb_buf *b) {
+    size_t p = tb_packet_open(b, 1, 100, TB_SEQ_CLEARED);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    intern_chain(b, 1, abc, 3);
+    tb_task_context(b, 5, 40, 41);
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
 Test(differential, stack_samples) {
     tb_buf b = {0};
-    size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
-    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
-    intern_chain(&b, 1, abc, 3);
-    tb_task_context(&b, 5, 40, 41);
-    tb_close(&b, i);
-    tb_close(&b, p);
+    stack_sample_interning(&b);
     const char *const frames[] = {"root", "mid", "leaf"};
     tb_stack_sample s1 = {.ts = 1000, .seq = 1, .task = 1, .pid = 40, .tid = 42, .frames = frames, .n_frames = 3,
                           .inline_cs = 1};
@@ -534,12 +540,7 @@ Test(divergence, trace_clock_going_backwards_rejects_the_snapshot) {
  * SQL model the inline callstack). */
 Test(divergence, stack_sample_interned_callstack_and_inline_task_win) {
     tb_buf b = {0};
-    size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
-    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
-    intern_chain(&b, 1, abc, 3);
-    tb_task_context(&b, 5, 40, 41);
-    tb_close(&b, i);
-    tb_close(&b, p);
+    stack_sample_interning(&b);
     const char *const frames[] = {"root", "leaf"};
     tb_stack_sample s = {.ts = 1000, .seq = 1, .flags = TB_SEQ_NEEDS, .task = 1, .pid = 40, .tid = 42,
                          .task_iid = 5, .frames = frames, .n_frames = 2, .inline_cs = 1, .cs_iid = 3};
