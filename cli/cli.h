@@ -156,6 +156,25 @@ int cli_query_shell(struct sqlite3 *db, cli_qout *o, int interactive);
 int cli_query(int argc, char **argv);
 int cli_export_sqlite(int argc, char **argv);
 
+/* ---- symbols (cli_symbolize.c): symbolize, and --symbols on convert and query ---- */
+
+typedef struct cli_symbols {
+    const char **dirs; size_t n_dirs;     /* --symbols DIR */
+    tm_proguard_map *maps; size_t n_maps; /* --proguard-map [PACKAGE=]MAP */
+    cli_input *map_files;                 /* their contents */
+    int no_system;                        /* --no-system-symbols */
+    int any;                              /* a --symbols or --proguard-map was given */
+} cli_symbols;
+
+/* Parses --symbols, --proguard-map or --no-system-symbols: 1 if argv[*i]
+ * was one (consuming its value), 0 if not, -1 on a bad value (said). */
+int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s);
+/* With any --symbols or --proguard-map: replaces in by the trace
+ * tm_symbolize makes of it, in memory; returns the exit code. */
+int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *what, cli_input *in);
+void cli_symbols_release(cli_symbols *s);
+int cli_symbolize(int argc, char **argv);
+
 /* `tracemill record`: runs a command under libtracemill_record.so. */
 int cli_record(int argc, char **argv);
 

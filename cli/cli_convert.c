@@ -68,14 +68,15 @@ static int write_per_thread(cli_export *x, const tm_trace *t, const char *const 
     return EXIT_OK;
 }
 
-int cli_convert(int argc, char **argv) {
+static int convert(int argc, char **argv, cli_symbols *sym) {
     cli_export x;
     memset(&x, 0, sizeof x);
     const char *out_path = NULL, *meta_path = NULL, *in_path = NULL;
     int per_thread = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_export_option(argc, argv, &i, &x);
+        int r = cli_symbols_option(argc, argv, &i, sym);
+        if (r == 0) r = cli_export_option(argc, argv, &i, &x);
         if (r < 0) return usage("bad value for", a);
         if (r > 0) continue;
         if (strcmp(a, "-f") == 0 || strcmp(a, "--format") == 0) {
@@ -121,6 +122,10 @@ int cli_convert(int argc, char **argv) {
     cli_progress_start(x.quiet || per_thread); /* --per-thread reports each file it writes */
     cli_progress_phase("reading", 0);
     rc = cli_input_load(in_path, &x.opts, &in);
+    if (rc == EXIT_OK && sym->any) {
+        cli_progress_phase("symbolizing", in.len);
+        if ((rc = cli_symbols_apply(sym, &x.opts, in_path, &in)) != EXIT_OK) cli_input_release(&in);
+    }
     if (rc != EXIT_OK) {
         cli_progress_stop();
         cli_input_release(&meta);
@@ -151,5 +156,13 @@ int cli_convert(int argc, char **argv) {
     tm_trace_free(t);
     cli_input_release(&in);
     cli_input_release(&meta);
+    return rc;
+}
+
+int cli_convert(int argc, char **argv) {
+    cli_symbols sym;
+    memset(&sym, 0, sizeof sym);
+    int rc = convert(argc, argv, &sym);
+    cli_symbols_release(&sym);
     return rc;
 }

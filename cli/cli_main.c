@@ -60,6 +60,24 @@ static const struct command_help {
      "  --thread-prefix           folded: the thread name as the root frame\n"
      "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
      "pprof is refused on a terminal.\n\n" LIMITS_HELP},
+    {"symbolize", "function, file, line and inlined frames from ELF/DWARF; Java names from ProGuard maps",
+     "usage: tracemill symbolize TRACE|- -o OUT [--symbols DIR]... [--proguard-map [PKG=]MAP]... [options]\n"
+     "\n"
+     "Writes TRACE with Perfetto ModuleSymbols packets appended (as traceconv symbolize),\n"
+     "and a DeobfuscationMapping packet per ProGuard/R8 map: every tool that reads\n"
+     "Perfetto traces, this one included, then shows function names, files, lines and\n"
+     "inlined functions. Each mapping's ELF file is found by its build id.\n"
+     "\n"
+     "  -o, --output OUT          the symbolized trace\n"
+     "  --symbols DIR             look here first (repeatable): DIR/.build-id/ab/cdef.debug,\n"
+     "                            DIR/<file name>, DIR/<mapping path>; then the mapping's\n"
+     "                            path on this machine and /usr/lib/debug/.build-id\n"
+     "  --no-system-symbols       only the --symbols directories\n"
+     "  --proguard-map [PKG=]MAP  a ProGuard/R8 mapping.txt, for app PKG (default: all)\n"
+     "  --quiet                   no summary of what was found on stderr\n"
+     "\n"
+     "convert and query take --symbols, --proguard-map and --no-system-symbols too, and\n"
+     "symbolize in memory before reading.\n\n" OUTPUT_HELP "\n" LIMITS_HELP},
     {"diff", "a differential flame graph (or folded diff) of two profiles",
      "usage: tracemill diff BASE NEW [-f svg|folded] [-o OUT] [options]\n"
      "\n"
@@ -221,6 +239,7 @@ static int run_command(int argc, char **argv) {
     if (strcmp(cmd, "query") == 0) return cli_query(argc - 1, argv + 1);
     if (strcmp(cmd, "export-sqlite") == 0) return cli_export_sqlite(argc - 1, argv + 1);
     if (strcmp(cmd, "record") == 0) return cli_record(argc - 1, argv + 1);
+    if (strcmp(cmd, "symbolize") == 0) return cli_symbolize(argc - 1, argv + 1);
     return cli_exec_server(argv); /* serve, store */
 }
 

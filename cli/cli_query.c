@@ -424,10 +424,15 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
 
 /* Opens path as a tm_db, with a progress line on a terminal unless quiet;
  * on failure prints why and returns the exit code. */
-static int open_db(const char *path, const tm_options *opts, int quiet, cli_input *in, tm_db **db) {
+static int open_db(const char *path, const tm_options *opts, const cli_symbols *sym, int quiet, cli_input *in,
+                   tm_db **db) {
     cli_progress_start(quiet);
     cli_progress_phase("reading", 0);
     int rc = cli_input_load(path, opts, in);
+    if (rc == EXIT_OK && sym->any) {
+        cli_progress_phase("symbolizing", in->len);
+        if ((rc = cli_symbols_apply(sym, opts, path, in)) != EXIT_OK) cli_input_release(in);
+    }
     if (rc == EXIT_OK) cli_progress_phase("loading the tables of", in->len);
     tm_error err;
     if (rc == EXIT_OK && tm_db_open(in->data, in->len, opts, db, &err) != TM_OK) {
@@ -458,69 +463,79 @@ static int usage(const char *cmd, const char *why, const char *arg) {
     return cli_usage_error(cmd, "%s%s", why, arg ? arg : "");
 }
 
+/* Parses query's arguments; returns the exit code of a usage error, or
+ * EXIT_OK. */
+static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym, cli_qout *o, const char **trace,
+                      const char **sql, const char **file, int *quiet) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_symbols_option(argc, argv, &i, sym);
+        if (r == 0) r = cli_limit_option(argc, argv, &i, opts);
+        if (r < 0) return usage("query", "bad option ", a);
+        if (r > 0) continue;
+        if (strcmp(a, "--quiet") == 0) {
+            *quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) {
+            if (++i >= argc) return usage("query", "-f needs a file", NULL);
+            if (*file) return usage("query", "more than one -f given", NULL);
+            *file = argv[i];
+            cli_qformat f;
+            cli_format x;
+            /* convert's -f is a format: catch the habit before reading a
+             * file named "csv" */
+            if (cli_qformat_parse(*file, &f) || cli_parse_format(*file, &x)) {
+                return cli_usage_error("query", "-f takes a file of SQL, not a format: did you mean --format %s?",
+                                       *file);
+            }
+        } else if (strcmp(a, "--timeout") == 0) {
+            char *end = NULL;
+            o->timeout_s = ++i < argc ? strtod(argv[i], &end) : 0;
+            if (!end || *end || !(o->timeout_s > 0)) return usage("query", "--timeout needs seconds > 0", NULL);
+        } else if (strcmp(a, "--format") == 0) {
+            if (++i >= argc) return usage("query", "--format needs table, csv, json or perfetto", NULL);
+            if (!cli_qformat_parse(argv[i], &o->format)) return usage("query", "unknown --format ", argv[i]);
+        } else if (a[0] == '-' && a[1] != 0) {
+            return usage("query", "unknown option ", a);
+        } else if (!*trace) {
+            *trace = a;
+        } else if (!*sql) {
+            *sql = a;
+        } else {
+            return usage("query", "too many arguments: ", a);
+        }
+    }
+    if (!*trace) return usage("query", "no trace given", NULL);
+    if (*sql && *file) return usage("query", "give the SQL as an argument or with -f, not both", NULL);
+    if (!*sql && !*file && strcmp(*trace, "-") == 0)
+        return usage("query", "the trace is on stdin: give the SQL as an argument or with -f", NULL);
+    return EXIT_OK;
+}
+
 int cli_query(int argc, char **argv) {
     tm_options opts;
     memset(&opts, 0, sizeof opts);
     const char *trace = NULL, *sql = NULL, *file = NULL;
     int quiet = 0;
     cli_qout o = {stdout, isatty(STDOUT_FILENO) ? QFMT_TABLE : QFMT_CSV, 0, 0, 0, 0, 0, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_limit_option(argc, argv, &i, &opts);
-        if (r < 0) return usage("query", "bad limit option ", a);
-        if (r > 0) continue;
-        if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-            continue;
-        }
-        if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) {
-            if (++i >= argc) return usage("query", "-f needs a file", NULL);
-            if (file) return usage("query", "more than one -f given", NULL);
-            file = argv[i];
-            cli_qformat f;
-            cli_format x;
-            /* convert's -f is a format: catch the habit before reading a
-             * file named "csv" */
-            if (cli_qformat_parse(file, &f) || cli_parse_format(file, &x)) {
-                return cli_usage_error("query", "-f takes a file of SQL, not a format: did you mean --format %s?",
-                                       file);
-            }
-        } else if (strcmp(a, "--timeout") == 0) {
-            char *end = NULL;
-            o.timeout_s = ++i < argc ? strtod(argv[i], &end) : 0;
-            if (!end || *end || !(o.timeout_s > 0)) return usage("query", "--timeout needs seconds > 0", NULL);
-        } else if (strcmp(a, "--format") == 0) {
-            if (++i >= argc) return usage("query", "--format needs table, csv, json or perfetto", NULL);
-            if (!cli_qformat_parse(argv[i], &o.format)) return usage("query", "unknown --format ", argv[i]);
-        } else if (a[0] == '-' && a[1] != 0) {
-            return usage("query", "unknown option ", a);
-        } else if (!trace) {
-            trace = a;
-        } else if (!sql) {
-            sql = a;
-        } else {
-            return usage("query", "too many arguments: ", a);
-        }
-    }
-    if (!trace) return usage("query", "no trace given", NULL);
-    if (sql && file) return usage("query", "give the SQL as an argument or with -f, not both", NULL);
-    int from_stdin = !sql && !file;
-    if (from_stdin && strcmp(trace, "-") == 0)
-        return usage("query", "the trace is on stdin: give the SQL as an argument or with -f", NULL);
+    cli_symbols sym;
+    memset(&sym, 0, sizeof sym);
+    int rc = query_args(argc, argv, &opts, &sym, &o, &trace, &sql, &file, &quiet);
     char *text = NULL;
-    if (file && !(text = read_text(file, &opts))) return EXIT_IO;
+    if (rc == EXIT_OK && file && !(text = read_text(file, &opts))) rc = EXIT_IO;
     cli_input in;
     tm_db *db = NULL;
-    int rc = open_db(trace, &opts, quiet, &in, &db);
-    if (rc == EXIT_OK) {
+    if (rc == EXIT_OK && (rc = open_db(trace, &opts, &sym, quiet, &in, &db)) == EXIT_OK) {
         sqlite3 *s = tm_db_sqlite(db);
         cli_query_watch(s, &o);
-        if (from_stdin) rc = cli_query_shell(s, &o, isatty(STDIN_FILENO));
+        if (!sql && !file) rc = cli_query_shell(s, &o, isatty(STDIN_FILENO));
         else rc = cli_query_run(s, file ? text : sql, file ? file : "SQL", 1, &o);
         tm_db_free(db);
         cli_input_release(&in);
     }
     free(text);
+    cli_symbols_release(&sym);
     return rc;
 }
 
@@ -546,7 +561,9 @@ int cli_export_sqlite(int argc, char **argv) {
     if (strcmp(out, "-") == 0) return usage("export-sqlite", "OUT.db must be a file", NULL);
     cli_input in;
     tm_db *db = NULL;
-    int rc = open_db(trace, &opts, quiet, &in, &db);
+    cli_symbols none;
+    memset(&none, 0, sizeof none);
+    int rc = open_db(trace, &opts, &none, quiet, &in, &db);
     if (rc != EXIT_OK) return rc;
     const char *inputs[] = {trace, NULL};
     cli_output o;

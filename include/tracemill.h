@@ -437,6 +437,60 @@ TM_API tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *
                                           const tm_flamegraph_options *opts, const tm_sink *out,
                                           tm_error *err);
 
+/* ==== Symbols ========================================================== */
+
+/* A ProGuard/R8 mapping file (the text `mapping.txt`), for the Java frames
+ * of one app (package, e.g. "com.example.app") or, package NULL, of every
+ * app. */
+typedef struct tm_proguard_map {
+    const char *package;
+    const char *data;
+    size_t len;
+} tm_proguard_map;
+
+/* Where tm_symbolize looks for ELF files. Zero-initialisable. */
+typedef struct tm_symbolize_options {
+    /* Directories searched first, in order, for each mapping's ELF file: by
+     * build id (DIR/.build-id/ab/cdef....debug, then without .debug), by the
+     * mapping's file name (DIR/libfoo.so) and by its whole path
+     * (DIR/usr/lib/libfoo.so). */
+    const char *const *symbol_dirs;
+    size_t n_symbol_dirs;
+    /* 1: only symbol_dirs; 0: also the mapping's path on this machine, then
+     * /usr/lib/debug/.build-id (Debian's -dbgsym packages). */
+    int no_system_paths;
+    const tm_proguard_map *proguard_maps; /* each becomes a DeobfuscationMapping packet */
+    size_t n_proguard_maps;
+} tm_symbolize_options;
+
+/* What tm_symbolize found. A file it cannot find is counted, never an error. */
+typedef struct tm_symbolize_stats {
+    uint64_t mappings;               /* mappings with frames (distinct build ids, plus those without) */
+    uint64_t mappings_symbolized;    /* their ELF file found, its build id matching */
+    uint64_t mappings_no_build_id;   /* the trace gives them no build id */
+    uint64_t mappings_not_found;     /* no file with their build id or name anywhere searched */
+    uint64_t mappings_build_id_mismatch; /* files found by name, none with their build id */
+    uint64_t frames;                 /* distinct (build id, rel_pc) of native frames looked up */
+    uint64_t frames_symbolized;      /* given a function name */
+    uint64_t frames_with_lines;      /* given a source file and line too */
+    uint64_t inlined_frames;         /* inlined functions found inside them */
+    uint64_t java_classes;           /* classes renamed by the ProGuard maps */
+    uint64_t java_methods;           /* methods renamed by the ProGuard maps */
+} tm_symbolize_stats;
+
+/* Symbolizes a Perfetto trace held in buf[0..len) (compressed whole with
+ * gzip or zstd, or not): for every mapping with a build id, finds its ELF
+ * file (see tm_symbolize_options), reads its symbols and DWARF (elfutils
+ * libdw) and resolves each frame's rel_pc to function, source file, line and
+ * inlined functions; turns each ProGuard map into a DeobfuscationMapping.
+ * Writes to out a new trace: the input (decompressed) followed by one
+ * Perfetto ModuleSymbols packet per symbolized mapping and the
+ * DeobfuscationMapping packets, as `traceconv symbolize` appends them, so
+ * that this library and Perfetto's own tools read it symbolized. opts and
+ * sopts may be NULL; stats (may be NULL) says what was found. */
+TM_API tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
+                              const tm_sink *out, tm_symbolize_stats *stats, tm_error *err);
+
 /* ==== SQL over traces =================================================== */
 
 /* A trace decoded with Perfetto Trace Processor's semantics (packets applied

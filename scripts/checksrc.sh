@@ -6,7 +6,8 @@
 #     of strcpy, strcat, sprintf, atoi, strtok, gets in src/, cli/, server/
 #     and record/;
 #  3. src/'s folders are layers whose includes point one way:
-#     common <- wire <- perfetto <- profile <- export, and perfetto <- tp;
+#     common <- wire <- perfetto <- profile <- export, and perfetto <- tp
+#     <- symbolize;
 #     profile and tp never include each other, export never sees perfetto;
 #  4. the CLI and examples include only the public header (and cli.h;
 #     cli_serve.c also server/server.h), server/ only the public header, and
@@ -43,7 +44,7 @@ grep -nE '(^|[^_a-z])(strcpy|strcat|sprintf|atoi|strtok|gets)[[:space:]]*\(' src
 declare -A layer_deps=(
   [common]="common" [wire]="common wire" [perfetto]="common wire perfetto"
   [profile]="common wire perfetto profile" [export]="common wire profile export"
-  [tp]="common wire perfetto tp")
+  [tp]="common wire perfetto tp" [symbolize]="common wire perfetto tp symbolize")
 for dir in src/*/; do
   layer=$(basename "$dir")
   deps=${layer_deps[$layer]-}

@@ -113,6 +113,8 @@ void *tm_mem_realloc(tm_mem *m, void *p, size_t old_size, size_t new_size) {
     return np;
 }
 
+void tm_free_foreign(void *p) { free(p); }
+
 void tm_mem_free(tm_mem *m, void *p, size_t size) {
     if (!p) return;
     m->a.free_fn(m->a.ctx, p, size);

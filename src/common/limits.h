@@ -43,6 +43,7 @@
 #define TM_MAX_CLOCKS 256u            /* distinct clock ids in snapshots */
 #define TM_MAX_CLOCK_SNAPSHOTS 1000000u
 #define TM_MAX_META_BYTES (16u << 20) /* --meta JSON */
+#define TM_MAX_SYMBOL_LINES 64u       /* lines (an inline chain) per symbolized address; deeper chains are cut */
 
 /* The limits options ask for: their preset (Relay's in Relay mode), then
  * every non-zero field of o->limits (trace.c). */

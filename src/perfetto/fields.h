@@ -289,4 +289,35 @@ enum {
     TM_PF_UTSNAME_MACHINE = 4
 };
 
+/* ModuleSymbols (TracePacket 61), AddressSymbols and Line
+ * (profiling/profile_common.proto) */
+enum {
+    TM_PF_MODULE_SYMBOLS_PATH = 1,
+    TM_PF_MODULE_SYMBOLS_BUILD_ID = 2, /* raw bytes */
+    TM_PF_MODULE_SYMBOLS_ADDRESS_SYMBOLS = 3,
+    TM_PF_ADDRESS_SYMBOLS_ADDRESS = 1,
+    TM_PF_ADDRESS_SYMBOLS_LINES = 2, /* innermost inlined function first */
+    TM_PF_LINE_FUNCTION_NAME = 1,
+    TM_PF_LINE_SOURCE_FILE_NAME = 2,
+    TM_PF_LINE_LINE_NUMBER = 3
+};
+
+/* DeobfuscationMapping (TracePacket 64), ObfuscatedClass and
+ * ObfuscatedMember (profiling/deobfuscation.proto) */
+enum {
+    TM_PF_DEOBF_PACKAGE_NAME = 1,
+    TM_PF_DEOBF_VERSION_CODE = 2,
+    TM_PF_DEOBF_OBFUSCATED_CLASSES = 3,
+    TM_PF_OBF_CLASS_OBFUSCATED_NAME = 1,
+    TM_PF_OBF_CLASS_DEOBFUSCATED_NAME = 2,
+    TM_PF_OBF_CLASS_OBFUSCATED_MEMBERS = 3, /* fields */
+    TM_PF_OBF_CLASS_OBFUSCATED_METHODS = 4,
+    TM_PF_OBF_MEMBER_OBFUSCATED_NAME = 1,
+    TM_PF_OBF_MEMBER_DEOBFUSCATED_NAME = 2,
+    TM_PF_OBF_MEMBER_OBFUSCATED_LINE_START = 3,
+    TM_PF_OBF_MEMBER_OBFUSCATED_LINE_END = 4,
+    TM_PF_OBF_MEMBER_SOURCE_LINE_START = 5,
+    TM_PF_OBF_MEMBER_SOURCE_LINE_END = 6
+};
+
 #endif

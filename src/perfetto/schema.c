@@ -105,6 +105,20 @@ static const schema ftrace_stats = {"FtraceStats", F(1), 0, 0, ftrace_children, 
 
 static const schema trace_uuid = {"TraceUuid", F(1) | F(2), 0, 0, NULL, NULL};
 
+/* ModuleSymbols and DeobfuscationMapping (perfetto/symbols.c). */
+static const schema symbol_line = {"Line", F(3), F(1) | F(2), 0, NULL, NULL};
+static const child address_children[] = {{TM_PF_ADDRESS_SYMBOLS_LINES, &symbol_line}, {0, NULL}};
+static const schema address_symbols = {"AddressSymbols", F(1), 0, 0, address_children, NULL};
+static const child module_children[] = {{TM_PF_MODULE_SYMBOLS_ADDRESS_SYMBOLS, &address_symbols}, {0, NULL}};
+static const schema module_symbols = {"ModuleSymbols", 0, F(1) | F(2), 0, module_children, NULL};
+static const schema obf_member = {"ObfuscatedMember", F(3) | F(4) | F(5) | F(6), F(1) | F(2), 0, NULL, NULL};
+static const child obf_class_children[] = {{TM_PF_OBF_CLASS_OBFUSCATED_MEMBERS, &obf_member},
+                                           {TM_PF_OBF_CLASS_OBFUSCATED_METHODS, &obf_member},
+                                           {0, NULL}};
+static const schema obf_class = {"ObfuscatedClass", 0, F(1) | F(2), 0, obf_class_children, NULL};
+static const child deobf_children[] = {{TM_PF_DEOBF_OBFUSCATED_CLASSES, &obf_class}, {0, NULL}};
+static const schema deobfuscation = {"DeobfuscationMapping", F(2), F(1), 0, deobf_children, NULL};
+
 #undef F
 
 static const schema *payload_schema(uint32_t data_field, bool relay) {
@@ -121,6 +135,8 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_TRACE_CONFIG: return &trace_config;
     case TM_PF_PACKET_FTRACE_STATS: return &ftrace_stats;
     case TM_PF_PACKET_TRACE_UUID: return &trace_uuid;
+    case TM_PF_PACKET_MODULE_SYMBOLS: return relay ? NULL : &module_symbols;
+    case TM_PF_PACKET_DEOBFUSCATION_MAPPING: return relay ? NULL : &deobfuscation;
     default: return NULL;
     }
 }

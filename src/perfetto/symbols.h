@@ -1,0 +1,51 @@
+/*
+ * symbols.h — the two symbol payloads of a trace, decoded for every
+ * consumer (the profile model and the Trace Processor model): ModuleSymbols
+ * (TracePacket.module_symbols: function, file and line per address of a
+ * build id, innermost inlined function first) and DeobfuscationMapping
+ * (TracePacket.deobfuscation_mapping: obfuscated Java class and method names
+ * of a package). The reader checked their wire types (schema.c) before a
+ * consumer sees them; these walk them without allocating.
+ */
+#ifndef TM_PERFETTO_SYMBOLS_H
+#define TM_PERFETTO_SYMBOLS_H
+
+#include "common/limits.h" /* TM_MAX_SYMBOL_LINES */
+#include "perfetto/reader.h"
+
+
+
+typedef struct tm_pf_line {
+    tm_str function, file; /* file.data NULL: none */
+    uint32_t line;         /* 0: none */
+} tm_pf_line;
+
+/* One AddressSymbols of a ModuleSymbols: lines[0] is the innermost frame,
+ * lines[n - 1] the function the address is in. */
+typedef struct tm_pf_address_symbols {
+    tm_str path;        /* ModuleSymbols.path */
+    tm_bytes build_id;  /* raw bytes */
+    uint64_t address;   /* rel_pc */
+    size_t n;
+    tm_pf_line lines[TM_MAX_SYMBOL_LINES];
+} tm_pf_address_symbols;
+
+typedef tm_status (*tm_pf_address_fn)(void *ctx, const tm_pf_address_symbols *a);
+/* Calls fn for every AddressSymbols of a ModuleSymbols payload, in order. */
+tm_status tm_pf_module_symbols(tm_bytes payload, tm_pf_address_fn fn, void *ctx);
+
+/* One renamed method (or, with method.data NULL, a renamed class) of a
+ * DeobfuscationMapping. */
+typedef struct tm_pf_deobf {
+    tm_str package;            /* data NULL: none (applies to every package) */
+    tm_str obf_class, class_name;
+    tm_str obf_method, method; /* method: a bare name, or "Class.name" when it moved */
+    uint32_t obf_line_start, obf_line_end, line_start; /* 0: not given */
+} tm_pf_deobf;
+
+typedef tm_status (*tm_pf_deobf_fn)(void *ctx, const tm_pf_deobf *d);
+/* Calls fn for every class, then each of its methods, of a
+ * DeobfuscationMapping payload. */
+tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * symbolize.c — tm_symbolize: reads a trace into the Trace Processor model
+ * (tp/), the one place that already knows which frames of which mappings
+ * the samples use, finds each build id's ELF file once (elf_dw.c), resolves
+ * every distinct rel_pc of its frames, and writes the input followed by one
+ * ModuleSymbols packet per symbolized build id and one DeobfuscationMapping
+ * packet per ProGuard map (proguard.c).
+ *
+ * A ModuleSymbols packet carries the mapping's path as the trace names it
+ * and its build id as raw bytes; each AddressSymbols one rel_pc and its
+ * lines, innermost inlined function first, as traceconv writes them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/limits.h"
+#include "perfetto/fields.h"
+#include "symbolize/symbolize.h"
+#include "tp/tp.h"
+#include "wire/input.h"
+
+typedef struct frame_ref {
+    tm_str build_id, path; /* build_id: hex as the model holds it */
+    uint64_t rel_pc;
+} frame_ref;
+
+static int cmp_bytes(tm_bytes a, tm_bytes b) {
+    size_t n = a.len < b.len ? a.len : b.len;
+    int c = n ? memcmp(a.data, b.data, n) : 0;
+    return c ? c : (a.len > b.len) - (a.len < b.len);
+}
+
+static int cmp_ref(const void *x, const void *y) {
+    const frame_ref *a = x, *b = y;
+    int c = cmp_bytes(a->build_id, b->build_id);
+    if (c) return c;
+    if (a->rel_pc != b->rel_pc) return a->rel_pc < b->rel_pc ? -1 : 1;
+    return cmp_bytes(a->path, b->path);
+}
+
+static int hexval(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The raw build id of the model's hex; 0 when it is none (empty, a
+ * breakpad module id of odd length, not hex). */
+static size_t unhex(tm_str h, uint8_t out[64]) {
+    if (!h.len || h.len % 2 || h.len > 128) return 0;
+    for (size_t i = 0; i < h.len; i += 2) {
+        int hi = hexval(h.data[i]), lo = hexval(h.data[i + 1]);
+        if (hi < 0 || lo < 0) return 0;
+        out[i / 2] = (uint8_t)(hi << 4 | lo);
+    }
+    return h.len / 2;
+}
+
+typedef struct sym_run {
+    tm_mem *mem;
+    const tm_symbolize_options *o;
+    tm_symbolize_stats *st;
+    tm_obuf out;
+    tm_error *err;
+} sym_run;
+
+/* The frames refs[0..n) share one build id. */
+static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
+    uint8_t id[64];
+    size_t id_len = unhex(refs[0].build_id, id);
+    r->st->mappings++;
+    if (!id_len) {
+        r->st->mappings_no_build_id++;
+        return TM_OK;
+    }
+    char path[4096];
+    size_t plen = refs[0].path.len < sizeof path - 1 ? refs[0].path.len : sizeof path - 1;
+    if (plen) memcpy(path, refs[0].path.data, plen);
+    path[plen] = 0;
+    size_t distinct = 0;
+    for (size_t i = 0; i < n; i++) distinct += i == 0 || refs[i].rel_pc != refs[i - 1].rel_pc;
+    r->st->frames += distinct;
+    tm_elf_search s = {r->mem, r->o->symbol_dirs, r->o->n_symbol_dirs, !r->o->no_system_paths};
+    tm_elf *e;
+    int found;
+    if (tm_elf_open(&s, path, id, id_len, &e, &found) != TM_OK)
+        return tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    if (found == TM_ELF_NOT_FOUND) r->st->mappings_not_found++;
+    if (found == TM_ELF_MISMATCH) r->st->mappings_build_id_mismatch++;
+    if (!e) return TM_OK;
+    r->st->mappings_symbolized++;
+    size_t pkt = tm_obuf_open(&r->out, TM_PF_TRACE_PACKET);
+    size_t ms = tm_obuf_open(&r->out, TM_PF_PACKET_MODULE_SYMBOLS);
+    tm_obuf_bytes(&r->out, TM_PF_MODULE_SYMBOLS_PATH, path, plen);
+    tm_obuf_bytes(&r->out, TM_PF_MODULE_SYMBOLS_BUILD_ID, id, id_len);
+    tm_elf_line lines[TM_MAX_SYMBOL_LINES];
+    for (size_t i = 0; i < n; i++) {
+        if (i && refs[i].rel_pc == refs[i - 1].rel_pc) continue;
+        size_t nl;
+        tm_elf_resolve(e, refs[i].rel_pc, lines, TM_MAX_SYMBOL_LINES, &nl);
+        if (!nl) continue;
+        r->st->frames_symbolized++;
+        r->st->frames_with_lines += lines[0].file && lines[0].line;
+        r->st->inlined_frames += nl - 1;
+        size_t as = tm_obuf_open(&r->out, TM_PF_MODULE_SYMBOLS_ADDRESS_SYMBOLS);
+        tm_obuf_uint(&r->out, TM_PF_ADDRESS_SYMBOLS_ADDRESS, refs[i].rel_pc);
+        for (size_t k = 0; k < nl; k++) {
+            size_t l = tm_obuf_open(&r->out, TM_PF_ADDRESS_SYMBOLS_LINES);
+            tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, lines[k].function, strlen(lines[k].function));
+            if (lines[k].file) tm_obuf_bytes(&r->out, TM_PF_LINE_SOURCE_FILE_NAME, lines[k].file, strlen(lines[k].file));
+            if (lines[k].line) tm_obuf_uint(&r->out, TM_PF_LINE_LINE_NUMBER, lines[k].line);
+            tm_obuf_close(&r->out, l);
+        }
+        tm_obuf_close(&r->out, as);
+    }
+    tm_obuf_close(&r->out, ms);
+    tm_obuf_close(&r->out, pkt);
+    tm_elf_close(e);
+    return r->out.st == TM_OK ? TM_OK : tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+}
+
+static tm_status native(sym_run *r, const tm_tp *tp) {
+    size_t n = 0;
+    frame_ref *refs = tp->n_frames ? tm_mem_alloc(r->mem, tp->n_frames * sizeof *refs) : NULL;
+    if (tp->n_frames && !refs) return tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    for (size_t i = 0; i < tp->n_frames; i++) {
+        const tp_frame *f = &tp->frames[i];
+        if (f->mapping == TP_NULL || f->has_symbol) continue;
+        const tp_mapping *m = &tp->mappings[f->mapping];
+        if (!m->name.len && !m->build_id.len) continue; /* the shared mapping of inline callstacks */
+        refs[n++] = (frame_ref){m->build_id, m->name, f->rel_pc};
+    }
+    if (n) qsort(refs, n, sizeof *refs, cmp_ref);
+    tm_status st = TM_OK;
+    for (size_t i = 0; i < n && st == TM_OK;) {
+        size_t j = i + 1;
+        while (j < n && tm_bytes_eq(refs[j].build_id, refs[i].build_id) && (refs[i].build_id.len || tm_bytes_eq(refs[j].path, refs[i].path)))
+            j++;
+        st = module(r, refs + i, j - i);
+        i = j;
+    }
+    tm_mem_free(r->mem, refs, tp->n_frames * sizeof *refs);
+    return st;
+}
+
+static tm_status java(sym_run *r) {
+    for (size_t i = 0; i < r->o->n_proguard_maps; i++) {
+        const tm_proguard_map *m = &r->o->proguard_maps[i];
+        if (!m->data && m->len) return tm_fail(r->err, TM_ERR_INVALID_ARG, 0, NULL, "tm_symbolize: a map without data");
+        tm_proguard_counts c;
+        if (tm_proguard_encode(m->data ? m->data : "", m->len, m->package, &r->out, &c) != TM_OK)
+            return tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+        r->st->java_classes += c.classes;
+        r->st->java_methods += c.methods;
+    }
+    return TM_OK;
+}
+
+tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
+                       const tm_sink *out, tm_symbolize_stats *stats, tm_error *err) {
+    if ((!buf && len) || !out || !out->write)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_symbolize: NULL argument");
+    tm_symbolize_options none;
+    memset(&none, 0, sizeof none);
+    tm_symbolize_stats counts;
+    memset(&counts, 0, sizeof counts);
+    tm_options defaults;
+    memset(&defaults, 0, sizeof defaults);
+    if (!opts) opts = &defaults;
+    tm_limits limits;
+    tm_limits_resolve(opts, &limits);
+    tm_mem mem;
+    tm_mem_init(&mem, opts->alloc);
+    sym_run r = {&mem, sopts ? sopts : &none, &counts, {0}, err};
+    tm_obuf_init(&r.out, &mem);
+    tm_input in;
+    memset(&in, 0, sizeof in);
+    tm_tp tp;
+    memset(&tp, 0, sizeof tp);
+    tm_status st = tm_input_open(&mem, buf, len, &limits, false, &in, err);
+    if (st == TM_OK) st = tm_tp_build(&tp, &mem, in.bytes.data, in.bytes.len, &limits, opts->strict, err);
+    if (st == TM_OK) st = native(&r, &tp);
+    if (st == TM_OK) st = java(&r);
+    if (st == TM_OK && (out->write(out->ctx, in.bytes.data, in.bytes.len) != 0 ||
+                        (r.out.len && out->write(out->ctx, r.out.data, r.out.len) != 0)))
+        st = tm_fail(err, TM_ERR_IO, 0, NULL, "writing the symbolized trace failed");
+    tm_tp_release(&tp);
+    tm_input_close(&mem, &in);
+    tm_obuf_free(&r.out);
+    if (stats) *stats = counts;
+    return st;
+}
