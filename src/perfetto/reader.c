@@ -535,7 +535,8 @@ static tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
 static bool consumed_untimed(uint32_t data_field) {
     return data_field == TM_PF_PACKET_CLOCK_SNAPSHOT || data_field == TM_PF_PACKET_TRACE_STATS ||
            data_field == TM_PF_PACKET_TRACE_CONFIG || data_field == TM_PF_PACKET_FTRACE_STATS ||
-           data_field == TM_PF_PACKET_TRACE_UUID;
+           data_field == TM_PF_PACKET_TRACE_UUID || data_field == TM_PF_PACKET_MODULE_SYMBOLS ||
+           data_field == TM_PF_PACKET_DEOBFUSCATION_MAPPING;
 }
 
 /* ---- packets ---- */
@@ -550,7 +551,7 @@ static bool is_data_member(uint32_t num, bool relay) {
     case TM_PF_PACKET_TRACE_STATS: case TM_PF_PACKET_PROCESS_DESCRIPTOR: case TM_PF_PACKET_THREAD_DESCRIPTOR:
     case TM_PF_PACKET_COMPRESSED_PACKETS: case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
     case TM_PF_PACKET_TRACK_DESCRIPTOR: case TM_PF_PACKET_TRACE_UUID: case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS:
-    case TM_PF_PACKET_STACK_SAMPLE:
+    case TM_PF_PACKET_STACK_SAMPLE: case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
         return !relay;
     default:
         return false;

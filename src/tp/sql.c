@@ -153,11 +153,12 @@ GETTER(frame_mapping, tp_frame, frames, put_id(c, r->mapping))
 GETTER(frame_rel_pc, tp_frame, frames, put_u64(c, r->rel_pc))
 GETTER(frame_symbols, tp_frame, frames, put_id(c, r->symbol_set))
 GETTER(frame_type, tp_frame, frames, put_str(c, r->type))
+GETTER(frame_deobf, tp_frame, frames, put_str(c, r->deobfuscated_name))
 
 static const col_def frame_cols[] = {
     {"id", "INTEGER", col_row},           {"name", "TEXT", frame_name},
     {"mapping", "INTEGER", frame_mapping}, {"rel_pc", "INTEGER", frame_rel_pc},
-    {"symbol_set_id", "INTEGER", frame_symbols}, {"deobfuscated_name", "TEXT", col_null},
+    {"symbol_set_id", "INTEGER", frame_symbols}, {"deobfuscated_name", "TEXT", frame_deobf},
     {"type", "TEXT", frame_type},
 };
 
@@ -175,12 +176,13 @@ static const col_def callsite_cols[] = {
 GETTER(sym_set, tp_symbol, symbols, sqlite3_result_int64(c, r->symbol_set))
 GETTER(sym_name, tp_symbol, symbols, put_str(c, r->name))
 GETTER(sym_file, tp_symbol, symbols, put_str(c, r->source_file))
-GETTER(sym_line, tp_symbol, symbols, sqlite3_result_int64(c, r->line))
+GETTER(sym_line, tp_symbol, symbols, r->no_line ? sqlite3_result_null(c) : sqlite3_result_int64(c, r->line))
+GETTER(sym_inlined, tp_symbol, symbols, sqlite3_result_int64(c, r->inlined))
 
 static const col_def symbol_cols[] = {
     {"id", "INTEGER", col_row},        {"symbol_set_id", "INTEGER", sym_set},
     {"name", "TEXT", sym_name},        {"source_file", "TEXT", sym_file},
-    {"line_number", "INTEGER", sym_line}, {"inlined", "INTEGER", col_zero},
+    {"line_number", "INTEGER", sym_line}, {"inlined", "INTEGER", sym_inlined},
 };
 
 /* ---- samples ---------------------------------------------------------- */

@@ -52,6 +52,7 @@ typedef struct tp_frame {
     uint32_t mapping;
     uint32_t symbol_set; /* TP_NULL: none */
     bool has_symbol;     /* symbol_set names this frame's own stack_profile_symbol rows */
+    tm_str deobfuscated_name; /* data NULL: none (a DeobfuscationMapping renames Java frames) */
 } tp_frame;
 
 typedef struct tp_callsite {
@@ -62,6 +63,8 @@ typedef struct tp_symbol {
     uint32_t symbol_set;
     tm_str name, source_file;
     uint32_t line;
+    bool no_line;        /* line_number is NULL (ModuleSymbols without one) */
+    bool inlined;        /* inlined into the next row of its set (ModuleSymbols) */
 } tp_symbol;
 
 typedef enum { TP_SRC_PERF = 1, TP_SRC_CHROME = 2, TP_SRC_STACK = 3 } tp_sample_kind;
