@@ -112,3 +112,22 @@ tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx) {
     }
     return rc == TM_PB_ERROR ? walk_error() : TM_OK;
 }
+
+tm_status tm_pf_symbols_add(tm_mem *mem, tm_pf_symbols *s, uint32_t field, tm_bytes payload) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap;
+        if (tm_vec_grow(mem, (void **)&s->payloads, &cap, sizeof *s->payloads, s->n + 1) != TM_OK) return TM_ERR_NOMEM;
+        cap = s->cap;
+        if (tm_vec_grow(mem, (void **)&s->fields, &cap, sizeof *s->fields, s->n + 1) != TM_OK) return TM_ERR_NOMEM;
+        s->cap = cap;
+    }
+    s->payloads[s->n] = payload;
+    s->fields[s->n++] = field;
+    return TM_OK;
+}
+
+void tm_pf_symbols_free(tm_mem *mem, tm_pf_symbols *s) {
+    tm_mem_free(mem, s->payloads, s->cap * sizeof *s->payloads);
+    tm_mem_free(mem, s->fields, s->cap * sizeof *s->fields);
+    memset(s, 0, sizeof *s);
+}

@@ -48,4 +48,16 @@ typedef tm_status (*tm_pf_deobf_fn)(void *ctx, const tm_pf_deobf *d);
  * DeobfuscationMapping payload. */
 tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx);
 
+/* The symbol payloads of a trace, collected in file order while reading
+ * (consumers apply them once every frame exists). Views into the input or
+ * the reader's arena. */
+typedef struct tm_pf_symbols {
+    tm_bytes *payloads;
+    uint32_t *fields; /* TM_PF_PACKET_MODULE_SYMBOLS or TM_PF_PACKET_DEOBFUSCATION_MAPPING */
+    size_t n, cap;
+} tm_pf_symbols;
+
+tm_status tm_pf_symbols_add(tm_mem *mem, tm_pf_symbols *s, uint32_t field, tm_bytes payload);
+void tm_pf_symbols_free(tm_mem *mem, tm_pf_symbols *s);
+
 #endif

@@ -73,6 +73,7 @@ static uint32_t frame_hash(const tm_prof_frame *f) {
     uint64_t h = tm_hash_bytes(f->addr ^ ((uint64_t)f->flags << 56), f->function);
     h = tm_hash_bytes(h, f->module);
     h = tm_hash_bytes(h, f->package);
+    h = tm_hash_bytes(h ^ f->line, f->file);
     return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -80,7 +81,25 @@ static int frame_eq(const void *ctx, uint32_t idx, const void *key) {
     const tm_profile *p = ctx;
     const tm_prof_frame *a = &p->frames[idx], *b = key;
     return a->flags == b->flags && a->addr == b->addr && tm_bytes_eq(a->function, b->function) &&
-           tm_bytes_eq(a->module, b->module) && tm_bytes_eq(a->package, b->package);
+           tm_bytes_eq(a->module, b->module) && tm_bytes_eq(a->package, b->package) && a->line == b->line &&
+           tm_bytes_eq(a->file, b->file);
+}
+
+tm_status tm_profile_compact_frames(tm_profile *p, const uint8_t *keep) {
+    uint32_t *remap = tm_mem_alloc(p->mem, (p->n_frames ? p->n_frames : 1) * sizeof *remap);
+    if (!remap) return TM_ERR_NOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_frames; i++) {
+        remap[i] = (uint32_t)n;
+        if (keep[i]) p->frames[n++] = p->frames[i];
+    }
+    for (size_t i = 0; i < p->n_frame_ids; i++) p->frame_ids[i] = remap[p->frame_ids[i]];
+    tm_mem_free(p->mem, remap, (p->n_frames ? p->n_frames : 1) * sizeof *remap);
+    p->n_frames = n;
+    p->stats.frames = n;
+    tm_idxset_free(p->mem, &p->frame_set);
+    for (size_t i = 0; i < n; i++) TM_TRY(tm_idxset_add(p->mem, &p->frame_set, frame_hash(&p->frames[i]), (uint32_t)i));
+    return TM_OK;
 }
 
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out) {

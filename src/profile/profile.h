@@ -20,7 +20,10 @@ enum {
     TM_FRAME_HAS_MODULE = 2,
     TM_FRAME_HAS_ADDR = 4,
     TM_FRAME_JAVA = 8,
-    TM_FRAME_HAS_PACKAGE = 16
+    TM_FRAME_HAS_PACKAGE = 16,
+    TM_FRAME_HAS_FILE = 32,   /* file: the source file (from symbols) */
+    TM_FRAME_HAS_LINE = 64,   /* line: the source line (from symbols) */
+    TM_FRAME_INLINED = 128    /* inlined into the next frame of its stack (same addr) */
 };
 
 typedef struct tm_prof_frame {
@@ -31,6 +34,8 @@ typedef struct tm_prof_frame {
     uint64_t rel_pc;
     uint32_t mapping;/* index + 1 into mappings; 0: none */
     uint32_t flags;  /* TM_FRAME_* */
+    tm_str file;     /* TM_FRAME_HAS_FILE */
+    uint32_t line;   /* TM_FRAME_HAS_LINE */
 } tm_prof_frame;
 
 enum { TM_MAPPING_HAS_LOAD_BIAS = 1, TM_MAPPING_JAVA = 2 };
@@ -106,6 +111,10 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out);
 tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *frames_leaf_first, size_t n,
                                   uint32_t *out);
+
+/* Keeps only the frames keep[i] != 0, in order, renumbering them in every
+ * stack; the frame index is rebuilt. */
+tm_status tm_profile_compact_frames(tm_profile *p, const uint8_t *keep);
 
 /* Thread/process by id, created on first use. */
 tm_status tm_profile_thread(tm_profile *p, int64_t tid, uint32_t *out);

@@ -34,6 +34,7 @@
 #include "wire/json_read.h"  /* tm_json_reader: telling Sample v1 from v2 */
 #include "wire/pb.h"         /* tm_pb_reader, tm_pb_next */
 #include "profile/aggregate.h" /* tm_frame_label_format */
+#include "profile/symbols.h"   /* ModuleSymbols, DeobfuscationMapping */
 #include "profile/trace.h"   /* struct tm_trace */
 
 enum { F_HAS_FN = 1, F_HAS_MAPPING = 2, F_HAS_REL_PC = 4 };
@@ -94,6 +95,7 @@ typedef struct dec {
     int64_t last_tid; uint32_t last_thread; /* one-entry cache: samples come in runs per thread */
     uint64_t relay_samples;
     uint64_t relay_boot, relay_real;
+    tm_pf_symbols syms;     /* applied to the frames once the trace is read */
     /* StackSample counters that tm_trace_stats has no field for yet; until
      * it does they only feed max_samples. */
 } dec;
@@ -1001,6 +1003,8 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, k);
     case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data);
     case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS: st->packets_unsupported++; return TM_OK;
+    case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
+        return tm_pf_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
     default: break;
     }
     /* 3. packets that need incremental state while it is invalid */
@@ -1116,6 +1120,11 @@ static tm_status finish(dec *d) {
         if (p->has_relay_offset) p->relay_offset_ns = (tm_i128)d->relay_real - (tm_i128)d->relay_boot;
     } else {
         TM_TRY(build_realtime(d));
+        tm_status sym = tm_profile_apply_symbols(p, &d->syms);
+        if (sym == TM_ERR_LIMIT)
+            return dfail(d, TM_ERR_LIMIT, NULL, "more than %llu unique frames with symbols (max_unique_frames)",
+                         (unsigned long long)p->max_unique_frames);
+        DTRY_MEM(d, sym);
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
     tm_trace_stats *st = &p->stats;
@@ -1142,6 +1151,7 @@ static tm_status finish(dec *d) {
 }
 
 static void dec_release(dec *d) {
+    tm_pf_symbols_free(d->mem, &d->syms);
     for (size_t i = 0; i < d->n_seqs; i++) seq_free(d->mem, d->seqs[i]);
     tm_mem_free(d->mem, d->seqs, d->cap_seqs * sizeof *d->seqs);
     tm_pf_reader_release(&d->rd);

@@ -128,7 +128,7 @@ typedef struct dec {
     tm_u64map proc_by_pid, thread_by_tid;
     tm_idxset frame_set, callsite_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
-    tm_tp_symbols syms;   /* applied once every frame exists */
+    tm_pf_symbols syms;   /* applied once every frame exists */
 } dec;
 
 static uint64_t off_of(const dec *d, const uint8_t *at) { return tm_pf_offset(&d->rd, at); }
@@ -631,7 +631,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_TRACE_UUID: on_trace_uuid(d, k->data); return TM_OK;
     case TM_PF_PACKET_FTRACE_STATS: return on_ftrace_stats(d, k->data, machine);
     case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
-        return tm_tp_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
+        return tm_pf_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
     default: break;
     }
     /* Packets that need a state they cannot have. */
@@ -1764,7 +1764,7 @@ static void dec_release(dec *d) {
     tm_mem *m = d->mem;
     tm_mem_free(m, d->seqs, d->cap_seqs * sizeof *d->seqs);
     tm_pf_reader_release(&d->rd);
-    tm_tp_symbols_free(m, &d->syms);
+    tm_pf_symbols_free(m, &d->syms);
     tm_mem_free(m, d->cache, d->cap_cache * sizeof *d->cache);
     tm_idxset_free(m, &d->cache_set);
     tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);

@@ -14,25 +14,6 @@
 #include "perfetto/symbols.h"
 #include "tp/tp_symbols.h"
 
-tm_status tm_tp_symbols_add(tm_mem *mem, tm_tp_symbols *s, uint32_t field, tm_bytes payload) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap;
-        if (tm_vec_grow(mem, (void **)&s->payloads, &cap, sizeof *s->payloads, s->n + 1) != TM_OK) return TM_ERR_NOMEM;
-        cap = s->cap;
-        if (tm_vec_grow(mem, (void **)&s->fields, &cap, sizeof *s->fields, s->n + 1) != TM_OK) return TM_ERR_NOMEM;
-        s->cap = cap;
-    }
-    s->payloads[s->n] = payload;
-    s->fields[s->n++] = field;
-    return TM_OK;
-}
-
-void tm_tp_symbols_free(tm_mem *mem, tm_tp_symbols *s) {
-    tm_mem_free(mem, s->payloads, s->cap * sizeof *s->payloads);
-    tm_mem_free(mem, s->fields, s->cap * sizeof *s->fields);
-    memset(s, 0, sizeof *s);
-}
-
 /* ---- indexes: mappings by build id, frames by (mapping, rel_pc) and by name ---- */
 
 /* A sort key and the row it stands for (qsort sees only these). */
@@ -168,7 +149,7 @@ static tm_status on_deobf(void *ctx, const tm_pf_deobf *d) {
     return TM_OK;
 }
 
-tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_tp_symbols *s, int64_t *stats, tm_error *err) {
+tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err) {
     if (!s->n) return TM_OK;
     size_t nm = tp->n_mappings ? tp->n_mappings : 1, nf = tp->n_frames ? tp->n_frames : 1;
     apply_ctx c = {tp, stats, tm_mem_alloc(tp->mem, nm * sizeof(ref)), tm_mem_alloc(tp->mem, nf * sizeof(ref)),

@@ -1,21 +1,13 @@
 /*
  * tp_symbols.h — symbols in the Trace Processor model: the ModuleSymbols
- * and DeobfuscationMapping payloads tp.c collects while reading, applied
- * once every frame exists (tp_symbols.c).
+ * and DeobfuscationMapping payloads tp.c collects while reading
+ * (tm_pf_symbols), applied once every frame exists (tp_symbols.c).
  */
 #ifndef TM_TP_SYMBOLS_H
 #define TM_TP_SYMBOLS_H
 
+#include "perfetto/symbols.h" /* tm_pf_symbols */
 #include "tp/tp.h"
-
-typedef struct tm_tp_symbols {
-    tm_bytes *payloads;
-    uint32_t *fields; /* TM_PF_PACKET_MODULE_SYMBOLS or TM_PF_PACKET_DEOBFUSCATION_MAPPING */
-    size_t n, cap;
-} tm_tp_symbols;
-
-tm_status tm_tp_symbols_add(tm_mem *mem, tm_tp_symbols *s, uint32_t field, tm_bytes payload);
-void tm_tp_symbols_free(tm_mem *mem, tm_tp_symbols *s);
 
 /* In file order: ModuleSymbols add stack_profile_symbol rows (one set per
  * address, innermost inlined function first, `inlined` on all but the
@@ -23,6 +15,6 @@ void tm_tp_symbols_free(tm_mem *mem, tm_tp_symbols *s);
  * rel_pc at them; DeobfuscationMapping sets deobfuscated_name on the
  * frames named "ObfuscatedClass.obfuscatedMethod" (the first mapping that
  * names a frame wins). stats: Trace Processor's single stats, by key. */
-tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_tp_symbols *s, int64_t *stats, tm_error *err);
+tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err);
 
 #endif

@@ -1,0 +1,237 @@
+/*
+ * symbols.c — gives the profile model's frames what a trace's ModuleSymbols
+ * and DeobfuscationMapping packets say about them (symbols.h), once the
+ * whole trace is read:
+ *  - a native frame whose mapping's build id and rel_pc have an
+ *    AddressSymbols becomes one frame per line, innermost inlined function
+ *    first (leaf first, as stacks are), each with its function, source file
+ *    and line; all but the last are TM_FRAME_INLINED, and all keep the
+ *    frame's address, so an exporter can tell one address's inline chain
+ *    (pprof: one Location, several Lines);
+ *  - a Java frame (class in module, method in function) whose class and
+ *    method a DeobfuscationMapping renames gets the original names; a
+ *    class renamed without its method keeps the method's name.
+ * The first entry for an address or a name wins. Stacks are rewritten and
+ * frames no stack uses any more are dropped.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "perfetto/fields.h"
+#include "profile/symbols.h"
+
+typedef struct addr_ent {
+    tm_bytes build_id;
+    uint64_t address;
+    uint32_t off, n, order; /* lines[off, off + n) */
+} addr_ent;
+
+typedef struct name_ent {
+    tm_str obf_class, obf_method; /* obf_method.data NULL: a class entry */
+    tm_str class_name, method;
+    uint32_t order;
+} name_ent;
+
+typedef struct sym_tables {
+    tm_mem *mem;
+    addr_ent *addrs; size_t n_addrs, cap_addrs;
+    tm_pf_line *lines; size_t n_lines, cap_lines;
+    name_ent *names; size_t n_names, cap_names;
+} sym_tables;
+
+static tm_status on_address(void *ctx, const tm_pf_address_symbols *a) {
+    sym_tables *t = ctx;
+    if (!a->n || !a->build_id.len) return TM_OK;
+    TM_TRY(TM_VEC_RESERVE(t->mem, t->addrs, t->cap_addrs, t->n_addrs + 1));
+    TM_TRY(TM_VEC_RESERVE(t->mem, t->lines, t->cap_lines, t->n_lines + a->n));
+    t->addrs[t->n_addrs] = (addr_ent){a->build_id, a->address, (uint32_t)t->n_lines, (uint32_t)a->n, (uint32_t)t->n_addrs};
+    t->n_addrs++;
+    memcpy(t->lines + t->n_lines, a->lines, a->n * sizeof *a->lines);
+    t->n_lines += a->n;
+    return TM_OK;
+}
+
+static tm_status on_deobf(void *ctx, const tm_pf_deobf *d) {
+    sym_tables *t = ctx;
+    if (!d->obf_class.len || !d->class_name.len || (d->obf_method.data && (!d->obf_method.len || !d->method.len)))
+        return TM_OK;
+    TM_TRY(TM_VEC_RESERVE(t->mem, t->names, t->cap_names, t->n_names + 1));
+    t->names[t->n_names] = (name_ent){d->obf_class, d->obf_method, d->class_name, d->method, (uint32_t)t->n_names};
+    t->n_names++;
+    return TM_OK;
+}
+
+static int cmp_bytes(tm_bytes a, tm_bytes b) {
+    size_t n = a.len < b.len ? a.len : b.len;
+    int c = n ? memcmp(a.data, b.data, n) : 0;
+    return c ? c : (a.len > b.len) - (a.len < b.len);
+}
+static int cmp_addr(const void *x, const void *y) {
+    const addr_ent *a = x, *b = y;
+    int c = cmp_bytes(a->build_id, b->build_id);
+    if (c) return c;
+    if (a->address != b->address) return a->address < b->address ? -1 : 1;
+    return (a->order > b->order) - (a->order < b->order);
+}
+/* class entries (no method) sort before method entries of their class */
+static int cmp_name_key(tm_str cls, tm_str method, const name_ent *b) {
+    int c = cmp_bytes(cls, b->obf_class);
+    if (c) return c;
+    if (!method.data || !b->obf_method.data) return !!method.data - !!b->obf_method.data;
+    return cmp_bytes(method, b->obf_method);
+}
+static int cmp_name(const void *x, const void *y) {
+    const name_ent *a = x, *b = y;
+    int c = cmp_name_key(a->obf_class, a->obf_method, b);
+    return c ? c : (a->order > b->order) - (a->order < b->order);
+}
+
+static const addr_ent *find_addr(const sym_tables *t, tm_bytes id, uint64_t address) {
+    size_t lo = 0, hi = t->n_addrs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const addr_ent *e = &t->addrs[mid];
+        int c = cmp_bytes(e->build_id, id);
+        if (c < 0 || (c == 0 && e->address < address)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < t->n_addrs && tm_bytes_eq(t->addrs[lo].build_id, id) && t->addrs[lo].address == address
+               ? &t->addrs[lo]
+               : NULL;
+}
+
+static const name_ent *find_name(const sym_tables *t, tm_str cls, tm_str method) {
+    size_t lo = 0, hi = t->n_names;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp_name_key(cls, method, &t->names[mid]) > 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < t->n_names && cmp_name_key(cls, method, &t->names[lo]) == 0 ? &t->names[lo] : NULL;
+}
+
+/* The renamed Java frame of f, if a mapping names it. */
+static bool rename_java(const sym_tables *t, const tm_prof_frame *f, tm_prof_frame *out) {
+    if (!(f->flags & TM_FRAME_HAS_MODULE)) return false;
+    tm_str method = f->flags & TM_FRAME_HAS_FUNCTION ? f->function : (tm_str){NULL, 0};
+    const name_ent *e = method.data ? find_name(t, f->module, method) : NULL;
+    if (!e) e = find_name(t, f->module, (tm_str){NULL, 0});
+    if (!e) return false;
+    *out = *f;
+    out->module = e->class_name;
+    if (e->obf_method.data) {
+        /* a method that moved names its class: "other.Cls.m" */
+        size_t dot = e->method.len;
+        while (dot > 0 && e->method.data[dot - 1] != '.') dot--;
+        out->function = (tm_str){e->method.data + dot, e->method.len - dot};
+        if (dot > 1) out->module = (tm_str){e->method.data, dot - 1};
+    }
+    return true;
+}
+
+/* Expands every frame it can into exp[off[i], off[i] + len[i]). */
+static tm_status expand(tm_profile *p, const sym_tables *t, uint32_t *off, uint32_t *len, uint32_t **exp, size_t *n_exp,
+                        size_t *cap_exp) {
+    size_t n0 = p->n_frames;
+    for (size_t i = 0; i < n0; i++) {
+        tm_prof_frame f = p->frames[i], g;
+        uint32_t id;
+        if (f.flags & TM_FRAME_JAVA) {
+            if (!t->n_names || !rename_java(t, &f, &g)) continue;
+            TM_TRY(tm_profile_intern_frame(p, &g, &id));
+            TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + 1));
+            off[i] = (uint32_t)*n_exp, len[i] = 1;
+            (*exp)[(*n_exp)++] = id;
+            continue;
+        }
+        if (!f.mapping || !t->n_addrs) continue;
+        const addr_ent *e = find_addr(t, p->mappings[f.mapping - 1].build_id, f.rel_pc);
+        if (!e) continue;
+        TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + e->n));
+        off[i] = (uint32_t)*n_exp, len[i] = e->n;
+        for (uint32_t k = 0; k < e->n; k++) {
+            const tm_pf_line *l = &t->lines[e->off + k];
+            g = f;
+            g.function = l->function;
+            g.flags |= TM_FRAME_HAS_FUNCTION;
+            g.flags &= ~(uint32_t)(TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE | TM_FRAME_INLINED);
+            g.file = l->file.len ? l->file : (tm_str){NULL, 0};
+            g.line = l->line;
+            if (l->file.len) g.flags |= TM_FRAME_HAS_FILE;
+            if (l->line) g.flags |= TM_FRAME_HAS_LINE;
+            if (k + 1 < e->n) g.flags |= TM_FRAME_INLINED;
+            TM_TRY(tm_profile_intern_frame(p, &g, &id));
+            (*exp)[(*n_exp)++] = id;
+        }
+    }
+    return TM_OK;
+}
+
+/* Rewrites every stack with the expansions, then drops unused frames. */
+static tm_status rewrite(tm_profile *p, size_t n0, const uint32_t *off, const uint32_t *len, const uint32_t *exp) {
+    size_t total = 0;
+    for (size_t i = 0; i < p->n_frame_ids; i++) {
+        uint32_t f = p->frame_ids[i];
+        total += f < n0 && len[f] ? len[f] : 1;
+    }
+    uint32_t *ids = tm_mem_alloc(p->mem, (total ? total : 1) * sizeof *ids);
+    uint8_t *keep = tm_mem_alloc(p->mem, p->n_frames ? p->n_frames : 1);
+    if (!ids || !keep) {
+        tm_mem_free(p->mem, ids, (total ? total : 1) * sizeof *ids);
+        tm_mem_free(p->mem, keep, p->n_frames ? p->n_frames : 1);
+        return TM_ERR_NOMEM;
+    }
+    memset(keep, 0, p->n_frames ? p->n_frames : 1);
+    size_t w = 0;
+    for (size_t s = 0; s < p->n_stacks; s++) {
+        tm_prof_stack *st = &p->stacks[s];
+        uint32_t start = (uint32_t)w;
+        for (uint32_t k = 0; k < st->len; k++) {
+            uint32_t f = p->frame_ids[st->off + k];
+            if (f < n0 && len[f]) {
+                for (uint32_t j = 0; j < len[f]; j++) keep[ids[w++] = exp[off[f] + j]] = 1;
+            } else {
+                keep[ids[w++] = f] = 1;
+            }
+        }
+        st->off = start;
+        st->len = (uint32_t)(w - start);
+    }
+    tm_mem_free(p->mem, p->frame_ids, p->cap_frame_ids * sizeof *p->frame_ids);
+    p->frame_ids = ids;
+    p->n_frame_ids = w;
+    p->cap_frame_ids = total ? total : 1;
+    tm_status st = tm_profile_compact_frames(p, keep);
+    tm_mem_free(p->mem, keep, p->n_frames ? p->n_frames : 1);
+    return st;
+}
+
+tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s) {
+    if (!s->n || !p->n_frames) return TM_OK;
+    sym_tables t;
+    memset(&t, 0, sizeof t);
+    t.mem = p->mem;
+    tm_status st = TM_OK;
+    for (size_t i = 0; i < s->n && st == TM_OK; i++)
+        st = s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS ? tm_pf_module_symbols(s->payloads[i], on_address, &t)
+                                                         : tm_pf_deobfuscation(s->payloads[i], on_deobf, &t);
+    if (t.n_addrs) qsort(t.addrs, t.n_addrs, sizeof *t.addrs, cmp_addr);
+    if (t.n_names) qsort(t.names, t.n_names, sizeof *t.names, cmp_name);
+    size_t n0 = p->n_frames;
+    uint32_t *off = tm_mem_alloc(p->mem, n0 * sizeof *off), *len = tm_mem_alloc(p->mem, n0 * sizeof *len);
+    uint32_t *exp = NULL;
+    size_t n_exp = 0, cap_exp = 0;
+    if (st == TM_OK && (!off || !len)) st = TM_ERR_NOMEM;
+    if (st == TM_OK) {
+        memset(len, 0, n0 * sizeof *len);
+        st = expand(p, &t, off, len, &exp, &n_exp, &cap_exp);
+    }
+    if (st == TM_OK && n_exp) st = rewrite(p, n0, off, len, exp);
+    tm_mem_free(p->mem, off, n0 * sizeof *off);
+    tm_mem_free(p->mem, len, n0 * sizeof *len);
+    tm_mem_free(p->mem, exp, cap_exp * sizeof *exp);
+    tm_mem_free(p->mem, t.addrs, t.cap_addrs * sizeof *t.addrs);
+    tm_mem_free(p->mem, t.lines, t.cap_lines * sizeof *t.lines);
+    tm_mem_free(p->mem, t.names, t.cap_names * sizeof *t.names);
+    return st;
+}

@@ -1,0 +1,16 @@
+/*
+ * symbols.h — applies a trace's ModuleSymbols and DeobfuscationMapping
+ * packets (collected by trace.c while reading) to the profile model
+ * (symbols.c): function names, source files, lines and inlined functions
+ * for native frames, original names for Java frames.
+ */
+#ifndef TM_PROFILE_SYMBOLS_H
+#define TM_PROFILE_SYMBOLS_H
+
+#include "perfetto/symbols.h" /* tm_pf_symbols */
+#include "profile/profile.h"
+
+/* TM_ERR_NOMEM, or TM_ERR_LIMIT when the new frames pass max_unique_frames. */
+tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s);
+
+#endif
