@@ -26,6 +26,7 @@
 #include <libdeflate.h>
 #include <stdio.h>
 
+#include "common/limits.h"     /* TM_MAX_SYMBOL_LINES */
 #include "profile/aggregate.h"    /* tm_thread_select, tm_thread_periods, tm_frame_labels */
 #include "wire/gzip_records.h" /* tm_gzrec */
 #include "wire/pb_write.h"  /* tm_pbw */
@@ -38,9 +39,10 @@ enum {
     SAMPLE_LOCATION_ID = 1, SAMPLE_VALUE = 2, SAMPLE_LABEL = 3,
     LABEL_KEY = 1, LABEL_STR = 2, LABEL_NUM = 3, LABEL_NUM_UNIT = 4,
     MAPPING_ID = 1, MAPPING_MEMORY_START = 2, MAPPING_MEMORY_LIMIT = 3, MAPPING_FILE_OFFSET = 4,
-    MAPPING_FILENAME = 5, MAPPING_BUILD_ID = 6, MAPPING_HAS_FUNCTIONS = 7,
+    MAPPING_FILENAME = 5, MAPPING_BUILD_ID = 6, MAPPING_HAS_FUNCTIONS = 7, MAPPING_HAS_FILENAMES = 8,
+    MAPPING_HAS_LINE_NUMBERS = 9, MAPPING_HAS_INLINE_FRAMES = 10,
     LOCATION_ID = 1, LOCATION_MAPPING_ID = 2, LOCATION_ADDRESS = 3, LOCATION_LINE = 4,
-    LINE_FUNCTION_ID = 1,
+    LINE_FUNCTION_ID = 1, LINE_LINE = 2,
     FUNCTION_ID = 1, FUNCTION_NAME = 2, FUNCTION_SYSTEM_NAME = 3, FUNCTION_FILENAME = 4
 };
 
@@ -155,6 +157,16 @@ typedef struct thread_enc {
     uint8_t values_len, len;
 } thread_enc;
 
+/* A location: a frame and the frames it was inlined into, leaf first (a
+ * run of TM_FRAME_INLINED frames and the one after them, all of one
+ * address), at p->frame_ids[at, at + n). */
+typedef struct loc_info {
+    uint32_t frame, n;
+    size_t at;
+} loc_info;
+
+enum { MAP_HAS_FUNCTIONS = 1, MAP_HAS_FILENAMES = 2, MAP_HAS_LINE_NUMBERS = 4, MAP_HAS_INLINE_FRAMES = 8 };
+
 typedef struct pprof_writer {
     const tm_profile *p;
     tm_mem *mem;
@@ -171,12 +183,12 @@ typedef struct pprof_writer {
     uint32_t *stack_len;
     uint8_t *stack_bytes;
     size_t n_stack_bytes, cap_stack_bytes;
-    uint32_t *loc_of;   /* loc_of[frame]: location id, 0 none yet */
-    uint32_t *loc_frame;/* loc_frame[id - 1]: its frame */
+    uint32_t *loc_of;   /* loc_of[frame]: location id of the run it starts, 0 none yet */
+    loc_info *locs;     /* locs[id - 1] */
     size_t n_locs, cap_locs;
     uint32_t *map_id;   /* map_id[mapping]: mapping id, 0 unused */
-    uint8_t *map_named; /* some frame of the mapping has a function name */
-    uint32_t *loc_func; /* loc_func[id - 1]: function id */
+    uint8_t *map_has;   /* MAP_HAS_* of the mapping's frames */
+    uint32_t *func_of;  /* func_of[frame]: function id, 0 none yet */
     uint8_t *rec;       /* one encoded sample */
     size_t cap_rec;
     tm_gzrec *gzrec;    /* compressed output: the samples' compressor */
@@ -203,10 +215,10 @@ static void writer_release(pprof_writer *x) {
     tm_mem_free(mem, x->stack_len, (p->n_stacks + 1) * sizeof *x->stack_len);
     tm_mem_free(mem, x->stack_bytes, x->cap_stack_bytes);
     tm_mem_free(mem, x->loc_of, (p->n_frames + 1) * sizeof *x->loc_of);
-    tm_mem_free(mem, x->loc_frame, x->cap_locs * sizeof *x->loc_frame);
+    tm_mem_free(mem, x->locs, x->cap_locs * sizeof *x->locs);
     tm_mem_free(mem, x->map_id, (p->n_mappings + 1) * sizeof *x->map_id);
-    tm_mem_free(mem, x->map_named, p->n_mappings + 1);
-    tm_mem_free(mem, x->loc_func, (x->n_locs + 1) * sizeof *x->loc_func);
+    tm_mem_free(mem, x->map_has, p->n_mappings + 1);
+    tm_mem_free(mem, x->func_of, (p->n_frames + 1) * sizeof *x->func_of);
     tm_mem_free(mem, x->rec, x->cap_rec);
     tm_mem_free(mem, x->gzrec, sizeof *x->gzrec);
     tm_mem_free(mem, x->gzrec_in, GZREC_STAGING);
@@ -222,7 +234,7 @@ static void *zalloc(tm_mem *mem, size_t size) {
     return v;
 }
 
-/* A small length-delimited message built in scratch (< 128 bytes). */
+/* A small length-delimited message built in scratch (a few KiB at most). */
 static void put_small(tm_pbw *w, uint32_t field, const uint8_t *msg, const uint8_t *end) {
     size_t n = (size_t)(end - msg);
     uint8_t *p = tm_pbw_reserve(w, n + 8);
@@ -285,10 +297,11 @@ static tm_status encode_stack(pprof_writer *x, uint32_t stack) {
     const uint32_t *frames = tm_profile_stack_frames(p, s);
     size_t payload = 0;
     for (uint32_t i = 0; i < s->len; i++) {
-        uint32_t f = frames[i];
+        uint32_t f = frames[i], start = i;
+        while (i + 1 < s->len && (p->frames[frames[i]].flags & TM_FRAME_INLINED)) i++;
         if (!x->loc_of[f]) {
-            TM_TRY(TM_VEC_RESERVE(x->mem, x->loc_frame, x->cap_locs, x->n_locs + 1));
-            x->loc_frame[x->n_locs++] = f;
+            TM_TRY(TM_VEC_RESERVE(x->mem, x->locs, x->cap_locs, x->n_locs + 1));
+            x->locs[x->n_locs++] = (loc_info){f, i - start + 1, s->off + start};
             x->loc_of[f] = (uint32_t)x->n_locs;
         }
         payload += tm_pbw_varint_len(x->loc_of[f]);
@@ -300,7 +313,10 @@ static tm_status encode_stack(pprof_writer *x, uint32_t stack) {
     uint8_t *start = x->stack_bytes + x->n_stack_bytes, *q = start;
     if (s->len) {
         q = tm_pbw_len(q, SAMPLE_LOCATION_ID, payload);
-        for (uint32_t i = 0; i < s->len; i++) q = tm_pbw_varint(q, x->loc_of[frames[i]]);
+        for (uint32_t i = 0; i < s->len; i++) {
+            q = tm_pbw_varint(q, x->loc_of[frames[i]]);
+            while (i + 1 < s->len && (p->frames[frames[i]].flags & TM_FRAME_INLINED)) i++;
+        }
     }
     if ((size_t)(q - start) > UINT32_MAX) return TM_ERR_LIMIT;
     /* room for a sample with this stack: header, labels, tail */
@@ -480,6 +496,7 @@ static tm_status write_samples(pprof_writer *x, const grouping *g) {
 }
 
 static tm_str frame_file(const tm_profile *p, const tm_prof_frame *f) {
+    if (f->flags & TM_FRAME_HAS_FILE) return f->file;
     if (f->flags & TM_FRAME_HAS_PACKAGE) return f->package;
     if (f->mapping) return p->mappings[f->mapping - 1].path;
     tm_str none = {NULL, 0};
@@ -489,20 +506,27 @@ static tm_str frame_file(const tm_profile *p, const tm_prof_frame *f) {
 /* Numbers functions and used mappings in location order. */
 static tm_status number_functions_and_mappings(pprof_writer *x) {
     const tm_profile *p = x->p;
-    x->loc_func = tm_mem_alloc(x->mem, (x->n_locs + 1) * sizeof *x->loc_func);
-    if (!x->loc_func) return TM_ERR_NOMEM;
     uint32_t n_maps = 0;
     for (size_t l = 0; l < x->n_locs; l++) {
-        const tm_prof_frame *f = &p->frames[x->loc_frame[l]];
-        func fn;
-        TM_TRY(str_index(x->mem, &x->strings, x->labels.of[x->loc_frame[l]], &fn.name));
-        fn.system_name = S_EMPTY;
-        if (f->flags & TM_FRAME_HAS_FUNCTION) TM_TRY(str_index(x->mem, &x->strings, f->function, &fn.system_name));
-        TM_TRY(str_index(x->mem, &x->strings, frame_file(p, f), &fn.filename));
-        TM_TRY(func_id(x->mem, &x->funcs, &fn, &x->loc_func[l]));
-        if (f->mapping) {
+        for (uint32_t k = 0; k < x->locs[l].n; k++) {
+            uint32_t fi = p->frame_ids[x->locs[l].at + k];
+            const tm_prof_frame *f = &p->frames[fi];
+            if (!x->func_of[fi]) {
+                func fn;
+                TM_TRY(str_index(x->mem, &x->strings, x->labels.of[fi], &fn.name));
+                fn.system_name = S_EMPTY;
+                if (f->flags & TM_FRAME_HAS_FUNCTION)
+                    TM_TRY(str_index(x->mem, &x->strings, f->function, &fn.system_name));
+                TM_TRY(str_index(x->mem, &x->strings, frame_file(p, f), &fn.filename));
+                TM_TRY(func_id(x->mem, &x->funcs, &fn, &x->func_of[fi]));
+            }
+            if (!f->mapping) continue;
             if (!x->map_id[f->mapping - 1]) x->map_id[f->mapping - 1] = ++n_maps;
-            if (f->flags & TM_FRAME_HAS_FUNCTION) x->map_named[f->mapping - 1] = 1;
+            uint8_t *has = &x->map_has[f->mapping - 1];
+            if (f->flags & TM_FRAME_HAS_FUNCTION) *has |= MAP_HAS_FUNCTIONS;
+            if (f->flags & TM_FRAME_HAS_FILE) *has |= MAP_HAS_FILENAMES;
+            if (f->flags & TM_FRAME_HAS_LINE) *has |= MAP_HAS_LINE_NUMBERS;
+            if (f->flags & TM_FRAME_INLINED) *has |= MAP_HAS_INLINE_FRAMES;
         }
     }
     return TM_OK;
@@ -543,7 +567,11 @@ static tm_status write_mappings(pprof_writer *x) {
         if (m->exact_offset) e = tm_pbw_uint(e, MAPPING_FILE_OFFSET, m->exact_offset);
         if (file) e = tm_pbw_uint(e, MAPPING_FILENAME, file);
         if (build) e = tm_pbw_uint(e, MAPPING_BUILD_ID, build);
-        if (x->map_named[by_id[k]]) e = tm_pbw_uint(e, MAPPING_HAS_FUNCTIONS, 1);
+        uint8_t has = x->map_has[by_id[k]];
+        if (has & MAP_HAS_FUNCTIONS) e = tm_pbw_uint(e, MAPPING_HAS_FUNCTIONS, 1);
+        if (has & MAP_HAS_FILENAMES) e = tm_pbw_uint(e, MAPPING_HAS_FILENAMES, 1);
+        if (has & MAP_HAS_LINE_NUMBERS) e = tm_pbw_uint(e, MAPPING_HAS_LINE_NUMBERS, 1);
+        if (has & MAP_HAS_INLINE_FRAMES) e = tm_pbw_uint(e, MAPPING_HAS_INLINE_FRAMES, 1);
         put_small(&x->w, PROFILE_MAPPING, msg, e);
     }
     tm_mem_free(x->mem, by_id, (p->n_mappings + 1) * sizeof *by_id);
@@ -552,13 +580,22 @@ static tm_status write_mappings(pprof_writer *x) {
 
 static void write_locations(pprof_writer *x) {
     const tm_profile *p = x->p;
+    /* one Line per frame of the run, leaf first (pprof's order) */
+    uint8_t msg[32 + TM_MAX_SYMBOL_LINES * 24];
     for (size_t l = 0; l < x->n_locs; l++) {
-        const tm_prof_frame *f = &p->frames[x->loc_frame[l]];
-        uint8_t msg[64], *e = tm_pbw_uint(msg, LOCATION_ID, l + 1);
+        const tm_prof_frame *f = &p->frames[x->locs[l].frame];
+        uint8_t *e = tm_pbw_uint(msg, LOCATION_ID, l + 1);
         if (f->mapping) e = tm_pbw_uint(e, LOCATION_MAPPING_ID, x->map_id[f->mapping - 1]);
         if ((f->flags & TM_FRAME_HAS_ADDR) && f->addr) e = tm_pbw_uint(e, LOCATION_ADDRESS, f->addr);
-        e = tm_pbw_len(e, LOCATION_LINE, tm_pbw_uint_len(LINE_FUNCTION_ID, x->loc_func[l]));
-        e = tm_pbw_uint(e, LINE_FUNCTION_ID, x->loc_func[l]);
+        uint32_t n = x->locs[l].n < TM_MAX_SYMBOL_LINES ? x->locs[l].n : TM_MAX_SYMBOL_LINES;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t fi = p->frame_ids[x->locs[l].at + k];
+            uint64_t line = p->frames[fi].flags & TM_FRAME_HAS_LINE ? p->frames[fi].line : 0;
+            size_t len = tm_pbw_uint_len(LINE_FUNCTION_ID, x->func_of[fi]) + (line ? tm_pbw_uint_len(LINE_LINE, line) : 0);
+            e = tm_pbw_len(e, LOCATION_LINE, len);
+            e = tm_pbw_uint(e, LINE_FUNCTION_ID, x->func_of[fi]);
+            if (line) e = tm_pbw_uint(e, LINE_LINE, line);
+        }
         put_small(&x->w, PROFILE_LOCATION, msg, e);
     }
 }
@@ -647,10 +684,12 @@ static tm_status setup(pprof_writer *x, const tm_pprof_options *opts) {
     x->stack_off = tm_mem_alloc(x->mem, (p->n_stacks + 1) * sizeof *x->stack_off);
     x->stack_len = tm_mem_alloc(x->mem, (p->n_stacks + 1) * sizeof *x->stack_len);
     x->loc_of = zalloc(x->mem, (p->n_frames + 1) * sizeof *x->loc_of);
+    x->map_has = zalloc(x->mem, p->n_mappings + 1);
+    x->func_of = zalloc(x->mem, (p->n_frames + 1) * sizeof *x->func_of);
     x->map_id = zalloc(x->mem, (p->n_mappings + 1) * sizeof *x->map_id);
-    x->map_named = zalloc(x->mem, p->n_mappings + 1);
     x->chunk = tm_mem_alloc(x->mem, CHUNK);
-    if (!x->threads || !x->stack_off || !x->stack_len || !x->loc_of || !x->map_id || !x->map_named || !x->chunk)
+    if (!x->threads || !x->stack_off || !x->stack_len || !x->loc_of || !x->map_id || !x->map_has || !x->func_of ||
+        !x->chunk)
         return TM_ERR_NOMEM;
     memset(x->stack_off, 0xff, (p->n_stacks + 1) * sizeof *x->stack_off);
     if (!(opts && opts->uncompressed)) {
