@@ -175,6 +175,22 @@ static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask) {
         tm_jw_str(w, f->function);
         comma = 1;
     }
+    if (f->flags & TM_FRAME_HAS_FILE) { /* Sentry's frame fields: filename, abs_path, lineno */
+        if (comma) tm_jw_char(w, ',');
+        tm_jw_lit(w, "\"filename\":");
+        tm_jw_str(w, f->file);
+        if (f->file.data[0] == '/') {
+            tm_jw_lit(w, ",\"abs_path\":");
+            tm_jw_str(w, f->file);
+        }
+        comma = 1;
+    }
+    if (f->flags & TM_FRAME_HAS_LINE) {
+        if (comma) tm_jw_char(w, ',');
+        tm_jw_lit(w, "\"lineno\":");
+        tm_jw_u64(w, f->line);
+        comma = 1;
+    }
     if (f->flags & TM_FRAME_HAS_ADDR) {
         if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"instruction_addr\":");

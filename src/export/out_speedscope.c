@@ -32,6 +32,7 @@
 
 typedef struct shared_frame {
     tm_str name, file;
+    uint32_t line; /* 0: none */
 } shared_frame;
 
 typedef struct writer {
@@ -51,6 +52,7 @@ typedef struct writer {
 } writer;
 
 static tm_str frame_file(const tm_profile *p, const tm_prof_frame *f) {
+    if (f->flags & TM_FRAME_HAS_FILE) return f->file;
     if (f->flags & TM_FRAME_HAS_PACKAGE) return f->package;
     if (f->mapping) return p->mappings[f->mapping - 1].path;
     tm_str none = {0};
@@ -123,11 +125,12 @@ static tm_status number_frames(writer *w) {
     }
     for (size_t f = 0; f < nf; f++) {
         if (w->shared_of[f] == TM_ABSENT) continue;
-        shared_frame key = {w->labels.of[f], frame_file(p, &p->frames[f])};
-        size_t mask = w->cap_slots - 1, i = (size_t)shared_hash(key.name, key.file) & mask;
+        const tm_prof_frame *pf = &p->frames[f];
+        shared_frame key = {w->labels.of[f], frame_file(p, pf), pf->flags & TM_FRAME_HAS_LINE ? pf->line : 0};
+        size_t mask = w->cap_slots - 1, i = (size_t)(shared_hash(key.name, key.file) ^ key.line) & mask;
         while (w->slots[i]) {
             const shared_frame *e = &w->shared[w->slots[i] - 1];
-            if (tm_bytes_eq(e->name, key.name) && tm_bytes_eq(e->file, key.file)) break;
+            if (tm_bytes_eq(e->name, key.name) && tm_bytes_eq(e->file, key.file) && e->line == key.line) break;
             i = (i + 1) & mask;
         }
         if (!w->slots[i]) {
@@ -168,6 +171,10 @@ static void write_frames(writer *w, tm_jw *jw) {
         if (w->shared[i].file.len) {
             tm_jw_lit(jw, ",\"file\":");
             tm_jw_str(jw, w->shared[i].file);
+        }
+        if (w->shared[i].line) {
+            tm_jw_lit(jw, ",\"line\":");
+            tm_jw_u64(jw, w->shared[i].line);
         }
         tm_jw_char(jw, '}');
     }
