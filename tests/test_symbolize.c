@@ -1,0 +1,447 @@
+/*
+ * test_symbolize.c — the symbolizer end to end: small C programs built here
+ * with -g (and -O2 with an inlined function) are resolved by tm_symbolize
+ * and compared with binutils' `addr2line -i -f` pc by pc (function, file,
+ * line, inline chain); a stripped binary whose DWARF is in a
+ * .build-id/ab/cdef.debug file; the counted outcomes (build id mismatch,
+ * not found, no build id); a ProGuard/R8 map renaming Java frames; the
+ * symbols reaching the SQL model, the profile model, folded and pprof; and
+ * the CLI (symbolize, then query and convert; --symbols on convert).
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "perfetto/fields.h"
+#include "trace_builder.h"
+#include "tracemill.h"
+#include "tutil.h"
+
+static char dir[64];
+
+static const char prog_src[] =
+    "#include <stdio.h>\n"
+    "#include <stdlib.h>\n"
+    "static inline __attribute__((always_inline)) unsigned mix(unsigned x) {\n"
+    "    for (int r = 0; r < 8; r++) x = x * 2654435761u ^ (x >> 13);\n"
+    "    return x;\n"
+    "}\n"
+    "__attribute__((noinline)) unsigned work(unsigned n, unsigned seed) {\n"
+    "    unsigned h = seed;\n"
+    "    for (unsigned i = 0; i < n; i++) h = mix(h + i);\n"
+    "    return h;\n"
+    "}\n"
+    "int main(int argc, char **argv) {\n"
+    "    printf(\"%u\\n\", work(argc > 1 ? (unsigned)atoi(argv[1]) : 10u, (unsigned)argc));\n"
+    "    return 0;\n"
+    "}\n";
+
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* A command's whole standard output (malloc'd, NUL-terminated). */
+static char *capture(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    tu_membuf out = {0};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) tu_membuf_write(&out, buf, n);
+    pclose(p);
+    if (!out.data) tu_membuf_write(&out, "", 0);
+    return out.data;
+}
+
+/* Builds DIR/NAME from prog_src with cflags; returns its build id. */
+static size_t build(const char *name, const char *cflags, uint8_t id[64]) {
+    cr_assert_eq(sh("cd %s && cc %s -g -Wl,--build-id=sha1 -o %s prog.c", dir, cflags, name), 0);
+    char *hex = capture("readelf -n %s/%s | sed -n 's/.*Build ID: *//p'", dir, name);
+    size_t n = 0;
+    for (char *p = hex; p[0] && p[1] && p[0] != '\n' && n < 64; p += 2) {
+        unsigned v;
+        cr_assert_eq(sscanf(p, "%2x", &v), 1);
+        id[n++] = (uint8_t)v;
+    }
+    free(hex);
+    cr_assert_eq(n, 20, "build id of %s", name);
+    return n;
+}
+
+/* [start, end) of a function, from nm. */
+static void symbol_range(const char *name, const char *fn, uint64_t *start, uint64_t *end) {
+    char *out = capture("nm -S --defined-only %s/%s | awk '$4 == \"%s\" {print $1, $2}'", dir, name, fn);
+    unsigned long long a = 0, s = 0;
+    cr_assert_eq(sscanf(out, "%llx %llx", &a, &s), 2, "nm %s: %s", fn, out);
+    free(out);
+    *start = a, *end = a + s;
+}
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/tm_symXXXXXX");
+    cr_assert(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/prog.c", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(prog_src, f);
+    fclose(f);
+}
+
+static void teardown(void) { sh("rm -rf %s", dir); }
+
+TestSuite(symbolize, .init = setup, .fini = teardown, .timeout = 120);
+
+/* A trace with one sample per pc, each a single frame of a mapping named
+ * path with build id id (id_len 0: none); Java frames (java != NULL) are
+ * named java[i] in a .odex mapping instead. */
+static void trace_of(tb_buf *t, const char *path, const uint8_t *id, size_t id_len, const uint64_t *pcs, size_t n,
+                     const char *const *java) {
+    tb_standard_clocks(t, 1);
+    size_t pkt = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    /* the path as its segments */
+    uint64_t seg[16];
+    size_t nseg = 0;
+    const char *p = path;
+    while (*p && nseg < 16) {
+        while (*p == '/') p++;
+        const char *e = strchr(p, '/');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 100 + nseg, p, len);
+        seg[nseg] = 100 + nseg;
+        nseg++;
+        p += len;
+    }
+    if (id_len) tb_interned_string(t, TM_PF_INTERNED_BUILD_IDS, 7, id, id_len);
+    tb_mapping(t, 1, id_len ? 7 : 0, 0x10000, 0x900000, seg, nseg);
+    for (size_t i = 0; i < n; i++) {
+        if (java) tb_interned_string(t, TM_PF_INTERNED_FUNCTION_NAMES, 1 + i, java[i], strlen(java[i]));
+        tb_frame(t, 1 + i, java ? 1 + i : 0, 1, pcs[i]);
+        const uint64_t frames[1] = {1 + i};
+        tb_callstack(t, 1 + i, frames, 1, 0);
+    }
+    tb_close(t, in);
+    tb_close(t, pkt);
+    for (size_t i = 0; i < n; i++) tb_perf_sample(t, 1, TB_BOOT0 + 1000 * (i + 1), 42, 42, 1 + i, TB_SEQ_NEEDS);
+}
+
+static tm_status symbolize(const tb_buf *t, const char *const *dirs, size_t n_dirs, const tm_proguard_map *maps,
+                           size_t n_maps, tu_membuf *out, tm_symbolize_stats *st) {
+    tm_symbolize_options o = {dirs, n_dirs, 1, maps, n_maps};
+    tm_sink sink = {tu_membuf_write, out};
+    tm_error err;
+    tm_status s = tm_symbolize(t->data, t->len, NULL, &o, &sink, st, &err);
+    cr_assert_eq(s, TM_OK, "%s", err.message);
+    return s;
+}
+
+/* The lines of the frame at rel_pc as "fn file:line|fn file:line", innermost first. */
+static char *sql_lines(sqlite3 *db, uint64_t pc) {
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "select s.name, coalesce(s.source_file, '?\?'), coalesce(s.line_number, 0), s.inlined "
+                                    "from stack_profile_frame f join stack_profile_symbol s using (symbol_set_id) "
+                                    "where f.rel_pc = ? order by s.id",
+                                    -1, &q, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)pc);
+    tu_membuf out = {0};
+    int k = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        char line[1024];
+        int n = snprintf(line, sizeof line, "%s%s %s:%d", k++ ? "|" : "", sqlite3_column_text(q, 0),
+                         sqlite3_column_text(q, 1), sqlite3_column_int(q, 2));
+        tu_membuf_write(&out, line, (size_t)n);
+    }
+    sqlite3_finalize(q);
+    if (!out.data) tu_membuf_write(&out, "", 0);
+    return out.data;
+}
+
+/* addr2line's answer in the same shape (discriminators dropped). */
+static char *addr2line(const char *name, uint64_t pc) {
+    char *raw = capture("addr2line -i -f -e %s/%s 0x%llx", dir, name, (unsigned long long)pc);
+    tu_membuf out = {0};
+    char *save = NULL, *fn, *loc;
+    int k = 0;
+    for (fn = strtok_r(raw, "\n", &save); fn && (loc = strtok_r(NULL, "\n", &save)); fn = strtok_r(NULL, "\n", &save)) {
+        char *disc = strstr(loc, " (discriminator");
+        if (disc) *disc = 0;
+        char line[1024];
+        int n = snprintf(line, sizeof line, "%s%s %s", k++ ? "|" : "", fn, loc);
+        tu_membuf_write(&out, line, (size_t)n);
+    }
+    free(raw);
+    if (!out.data) tu_membuf_write(&out, "", 0);
+    return out.data;
+}
+
+static void compare_with_addr2line(const char *name, const char *cflags, size_t *inlined) {
+    uint8_t id[64];
+    size_t id_len = build(name, cflags, id);
+    uint64_t start, end;
+    symbol_range(name, "work", &start, &end);
+    size_t n = (size_t)(end - start);
+    cr_assert(n > 4 && n < 4096);
+    uint64_t *pcs = calloc(n, sizeof *pcs);
+    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
+    char path[128];
+    snprintf(path, sizeof path, "/nonexistent/%s", name); /* found by file name in the symbol directory */
+    tb_buf t = {0};
+    trace_of(&t, path, id, id_len, pcs, n, NULL);
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    const char *dirs[1] = {dir};
+    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.frames, n);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_open(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    size_t same = 0;
+    *inlined = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *got = sql_lines(tm_db_sqlite(db), pcs[i]), *want = addr2line(name, pcs[i]);
+        if (strcmp(got, want) == 0) same++;
+        else cr_log_warn("pc 0x%llx: got %s, addr2line %s", (unsigned long long)pcs[i], got, want);
+        if (strchr(got, '|')) (*inlined)++;
+        free(got);
+        free(want);
+    }
+    cr_assert_geq(same * 100, n * 99, "%zu of %zu pcs agree with addr2line", same, n);
+    tm_db_free(db);
+    tu_membuf_free(&out);
+    tb_free(&t);
+    free(pcs);
+}
+
+Test(symbolize, every_pc_as_addr2line_O0) {
+    size_t inlined; /* always_inline inlines at -O0 too */
+    compare_with_addr2line("plain", "-O0", &inlined);
+    cr_assert_gt(inlined, 0);
+}
+
+Test(symbolize, every_pc_as_addr2line_O2_with_inlining) {
+    size_t inlined;
+    compare_with_addr2line("inl", "-O2", &inlined);
+    cr_assert_gt(inlined, 0, "mix is inlined into work at -O2");
+}
+
+/* A stripped binary elsewhere; its DWARF only in SYMS/.build-id/ab/cdef.debug. */
+Test(symbolize, separate_debug_file_by_build_id) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    cr_assert_eq(sh("cd %s && mkdir -p syms/.build-id/%02x && objcopy --only-keep-debug inl syms/.build-id/%02x/"
+                    "%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x.debug && "
+                    "strip -o stripped inl",
+                    dir, id[0], id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11],
+                    id[12], id[13], id[14], id[15], id[16], id[17], id[18], id[19]),
+                 0);
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    uint64_t pcs[1] = {start};
+    tb_buf t = {0};
+    trace_of(&t, "/opt/app/inl", id, id_len, pcs, 1, NULL);
+    char syms[96];
+    snprintf(syms, sizeof syms, "%s/syms", dir);
+    const char *dirs[1] = {syms};
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.frames_with_lines, 1);
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    char label[256];
+    size_t len;
+    cr_assert_eq(tm_trace_frame_label(tr, 0, label, sizeof label, &len), TM_OK);
+    cr_assert_str_eq(label, "work");
+    tm_trace_free(tr);
+    tu_membuf_free(&out);
+    tb_free(&t);
+}
+
+Test(symbolize, outcomes_are_counted_not_errors) {
+    uint8_t id[64], other[64];
+    size_t id_len = build("inl", "-O2", id);
+    build("plain", "-O0", other);
+    cr_assert_eq(sh("cd %s && mkdir -p wrong empty && cp plain wrong/inl", dir), 0);
+    uint64_t pcs[2] = {0x1000, 0x1010};
+    char wrong[96], empty[96];
+    snprintf(wrong, sizeof wrong, "%s/wrong", dir);
+    snprintf(empty, sizeof empty, "%s/empty", dir);
+    struct {
+        const char *dir;
+        size_t id_len;
+        uint64_t mismatch, not_found, no_id;
+    } cases[] = {{wrong, id_len, 1, 0, 0}, {empty, id_len, 0, 1, 0}, {empty, 0, 0, 0, 1}};
+    for (size_t c = 0; c < 3; c++) {
+        tb_buf t = {0};
+        trace_of(&t, "/opt/app/inl", id, cases[c].id_len, pcs, 2, NULL);
+        const char *dirs[1] = {cases[c].dir};
+        tu_membuf out = {0};
+        tm_symbolize_stats st;
+        symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+        cr_assert_eq(st.mappings, 1);
+        cr_assert_eq(st.mappings_symbolized, 0);
+        cr_assert_eq(st.mappings_build_id_mismatch, cases[c].mismatch, "case %zu", c);
+        cr_assert_eq(st.mappings_not_found, cases[c].not_found, "case %zu", c);
+        cr_assert_eq(st.mappings_no_build_id, cases[c].no_id, "case %zu", c);
+        /* nothing appended: the output is the input */
+        cr_assert_eq(out.len, t.len);
+        cr_assert_eq(memcmp(out.data, t.data, t.len), 0);
+        tu_membuf_free(&out);
+        tb_free(&t);
+    }
+}
+
+/* The symbols in the profile model: folded shows the inline chain
+ * (root first), pprof one location with two lines. */
+Test(symbolize, profile_model_and_exporters) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    /* a pc inside the inlined loop: the first whose lines are mix|work */
+    uint64_t pc = 0;
+    for (uint64_t a = start; a < end && !pc; a++) {
+        char *l = addr2line("inl", a);
+        if (strncmp(l, "mix ", 4) == 0 && strstr(l, "|work ")) pc = a;
+        free(l);
+    }
+    cr_assert(pc, "no inlined pc in work");
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/inl", id, id_len, &pc, 1, NULL);
+    const char *dirs[1] = {dir};
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+    cr_assert_eq(st.inlined_frames, 1);
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_trace_frame_count(tr), 2);
+    tu_membuf folded = {0};
+    tm_sink fs = {tu_membuf_write, &folded};
+    cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
+    cr_assert_str_eq(folded.data, "work;mix 1\n");
+    /* pprof: Location with Line{mix, 4} then Line{work, 9} */
+    tu_membuf pp = {0};
+    tm_sink ps = {tu_membuf_write, &pp};
+    tm_pprof_options po = {.uncompressed = 1};
+    cr_assert_eq(tm_write_pprof(tr, &po, &ps, &err), TM_OK);
+    /* Line messages: 0x22 len { 0x08 fn 0x10 line } */
+    const uint8_t line_mix[] = {0x22, 0x04, 0x08, 0x01, 0x10, 0x04}, line_work[] = {0x22, 0x04, 0x08, 0x02, 0x10, 0x09};
+    cr_assert(memmem(pp.data, pp.len, line_mix, sizeof line_mix), "Line{mix:4}");
+    cr_assert(memmem(pp.data, pp.len, line_work, sizeof line_work), "Line{work:9}");
+    /* Mapping has_functions, has_filenames, has_line_numbers, has_inline_frames */
+    const uint8_t has[] = {0x38, 0x01, 0x40, 0x01, 0x48, 0x01, 0x50, 0x01};
+    cr_assert(memmem(pp.data, pp.len, has, sizeof has));
+    tu_membuf_free(&pp);
+    tu_membuf_free(&folded);
+    tm_trace_free(tr);
+    tu_membuf_free(&out);
+    tb_free(&t);
+}
+
+/* ProGuard/R8: obfuscated Java frames get their original names in SQL
+ * (deobfuscated_name) and in the profile model. */
+Test(symbolize, proguard_map_renames_java_frames) {
+    size_t len;
+    char *map = tu_read_file(TM_FIXTURES "/proguard/mapping.txt", &len);
+    cr_assert(map);
+    tm_proguard_map maps[1] = {{NULL, map, len}};
+    const char *names[4] = {"a.a.a", "a.a.b", "a.b.a", "x.y"};
+    uint64_t pcs[4] = {1, 2, 3, 4};
+    tb_buf t = {0};
+    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, 4, names);
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    symbolize(&t, NULL, 0, maps, 1, &out, &st);
+    cr_assert_eq(st.java_classes, 3);
+    cr_assert_eq(st.java_methods, 9);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_open(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db),
+                                    "select name, coalesce(deobfuscated_name, '-') from stack_profile_frame order by name",
+                                    -1, &q, NULL),
+                 SQLITE_OK);
+    const char *want[4][2] = {{"a.a.a", "com.example.Main.foo"},
+                              {"a.a.b", "com.example.Main.compute"},
+                              {"a.b.a", "com.example.Util.format"},
+                              {"x.y", "-"}};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+        cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), want[i][0]);
+        cr_assert_str_eq((const char *)sqlite3_column_text(q, 1), want[i][1]);
+    }
+    sqlite3_finalize(q);
+    tm_db_free(db);
+    tm_trace *tr = NULL;
+    cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    tu_membuf folded = {0};
+    tm_sink fs = {tu_membuf_write, &folded};
+    cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
+    cr_assert(strstr(folded.data, "com.example.Main.foo 1\n"), "%s", folded.data);
+    cr_assert(strstr(folded.data, "com.example.Util.format 1\n"), "%s", folded.data);
+    cr_assert(strstr(folded.data, "x.y 1\n"), "%s", folded.data);
+    tm_trace_free(tr);
+    tu_membuf_free(&folded);
+    tu_membuf_free(&out);
+    tb_free(&t);
+    free(map);
+}
+
+/* The CLI: symbolize writes a trace query and convert read symbolized;
+ * convert --symbols does the same in memory. */
+Test(symbolize, cli_end_to_end) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    uint64_t start, end;
+    symbol_range("inl", "main", &start, &end);
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/inl", id, id_len, &start, 1, NULL);
+    char path[128];
+    snprintf(path, sizeof path, "%s/in.pftrace", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(t.data, 1, t.len, f);
+    fclose(f);
+    cr_assert_eq(sh("%s symbolize --quiet --no-system-symbols --symbols %s -o %s/out.pftrace %s", TM_CLI, dir, dir, path),
+                 0);
+    char *rows = capture("%s query %s/out.pftrace 'select name, line_number, inlined from stack_profile_symbol'", TM_CLI,
+                         dir);
+    cr_assert_str_eq(rows, "name,line_number,inlined\nmain,12,0\n");
+    free(rows);
+    char *folded = capture("%s convert -f folded %s/out.pftrace", TM_CLI, dir);
+    cr_assert_str_eq(folded, "main 1\n");
+    free(folded);
+    folded = capture("%s convert -f folded --no-system-symbols --symbols %s %s", TM_CLI, dir, path);
+    cr_assert_str_eq(folded, "main 1\n");
+    free(folded);
+    folded = capture("%s convert -f folded %s", TM_CLI, path);
+    cr_assert_neq(strcmp(folded, "main 1\n"), 0, "unsymbolized: %s", folded);
+    free(folded);
+    tb_free(&t);
+}
