@@ -40,7 +40,7 @@ void *tm_mem_alloc(tm_mem *m, size_t size);
 void *tm_mem_realloc(tm_mem *m, void *p, size_t old_size, size_t new_size);
 void tm_mem_free(tm_mem *m, void *p, size_t size);
 /* Frees what a third-party library handed over allocated with the C
- * library's malloc (libdw's dwarf_getscopes). */
+ * library's allocator (libdw's dwarf_getscopes). */
 void tm_free_foreign(void *p);
 
 /* Grows *ptr (an array of elem-sized items, capacity *cap) to hold at least
