@@ -1,11 +1,12 @@
 /*
  * tp_symbols.c — applies ModuleSymbols and DeobfuscationMapping to the
  * Trace Processor model (tp_symbols.h), as Trace Processor does when it
- * reads them: a ModuleSymbols packet whose build id names no mapping
- * raises stackprofile_invalid_mapping_id, an address with lines but no
- * frame raises stackprofile_invalid_frame_id; the symbol rows stay either
- * way. Mappings match by build id (the model holds it in hex), frames by
- * (mapping, rel_pc). The payloads are walked by perfetto/symbols.c.
+ * reads them (tp_symbols.h): a ModuleSymbols packet whose build id names no
+ * mapping raises stackprofile_invalid_mapping_id, an address with lines but
+ * no frame raises stackprofile_invalid_frame_id; the symbol rows stay
+ * either way. Mappings match by build id (the model holds it in hex),
+ * frames by (mapping, rel_pc); Java frames by name, and by obfuscated line
+ * for R8's line ranges. The payloads are walked by perfetto/symbols.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -118,38 +119,158 @@ static tm_status on_address(void *ctx, const tm_pf_address_symbols *a) {
 
 /* ---- DeobfuscationMapping ---- */
 
+/* One renamed method: frames named key ("obfClass.obfMethod") become name
+ * ("Class.method"), within an obfuscated line range when it has one. */
+typedef struct deobf_ent {
+    tm_str package, key, name;
+    uint32_t obf_start, obf_end, src_start;
+    uint32_t order;
+} deobf_ent;
+
+typedef struct deobf_list {
+    apply_ctx *c;
+    deobf_ent *v;
+    size_t n, cap;
+} deobf_list;
+
+static tm_status joined(apply_ctx *c, tm_str a, tm_str b, tm_str *out) {
+    char *p = tm_arena_alloc(c->arena, a.len + 1 + b.len);
+    if (!p) return TM_ERR_NOMEM;
+    if (a.len) memcpy(p, a.data, a.len);
+    p[a.len] = '.';
+    if (b.len) memcpy(p + a.len + 1, b.data, b.len);
+    *out = (tm_str){(const uint8_t *)p, a.len + 1 + b.len};
+    return TM_OK;
+}
+
 static tm_status on_deobf(void *ctx, const tm_pf_deobf *d) {
-    apply_ctx *c = ctx;
-    tm_tp *tp = c->tp;
+    deobf_list *l = ctx;
     if (!d->obf_method.data || !d->obf_method.len || !d->method.len) return TM_OK; /* class entries: frames are methods */
-    /* "obfClass.obfMethod" */
-    size_t n = d->obf_class.len + 1 + d->obf_method.len;
-    char *key = tm_arena_alloc(c->arena, n);
-    if (!key) return TM_ERR_NOMEM;
-    memcpy(key, d->obf_class.data, d->obf_class.len);
-    key[d->obf_class.len] = '.';
-    memcpy(key + d->obf_class.len + 1, d->obf_method.data, d->obf_method.len);
-    tm_str k = {(const uint8_t *)key, n};
-    ref probe = {k, 0, 0, 0};
-    size_t i = lower(c->names, tp->n_frames, &probe, false);
-    if (i == tp->n_frames || !tm_bytes_eq(c->names[i].s, k)) return TM_OK;
-    /* the new name: the method as given when it moved ("Cls.m"), else class.method */
-    tm_str name = d->method;
-    if (!memchr(d->method.data, '.', d->method.len)) {
-        size_t len = d->class_name.len + 1 + d->method.len;
-        char *p = tm_arena_alloc(c->arena, len);
-        if (!p) return TM_ERR_NOMEM;
-        memcpy(p, d->class_name.data, d->class_name.len);
-        p[d->class_name.len] = '.';
-        memcpy(p + d->class_name.len + 1, d->method.data, d->method.len);
-        name = (tm_str){(const uint8_t *)p, len};
+    TM_TRY(TM_VEC_RESERVE(l->c->tp->mem, l->v, l->cap, l->n + 1));
+    deobf_ent *e = &l->v[l->n];
+    memset(e, 0, sizeof *e);
+    e->package = d->package;
+    TM_TRY(joined(l->c, d->obf_class, d->obf_method, &e->key));
+    /* a method that moved names its class already ("Cls.m") */
+    if (memchr(d->method.data, '.', d->method.len)) e->name = d->method;
+    else TM_TRY(joined(l->c, d->class_name, d->method, &e->name));
+    e->obf_start = d->obf_line_start, e->obf_end = d->obf_line_end, e->src_start = d->line_start;
+    e->order = (uint32_t)l->n++;
+    return TM_OK;
+}
+
+static int cmp_deobf(const void *x, const void *y) {
+    const deobf_ent *a = x, *b = y;
+    int c = cmp_str(a->key, b->key);
+    return c ? c : (a->order > b->order) - (a->order < b->order);
+}
+
+/* The app a mapping belongs to by its path, as Android installs apps:
+ * /data/app/[~~random/]PACKAGE-suffix/...; empty when the path says none. */
+static tm_str path_package(tm_str path) {
+    static const char app[] = "/data/app/";
+    const uint8_t *p = path.data, *end = path.data + path.len;
+    if (path.len < sizeof app - 1 || memcmp(p, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
+    p += sizeof app - 1;
+    if (end - p > 2 && p[0] == '~' && p[1] == '~') {
+        while (p < end && *p != '/') p++;
+        if (p < end) p++;
     }
-    for (; i < tp->n_frames && tm_bytes_eq(c->names[i].s, k); i++)
-        if (!tp->frames[c->names[i].row].deobfuscated_name.data) tp->frames[c->names[i].row].deobfuscated_name = name;
+    const uint8_t *q = p;
+    while (q < end && *q != '-' && *q != '/') q++;
+    return (tm_str){p, (size_t)(q - p)};
+}
+
+static int cmp_name_ptr(const void *x, const void *y) { return cmp_str(**(const tm_str *const *)x, **(const tm_str *const *)y); }
+
+/* deobfuscated_name: every distinct name the frame's candidates give,
+ * sorted, joined with " | " (an ambiguous mapping, as retrace shows it). */
+static tm_status set_names(apply_ctx *c, tp_frame *f, const deobf_ent *const *cand, size_t n) {
+    const tm_str *names[64];
+    size_t k = 0, len = 0;
+    for (size_t i = 0; i < n && k < 64; i++) names[k++] = &cand[i]->name;
+    qsort(names, k, sizeof *names, cmp_name_ptr);
+    size_t w = 0;
+    for (size_t i = 0; i < k; i++)
+        if (!w || !tm_bytes_eq(*names[w - 1], *names[i])) names[w++] = names[i], len += names[i]->len + 3;
+    if (w == 1) {
+        f->deobfuscated_name = *names[0];
+        return TM_OK;
+    }
+    char *p = tm_arena_alloc(c->arena, len);
+    if (!p) return TM_ERR_NOMEM;
+    size_t at = 0;
+    for (size_t i = 0; i < w; i++) {
+        if (i) memcpy(p + at, " | ", 3), at += 3;
+        memcpy(p + at, names[i]->data, names[i]->len), at += names[i]->len;
+    }
+    f->deobfuscated_name = (tm_str){(const uint8_t *)p, at};
+    return TM_OK;
+}
+
+/* A frame with an obfuscated line (its symbol set's first row): the
+ * candidates whose obfuscated range holds it, in map order, become a new
+ * symbol set, innermost inlined method first, as R8's retrace expands it. */
+static tm_status retrace(apply_ctx *c, tp_frame *f, const deobf_ent **cand, size_t *n) {
+    tm_tp *tp = c->tp;
+    if (!f->has_symbol || tp->symbols[f->symbol_set].no_line) return TM_OK;
+    uint32_t line = tp->symbols[f->symbol_set].line;
+    size_t k = 0;
+    const deobf_ent *hit[64];
+    for (size_t i = 0; i < *n && k < 64; i++)
+        if (cand[i]->obf_end && cand[i]->obf_start <= line && line <= cand[i]->obf_end) hit[k++] = cand[i];
+    if (!k) return TM_OK;
+    uint32_t set = (uint32_t)tp->n_symbols;
+    for (size_t i = 0; i < k; i++) {
+        TM_TRY(TM_VEC_RESERVE(tp->mem, tp->symbols, tp->cap_symbols, tp->n_symbols + 1));
+        tp_symbol *s = &tp->symbols[tp->n_symbols++];
+        memset(s, 0, sizeof *s);
+        s->symbol_set = set;
+        s->name = hit[i]->name;
+        s->source_file = tp->symbols[f->symbol_set].source_file;
+        s->line = hit[i]->src_start ? hit[i]->src_start + (line - hit[i]->obf_start) : line;
+        s->inlined = i + 1 < k;
+    }
+    f->symbol_set = set;
+    memcpy(cand, hit, k * sizeof *hit);
+    *n = k;
+    return TM_OK;
+}
+
+static tm_status deobfuscate(apply_ctx *c, deobf_list *l) {
+    tm_tp *tp = c->tp;
+    if (!l->n) return TM_OK;
+    qsort(l->v, l->n, sizeof *l->v, cmp_deobf);
+    for (size_t fi = 0; fi < tp->n_frames; fi++) {
+        tp_frame *f = &tp->frames[fi];
+        if (!f->name.len) continue;
+        size_t lo = 0, hi = l->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (cmp_str(l->v[mid].key, f->name) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        tm_str pkg = f->mapping == TP_NULL ? (tm_str){NULL, 0} : path_package(tp->mappings[f->mapping].name);
+        const deobf_ent *cand[64];
+        size_t n = 0;
+        for (size_t i = lo; i < l->n && tm_bytes_eq(l->v[i].key, f->name) && n < 64; i++)
+            if (!pkg.len || !l->v[i].package.len || tm_bytes_eq(pkg, l->v[i].package)) cand[n++] = &l->v[i];
+        if (!n) continue;
+        TM_TRY(retrace(c, f, cand, &n));
+        TM_TRY(set_names(c, f, cand, n));
+    }
     return TM_OK;
 }
 
 tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err) {
+    /* Android's SELinux keeps symbolizers out of /data/local/tmp: a mapping
+     * there without a build id cannot be symbolized later */
+    static const char tmp[] = "/data/local/tmp/";
+    for (size_t i = 0; i < tp->n_mappings; i++) {
+        const tp_mapping *m = &tp->mappings[i];
+        if (!m->build_id.len && m->name.len >= sizeof tmp - 1 && !memcmp(m->name.data, tmp, sizeof tmp - 1))
+            stats[TPS_symbolization_tmp_build_id_not_found]++;
+    }
     if (!s->n) return TM_OK;
     size_t nm = tp->n_mappings ? tp->n_mappings : 1, nf = tp->n_frames ? tp->n_frames : 1;
     apply_ctx c = {tp, stats, tm_mem_alloc(tp->mem, nm * sizeof(ref)), tm_mem_alloc(tp->mem, nf * sizeof(ref)),
@@ -165,9 +286,14 @@ tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats,
         qsort(c.frames, tp->n_frames, sizeof(ref), cmp_pc);
         qsort(c.names, tp->n_frames, sizeof(ref), cmp_s);
     }
+    /* symbols first: a Java frame's obfuscated line comes from them */
     for (size_t i = 0; i < s->n && st == TM_OK; i++)
-        st = s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS ? tm_pf_module_symbols(s->payloads[i], on_address, &c)
-                                                         : tm_pf_deobfuscation(s->payloads[i], on_deobf, &c);
+        if (s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS) st = tm_pf_module_symbols(s->payloads[i], on_address, &c);
+    deobf_list l = {&c, NULL, 0, 0};
+    for (size_t i = 0; i < s->n && st == TM_OK; i++)
+        if (s->fields[i] == TM_PF_PACKET_DEOBFUSCATION_MAPPING) st = tm_pf_deobfuscation(s->payloads[i], on_deobf, &l);
+    if (st == TM_OK) st = deobfuscate(&c, &l);
+    tm_mem_free(tp->mem, l.v, l.cap * sizeof *l.v);
     tm_mem_free(tp->mem, c.maps, nm * sizeof(ref));
     tm_mem_free(tp->mem, c.frames, nf * sizeof(ref));
     tm_mem_free(tp->mem, c.names, nf * sizeof(ref));

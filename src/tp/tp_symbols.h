@@ -9,12 +9,18 @@
 #include "perfetto/symbols.h" /* tm_pf_symbols */
 #include "tp/tp.h"
 
-/* In file order: ModuleSymbols add stack_profile_symbol rows (one set per
- * address, innermost inlined function first, `inlined` on all but the
- * last) and point the frames of every mapping with that build id and
- * rel_pc at them; DeobfuscationMapping sets deobfuscated_name on the
- * frames named "ObfuscatedClass.obfuscatedMethod" (the first mapping that
- * names a frame wins). stats: Trace Processor's single stats, by key. */
+/* ModuleSymbols first, in file order: stack_profile_symbol rows (one set
+ * per address, innermost inlined function first, `inlined` on all but the
+ * last), and the frames of every mapping with that build id and rel_pc
+ * pointed at them. Then DeobfuscationMapping: a frame named
+ * "ObfuscatedClass.obfuscatedMethod" gets deobfuscated_name (the distinct
+ * candidates sorted and joined with " | " when the map is ambiguous), only
+ * from maps of its app when its mapping's path names one
+ * (/data/app/PACKAGE-...); with an obfuscated line (from its symbols) the
+ * methods whose line range holds it become its symbol set, inlined ones
+ * first, as R8's retrace expands them. Also counts mappings in
+ * /data/local/tmp without a build id (symbolization_tmp_build_id_not_found).
+ * stats: Trace Processor's single stats, by key. */
 tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err);
 
 #endif
