@@ -364,7 +364,7 @@ Test(symbolize, profile_model_and_exporters) {
 }
 
 /* ProGuard/R8: obfuscated Java frames get their original names in SQL
- * (deobfuscated_name) and in the profile model. */
+ * (deobfuscated_name) and in the profile model (the map's first entry). */
 Test(symbolize, proguard_map_renames_java_frames) {
     size_t len;
     char *map = tu_read_file(TM_FIXTURES "/proguard/mapping.txt", &len);
@@ -387,7 +387,8 @@ Test(symbolize, proguard_map_renames_java_frames) {
                                     "select name, coalesce(deobfuscated_name, '-') from stack_profile_frame order by name",
                                     -1, &q, NULL),
                  SQLITE_OK);
-    const char *want[4][2] = {{"a.a.a", "com.example.Main.foo"},
+    /* a.a.a: five entries without a line to choose by: every candidate, as Trace Processor */
+    const char *want[4][2] = {{"a.a.a", "com.example.Main.bar | com.example.Main.foo | com.example.Main.test"},
                               {"a.a.b", "com.example.Main.compute"},
                               {"a.b.a", "com.example.Util.format"},
                               {"x.y", "-"}};
