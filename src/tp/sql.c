@@ -796,6 +796,35 @@ static const struct {
      "        ts_end)) AS ts"
      "  FROM dumps)"
      "SELECT id, upid, heap_name, ts, ts_end - ts AS dur, retained, allocated, delta FROM windows"},
+    /* The frames still to symbolize, per process: every frame of every
+     * callsite a CPU or heap sample uses (its ancestors included) that has
+     * no symbol set, in a mapping with a build id; for Chrome's libraries
+     * also their breakpad module id (the build id's first 16 bytes as a
+     * GUID with its first three fields byte-swapped, then age 0). */
+    {"stacks.symbolization_candidates",
+     "CREATE VIEW IF NOT EXISTS _stacks_symbolization_candidates AS "
+     "WITH RECURSIVE sampled(upid, callsite_id) AS ("
+     "  SELECT t.upid, s.callsite_id FROM perf_sample AS s JOIN thread AS t USING (utid)"
+     "   WHERE s.callsite_id IS NOT NULL"
+     "  UNION SELECT t.upid, s.callsite_id FROM cpu_profile_stack_sample AS s JOIN thread AS t USING (utid)"
+     "  UNION SELECT upid, callsite_id FROM heap_profile_allocation),"
+     " chain(upid, callsite_id) AS ("
+     "  SELECT upid, callsite_id FROM sampled"
+     "  UNION SELECT chain.upid, c.parent_id FROM chain JOIN stack_profile_callsite AS c ON c.id = chain.callsite_id"
+     "   WHERE c.parent_id IS NOT NULL),"
+     " frames AS ("
+     "  SELECT DISTINCT chain.upid, f.mapping, f.rel_pc FROM chain"
+     "  JOIN stack_profile_callsite AS c ON c.id = chain.callsite_id"
+     "  JOIN stack_profile_frame AS f ON f.id = c.frame_id WHERE f.symbol_set_id IS NULL)"
+     "SELECT frames.upid AS upid, m.name AS module, m.build_id AS build_id, frames.rel_pc AS rel_pc,"
+     "  CASE WHEN (m.name GLOB '*libmonochrome_64.so' OR m.name GLOB '*libchrome.so'"
+     "    OR m.name GLOB '*libmonochrome.so' OR m.name GLOB '*libwebviewchromium.so'"
+     "    OR m.name GLOB '*libchromium_android_linker.so') AND length(m.build_id) >= 40"
+     "  THEN substr(m.build_id, 7, 2) || substr(m.build_id, 5, 2) || substr(m.build_id, 3, 2)"
+     "    || substr(m.build_id, 1, 2) || substr(m.build_id, 11, 2) || substr(m.build_id, 9, 2)"
+     "    || substr(m.build_id, 15, 2) || substr(m.build_id, 13, 2) || substr(m.build_id, 17, 16) || '0'"
+     "  END AS breakpad_module_id "
+     "FROM frames JOIN stack_profile_mapping AS m ON m.id = frames.mapping WHERE m.build_id != ''"},
 };
 
 static tm_status register_library(tm_db *d, tm_error *err) {
@@ -829,8 +858,8 @@ int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err
         sql_fail(err, db, "INCLUDE PERFETTO MODULE");
         return -1;
     }
-    tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s",
-            (int)(len > 200 ? 200 : len), name, modules[0].module);
+    tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s and %s",
+            (int)(len > 200 ? 200 : len), name, modules[0].module, modules[1].module);
     return -1;
 }
 
