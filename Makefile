@@ -8,7 +8,7 @@ JOBS ?= 2
 # make test, asan and fuzz keep warnings errors (TRACEMILL_WERROR), as CI does.
 CI_FLAGS ?= -DTRACEMILL_WERROR=ON
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src python clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record bench-symbolize golden check-src python clean
 
 all: build
 
@@ -75,6 +75,11 @@ bench-serve: build
 # 250 Hz, ratio of medians, and trace bytes per sample.
 bench-record: build
 	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
+
+# tm_symbolize on 100 000 pcs over 20 libraries, against addr2line and
+# llvm-symbolizer on the same pcs.
+bench-symbolize: build
+	@$(BUILD)/bench_symbolize
 
 # The Python package (python/) built in place into $(BUILD)/python/lib with
 # /usr/bin/python3 (offline); `pip install ./python` installs it.

@@ -27,10 +27,20 @@
 
 #include "symbolize/symbolize.h"
 
+/* A function symbol, [lo, hi) in the module's addresses (hi == lo: size 0). */
+typedef struct sym_ent {
+    GElf_Addr lo, hi;
+    const char *name;
+    int global;
+} sym_ent;
+
 struct tm_elf {
     tm_mem *mem;
     Dwfl *dwfl;
     Dwfl_Module *mod;
+    sym_ent *syms; /* sorted by lo, read on first use: libdwfl's own lookup scans every symbol */
+    size_t n_syms, cap_syms;
+    bool syms_read;
     Dwfl_Callbacks cb;
     char *debuginfo_path; /* cb.debuginfo_path points here */
     size_t debuginfo_cap;
@@ -140,8 +150,58 @@ nomem:
 void tm_elf_close(tm_elf *e) {
     if (!e) return;
     drop(e);
+    tm_mem_free(e->mem, e->syms, e->cap_syms * sizeof *e->syms);
     tm_mem_free(e->mem, e->debuginfo_path, e->debuginfo_cap);
     tm_mem_free(e->mem, e, sizeof *e);
+}
+
+static int cmp_sym(const void *x, const void *y) {
+    const sym_ent *a = x, *b = y;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    if (a->global != b->global) return b->global - a->global; /* global names first */
+    return (a->hi < b->hi) - (a->hi > b->hi);                /* then the larger */
+}
+
+/* Reads the function symbols once (out of memory: none, names from DWARF
+ * only). */
+static void read_syms(tm_elf *e) {
+    e->syms_read = true;
+    int n = dwfl_module_getsymtab(e->mod);
+    if (n <= 1) return;
+    e->syms = tm_mem_alloc(e->mem, (size_t)n * sizeof *e->syms);
+    if (!e->syms) return;
+    e->cap_syms = (size_t)n;
+    for (int i = 1; i < n; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        const char *name = dwfl_module_getsym_info(e->mod, i, &sym, &addr, NULL, NULL, NULL);
+        int type = GELF_ST_TYPE(sym.st_info);
+        if (!name || !*name || sym.st_shndx == SHN_UNDEF || (type != STT_FUNC && type != STT_GNU_IFUNC)) continue;
+        e->syms[e->n_syms++] = (sym_ent){addr, addr + sym.st_size, name, GELF_ST_BIND(sym.st_info) == STB_GLOBAL};
+    }
+    if (e->n_syms) qsort(e->syms, e->n_syms, sizeof *e->syms, cmp_sym);
+}
+
+/* The function symbol holding addr: the last that starts at or below it
+ * and, if it has a size, covers it. */
+static const char *sym_name(tm_elf *e, GElf_Addr addr) {
+    if (!e->syms_read) read_syms(e);
+    size_t lo = 0, hi = e->n_syms;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->syms[mid].lo <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    /* lo: the first starting above addr. Back from there: a sized symbol
+     * must cover addr, one without a size only counts at the nearest start;
+     * of several at one start, the first in sort order wins. */
+    const sym_ent *best = NULL;
+    for (size_t i = lo; i-- > 0 && lo - i <= 16;) {
+        const sym_ent *s = &e->syms[i];
+        if (best && s->lo != best->lo) break;
+        if (s->hi > s->lo ? addr < s->hi : s->lo == e->syms[lo - 1].lo) best = s;
+    }
+    return best ? best->name : NULL;
 }
 
 /* The name a scope is called by: its linkage name (as the symbol table
@@ -160,7 +220,6 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
     GElf_Addr bias = 0;
     if (!dwfl_module_getelf(e->mod, &bias)) return;
     Dwarf_Addr addr = rel_pc + bias;
-    const char *sym = dwfl_module_addrname(e->mod, addr);
     /* the leaf's file and line from the line table */
     const char *file = NULL;
     int line = 0;
@@ -184,7 +243,7 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
             continue;
         }
         const char *name = scope_name(sc);
-        if (!name && tag == DW_TAG_subprogram) name = sym;
+        if (!name && tag == DW_TAG_subprogram) name = sym_name(e, addr);
         lines[*n] = (tm_elf_line){name ? name : "", file, line > 0 ? (uint32_t)line : 0};
         (*n)++;
         if (tag == DW_TAG_subprogram) break;
@@ -204,5 +263,6 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
         i = 1; /* outer[0] is the instance itself */
     }
     tm_free_foreign(scopes); /* dwarf_getscopes allocates with malloc */
-    if (*n == 0 && sym) lines[(*n)++] = (tm_elf_line){sym, file, line > 0 ? (uint32_t)line : 0};
+    const char *sym = *n ? NULL : sym_name(e, addr);
+    if (sym) lines[(*n)++] = (tm_elf_line){sym, file, line > 0 ? (uint32_t)line : 0};
 }

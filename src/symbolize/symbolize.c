@@ -34,6 +34,7 @@ static int cmp_ref(const void *x, const void *y) {
     const frame_ref *a = x, *b = y;
     int c = cmp_bytes(a->build_id, b->build_id);
     if (c) return c;
+    if (!a->build_id.len && (c = cmp_bytes(a->path, b->path)) != 0) return c; /* without a build id: by mapping */
     if (a->rel_pc != b->rel_pc) return a->rel_pc < b->rel_pc ? -1 : 1;
     return cmp_bytes(a->path, b->path);
 }
@@ -135,7 +136,8 @@ static tm_status native(sym_run *r, const tm_tp *tp) {
     tm_status st = TM_OK;
     for (size_t i = 0; i < n && st == TM_OK;) {
         size_t j = i + 1;
-        while (j < n && tm_bytes_eq(refs[j].build_id, refs[i].build_id) && (refs[i].build_id.len || tm_bytes_eq(refs[j].path, refs[i].path)))
+        while (j < n && tm_bytes_eq(refs[j].build_id, refs[i].build_id) &&
+               (refs[i].build_id.len || tm_bytes_eq(refs[j].path, refs[i].path)))
             j++;
         st = module(r, refs + i, j - i);
         i = j;
