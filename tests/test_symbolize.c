@@ -446,3 +446,25 @@ Test(symbolize, cli_end_to_end) {
     free(folded);
     tb_free(&t);
 }
+
+/* R8's inline ranges in the profile model: an obfuscated frame whose line
+ * (from ModuleSymbols) falls in several entries' range becomes those
+ * methods, innermost last in folded order (Perfetto's own diff test trace). */
+Test(symbolize, r8_inline_ranges_expand_java_frames) {
+    size_t len;
+    char *buf = tu_read_file(TM_FIXTURES "/perfetto-difftests/R8RetraceCompat__inline_positions/trace.pftrace", &len);
+    cr_assert(buf);
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(buf, len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    tu_membuf folded = {0};
+    tm_sink fs = {tu_membuf_write, &folded};
+    tm_folded_options fo = {.value = TM_VALUE_ALLOC_SPACE};
+    cr_assert_eq(tm_write_folded(tr, &fo, &fs, &err), TM_OK, "%s", err.message);
+    cr_assert_str_eq(folded.data, "com.example.Main.test;com.example.Main.foo 1000\n"
+                                  "com.example.Main.test;com.example.Main.foo;com.example.Main.bar 1000\n"
+                                  "com.example.Main.test;com.example.Main.foo;com.example.Main.bar;com.example.Main.baz 1000\n");
+    tu_membuf_free(&folded);
+    tm_trace_free(tr);
+    free(buf);
+}

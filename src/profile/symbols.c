@@ -8,9 +8,13 @@
  *    and line; all but the last are TM_FRAME_INLINED, and all keep the
  *    frame's address, so an exporter can tell one address's inline chain
  *    (pprof: one Location, several Lines);
- *  - a Java frame (class in module, method in function) whose class and
- *    method a DeobfuscationMapping renames gets the original names; a
- *    class renamed without its method keeps the method's name.
+ *  - a Java frame (class in module, method in function; or any frame named
+ *    "Class.method", as frames of .apk mappings are) whose class and method
+ *    a DeobfuscationMapping renames gets the original names; with a line
+ *    (from the symbols) inside entries' obfuscated line ranges it becomes
+ *    those methods, the inlined ones first, each at its original line, as
+ *    R8's retrace expands it; a class renamed without its method keeps the
+ *    method's name.
  * The first entry for an address or a name wins. Stacks are rewritten and
  * frames no stack uses any more are dropped.
  */
@@ -29,6 +33,7 @@ typedef struct addr_ent {
 typedef struct name_ent {
     tm_str obf_class, obf_method; /* obf_method.data NULL: a class entry */
     tm_str class_name, method;
+    uint32_t obf_start, obf_end, src_start; /* obf_end 0: no line range */
     uint32_t order;
 } name_ent;
 
@@ -56,7 +61,8 @@ static tm_status on_deobf(void *ctx, const tm_pf_deobf *d) {
     if (!d->obf_class.len || !d->class_name.len || (d->obf_method.data && (!d->obf_method.len || !d->method.len)))
         return TM_OK;
     TM_TRY(TM_VEC_RESERVE(t->mem, t->names, t->cap_names, t->n_names + 1));
-    t->names[t->n_names] = (name_ent){d->obf_class, d->obf_method, d->class_name, d->method, (uint32_t)t->n_names};
+    t->names[t->n_names] = (name_ent){d->obf_class,     d->obf_method,   d->class_name, d->method,
+                                      d->obf_line_start, d->obf_line_end, d->line_start, (uint32_t)t->n_names};
     t->n_names++;
     return TM_OK;
 }
@@ -110,57 +116,129 @@ static const name_ent *find_name(const sym_tables *t, tm_str cls, tm_str method)
     return lo < t->n_names && cmp_name_key(cls, method, &t->names[lo]) == 0 ? &t->names[lo] : NULL;
 }
 
-/* The renamed Java frame of f, if a mapping names it. */
-static bool rename_java(const sym_tables *t, const tm_prof_frame *f, tm_prof_frame *out) {
-    if (!(f->flags & TM_FRAME_HAS_MODULE)) return false;
-    tm_str method = f->flags & TM_FRAME_HAS_FUNCTION ? f->function : (tm_str){NULL, 0};
-    const name_ent *e = method.data ? find_name(t, f->module, method) : NULL;
-    if (!e) e = find_name(t, f->module, (tm_str){NULL, 0});
-    if (!e) return false;
-    *out = *f;
-    out->module = e->class_name;
-    if (e->obf_method.data) {
-        /* a method that moved names its class: "other.Cls.m" */
-        size_t dot = e->method.len;
-        while (dot > 0 && e->method.data[dot - 1] != '.') dot--;
-        out->function = (tm_str){e->method.data + dot, e->method.len - dot};
-        if (dot > 1) out->module = (tm_str){e->method.data, dot - 1};
+/* g renamed to cls.method: a Java frame keeps class and method apart, any
+ * other frame (an .apk mapping's, say) is named "Class.method". */
+static tm_status set_java_name(tm_profile *p, tm_prof_frame *g, tm_str cls, tm_str method) {
+    /* a method that moved names its class: "other.Cls.m" */
+    size_t dot = method.len;
+    while (dot > 0 && method.data[dot - 1] != '.') dot--;
+    if (dot > 1) cls = (tm_str){method.data, dot - 1}, method = (tm_str){method.data + dot, method.len - dot};
+    if (g->flags & TM_FRAME_JAVA) {
+        g->module = cls;
+        g->function = method;
+        g->flags |= TM_FRAME_HAS_MODULE | TM_FRAME_HAS_FUNCTION;
+        return TM_OK;
     }
+    char *n = tm_arena_alloc(p->arena, cls.len + 1 + method.len);
+    if (!n) return TM_ERR_NOMEM;
+    memcpy(n, cls.data, cls.len);
+    n[cls.len] = '.';
+    memcpy(n + cls.len + 1, method.data, method.len);
+    g->function = (tm_str){(const uint8_t *)n, cls.len + 1 + method.len};
+    g->flags |= TM_FRAME_HAS_FUNCTION;
+    return TM_OK;
+}
+
+/* The obfuscated class and method of a frame: a Java frame's module and
+ * function, or another frame's function split at its last dot. */
+static bool obf_names(const tm_prof_frame *g, tm_str *cls, tm_str *method) {
+    if (!(g->flags & TM_FRAME_HAS_FUNCTION)) return false;
+    if (g->flags & TM_FRAME_HAS_MODULE) {
+        *cls = g->module, *method = g->function;
+        return true;
+    }
+    size_t dot = g->function.len;
+    while (dot > 0 && g->function.data[dot - 1] != '.') dot--;
+    if (dot < 2 || dot == g->function.len) return false;
+    *cls = (tm_str){g->function.data, dot - 1};
+    *method = (tm_str){g->function.data + dot, g->function.len - dot};
     return true;
+}
+
+/* Appends what frame g becomes under the deobfuscation maps to out (at most
+ * cap): with a line inside entries' obfuscated ranges, those methods, the
+ * inlined ones first, each at its original line (R8's retrace); else its
+ * first method entry, else its class renamed; else g itself. *renamed says
+ * whether it changed. */
+static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_frame *g, tm_prof_frame *out,
+                             size_t cap, size_t *n, bool *renamed) {
+    tm_str cls, method;
+    *renamed = false;
+    if (t->n_names && obf_names(g, &cls, &method)) {
+        const name_ent *first = find_name(t, cls, method);
+        if (first && (g->flags & TM_FRAME_HAS_LINE)) {
+            size_t k = *n;
+            for (const name_ent *e = first; e < t->names + t->n_names && k < cap && !cmp_name_key(cls, method, e); e++) {
+                if (!e->obf_end || g->line < e->obf_start || g->line > e->obf_end) continue;
+                tm_prof_frame h = *g;
+                TM_TRY(set_java_name(p, &h, e->class_name, e->method));
+                h.line = e->src_start ? e->src_start + (g->line - e->obf_start) : g->line;
+                h.flags |= TM_FRAME_INLINED;
+                out[k++] = h;
+            }
+            if (k > *n) {
+                /* the last keeps g's own INLINED (a native chain it sits in) */
+                out[k - 1].flags = (out[k - 1].flags & ~(uint32_t)TM_FRAME_INLINED) | (g->flags & TM_FRAME_INLINED);
+                *n = k;
+                *renamed = true;
+                return TM_OK;
+            }
+        }
+        const name_ent *e = first ? first : find_name(t, cls, (tm_str){NULL, 0});
+        if (e && *n < cap) {
+            tm_prof_frame h = *g;
+            TM_TRY(set_java_name(p, &h, e->class_name, e->obf_method.data ? e->method : method));
+            out[(*n)++] = h;
+            *renamed = true;
+            return TM_OK;
+        }
+    }
+    if (*n < cap) out[(*n)++] = *g;
+    return TM_OK;
 }
 
 /* Expands every frame it can into exp[off[i], off[i] + len[i]). */
 static tm_status expand(tm_profile *p, const sym_tables *t, uint32_t *off, uint32_t *len, uint32_t **exp, size_t *n_exp,
                         size_t *cap_exp) {
+    enum { CAP = 2 * TM_MAX_SYMBOL_LINES };
+    tm_prof_frame chain[TM_MAX_SYMBOL_LINES], out[CAP];
     size_t n0 = p->n_frames;
     for (size_t i = 0; i < n0; i++) {
-        tm_prof_frame f = p->frames[i], g;
-        uint32_t id;
-        if (f.flags & TM_FRAME_JAVA) {
-            if (!t->n_names || !rename_java(t, &f, &g)) continue;
-            TM_TRY(tm_profile_intern_frame(p, &g, &id));
-            TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + 1));
-            off[i] = (uint32_t)*n_exp, len[i] = 1;
-            (*exp)[(*n_exp)++] = id;
-            continue;
+        tm_prof_frame f = p->frames[i];
+        size_t n = 0, m = 0;
+        bool changed = false;
+        const addr_ent *e = !(f.flags & TM_FRAME_JAVA) && f.mapping && t->n_addrs
+                                ? find_addr(t, p->mappings[f.mapping - 1].build_id, f.rel_pc)
+                                : NULL;
+        if (e) {
+            for (uint32_t k = 0; k < e->n && n < TM_MAX_SYMBOL_LINES; k++) {
+                const tm_pf_line *l = &t->lines[e->off + k];
+                tm_prof_frame g = f;
+                g.function = l->function;
+                g.flags |= TM_FRAME_HAS_FUNCTION;
+                g.flags &= ~(uint32_t)(TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE | TM_FRAME_INLINED);
+                g.file = l->file.len ? l->file : (tm_str){NULL, 0};
+                g.line = l->line;
+                if (l->file.len) g.flags |= TM_FRAME_HAS_FILE;
+                if (l->line) g.flags |= TM_FRAME_HAS_LINE;
+                if (k + 1 < e->n) g.flags |= TM_FRAME_INLINED;
+                chain[n++] = g;
+            }
+            changed = true;
+        } else {
+            chain[n++] = f;
         }
-        if (!f.mapping || !t->n_addrs) continue;
-        const addr_ent *e = find_addr(t, p->mappings[f.mapping - 1].build_id, f.rel_pc);
-        if (!e) continue;
-        TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + e->n));
-        off[i] = (uint32_t)*n_exp, len[i] = e->n;
-        for (uint32_t k = 0; k < e->n; k++) {
-            const tm_pf_line *l = &t->lines[e->off + k];
-            g = f;
-            g.function = l->function;
-            g.flags |= TM_FRAME_HAS_FUNCTION;
-            g.flags &= ~(uint32_t)(TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE | TM_FRAME_INLINED);
-            g.file = l->file.len ? l->file : (tm_str){NULL, 0};
-            g.line = l->line;
-            if (l->file.len) g.flags |= TM_FRAME_HAS_FILE;
-            if (l->line) g.flags |= TM_FRAME_HAS_LINE;
-            if (k + 1 < e->n) g.flags |= TM_FRAME_INLINED;
-            TM_TRY(tm_profile_intern_frame(p, &g, &id));
+        for (size_t k = 0; k < n; k++) {
+            bool renamed;
+            TM_TRY(deobfuscate(p, t, &chain[k], out, CAP, &m, &renamed));
+            changed |= renamed;
+        }
+        if (!changed) continue;
+        TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + m));
+        off[i] = (uint32_t)*n_exp, len[i] = (uint32_t)m;
+        for (size_t k = 0; k < m; k++) {
+            uint32_t id;
+            TM_TRY(tm_profile_intern_frame(p, &out[k], &id));
             (*exp)[(*n_exp)++] = id;
         }
     }
