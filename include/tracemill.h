@@ -175,6 +175,9 @@ typedef struct tm_options {
     tm_input_format input;  /* TM_INPUT_AUTO: detect; TM_MODE_RELAY needs Perfetto */
     int strict;             /* a Perfetto trace cut off inside a packet is rejected (TM_ERR_TRUNCATED)
                                instead of read up to that packet (always in TM_MODE_RELAY) */
+    int source_lines;       /* 1: a frame with a source file or line (from symbols) is named
+                               "function (file:line)" in the text formats; 0: by its function
+                               alone, so that its lines merge */
 } tm_options;
 
 /* ==== Traces =========================================================== */

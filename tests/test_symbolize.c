@@ -344,6 +344,18 @@ Test(symbolize, profile_model_and_exporters) {
     tm_sink fs = {tu_membuf_write, &folded};
     cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
     cr_assert_str_eq(folded.data, "work;mix 1\n");
+    /* source_lines (--lines): "function (file:line)" */
+    tm_options lines_opts = {.source_lines = 1};
+    tm_trace *tl = NULL;
+    cr_assert_eq(tm_trace_parse(out.data, out.len, &lines_opts, &tl, &err), TM_OK, "%s", err.message);
+    tu_membuf fl = {0};
+    tm_sink fls = {tu_membuf_write, &fl};
+    cr_assert_eq(tm_write_folded(tl, NULL, &fls, &err), TM_OK);
+    char want[256];
+    snprintf(want, sizeof want, "work (%s/prog.c:9);mix (%s/prog.c:4) 1\n", dir, dir);
+    cr_assert_str_eq(fl.data, want);
+    tu_membuf_free(&fl);
+    tm_trace_free(tl);
     /* pprof: Location with Line{mix, 4} then Line{work, 9} */
     tu_membuf pp = {0};
     tm_sink ps = {tu_membuf_write, &pp};

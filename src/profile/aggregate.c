@@ -75,6 +75,11 @@ tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame) {
     return TM_KIND_NATIVE;
 }
 
+/* Whether the label names the frame's source file and line. */
+static int has_source(const tm_profile *p, const tm_prof_frame *f) {
+    return p->label_lines && (f->flags & TM_FRAME_HAS_FUNCTION) && (f->flags & (TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE));
+}
+
 /* A function name is its own label; other labels are composed. */
 static int label_is_function(const tm_prof_frame *f) {
     return (f->flags & TM_FRAME_HAS_FUNCTION) && !(f->flags & TM_FRAME_JAVA && f->module.len);
@@ -95,6 +100,17 @@ size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, siz
             n = put(buf, cap, n, ".", 1);
         }
         n = put(buf, cap, n, f->function.data, f->function.len);
+        if (has_source(p, f)) { /* " (file:line)", " (file)" or " (line N)" */
+            n = put(buf, cap, n, " (", 2);
+            if (f->flags & TM_FRAME_HAS_FILE) n = put(buf, cap, n, f->file.data, f->file.len);
+            if (f->flags & TM_FRAME_HAS_LINE) {
+                char line[24];
+                int l = snprintf(line, sizeof line, "%s%u", f->flags & TM_FRAME_HAS_FILE ? ":" : "line ",
+                                 (unsigned)f->line);
+                n = put(buf, cap, n, line, (size_t)l);
+            }
+            n = put(buf, cap, n, ")", 1);
+        }
     } else {
         tm_str lib = frame_library(p, f);
         char addr[24];
@@ -112,7 +128,7 @@ size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, siz
 
 static tm_status label_of(const tm_profile *p, uint32_t frame, tm_arena *ar, tm_str *out) {
     const tm_prof_frame *f = &p->frames[frame];
-    if (label_is_function(f)) {
+    if (label_is_function(f) && !has_source(p, f)) {
         *out = f->function;
         return TM_OK;
     }
