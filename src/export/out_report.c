@@ -134,6 +134,8 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"alloc_space_bytes", totals[1]},
         {"inuse_objects", totals[2]},
         {"inuse_space_bytes", totals[3]},
+        {"process_memory_readings", p->n_memory},
+        {"peak_rss_bytes", tm_profile_peak_rss(p)},
     };
     write_group(w, "memory", memory, N(memory), 0);
     tm_jw_lit(w, "\"first_sample_ns\":");
