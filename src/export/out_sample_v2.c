@@ -384,6 +384,10 @@ tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
 
 /* Relay's converter errors, in its order, before anything is written. */
 static tm_status check_converter(const tm_profile *p, tm_error *err) {
+    if (p->n_samples == 0 && p->n_heap_samples)
+        return REJECT(err, "NotEnoughSamples",
+                      "the trace holds a memory profile and no CPU samples: Sample v2 carries CPU samples (write "
+                      "the memory profile as pprof, folded, svg or speedscope)");
     if (p->n_samples == 0) return REJECT(err, "NotEnoughSamples", "the trace has no samples that resolve to a callstack");
     if (p->relay_compat && !p->has_relay_offset)
         return REJECT(err, "InvalidSampledProfile", "no ClockSnapshot holds both BOOTTIME and REALTIME");

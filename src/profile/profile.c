@@ -338,8 +338,10 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
     }
     tm_prof_heap_sample *hs = &p->heap_samples[i];
     if (ts > hs->ts) hs->ts = ts;
-    if (count > 0 || size > 0) hs->alloc_objects += count, hs->alloc_space += size;
-    hs->inuse_objects += count, hs->inuse_space += size;
+#define ADD(x, v) ((x) = (int64_t)((uint64_t)(x) + (uint64_t)(v))) /* hostile totals wrap, never overflow */
+    if (count > 0 || size > 0) ADD(hs->alloc_objects, count), ADD(hs->alloc_space, size);
+    ADD(hs->inuse_objects, count), ADD(hs->inuse_space, size);
+#undef ADD
     return TM_OK;
 }
 

@@ -1239,9 +1239,10 @@ static tm_status finish(dec *d) {
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
     tm_trace_stats *st = &p->stats;
-    for (size_t i = 0; i < p->n_heap_samples; i++) {
-        st->heap_alloc_bytes += (uint64_t)p->heap_samples[i].alloc_space;
-        st->heap_inuse_bytes += (uint64_t)p->heap_samples[i].inuse_space;
+    for (size_t i = 0; i < p->n_heap_samples; i++) { /* a stack that freed more than it allocated holds nothing */
+        const tm_prof_heap_sample *h = &p->heap_samples[i];
+        st->heap_alloc_bytes += h->alloc_space > 0 ? (uint64_t)h->alloc_space : 0;
+        st->heap_inuse_bytes += h->inuse_space > 0 ? (uint64_t)h->inuse_space : 0;
     }
     st->samples_kept = p->n_samples;
     st->threads = p->n_threads;

@@ -439,7 +439,7 @@ static const col_def heap_alloc_cols[] = {
 
 GETTER(hd_ts, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts))
 GETTER(hd_ts_end, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts_end))
-GETTER(hd_dur, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts_end - r->ts))
+GETTER(hd_dur, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, (int64_t)((uint64_t)r->ts_end - (uint64_t)r->ts)))
 GETTER(hd_upid, tp_heap_dump, heap_dumps, put_id(c, r->upid))
 GETTER(hd_heap, tp_heap_dump, heap_dumps, put_str(c, r->heap_name))
 static const col_def heap_dump_cols[] = {
