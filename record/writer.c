@@ -3,8 +3,10 @@
  * facts into TracePackets (framed as Trace records) handed to an emit
  * callback. It owns per-sequence interning (function names, mapping paths,
  * build ids, mappings, frames, callstacks), the sequence flags that make a
- * reader trust that interning, and the descriptive packets: TraceConfig,
- * SystemInfo, ClockSnapshot, ProcessTree, TrackDescriptors, TraceStats.
+ * reader trust that interning, heapprofd-shaped heap dumps (ProfilePacket,
+ * which interns into tables of its own), and the descriptive packets:
+ * TraceConfig, SystemInfo, ClockSnapshot, ProcessTree, TrackDescriptors,
+ * ProcessStats, TraceStats.
  *
  * Sequences: every sampled thread writes on the sequence the caller gives
  * (seq >= 1, != TMR_WRITER_SEQ); descriptors, clock snapshots and stats go
@@ -177,6 +179,19 @@ static void seq_free(seq_state *s) {
     free(s->pool);
 }
 
+/* Where new interned entries go: InternedData for PerfSample sequences,
+ * the ProfilePacket's own tables for heap dumps (one string table there). */
+typedef struct intern_fields {
+    uint32_t function_names, mapping_paths, build_ids, mappings, frames, callstacks;
+} intern_fields;
+
+static const intern_fields INTERNED_DATA = {TM_PF_INTERNED_FUNCTION_NAMES, TM_PF_INTERNED_MAPPING_PATHS,
+                                            TM_PF_INTERNED_BUILD_IDS,      TM_PF_INTERNED_MAPPINGS,
+                                            TM_PF_INTERNED_FRAMES,         TM_PF_INTERNED_CALLSTACKS};
+static const intern_fields PROFILE_PACKET_TABLES = {TM_PF_PROFILE_PACKET_STRINGS,  TM_PF_PROFILE_PACKET_STRINGS,
+                                                    TM_PF_PROFILE_PACKET_STRINGS,  TM_PF_PROFILE_PACKET_MAPPINGS,
+                                                    TM_PF_PROFILE_PACKET_FRAMES,   TM_PF_PROFILE_PACKET_CALLSTACKS};
+
 typedef struct thread_entry {
     int32_t tid;
     char *name;
@@ -196,7 +211,10 @@ struct tmr_writer {
     thread_entry *threads;
     size_t n_threads, cap_threads;
     wbuf pkt;               /* the packet being built */
-    wbuf interned;          /* a sample's new InternedData entries */
+    wbuf interned;          /* a packet's new interned entries */
+    const intern_fields *fields; /* where they go */
+    wbuf heap_samples;      /* a heap dump packet's HeapSamples */
+    uint64_t heap_index;    /* ProfilePacket.index of the next heap packet */
     uint64_t *frame_iids;   /* a sample's frames, leaf first */
     size_t frame_cap;
 };
@@ -270,6 +288,7 @@ tmr_writer *tmr_writer_new(const tmr_writer_opts *o, tmr_symbols *syms, tmr_emit
     if (w->o.ppid == 0) w->o.ppid = (int32_t)getppid();
     if (w->o.own_seq == 0) w->o.own_seq = TMR_WRITER_SEQ;
     w->syms = syms, w->emit = emit, w->ctx = ctx;
+    w->fields = &INTERNED_DATA;
     if (o->cmdline) {
         w->cmdline = malloc(o->cmdline_len + 1);
         if (!w->cmdline) {
@@ -299,6 +318,7 @@ void tmr_writer_free(tmr_writer *w) {
     free(w->cmdline);
     free(w->pkt.p);
     free(w->interned.p);
+    free(w->heap_samples.p);
     free(w->frame_iids);
     free(w);
 }
@@ -540,10 +560,10 @@ static uint64_t intern_mapping(tmr_writer *w, seq_state *s, int mapping) {
      * symbolizer shares between a file's mappings. One full path per
      * mapping (readers join segments with '/', and a leading '//' is one). */
     uint64_t path_iid =
-        m->path[0] ? intern_bytes(w, s, TM_PF_INTERNED_MAPPING_PATHS, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
+        m->path[0] ? intern_bytes(w, s, w->fields->mapping_paths, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
     uint64_t build_iid =
         m->build_id_len
-            ? intern_bytes(w, s, TM_PF_INTERNED_BUILD_IDS, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len)
+            ? intern_bytes(w, s, w->fields->build_ids, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len)
             : 0;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
@@ -558,7 +578,7 @@ static uint64_t intern_mapping(tmr_writer *w, seq_state *s, int mapping) {
     put_uint(b, TM_PF_MAPPING_LOAD_BIAS, m->load_bias);
     if (path_iid) put_uint(b, TM_PF_MAPPING_PATH_STRING_IDS, path_iid);
     put_uint(b, TM_PF_MAPPING_EXACT_OFFSET, m->offset);
-    msg_close(b, TM_PF_INTERNED_MAPPINGS, e);
+    msg_close(b, w->fields->mappings, e);
     return iid;
 }
 
@@ -578,7 +598,7 @@ static uint64_t intern_frame(tmr_writer *w, seq_state *s, uint64_t pc, int is_re
     if (*slot) return *slot;
     uint64_t iid = *slot = ++s->next_iid;
     uint64_t name_iid =
-        name ? intern_bytes(w, s, TM_PF_INTERNED_FUNCTION_NAMES, KEY_NAME, name, name, strlen(name)) : 0;
+        name ? intern_bytes(w, s, w->fields->function_names, KEY_NAME, name, name, strlen(name)) : 0;
     uint64_t mapping_iid = mapping >= 0 ? intern_mapping(w, s, mapping) : 0;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
@@ -586,7 +606,7 @@ static uint64_t intern_frame(tmr_writer *w, seq_state *s, uint64_t pc, int is_re
     if (name_iid) put_uint(b, TM_PF_FRAME_FUNCTION_NAME_ID, name_iid);
     if (mapping_iid) put_uint(b, TM_PF_FRAME_MAPPING_ID, mapping_iid);
     put_uint(b, TM_PF_FRAME_REL_PC, rel_pc);
-    msg_close(b, TM_PF_INTERNED_FRAMES, e);
+    msg_close(b, w->fields->frames, e);
     return iid;
 }
 
@@ -630,7 +650,7 @@ static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f,
      * frame_ids only that way, and packed ids left Trace Processor without
      * stacks. */
     for (uint32_t i = 0; i < n; i++) put_uint(b, TM_PF_CALLSTACK_FRAME_IDS, f[i]);
-    msg_close(b, TM_PF_INTERNED_CALLSTACKS, e);
+    msg_close(b, w->fields->callstacks, e);
     return s->cs[k].iid;
 }
 
@@ -751,5 +771,130 @@ tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err) {
         msg_close(b, TM_PF_TRACE_STATS_WRITER_STATS, ws);
     }
     msg_close(b, TM_PF_PACKET_TRACE_STATS, ts);
+    return emit_packet(w, err);
+}
+
+/* ---- heap profiles ---- */
+
+static void put_raw(wbuf *b, const wbuf *from) {
+    uint8_t *p = room(b, from->len);
+    if (!p) return;
+    if (from->len) memcpy(p, from->p, from->len);
+    b->len += from->len;
+}
+
+/* One ProfilePacket: the new table entries gathered in w->interned and one
+ * ProcessHeapSamples holding the HeapSamples gathered in w->heap_samples;
+ * both buffers are emptied. */
+static tm_status heap_packet(tmr_writer *w, seq_state *s, uint64_t ts, const tmr_heap_stats *st, int continued,
+                             tm_error *err) {
+    wbuf *b = &w->pkt;
+    b->len = 0;
+    put_uint(b, TM_PF_PACKET_TIMESTAMP, ts);
+    put_uint(b, TM_PF_PACKET_SEQUENCE_ID, TMR_HEAP_SEQ);
+    put_uint(b, TM_PF_PACKET_SEQUENCE_FLAGS,
+             TM_PF_SEQ_NEEDS_INCREMENTAL_STATE | (s->need_clear ? TM_PF_SEQ_INCREMENTAL_STATE_CLEARED : 0));
+    size_t pp = msg_open(b);
+    put_raw(b, &w->interned);
+    size_t d = msg_open(b);
+    put_uint(b, TM_PF_HEAP_SAMPLES_PID, (uint64_t)(uint32_t)w->o.pid);
+    /* The preload library starts sampling in its constructor, before main. */
+    put_uint(b, TM_PF_HEAP_SAMPLES_FROM_STARTUP, 1);
+    put_uint(b, TM_PF_HEAP_SAMPLES_TIMESTAMP, ts);
+    size_t hs = msg_open(b);
+    put_uint(b, TM_PF_HEAP_STATS_UNWINDING_ERRORS, st->unwind_errors);
+    put_uint(b, TM_PF_HEAP_STATS_HEAP_SAMPLES, st->sampled);
+    msg_close(b, TM_PF_HEAP_SAMPLES_STATS, hs);
+    put_str(b, TM_PF_HEAP_SAMPLES_HEAP_NAME, "libc.malloc");
+    put_uint(b, TM_PF_HEAP_SAMPLES_SAMPLING_INTERVAL_BYTES, st->interval);
+    put_uint(b, TM_PF_HEAP_SAMPLES_ORIG_SAMPLING_INTERVAL_BYTES, st->interval);
+    put_raw(b, &w->heap_samples);
+    msg_close(b, TM_PF_PROFILE_PACKET_PROCESS_DUMPS, d);
+    if (continued) put_uint(b, TM_PF_PROFILE_PACKET_CONTINUED, 1);
+    put_uint(b, TM_PF_PROFILE_PACKET_INDEX, w->heap_index);
+    msg_close(b, TM_PF_PACKET_PROFILE_PACKET, pp);
+    if (w->interned.oom || w->heap_samples.oom) b->oom = 1;
+    w->interned.len = w->heap_samples.len = 0;
+    w->interned.oom = w->heap_samples.oom = 0;
+    tm_status rc = emit_packet(w, err);
+    /* The index counts packets, as heapprofd's does, so that a reader sees
+     * a lost one as a gap. */
+    w->heap_index++;
+    if (rc == TM_OK) s->need_clear = 0;
+    else seq_clear(s);
+    return rc;
+}
+
+tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_callsite *sites, size_t n,
+                               const tmr_heap_stats *st, size_t max_packet, int prev_dropped, tm_error *err) {
+    seq_state *s = seq_get(w, TMR_HEAP_SEQ);
+    if (!s) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    wbuf *b = &w->pkt;
+    if (prev_dropped) {
+        /* As for samples: the loss in a packet of its own, then a new generation. */
+        seq_clear(s);
+        b->len = 0;
+        put_uint(b, TM_PF_PACKET_TIMESTAMP, ts_ns);
+        put_uint(b, TM_PF_PACKET_SEQUENCE_ID, TMR_HEAP_SEQ);
+        put_uint(b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, TM_PF_DATA_LOSS_PRESENT);
+        TM_TRY(emit_packet(w, err));
+    }
+    w->fields = &PROFILE_PACKET_TABLES;
+    w->interned.len = w->heap_samples.len = 0;
+    w->interned.oom = w->heap_samples.oom = 0;
+    tm_status rc = TM_OK;
+    for (size_t i = 0; i < n && rc == TM_OK; i++) {
+        const tmr_heap_callsite *c = &sites[i];
+        if (tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, c->depth)) {
+            rc = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+            break;
+        }
+        /* Every pc of an allocation's stack is a return address, the
+         * innermost one included (the call into malloc). */
+        for (uint32_t j = 0; j < c->depth; j++) w->frame_iids[c->depth - 1 - j] = intern_frame(w, s, c->pcs[j], 1);
+        uint64_t cs = c->depth ? intern_callstack(w, s, w->frame_iids, c->depth) : 0;
+        wbuf *h = &w->heap_samples;
+        size_t e = msg_open(h);
+        put_uint(h, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, cs);
+        put_uint(h, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, c->alloc_bytes);
+        put_uint(h, TM_PF_HEAP_SAMPLE_SELF_FREED, c->free_bytes);
+        put_uint(h, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, c->alloc_count);
+        put_uint(h, TM_PF_HEAP_SAMPLE_FREE_COUNT, c->free_count);
+        msg_close(h, TM_PF_HEAP_SAMPLES_SAMPLES, e);
+        if (i + 1 < n && w->interned.len + w->heap_samples.len >= max_packet) rc = heap_packet(w, s, ts_ns, st, 1, err);
+    }
+    if (rc == TM_OK) rc = heap_packet(w, s, ts_ns, st, 0, err);
+    w->fields = &INTERNED_DATA;
+    return rc;
+}
+
+/* ---- memory telemetry ---- */
+
+tm_status tmr_writer_process_stats(tmr_writer *w, tm_error *err) {
+    static const struct {
+        const char *key;
+        uint32_t field;
+    } rows[] = {{"VmSize:", TM_PF_PROC_STATS_VM_SIZE_KB},     {"VmRSS:", TM_PF_PROC_STATS_VM_RSS_KB},
+                {"RssAnon:", TM_PF_PROC_STATS_RSS_ANON_KB},   {"RssFile:", TM_PF_PROC_STATS_RSS_FILE_KB},
+                {"RssShmem:", TM_PF_PROC_STATS_RSS_SHMEM_KB}, {"VmSwap:", TM_PF_PROC_STATS_VM_SWAP_KB},
+                {"VmLck:", TM_PF_PROC_STATS_VM_LOCKED_KB},    {"VmHWM:", TM_PF_PROC_STATS_VM_HWM_KB}};
+    uint64_t start = now_ns(CLOCK_BOOTTIME);
+    wbuf *b = &w->pkt;
+    own_packet(w, start);
+    size_t ps = msg_open(b);
+    size_t p = msg_open(b);
+    put_uint(b, TM_PF_PROC_STATS_PID, (uint64_t)(uint32_t)w->o.pid);
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot read /proc/self/status");
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            size_t n = strlen(rows[i].key);
+            if (strncmp(line, rows[i].key, n) == 0) put_uint(b, rows[i].field, strtoull(line + n, NULL, 10));
+        }
+    fclose(f);
+    msg_close(b, TM_PF_PROCESS_STATS_PROCESSES, p);
+    put_uint(b, TM_PF_PROCESS_STATS_COLLECTION_END_TIMESTAMP, now_ns(CLOCK_BOOTTIME));
+    msg_close(b, TM_PF_PACKET_PROCESS_STATS, ps);
     return emit_packet(w, err);
 }
