@@ -20,7 +20,7 @@
  * allocator, counted when it would have been sampled. No lock is held
  * while calling out: the live table is lock-free (a compare-and-swap per
  * slot), and the callstack table takes a spin lock only to add a new stack,
- * inside the guard and with signals blocked. A fork child stops sampling
+ * inside the guard. A fork child stops sampling
  * (the recorder does not run there). The collector and the writer run on a
  * thread whose allocations are never sampled.
  */
@@ -33,7 +33,6 @@
 #include <libunwind.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -56,6 +55,11 @@ enum {
     LIVE_BUCKETS = 1 << 14,    /* x 8 slots: sampled allocations alive at once (~512 MiB of heap
                                   at the default interval) */
     LIVE_SLOTS = 8,            /* one cache line of addresses per bucket */
+    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 16-byte granule of a 512 KiB
+                                  window: most frees look at one byte, near the bytes of their
+                                  neighbours' frees (cached), not at two random buckets */
+    FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
+                                  sends frees to the buckets */
     STACKS_MAX = 1 << 16,      /* distinct allocation callstacks */
     STACK_INDEX = STACKS_MAX * 2,
     POOL_WORDS = 1 << 22,      /* pcs of all callstacks: 32 MiB of address space, touched as used */
@@ -167,7 +171,8 @@ static uint32_t g_pool_used;
 static atomic_flag g_stacks_lock = ATOMIC_FLAG_INIT;
 static _Atomic uintptr_t *g_live_addr; /* LIVE_BUCKETS * LIVE_SLOTS; 0 empty */
 static _Atomic uint64_t *g_live_val;
-static _Atomic uint64_t g_sampled, g_unwind_errors, g_reentrant, g_table_full;
+static _Atomic uint8_t *g_filter;
+static _Atomic uint64_t g_unwind_errors, g_reentrant, g_table_full;
 
 /* ---- sampling decision ------------------------------------------------------- */
 
@@ -215,44 +220,57 @@ static inline uint64_t weight_of(size_t size) {
 
 /* ---- the live table ------------------------------------------------------------ */
 
-static size_t bucket_of(uintptr_t p, int second) {
-    uint64_t h = tm_hash_u64((uint64_t)p ^ (second ? 0x5851f42d4c957f2dull : 0));
-    return (size_t)(h & (LIVE_BUCKETS - 1)) * LIVE_SLOTS;
+/* Where p may be: its filter counter, by address (no hash: neighbouring
+ * blocks share cache lines of the filter), and its two buckets. */
+typedef struct live_place {
+    size_t counter, bucket[2];
+} live_place;
+
+static live_place place_of(uintptr_t p) {
+    uint64_t h = tm_hash_u64((uint64_t)p);
+    live_place at = {(size_t)(p >> 4) & (FILTER_COUNTERS - 1), {(size_t)(h & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+                                         (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
+    return at;
 }
 
 /* Tracks p (one of two buckets, any free slot); 0 when both are full. */
 static int live_insert(uintptr_t p, uint32_t id, uint64_t weight) {
     if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
-    for (int second = 0; second < 2; second++) {
-        size_t b = bucket_of(p, second);
-        for (size_t i = b; i < b + LIVE_SLOTS; i++) {
+    live_place at = place_of(p);
+    for (int k = 0; k < 2; k++)
+        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             uintptr_t empty = 0;
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) == 0 &&
                 atomic_compare_exchange_strong(&g_live_addr[i], &empty, p)) {
                 atomic_store_explicit(&g_live_val[i], (uint64_t)id << WEIGHT_BITS | weight, memory_order_relaxed);
+                uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
+                while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c + 1)) {
+                }
                 return 1;
             }
         }
-    }
     return 0;
 }
 
 /* Forgets p and charges its stack with the free; nothing if p was not sampled. */
 static void live_remove(uintptr_t p) {
-    for (int second = 0; second < 2; second++) {
-        size_t b = bucket_of(p, second);
-        for (size_t i = b; i < b + LIVE_SLOTS; i++) {
+    live_place at = place_of(p);
+    if (atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed) == 0) return;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
             uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
             uintptr_t expect = p;
             /* Only one free of p can win (a double free is the program's bug). */
             if (!atomic_compare_exchange_strong(&g_live_addr[i], &expect, 0)) return;
+            uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
+            while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c - 1)) {
+            }
             stack *s = &g_stacks[v >> WEIGHT_BITS];
             atomic_fetch_add_explicit(&s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1), memory_order_relaxed);
             atomic_fetch_add_explicit(&s->free_count, 1, memory_order_relaxed);
             return;
         }
-    }
 }
 
 /* Called before the real free or realloc: p must leave the table before the
@@ -323,15 +341,14 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
         return;
     }
     t->guard++;
-    /* SIGPROF's handler unwinds with the same per-thread libunwind cache:
-     * it must not run in the middle of this unwind. */
-    sigset_t prof, old;
-    sigemptyset(&prof);
-    sigaddset(&prof, SIGPROF);
-    pthread_sigmask(SIG_BLOCK, &prof, &old);
     uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX];
     uint32_t max = g_max_depth + OWN_FRAMES_MAX;
+    /* The CPU sampler's signal handler unwinds with the same per-thread
+     * libunwind cache: meanwhile it only leaves a note (sampler.c). */
+    tmr_unwind_busy = 1;
     int n = unw_backtrace((void **)frames, (int)max);
+    tmr_unwind_busy = 0;
+    tmr_sampler_take_deferred();
     const uint64_t *pcs = frames;
     uint32_t depth = 0;
     for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
@@ -354,9 +371,7 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
         stack *s = &g_stacks[id];
         atomic_fetch_add_explicit(&s->alloc_bytes, weight, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->alloc_count, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&g_sampled, 1, memory_order_relaxed);
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     t->guard--;
 }
 
@@ -565,6 +580,7 @@ static size_t g_snapshot_cap;
 static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
     uint32_t n = atomic_load_explicit(&g_n_stacks, memory_order_acquire);
     size_t kept = 0;
+    st->sampled = 0;
     if (tmr_grow((void **)&g_snapshot, &g_snapshot_cap, sizeof *g_snapshot, n ? n : 1) == 0)
         for (uint32_t i = 0; i < n; i++) {
             stack *s = &g_stacks[i];
@@ -577,12 +593,12 @@ static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
             c->alloc_bytes = atomic_load_explicit(&s->alloc_bytes, memory_order_relaxed);
             c->alloc_count = atomic_load_explicit(&s->alloc_count, memory_order_relaxed);
             if (!c->alloc_count) continue; /* its only sample found no room */
+            st->sampled += c->alloc_count;
             c->pcs = g_pool + s->off;
             c->depth = s->depth;
             kept++;
         }
     st->interval = g_interval;
-    st->sampled = atomic_load(&g_sampled);
     st->unwind_errors = atomic_load(&g_unwind_errors);
     st->reentrant = atomic_load(&g_reentrant);
     st->table_full = atomic_load(&g_table_full);
@@ -619,7 +635,8 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
     g_pool = map_zeroed(POOL_WORDS * sizeof *g_pool);
     g_live_addr = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_addr);
     g_live_val = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_val);
-    if (!g_stacks || !g_stack_index || !g_pool || !g_live_addr || !g_live_val) {
+    g_filter = map_zeroed(FILTER_COUNTERS * sizeof *g_filter);
+    if (!g_stacks || !g_stack_index || !g_pool || !g_live_addr || !g_live_val || !g_filter) {
         tm_fail(err, TM_ERR_NOMEM, 0, NULL, "heap profiling: cannot map its tables");
         return NULL;
     }

@@ -279,6 +279,12 @@ void tmr_sampler_disarm(tmr_sampler *s);
 /* In a fork child: the parent's timers are not inherited; forget them and
  * stop accepting signals without touching locks or the collector. */
 void tmr_sampler_forget_after_fork(tmr_sampler *s);
+/* Set by a thread while it unwinds outside the signal handler (heap.c): the
+ * SIGPROF handler then defers its sample, since libunwind's per-thread
+ * cache is not reentrant. After clearing it, call tmr_sampler_take_deferred,
+ * which takes a deferred sample from there. */
+extern __thread volatile int tmr_unwind_busy __attribute__((tls_model("initial-exec")));
+void tmr_sampler_take_deferred(void);
 /* Disarms, waits for handlers still running, restores SIGPROF's previous
  * disposition and frees. NULL is a no-op. */
 void tmr_sampler_free(tmr_sampler *s);
