@@ -13,6 +13,7 @@
  *            (thread_leak); prints "truth leak=..".
  *   fork     allocates, forks children that allocate, free and exit (one of
  *            them execs /bin/true), waits; prints "children ok N".
+ *   steady   for 2.4 s, steady_leak keeps 100 kB every 10 ms (24 MB in all).
  *   correct  every interposed function, checked (contents, alignment, errno),
  *            with a checksum of the results; prints "checksum X" and "ok"
  *            (the same with and without the profiler).
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NOINLINE __attribute__((noinline, noipa))
@@ -194,6 +196,19 @@ static int mode_fork(void) {
     return ok == 8 ? 0 : 1;
 }
 
+NOINLINE void steady_leak(size_t bytes) {
+    for (size_t kept = 0; kept < bytes; kept += 1000) touch(malloc(1000), 1000);
+}
+
+static int mode_steady(void) {
+    for (int i = 0; i < 240; i++) {
+        steady_leak(100000);
+        struct timespec pause = {0, 10000000};
+        nanosleep(&pause, NULL);
+    }
+    return 0;
+}
+
 /* Folds n bytes into the checksum. */
 static uint64_t fold(uint64_t sum, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -267,6 +282,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "threads") == 0) return mode_threads();
     if (strcmp(mode, "fork") == 0) return mode_fork();
     if (strcmp(mode, "correct") == 0) return mode_correct();
-    fprintf(stderr, "usage: record_heap_target sites|threads|fork|correct\n");
+    if (strcmp(mode, "steady") == 0) return mode_steady();
+    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|correct\n");
     return 2;
 }
