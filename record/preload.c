@@ -159,8 +159,8 @@ static void report_heap(const tmr_heap_source *heap) {
             "bytes allocated, ~%llu retained at exit; lost: %llu made inside the profiler, %llu for lack of room; %llu "
             "stacks cut to the caller\n",
             (unsigned long long)st.sampled, (unsigned long long)st.interval, n, (unsigned long long)allocated,
-            (unsigned long long)(allocated - freed), (unsigned long long)st.reentrant, (unsigned long long)st.table_full,
-            (unsigned long long)st.unwind_errors);
+            (unsigned long long)(allocated - freed), (unsigned long long)st.reentrant,
+            (unsigned long long)st.table_full, (unsigned long long)st.unwind_errors);
 }
 
 __attribute__((destructor)) static void tracemill_record_preload_stop(void) {

@@ -246,7 +246,8 @@ static void read_process_stats(reader *r, tm_bytes ps) {
     while (tm_pb_next(&pr, &f) == TM_PB_OK) {
         if (f.num != TM_PF_PROCESS_STATS_PROCESSES || f.wire != TM_PB_LEN) continue;
         v->mem_snapshots++;
-        uint64_t rss = field_u64(f.bytes, TM_PF_PROC_STATS_VM_RSS_KB), hwm = field_u64(f.bytes, TM_PF_PROC_STATS_VM_HWM_KB);
+        uint64_t rss = field_u64(f.bytes, TM_PF_PROC_STATS_VM_RSS_KB);
+        uint64_t hwm = field_u64(f.bytes, TM_PF_PROC_STATS_VM_HWM_KB);
         if (rss > v->max_rss_kb) v->max_rss_kb = rss;
         if (hwm > v->max_hwm_kb) v->max_hwm_kb = hwm;
         v->last_anon_kb = field_u64(f.bytes, TM_PF_PROC_STATS_RSS_ANON_KB);
