@@ -217,10 +217,12 @@ typedef struct tmr_heap_stats {
 
 /* One heap dump (a ProfilePacket, split into several with continued = true
  * when it exceeds max_packet bytes) on sequence TMR_HEAP_SEQ, timestamped
- * ts_ns (CLOCK_BOOTTIME). Strings, mappings, frames and callstacks are
- * written once per generation of the sequence (the first packet of each
- * sets SEQ_INCREMENTAL_STATE_CLEARED); each dump repeats every callsite
- * with its totals. prev_dropped: a packet of the sequence was lost (the
+ * ts_ns (CLOCK_BOOTTIME). Function names, mappings, frames and callstacks
+ * go into the packets' InternedData, as heapprofd writes them since Android
+ * R, once per generation of the sequence (the first packet of each sets
+ * SEQ_INCREMENTAL_STATE_CLEARED): readers forget a ProfilePacket's own
+ * tables when its dump ends. Each dump repeats every callsite with its
+ * totals. prev_dropped: a packet of the sequence was lost (the
  * dump starts a new generation, marked previous_packet_dropped). */
 tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_callsite *sites, size_t n,
                                const tmr_heap_stats *st, size_t max_packet, int prev_dropped, tm_error *err);

@@ -4,9 +4,9 @@
  * callback. It owns per-sequence interning (function names, mapping paths,
  * build ids, mappings, frames, callstacks), the sequence flags that make a
  * reader trust that interning, heapprofd-shaped heap dumps (ProfilePacket,
- * which interns into tables of its own), and the descriptive packets:
- * TraceConfig, SystemInfo, ClockSnapshot, ProcessTree, TrackDescriptors,
- * ProcessStats, TraceStats.
+ * interning into InternedData as heapprofd does since Android R), and the
+ * descriptive packets: TraceConfig, SystemInfo, ClockSnapshot, ProcessTree,
+ * TrackDescriptors, ProcessStats, TraceStats.
  *
  * Sequences: every sampled thread writes on the sequence the caller gives
  * (seq >= 1, != TMR_WRITER_SEQ); descriptors, clock snapshots and stats go
@@ -179,19 +179,6 @@ static void seq_free(seq_state *s) {
     free(s->pool);
 }
 
-/* Where new interned entries go: InternedData for PerfSample sequences,
- * the ProfilePacket's own tables for heap dumps (one string table there). */
-typedef struct intern_fields {
-    uint32_t function_names, mapping_paths, build_ids, mappings, frames, callstacks;
-} intern_fields;
-
-static const intern_fields INTERNED_DATA = {TM_PF_INTERNED_FUNCTION_NAMES, TM_PF_INTERNED_MAPPING_PATHS,
-                                            TM_PF_INTERNED_BUILD_IDS,      TM_PF_INTERNED_MAPPINGS,
-                                            TM_PF_INTERNED_FRAMES,         TM_PF_INTERNED_CALLSTACKS};
-static const intern_fields PROFILE_PACKET_TABLES = {TM_PF_PROFILE_PACKET_STRINGS,  TM_PF_PROFILE_PACKET_STRINGS,
-                                                    TM_PF_PROFILE_PACKET_STRINGS,  TM_PF_PROFILE_PACKET_MAPPINGS,
-                                                    TM_PF_PROFILE_PACKET_FRAMES,   TM_PF_PROFILE_PACKET_CALLSTACKS};
-
 typedef struct thread_entry {
     int32_t tid;
     char *name;
@@ -211,8 +198,7 @@ struct tmr_writer {
     thread_entry *threads;
     size_t n_threads, cap_threads;
     wbuf pkt;               /* the packet being built */
-    wbuf interned;          /* a packet's new interned entries */
-    const intern_fields *fields; /* where they go */
+    wbuf interned;          /* a packet's new InternedData entries */
     wbuf heap_samples;      /* a heap dump packet's HeapSamples */
     uint64_t heap_index;    /* ProfilePacket.index of the next heap packet */
     uint64_t *frame_iids;   /* a sample's frames, leaf first */
@@ -288,7 +274,6 @@ tmr_writer *tmr_writer_new(const tmr_writer_opts *o, tmr_symbols *syms, tmr_emit
     if (w->o.ppid == 0) w->o.ppid = (int32_t)getppid();
     if (w->o.own_seq == 0) w->o.own_seq = TMR_WRITER_SEQ;
     w->syms = syms, w->emit = emit, w->ctx = ctx;
-    w->fields = &INTERNED_DATA;
     if (o->cmdline) {
         w->cmdline = malloc(o->cmdline_len + 1);
         if (!w->cmdline) {
@@ -386,15 +371,17 @@ static tm_status system_info(tmr_writer *w, uint64_t ts, tm_error *err) {
 }
 
 tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err) {
-    /* Read back to back so that the snapshot pairs nearly simultaneous values. */
-    uint64_t boot = now_ns(CLOCK_BOOTTIME), mono = now_ns(CLOCK_MONOTONIC), real = now_ns(CLOCK_REALTIME);
+    /* Read back to back so that the snapshot pairs nearly simultaneous
+     * values. MONOTONIC_COARSE times heap dumps, as heapprofd's do. */
+    uint64_t boot = now_ns(CLOCK_BOOTTIME), mono = now_ns(CLOCK_MONOTONIC), real = now_ns(CLOCK_REALTIME),
+             coarse = now_ns(CLOCK_MONOTONIC_COARSE);
     wbuf *b = &w->pkt;
     own_packet(w, boot);
     size_t cs = msg_open(b);
-    static const uint32_t ids[3] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC,
-                                    TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[3] = {boot, mono, real};
-    for (int i = 0; i < 3; i++) {
+    static const uint32_t ids[4] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC,
+                                    TM_PF_BUILTIN_CLOCK_REALTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC_COARSE};
+    const uint64_t vals[4] = {boot, mono, real, coarse};
+    for (int i = 0; i < 4; i++) {
         size_t c = msg_open(b);
         put_uint(b, TM_PF_CLOCK_ID, ids[i]);
         put_uint(b, TM_PF_CLOCK_TIMESTAMP, vals[i]);
@@ -560,10 +547,10 @@ static uint64_t intern_mapping(tmr_writer *w, seq_state *s, int mapping) {
      * symbolizer shares between a file's mappings. One full path per
      * mapping (readers join segments with '/', and a leading '//' is one). */
     uint64_t path_iid =
-        m->path[0] ? intern_bytes(w, s, w->fields->mapping_paths, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
+        m->path[0] ? intern_bytes(w, s, TM_PF_INTERNED_MAPPING_PATHS, KEY_PATH, m->path, m->path, strlen(m->path)) : 0;
     uint64_t build_iid =
         m->build_id_len
-            ? intern_bytes(w, s, w->fields->build_ids, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len)
+            ? intern_bytes(w, s, TM_PF_INTERNED_BUILD_IDS, KEY_BUILD_ID, m->path, m->build_id, m->build_id_len)
             : 0;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
@@ -578,7 +565,7 @@ static uint64_t intern_mapping(tmr_writer *w, seq_state *s, int mapping) {
     put_uint(b, TM_PF_MAPPING_LOAD_BIAS, m->load_bias);
     if (path_iid) put_uint(b, TM_PF_MAPPING_PATH_STRING_IDS, path_iid);
     put_uint(b, TM_PF_MAPPING_EXACT_OFFSET, m->offset);
-    msg_close(b, w->fields->mappings, e);
+    msg_close(b, TM_PF_INTERNED_MAPPINGS, e);
     return iid;
 }
 
@@ -598,7 +585,7 @@ static uint64_t intern_frame(tmr_writer *w, seq_state *s, uint64_t pc, int is_re
     if (*slot) return *slot;
     uint64_t iid = *slot = ++s->next_iid;
     uint64_t name_iid =
-        name ? intern_bytes(w, s, w->fields->function_names, KEY_NAME, name, name, strlen(name)) : 0;
+        name ? intern_bytes(w, s, TM_PF_INTERNED_FUNCTION_NAMES, KEY_NAME, name, name, strlen(name)) : 0;
     uint64_t mapping_iid = mapping >= 0 ? intern_mapping(w, s, mapping) : 0;
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
@@ -606,7 +593,7 @@ static uint64_t intern_frame(tmr_writer *w, seq_state *s, uint64_t pc, int is_re
     if (name_iid) put_uint(b, TM_PF_FRAME_FUNCTION_NAME_ID, name_iid);
     if (mapping_iid) put_uint(b, TM_PF_FRAME_MAPPING_ID, mapping_iid);
     put_uint(b, TM_PF_FRAME_REL_PC, rel_pc);
-    msg_close(b, w->fields->frames, e);
+    msg_close(b, TM_PF_INTERNED_FRAMES, e);
     return iid;
 }
 
@@ -650,7 +637,7 @@ static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f,
      * frame_ids only that way, and packed ids left Trace Processor without
      * stacks. */
     for (uint32_t i = 0; i < n; i++) put_uint(b, TM_PF_CALLSTACK_FRAME_IDS, f[i]);
-    msg_close(b, w->fields->callstacks, e);
+    msg_close(b, TM_PF_INTERNED_CALLSTACKS, e);
     return s->cs[k].iid;
 }
 
@@ -783,9 +770,10 @@ static void put_raw(wbuf *b, const wbuf *from) {
     b->len += from->len;
 }
 
-/* One ProfilePacket: the new table entries gathered in w->interned and one
- * ProcessHeapSamples holding the HeapSamples gathered in w->heap_samples;
- * both buffers are emptied. */
+/* One ProfilePacket holding one ProcessHeapSamples with the HeapSamples
+ * gathered in w->heap_samples, and in the same TracePacket the new
+ * InternedData entries they use, gathered in w->interned; both buffers are
+ * emptied. */
 static tm_status heap_packet(tmr_writer *w, seq_state *s, uint64_t ts, const tmr_heap_stats *st, int continued,
                              tm_error *err) {
     wbuf *b = &w->pkt;
@@ -794,24 +782,24 @@ static tm_status heap_packet(tmr_writer *w, seq_state *s, uint64_t ts, const tmr
     put_uint(b, TM_PF_PACKET_SEQUENCE_ID, TMR_HEAP_SEQ);
     put_uint(b, TM_PF_PACKET_SEQUENCE_FLAGS,
              TM_PF_SEQ_NEEDS_INCREMENTAL_STATE | (s->need_clear ? TM_PF_SEQ_INCREMENTAL_STATE_CLEARED : 0));
+    if (w->interned.len) put_bytes(b, TM_PF_PACKET_INTERNED_DATA, w->interned.p, w->interned.len);
     size_t pp = msg_open(b);
-    put_raw(b, &w->interned);
     size_t d = msg_open(b);
-    put_uint(b, TM_PF_HEAP_SAMPLES_PID, (uint64_t)(uint32_t)w->o.pid);
+    put_uint(b, TM_PF_HEAP_DUMP_PID, (uint64_t)(uint32_t)w->o.pid);
     /* The preload library starts sampling in its constructor, before main. */
-    put_uint(b, TM_PF_HEAP_SAMPLES_FROM_STARTUP, 1);
-    put_uint(b, TM_PF_HEAP_SAMPLES_TIMESTAMP, ts);
+    put_uint(b, TM_PF_HEAP_DUMP_FROM_STARTUP, 1);
+    put_uint(b, TM_PF_HEAP_DUMP_TIMESTAMP, now_ns(CLOCK_MONOTONIC_COARSE)); /* heapprofd's clock for it */
     size_t hs = msg_open(b);
     put_uint(b, TM_PF_HEAP_STATS_UNWINDING_ERRORS, st->unwind_errors);
     put_uint(b, TM_PF_HEAP_STATS_HEAP_SAMPLES, st->sampled);
-    msg_close(b, TM_PF_HEAP_SAMPLES_STATS, hs);
-    put_str(b, TM_PF_HEAP_SAMPLES_HEAP_NAME, "libc.malloc");
-    put_uint(b, TM_PF_HEAP_SAMPLES_SAMPLING_INTERVAL_BYTES, st->interval);
-    put_uint(b, TM_PF_HEAP_SAMPLES_ORIG_SAMPLING_INTERVAL_BYTES, st->interval);
+    msg_close(b, TM_PF_HEAP_DUMP_STATS, hs);
+    put_str(b, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
+    put_uint(b, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, st->interval);
+    put_uint(b, TM_PF_HEAP_DUMP_ORIG_SAMPLING_INTERVAL_BYTES, st->interval);
     put_raw(b, &w->heap_samples);
-    msg_close(b, TM_PF_PROFILE_PACKET_PROCESS_DUMPS, d);
-    if (continued) put_uint(b, TM_PF_PROFILE_PACKET_CONTINUED, 1);
-    put_uint(b, TM_PF_PROFILE_PACKET_INDEX, w->heap_index);
+    msg_close(b, TM_PF_PROFILE_PROCESS_DUMPS, d);
+    if (continued) put_uint(b, TM_PF_PROFILE_CONTINUED, 1);
+    put_uint(b, TM_PF_PROFILE_INDEX, w->heap_index);
     msg_close(b, TM_PF_PACKET_PROFILE_PACKET, pp);
     if (w->interned.oom || w->heap_samples.oom) b->oom = 1;
     w->interned.len = w->heap_samples.len = 0;
@@ -839,7 +827,6 @@ tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_cal
         put_uint(b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, TM_PF_DATA_LOSS_PRESENT);
         TM_TRY(emit_packet(w, err));
     }
-    w->fields = &PROFILE_PACKET_TABLES;
     w->interned.len = w->heap_samples.len = 0;
     w->interned.oom = w->heap_samples.oom = 0;
     tm_status rc = TM_OK;
@@ -860,11 +847,10 @@ tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_cal
         put_uint(h, TM_PF_HEAP_SAMPLE_SELF_FREED, c->free_bytes);
         put_uint(h, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, c->alloc_count);
         put_uint(h, TM_PF_HEAP_SAMPLE_FREE_COUNT, c->free_count);
-        msg_close(h, TM_PF_HEAP_SAMPLES_SAMPLES, e);
+        msg_close(h, TM_PF_HEAP_DUMP_SAMPLES, e);
         if (i + 1 < n && w->interned.len + w->heap_samples.len >= max_packet) rc = heap_packet(w, s, ts_ns, st, 1, err);
     }
     if (rc == TM_OK) rc = heap_packet(w, s, ts_ns, st, 0, err);
-    w->fields = &INTERNED_DATA;
     return rc;
 }
 

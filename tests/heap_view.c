@@ -88,13 +88,16 @@ static uint64_t field_u64(tm_bytes msg, uint32_t num) {
     return v;
 }
 
-static void read_tables(reader *r, tm_bytes pp) {
-    tm_pb_reader pr = tm_pb_reader_of(pp);
+/* The InternedData of a heap packet: function names, mapping paths and build
+ * ids are strings; mappings, frames and callstacks. */
+static void read_tables(reader *r, tm_bytes interned) {
+    tm_pb_reader pr = tm_pb_reader_of(interned);
     tm_pb_field f;
     while (tm_pb_next(&pr, &f) == TM_PB_OK) {
         if (f.wire != TM_PB_LEN) continue;
         uint64_t iid = field_u64(f.bytes, TM_PF_INTERNED_IID);
-        if (f.num == TM_PF_PROFILE_PACKET_STRINGS) {
+        if (f.num == TM_PF_INTERNED_FUNCTION_NAMES || f.num == TM_PF_INTERNED_MAPPING_PATHS ||
+            f.num == TM_PF_INTERNED_BUILD_IDS) {
             r->v->strings_defined++;
             if (!define(r, iid)) continue;
             tm_pb_reader sr = tm_pb_reader_of(f.bytes);
@@ -106,14 +109,14 @@ static void read_tables(reader *r, tm_bytes pp) {
                     copy[s.bytes.len] = 0;
                     r->t.str[iid] = copy;
                 }
-        } else if (f.num == TM_PF_PROFILE_PACKET_FRAMES) {
+        } else if (f.num == TM_PF_INTERNED_FRAMES) {
             r->v->frames_defined++;
             if (!define(r, iid)) continue;
             r->t.name[iid] = field_u64(f.bytes, TM_PF_FRAME_FUNCTION_NAME_ID);
-        } else if (f.num == TM_PF_PROFILE_PACKET_MAPPINGS) {
+        } else if (f.num == TM_PF_INTERNED_MAPPINGS) {
             r->v->mappings_defined++;
             define(r, iid);
-        } else if (f.num == TM_PF_PROFILE_PACKET_CALLSTACKS) {
+        } else if (f.num == TM_PF_INTERNED_CALLSTACKS) {
             r->v->callstacks_defined++;
             if (!define(r, iid)) continue;
             tm_pb_reader cr = tm_pb_reader_of(f.bytes);
@@ -173,17 +176,17 @@ static void read_dump(reader *r, tm_bytes d) {
     tm_pb_field f;
     while (tm_pb_next(&pr, &f) == TM_PB_OK) {
         switch (f.num) {
-        case TM_PF_HEAP_SAMPLES_PID: v->pid = f.val; break;
-        case TM_PF_HEAP_SAMPLES_FROM_STARTUP: v->from_startup = (int)f.val; break;
-        case TM_PF_HEAP_SAMPLES_SAMPLING_INTERVAL_BYTES: v->interval = f.val; break;
-        case TM_PF_HEAP_SAMPLES_HEAP_NAME:
+        case TM_PF_HEAP_DUMP_PID: v->pid = f.val; break;
+        case TM_PF_HEAP_DUMP_FROM_STARTUP: v->from_startup = (int)f.val; break;
+        case TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES: v->interval = f.val; break;
+        case TM_PF_HEAP_DUMP_HEAP_NAME:
             if (f.bytes.len != 11 || memcmp(f.bytes.data, "libc.malloc", 11) != 0) fail(r, "heap_name", f.bytes.len);
             break;
-        case TM_PF_HEAP_SAMPLES_STATS:
+        case TM_PF_HEAP_DUMP_STATS:
             v->unwind_errors = field_u64(f.bytes, TM_PF_HEAP_STATS_UNWINDING_ERRORS);
             v->heap_samples = field_u64(f.bytes, TM_PF_HEAP_STATS_HEAP_SAMPLES);
             break;
-        case TM_PF_HEAP_SAMPLES_SAMPLES: {
+        case TM_PF_HEAP_DUMP_SAMPLES: {
             char *stack = folded(r, field_u64(f.bytes, TM_PF_HEAP_SAMPLE_CALLSTACK_ID));
             if (!stack) break;
             if (r->n_dump == r->cap_dump) {
@@ -209,7 +212,7 @@ static void drop_sites(hv_site *s, size_t n) {
     free(s);
 }
 
-static void read_profile_packet(reader *r, tm_bytes pp, uint64_t flags) {
+static void read_profile_packet(reader *r, tm_bytes pp, tm_bytes interned, uint64_t flags) {
     heap_view *v = r->v;
     v->packets++;
     if (!r->seen_heap && !(flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED)) fail(r, "first heap packet not CLEARED", 0);
@@ -217,18 +220,18 @@ static void read_profile_packet(reader *r, tm_bytes pp, uint64_t flags) {
         table_clear(&r->t);
         v->generations++;
     }
-    uint64_t index = field_u64(pp, TM_PF_PROFILE_PACKET_INDEX);
+    uint64_t index = field_u64(pp, TM_PF_PROFILE_INDEX);
     if (r->seen_heap && index != r->next_index) fail(r, "ProfilePacket index not consecutive", index);
     r->next_index = index + 1;
     r->seen_heap = 1;
-    read_tables(r, pp);
+    read_tables(r, interned);
     if (!r->in_dump) r->n_dump = 0; /* the sites of the previous dump were handed over */
     r->in_dump = 1;
     tm_pb_reader pr = tm_pb_reader_of(pp);
     tm_pb_field f;
     while (tm_pb_next(&pr, &f) == TM_PB_OK)
-        if (f.num == TM_PF_PROFILE_PACKET_PROCESS_DUMPS && f.wire == TM_PB_LEN) read_dump(r, f.bytes);
-    if (field_u64(pp, TM_PF_PROFILE_PACKET_CONTINUED)) {
+        if (f.num == TM_PF_PROFILE_PROCESS_DUMPS && f.wire == TM_PB_LEN) read_dump(r, f.bytes);
+    if (field_u64(pp, TM_PF_PROFILE_CONTINUED)) {
         v->continued_packets++;
         return;
     }
@@ -263,15 +266,16 @@ int hv_read(const void *trace, size_t len, heap_view *out) {
     while ((rc = tm_pb_next(&tr, &pkt)) == TM_PB_OK) {
         if (pkt.num != 1 || pkt.wire != TM_PB_LEN) continue;
         uint64_t flags = 0;
-        tm_bytes pp = {NULL, 0}, ps = {NULL, 0};
+        tm_bytes pp = {NULL, 0}, ps = {NULL, 0}, interned = {NULL, 0};
         tm_pb_reader fr = tm_pb_reader_of(pkt.bytes);
         tm_pb_field f;
         while (tm_pb_next(&fr, &f) == TM_PB_OK) {
             if (f.num == TM_PF_PACKET_SEQUENCE_FLAGS) flags = f.val;
             else if (f.num == TM_PF_PACKET_PROFILE_PACKET) pp = f.bytes;
             else if (f.num == TM_PF_PACKET_PROCESS_STATS) ps = f.bytes;
+            else if (f.num == TM_PF_PACKET_INTERNED_DATA) interned = f.bytes;
         }
-        if (pp.data) read_profile_packet(&r, pp, flags);
+        if (pp.data) read_profile_packet(&r, pp, interned, flags);
         if (ps.data) read_process_stats(&r, ps);
     }
     if (rc == TM_PB_ERROR) fail(&r, "the trace does not decode", 0);

@@ -1,8 +1,8 @@
 /*
  * heap_view.h — reads the heap profile out of a trace the recorder wrote,
  * for the heap profiling tests (test_record_heap, test_record_writer),
- * independently of the library's decoders: every ProfilePacket's tables
- * (strings, frames, callstacks, mappings) per generation of its sequence,
+ * independently of the library's decoders: the InternedData of the heap
+ * sequence (strings, frames, callstacks, mappings) per generation,
  * the last complete dump (packets joined while continued is set) with each
  * callsite as a folded stack, and the ProcessStats snapshots. It checks the
  * rules a reader relies on and says which one broke: the first packet of a

@@ -124,6 +124,46 @@ static uint64_t truth(const char *out, const char *key) {
     return strtoull(p + strlen(pat), NULL, 10);
 }
 
+/* Bytes allocated and retained under each function of names (SQL IN list)
+ * as `tracemill query` sees the trace: Trace Processor's
+ * heap_profile_allocation rows over the callsites that hold the frame. */
+typedef struct sql_site {
+    char name[32];
+    double alloc, retained;
+} sql_site;
+
+static size_t query_sites(const char *trace, const char *names, sql_site *out, size_t cap) {
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd,
+                          "%s query %s \"with recursive anc(cs, id) as (select id, id from stack_profile_callsite "
+                          "union all select anc.cs, c.parent_id from anc join stack_profile_callsite c on c.id = anc.id "
+                          "where c.parent_id is not null) select f.name, sum(max(a.size, 0)), sum(a.size) "
+                          "from heap_profile_allocation a join anc on anc.cs = a.callsite_id "
+                          "join stack_profile_callsite c on c.id = anc.id join stack_profile_frame f on f.id = c.frame_id "
+                          "where f.name in (%s) group by f.name\"",
+                          TM_CLI, trace, names),
+                 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[256];
+    size_t n = 0;
+    cr_assert_not_null(fgets(line, sizeof line, p)); /* the header */
+    while (n < cap && fgets(line, sizeof line, p)) {
+        sql_site *s = &out[n];
+        if (sscanf(line, "%31[^,],%lf,%lf", s->name, &s->alloc, &s->retained) == 3) n++;
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    free(cmd);
+    return n;
+}
+
+static const sql_site *sql_site_named(const sql_site *s, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].name, name) == 0) return &s[i];
+    cr_assert_fail("no heap_profile_allocation rows under %s", name);
+    return NULL;
+}
+
 static void log_sites(const heap_view *v) {
     for (size_t i = 0; i < v->n_sites; i++)
         cr_log_info("site %s: %llu allocated, %llu freed (%llu/%llu)", v->sites[i].stack,
@@ -179,6 +219,21 @@ Test(record_heap, sites_have_their_shares) {
     cr_expect_geq(v->mem_snapshots, 1);
     cr_expect_geq(v->max_hwm_kb, leak / 1024, "peak RSS %llu kB below the leak", (unsigned long long)v->max_hwm_kb);
     cr_expect(strstr(r.err, "allocations sampled"), "no heap summary: %s", r.err);
+    /* The same through tracemill's SQL tables (Trace Processor's reading). */
+    char *trace = path_in_dir("sites.pftrace");
+    sql_site q[8];
+    size_t nq = query_sites(trace, "'site_a','site_b','site_c','site_freed','site_leak'", q, 8);
+    free(trace);
+    const sql_site *qa = sql_site_named(q, nq, "site_a"), *qb = sql_site_named(q, nq, "site_b"),
+                   *qc = sql_site_named(q, nq, "site_c"), *qf = sql_site_named(q, nq, "site_freed"),
+                   *ql = sql_site_named(q, nq, "site_leak");
+    double qall = qa->alloc + qb->alloc + qc->alloc;
+    cr_expect(fabs(100 * qa->alloc / qall - wa) < 3 && fabs(100 * qb->alloc / qall - wb) < 3 &&
+                  fabs(100 * qc->alloc / qall - wc) < 3,
+              "SQL shares %.1f/%.1f/%.1f", 100 * qa->alloc / qall, 100 * qb->alloc / qall, 100 * qc->alloc / qall);
+    cr_expect(qf->alloc > 0 && qf->retained == 0, "SQL: site_freed %.0f allocated, %.0f retained", qf->alloc,
+              qf->retained);
+    cr_expect(fabs(ql->retained - (double)leak) <= 0.1 * (double)leak, "SQL: site_leak retains %.0f", ql->retained);
     /* The CPU half of the same trace. */
     tm_trace *t = NULL;
     tm_error err;

@@ -345,52 +345,6 @@ enum {
     TM_PF_UTSNAME_MACHINE = 4
 };
 
-/* ProfilePacket (heapprofd; TracePacket 37): its own interning tables
- * (strings, frames, callstacks, mappings, each message as in InternedData),
- * process_dumps, continued and index. */
-enum {
-    TM_PF_PROFILE_PACKET_STRINGS = 1,
-    TM_PF_PROFILE_PACKET_FRAMES = 2,
-    TM_PF_PROFILE_PACKET_CALLSTACKS = 3,
-    TM_PF_PROFILE_PACKET_MAPPINGS = 4,
-    TM_PF_PROFILE_PACKET_PROCESS_DUMPS = 5,
-    TM_PF_PROFILE_PACKET_CONTINUED = 6,
-    TM_PF_PROFILE_PACKET_INDEX = 7
-};
-
-/* ProfilePacket.ProcessHeapSamples */
-enum {
-    TM_PF_HEAP_SAMPLES_PID = 1,
-    TM_PF_HEAP_SAMPLES_SAMPLES = 2,
-    TM_PF_HEAP_SAMPLES_FROM_STARTUP = 3,
-    TM_PF_HEAP_SAMPLES_REJECTED_CONCURRENT = 4,
-    TM_PF_HEAP_SAMPLES_STATS = 5,
-    TM_PF_HEAP_SAMPLES_DISCONNECTED = 6,
-    TM_PF_HEAP_SAMPLES_BUFFER_OVERRAN = 7,
-    TM_PF_HEAP_SAMPLES_BUFFER_CORRUPTED = 8,
-    TM_PF_HEAP_SAMPLES_TIMESTAMP = 9,
-    TM_PF_HEAP_SAMPLES_HIT_GUARDRAIL = 10,
-    TM_PF_HEAP_SAMPLES_HEAP_NAME = 11,
-    TM_PF_HEAP_SAMPLES_SAMPLING_INTERVAL_BYTES = 12,
-    TM_PF_HEAP_SAMPLES_ORIG_SAMPLING_INTERVAL_BYTES = 13,
-    TM_PF_HEAP_SAMPLES_CLIENT_ERROR = 14
-};
-
-/* ProfilePacket.HeapSample (cumulative since the profile began) */
-enum {
-    TM_PF_HEAP_SAMPLE_CALLSTACK_ID = 1,
-    TM_PF_HEAP_SAMPLE_SELF_ALLOCATED = 2,
-    TM_PF_HEAP_SAMPLE_SELF_FREED = 3,
-    TM_PF_HEAP_SAMPLE_TIMESTAMP = 4,
-    TM_PF_HEAP_SAMPLE_ALLOC_COUNT = 5,
-    TM_PF_HEAP_SAMPLE_FREE_COUNT = 6,
-    TM_PF_HEAP_SAMPLE_SELF_MAX = 8,
-    TM_PF_HEAP_SAMPLE_SELF_MAX_COUNT = 9
-};
-
-/* ProfilePacket.ProcessStats (heapprofd's own statistics of a dump) */
-enum { TM_PF_HEAP_STATS_UNWINDING_ERRORS = 1, TM_PF_HEAP_STATS_HEAP_SAMPLES = 2, TM_PF_HEAP_STATS_MAP_REPARSES = 3 };
-
 /* ProcessStats (TracePacket 9) and its Process: /proc/PID/status values */
 enum {
     TM_PF_PROCESS_STATS_PROCESSES = 1,
