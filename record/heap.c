@@ -220,15 +220,16 @@ static inline uint64_t weight_of(size_t size) {
 
 /* ---- the live table ------------------------------------------------------------ */
 
-/* Where p may be: its filter counter, by address (no hash: neighbouring
- * blocks share cache lines of the filter), and its two buckets. */
+/* Where p may be: its filter counter and its first bucket by address (no
+ * hash: neighbouring blocks share cache lines, which stay cached), its
+ * second bucket by hash (where the first overflows). */
 typedef struct live_place {
     size_t counter, bucket[2];
 } live_place;
 
 static live_place place_of(uintptr_t p) {
     uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {(size_t)(p >> 4) & (FILTER_COUNTERS - 1), {(size_t)(h & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+    live_place at = {(size_t)(p >> 4) & (FILTER_COUNTERS - 1), {(size_t)((p >> 6) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
                                          (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
     return at;
 }
@@ -405,11 +406,12 @@ static inline void *do_memalign(size_t align, size_t size, const void *caller) {
 }
 
 static void *do_realloc(void *p, size_t size, const void *caller) {
-    if (UNLIKELY(!ready())) return in_arena(p) || !p ? arena_alloc(size, 16) : NULL;
-    if (UNLIKELY(in_arena(p))) {
-        void *q = real.malloc(size);
-        if (q) memcpy(q, p, arena_size(p) < size ? arena_size(p) : size);
-        return on_alloc(q, size, caller);
+    /* Before the real functions are known every block is the arena's. */
+    int bootstrap = !ready();
+    if (UNLIKELY(bootstrap || in_arena(p))) {
+        void *q = bootstrap ? arena_alloc(size, 16) : real.malloc(size);
+        if (q && in_arena(p)) memcpy(q, p, arena_size(p) < size ? arena_size(p) : size);
+        return bootstrap ? q : on_alloc(q, size, caller);
     }
     /* realloc is a free of the old block and an allocation of the new one,
      * as heapprofd counts it. On failure the old block stays, untracked. */
