@@ -227,9 +227,11 @@ typedef struct live_place {
     size_t counter, bucket[2];
 } live_place;
 
+static size_t filter_of(uintptr_t p) { return (size_t)(p >> 4) & (FILTER_COUNTERS - 1); }
+
 static live_place place_of(uintptr_t p) {
     uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {(size_t)(p >> 4) & (FILTER_COUNTERS - 1), {(size_t)((p >> 6) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+    live_place at = {filter_of(p), {(size_t)((p >> 6) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
                                          (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
     return at;
 }
@@ -253,10 +255,10 @@ static int live_insert(uintptr_t p, uint32_t id, uint64_t weight) {
     return 0;
 }
 
-/* Forgets p and charges its stack with the free; nothing if p was not sampled. */
-static void live_remove(uintptr_t p) {
+/* Forgets p and charges its stack with the free; nothing if p was not
+ * sampled. Called only when p's filter counter is not 0. */
+static NOINLINE void live_remove(uintptr_t p) {
     live_place at = place_of(p);
-    if (atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed) == 0) return;
     for (int k = 0; k < 2; k++)
         for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
@@ -277,7 +279,9 @@ static void live_remove(uintptr_t p) {
 /* Called before the real free or realloc: p must leave the table before the
  * allocator can hand the address out again. */
 static inline void on_free(void *p) {
-    if (p && atomic_load_explicit(&g_on, memory_order_relaxed)) live_remove((uintptr_t)p);
+    if (p && atomic_load_explicit(&g_on, memory_order_relaxed) &&
+        UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
+        live_remove((uintptr_t)p);
 }
 
 /* ---- the callstack table ---------------------------------------------------------- */
