@@ -2,8 +2,9 @@
 // every operator new and delete the preload library interposes (plain,
 // array, nothrow, aligned, sized) from cxx_temp, which frees all it
 // allocates, and cxx_leak, which keeps 8 MiB of std::vector<char> and
-// new[] blocks. Prints "truth leak=N" and "ok" when every object held its
-// contents and alignment.
+// new[] blocks, and cxx_before_main, which keeps 4 MiB allocated by a static
+// initializer, before main. Prints "truth leak=N" and "ok" when every object
+// held its contents and alignment.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,15 @@ struct Node {
 };
 
 static std::vector<std::vector<char> *> g_kept;
+
+// One block of at least the sampling interval: always sampled, at its size.
+NOINLINE char *cxx_before_main() {
+    char *block = new char[4u << 20];
+    std::memset(block, 1, 4u << 20);
+    return block;
+}
+
+char *g_before_main = cxx_before_main();
 static std::vector<char *> g_kept_arrays;
 
 NOINLINE bool cxx_temp(unsigned round) {

@@ -5,8 +5,9 @@
  * back from the trace with the wire reader (heap_view.c): each allocation
  * site's share of the bytes against what the program really allocated, a
  * site that frees everything retaining exactly nothing, leaks within 10 %,
- * threads, fork children, the program's own results unchanged, memory
- * snapshots, and chunks that each hold a whole profile.
+ * threads, fork children, allocations before main, the program's own
+ * results unchanged, memory snapshots, chunks that each hold a whole
+ * profile, and the same numbers through `tracemill query`.
  *
  * Paths come from the build: TM_CLI, TM_RECORD_PRELOAD, TM_RECORD_HEAP_TARGET,
  * TM_RECORD_HEAP_TARGET_CXX (absent without a C++ compiler).
@@ -294,6 +295,10 @@ Test(record_heap, cxx_new_and_delete) {
     cr_expect_gt(temp.alloc_count, 100);
     cr_expect_eq(temp.alloc, temp.freed, "cxx_temp retains %llu bytes", (unsigned long long)(temp.alloc - temp.freed));
     expect_retained_near(&r.heap, "cxx_leak", truth(r.out, "leak"));
+    /* A static initializer runs after the preload library's constructor. */
+    hv_totals early = hv_sum(&r.heap, "cxx_before_main");
+    cr_expect_eq(early.alloc - early.freed, 4u << 20, "cxx_before_main retains %llu bytes",
+                 (unsigned long long)(early.alloc - early.freed));
     release(&r);
 #endif
 }
