@@ -221,8 +221,9 @@ static inline uint64_t weight_of(size_t size) {
 /* ---- the live table ------------------------------------------------------------ */
 
 /* Where p may be: its filter counter and its first bucket by address (no
- * hash: neighbouring blocks share cache lines, which stay cached), its
- * second bucket by hash (where the first overflows). */
+ * hash: a bucket per 512 bytes of address space, so that the heap a program
+ * works in maps to few lines of the table, which stay cached), its second
+ * bucket by hash (where the first overflows). */
 typedef struct live_place {
     size_t counter, bucket[2];
 } live_place;
@@ -231,7 +232,7 @@ static size_t filter_of(uintptr_t p) { return (size_t)(p >> 4) & (FILTER_COUNTER
 
 static live_place place_of(uintptr_t p) {
     uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {filter_of(p), {(size_t)((p >> 6) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+    live_place at = {filter_of(p), {(size_t)((p >> 9) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
                                          (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
     return at;
 }
