@@ -347,16 +347,21 @@ static tm_status heap_dump(tm_recorder *r, tm_error *err) {
 /* Ends a trace or chunk: the last heap dump and memory snapshot, buffer
  * out, TraceStats, file closed or chunk handed to the callback. */
 static tm_status finish_output(tm_recorder *r, tm_error *err) {
-    tm_status st = heap_dump(r, err);
-    if (st == TM_OK && r->o.mem_period_ms) st = tmr_writer_process_stats(r->writer, err);
-    if (st == TM_OK) st = write_buffer(r, err);
-    /* The buffer is empty now: descriptors written here reach the file. */
+    tm_status st = write_buffer(r, err);
+    /* The buffer is empty now: what is written here reaches the file. A
+     * chunk that lost packets may have lost its first ones: the clock
+     * snapshot (without which the heap dumps' MONOTONIC_COARSE times mean
+     * nothing) and the descriptors are written again. */
     const tmr_losses *cl = &r->chunk_losses;
     if (st == TM_OK && (cl->chunks_overwritten || cl->chunks_discarded)) {
         r->emit_seq = 0;
         r->emit_is_sample = 0;
-        st = tmr_writer_descriptors(r->writer, err);
+        st = tmr_writer_clock_snapshot(r->writer, err);
+        if (st == TM_OK) st = tmr_writer_descriptors(r->writer, err);
     }
+    if (st == TM_OK) st = heap_dump(r, err);
+    if (st == TM_OK && r->o.mem_period_ms) st = tmr_writer_process_stats(r->writer, err);
+    if (st == TM_OK) st = write_buffer(r, err);
     uint32_t n = 0;
     uint32_t *seqs = calloc(r->n_seq ? r->n_seq : 1, sizeof *seqs);
     uint64_t *lost = calloc(r->n_seq ? r->n_seq : 1, sizeof *lost);

@@ -338,3 +338,23 @@ Test(record_heap, chunks_hold_whole_profiles) {
               (unsigned long long)last_leak);
     free(err_text), free(trace), free(out), free(err);
 }
+
+/* A ring buffer far too small, written only at the end: the packets of the
+ * periodic dumps are overwritten, and the end of the trace still holds a
+ * clock snapshot and the last dump, whose totals (since the start) say
+ * what the program allocated. */
+Test(record_heap, the_last_dump_survives_a_tiny_ring) {
+    char *trace = path_in_dir("tiny.pftrace"), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--heap", "-F", "500", "--clock", "wall",
+                    "--buffer-kb", "2", "--file-write-period-ms", "0", "-o", trace, "--", TM_RECORD_HEAP_TARGET,
+                    "steady", NULL};
+    int status = run(argv, out, err);
+    char *err_text = tu_read_file(err, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", err_text);
+    cr_expect(strstr(err_text, "packets lost"), "the buffer did not overflow: %s", err_text);
+    sql_site q[2];
+    size_t n = query_sites(trace, "'steady_leak'", q, 2);
+    const sql_site *leak = sql_site_named(q, n, "steady_leak");
+    cr_expect(fabs(leak->retained - 24e6) < 0.1 * 24e6, "steady_leak retains %.0f of 24 MB", leak->retained);
+    free(err_text), free(trace), free(out), free(err);
+}
