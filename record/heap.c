@@ -20,9 +20,9 @@
  * allocator, counted when it would have been sampled. No lock is held
  * while calling out: the live table is lock-free (a compare-and-swap per
  * slot), and the callstack table takes a spin lock only to add a new stack,
- * inside the guard. A fork child stops sampling
- * (the recorder does not run there). The collector and the writer run on a
- * thread whose allocations are never sampled.
+ * inside the guard. A fork child stops sampling (the recorder does not run
+ * there). The collector and the writer run on a thread whose allocations
+ * are never sampled.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -190,7 +190,7 @@ static int64_t draw_interval(heap_thread *t) {
         t->rng = ((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)gettid() << 32);
         if (!t->rng) t->rng = 1;
     }
-    double u = (double)((next_random(t) >> 11) + 1) * (1.0 / 9007199254740993.0); /* (0, 1] */
+    double u = (double)((next_random(t) >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
     double d = -log(u) * (double)g_interval;
     return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
@@ -280,7 +280,7 @@ static NOINLINE void live_remove(uintptr_t p) {
 /* Called before the real free or realloc: p must leave the table before the
  * allocator can hand the address out again. */
 static inline void on_free(void *p) {
-    if (p && atomic_load_explicit(&g_on, memory_order_relaxed) &&
+    if (p && atomic_load_explicit(&g_on, memory_order_acquire) &&
         UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
         live_remove((uintptr_t)p);
 }
@@ -383,7 +383,8 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
 
 /* Every allocation passes here once it succeeded. */
 static inline void *on_alloc(void *p, size_t size, const void *caller) {
-    if (p && atomic_load_explicit(&g_on, memory_order_relaxed)) {
+    /* acquire: g_interval and the tables were set before sampling began */
+    if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
         uint64_t weight = weight_of(size);
         if (UNLIKELY(weight)) sample(p, weight, caller);
     }
