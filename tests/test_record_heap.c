@@ -165,6 +165,44 @@ static const sql_site *sql_site_named(const sql_site *s, size_t n, const char *n
     return NULL;
 }
 
+/* Bytes per function of names[] in `tracemill convert -f folded --value V`
+ * (a stack counts for every function of names it holds). */
+static void folded_bytes(const char *trace, const char *value, const char *const names[], double *bytes, size_t n) {
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --value %s %s", TM_CLI, value, trace), 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    memset(bytes, 0, n * sizeof *bytes);
+    char line[4096];
+    while (fgets(line, sizeof line, p)) {
+        char *space = strrchr(line, ' ');
+        cr_assert_not_null(space, "not a folded line: %s", line);
+        *space = 0;
+        for (size_t i = 0; i < n; i++)
+            if (hv_stack_has(line, names[i])) bytes[i] += strtod(space + 1, NULL);
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    free(cmd);
+}
+
+/* The largest value of a process counter track (mem.rss.watermark, ...) in SQL. */
+static double counter_max(const char *trace, const char *track) {
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd,
+                          "%s query %s \"select max(c.value) from counter c join process_counter_track t "
+                          "on c.track_id = t.id where t.name = '%s'\"",
+                          TM_CLI, trace, track),
+                 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[256];
+    double v = -1;
+    if (fgets(line, sizeof line, p) && fgets(line, sizeof line, p)) v = strtod(line, NULL);
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    free(cmd);
+    return v;
+}
+
 static void log_sites(const heap_view *v) {
     for (size_t i = 0; i < v->n_sites; i++)
         cr_log_info("site %s: %llu allocated, %llu freed (%llu/%llu)", v->sites[i].stack,
@@ -235,6 +273,29 @@ Test(record_heap, sites_have_their_shares) {
     cr_expect(qf->alloc > 0 && qf->retained == 0, "SQL: site_freed %.0f allocated, %.0f retained", qf->alloc,
               qf->retained);
     cr_expect(fabs(ql->retained - (double)leak) <= 0.1 * (double)leak, "SQL: site_leak retains %.0f", ql->retained);
+    /* ... through the profile model's memory values (every exporter's) ... */
+    static const char *const names[] = {"site_a", "site_b", "site_c", "site_freed", "site_leak"};
+    double fa[5], fi[5];
+    char *trace_path = path_in_dir("sites.pftrace");
+    folded_bytes(trace_path, "alloc_space", names, fa, 5);
+    folded_bytes(trace_path, "inuse_space", names, fi, 5);
+    double fall = fa[0] + fa[1] + fa[2];
+    cr_expect(fabs(100 * fa[0] / fall - wa) < 3 && fabs(100 * fa[1] / fall - wb) < 3 && fabs(100 * fa[2] / fall - wc) < 3,
+              "alloc_space shares %.1f/%.1f/%.1f", 100 * fa[0] / fall, 100 * fa[1] / fall, 100 * fa[2] / fall);
+    cr_expect(fa[3] > 0 && fi[3] == 0, "site_freed: alloc_space %.0f, inuse_space %.0f", fa[3], fi[3]);
+    cr_expect(fabs(fi[4] - (double)leak) <= 0.1 * (double)leak, "inuse_space of site_leak: %.0f", fi[4]);
+    /* ... pprof takes it ... */
+    char *pprof = path_in_dir("sites.pb.gz"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s convert -f pprof --value inuse_space -o %s %s", TM_CLI, pprof, trace_path), 0);
+    cr_expect_eq(system(cmd), 0, "%s", cmd);
+    size_t pprof_len = 0;
+    char *pprof_bytes = tu_read_file(pprof, &pprof_len);
+    cr_expect(pprof_bytes && pprof_len > 100, "no pprof profile");
+    free(pprof_bytes), free(cmd), free(pprof);
+    /* ... and the ProcessStats are Trace Processor's process counter tracks. */
+    cr_expect_geq(counter_max(trace_path, "mem.rss.watermark"), (double)leak, "peak RSS below the leak");
+    cr_expect_gt(counter_max(trace_path, "mem.rss.anon"), 0);
+    free(trace_path);
     /* The CPU half of the same trace. */
     tm_trace *t = NULL;
     tm_error err;
