@@ -137,10 +137,12 @@ static size_t query_sites(const char *trace, const char *names, sql_site *out, s
     char *cmd = NULL;
     cr_assert_gt(asprintf(&cmd,
                           "%s query %s \"with recursive anc(cs, id) as (select id, id from stack_profile_callsite "
-                          "union all select anc.cs, c.parent_id from anc join stack_profile_callsite c on c.id = anc.id "
-                          "where c.parent_id is not null) select f.name, sum(max(a.size, 0)), sum(a.size) "
+                          "union all select anc.cs, c.parent_id from anc join stack_profile_callsite c "
+                          "on c.id = anc.id where c.parent_id is not null) "
+                          "select f.name, sum(max(a.size, 0)), sum(a.size) "
                           "from heap_profile_allocation a join anc on anc.cs = a.callsite_id "
-                          "join stack_profile_callsite c on c.id = anc.id join stack_profile_frame f on f.id = c.frame_id "
+                          "join stack_profile_callsite c on c.id = anc.id "
+                          "join stack_profile_frame f on f.id = c.frame_id "
                           "where f.name in (%s) group by f.name\"",
                           TM_CLI, trace, names),
                  0);
@@ -280,7 +282,8 @@ Test(record_heap, sites_have_their_shares) {
     folded_bytes(trace_path, "alloc_space", names, fa, 5);
     folded_bytes(trace_path, "inuse_space", names, fi, 5);
     double fall = fa[0] + fa[1] + fa[2];
-    cr_expect(fabs(100 * fa[0] / fall - wa) < 3 && fabs(100 * fa[1] / fall - wb) < 3 && fabs(100 * fa[2] / fall - wc) < 3,
+    cr_expect(fabs(100 * fa[0] / fall - wa) < 3 && fabs(100 * fa[1] / fall - wb) < 3 &&
+                  fabs(100 * fa[2] / fall - wc) < 3,
               "alloc_space shares %.1f/%.1f/%.1f", 100 * fa[0] / fall, 100 * fa[1] / fall, 100 * fa[2] / fall);
     cr_expect(fa[3] > 0 && fi[3] == 0, "site_freed: alloc_space %.0f, inuse_space %.0f", fa[3], fi[3]);
     cr_expect(fabs(fi[4] - (double)leak) <= 0.1 * (double)leak, "inuse_space of site_leak: %.0f", fi[4]);
