@@ -145,6 +145,13 @@ static const child profile_children[] = {{TM_PF_PROFILE_STRINGS, &profile_string
                                          {0, NULL}};
 static const schema profile_packet = {"ProfilePacket", F(6) | F(7), 0, 0, profile_children, NULL};
 
+/* ProcessStats: the memory figures of each process. */
+#define F_RANGE2(lo, hi) ((~0ull >> (63 - (hi))) & ~((1ull << (lo)) - 1))
+static const schema proc_stats_process = {"ProcessStats.Process", F_RANGE2(1, 10), 0, 0, NULL, NULL};
+static const child process_stats_children[] = {{TM_PF_PROCESS_STATS_PROCESSES, &proc_stats_process}, {0, NULL}};
+static const schema process_stats = {"ProcessStats", F(2), 0, 0, process_stats_children, NULL};
+#undef F_RANGE2
+
 #undef F
 
 static const schema *payload_schema(uint32_t data_field, bool relay) {
@@ -165,6 +172,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_DEOBFUSCATION_MAPPING: return relay ? NULL : &deobfuscation;
 
     case TM_PF_PACKET_PROFILE_PACKET: return relay ? NULL : &profile_packet;
+    case TM_PF_PACKET_PROCESS_STATS: return relay ? NULL : &process_stats;
     default: return NULL;
     }
 }
@@ -182,7 +190,23 @@ static const schema *child_schema(const schema *sc, uint32_t field) {
     return NULL;
 }
 
+/* A message of varints only with one-byte tags (fields 1-15), the shape of
+ * the many small messages a payload repeats (HeapSample, a Frame): valid
+ * whatever schema lists varints only. Anything else is left to the general
+ * check. */
+static bool plain_varints(tm_bytes msg) {
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    while (p < end) {
+        uint8_t tag = *p++;
+        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
+        uint64_t v;
+        if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
+    }
+    return true;
+}
+
 static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg) {
+    if (!sc->lens && !sc->repeated && !sc->children && msg.len && plain_varints(msg)) return TM_OK;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;

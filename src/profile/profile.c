@@ -30,6 +30,7 @@ void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->realtime, p->n_realtime);
     FREE_VEC(p, p->heap_samples, p->cap_heap_samples);
     FREE_VEC(p, p->heap_names, p->cap_heap_names);
+    FREE_VEC(p, p->memory, p->cap_memory);
     tm_u64map_free(p->mem, &p->heap_sample_by_key);
     tm_idxset_free(p->mem, &p->frame_set);
     tm_idxset_free(p->mem, &p->mapping_set);
@@ -336,12 +337,10 @@ int tm_path_is_java(tm_str path) {
 
 /* ---- memory profiles ---- */
 
-tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, tm_str heap,
-                              int64_t count, int64_t size) {
-    uint32_t h = 0;
-    while (h < p->n_heap_names && !tm_bytes_eq(p->heap_names[h], heap)) h++; /* a trace has a few heaps */
-    if (h == p->n_heap_names) {
-        if (h >= 256) return TM_ERR_LIMIT;
+tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, uint32_t h,
+                              tm_str heap, int64_t count, int64_t size) {
+    if (h >= 256) return TM_ERR_LIMIT;
+    while (h >= p->n_heap_names) { /* heaps are numbered 0, 1, ... as they first appear */
         TM_TRY(TM_VEC_RESERVE(p->mem, p->heap_names, p->cap_heap_names, p->n_heap_names + 1));
         p->heap_names[p->n_heap_names++] = heap;
     }
@@ -358,9 +357,20 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
     }
     tm_prof_heap_sample *hs = &p->heap_samples[i];
     if (ts > hs->ts) hs->ts = ts;
-    if (count > 0 || size > 0) hs->alloc_objects += count, hs->alloc_space += size;
-    hs->inuse_objects += count, hs->inuse_space += size;
+#define ADD(x, v) ((x) = (int64_t)((uint64_t)(x) + (uint64_t)(v))) /* hostile totals wrap, never overflow */
+    if (count > 0 || size > 0) ADD(hs->alloc_objects, count), ADD(hs->alloc_space, size);
+    ADD(hs->inuse_objects, count), ADD(hs->inuse_space, size);
+#undef ADD
     return TM_OK;
+}
+
+uint64_t tm_profile_peak_rss(const tm_profile *p) {
+    uint64_t peak = 0;
+    for (size_t i = 0; i < p->n_memory; i++) {
+        uint64_t v = p->memory[i].rss_peak > p->memory[i].rss ? p->memory[i].rss_peak : p->memory[i].rss;
+        if (v > peak) peak = v;
+    }
+    return peak;
 }
 
 int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v) {
