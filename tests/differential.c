@@ -14,6 +14,10 @@
  *    Samples without a thread have tid 0.
  *  - SQL model: callsite_id is the leaf; parent_id leads to the root.
  *    Frame names are NULL without a function name ("" here, as above).
+ *    Symbols: a frame whose mapping has a build id and whose symbol set has
+ *    rows (ModuleSymbols, or R8 line ranges retraced) is those rows' names,
+ *    innermost first, as the profile model expands it; else a frame with a
+ *    deobfuscated_name is that name; else its name.
  *    perf_sample and cpu_profile_stack_sample have utid; StackSample rows
  *    (stack_sample rows in neither of those views) have a task context
  *    whose utid may be NULL: the profile model then uses the process's
@@ -204,7 +208,7 @@ typedef struct sql_side {
     /* By row id. */
     int64_t *tid_of_utid; size_t n_utid;
     int64_t *pid_of_upid; size_t n_upid;
-    char **frame_name; size_t *frame_len; size_t n_frames;
+    dkey *frame_key; size_t n_frames; /* per frame: its name(s), encoded as in a stack */
     int64_t *cs_parent, *cs_frame; size_t n_cs;  /* parent -1: root */
     dkey *cs_key; unsigned char *cs_done;         /* memoised stacks per callsite */
     dkey empty;
@@ -254,8 +258,13 @@ static int load_ids(sql_side *s, const char *sql, int64_t **vals, size_t *n) {
     return !s->err;
 }
 
+/* A frame's names: its symbols' (innermost first) when symbols of its
+ * mapping's build id name it, as the profile model then expands it; else
+ * its deobfuscated name, else its name. */
 static int load_frames(sql_side *s) {
-    const char *sql = "SELECT id, name FROM stack_profile_frame";
+    const char *sql = "SELECT f.id, f.name, f.deobfuscated_name, sym.name, m.build_id != '' AND sym.id IS NOT NULL"
+                      " FROM stack_profile_frame AS f JOIN stack_profile_mapping AS m ON m.id = f.mapping"
+                      " LEFT JOIN stack_profile_symbol AS sym USING (symbol_set_id) ORDER BY f.id, sym.id";
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) return sql_fail(s, sql);
     int rc;
@@ -263,16 +272,15 @@ static int load_frames(sql_side *s) {
         int64_t id = sqlite3_column_int64(q, 0);
         if (!in_range(s, id, ID_ROWS_MAX, "row id out of range:")) break;
         if ((size_t)id >= s->n_frames) {
-            s->frame_name = xrealloc(s->frame_name, ((size_t)id + 1) * sizeof *s->frame_name);
-            s->frame_len = xrealloc(s->frame_len, ((size_t)id + 1) * sizeof *s->frame_len);
-            for (size_t k = s->n_frames; k <= (size_t)id; k++) s->frame_name[k] = NULL, s->frame_len[k] = 0;
+            s->frame_key = xrealloc(s->frame_key, ((size_t)id + 1) * sizeof *s->frame_key);
+            memset(s->frame_key + s->n_frames, 0, ((size_t)id + 1 - s->n_frames) * sizeof *s->frame_key);
             s->n_frames = (size_t)id + 1;
         }
-        const void *name = sqlite3_column_blob(q, 1); /* names may hold NUL bytes */
-        size_t n = (size_t)sqlite3_column_bytes(q, 1);
-        s->frame_name[id] = xrealloc(NULL, n);
-        if (n) memcpy(s->frame_name[id], name, n);
-        s->frame_len[id] = n;
+        dkey *k = &s->frame_key[id];
+        int col = sqlite3_column_int(q, 4) ? 3 : sqlite3_column_type(q, 2) != SQLITE_NULL ? 2 : 1;
+        if (col != 3 && k->frames) continue; /* one row per symbol: the name only once */
+        const void *name = sqlite3_column_blob(q, col); /* names may hold NUL bytes */
+        key_add(k, name, (size_t)sqlite3_column_bytes(q, col));
     }
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) sql_fail(s, sql);
     sqlite3_finalize(q);
@@ -320,7 +328,14 @@ static const dkey *callsite_stack(sql_side *s, int64_t leaf) {
             !in_range(s, s->cs_frame[c], s->n_frames, "no such frame:"))
             return NULL;
         int64_t fr = s->cs_frame[c];
-        key_add(k, s->frame_name[fr], s->frame_len[fr]);
+        const dkey *names = &s->frame_key[fr];
+        while (k->len + names->len > k->cap) {
+            k->cap = k->cap ? k->cap * 2 : 64;
+            k->data = xrealloc(k->data, k->cap);
+        }
+        if (names->len) memcpy(k->data + k->len, names->data, names->len);
+        k->len += names->len;
+        k->frames += names->frames;
         c = s->cs_parent[c];
     }
     s->cs_done[leaf] = 1;
@@ -371,10 +386,9 @@ static int sql_records(sql_side *s, drecs *out) {
 }
 
 static void sql_release(sql_side *s) {
-    for (size_t i = 0; i < s->n_frames; i++) free(s->frame_name[i]);
+    for (size_t i = 0; i < s->n_frames; i++) free(s->frame_key[i].data);
     for (size_t i = 0; i < s->n_cs; i++) free(s->cs_key[i].data);
-    free(s->frame_name);
-    free(s->frame_len);
+    free(s->frame_key);
     free(s->cs_parent);
     free(s->cs_frame);
     free(s->cs_key);

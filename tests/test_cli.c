@@ -771,7 +771,7 @@ Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     run_free(&r);
     r = run("diff -f folded --value inuse_space " HEAP_TRACE " " HEAP_TRACE); /* what grew: nothing */
     cr_expect_eq(r.code, 0, "%s", r.err);
-    cr_expect_str_eq(r.out, "f1;f2 90 90\nf1;f2;f3 1000 1000\n");
+    cr_expect_str_eq(r.out, "f1;symbolized f2 90 90\nf1;symbolized f2;symbolized f3 1000 1000\n");
     run_free(&r);
     static const char *const refused[] = {"convert --value alloc_space " HEAP_TRACE,
                                           "convert -f report --value inuse_space " HEAP_TRACE,

@@ -31,7 +31,8 @@ typedef struct addr_ent {
 } addr_ent;
 
 typedef struct name_ent {
-    tm_str obf_class, obf_method; /* obf_method.data NULL: a class entry */
+    tm_str package;               /* data NULL: every app */
+    tm_str obf_class, obf_method;
     tm_str class_name, method;
     uint32_t obf_start, obf_end, src_start; /* obf_end 0: no line range */
     uint32_t order;
@@ -58,10 +59,9 @@ static tm_status on_address(void *ctx, const tm_pf_address_symbols *a) {
 
 static tm_status on_deobf(void *ctx, const tm_pf_deobf *d) {
     sym_tables *t = ctx;
-    if (!d->obf_class.len || !d->class_name.len || (d->obf_method.data && (!d->obf_method.len || !d->method.len)))
-        return TM_OK;
+    if (!d->obf_method.data || !d->obf_method.len || !d->method.len) return TM_OK; /* frames are methods */
     TM_TRY(TM_VEC_RESERVE(t->mem, t->names, t->cap_names, t->n_names + 1));
-    t->names[t->n_names] = (name_ent){d->obf_class,     d->obf_method,   d->class_name, d->method,
+    t->names[t->n_names] = (name_ent){d->package,        d->obf_class,    d->obf_method,  d->class_name, d->method,
                                       d->obf_line_start, d->obf_line_end, d->line_start, (uint32_t)t->n_names};
     t->n_names++;
     return TM_OK;
@@ -79,12 +79,9 @@ static int cmp_addr(const void *x, const void *y) {
     if (a->address != b->address) return a->address < b->address ? -1 : 1;
     return (a->order > b->order) - (a->order < b->order);
 }
-/* class entries (no method) sort before method entries of their class */
 static int cmp_name_key(tm_str cls, tm_str method, const name_ent *b) {
     int c = cmp_bytes(cls, b->obf_class);
-    if (c) return c;
-    if (!method.data || !b->obf_method.data) return !!method.data - !!b->obf_method.data;
-    return cmp_bytes(method, b->obf_method);
+    return c ? c : cmp_bytes(method, b->obf_method);
 }
 static int cmp_name(const void *x, const void *y) {
     const name_ent *a = x, *b = y;
@@ -155,68 +152,138 @@ static bool obf_names(const tm_prof_frame *g, tm_str *cls, tm_str *method) {
     return true;
 }
 
-/* Appends what frame g becomes under the deobfuscation maps to out (at most
- * cap): with a line inside entries' obfuscated ranges, those methods, the
- * inlined ones first, each at its original line (R8's retrace); else its
- * first method entry, else its class renamed; else g itself. *renamed says
- * whether it changed. */
-static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_frame *g, tm_prof_frame *out,
-                             size_t cap, size_t *n, bool *renamed) {
-    tm_str cls, method;
-    *renamed = false;
-    if (t->n_names && obf_names(g, &cls, &method)) {
-        const name_ent *first = find_name(t, cls, method);
-        if (first && (g->flags & TM_FRAME_HAS_LINE)) {
-            size_t k = *n;
-            for (const name_ent *e = first; e < t->names + t->n_names && k < cap && !cmp_name_key(cls, method, e); e++) {
-                if (!e->obf_end || g->line < e->obf_start || g->line > e->obf_end) continue;
-                tm_prof_frame h = *g;
-                TM_TRY(set_java_name(p, &h, e->class_name, e->method));
-                h.line = e->src_start ? e->src_start + (g->line - e->obf_start) : g->line;
-                h.flags |= TM_FRAME_INLINED;
-                out[k++] = h;
-            }
-            if (k > *n) {
-                /* the last keeps g's own INLINED (a native chain it sits in) */
-                out[k - 1].flags = (out[k - 1].flags & ~(uint32_t)TM_FRAME_INLINED) | (g->flags & TM_FRAME_INLINED);
-                *n = k;
-                *renamed = true;
-                return TM_OK;
-            }
-        }
-        const name_ent *e = first ? first : find_name(t, cls, (tm_str){NULL, 0});
-        if (e && *n < cap) {
-            tm_prof_frame h = *g;
-            TM_TRY(set_java_name(p, &h, e->class_name, e->obf_method.data ? e->method : method));
-            out[(*n)++] = h;
-            *renamed = true;
-            return TM_OK;
-        }
+/* The app a mapping belongs to by its path, as Android installs apps:
+ * /data/app/[~~random/]PACKAGE-suffix/...; empty when the path says none. */
+static tm_str path_package(tm_str path) {
+    static const char app[] = "/data/app/";
+    const uint8_t *q = path.data, *end = path.data + path.len;
+    if (path.len < sizeof app - 1 || memcmp(q, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
+    q += sizeof app - 1;
+    if (end - q > 2 && q[0] == '~' && q[1] == '~') {
+        while (q < end && *q != '/') q++;
+        if (q < end) q++;
     }
-    if (*n < cap) out[(*n)++] = *g;
+    const uint8_t *e = q;
+    while (e < end && *e != '-' && *e != '/') e++;
+    return (tm_str){q, (size_t)(e - q)};
+}
+
+/* A method entry's full original name: "Class.method", or the method as
+ * given when it moved ("other.Cls.m"). */
+static tm_status full_name(tm_profile *p, const name_ent *e, tm_str *out) {
+    if (memchr(e->method.data, '.', e->method.len)) {
+        *out = e->method;
+        return TM_OK;
+    }
+    char *n = tm_arena_alloc(p->arena, e->class_name.len + 1 + e->method.len);
+    if (!n) return TM_ERR_NOMEM;
+    memcpy(n, e->class_name.data, e->class_name.len);
+    n[e->class_name.len] = '.';
+    memcpy(n + e->class_name.len + 1, e->method.data, e->method.len);
+    *out = (tm_str){(const uint8_t *)n, e->class_name.len + 1 + e->method.len};
+    return TM_OK;
+}
+
+static int cmp_str_ptr(const void *x, const void *y) {
+    return cmp_bytes(**(const tm_str *const *)x, **(const tm_str *const *)y);
+}
+
+/* What frame f (as the trace names it; chain[0, *n) what its symbols made
+ * of it, or f itself) becomes under the deobfuscation maps, as Trace
+ * Processor reads them: the method entries of f's name, from maps of any
+ * app or of the one its mapping's path names. With symbols whose first line
+ * falls in entries' obfuscated ranges, those methods replace the chain,
+ * the inlined ones first, each at its original line (R8's retrace); without
+ * symbols, f is named by its candidates: one, or all of them sorted and
+ * joined with " | " when the map is ambiguous. */
+static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_frame *f, bool from_symbols,
+                             tm_prof_frame *chain, size_t *n, bool *changed) {
+    tm_str cls, method;
+    if (!t->n_names || !obf_names(f, &cls, &method)) return TM_OK;
+    const name_ent *first = find_name(t, cls, method);
+    if (!first) return TM_OK;
+    tm_str pkg = f->mapping ? path_package(p->mappings[f->mapping - 1].path) : (tm_str){NULL, 0};
+    const name_ent *cand[64];
+    size_t k = 0;
+    for (const name_ent *e = first; e < t->names + t->n_names && k < 64 && !cmp_name_key(cls, method, e); e++)
+        if (!pkg.len || !e->package.len || tm_bytes_eq(pkg, e->package)) cand[k++] = e;
+    if (!k) return TM_OK;
+    if (from_symbols) {
+        if (!(chain[0].flags & TM_FRAME_HAS_LINE)) return TM_OK;
+        uint32_t line = chain[0].line;
+        tm_prof_frame out[TM_MAX_SYMBOL_LINES];
+        size_t m = 0;
+        for (size_t i = 0; i < k && m < TM_MAX_SYMBOL_LINES; i++) {
+            const name_ent *e = cand[i];
+            if (!e->obf_end || line < e->obf_start || line > e->obf_end) continue;
+            tm_prof_frame h = chain[0];
+            h.flags &= ~(uint32_t)(TM_FRAME_HAS_MODULE | TM_FRAME_INLINED);
+            h.module = (tm_str){NULL, 0};
+            TM_TRY(set_java_name(p, &h, e->class_name, e->method));
+            h.line = e->src_start ? e->src_start + (line - e->obf_start) : line;
+            if (m) out[m - 1].flags |= TM_FRAME_INLINED;
+            out[m++] = h;
+        }
+        if (!m) return TM_OK;
+        memcpy(chain, out, m * sizeof *out);
+        *n = m;
+        *changed = true;
+        return TM_OK;
+    }
+    tm_str names[64];
+    const tm_str *sorted[64];
+    size_t len = 0, w = 0;
+    for (size_t i = 0; i < k; i++) {
+        TM_TRY(full_name(p, cand[i], &names[i]));
+        sorted[i] = &names[i];
+    }
+    qsort(sorted, k, sizeof *sorted, cmp_str_ptr);
+    for (size_t i = 0; i < k; i++)
+        if (!w || !tm_bytes_eq(*sorted[w - 1], *sorted[i])) sorted[w++] = sorted[i], len += sorted[i]->len + 3;
+    tm_prof_frame g = *f;
+    g.flags &= ~(uint32_t)TM_FRAME_HAS_MODULE;
+    g.module = (tm_str){NULL, 0};
+    if (w == 1) {
+        /* one name: class and method, as the frame kept them */
+        size_t dot = sorted[0]->len;
+        while (dot > 0 && sorted[0]->data[dot - 1] != '.') dot--;
+        TM_TRY(set_java_name(p, &g, (tm_str){sorted[0]->data, dot ? dot - 1 : 0},
+                             (tm_str){sorted[0]->data + dot, sorted[0]->len - dot}));
+    } else {
+        char *j = tm_arena_alloc(p->arena, len);
+        if (!j) return TM_ERR_NOMEM;
+        size_t at = 0;
+        for (size_t i = 0; i < w; i++) {
+            if (i) memcpy(j + at, " | ", 3), at += 3;
+            memcpy(j + at, sorted[i]->data, sorted[i]->len), at += sorted[i]->len;
+        }
+        g.function = (tm_str){(const uint8_t *)j, at};
+        g.flags |= TM_FRAME_HAS_FUNCTION;
+    }
+    chain[0] = g;
+    *n = 1;
+    *changed = true;
     return TM_OK;
 }
 
 /* Expands every frame it can into exp[off[i], off[i] + len[i]). */
 static tm_status expand(tm_profile *p, const sym_tables *t, uint32_t *off, uint32_t *len, uint32_t **exp, size_t *n_exp,
                         size_t *cap_exp) {
-    enum { CAP = 2 * TM_MAX_SYMBOL_LINES };
-    tm_prof_frame chain[TM_MAX_SYMBOL_LINES], out[CAP];
+    tm_prof_frame chain[TM_MAX_SYMBOL_LINES];
     size_t n0 = p->n_frames;
     for (size_t i = 0; i < n0; i++) {
         tm_prof_frame f = p->frames[i];
-        size_t n = 0, m = 0;
+        size_t n = 0;
         bool changed = false;
-        const addr_ent *e = !(f.flags & TM_FRAME_JAVA) && f.mapping && t->n_addrs
-                                ? find_addr(t, p->mappings[f.mapping - 1].build_id, f.rel_pc)
-                                : NULL;
+        const addr_ent *e = f.mapping && t->n_addrs ? find_addr(t, p->mappings[f.mapping - 1].build_id, f.rel_pc) : NULL;
         if (e) {
             for (uint32_t k = 0; k < e->n && n < TM_MAX_SYMBOL_LINES; k++) {
                 const tm_pf_line *l = &t->lines[e->off + k];
                 tm_prof_frame g = f;
                 g.function = l->function;
+                g.module = (tm_str){NULL, 0};
                 g.flags |= TM_FRAME_HAS_FUNCTION;
-                g.flags &= ~(uint32_t)(TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE | TM_FRAME_INLINED);
+                g.flags &= ~(uint32_t)(TM_FRAME_HAS_MODULE | TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE | TM_FRAME_INLINED);
                 g.file = l->file.len ? l->file : (tm_str){NULL, 0};
                 g.line = l->line;
                 if (l->file.len) g.flags |= TM_FRAME_HAS_FILE;
@@ -228,17 +295,13 @@ static tm_status expand(tm_profile *p, const sym_tables *t, uint32_t *off, uint3
         } else {
             chain[n++] = f;
         }
-        for (size_t k = 0; k < n; k++) {
-            bool renamed;
-            TM_TRY(deobfuscate(p, t, &chain[k], out, CAP, &m, &renamed));
-            changed |= renamed;
-        }
+        TM_TRY(deobfuscate(p, t, &f, e != NULL, chain, &n, &changed));
         if (!changed) continue;
-        TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + m));
-        off[i] = (uint32_t)*n_exp, len[i] = (uint32_t)m;
-        for (size_t k = 0; k < m; k++) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + n));
+        off[i] = (uint32_t)*n_exp, len[i] = (uint32_t)n;
+        for (size_t k = 0; k < n; k++) {
             uint32_t id;
-            TM_TRY(tm_profile_intern_frame(p, &out[k], &id));
+            TM_TRY(tm_profile_intern_frame(p, &chain[k], &id));
             (*exp)[(*n_exp)++] = id;
         }
     }
