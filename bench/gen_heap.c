@@ -15,21 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen_util.h"
 #include "trace_builder.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static uint64_t arg_u64(int argc, char **argv, const char *name, uint64_t def) {
-    for (int i = 2; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) return strtoull(argv[i + 1], NULL, 10);
-    return def;
-}
 
 #define SAMPLES_PER_PACKET 500
 #define DUMP_PERIOD_NS 1000000000ull
@@ -97,13 +85,8 @@ int main(int argc, char **argv) {
                     tot[0] += n * 4096, tot[2] += n;                    /* allocated */
                     uint64_t f = (tot[2] - tot[3]) / 3;                 /* about a third freed */
                     tot[1] += f * 4096, tot[3] += f;
-                    size_t h = tb_open(&t, TM_PF_HEAP_DUMP_SAMPLES);
-                    tb_uint(&t, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, k + 1);
-                    tb_uint(&t, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, tot[0]);
-                    tb_uint(&t, TM_PF_HEAP_SAMPLE_SELF_FREED, tot[1]);
-                    tb_uint(&t, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, tot[2]);
-                    tb_uint(&t, TM_PF_HEAP_SAMPLE_FREE_COUNT, tot[3]);
-                    tb_close(&t, h);
+                    const tb_heap_sample hs = {k + 1, tot[0], tot[1], tot[2], tot[3]};
+                    tb_heap_sample_msg(&t, &hs);
                 }
                 tb_close(&t, dump);
                 if (end < n_stacks) tb_uint(&t, TM_PF_PROFILE_CONTINUED, 1);

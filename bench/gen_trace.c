@@ -20,21 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen_util.h"
 #include "trace_builder.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static uint64_t arg_u64(int argc, char **argv, const char *name, uint64_t def) {
-    for (int i = 2; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) return strtoull(argv[i + 1], NULL, 10);
-    return def;
-}
 
 #define PID 4200u
 #define MONO0 500000000ull

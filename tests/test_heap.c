@@ -23,11 +23,6 @@
 
 enum { S_MAIN = 1, S_KEEP, S_FREE, S_LIB, CS_KEEP = 1, CS_FREE = 2, PID = 42 };
 
-/* One HeapSample: totals so far. */
-typedef struct heap_sample {
-    uint64_t callstack, allocated, freed, alloc_count, free_count;
-} heap_sample;
-
 static void interned_string(tb_buf *t, uint64_t iid, const char *s) {
     tb_interned_string(t, TM_PF_PROFILE_STRINGS, iid, s, strlen(s));
 }
@@ -66,35 +61,15 @@ static void tables(tb_buf *t) {
 
 /* A ProfilePacket holding one dump of PID at MONOTONIC_COARSE ts. */
 static void profile_packet(tb_buf *t, uint64_t index, int continued, int with_tables, uint64_t ts,
-                           const heap_sample *s, size_t n) {
+                           const tb_heap_sample *s, size_t n) {
     size_t pkt = tb_packet_open(t, 7, ts, index == 0 ? TB_SEQ_CLEARED : 0);
     size_t pp = tb_open(t, TM_PF_PACKET_PROFILE_PACKET);
     if (with_tables) tables(t);
-    size_t d = tb_open(t, TM_PF_PROFILE_PROCESS_DUMPS);
-    tb_uint(t, TM_PF_HEAP_DUMP_PID, PID);
-    tb_uint(t, TM_PF_HEAP_DUMP_TIMESTAMP, ts);
-    tb_str(t, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
-    tb_uint(t, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, 4096);
-    for (size_t i = 0; i < n; i++) {
-        size_t h = tb_open(t, TM_PF_HEAP_DUMP_SAMPLES);
-        tb_uint(t, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s[i].callstack);
-        tb_uint(t, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s[i].allocated);
-        tb_uint(t, TM_PF_HEAP_SAMPLE_SELF_FREED, s[i].freed);
-        tb_uint(t, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, s[i].alloc_count);
-        tb_uint(t, TM_PF_HEAP_SAMPLE_FREE_COUNT, s[i].free_count);
-        tb_close(t, h);
-    }
-    tb_close(t, d);
+    tb_heap_dump(t, PID, ts, "libc.malloc", 4096, s, n);
     if (continued) tb_uint(t, TM_PF_PROFILE_CONTINUED, 1);
     tb_uint(t, TM_PF_PROFILE_INDEX, index);
     tb_close(t, pp);
     tb_close(t, pkt);
-}
-
-static void clocks(tb_buf *t) {
-    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC_COARSE};
-    const uint64_t values[2] = {0, 0};
-    tb_clock_snapshot(t, 1, ids, values, 2);
 }
 
 /* The truth: keep allocated 9000 bytes (9 objects) and freed 1000 (1);
@@ -102,13 +77,13 @@ static void clocks(tb_buf *t) {
  * keep's totals (malformed: dropped) and comes after a gap in the index. */
 static tb_buf heap_trace(int cut_inside_last_dump) {
     tb_buf t = {0};
-    clocks(&t);
-    const heap_sample d1[2] = {{CS_KEEP, 6000, 0, 6, 0}, {CS_FREE, 3000, 3000, 3, 3}};
+    tb_heap_clocks(&t, 1);
+    const tb_heap_sample d1[2] = {{CS_KEEP, 6000, 0, 6, 0}, {CS_FREE, 3000, 3000, 3, 3}};
     profile_packet(&t, 0, 0, 1, 10, d1, 2);
-    const heap_sample d2a[1] = {{CS_KEEP, 9000, 1000, 9, 1}}, d2b[1] = {{CS_FREE, 3000, 3000, 3, 3}};
+    const tb_heap_sample d2a[1] = {{CS_KEEP, 9000, 1000, 9, 1}}, d2b[1] = {{CS_FREE, 3000, 3000, 3, 3}};
     profile_packet(&t, 1, 1, 1, 20, d2a, 1); /* one dump over two packets */
     profile_packet(&t, 2, 0, 0, 20, d2b, 1);
-    const heap_sample d3[1] = {{CS_KEEP, 5000, 1000, 5, 1}};
+    const tb_heap_sample d3[1] = {{CS_KEEP, 5000, 1000, 5, 1}};
     profile_packet(&t, 4, cut_inside_last_dump, 1, 30, d3, 1);
     return t;
 }

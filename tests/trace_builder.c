@@ -259,3 +259,30 @@ void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid) {
     tb_uint(b, TM_PF_TASK_CONTEXT_TID, tid);
     tb_close(b, m);
 }
+
+void tb_heap_sample_msg(tb_buf *b, const tb_heap_sample *s) {
+    size_t h = tb_open(b, TM_PF_HEAP_DUMP_SAMPLES);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s->callstack);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s->allocated);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_FREED, s->freed);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, s->alloc_count);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_FREE_COUNT, s->free_count);
+    tb_close(b, h);
+}
+
+void tb_heap_dump(tb_buf *b, uint32_t pid, uint64_t ts, const char *heap_name, uint64_t interval,
+                  const tb_heap_sample *s, size_t n) {
+    size_t d = tb_open(b, TM_PF_PROFILE_PROCESS_DUMPS);
+    tb_uint(b, TM_PF_HEAP_DUMP_PID, pid);
+    tb_uint(b, TM_PF_HEAP_DUMP_TIMESTAMP, ts);
+    if (heap_name) tb_str(b, TM_PF_HEAP_DUMP_HEAP_NAME, heap_name);
+    if (interval) tb_uint(b, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, interval);
+    for (size_t i = 0; i < n; i++) tb_heap_sample_msg(b, &s[i]);
+    tb_close(b, d);
+}
+
+void tb_heap_clocks(tb_buf *t, uint32_t seq) {
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC_COARSE};
+    const uint64_t values[2] = {0, 0};
+    tb_clock_snapshot(t, seq, ids, values, 2);
+}

@@ -97,4 +97,16 @@ void tb_stack_sample_packet(tb_buf *t, const tb_stack_sample *s);
 /* An InternedData.stack_sample_task_contexts entry. */
 void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid);
 
+/* heapprofd: a HeapSample's totals since profiling started. */
+typedef struct tb_heap_sample {
+    uint64_t callstack, allocated, freed, alloc_count, free_count;
+} tb_heap_sample;
+void tb_heap_sample_msg(tb_buf *b, const tb_heap_sample *s);
+/* A ProfilePacket.ProcessHeapSamples of pid at MONOTONIC_COARSE ts, inside
+ * an open ProfilePacket; heap_name NULL and interval 0 leave them out. */
+void tb_heap_dump(tb_buf *b, uint32_t pid, uint64_t ts, const char *heap_name, uint64_t interval,
+                  const tb_heap_sample *s, size_t n);
+/* A snapshot with BOOTTIME and MONOTONIC_COARSE both 0: dump times are trace times. */
+void tb_heap_clocks(tb_buf *t, uint32_t seq);
+
 #endif
