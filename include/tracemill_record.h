@@ -3,8 +3,9 @@
  * profiler for the calling process that writes Perfetto traces.
  *
  * Defined only in libtracemill_record (link -ltracemill_record, or its
- * static archive with libunwind), never in libtracemill: a program linked
- * with -ltracemill alone includes tracemill.h, not this header.
+ * static archive with libtracemill.a and libunwind), never in libtracemill:
+ * a program linked with -ltracemill alone includes tracemill.h, not this
+ * header.
  *
  * Threading: one recorder samples a process at a time. tm_recorder_flush
  * and tm_recorder_get_stats may be called from any thread while it runs;
