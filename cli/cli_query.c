@@ -399,6 +399,16 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
     for (const char *p = sql; *p;) {
         sqlite3_stmt *st = NULL;
         const char *tail = NULL;
+        tm_error err = {0};
+        int include = tm_db_include(db, p, &tail, &err);
+        if (include < 0) {
+            fprintf(stderr, "tracemill query: %s\n", err.message);
+            return EXIT_REJECTED;
+        }
+        if (include) {
+            p = tail;
+            continue;
+        }
         if (sqlite3_prepare_v2(db, p, -1, &st, &tail) != SQLITE_OK)
             return sql_error(db, sql, p, o->statements + 1, where, first_line, o);
         if (!st) { /* only blanks, comments or ';' */

@@ -48,6 +48,14 @@ TM_API tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts,
  * the tm_db; do not close it. */
 TM_API struct sqlite3 *tm_db_sqlite(tm_db *db);
 
+/* Trace Processor's `INCLUDE PERFETTO MODULE name;` is not SQLite: call
+ * this with tm_db_sqlite's connection on each statement before preparing
+ * it. 1: it was one, for a module tracemill provides
+ * (android.memory.heap_profile.intervals), whose views now exist; go on at
+ * *tail. 0: not an INCLUDE. -1: an INCLUDE of a module tracemill lacks, or
+ * its views could not be made (err says why). */
+TM_API int tm_db_include(struct sqlite3 *db, const char *sql, const char **tail, tm_error *err);
+
 /* Writes every table into a standalone SQLite file at path, readable
  * without tracemill. path must not exist or be an empty file (a temporary
  * file to rename into place, say): an existing database is never replaced.

@@ -105,6 +105,32 @@ static const schema ftrace_stats = {"FtraceStats", F(1), 0, 0, ftrace_children, 
 
 static const schema trace_uuid = {"TraceUuid", F(1) | F(2), 0, 0, NULL, NULL};
 
+/* ProfilePacket: the tables it carries, its dumps and their samples. */
+static const schema profile_string = {"ProfilePacket.strings", F(1), F(2), 0, NULL, NULL};
+static const schema profile_frame = {"ProfilePacket.frames", F(1) | F(2) | F(3) | F(4), 0, 0, NULL, NULL};
+static const list_name profile_callstack_lists[] = {{TM_PF_CALLSTACK_FRAME_IDS, "ProfilePacket.callstacks.frame_ids"},
+                                                    {0, NULL}};
+static const schema profile_callstack = {"ProfilePacket.callstacks", F(1), 0, F(2), NULL, profile_callstack_lists};
+static const list_name profile_mapping_lists[] = {
+    {TM_PF_MAPPING_PATH_STRING_IDS, "ProfilePacket.mappings.path_string_ids"}, {0, NULL}};
+static const schema profile_mapping = {"ProfilePacket.mappings", F(1) | F(2) | F(3) | F(4) | F(5) | F(6) | F(8), 0,
+                                       F(7), NULL, profile_mapping_lists};
+static const schema heap_sample = {"ProfilePacket.HeapSample", F(1) | F(2) | F(3) | F(4) | F(5) | F(6) | F(7) | F(8) | F(9),
+                                   0, 0, NULL, NULL};
+static const schema heap_stats = {"ProfilePacket.ProcessStats", F(1) | F(2) | F(3) | F(5) | F(6), 0, 0, NULL, NULL};
+static const child heap_dump_children[] = {{TM_PF_HEAP_DUMP_SAMPLES, &heap_sample}, {TM_PF_HEAP_DUMP_STATS, &heap_stats},
+                                           {0, NULL}};
+static const schema heap_dump = {"ProfilePacket.ProcessHeapSamples",
+                                 F(1) | F(3) | F(4) | F(6) | F(7) | F(8) | F(9) | F(10) | F(12) | F(13) | F(14) | F(15),
+                                 F(11), 0, heap_dump_children, NULL};
+static const child profile_children[] = {{TM_PF_PROFILE_STRINGS, &profile_string},
+                                         {TM_PF_PROFILE_FRAMES, &profile_frame},
+                                         {TM_PF_PROFILE_CALLSTACKS, &profile_callstack},
+                                         {TM_PF_PROFILE_MAPPINGS, &profile_mapping},
+                                         {TM_PF_PROFILE_PROCESS_DUMPS, &heap_dump},
+                                         {0, NULL}};
+static const schema profile_packet = {"ProfilePacket", F(6) | F(7), 0, 0, profile_children, NULL};
+
 #undef F
 
 static const schema *payload_schema(uint32_t data_field, bool relay) {
@@ -121,6 +147,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_TRACE_CONFIG: return &trace_config;
     case TM_PF_PACKET_FTRACE_STATS: return &ftrace_stats;
     case TM_PF_PACKET_TRACE_UUID: return &trace_uuid;
+    case TM_PF_PACKET_PROFILE_PACKET: return relay ? NULL : &profile_packet;
     default: return NULL;
     }
 }

@@ -411,6 +411,30 @@ static const col_def clock_cols[] = {
     {"machine_id", "INTEGER", col_zero},
 };
 
+/* ---- heap profiles ----------------------------------------------------- */
+
+GETTER(ha_ts, tp_heap_alloc, heap_allocs, sqlite3_result_int64(c, r->ts))
+GETTER(ha_upid, tp_heap_alloc, heap_allocs, put_id(c, r->upid))
+GETTER(ha_heap, tp_heap_alloc, heap_allocs, put_str(c, r->heap_name))
+GETTER(ha_callsite, tp_heap_alloc, heap_allocs, put_id(c, r->callsite))
+GETTER(ha_count, tp_heap_alloc, heap_allocs, sqlite3_result_int64(c, r->count))
+GETTER(ha_size, tp_heap_alloc, heap_allocs, sqlite3_result_int64(c, r->size))
+static const col_def heap_alloc_cols[] = {
+    {"id", "INTEGER", col_row},           {"ts", "INTEGER", ha_ts},       {"upid", "INTEGER", ha_upid},
+    {"heap_name", "TEXT", ha_heap},       {"callsite_id", "INTEGER", ha_callsite},
+    {"count", "INTEGER", ha_count},       {"size", "INTEGER", ha_size},
+};
+
+GETTER(hd_ts, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts))
+GETTER(hd_ts_end, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts_end))
+GETTER(hd_dur, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts_end - r->ts))
+GETTER(hd_upid, tp_heap_dump, heap_dumps, put_id(c, r->upid))
+GETTER(hd_heap, tp_heap_dump, heap_dumps, put_str(c, r->heap_name))
+static const col_def heap_dump_cols[] = {
+    {"id", "INTEGER", col_row},     {"ts", "INTEGER", hd_ts},       {"dur", "INTEGER", hd_dur},
+    {"ts_end", "INTEGER", hd_ts_end}, {"upid", "INTEGER", hd_upid}, {"heap_name", "TEXT", hd_heap},
+};
+
 /* ---- the table list --------------------------------------------------- */
 
 #define COUNT_OF(arr) \
@@ -430,6 +454,8 @@ COUNT_OF(counters)
 COUNT_OF(stats)
 COUNT_OF(meta)
 COUNT_OF(clocks)
+COUNT_OF(heap_allocs)
+COUNT_OF(heap_dumps)
 
 #define TABLE(name, cols, ids, count, visible) \
     {name, cols, (int)(sizeof cols / sizeof cols[0]), ids, count, visible}
@@ -457,6 +483,8 @@ static const table_def tables[] = {
     TABLE("stats", stats_cols, 1, count_stats, NULL),
     TABLE("metadata", meta_cols, 1, count_meta, NULL),
     TABLE("clock_snapshot", clock_cols, 1, count_clocks, NULL),
+    TABLE("heap_profile_allocation", heap_alloc_cols, 1, count_heap_allocs, NULL),
+    TABLE("heap_profile", heap_dump_cols, 1, count_heap_dumps, NULL),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 
@@ -733,6 +761,78 @@ static tm_status register_tables(tm_db *d, tm_error *err) {
     return TM_OK;
 }
 
+/* ---- functions and modules of Trace Processor's standard library ------- */
+
+static void fn_trace_start(sqlite3_context *c, int argc, sqlite3_value **argv) {
+    (void)argc, (void)argv;
+    sqlite3_result_int64(c, ((const tm_tp *)sqlite3_user_data(c))->trace_start);
+}
+
+/* The modules `INCLUDE PERFETTO MODULE` may name: views it makes. */
+static const struct {
+    const char *module, *sql;
+} modules[] = {
+    /* One row per dump of a process's heap over its interval: from the
+     * dump's start, or for producers without one from just after the
+     * heap's previous dump (the trace's start for the first), clamped to
+     * the dump; allocated: bytes allocated in it; retained: of those, what
+     * callsites still hold (net count above 0); delta: the net change. */
+    {"android.memory.heap_profile.intervals",
+     "CREATE VIEW IF NOT EXISTS _android_heap_profile_intervals AS "
+     "WITH per_callsite AS ("
+     "  SELECT upid, heap_name, ts, min(id) AS first_id, sum(count) AS net_count, sum(size) AS net_size,"
+     "         sum(max(size, 0)) AS allocated"
+     "  FROM heap_profile_allocation GROUP BY upid, heap_name, ts, callsite_id),"
+     " dumps AS ("
+     "  SELECT min(p.first_id) AS id, p.upid AS upid, p.heap_name AS heap_name, p.ts AS ts_end, hp.ts AS start_ts,"
+     "         sum(iif(p.net_count > 0, p.net_size, 0)) AS retained, sum(p.allocated) AS allocated,"
+     "         sum(p.net_size) AS delta"
+     "  FROM per_callsite AS p JOIN heap_profile AS hp ON hp.upid = p.upid AND hp.ts_end = p.ts"
+     "  GROUP BY p.upid, p.heap_name, p.ts),"
+     " windows AS ("
+     "  SELECT *, iif(start_ts < ts_end, start_ts,"
+     "    min(coalesce(lag(ts_end) OVER (PARTITION BY upid, heap_name ORDER BY ts_end), trace_start()) + 1,"
+     "        ts_end)) AS ts"
+     "  FROM dumps)"
+     "SELECT id, upid, heap_name, ts, ts_end - ts AS dur, retained, allocated, delta FROM windows"},
+};
+
+static tm_status register_library(tm_db *d, tm_error *err) {
+    if (sqlite3_create_function(d->sql, "trace_start", 0, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &d->tp, fn_trace_start,
+                                NULL, NULL) != SQLITE_OK)
+        return sql_fail(err, d->sql, "registering trace_start()");
+    return TM_OK;
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err) {
+    const char *p = sql;
+    static const char *const words[] = {"include", "perfetto", "module"};
+    for (int w = 0; w < 3; w++) {
+        while (is_space(*p)) p++;
+        size_t n = strlen(words[w]);
+        if (sqlite3_strnicmp(p, words[w], (int)n) != 0 || !is_space(p[n])) return 0;
+        p += n;
+    }
+    while (is_space(*p)) p++;
+    const char *name = p;
+    while (*p && *p != ';' && !is_space(*p)) p++;
+    size_t len = (size_t)(p - name);
+    while (is_space(*p)) p++;
+    if (*p == ';') p++;
+    *tail = p;
+    for (size_t i = 0; i < sizeof modules / sizeof *modules; i++) {
+        if (strlen(modules[i].module) != len || memcmp(modules[i].module, name, len)) continue;
+        if (sqlite3_exec(db, modules[i].sql, NULL, NULL, NULL) == SQLITE_OK) return 1;
+        sql_fail(err, db, "INCLUDE PERFETTO MODULE");
+        return -1;
+    }
+    tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s",
+            (int)(len > 200 ? 200 : len), name, modules[0].module);
+    return -1;
+}
+
 tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db **out, tm_error *err) {
     if (!out || (!buf && len)) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_open: NULL argument");
     *out = NULL;
@@ -753,6 +853,7 @@ tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db 
                            SQLITE_OK)
         st = sql_fail(err, d->sql, "opening SQLite");
     if (st == TM_OK) st = register_tables(d, err);
+    if (st == TM_OK) st = register_library(d, err);
     if (st == TM_OK) st = lock_down(d, err);
     if (st != TM_OK) {
         tm_db_free(d);

@@ -29,6 +29,7 @@
 
 #include "common/limits.h"
 #include "perfetto/fields.h"
+#include "perfetto/heap.h"   /* heapprofd dumps */
 #include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
 #include "wire/pb.h"
 #define TM_TP_STATS_TABLE /* the catalogue itself lives here */
@@ -79,11 +80,12 @@ typedef struct stat_ent {
 } stat_ent;
 
 /* Events that make rows other than samples. */
-enum { EV_PROCESS_TREE = 2, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
+enum { EV_PROCESS_TREE = 2, EV_PROFILE_PACKET = 37, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
 typedef struct event {
     int64_t ts;
     size_t order;         /* samples pushed before it (file order) */
     uint32_t kind;
+    uint32_t gen;         /* EV_PROFILE_PACKET: the generation it saw */
     tm_bytes msg;
 } event;
 
@@ -127,7 +129,15 @@ typedef struct dec {
     tm_u64map proc_by_pid, thread_by_tid;
     tm_idxset frame_set, callsite_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
+
+    /* heapprofd dumps; while a dump's callstack is resolved in its
+     * ProfilePacket's own tables, `local` is set and generations carry
+     * LOCAL_GEN (caches then key by the tables' serial). */
+    tm_pf_heap heap;
+    const tm_pf_heap_tables *local;
 } dec;
+
+#define LOCAL_GEN 0x80000000u
 
 static uint64_t off_of(const dec *d, const uint8_t *at) { return tm_pf_offset(&d->rd, at); }
 static tm_status nomem(dec *d) { return tm_fail(d->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
@@ -154,6 +164,7 @@ static tm_status stat_set_idx(dec *d, uint32_t key, uint32_t machine, int64_t id
 
 /* The interned message of a kind and iid a packet of generation gen sees. */
 static bool lookup(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid, tm_bytes *out) {
+    if (gen & LOCAL_GEN) return tm_pf_heap_lookup(d->local, kind, iid, out);
     return tm_pf_lookup(&d->rd, gen, kind, iid, out);
 }
 
@@ -161,7 +172,8 @@ static const tm_pf_gen *gen_of(const dec *d, uint32_t gen) { return tm_pf_gen_of
 
 /* The string of an InternedString entry (field 2). */
 static bool interned_str(const dec *d, uint32_t gen, uint32_t kind, uint64_t iid, tm_str *out) {
-    if (!tm_pf_lookup_str(&d->rd, gen, kind, iid, out)) return false;
+    if (gen & LOCAL_GEN ? !tm_pf_heap_lookup_str(d->local, kind, iid, out) : !tm_pf_lookup_str(&d->rd, gen, kind, iid, out))
+        return false;
     if (!out->len) *out = empty_str;
     return true;
 }
@@ -290,11 +302,11 @@ static const uint8_t *payload_prefix(const tm_pf_packet *k) {
     return k->data_tag + (k->data_field < 16 ? 1 : 2);
 }
 
-static tm_status push_event(dec *d, int64_t ts, uint32_t kind, tm_bytes msg) {
+static tm_status push_event(dec *d, int64_t ts, uint32_t kind, uint32_t gen, tm_bytes msg) {
     if (d->n_events == d->cap_events &&
         tm_vec_grow(d->mem, (void **)&d->events, &d->cap_events, sizeof *d->events, d->n_events + 1) != TM_OK)
         return nomem(d);
-    d->events[d->n_events++] = (event){ts, d->tp->n_samples, kind, msg};
+    d->events[d->n_events++] = (event){ts, d->tp->n_samples, kind, gen, msg};
     return TM_OK;
 }
 
@@ -658,10 +670,12 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
             s->pid = pid, s->tid = tid, s->has_thread = true;
             if (has_ref) s->track_time_ns = (int64_t)((uint64_t)ref * 1000u), s->has_track_time = true; /* wraps as TP does */
         }
-        return push_event(d, ts, EV_THREAD_DESC, k->data);
+        return push_event(d, ts, EV_THREAD_DESC, 0, k->data);
     }
     case TM_PF_PACKET_PROCESS_TREE: case TM_PF_PACKET_PROCESS_DESCRIPTOR: case TM_PF_PACKET_TRACK_DESCRIPTOR:
-        return push_event(d, ts, k->data_field, k->data);
+        return push_event(d, ts, k->data_field, 0, k->data);
+    case TM_PF_PACKET_PROFILE_PACKET: /* its tables and dumps belong to its sequence */
+        return s ? push_event(d, ts, EV_PROFILE_PACKET, k->gen, k->data) : TM_OK;
     case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
         return s ? on_streaming(d, s, k) : TM_OK;
     case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STACK_SAMPLE: {
@@ -1578,8 +1592,87 @@ static tm_status apply_thread_desc(dec *d, tm_bytes b) {
     return TM_OK;
 }
 
+/* ---- heapprofd dumps (perfetto/heap.h) ------------------------------------------ */
+
+/* A ProfilePacket's own tables are the sequence's, not a process's: their
+ * rows are made when the packet is read (heap_entry), with no process. */
+static tm_status heap_callsite(void *ctx, const tm_pf_heap_stack *st, uint32_t *out) {
+    dec *d = ctx;
+    uint32_t upid = TP_NULL, cs;
+    uint32_t gen = st->gen;
+    if (st->tables) d->local = st->tables, gen = LOCAL_GEN | st->tables->serial;
+    else TM_TRY(process_of(d, st->pid, &upid));
+    tm_status s = resolve_callstack(d, gen, upid, st->iid, &cs);
+    d->local = NULL;
+    *out = cs == TP_NULL ? TM_ABSENT : cs;
+    return s;
+}
+
+static tm_status heap_entry(void *ctx, const tm_pf_heap_stack *e, uint32_t field) {
+    dec *d = ctx;
+    uint32_t row;
+    d->local = e->tables;
+    uint32_t gen = LOCAL_GEN | e->tables->serial;
+    tm_status s = field == TM_PF_INTERNED_MAPPINGS ? resolve_mapping(d, gen, TP_NULL, e->iid, &row)
+                  : field == TM_PF_INTERNED_FRAMES ? resolve_frame(d, gen, TP_NULL, e->iid, &row)
+                                                   : resolve_callstack(d, gen, TP_NULL, e->iid, &row);
+    d->local = NULL;
+    return s;
+}
+
+static tm_status heap_dump(void *ctx, const tm_pf_heap_dump *hd) {
+    dec *d = ctx;
+    tp_heap_dump *row;
+    uint32_t upid;
+    TM_TRY(process_of(d, hd->pid, &upid));
+    if (PUSH(d->tp, heap_dumps, row) != TM_OK) return nomem(d);
+    *row = (tp_heap_dump){hd->ts, hd->ts_end, upid, hd->heap_name};
+    return TM_OK;
+}
+
+static tm_status heap_row(void *ctx, const tm_pf_heap_row *hr) {
+    dec *d = ctx;
+    tp_heap_alloc *row;
+    uint32_t upid;
+    TM_TRY(process_of(d, hr->pid, &upid));
+    if (PUSH(d->tp, heap_allocs, row) != TM_OK) return nomem(d);
+    *row = (tp_heap_alloc){hr->ts, hr->count, hr->size, upid, hr->callsite, hr->heap_name};
+    return TM_OK;
+}
+
+static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t v) {
+    static const uint32_t keys[] = {
+        [TM_HEAP_CLIENT_DISCONNECTED] = TPS_heapprofd_client_disconnected,
+        [TM_HEAP_BUFFER_CORRUPTED] = TPS_heapprofd_buffer_corrupted,
+        [TM_HEAP_BUFFER_OVERRAN] = TPS_heapprofd_buffer_overran,
+        [TM_HEAP_REJECTED_CONCURRENT] = TPS_heapprofd_rejected_concurrent,
+        [TM_HEAP_HIT_GUARDRAIL] = TPS_heapprofd_hit_guardrail,
+        [TM_HEAP_UNWIND_TIME_US] = TPS_heapprofd_unwind_time_us,
+        [TM_HEAP_UNWIND_SAMPLES] = TPS_heapprofd_unwind_samples,
+        [TM_HEAP_CLIENT_SPINLOCK_BLOCKED] = TPS_heapprofd_client_spinlock_blocked,
+        [TM_HEAP_MALFORMED_PACKET] = TPS_heapprofd_malformed_packet,
+        [TM_HEAP_CLIENT_ERROR] = TPS_heapprofd_client_error,
+        [TM_HEAP_SAMPLING_INTERVAL_ADJUSTED] = TPS_heapprofd_sampling_interval_adjusted,
+        [TM_HEAP_LAST_PROFILE_TIMESTAMP] = TPS_heapprofd_last_profile_timestamp,
+        [TM_HEAP_MISSING_PACKET] = TPS_heapprofd_missing_packet,
+        [TM_HEAP_NON_FINALIZED_PROFILE] = TPS_heapprofd_non_finalized_profile,
+    };
+    dec *d = ctx;
+    if (stat >= TM_HEAP_MISSING_PACKET) {
+        stat_add(d, keys[stat], v);
+        return TM_OK;
+    }
+    return stat_set_idx(d, keys[stat], 0, pid, v, stat <= TM_HEAP_STAT_ADDED_LAST);
+}
+
+static tm_pf_heap_sink heap_sink(dec *d) { return (tm_pf_heap_sink){d, heap_callsite, heap_entry, heap_dump, heap_row, heap_stat}; }
+
 static tm_status apply_event(dec *d, const event *e) {
     switch (e->kind) {
+    case EV_PROFILE_PACKET: {
+        tm_pf_heap_sink sink = heap_sink(d);
+        return tm_pf_heap_packet(&d->heap, &d->rd, e->gen, e->msg, e->ts, &sink);
+    }
     case EV_PROCESS_TREE: return apply_process_tree(d, e->msg);
     case EV_PROCESS_DESC: return apply_process_desc(d, e->msg, 2);
     case EV_THREAD_DESC: return apply_thread_desc(d, e->msg);
@@ -1673,6 +1766,17 @@ static tm_status parse_all(dec *d) {
     }
     while (j < d->n_events) TM_TRY(apply_event(d, &d->events[j++]));
     tp->n_samples = w;
+    tm_pf_heap_sink sink = heap_sink(d);
+    TM_TRY(tm_pf_heap_finish(&d->heap, &sink));
+    /* trace_start(): the earliest row with a time */
+    bool any = false;
+    int64_t start = 0;
+#define EARLIEST(v) do { if (!any || (v) < start) start = (v), any = true; } while (0)
+    if (tp->n_samples) EARLIEST(tp->s_ts[0]);
+    for (size_t i = 0; i < tp->n_heap_allocs; i++) EARLIEST(tp->heap_allocs[i].ts);
+    for (size_t i = 0; i < tp->n_counters; i++) EARLIEST(tp->counters[i].ts);
+#undef EARLIEST
+    tp->trace_start = start;
     return TM_OK;
 }
 
@@ -1764,6 +1868,7 @@ static void dec_release(dec *d) {
     tm_idxset_free(m, &d->cache_set);
     tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);
     tm_mem_free(m, d->events, d->cap_events * sizeof *d->events);
+    tm_pf_heap_release(&d->heap);
     tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
     tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
@@ -1785,6 +1890,7 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     d.tp = tp, d.mem = mem, d.lim = limits, d.err = err;
     tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS | (strict ? TM_PF_STRICT : 0), err);
     d.dummy_mapping = TP_NULL;
+    tm_pf_heap_init(&d.heap, mem);
     /* The reserved rows: process 0 and its idle thread "swapper". */
     uint32_t upid;
     tm_status st = process_of(&d, 0, &upid);
@@ -1819,7 +1925,7 @@ void tm_tp_release(tm_tp *tp) {
     FREE_VEC(processes); FREE_VEC(threads); FREE_VEC(mappings); FREE_VEC(frames); FREE_VEC(callsites);
     FREE_VEC(symbols); FREE_VEC(attrs); FREE_VEC(tasks); FREE_VEC(execs); FREE_VEC(asyncs);
     FREE_VEC(sessions); FREE_VEC(tracks); FREE_VEC(counters); FREE_VEC(stats); FREE_VEC(meta);
-    FREE_VEC(clocks);
+    FREE_VEC(clocks); FREE_VEC(heap_allocs); FREE_VEC(heap_dumps);
 #undef FREE_VEC
     tm_mem_free(m, tp->s_ts, tp->cap_samples * sizeof *tp->s_ts);
     tm_mem_free(m, tp->s_callsite, tp->cap_samples * sizeof *tp->s_callsite);

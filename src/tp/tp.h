@@ -3,11 +3,11 @@
  * Trace Processor's semantics into the rows of its
  * tables. tp.c fills it; sql.c exposes it to SQLite as virtual tables.
  *
- * It is a second reading of the same wire format beside trace.c, on
- * purpose: Trace Processor numbers rows in timestamp order, keeps one
- * mapping per process and sequence generation and raises its own stats,
- * while the converters' profile model deduplicates by content. Keeping the
- * two explicit lets each match its reference exactly.
+ * It reads packets from the one Perfetto reader (perfetto/reader.h) and
+ * heapprofd dumps through perfetto/heap.h, as the profile model does, but
+ * keeps rows of its own: Trace Processor numbers rows in timestamp order,
+ * keeps one mapping per process and sequence generation and raises its own
+ * stats, while the converters' profile model deduplicates by content.
  *
  * Row ids are array indexes. Nullable ids hold TP_NULL; nullable strings
  * have data == NULL (an empty string has non-NULL data). Strings are views
@@ -129,6 +129,20 @@ typedef struct tp_clock_row {
     uint32_t clock_id, snapshot;
 } tp_clock_row;
 
+/* heap_profile_allocation: a change of a callsite's heap totals. */
+typedef struct tp_heap_alloc {
+    int64_t ts, count, size;
+    uint32_t upid, callsite;
+    tm_str heap_name;
+} tp_heap_alloc;
+
+/* heap_profile: one heapprofd dump of a process's heap. */
+typedef struct tp_heap_dump {
+    int64_t ts, ts_end;
+    uint32_t upid;
+    tm_str heap_name;      /* data NULL: not named */
+} tp_heap_dump;
+
 #define TP_VEC(T, name) T *name; size_t n_##name, cap_##name
 
 typedef struct tm_tp {
@@ -150,6 +164,9 @@ typedef struct tm_tp {
     TP_VEC(tp_stat, stats);
     TP_VEC(tp_meta, meta);
     TP_VEC(tp_clock_row, clocks);
+    TP_VEC(tp_heap_alloc, heap_allocs);
+    TP_VEC(tp_heap_dump, heap_dumps);
+    int64_t trace_start;     /* the earliest sample, allocation or counter (0: none) */
     uint32_t n_machines;     /* machine rows: 0 is the host */
     /* Samples, one entry per row in each column. */
     size_t n_samples, cap_samples;

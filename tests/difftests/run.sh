@@ -32,7 +32,13 @@ required=" Profiling__frame_types Profiling__perf_sample_followers Profiling__pe
   ParsingTracedStats__long_trace_mode_bytes_overwritten_ring_buffer_intent
   ParsingTracedStats__sequence_all_incremental_dropped ParsingTracedStats__sequence_packet_loss
   ParsingTracedStats__sequence_packet_loss_bitmask Tables__filter_stats
-  Tables__stats_global_scope_has_null_ids Tables__stats_schema_machine_id_trace_id "
+  Tables__stats_global_scope_has_null_ids Tables__stats_schema_machine_id_trace_id
+  ProfilingHeapGraph__heap_profile_tracker_new_stack ProfilingHeapGraph__heap_profile_tracker_twoheaps
+  ProfilingHeapProfiling__heap_profile_dump_max ProfilingHeapProfiling__heap_profile_dump_max_legacy
+  ProfilingHeapProfiling__heap_profile_intervals ProfilingHeapProfiling__heap_profile_intervals_frees
+  ProfilingHeapProfiling__heap_profile_intervals_legacy ProfilingHeapProfiling__heap_profile_intervals_window
+  ProfilingHeapProfiling__heap_profile_jit ProfilingHeapProfiling__heap_profile_window
+  ProfilingHeapProfiling__heap_profile_window_legacy "
 required=" $(echo $required) " # one line, one blank between names
 is_required() { case $required in *" $1 "*) return 0 ;; esac; return 1; }
 
