@@ -95,6 +95,7 @@ typedef struct cli_export {
     int thread_prefix, reverse, uncompressed, quiet;
     unsigned width_px;
     const char *title;
+    tm_value value;  /* --value: what memory profiles weigh */
 } cli_export;
 
 /* Parses -f/--format (NULL: no -f given) into x->format; 0 on an unknown

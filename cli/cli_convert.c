@@ -110,6 +110,8 @@ int cli_convert(int argc, char **argv) {
     if (meta_path && x.format != FMT_SAMPLE_V2 && x.format != FMT_SAMPLE_V1)
         return usage("--meta applies to -f sample-v2 and sample-v1 only", NULL);
     if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
+    if (x.value && (x.format == FMT_SAMPLE_V2 || x.format == FMT_SAMPLE_V1 || x.format == FMT_REPORT))
+        return usage("--value applies to -f pprof, folded, speedscope and svg", NULL);
     if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
         return usage("--per-thread needs -f pprof and -o DIRECTORY", NULL);
 

@@ -95,6 +95,10 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
     } else if (strcmp(a, "--period") == 0) {
         if (!parse_duration_ns(v, &x->period_ns)) return bad(a, "takes a duration: 4000000, 250us, 10ms, 1s");
         ++*i;
+    } else if (strcmp(a, "--value") == 0) {
+        if (!v || tm_value_parse(v, &x->value, NULL) != TM_OK || x->value == TM_VALUE_DEFAULT)
+            return bad(a, "takes: samples, alloc_objects, alloc_space, inuse_objects or inuse_space");
+        ++*i;
     } else if (strcmp(a, "--title") == 0) {
         if (!v) return bad(a, "takes a title");
         x->title = v;
@@ -112,20 +116,20 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
 
 tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_trace *t, const tm_sink *out,
                            tm_error *err) {
-    tm_folded_options folded = {x->threads, x->thread_prefix};
-    tm_flamegraph_options svg = {x->threads, x->title, x->reverse, x->width_px, 0};
+    tm_folded_options folded = {x->threads, x->thread_prefix, x->value};
+    tm_flamegraph_options svg = {x->threads, x->title, x->reverse, x->width_px, 0, x->value};
     if (base) {
         if (x->format == FMT_FOLDED) return tm_write_folded_diff(base, t, &folded, out, err);
         return tm_write_flamegraph_diff(base, t, &svg, out, err);
     }
     switch (x->format) {
     case FMT_PPROF: {
-        tm_pprof_options o = {x->threads, x->period_ns, x->uncompressed};
+        tm_pprof_options o = {x->threads, x->period_ns, x->uncompressed, x->value};
         return tm_write_pprof(t, &o, out, err);
     }
     case FMT_FOLDED: return tm_write_folded(t, &folded, out, err);
     case FMT_SPEEDSCOPE: {
-        tm_speedscope_options o = {x->threads, x->period_ns, x->title};
+        tm_speedscope_options o = {x->threads, x->period_ns, x->title, x->value};
         return tm_write_speedscope(t, &o, out, err);
     }
     case FMT_SVG: return tm_write_flamegraph(t, &svg, out, err);

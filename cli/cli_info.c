@@ -24,6 +24,11 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
                s->trace_clock_id);
     printf("profile: %llu threads, %llu stacks, %llu frames, %llu mappings\n", (unsigned long long)s->threads,
            (unsigned long long)s->stacks, (unsigned long long)s->frames, (unsigned long long)s->mappings);
+    if (s->heap_profile_packets)
+        printf("memory profile: %llu heap dumps in %llu ProfilePackets, %llu bytes allocated, %llu in use at the "
+               "last dumps\n",
+               (unsigned long long)s->heap_dumps, (unsigned long long)s->heap_profile_packets,
+               (unsigned long long)s->heap_alloc_bytes, (unsigned long long)s->heap_inuse_bytes);
     printf("clocks: %llu snapshots, Unix time %s\n", (unsigned long long)s->clock_snapshots,
            s->has_realtime ? "known" : "UNKNOWN (no snapshot links the trace clock to REALTIME)");
     printf("incremental-state resets: %llu, data losses: %llu on %llu sequences\n",
@@ -52,6 +57,11 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
         printf("  %-44s at byte %llu (the packets before it were read)\n", "trace cut off",
                (unsigned long long)s->truncated_at);
     line("streaming samples timed from packet ts", s->streaming_without_reference_time);
+    line("heap dumps flagged lossy by the producer", s->heap_dumps_with_loss);
+    line("heap packets missing (index gaps)", s->heap_missing_packets);
+    line("heap changes malformed (totals shrank)", s->heap_malformed);
+    line("heap dumps unfinished at the end", s->heap_unfinished_dumps);
+    line("heap samples with unresolved callstack", s->heap_samples_unresolved);
     line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);
     line("mappings without build id", s->mappings_without_build_id);

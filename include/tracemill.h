@@ -290,6 +290,17 @@ typedef struct tm_trace_stats {
     int truncated;                      /* the trace is cut off: its last packet runs past the end
                                            (not with tm_options.strict); what came before was read */
     uint64_t truncated_at;              /* where that packet starts */
+    /* Memory profiles (heapprofd's ProfilePacket). */
+    uint64_t heap_profile_packets;
+    uint64_t heap_dumps;                /* process heap dumps (continued packets counted once) */
+    uint64_t heap_dumps_with_loss;      /* dumps the producer flagged: disconnected, buffer overran
+                                           or corrupted, rejected, guardrail hit, client error */
+    uint64_t heap_missing_packets;      /* gaps in a sequence's ProfilePacket.index */
+    uint64_t heap_malformed;            /* totals that shrank between dumps: dropped */
+    uint64_t heap_unfinished_dumps;     /* the trace ended inside a dump (its samples were dropped) */
+    uint64_t heap_samples_unresolved;   /* dump samples whose callstack could not be resolved */
+    uint64_t heap_alloc_bytes;          /* allocated over the dumps (alloc_space), all processes */
+    uint64_t heap_inuse_bytes;          /* still in use at the last dumps (inuse_space) */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */
@@ -401,6 +412,24 @@ TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error
 
 /* ==== Other formats ===================================================== */
 
+/* What a sample weighs. A CPU profile counts samples; a memory profile
+ * (heapprofd's ProfilePacket dumps) has four values per stack, summed over
+ * its dumps: objects and bytes allocated, and those still in use at the
+ * last dump. */
+typedef enum tm_value {
+    TM_VALUE_DEFAULT = 0,       /* CPU samples when the trace has any, else inuse_space */
+    TM_VALUE_SAMPLES = 1,
+    TM_VALUE_ALLOC_OBJECTS = 2,
+    TM_VALUE_ALLOC_SPACE = 3,   /* bytes */
+    TM_VALUE_INUSE_OBJECTS = 4,
+    TM_VALUE_INUSE_SPACE = 5    /* bytes */
+} tm_value;
+
+/* "samples", "alloc_objects", ... ("default" for TM_VALUE_DEFAULT). */
+TM_API const char *tm_value_name(tm_value v);
+/* The value a name gives; TM_ERR_INVALID_ARG for an unknown one. */
+TM_API tm_status tm_value_parse(const char *name, tm_value *out, tm_error *err);
+
 /* Which threads an exporter reads. Zero: all of them. A filter that matches
  * no thread fails with TM_ERR_INVALID_ARG. */
 typedef struct tm_thread_filter {
@@ -417,6 +446,9 @@ typedef struct tm_pprof_options {
     tm_thread_filter threads;
     int64_t period_ns;  /* 0: inferred per thread from the sample timestamps */
     int uncompressed;   /* 1: raw profile.proto; 0: gzip (.pb.gz) */
+    tm_value value;     /* a memory value writes the memory profile (all four sample
+                           types, that one the default); TM_VALUE_DEFAULT: the CPU
+                           profile, or the memory one (inuse_space) without CPU samples */
 } tm_pprof_options;
 
 /* Writes a pprof profile: sample types samples/count and cpu/nanoseconds,
@@ -428,6 +460,7 @@ TM_API tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts,
 typedef struct tm_folded_options {
     tm_thread_filter threads;
     int thread_prefix;  /* 1: the thread name (else "tid-N") as the root frame */
+    tm_value value;     /* memory profiles: the value counted (bytes or objects) */
 } tm_folded_options;
 
 /* Writes folded stacks: "root;...;leaf COUNT" lines, aggregated, sorted. */
@@ -443,6 +476,7 @@ typedef struct tm_speedscope_options {
     tm_thread_filter threads;
     int64_t period_ns;  /* 0: inferred per thread, as for pprof */
     const char *name;   /* shown by speedscope; NULL: "tracemill" */
+    tm_value value;     /* memory profiles: the value weighed (bytes or objects) */
 } tm_speedscope_options;
 
 /* Writes a speedscope file: shared frames, one sampled profile per thread
@@ -456,6 +490,7 @@ typedef struct tm_flamegraph_options {
     int reverse;        /* 1: icicle graph, root at the top */
     unsigned width_px;  /* 0: 1200 */
     double min_width_px;/* narrower frames are left out (counted in their parent); 0: 0.1 */
+    tm_value value;     /* memory profiles: the value drawn (bytes or objects) */
 } tm_flamegraph_options;
 
 /* Writes a self-contained interactive SVG flame graph. */

@@ -540,18 +540,27 @@ typedef struct export_args {
     long long period_ns;
     unsigned width;
     int reverse, uncompressed, thread_prefix, remove_single_samples;
+    const char *value_name;
     tm_thread_filter filter;
+    tm_value value;
 } export_args;
 
 static int parse_export_args(PyObject *args, PyObject *kwds, export_args *a) {
     static char *kwlist[] = {"format", "thread", "title", "name", "meta", "period_ns", "width", "reverse",
-                             "uncompressed", "thread_prefix", "remove_single_samples", NULL};
+                             "uncompressed", "thread_prefix", "remove_single_samples", "value", NULL};
     memset(a, 0, sizeof *a);
     a->thread = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|$Ozzz#LIpppp", kwlist, &a->format, &a->thread, &a->title,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|$Ozzz#LIppppz", kwlist, &a->format, &a->thread, &a->title,
                                      &a->name, &a->meta, &a->meta_len, &a->period_ns, &a->width, &a->reverse,
-                                     &a->uncompressed, &a->thread_prefix, &a->remove_single_samples))
+                                     &a->uncompressed, &a->thread_prefix, &a->remove_single_samples, &a->value_name))
         return -1;
+    if (a->value_name) {
+        tm_error err;
+        if (tm_value_parse(a->value_name, &a->value, &err) != TM_OK) {
+            PyErr_SetString(PyExc_ValueError, err.message);
+            return -1;
+        }
+    }
     if (PyLong_Check(a->thread)) {
         a->filter.tid = PyLong_AsLongLong(a->thread);
         if (a->filter.tid == -1 && PyErr_Occurred()) return -1;
@@ -586,22 +595,22 @@ static PyObject *Trace_export(TraceObject *self, PyObject *args, PyObject *kwds)
         st = tm_write_sample_v2(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "pprof")) {
-        tm_pprof_options o = {a.filter, a.period_ns, a.uncompressed};
+        tm_pprof_options o = {a.filter, a.period_ns, a.uncompressed, a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_pprof(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "folded")) {
-        tm_folded_options o = {a.filter, a.thread_prefix};
+        tm_folded_options o = {a.filter, a.thread_prefix, a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_folded(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "speedscope")) {
-        tm_speedscope_options o = {a.filter, a.period_ns, a.name};
+        tm_speedscope_options o = {a.filter, a.period_ns, a.name, a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_speedscope(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "svg")) {
-        tm_flamegraph_options o = {a.filter, a.title, a.reverse, a.width, 0};
+        tm_flamegraph_options o = {a.filter, a.title, a.reverse, a.width, 0, a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_flamegraph(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
@@ -645,12 +654,12 @@ static PyObject *module_diff(PyObject *module, PyObject *args, PyObject *kwds) {
     memset(&err, 0, sizeof err);
     tm_status st;
     if (!strcmp(a.format, "svg")) {
-        tm_flamegraph_options o = {a.filter, a.title, a.reverse, a.width, 0};
+        tm_flamegraph_options o = {a.filter, a.title, a.reverse, a.width, 0, a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_flamegraph_diff(b->trace, w->trace, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else {
-        tm_folded_options o = {a.filter, a.thread_prefix};
+        tm_folded_options o = {a.filter, a.thread_prefix, a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_folded_diff(b->trace, w->trace, &o, &sink, &err);
         Py_END_ALLOW_THREADS
@@ -850,7 +859,15 @@ static PyObject *Trace_query(TraceObject *self, PyObject *args, PyObject *kwds) 
         while (ok && *rest) {
             sqlite3_stmt *stmt = NULL;
             const char *tail = NULL;
-            if (sqlite3_prepare_v2(db, rest, -1, &stmt, &tail) != SQLITE_OK) {
+            tm_error ierr;
+            int include = tm_db_include(db, rest, &tail, &ierr);
+            if (include < 0) {
+                raise_tm(ierr.code, &ierr);
+                ok = 0;
+            } else if (include) {
+                rest = tail;
+                continue;
+            } else if (sqlite3_prepare_v2(db, rest, -1, &stmt, &tail) != SQLITE_OK) {
                 raise_sql(db, (size_t)(rest - sql));
                 ok = 0;
             } else if (stmt) { /* NULL: only blanks or a comment were left */

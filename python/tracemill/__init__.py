@@ -112,23 +112,29 @@ class Trace(_tracemill.Trace):
             meta = meta.encode()
         return _text(self._export("sample-v2", meta=meta, remove_single_samples=remove_single_samples))
 
-    def to_pprof(self, thread: Thread = None, period_ns: int = 0, uncompressed: bool = False) -> bytes:
+    def to_pprof(self, thread: Thread = None, period_ns: int = 0, uncompressed: bool = False,
+                 value: Optional[str] = None) -> bytes:
         """A pprof profile, gzip-compressed unless uncompressed. thread: a tid
-        or a thread name to keep only that thread; period_ns 0: inferred."""
-        return self._export("pprof", thread=thread, period_ns=period_ns, uncompressed=uncompressed)
+        or a thread name to keep only that thread; period_ns 0: inferred.
+        value: a memory value (alloc_objects, alloc_space, inuse_objects,
+        inuse_space) writes the memory profile with that default type; None:
+        CPU samples, or inuse_space for a trace with only a memory profile."""
+        return self._export("pprof", thread=thread, period_ns=period_ns, uncompressed=uncompressed, value=value)
 
-    def to_folded(self, thread: Thread = None, thread_prefix: bool = False) -> str:
-        """Folded stacks: "root;...;leaf COUNT" lines, sorted."""
-        return _text(self._export("folded", thread=thread, thread_prefix=thread_prefix))
+    def to_folded(self, thread: Thread = None, thread_prefix: bool = False, value: Optional[str] = None) -> str:
+        """Folded stacks: "root;...;leaf COUNT" lines, sorted. value: what a
+        memory profile counts (as for to_pprof)."""
+        return _text(self._export("folded", thread=thread, thread_prefix=thread_prefix, value=value))
 
-    def to_speedscope(self, thread: Thread = None, period_ns: int = 0, name: Optional[str] = None) -> str:
+    def to_speedscope(self, thread: Thread = None, period_ns: int = 0, name: Optional[str] = None,
+                      value: Optional[str] = None) -> str:
         """A speedscope JSON file, one sampled profile per thread."""
-        return _text(self._export("speedscope", thread=thread, period_ns=period_ns, name=name))
+        return _text(self._export("speedscope", thread=thread, period_ns=period_ns, name=name, value=value))
 
     def to_svg(self, thread: Thread = None, title: Optional[str] = None, reverse: bool = False,
-               width: int = 0) -> str:
+               width: int = 0, value: Optional[str] = None) -> str:
         """A self-contained interactive flame graph SVG (reverse: icicle)."""
-        return _text(self._export("svg", thread=thread, title=title, reverse=reverse, width=width))
+        return _text(self._export("svg", thread=thread, title=title, reverse=reverse, width=width, value=value))
 
     def report(self) -> str:
         """The data-quality report: one JSON object (as `tracemill info --json`)."""

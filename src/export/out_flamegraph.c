@@ -97,7 +97,10 @@ static tm_status labels_rank(tm_mem *mem, label_set *ls) {
 /* One profile's side of a graph: its selected threads' stack counts and the
  * label of each of its frames. */
 typedef struct source {
-    const tm_profile *p;
+    const tm_profile *p;   /* &view */
+    const tm_profile *orig;
+    tm_profile view;       /* the samples of the value drawn (tm_profile_value_view) */
+    tm_value value;
     tm_stack_counts counts;
     tm_frame_labels names; /* the label texts point into it */
     uint32_t *label_of;    /* label_of[frame] */
@@ -105,9 +108,12 @@ typedef struct source {
 } source;
 
 /* On failure *src holds what was built so far, for source_release. */
-static tm_status source_open(const tm_trace *t, const tm_thread_filter *filter, tm_mem *mem, label_set *ls,
+static tm_status source_open(const tm_trace *t, const tm_flamegraph_options *opts, tm_mem *mem, label_set *ls,
                              source *src, tm_error *err) {
-    const tm_profile *p = tm_trace_profile(t);
+    const tm_thread_filter *filter = opts ? &opts->threads : NULL;
+    src->orig = tm_trace_profile(t);
+    TM_TRY(tm_profile_value_view(src->orig, opts ? opts->value : TM_VALUE_DEFAULT, &src->view, &src->value, err));
+    const tm_profile *p = &src->view;
     src->p = p;
     uint8_t *sel = NULL;
     TM_TRY(tm_thread_select(p, filter, &sel, err));
@@ -130,6 +136,7 @@ static void source_release(tm_mem *mem, source *src) {
     tm_stack_counts_release(src->p, &src->counts);
     if (src->names.of) tm_frame_labels_release(src->p, &src->names);
     tm_mem_free(mem, src->label_of, (src->p->n_frames + 1) * sizeof *src->label_of);
+    tm_profile_value_view_release(src->orig, &src->view);
     memset(src, 0, sizeof *src);
 }
 
@@ -373,10 +380,14 @@ static void write_fitted(tm_jw *w, tm_str s, double width_px) {
     }
 }
 
-static void write_samples(tm_jw *w, uint64_t n) {
+/* A count in its unit: samples, or a memory profile's bytes or objects. */
+static void write_samples(tm_jw *w, tm_value unit, uint64_t n) {
     write_u64(w, n);
-    if (n == 1) tm_jw_lit(w, " sample");
-    else tm_jw_lit(w, " samples");
+    const char *name = unit == TM_VALUE_ALLOC_SPACE || unit == TM_VALUE_INUSE_SPACE     ? " byte"
+                       : unit == TM_VALUE_ALLOC_OBJECTS || unit == TM_VALUE_INUSE_OBJECTS ? " object"
+                                                                                         : " sample";
+    tm_jw_raw(w, name, strlen(name));
+    if (n != 1) tm_jw_char(w, 's');
 }
 
 /* ---- colours ---- */
@@ -451,6 +462,7 @@ typedef struct graph {
     int diff;
     uint64_t base_total, base_unmatched;
     double delta_full;   /* diff: share change drawn fully saturated */
+    tm_value unit;       /* what the counts are (TM_VALUE_SAMPLES, or a memory value) */
 } graph;
 
 static const char style_css[] =
@@ -511,17 +523,21 @@ static void write_header(tm_jw *w, const graph *g, double height) {
 
     double mid = g->width / 2.0;
     write_text_open(w, "id=\"title\" text-anchor=\"middle\"", mid, 24);
-    const char *title = g->opts && g->opts->title ? g->opts->title
-                        : g->diff                 ? "Differential Flame Graph"
-                                                  : "Flame Graph";
+    char memory_title[80];
+    snprintf(memory_title, sizeof memory_title, "%s Memory Flame Graph (%s)", g->diff ? "Differential" : "",
+             tm_value_name(g->unit));
+    const char *title = g->opts && g->opts->title      ? g->opts->title
+                        : g->unit != TM_VALUE_SAMPLES ? memory_title + (g->diff ? 0 : 1)
+                        : g->diff                      ? "Differential Flame Graph"
+                                                       : "Flame Graph";
     write_xml_cstr(w, title);
     tm_jw_lit(w, "</text>\n");
 
     write_text_open(w, "id=\"subtitle\" text-anchor=\"middle\"", mid, 44);
-    write_samples(w, g->total);
+    write_samples(w, g->unit, g->total);
     if (g->diff) {
         tm_jw_lit(w, " (base: ");
-        write_samples(w, g->base_total);
+        write_samples(w, g->unit, g->base_total);
         tm_jw_lit(w, ", of which ");
         write_u64(w, g->base_unmatched);
         tm_jw_lit(w, " in stacks absent here, not drawn)");
@@ -593,11 +609,11 @@ static void write_node(tm_jw *w, const graph *g, const placed *at) {
     if (g->diff) {
         double base_share = share(nd->base, g->base_total), delta = now_share - base_share;
         tm_jw_lit(w, "now: ");
-        write_samples(w, nd->count);
+        write_samples(w, g->unit, nd->count);
         tm_jw_lit(w, ", ");
         write_percent(w, now_share);
         tm_jw_lit(w, "; base: ");
-        write_samples(w, nd->base);
+        write_samples(w, g->unit, nd->base);
         tm_jw_lit(w, ", ");
         write_percent(w, base_share);
         tm_jw_lit(w, "; ");
@@ -606,7 +622,7 @@ static void write_node(tm_jw *w, const graph *g, const placed *at) {
         tm_jw_lit(w, " pp");
         colour = delta_colour(delta, g->delta_full);
     } else {
-        write_samples(w, nd->count);
+        write_samples(w, g->unit, nd->count);
         tm_jw_lit(w, ", ");
         write_percent(w, now_share);
         colour = lab ? label_colour(lab) : hsl(40, 0.15, 0.78);
@@ -675,9 +691,8 @@ static void work_release(work *k) {
  * it out and writes it. */
 static tm_status build_and_write(work *k, const tm_trace *base, const tm_trace *now,
                                  const tm_flamegraph_options *opts, const tm_sink *out, tm_error *err) {
-    const tm_thread_filter *filter = opts ? &opts->threads : NULL;
-    TM_TRY(source_open(now, filter, k->mem, &k->labels, &k->now, err));
-    if (base) TM_TRY(source_open(base, filter, k->mem, &k->labels, &k->base, err));
+    TM_TRY(source_open(now, opts, k->mem, &k->labels, &k->now, err));
+    if (base) TM_TRY(source_open(base, opts, k->mem, &k->labels, &k->base, err));
 
     tm_status st = labels_rank(k->mem, &k->labels);
     if (st == TM_OK) st = TM_VEC_RESERVE(k->mem, k->tr.v, k->tr.cap, 1);
@@ -693,6 +708,7 @@ static tm_status build_and_write(work *k, const tm_trace *base, const tm_trace *
     graph g;
     memset(&g, 0, sizeof g);
     g.opts = opts;
+    g.unit = k->now.value;
     g.labels = &k->labels;
     g.tr = &k->tr;
     g.lay = &k->lay;

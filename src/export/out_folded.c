@@ -184,33 +184,46 @@ static tm_status write_lines(tm_mem *mem, const folded_line *v, size_t n, int co
 tm_status tm_write_folded(const tm_trace *t, const tm_folded_options *opts, const tm_sink *out, tm_error *err) {
     if (!t || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_folded: NULL argument");
-    const tm_profile *p = tm_trace_profile(t);
+    tm_profile view;
+    TM_TRY(tm_profile_value_view(tm_trace_profile(t), opts ? opts->value : TM_VALUE_DEFAULT, &view, NULL, err));
+    const tm_profile *p = &view;
     uint8_t *sel = NULL;
-    TM_TRY(tm_thread_select(p, opts ? &opts->threads : NULL, &sel, err));
-    folded_set s;
-    tm_status st = build_set(p, sel, opts && opts->thread_prefix, 0, &s);
-    tm_thread_selection_free(p, sel);
-    if (st == TM_OK) st = write_lines(p->mem, s.v, s.n, 1, out, err);
-    else st = tm_fail(err, st, 0, NULL, "out of memory");
-    set_release(&s);
+    tm_status st = tm_thread_select(p, opts ? &opts->threads : NULL, &sel, err);
+    if (st == TM_OK) {
+        folded_set s;
+        st = build_set(p, sel, opts && opts->thread_prefix, 0, &s);
+        tm_thread_selection_free(p, sel);
+        if (st == TM_OK) st = write_lines(p->mem, s.v, s.n, 1, out, err);
+        else st = tm_fail(err, st, 0, NULL, "out of memory");
+        set_release(&s);
+    }
+    tm_profile_value_view_release(tm_trace_profile(t), &view);
     return tm_trace_budget_status(t, st, err);
 }
 
 /* Lines of one side of a diff; a thread filter that matches nothing in this
  * profile leaves the side empty (*matched = 0) instead of failing. */
-static tm_status diff_side(const tm_profile *p, const tm_folded_options *opts, int side, folded_set *s,
+static tm_status diff_side(const tm_profile *orig, const tm_folded_options *opts, int side, folded_set *s,
                            int *matched, tm_error *err) {
     uint8_t *sel = NULL;
     memset(s, 0, sizeof *s);
+    tm_profile view;
+    TM_TRY(tm_profile_value_view(orig, opts ? opts->value : TM_VALUE_DEFAULT, &view, NULL, err));
+    const tm_profile *p = &view;
     tm_status st = tm_thread_select(p, opts ? &opts->threads : NULL, &sel, err);
     *matched = st == TM_OK;
-    if (st == TM_ERR_INVALID_ARG) return TM_OK;
-    TM_TRY(st);
-    st = build_set(p, sel, opts && opts->thread_prefix, side, s);
-    tm_thread_selection_free(p, sel);
-    if (st == TM_OK) return TM_OK;
-    set_release(s);
-    return tm_fail(err, st, 0, NULL, "out of memory");
+    if (st == TM_OK) {
+        st = build_set(p, sel, opts && opts->thread_prefix, side, s);
+        tm_thread_selection_free(p, sel);
+        if (st != TM_OK) {
+            set_release(s);
+            st = tm_fail(err, st, 0, NULL, "out of memory");
+        }
+    } else if (st == TM_ERR_INVALID_ARG) {
+        st = TM_OK;
+    }
+    tm_profile_value_view_release(orig, &view);
+    return st;
 }
 
 tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now, const tm_folded_options *opts,

@@ -638,6 +638,79 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
     return tm_pbw_finish(w);
 }
 
+/* A memory profile: one Sample per heap sample of the selected processes
+ * (already summed over the dumps), values [alloc_objects, alloc_space,
+ * inuse_objects, inuse_space], the process labels and a heap label;
+ * period space/bytes of the sampling interval. */
+static tm_status write_heap_profile(pprof_writer *x, tm_value v) {
+    const tm_profile *p = x->p;
+    tm_pbw *w = &x->w;
+    for (int i = 0; i < N_FIXED; i++) {
+        uint32_t idx;
+        TM_TRY(str_index(x->mem, &x->strings, cstr(fixed_strings[i]), &idx));
+    }
+    static const char *const types[4] = {"alloc_objects", "alloc_space", "inuse_objects", "inuse_space"};
+    uint32_t type_idx[4], bytes, space, heap_key;
+    for (int i = 0; i < 4; i++) TM_TRY(str_index(x->mem, &x->strings, cstr(types[i]), &type_idx[i]));
+    TM_TRY(str_index(x->mem, &x->strings, cstr("bytes"), &bytes));
+    TM_TRY(str_index(x->mem, &x->strings, cstr("space"), &space));
+    TM_TRY(str_index(x->mem, &x->strings, cstr("heap"), &heap_key));
+    uint32_t *heap_idx = tm_mem_alloc(x->mem, (p->n_heap_names + 1) * sizeof *heap_idx);
+    if (!heap_idx) return TM_ERR_NOMEM;
+    tm_status st = TM_OK;
+    for (size_t h = 0; h < p->n_heap_names && st == TM_OK; h++)
+        st = str_index(x->mem, &x->strings, p->heap_names[h], &heap_idx[h]);
+    if (st == TM_OK) st = encode_threads(x);
+    for (int i = 0; i < 4 && st == TM_OK; i++) put_value_type(w, PROFILE_SAMPLE_TYPE, type_idx[i], i % 2 ? bytes : S_COUNT);
+    tm_pbw_flush(w);
+    for (size_t i = 0; i < p->n_heap_samples && st == TM_OK; i++) {
+        const tm_prof_heap_sample *hs = &p->heap_samples[i];
+        if (!x->sel[hs->thread]) continue;
+        if (!hs->alloc_objects && !hs->alloc_space && !hs->inuse_objects && !hs->inuse_space) continue;
+        if (x->stack_off[hs->stack] == SIZE_MAX && (st = encode_stack(x, hs->stack)) != TM_OK) break;
+        const thread_enc *te = &x->threads[hs->thread];
+        uint8_t *head = x->rec + TM_PBW_VARINT_MAX + 1, *q = head;
+        memcpy(q, x->stack_bytes + x->stack_off[hs->stack], x->stack_len[hs->stack]);
+        q += x->stack_len[hs->stack];
+        const int64_t vals[4] = {hs->alloc_objects, hs->alloc_space, hs->inuse_objects, hs->inuse_space};
+        size_t vlen = 0;
+        for (int k = 0; k < 4; k++) vlen += tm_pbw_varint_len((uint64_t)vals[k]);
+        q = tm_pbw_len(q, SAMPLE_VALUE, vlen);
+        for (int k = 0; k < 4; k++) q = tm_pbw_varint(q, (uint64_t)vals[k]);
+        memcpy(q, te->bytes + te->values_len, te->len - te->values_len);
+        q += te->len - te->values_len;
+        uint8_t m[16], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, heap_key), LABEL_STR, heap_idx[hs->heap]);
+        q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
+        memcpy(q, m, (size_t)(e - m));
+        q += e - m;
+        size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
+        tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
+        if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
+        else tm_pbw_append(&x->w, head - hdr, hdr + body);
+    }
+    tm_mem_free(x->mem, heap_idx, (p->n_heap_names + 1) * sizeof *heap_idx);
+    TM_TRY(st);
+    TM_TRY(x->gzrec ? tm_gzrec_finish(x->gzrec) : x->w.st);
+    TM_TRY(tm_frame_labels_build(p, &x->labels));
+    TM_TRY(number_functions_and_mappings(x));
+    TM_TRY(write_mappings(x));
+    write_locations(x);
+    write_functions(x);
+    snprintf(x->comment_period, sizeof x->comment_period,
+             "memory profile: bytes and objects allocated at each stack over the trace's heap dumps, and those "
+             "still in use at the last one; sampling interval %llu bytes%s",
+             (unsigned long long)p->heap_interval, p->heap_interval ? "" : " (not given)");
+    uint32_t comment;
+    TM_TRY(str_index(x->mem, &x->strings, cstr(x->comment_period), &comment));
+    for (size_t i = 0; i < x->strings.n; i++)
+        tm_pbw_bytes_field(w, PROFILE_STRING_TABLE, x->strings.v[i].data, x->strings.v[i].len);
+    put_value_type(w, PROFILE_PERIOD_TYPE, space, bytes);
+    if (p->heap_interval) put_uint(w, PROFILE_PERIOD, p->heap_interval);
+    put_uint(w, PROFILE_COMMENT, comment);
+    put_uint(w, PROFILE_DEFAULT_SAMPLE_TYPE, type_idx[v - TM_VALUE_ALLOC_OBJECTS]);
+    return tm_pbw_finish(w);
+}
+
 static tm_status setup(pprof_writer *x, const tm_pprof_options *opts) {
     const tm_profile *p = x->p;
     if (tm_thread_periods(p, x->sel, opts ? opts->period_ns : 0, true, &x->period, &x->overall_period,
@@ -679,8 +752,16 @@ tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const 
     x.out.sink = out;
     TM_TRY(tm_thread_select(x.p, opts ? &opts->threads : NULL, &x.sel, err));
     tm_arena_init(&x.arena, x.mem);
+    /* a memory value, or no CPU samples to write: the memory profile */
+    tm_value v = opts ? opts->value : TM_VALUE_DEFAULT;
+    if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_heap_samples) v = TM_VALUE_INUSE_SPACE;
+    if (v > TM_VALUE_SAMPLES && !x.p->n_heap_samples) {
+        tm_thread_selection_free(x.p, x.sel);
+        tm_arena_release(&x.arena);
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: %s: the trace holds no memory profile", tm_value_name(v));
+    }
     tm_status st = setup(&x, opts);
-    if (st == TM_OK) st = write_profile(&x, opts);
+    if (st == TM_OK) st = v > TM_VALUE_SAMPLES ? write_heap_profile(&x, v) : write_profile(&x, opts);
     writer_release(&x);
     switch (st) {
     case TM_OK: return TM_OK;

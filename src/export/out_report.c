@@ -116,6 +116,26 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"mappings_without_build_id", s->mappings_without_build_id},
     };
     write_group(w, "profile", model, N(model), 0);
+    uint64_t totals[4] = {0};
+    for (size_t i = 0; i < p->n_heap_samples; i++)
+        for (int k = 0; k < 4; k++) totals[k] += (uint64_t)tm_heap_value(&p->heap_samples[i], (tm_value)(TM_VALUE_ALLOC_OBJECTS + k));
+    const counter memory[] = {
+        {"profile_packets", s->heap_profile_packets},
+        {"dumps", s->heap_dumps},
+        {"dumps_with_loss", s->heap_dumps_with_loss},
+        {"missing_packets", s->heap_missing_packets},
+        {"malformed_changes", s->heap_malformed},
+        {"unfinished_dumps", s->heap_unfinished_dumps},
+        {"samples_unresolved", s->heap_samples_unresolved},
+        {"stacks", p->n_heap_samples},
+        {"heaps", p->n_heap_names},
+        {"sampling_interval_bytes", p->heap_interval},
+        {"alloc_objects", totals[0]},
+        {"alloc_space_bytes", totals[1]},
+        {"inuse_objects", totals[2]},
+        {"inuse_space_bytes", totals[3]},
+    };
+    write_group(w, "memory", memory, N(memory), 0);
     tm_jw_lit(w, "\"first_sample_ns\":");
     tm_jw_i64(w, s->first_sample_ns);
     tm_jw_lit(w, ",\"last_sample_ns\":");

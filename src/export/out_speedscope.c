@@ -36,6 +36,7 @@ typedef struct shared_frame {
 
 typedef struct writer {
     const tm_profile *p;
+    tm_value value;        /* what the samples weigh (TM_VALUE_SAMPLES: CPU) */
     tm_mem *mem;
     tm_arena ar;           /* stack JSON, thread names */
     uint8_t *sel;          /* selected threads */
@@ -196,7 +197,8 @@ static tm_status write_profile(writer *w, tm_jw *jw, uint32_t t, size_t lo, size
     int64_t start = 0, end = 0;
     if (p->untimed) {
         for (size_t k = lo; k < hi; k++) end += (int64_t)tm_profile_weight(p, w->order[k]);
-        tm_jw_lit(jw, ",\"unit\":\"none\"");
+        if (w->value == TM_VALUE_ALLOC_SPACE || w->value == TM_VALUE_INUSE_SPACE) tm_jw_lit(jw, ",\"unit\":\"bytes\"");
+        else tm_jw_lit(jw, ",\"unit\":\"none\"");
     } else {
         start = p->samples[w->order[lo]].ts;
         end = p->samples[w->order[hi - 1]].ts + period;
@@ -231,15 +233,24 @@ tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *op
                               tm_error *err) {
     if (!t || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_speedscope: NULL argument");
-    const tm_profile *p = tm_trace_profile(t);
+    tm_profile view;
+    tm_value value;
+    TM_TRY(tm_profile_value_view(tm_trace_profile(t), opts ? opts->value : TM_VALUE_DEFAULT, &view, &value, err));
+    const tm_profile *p = &view;
     writer w;
     memset(&w, 0, sizeof w);
+    w.value = value;
     w.p = p;
     w.mem = p->mem;
     tm_arena_init(&w.ar, p->mem);
-    TM_TRY(tm_thread_select(p, opts ? &opts->threads : NULL, &w.sel, err));
+    tm_status st = tm_thread_select(p, opts ? &opts->threads : NULL, &w.sel, err);
+    if (st != TM_OK) {
+        tm_arena_release(&w.ar);
+        tm_profile_value_view_release(tm_trace_profile(t), &view);
+        return st;
+    }
     int64_t overall;
-    tm_status st = tm_thread_periods(p, w.sel, opts ? opts->period_ns : 0, false, &w.period, &overall, NULL);
+    st = tm_thread_periods(p, w.sel, opts ? opts->period_ns : 0, false, &w.period, &overall, NULL);
     if (st == TM_OK) st = group_samples(&w);
     if (st == TM_OK) st = number_frames(&w);
     if (st == TM_OK) st = render_stacks(&w);
@@ -269,5 +280,6 @@ tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *op
     }
     tm_mem_free(w.mem, jw, sizeof *jw);
     writer_release(&w);
+    tm_profile_value_view_release(tm_trace_profile(t), &view);
     return tm_trace_budget_status(t, st, err);
 }

@@ -28,6 +28,9 @@ void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->samples, p->cap_samples);
     if (p->weights) FREE_VEC(p, p->weights, p->cap_samples);
     FREE_VEC(p, p->realtime, p->n_realtime);
+    FREE_VEC(p, p->heap_samples, p->cap_heap_samples);
+    FREE_VEC(p, p->heap_names, p->cap_heap_names);
+    tm_u64map_free(p->mem, &p->heap_sample_by_key);
     tm_idxset_free(p->mem, &p->frame_set);
     tm_idxset_free(p->mem, &p->mapping_set);
     tm_idxset_free(p->mem, &p->stack_set);
@@ -310,4 +313,106 @@ int tm_path_is_java(tm_str path) {
         if (path.data[i] == 'd' && memcmp(path.data + i, needle, n) == 0) return 1;
     return ends_with(path, ".oat") || ends_with(path, ".odex") || ends_with(path, ".vdex") ||
            ends_with(path, ".jar") || ends_with(path, ".dex");
+}
+
+/* ---- memory profiles ---- */
+
+tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, tm_str heap,
+                              int64_t count, int64_t size) {
+    uint32_t h = 0;
+    while (h < p->n_heap_names && !tm_bytes_eq(p->heap_names[h], heap)) h++; /* a trace has a few heaps */
+    if (h == p->n_heap_names) {
+        if (h >= 256) return TM_ERR_LIMIT;
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->heap_names, p->cap_heap_names, p->n_heap_names + 1));
+        p->heap_names[p->n_heap_names++] = heap;
+    }
+    if (thread >= (1u << 24)) return TM_ERR_LIMIT;
+    uint64_t key = (uint64_t)stack << 32 | (uint64_t)thread << 8 | h;
+    uint32_t i = tm_u64map_get(&p->heap_sample_by_key, key);
+    if (i == TM_ABSENT) {
+        TM_TRY(TM_VEC_RESERVE(p->mem, p->heap_samples, p->cap_heap_samples, p->n_heap_samples + 1));
+        i = (uint32_t)p->n_heap_samples;
+        TM_TRY(tm_u64map_put(p->mem, &p->heap_sample_by_key, key, i));
+        tm_prof_heap_sample *n = &p->heap_samples[p->n_heap_samples++];
+        memset(n, 0, sizeof *n);
+        n->stack = stack, n->thread = thread, n->heap = h;
+    }
+    tm_prof_heap_sample *hs = &p->heap_samples[i];
+    if (ts > hs->ts) hs->ts = ts;
+    if (count > 0 || size > 0) hs->alloc_objects += count, hs->alloc_space += size;
+    hs->inuse_objects += count, hs->inuse_space += size;
+    return TM_OK;
+}
+
+int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v) {
+    switch (v) {
+    case TM_VALUE_ALLOC_OBJECTS: return h->alloc_objects;
+    case TM_VALUE_ALLOC_SPACE: return h->alloc_space;
+    case TM_VALUE_INUSE_OBJECTS: return h->inuse_objects;
+    default: return h->inuse_space;
+    }
+}
+
+tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
+                                tm_error *err) {
+    if (v == TM_VALUE_DEFAULT) v = p->n_samples || !p->n_heap_samples ? TM_VALUE_SAMPLES : TM_VALUE_INUSE_SPACE;
+    if (resolved) *resolved = v;
+    *view = *p;
+    if (v == TM_VALUE_SAMPLES) {
+        if (!p->n_samples && p->n_heap_samples)
+            return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                           "the trace holds a memory profile and no CPU samples: choose a memory value "
+                           "(alloc_objects, alloc_space, inuse_objects, inuse_space)");
+        return TM_OK;
+    }
+    if (!p->n_heap_samples)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s: the trace holds no memory profile",
+                       tm_value_name(v));
+    size_t n = p->n_heap_samples;
+    view->samples = tm_mem_alloc(p->mem, n * sizeof *view->samples);
+    view->weights = tm_mem_alloc(p->mem, n * sizeof *view->weights);
+    if (!view->samples || !view->weights) {
+        tm_mem_free(p->mem, view->samples, n * sizeof *view->samples);
+        tm_mem_free(p->mem, view->weights, n * sizeof *view->weights);
+        *view = *p;
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    }
+    size_t k = 0; /* a stack with nothing of this value is left out, as a CPU profile leaves out unsampled ones */
+    for (size_t i = 0; i < n; i++) {
+        const tm_prof_heap_sample *h = &p->heap_samples[i];
+        int64_t w = tm_heap_value(h, v);
+        if (w <= 0) continue;
+        view->samples[k] = (tm_prof_sample){h->ts, h->stack, h->thread};
+        view->weights[k++] = (uint64_t)w;
+    }
+    view->n_samples = k;
+    view->cap_samples = n;
+    view->untimed = 1;
+    return TM_OK;
+}
+
+void tm_profile_value_view_release(const tm_profile *p, tm_profile *view) {
+    if (view->samples != p->samples) {
+        FREE_VEC(view, view->samples, view->cap_samples);
+        FREE_VEC(view, view->weights, view->cap_samples);
+    }
+    *view = *p;
+}
+
+static const char *const value_names[] = {"default", "samples", "alloc_objects", "alloc_space", "inuse_objects",
+                                          "inuse_space"};
+
+const char *tm_value_name(tm_value v) {
+    return (unsigned)v < sizeof value_names / sizeof *value_names ? value_names[v] : "unknown";
+}
+
+tm_status tm_value_parse(const char *name, tm_value *out, tm_error *err) {
+    for (size_t i = 0; name && i < sizeof value_names / sizeof *value_names; i++)
+        if (strcmp(name, value_names[i]) == 0) {
+            *out = (tm_value)i;
+            return TM_OK;
+        }
+    return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                   "unknown value '%s' (samples, alloc_objects, alloc_space, inuse_objects, inuse_space)",
+                   name ? name : "");
 }

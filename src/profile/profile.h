@@ -65,6 +65,17 @@ typedef struct tm_prof_sample {
     uint32_t thread;
 } tm_prof_sample;
 
+/* A memory profile's sample: what one process allocated at one stack in
+ * one heap, and still holds, over the whole trace (the sum of its dumps'
+ * changes, perfetto/heap.h). Apart from the CPU samples: exporters read it
+ * through tm_profile_value_view. */
+typedef struct tm_prof_heap_sample {
+    int64_t ts;              /* its last dump */
+    uint32_t stack, thread;  /* thread: the process's main thread (tid = pid) */
+    uint32_t heap;           /* into heap_names */
+    int64_t alloc_objects, alloc_space, inuse_objects, inuse_space;
+} tm_prof_heap_sample;
+
 /* Trace time at or after from_ns maps to Unix time by adding offset_ns
  * (the first segment also covers earlier times). */
 typedef struct tm_time_segment {
@@ -90,6 +101,11 @@ typedef struct tm_profile {
      * every sample weighs 1)
      * and no timestamps (every ts is 0). */
     uint64_t *weights;     int untimed;
+
+    tm_prof_heap_sample *heap_samples; size_t n_heap_samples, cap_heap_samples;
+    tm_u64map heap_sample_by_key; /* (stack, thread, heap) -> heap sample */
+    tm_str *heap_names; size_t n_heap_names, cap_heap_names;
+    uint64_t heap_interval;       /* sampling_interval_bytes of the last dump; 0: not given */
 
     tm_time_segment *realtime; size_t n_realtime; /* empty: no Unix time known */
     tm_i128 relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME, exact */
@@ -132,6 +148,22 @@ static inline tm_status tm_profile_add_sample(tm_profile *p, int64_t ts, uint32_
 static inline uint64_t tm_profile_weight(const tm_profile *p, size_t sample) {
     return p->weights ? p->weights[sample] : 1;
 }
+
+/* Adds a change of a (process thread, stack, heap) to its heap sample. */
+tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, tm_str heap,
+                              int64_t count, int64_t size);
+
+/* The profile an exporter reads for value v (TM_VALUE_DEFAULT resolved:
+ * CPU samples when there are any, else inuse_space): *view is p itself
+ * for CPU samples, else a copy of p whose samples are the heap samples,
+ * untimed, weighted by that value (negative totals count 0). Release with
+ * tm_profile_value_view_release. TM_ERR_INVALID_ARG when the profile has
+ * no samples of that kind. */
+tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
+                                tm_error *err);
+void tm_profile_value_view_release(const tm_profile *p, tm_profile *view);
+/* The heap value v of a heap sample. */
+int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v);
 
 /* Sets every thread's weight from the samples (the decoders' last step). */
 void tm_profile_count_threads(tm_profile *p);

@@ -30,6 +30,7 @@
 
 #include "common/limits.h"
 #include "perfetto/fields.h"
+#include "perfetto/heap.h"   /* heapprofd dumps */
 #include "perfetto/reader.h" /* tm_pf_reader: packets, sequences, interning */
 #include "wire/json_read.h"  /* tm_json_reader: telling Sample v1 from v2 */
 #include "wire/pb.h"         /* tm_pb_reader, tm_pb_next */
@@ -96,6 +97,14 @@ typedef struct dec {
     uint64_t relay_boot, relay_real;
     /* StackSample counters that tm_trace_stats has no field for yet; until
      * it does they only feed max_samples. */
+
+    /* heapprofd dumps. While a dump's callstack is resolved in its
+     * ProfilePacket's own tables, `local` is set and local_seq caches what
+     * they resolve to (for tables of serial local_serial). */
+    tm_pf_heap heap;
+    const tm_pf_heap_tables *local;
+    seq_state local_seq;
+    uint32_t local_serial;
 } dec;
 
 /* ---- errors: the reader's offset rule ---- */
@@ -207,8 +216,15 @@ static ent_mapping parse_mapping(tm_bytes msg) {
 
 /* ---- resolution: interned ids -> profile model ---- */
 
+/* The interned message (field, iid): in the ProfilePacket tables being
+ * read, else as the current generation sees InternedData. */
+static bool lookup(const dec *d, uint32_t field, uint64_t iid, tm_bytes *out) {
+    return d->local ? tm_pf_heap_lookup(d->local, field, iid, out) : tm_pf_lookup(&d->rd, d->gen, field, iid, out);
+}
+
 static bool lookup_str(const dec *d, uint32_t field, uint64_t iid, tm_str *out) {
-    return tm_pf_lookup_str(&d->rd, d->gen, field, iid, out);
+    return d->local ? tm_pf_heap_lookup_str(d->local, field, iid, out)
+                    : tm_pf_lookup_str(&d->rd, d->gen, field, iid, out);
 }
 
 /* Joins the resolvable path segments of a mapping with '/'. Relay skips
@@ -314,7 +330,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     }
     tm_bytes msg;
     *ok = 0;
-    if (!tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_FRAMES, iid, &msg)) return TM_OK;
+    if (!lookup(d, TM_PF_INTERNED_FRAMES, iid, &msg)) return TM_OK;
     const ent_frame frame = parse_frame(msg), *e = &frame;
     tm_prof_frame pf;
     memset(&pf, 0, sizeof pf);
@@ -327,7 +343,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     const tm_prof_mapping *pm = NULL;
     if ((e->flags & F_HAS_MAPPING) && (e->mapping || d->relay)) {
         tm_bytes mmsg;
-        if (tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_MAPPINGS, e->mapping, &mmsg)) {
+        if (lookup(d, TM_PF_INTERNED_MAPPINGS, e->mapping, &mmsg)) {
             uint32_t pmi;
             const ent_mapping mapping = parse_mapping(mmsg);
             TM_TRY(resolve_mapping(d, s, e->mapping, &mapping, &pmi));
@@ -386,7 +402,7 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
                                         uint32_t *out, int *ok) {
     tm_bytes msg;
     *ok = 0;
-    if (!tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_CALLSTACKS, iid, &msg)) return TM_OK;
+    if (!lookup(d, TM_PF_INTERNED_CALLSTACKS, iid, &msg)) return TM_OK;
     size_t n = 0;
     tm_pb_reader r = tm_pb_reader_of(msg);
     tm_pb_field f;
@@ -728,7 +744,7 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     TM_TRY(check_sample_limit(d, k->start));
     if (task_iid) {
         tm_bytes msg;
-        if (!tm_pf_lookup(&d->rd, d->gen, TM_PF_INTERNED_TASK_CONTEXTS, task_iid, &msg)) {
+        if (!lookup(d, TM_PF_INTERNED_TASK_CONTEXTS, task_iid, &msg)) {
             p->stats.dropped_unresolved++;
             return TM_OK;
         }
@@ -967,6 +983,73 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
 
 /* ---- packets ---- */
 
+/* ---- heapprofd dumps (perfetto/heap.h) ---- */
+
+static tm_status heap_callsite(void *ctx, const tm_pf_heap_stack *hs, uint32_t *out) {
+    dec *d = ctx;
+    seq_state *s;
+    if (hs->tables) {
+        if (d->local_serial != hs->tables->serial) { /* another dump's tables: forget what the last ones gave */
+            seq_forget_resolved(d->mem, &d->local_seq);
+            d->local_serial = hs->tables->serial;
+        }
+        d->local = hs->tables;
+        s = &d->local_seq;
+    } else {
+        s = d->seqs[d->rd.gens[hs->gen].seq];
+    }
+    uint32_t gen = d->gen;
+    d->gen = hs->gen;
+    int ok;
+    tm_status st = resolve_callstack(d, s, hs->iid, hs->at, out, &ok);
+    d->local = NULL;
+    d->gen = gen;
+    if (st == TM_OK && !ok) {
+        d->p->stats.heap_samples_unresolved++;
+        *out = TM_ABSENT;
+    }
+    return st;
+}
+
+static tm_status heap_dump(void *ctx, const tm_pf_heap_dump *hd) {
+    dec *d = ctx;
+    d->p->stats.heap_dumps++;
+    if (hd->sampling_interval) d->p->heap_interval = hd->sampling_interval;
+    return TM_OK;
+}
+
+static tm_status heap_row(void *ctx, const tm_pf_heap_row *r) {
+    dec *d = ctx;
+    uint32_t thread;
+    TM_TRY(thread_of(d, r->pid, r->pid, &thread));
+    tm_status st = tm_profile_add_heap(d->p, r->ts, r->callsite, thread, r->heap_name, r->count, r->size);
+    if (st == TM_ERR_LIMIT) return dfail(d, st, NULL, "a memory profile with more than 256 heaps or 2^24 processes");
+    return st == TM_OK ? TM_OK : nomem(d);
+}
+
+static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t v) {
+    tm_trace_stats *st = &((dec *)ctx)->p->stats;
+    (void)pid;
+    switch (stat) {
+    case TM_HEAP_CLIENT_DISCONNECTED: case TM_HEAP_BUFFER_CORRUPTED: case TM_HEAP_BUFFER_OVERRAN:
+    case TM_HEAP_REJECTED_CONCURRENT: case TM_HEAP_HIT_GUARDRAIL: case TM_HEAP_CLIENT_ERROR:
+        st->heap_dumps_with_loss++;
+        break;
+    case TM_HEAP_MALFORMED_PACKET: st->heap_malformed += (uint64_t)v; break;
+    case TM_HEAP_MISSING_PACKET: st->heap_missing_packets += (uint64_t)v; break;
+    case TM_HEAP_NON_FINALIZED_PROFILE: st->heap_unfinished_dumps += (uint64_t)v; break;
+    default: break;
+    }
+    return TM_OK;
+}
+
+static tm_status on_profile_packet(dec *d, const tm_pf_packet *k) {
+    if (k->has_time && !k->trace_ok) return TM_OK; /* no clock path: Trace Processor drops the packet */
+    tm_pf_heap_sink sink = {d, heap_callsite, NULL, heap_dump, heap_row, heap_stat};
+    d->p->stats.heap_profile_packets++;
+    return tm_pf_heap_packet(&d->heap, &d->rd, k->gen, k->data, k->has_time ? k->trace_ns : d->rd.latest_ns, &sink);
+}
+
 static tm_status decode_packet_relay(dec *d, const tm_pf_packet *k) {
     seq_state *s;
     TM_TRY(seq_of(d, k->seq, &s));
@@ -1031,6 +1114,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_PERF_SAMPLE: return on_perf_sample(d, s, k);
     case TM_PF_PACKET_STREAMING_PROFILE_PACKET: return on_streaming(d, s, k);
     case TM_PF_PACKET_STACK_SAMPLE: return on_stack_sample(d, s, k);
+    case TM_PF_PACKET_PROFILE_PACKET: return s ? on_profile_packet(d, k) : TM_OK;
     default: return TM_OK;
     }
 }
@@ -1041,6 +1125,10 @@ static tm_status decode_trace(dec *d) {
     while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) {
         d->gen = k.gen;
         TM_TRY(decode_packet(d, &k));
+    }
+    if (rc != TM_PF_ERROR) {
+        tm_pf_heap_sink sink = {d, heap_callsite, NULL, heap_dump, heap_row, heap_stat};
+        TM_TRY(tm_pf_heap_finish(&d->heap, &sink));
     }
     tm_trace_stats *st = &d->p->stats;
     st->packets = d->rd.counts.packets;
@@ -1119,6 +1207,10 @@ static tm_status finish(dec *d) {
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
     tm_trace_stats *st = &p->stats;
+    for (size_t i = 0; i < p->n_heap_samples; i++) {
+        st->heap_alloc_bytes += (uint64_t)p->heap_samples[i].alloc_space;
+        st->heap_inuse_bytes += (uint64_t)p->heap_samples[i].inuse_space;
+    }
     st->samples_kept = p->n_samples;
     st->threads = p->n_threads;
     st->trace_clock_id = (uint32_t)d->rd.clocks.trace_clock;
@@ -1148,6 +1240,10 @@ static void dec_release(dec *d) {
     tm_mem_free(d->mem, d->cs_scratch, d->cap_cs * sizeof *d->cs_scratch);
     tm_mem_free(d->mem, d->delta_scratch, d->cap_delta * sizeof *d->delta_scratch);
     tm_mem_free(d->mem, d->frame_scratch, d->cap_fs * sizeof *d->frame_scratch);
+    tm_iidmap_free(d->mem, &d->local_seq.stack_by_iid);
+    tm_iidmap_free(d->mem, &d->local_seq.frame_by_iid);
+    tm_iidmap_free(d->mem, &d->local_seq.mapping_by_iid);
+    tm_pf_heap_release(&d->heap);
 }
 
 /* ---- public API ---- */
@@ -1205,6 +1301,7 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     d.last_thread = TM_ABSENT;
     tm_pf_reader_init(&d.rd, buf, len, d.mem, &t->arena, d.lim,
                       (d.relay ? TM_PF_RELAY : 0) | (opts->strict ? TM_PF_STRICT : 0), err);
+    tm_pf_heap_init(&d.heap, d.mem);
     /* A sample costs ~16 bytes of trace or more in the common encodings:
      * reserving len/16 up front (at most 2^24 samples, 256 MiB) avoids most
      * regrowth copies without claiming memory a huge trace may not need. */

@@ -1,0 +1,267 @@
+/*
+ * test_heap.c — memory profiles: heapprofd ProfilePackets read through
+ * perfetto/heap.c into the profile model (tm_profile_add_heap, the value
+ * views the exporters read, pprof's memory profile, the report's counters)
+ * and into SQL (heap_profile_allocation, heap_profile).
+ *
+ * Every trace is built here with a known truth: two allocation sites, one
+ * that keeps most of what it allocates and one that frees everything, over
+ * dumps whose totals grow, one dump split over two `continued` packets, one
+ * dump whose totals shrink (malformed), a gap in the packet index and a
+ * trace that ends inside a dump.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "perfetto/fields.h"
+#include "trace_builder.h"
+#include "tracemill.h"
+#include "tutil.h"
+
+enum { S_MAIN = 1, S_KEEP, S_FREE, S_LIB, CS_KEEP = 1, CS_FREE = 2, PID = 42 };
+
+/* One HeapSample: totals so far. */
+typedef struct heap_sample {
+    uint64_t callstack, allocated, freed, alloc_count, free_count;
+} heap_sample;
+
+static void interned_string(tb_buf *t, uint64_t iid, const char *s) {
+    tb_interned_string(t, TM_PF_PROFILE_STRINGS, iid, s, strlen(s));
+}
+
+/* The ProfilePacket's own tables: main;keep and main;free in liblib.so. */
+static void tables(tb_buf *t) {
+    interned_string(t, S_MAIN, "main");
+    interned_string(t, S_KEEP, "keep");
+    interned_string(t, S_FREE, "free_all");
+    interned_string(t, S_LIB, "liblib.so");
+    size_t m = tb_open(t, TM_PF_PROFILE_MAPPINGS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_uint(t, TM_PF_MAPPING_START, 0x1000);
+    tb_uint(t, TM_PF_MAPPING_END, 0x9000);
+    tb_uint(t, TM_PF_MAPPING_PATH_STRING_IDS, S_LIB);
+    tb_close(t, m);
+    const uint64_t fn[3] = {S_MAIN, S_KEEP, S_FREE};
+    for (uint64_t i = 0; i < 3; i++) {
+        size_t f = tb_open(t, TM_PF_PROFILE_FRAMES);
+        tb_uint(t, TM_PF_INTERNED_IID, i + 1);
+        tb_uint(t, TM_PF_FRAME_FUNCTION_NAME_ID, fn[i]);
+        tb_uint(t, TM_PF_FRAME_MAPPING_ID, 1);
+        tb_uint(t, TM_PF_FRAME_REL_PC, 0x100 * (i + 1));
+        tb_close(t, f);
+    }
+    const uint64_t keep[2] = {1, 2}, freeing[2] = {1, 3}; /* root first */
+    size_t c = tb_open(t, TM_PF_PROFILE_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, CS_KEEP);
+    tb_repeated(t, TM_PF_CALLSTACK_FRAME_IDS, keep, 2);
+    tb_close(t, c);
+    c = tb_open(t, TM_PF_PROFILE_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, CS_FREE);
+    tb_repeated(t, TM_PF_CALLSTACK_FRAME_IDS, freeing, 2);
+    tb_close(t, c);
+}
+
+/* A ProfilePacket holding one dump of PID at MONOTONIC_COARSE ts. */
+static void profile_packet(tb_buf *t, uint64_t index, int continued, int with_tables, uint64_t ts,
+                           const heap_sample *s, size_t n) {
+    size_t pkt = tb_packet_open(t, 7, ts, index == 0 ? TB_SEQ_CLEARED : 0);
+    size_t pp = tb_open(t, TM_PF_PACKET_PROFILE_PACKET);
+    if (with_tables) tables(t);
+    size_t d = tb_open(t, TM_PF_PROFILE_PROCESS_DUMPS);
+    tb_uint(t, TM_PF_HEAP_DUMP_PID, PID);
+    tb_uint(t, TM_PF_HEAP_DUMP_TIMESTAMP, ts);
+    tb_str(t, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
+    tb_uint(t, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, 4096);
+    for (size_t i = 0; i < n; i++) {
+        size_t h = tb_open(t, TM_PF_HEAP_DUMP_SAMPLES);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s[i].callstack);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s[i].allocated);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_SELF_FREED, s[i].freed);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, s[i].alloc_count);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_FREE_COUNT, s[i].free_count);
+        tb_close(t, h);
+    }
+    tb_close(t, d);
+    if (continued) tb_uint(t, TM_PF_PROFILE_CONTINUED, 1);
+    tb_uint(t, TM_PF_PROFILE_INDEX, index);
+    tb_close(t, pp);
+    tb_close(t, pkt);
+}
+
+static void clocks(tb_buf *t) {
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC_COARSE};
+    const uint64_t values[2] = {0, 0};
+    tb_clock_snapshot(t, 1, ids, values, 2);
+}
+
+/* The truth: keep allocated 9000 bytes (9 objects) and freed 1000 (1);
+ * free_all allocated 3000 (3) and freed it all. The third dump shrinks
+ * keep's totals (malformed: dropped) and comes after a gap in the index. */
+static tb_buf heap_trace(int cut_inside_last_dump) {
+    tb_buf t = {0};
+    clocks(&t);
+    const heap_sample d1[2] = {{CS_KEEP, 6000, 0, 6, 0}, {CS_FREE, 3000, 3000, 3, 3}};
+    profile_packet(&t, 0, 0, 1, 10, d1, 2);
+    const heap_sample d2a[1] = {{CS_KEEP, 9000, 1000, 9, 1}}, d2b[1] = {{CS_FREE, 3000, 3000, 3, 3}};
+    profile_packet(&t, 1, 1, 1, 20, d2a, 1); /* one dump over two packets */
+    profile_packet(&t, 2, 0, 0, 20, d2b, 1);
+    const heap_sample d3[1] = {{CS_KEEP, 5000, 1000, 5, 1}};
+    profile_packet(&t, 4, cut_inside_last_dump, 1, 30, d3, 1);
+    return t;
+}
+
+static tm_trace *parse(const tb_buf *b) {
+    tm_trace *t = NULL;
+    tm_error err = {0};
+    cr_assert_eq(tm_trace_parse(b->data, b->len, NULL, &t, &err), TM_OK, "%s at %llu", err.message,
+                 (unsigned long long)err.offset);
+    return t;
+}
+
+static char *folded(const tm_trace *t, tm_value v, tm_status *st) {
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
+    tm_folded_options o = {{0}, 0, v};
+    tm_error err = {0};
+    *st = tm_write_folded(t, &o, &sink, &err);
+    tu_membuf_write(&m, "", 1);
+    return (char *)m.data;
+}
+
+Test(heap, values_sum_the_changes_of_every_dump) {
+    tb_buf b = heap_trace(0);
+    tm_trace *t = parse(&b);
+    const struct {
+        tm_value v;
+        const char *want;
+    } cases[] = {
+        {TM_VALUE_ALLOC_SPACE, "main;free_all 3000\nmain;keep 9000\n"},
+        {TM_VALUE_ALLOC_OBJECTS, "main;free_all 3\nmain;keep 9\n"},
+        {TM_VALUE_INUSE_SPACE, "main;keep 8000\n"},
+        {TM_VALUE_INUSE_OBJECTS, "main;keep 8\n"},
+        {TM_VALUE_DEFAULT, "main;keep 8000\n"}, /* no CPU samples: inuse_space */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tm_status st;
+        char *out = folded(t, cases[i].v, &st);
+        cr_expect_eq(st, TM_OK, "%s", tm_value_name(cases[i].v));
+        cr_expect_str_eq(out, cases[i].want, "%s", tm_value_name(cases[i].v));
+        free(out);
+    }
+    const tm_trace_stats *s = tm_trace_get_stats(t);
+    cr_expect_eq(s->heap_profile_packets, 4);
+    cr_expect_eq(s->heap_dumps, 3, "the continued packets repeat one dump");
+    cr_expect_eq(s->heap_malformed, 1, "keep's totals shrank in the third dump");
+    cr_expect_eq(s->heap_missing_packets, 1, "index 3 is missing");
+    cr_expect_eq(s->heap_unfinished_dumps, 0);
+    cr_expect_eq(s->heap_alloc_bytes, 12000);
+    cr_expect_eq(s->heap_inuse_bytes, 8000);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(heap, a_trace_cut_inside_a_dump_drops_that_dump_and_says_so) {
+    tb_buf b = heap_trace(1);
+    tm_trace *t = parse(&b);
+    const tm_trace_stats *s = tm_trace_get_stats(t);
+    cr_expect_eq(s->heap_unfinished_dumps, 1);
+    cr_expect_eq(s->heap_malformed, 0, "the shrinking dump never ended, so it was never committed");
+    tm_status st;
+    char *out = folded(t, TM_VALUE_INUSE_SPACE, &st);
+    cr_expect_str_eq(out, "main;keep 8000\n");
+    free(out);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+Test(heap, a_value_the_trace_lacks_is_an_error) {
+    tb_buf b = heap_trace(0);
+    tm_trace *t = parse(&b);
+    tm_status st;
+    char *out = folded(t, TM_VALUE_SAMPLES, &st);
+    cr_expect_eq(st, TM_ERR_INVALID_ARG, "a memory profile has no CPU samples");
+    free(out);
+    tm_trace_free(t);
+    tb_free(&b);
+
+    tb_buf cpu = {0}; /* a CPU trace without heap dumps */
+    tb_standard_clocks(&cpu, 1);
+    t = parse(&cpu);
+    out = folded(t, TM_VALUE_ALLOC_SPACE, &st);
+    cr_expect_eq(st, TM_ERR_INVALID_ARG);
+    free(out);
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
+    tm_pprof_options po = {{0}, 0, 1, TM_VALUE_INUSE_SPACE};
+    tm_error err = {0};
+    cr_expect_eq(tm_write_pprof(t, &po, &sink, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "no memory profile"), "%s", err.message);
+    tu_membuf_free(&m);
+    tm_trace_free(t);
+    tb_free(&cpu);
+
+    tm_value v;
+    cr_expect_eq(tm_value_parse("inuse_space", &v, NULL), TM_OK);
+    cr_expect_eq(v, TM_VALUE_INUSE_SPACE);
+    cr_expect_eq(tm_value_parse("bytes", &v, &err), TM_ERR_INVALID_ARG);
+    cr_expect_str_eq(tm_value_name(TM_VALUE_ALLOC_OBJECTS), "alloc_objects");
+}
+
+/* The uncompressed pprof holds the four memory sample types, the default
+ * one asked for, the heap label and the sampling interval as its period. */
+Test(heap, pprof_writes_the_memory_profile) {
+    tb_buf b = heap_trace(0);
+    tm_trace *t = parse(&b);
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
+    tm_pprof_options o = {{0}, 0, 1, TM_VALUE_ALLOC_SPACE};
+    tm_error err = {0};
+    cr_assert_eq(tm_write_pprof(t, &o, &sink, &err), TM_OK, "%s", err.message);
+    const char *want[] = {"alloc_objects", "alloc_space", "inuse_objects", "inuse_space", "bytes", "space",
+                          "libc.malloc", "heap", "keep", "free_all"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(memmem(m.data, m.len, want[i], strlen(want[i])), "no string %s", want[i]);
+    /* period (field 12) = 4096: varint 0x80 0x20 after tag 0x60 */
+    const uint8_t period[3] = {12 << 3, 0x80, 0x20};
+    cr_expect(memmem(m.data, m.len, period, 3), "no period 4096");
+    tu_membuf_free(&m);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+static int64_t sql_int(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+Test(heap, sql_rows_agree_with_the_profile_model) {
+    tb_buf b = heap_trace(0);
+    tm_db *db = NULL;
+    tm_error err = {0};
+    cr_assert_eq(tm_db_open(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3 *s = tm_db_sqlite(db);
+    cr_expect_eq(sql_int(s, "select sum(size) from heap_profile_allocation where size > 0"), 12000);
+    cr_expect_eq(sql_int(s, "select sum(size) from heap_profile_allocation"), 8000);
+    cr_expect_eq(sql_int(s, "select count(*) from heap_profile"), 3);
+    cr_expect_eq(sql_int(s, "select value from stats where name = 'heapprofd_malformed_packet'"), 1);
+    cr_expect_eq(sql_int(s, "select value from stats where name = 'heapprofd_missing_packet'"), 1);
+    cr_expect_eq(sql_int(s, "select count(distinct callsite_id) from heap_profile_allocation"), 2);
+    /* the module view exists only once included */
+    const char *tail = NULL;
+    cr_expect_eq(tm_db_include(s, "select 1", &tail, &err), 0);
+    cr_expect_eq(tm_db_include(s, " include perfetto module android.memory.heap_profile.intervals; select 1", &tail,
+                               &err), 1);
+    cr_expect_str_eq(tail, " select 1");
+    cr_expect_eq(sql_int(s, "select sum(allocated) from _android_heap_profile_intervals"), 12000);
+    cr_expect_eq(tm_db_include(s, "INCLUDE PERFETTO MODULE android.nothing;", &tail, &err), -1);
+    cr_expect(strstr(err.message, "android.nothing"), "%s", err.message);
+    tm_db_free(db);
+    tb_free(&b);
+}
