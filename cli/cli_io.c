@@ -130,8 +130,11 @@ void cli_input_release(cli_input *in) {
 
 int cli_report_error(const char *what, const tm_error *err) {
     const char *kind = err->reason ? err->reason : tm_status_str(err->code);
-    fprintf(stderr, "tracemill: %s: %s at byte %llu: %s\n", what, kind, (unsigned long long)err->offset,
-            err->message);
+    if (err->code == TM_ERR_INVALID_ARG) /* about the options, not a byte of the input */
+        fprintf(stderr, "tracemill: %s: %s: %s\n", what, kind, err->message);
+    else
+        fprintf(stderr, "tracemill: %s: %s at byte %llu: %s\n", what, kind, (unsigned long long)err->offset,
+                err->message);
     if (err->code == TM_ERR_IO) return EXIT_IO;
     if (err->code == TM_ERR_INVALID_ARG) return EXIT_USAGE;
     return EXIT_REJECTED;

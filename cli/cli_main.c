@@ -58,6 +58,9 @@ static const struct command_help {
      "  --thread NAME|TID         only this thread (--thread-name NAME for digits);\n"
      "                            not with sample-v2, sample-v1 or report (every thread)\n"
      "  --thread-prefix           folded: the thread name as the root frame\n"
+     "  --value VALUE             memory profiles: alloc_space, alloc_objects, inuse_space,\n"
+     "                            inuse_objects (default: CPU samples if any, else inuse_space;\n"
+     "                            pprof writes all four, VALUE the default); also samples\n"
      "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
      "pprof is refused on a terminal.\n\n" LIMITS_HELP},
     {"diff", "a differential flame graph (or folded diff) of two profiles",
@@ -70,6 +73,7 @@ static const struct command_help {
      "  -o, --output OUT          output file (default: standard output)\n"
      "  --thread NAME|TID  --thread-name NAME   only this thread\n"
      "  --thread-prefix           folded: the thread name as the root frame\n"
+     "  --value VALUE             memory profiles: what grew (alloc_space, inuse_space, ...)\n"
      "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n"
      "  --quiet                   no progress line (shown on a terminal after a second)\n" INPUT_HELP
      "\n" OUTPUT_HELP "\n" LIMITS_HELP},

@@ -9,7 +9,7 @@
 # pprof and folded >= 50 %) and its peak RSS against input + output + 16 MB;
 # (4) SQL over it; (5) the heavy shape: 1 million samples whose sequences
 # clear their incremental state 9 times and intern 20 000 stacks again after
-# each clear, through convert and query.
+# each clear, through convert and query; (6) heapprofd memory profiles.
 set -euo pipefail
 BUILD=${1:-build}
 SAMPLES=${BENCH_SAMPLES:-2000000}
@@ -128,3 +128,25 @@ awk -v us="$us" -v in_b="$heavy_b" -v rss_kb="$rss" 'BEGIN {
     t, mbs, mbs / 100, rss, budget, rss <= budget ? "within" : "OVER";
 }'
 rm -f "$dir/heavy.json"
+
+# (6) Memory profiles (issue 19): heapprofd dumps (gen_heap: 4 processes x
+# 20 000 callstacks x 60 dumps of totals, split over `continued` packets)
+# through info (decode alone), convert -f pprof and query load. Target:
+# decode >= 100 MB/s.
+heap="$dir/heap.pftrace"
+[ -f "$heap" ] || "$BUILD/gen_heap" "$heap" --processes 4 --callstacks 20000 --dumps 60
+heap_b=$(stat -c %s "$heap")
+echo "== memory profile ($((heap_b / 1000000)) MB, 240 dumps): info, convert -f pprof, query (best of 3)"
+for cmd in "info" "convert -f pprof -o $dir/heap.pb.gz" "query --format csv"; do
+  if [ "$cmd" = "query --format csv" ]; then
+    read -r us rss < <(best_of_3 "$BUILD/tracemill" query --format csv "$heap" "select count(*) from heap_profile_allocation")
+  else
+    # shellcheck disable=SC2086 # the command's words
+    read -r us rss < <(best_of_3 "$BUILD/tracemill" $cmd "$heap")
+  fi
+  awk -v l="${cmd%% *}" -v us="$us" -v in_b="$heap_b" -v rss_kb="$rss" 'BEGIN {
+    t = us / 1e6; mbs = in_b / 1e6 / t;
+    printf "%-8s wall %.3f s  %6.1f MB/s (target >= 100: %.2fx)  peak RSS %6.1f MB\n", l, t, mbs, mbs / 100, rss_kb / 1024;
+  }'
+done
+rm -f "$dir/heap.pb.gz"

@@ -752,6 +752,37 @@ Test(cli_help, the_manual_renders_and_completion_completes) {
     cr_expect_eq(system(cmd), 0, "docs/tracemill.bash-completion does not complete commands and options");
 }
 
+/* ---- memory profiles: --value ---- */
+
+#define HEAP_TRACE TM_SOURCE_DIR "/tests/fixtures/perfetto-difftests/ProfilingHeapProfiling__heap_profile_dump_max/trace.pftrace"
+
+Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
+    run_result r = run("convert -f folded --value alloc_space " HEAP_TRACE);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out, "f1;f2 90\nf1;f2;f3 1000\n");
+    run_free(&r);
+    r = run("convert -f svg --value alloc_objects " HEAP_TRACE);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "Memory Flame Graph (alloc_objects)") && strstr(r.out, "7 objects"), "no title or unit");
+    run_free(&r);
+    r = run("info " HEAP_TRACE);
+    cr_expect(strstr(r.out, "memory profile: 1 heap dumps in 1 ProfilePackets, 1090 bytes allocated"), "%s", r.out);
+    run_free(&r);
+    static const char *const refused[] = {"convert --value alloc_space " HEAP_TRACE,
+                                          "convert -f report --value inuse_space " HEAP_TRACE,
+                                          "convert -f folded --value bytes " HEAP_TRACE};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        r = run("%s", refused[i]);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d", refused[i], r.code);
+        cr_expect(strstr(r.err, "--value"), "`%s`: %s", refused[i], r.err);
+        run_free(&r);
+    }
+    r = run("convert -f folded --value samples " HEAP_TRACE); /* no CPU samples in it: a usage error */
+    cr_expect_eq(r.code, 2, "%s", r.err);
+    cr_expect(strstr(r.err, "memory profile") && !strstr(r.err, "at byte"), "%s", r.err);
+    run_free(&r);
+}
+
 /* ---- options a format would ignore; binary output on a terminal ---- */
 
 Test(cli_help, thread_options_the_format_ignores_are_refused) {

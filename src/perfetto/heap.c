@@ -13,6 +13,7 @@
 typedef struct pending {
     int64_t pid, ts;
     tm_str heap_name;
+    uint32_t heap;         /* heap_name's index in tm_pf_heap.heap_names: compared instead of the text */
     uint64_t iid;
     uint64_t allocated, freed, alloc_count, free_count;
 } pending;
@@ -27,8 +28,7 @@ typedef struct totals {
 typedef struct seen_key {
     int64_t pid;
     uint64_t iid;
-    tm_str heap_name;
-    uint32_t callsite;
+    uint32_t heap, callsite;
 } seen_key;
 
 struct tm_pf_heap_seq {
@@ -101,6 +101,7 @@ static void tables_clear(tm_mem *mem, tm_pf_heap_tables *t) {
 void tm_pf_heap_init(tm_pf_heap *h, tm_mem *mem) {
     memset(h, 0, sizeof *h);
     h->mem = mem;
+    h->art_heap = UINT32_MAX;
 }
 
 static void seq_free(tm_mem *mem, tm_pf_heap_seq *s) {
@@ -120,6 +121,7 @@ void tm_pf_heap_release(tm_pf_heap *h) {
         if (h->seqs[i]) seq_free(h->mem, h->seqs[i]);
     tm_mem_free(h->mem, h->seqs, h->cap_seqs * sizeof *h->seqs);
     tm_mem_free(h->mem, h->dumps, h->cap_dumps * sizeof *h->dumps);
+    tm_mem_free(h->mem, h->heap_names, h->cap_heap_names * sizeof *h->heap_names);
     tm_idxset_free(h->mem, &h->dump_set);
     memset(h, 0, sizeof *h);
 }
@@ -149,13 +151,12 @@ static tm_status new_totals(tm_mem *mem, tm_pf_heap_seq *s, uint32_t *out) {
 /* ---- committing a dump ---- */
 
 static uint32_t seen_hash(const seen_key *k) {
-    return (uint32_t)tm_hash_bytes(tm_hash_u64((uint64_t)k->pid * 0x9e3779b97f4a7c15ull ^ k->iid ^
-                                               (uint64_t)k->callsite << 40),
-                                   k->heap_name);
+    return (uint32_t)tm_hash_u64(tm_hash_u64((uint64_t)k->pid * 0x9e3779b97f4a7c15ull ^ k->iid) ^
+                                 ((uint64_t)k->callsite << 20 | k->heap));
 }
 static int seen_eq(const void *ctx, uint32_t idx, const void *key) {
     const seen_key *a = &((const tm_pf_heap_seq *)ctx)->seen[idx], *b = key;
-    return a->pid == b->pid && a->iid == b->iid && a->callsite == b->callsite && tm_bytes_eq(a->heap_name, b->heap_name);
+    return a->pid == b->pid && a->iid == b->iid && a->callsite == b->callsite && a->heap == b->heap;
 }
 
 /* Whether (pid, iid, heap) names this callsite for the first time. */
@@ -183,7 +184,7 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
         TM_TRY(tm_u64map_put(h->mem, &s->prev, key, prev));
     }
     totals now = {(int64_t)a->alloc_count, (int64_t)a->allocated, -(int64_t)a->free_count, -(int64_t)a->freed};
-    seen_key sk = {a->pid, a->iid, a->heap_name, callsite};
+    seen_key sk = {a->pid, a->iid, a->heap, callsite};
     bool first;
     TM_TRY(first_seen(h->mem, s, &sk, &first));
     uint32_t corr = tm_u64map_get(&s->correction, a->iid);
@@ -200,16 +201,17 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
         now.free_count += c->free_count, now.free_size += c->free_size;
     }
     const totals *p = &s->tot[prev];
-    tm_pf_heap_row alloc = {a->ts, a->pid, a->heap_name, callsite, now.alloc_count - p->alloc_count,
+    tm_pf_heap_row alloc = {a->ts, a->pid, a->heap_name, a->heap, callsite, now.alloc_count - p->alloc_count,
                             now.alloc_size - p->alloc_size};
-    tm_pf_heap_row freed = {a->ts, a->pid, a->heap_name, callsite, now.free_count - p->free_count,
+    tm_pf_heap_row freed = {a->ts, a->pid, a->heap_name, a->heap, callsite, now.free_count - p->free_count,
                             now.free_size - p->free_size};
     if (alloc.count < 0 || alloc.size < 0 || freed.count > 0 || freed.size > 0)
         return sink->stat(sink->ctx, TM_HEAP_MALFORMED_PACKET, a->pid, 1);
     if (alloc.count || alloc.size) TM_TRY(sink->row(sink->ctx, &alloc));
     /* ART's heap reports allocations only: its frees would be made up */
     static const tm_str art = {(const uint8_t *)"com.android.art", 15};
-    if ((freed.count || freed.size) && !tm_bytes_eq(a->heap_name, art)) TM_TRY(sink->row(sink->ctx, &freed));
+    if ((freed.count || freed.size) && !(a->heap == h->art_heap && tm_bytes_eq(a->heap_name, art)))
+        TM_TRY(sink->row(sink->ctx, &freed));
     s->tot[prev] = now;
     return TM_OK;
 }
@@ -308,23 +310,61 @@ static tm_status dump_stats(const dump_fields *x, int64_t packet_ts, const tm_pf
 }
 
 /* A dump's samples, queued until the dump ends. */
+/* A HeapSample of one-byte tags and varints only (as heapprofd writes
+ * them), read in one tight loop: v[field]; false leaves the rest to the
+ * general decoder. */
+static bool read_plain_sample(tm_bytes b, uint64_t v[10], bool *has_max) {
+    const uint8_t *p = b.data, *end = p + b.len;
+    while (p < end) {
+        uint8_t tag = *p++;
+        if (tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
+        uint64_t x;
+        if (!(p = tm_pb_varint_fast(p, end, &x))) return false;
+        uint32_t num = tag >> 3;
+        if (num < 10) v[num] = x;
+        if (num == TM_PF_HEAP_SAMPLE_SELF_MAX) *has_max = true;
+    }
+    return true;
+}
+
+/* The index of a heap's name: a trace has a few. */
+static tm_status heap_index(tm_pf_heap *h, tm_str name, uint32_t *out) {
+    for (uint32_t i = 0; i < h->n_heap_names; i++)
+        if (tm_bytes_eq(h->heap_names[i], name)) {
+            *out = i;
+            return TM_OK;
+        }
+    TM_TRY(TM_VEC_RESERVE(h->mem, h->heap_names, h->cap_heap_names, h->n_heap_names + 1));
+    static const tm_str art = {(const uint8_t *)"com.android.art", 15};
+    if (tm_bytes_eq(name, art)) h->art_heap = (uint32_t)h->n_heap_names;
+    h->heap_names[h->n_heap_names] = name;
+    *out = (uint32_t)h->n_heap_names++;
+    return TM_OK;
+}
+
 static tm_status queue_samples(tm_pf_heap *h, tm_pf_heap_seq *s, tm_bytes msg, const dump_fields *x) {
     bool trusted_max_count = x->orig_interval > 0; /* producers fixed self_max_count when they added it */
     tm_str heap = x->d.heap_name.data ? x->d.heap_name : unknown_heap;
+    uint32_t heap_idx;
+    TM_TRY(heap_index(h, heap, &heap_idx));
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     while (tm_pb_next(&pb, &f) == TM_PB_OK) {
         if (f.num != TM_PF_HEAP_DUMP_SAMPLES) continue;
         uint64_t v[10] = {0};
         bool has_max = false;
-        tm_pb_reader sp = tm_pb_reader_of(f.bytes);
-        tm_pb_field g;
-        while (tm_pb_next(&sp, &g) == TM_PB_OK)
-            if (g.num < 10) {
-                v[g.num] = g.val;
-                if (g.num == TM_PF_HEAP_SAMPLE_SELF_MAX) has_max = true;
-            }
-        pending a = {x->d.pid, x->d.ts_end, heap, v[TM_PF_HEAP_SAMPLE_CALLSTACK_ID], 0, 0, 0, 0};
+        if (!read_plain_sample(f.bytes, v, &has_max)) {
+            memset(v, 0, sizeof v);
+            has_max = false;
+            tm_pb_reader sp = tm_pb_reader_of(f.bytes);
+            tm_pb_field g;
+            while (tm_pb_next(&sp, &g) == TM_PB_OK)
+                if (g.num < 10) {
+                    v[g.num] = g.val;
+                    if (g.num == TM_PF_HEAP_SAMPLE_SELF_MAX) has_max = true;
+                }
+        }
+        pending a = {x->d.pid, x->d.ts_end, heap, heap_idx, v[TM_PF_HEAP_SAMPLE_CALLSTACK_ID], 0, 0, 0, 0};
         if (has_max) {
             a.allocated = v[TM_PF_HEAP_SAMPLE_SELF_MAX];
             if (trusted_max_count) a.alloc_count = v[TM_PF_HEAP_SAMPLE_SELF_MAX_COUNT];

@@ -63,6 +63,7 @@ typedef struct tm_pf_heap_dump {
 typedef struct tm_pf_heap_row {
     int64_t ts, pid;
     tm_str heap_name;                /* "unknown" when the producer named none */
+    uint32_t heap;                   /* the heap's number: 0, 1, ... in order of first dump */
     uint32_t callsite;
     int64_t count, size;
 } tm_pf_heap_row;
@@ -99,6 +100,8 @@ typedef struct tm_pf_heap {
     tm_mem *mem;
     tm_pf_heap_seq **seqs; size_t n_seqs, cap_seqs; /* by the reader's sequence index */
     tm_pf_heap_dump *dumps; size_t n_dumps, cap_dumps; tm_idxset dump_set;
+    tm_str *heap_names; size_t n_heap_names, cap_heap_names; /* samples name heaps by index */
+    uint32_t art_heap;               /* the index of ART's heap (allocations only); UINT32_MAX: none */
     uint32_t serial;
     uint64_t profile_packets;
 } tm_pf_heap;

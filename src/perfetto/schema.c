@@ -165,7 +165,23 @@ static const schema *child_schema(const schema *sc, uint32_t field) {
     return NULL;
 }
 
+/* A message of varints only with one-byte tags (fields 1-15), the shape of
+ * the many small messages a payload repeats (HeapSample, a Frame): valid
+ * whatever schema lists varints only. Anything else is left to the general
+ * check. */
+static bool plain_varints(tm_bytes msg) {
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    while (p < end) {
+        uint8_t tag = *p++;
+        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
+        uint64_t v;
+        if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
+    }
+    return true;
+}
+
 static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg) {
+    if (!sc->lens && !sc->repeated && !sc->children && msg.len && plain_varints(msg)) return TM_OK;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;

@@ -317,12 +317,10 @@ int tm_path_is_java(tm_str path) {
 
 /* ---- memory profiles ---- */
 
-tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, tm_str heap,
-                              int64_t count, int64_t size) {
-    uint32_t h = 0;
-    while (h < p->n_heap_names && !tm_bytes_eq(p->heap_names[h], heap)) h++; /* a trace has a few heaps */
-    if (h == p->n_heap_names) {
-        if (h >= 256) return TM_ERR_LIMIT;
+tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, uint32_t h,
+                              tm_str heap, int64_t count, int64_t size) {
+    if (h >= 256) return TM_ERR_LIMIT;
+    while (h >= p->n_heap_names) { /* heaps are numbered 0, 1, ... as they first appear */
         TM_TRY(TM_VEC_RESERVE(p->mem, p->heap_names, p->cap_heap_names, p->n_heap_names + 1));
         p->heap_names[p->n_heap_names++] = heap;
     }

@@ -1022,7 +1022,7 @@ static tm_status heap_row(void *ctx, const tm_pf_heap_row *r) {
     dec *d = ctx;
     uint32_t thread;
     TM_TRY(thread_of(d, r->pid, r->pid, &thread));
-    tm_status st = tm_profile_add_heap(d->p, r->ts, r->callsite, thread, r->heap_name, r->count, r->size);
+    tm_status st = tm_profile_add_heap(d->p, r->ts, r->callsite, thread, r->heap, r->heap_name, r->count, r->size);
     if (st == TM_ERR_LIMIT) return dfail(d, st, NULL, "a memory profile with more than 256 heaps or 2^24 processes");
     return st == TM_OK ? TM_OK : nomem(d);
 }
