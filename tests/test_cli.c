@@ -768,6 +768,10 @@ Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     r = run("info " HEAP_TRACE);
     cr_expect(strstr(r.out, "memory profile: 1 heap dumps in 1 ProfilePackets, 1090 bytes allocated"), "%s", r.out);
     run_free(&r);
+    r = run("diff -f folded --value inuse_space " HEAP_TRACE " " HEAP_TRACE); /* what grew: nothing */
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect_str_eq(r.out, "f1;f2 90 90\nf1;f2;f3 1000 1000\n");
+    run_free(&r);
     static const char *const refused[] = {"convert --value alloc_space " HEAP_TRACE,
                                           "convert -f report --value inuse_space " HEAP_TRACE,
                                           "convert -f folded --value bytes " HEAP_TRACE};

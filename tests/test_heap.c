@@ -266,3 +266,82 @@ Test(heap, sql_rows_agree_with_the_profile_model) {
     tm_db_free(db);
     tb_free(&b);
 }
+
+/* ---- memory telemetry: ProcessStats ---- */
+
+#define DEMO_PID 4200 /* bench/gen_trace.c's process */
+
+/* examples/demo.pftrace (CPU samples of pid 4200 from trace time 1.0 s,
+ * realtime known) with two ProcessStats packets appended: a trace may be
+ * concatenated packet by packet. RSS 1000 then 2000 KiB, high-water mark
+ * 3000 KiB. */
+static tb_buf demo_with_process_stats(void) {
+    size_t len;
+    char *demo = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert(demo);
+    tb_buf t = {0};
+    tb_raw(&t, demo, len);
+    free(demo);
+    const uint64_t rss_kb[2] = {1000, 2000}, at[2] = {1100000000ull, 1500000000ull};
+    for (int i = 0; i < 2; i++) {
+        size_t pkt = tb_packet_open(&t, 99, at[i], 0);
+        size_t ps = tb_open(&t, TM_PF_PACKET_PROCESS_STATS);
+        size_t pr = tb_open(&t, TM_PF_PROCESS_STATS_PROCESSES);
+        tb_uint(&t, TM_PF_PROC_STATS_PID, DEMO_PID);
+        tb_uint(&t, TM_PF_PROC_STATS_VM_RSS_KB, rss_kb[i]);
+        tb_uint(&t, TM_PF_PROC_STATS_RSS_ANON_KB, rss_kb[i] / 2);
+        tb_uint(&t, TM_PF_PROC_STATS_VM_HWM_KB, 3000);
+        tb_close(&t, pr);
+        tb_close(&t, ps);
+        tb_close(&t, pkt);
+    }
+    return t;
+}
+
+static char *export(const tm_trace *t, int svg) {
+    tu_membuf m = {0};
+    tm_sink sink = {tu_membuf_write, &m};
+    tm_error err = {0};
+    tm_sample_v2_options v2 = {0};
+    tm_flamegraph_options fo = {0};
+    tm_status st = svg ? tm_write_flamegraph(t, &fo, &sink, &err) : tm_write_sample_v2(t, &v2, &sink, &err);
+    cr_assert_eq(st, TM_OK, "%s", err.message);
+    tu_membuf_write(&m, "", 1);
+    return (char *)m.data;
+}
+
+Test(memory_telemetry, process_stats_give_the_footprint_counters_and_peak) {
+    tb_buf b = demo_with_process_stats();
+    tm_trace *t = parse(&b);
+    char *v2 = export(t, 0);
+    const char *fp = strstr(v2, "\"measurements\":{\"memory_footprint\":{\"unit\":\"byte\",\"values\":[");
+    cr_assert(fp, "no memory_footprint: %.300s", v2);
+    cr_expect(strstr(fp, "\"value\":1024000}") && strstr(fp, "\"value\":2048000}]"), "%.300s", fp);
+    free(v2);
+    char *svg = export(t, 1);
+    cr_expect(strstr(svg, "peak RSS 2.9 MB"), "the subtitle names no peak RSS");
+    free(svg);
+    tm_trace_free(t);
+
+    tm_options relay = {0};
+    relay.mode = TM_MODE_RELAY;
+    tm_error err = {0};
+    cr_assert_eq(tm_trace_parse(b.data, b.len, &relay, &t, &err), TM_OK, "%s", err.message);
+    v2 = export(t, 0);
+    cr_expect(!strstr(v2, "memory_footprint"), "Relay's converter writes no measurements of its own");
+    free(v2);
+    tm_trace_free(t);
+
+    tm_db *db = NULL;
+    cr_assert_eq(tm_db_open(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3 *s = tm_db_sqlite(db);
+    cr_expect_eq(sql_int(s, "select count(*) from process_counter_track t join process p using (upid) "
+                            "where p.pid = 4200 and t.name in ('mem.rss', 'mem.rss.anon', 'mem.rss.watermark')"),
+                 3);
+    cr_expect_eq(sql_int(s, "select max(value) from counter c join process_counter_track t on c.track_id = t.id "
+                            "where t.name = 'mem.rss'"),
+                 2048000);
+    cr_expect_eq(sql_int(s, "select count(*) from counter c join process_counter_track t on c.track_id = t.id"), 6);
+    tm_db_free(db);
+    tb_free(&b);
+}

@@ -607,6 +607,96 @@ static void missing_path_and_build_id(tb_buf *t) {
     tb_callstack(t, 9, f, 1, 1);
 }
 BUILDER(callstack_self_reference) { with_interned(t, self_ref, 5); }
+/* heapprofd ProfilePackets: a dump of pid 7 at MONOTONIC_COARSE ts with
+ * HeapSamples given as (callstack, allocated, freed, alloc_count,
+ * free_count); its own tables hold callstack 1 = one frame "f". */
+typedef struct heap_smp {
+    uint64_t cs, allocated, freed, allocs, frees;
+} heap_smp;
+static void heap_packet(tb_buf *t, uint64_t index, int continued, uint64_t ts, const heap_smp *s, size_t n) {
+    size_t pkt = tb_packet_open(t, 5, ts, index == 0 ? TB_SEQ_CLEARED : 0);
+    size_t pp = tb_open(t, TM_PF_PACKET_PROFILE_PACKET);
+    tb_interned_string(t, TM_PF_PROFILE_STRINGS, 1, "f", 1);
+    size_t m = tb_open(t, TM_PF_PROFILE_MAPPINGS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_close(t, m);
+    size_t f = tb_open(t, TM_PF_PROFILE_FRAMES);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_uint(t, TM_PF_FRAME_FUNCTION_NAME_ID, 1);
+    tb_uint(t, TM_PF_FRAME_MAPPING_ID, 1);
+    tb_close(t, f);
+    const uint64_t one[1] = {1};
+    size_t c = tb_open(t, TM_PF_PROFILE_CALLSTACKS);
+    tb_uint(t, TM_PF_INTERNED_IID, 1);
+    tb_repeated(t, TM_PF_CALLSTACK_FRAME_IDS, one, 1);
+    tb_close(t, c);
+    size_t d = tb_open(t, TM_PF_PROFILE_PROCESS_DUMPS);
+    tb_uint(t, TM_PF_HEAP_DUMP_PID, 7);
+    tb_uint(t, TM_PF_HEAP_DUMP_TIMESTAMP, ts);
+    for (size_t i = 0; i < n; i++) {
+        size_t h = tb_open(t, TM_PF_HEAP_DUMP_SAMPLES);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s[i].cs);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s[i].allocated);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_SELF_FREED, s[i].freed);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, s[i].allocs);
+        tb_uint(t, TM_PF_HEAP_SAMPLE_FREE_COUNT, s[i].frees);
+        tb_close(t, h);
+    }
+    tb_close(t, d);
+    if (continued) tb_uint(t, TM_PF_PROFILE_CONTINUED, 1);
+    tb_uint(t, TM_PF_PROFILE_INDEX, index);
+    tb_close(t, pp);
+    tb_close(t, pkt);
+}
+static void heap_clocks(tb_buf *t) {
+    const uint32_t ids[2] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC_COARSE};
+    const uint64_t values[2] = {0, 0};
+    tb_clock_snapshot(t, 1, ids, values, 2);
+}
+BUILDER(heap_callstack_missing) {
+    heap_clocks(t);
+    const heap_smp s[1] = {{42, 100, 0, 1, 0}};
+    heap_packet(t, 0, 0, 10, s, 1);
+}
+BUILDER(heap_totals_shrink) {
+    heap_clocks(t);
+    const heap_smp a[1] = {{1, 1000, 0, 10, 0}}, b[1] = {{1, 500, 0, 5, 0}};
+    heap_packet(t, 0, 0, 10, a, 1);
+    heap_packet(t, 1, 0, 20, b, 1);
+}
+BUILDER(heap_frees_exceed_allocations) {
+    heap_clocks(t);
+    const heap_smp s[1] = {{1, 100, 5000, 1, 50}};
+    heap_packet(t, 0, 0, 10, s, 1);
+}
+BUILDER(heap_sizes_2pow64_minus_1) {
+    heap_clocks(t);
+    const heap_smp s[1] = {{1, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX}};
+    heap_packet(t, 0, 0, 10, s, 1);
+}
+BUILDER(heap_continued_never_ends) {
+    heap_clocks(t);
+    const heap_smp s[1] = {{1, 100, 0, 1, 0}};
+    for (uint64_t i = 0; i < 50; i++) heap_packet(t, i, 1, 10, s, 1);
+}
+BUILDER(heap_dumps_out_of_order) {
+    heap_clocks(t);
+    const heap_smp a[1] = {{1, 100, 0, 1, 0}}, b[1] = {{1, 200, 0, 2, 0}};
+    heap_packet(t, 1, 0, 20, b, 1);
+    heap_packet(t, 0, 0, 10, a, 1);
+}
+BUILDER(heap_sample_size_as_bytes) {
+    heap_clocks(t);
+    size_t pkt = tb_packet_open(t, 5, 10, TB_SEQ_CLEARED);
+    size_t pp = tb_open(t, TM_PF_PACKET_PROFILE_PACKET);
+    size_t d = tb_open(t, TM_PF_PROFILE_PROCESS_DUMPS);
+    size_t h = tb_open(t, TM_PF_HEAP_DUMP_SAMPLES);
+    tb_str(t, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, "lots");
+    tb_close(t, h);
+    tb_close(t, d);
+    tb_close(t, pp);
+    tb_close(t, pkt);
+}
 BUILDER(callstack_missing_frame) { with_interned(t, missing_frame, 6); }
 BUILDER(callstack_missing) { valid_trace(t, 2); tb_perf_sample(t, 1, 2100000000ull, 100, 100, 42, TB_SEQ_NEEDS); }
 BUILDER(frame_missing_mapping) { with_interned(t, missing_mapping, 7); }
@@ -1105,6 +1195,13 @@ static const struct builder {
     {"interned_iids_2pow64_minus_1.pftrace", interned_iids_2pow64_minus_1},
     {"callstack_self_reference.pftrace", callstack_self_reference},
     {"callstack_missing_frame.pftrace", callstack_missing_frame},
+    {"heap_callstack_missing.pftrace", heap_callstack_missing},
+    {"heap_totals_shrink.pftrace", heap_totals_shrink},
+    {"heap_frees_exceed_allocations.pftrace", heap_frees_exceed_allocations},
+    {"heap_sizes_2pow64_minus_1.pftrace", heap_sizes_2pow64_minus_1},
+    {"heap_continued_never_ends.pftrace", heap_continued_never_ends},
+    {"heap_dumps_out_of_order.pftrace", heap_dumps_out_of_order},
+    {"heap_sample_size_as_bytes.pftrace", heap_sample_size_as_bytes},
     {"callstack_missing.pftrace", callstack_missing},
     {"frame_missing_mapping.pftrace", frame_missing_mapping},
     {"frame_missing_function_name.pftrace", frame_missing_function_name},
@@ -1261,6 +1358,8 @@ static const struct {
     STAT(dropped_unresolved), STAT(dropped_missing_clock), STAT(dropped_bad_timestamp),
     STAT(dropped_malformed_streaming), STAT(samples_without_thread), STAT(threads), STAT(frames),
     STAT(mappings), STAT(mappings_without_build_id), STAT(clock_readings_ignored), STAT(truncated_at),
+    STAT(heap_dumps), STAT(heap_samples_unresolved), STAT(heap_malformed), STAT(heap_unfinished_dumps),
+    STAT(heap_missing_packets), STAT(heap_inuse_bytes),
 };
 
 /* What an entry expects, parsed from its EXPECT column. */

@@ -463,6 +463,7 @@ typedef struct graph {
     uint64_t base_total, base_unmatched;
     double delta_full;   /* diff: share change drawn fully saturated */
     tm_value unit;       /* what the counts are (TM_VALUE_SAMPLES, or a memory value) */
+    uint64_t peak_rss;   /* bytes, from the trace's memory readings; 0: none */
 } graph;
 
 static const char style_css[] =
@@ -541,6 +542,11 @@ static void write_header(tm_jw *w, const graph *g, double height) {
         tm_jw_lit(w, ", of which ");
         write_u64(w, g->base_unmatched);
         tm_jw_lit(w, " in stacks absent here, not drawn)");
+    }
+    if (g->peak_rss) {
+        char rss[48];
+        snprintf(rss, sizeof rss, "; peak RSS %.1f MB", (double)g->peak_rss / 1048576.0);
+        tm_jw_raw(w, rss, strlen(rss));
     }
     size_t hidden = g->tr->n - g->lay->n;
     if (hidden) {
@@ -709,6 +715,7 @@ static tm_status build_and_write(work *k, const tm_trace *base, const tm_trace *
     memset(&g, 0, sizeof g);
     g.opts = opts;
     g.unit = k->now.value;
+    g.peak_rss = tm_profile_peak_rss(k->now.orig);
     g.labels = &k->labels;
     g.tr = &k->tr;
     g.lay = &k->lay;

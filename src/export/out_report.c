@@ -118,7 +118,10 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
     write_group(w, "profile", model, N(model), 0);
     uint64_t totals[4] = {0};
     for (size_t i = 0; i < p->n_heap_samples; i++)
-        for (int k = 0; k < 4; k++) totals[k] += (uint64_t)tm_heap_value(&p->heap_samples[i], (tm_value)(TM_VALUE_ALLOC_OBJECTS + k));
+        for (int k = 0; k < 4; k++) { /* a stack that freed more than it allocated holds nothing */
+            int64_t v = tm_heap_value(&p->heap_samples[i], (tm_value)(TM_VALUE_ALLOC_OBJECTS + k));
+            totals[k] += v > 0 ? (uint64_t)v : 0;
+        }
     const counter memory[] = {
         {"profile_packets", s->heap_profile_packets},
         {"dumps", s->heap_dumps},
@@ -134,6 +137,8 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"alloc_space_bytes", totals[1]},
         {"inuse_objects", totals[2]},
         {"inuse_space_bytes", totals[3]},
+        {"process_memory_readings", p->n_memory},
+        {"peak_rss_bytes", tm_profile_peak_rss(p)},
     };
     write_group(w, "memory", memory, N(memory), 0);
     tm_jw_lit(w, "\"first_sample_ns\":");

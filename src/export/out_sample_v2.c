@@ -123,24 +123,68 @@ static void write_meta_image(tm_jw *w, const json_t *img) {
 }
 
 /* Measurements as ChunkMeasurement {unit, values: [{timestamp, value}]},
- * keys sorted as a BTreeMap serialises them. */
+ * keys sorted as a BTreeMap serialises them: the metadata's, and in
+ * default mode the trace's own memory_footprint (the resident set of
+ * ProcessStats readings, bytes at Unix seconds) unless the metadata has
+ * one. */
 static int cmp_cstr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static tm_status write_measurements(tm_jw *w, tm_mem *mem, const json_t *ms, tm_error *err) {
-    size_t n = json_object_size(ms), i = 0;
-    const char **keys = tm_mem_alloc(mem, (n ? n : 1) * sizeof *keys);
+#define FOOTPRINT "memory_footprint"
+
+/* The trace's memory readings for the chunk: those of the process of the
+ * first thread with a known pid (all of them when none is known). */
+static int64_t footprint_pid(const tm_profile *p) {
+    for (size_t i = 0; i < p->n_threads; i++)
+        if (p->threads[i].pid) return p->threads[i].pid;
+    return 0;
+}
+
+static bool has_footprint(const tm_profile *p, const json_t *ms) {
+    if (p->relay_compat || !p->n_memory || !p->n_realtime) return false;
+    return !(ms && json_object_get(ms, FOOTPRINT));
+}
+
+static void write_footprint(tm_jw *w, const tm_profile *p) {
+    tm_jw_lit(w, ":{\"unit\":\"byte\",\"values\":[");
+    int64_t pid = footprint_pid(p);
+    int first = 1;
+    for (size_t i = 0; i < p->n_memory; i++) {
+        const tm_prof_memory *m = &p->memory[i];
+        int64_t unix_ns;
+        if ((pid && m->pid != pid) || !tm_profile_realtime(p, m->ts, &unix_ns)) continue;
+        if (!first) tm_jw_char(w, ',');
+        first = 0;
+        tm_jw_lit(w, "{\"timestamp\":");
+        tm_jw_f64(w, (double)unix_ns / 1e9);
+        tm_jw_lit(w, ",\"value\":");
+        tm_jw_u64(w, m->rss);
+        tm_jw_char(w, '}');
+    }
+    tm_jw_lit(w, "]}");
+}
+
+static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t *ms, tm_error *err) {
+    bool footprint = has_footprint(p, ms);
+    size_t n = (ms ? json_object_size(ms) : 0) + footprint, i = 0;
+    if (!n) return TM_OK;
+    const char **keys = tm_mem_alloc(p->mem, n * sizeof *keys);
     if (!keys) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)ms, k, v) keys[i++] = k;
+    if (ms) json_object_foreach((json_t *)ms, k, v) keys[i++] = k;
+    if (footprint) keys[i++] = FOOTPRINT;
     qsort(keys, n, sizeof *keys, cmp_cstr);
     tm_jw_lit(w, "\"measurements\":{");
     for (i = 0; i < n; i++) {
-        const json_t *m = json_object_get(ms, keys[i]);
         if (i) tm_jw_char(w, ',');
         tm_jw_cstr(w, keys[i]);
+        const json_t *m = ms ? json_object_get(ms, keys[i]) : NULL;
+        if (!m) {
+            write_footprint(w, p);
+            continue;
+        }
         tm_jw_lit(w, ":{\"unit\":");
         tm_sentry_write_value(w, json_object_get(m, "unit"));
         tm_jw_lit(w, ",\"values\":[");
@@ -157,7 +201,7 @@ static tm_status write_measurements(tm_jw *w, tm_mem *mem, const json_t *ms, tm_
         tm_jw_lit(w, "]}");
     }
     tm_jw_lit(w, "},");
-    tm_mem_free(mem, keys, (n ? n : 1) * sizeof *keys);
+    tm_mem_free(p->mem, keys, n * sizeof *keys);
     return TM_OK;
 }
 
@@ -340,6 +384,10 @@ tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
 
 /* Relay's converter errors, in its order, before anything is written. */
 static tm_status check_converter(const tm_profile *p, tm_error *err) {
+    if (p->n_samples == 0 && p->n_heap_samples)
+        return REJECT(err, "NotEnoughSamples",
+                      "the trace holds a memory profile and no CPU samples: Sample v2 carries CPU samples (write "
+                      "the memory profile as pprof, folded, svg or speedscope)");
     if (p->n_samples == 0) return REJECT(err, "NotEnoughSamples", "the trace has no samples that resolve to a callstack");
     if (p->relay_compat && !p->has_relay_offset)
         return REJECT(err, "InvalidSampledProfile", "no ClockSnapshot holds both BOOTTIME and REALTIME");
@@ -402,9 +450,8 @@ static tm_status check_duration(const tm_profile *p, const selection *sel, tm_er
 
 /* The chunk's fields before "profile": merged metadata and debug images. */
 static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m, tm_error *err) {
+    TM_TRY(write_measurements(w, p, m->root ? m->measurements : NULL, err));
     if (m->root) {
-        if (m->measurements && json_object_size(m->measurements))
-            TM_TRY(write_measurements(w, p->mem, m->measurements, err));
         tm_jw_lit(w, "\"chunk_id\":\"");
         tm_jw_raw(w, m->chunk_id, 32);
         tm_jw_lit(w, "\",\"profiler_id\":\"");

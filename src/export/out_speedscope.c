@@ -259,7 +259,10 @@ tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *op
     if (st == TM_OK) {
         tm_jw_init(jw, out);
         tm_jw_lit(jw, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":\"tracemill\",\"name\":");
-        tm_jw_cstr(jw, opts && opts->name ? opts->name : "tracemill");
+        char name[64]; /* the default name carries the peak RSS the trace's memory readings show */
+        uint64_t peak = tm_profile_peak_rss(p);
+        snprintf(name, sizeof name, peak ? "tracemill (peak RSS %.1f MB)" : "tracemill", (double)peak / 1048576.0);
+        tm_jw_cstr(jw, opts && opts->name ? opts->name : name);
         tm_jw_lit(jw, ",\"activeProfileIndex\":0,");
         write_frames(&w, jw);
         tm_jw_lit(jw, ",\"profiles\":[");

@@ -324,6 +324,23 @@ enum {
     TM_PF_HEAP_STATS_CLIENT_SPINLOCK_BLOCKED_US = 6
 };
 
+/* ProcessStats (TracePacket 9): per process, memory from /proc/PID/status
+ * in KiB (oom_score_adj as is). */
+enum {
+    TM_PF_PROCESS_STATS_PROCESSES = 1,
+    TM_PF_PROCESS_STATS_COLLECTION_END_TIMESTAMP = 2,
+    TM_PF_PROC_STATS_PID = 1,
+    TM_PF_PROC_STATS_VM_SIZE_KB = 2,
+    TM_PF_PROC_STATS_VM_RSS_KB = 3,
+    TM_PF_PROC_STATS_RSS_ANON_KB = 4,
+    TM_PF_PROC_STATS_RSS_FILE_KB = 5,
+    TM_PF_PROC_STATS_RSS_SHMEM_KB = 6,
+    TM_PF_PROC_STATS_VM_SWAP_KB = 7,
+    TM_PF_PROC_STATS_VM_LOCKED_KB = 8,
+    TM_PF_PROC_STATS_VM_HWM_KB = 9,
+    TM_PF_PROC_STATS_OOM_SCORE_ADJ = 10
+};
+
 /* FtraceStats */
 enum { TM_PF_FTRACE_STATS_PHASE = 1, TM_PF_FTRACE_STATS_CPU_STATS = 2 };
 

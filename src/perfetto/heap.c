@@ -44,6 +44,11 @@ struct tm_pf_heap_seq {
 
 static const tm_str unknown_heap = {(const uint8_t *)"unknown", 7};
 
+/* Totals are int64 as in Trace Processor; hostile values wrap instead of
+ * overflowing (undefined in C). */
+static inline int64_t add64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t sub64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+
 /* ---- the tables ---- */
 
 static int table_of(uint32_t field) {
@@ -183,7 +188,8 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
         TM_TRY(new_totals(h->mem, s, &prev));
         TM_TRY(tm_u64map_put(h->mem, &s->prev, key, prev));
     }
-    totals now = {(int64_t)a->alloc_count, (int64_t)a->allocated, -(int64_t)a->free_count, -(int64_t)a->freed};
+    totals now = {(int64_t)a->alloc_count, (int64_t)a->allocated, sub64(0, (int64_t)a->free_count),
+                  sub64(0, (int64_t)a->freed)};
     seen_key sk = {a->pid, a->iid, a->heap, callsite};
     bool first;
     TM_TRY(first_seen(h->mem, s, &sk, &first));
@@ -197,14 +203,14 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
     }
     if (corr != TM_ABSENT) {
         const totals *c = &s->tot[corr];
-        now.alloc_count += c->alloc_count, now.alloc_size += c->alloc_size;
-        now.free_count += c->free_count, now.free_size += c->free_size;
+        now.alloc_count = add64(now.alloc_count, c->alloc_count), now.alloc_size = add64(now.alloc_size, c->alloc_size);
+        now.free_count = add64(now.free_count, c->free_count), now.free_size = add64(now.free_size, c->free_size);
     }
     const totals *p = &s->tot[prev];
-    tm_pf_heap_row alloc = {a->ts, a->pid, a->heap_name, a->heap, callsite, now.alloc_count - p->alloc_count,
-                            now.alloc_size - p->alloc_size};
-    tm_pf_heap_row freed = {a->ts, a->pid, a->heap_name, a->heap, callsite, now.free_count - p->free_count,
-                            now.free_size - p->free_size};
+    tm_pf_heap_row alloc = {a->ts, a->pid, a->heap_name, a->heap, callsite, sub64(now.alloc_count, p->alloc_count),
+                            sub64(now.alloc_size, p->alloc_size)};
+    tm_pf_heap_row freed = {a->ts, a->pid, a->heap_name, a->heap, callsite, sub64(now.free_count, p->free_count),
+                            sub64(now.free_size, p->free_size)};
     if (alloc.count < 0 || alloc.size < 0 || freed.count > 0 || freed.size > 0)
         return sink->stat(sink->ctx, TM_HEAP_MALFORMED_PACKET, a->pid, 1);
     if (alloc.count || alloc.size) TM_TRY(sink->row(sink->ctx, &alloc));

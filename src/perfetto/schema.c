@@ -131,6 +131,13 @@ static const child profile_children[] = {{TM_PF_PROFILE_STRINGS, &profile_string
                                          {0, NULL}};
 static const schema profile_packet = {"ProfilePacket", F(6) | F(7), 0, 0, profile_children, NULL};
 
+/* ProcessStats: the memory figures of each process. */
+#define F_RANGE2(lo, hi) ((~0ull >> (63 - (hi))) & ~((1ull << (lo)) - 1))
+static const schema proc_stats_process = {"ProcessStats.Process", F_RANGE2(1, 10), 0, 0, NULL, NULL};
+static const child process_stats_children[] = {{TM_PF_PROCESS_STATS_PROCESSES, &proc_stats_process}, {0, NULL}};
+static const schema process_stats = {"ProcessStats", F(2), 0, 0, process_stats_children, NULL};
+#undef F_RANGE2
+
 #undef F
 
 static const schema *payload_schema(uint32_t data_field, bool relay) {
@@ -148,6 +155,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_FTRACE_STATS: return &ftrace_stats;
     case TM_PF_PACKET_TRACE_UUID: return &trace_uuid;
     case TM_PF_PACKET_PROFILE_PACKET: return relay ? NULL : &profile_packet;
+    case TM_PF_PACKET_PROCESS_STATS: return relay ? NULL : &process_stats;
     default: return NULL;
     }
 }

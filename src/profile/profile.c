@@ -30,6 +30,7 @@ void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->realtime, p->n_realtime);
     FREE_VEC(p, p->heap_samples, p->cap_heap_samples);
     FREE_VEC(p, p->heap_names, p->cap_heap_names);
+    FREE_VEC(p, p->memory, p->cap_memory);
     tm_u64map_free(p->mem, &p->heap_sample_by_key);
     tm_idxset_free(p->mem, &p->frame_set);
     tm_idxset_free(p->mem, &p->mapping_set);
@@ -337,9 +338,20 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
     }
     tm_prof_heap_sample *hs = &p->heap_samples[i];
     if (ts > hs->ts) hs->ts = ts;
-    if (count > 0 || size > 0) hs->alloc_objects += count, hs->alloc_space += size;
-    hs->inuse_objects += count, hs->inuse_space += size;
+#define ADD(x, v) ((x) = (int64_t)((uint64_t)(x) + (uint64_t)(v))) /* hostile totals wrap, never overflow */
+    if (count > 0 || size > 0) ADD(hs->alloc_objects, count), ADD(hs->alloc_space, size);
+    ADD(hs->inuse_objects, count), ADD(hs->inuse_space, size);
+#undef ADD
     return TM_OK;
+}
+
+uint64_t tm_profile_peak_rss(const tm_profile *p) {
+    uint64_t peak = 0;
+    for (size_t i = 0; i < p->n_memory; i++) {
+        uint64_t v = p->memory[i].rss_peak > p->memory[i].rss ? p->memory[i].rss_peak : p->memory[i].rss;
+        if (v > peak) peak = v;
+    }
+    return peak;
 }
 
 int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v) {

@@ -76,6 +76,12 @@ typedef struct tm_prof_heap_sample {
     int64_t alloc_objects, alloc_space, inuse_objects, inuse_space;
 } tm_prof_heap_sample;
 
+/* A process's memory at a point in time (ProcessStats), in bytes. */
+typedef struct tm_prof_memory {
+    int64_t ts, pid;
+    uint64_t rss, rss_anon, rss_file, rss_shmem, swap, rss_peak; /* rss_peak: the high-water mark */
+} tm_prof_memory;
+
 /* Trace time at or after from_ns maps to Unix time by adding offset_ns
  * (the first segment also covers earlier times). */
 typedef struct tm_time_segment {
@@ -106,6 +112,7 @@ typedef struct tm_profile {
     tm_u64map heap_sample_by_key; /* (stack, thread, heap) -> heap sample */
     tm_str *heap_names; size_t n_heap_names, cap_heap_names;
     uint64_t heap_interval;       /* sampling_interval_bytes of the last dump; 0: not given */
+    tm_prof_memory *memory; size_t n_memory, cap_memory; /* in trace order */
 
     tm_time_segment *realtime; size_t n_realtime; /* empty: no Unix time known */
     tm_i128 relay_offset_ns; int has_relay_offset; /* Relay: REALTIME - BOOTTIME, exact */
@@ -164,6 +171,10 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
 tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
                                 tm_error *err);
 void tm_profile_value_view_release(const tm_profile *p, tm_profile *view);
+/* The highest resident set size the memory readings show (the high-water
+ * mark where given); 0: none. */
+uint64_t tm_profile_peak_rss(const tm_profile *p);
+
 /* The heap value v of a heap sample. */
 int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v);
 

@@ -1043,6 +1043,37 @@ static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t
     return TM_OK;
 }
 
+/* ProcessStats: each process's memory at the packet's time. */
+static tm_status on_process_stats(dec *d, const tm_pf_packet *k) {
+    if (k->has_time && !k->trace_ok) return TM_OK;
+    int64_t ts = k->has_time ? k->trace_ns : d->rd.latest_ns;
+    tm_profile *p = d->p;
+    tm_pb_reader r = tm_pb_reader_of(k->data);
+    tm_pb_field f;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) { /* checked by the reader */
+        if (f.num != TM_PF_PROCESS_STATS_PROCESSES) continue;
+        tm_prof_memory m = {ts, 0, 0, 0, 0, 0, 0, 0};
+        tm_pb_reader pr = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while (tm_pb_next(&pr, &g) == TM_PB_OK) {
+            uint64_t bytes = g.val * 1024; /* KiB; a value past 2^54 KiB wraps, as Trace Processor's double rounds */
+            switch (g.num) {
+            case TM_PF_PROC_STATS_PID: m.pid = (int32_t)g.val; break;
+            case TM_PF_PROC_STATS_VM_RSS_KB: m.rss = bytes; break;
+            case TM_PF_PROC_STATS_RSS_ANON_KB: m.rss_anon = bytes; break;
+            case TM_PF_PROC_STATS_RSS_FILE_KB: m.rss_file = bytes; break;
+            case TM_PF_PROC_STATS_RSS_SHMEM_KB: m.rss_shmem = bytes; break;
+            case TM_PF_PROC_STATS_VM_SWAP_KB: m.swap = bytes; break;
+            case TM_PF_PROC_STATS_VM_HWM_KB: m.rss_peak = bytes; break;
+            default: break;
+            }
+        }
+        DTRY_MEM(d, TM_VEC_RESERVE(p->mem, p->memory, p->cap_memory, p->n_memory + 1));
+        p->memory[p->n_memory++] = m;
+    }
+    return TM_OK;
+}
+
 static tm_status on_profile_packet(dec *d, const tm_pf_packet *k) {
     if (k->has_time && !k->trace_ok) return TM_OK; /* no clock path: Trace Processor drops the packet */
     tm_pf_heap_sink sink = {d, heap_callsite, NULL, heap_dump, heap_row, heap_stat};
@@ -1115,6 +1146,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_STREAMING_PROFILE_PACKET: return on_streaming(d, s, k);
     case TM_PF_PACKET_STACK_SAMPLE: return on_stack_sample(d, s, k);
     case TM_PF_PACKET_PROFILE_PACKET: return s ? on_profile_packet(d, k) : TM_OK;
+    case TM_PF_PACKET_PROCESS_STATS: return on_process_stats(d, k);
     default: return TM_OK;
     }
 }
@@ -1207,9 +1239,10 @@ static tm_status finish(dec *d) {
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
     tm_trace_stats *st = &p->stats;
-    for (size_t i = 0; i < p->n_heap_samples; i++) {
-        st->heap_alloc_bytes += (uint64_t)p->heap_samples[i].alloc_space;
-        st->heap_inuse_bytes += (uint64_t)p->heap_samples[i].inuse_space;
+    for (size_t i = 0; i < p->n_heap_samples; i++) { /* a stack that freed more than it allocated holds nothing */
+        const tm_prof_heap_sample *h = &p->heap_samples[i];
+        st->heap_alloc_bytes += h->alloc_space > 0 ? (uint64_t)h->alloc_space : 0;
+        st->heap_inuse_bytes += h->inuse_space > 0 ? (uint64_t)h->inuse_space : 0;
     }
     st->samples_kept = p->n_samples;
     st->threads = p->n_threads;

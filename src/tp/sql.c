@@ -298,7 +298,11 @@ static int is_stack_session(const tm_tp *tp, size_t row) { return !tp->sessions[
 /* ---- tracks and counters --------------------------------------------- */
 
 static const char *track_type(const tp_track *t) {
-    return t->kind == TP_TRACK_PERF_COUNTER ? "perf_cpu_counter" : "stack_sample_counter";
+    switch (t->kind) {
+    case TP_TRACK_PERF_COUNTER: return "perf_cpu_counter";
+    case TP_TRACK_PROCESS_COUNTER: return "process_memory_counter";
+    default: return "stack_sample_counter";
+    }
 }
 GETTER(trk_name, tp_track, tracks, put_str(c, r->name))
 GETTER(trk_type, tp_track, tracks, put_cstr(c, track_type(r)))
@@ -325,6 +329,15 @@ static const col_def stack_counter_track_cols[] = {
     {"type", "TEXT", trk_type},          {"unit", "TEXT", trk_unit},
     {"session_id", "INTEGER", trk_session}, {"is_timebase", "INTEGER", trk_timebase},
 };
+GETTER(trk_upid, tp_track, tracks, put_id(c, r->upid))
+static const col_def process_counter_track_cols[] = {
+    {"id", "INTEGER", col_row},          {"name", "TEXT", trk_name},
+    {"type", "TEXT", trk_type},          {"parent_id", "INTEGER", col_null},
+    {"source_arg_set_id", "INTEGER", col_null}, {"machine_id", "INTEGER", col_zero},
+    {"unit", "TEXT", trk_unit},          {"description", "TEXT", col_null},
+    {"upid", "INTEGER", trk_upid},
+};
+static int is_process_track(const tm_tp *tp, size_t row) { return tp->tracks[row].kind == TP_TRACK_PROCESS_COUNTER; }
 static int is_perf_track(const tm_tp *tp, size_t row) { return tp->tracks[row].kind == TP_TRACK_PERF_COUNTER; }
 static int is_stack_track(const tm_tp *tp, size_t row) {
     return tp->tracks[row].kind == TP_TRACK_STACK_SAMPLE_COUNTER;
@@ -427,7 +440,7 @@ static const col_def heap_alloc_cols[] = {
 
 GETTER(hd_ts, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts))
 GETTER(hd_ts_end, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts_end))
-GETTER(hd_dur, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, r->ts_end - r->ts))
+GETTER(hd_dur, tp_heap_dump, heap_dumps, sqlite3_result_int64(c, (int64_t)((uint64_t)r->ts_end - (uint64_t)r->ts)))
 GETTER(hd_upid, tp_heap_dump, heap_dumps, put_id(c, r->upid))
 GETTER(hd_heap, tp_heap_dump, heap_dumps, put_str(c, r->heap_name))
 static const col_def heap_dump_cols[] = {
@@ -478,6 +491,7 @@ static const table_def tables[] = {
     TABLE("track", track_cols, 1, count_tracks, NULL),
     TABLE("perf_counter_track", perf_counter_track_cols, 1, count_tracks, is_perf_track),
     TABLE("stack_sample_counter_track", stack_counter_track_cols, 1, count_tracks, is_stack_track),
+    TABLE("process_counter_track", process_counter_track_cols, 1, count_tracks, is_process_track),
     TABLE("counter", counter_cols, 1, count_counters, NULL),
     TABLE("stack_sample_counter", stack_counter_cols, 1, count_counters, is_stack_counter),
     TABLE("stats", stats_cols, 1, count_stats, NULL),

@@ -80,7 +80,7 @@ typedef struct stat_ent {
 } stat_ent;
 
 /* Events that make rows other than samples. */
-enum { EV_PROCESS_TREE = 2, EV_PROFILE_PACKET = 37, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
+enum { EV_PROCESS_TREE = 2, EV_PROCESS_STATS = 9, EV_PROFILE_PACKET = 37, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
 typedef struct event {
     int64_t ts;
     size_t order;         /* samples pushed before it (file order) */
@@ -135,6 +135,7 @@ typedef struct dec {
      * LOCAL_GEN (caches then key by the tables' serial). */
     tm_pf_heap heap;
     const tm_pf_heap_tables *local;
+    tm_u64map proc_track; /* (upid, ProcessStats.Process field) -> process counter track */
 } dec;
 
 #define LOCAL_GEN 0x80000000u
@@ -673,6 +674,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
         return push_event(d, ts, EV_THREAD_DESC, 0, k->data);
     }
     case TM_PF_PACKET_PROCESS_TREE: case TM_PF_PACKET_PROCESS_DESCRIPTOR: case TM_PF_PACKET_TRACK_DESCRIPTOR:
+    case TM_PF_PACKET_PROCESS_STATS:
         return push_event(d, ts, k->data_field, 0, k->data);
     case TM_PF_PACKET_PROFILE_PACKET: /* its tables and dumps belong to its sequence */
         return s ? push_event(d, ts, EV_PROFILE_PACKET, k->gen, k->data) : TM_OK;
@@ -1667,8 +1669,49 @@ static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t
 
 static tm_pf_heap_sink heap_sink(dec *d) { return (tm_pf_heap_sink){d, heap_callsite, heap_entry, heap_dump, heap_row, heap_stat}; }
 
+/* ProcessStats: one counter per process and figure, on Trace Processor's
+ * process counter tracks (mem.rss, mem.rss.anon, ...), in bytes. */
+static tm_status apply_process_stats(dec *d, int64_t ts, tm_bytes b) {
+    static const char *const names[TM_PF_PROC_STATS_OOM_SCORE_ADJ + 1] = {
+        [TM_PF_PROC_STATS_VM_SIZE_KB] = "mem.virt",         [TM_PF_PROC_STATS_VM_RSS_KB] = "mem.rss",
+        [TM_PF_PROC_STATS_RSS_ANON_KB] = "mem.rss.anon",    [TM_PF_PROC_STATS_RSS_FILE_KB] = "mem.rss.file",
+        [TM_PF_PROC_STATS_RSS_SHMEM_KB] = "mem.rss.shmem",  [TM_PF_PROC_STATS_VM_SWAP_KB] = "mem.swap",
+        [TM_PF_PROC_STATS_VM_LOCKED_KB] = "mem.locked",     [TM_PF_PROC_STATS_VM_HWM_KB] = "mem.rss.watermark",
+        [TM_PF_PROC_STATS_OOM_SCORE_ADJ] = "oom_score_adj"};
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num != TM_PF_PROCESS_STATS_PROCESSES) continue;
+        int64_t pid = 0;
+        tm_pb_reader pr = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while (tm_pb_next(&pr, &g) == TM_PB_OK)
+            if (g.num == TM_PF_PROC_STATS_PID) pid = (int32_t)g.val;
+        uint32_t upid;
+        TM_TRY(process_of(d, pid, &upid));
+        pr = tm_pb_reader_of(f.bytes);
+        while (tm_pb_next(&pr, &g) == TM_PB_OK) {
+            if (g.num <= TM_PF_PROC_STATS_PID || g.num > TM_PF_PROC_STATS_OOM_SCORE_ADJ) continue;
+            uint64_t key = (uint64_t)upid << 8 | g.num;
+            uint32_t track = tm_u64map_get(&d->proc_track, key);
+            if (track == TM_ABSENT) {
+                const char *n = names[g.num];
+                TM_TRY(new_track(d, TP_TRACK_PROCESS_COUNTER, (tm_str){(const uint8_t *)n, strlen(n)}, no_str, TP_NULL,
+                                 TP_NULL, false, &track));
+                d->tp->tracks[track].upid = upid;
+                if (tm_u64map_put(d->mem, &d->proc_track, key, track) != TM_OK) return nomem(d);
+            }
+            double v = g.num == TM_PF_PROC_STATS_OOM_SCORE_ADJ ? (double)(int32_t)g.val : (double)g.val * 1024.0;
+            TM_TRY(add_counter(d, ts, track, v, TP_NULL));
+        }
+    }
+    return rc == TM_PB_ERROR ? pb_fail(d, &r, "process_stats") : TM_OK;
+}
+
 static tm_status apply_event(dec *d, const event *e) {
     switch (e->kind) {
+    case EV_PROCESS_STATS: return apply_process_stats(d, e->ts, e->msg);
     case EV_PROFILE_PACKET: {
         tm_pf_heap_sink sink = heap_sink(d);
         return tm_pf_heap_packet(&d->heap, &d->rd, e->gen, e->msg, e->ts, &sink);
@@ -1869,6 +1912,7 @@ static void dec_release(dec *d) {
     tm_mem_free(m, d->stats, d->cap_stats * sizeof *d->stats);
     tm_mem_free(m, d->events, d->cap_events * sizeof *d->events);
     tm_pf_heap_release(&d->heap);
+    tm_u64map_free(m, &d->proc_track);
     tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
     tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);

@@ -95,13 +95,14 @@ typedef struct tp_session {
     uint8_t is_perf;
 } tp_session;
 
-typedef enum { TP_TRACK_PERF_COUNTER = 1, TP_TRACK_STACK_SAMPLE_COUNTER = 2 } tp_track_kind;
+typedef enum { TP_TRACK_PERF_COUNTER = 1, TP_TRACK_STACK_SAMPLE_COUNTER = 2, TP_TRACK_PROCESS_COUNTER = 3 } tp_track_kind;
 
 typedef struct tp_track {
     tm_str name, unit;
     uint8_t kind;          /* tp_track_kind */
     uint8_t is_timebase;
     uint32_t session, cpu; /* cpu: TP_NULL for stack-sample counters */
+    uint32_t upid;         /* process counters (ProcessStats): the process */
 } tp_track;
 
 typedef struct tp_counter {
