@@ -8,7 +8,7 @@ JOBS ?= 2
 # make test, asan and fuzz keep warnings errors (TRACEMILL_WERROR), as CI does.
 CI_FLAGS ?= -DTRACEMILL_WERROR=ON
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record golden check-src python deb clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record bench-heap golden check-src python deb clean
 
 all: build
 
@@ -75,6 +75,11 @@ bench-serve: build
 # 250 Hz, ratio of medians, and trace bytes per sample.
 bench-record: build
 	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
+
+# The heap profiler's overhead: a malloc-heavy 2-thread loop plain and under
+# --heap, ratio of medians, cost per sampled and per unsampled call.
+bench-heap: build
+	@$(BUILD)/bench_heap --preload $(abspath $(BUILD))/libtracemill_record.so --runs 7
 
 # The Python package (python/) built in place into $(BUILD)/python/lib with
 # /usr/bin/python3 (offline); `pip install ./python` installs it.

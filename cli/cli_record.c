@@ -51,6 +51,8 @@ enum {
     OPT_MAX_DEPTH,
     OPT_FILE_WRITE_PERIOD,
     OPT_CLEAR_PERIOD,
+    OPT_HEAP_INTERVAL,
+    OPT_MEM_PERIOD,
     OPT_UPLOAD,
     OPT_RELEASE,
     OPT_ENVIRONMENT,
@@ -71,6 +73,8 @@ static const env_opt env_opts[N_ENV_OPTS] = {
     [OPT_MAX_DEPTH] = {"--max-depth", "TRACEMILL_RECORD_MAX_DEPTH", {NULL, NULL}, 0},
     [OPT_FILE_WRITE_PERIOD] = {"--file-write-period-ms", "TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", {NULL, NULL}, 0},
     [OPT_CLEAR_PERIOD] = {"--clear-period-ms", "TRACEMILL_RECORD_CLEAR_PERIOD_MS", {NULL, NULL}, 0},
+    [OPT_HEAP_INTERVAL] = {"--heap-interval", "TRACEMILL_RECORD_HEAP_INTERVAL", {NULL, NULL}, 0},
+    [OPT_MEM_PERIOD] = {"--mem-period", "TRACEMILL_RECORD_MEM_PERIOD_MS", {NULL, NULL}, 0},
     [OPT_UPLOAD] = {"--upload", "TRACEMILL_RECORD_UPLOAD", {NULL, NULL}, 1},
     [OPT_RELEASE] = {"--release", "TRACEMILL_RECORD_RELEASE", {NULL, NULL}, 1},
     [OPT_ENVIRONMENT] = {"--environment", "TRACEMILL_RECORD_ENVIRONMENT", {NULL, NULL}, 1},
@@ -285,11 +289,15 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
-    int demangle = 1, i = 1; /* C++ names demangled unless --no-demangle */
+    int demangle = 1, heap = 0, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
             demangle = a[2] == 'd';
+            continue;
+        }
+        if (strcmp(a, "--heap") == 0) {
+            heap = 1;
             continue;
         }
         if (!v) break;
@@ -323,6 +331,11 @@ int cli_record(int argc, char **argv) {
             return cli_usage_error("record", "%s needs --upload", env_opts[k].flag);
         }
 
+    if (values[OPT_HEAP_INTERVAL]) {
+        if (strtoul(values[OPT_HEAP_INTERVAL], NULL, 10) == 0)
+            return cli_usage_error("record", "--heap-interval must be at least 1 byte");
+        heap = 1;
+    }
     unsigned long hz = values[OPT_HZ] ? strtoul(values[OPT_HZ], NULL, 10) : 101;
     int wall = values[OPT_CLOCK] && strcmp(values[OPT_CLOCK], "wall") == 0;
     if (hz == 0) {
@@ -330,7 +343,7 @@ int cli_record(int argc, char **argv) {
     }
 
     /* The first option only the signal backend has, if any. */
-    const char *signal_only = preload ? "--preload" : NULL;
+    const char *signal_only = preload ? "--preload" : heap ? "--heap" : NULL;
     for (int k = 0; k < N_ENV_OPTS && !signal_only; k++)
         if (values[k] && k != OPT_HZ && k != OPT_MAX_DEPTH &&
             !(k == OPT_CLOCK && strcmp(values[k], "cpu") == 0) && !(k == OPT_UNWIND && strcmp(values[k], "dwarf") == 0))
@@ -417,6 +430,11 @@ int cli_record(int argc, char **argv) {
         /* A program killed before exit still leaves most of its trace. */
         if (!values[OPT_FILE_WRITE_PERIOD]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
         setenv("TRACEMILL_RECORD_DEMANGLE", demangle ? "1" : "0", 1);
+        if (heap) {
+            setenv("TRACEMILL_RECORD_HEAP", "1", 1);
+            /* Memory telemetry beside the heap profile unless told otherwise. */
+            if (!values[OPT_MEM_PERIOD]) setenv("TRACEMILL_RECORD_MEM_PERIOD_MS", "1000", 1);
+        }
         execvp(cmd[0], cmd);
         fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(errno));
         _exit(127);
@@ -457,7 +475,9 @@ int cli_record(int argc, char **argv) {
             samples += summarize(path, path);
         }
     }
-    if (samples == 0) {
+    /* A heap profile is written even when no CPU sample was taken (the
+     * program reported it on stderr). */
+    if (samples == 0 && !heap) {
         fprintf(stderr,
                 "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
                 "sampled every 1/%lu s of %s time)%s%s\n",

@@ -72,6 +72,8 @@ typedef struct tm_recorder_opts {
     tm_record_chunk_fn on_chunk; /* with chunk_seconds: chunks go here instead of files */
     void *chunk_ctx;
     int demangle;                /* C++ names demangled */
+    uint32_t mem_period_ms;      /* ProcessStats from /proc/self/status this often (and at the end
+                                    of every trace or chunk); 0: none */
 } tm_recorder_opts;
 
 /* What a recording lost and produced so far. */
@@ -86,6 +88,10 @@ typedef struct tm_recorder_stats {
     uint64_t bytes_written;      /* trace bytes written (all chunks) */
     uint32_t threads;            /* threads sampled */
     uint32_t chunks;             /* chunks finished */
+    uint64_t heap_samples;       /* allocations sampled (preloaded with a heap profile) */
+    uint64_t heap_samples_lost;  /* sampled but not recorded: made inside the profiler, or no
+                                    room in its tables */
+    uint64_t heap_unwind_errors; /* recorded with only the allocating caller as their stack */
 } tm_recorder_stats;
 
 typedef struct tm_recorder tm_recorder;

@@ -15,6 +15,9 @@
  *   TRACEMILL_RECORD_CHUNK_SECONDS  continuous chunks OUT.N.pftrace
  *   TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS, TRACEMILL_RECORD_CLEAR_PERIOD_MS
  *   TRACEMILL_RECORD_DEMANGLE       1: C++ names demangled
+ *   TRACEMILL_RECORD_HEAP           1: also a heap profile of native allocations (heap.c)
+ *   TRACEMILL_RECORD_HEAP_INTERVAL  its mean sampling interval in bytes (4096)
+ *   TRACEMILL_RECORD_MEM_PERIOD_MS  ProcessStats (RSS, swap, peak) this often; 0: none
  *   TRACEMILL_RECORD_UPLOAD         DSN: chunks go to Sentry (or `tracemill serve`) as
  *                                   envelopes instead of files (chunk seconds default 60)
  *   TRACEMILL_RECORD_RELEASE, TRACEMILL_RECORD_ENVIRONMENT   sent with every chunk
@@ -42,6 +45,8 @@
 
 static tm_recorder *g_preload_recorder;
 static tmr_uploader *g_preload_uploader;
+static const tmr_heap_source *g_preload_heap;
+static pid_t g_preload_pid; /* a fork child inherits the recorder, inert: it reports nothing */
 
 /* Unsigned decimal environment value; 0 (the option's default) when unset.
  * A bad value is reported and ignored. */
@@ -98,6 +103,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     o.file_write_period_ms = env_u32("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS");
     o.clear_period_ms = env_u32("TRACEMILL_RECORD_CLEAR_PERIOD_MS");
     o.demangle = env_u32("TRACEMILL_RECORD_DEMANGLE") != 0;
+    o.mem_period_ms = env_u32("TRACEMILL_RECORD_MEM_PERIOD_MS");
     tm_error err;
     tmr_uploader *u = NULL;
     const char *dsn = getenv("TRACEMILL_RECORD_UPLOAD");
@@ -131,6 +137,30 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     }
     g_preload_recorder = r;
     g_preload_uploader = u;
+    g_preload_pid = getpid();
+    /* Sampling starts once the recorder runs, so that the recorder's own
+     * setup is not in the profile. */
+    if (env_u32("TRACEMILL_RECORD_HEAP")) {
+        g_preload_heap = tmr_heap_start(env_u32("TRACEMILL_RECORD_HEAP_INTERVAL"), o.max_depth, &err);
+        if (g_preload_heap) tmr_recorder_set_heap(r, g_preload_heap);
+        else fprintf(stderr, "tracemill record: no heap profile: %s\n", err.message);
+    }
+}
+
+/* What the heap profile holds and lost, on stderr like `record`'s summary. */
+static void report_heap(const tmr_heap_source *heap) {
+    const tmr_heap_callsite *sites;
+    tmr_heap_stats st;
+    size_t n = heap->snapshot(&sites, &st);
+    uint64_t allocated = 0, freed = 0;
+    for (size_t i = 0; i < n; i++) allocated += sites[i].alloc_bytes, freed += sites[i].free_bytes;
+    fprintf(stderr,
+            "tracemill record: heap: %llu allocations sampled (mean interval %llu bytes) at %zu callstacks: ~%llu "
+            "bytes allocated, ~%llu retained at exit; lost: %llu made inside the profiler, %llu for lack of room; %llu "
+            "stacks cut to the caller\n",
+            (unsigned long long)st.sampled, (unsigned long long)st.interval, n, (unsigned long long)allocated,
+            (unsigned long long)(allocated - freed), (unsigned long long)st.reentrant,
+            (unsigned long long)st.table_full, (unsigned long long)st.unwind_errors);
 }
 
 __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
@@ -140,6 +170,7 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     tm_error err;
     if (tm_recorder_stop(r, &err) != TM_OK) fprintf(stderr, "tracemill record: %s\n", err.message);
     tm_recorder_free(r);
+    if (g_preload_heap && getpid() == g_preload_pid) report_heap(g_preload_heap);
     tmr_uploader *u = g_preload_uploader;
     if (!u) return;
     g_preload_uploader = NULL;

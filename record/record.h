@@ -17,6 +17,10 @@
  *               sample's copied user stack and registers
  *   perf_record.c  the perf backend: the tracemill-record-perf program that
  *               runs a command under perf_event_open and writes its trace
+ *   heap.c      native heap profiling (libtracemill_record.so only): malloc,
+ *               free and C++ new/delete interposed, Poisson-sampled
+ *               allocations unwound and counted per callstack, sampled live
+ *               allocations tracked by address to attribute their frees
  *
  * The recorder sits beside cli/ and server/: it uses include/tracemill.h
  * and, for protobuf encoding, the library's wire writer (src/pb_write.h).
@@ -188,6 +192,46 @@ typedef struct tmr_losses {
 } tmr_losses;
 tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err);
 
+/* The sequence of the heap profile's ProfilePackets: one for the whole
+ * recording, as heapprofd writes one per data source, since readers turn
+ * its cumulative dumps into allocations per sequence. */
+#define TMR_HEAP_SEQ 0x7ffffffeu
+
+/* One allocation callstack of a heap profile with its totals since the
+ * profile began (bytes are the sampler's unbiased estimates). */
+typedef struct tmr_heap_callsite {
+    const uint64_t *pcs; /* return addresses, innermost first */
+    uint32_t depth;
+    uint64_t alloc_bytes, free_bytes, alloc_count, free_count;
+} tmr_heap_callsite;
+
+/* What a heap profile sampled and lost so far. */
+typedef struct tmr_heap_stats {
+    uint64_t interval;      /* mean sampling interval in bytes */
+    uint64_t sampled;       /* allocations sampled and recorded */
+    uint64_t unwind_errors; /* sampled allocations whose stack has only the caller */
+    uint64_t reentrant;     /* would have been sampled, but came from inside the profiler
+                               (the unwinder allocating, or a signal handler): not recorded */
+    uint64_t table_full;    /* sampled, but no room to track the allocation or its stack:
+                               not recorded */
+} tmr_heap_stats;
+
+/* One heap dump (a ProfilePacket, split into several with continued = true
+ * when it exceeds max_packet bytes) on sequence TMR_HEAP_SEQ, timestamped
+ * ts_ns (CLOCK_BOOTTIME). Function names, mappings, frames and callstacks
+ * go into the packets' InternedData, as heapprofd writes them since Android
+ * R, once per generation of the sequence (the first packet of each sets
+ * SEQ_INCREMENTAL_STATE_CLEARED): readers forget a ProfilePacket's own
+ * tables when its dump ends. Each dump repeats every callsite with its
+ * totals. prev_dropped: a packet of the sequence was lost (the
+ * dump starts a new generation, marked previous_packet_dropped). */
+tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_callsite *sites, size_t n,
+                               const tmr_heap_stats *st, size_t max_packet, int prev_dropped, tm_error *err);
+
+/* The process's memory from /proc/self/status as a ProcessStats packet
+ * (VmSize, VmRSS, RssAnon, RssFile, RssShmem, VmSwap, VmLck, VmHWM). */
+tm_status tmr_writer_process_stats(tmr_writer *w, tm_error *err);
+
 /* ==== Sampling (sampler.c) ============================================= */
 
 /* The signal-driven half of the recorder. Each sampled thread has a slot:
@@ -238,9 +282,37 @@ void tmr_sampler_disarm(tmr_sampler *s);
 /* In a fork child: the parent's timers are not inherited; forget them and
  * stop accepting signals without touching locks or the collector. */
 void tmr_sampler_forget_after_fork(tmr_sampler *s);
+/* Set by a thread while it unwinds outside the signal handler (heap.c): the
+ * SIGPROF handler then defers its sample, since libunwind's per-thread
+ * cache is not reentrant. After clearing it, call tmr_sampler_take_deferred,
+ * which takes a deferred sample from there. */
+extern __thread volatile int tmr_unwind_busy __attribute__((tls_model("initial-exec")));
+void tmr_sampler_take_deferred(void);
 /* Disarms, waits for handlers still running, restores SIGPROF's previous
  * disposition and frees. NULL is a no-op. */
 void tmr_sampler_free(tmr_sampler *s);
+
+/* ==== Heap profiling (heap.c) ========================================== */
+
+/* The heap profiler as the recorder sees it: heap.c lives only in the
+ * preload library (interposing malloc in every program that links the
+ * static recorder would be wrong), so preload.c hands it to the recorder. */
+typedef struct tmr_heap_source {
+    /* Every callsite sampled so far with its totals, into *out (valid until
+     * the next call), and the statistics; returns how many. Collector only. */
+    size_t (*snapshot)(const tmr_heap_callsite **out, tmr_heap_stats *st);
+    /* The calling thread's allocations are the recorder's own: never sampled. */
+    void (*ignore_this_thread)(void);
+} tmr_heap_source;
+
+/* Starts sampling allocations of mean interval bytes (0: 4096), stacks of at
+ * most max_depth frames; the source for tmr_recorder_set_heap. NULL when
+ * heap profiling cannot start (err says why). */
+const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_error *err);
+
+/* Gives a recorder (new or running) a heap profile to dump: at every file
+ * write (every second without them), at the end of every chunk and at stop. */
+void tmr_recorder_set_heap(tm_recorder *r, const tmr_heap_source *heap);
 
 /* ==== DWARF unwinding of perf samples (perf_unwind.c) ================== */
 

@@ -3,7 +3,8 @@
  * that scans for threads, drains their sample rings (sampler.c), symbolizes
  * and encodes through the writer (writer.c) into a central buffer of encoded
  * packets, and writes that buffer out (at stop, every file_write_period_ms,
- * and at the end of each continuous chunk). Perfetto's dataflow in small:
+ * and at the end of each continuous chunk), with the heap profile's dumps
+ * and ProcessStats snapshots when asked for. Perfetto's dataflow in small:
  * many writers, one reader, bounded buffers, every loss counted where it
  * happened and written into the trace (previous_packet_dropped on the
  * sequence, TraceStats at the end).
@@ -39,7 +40,8 @@ enum {
     RING_MS = 320,             /* each thread's ring holds this long of samples: 3 drains */
     RING_MIN_SAMPLES = 32,
     RING_MAX_SAMPLES = 4096,   /* 4 MiB at depth 128; beyond, losses are counted */
-    RECORD_HEADER = 8
+    RECORD_HEADER = 8,
+    HEAP_DUMP_PERIOD_MS = 1000 /* heap dumps without periodic file writes */
 };
 
 typedef enum { R_NEW, R_RUNNING, R_STOPPED, R_FORKED } rec_state;
@@ -57,6 +59,8 @@ struct tm_recorder {
     tmr_symbols *syms;
     tmr_writer *writer;
     tmr_sampler *sampler;
+    const tmr_heap_source *heap; /* NULL: no heap profile */
+    int heap_dropped;            /* a heap packet was lost: the next dump starts over */
 
     /* central buffer: records between tail and head (absolute offsets) */
     uint8_t *buf;
@@ -80,7 +84,7 @@ struct tm_recorder {
     uint32_t chunk_index;
     tmr_losses chunk_losses;
 
-    uint64_t next_snapshot, next_clear, next_write, next_chunk, deadline;
+    uint64_t next_snapshot, next_clear, next_write, next_chunk, next_heap_dump, next_mem, deadline;
     tm_recorder_stats stats;
     tm_status bg_status;
     tm_error bg_err;
@@ -151,6 +155,7 @@ static void lose_packet(tm_recorder *r, uint32_t seq, int is_sample, size_t byte
         r->stats.bytes_discarded += bytes;
     }
     if (is_sample) r->stats.sample_packets_lost++;
+    if (seq == TMR_HEAP_SEQ) r->heap_dropped = 1;
     if (seq != 0 && seq < r->n_seq) {
         r->seq_dropped[seq] = 1;
         if (overwritten) r->seq_gap[seq] = 1;
@@ -317,17 +322,46 @@ static tm_status begin_output(tm_recorder *r, tm_error *err) {
     return tmr_writer_begin(r->writer, err);
 }
 
-/* Ends a trace or chunk: buffer out, TraceStats, file closed or chunk
- * handed to the callback. */
+/* The heap profile so far, into the buffer: its packets may take up to a
+ * quarter of it each. */
+static tm_status heap_dump(tm_recorder *r, tm_error *err) {
+    if (!r->heap) return TM_OK;
+    const tmr_heap_callsite *sites;
+    tmr_heap_stats hs;
+    size_t n = r->heap->snapshot(&sites, &hs);
+    r->stats.heap_samples = hs.sampled;
+    r->stats.heap_samples_lost = hs.reentrant + hs.table_full;
+    r->stats.heap_unwind_errors = hs.unwind_errors;
+    int dropped = r->heap_dropped;
+    r->heap_dropped = 0;
+    r->emit_seq = TMR_HEAP_SEQ;
+    r->emit_is_sample = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    tm_status st = tmr_writer_heap_dump(r->writer, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, sites, n,
+                                        &hs, r->cap / 4, dropped, err);
+    r->emit_seq = 0;
+    return st;
+}
+
+/* Ends a trace or chunk: the last heap dump and memory snapshot, buffer
+ * out, TraceStats, file closed or chunk handed to the callback. */
 static tm_status finish_output(tm_recorder *r, tm_error *err) {
     tm_status st = write_buffer(r, err);
-    /* The buffer is empty now: descriptors written here reach the file. */
+    /* The buffer is empty now: what is written here reaches the file. A
+     * chunk that lost packets may have lost its first ones: the clock
+     * snapshot (without which the heap dumps' MONOTONIC_COARSE times mean
+     * nothing) and the descriptors are written again. */
     const tmr_losses *cl = &r->chunk_losses;
     if (st == TM_OK && (cl->chunks_overwritten || cl->chunks_discarded)) {
         r->emit_seq = 0;
         r->emit_is_sample = 0;
-        st = tmr_writer_descriptors(r->writer, err);
+        st = tmr_writer_clock_snapshot(r->writer, err);
+        if (st == TM_OK) st = tmr_writer_descriptors(r->writer, err);
     }
+    if (st == TM_OK) st = heap_dump(r, err);
+    if (st == TM_OK && r->o.mem_period_ms) st = tmr_writer_process_stats(r->writer, err);
+    if (st == TM_OK) st = write_buffer(r, err);
     uint32_t n = 0;
     uint32_t *seqs = calloc(r->n_seq ? r->n_seq : 1, sizeof *seqs);
     uint64_t *lost = calloc(r->n_seq ? r->n_seq : 1, sizeof *lost);
@@ -419,6 +453,7 @@ static void end_sampling(tm_recorder *r) {
 /* One round of collector work; called with the lock. */
 static void collect(tm_recorder *r, uint64_t now) {
     tm_error err;
+    if (r->heap) r->heap->ignore_this_thread(); /* the heap profile may have been attached since the last round */
     record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
     tmr_sampler_drain(r->sampler, on_sample, r);
     if (r->o.chunk_seconds && now >= r->next_chunk) {
@@ -436,6 +471,14 @@ static void collect(tm_recorder *r, uint64_t now) {
     if (now >= r->next_clear) {
         tmr_writer_clear_incremental(r->writer);
         r->next_clear = now + r->o.clear_period_ms;
+    }
+    if (r->heap && now >= r->next_heap_dump) {
+        record_failure(r, heap_dump(r, &err), &err);
+        r->next_heap_dump = now + (r->o.file_write_period_ms ? r->o.file_write_period_ms : HEAP_DUMP_PERIOD_MS);
+    }
+    if (r->o.mem_period_ms && now >= r->next_mem) {
+        record_failure(r, tmr_writer_process_stats(r->writer, &err), &err);
+        r->next_mem = now + r->o.mem_period_ms;
     }
     if (r->o.file_write_period_ms && now >= r->next_write) {
         record_failure(r, write_buffer(r, &err), &err);
@@ -590,6 +633,8 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
         r->next_clear = now + r->o.clear_period_ms;
         r->next_write = now + r->o.file_write_period_ms;
         r->next_chunk = now + (uint64_t)r->o.chunk_seconds * 1000u;
+        r->next_heap_dump = now + (r->o.file_write_period_ms ? r->o.file_write_period_ms : HEAP_DUMP_PERIOD_MS);
+        r->next_mem = now; /* the first snapshot at once */
         r->deadline = r->o.duration_ms ? now + r->o.duration_ms : 0;
         /* The collector is never sampled: it starts with SIGPROF blocked. */
         sigset_t block, old;
@@ -613,6 +658,13 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
     g_active = r;
     pthread_mutex_unlock(&g_active_lock);
     return TM_OK;
+}
+
+void tmr_recorder_set_heap(tm_recorder *r, const tmr_heap_source *heap) {
+    if (!r || r->state == R_STOPPED || r->state == R_FORKED) return;
+    if (r->state == R_RUNNING) pthread_mutex_lock(&r->lock);
+    r->heap = heap;
+    if (r->state == R_RUNNING) pthread_mutex_unlock(&r->lock);
 }
 
 tm_status tm_recorder_flush(tm_recorder *r, tm_error *err) {

@@ -11,7 +11,10 @@
  * slot through the timer's sigev_value, checks that the slot is armed for
  * the calling thread, and publishes one ring entry with a release store.
  * (libunwind mmaps its per-thread frame cache on a thread's first sample,
- * with every signal blocked around its own lock.)
+ * with every signal blocked around its own lock.) The heap profiler
+ * (heap.c) unwinds allocations with the same per-thread cache, which is not
+ * reentrant: a signal that lands in such an unwind only leaves a note, and
+ * the sample is taken when the unwind is over (tmr_sampler_take_deferred).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,6 +35,8 @@
 
 #include "common/base.h" /* tm_fail */
 #include "record.h"
+
+#define NOINLINE_CAPTURE __attribute__((noinline))
 
 /* Ring entry layout, in 64-bit words. */
 enum { E_TS, E_CPU_DEPTH, E_OVERRUN, E_PCS };
@@ -74,6 +79,11 @@ static _Atomic(tmr_sampler *) g_sampler;
 static atomic_int g_in_handler;
 
 /* ---- the signal path ---------------------------------------------------- */
+
+__thread volatile int tmr_unwind_busy __attribute__((tls_model("initial-exec")));
+/* The slot of a signal that came while tmr_unwind_busy, and its overruns. */
+static __thread _Atomic(tmr_slot *) t_deferred __attribute__((tls_model("initial-exec")));
+static __thread int t_deferred_overrun __attribute__((tls_model("initial-exec")));
 
 /* unw_step from the signal context: each step blocks and restores every
  * signal around libunwind's global cache lock, two system calls a frame. */
@@ -133,7 +143,9 @@ static uint32_t unwind_fp(tmr_slot *t, ucontext_t *uc, uint64_t *pcs, uint32_t m
     return n;
 }
 
-static void capture(const tmr_sampler *s, tmr_slot *t, ucontext_t *uc, int overrun) {
+/* One sample into t's ring, unwound from the signal context uc, or (uc
+ * NULL, a deferred sample) from the caller of tmr_sampler_take_deferred. */
+static NOINLINE_CAPTURE void capture(const tmr_sampler *s, tmr_slot *t, ucontext_t *uc, int overrun) {
     uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
     uint32_t tail = atomic_load_explicit(&t->tail, memory_order_acquire);
     if (head - tail >= s->o.ring_samples) {
@@ -144,8 +156,17 @@ static void capture(const tmr_sampler *s, tmr_slot *t, ucontext_t *uc, int overr
     struct timespec ts;
     clock_gettime(CLOCK_BOOTTIME, &ts);
     int cpu = sched_getcpu();
-    uint32_t depth = s->o.unwind_fp ? unwind_fp(t, uc, e + E_PCS, s->o.max_depth)
-                                    : unwind_dwarf(uc, e + E_PCS, s->o.max_depth);
+    uint32_t depth;
+    if (!uc) { /* this frame and tmr_sampler_take_deferred's are the sampler's own */
+        void **frames = (void **)(e + E_PCS);
+        int n = unw_backtrace(frames, (int)(s->o.max_depth + 2));
+        depth = n > 2 ? (uint32_t)n - 2 : 0;
+        memmove(frames, frames + 2, depth * sizeof *frames);
+    } else {
+        depth = s->o.unwind_fp ? unwind_fp(t, uc, e + E_PCS, s->o.max_depth)
+                               : unwind_dwarf(uc, e + E_PCS, s->o.max_depth);
+    }
+    if (depth == 0) return;
     e[E_TS] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e[E_CPU_DEPTH] = (uint64_t)(uint32_t)(cpu < 0 ? 0 : cpu) | (uint64_t)depth << 32;
     e[E_OVERRUN] = overrun > 0 ? (uint64_t)overrun : 0;
@@ -160,11 +181,33 @@ static void on_sigprof(int signo, siginfo_t *si, void *uc) {
     if (s && si->si_code == SI_TIMER && si->si_value.sival_ptr) {
         tmr_slot *t = si->si_value.sival_ptr;
         if (atomic_load_explicit(&t->armed, memory_order_acquire) &&
-            atomic_load_explicit(&t->tid, memory_order_relaxed) == gettid())
-            capture(s, t, uc, si->si_overrun);
+            atomic_load_explicit(&t->tid, memory_order_relaxed) == gettid()) {
+            if (tmr_unwind_busy) {
+                t_deferred_overrun += si->si_overrun;
+                atomic_store(&t_deferred, t);
+            } else {
+                capture(s, t, uc, si->si_overrun);
+            }
+        }
     }
     atomic_fetch_sub(&g_in_handler, 1);
     errno = saved_errno;
+}
+
+void tmr_sampler_take_deferred(void) {
+    while (atomic_load_explicit(&t_deferred, memory_order_relaxed)) {
+        atomic_fetch_add(&g_in_handler, 1);
+        tmr_unwind_busy = 1; /* a signal during this capture is deferred in turn */
+        tmr_slot *t = atomic_exchange(&t_deferred, NULL);
+        int overrun = t_deferred_overrun;
+        t_deferred_overrun = 0;
+        const tmr_sampler *s = atomic_load(&g_sampler);
+        if (s && atomic_load_explicit(&t->armed, memory_order_acquire) &&
+            atomic_load_explicit(&t->tid, memory_order_relaxed) == gettid())
+            capture(s, t, NULL, overrun);
+        tmr_unwind_busy = 0;
+        atomic_fetch_sub(&g_in_handler, 1);
+    }
 }
 
 /* ---- setup and teardown ------------------------------------------------- */

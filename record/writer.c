@@ -3,8 +3,10 @@
  * facts into TracePackets (framed as Trace records) handed to an emit
  * callback. It owns per-sequence interning (function names, mapping paths,
  * build ids, mappings, frames, callstacks), the sequence flags that make a
- * reader trust that interning, and the descriptive packets: TraceConfig,
- * SystemInfo, ClockSnapshot, ProcessTree, TrackDescriptors, TraceStats.
+ * reader trust that interning, heapprofd-shaped heap dumps (ProfilePacket,
+ * interning into InternedData as heapprofd does since Android R), and the
+ * descriptive packets: TraceConfig, SystemInfo, ClockSnapshot, ProcessTree,
+ * TrackDescriptors, ProcessStats, TraceStats.
  *
  * Sequences: every sampled thread writes on the sequence the caller gives
  * (seq >= 1, != TMR_WRITER_SEQ); descriptors, clock snapshots and stats go
@@ -196,7 +198,9 @@ struct tmr_writer {
     thread_entry *threads;
     size_t n_threads, cap_threads;
     wbuf pkt;               /* the packet being built */
-    wbuf interned;          /* a sample's new InternedData entries */
+    wbuf interned;          /* a packet's new InternedData entries */
+    wbuf heap_samples;      /* a heap dump packet's HeapSamples */
+    uint64_t heap_index;    /* ProfilePacket.index of the next heap packet */
     uint64_t *frame_iids;   /* a sample's frames, leaf first */
     size_t frame_cap;
 };
@@ -299,6 +303,7 @@ void tmr_writer_free(tmr_writer *w) {
     free(w->cmdline);
     free(w->pkt.p);
     free(w->interned.p);
+    free(w->heap_samples.p);
     free(w->frame_iids);
     free(w);
 }
@@ -366,15 +371,17 @@ static tm_status system_info(tmr_writer *w, uint64_t ts, tm_error *err) {
 }
 
 tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err) {
-    /* Read back to back so that the snapshot pairs nearly simultaneous values. */
-    uint64_t boot = now_ns(CLOCK_BOOTTIME), mono = now_ns(CLOCK_MONOTONIC), real = now_ns(CLOCK_REALTIME);
+    /* Read back to back so that the snapshot pairs nearly simultaneous
+     * values. MONOTONIC_COARSE times heap dumps, as heapprofd's do. */
+    uint64_t boot = now_ns(CLOCK_BOOTTIME), mono = now_ns(CLOCK_MONOTONIC), real = now_ns(CLOCK_REALTIME),
+             coarse = now_ns(CLOCK_MONOTONIC_COARSE);
     wbuf *b = &w->pkt;
     own_packet(w, boot);
     size_t cs = msg_open(b);
-    static const uint32_t ids[3] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC,
-                                    TM_PF_BUILTIN_CLOCK_REALTIME};
-    const uint64_t vals[3] = {boot, mono, real};
-    for (int i = 0; i < 3; i++) {
+    static const uint32_t ids[4] = {TM_PF_BUILTIN_CLOCK_BOOTTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC,
+                                    TM_PF_BUILTIN_CLOCK_REALTIME, TM_PF_BUILTIN_CLOCK_MONOTONIC_COARSE};
+    const uint64_t vals[4] = {boot, mono, real, coarse};
+    for (int i = 0; i < 4; i++) {
         size_t c = msg_open(b);
         put_uint(b, TM_PF_CLOCK_ID, ids[i]);
         put_uint(b, TM_PF_CLOCK_TIMESTAMP, vals[i]);
@@ -751,5 +758,129 @@ tm_status tmr_writer_stats(tmr_writer *w, const tmr_losses *l, tm_error *err) {
         msg_close(b, TM_PF_TRACE_STATS_WRITER_STATS, ws);
     }
     msg_close(b, TM_PF_PACKET_TRACE_STATS, ts);
+    return emit_packet(w, err);
+}
+
+/* ---- heap profiles ---- */
+
+static void put_raw(wbuf *b, const wbuf *from) {
+    uint8_t *p = room(b, from->len);
+    if (!p) return;
+    if (from->len) memcpy(p, from->p, from->len);
+    b->len += from->len;
+}
+
+/* One ProfilePacket holding one ProcessHeapSamples with the HeapSamples
+ * gathered in w->heap_samples, and in the same TracePacket the new
+ * InternedData entries they use, gathered in w->interned; both buffers are
+ * emptied. */
+static tm_status heap_packet(tmr_writer *w, seq_state *s, uint64_t ts, const tmr_heap_stats *st, int continued,
+                             tm_error *err) {
+    wbuf *b = &w->pkt;
+    b->len = 0;
+    put_uint(b, TM_PF_PACKET_TIMESTAMP, ts);
+    put_uint(b, TM_PF_PACKET_SEQUENCE_ID, TMR_HEAP_SEQ);
+    put_uint(b, TM_PF_PACKET_SEQUENCE_FLAGS,
+             TM_PF_SEQ_NEEDS_INCREMENTAL_STATE | (s->need_clear ? TM_PF_SEQ_INCREMENTAL_STATE_CLEARED : 0));
+    if (w->interned.len) put_bytes(b, TM_PF_PACKET_INTERNED_DATA, w->interned.p, w->interned.len);
+    size_t pp = msg_open(b);
+    size_t d = msg_open(b);
+    put_uint(b, TM_PF_HEAP_DUMP_PID, (uint64_t)(uint32_t)w->o.pid);
+    /* The preload library starts sampling in its constructor, before main. */
+    put_uint(b, TM_PF_HEAP_DUMP_FROM_STARTUP, 1);
+    put_uint(b, TM_PF_HEAP_DUMP_TIMESTAMP, now_ns(CLOCK_MONOTONIC_COARSE)); /* heapprofd's clock for it */
+    size_t hs = msg_open(b);
+    put_uint(b, TM_PF_HEAP_STATS_UNWINDING_ERRORS, st->unwind_errors);
+    put_uint(b, TM_PF_HEAP_STATS_HEAP_SAMPLES, st->sampled);
+    msg_close(b, TM_PF_HEAP_DUMP_STATS, hs);
+    put_str(b, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
+    put_uint(b, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, st->interval);
+    put_uint(b, TM_PF_HEAP_DUMP_ORIG_SAMPLING_INTERVAL_BYTES, st->interval);
+    put_raw(b, &w->heap_samples);
+    msg_close(b, TM_PF_PROFILE_PROCESS_DUMPS, d);
+    if (continued) put_uint(b, TM_PF_PROFILE_CONTINUED, 1);
+    put_uint(b, TM_PF_PROFILE_INDEX, w->heap_index);
+    msg_close(b, TM_PF_PACKET_PROFILE_PACKET, pp);
+    if (w->interned.oom || w->heap_samples.oom) b->oom = 1;
+    w->interned.len = w->heap_samples.len = 0;
+    w->interned.oom = w->heap_samples.oom = 0;
+    tm_status rc = emit_packet(w, err);
+    /* The index counts packets, as heapprofd's does, so that a reader sees
+     * a lost one as a gap. */
+    w->heap_index++;
+    if (rc == TM_OK) s->need_clear = 0;
+    else seq_clear(s);
+    return rc;
+}
+
+tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_callsite *sites, size_t n,
+                               const tmr_heap_stats *st, size_t max_packet, int prev_dropped, tm_error *err) {
+    seq_state *s = seq_get(w, TMR_HEAP_SEQ);
+    if (!s) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    wbuf *b = &w->pkt;
+    if (prev_dropped) {
+        /* As for samples: the loss in a packet of its own, then a new generation. */
+        seq_clear(s);
+        b->len = 0;
+        put_uint(b, TM_PF_PACKET_TIMESTAMP, ts_ns);
+        put_uint(b, TM_PF_PACKET_SEQUENCE_ID, TMR_HEAP_SEQ);
+        put_uint(b, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, TM_PF_DATA_LOSS_PRESENT);
+        TM_TRY(emit_packet(w, err));
+    }
+    w->interned.len = w->heap_samples.len = 0;
+    w->interned.oom = w->heap_samples.oom = 0;
+    tm_status rc = TM_OK;
+    for (size_t i = 0; i < n && rc == TM_OK; i++) {
+        const tmr_heap_callsite *c = &sites[i];
+        if (tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, c->depth)) {
+            rc = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+            break;
+        }
+        /* Every pc of an allocation's stack is a return address, the
+         * innermost one included (the call into malloc). */
+        for (uint32_t j = 0; j < c->depth; j++) w->frame_iids[c->depth - 1 - j] = intern_frame(w, s, c->pcs[j], 1);
+        uint64_t cs = c->depth ? intern_callstack(w, s, w->frame_iids, c->depth) : 0;
+        wbuf *h = &w->heap_samples;
+        size_t e = msg_open(h);
+        put_uint(h, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, cs);
+        put_uint(h, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, c->alloc_bytes);
+        put_uint(h, TM_PF_HEAP_SAMPLE_SELF_FREED, c->free_bytes);
+        put_uint(h, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, c->alloc_count);
+        put_uint(h, TM_PF_HEAP_SAMPLE_FREE_COUNT, c->free_count);
+        msg_close(h, TM_PF_HEAP_DUMP_SAMPLES, e);
+        if (i + 1 < n && w->interned.len + w->heap_samples.len >= max_packet) rc = heap_packet(w, s, ts_ns, st, 1, err);
+    }
+    if (rc == TM_OK) rc = heap_packet(w, s, ts_ns, st, 0, err);
+    return rc;
+}
+
+/* ---- memory telemetry ---- */
+
+tm_status tmr_writer_process_stats(tmr_writer *w, tm_error *err) {
+    static const struct {
+        const char *key;
+        uint32_t field;
+    } rows[] = {{"VmSize:", TM_PF_PROC_STATS_VM_SIZE_KB},     {"VmRSS:", TM_PF_PROC_STATS_VM_RSS_KB},
+                {"RssAnon:", TM_PF_PROC_STATS_RSS_ANON_KB},   {"RssFile:", TM_PF_PROC_STATS_RSS_FILE_KB},
+                {"RssShmem:", TM_PF_PROC_STATS_RSS_SHMEM_KB}, {"VmSwap:", TM_PF_PROC_STATS_VM_SWAP_KB},
+                {"VmLck:", TM_PF_PROC_STATS_VM_LOCKED_KB},    {"VmHWM:", TM_PF_PROC_STATS_VM_HWM_KB}};
+    uint64_t start = now_ns(CLOCK_BOOTTIME);
+    wbuf *b = &w->pkt;
+    own_packet(w, start);
+    size_t ps = msg_open(b);
+    size_t p = msg_open(b);
+    put_uint(b, TM_PF_PROC_STATS_PID, (uint64_t)(uint32_t)w->o.pid);
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot read /proc/self/status");
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            size_t n = strlen(rows[i].key);
+            if (strncmp(line, rows[i].key, n) == 0) put_uint(b, rows[i].field, strtoull(line + n, NULL, 10));
+        }
+    fclose(f);
+    msg_close(b, TM_PF_PROCESS_STATS_PROCESSES, p);
+    put_uint(b, TM_PF_PROCESS_STATS_COLLECTION_END_TIMESTAMP, now_ns(CLOCK_BOOTTIME));
+    msg_close(b, TM_PF_PACKET_PROCESS_STATS, ps);
     return emit_packet(w, err);
 }

@@ -5,7 +5,7 @@
  * name them) and of junk addresses; the emitted bytes are read back with
  * the public decoder (tm_trace_parse, tm_write_folded, Relay mode) and
  * scanned packet by packet with the wire reader to check interning and
- * sequence flags. Symbolizer results are checked against binutils (nm,
+ * sequence flags; heap dumps are read back with heap_view.c. Symbolizer results are checked against binutils (nm,
  * readelf -n) and dladdr, which are independent of symbols.c.
  */
 #define _GNU_SOURCE /* dladdr, popen, realpath, pthread_setname_np, ... */
@@ -23,6 +23,7 @@
 #include "wire/pb.h"
 #include "record.h"
 #include "conformance.h"
+#include "heap_view.h"
 #include "tutil.h"
 
 /* ---- functions whose addresses make the synthetic stacks ---- */
@@ -512,6 +513,97 @@ Test(record_writer, relay_mode_converts_the_output) {
 }
 
 /* ==== the symbolizer =================================================== */
+
+/* ---- heap dumps ---- */
+
+enum { HEAP_SITES = 300 };
+
+/* HEAP_SITES callsites: a distinct junk leaf under rw_middle and rw_root,
+ * the totals scaled by round. */
+static void heap_sites(tmr_heap_callsite *sites, uint64_t pcs[][3], uint64_t round) {
+    for (int i = 0; i < HEAP_SITES; i++) {
+        pcs[i][0] = 0x10000 + 16 * (uint64_t)i;
+        pcs[i][1] = ret_pc(rw_middle);
+        pcs[i][2] = ret_pc(rw_root);
+        sites[i] = (tmr_heap_callsite){pcs[i], 3, 4096 * round * (uint64_t)(i + 1), 4096 * (round - 1) * (uint64_t)i,
+                                       round * (uint64_t)(i + 1), (round - 1) * (uint64_t)i};
+    }
+}
+
+static heap_view read_heap(const rig *r) {
+    heap_view v;
+    cr_assert_eq(hv_read(r->out.data, r->out.len, &v), 0, "%s", v.why);
+    return v;
+}
+
+/* A dump larger than max_packet is split with continued on all but its last
+ * packet; a later dump defines nothing again but repeats every callsite with
+ * its totals; a clear or a loss starts a generation that defines all again. */
+Test(record_writer, heap_dumps_split_and_intern_once_per_generation) {
+    rig r;
+    rig_open(&r, 0);
+    static tmr_heap_callsite sites[HEAP_SITES];
+    static uint64_t pcs[HEAP_SITES][3];
+    tmr_heap_stats st = {.interval = 4096, .sampled = 7};
+    tm_error err;
+    heap_sites(sites, pcs, 1);
+    cr_assert_eq(tmr_writer_heap_dump(r.w, 1000, sites, HEAP_SITES, &st, 2048, 0, &err), TM_OK, "%s", err.message);
+    heap_view v = read_heap(&r);
+    cr_expect_eq(v.dumps, 1);
+    cr_expect_gt(v.continued_packets, 2, "%llu packets for %d callsites", (unsigned long long)v.packets, HEAP_SITES);
+    cr_expect_eq(v.continued_packets, v.packets - 1);
+    cr_expect_eq(v.n_sites, HEAP_SITES);
+    cr_expect_eq(v.callstacks_defined, HEAP_SITES);
+    cr_expect_eq(v.interval, 4096);
+    cr_expect_eq(v.heap_samples, 7);
+    hv_totals t = hv_sum(&v, "rw_middle");
+    cr_expect_eq(t.sites, HEAP_SITES);
+    cr_expect_eq(t.alloc, 4096ull * HEAP_SITES * (HEAP_SITES + 1) / 2);
+    uint64_t defined = v.strings_defined + v.frames_defined + v.callstacks_defined + v.mappings_defined;
+    hv_free(&v);
+
+    heap_sites(sites, pcs, 2);
+    cr_assert_eq(tmr_writer_heap_dump(r.w, 2000, sites, HEAP_SITES, &st, 1 << 20, 0, &err), TM_OK, "%s", err.message);
+    v = read_heap(&r);
+    cr_expect_eq(v.dumps, 2);
+    cr_expect_eq(v.generations, 1);
+    cr_expect_eq(v.strings_defined + v.frames_defined + v.callstacks_defined + v.mappings_defined, defined,
+                 "the second dump defined entries again");
+    t = hv_sum(&v, "rw_root");
+    cr_expect_eq(t.alloc, 2 * 4096ull * HEAP_SITES * (HEAP_SITES + 1) / 2, "the last dump's totals");
+    cr_expect_eq(t.freed, 4096ull * HEAP_SITES * (HEAP_SITES - 1) / 2);
+    hv_free(&v);
+
+    tmr_writer_clear_incremental(r.w);
+    cr_assert_eq(tmr_writer_heap_dump(r.w, 3000, sites, HEAP_SITES, &st, 1 << 20, 0, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tmr_writer_heap_dump(r.w, 4000, sites, HEAP_SITES, &st, 1 << 20, 1, &err), TM_OK, "%s", err.message);
+    v = read_heap(&r);
+    cr_expect_eq(v.dumps, 4);
+    cr_expect_eq(v.generations, 3);
+    cr_expect_eq(v.callstacks_defined, 3 * HEAP_SITES);
+    hv_free(&v);
+    /* The library reads the loss mark of the last one. */
+    stats_no_loss(&r);
+    tm_trace *tr = parse(&r, TM_MODE_DEFAULT);
+    cr_expect_eq(tm_trace_get_stats(tr)->data_losses, 1);
+    tm_trace_free(tr);
+    rig_close(&r);
+}
+
+/* ProcessStats: this process's memory from /proc/self/status. */
+Test(record_writer, process_stats_hold_this_process_memory) {
+    rig r;
+    rig_open(&r, 0);
+    tm_error err;
+    cr_assert_eq(tmr_writer_process_stats(r.w, &err), TM_OK, "%s", err.message);
+    heap_view v = read_heap(&r);
+    cr_expect_eq(v.mem_snapshots, 1);
+    cr_expect_gt(v.max_rss_kb, 100);
+    cr_expect_geq(v.max_hwm_kb, v.max_rss_kb);
+    cr_expect_gt(v.last_anon_kb, 0);
+    hv_free(&v);
+    rig_close(&r);
+}
 
 Test(record_symbols, rel_pc_and_names_match_nm_and_dladdr) {
     tm_error err;

@@ -1,0 +1,654 @@
+/*
+ * heap.c — native heap profiling inside libtracemill_record.so: the
+ * interposed allocation functions (malloc, calloc, realloc, reallocarray,
+ * free, posix_memalign, aligned_alloc, memalign, valloc, pvalloc and every
+ * C++ operator new and delete), heapprofd's Poisson sampler, the unwinding
+ * of sampled allocations, the table of callstacks with their totals and the
+ * table of sampled live allocations that attributes frees.
+ *
+ * Sampling as heapprofd does it: each thread counts down the bytes it
+ * allocates to a threshold drawn from an exponential distribution of mean
+ * `interval`; an allocation that crosses k thresholds is sampled and stands
+ * for k * interval bytes, and one of interval bytes or more is always
+ * sampled at its own size (it never touches the counter). The estimates are
+ * unbiased, and an unsampled call costs a thread-local subtraction.
+ *
+ * Safety: the real functions are found with dlsym(RTLD_NEXT), and what
+ * dlsym allocates meanwhile comes from a static bump arena (never freed).
+ * A per-thread guard makes every allocation the profiler causes (the
+ * unwinder's, a signal handler's during a sample) go straight to the real
+ * allocator, counted when it would have been sampled. No lock is held
+ * while calling out: the live table is lock-free (a compare-and-swap per
+ * slot), and the callstack table takes a spin lock only to add a new stack,
+ * inside the guard. A fork child stops sampling (the recorder does not run
+ * there). The collector and the writer run on a thread whose allocations
+ * are never sampled.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define UNW_LOCAL_ONLY
+#include <dlfcn.h>
+#include <errno.h>
+#include <libunwind.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/base.h" /* tm_fail */
+#include "record.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define NOINLINE __attribute__((noinline))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+enum {
+    DEFAULT_INTERVAL = 4096,
+    ARENA_BYTES = 64 * 1024,   /* what dlsym may allocate before the real functions are known */
+    LIVE_BUCKETS = 1 << 14,    /* x 8 slots: sampled allocations alive at once (~512 MiB of heap
+                                  at the default interval) */
+    LIVE_SLOTS = 8,            /* one cache line of addresses per bucket */
+    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 16-byte granule of a 512 KiB
+                                  window: most frees look at one byte, near the bytes of their
+                                  neighbours' frees (cached), not at two random buckets */
+    FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
+                                  sends frees to the buckets */
+    STACKS_MAX = 1 << 16,      /* distinct allocation callstacks */
+    STACK_INDEX = STACKS_MAX * 2,
+    POOL_WORDS = 1 << 22,      /* pcs of all callstacks: 32 MiB of address space, touched as used */
+    OWN_FRAMES_MAX = 8,        /* the sampler's own frames above the interposed function */
+    DEPTH_MAX = 128,           /* frames per stack: the unwind buffer is on the allocating thread's stack */
+    WEIGHT_BITS = 40           /* a live slot's value: stack id << 40 | bytes it stands for */
+};
+
+/* ---- the real allocator ---------------------------------------------------- */
+
+static struct {
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void *(*memalign)(size_t, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+} real;
+static atomic_int g_resolved;
+
+/* Per-thread state; initial-exec so that reaching it never allocates. */
+typedef struct heap_thread {
+    int64_t bytes_left; /* until the next sample; <= 0 before the first draw */
+    uint64_t rng;       /* xorshift state; 0: not seeded */
+    int guard;          /* inside the profiler (or resolving): allocations pass through */
+    int ignored;        /* a recorder thread: never sampled */
+} heap_thread;
+static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
+
+static _Alignas(64) unsigned char g_arena[ARENA_BYTES];
+static atomic_size_t g_arena_used;
+
+/* Bump allocation with a 16-byte header holding the size (realloc copies it). */
+static void *arena_alloc(size_t size, size_t align) {
+    if (align < 16) align = 16;
+    for (;;) {
+        size_t used = atomic_load(&g_arena_used);
+        size_t start = (used + 16 + align - 1) & ~(align - 1);
+        if (start + size > ARENA_BYTES || start + size < start) return NULL;
+        if (atomic_compare_exchange_weak(&g_arena_used, &used, start + size)) {
+            memcpy(g_arena + start - sizeof size, &size, sizeof size);
+            return g_arena + start;
+        }
+    }
+}
+
+static int in_arena(const void *p) {
+    return (const unsigned char *)p >= g_arena && (const unsigned char *)p < g_arena + ARENA_BYTES;
+}
+
+static size_t arena_size(const void *p) {
+    size_t n;
+    memcpy(&n, (const unsigned char *)p - sizeof n, sizeof n);
+    return n;
+}
+
+/* *fn = the next definition of name (object to function pointer through
+ * memcpy, as POSIX allows). */
+static void next_symbol(void *fn, const char *name) {
+    void *p = dlsym(RTLD_NEXT, name);
+    memcpy(fn, &p, sizeof p);
+}
+
+/* Finds the next allocator's functions. dlsym may allocate: those calls
+ * see resolved == 0 with the guard held and use the arena. */
+static NOINLINE int resolve(void) {
+    heap_thread *t = &t_heap;
+    if (t->guard) return 0;
+    t->guard++;
+    next_symbol(&real.malloc, "malloc");
+    next_symbol(&real.free, "free");
+    next_symbol(&real.calloc, "calloc");
+    next_symbol(&real.realloc, "realloc");
+    next_symbol(&real.memalign, "memalign");
+    next_symbol(&real.posix_memalign, "posix_memalign");
+    next_symbol(&real.aligned_alloc, "aligned_alloc");
+    next_symbol(&real.valloc, "valloc");
+    next_symbol(&real.pvalloc, "pvalloc");
+    t->guard--;
+    int ok = real.malloc && real.free && real.calloc && real.realloc && real.memalign && real.posix_memalign &&
+             real.aligned_alloc && real.valloc && real.pvalloc;
+    if (ok) atomic_store_explicit(&g_resolved, 1, memory_order_release);
+    return ok;
+}
+
+static inline int ready(void) {
+    return LIKELY(atomic_load_explicit(&g_resolved, memory_order_acquire)) || resolve();
+}
+
+/* ---- profile state ----------------------------------------------------------- */
+
+typedef struct stack {
+    uint64_t hash;
+    uint32_t off, depth; /* pcs in g_pool[off .. off + depth) */
+    _Atomic uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
+} stack;
+
+static atomic_int g_on;          /* sampling allocations */
+static uint64_t g_interval;
+static uint32_t g_max_depth;
+static stack *g_stacks;
+static _Atomic uint32_t *g_stack_index; /* id + 1, 0 empty */
+static _Atomic uint32_t g_n_stacks;
+static uint64_t *g_pool;
+static uint32_t g_pool_used;
+static atomic_flag g_stacks_lock = ATOMIC_FLAG_INIT;
+static _Atomic uintptr_t *g_live_addr; /* LIVE_BUCKETS * LIVE_SLOTS; 0 empty */
+static _Atomic uint64_t *g_live_val;
+static _Atomic uint8_t *g_filter;
+static _Atomic uint64_t g_unwind_errors, g_reentrant, g_table_full;
+
+/* ---- sampling decision ------------------------------------------------------- */
+
+static uint64_t next_random(heap_thread *t) {
+    uint64_t x = t->rng;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return t->rng = x;
+}
+
+/* An exponentially distributed distance to the next sample, mean g_interval. */
+static int64_t draw_interval(heap_thread *t) {
+    if (!t->rng) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t->rng = ((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)gettid() << 32);
+        if (!t->rng) t->rng = 1;
+    }
+    double u = (double)((next_random(t) >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
+    double d = -log(u) * (double)g_interval;
+    return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
+}
+
+/* The bytes a sampled allocation of size stands for, 0 when it is not sampled
+ * (the slow half of weight_of). */
+static NOINLINE uint64_t weight_slow(heap_thread *t) {
+    if (t->rng == 0) { /* the thread's first allocation: its first threshold */
+        t->bytes_left += draw_interval(t);
+        if (t->bytes_left > 0) return 0;
+    }
+    uint64_t samples = 0;
+    while (t->bytes_left <= 0) {
+        samples++;
+        t->bytes_left += draw_interval(t);
+    }
+    return samples * g_interval;
+}
+
+static inline uint64_t weight_of(size_t size) {
+    heap_thread *t = &t_heap;
+    if (size >= g_interval) return size;
+    t->bytes_left -= (int64_t)size;
+    if (LIKELY(t->bytes_left > 0)) return 0;
+    return weight_slow(t);
+}
+
+/* ---- the live table ------------------------------------------------------------ */
+
+/* Where p may be: its filter counter and its first bucket by address (no
+ * hash: a bucket per 512 bytes of address space, so that the heap a program
+ * works in maps to few lines of the table, which stay cached), its second
+ * bucket by hash (where the first overflows). */
+typedef struct live_place {
+    size_t counter, bucket[2];
+} live_place;
+
+static size_t filter_of(uintptr_t p) { return (size_t)(p >> 4) & (FILTER_COUNTERS - 1); }
+
+static live_place place_of(uintptr_t p) {
+    uint64_t h = tm_hash_u64((uint64_t)p);
+    live_place at = {filter_of(p), {(size_t)((p >> 9) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+                                         (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
+    return at;
+}
+
+/* Tracks p (one of two buckets, any free slot); 0 when both are full. */
+static int live_insert(uintptr_t p, uint32_t id, uint64_t weight) {
+    if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
+    live_place at = place_of(p);
+    for (int k = 0; k < 2; k++)
+        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
+            uintptr_t empty = 0;
+            if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) == 0 &&
+                atomic_compare_exchange_strong(&g_live_addr[i], &empty, p)) {
+                atomic_store_explicit(&g_live_val[i], (uint64_t)id << WEIGHT_BITS | weight, memory_order_relaxed);
+                uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
+                while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c + 1)) {
+                }
+                return 1;
+            }
+        }
+    return 0;
+}
+
+/* Forgets p and charges its stack with the free; nothing if p was not
+ * sampled. Called only when p's filter counter is not 0. */
+static NOINLINE void live_remove(uintptr_t p) {
+    live_place at = place_of(p);
+    for (int k = 0; k < 2; k++)
+        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
+            if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
+            uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
+            uintptr_t expect = p;
+            /* Only one free of p can win (a double free is the program's bug). */
+            if (!atomic_compare_exchange_strong(&g_live_addr[i], &expect, 0)) return;
+            uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
+            while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c - 1)) {
+            }
+            stack *s = &g_stacks[v >> WEIGHT_BITS];
+            atomic_fetch_add_explicit(&s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1), memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->free_count, 1, memory_order_relaxed);
+            return;
+        }
+}
+
+/* Called before the real free or realloc: p must leave the table before the
+ * allocator can hand the address out again. */
+static inline void on_free(void *p) {
+    if (p && atomic_load_explicit(&g_on, memory_order_acquire) &&
+        UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
+        live_remove((uintptr_t)p);
+}
+
+/* ---- the callstack table ---------------------------------------------------------- */
+
+static uint64_t hash_pcs(const uint64_t *pcs, uint32_t n) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ n;
+    for (uint32_t i = 0; i < n; i++) h = tm_hash_u64(h ^ pcs[i]);
+    return h;
+}
+
+static int same_stack(const stack *s, uint64_t h, const uint64_t *pcs, uint32_t n) {
+    return s->hash == h && s->depth == n && memcmp(g_pool + s->off, pcs, n * sizeof *pcs) == 0;
+}
+
+/* The id of the stack pcs[0..n), added if new; -1 when the table is full.
+ * Readers probe without the lock: a stack is complete before its index slot
+ * is published. */
+static int64_t stack_id(const uint64_t *pcs, uint32_t n) {
+    uint64_t h = hash_pcs(pcs, n);
+    size_t k = (size_t)h & (STACK_INDEX - 1);
+    for (;; k = (k + 1) & (STACK_INDEX - 1)) {
+        uint32_t v = atomic_load_explicit(&g_stack_index[k], memory_order_acquire);
+        if (v == 0) break;
+        if (same_stack(&g_stacks[v - 1], h, pcs, n)) return v - 1;
+    }
+    while (atomic_flag_test_and_set_explicit(&g_stacks_lock, memory_order_acquire)) {
+    }
+    int64_t id = -1;
+    for (;; k = (k + 1) & (STACK_INDEX - 1)) { /* the probe goes on where it stopped */
+        uint32_t v = atomic_load_explicit(&g_stack_index[k], memory_order_acquire);
+        if (v != 0) {
+            if (same_stack(&g_stacks[v - 1], h, pcs, n)) {
+                id = v - 1;
+                break;
+            }
+            continue;
+        }
+        uint32_t count = atomic_load_explicit(&g_n_stacks, memory_order_relaxed);
+        if (count >= STACKS_MAX || g_pool_used + n > POOL_WORDS) break;
+        stack *s = &g_stacks[count];
+        memcpy(g_pool + g_pool_used, pcs, n * sizeof *pcs);
+        s->hash = h, s->off = g_pool_used, s->depth = n;
+        g_pool_used += n;
+        atomic_store_explicit(&g_n_stacks, count + 1, memory_order_release);
+        atomic_store_explicit(&g_stack_index[k], count + 1, memory_order_release);
+        id = count;
+        break;
+    }
+    atomic_flag_clear_explicit(&g_stacks_lock, memory_order_release);
+    return id;
+}
+
+/* ---- a sampled allocation ------------------------------------------------------------- */
+
+/* Records p (weight bytes) allocated from the call that returns to caller.
+ * The unwind starts here: the frames above caller are the profiler's own. */
+static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
+    heap_thread *t = &t_heap;
+    if (t->ignored) return;
+    if (t->guard) {
+        atomic_fetch_add_explicit(&g_reentrant, 1, memory_order_relaxed);
+        return;
+    }
+    t->guard++;
+    uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX];
+    uint32_t max = g_max_depth + OWN_FRAMES_MAX;
+    /* The CPU sampler's signal handler unwinds with the same per-thread
+     * libunwind cache: meanwhile it only leaves a note (sampler.c). */
+    tmr_unwind_busy = 1;
+    int n = unw_backtrace((void **)frames, (int)max);
+    tmr_unwind_busy = 0;
+    tmr_sampler_take_deferred();
+    const uint64_t *pcs = frames;
+    uint32_t depth = 0;
+    for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
+        if (frames[i] == (uint64_t)(uintptr_t)caller) {
+            pcs = frames + i;
+            depth = (uint32_t)(n - i) < g_max_depth ? (uint32_t)(n - i) : g_max_depth;
+            break;
+        }
+    if (depth == 0) { /* the caller is all we know */
+        atomic_fetch_add_explicit(&g_unwind_errors, 1, memory_order_relaxed);
+        frames[0] = (uint64_t)(uintptr_t)caller;
+        pcs = frames;
+        depth = 1;
+    }
+    int64_t id = stack_id(pcs, depth);
+    if (id < 0 || !live_insert((uintptr_t)p, (uint32_t)id, weight)) {
+        atomic_fetch_add_explicit(&g_table_full, 1, memory_order_relaxed);
+    } else {
+        /* Counted after the insert: a free can only come after we return. */
+        stack *s = &g_stacks[id];
+        atomic_fetch_add_explicit(&s->alloc_bytes, weight, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->alloc_count, 1, memory_order_relaxed);
+    }
+    t->guard--;
+}
+
+/* Every allocation passes here once it succeeded. */
+static inline void *on_alloc(void *p, size_t size, const void *caller) {
+    /* acquire: g_interval and the tables were set before sampling began */
+    if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
+        uint64_t weight = weight_of(size);
+        if (UNLIKELY(weight)) sample(p, weight, caller);
+    }
+    return p;
+}
+
+#define CALLER __builtin_return_address(0)
+
+/* ---- the interposed C functions ------------------------------------------------------ */
+
+static inline void *do_malloc(size_t size, const void *caller) {
+    if (UNLIKELY(!ready())) return arena_alloc(size, 16);
+    return on_alloc(real.malloc(size), size, caller);
+}
+
+static inline void do_free(void *p) {
+    if (UNLIKELY(in_arena(p))) return;
+    on_free(p);
+    if (LIKELY(ready())) real.free(p);
+}
+
+static inline void *do_memalign(size_t align, size_t size, const void *caller) {
+    if (UNLIKELY(!ready())) return arena_alloc(size, align);
+    return on_alloc(real.memalign(align, size), size, caller);
+}
+
+static void *do_realloc(void *p, size_t size, const void *caller) {
+    /* Before the real functions are known every block is the arena's. */
+    int bootstrap = !ready();
+    if (UNLIKELY(bootstrap || in_arena(p))) {
+        void *q = bootstrap ? arena_alloc(size, 16) : real.malloc(size);
+        if (q && in_arena(p)) memcpy(q, p, arena_size(p) < size ? arena_size(p) : size);
+        return bootstrap ? q : on_alloc(q, size, caller);
+    }
+    /* realloc is a free of the old block and an allocation of the new one,
+     * as heapprofd counts it. On failure the old block stays, untracked. */
+    on_free(p);
+    return on_alloc(real.realloc(p, size), size, caller);
+}
+
+EXPORT void *malloc(size_t size) { return do_malloc(size, CALLER); }
+
+EXPORT void free(void *p) { do_free(p); }
+
+EXPORT void *calloc(size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (UNLIKELY(!ready())) return arena_alloc(total, 16); /* the arena is static: zeroed */
+    return on_alloc(real.calloc(n, size), total, CALLER);
+}
+
+EXPORT void *realloc(void *p, size_t size) { return do_realloc(p, size, CALLER); }
+
+EXPORT void *reallocarray(void *p, size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return do_realloc(p, total, CALLER);
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t size) {
+    if (UNLIKELY(!ready())) {
+        *out = arena_alloc(size, align);
+        return *out ? 0 : ENOMEM;
+    }
+    int rc = real.posix_memalign(out, align, size);
+    if (rc == 0) on_alloc(*out, size, CALLER);
+    return rc;
+}
+
+EXPORT void *aligned_alloc(size_t align, size_t size) {
+    if (UNLIKELY(!ready())) return arena_alloc(size, align);
+    return on_alloc(real.aligned_alloc(align, size), size, CALLER);
+}
+
+EXPORT void *memalign(size_t align, size_t size) { return do_memalign(align, size, CALLER); }
+
+EXPORT void *valloc(size_t size) {
+    if (UNLIKELY(!ready())) return arena_alloc(size, 4096);
+    return on_alloc(real.valloc(size), size, CALLER);
+}
+
+EXPORT void *pvalloc(size_t size) {
+    if (UNLIKELY(!ready())) return arena_alloc(size, 4096);
+    size_t page = 4096, rounded = (size + page - 1) & ~(page - 1);
+    return on_alloc(real.pvalloc(size), rounded ? rounded : page, CALLER);
+}
+
+/* ---- C++ operator new and delete ------------------------------------------------------
+ * Mangled names (Itanium ABI, 64-bit size_t); std::align_val_t is a size_t
+ * and std::nothrow_t a reference. A failed allocation goes to the next
+ * definition of the same operator (libstdc++'s), which runs the new-handler
+ * and throws std::bad_alloc or returns NULL as the variant requires: C code
+ * cannot throw. */
+
+typedef void *(*new_fn)(size_t);
+typedef void *(*new_aligned_fn)(size_t, size_t);
+typedef void *(*new_nothrow_fn)(size_t, const void *);
+typedef void *(*new_aligned_nothrow_fn)(size_t, size_t, const void *);
+
+/* *fn = the next operator called name; a program whose allocation failed
+ * and that has no libstdc++ operators is out of memory with nowhere to throw. */
+static void next_operator(void *fn, const char *name) {
+    void *p;
+    next_symbol(fn, name);
+    memcpy(&p, fn, sizeof p);
+    if (!p) abort();
+}
+
+EXPORT void *_Znwm(size_t size) {
+    void *p = do_malloc(size, CALLER);
+    if (p) return p;
+    new_fn next;
+    next_operator(&next, "_Znwm");
+    return next(size);
+}
+
+EXPORT void *_Znam(size_t size) {
+    void *p = do_malloc(size, CALLER);
+    if (p) return p;
+    new_fn next;
+    next_operator(&next, "_Znam");
+    return next(size);
+}
+
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const void *tag) {
+    void *p = do_malloc(size, CALLER);
+    if (p) return p;
+    new_nothrow_fn next;
+    next_operator(&next, "_ZnwmRKSt9nothrow_t");
+    return next(size, tag);
+}
+
+EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const void *tag) {
+    void *p = do_malloc(size, CALLER);
+    if (p) return p;
+    new_nothrow_fn next;
+    next_operator(&next, "_ZnamRKSt9nothrow_t");
+    return next(size, tag);
+}
+
+EXPORT void *_ZnwmSt11align_val_t(size_t size, size_t align) {
+    void *p = do_memalign(align, size, CALLER);
+    if (p) return p;
+    new_aligned_fn next;
+    next_operator(&next, "_ZnwmSt11align_val_t");
+    return next(size, align);
+}
+
+EXPORT void *_ZnamSt11align_val_t(size_t size, size_t align) {
+    void *p = do_memalign(align, size, CALLER);
+    if (p) return p;
+    new_aligned_fn next;
+    next_operator(&next, "_ZnamSt11align_val_t");
+    return next(size, align);
+}
+
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const void *tag) {
+    void *p = do_memalign(align, size, CALLER);
+    if (p) return p;
+    new_aligned_nothrow_fn next;
+    next_operator(&next, "_ZnwmSt11align_val_tRKSt9nothrow_t");
+    return next(size, align, tag);
+}
+
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const void *tag) {
+    void *p = do_memalign(align, size, CALLER);
+    if (p) return p;
+    new_aligned_nothrow_fn next;
+    next_operator(&next, "_ZnamSt11align_val_tRKSt9nothrow_t");
+    return next(size, align, tag);
+}
+
+EXPORT void _ZdlPv(void *p) { do_free(p); }
+EXPORT void _ZdaPv(void *p) { do_free(p); }
+EXPORT void _ZdlPvm(void *p, size_t size) { (void)size, do_free(p); }
+EXPORT void _ZdaPvm(void *p, size_t size) { (void)size, do_free(p); }
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *tag) { (void)tag, do_free(p); }
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *tag) { (void)tag, do_free(p); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t align) { (void)align, do_free(p); }
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t align) { (void)align, do_free(p); }
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t size, size_t align) { (void)size, (void)align, do_free(p); }
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t size, size_t align) { (void)size, (void)align, do_free(p); }
+EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t align, const void *tag) {
+    (void)align, (void)tag, do_free(p);
+}
+EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t align, const void *tag) {
+    (void)align, (void)tag, do_free(p);
+}
+
+/* ---- the recorder's view ----------------------------------------------------------------- */
+
+static tmr_heap_callsite *g_snapshot;
+static size_t g_snapshot_cap;
+
+static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
+    uint32_t n = atomic_load_explicit(&g_n_stacks, memory_order_acquire);
+    size_t kept = 0;
+    st->sampled = 0;
+    if (tmr_grow((void **)&g_snapshot, &g_snapshot_cap, sizeof *g_snapshot, n ? n : 1) == 0)
+        for (uint32_t i = 0; i < n; i++) {
+            stack *s = &g_stacks[i];
+            tmr_heap_callsite *c = &g_snapshot[kept];
+            /* Frees first: a free is counted after its allocation, so the
+             * totals read never show more freed than allocated. */
+            c->free_bytes = atomic_load_explicit(&s->free_bytes, memory_order_relaxed);
+            c->free_count = atomic_load_explicit(&s->free_count, memory_order_relaxed);
+            atomic_thread_fence(memory_order_acquire);
+            c->alloc_bytes = atomic_load_explicit(&s->alloc_bytes, memory_order_relaxed);
+            c->alloc_count = atomic_load_explicit(&s->alloc_count, memory_order_relaxed);
+            if (!c->alloc_count) continue; /* its only sample found no room */
+            st->sampled += c->alloc_count;
+            c->pcs = g_pool + s->off;
+            c->depth = s->depth;
+            kept++;
+        }
+    st->interval = g_interval;
+    st->unwind_errors = atomic_load(&g_unwind_errors);
+    st->reentrant = atomic_load(&g_reentrant);
+    st->table_full = atomic_load(&g_table_full);
+    *out = g_snapshot;
+    return kept;
+}
+
+static void heap_ignore_this_thread(void) { t_heap.ignored = 1; }
+
+static const tmr_heap_source g_source = {heap_snapshot, heap_ignore_this_thread};
+
+/* The recorder does not run in a fork child: neither does sampling. */
+static void heap_atfork_child(void) { atomic_store(&g_on, 0); }
+
+static void *map_zeroed(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_error *err) {
+    if (atomic_load(&g_on)) {
+        tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "heap profiling is already running");
+        return NULL;
+    }
+    if (!ready()) {
+        tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "heap profiling: the next malloc and free cannot be found");
+        return NULL;
+    }
+    g_interval = interval ? interval : DEFAULT_INTERVAL;
+    g_max_depth = max_depth ? max_depth : DEPTH_MAX;
+    if (g_max_depth > DEPTH_MAX) g_max_depth = DEPTH_MAX;
+    g_stacks = map_zeroed(STACKS_MAX * sizeof *g_stacks);
+    g_stack_index = map_zeroed(STACK_INDEX * sizeof *g_stack_index);
+    g_pool = map_zeroed(POOL_WORDS * sizeof *g_pool);
+    g_live_addr = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_addr);
+    g_live_val = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_val);
+    g_filter = map_zeroed(FILTER_COUNTERS * sizeof *g_filter);
+    if (!g_stacks || !g_stack_index || !g_pool || !g_live_addr || !g_live_val || !g_filter) {
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "heap profiling: cannot map its tables");
+        return NULL;
+    }
+    pthread_atfork(NULL, NULL, heap_atfork_child);
+    atomic_store(&g_on, 1);
+    return &g_source;
+}

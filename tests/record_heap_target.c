@@ -1,0 +1,290 @@
+/*
+ * record_heap_target.c — the program the heap profiling tests record
+ * (`tracemill record --heap`), plain gcc -O2 without frame pointers. Each
+ * mode prints on stdout what it really did, for the test to compare with
+ * the profile:
+ *
+ *   sites    site_a, site_b and site_c allocate 60 / 30 / 10 % of 240 MB in
+ *            blocks of 16 to 1024 bytes, each freed after 256 more; site_freed
+ *            allocates (malloc, calloc, a realloc chain, posix_memalign,
+ *            aligned_alloc) and frees all of it; site_leak keeps 16 MiB.
+ *            Prints "truth a=.. b=.. c=.. leak=..".
+ *   threads  four threads, each thread_site churning 32 MB and keeping 2 MiB
+ *            (thread_leak); prints "truth leak=..".
+ *   fork     allocates, forks children that allocate, free and exit (one of
+ *            them execs /bin/true), waits; prints "children ok N".
+ *   steady   for 2.4 s, steady_leak keeps 100 kB every 10 ms (24 MB in all).
+ *   correct  every interposed function, checked (contents, alignment, errno),
+ *            with a checksum of the results; prints "checksum X" and "ok"
+ *            (the same with and without the profiler).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline, noipa))
+#define WINDOW 256
+
+static uint64_t g_rng = 88172645463325252ull;
+static volatile uint64_t g_sink;
+
+static uint64_t next_random(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+/* A block of 16..1024 bytes, written so that the allocation is used. */
+static size_t block_size(void) { return 16 + (size_t)(next_random() % 1009); }
+
+static void touch(char *p, size_t n) {
+    p[0] = (char)n, p[n - 1] = (char)(n >> 3);
+    g_sink += (uint64_t)(unsigned char)p[0];
+}
+
+/* A ring of live blocks: each new one frees the one WINDOW allocations older. */
+typedef struct ring {
+    void *slot[WINDOW];
+    size_t at;
+} ring;
+
+NOINLINE static void release(ring *r, void *p) {
+    free(r->slot[r->at]);
+    r->slot[r->at] = p;
+    r->at = (r->at + 1) % WINDOW;
+}
+
+NOINLINE static void drain(ring *r) {
+    for (size_t i = 0; i < WINDOW; i++) free(r->slot[i]), r->slot[i] = NULL;
+}
+
+NOINLINE uint64_t site_a(ring *r) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    release(r, p);
+    return n;
+}
+
+NOINLINE uint64_t site_b(ring *r) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    release(r, p);
+    return n;
+}
+
+NOINLINE uint64_t site_c(ring *r) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    release(r, p);
+    return n;
+}
+
+/* Allocates through every kind of call and frees all of it. */
+NOINLINE void site_freed(void) {
+    char *grow = NULL;
+    for (size_t n = 64; n <= 64 * 1024; n *= 2) {
+        grow = realloc(grow, n);
+        touch(grow, n);
+    }
+    free(grow);
+    void *aligned = NULL;
+    if (posix_memalign(&aligned, 64, 4000) == 0) touch(aligned, 4000);
+    free(aligned);
+    char *a = aligned_alloc(256, 8192), *z = calloc(100, 50), *m = malloc(block_size());
+    touch(a, 8192), touch(z, 5000), touch(m, 16);
+    free(a), free(z), free(m);
+}
+
+NOINLINE uint64_t site_leak(void) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    return n;
+}
+
+static int mode_sites(void) {
+    const uint64_t total = 240000000ull;
+    uint64_t a = 0, b = 0, c = 0, leak = 0;
+    ring ra = {0}, rb = {0}, rc = {0};
+    /* Interleaved in proportion, so that each site sees the same sampler
+     * state on average. */
+    for (uint64_t round = 1; a + b + c < total; round++) {
+        uint64_t pick = next_random() % 10;
+        if (pick < 6) a += site_a(&ra);
+        else if (pick < 9) b += site_b(&rb);
+        else c += site_c(&rc);
+        if (round % 2000 == 0) site_freed();
+    }
+    for (int i = 0; i < 200; i++) site_freed();
+    while (leak < 16u << 20) leak += site_leak();
+    drain(&ra), drain(&rb), drain(&rc);
+    printf("truth a=%llu b=%llu c=%llu leak=%llu\n", (unsigned long long)a, (unsigned long long)b,
+           (unsigned long long)c, (unsigned long long)leak);
+    return 0;
+}
+
+static _Atomic uint64_t g_thread_leak;
+
+NOINLINE uint64_t thread_site(ring *r) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    release(r, p);
+    return n;
+}
+
+NOINLINE uint64_t thread_leak(void) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    return n;
+}
+
+static void *thread_main(void *arg) {
+    (void)arg;
+    ring *r = calloc(1, sizeof *r);
+    uint64_t churn = 0, leak = 0;
+    while (churn < 32000000u) churn += thread_site(r);
+    while (leak < 2u << 20) leak += thread_leak();
+    drain(r);
+    free(r);
+    g_thread_leak += leak;
+    return NULL;
+}
+
+static int mode_threads(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        if (pthread_create(&t[i], NULL, thread_main, NULL) != 0) return 1;
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    printf("truth leak=%llu\n", (unsigned long long)g_thread_leak);
+    return 0;
+}
+
+static int mode_fork(void) {
+    ring r = {0};
+    int ok = 0;
+    for (int i = 0; i < 8; i++) {
+        for (int k = 0; k < 20000; k++) site_a(&r);
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) {
+            ring child = {0};
+            for (int k = 0; k < 20000; k++) site_b(&child);
+            drain(&child);
+            if (i == 0) execl("/bin/true", "true", (char *)NULL);
+            _exit(0);
+        }
+        int status;
+        if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
+    }
+    drain(&r);
+    printf("children ok %d\n", ok);
+    return ok == 8 ? 0 : 1;
+}
+
+NOINLINE void steady_leak(size_t bytes) {
+    for (size_t kept = 0; kept < bytes; kept += 1000) touch(malloc(1000), 1000);
+}
+
+static int mode_steady(void) {
+    for (int i = 0; i < 240; i++) {
+        steady_leak(100000);
+        struct timespec pause = {0, 10000000};
+        nanosleep(&pause, NULL);
+    }
+    return 0;
+}
+
+/* Folds n bytes into the checksum. */
+static uint64_t fold(uint64_t sum, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) sum = (sum ^ b[i]) * 1099511628211ull;
+    return sum;
+}
+
+#define CHECK(cond)                                                                                                   \
+    do {                                                                                                              \
+        if (!(cond)) {                                                                                                \
+            printf("failed: %s (line %d)\n", #cond, __LINE__);                                                       \
+            return 1;                                                                                                 \
+        }                                                                                                             \
+    } while (0)
+
+static int mode_correct(void) {
+    uint64_t sum = 14695981039346656037ull;
+    for (int round = 0; round < 2000; round++) {
+        size_t n = block_size();
+        unsigned char *z = calloc(n, 3);
+        CHECK(z);
+        for (size_t i = 0; i < n * 3; i++) CHECK(z[i] == 0);
+        for (size_t i = 0; i < n * 3; i++) z[i] = (unsigned char)(i * 7 + round);
+        unsigned char *g = realloc(z, n * 7); /* grows: the old contents stay */
+        CHECK(g);
+        for (size_t i = 0; i < n * 3; i++) CHECK(g[i] == (unsigned char)(i * 7 + round));
+        unsigned char *s = realloc(g, n); /* shrinks */
+        CHECK(s);
+        sum = fold(sum, s, n);
+        unsigned char *ra = reallocarray(s, n, 2);
+        CHECK(ra);
+        sum = fold(sum, ra, n);
+        free(ra);
+        void *pm = NULL;
+        CHECK(posix_memalign(&pm, 128, n) == 0 && ((uintptr_t)pm & 127) == 0);
+        memset(pm, round, n);
+        sum = fold(sum, pm, n);
+        free(pm);
+        void *al = aligned_alloc(64, 64 * (n / 64 + 1));
+        CHECK(al && ((uintptr_t)al & 63) == 0);
+        free(al);
+        void *ma = memalign(256, n);
+        CHECK(ma && ((uintptr_t)ma & 255) == 0);
+        free(ma);
+        void *va = valloc(n);
+        CHECK(va && ((uintptr_t)va & 4095) == 0);
+        free(va);
+        void *pv = pvalloc(n);
+        CHECK(pv && ((uintptr_t)pv & 4095) == 0);
+        free(pv);
+    }
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer's allocator stops the program at these */
+    volatile size_t huge = SIZE_MAX / 2; /* volatile: the compiler would reject the overflow itself */
+    errno = 0;
+    CHECK(reallocarray(NULL, huge, 3) == NULL && errno == ENOMEM);
+    errno = 0;
+    CHECK(calloc(huge, 3) == NULL && errno == ENOMEM);
+    CHECK(posix_memalign(&(void *){NULL}, 3, 16) == EINVAL);
+#endif
+    void *grown = realloc(NULL, 100); /* realloc(NULL) is malloc */
+    CHECK(grown);
+    free(grown);
+    free(NULL);
+    void *zero = malloc(0);
+    free(zero);
+    printf("checksum %016llx\nok\n", (unsigned long long)sum);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "sites";
+    if (strcmp(mode, "sites") == 0) return mode_sites();
+    if (strcmp(mode, "threads") == 0) return mode_threads();
+    if (strcmp(mode, "fork") == 0) return mode_fork();
+    if (strcmp(mode, "correct") == 0) return mode_correct();
+    if (strcmp(mode, "steady") == 0) return mode_steady();
+    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|correct\n");
+    return 2;
+}

@@ -1,0 +1,424 @@
+/*
+ * test_record_heap.c — `tracemill record --heap` end to end: the test
+ * programs record_heap_target (C) and record_heap_target_cxx (operator new
+ * and delete) are recorded through the CLI, and the heap profile is read
+ * back from the trace with the wire reader (heap_view.c): each allocation
+ * site's share of the bytes against what the program really allocated, a
+ * site that frees everything retaining exactly nothing, leaks within 10 %,
+ * threads, fork children, allocations before main, the program's own
+ * results unchanged, memory snapshots, chunks that each hold a whole
+ * profile, and the same numbers through `tracemill query`.
+ *
+ * Paths come from the build: TM_CLI, TM_RECORD_PRELOAD, TM_RECORD_HEAP_TARGET,
+ * TM_RECORD_HEAP_TARGET_CXX (absent without a C++ compiler).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "heap_view.h"
+#include "tracemill.h"
+#include "tutil.h"
+
+#define RUN_TIMEOUT_S 60
+
+static char g_dir[] = "/tmp/tm_record_heap_XXXXXX";
+
+static void setup(void) { cr_assert_not_null(mkdtemp(g_dir)); }
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
+}
+
+TestSuite(record_heap, .init = setup, .fini = teardown, .timeout = 120);
+
+static char *path_in_dir(const char *name) {
+    char *p = NULL;
+    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
+    return p;
+}
+
+/* What one recorded run left: its exit status, stdout, stderr and trace. */
+typedef struct run_result {
+    int status;
+    char *out, *err, *trace;
+    size_t trace_len;
+    heap_view heap;
+} run_result;
+
+/* Runs argv (NULL-terminated) with stdout and stderr into files of the test
+ * directory; a hang past RUN_TIMEOUT_S fails the test. */
+static int run(char *const argv[], const char *out_path, const char *err_path) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        tu_asan_recorded_child_env();
+        if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr)) _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    for (int waited_ms = 0;; waited_ms += 20) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        cr_assert_geq(got, 0);
+        if (got == pid) break;
+        if (waited_ms > RUN_TIMEOUT_S * 1000) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            cr_assert_fail("%s hung (killed after %d s)", argv[0], RUN_TIMEOUT_S);
+        }
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL);
+    }
+    return status;
+}
+
+/* `tracemill record --heap [extra...] -o DIR/NAME -- TARGET MODE`, and the
+ * heap profile read back (the trace must exist and hold one). */
+static run_result record_heap(const char *target, const char *mode, const char *name, char *const extra[]) {
+    run_result r = {0};
+    char *trace = path_in_dir(name), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    char *argv[32];
+    size_t n = 0;
+    argv[n++] = TM_CLI, argv[n++] = "record", argv[n++] = "--preload", argv[n++] = TM_RECORD_PRELOAD;
+    argv[n++] = "--heap";
+    for (size_t i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+    argv[n++] = "-o", argv[n++] = trace, argv[n++] = "--", argv[n++] = (char *)target;
+    if (mode) argv[n++] = (char *)mode;
+    argv[n] = NULL;
+    r.status = run(argv, out, err);
+    r.out = tu_read_file(out, NULL);
+    r.err = tu_read_file(err, NULL);
+    cr_assert(r.out && r.err);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "record exited %d: %s", r.status, r.err);
+    r.trace = tu_read_file(trace, &r.trace_len);
+    cr_assert_not_null(r.trace, "no trace: %s", r.err);
+    cr_assert_eq(hv_read(r.trace, r.trace_len, &r.heap), 0, "heap profile: %s", r.heap.why);
+    cr_assert_geq(r.heap.dumps, 1, "no complete heap dump");
+    free(trace), free(out), free(err);
+    return r;
+}
+
+static void release(run_result *r) {
+    hv_free(&r->heap);
+    free(r->out), free(r->err), free(r->trace);
+}
+
+static uint64_t truth(const char *out, const char *key) {
+    char pat[32];
+    snprintf(pat, sizeof pat, "%s=", key);
+    const char *p = strstr(out, pat);
+    cr_assert_not_null(p, "no %s in the program's output: %s", key, out);
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* Bytes allocated and retained under each function of names (SQL IN list)
+ * as `tracemill query` sees the trace: Trace Processor's
+ * heap_profile_allocation rows over the callsites that hold the frame. */
+typedef struct sql_site {
+    char name[32];
+    double alloc, retained;
+} sql_site;
+
+static size_t query_sites(const char *trace, const char *names, sql_site *out, size_t cap) {
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd,
+                          "%s query %s \"with recursive anc(cs, id) as (select id, id from stack_profile_callsite "
+                          "union all select anc.cs, c.parent_id from anc join stack_profile_callsite c "
+                          "on c.id = anc.id where c.parent_id is not null) "
+                          "select f.name, sum(max(a.size, 0)), sum(a.size) "
+                          "from heap_profile_allocation a join anc on anc.cs = a.callsite_id "
+                          "join stack_profile_callsite c on c.id = anc.id "
+                          "join stack_profile_frame f on f.id = c.frame_id "
+                          "where f.name in (%s) group by f.name\"",
+                          TM_CLI, trace, names),
+                 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[256];
+    size_t n = 0;
+    cr_assert_not_null(fgets(line, sizeof line, p)); /* the header */
+    while (n < cap && fgets(line, sizeof line, p)) {
+        sql_site *s = &out[n];
+        if (sscanf(line, "%31[^,],%lf,%lf", s->name, &s->alloc, &s->retained) == 3) n++;
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    free(cmd);
+    return n;
+}
+
+static const sql_site *sql_site_named(const sql_site *s, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].name, name) == 0) return &s[i];
+    cr_assert_fail("no heap_profile_allocation rows under %s", name);
+    return NULL;
+}
+
+/* Bytes per function of names[] in `tracemill convert -f folded --value V`
+ * (a stack counts for every function of names it holds). */
+static void folded_bytes(const char *trace, const char *value, const char *const names[], double *bytes, size_t n) {
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --value %s %s", TM_CLI, value, trace), 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    memset(bytes, 0, n * sizeof *bytes);
+    char line[4096];
+    while (fgets(line, sizeof line, p)) {
+        char *space = strrchr(line, ' ');
+        cr_assert_not_null(space, "not a folded line: %s", line);
+        *space = 0;
+        for (size_t i = 0; i < n; i++)
+            if (hv_stack_has(line, names[i])) bytes[i] += strtod(space + 1, NULL);
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    free(cmd);
+}
+
+/* The largest value of a process counter track (mem.rss.watermark, ...) in SQL. */
+static double counter_max(const char *trace, const char *track) {
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd,
+                          "%s query %s \"select max(c.value) from counter c join process_counter_track t "
+                          "on c.track_id = t.id where t.name = '%s'\"",
+                          TM_CLI, trace, track),
+                 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[256];
+    double v = -1;
+    if (fgets(line, sizeof line, p) && fgets(line, sizeof line, p)) v = strtod(line, NULL);
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    free(cmd);
+    return v;
+}
+
+static void log_sites(const heap_view *v) {
+    for (size_t i = 0; i < v->n_sites; i++)
+        cr_log_info("site %s: %llu allocated, %llu freed (%llu/%llu)", v->sites[i].stack,
+                    (unsigned long long)v->sites[i].alloc, (unsigned long long)v->sites[i].freed,
+                    (unsigned long long)v->sites[i].alloc_count, (unsigned long long)v->sites[i].free_count);
+}
+
+/* The retained bytes of name's sites are within 10 % of want. */
+static void expect_retained_near(const heap_view *v, const char *name, uint64_t want) {
+    hv_totals t = hv_sum(v, name);
+    double retained = (double)(t.alloc - t.freed);
+    cr_expect(fabs(retained - (double)want) <= 0.10 * (double)want, "%s retains %.0f bytes, the program %llu", name,
+              retained, (unsigned long long)want);
+}
+
+/* Shares of site_a/b/c's bytes within 3 points of the truth, site_freed
+ * retaining exactly 0, site_leak within 10 %; the trace also holds memory
+ * snapshots and decodes in tracemill with its CPU samples. */
+Test(record_heap, sites_have_their_shares) {
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "sites", "sites.pftrace", NULL);
+    const heap_view *v = &r.heap;
+    log_sites(v);
+    cr_expect_eq(v->interval, 4096);
+    cr_expect_eq(v->from_startup, 1);
+    cr_expect_eq(v->pid > 0, 1);
+    uint64_t a = truth(r.out, "a"), b = truth(r.out, "b"), c = truth(r.out, "c"), leak = truth(r.out, "leak");
+    hv_totals ta = hv_sum(v, "site_a"), tb = hv_sum(v, "site_b"), tc = hv_sum(v, "site_c");
+    double all = (double)(ta.alloc + tb.alloc + tc.alloc), real = (double)(a + b + c);
+    cr_assert_gt(all, 0, "no bytes at site_a/b/c");
+    double sa = 100 * ta.alloc / all, sb = 100 * tb.alloc / all, sc = 100 * tc.alloc / all;
+    double wa = 100 * a / real, wb = 100 * b / real, wc = 100 * c / real;
+    cr_log_info("shares a %.2f%% (%.2f), b %.2f%% (%.2f), c %.2f%% (%.2f); %llu samples", sa, wa, sb, wb, sc, wc,
+                (unsigned long long)v->heap_samples);
+    cr_expect(fabs(sa - wa) < 3 && fabs(sb - wb) < 3 && fabs(sc - wc) < 3,
+              "shares %.1f/%.1f/%.1f, truth %.1f/%.1f/%.1f", sa, sb, sc, wa, wb, wc);
+    /* The bytes themselves are unbiased estimates too. */
+    cr_expect(fabs(all - real) < 0.05 * real, "%.0f bytes estimated at a/b/c, %.0f allocated", all, real);
+    /* All freed at exit (the program drains its rings before it exits). */
+    cr_expect_eq(ta.alloc, ta.freed);
+    hv_totals freed = hv_sum(v, "site_freed");
+    cr_expect_gt(freed.alloc_count, 0, "site_freed was never sampled");
+    cr_expect_eq(freed.alloc - freed.freed, 0, "site_freed retains %llu bytes",
+                 (unsigned long long)(freed.alloc - freed.freed));
+    cr_expect_eq(freed.alloc_count, freed.free_count);
+    expect_retained_near(v, "site_leak", leak);
+    /* Every site's stack reaches the program's entry (main tail-calls the mode). */
+    for (size_t i = 0; i < v->n_sites; i++)
+        if (hv_stack_has(v->sites[i].stack, "site_a") || hv_stack_has(v->sites[i].stack, "site_leak"))
+            cr_expect(strncmp(v->sites[i].stack, "_start;", 7) == 0 && hv_stack_has(v->sites[i].stack, "mode_sites"),
+                      "not rooted: %s", v->sites[i].stack);
+    cr_expect_eq(v->unwind_errors, 0);
+    /* --heap writes ProcessStats every second and at the end. */
+    cr_expect_geq(v->mem_snapshots, 1);
+    cr_expect_geq(v->max_hwm_kb, leak / 1024, "peak RSS %llu kB below the leak", (unsigned long long)v->max_hwm_kb);
+    cr_expect(strstr(r.err, "allocations sampled"), "no heap summary: %s", r.err);
+    /* The same through tracemill's SQL tables (Trace Processor's reading). */
+    char *trace = path_in_dir("sites.pftrace");
+    sql_site q[8];
+    size_t nq = query_sites(trace, "'site_a','site_b','site_c','site_freed','site_leak'", q, 8);
+    free(trace);
+    const sql_site *qa = sql_site_named(q, nq, "site_a"), *qb = sql_site_named(q, nq, "site_b"),
+                   *qc = sql_site_named(q, nq, "site_c"), *qf = sql_site_named(q, nq, "site_freed"),
+                   *ql = sql_site_named(q, nq, "site_leak");
+    double qall = qa->alloc + qb->alloc + qc->alloc;
+    cr_expect(fabs(100 * qa->alloc / qall - wa) < 3 && fabs(100 * qb->alloc / qall - wb) < 3 &&
+                  fabs(100 * qc->alloc / qall - wc) < 3,
+              "SQL shares %.1f/%.1f/%.1f", 100 * qa->alloc / qall, 100 * qb->alloc / qall, 100 * qc->alloc / qall);
+    cr_expect(qf->alloc > 0 && qf->retained == 0, "SQL: site_freed %.0f allocated, %.0f retained", qf->alloc,
+              qf->retained);
+    cr_expect(fabs(ql->retained - (double)leak) <= 0.1 * (double)leak, "SQL: site_leak retains %.0f", ql->retained);
+    /* ... through the profile model's memory values (every exporter's) ... */
+    static const char *const names[] = {"site_a", "site_b", "site_c", "site_freed", "site_leak"};
+    double fa[5], fi[5];
+    char *trace_path = path_in_dir("sites.pftrace");
+    folded_bytes(trace_path, "alloc_space", names, fa, 5);
+    folded_bytes(trace_path, "inuse_space", names, fi, 5);
+    double fall = fa[0] + fa[1] + fa[2];
+    cr_expect(fabs(100 * fa[0] / fall - wa) < 3 && fabs(100 * fa[1] / fall - wb) < 3 &&
+                  fabs(100 * fa[2] / fall - wc) < 3,
+              "alloc_space shares %.1f/%.1f/%.1f", 100 * fa[0] / fall, 100 * fa[1] / fall, 100 * fa[2] / fall);
+    cr_expect(fa[3] > 0 && fi[3] == 0, "site_freed: alloc_space %.0f, inuse_space %.0f", fa[3], fi[3]);
+    cr_expect(fabs(fi[4] - (double)leak) <= 0.1 * (double)leak, "inuse_space of site_leak: %.0f", fi[4]);
+    /* ... pprof takes it ... */
+    char *pprof = path_in_dir("sites.pb.gz"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s convert -f pprof --value inuse_space -o %s %s", TM_CLI, pprof, trace_path), 0);
+    cr_expect_eq(system(cmd), 0, "%s", cmd);
+    size_t pprof_len = 0;
+    char *pprof_bytes = tu_read_file(pprof, &pprof_len);
+    cr_expect(pprof_bytes && pprof_len > 100, "no pprof profile");
+    free(pprof_bytes), free(cmd), free(pprof);
+    /* ... and the ProcessStats are Trace Processor's process counter tracks. */
+    cr_expect_geq(counter_max(trace_path, "mem.rss.watermark"), (double)leak, "peak RSS below the leak");
+    cr_expect_gt(counter_max(trace_path, "mem.rss.anon"), 0);
+    free(trace_path);
+    /* The CPU half of the same trace. */
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(r.trace, r.trace_len, NULL, &t, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(tm_trace_get_stats(t)->data_losses, 0);
+    tm_trace_free(t);
+    release(&r);
+}
+
+Test(record_heap, threads_are_profiled) {
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "threads", "threads.pftrace", NULL);
+    log_sites(&r.heap);
+    expect_retained_near(&r.heap, "thread_leak", truth(r.out, "leak"));
+    hv_totals churn = hv_sum(&r.heap, "thread_site");
+    cr_expect_gt(churn.alloc_count, 1000);
+    cr_expect_eq(churn.alloc, churn.freed);
+    for (size_t i = 0; i < r.heap.n_sites; i++)
+        if (hv_stack_has(r.heap.sites[i].stack, "thread_leak"))
+            cr_expect(hv_stack_has(r.heap.sites[i].stack, "start_thread"), "not rooted: %s", r.heap.sites[i].stack);
+    release(&r);
+}
+
+/* Fork children (one execs) run and exit normally; only the parent profiles. */
+Test(record_heap, fork_children_run_unprofiled) {
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "fork", "fork.pftrace", NULL);
+    cr_expect(strstr(r.out, "children ok 8"), "%s", r.out);
+    cr_expect_gt(hv_sum(&r.heap, "site_a").alloc_count, 0);
+    cr_expect_eq(hv_sum(&r.heap, "site_b").alloc_count, 0, "a child's allocations are in the parent's profile");
+    /* One summary: the children's inherited recorder stays quiet. */
+    const char *first = strstr(r.err, "allocations sampled");
+    cr_expect(first && !strstr(first + 1, "allocations sampled"), "%s", r.err);
+    release(&r);
+}
+
+/* The program computes the same results with every allocation function interposed. */
+Test(record_heap, results_are_unchanged) {
+    char *out = path_in_dir("plain.out"), *err = path_in_dir("plain.err");
+    char *argv[] = {TM_RECORD_HEAP_TARGET, "correct", NULL};
+    int status = run(argv, out, err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *plain = tu_read_file(out, NULL);
+    cr_assert(plain && strstr(plain, "\nok\n"), "%s", plain);
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "correct", "correct.pftrace", NULL);
+    cr_expect_str_eq(r.out, plain);
+    cr_expect_gt(r.heap.heap_samples, 1000);
+    release(&r);
+    free(plain), free(out), free(err);
+}
+
+Test(record_heap, cxx_new_and_delete) {
+#ifndef TM_RECORD_HEAP_TARGET_CXX
+    cr_skip_test("no C++ compiler: record_heap_target_cxx was not built");
+#else
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET_CXX, NULL, "cxx.pftrace", NULL);
+    log_sites(&r.heap);
+    cr_expect(strstr(r.out, "\nok\n"), "%s", r.out);
+    hv_totals temp = hv_sum(&r.heap, "cxx_temp");
+    cr_expect_gt(temp.alloc_count, 100);
+    cr_expect_eq(temp.alloc, temp.freed, "cxx_temp retains %llu bytes", (unsigned long long)(temp.alloc - temp.freed));
+    expect_retained_near(&r.heap, "cxx_leak", truth(r.out, "leak"));
+    /* A static initializer runs after the preload library's constructor. */
+    hv_totals early = hv_sum(&r.heap, "cxx_before_main");
+    cr_expect_eq(early.alloc - early.freed, 4u << 20, "cxx_before_main retains %llu bytes",
+                 (unsigned long long)(early.alloc - early.freed));
+    release(&r);
+#endif
+}
+
+/* --chunk-seconds: every chunk holds a whole heap profile of its own
+ * (tables re-sent, totals since the start), the last the final totals. */
+Test(record_heap, chunks_hold_whole_profiles) {
+    char *extra[] = {"--chunk-seconds", "1", "--heap-interval", "8192", NULL};
+    char *trace = path_in_dir("chunked.pftrace"), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, extra[0], extra[1], extra[2], extra[3],
+                    "-o", trace, "--", TM_RECORD_HEAP_TARGET, "steady", NULL};
+    int status = run(argv, out, err);
+    char *err_text = tu_read_file(err, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", err_text);
+    int chunks = 0;
+    uint64_t last_leak = 0;
+    for (;; chunks++) {
+        char name[48];
+        snprintf(name, sizeof name, "chunked.%d.pftrace", chunks);
+        char *path = path_in_dir(name);
+        size_t len;
+        char *bytes = tu_read_file(path, &len);
+        free(path);
+        if (!bytes) break;
+        heap_view v;
+        cr_assert_eq(hv_read(bytes, len, &v), 0, "chunk %d: %s", chunks, v.why);
+        cr_expect_eq(v.generations >= 1 && v.dumps >= 1, 1, "chunk %d has no heap profile", chunks);
+        cr_expect_eq(v.interval, 8192);
+        hv_totals leak = hv_sum(&v, "steady_leak");
+        cr_expect_geq(leak.alloc, last_leak, "chunk %d: totals went down", chunks);
+        last_leak = leak.alloc;
+        hv_free(&v);
+        free(bytes);
+    }
+    cr_expect_geq(chunks, 2);
+    cr_expect(fabs((double)last_leak - 24e6) < 0.1 * 24e6, "the last chunk's total: %llu of 24 MB",
+              (unsigned long long)last_leak);
+    free(err_text), free(trace), free(out), free(err);
+}
+
+/* A ring buffer far too small, written only at the end: the packets of the
+ * periodic dumps are overwritten, and the end of the trace still holds a
+ * clock snapshot and the last dump, whose totals (since the start) say
+ * what the program allocated. */
+Test(record_heap, the_last_dump_survives_a_tiny_ring) {
+    char *trace = path_in_dir("tiny.pftrace"), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--heap", "-F", "500", "--clock", "wall",
+                    "--buffer-kb", "2", "--file-write-period-ms", "0", "-o", trace, "--", TM_RECORD_HEAP_TARGET,
+                    "steady", NULL};
+    int status = run(argv, out, err);
+    char *err_text = tu_read_file(err, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", err_text);
+    cr_expect(strstr(err_text, "packets lost"), "the buffer did not overflow: %s", err_text);
+    sql_site q[2];
+    size_t n = query_sites(trace, "'steady_leak'", q, 2);
+    const sql_site *leak = sql_site_named(q, n, "steady_leak");
+    cr_expect(fabs(leak->retained - 24e6) < 0.1 * 24e6, "steady_leak retains %.0f of 24 MB", leak->retained);
+    free(err_text), free(trace), free(out), free(err);
+}
