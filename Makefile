@@ -8,7 +8,7 @@ JOBS ?= 2
 # make test, asan and fuzz keep warnings errors (TRACEMILL_WERROR), as CI does.
 CI_FLAGS ?= -DTRACEMILL_WERROR=ON
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record bench-heap bench-symbolize golden check-src python clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record bench-heap bench-symbolize golden check-src python deb clean
 
 all: build
 
@@ -95,6 +95,15 @@ python: deps $(BUILD)/CMakeCache.txt
 	  --build-temp $(abspath $(BUILD))/python/tmp
 	@echo "python: PYTHONPATH=$(abspath $(BUILD))/python/lib /usr/bin/python3 -c 'import tracemill'"
 
+# The Debian packages (debian/) built from a copy of the tree into
+# $(DEB_BUILD), lintian run on them, then unpacked into a scratch root and
+# used from there (scripts/deb.sh); installs debhelper, devscripts, lintian
+# and the Build-Depends first.
+DEB_BUILD ?= build-deb
+deb:
+	@scripts/install-deps.sh --deb
+	JOBS=$(JOBS) scripts/deb.sh $(DEB_BUILD)
+
 # Rewrites tests/golden/* from the current build; review `git diff` after.
 golden: build
 	tests/golden/run.sh $(BUILD)/tracemill . --update
@@ -103,4 +112,4 @@ check-src:
 	scripts/checksrc.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(DEB_BUILD)

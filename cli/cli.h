@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "tracemill.h"
+#include "tracemill_sql.h" /* the query commands' tm_db and sqlite3 */
 
 enum { EXIT_OK = 0, EXIT_REJECTED = 1, EXIT_USAGE = 2, EXIT_IO = 3 };
 

@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include "fuzz_common.h"
+#include "tracemill_sql.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_options opts = {0};

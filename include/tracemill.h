@@ -1,5 +1,6 @@
 /*
- * tracemill.h — the only public header of libtracemill.
+ * tracemill.h — the public header of libtracemill: version, status and
+ * errors, allocator, options and limits, tm_trace, sinks and every writer.
  *
  * tracemill decodes CPU profiles recorded as Perfetto traces (.pftrace) into
  * a deduplicated profile model and writes them out as Sentry Sample v2
@@ -8,6 +9,11 @@
  * data-quality report. Sample v2 chunks, Sample v1 profiles and folded
  * stacks are read too, so every exporter also works on profiles that are
  * already in those formats.
+ *
+ * Two more headers sit beside this one: tracemill_sql.h (tm_db_*: SQL over
+ * a trace, defined in libtracemill, it hands out a sqlite3 connection) and
+ * tracemill_record.h (tm_recorder_*: the sampling profiler, defined only in
+ * libtracemill_record). Everything declared here is defined in libtracemill.
  *
  * Introduction: the three-call happy path
  *
@@ -31,8 +37,33 @@
  *  - Strings handed out by the library are views into the caller's input
  *    buffer (or into memory the tm_trace owns): the input buffer must
  *    outlive the tm_trace.
- *  - There is no global state. A tm_trace is immutable after tm_trace_parse
- *    and may be read from several threads at once.
+ *
+ * Threading (the whole rule; tracemill_sql.h and tracemill_record.h give
+ * theirs):
+ *  - There is no global state: any function may run on several threads at
+ *    once on different objects.
+ *  - A tm_trace is immutable after tm_trace_parse. Any number of threads may
+ *    call the tm_trace_* readers and the writers (tm_write_*) on the same
+ *    trace at once, each with its own sink and tm_error. Writers allocate
+ *    their working memory from the trace's allocator and count it against
+ *    the trace's max_result_bytes: writers running at once share that
+ *    budget (it is counted atomically), so one of them may fail with
+ *    TM_ERR_LIMIT where it alone would fit. Once a writer has been refused
+ *    by the budget, a later out-of-memory of any writer on that trace is
+ *    reported as TM_ERR_LIMIT too.
+ *  - tm_trace_free must not run beside any other call on that trace.
+ *  - The tm_alloc functions are called from every thread that parses or
+ *    writes with them: an allocator shared by threads must be thread-safe.
+ *
+ * Memory (the allocator promise, exactly): tm_options.alloc (NULL: the C
+ * library's malloc) receives every allocation of the decode, of the tm_trace
+ * and of the writers' working memory, zlib's inflation included. Four
+ * libraries allocate with the C library's malloc instead, whatever
+ * tm_options.alloc says: libzstd (the decompression context of a zstd
+ * input), libdeflate (the gzip compressor of tm_write_pprof), jansson (the
+ * metadata JSON of tm_write_sample_v2/v1 and their check_meta functions) and
+ * SQLite (tm_db, see tracemill_sql.h). All of them are freed before the call
+ * returns, except SQLite's, which a tm_db holds until tm_db_free.
  */
 #ifndef TRACEMILL_H
 #define TRACEMILL_H
@@ -40,8 +71,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-
-struct sqlite3;
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,8 +130,10 @@ TM_API const char *tm_status_str(tm_status st);
 
 /* ==== Memory =========================================================== */
 
-/* Pluggable allocator. All memory of a tm_trace goes through it. realloc
- * receives the old size so that arena-style allocators can implement it. */
+/* Pluggable allocator (tm_options.alloc): what goes through it and what
+ * does not is the "Memory" paragraph at the top. realloc receives the old
+ * size so that arena-style allocators can implement it; all three functions
+ * must be set, or the C library's allocator is used. */
 typedef struct tm_alloc {
     void *(*malloc_fn)(void *ctx, size_t size);
     void *(*realloc_fn)(void *ctx, void *ptr, size_t old_size, size_t new_size);
@@ -528,130 +559,6 @@ typedef struct tm_symbolize_stats {
  * sopts may be NULL; stats (may be NULL) says what was found. */
 TM_API tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
                               const tm_sink *out, tm_symbolize_stats *stats, tm_error *err);
-
-/* ==== SQL over traces =================================================== */
-
-/* A trace decoded with Perfetto Trace Processor's semantics (packets applied
- * in timestamp order, per-process mappings, callsites deduplicated on
- * (depth, parent, frame), Trace Processor's stats) and exposed to SQLite as
- * tables and views with Trace Processor's names and columns: process,
- * thread, stack_profile_*, perf_sample, cpu_profile_stack_sample,
- * stack_sample*, counter, track, stats, metadata, clock_snapshot, ... The
- * tables are virtual: rows are read from the decoded columns, never copied
- * into SQLite. Only Perfetto input is accepted (gzip or zstd compressed
- * whole, as for tm_trace_parse); opts->input and opts->mode are ignored.
- * The input buffer must outlive the tm_db. */
-typedef struct tm_db tm_db;
-
-TM_API tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db **out,
-                            tm_error *err);
-
-/* The SQLite connection (an in-memory database with the tables attached):
- * run any statement on it with sqlite3_prepare_v2/sqlite3_step. Owned by
- * the tm_db; do not close it. */
-TM_API struct sqlite3 *tm_db_sqlite(tm_db *db);
-
-/* Trace Processor's `INCLUDE PERFETTO MODULE name;` is not SQLite: call
- * this with tm_db_sqlite's connection on each statement before preparing
- * it. 1: it was one, for a module tracemill provides
- * (android.memory.heap_profile.intervals, stacks.symbolization_candidates),
- * whose views now exist; go on at
- * *tail. 0: not an INCLUDE. -1: an INCLUDE of a module tracemill lacks, or
- * its views could not be made (err says why). */
-TM_API int tm_db_include(struct sqlite3 *db, const char *sql, const char **tail, tm_error *err);
-
-/* Writes every table into a standalone SQLite file at path, readable
- * without tracemill. path must not exist or be an empty file (a temporary
- * file to rename into place, say): an existing database is never replaced.
- * On failure a file this call created is removed. */
-TM_API tm_status tm_db_export(tm_db *db, const char *path, tm_error *err);
-
-TM_API void tm_db_free(tm_db *db);
-
-/* ==== Recording (libtracemill_record) =================================== */
-
-/* A sampling profiler for the calling process that writes a Perfetto trace
- * (PerfSample callstacks, interned frames and mappings, thread names, clock
- * snapshots, TraceStats). Link libtracemill_record, or LD_PRELOAD
- * libtracemill_record.so into an unmodified program (configured by the
- * TRACEMILL_RECORD_* environment variables, see `tracemill record`).
- * One recorder samples at a time: it owns SIGPROF, and refuses to start when
- * the program already has a SIGPROF handler. */
-
-typedef enum tm_record_clock {
-    TM_RECORD_CLOCK_CPU = 0, /* per-thread CPU time: a thread is sampled while it runs */
-    TM_RECORD_CLOCK_WALL = 1 /* wall clock: every thread, running or not (blocked system
-                                calls may see EINTR) */
-} tm_record_clock;
-
-typedef enum tm_record_fill {
-    TM_RECORD_FILL_RING = 0,   /* a full buffer overwrites its oldest packets */
-    TM_RECORD_FILL_DISCARD = 1 /* a full buffer drops new packets */
-} tm_record_fill;
-
-typedef enum tm_record_unwind {
-    TM_RECORD_UNWIND_DWARF = 0, /* .eh_frame call-frame information (libunwind) */
-    TM_RECORD_UNWIND_FP = 1     /* frame-pointer chain, checked against the stack bounds */
-} tm_record_unwind;
-
-/* Receives each finished chunk of a continuous recording (index from 0);
- * returns 0, or non-zero to count the chunk as failed. Called on the
- * recorder's collector thread. */
-typedef int (*tm_record_chunk_fn)(void *ctx, uint32_t index, const void *data, size_t len);
-
-/* Zero-initialisable: every zero field takes its default. */
-typedef struct tm_recorder_opts {
-    const char *output;          /* trace path; with chunk_seconds, OUT.N.pftrace
-                                    ("x.pftrace" gives x.0.pftrace, x.1.pftrace, ...) */
-    uint32_t hz;                 /* samples per second per thread; 0: 101 */
-    tm_record_clock clock;
-    tm_record_unwind unwind;
-    uint32_t max_depth;          /* frames per stack; 0: 128 */
-    uint32_t buffer_kb;          /* central buffer of encoded packets; 0: 4096 */
-    tm_record_fill fill;
-    uint32_t file_write_period_ms; /* drain the buffer into the file this often; 0: at stop */
-    uint32_t clear_period_ms;    /* incremental-state clears; 0: 10000 */
-    uint32_t duration_ms;        /* stop sampling (and write) after this; 0: at stop */
-    uint32_t chunk_seconds;      /* cut the recording into self-contained chunks; 0: one trace */
-    tm_record_chunk_fn on_chunk; /* with chunk_seconds: chunks go here instead of files */
-    void *chunk_ctx;
-    int demangle;                /* C++ names demangled */
-    uint32_t mem_period_ms;      /* ProcessStats from /proc/self/status this often (and at the end
-                                    of every trace or chunk); 0: none */
-} tm_recorder_opts;
-
-/* What a recording lost and produced so far. */
-typedef struct tm_recorder_stats {
-    uint64_t samples;            /* samples taken and encoded */
-    uint64_t samples_lost;       /* dropped by full per-thread rings */
-    uint64_t timer_overruns;     /* timer expirations merged into one signal (rate above
-                                    what the kernel tick can deliver) */
-    uint64_t packets_overwritten, bytes_overwritten; /* central buffer, ring policy */
-    uint64_t packets_discarded, bytes_discarded;     /* central buffer, discard policy */
-    uint64_t sample_packets_lost; /* of the lost packets, those holding a sample */
-    uint64_t bytes_written;      /* trace bytes written (all chunks) */
-    uint32_t threads;            /* threads sampled */
-    uint32_t chunks;             /* chunks finished */
-    uint64_t heap_samples;       /* allocations sampled (preloaded with a heap profile) */
-    uint64_t heap_samples_lost;  /* sampled but not recorded: made inside the profiler, or no
-                                    room in its tables */
-    uint64_t heap_unwind_errors; /* recorded with only the allocating caller as their stack */
-} tm_recorder_stats;
-
-typedef struct tm_recorder tm_recorder;
-
-/* Checks opts and creates a recorder (nothing runs yet). */
-TM_API tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err);
-/* Starts sampling every thread of the process, present and future. */
-TM_API tm_status tm_recorder_start(tm_recorder *r, tm_error *err);
-/* Writes what the buffer holds to the output now. */
-TM_API tm_status tm_recorder_flush(tm_recorder *r, tm_error *err);
-/* Stops sampling and finishes the trace (or the last chunk). Idempotent. */
-TM_API tm_status tm_recorder_stop(tm_recorder *r, tm_error *err);
-TM_API void tm_recorder_get_stats(tm_recorder *r, tm_recorder_stats *out);
-/* Stops if running, then releases everything. NULL is a no-op. */
-TM_API void tm_recorder_free(tm_recorder *r);
-
 
 #ifdef __cplusplus
 }

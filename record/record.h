@@ -34,6 +34,7 @@
 #include <string.h> /* strlen */
 
 #include "tracemill.h"
+#include "tracemill_record.h"
 
 /* Grows *p (an array of elem-sized items, capacity *cap) to hold need
  * items, doubling; 0, or -1 when memory runs out (*p unchanged). The

@@ -9,11 +9,12 @@
 #     common <- wire <- perfetto <- profile <- export, and perfetto <- tp
 #     <- symbolize;
 #     profile and tp never include each other, export never sees perfetto;
-#  4. the CLI and examples include only the public header (and cli.h;
-#     cli_serve.c also server/server.h), server/ only the public header, and
-#     record/ the public header plus the wire writer (wire/pb_write.h,
-#     common/base.h) and the Perfetto field numbers (perfetto/fields.h),
-#     and the Python extension (python/src/) only the public header;
+#  4. the CLI and examples include only the public headers tracemill.h and
+#     tracemill_sql.h (and cli.h; cli_serve.c also server/server.h), server/
+#     only tracemill.h, record/ tracemill.h and tracemill_record.h plus the
+#     wire writer (wire/pb_write.h, common/base.h) and the Perfetto field
+#     numbers (perfetto/fields.h), and the Python extension (python/src/)
+#     only tracemill.h and tracemill_sql.h;
 #  5. libtracemill exports only tm_* symbols, libtracemill_record only
 #     tm_recorder_* and the allocation functions its heap profiler
 #     interposes (malloc family, C++ operator new and delete: _Znw/_Zna,
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.."
 fail=0
 say() { echo "checksrc: $*"; fail=1; }
 
-for f in $(ls src/*/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp bench/*.c examples/*.c fuzz/*.c python/src/*.c 2>/dev/null); do
+for f in $(ls src/*/*.[ch] cli/*.[ch] server/*.[ch] record/*.[ch] include/*.h tests/*.[ch] tests/*.cpp tests/install/*.c bench/*.c examples/*.c fuzz/*.c python/src/*.c 2>/dev/null); do
   first=$(head -c 2 "$f")
   [ "$first" = "/*" ] || [ "$first" = "//" ] || say "$f: must open with a comment saying what it owns"
 done
@@ -51,14 +52,14 @@ for dir in src/*/; do
   layer=$(basename "$dir")
   deps=${layer_deps[$layer]-}
   [ -n "$deps" ] || { say "src/$layer: not a known layer (add it to checksrc.sh)"; continue; }
-  allowed="\"(tracemill\.h|($(echo "$deps" | tr ' ' '|'))/[a-z_0-9]+\.h)\""
+  allowed="\"(tracemill(_sql)?\.h|($(echo "$deps" | tr ' ' '|'))/[a-z_0-9]+\.h)\""
   grep -nE '#include "' "$dir"*.[ch] | grep -vE "$allowed" \
     | sed "s|^|checksrc: layer $layer may include only $deps: |" | grep . && fail=1
 done
 
 for f in cli/*.c examples/*.c; do
-  allowed='"(tracemill|cli)\.h"'
-  [ "$f" = cli/cli_serve.c ] && allowed='"(tracemill|cli|server)\.h"' # serve and store drive the server layer
+  allowed='"(tracemill|tracemill_sql|cli)\.h"'
+  [ "$f" = cli/cli_serve.c ] && allowed='"(tracemill|tracemill_sql|cli|server)\.h"' # serve and store drive the server layer
   grep -nE '#include "' "$f" | grep -vE "$allowed" \
     | sed "s|^|checksrc: $f: only the public header: |" | grep . && fail=1
 done
@@ -66,11 +67,11 @@ done
 grep -nE '#include "' server/*.[ch] | grep -vE '"(tracemill|server)\.h"' \
   | sed 's|^|checksrc: server may include only tracemill.h and server.h: |' | grep . && fail=1
 # The Python extension is a client of the library: the public header only.
-grep -nE '#include "' python/src/*.c | grep -vE '"tracemill\.h"' \
-  | sed 's|^|checksrc: the Python extension may include only tracemill.h: |' | grep . && fail=1
+grep -nE '#include "' python/src/*.c | grep -vE '"tracemill(_sql)?\.h"' \
+  | sed 's|^|checksrc: the Python extension may include only tracemill.h and tracemill_sql.h: |' | grep . && fail=1
 # The recorder also sits above the library; it borrows only the protobuf writer.
-grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|record|wire/pb_write|common/base|perfetto/fields)\.h"' \
-  | sed 's|^|checksrc: record may include only tracemill.h, record.h, wire/pb_write.h, common/base.h and perfetto/fields.h: |' | grep . && fail=1
+grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|tracemill_record|record|wire/pb_write|common/base|perfetto/fields)\.h"' \
+  | sed 's|^|checksrc: record may include only tracemill.h, tracemill_record.h, record.h, wire/pb_write.h, common/base.h and perfetto/fields.h: |' | grep . && fail=1
 
 if [ -f "$BUILD/libtracemill.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^tm_')

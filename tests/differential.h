@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "tracemill.h"
+#include "tracemill_sql.h"
 
 typedef enum tm_diff_verdict {
     TM_DIFF_AGREE = 0,

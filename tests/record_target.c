@@ -31,6 +31,7 @@
 
 #ifdef RECORD_TARGET_API
 #include "tracemill.h"
+#include "tracemill_record.h"
 #endif
 
 /* noipa (gcc) also stops identical-code folding and interprocedural

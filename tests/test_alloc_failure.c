@@ -15,6 +15,7 @@
 
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 #define N_OF(a) (sizeof(a) / sizeof *(a))

@@ -18,6 +18,7 @@
 
 #include "tutil.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 
 #define RC_DIR TM_FIXTURES "/relay-compat"
 #define MINIMAL RC_DIR "/minimal.pftrace"

@@ -21,6 +21,7 @@
 #include "profile/profile.h"
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 #define CLK_REALTIME 1

@@ -19,6 +19,7 @@
 #include "perfetto/fields.h"
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 enum { S_MAIN = 1, S_KEEP, S_FREE, S_LIB, CS_KEEP = 1, CS_FREE = 2, PID = 42 };

@@ -25,6 +25,7 @@
 #include "wire/pb.h" /* tm_pb_varint: to locate packet payloads in built traces */
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))

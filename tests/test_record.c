@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 #define RUN_TIMEOUT_S 30

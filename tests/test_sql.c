@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 static sqlite3_int64 count(sqlite3 *db, const char *table, const char *where) {

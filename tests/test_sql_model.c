@@ -12,6 +12,7 @@
 
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 
 #define CLK_MONOTONIC 3
 #define CLK_BOOTTIME 6

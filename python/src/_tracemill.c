@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "tracemill.h"
+#include "tracemill_sql.h"
 
 /* ---- exceptions ---- */
 

@@ -22,6 +22,7 @@
 #include "common/limits.h"
 #include "tp/tp.h"
 #include "wire/input.h" /* tm_input_open */
+#include "tracemill_sql.h"
 
 typedef void (*col_get)(const tm_tp *tp, size_t row, sqlite3_context *ctx);
 

@@ -3,8 +3,10 @@
 # of BUILD_DIR into a temporary prefix, then examples/convert_to_sample_v2.c
 # built against that prefix with pkg-config (shared, and static with
 # --static) and with find_package(tracemill) (tests/install/CMakeLists.txt),
-# each run on examples/demo.pftrace; also the files a package ships (SONAME
-# links, header, man page, completion, programs) and `tracemill -V`.
+# each run on examples/demo.pftrace; tests/install/sql_count.c (a client of
+# tracemill_sql.h) with pkg-config tracemill sqlite3; also the files a
+# package ships (SONAME links, headers, man page, completion, programs) and
+# `tracemill -V`.
 # usage: run.sh SOURCE_DIR BUILD_DIR [CFLAGS] (CFLAGS: for a sanitized build,
 # -fsanitize=...; CC: the compiler, cc by default)
 set -euo pipefail
@@ -24,7 +26,7 @@ version="$(sed -n 's/^Version: //p' "$libdir/pkgconfig/tracemill.pc")"
 major="${version%%.*}"
 
 # What a package ships.
-for f in include/tracemill.h bin/tracemill share/man/man1/tracemill.1 \
+for f in include/tracemill.h include/tracemill_sql.h include/tracemill_record.h bin/tracemill share/man/man1/tracemill.1 \
          share/bash-completion/completions/tracemill; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
@@ -36,7 +38,7 @@ done
 [ "$(readlink "$libdir/libtracemill.so")" = "libtracemill.so.$major" ] || fail "libtracemill.so does not point at .so.$major"
 soname="$(objdump -p "$libdir/libtracemill.so.$version" | awk '$1 == "SONAME" {print $2}')"
 [ "$soname" = "libtracemill.so.$major" ] || fail "SONAME is '$soname', not libtracemill.so.$major"
-ok "libtracemill.so.$version, SONAME $soname, header, man page, completion, CMake package"
+ok "libtracemill.so.$version, SONAME $soname, headers, man page, completion, CMake package"
 [ "$("$prefix/bin/tracemill" -V)" = "tracemill $version" ] || fail "tracemill -V does not say $version"
 ok "tracemill -V: $version"
 if [ -e "$build/tracemill-serve" ]; then
@@ -82,6 +84,14 @@ LD_LIBRARY_PATH="$libdir" check_example "$tmp/ex_shared" "pkg-config --cflags --
   $(pkg-config --static --libs tracemill | sed 's/-ltracemill\b/-l:libtracemill.a/') || fail "pkg-config static build"
 loads_no_tracemill "$tmp/ex_static" || fail "static build still loads libtracemill.so"
 check_example "$tmp/ex_static" "pkg-config --static --libs tracemill (static)"
+
+# tracemill_sql.h: tm_db_* from libtracemill, statements run through SQLite's own API.
+# shellcheck disable=SC2046
+"$cc" $cflags -o "$tmp/sql_count" "$src/tests/install/sql_count.c" $(pkg-config --cflags --libs tracemill sqlite3) ||
+  fail "pkg-config tracemill sqlite3 build of sql_count.c"
+LD_LIBRARY_PATH="$libdir" "$tmp/sql_count" "$src/examples/demo.pftrace" >"$tmp/sql.out" || fail "sql_count failed"
+grep -qE '^perf_sample [1-9][0-9]*$' "$tmp/sql.out" || fail "sql_count: $(cat "$tmp/sql.out")"
+ok "tracemill_sql.h with pkg-config tracemill sqlite3: $(cat "$tmp/sql.out")"
 
 # find_package(tracemill): a CMake project outside the tree.
 cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLE_SOURCE="$ex" \
