@@ -22,6 +22,7 @@
 #include "perfetto/fields.h"
 #include "trace_builder.h"
 #include "tracemill.h"
+#include "tracemill_sql.h"
 #include "tutil.h"
 
 static char dir[64];
