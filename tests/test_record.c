@@ -75,18 +75,8 @@ static int run(char *const argv[], char *const env[], const char *out_file) {
         _exit(127);
     }
     int status = 0;
-    for (int waited_ms = 0;; waited_ms += 20) {
-        pid_t got = waitpid(pid, &status, WNOHANG);
-        cr_assert_geq(got, 0);
-        if (got == pid) break;
-        if (waited_ms > RUN_TIMEOUT_S * 1000) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            cr_assert_fail("%s hung (killed after %d s)", argv[0], RUN_TIMEOUT_S);
-        }
-        struct timespec pause = {0, 20000000};
-        nanosleep(&pause, NULL);
-    }
+    if (tu_wait_child(pid, RUN_TIMEOUT_S, &status) != 0)
+        cr_assert_fail("%s hung (killed after %d s)", argv[0], RUN_TIMEOUT_S);
     return status;
 }
 

@@ -1,8 +1,9 @@
 /*
  * tutil.c — the shared test plumbing declared in tutil.h: the tu_membuf
  * sink, the failing allocator, whole-file reading, the recorded child's
- * ASan settings and programs run on a pseudo-terminal. No Criterion and no
- * libtracemill here (see tutil.h): callers assert on the return values.
+ * ASan settings, waiting for a child with a deadline and programs run on a
+ * pseudo-terminal. No Criterion and no libtracemill here (see tutil.h):
+ * callers assert on the return values.
  */
 #ifndef _XOPEN_SOURCE
 #define _XOPEN_SOURCE 700 /* setenv, posix_openpt */
@@ -11,10 +12,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int tu_membuf_write(void *ctx, const void *data, size_t len) {
@@ -95,6 +98,20 @@ void tu_asan_recorded_child_env(void) {
 #if defined(__SANITIZE_ADDRESS__) || defined(TU_CLANG_ASAN)
     setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
 #endif
+}
+
+int tu_wait_child(int pid, int timeout_s, int *status) {
+    for (int waited_ms = 0;; waited_ms += 20) {
+        pid_t got = waitpid(pid, status, WNOHANG);
+        if (got == pid) return 0;
+        if (got < 0 || waited_ms > timeout_s * 1000) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, status, 0);
+            return -1;
+        }
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 int tu_spawn_on_pty(char *const argv[], int *master) {

@@ -63,6 +63,9 @@ void tu_asan_recorded_child_env(void);
  * terminal, stdin, stdout and stderr, as in an interactive session. Returns
  * the child's pid with the terminal's other side in *master, or -1. */
 int tu_spawn_on_pty(char *const argv[], int *master);
+/* Waits for child pid (its own process group) up to timeout_s; past it
+ * kills the group and returns -1. Else 0 with *status set. */
+int tu_wait_child(int pid, int timeout_s, int *status);
 
 /* Appends what the terminal shows to *seen until it holds want (returns 1)
  * or timeout_ms pass or the program closes the terminal (returns 0). */
