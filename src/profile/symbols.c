@@ -128,9 +128,9 @@ static tm_status set_java_name(tm_profile *p, tm_prof_frame *g, tm_str cls, tm_s
     }
     char *n = tm_arena_alloc(p->arena, cls.len + 1 + method.len);
     if (!n) return TM_ERR_NOMEM;
-    memcpy(n, cls.data, cls.len);
+    if (cls.len) memcpy(n, cls.data, cls.len); /* an empty view may be NULL */
     n[cls.len] = '.';
-    memcpy(n + cls.len + 1, method.data, method.len);
+    if (method.len) memcpy(n + cls.len + 1, method.data, method.len);
     g->function = (tm_str){(const uint8_t *)n, cls.len + 1 + method.len};
     g->flags |= TM_FRAME_HAS_FUNCTION;
     return TM_OK;
@@ -156,8 +156,8 @@ static bool obf_names(const tm_prof_frame *g, tm_str *cls, tm_str *method) {
  * /data/app/[~~random/]PACKAGE-suffix/...; empty when the path says none. */
 static tm_str path_package(tm_str path) {
     static const char app[] = "/data/app/";
-    const uint8_t *q = path.data, *end = path.data + path.len;
-    if (path.len < sizeof app - 1 || memcmp(q, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
+    if (path.len < sizeof app - 1 || memcmp(path.data, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
+    const uint8_t *q = path.data, *end = path.data + path.len; /* not NULL: at least 10 bytes */
     q += sizeof app - 1;
     if (end - q > 2 && q[0] == '~' && q[1] == '~') {
         while (q < end && *q != '/') q++;
@@ -171,15 +171,15 @@ static tm_str path_package(tm_str path) {
 /* A method entry's full original name: "Class.method", or the method as
  * given when it moved ("other.Cls.m"). */
 static tm_status full_name(tm_profile *p, const name_ent *e, tm_str *out) {
-    if (memchr(e->method.data, '.', e->method.len)) {
+    if (e->method.len && memchr(e->method.data, '.', e->method.len)) {
         *out = e->method;
         return TM_OK;
     }
     char *n = tm_arena_alloc(p->arena, e->class_name.len + 1 + e->method.len);
     if (!n) return TM_ERR_NOMEM;
-    memcpy(n, e->class_name.data, e->class_name.len);
+    if (e->class_name.len) memcpy(n, e->class_name.data, e->class_name.len); /* an empty view may be NULL */
     n[e->class_name.len] = '.';
-    memcpy(n + e->class_name.len + 1, e->method.data, e->method.len);
+    if (e->method.len) memcpy(n + e->class_name.len + 1, e->method.data, e->method.len);
     *out = (tm_str){(const uint8_t *)n, e->class_name.len + 1 + e->method.len};
     return TM_OK;
 }
@@ -247,8 +247,9 @@ static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_f
         /* one name: class and method, as the frame kept them */
         size_t dot = sorted[0]->len;
         while (dot > 0 && sorted[0]->data[dot - 1] != '.') dot--;
-        TM_TRY(set_java_name(p, &g, (tm_str){sorted[0]->data, dot ? dot - 1 : 0},
-                             (tm_str){sorted[0]->data + dot, sorted[0]->len - dot}));
+        tm_str none = {NULL, 0};
+        TM_TRY(set_java_name(p, &g, dot ? (tm_str){sorted[0]->data, dot - 1} : none,
+                             sorted[0]->len ? (tm_str){sorted[0]->data + dot, sorted[0]->len - dot} : none));
     } else {
         char *j = tm_arena_alloc(p->arena, len);
         if (!j) return TM_ERR_NOMEM;
