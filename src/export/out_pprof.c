@@ -611,6 +611,16 @@ static void write_functions(pprof_writer *x) {
     }
 }
 
+/* After the samples: mappings, locations and functions of the stacks they used. */
+static tm_status write_locations_and_functions(pprof_writer *x) {
+    TM_TRY(tm_frame_labels_build(x->p, &x->labels));
+    TM_TRY(number_functions_and_mappings(x));
+    TM_TRY(write_mappings(x));
+    write_locations(x);
+    write_functions(x);
+    return TM_OK;
+}
+
 static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
     const tm_profile *p = x->p;
     tm_pbw *w = &x->w;
@@ -633,11 +643,7 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
     grouping_release(x->mem, p, &g);
     TM_TRY(st);
 
-    TM_TRY(tm_frame_labels_build(p, &x->labels));
-    TM_TRY(number_functions_and_mappings(x));
-    TM_TRY(write_mappings(x));
-    write_locations(x);
-    write_functions(x);
+    TM_TRY(write_locations_and_functions(x));
 
     /* The comments are the last strings: every index is known now. */
     if (opts && opts->period_ns > 0)
@@ -728,11 +734,7 @@ static tm_status write_heap_profile(pprof_writer *x, tm_value v) {
     tm_mem_free(x->mem, heap_idx, (p->n_heap_names + 1) * sizeof *heap_idx);
     TM_TRY(st);
     TM_TRY(x->gzrec ? tm_gzrec_finish(x->gzrec) : x->w.st);
-    TM_TRY(tm_frame_labels_build(p, &x->labels));
-    TM_TRY(number_functions_and_mappings(x));
-    TM_TRY(write_mappings(x));
-    write_locations(x);
-    write_functions(x);
+    TM_TRY(write_locations_and_functions(x));
     snprintf(x->comment_period, sizeof x->comment_period,
              "memory profile: bytes and objects allocated at each stack over the trace's heap dumps, and those "
              "still in use at the last one; sampling interval %llu bytes%s",

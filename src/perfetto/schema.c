@@ -84,7 +84,7 @@ static const child tree_children[] = {{TM_PF_PROCESS_TREE_PROCESSES, &tree_proce
 static const schema process_tree = {"ProcessTree", F(3), 0, 0, tree_children, NULL};
 
 /* TraceStats: every figure the Trace Processor model reads into its stats. */
-#define F_RANGE(lo, hi) ((~0ull >> (63 - (hi))) & ~((1ull << (lo)) - 1))
+#define F_RANGE(lo, hi) ((~0ull >> (63 - (hi))) & ~((1ull << (lo)) - 1)) /* fields lo..hi */
 static const schema buffer_stats = {"TraceStats.BufferStats", F_RANGE(1, 20), 0, 0, NULL, NULL};
 static const schema filter_stats = {"TraceStats.FilterStats", F_RANGE(1, 5), 0, F(20), NULL, NULL};
 static const schema writer_stats = {"TraceStats.WriterStats", F(1) | F(4), 0, F(2) | F(3), NULL, NULL};
@@ -93,7 +93,6 @@ static const child trace_stats_children[] = {{TM_PF_TRACE_STATS_BUFFER_STATS, &b
                                              {TM_PF_TRACE_STATS_WRITER_STATS, &writer_stats},
                                              {0, NULL}};
 static const schema trace_stats = {"TraceStats", F_RANGE(2, 10) | F_RANGE(12, 15), 0, 0, trace_stats_children, NULL};
-#undef F_RANGE
 
 /* TraceConfig and FtraceStats: what the Trace Processor model reads of them. */
 static const schema buffer_config = {"TraceConfig.BufferConfig", F(1) | F(4), 0, 0, NULL, NULL};
@@ -146,11 +145,10 @@ static const child profile_children[] = {{TM_PF_PROFILE_STRINGS, &profile_string
 static const schema profile_packet = {"ProfilePacket", F(6) | F(7), 0, 0, profile_children, NULL};
 
 /* ProcessStats: the memory figures of each process. */
-#define F_RANGE2(lo, hi) ((~0ull >> (63 - (hi))) & ~((1ull << (lo)) - 1))
-static const schema proc_stats_process = {"ProcessStats.Process", F_RANGE2(1, 10), 0, 0, NULL, NULL};
+static const schema proc_stats_process = {"ProcessStats.Process", F_RANGE(1, 10), 0, 0, NULL, NULL};
 static const child process_stats_children[] = {{TM_PF_PROCESS_STATS_PROCESSES, &proc_stats_process}, {0, NULL}};
 static const schema process_stats = {"ProcessStats", F(2), 0, 0, process_stats_children, NULL};
-#undef F_RANGE2
+#undef F_RANGE
 
 #undef F
 

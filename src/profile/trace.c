@@ -1076,9 +1076,11 @@ static tm_status on_process_stats(dec *d, const tm_pf_packet *k) {
     return TM_OK;
 }
 
+static tm_pf_heap_sink heap_sink(dec *d) { return (tm_pf_heap_sink){d, heap_callsite, NULL, heap_dump, heap_row, heap_stat}; }
+
 static tm_status on_profile_packet(dec *d, const tm_pf_packet *k) {
     if (k->has_time && !k->trace_ok) return TM_OK; /* no clock path: Trace Processor drops the packet */
-    tm_pf_heap_sink sink = {d, heap_callsite, NULL, heap_dump, heap_row, heap_stat};
+    tm_pf_heap_sink sink = heap_sink(d);
     d->p->stats.heap_profile_packets++;
     return tm_pf_heap_packet(&d->heap, &d->rd, k->gen, k->data, k->has_time ? k->trace_ns : d->rd.latest_ns, &sink);
 }
@@ -1163,7 +1165,7 @@ static tm_status decode_trace(dec *d) {
         TM_TRY(decode_packet(d, &k));
     }
     if (rc != TM_PF_ERROR) {
-        tm_pf_heap_sink sink = {d, heap_callsite, NULL, heap_dump, heap_row, heap_stat};
+        tm_pf_heap_sink sink = heap_sink(d);
         TM_TRY(tm_pf_heap_finish(&d->heap, &sink));
     }
     tm_trace_stats *st = &d->p->stats;
