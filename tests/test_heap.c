@@ -320,3 +320,39 @@ Test(memory_telemetry, process_stats_give_the_footprint_counters_and_peak) {
     tm_db_free(db);
     tb_free(&b);
 }
+
+/* A dump over two continued packets, both flagged disconnected and
+ * overran: one lossy dump in the profile's count, each flag per packet in
+ * Trace Processor's stats. */
+Test(heap, a_lossy_dump_counts_once) {
+    tb_buf t = {0};
+    tb_heap_clocks(&t, 1);
+    for (uint64_t index = 0; index < 2; index++) {
+        size_t pkt = tb_packet_open(&t, 7, 10, index == 0 ? TB_SEQ_CLEARED : 0);
+        size_t pp = tb_open(&t, TM_PF_PACKET_PROFILE_PACKET);
+        if (index == 0) tables(&t);
+        size_t d = tb_open(&t, TM_PF_PROFILE_PROCESS_DUMPS);
+        tb_uint(&t, TM_PF_HEAP_DUMP_PID, PID);
+        tb_uint(&t, TM_PF_HEAP_DUMP_TIMESTAMP, 10);
+        tb_uint(&t, TM_PF_HEAP_DUMP_DISCONNECTED, 1);
+        tb_uint(&t, TM_PF_HEAP_DUMP_BUFFER_OVERRAN, 1);
+        const tb_heap_sample s = {CS_KEEP, 100, 0, 1, 0};
+        tb_heap_sample_msg(&t, &s);
+        tb_close(&t, d);
+        if (index == 0) tb_uint(&t, TM_PF_PROFILE_CONTINUED, 1);
+        tb_uint(&t, TM_PF_PROFILE_INDEX, index);
+        tb_close(&t, pp);
+        tb_close(&t, pkt);
+    }
+    tm_trace *tr = parse(&t);
+    cr_expect_eq(tm_trace_get_stats(tr)->heap_dumps, 1);
+    cr_expect_eq(tm_trace_get_stats(tr)->heap_dumps_with_loss, 1);
+    tm_trace_free(tr);
+    tm_db *db = NULL;
+    tm_error err = {0};
+    cr_assert_eq(tm_db_open(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_client_disconnected'"), 2);
+    cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_buffer_overran'"), 2);
+    tm_db_free(db);
+    tb_free(&t);
+}

@@ -243,10 +243,12 @@ static int dump_eq(const void *ctx, uint32_t idx, const void *key) {
            tm_bytes_eq(a->heap_name, b->heap_name);
 }
 
-/* A dump's window once per (process, end, heap): continued packets repeat it. */
-static tm_status report_dump(tm_pf_heap *h, const tm_pf_heap_dump *d, const tm_pf_heap_sink *sink) {
+/* A dump's window once per (process, end, heap): continued packets repeat
+ * it. *first: this is its first packet. */
+static tm_status report_dump(tm_pf_heap *h, const tm_pf_heap_dump *d, const tm_pf_heap_sink *sink, bool *first) {
     uint32_t hash = dump_hash(d);
-    if (tm_idxset_find(&h->dump_set, hash, dump_eq, h, d) != TM_ABSENT) return TM_OK;
+    *first = tm_idxset_find(&h->dump_set, hash, dump_eq, h, d) == TM_ABSENT;
+    if (!*first) return TM_OK;
     TM_TRY(TM_VEC_RESERVE(h->mem, h->dumps, h->cap_dumps, h->n_dumps + 1));
     h->dumps[h->n_dumps] = *d;
     TM_TRY(tm_idxset_add(h->mem, &h->dump_set, hash, (uint32_t)h->n_dumps++));
@@ -287,18 +289,21 @@ static dump_fields read_dump(tm_bytes msg) {
     return x;
 }
 
-static tm_status dump_stats(const dump_fields *x, int64_t packet_ts, const tm_pf_heap_sink *sink) {
+static tm_status dump_stats(const dump_fields *x, int64_t packet_ts, bool first, const tm_pf_heap_sink *sink) {
     int64_t pid = x->d.pid;
     void *c = sink->ctx;
     TM_TRY(sink->stat(c, TM_HEAP_LAST_PROFILE_TIMESTAMP, pid, packet_ts));
     static const tm_pf_heap_stat flag_stats[5] = {TM_HEAP_CLIENT_DISCONNECTED, TM_HEAP_BUFFER_CORRUPTED,
                                                   TM_HEAP_BUFFER_OVERRAN, TM_HEAP_REJECTED_CONCURRENT,
                                                   TM_HEAP_HIT_GUARDRAIL};
+    bool lossy = x->client_error != 0;
     for (int i = 0; i < 5; i++) {
         bool on = x->flags[i] || (i == 2 && x->client_error == TM_PF_HEAP_CLIENT_ERROR_HIT_TIMEOUT);
         if (on) TM_TRY(sink->stat(c, flag_stats[i], pid, 1));
+        lossy |= on;
     }
     if (x->client_error) TM_TRY(sink->stat(c, TM_HEAP_CLIENT_ERROR, pid, (int64_t)x->client_error));
+    if (lossy && first) TM_TRY(sink->stat(c, TM_HEAP_DUMP_LOSSY, pid, 1));
     if (x->orig_interval)
         TM_TRY(sink->stat(c, TM_HEAP_SAMPLING_INTERVAL_ADJUSTED, pid,
                           (int64_t)x->d.sampling_interval - (int64_t)x->orig_interval));
@@ -437,8 +442,9 @@ tm_status tm_pf_heap_packet(tm_pf_heap *h, tm_pf_reader *r, uint32_t gen, tm_byt
                                        &ok, &wrapped));
             if (ok) x.d.ts = start;
         }
-        TM_TRY(report_dump(h, &x.d, sink));
-        TM_TRY(dump_stats(&x, ts, sink));
+        bool first;
+        TM_TRY(report_dump(h, &x.d, sink, &first));
+        TM_TRY(dump_stats(&x, ts, first, sink));
         TM_TRY(queue_samples(h, s, f.bytes, &x));
     }
     return continued ? TM_OK : finalize(h, s, gen, payload.data, sink);

@@ -76,7 +76,9 @@ typedef enum tm_pf_heap_stat {
     TM_HEAP_STAT_ADDED_LAST = TM_HEAP_MALFORMED_PACKET, /* the ones above add; these set: */
     TM_HEAP_CLIENT_ERROR, TM_HEAP_SAMPLING_INTERVAL_ADJUSTED, TM_HEAP_LAST_PROFILE_TIMESTAMP,
     TM_HEAP_MISSING_PACKET,          /* not by process: pid 0, adds */
-    TM_HEAP_NON_FINALIZED_PROFILE    /* not by process: pid 0, adds */
+    TM_HEAP_NON_FINALIZED_PROFILE,   /* not by process: pid 0, adds */
+    TM_HEAP_DUMP_LOSSY               /* once per dump (continued packets repeat it) that any of the
+                                        flags above marks as lossy; Trace Processor has no such stat */
 } tm_pf_heap_stat;
 
 typedef struct tm_pf_heap_sink {

@@ -1033,10 +1033,7 @@ static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t
     tm_trace_stats *st = &((dec *)ctx)->p->stats;
     (void)pid;
     switch (stat) {
-    case TM_HEAP_CLIENT_DISCONNECTED: case TM_HEAP_BUFFER_CORRUPTED: case TM_HEAP_BUFFER_OVERRAN:
-    case TM_HEAP_REJECTED_CONCURRENT: case TM_HEAP_HIT_GUARDRAIL: case TM_HEAP_CLIENT_ERROR:
-        st->heap_dumps_with_loss++;
-        break;
+    case TM_HEAP_DUMP_LOSSY: st->heap_dumps_with_loss++; break; /* once per dump, whatever its flags */
     case TM_HEAP_MALFORMED_PACKET: st->heap_malformed += (uint64_t)v; break;
     case TM_HEAP_MISSING_PACKET: st->heap_missing_packets += (uint64_t)v; break;
     case TM_HEAP_NON_FINALIZED_PROFILE: st->heap_unfinished_dumps += (uint64_t)v; break;

@@ -1664,6 +1664,7 @@ static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t
         [TM_HEAP_NON_FINALIZED_PROFILE] = TPS_heapprofd_non_finalized_profile,
     };
     dec *d = ctx;
+    if (stat == TM_HEAP_DUMP_LOSSY) return TM_OK; /* the flags' own stats say it */
     if (stat >= TM_HEAP_MISSING_PACKET) {
         stat_add(d, keys[stat], v);
         return TM_OK;
