@@ -230,6 +230,22 @@ Test(differential, incremental_state_cleared_twice) {
     tb_free(&b);
 }
 
+Test(differential, entries_re_sent_at_each_clear_same_or_changed) {
+    static const char *const abz[] = {"main", "run", "zap"};
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1100, abc, 3); /* the same bytes again */
+    tb_perf_sample(&b, 1, 1200, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 1250, 7, 8, 2, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1300, abz, 3); /* one name changed */
+    tb_perf_sample(&b, 1, 1400, 7, 8, 3, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1500, abc, 3);
+    tb_perf_sample(&b, 1, 1600, 7, 8, 3, TB_SEQ_NEEDS);
+    assert_agrees(&b, NULL, 5);
+    tb_free(&b);
+}
+
 Test(differential, lost_packets_until_the_next_clear) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, 100, abc, 3);

@@ -353,6 +353,81 @@ Test(trace_incremental, seq_incremental_state_cleared_resets_tables) { check_res
 
 Test(trace_incremental, legacy_incremental_state_cleared_field_41_resets_tables) { check_reset_trace(1); }
 
+/* Interned data for the carry-over trace: function 1 "alpha" and 2 fn2,
+ * mapping 1 at path lib, frame 1 (alpha in mapping 1) and frame 2 (fn2)
+ * when `frames` has bit 1 and 2, callstack 1 = [frame 1, frame 2] (root
+ * first) and callstack 2 = [frame 2] when `rest`. */
+static void carry_interned(tb_buf *t, uint64_t ts, uint32_t flags, const char *fn2, const char *lib, int frames,
+                           int rest) {
+    size_t p = tb_packet_open(t, 1, ts, flags);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    if (rest) {
+        static const uint64_t seg = 1, cs1[] = {1, 2};
+        fn_name(t, 1, "alpha");
+        fn_name(t, 2, fn2);
+        path_str(t, 1, lib);
+        mapping_paths(t, 1, 0x1000, 0x9000, &seg, 1, 0);
+        tb_callstack(t, 1, cs1, 2, 0);
+        callstack1(t, 2, 2);
+    }
+    if (frames & 1) tb_frame(t, 1, 1, 1, 0x10);
+    if (frames & 2) tb_frame(t, 2, 2, 0, 0x20);
+    tb_close(t, i);
+    tb_close(t, p);
+}
+
+static void carry_sample(tb_buf *t, uint64_t ts, uint64_t cs) {
+    size_t p = tb_packet_open(t, 1, ts, TB_SEQ_NEEDS);
+    perf_body(t, 7, 7, cs);
+    tb_close(t, p);
+}
+
+/* A writer that clears often re-sends its entries: what was resolved
+ * carries over to the next epochs only while the entries it used, and those
+ * they refer to, come back with the same bytes. */
+Test(trace_incremental, resolutions_carry_over_clears_only_while_their_entries_are_unchanged) {
+    tb_buf b = {0};
+    carry_interned(&b, 1000, TB_SEQ_CLEARED, "beta", "libx.so", 3, 1);
+    carry_sample(&b, 1000, 1);
+    carry_sample(&b, 1001, 2);
+    carry_interned(&b, 2000, TB_SEQ_CLEARED, "beta", "libx.so", 3, 1); /* the same bytes */
+    carry_sample(&b, 2000, 1);
+    carry_interned(&b, 3000, TB_SEQ_CLEARED, "gamma", "liby.so", 3, 1); /* strings changed, frames not */
+    carry_sample(&b, 3000, 1);
+    carry_interned(&b, 4000, TB_SEQ_CLEARED, "gamma", "liby.so", 2, 1); /* frame 1 not re-sent */
+    carry_sample(&b, 4000, 1);                                          /* dropped */
+    carry_sample(&b, 4001, 2); /* callstack 2 last resolved two epochs ago, its frame since renamed */
+    carry_interned(&b, 5000, TB_SEQ_CLEARED, "beta", "libx.so", 3, 1); /* back to the first bytes */
+    carry_sample(&b, 5000, 1);
+    carry_interned(&b, 6000, TB_SEQ_CLEARED, "beta", "libx.so", 0, 1); /* frames come later */
+    carry_sample(&b, 6000, 2);                                         /* dropped */
+    carry_interned(&b, 6001, TB_SEQ_NEEDS, "beta", "libx.so", 3, 0);
+    carry_sample(&b, 6002, 2);
+    carry_sample(&b, 6003, 1);
+    tm_trace *t = parse(&b);
+    const tm_profile *p = tm_trace_profile(t);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(p->n_samples, 8);
+    cr_assert_eq(st->dropped_unresolved, 2);
+    static const int64_t ts[] = {1000, 1001, 2000, 3000, 4001, 5000, 6002, 6003};
+    static const char *const leaves[] = {"beta", "beta", "beta", "gamma", "gamma", "beta", "beta", "beta"};
+    for (size_t i = 0; i < 8; i++) assert_sample(p, i, ts[i], 7, leaves[i]);
+    static const size_t with_root[] = {0, 2, 3, 5, 7};
+    static const char *const libs[] = {"libx.so", "libx.so", "liby.so", "libx.so", "libx.so"};
+    for (size_t k = 0; k < 5; k++) {
+        const tm_prof_frame *root = frame_at(p, with_root[k], 1);
+        cr_assert(str_is(root->function, "alpha"));
+        cr_assert(str_is(root->package, libs[k]), "sample %zu: package %.*s, expected %s", with_root[k],
+                  TM_STR_ARGS(root->package), libs[k]);
+    }
+    cr_assert_eq(stack_of(p, 0), stack_of(p, 2));
+    cr_assert_eq(stack_of(p, 0), stack_of(p, 5));
+    cr_assert_eq(stack_of(p, 0), stack_of(p, 7));
+    cr_assert_neq(stack_of(p, 0), stack_of(p, 3));
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
 Test(trace_incremental, first_interned_entry_of_an_iid_wins_within_a_generation) {
     tb_buf b = {0};
     static const uint64_t a_path[] = {1}, b_path[] = {2};

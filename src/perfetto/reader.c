@@ -69,12 +69,18 @@ void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *
     tm_clocks_init(&r->clocks, mem);
 }
 
+static void free_index(tm_mem *m, tm_iidmap *index) {
+    if (!index) return;
+    for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_free(m, &index[k]);
+    tm_mem_free(m, index, TM_PF_N_INTERNED_KINDS * sizeof *index);
+}
+
 static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
+    tm_mem_free(m, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
     tm_u64map_free(m, &s->by_epoch);
-    if (!s->newest) return;
-    for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_free(m, &s->newest[k]);
-    tm_mem_free(m, s->newest, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+    free_index(m, s->newest);
+    free_index(m, s->old_newest);
 }
 
 void tm_pf_reader_release(tm_pf_reader *r) {
@@ -181,11 +187,11 @@ static bool epoch_key(uint32_t epoch, int kind, uint64_t iid, uint64_t *key) {
     return true;
 }
 
-bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out) {
+const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
     const tm_pf_gen *g = &r->gens[gen];
     const tm_pf_seq *s = &r->seqs[g->seq];
     int kind = kind_of(field);
-    if (kind < 0) return false;
+    if (kind < 0) return NULL;
     uint32_t i;
     uint64_t key;
     if ((r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(g->epoch, kind, iid, &key)) {
@@ -195,21 +201,37 @@ bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t 
         while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
         if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
     }
-    if (i == TM_ABSENT || s->ents[i].gen > gen) return false;
-    out->data = s->ents[i].msg;
-    out->len = s->ents[i].len;
+    return i == TM_ABSENT || s->ents[i].gen > gen ? NULL : &s->ents[i];
+}
+
+bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out) {
+    const tm_pf_entry *e = tm_pf_find(r, gen, field, iid);
+    if (!e) return false;
+    out->data = e->msg;
+    out->len = e->len;
     return true;
 }
 
-bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out) {
-    tm_bytes msg;
-    if (!tm_pf_lookup(r, gen, field, iid, &msg)) return false;
-    out->data = msg.data; /* an entry without str is the empty string */
-    out->len = 0;
-    tm_pb_reader pb = tm_pb_reader_of(msg);
+bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch) {
+    const tm_pf_gen *g = &r->gens[gen];
+    const tm_pf_seq *s = &r->seqs[g->seq];
+    return !(r->flags & TM_PF_KEEP_EPOCHS) && s->gen == gen && s->epoch == g->epoch && epoch < g->epoch &&
+           s->last_unfull <= epoch && s->n_same == s->n_before;
+}
+
+tm_str tm_pf_entry_str(const tm_pf_entry *e) {
+    tm_str out = {e->msg, 0}; /* an entry without str is the empty string */
+    tm_pb_reader pb = tm_pb_reader_of((tm_bytes){e->msg, e->len});
     tm_pb_field f;
     while (tm_pb_next(&pb, &f) == TM_PB_OK) /* checked when interned */
-        if (f.num == TM_PF_INTERNED_STRING_STR) *out = f.bytes;
+        if (f.num == TM_PF_INTERNED_STRING_STR) out = f.bytes;
+    return out;
+}
+
+bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out) {
+    const tm_pf_entry *e = tm_pf_find(r, gen, field, iid);
+    if (!e) return false;
+    *out = tm_pf_entry_str(e);
     return true;
 }
 
@@ -363,6 +385,22 @@ static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_
     return TM_OK;
 }
 
+/* The entry of (kind, iid) in the epoch before s's current one, if it had
+ * one; chained: the newest entry of that iid when epochs are chained. */
+static const tm_pf_entry *entry_before(const tm_pf_reader *r, const tm_pf_seq *s, int kind, uint64_t iid,
+                                       uint32_t chained) {
+    if (s->epoch == 0) return NULL;
+    uint32_t i = TM_ABSENT;
+    uint64_t key;
+    if (!(r->flags & TM_PF_KEEP_EPOCHS)) {
+        i = s->old_newest ? tm_iidmap_get(&s->old_newest[kind], iid) : TM_ABSENT;
+        return i == TM_ABSENT ? NULL : &s->old_ents[i];
+    }
+    if (epoch_key(s->epoch - 1, kind, iid, &key)) i = tm_u64map_get(&s->by_epoch, key);
+    else i = chained;
+    return i != TM_ABSENT && s->ents[i].epoch == s->epoch - 1 ? &s->ents[i] : NULL;
+}
+
 static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const entry_schema *sc, tm_bytes msg,
                            const uint8_t *at) {
     uint64_t iid;
@@ -397,7 +435,11 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if (s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "interned data past 4 GiB on sequence %u", s->id);
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
-    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, keyed ? TM_ABSENT : i};
+    const tm_pf_entry *before = entry_before(r, s, kind, iid, keyed ? TM_ABSENT : i);
+    bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
+    s->n_same += same;
+    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, keyed ? TM_ABSENT : i,
+                                       same ? before->same_since : s->epoch};
     tm_status st = keyed ? tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)s->n_ents)
                          : tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1);
     if (st != TM_OK) return nomem(r);
@@ -621,11 +663,21 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
  * TM_PF_KEEP_EPOCHS nothing looks up an older epoch again, so its entries
  * go. */
 static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
+    if (s->n_same != s->n_before) s->last_unfull = s->epoch;
+    s->n_before = s->n_interned;
+    s->n_same = 0;
     s->epoch++;
     s->n_interned = 0;
-    if (!(r->flags & TM_PF_KEEP_EPOCHS) && s->newest) {
-        s->n_ents = 0;
-        for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
+    if (!(r->flags & TM_PF_KEEP_EPOCHS)) { /* the epoch that ends becomes the one before */
+        tm_pf_entry *ents = s->old_ents;
+        size_t cap = s->cap_old_ents;
+        tm_iidmap *index = s->old_newest;
+        s->old_ents = s->ents, s->cap_old_ents = s->cap_ents;
+        s->old_newest = s->newest;
+        s->ents = ents, s->cap_ents = cap, s->n_ents = 0;
+        s->newest = index;
+        if (index)
+            for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &index[k]);
     }
     return new_gen(r, s, (tm_bytes){NULL, 0}, false);
 }

@@ -64,6 +64,9 @@ typedef struct tm_pf_entry {
     uint32_t len;
     uint32_t epoch, gen;
     uint32_t prev; /* the entry of the same field and iid in an older epoch; TM_ABSENT: none */
+    uint32_t same_since; /* the first epoch from which its field and iid had these bytes in every epoch:
+                            what a consumer resolved in one of those still holds, if what it refers
+                            to stayed the same too */
 } tm_pf_entry;
 
 /* One sequence (trusted_packet_sequence_id). */
@@ -75,6 +78,15 @@ typedef struct tm_pf_seq {
     uint64_t n_interned;   /* entries added since the last clear */
     tm_pf_entry *ents; size_t n_ents, cap_ents;
     tm_iidmap *newest;     /* [TM_PF_N_INTERNED_KINDS]: iid -> its newest entry; NULL until the first */
+    /* Without TM_PF_KEEP_EPOCHS, the epoch before this one (kept so entries
+     * can be compared with it: `same`), swapped in at a clear. */
+    tm_pf_entry *old_ents; size_t cap_old_ents;
+    tm_iidmap *old_newest;
+    /* Did this epoch re-send everything the one before had, byte for byte?
+     * Yes when n_same reaches n_before. last_unfull: the latest ended epoch
+     * that did not. */
+    uint64_t n_before, n_same;
+    uint32_t last_unfull;
     tm_u64map by_epoch;    /* TM_PF_KEEP_EPOCHS: (epoch, kind, iid) -> entry, when they pack into 64 bits;
                               what does not pack goes to newest */
     bool valid;            /* incremental state is valid */
@@ -212,12 +224,21 @@ enum { TM_PF_END = 0, TM_PF_PACKET = 1, TM_PF_ERROR = -1 };
 /* The next packet: TM_PF_PACKET, TM_PF_END, or TM_PF_ERROR with err set. */
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk);
 
-/* The interned message (field, iid) as a packet of generation gen sees it;
- * false when there is none. */
+/* The interned entry (field, iid) as a packet of generation gen sees it;
+ * NULL when there is none. */
+const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid);
+/* Its message; false when there is none. */
 bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out);
 /* The string of an interned InternedString (function_names, mapping_paths,
  * build_ids, source_paths); false when absent. */
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out);
+/* Does a packet of generation gen (its sequence's newest) see every entry
+ * its sequence had at the end of epoch `epoch`, with the same bytes, as
+ * every epoch since did? Then what a consumer resolved in that epoch still
+ * holds. Always false with TM_PF_KEEP_EPOCHS. */
+bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch);
+/* The string of an InternedString message (checked when it was interned). */
+tm_str tm_pf_entry_str(const tm_pf_entry *e);
 
 /* ns of clock (tm_pf_clock_key) in trace time, for times a consumer keeps
  * itself (the legacy track-event time base); record: count a failure.

@@ -18,11 +18,16 @@
  *    snapshot.
  *
  * Resolution results (profile stack, frame and mapping per iid) are cached
- * per sequence and dropped by a clear (or, in Relay mode, by any
- * interned-data merge, which may replace entries): within one epoch entries
- * are only ever added, so a cached resolution stays right across the
- * generations a loss or new defaults start. A sample whose callstack was
- * seen before costs one array load.
+ * per sequence, with the epochs they hold for: within one epoch entries are
+ * only ever added, so a cached resolution stays right across the
+ * generations a loss or new defaults start. A clear starts an epoch; a
+ * writer that clears often (traced_perf with a short clear_period_ms)
+ * re-sends the same entries each time, and a resolution carries over when
+ * its entry has had the same bytes ever since (the reader's `same_since`)
+ * and everything it refers to carried over too: frames are not interned
+ * again, stacks not hashed again. In Relay mode any interned-data merge may replace entries,
+ * so it drops them all. A sample whose callstack was seen before in its
+ * epoch costs two array loads.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,13 +68,24 @@ typedef struct ent_task {
     bool has_tid;
 } ent_task;
 
+/* What an interned iid resolved to: id, in every epoch from since to upto
+ * (one where it was not resolved included, when its entry stayed the same). */
+typedef struct resolved {
+    uint32_t id, since, upto;
+} resolved;
+
+typedef struct res_cache {
+    tm_iidmap slot_by_iid; /* iid -> index in res */
+    resolved *res; size_t n, cap;
+} res_cache;
+
 /* What the profile model keeps per sequence, beside the reader's
  * tm_pf_seq (same index). */
 typedef struct seq_state {
     uint32_t id, index;
-    tm_iidmap stack_by_iid; /* callstack iid -> resolved profile stack, this epoch */
-    tm_iidmap frame_by_iid; /* frame iid -> resolved profile frame, this epoch */
-    tm_iidmap mapping_by_iid; /* mapping iid -> resolved profile mapping, this epoch */
+    res_cache stacks;   /* callstack iid -> profile stack */
+    res_cache frames;   /* frame iid -> profile frame */
+    res_cache mappings; /* mapping iid -> profile mapping */
     bool had_loss, has_thread, has_ref_time;
     int64_t pid, tid;
     int64_t time_ns; /* legacy track-event time (MONOTONIC), StreamingProfilePacket base */
@@ -127,19 +143,34 @@ static tm_status pb_error(dec *d, const tm_pb_reader *r, const char *where) { re
 
 /* ---- sequences ---- */
 
+static void cache_free(tm_mem *m, res_cache *c) {
+    tm_iidmap_free(m, &c->slot_by_iid);
+    tm_mem_free(m, c->res, c->cap * sizeof *c->res);
+}
+
+static void cache_clear(tm_mem *m, res_cache *c) {
+    tm_iidmap_clear(m, &c->slot_by_iid);
+    c->n = 0;
+}
+
+static void seq_caches_free(tm_mem *m, seq_state *s) {
+    cache_free(m, &s->stacks);
+    cache_free(m, &s->frames);
+    cache_free(m, &s->mappings);
+}
+
 static void seq_free(tm_mem *m, seq_state *s) {
-    tm_iidmap_free(m, &s->stack_by_iid);
-    tm_iidmap_free(m, &s->frame_by_iid);
-    tm_iidmap_free(m, &s->mapping_by_iid);
+    seq_caches_free(m, s);
     tm_mem_free(m, s, sizeof *s);
 }
 
-/* Drops what was resolved from the intern tables: after a clear, and in
- * Relay mode after any merge, which may replace entries. */
+/* Drops what was resolved from the intern tables: in Relay mode after any
+ * merge, which may replace entries; for another dump's ProfilePacket
+ * tables. */
 static void seq_forget_resolved(tm_mem *m, seq_state *s) {
-    tm_iidmap_clear(m, &s->stack_by_iid);
-    tm_iidmap_clear(m, &s->frame_by_iid);
-    tm_iidmap_clear(m, &s->mapping_by_iid);
+    cache_clear(m, &s->stacks);
+    cache_clear(m, &s->frames);
+    cache_clear(m, &s->mappings);
 }
 
 /* The model's state of a reader sequence, made on its first packet. */
@@ -160,7 +191,56 @@ static tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
 
 /* How many entries the sequence's tables hold: bounds the dense part of
  * the caches keyed by iid. */
-static size_t seq_entries(const dec *d, const seq_state *s) { return (size_t)d->rd.seqs[s->index].n_interned; }
+static size_t seq_entries(const dec *d, const seq_state *s) {
+    return d->local ? 0 : (size_t)d->rd.seqs[s->index].n_interned;
+}
+
+/* The epoch lookups see now (ProfilePacket tables have one). */
+static inline uint32_t cur_epoch(const dec *d) { return d->local ? 0 : d->rd.gens[d->gen].epoch; }
+
+static inline resolved *cache_find(res_cache *c, uint64_t iid) {
+    uint32_t i = tm_iidmap_get(&c->slot_by_iid, iid);
+    return i == TM_ABSENT ? NULL : &c->res[i];
+}
+
+/* Records that iid resolved to id in this epoch; c: what it resolved to
+ * before (NULL: never). The run of epochs goes on when the epoch before
+ * gave the same id. *since: where the run starts. */
+static tm_status remember(dec *d, seq_state *s, res_cache *cache, resolved *c, uint64_t iid, uint32_t id,
+                          uint32_t *since) {
+    uint32_t epoch = cur_epoch(d);
+    if (c) {
+        if (c->upto + 1 != epoch || c->id != id) c->since = epoch;
+        c->id = id;
+        c->upto = epoch;
+        *since = c->since;
+        return TM_OK;
+    }
+    *since = epoch;
+    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, cache->res, cache->cap, cache->n + 1));
+    cache->res[cache->n] = (resolved){id, epoch, epoch};
+    DTRY_MEM(d, tm_iidmap_put(d->mem, &cache->slot_by_iid, iid, (uint32_t)cache->n, seq_entries(d, s)));
+    cache->n++;
+    return TM_OK;
+}
+
+/* A cached resolution that may carry over to this epoch: its entry has had
+ * the same bytes since the epoch it was last made in, or before. */
+static inline bool may_carry(const resolved *c, uint32_t same_since) { return c && same_since <= c->upto; }
+
+/* A cached resolution that carries over whatever it refers to: the
+ * sequence has re-sent everything since, byte for byte (what a writer
+ * that re-sends all it interned at each clear gives). */
+static inline bool all_carry(const dec *d, const resolved *c) {
+    return c && !d->local && !d->relay && tm_pf_unchanged_since(&d->rd, d->gen, c->upto);
+}
+
+/* Carries c over to this epoch. */
+static inline uint32_t carry(const dec *d, resolved *c, uint32_t *out) {
+    c->upto = cur_epoch(d);
+    *out = c->id;
+    return c->since;
+}
 
 /* StackSample.TaskContext { iid=1; uint32 pid=2; uint32 tid=3; uint64 async_id=4; } */
 static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t *iid) {
@@ -229,6 +309,26 @@ static bool lookup_str(const dec *d, uint32_t field, uint64_t iid, tm_str *out) 
                     : tm_pf_lookup_str(&d->rd, d->gen, field, iid, out);
 }
 
+/* Like lookup; *same_since: the first epoch from which the entry had these
+ * bytes in every epoch (never before this one in Relay mode, whose entries
+ * may be replaced, nor in ProfilePacket tables). */
+static bool lookup_since(const dec *d, uint32_t field, uint64_t iid, tm_bytes *out, uint32_t *same_since) {
+    *same_since = UINT32_MAX;
+    if (d->local || d->relay) return lookup(d, field, iid, out);
+    const tm_pf_entry *e = tm_pf_find(&d->rd, d->gen, field, iid);
+    if (!e) return false;
+    *out = (tm_bytes){e->msg, e->len};
+    *same_since = e->same_since;
+    return true;
+}
+
+/* Has the string entry (field, iid) had the same bytes since epoch `upto`? */
+static bool str_same_since(const dec *d, uint32_t field, uint64_t iid, uint32_t upto) {
+    tm_bytes msg;
+    uint32_t same_since;
+    return lookup_since(d, field, iid, &msg, &same_since) && same_since <= upto;
+}
+
 /* Joins the resolvable path segments of a mapping with '/'. Relay skips
  * unresolvable ids; Trace Processor stops at the first one. */
 static tm_status mapping_path(dec *d, tm_bytes msg, tm_str *out) {
@@ -286,10 +386,40 @@ static tm_status mapping_path(dec *d, tm_bytes msg, tm_str *out) {
     return st == TM_OK ? TM_OK : nomem(d);
 }
 
-static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, const ent_mapping *e, uint32_t *out) {
-    uint32_t cached = tm_iidmap_get(&s->mapping_by_iid, iid);
-    if (cached != TM_ABSENT) {
-        *out = cached;
+/* Have the strings a mapping refers to had the same bytes since epoch upto? */
+static bool mapping_refs_same(const dec *d, const ent_mapping *e, uint32_t upto) {
+    if ((e->flags & M_HAS_BUILD) && e->build && !str_same_since(d, TM_PF_INTERNED_BUILD_IDS, e->build, upto))
+        return false;
+    tm_pb_repeated ids = tm_pb_repeated_of(e->msg, TM_PF_MAPPING_PATH_STRING_IDS);
+    uint64_t id;
+    while (tm_pb_repeated_next(&ids, &id) == TM_PB_OK) /* checked when interned */
+        if (!str_same_since(d, TM_PF_INTERNED_MAPPING_PATHS, id, upto)) return false;
+    return true;
+}
+
+/* Resolves a mapping iid; *ok = 0 when there is none; *since: the first
+ * epoch of the run it resolved to the same mapping in. */
+static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *out, int *ok, uint32_t *since) {
+    resolved *c = cache_find(&s->mappings, iid);
+    *ok = 1;
+    if (c && c->upto == cur_epoch(d)) {
+        *out = c->id;
+        *since = c->since;
+        return TM_OK;
+    }
+    if (all_carry(d, c)) {
+        *since = carry(d, c, out);
+        return TM_OK;
+    }
+    tm_bytes msg;
+    uint32_t same_since;
+    if (!lookup_since(d, TM_PF_INTERNED_MAPPINGS, iid, &msg, &same_since)) {
+        *ok = 0;
+        return TM_OK;
+    }
+    const ent_mapping mapping = parse_mapping(msg), *e = &mapping;
+    if (may_carry(c, same_since) && mapping_refs_same(d, e, c->upto)) {
+        *since = carry(d, c, out);
         return TM_OK;
     }
     tm_prof_mapping m;
@@ -307,8 +437,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, const ent_m
     if (e->flags & M_HAS_LOAD_BIAS) m.flags |= TM_MAPPING_HAS_LOAD_BIAS;
     if (m.path.len && tm_path_is_java(m.path)) m.flags |= TM_MAPPING_JAVA;
     DTRY_MEM(d, tm_profile_intern_mapping(d->p, &m, out));
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->mapping_by_iid, iid, *out, seq_entries(d, s)));
-    return TM_OK;
+    return remember(d, s, &s->mappings, c, iid, *out, since);
 }
 
 /* Adds a frame to the profile, within max_unique_frames. */
@@ -320,20 +449,53 @@ static tm_status intern_frame(dec *d, const tm_prof_frame *pf, const uint8_t *at
     return nomem(d);
 }
 
+/* Does what a frame refers to resolve as it did in epoch upto? */
+static tm_status frame_refs_kept(dec *d, seq_state *s, const ent_frame *e, uint32_t upto, bool *kept) {
+    *kept = false;
+    if ((e->flags & F_HAS_FN) && e->fn && !str_same_since(d, TM_PF_INTERNED_FUNCTION_NAMES, e->fn, upto))
+        return TM_OK;
+    if ((e->flags & F_HAS_MAPPING) && e->mapping) {
+        uint32_t pmi, since;
+        int ok;
+        TM_TRY(resolve_mapping(d, s, e->mapping, &pmi, &ok, &since));
+        *kept = ok && since <= upto;
+        return TM_OK;
+    }
+    *kept = true;
+    return TM_OK;
+}
+
 /* Resolves a frame iid; *ok = 0 when it cannot be (the caller decides
- * whether that drops the stack or only the frame). */
+ * whether that drops the stack or only the frame); *since: the first epoch
+ * of the run it resolved to the same frame in. */
 static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t *at, uint32_t *out,
-                               int *ok) {
-    uint32_t cached = tm_iidmap_get(&s->frame_by_iid, iid);
-    if (cached != TM_ABSENT) {
-        *out = cached;
+                               int *ok, uint32_t *since) {
+    resolved *c = cache_find(&s->frames, iid);
+    if (c && c->upto == cur_epoch(d)) {
+        *out = c->id;
+        *ok = 1;
+        *since = c->since;
+        return TM_OK;
+    }
+    if (all_carry(d, c)) {
+        *since = carry(d, c, out);
         *ok = 1;
         return TM_OK;
     }
     tm_bytes msg;
+    uint32_t same_since;
     *ok = 0;
-    if (!lookup(d, TM_PF_INTERNED_FRAMES, iid, &msg)) return TM_OK;
+    if (!lookup_since(d, TM_PF_INTERNED_FRAMES, iid, &msg, &same_since)) return TM_OK;
     const ent_frame frame = parse_frame(msg), *e = &frame;
+    if (may_carry(c, same_since)) {
+        bool kept;
+        TM_TRY(frame_refs_kept(d, s, e, c->upto, &kept));
+        if (kept) {
+            *since = carry(d, c, out);
+            *ok = 1;
+            return TM_OK;
+        }
+    }
     tm_prof_frame pf;
     memset(&pf, 0, sizeof pf);
     tm_str name = {NULL, 0};
@@ -344,11 +506,10 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
     }
     const tm_prof_mapping *pm = NULL;
     if ((e->flags & F_HAS_MAPPING) && (e->mapping || d->relay)) {
-        tm_bytes mmsg;
-        if (lookup(d, TM_PF_INTERNED_MAPPINGS, e->mapping, &mmsg)) {
-            uint32_t pmi;
-            const ent_mapping mapping = parse_mapping(mmsg);
-            TM_TRY(resolve_mapping(d, s, e->mapping, &mapping, &pmi));
+        uint32_t pmi, msince;
+        int mok;
+        TM_TRY(resolve_mapping(d, s, e->mapping, &pmi, &mok, &msince));
+        if (mok) {
             pm = &d->p->mappings[pmi];
             pf.mapping = pmi + 1;
         } else if (!d->relay) return TM_OK;
@@ -385,7 +546,7 @@ static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t
         pf.flags |= TM_FRAME_HAS_FUNCTION;
     }
     TM_TRY(intern_frame(d, &pf, at, out));
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->frame_by_iid, iid, *out, seq_entries(d, s)));
+    TM_TRY(remember(d, s, &s->frames, c, iid, *out, since));
     *ok = 1;
     return TM_OK;
 }
@@ -399,49 +560,73 @@ static void reverse_scratch(dec *d, size_t n) {
     }
 }
 
-/* Resolves callstack iid, first time in this generation. */
+/* Does a callstack whose entry kept its bytes since epoch upto still give
+ * the stack it gave then: do all its frames? */
+static tm_status frames_kept(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at, uint32_t upto, bool *kept) {
+    tm_pb_repeated ids = tm_pb_repeated_of(msg, TM_PF_CALLSTACK_FRAME_IDS);
+    uint64_t fid;
+    *kept = false;
+    while (tm_pb_repeated_next(&ids, &fid) == TM_PB_OK) { /* checked when interned */
+        uint32_t pfi, since;
+        int ok;
+        TM_TRY(resolve_frame(d, s, fid, at, &pfi, &ok, &since));
+        if (!ok || since > upto) return TM_OK;
+    }
+    *kept = true;
+    return TM_OK;
+}
+
+/* Resolves callstack iid, first time in this epoch. */
 static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                         uint32_t *out, int *ok) {
+    resolved *c = cache_find(&s->stacks, iid);
     tm_bytes msg;
+    uint32_t same_since, since;
     *ok = 0;
-    if (!lookup(d, TM_PF_INTERNED_CALLSTACKS, iid, &msg)) return TM_OK;
+    if (all_carry(d, c)) {
+        carry(d, c, out);
+        *ok = 1;
+        return TM_OK;
+    }
+    if (!lookup_since(d, TM_PF_INTERNED_CALLSTACKS, iid, &msg, &same_since)) return TM_OK;
+    if (may_carry(c, same_since)) {
+        bool kept;
+        TM_TRY(frames_kept(d, s, msg, at, c->upto, &kept));
+        if (kept) {
+            carry(d, c, out);
+            *ok = 1;
+            return TM_OK;
+        }
+    }
     size_t n = 0;
-    tm_pb_reader r = tm_pb_reader_of(msg);
-    tm_pb_field f;
-    while (tm_pb_next(&r, &f) == TM_PB_OK) { /* checked when interned */
-        if (f.num != TM_PF_CALLSTACK_FRAME_IDS) continue;
-        int packed = f.wire == TM_PB_LEN;
-        tm_bytes none = {NULL, 0};
-        tm_pb_reader pr = tm_pb_reader_of(packed ? f.bytes : none); /* bytes is unset for varints */
-        uint64_t fid = f.val;
-        while (!packed || tm_pb_packed_next(&pr, &fid) == TM_PB_OK) {
-            uint32_t pfi;
-            int fok;
-            TM_TRY(resolve_frame(d, s, fid, at, &pfi, &fok));
-            if (fok) {
-                DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->frame_scratch, d->cap_fs, n + 1));
-                d->frame_scratch[n++] = pfi;
-            } else if (!d->relay) {
-                return TM_OK;
-            }
-            if (!packed) break;
+    tm_pb_repeated ids = tm_pb_repeated_of(msg, TM_PF_CALLSTACK_FRAME_IDS);
+    uint64_t fid;
+    while (tm_pb_repeated_next(&ids, &fid) == TM_PB_OK) { /* checked when interned */
+        uint32_t pfi;
+        int fok;
+        TM_TRY(resolve_frame(d, s, fid, at, &pfi, &fok, &since));
+        if (fok) {
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->frame_scratch, d->cap_fs, n + 1));
+            d->frame_scratch[n++] = pfi;
+        } else if (!d->relay) {
+            return TM_OK;
         }
     }
     reverse_scratch(d, n);
     DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &s->stack_by_iid, iid, *out, seq_entries(d, s)));
+    TM_TRY(remember(d, s, &s->stacks, c, iid, *out, &since));
     *ok = 1;
     return TM_OK;
 }
 
 /* Resolves a callstack iid to a profile stack (leaf first). *ok = 0 when
- * the sample must be dropped. A callstack seen before in this generation
- * costs one array load. */
+ * the sample must be dropped. A callstack seen before in this epoch costs
+ * two array loads. */
 static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                           uint32_t *out, int *ok) {
-    uint32_t stack = tm_iidmap_get(&s->stack_by_iid, iid);
-    if (TM_LIKELY(stack != TM_ABSENT)) {
-        *out = stack;
+    const resolved *c = cache_find(&s->stacks, iid);
+    if (TM_LIKELY(c && c->upto == cur_epoch(d))) {
+        *out = c->id;
         *ok = 1;
         return TM_OK;
     }
@@ -1105,10 +1290,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
             if (!s->had_loss) st->sequences_with_data_loss++;
             s->had_loss = true;
         }
-        if (k->cleared) {
-            seq_forget_resolved(d->mem, s);
-            st->incremental_resets++;
-        }
+        if (k->cleared) st->incremental_resets++;
         if (k->interned_skipped) st->interned_data_skipped++;
     }
     /* 2. clock snapshots and trace stats are consumed here */
@@ -1282,9 +1464,7 @@ static void dec_release(dec *d) {
     tm_mem_free(d->mem, d->cs_scratch, d->cap_cs * sizeof *d->cs_scratch);
     tm_mem_free(d->mem, d->delta_scratch, d->cap_delta * sizeof *d->delta_scratch);
     tm_mem_free(d->mem, d->frame_scratch, d->cap_fs * sizeof *d->frame_scratch);
-    tm_iidmap_free(d->mem, &d->local_seq.stack_by_iid);
-    tm_iidmap_free(d->mem, &d->local_seq.frame_by_iid);
-    tm_iidmap_free(d->mem, &d->local_seq.mapping_by_iid);
+    seq_caches_free(d->mem, &d->local_seq);
     tm_pf_heap_release(&d->heap);
 }
 
