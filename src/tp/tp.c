@@ -50,6 +50,22 @@ static const tm_str empty_str = {(const uint8_t *)"", 0};
 
 /* ---- decoder state ------------------------------------------------------ */
 
+/* The rows a sequence's mapping, frame or callstack iids resolved to, per
+ * (generation, upid): Trace Processor resolves afresh in each generation
+ * (a mapping of a process gets a new row each time, and so its frames and
+ * callsites). Each iid heads a chain of its rows, newest generation first:
+ * a lookup costs an array load and, in the generation resolving now, one
+ * comparison. */
+typedef struct row_ent {
+    uint32_t gen, upid, row;
+    uint32_t next; /* an older generation's (or another upid's); TM_ABSENT: none */
+} row_ent;
+
+typedef struct row_chains {
+    tm_iidmap head_by_iid;
+    row_ent *ents; size_t n, cap;
+} row_chains;
+
 /* What the model keeps per sequence, beside the reader's tm_pf_seq (same
  * index). */
 typedef struct seq_state {
@@ -65,9 +81,12 @@ typedef struct seq_state {
     bool has_thread;
     int64_t track_time_ns;
     bool has_track_time;
+    row_chains rows[3];   /* CK_MAPPING, CK_FRAME, CK_CALLSTACK */
 } seq_state;
 
-/* Row caches of a generation: (kind, gen, upid, iid) -> row. */
+/* Row caches of a generation: (kind, gen, upid, iid) -> row; a sequence's
+ * mappings, frames and callstacks are in its row_chains, everything else
+ * (and what a ProfilePacket's own tables resolve to) here. */
 enum { CK_MAPPING = 1, CK_FRAME = 2, CK_CALLSTACK = 3, CK_TASK = 4, CK_EXEC = 5, CK_ASYNC = 6 };
 typedef struct cache_ent {
     uint32_t kind, gen, upid;
@@ -190,12 +209,44 @@ static int cache_eq(const void *ctx, uint32_t idx, const void *key) {
 static uint32_t cache_hash(const cache_ent *k) {
     return (uint32_t)tm_hash_u64(k->iid ^ ((uint64_t)k->gen << 24) ^ ((uint64_t)k->upid << 44) ^ k->kind);
 }
+/* The sequence's chains for kind in generation gen, or NULL. */
+static row_chains *chains_of(const dec *d, uint32_t kind, uint32_t gen) {
+    if ((gen & LOCAL_GEN) || kind > CK_CALLSTACK) return NULL;
+    return &d->seqs[gen_of(d, gen)->seq].rows[kind - CK_MAPPING];
+}
+
 static uint32_t cache_get(const dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
+    const row_chains *rc = chains_of(d, kind, gen);
+    if (rc) {
+        uint32_t i = tm_iidmap_get(&rc->head_by_iid, iid);
+        while (i != TM_ABSENT && rc->ents[i].gen > gen) i = rc->ents[i].next;
+        for (; i != TM_ABSENT && rc->ents[i].gen == gen; i = rc->ents[i].next)
+            if (rc->ents[i].upid == upid) return rc->ents[i].row;
+        return TM_ABSENT;
+    }
     cache_ent k = {kind, gen, upid, iid, 0};
     uint32_t i = tm_idxset_find(&d->cache_set, cache_hash(&k), cache_eq, d, &k);
     return i == TM_ABSENT ? TM_ABSENT : d->cache[i].row;
 }
+/* Adds a row to iid's chain, kept newest generation first. */
+static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t row) {
+    if (rc->n >= UINT32_MAX - 1 || TM_VEC_RESERVE(d->mem, rc->ents, rc->cap, rc->n + 1) != TM_OK) return nomem(d);
+    uint32_t at = (uint32_t)rc->n++, head = tm_iidmap_get(&rc->head_by_iid, iid);
+    rc->ents[at] = (row_ent){gen, upid, row, head};
+    if (head == TM_ABSENT || rc->ents[head].gen <= gen) {
+        size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
+        return tm_iidmap_put(d->mem, &rc->head_by_iid, iid, at, bound) == TM_OK ? TM_OK : nomem(d);
+    }
+    uint32_t prev = head; /* an older generation resolving late: its place in the chain */
+    while (rc->ents[prev].next != TM_ABSENT && rc->ents[rc->ents[prev].next].gen > gen) prev = rc->ents[prev].next;
+    rc->ents[at].next = rc->ents[prev].next;
+    rc->ents[prev].next = at;
+    return TM_OK;
+}
+
 static tm_status cache_put(dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t row) {
+    row_chains *rc = chains_of(d, kind, gen);
+    if (rc) return chain_put(d, rc, gen, upid, iid, row);
     if (d->n_cache == d->cap_cache &&
         tm_vec_grow(d->mem, (void **)&d->cache, &d->cap_cache, sizeof *d->cache, d->n_cache + 1) != TM_OK)
         return nomem(d);
@@ -1910,6 +1961,11 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
 
 static void dec_release(dec *d) {
     tm_mem *m = d->mem;
+    for (size_t i = 0; i < d->n_seqs; i++)
+        for (int k = 0; k < 3; k++) {
+            tm_iidmap_free(m, &d->seqs[i].rows[k].head_by_iid);
+            tm_mem_free(m, d->seqs[i].rows[k].ents, d->seqs[i].rows[k].cap * sizeof *d->seqs[i].rows[k].ents);
+        }
     tm_mem_free(m, d->seqs, d->cap_seqs * sizeof *d->seqs);
     tm_pf_reader_release(&d->rd);
     tm_pf_symbols_free(m, &d->syms);
