@@ -468,15 +468,8 @@ static tm_status frame_refs_kept(dec *d, seq_state *s, const ent_frame *e, uint3
 /* Resolves a frame iid; *ok = 0 when it cannot be (the caller decides
  * whether that drops the stack or only the frame); *since: the first epoch
  * of the run it resolved to the same frame in. */
-static tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t *at, uint32_t *out,
-                               int *ok, uint32_t *since) {
-    resolved *c = cache_find(&s->frames, iid);
-    if (c && c->upto == cur_epoch(d)) {
-        *out = c->id;
-        *ok = 1;
-        *since = c->since;
-        return TM_OK;
-    }
+static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t iid, const uint8_t *at,
+                                    uint32_t *out, int *ok, uint32_t *since) {
     if (all_carry(d, c)) {
         *since = carry(d, c, out);
         *ok = 1;
@@ -558,6 +551,18 @@ static void reverse_scratch(dec *d, size_t n) {
         d->frame_scratch[i] = d->frame_scratch[n - 1 - i];
         d->frame_scratch[n - 1 - i] = tmp;
     }
+}
+
+static inline tm_status resolve_frame(dec *d, seq_state *s, uint64_t iid, const uint8_t *at, uint32_t *out,
+                                      int *ok, uint32_t *since) {
+    resolved *c = cache_find(&s->frames, iid);
+    if (TM_LIKELY(c && c->upto == cur_epoch(d))) {
+        *out = c->id;
+        *ok = 1;
+        *since = c->since;
+        return TM_OK;
+    }
+    return resolve_frame_slow(d, s, c, iid, at, out, ok, since);
 }
 
 /* Does a callstack whose entry kept its bytes since epoch upto still give
