@@ -786,6 +786,32 @@ Test(limits, max_interned_entries) {
     }
 }
 
+/* An epoch that re-sends the one before's interned data byte for byte (the
+ * reader copies its entries instead of reading them again) counts those
+ * entries against the limit all the same. */
+Test(limits, max_interned_entries_counts_re_sent_entries) {
+    for (size_t m = 0; m < N_OF(modes); m++) {
+        tb_buf t = {0};
+        tb_standard_clocks(&t, 1);
+        for (int epoch = 0; epoch < 2; epoch++) {
+            size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+            size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+            tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "a", 1);
+            tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 1, "b", 1);
+            tb_close(&t, i);
+            tb_close(&t, p);
+        }
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_NEEDS);
+        size_t i = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        size_t bad = t.len;
+        tb_frame(&t, 1, 1, 0, 0);
+        bad = close_at(&t, i, bad);
+        bad = close_at(&t, p, bad);
+        expect_exact_limit(&t, modes[m], LIMIT(max_interned_entries), 3, bad, bad);
+        tb_free(&t);
+    }
+}
+
 /* ---- output checks ---- */
 
 static void assert_json_object(const tu_membuf *s, const char *what) {

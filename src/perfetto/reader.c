@@ -78,6 +78,8 @@ static void free_index(tm_mem *m, tm_iidmap *index) {
 static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
     tm_mem_free(m, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
+    tm_mem_free(m, s->blobs, s->cap_blobs * sizeof *s->blobs);
+    tm_mem_free(m, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
     tm_u64map_free(m, &s->by_epoch);
     free_index(m, s->newest);
     free_index(m, s->old_newest);
@@ -439,7 +441,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
     s->n_same += same;
     s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, keyed ? TM_ABSENT : i,
-                                       same ? before->same_since : s->epoch};
+                                       same ? before->same_since : s->epoch, (uint32_t)kind, iid};
     tm_status st = keyed ? tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)s->n_ents)
                          : tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1);
     if (st != TM_OK) return nomem(r);
@@ -447,7 +449,58 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     return TM_OK;
 }
 
+/* When b is the same bytes as the InternedData message the epoch before
+ * had at this place (and every one before it in this epoch was too), adds
+ * the entries that one added, moved to b: they were checked then, and the
+ * same bytes give the same entries. False when it is not (or would cross
+ * max_interned_entries: the general path names the entry). Only for
+ * sequences whose old epochs go (the chained and keyed indexes of kept
+ * epochs are not copied). */
+static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
+    *done = false;
+    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || s->n_replayed != s->n_blobs ||
+        s->n_blobs >= s->n_old_blobs)
+        return TM_OK;
+    const tm_pf_blob *o = &s->old_blobs[s->n_blobs];
+    if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
+        memcmp(o->bytes.data, b.data, b.len) != 0)
+        return TM_OK;
+    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
+    if (o->count && !s->newest) {
+        s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+        if (!s->newest) return nomem(r);
+        memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+    }
+    for (uint32_t k = 0; k < o->count; k++) {
+        tm_pf_entry e = s->old_ents[o->first + k];
+        e.msg = b.data + (e.msg - o->bytes.data);
+        e.epoch = s->epoch;
+        e.gen = s->gen;
+        e.prev = TM_ABSENT;
+        s->ents[s->n_ents] = e;
+        if (tm_iidmap_put(r->mem, &s->newest[e.kind], e.iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK)
+            return nomem(r);
+        s->n_ents++;
+    }
+    s->n_interned += o->count;
+    s->n_same += o->count;
+    s->n_replayed++;
+    *done = true;
+    return TM_OK;
+}
+
+/* Remembers InternedData message b, which added the entries from first on. */
+static tm_status add_blob(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, size_t first) {
+    if (TM_VEC_RESERVE(r->mem, s->blobs, s->cap_blobs, s->n_blobs + 1) != TM_OK) return nomem(r);
+    s->blobs[s->n_blobs++] = (tm_pf_blob){b, (uint32_t)first, (uint32_t)(s->n_ents - first)};
+    return TM_OK;
+}
+
 static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
+    size_t first = s->n_ents;
+    bool replayed;
+    TM_TRY(replay(r, s, b, &replayed));
+    if (replayed) return add_blob(r, s, b, first);
     tm_pb_reader pb = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
@@ -457,7 +510,8 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
         TM_PF_WANT(r, f, TM_PB_LEN, "InternedData");
         TM_TRY(add_entry(r, s, f.num, sc, f.bytes, f.start));
     }
-    return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, "InternedData") : TM_OK;
+    if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, "InternedData");
+    return r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY) ? TM_OK : add_blob(r, s, b, first);
 }
 
 /* ---- clocks ---- */
@@ -676,6 +730,11 @@ static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
         s->old_newest = s->newest;
         s->ents = ents, s->cap_ents = cap, s->n_ents = 0;
         s->newest = index;
+        tm_pf_blob *blobs = s->old_blobs;
+        size_t cap_blobs = s->cap_old_blobs;
+        s->old_blobs = s->blobs, s->cap_old_blobs = s->cap_blobs, s->n_old_blobs = s->n_blobs;
+        s->blobs = blobs, s->cap_blobs = cap_blobs, s->n_blobs = 0;
+        s->n_replayed = 0;
         if (index)
             for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &index[k]);
     }

@@ -67,7 +67,15 @@ typedef struct tm_pf_entry {
     uint32_t same_since; /* the first epoch from which its field and iid had these bytes in every epoch:
                             what a consumer resolved in one of those still holds, if what it refers
                             to stayed the same too */
+    uint32_t kind;       /* its field, as an index (see reader.c) */
+    uint64_t iid;
 } tm_pf_entry;
+
+/* One InternedData message of an epoch, and the entries it added. */
+typedef struct tm_pf_blob {
+    tm_bytes bytes;
+    uint32_t first, count; /* in the epoch's entries */
+} tm_pf_blob;
 
 /* One sequence (trusted_packet_sequence_id). */
 typedef struct tm_pf_seq {
@@ -82,6 +90,12 @@ typedef struct tm_pf_seq {
      * can be compared with it: `same`), swapped in at a clear. */
     tm_pf_entry *old_ents; size_t cap_old_ents;
     tm_iidmap *old_newest;
+    /* The InternedData messages of this epoch and the one before, in order.
+     * While this epoch's so far are the same bytes as the first ones of the
+     * epoch before (n_replayed of them), their entries are copied, not read
+     * again (a writer re-sending all it interned at each clear). */
+    tm_pf_blob *blobs, *old_blobs; size_t n_blobs, cap_blobs, n_old_blobs, cap_old_blobs;
+    size_t n_replayed;
     /* Did this epoch re-send everything the one before had, byte for byte?
      * Yes when n_same reaches n_before. last_unfull: the latest ended epoch
      * that did not. */
