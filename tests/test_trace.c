@@ -353,6 +353,30 @@ Test(trace_incremental, seq_incremental_state_cleared_resets_tables) { check_res
 
 Test(trace_incremental, legacy_incremental_state_cleared_field_41_resets_tables) { check_reset_trace(1); }
 
+/* A frame iid far past the others is kept apart until enough entries come
+ * to make the table direct-indexed that far; it must still be found. */
+Test(trace_incremental, an_iid_far_past_the_others_is_found_after_the_table_grows) {
+    tb_buf b = {0};
+    size_t p = tb_packet_open(&b, 1, 100, TB_SEQ_CLEARED);
+    size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
+    fn_name(&b, 1, "far");
+    fn_name(&b, 2, "near");
+    tb_frame(&b, 5000, 1, 0, 0x10);
+    for (uint64_t f = 1; f <= 1100; f++) tb_frame(&b, f, 2, 0, 0x20);
+    tb_frame(&b, 4200, 2, 0, 0x30); /* grows the direct part past 5000 */
+    callstack1(&b, 1, 5000);
+    tb_close(&b, i);
+    perf_body(&b, 7, 7, 1);
+    tb_close(&b, p);
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(tm_trace_get_stats(t)->dropped_unresolved, 0);
+    cr_assert_eq(pr->n_samples, 1);
+    assert_sample(pr, 0, 100, 7, "far");
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
 /* Interned data for the carry-over trace: function 1 "alpha" and 2 fn2,
  * mapping 1 at path lib, frame 1 (alpha in mapping 1) and frame 2 (fn2)
  * when `frames` has bit 1 and 2, callstack 1 = [frame 1, frame 2] (root

@@ -255,6 +255,10 @@ tm_status tm_iidmap_put(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, s
         uint32_t *d = tm_mem_realloc(mem, m->dense, m->n_dense * sizeof *d, n * sizeof *d);
         if (!d) return TM_ERR_NOMEM;
         memset(d + m->n_dense, 0xff, (n - m->n_dense) * sizeof *d);
+        /* Keys that went to the sparse part while the dense one was
+         * smaller: lookups of them now read the dense part. */
+        for (size_t i = 0; m->sparse.len && i < m->sparse.cap; i++)
+            if (m->sparse.vals[i] != TM_ABSENT && m->sparse.keys[i] < n) d[m->sparse.keys[i]] = m->sparse.vals[i];
         m->dense = d;
         m->n_dense = n;
         d[key] = val;
