@@ -32,6 +32,7 @@ void tm_profile_release(tm_profile *p) {
     FREE_VEC(p, p->heap_names, p->cap_heap_names);
     FREE_VEC(p, p->memory, p->cap_memory);
     tm_u64map_free(p->mem, &p->heap_sample_by_key);
+    for (size_t g = 0; g < p->n_heap_groups; g++) tm_iidmap_free(p->mem, &p->heap_groups[g].by_stack);
     tm_idxset_free(p->mem, &p->frame_set);
     tm_idxset_free(p->mem, &p->mapping_set);
     tm_idxset_free(p->mem, &p->stack_set);
@@ -345,12 +346,24 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
         p->heap_names[p->n_heap_names++] = heap;
     }
     if (thread >= (1u << 24)) return TM_ERR_LIMIT;
-    uint64_t key = (uint64_t)stack << 32 | (uint64_t)thread << 8 | h;
-    uint32_t i = tm_u64map_get(&p->heap_sample_by_key, key);
+    uint64_t group_key = (uint64_t)thread << 8 | h, key = (uint64_t)stack << 32 | group_key;
+    size_t g = p->last_heap_group;
+    if (g >= p->n_heap_groups || p->heap_groups[g].key != group_key)
+        for (g = 0; g < p->n_heap_groups && p->heap_groups[g].key != group_key; g++) continue;
+    if (g == p->n_heap_groups && g < TM_HEAP_GROUPS) {
+        memset(&p->heap_groups[g], 0, sizeof p->heap_groups[g]);
+        p->heap_groups[p->n_heap_groups++].key = group_key;
+    }
+    p->last_heap_group = g;
+    uint32_t i = g < TM_HEAP_GROUPS ? tm_iidmap_get(&p->heap_groups[g].by_stack, stack)
+                                    : tm_u64map_get(&p->heap_sample_by_key, key);
     if (i == TM_ABSENT) {
         TM_TRY(TM_VEC_RESERVE(p->mem, p->heap_samples, p->cap_heap_samples, p->n_heap_samples + 1));
         i = (uint32_t)p->n_heap_samples;
-        TM_TRY(tm_u64map_put(p->mem, &p->heap_sample_by_key, key, i));
+        if (g < TM_HEAP_GROUPS) /* dense as far as 4x the group's samples reach */
+            TM_TRY(tm_iidmap_put(p->mem, &p->heap_groups[g].by_stack, stack, i, ++p->heap_groups[g].n));
+        else
+            TM_TRY(tm_u64map_put(p->mem, &p->heap_sample_by_key, key, i));
         tm_prof_heap_sample *n = &p->heap_samples[p->n_heap_samples++];
         memset(n, 0, sizeof *n);
         n->stack = stack, n->thread = thread, n->heap = h;

@@ -94,6 +94,8 @@ typedef struct tm_time_segment {
     int64_t offset_ns;
 } tm_time_segment;
 
+enum { TM_HEAP_GROUPS = 16 };
+
 typedef struct tm_profile {
     tm_mem *mem;
     tm_arena *arena;
@@ -115,7 +117,12 @@ typedef struct tm_profile {
     uint64_t *weights;     int untimed;
 
     tm_prof_heap_sample *heap_samples; size_t n_heap_samples, cap_heap_samples;
-    tm_u64map heap_sample_by_key; /* (stack, thread, heap) -> heap sample */
+    /* Heap samples of the first TM_HEAP_GROUPS (thread, heap) pairs by
+     * stack (an array load per dump row: dumps repeat every callsite);
+     * those of further pairs by (stack, thread, heap). */
+    struct { uint64_t key; tm_iidmap by_stack; size_t n; } heap_groups[TM_HEAP_GROUPS];
+    size_t n_heap_groups, last_heap_group;
+    tm_u64map heap_sample_by_key;
     tm_str *heap_names; size_t n_heap_names, cap_heap_names;
     uint64_t heap_interval;       /* sampling_interval_bytes of the last dump; 0: not given */
     tm_prof_memory *memory; size_t n_memory, cap_memory; /* in trace order */
