@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "perfetto/fields.h"
+#include "profile/profile.h" /* tm_trace_profile: heap samples per process */
 #include "trace_builder.h"
 #include "tracemill.h"
 #include "tracemill_sql.h"
@@ -151,6 +152,43 @@ Test(heap, a_trace_cut_inside_a_dump_drops_that_dump_and_says_so) {
     free(out);
     tm_trace_free(t);
     tb_free(&b);
+}
+
+/* More processes than the profile model indexes by stack directly (it
+ * falls back to one map past 16): every process keeps its own values, over
+ * two dumps each. */
+Test(heap, many_processes_keep_their_own_values) {
+    enum { N = 24 };
+    tb_buf t = {0};
+    tb_heap_clocks(&t, 1);
+    for (uint64_t dump = 0; dump < 2; dump++) {
+        size_t pkt = tb_packet_open(&t, 7, 10 + dump, dump == 0 ? TB_SEQ_CLEARED : 0);
+        size_t pp = tb_open(&t, TM_PF_PACKET_PROFILE_PACKET);
+        tables(&t);
+        for (uint32_t k = 0; k < N; k++) {
+            uint64_t bytes = 1000 * (k + 1) * (dump + 1); /* cumulative: doubles at the second dump */
+            const tb_heap_sample rows[2] = {{CS_KEEP, bytes, 0, k + 1, 0}, {CS_FREE, 64, 64, 1, 1}};
+            tb_heap_dump(&t, 100 + k, 10 + dump, "libc.malloc", 4096, rows, 2);
+        }
+        tb_uint(&t, TM_PF_PROFILE_INDEX, dump);
+        tb_close(&t, pp);
+        tb_close(&t, pkt);
+    }
+    tm_trace *tr = parse(&t);
+    const tm_profile *p = tm_trace_profile(tr);
+    cr_assert_eq(p->n_heap_samples, 2 * N);
+    size_t keeps = 0;
+    for (size_t i = 0; i < p->n_heap_samples; i++) {
+        const tm_prof_heap_sample *h = &p->heap_samples[i];
+        int64_t pid = p->threads[h->thread].pid;
+        cr_assert(pid >= 100 && pid < 100 + N, "pid %lld", (long long)pid);
+        if (h->inuse_space == 64 || h->inuse_space == 0) continue; /* the freeing callsite */
+        keeps++;
+        cr_assert_eq(h->inuse_space, 2000 * (pid - 99), "pid %lld: %lld", (long long)pid, (long long)h->inuse_space);
+    }
+    cr_assert_eq(keeps, N);
+    tm_trace_free(tr);
+    tb_free(&t);
 }
 
 Test(heap, a_value_the_trace_lacks_is_an_error) {
