@@ -56,7 +56,7 @@ typedef enum tm_record_unwind {
 typedef int (*tm_record_chunk_fn)(void *ctx, uint32_t index, const void *data, size_t len);
 
 /* Zero-initialisable: every zero field takes its default. */
-typedef struct tm_recorder_opts {
+typedef struct tm_recorder_options {
     const char *output;          /* trace path; with chunk_seconds, OUT.N.pftrace
                                     ("x.pftrace" gives x.0.pftrace, x.1.pftrace, ...) */
     uint32_t hz;                 /* samples per second per thread; 0: 101 */
@@ -74,7 +74,7 @@ typedef struct tm_recorder_opts {
     int demangle;                /* C++ names demangled */
     uint32_t mem_period_ms;      /* ProcessStats from /proc/self/status this often (and at the end
                                     of every trace or chunk); 0: none */
-} tm_recorder_opts;
+} tm_recorder_options;
 
 /* What a recording lost and produced so far. */
 typedef struct tm_recorder_stats {
@@ -97,7 +97,7 @@ typedef struct tm_recorder_stats {
 typedef struct tm_recorder tm_recorder;
 
 /* Checks opts and creates a recorder (nothing runs yet). */
-TM_API tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err);
+TM_API tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm_error *err);
 /* Starts sampling every thread of the process, present and future. */
 TM_API tm_status tm_recorder_start(tm_recorder *r, tm_error *err);
 /* Writes what the buffer holds to the output now. */

@@ -47,7 +47,7 @@ enum {
 typedef enum { R_NEW, R_RUNNING, R_STOPPED, R_FORKED } rec_state;
 
 struct tm_recorder {
-    tm_recorder_opts o;
+    tm_recorder_options o;
     char *output;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -553,10 +553,10 @@ static void install_hooks(void) {
 
 /* ---- public API ---------------------------------------------------------- */
 
-tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err) {
+tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm_error *err) {
     if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_new: out is NULL");
     *out = NULL;
-    tm_recorder_opts o;
+    tm_recorder_options o;
     if (opts) o = *opts;
     else memset(&o, 0, sizeof o);
     if (!o.output && !(o.chunk_seconds && o.on_chunk))
