@@ -34,6 +34,9 @@
  *    the input where the problem was found, Relay's name for the rejection
  *    where one applies, and a message.
  *  - Option structs are zero-initialisable: a zero field means "default".
+ *  - A handle is made by tm_<object>_new (tm_db_new, tm_recorder_new) or,
+ *    decoded from bytes, by tm_trace_parse, and released by tm_<object>_free,
+ *    for which NULL is a no-op.
  *  - Strings handed out by the library are views into the caller's input
  *    buffer (or into memory the tm_trace owns): the input buffer must
  *    outlive the tm_trace.

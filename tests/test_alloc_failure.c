@@ -707,7 +707,7 @@ static long count_rows(tm_db *db, const char *table) {
     return n;
 }
 
-/* Fails each allocation of tm_db_open on trace b in turn. */
+/* Fails each allocation of tm_db_new on trace b in turn. */
 static void sweep_loader(const char *name, const tb_buf *b) {
     sweep_alloc a = {{.fail_at = -1}, 0};
     tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
@@ -716,7 +716,7 @@ static void sweep_loader(const char *name, const tb_buf *b) {
     o.alloc = &alloc;
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
+    cr_assert_eq(tm_db_new(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
     long total = a.fa.count;
     cr_assert_gt(a.blocks, 0, "%s: the loader's memory must come from the caller's allocator", name);
     long samples = count_rows(db, "perf_sample"), frames = count_rows(db, "stack_profile_frame");
@@ -730,7 +730,7 @@ static void sweep_loader(const char *name, const tb_buf *b) {
         sw_reset(&a, n);
         db = (tm_db *)&a;
         memset(&err, 0, sizeof err);
-        tm_status st = tm_db_open(b->data, b->len, &o, &db, &err);
+        tm_status st = tm_db_new(b->data, b->len, &o, &db, &err);
         cr_assert_eq(st, TM_ERR_NOMEM, "%s: failing loader allocation %ld of %ld gave %s (%s)", name, n, total,
                      tm_status_str(st), err.message);
         cr_assert_eq(err.code, TM_ERR_NOMEM, "%s", name);
@@ -740,7 +740,7 @@ static void sweep_loader(const char *name, const tb_buf *b) {
     }
     /* Loading after all that failure still gives the same tables. */
     sw_reset(&a, -1);
-    cr_assert_eq(tm_db_open(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
+    cr_assert_eq(tm_db_new(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
     cr_assert_eq(a.fa.count, total, "%s: the loader's allocation count is not deterministic", name);
     cr_assert_eq(count_rows(db, "perf_sample"), samples, "%s", name);
     cr_assert_eq(count_rows(db, "stack_profile_frame"), frames, "%s", name);

@@ -221,7 +221,7 @@ Test(heap, sql_rows_agree_with_the_profile_model) {
     tb_buf b = heap_trace(0);
     tm_db *db = NULL;
     tm_error err = {0};
-    cr_assert_eq(tm_db_open(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3 *s = tm_db_sqlite(db);
     cr_expect_eq(sql_int(s, "select sum(size) from heap_profile_allocation where size > 0"), 12000);
     cr_expect_eq(sql_int(s, "select sum(size) from heap_profile_allocation"), 8000);
@@ -308,7 +308,7 @@ Test(memory_telemetry, process_stats_give_the_footprint_counters_and_peak) {
     tm_trace_free(t);
 
     tm_db *db = NULL;
-    cr_assert_eq(tm_db_open(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3 *s = tm_db_sqlite(db);
     cr_expect_eq(sql_int(s, "select count(*) from process_counter_track t join process p using (upid) "
                             "where p.pid = 4200 and t.name in ('mem.rss', 'mem.rss.anon', 'mem.rss.watermark')"),
@@ -350,7 +350,7 @@ Test(heap, a_lossy_dump_counts_once) {
     tm_trace_free(tr);
     tm_db *db = NULL;
     tm_error err = {0};
-    cr_assert_eq(tm_db_open(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
     cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_client_disconnected'"), 2);
     cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_buffer_overran'"), 2);
     tm_db_free(db);

@@ -249,7 +249,7 @@ Test(malformed, a_cut_trace_keeps_its_complete_packets_unless_strict) {
         cr_assert_eq(st->samples_kept, kept, "cut at %zu: %zu samples", cut, (size_t)st->samples_kept);
         tm_trace_free(tr);
         tm_db *db = NULL;
-        cr_assert_eq(tm_db_open(t.data, cut, NULL, &db, &err), TM_OK, "SQL, cut at %zu: %s", cut, err.message);
+        cr_assert_eq(tm_db_new(t.data, cut, NULL, &db, &err), TM_OK, "SQL, cut at %zu: %s", cut, err.message);
         tm_db_free(db);
         tm_options relay = options_for(TM_MODE_RELAY);
         relay.strict = 0;

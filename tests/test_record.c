@@ -247,7 +247,7 @@ static uint64_t stat_of(const char *text, const char *key) {
 static uint64_t trace_stat(const loaded *l, const char *name) {
     tm_db *db;
     tm_error err;
-    cr_assert_eq(tm_db_open(l->bytes, l->len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(l->bytes, l->len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3_stmt *q;
     cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), "select coalesce(sum(value), 0) from stats where name = ?",
                                     -1, &q, NULL),

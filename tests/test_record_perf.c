@@ -334,7 +334,7 @@ Test(record_perf, timebase_count_is_cumulative_per_cpu) {
     cr_assert_not_null(bytes);
     tm_db *db = NULL;
     tm_error e;
-    cr_assert_eq(tm_db_open(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
+    cr_assert_eq(tm_db_new(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
     sqlite3_stmt *q;
     const char *sql = "SELECT count(*), sum(dec), max(v) FROM (SELECT value AS v, value < lag(value) OVER "
                       "(PARTITION BY track_id ORDER BY ts) AS dec FROM counter)";

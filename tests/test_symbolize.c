@@ -216,7 +216,7 @@ static void compare_with_addr2line(const char *name, const char *cflags, size_t 
     cr_assert_eq(st.frames, n);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
     size_t same = 0;
     *inlined = 0;
     for (size_t i = 0; i < n; i++) {
@@ -394,7 +394,7 @@ Test(symbolize, proguard_map_renames_java_frames) {
     cr_assert_eq(st.java_methods, 9);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3_stmt *q;
     cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db),
                                     "select name, coalesce(deobfuscated_name, '-') from stack_profile_frame order by name",

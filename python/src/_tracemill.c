@@ -117,7 +117,7 @@ typedef struct TraceObject {
     PyObject_HEAD
     PyObject *data;           /* bytes: the input the trace's strings view */
     tm_trace *trace;          /* NULL once released */
-    tm_options opts;          /* as decoded, for tm_db_open */
+    tm_options opts;          /* as decoded, for tm_db_new */
     tm_db *db;                /* built on the first query, under lock */
     PyThread_type_lock lock;  /* the SQL database: its creation and statements */
     Py_ssize_t users;         /* calls under way without the GIL */
@@ -847,7 +847,7 @@ static PyObject *Trace_query(TraceObject *self, PyObject *args, PyObject *kwds) 
         memset(&err, 0, sizeof err);
         tm_status st;
         Py_BEGIN_ALLOW_THREADS
-        st = tm_db_open(buf, len, &self->opts, &db, &err);
+        st = tm_db_new(buf, len, &self->opts, &db, &err);
         Py_END_ALLOW_THREADS
         if (st != TM_OK) raise_tm(st, &err);
         self->db = db;
