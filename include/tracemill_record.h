@@ -74,6 +74,7 @@ typedef struct tm_recorder_options {
     int demangle;                /* C++ names demangled */
     uint32_t mem_period_ms;      /* ProcessStats from /proc/self/status this often (and at the end
                                     of every trace or chunk); 0: none */
+    uint64_t reserved_[23]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_options;
 
 /* What a recording lost and produced so far. */
@@ -92,6 +93,7 @@ typedef struct tm_recorder_stats {
     uint64_t heap_samples_lost;  /* sampled but not recorded: made inside the profiler, or no
                                     room in its tables */
     uint64_t heap_unwind_errors; /* recorded with only the allocating caller as their stack */
+    uint64_t reserved_[19]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_stats;
 
 typedef struct tm_recorder tm_recorder;

@@ -303,7 +303,7 @@ static tm_trace *parse_plain(const input *in) {
 static char *sample_v2_of(const input *perfetto, size_t *len) {
     tm_trace *t = parse_plain(perfetto);
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     cr_assert_eq(tm_write_sample_v2(t, NULL, &sink, &err), TM_OK, "%s", err.message);
     tm_trace_free(t);
@@ -324,7 +324,7 @@ static const char folded_text[] =
  * Returns the number of allocations swept. */
 static long sweep_parse(const input *in) {
     sweep_alloc a = {{.fail_at = -1}, 0};
-    tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
+    tm_alloc alloc = {.malloc_fn = sw_malloc, .realloc_fn = sw_realloc, .free_fn = sw_free, .ctx = &a};
     tm_options o = options_of(in, &alloc);
     tm_trace *t = NULL;
     tm_error err;
@@ -580,7 +580,7 @@ static const exporter exporters[] = {
  * number swept. */
 static long sweep_export(const input *in, const input *base_in, const exporter *ex) {
     sweep_alloc a = {{.fail_at = -1}, 0};
-    tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
+    tm_alloc alloc = {.malloc_fn = sw_malloc, .realloc_fn = sw_realloc, .free_fn = sw_free, .ctx = &a};
     tm_options o = options_of(in, &alloc), ob = options_of(base_in, &alloc);
     tm_trace *t = NULL, *base = NULL;
     tm_error err;
@@ -590,7 +590,7 @@ static long sweep_export(const input *in, const input *base_in, const exporter *
     long live = a.fa.live, blocks = a.blocks;
 
     tu_membuf ref = {0}, out = {0};
-    tm_sink ref_sink = {tu_membuf_write, &ref}, sink = {tu_membuf_write, &out};
+    tm_sink ref_sink = {.write = tu_membuf_write, .ctx = &ref}, sink = {.write = tu_membuf_write, .ctx = &out};
     long before = a.fa.count;
     tm_status st = ex->fn(t, base, &ref_sink, &err);
     cr_assert_eq(st, TM_OK, "%s on %s: %s (%s)", ex->name, in->name, tm_status_str(st), err.message);
@@ -710,7 +710,7 @@ static long count_rows(tm_db *db, const char *table) {
 /* Fails each allocation of tm_db_new on trace b in turn. */
 static void sweep_loader(const char *name, const tb_buf *b) {
     sweep_alloc a = {{.fail_at = -1}, 0};
-    tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
+    tm_alloc alloc = {.malloc_fn = sw_malloc, .realloc_fn = sw_realloc, .free_fn = sw_free, .ctx = &a};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.alloc = &alloc;

@@ -194,7 +194,7 @@ static char *folded_of(const void *buf, size_t len, const tm_options *opts, tm_s
     *st = tm_trace_parse(buf, len, opts, &t, err);
     if (*st != TM_OK) return NULL;
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     cr_assert_eq(tm_write_folded(t, NULL, &sink, err), TM_OK);
     tm_trace_free(t);
     return out.data;
@@ -307,7 +307,7 @@ Test(input_compressed, a_gzip_bomb_stops_at_the_cap) {
     uint8_t *gz = gzip_of(zeros, n, &gz_len);
     free(zeros);
     tu_fail_alloc fa = {.fail_at = -1};
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     tm_options opts = {.alloc = &alloc};
     opts.limits.max_inflated_bytes = 1u << 20;
     tm_trace *t = NULL;
