@@ -2,10 +2,12 @@
  * tracemill_record.h — the recorder's API (tm_recorder_*): a sampling
  * profiler for the calling process that writes Perfetto traces.
  *
- * Defined only in libtracemill_record (link -ltracemill_record, or its
- * static archive with libtracemill.a and libunwind), never in libtracemill:
- * a program linked with -ltracemill alone includes tracemill.h, not this
- * header.
+ * Defined only in libtracemill_record, never in libtracemill: link its
+ * static archive, which needs nothing of libtracemill (pkg-config
+ * --cflags --libs tracemill_record, or CMake's
+ * tracemill::tracemill_record_static: libtracemill_record.a, libunwind,
+ * libpthread, libdl, librt). libtracemill_record.so is the LD_PRELOAD
+ * library of `tracemill record` (it interposes malloc), not for linking.
  *
  * Threading: one recorder samples a process at a time. tm_recorder_flush
  * and tm_recorder_get_stats may be called from any thread while it runs;
