@@ -46,7 +46,8 @@
  *    tm_error, the stats and info structs, tracemill_record.h's too) ends in
  *    uint64_t reserved_[N]. Within a major version (libtracemill.so.0) a
  *    struct never changes size and its fields never move: a new field takes
- *    the front of reserved_, which shrinks by as much.
+ *    the front of reserved_, which shrinks by as much, and an input field
+ *    means "as before" when zero.
  *  - Structs passed in: reserved_ must be zero. Initialise them with = {0},
  *    designated initialisers ({.write = f, .ctx = c}, which -Wextra accepts
  *    where a positional {f, c} now warns) or memset, never field by field
