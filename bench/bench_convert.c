@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         }
         double t1 = now();
         out_bytes = 0;
-        tm_sink sink = {count_write, &out_bytes};
+        tm_sink sink = {.write = count_write, .ctx = &out_bytes};
         if (tm_write_sample_v2(t, NULL, &sink, &err) != TM_OK) {
             fprintf(stderr, "write failed: %s\n", err.message);
             return 1;

@@ -161,7 +161,7 @@ int main(int argc, char **argv) {
     for (uint64_t s = 1; s <= stacks; s++) tb_perf_sample(&t, 1, TB_BOOT0 + s * 1000, 7, 7, s, TB_SEQ_NEEDS);
 
     size_t written = 0;
-    tm_sink sink = {count_write, &written};
+    tm_sink sink = {.write = count_write, .ctx = &written};
     tm_symbolize_stats st;
     tm_error err;
     double t0 = now();

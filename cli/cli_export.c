@@ -117,20 +117,23 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
 
 tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_trace *t, const tm_sink *out,
                            tm_error *err) {
-    tm_folded_options folded = {x->threads, x->thread_prefix, x->value};
-    tm_flamegraph_options svg = {x->threads, x->title, x->reverse, x->width_px, 0, x->value};
+    tm_folded_options folded = {.threads = x->threads, .thread_prefix = x->thread_prefix, .value = x->value};
+    tm_flamegraph_options svg = {.threads = x->threads, .title = x->title, .reverse = x->reverse,
+                                 .width_px = x->width_px, .value = x->value};
     if (base) {
         if (x->format == FMT_FOLDED) return tm_write_folded_diff(base, t, &folded, out, err);
         return tm_write_flamegraph_diff(base, t, &svg, out, err);
     }
     switch (x->format) {
     case FMT_PPROF: {
-        tm_pprof_options o = {x->threads, x->period_ns, x->uncompressed, x->value};
+        tm_pprof_options o = {.threads = x->threads, .period_ns = x->period_ns, .uncompressed = x->uncompressed,
+                              .value = x->value};
         return tm_write_pprof(t, &o, out, err);
     }
     case FMT_FOLDED: return tm_write_folded(t, &folded, out, err);
     case FMT_SPEEDSCOPE: {
-        tm_speedscope_options o = {x->threads, x->period_ns, x->title, x->value};
+        tm_speedscope_options o = {.threads = x->threads, .period_ns = x->period_ns, .name = x->title,
+                                   .value = x->value};
         return tm_write_speedscope(t, &o, out, err);
     }
     case FMT_SVG: return tm_write_flamegraph(t, &svg, out, err);

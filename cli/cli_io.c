@@ -35,7 +35,7 @@ static uint64_t max_input_bytes(const tm_options *opts) {
 }
 
 static int too_large(const char *name, uint64_t max_bytes) {
-    tm_error err = {TM_ERR_LIMIT, max_bytes, NULL, ""};
+    tm_error err = {.code = TM_ERR_LIMIT, .offset = max_bytes};
     snprintf(err.message, sizeof err.message,
              "input is larger than max_input_bytes (%llu; raise it with --max-input-bytes)",
              (unsigned long long)max_bytes);

@@ -445,7 +445,7 @@ static int open_db(const char *path, const tm_options *opts, const cli_symbols *
     }
     if (rc == EXIT_OK) cli_progress_phase("loading the tables of", in->len);
     tm_error err;
-    if (rc == EXIT_OK && tm_db_open(in->data, in->len, opts, db, &err) != TM_OK) {
+    if (rc == EXIT_OK && tm_db_new(in->data, in->len, opts, db, &err) != TM_OK) {
         cli_progress_stop(); /* the error starts on a clean line */
         rc = cli_report_error(path, &err);
         cli_input_release(in);

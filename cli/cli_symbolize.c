@@ -45,8 +45,8 @@ static int push_map(cli_symbols *s, char *arg) {
         path = eq + 1;
     }
     if (cli_input_load(path, NULL, &s->map_files[s->n_maps]) != EXIT_OK) return -1;
-    s->maps[s->n_maps] = (tm_proguard_map){package, (const char *)s->map_files[s->n_maps].data,
-                                           s->map_files[s->n_maps].len};
+    s->maps[s->n_maps] = (tm_proguard_map){.package = package, .data = (const char *)s->map_files[s->n_maps].data,
+                                           .len = s->map_files[s->n_maps].len};
     s->n_maps++;
     return 1;
 }
@@ -100,7 +100,7 @@ int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *
     tm_symbolize_options o;
     options_of(s, &o);
     membuf b = {0};
-    tm_sink sink = {mem_write, &b};
+    tm_sink sink = {.write = mem_write, .ctx = &b};
     tm_error err;
     if (tm_symbolize(in->data, in->len, opts, &o, &sink, NULL, &err) != TM_OK) {
         free(b.data);

@@ -10,7 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_error err;
     if (t) {
         size_t written = 0;
-        tm_sink sink = {fuzz_discard, &written};
+        tm_sink sink = {.write = fuzz_discard, .ctx = &written};
         fuzz_check_error(tm_write_folded(t, NULL, &sink, &err), &err);
         tm_pprof_options pprof = {.uncompressed = 1};
         fuzz_check_error(tm_write_pprof(t, &pprof, &sink, &err), &err);

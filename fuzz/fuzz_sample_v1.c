@@ -28,7 +28,7 @@ static void check_reads_back(const tm_trace *t, const tm_sample_v1_options *o) {
         uint8_t *p;
         size_t len, cap;
     } out = {0};
-    tm_sink sink = {collect, &out};
+    tm_sink sink = {.write = collect, .ctx = &out};
     tm_error err;
     tm_status st = tm_write_sample_v1(t, o, &sink, &err);
     fuzz_check_error(st, &err);
@@ -49,11 +49,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_options opts = {.input = TM_INPUT_SAMPLE_V1};
     tm_trace *t = fuzz_parse(data, size, &opts);
     if (t) {
-        tm_sample_v1_options plain = {0}, meta = {(const char *)data, size, (int)(size & 1)};
+        tm_sample_v1_options plain = {0}, meta = {.meta_json = (const char *)data, .meta_len = size,
+                                                   .truncate = (int)(size & 1)};
         check_reads_back(t, &plain);
         check_reads_back(t, &meta);
         size_t written = 0;
-        tm_sink sink = {fuzz_discard, &written};
+        tm_sink sink = {.write = fuzz_discard, .ctx = &written};
         fuzz_check_error(tm_write_folded(t, NULL, &sink, &err), &err);
     }
     tm_trace_free(t);

@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_trace *t = fuzz_parse(data, size, &opts);
     if (t) {
         size_t written = 0;
-        tm_sink sink = {fuzz_discard, &written};
+        tm_sink sink = {.write = fuzz_discard, .ctx = &written};
         tm_sample_v2_options v2 = {.meta_json = (const char *)data, .meta_len = size};
         fuzz_check_error(tm_write_sample_v2(t, &v2, &sink, &err), &err);
         fuzz_check_error(tm_write_folded(t, NULL, &sink, &err), &err);

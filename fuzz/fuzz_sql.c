@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     opts.limits.max_inflated_bytes = 16u << 20;
     tm_db *db = NULL;
     tm_error err;
-    tm_status st = tm_db_open(data, size, &opts, &db, &err);
+    tm_status st = tm_db_new(data, size, &opts, &db, &err);
     fuzz_check_error(st, &err);
     if (!db) return 0;
     static const char *const queries[] = {

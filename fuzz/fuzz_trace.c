@@ -8,7 +8,7 @@
 
 static void export_all(const tm_trace *t) {
     size_t written = 0;
-    tm_sink sink = {fuzz_discard, &written};
+    tm_sink sink = {.write = fuzz_discard, .ctx = &written};
     tm_error err;
     tm_status st = tm_write_sample_v2(t, NULL, &sink, &err);
     fuzz_check_error(st, &err);

@@ -34,9 +34,31 @@
  *    the input where the problem was found, Relay's name for the rejection
  *    where one applies, and a message.
  *  - Option structs are zero-initialisable: a zero field means "default".
+ *  - A handle is made by tm_<object>_new (tm_db_new, tm_recorder_new) or,
+ *    decoded from bytes, by tm_trace_parse, and released by tm_<object>_free,
+ *    for which NULL is a no-op.
  *  - Strings handed out by the library are views into the caller's input
  *    buffer (or into memory the tm_trace owns): the input buffer must
  *    outlive the tm_trace.
+ *
+ * ABI (how the structs grow; docs/library.md has the detail):
+ *  - Every struct a caller allocates (options, limits, tm_alloc, tm_sink,
+ *    tm_error, the stats and info structs, tracemill_record.h's too) ends in
+ *    uint64_t reserved_[N]. Within a major version (libtracemill.so.0) a
+ *    struct never changes size and its fields never move: a new field takes
+ *    the front of reserved_, which shrinks by as much, and an input field
+ *    means "as before" when zero.
+ *  - Structs passed in: reserved_ must be zero. Initialise them with = {0},
+ *    designated initialisers ({.write = f, .ctx = c}, which -Wextra accepts
+ *    where a positional {f, c} now warns) or memset, never field by field
+ *    on an uninitialised struct. A library that finds reserved_ not zero
+ *    fails the call with TM_ERR_INVALID_ARG and a message naming the struct:
+ *    the program was built against a newer header and set a field this
+ *    library does not have, which is never silently ignored.
+ *  - Structs the library fills (tm_error, tm_thread_info, tm_sample_info,
+ *    tm_limits_preset's, tm_symbolize_stats, tm_recorder_stats, and the
+ *    tm_trace_stats it holds) are zeroed whole first, so a field a newer
+ *    header declares reads 0 from an older library.
  *
  * Threading (the whole rule; tracemill_sql.h and tracemill_record.h give
  * theirs):
@@ -123,6 +145,7 @@ typedef struct tm_error {
     const char *reason;  /* Relay's ProfileError name (e.g. "NotEnoughSamples"),
                             or NULL; a static string */
     char message[200];   /* human-readable, NUL-terminated */
+    uint64_t reserved_[4]; /* must be zero; future fields take this space (see "ABI") */
 } tm_error;
 
 /* Static name of a status, e.g. "TM_ERR_TRUNCATED". Never NULL. */
@@ -139,6 +162,7 @@ typedef struct tm_alloc {
     void *(*realloc_fn)(void *ctx, void *ptr, size_t old_size, size_t new_size);
     void (*free_fn)(void *ctx, void *ptr, size_t size);
     void *ctx;
+    uint64_t reserved_[4]; /* must be zero; future fields take this space (see "ABI") */
 } tm_alloc;
 
 /* ==== Options and limits =============================================== */
@@ -161,6 +185,7 @@ typedef struct tm_limits {
                                      payloads), plus what exporters allocate from it */
     uint64_t max_input_bytes;     /* size of the input as given (compressed or not); the
                                      CLI stops reading a file, pipe or device past it */
+    uint64_t reserved_[20]; /* must be zero; future fields take this space (see "ABI") */
 } tm_limits;
 
 typedef enum tm_limit_preset {
@@ -209,6 +234,7 @@ typedef struct tm_options {
     int source_lines;       /* 1: a frame with a source file or line (from symbols) is named
                                "function (file:line)" in the text formats; 0: by its function
                                alone, so that its lines merge */
+    uint64_t reserved_[28]; /* must be zero; future fields take this space (see "ABI") */
 } tm_options;
 
 /* ==== Traces =========================================================== */
@@ -304,6 +330,7 @@ typedef struct tm_trace_stats {
     uint64_t heap_samples_unresolved;   /* dump samples whose callstack could not be resolved */
     uint64_t heap_alloc_bytes;          /* allocated over the dumps (alloc_space), all processes */
     uint64_t heap_inuse_bytes;          /* still in use at the last dumps (inuse_space) */
+    uint64_t reserved_[71]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */
@@ -316,6 +343,7 @@ typedef struct tm_thread_info {
     const char *name;     /* NULL when the trace names no thread */
     size_t name_len;
     uint64_t samples;     /* samples of this thread (folded input: their weight) */
+    uint64_t reserved_[3]; /* must be zero; future fields take this space (see "ABI") */
 } tm_thread_info;
 
 /* Threads in first-seen order; i < tm_trace_thread_count(t). */
@@ -329,6 +357,7 @@ typedef struct tm_sample_info {
     uint64_t weight;  /* 1; folded input: the line's count */
     size_t thread;    /* index for tm_trace_thread */
     size_t stack;     /* index for tm_trace_stack */
+    uint64_t reserved_[4]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_info;
 
 /* Samples; i < tm_trace_sample_count(t). */
@@ -354,6 +383,7 @@ TM_API tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, si
 typedef struct tm_sink {
     int (*write)(void *ctx, const void *data, size_t len);
     void *ctx;
+    uint64_t reserved_[6]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sink;
 
 /* A sink over a stdio stream (not closed by the library). */
@@ -367,6 +397,7 @@ typedef struct tm_sample_v2_options {
     size_t meta_len;
     /* Sample v2's "drop threads with at most one non-empty sample" step. */
     int remove_single_samples;
+    uint64_t reserved_[29]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_v2_options;
 
 /* Writes the trace as one Sample v2 profile chunk. In TM_MODE_RELAY the
@@ -393,6 +424,7 @@ typedef struct tm_sample_v1_options {
     /* 1: keep only the samples of the first 30 s (sentry-python stops its
      * profiler there) instead of failing with DurationIsTooLong. */
     int truncate;
+    uint64_t reserved_[29]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_v1_options;
 
 /* Writes the trace as one Sentry Sample v1 (transaction) profile, what
@@ -439,6 +471,7 @@ typedef struct tm_thread_filter {
     const char *name;  /* non-NULL: threads with exactly this name */
     int64_t tid;       /* with by_tid: only this thread id */
     int by_tid;
+    uint64_t reserved_[5]; /* must be zero; future fields take this space (see "ABI") */
 } tm_thread_filter;
 
 /* How frames are named in text formats: the function (Java: Class.method);
@@ -452,6 +485,7 @@ typedef struct tm_pprof_options {
     tm_value value;     /* a memory value writes the memory profile (all four sample
                            types, that one the default); TM_VALUE_DEFAULT: the CPU
                            profile, or the memory one (inuse_space) without CPU samples */
+    uint64_t reserved_[22]; /* must be zero; future fields take this space (see "ABI") */
 } tm_pprof_options;
 
 /* Writes a pprof profile: sample types samples/count and cpu/nanoseconds,
@@ -464,6 +498,7 @@ typedef struct tm_folded_options {
     tm_thread_filter threads;
     int thread_prefix;  /* 1: the thread name (else "tid-N") as the root frame */
     tm_value value;     /* memory profiles: the value counted (bytes or objects) */
+    uint64_t reserved_[23]; /* must be zero; future fields take this space (see "ABI") */
 } tm_folded_options;
 
 /* Writes folded stacks: "root;...;leaf COUNT" lines, aggregated, sorted. */
@@ -480,6 +515,7 @@ typedef struct tm_speedscope_options {
     int64_t period_ns;  /* 0: inferred per thread, as for pprof */
     const char *name;   /* shown by speedscope; NULL: "tracemill" */
     tm_value value;     /* memory profiles: the value weighed (bytes or objects) */
+    uint64_t reserved_[21]; /* must be zero; future fields take this space (see "ABI") */
 } tm_speedscope_options;
 
 /* Writes a speedscope file: shared frames, one sampled profile per thread
@@ -494,6 +530,7 @@ typedef struct tm_flamegraph_options {
     unsigned width_px;  /* 0: 1200 */
     double min_width_px;/* narrower frames are left out (counted in their parent); 0: 0.1 */
     tm_value value;     /* memory profiles: the value drawn (bytes or objects) */
+    uint64_t reserved_[20]; /* must be zero; future fields take this space (see "ABI") */
 } tm_flamegraph_options;
 
 /* Writes a self-contained interactive SVG flame graph. */
@@ -515,6 +552,7 @@ typedef struct tm_proguard_map {
     const char *package;
     const char *data;
     size_t len;
+    uint64_t reserved_[5]; /* must be zero; future fields take this space (see "ABI") */
 } tm_proguard_map;
 
 /* Where tm_symbolize looks for ELF files. Zero-initialisable. */
@@ -530,6 +568,7 @@ typedef struct tm_symbolize_options {
     int no_system_paths;
     const tm_proguard_map *proguard_maps; /* each becomes a DeobfuscationMapping packet */
     size_t n_proguard_maps;
+    uint64_t reserved_[27]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_options;
 
 /* What tm_symbolize found. A file it cannot find is counted, never an error. */
@@ -545,6 +584,7 @@ typedef struct tm_symbolize_stats {
     uint64_t inlined_frames;         /* inlined functions found inside them */
     uint64_t java_classes;           /* classes renamed by the ProGuard maps */
     uint64_t java_methods;           /* methods renamed by the ProGuard maps */
+    uint64_t reserved_[21]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_stats;
 
 /* Symbolizes a Perfetto trace held in buf[0..len) (compressed whole with

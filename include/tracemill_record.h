@@ -2,10 +2,12 @@
  * tracemill_record.h — the recorder's API (tm_recorder_*): a sampling
  * profiler for the calling process that writes Perfetto traces.
  *
- * Defined only in libtracemill_record (link -ltracemill_record, or its
- * static archive with libtracemill.a and libunwind), never in libtracemill:
- * a program linked with -ltracemill alone includes tracemill.h, not this
- * header.
+ * Defined only in libtracemill_record, never in libtracemill: link its
+ * static archive, which needs nothing of libtracemill (pkg-config
+ * --cflags --libs tracemill_record, or CMake's
+ * tracemill::tracemill_record_static: libtracemill_record.a, libunwind,
+ * libpthread, libdl, librt). libtracemill_record.so is the LD_PRELOAD
+ * library of `tracemill record` (it interposes malloc), not for linking.
  *
  * Threading: one recorder samples a process at a time. tm_recorder_flush
  * and tm_recorder_get_stats may be called from any thread while it runs;
@@ -56,7 +58,7 @@ typedef enum tm_record_unwind {
 typedef int (*tm_record_chunk_fn)(void *ctx, uint32_t index, const void *data, size_t len);
 
 /* Zero-initialisable: every zero field takes its default. */
-typedef struct tm_recorder_opts {
+typedef struct tm_recorder_options {
     const char *output;          /* trace path; with chunk_seconds, OUT.N.pftrace
                                     ("x.pftrace" gives x.0.pftrace, x.1.pftrace, ...) */
     uint32_t hz;                 /* samples per second per thread; 0: 101 */
@@ -74,7 +76,8 @@ typedef struct tm_recorder_opts {
     int demangle;                /* C++ names demangled */
     uint32_t mem_period_ms;      /* ProcessStats from /proc/self/status this often (and at the end
                                     of every trace or chunk); 0: none */
-} tm_recorder_opts;
+    uint64_t reserved_[23]; /* must be zero; future fields take this space (see "ABI") */
+} tm_recorder_options;
 
 /* What a recording lost and produced so far. */
 typedef struct tm_recorder_stats {
@@ -92,12 +95,13 @@ typedef struct tm_recorder_stats {
     uint64_t heap_samples_lost;  /* sampled but not recorded: made inside the profiler, or no
                                     room in its tables */
     uint64_t heap_unwind_errors; /* recorded with only the allocating caller as their stack */
+    uint64_t reserved_[19]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_stats;
 
 typedef struct tm_recorder tm_recorder;
 
 /* Checks opts and creates a recorder (nothing runs yet). */
-TM_API tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err);
+TM_API tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm_error *err);
 /* Starts sampling every thread of the process, present and future. */
 TM_API tm_status tm_recorder_start(tm_recorder *r, tm_error *err);
 /* Writes what the buffer holds to the output now. */

@@ -8,7 +8,7 @@
  * (pkg-config --cflags --libs tracemill sqlite3).
  *
  * Threading: a tm_db and its connection are used by one thread at a time
- * (call tm_db_open on each thread that needs one; they share nothing).
+ * (call tm_db_new on each thread that needs one; they share nothing).
  *
  * Memory: the tm_db and its decoded columns go through tm_options.alloc
  * (tm_alloc in tracemill.h); the SQLite connection, its statements and the
@@ -40,8 +40,8 @@ extern "C" {
  * The input buffer must outlive the tm_db. */
 typedef struct tm_db tm_db;
 
-TM_API tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db **out,
-                            tm_error *err);
+TM_API tm_status tm_db_new(const void *buf, size_t len, const tm_options *opts, tm_db **out,
+                           tm_error *err);
 
 /* The SQLite connection (an in-memory database with the tables attached):
  * run any statement on it with sqlite3_prepare_v2/sqlite3_step. Owned by
@@ -62,6 +62,7 @@ TM_API int tm_db_include(struct sqlite3 *db, const char *sql, const char **tail,
  * On failure a file this call created is removed. */
 TM_API tm_status tm_db_export(tm_db *db, const char *path, tm_error *err);
 
+/* Releases the tm_db and its connection. NULL is a no-op. */
 TM_API void tm_db_free(tm_db *db);
 
 #ifdef __cplusplus

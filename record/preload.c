@@ -89,7 +89,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     if (!out || !*out) return;
     const char *pid = getenv("TRACEMILL_RECORD_PID");
     if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid()) return;
-    tm_recorder_opts o;
+    tm_recorder_options o;
     memset(&o, 0, sizeof o);
     o.output = out;
     o.hz = env_u32("TRACEMILL_RECORD_HZ");

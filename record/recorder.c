@@ -47,7 +47,7 @@ enum {
 typedef enum { R_NEW, R_RUNNING, R_STOPPED, R_FORKED } rec_state;
 
 struct tm_recorder {
-    tm_recorder_opts o;
+    tm_recorder_options o;
     char *output;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -553,10 +553,11 @@ static void install_hooks(void) {
 
 /* ---- public API ---------------------------------------------------------- */
 
-tm_status tm_recorder_new(const tm_recorder_opts *opts, tm_recorder **out, tm_error *err) {
+tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm_error *err) {
     if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_new: out is NULL");
     *out = NULL;
-    tm_recorder_opts o;
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_recorder_options", err));
+    tm_recorder_options o;
     if (opts) o = *opts;
     else memset(&o, 0, sizeof o);
     if (!o.output && !(o.chunk_seconds && o.on_chunk))
@@ -702,7 +703,9 @@ tm_status tm_recorder_stop(tm_recorder *r, tm_error *err) {
 }
 
 void tm_recorder_get_stats(tm_recorder *r, tm_recorder_stats *out) {
-    if (!r || !out) return;
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!r) return;
     if (r->state == R_RUNNING) pthread_mutex_lock(&r->lock);
     *out = r->stats;
     if (r->state == R_RUNNING) pthread_mutex_unlock(&r->lock);

@@ -8,7 +8,8 @@
 # finding the packaged preload library, examples/convert_to_sample_v2.c
 # built with pkg-config against the -dev files (and run on the packaged
 # libtracemill.so.0), tests/install/sql_count.c with pkg-config tracemill
-# sqlite3, and find_package(tracemill) (tests/install/CMakeLists.txt).
+# sqlite3, tests/record_target.c recording itself with pkg-config
+# tracemill_record, and find_package(tracemill) (tests/install/CMakeLists.txt).
 # usage: deb.sh [OUT] (OUT: build-deb)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +79,15 @@ ok "examples/convert_to_sample_v2.c with pkg-config tracemill, run on the packag
 LD_LIBRARY_PATH="$libdir" "$out/sql_count" "$src/examples/demo.pftrace" | grep -qE '^perf_sample [1-9]' ||
   fail "sql_count on the packaged library"
 ok "tests/install/sql_count.c with pkg-config tracemill sqlite3"
+if [ -e "$libdir/libtracemill_record.a" ]; then
+  # shellcheck disable=SC2046
+  "$cc" -DRECORD_TARGET_API -o "$out/record_target" "$src/tests/record_target.c" \
+    $(pkg-config --cflags --libs tracemill_record) || fail "building record_target.c with pkg-config tracemill_record"
+  "$out/record_target" --cpu-seconds 0.3 -o "$out/self.pftrace" >/dev/null || fail "record_target recording itself"
+  LD_LIBRARY_PATH="$libdir" "$root/usr/bin/tracemill" convert -f folded "$out/self.pftrace" | grep -q . ||
+    fail "no samples in the trace record_target recorded"
+  ok "tests/record_target.c with pkg-config tracemill_record (libtracemill_record.a alone) records itself"
+fi
 unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
 cmake -S "$src/tests/install" -B "$out/fp" -DCMAKE_PREFIX_PATH="$root/usr" \
   -DEXAMPLE_SOURCE="$src/examples/convert_to_sample_v2.c" >"$out/fp.log" 2>&1 &&

@@ -244,7 +244,7 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
         return e.code == TM_ERR_LIMIT ? "ExceedSizeLimit" : e.reason ? e.reason : "InvalidSampledProfile";
     }
     capped_sink cs = {payload, j->ctx->cfg->limits.max_profile_size, 0};
-    tm_sink sink = {capped_write, &cs};
+    tm_sink sink = {.write = capped_write, .ctx = &cs};
     tm_sample_v2_options v2 = {.meta_json = meta.ptr, .meta_len = meta.len};
     tm_status ws = tm_write_sample_v2(t, &v2, &sink, &e);
     tm_trace_free(t);

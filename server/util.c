@@ -32,9 +32,9 @@ void tm_srv_buf_release(tm_srv_buf *b) {
 
 tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char *fmt, ...) {
     if (err) {
+        memset(err, 0, sizeof *err); /* reserved_ too, as the library's own errors */
         err->code = code;
         err->offset = offset;
-        err->reason = NULL;
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->message, sizeof err->message, fmt, ap);

@@ -504,7 +504,7 @@ int tm_diff_check_with(const void *buf, size_t len, const tm_options *opts, tm_d
     tm_trace *tr = NULL;
     tm_db *db = NULL;
     tm_status pst = tm_trace_parse(buf, len, &o, &tr, &rep->profile_err);
-    tm_status sst = tm_db_open(buf, len, &o, &db, &rep->sql_err);
+    tm_status sst = tm_db_new(buf, len, &o, &db, &rep->sql_err);
     if (pst == TM_OK) memset(&rep->profile_err, 0, sizeof rep->profile_err);
     if (sst == TM_OK) memset(&rep->sql_err, 0, sizeof rep->sql_err);
     rep->profile_err.code = pst;

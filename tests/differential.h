@@ -1,7 +1,7 @@
 /*
  * differential.h — the agreement check between tracemill's two readers of
  * a Perfetto trace: the profile model (tm_trace_parse, behind `convert` and
- * `info`) and the Trace Processor SQL model (tm_db_open, behind `query`).
+ * `info`) and the Trace Processor SQL model (tm_db_new, behind `query`).
  * Used by tests/test_differential.c and fuzz/fuzz_differential.c; compiled
  * into the tm_differential library. Not part of libtracemill.
  *
@@ -46,7 +46,7 @@ typedef struct tm_diff_report {
 int tm_diff_check(const void *buf, size_t len, tm_diff_report *report);
 
 /* The same with opts (NULL: defaults) given to both readers; the input
- * format is always Perfetto, the only one tm_db_open reads. */
+ * format is always Perfetto, the only one tm_db_new reads. */
 int tm_diff_check_with(const void *buf, size_t len, const tm_options *opts, tm_diff_report *report);
 
 /* The sample comparison alone, of a trace the profile model read and one

@@ -8,7 +8,7 @@
 
 int main() {
     tm_options opts = tm_options();
-    tm_recorder_opts ropts = tm_recorder_opts();
+    tm_recorder_options ropts = tm_recorder_options();
     tm_trace_free(nullptr);
     tm_db_free(nullptr);
     return opts.mode == TM_MODE_DEFAULT && ropts.hz == 0 ? 0 : 1;

@@ -186,7 +186,7 @@ NOINLINE static int exit_while_sampling(void) {
 int main(int argc, char **argv) {
     const char *mode = "work";
 #ifdef RECORD_TARGET_API
-    tm_recorder_opts o;
+    tm_recorder_options o;
     memset(&o, 0, sizeof o);
 #endif
     for (int i = 1; i < argc; i++) {

@@ -303,7 +303,7 @@ static tm_trace *parse_plain(const input *in) {
 static char *sample_v2_of(const input *perfetto, size_t *len) {
     tm_trace *t = parse_plain(perfetto);
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     cr_assert_eq(tm_write_sample_v2(t, NULL, &sink, &err), TM_OK, "%s", err.message);
     tm_trace_free(t);
@@ -324,7 +324,7 @@ static const char folded_text[] =
  * Returns the number of allocations swept. */
 static long sweep_parse(const input *in) {
     sweep_alloc a = {{.fail_at = -1}, 0};
-    tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
+    tm_alloc alloc = {.malloc_fn = sw_malloc, .realloc_fn = sw_realloc, .free_fn = sw_free, .ctx = &a};
     tm_options o = options_of(in, &alloc);
     tm_trace *t = NULL;
     tm_error err;
@@ -580,7 +580,7 @@ static const exporter exporters[] = {
  * number swept. */
 static long sweep_export(const input *in, const input *base_in, const exporter *ex) {
     sweep_alloc a = {{.fail_at = -1}, 0};
-    tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
+    tm_alloc alloc = {.malloc_fn = sw_malloc, .realloc_fn = sw_realloc, .free_fn = sw_free, .ctx = &a};
     tm_options o = options_of(in, &alloc), ob = options_of(base_in, &alloc);
     tm_trace *t = NULL, *base = NULL;
     tm_error err;
@@ -590,7 +590,7 @@ static long sweep_export(const input *in, const input *base_in, const exporter *
     long live = a.fa.live, blocks = a.blocks;
 
     tu_membuf ref = {0}, out = {0};
-    tm_sink ref_sink = {tu_membuf_write, &ref}, sink = {tu_membuf_write, &out};
+    tm_sink ref_sink = {.write = tu_membuf_write, .ctx = &ref}, sink = {.write = tu_membuf_write, .ctx = &out};
     long before = a.fa.count;
     tm_status st = ex->fn(t, base, &ref_sink, &err);
     cr_assert_eq(st, TM_OK, "%s on %s: %s (%s)", ex->name, in->name, tm_status_str(st), err.message);
@@ -707,16 +707,16 @@ static long count_rows(tm_db *db, const char *table) {
     return n;
 }
 
-/* Fails each allocation of tm_db_open on trace b in turn. */
+/* Fails each allocation of tm_db_new on trace b in turn. */
 static void sweep_loader(const char *name, const tb_buf *b) {
     sweep_alloc a = {{.fail_at = -1}, 0};
-    tm_alloc alloc = {sw_malloc, sw_realloc, sw_free, &a};
+    tm_alloc alloc = {.malloc_fn = sw_malloc, .realloc_fn = sw_realloc, .free_fn = sw_free, .ctx = &a};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.alloc = &alloc;
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
+    cr_assert_eq(tm_db_new(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
     long total = a.fa.count;
     cr_assert_gt(a.blocks, 0, "%s: the loader's memory must come from the caller's allocator", name);
     long samples = count_rows(db, "perf_sample"), frames = count_rows(db, "stack_profile_frame");
@@ -730,7 +730,7 @@ static void sweep_loader(const char *name, const tb_buf *b) {
         sw_reset(&a, n);
         db = (tm_db *)&a;
         memset(&err, 0, sizeof err);
-        tm_status st = tm_db_open(b->data, b->len, &o, &db, &err);
+        tm_status st = tm_db_new(b->data, b->len, &o, &db, &err);
         cr_assert_eq(st, TM_ERR_NOMEM, "%s: failing loader allocation %ld of %ld gave %s (%s)", name, n, total,
                      tm_status_str(st), err.message);
         cr_assert_eq(err.code, TM_ERR_NOMEM, "%s", name);
@@ -740,7 +740,7 @@ static void sweep_loader(const char *name, const tb_buf *b) {
     }
     /* Loading after all that failure still gives the same tables. */
     sw_reset(&a, -1);
-    cr_assert_eq(tm_db_open(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
+    cr_assert_eq(tm_db_new(b->data, b->len, &o, &db, &err), TM_OK, "%s: %s", name, err.message);
     cr_assert_eq(a.fa.count, total, "%s: the loader's allocation count is not deterministic", name);
     cr_assert_eq(count_rows(db, "perf_sample"), samples, "%s", name);
     cr_assert_eq(count_rows(db, "stack_profile_frame"), frames, "%s", name);

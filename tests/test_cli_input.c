@@ -93,7 +93,7 @@ Test(input_limit, library_rejects_a_buffer_past_the_limit) {
     cr_expect_eq(err.offset, len - 1);
     cr_expect(strstr(err.message, "max_input_bytes"), "%s", err.message);
     tm_db *db = NULL;
-    cr_expect_eq(tm_db_open(buf, len, &opts, &db, &err), TM_ERR_LIMIT);
+    cr_expect_eq(tm_db_new(buf, len, &opts, &db, &err), TM_ERR_LIMIT);
     cr_expect_null(db);
     opts.limits.max_input_bytes = len;
     cr_expect_eq(tm_trace_parse(buf, len, &opts, &t, &err), TM_OK, "%s", err.message);
@@ -128,7 +128,7 @@ Test(input_empty, library_names_empty_input) {
     cr_expect_null(t);
     cr_expect(strstr(err.message, "empty input"), "%s", err.message);
     cr_expect_str_eq(tm_status_str(TM_ERR_EMPTY), "TM_ERR_EMPTY");
-    cr_expect_eq(tm_db_open(nothing, 0, NULL, &db, &err), TM_ERR_EMPTY);
+    cr_expect_eq(tm_db_new(nothing, 0, NULL, &db, &err), TM_ERR_EMPTY);
     cr_expect_null(db);
     /* Relay answers an empty trace with NotEnoughSamples */
     tm_options relay = {.mode = TM_MODE_RELAY};
@@ -194,7 +194,7 @@ static char *folded_of(const void *buf, size_t len, const tm_options *opts, tm_s
     *st = tm_trace_parse(buf, len, opts, &t, err);
     if (*st != TM_OK) return NULL;
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     cr_assert_eq(tm_write_folded(t, NULL, &sink, err), TM_OK);
     tm_trace_free(t);
     return out.data;
@@ -221,7 +221,7 @@ Test(input_compressed, gzip_and_zstd_decode_like_the_plain_trace) {
         cr_expect_eq(tm_trace_get_stats(t)->bytes_decompressed, len);
         tm_trace_free(t);
         tm_db *db = NULL;
-        cr_assert_eq(tm_db_open(inputs[i], lens[i], NULL, &db, &err), TM_OK, "%s", err.message);
+        cr_assert_eq(tm_db_new(inputs[i], lens[i], NULL, &db, &err), TM_OK, "%s", err.message);
         sqlite3_stmt *q = NULL;
         cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), "select count(*) from perf_sample", -1, &q, NULL), SQLITE_OK);
         cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
@@ -294,7 +294,7 @@ Test(input_compressed, gzip_members_concatenate_and_an_empty_stream_is_empty) {
     tm_trace_free(t);
     cr_expect_eq(tm_trace_parse(empty, empty_len, NULL, &t, &err), TM_ERR_EMPTY);
     tm_db *db = NULL;
-    cr_expect_eq(tm_db_open(empty, empty_len, NULL, &db, &err), TM_ERR_EMPTY);
+    cr_expect_eq(tm_db_new(empty, empty_len, NULL, &db, &err), TM_ERR_EMPTY);
     free(two);
     free(empty);
     free(gz);
@@ -307,7 +307,7 @@ Test(input_compressed, a_gzip_bomb_stops_at_the_cap) {
     uint8_t *gz = gzip_of(zeros, n, &gz_len);
     free(zeros);
     tu_fail_alloc fa = {.fail_at = -1};
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     tm_options opts = {.alloc = &alloc};
     opts.limits.max_inflated_bytes = 1u << 20;
     tm_trace *t = NULL;

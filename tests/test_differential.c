@@ -317,7 +317,7 @@ static void assert_compare_differs(const tb_buf *profile_in, const tb_buf *sql_i
     tm_trace *t = NULL;
     tm_db *db = NULL;
     cr_assert_eq(tm_trace_parse(profile_in->data, profile_in->len, NULL, &t, NULL), TM_OK);
-    cr_assert_eq(tm_db_open(sql_in->data, sql_in->len, NULL, &db, NULL), TM_OK);
+    cr_assert_eq(tm_db_new(sql_in->data, sql_in->len, NULL, &db, NULL), TM_OK);
     tm_diff_report r;
     cr_assert_not(tm_diff_compare(t, db, &r), "a difference went unseen");
     cr_assert_eq(r.verdict, TM_DIFF_SAMPLES);

@@ -284,7 +284,7 @@ static void svg_free(svg_doc *d) {
 static tm_status try_write(const tm_trace *base, const tm_trace *t, const tm_flamegraph_options *o, char **out,
                            tm_error *err) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_status st = base ? tm_write_flamegraph_diff(base, t, o, &sink, err) : tm_write_flamegraph(t, o, &sink, err);
     *out = m.data;
     return st;
@@ -622,13 +622,13 @@ static int failing_write(void *ctx, const void *data, size_t len) {
 
 Test(flamegraph, io_failure_and_bad_arguments) {
     parsed_trace pt = parse(MIXED, N_MIXED);
-    tm_sink bad = {failing_write, NULL};
+    tm_sink bad = {.write = failing_write, .ctx = NULL};
     tm_error err;
     cr_assert_eq(tm_write_flamegraph(pt.t, NULL, &bad, &err), TM_ERR_IO);
     cr_assert_eq(err.code, TM_ERR_IO);
     cr_assert_eq(tm_write_flamegraph_diff(pt.t, pt.t, NULL, &bad, &err), TM_ERR_IO);
     tu_membuf m = {0};
-    tm_sink ok = {tu_membuf_write, &m};
+    tm_sink ok = {.write = tu_membuf_write, .ctx = &m};
     cr_assert_eq(tm_write_flamegraph(NULL, NULL, &ok, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_write_flamegraph(pt.t, NULL, NULL, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_write_flamegraph_diff(NULL, pt.t, NULL, &ok, &err), TM_ERR_INVALID_ARG);
@@ -652,7 +652,7 @@ Test(flamegraph, no_samples) {
 /* Every allocation of both writers fails in turn: TM_ERR_NOMEM, no leak. */
 Test(flamegraph, allocation_failures) {
     tu_fail_alloc fa = {.fail_at = -1};
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.alloc = &alloc;

@@ -119,7 +119,7 @@ static tm_trace *parse_folded(const char *text) {
 /* tm_write_folded into a NUL-terminated string (free it). */
 static char *folded(const tm_trace *t, const tm_folded_options *o) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     tm_status st = tm_write_folded(t, o, &sink, &err);
     cr_assert_eq(st, TM_OK, "tm_write_folded: %s: %s", tm_status_str(st), err.message);
@@ -128,7 +128,7 @@ static char *folded(const tm_trace *t, const tm_folded_options *o) {
 
 static char *folded_diff(const tm_trace *a, const tm_trace *b, const tm_folded_options *o) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     tm_status st = tm_write_folded_diff(a, b, o, &sink, &err);
     cr_assert_eq(st, TM_OK, "tm_write_folded_diff: %s: %s", tm_status_str(st), err.message);
@@ -223,7 +223,7 @@ Test(folded_out, thread_filter_by_tid_and_name) {
 
     o.threads.name = "nope";
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     cr_assert_eq(tm_write_folded(t, &o, &sink, &err), TM_ERR_INVALID_ARG);
     cr_assert_not_null(strstr(err.message, "nope"), "%s", err.message);
@@ -285,7 +285,7 @@ static int fail_write(void *ctx, const void *data, size_t len) {
 Test(folded_out, sink_failure_is_io_error) {
     tb_buf mb = {0};
     tm_trace *t = mixed_trace(&mb);
-    tm_sink sink = {fail_write, NULL};
+    tm_sink sink = {.write = fail_write, .ctx = NULL};
     tm_error err;
     cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_ERR_IO);
     cr_assert_eq(tm_write_folded_diff(t, t, NULL, &sink, &err), TM_ERR_IO);
@@ -345,7 +345,7 @@ Test(folded_diff, thread_filter_may_match_one_side_only) {
 
     o.threads.name = "neither";
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     cr_assert_eq(tm_write_folded_diff(base, now, &o, &sink, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(m.len, 0);
@@ -679,19 +679,19 @@ static tm_status write_folded_prefixed(const tm_trace *t, tu_membuf *out, tm_err
     tm_folded_options o;
     memset(&o, 0, sizeof o);
     o.thread_prefix = 1;
-    tm_sink sink = {tu_membuf_write, out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     return tm_write_folded(t, &o, &sink, err);
 }
 
 static tm_status write_diff_self(const tm_trace *t, tu_membuf *out, tm_error *err) {
-    tm_sink sink = {tu_membuf_write, out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     return tm_write_folded_diff(t, t, NULL, &sink, err);
 }
 
 /* Every allocation of the writer fails in turn: TM_ERR_NOMEM, no leak. */
 static void writer_fails_cleanly(const void *data, size_t len, const tm_options *base_opts, write_fn fn) {
     tu_fail_alloc fa = {.fail_at = -1};
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     tm_options o = *base_opts;
     o.alloc = &alloc;
     tm_trace *t = parse_with(data, len, &o);
@@ -727,7 +727,7 @@ Test(folded_alloc, writers_fail_cleanly) {
 Test(folded_alloc, reader_fails_cleanly) {
     const char *text = "a;b;c 1\na;b 2\nd;e;f;g;h;i;j;k;l;m;n;o;p;q;r;s;t;u;v 3\n[no frames] 1\n";
     tu_fail_alloc fa = {.fail_at = -1};
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.input = TM_INPUT_FOLDED;

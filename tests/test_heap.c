@@ -100,8 +100,8 @@ static tm_trace *parse(const tb_buf *b) {
 
 static char *folded(const tm_trace *t, tm_value v, tm_status *st) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
-    tm_folded_options o = {{0}, 0, v};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
+    tm_folded_options o = {.value = v};
     tm_error err = {0};
     *st = tm_write_folded(t, &o, &sink, &err);
     tu_membuf_write(&m, "", 1);
@@ -208,8 +208,8 @@ Test(heap, a_value_the_trace_lacks_is_an_error) {
     cr_expect_eq(st, TM_ERR_INVALID_ARG);
     free(out);
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
-    tm_pprof_options po = {{0}, 0, 1, TM_VALUE_INUSE_SPACE};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
+    tm_pprof_options po = {.uncompressed = 1, .value = TM_VALUE_INUSE_SPACE};
     tm_error err = {0};
     cr_expect_eq(tm_write_pprof(t, &po, &sink, &err), TM_ERR_INVALID_ARG);
     cr_expect(strstr(err.message, "no memory profile"), "%s", err.message);
@@ -230,8 +230,8 @@ Test(heap, pprof_writes_the_memory_profile) {
     tb_buf b = heap_trace(0);
     tm_trace *t = parse(&b);
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
-    tm_pprof_options o = {{0}, 0, 1, TM_VALUE_ALLOC_SPACE};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
+    tm_pprof_options o = {.uncompressed = 1, .value = TM_VALUE_ALLOC_SPACE};
     tm_error err = {0};
     cr_assert_eq(tm_write_pprof(t, &o, &sink, &err), TM_OK, "%s", err.message);
     const char *want[] = {"alloc_objects", "alloc_space", "inuse_objects", "inuse_space", "bytes", "space",
@@ -259,7 +259,7 @@ Test(heap, sql_rows_agree_with_the_profile_model) {
     tb_buf b = heap_trace(0);
     tm_db *db = NULL;
     tm_error err = {0};
-    cr_assert_eq(tm_db_open(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3 *s = tm_db_sqlite(db);
     cr_expect_eq(sql_int(s, "select sum(size) from heap_profile_allocation where size > 0"), 12000);
     cr_expect_eq(sql_int(s, "select sum(size) from heap_profile_allocation"), 8000);
@@ -313,7 +313,7 @@ static tb_buf demo_with_process_stats(void) {
 
 static char *export(const tm_trace *t, int svg) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err = {0};
     tm_sample_v2_options v2 = {0};
     tm_flamegraph_options fo = {0};
@@ -346,7 +346,7 @@ Test(memory_telemetry, process_stats_give_the_footprint_counters_and_peak) {
     tm_trace_free(t);
 
     tm_db *db = NULL;
-    cr_assert_eq(tm_db_open(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3 *s = tm_db_sqlite(db);
     cr_expect_eq(sql_int(s, "select count(*) from process_counter_track t join process p using (upid) "
                             "where p.pid = 4200 and t.name in ('mem.rss', 'mem.rss.anon', 'mem.rss.watermark')"),
@@ -388,7 +388,7 @@ Test(heap, a_lossy_dump_counts_once) {
     tm_trace_free(tr);
     tm_db *db = NULL;
     tm_error err = {0};
-    cr_assert_eq(tm_db_open(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
     cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_client_disconnected'"), 2);
     cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_buffer_overran'"), 2);
     tm_db_free(db);

@@ -1396,7 +1396,7 @@ static int valid_json(const tu_membuf *m) {
 static int run_exporters(const tm_trace *t, char *why, size_t cap) {
     tm_error err;
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_status st;
 #define EXPORT(what, call, json)                                                        \
     memset(&err, 0, sizeof err);                                                        \
@@ -1527,7 +1527,7 @@ static int run_trace(const entry *e, const expectation *x, const tm_options *o, 
     if (ok && st == TM_OK) {
         /* the conversion the CLI and the server do: Sample v2 */
         tu_membuf out = {0};
-        tm_sink sink = {tu_membuf_write, &out};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
         memset(&err, 0, sizeof err);
         st = tm_write_sample_v2(t, NULL, &sink, &err);
         tu_membuf_free(&out);
@@ -1549,7 +1549,7 @@ static int run_meta(const entry *e, const expectation *x, const uint8_t *data, s
         return 0;
     }
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_sample_v2_options v2 = {.meta_json = (const char *)data, .meta_len = len};
     tm_error err;
     memset(&err, 0, sizeof err);

@@ -249,7 +249,7 @@ Test(malformed, a_cut_trace_keeps_its_complete_packets_unless_strict) {
         cr_assert_eq(st->samples_kept, kept, "cut at %zu: %zu samples", cut, (size_t)st->samples_kept);
         tm_trace_free(tr);
         tm_db *db = NULL;
-        cr_assert_eq(tm_db_open(t.data, cut, NULL, &db, &err), TM_OK, "SQL, cut at %zu: %s", cut, err.message);
+        cr_assert_eq(tm_db_new(t.data, cut, NULL, &db, &err), TM_OK, "SQL, cut at %zu: %s", cut, err.message);
         tm_db_free(db);
         tm_options relay = options_for(TM_MODE_RELAY);
         relay.strict = 0;
@@ -835,7 +835,7 @@ Test(limits, max_chunk_duration_is_a_sample_v2_rejection) {
         tm_error err;
         cr_assert_eq(tm_trace_parse(t.data, t.len, &o, &tr, &err), TM_OK, "%s", err.message);
         tu_membuf s = {0};
-        tm_sink sink = {tu_membuf_write, &s};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &s};
         cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_ERR_REJECTED, "[%s]", mode_name(modes[m]));
         cr_assert_not_null(err.reason);
         cr_assert_str_eq(err.reason, "DurationIsTooLong");
@@ -951,7 +951,7 @@ Test(mutation, rich_trace_is_valid) {
         cr_assert_eq(st->samples_kept, modes[m] == TM_MODE_RELAY ? 6u : 11u, "[%s] %llu samples",
                      mode_name(modes[m]), (unsigned long long)st->samples_kept);
         tu_membuf s = {0};
-        tm_sink sink = {tu_membuf_write, &s};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &s};
         cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
         assert_json_object(&s, "sample v2");
         free(s.data);
@@ -1032,7 +1032,7 @@ static void mutation_loop(tm_mode mode, uint64_t seed, int iterations) {
             ok++;
             cr_assert_eq(tm_trace_get_stats(tr)->bytes, cur.len);
             tu_membuf s = {0};
-            tm_sink sink = {tu_membuf_write, &s};
+            tm_sink sink = {.write = tu_membuf_write, .ctx = &s};
             st = tm_write_sample_v2(tr, NULL, &sink, &err);
             cr_assert(st == TM_OK || st == TM_ERR_REJECTED, "[%s] iteration %d: writer returned %s (%s)",
                       mode_name(mode), it, tm_status_str(st), err.message);
@@ -1155,7 +1155,7 @@ static void failing_alloc_parse(tm_mode mode) {
     rich_trace(&t);
     fail_alloc fa;
     memset(&fa, 0, sizeof fa);
-    tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = fa_malloc, .realloc_fn = fa_realloc, .free_fn = fa_free, .ctx = &fa};
     tm_options o = options_for(mode);
     o.alloc = &alloc;
 
@@ -1212,7 +1212,7 @@ Test(failing_alloc, every_sample_v2_writer_allocation) {
     rich_trace(&t);
     fail_alloc fa;
     memset(&fa, 0, sizeof fa);
-    tm_alloc alloc = {fa_malloc, fa_realloc, fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = fa_malloc, .realloc_fn = fa_realloc, .free_fn = fa_free, .ctx = &fa};
     for (size_t m = 0; m < N_OF(modes); m++) {
         tm_options o = options_for(modes[m]);
         o.alloc = &alloc;
@@ -1223,7 +1223,7 @@ Test(failing_alloc, every_sample_v2_writer_allocation) {
         long parsed = fa.count;
         size_t live = fa.live_blocks;
         tu_membuf s = {0};
-        tm_sink sink = {tu_membuf_write, &s};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &s};
         cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
         long writer = fa.count - parsed;
         cr_assert_eq(fa.live_blocks, live, "the writer must free its scratch memory");

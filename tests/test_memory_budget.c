@@ -56,7 +56,7 @@ static tm_status run(const tb_buf *t, tm_mode mode, uint64_t work, uint64_t resu
     tm_status st = tm_trace_parse(t->data, t->len, &o, &tr, err);
     if (st == TM_OK && w == PARSE_AND_PPROF) {
         tu_membuf out = {0};
-        tm_sink sink = {tu_membuf_write, &out};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
         st = tm_write_pprof(tr, NULL, &sink, err);
         tu_membuf_free(&out);
     }
@@ -137,7 +137,7 @@ Test(memory_budget, result_budget_boundary_and_identical_output) {
     cr_assert_eq(tm_trace_get_stats(tight)->samples_kept, 4 * 3000);
     /* an exporter needs memory beyond the model: at this budget it fails cleanly */
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     cr_assert_eq(tm_write_report(tight, &sink, &err), TM_ERR_LIMIT);
     cr_assert_eq(tm_write_report(plain, &sink, &err), TM_OK);
     tu_membuf_free(&out);

@@ -424,7 +424,7 @@ static tm_trace *parse(const tb_buf *t) {
 /* Writes tr as pprof with opts and decodes it (inflating unless raw). */
 static void write_and_decode(const tm_trace *tr, const tm_pprof_options *opts, d_profile *d) {
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     tm_status st = tm_write_pprof(tr, opts, &sink, &err);
     cr_assert_eq(st, TM_OK, "%s: %s", tm_status_str(st), err.message);
@@ -780,7 +780,7 @@ Test(pprof, errors) {
     build_trace(&t, SAMPLES, N_SAMPLES);
     tm_trace *tr = parse(&t);
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     tm_pprof_options o = {0};
     o.threads.name = "no-such-thread";
@@ -795,7 +795,7 @@ Test(pprof, errors) {
     cr_assert_eq(tm_write_pprof(NULL, NULL, &sink, NULL), TM_ERR_INVALID_ARG);
     for (int uncompressed = 0; uncompressed < 2; uncompressed++) {
         int calls = 0;
-        tm_sink bad = {failing_write, &calls};
+        tm_sink bad = {.write = failing_write, .ctx = &calls};
         memset(&o, 0, sizeof o);
         o.uncompressed = uncompressed;
         cr_assert_eq(tm_write_pprof(tr, &o, &bad, &err), TM_ERR_IO);
@@ -842,7 +842,7 @@ Test(pprof, large_profile_across_members) {
     }
     tm_trace *tr = parse(&t);
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     cr_assert_eq(tm_write_pprof(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
     /* more than one gzip member */
@@ -883,7 +883,7 @@ Test(gzip_records, round_trip) {
     uint8_t *staging = malloc(TM_GZREC_MIN_STAGING), *outbuf = malloc(out_cap);
     tm_gzrec *g = malloc(sizeof *g);
     tu_membuf gz = {0};
-    tm_sink sink = {tu_membuf_write, &gz};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &gz};
     tm_gzrec_init(g, &sink, staging, TM_GZREC_MIN_STAGING, outbuf, out_cap);
     size_t total = 0, cap = 1 << 20;
     uint8_t *want = malloc(cap), rec[40000];

@@ -150,7 +150,7 @@ typedef struct shares {
  * stack_rooted), and how many hold each phase. */
 static shares folded_shares(const tm_trace *t) {
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
     shares s = {0};
@@ -247,7 +247,7 @@ static uint64_t stat_of(const char *text, const char *key) {
 static uint64_t trace_stat(const loaded *l, const char *name) {
     tm_db *db;
     tm_error err;
-    cr_assert_eq(tm_db_open(l->bytes, l->len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(l->bytes, l->len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3_stmt *q;
     cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), "select coalesce(sum(value), 0) from stats where name = ?",
                                     -1, &q, NULL),
@@ -308,7 +308,7 @@ static void check_pressure(const char *fill) {
     cr_assert(has_thread(l.trace, "worker-a") && has_thread(l.trace, "worker-b"), "thread names lost with the packets");
     /* tracemill's data-quality report counts the loss too. */
     tu_membuf report = {0};
-    tm_sink sink = {tu_membuf_write, &report};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &report};
     tm_error err;
     cr_assert_eq(tm_write_report(l.trace, &sink, &err), TM_OK);
     char expect[96];
@@ -353,7 +353,7 @@ Test(record, chunks_are_self_contained) {
         int64_t span = l.st->last_sample_ns - l.st->first_sample_ns;
         cr_assert_lt(span, 1100000000, "chunk %d spans %lld ns", i, (long long)span);
         tu_membuf v2 = {0};
-        tm_sink sink = {tu_membuf_write, &v2};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &v2};
         tm_error err;
         cr_assert_eq(tm_write_sample_v2(l.trace, NULL, &sink, &err), TM_OK, "chunk %d: %s", i, err.message);
         cr_assert_not_null(strstr(v2.data, "\"samples\""));

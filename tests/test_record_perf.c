@@ -130,7 +130,7 @@ static counts read_trace(void) {
                 .spinner = has_thread(t, "spinner"),
                 .blocker = has_thread(t, "blocker")};
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
     for (char *line = out.data; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -292,7 +292,7 @@ static char *folded_text(void) {
     tm_error err;
     cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
     tm_trace_free(t);
     free(bytes);
@@ -334,7 +334,7 @@ Test(record_perf, timebase_count_is_cumulative_per_cpu) {
     cr_assert_not_null(bytes);
     tm_db *db = NULL;
     tm_error e;
-    cr_assert_eq(tm_db_open(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
+    cr_assert_eq(tm_db_new(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
     sqlite3_stmt *q;
     const char *sql = "SELECT count(*), sum(dec), max(v) FROM (SELECT value AS v, value < lag(value) OVER "
                       "(PARTITION BY track_id ORDER BY ts) AS dec FROM counter)";

@@ -104,7 +104,7 @@ static tm_trace *parse(const rig *r, tm_mode mode) {
 /* Folded stacks of the parsed trace, NUL-terminated (free with tu_membuf_free). */
 static tu_membuf folded(const tm_trace *t) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
     cr_assert_not_null(m.data);
@@ -501,7 +501,7 @@ Test(record_writer, relay_mode_converts_the_output) {
     stats_no_loss(&r);
     tm_trace *t = parse(&r, TM_MODE_RELAY);
     tu_membuf v2 = {0};
-    tm_sink sink = {tu_membuf_write, &v2};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &v2};
     cr_assert_eq(tm_write_sample_v2(t, NULL, &sink, &err), TM_OK, "%s (%s)", err.message,
                  err.reason ? err.reason : "");
     cr_expect_not_null(strstr(v2.data, "\"rw_leaf\""), "%s", v2.data);

@@ -79,7 +79,7 @@ static tm_status write_v2(const tm_trace *t, const char *meta, size_t meta_len, 
     v2.meta_json = meta;
     v2.meta_len = meta_len;
     v2.remove_single_samples = remove_single;
-    tm_sink sink = {tu_membuf_write, out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     return tm_write_sample_v2(t, &v2, &sink, err);
 }
 

@@ -41,7 +41,7 @@ static tm_trace *parse_ok(const void *buf, size_t len, const tm_options *opts) {
 
 static tm_status write_v1(const tm_trace *t, const tm_sample_v1_options *o, tu_membuf *out, tm_error *err) {
     memset(out, 0, sizeof *out);
-    tm_sink sink = {tu_membuf_write, out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     memset(err, 0, sizeof *err);
     return tm_write_sample_v1(t, o, &sink, err);
 }
@@ -241,7 +241,7 @@ Test(sample_v1, metadata) {
         "\"trace_id\":\"fedcba98765432100123456789abcdef\",\"active_thread_id\":\"43\"}]}";
     tb_buf tb;
     tm_trace *t = built(OFFS, N_OFFS, &tb);
-    tm_sample_v1_options o = {meta, sizeof meta - 1, 0};
+    tm_sample_v1_options o = {.meta_json = meta, .meta_len = sizeof meta - 1, .truncate = 0};
     tu_membuf out = write_v1_ok(t, &o);
     json_t *j = load_json(&out);
     cr_expect_str_eq(sget(j, "event_id"), "a2669cd2c7e047ed82984aaf9666a6b6");
@@ -279,7 +279,7 @@ Test(sample_v1, metadata) {
         {"{\"transaction\":{\"active_thread_id\":\"12a\"}}", "InvalidJson", "active_thread_id"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        tm_sample_v1_options b = {bad[i].meta, strlen(bad[i].meta), 0};
+        tm_sample_v1_options b = {.meta_json = bad[i].meta, .meta_len = strlen(bad[i].meta), .truncate = 0};
         tm_error err;
         tm_status st = write_v1(t, &b, &out, &err);
         cr_expect_eq(st, TM_ERR_REJECTED, "%s: %s", bad[i].meta, tm_status_str(st));
@@ -363,7 +363,7 @@ Test(sample_v1, relay_normalisation) {
     cr_expect_str_eq(err.reason, "DurationIsTooLong");
     cr_expect(strstr(err.message, "30 s") != NULL, "%s", err.message);
     /* truncate: keep the first 30 s of the trace, then normalise. */
-    tm_sample_v1_options o = {NULL, 0, 1};
+    tm_sample_v1_options o = {.meta_json = NULL, .meta_len = 0, .truncate = 1};
     cr_expect_eq(normalised("5:1:0 7:2:0 20000000000:1:0 30000000006:1:0 30000000007:2:0", &o, got, sizeof got, &err),
                  TM_OK, "%s", err.message);
     cr_expect_str_eq(got, "0:1 19999999995:1");

@@ -38,7 +38,7 @@ static char *fmt_f64(double v, char *buf) {
 /* Runs one tm_jw call into a fresh buffer; the result is NUL-terminated. */
 static tu_membuf jw_capture_str(const char *s, size_t n) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_jw *w = malloc(sizeof *w);
     tm_jw_init(w, &sink);
     tm_str v = {(const uint8_t *)s, n};
@@ -50,7 +50,7 @@ static tu_membuf jw_capture_str(const char *s, size_t n) {
 
 static tu_membuf jw_capture_seconds(int64_t ns) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_jw *w = malloc(sizeof *w);
     tm_jw_init(w, &sink);
     tm_jw_seconds(w, ns);
@@ -142,7 +142,7 @@ static tm_status convert_opts(const tb_buf *t, const tm_options *opts, const cha
     v2.meta_json = meta;
     v2.meta_len = meta ? strlen(meta) : 0;
     v2.remove_single_samples = remove_single;
-    tm_sink sink = {tu_membuf_write, out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     st = tm_write_sample_v2(tr, &v2, &sink, err);
     tm_trace_free(tr);
     return st;
@@ -768,7 +768,7 @@ Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
     const char *cur = out.data;
     for (size_t i = 0; i < n; i++) {
         tu_membuf want = {0};
-        tm_sink sink = {tu_membuf_write, &want};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &want};
         tm_jw w;
         tm_jw_init(&w, &sink);
         tm_jw_lit(&w, "{\"timestamp\":");
@@ -846,7 +846,7 @@ Test(default_mode, unnamed_main_thread_takes_its_process_name) {
     fo.thread_prefix = 1;
     fo.threads.name = "main";
     tu_membuf folded = {0};
-    tm_sink sink = {tu_membuf_write, &folded};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &folded};
     cr_assert_eq(tm_write_folded(tr, &fo, &sink, &err), TM_OK, "%s", err.message);
     cr_expect(strncmp(folded.data, "main;", 5) == 0 && !strchr(folded.data, '\n')[1], "%s", folded.data);
     cr_expect(strstr(folded.data, " 1\n"), "%s", folded.data);

@@ -55,7 +55,7 @@ static tm_status parse_err(const char *json, size_t len, const tm_options *opts,
 
 static tu_membuf write_v2(const tm_trace *t) {
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     tm_status st = tm_write_sample_v2(t, NULL, &sink, &err);
     cr_assert_eq(st, TM_OK, "%s: %s", tm_status_str(st), err.message);
@@ -368,7 +368,7 @@ Test(sample_v2_input, round_trip_relay_fixtures) {
             tm_error err;
             if (tm_trace_parse(buf, len, NULL, &t, &err) == TM_OK) {
                 tu_membuf a = {0};
-                tm_sink sink = {tu_membuf_write, &a};
+                tm_sink sink = {.write = tu_membuf_write, .ctx = &a};
                 if (tm_write_sample_v2(t, NULL, &sink, &err) == TM_OK) {
                     check_round_trip(&a, name);
                     done++;

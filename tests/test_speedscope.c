@@ -96,7 +96,7 @@ static tm_trace *parse_with(const void *data, size_t len, const tm_options *o) {
 
 static json_t *speedscope(const tm_trace *t, const tm_speedscope_options *o) {
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     tm_status st = tm_write_speedscope(t, o, &sink, &err);
     cr_assert_eq(st, TM_OK, "tm_write_speedscope: %s: %s", tm_status_str(st), err.message);
@@ -251,7 +251,7 @@ Test(speedscope, filter_keeps_only_used_frames) {
 
     o.threads.name = "nobody";
     tu_membuf m = {0};
-    tm_sink sink = {tu_membuf_write, &m};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
     tm_error err;
     cr_assert_eq(tm_write_speedscope(t, &o, &sink, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(m.len, 0);
@@ -323,7 +323,7 @@ Test(speedscope, sink_failure_is_io_error) {
     tb_buf b = {0};
     build(&b, SAMPLES, N_SAMPLES);
     tm_trace *t = parse_with(b.data, b.len, NULL);
-    tm_sink sink = {fail_write, NULL};
+    tm_sink sink = {.write = fail_write, .ctx = NULL};
     tm_error err;
     cr_assert_eq(tm_write_speedscope(t, NULL, &sink, &err), TM_ERR_IO);
     cr_assert_eq(tm_write_speedscope(NULL, NULL, &sink, &err), TM_ERR_INVALID_ARG);
@@ -335,14 +335,14 @@ Test(speedscope, every_allocation_failure_is_clean) {
     tb_buf b = {0};
     build(&b, SAMPLES, N_SAMPLES);
     tu_fail_alloc fa = {.fail_at = -1};
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     tm_options o;
     memset(&o, 0, sizeof o);
     o.alloc = &alloc;
     tm_trace *t = parse_with(b.data, b.len, &o);
     long live = fa.live, before = fa.count;
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     cr_assert_eq(tm_write_speedscope(t, NULL, &sink, &err), TM_OK);
     long n = fa.count - before;

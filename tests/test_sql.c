@@ -35,7 +35,7 @@ Test(sql, id_constraints_match_a_real_table) {
     cr_assert_not_null(buf);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
     char path[] = "/tmp/tm_test_sql_XXXXXX";
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
@@ -69,11 +69,11 @@ Test(sql, limits_of_the_options_apply) {
     opts.limits.max_samples = 10; /* the demo has 3000 */
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(buf, len, &opts, &db, &err), TM_ERR_LIMIT);
+    cr_assert_eq(tm_db_new(buf, len, &opts, &db, &err), TM_ERR_LIMIT);
     cr_assert_null(db);
     cr_assert(strstr(err.message, "more than 10 samples"), "%s", err.message);
     opts.limits.max_samples = 3000;
-    cr_assert_eq(tm_db_open(buf, len, &opts, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(buf, len, &opts, &db, &err), TM_OK, "%s", err.message);
     tm_db_free(db);
     free(buf);
 }
@@ -87,7 +87,7 @@ Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
     cr_assert_not_null(buf);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3 *s = tm_db_sqlite(db);
     char dir[] = "/tmp/tm_test_sql_XXXXXX", sql[256], path[64];
     cr_assert_not_null(mkdtemp(dir));

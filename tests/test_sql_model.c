@@ -2,7 +2,7 @@
  * test_sql_model.c — values of the SQL model (src/tp) that Trace Processor
  * v58.2 was seen to give on the same input and that tracemill once gave
  * differently: each test builds a small trace (trace_builder.h), opens it
- * with tm_db_open and asserts Trace Processor's value.
+ * with tm_db_new and asserts Trace Processor's value.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -23,7 +23,7 @@ static const char *rows(const tb_buf *b, const char *sql) {
     static char out[4096];
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(b->data, b->len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(b->data, b->len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
     size_t n = 0;

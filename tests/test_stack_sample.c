@@ -190,7 +190,7 @@ static char *folded_of(const tm_trace *t, int thread_prefix) {
     memset(&fo, 0, sizeof fo);
     fo.thread_prefix = thread_prefix;
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     tm_status st = tm_write_folded(t, &fo, &sink, &err);
     cr_assert_eq(st, TM_OK, "tm_write_folded: %s", err.message);
@@ -200,7 +200,7 @@ static char *folded_of(const tm_trace *t, int thread_prefix) {
 
 static json_t *sample_v2_of(const tm_trace *t) {
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     tm_status st = tm_write_sample_v2(t, NULL, &sink, &err);
     cr_assert_eq(st, TM_OK, "tm_write_sample_v2: %s", err.message);
@@ -746,7 +746,7 @@ Test(stack_sample, relay_mode_ignores_stack_samples) {
     tm_trace *tp = parse_mode(&perf, TM_MODE_RELAY), *tm = parse_mode(&mixed, TM_MODE_RELAY);
     cr_assert_eq(tm_trace_profile(tm)->n_samples, 2);
     tu_membuf a = {0}, c = {0};
-    tm_sink sa = {tu_membuf_write, &a}, sc = {tu_membuf_write, &c};
+    tm_sink sa = {.write = tu_membuf_write, .ctx = &a}, sc = {.write = tu_membuf_write, .ctx = &c};
     tm_error err;
     cr_assert_eq(tm_write_sample_v2(tp, NULL, &sa, &err), TM_OK, "%s", err.message);
     cr_assert_eq(tm_write_sample_v2(tm, NULL, &sc, &err), TM_OK, "%s", err.message);
@@ -769,7 +769,7 @@ Test(stack_sample, every_allocation_failure_is_clean) {
     mixed_trace(&b);
     tu_fail_alloc fa = {.fail_at = -1};
     tm_options o = options_for(TM_MODE_DEFAULT);
-    tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};
+    tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc, .free_fn = tu_fa_free, .ctx = &fa};
     o.alloc = &alloc;
     tm_trace *t;
     tm_error err;

@@ -146,8 +146,9 @@ static void trace_of(tb_buf *t, const char *path, const uint8_t *id, size_t id_l
 
 static tm_status symbolize(const tb_buf *t, const char *const *dirs, size_t n_dirs, const tm_proguard_map *maps,
                            size_t n_maps, tu_membuf *out, tm_symbolize_stats *st) {
-    tm_symbolize_options o = {dirs, n_dirs, 1, maps, n_maps};
-    tm_sink sink = {tu_membuf_write, out};
+    tm_symbolize_options o = {.symbol_dirs = dirs, .n_symbol_dirs = n_dirs, .no_system_paths = 1,
+                              .proguard_maps = maps, .n_proguard_maps = n_maps};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     tm_error err;
     tm_status s = tm_symbolize(t->data, t->len, NULL, &o, &sink, st, &err);
     cr_assert_eq(s, TM_OK, "%s", err.message);
@@ -216,7 +217,7 @@ static void compare_with_addr2line(const char *name, const char *cflags, size_t 
     cr_assert_eq(st.frames, n);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
     size_t same = 0;
     *inlined = 0;
     for (size_t i = 0; i < n; i++) {
@@ -342,7 +343,7 @@ Test(symbolize, profile_model_and_exporters) {
     cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
     cr_assert_eq(tm_trace_frame_count(tr), 2);
     tu_membuf folded = {0};
-    tm_sink fs = {tu_membuf_write, &folded};
+    tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
     cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
     cr_assert_str_eq(folded.data, "work;mix 1\n");
     /* source_lines (--lines): "function (file:line)" */
@@ -350,7 +351,7 @@ Test(symbolize, profile_model_and_exporters) {
     tm_trace *tl = NULL;
     cr_assert_eq(tm_trace_parse(out.data, out.len, &lines_opts, &tl, &err), TM_OK, "%s", err.message);
     tu_membuf fl = {0};
-    tm_sink fls = {tu_membuf_write, &fl};
+    tm_sink fls = {.write = tu_membuf_write, .ctx = &fl};
     cr_assert_eq(tm_write_folded(tl, NULL, &fls, &err), TM_OK);
     char want[256];
     snprintf(want, sizeof want, "work (%s/prog.c:9);mix (%s/prog.c:4) 1\n", dir, dir);
@@ -359,7 +360,7 @@ Test(symbolize, profile_model_and_exporters) {
     tm_trace_free(tl);
     /* pprof: Location with Line{mix, 4} then Line{work, 9} */
     tu_membuf pp = {0};
-    tm_sink ps = {tu_membuf_write, &pp};
+    tm_sink ps = {.write = tu_membuf_write, .ctx = &pp};
     tm_pprof_options po = {.uncompressed = 1};
     cr_assert_eq(tm_write_pprof(tr, &po, &ps, &err), TM_OK);
     /* Line messages: 0x22 len { 0x08 fn 0x10 line } */
@@ -382,7 +383,7 @@ Test(symbolize, proguard_map_renames_java_frames) {
     size_t len;
     char *map = tu_read_file(TM_FIXTURES "/proguard/mapping.txt", &len);
     cr_assert(map);
-    tm_proguard_map maps[1] = {{NULL, map, len}};
+    tm_proguard_map maps[1] = {{.package = NULL, .data = map, .len = len}};
     const char *names[4] = {"a.a.a", "a.a.b", "a.b.a", "x.y"};
     uint64_t pcs[4] = {1, 2, 3, 4};
     tb_buf t = {0};
@@ -394,7 +395,7 @@ Test(symbolize, proguard_map_renames_java_frames) {
     cr_assert_eq(st.java_methods, 9);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_open(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3_stmt *q;
     cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db),
                                     "select name, coalesce(deobfuscated_name, '-') from stack_profile_frame order by name",
@@ -415,7 +416,7 @@ Test(symbolize, proguard_map_renames_java_frames) {
     tm_trace *tr = NULL;
     cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
     tu_membuf folded = {0};
-    tm_sink fs = {tu_membuf_write, &folded};
+    tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
     cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
     cr_assert(strstr(folded.data, "com.example.Main.bar | com.example.Main.foo | com.example.Main.test 1\n"), "%s",
               folded.data);
@@ -473,7 +474,7 @@ Test(symbolize, r8_inline_ranges_expand_java_frames) {
     tm_error err;
     cr_assert_eq(tm_trace_parse(buf, len, NULL, &tr, &err), TM_OK, "%s", err.message);
     tu_membuf folded = {0};
-    tm_sink fs = {tu_membuf_write, &folded};
+    tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
     tm_folded_options fo = {.value = TM_VALUE_ALLOC_SPACE};
     cr_assert_eq(tm_write_folded(tr, &fo, &fs, &err), TM_OK, "%s", err.message);
     cr_assert_str_eq(folded.data, "com.example.Main.test;com.example.Main.foo 1000\n"

@@ -37,7 +37,7 @@ static void count_free(void *ctx, void *p, size_t size) {
 }
 
 static tm_status write_one(const tm_trace *t, int which, tu_membuf *out) {
-    tm_sink sink = {tu_membuf_write, out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = out};
     tm_error err;
     switch (which) {
     case 0: return tm_write_sample_v2(t, NULL, &sink, &err);
@@ -74,7 +74,7 @@ Test(threads, writers_on_one_trace_at_once) {
     size_t len;
     char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
     cr_assert_not_null(buf);
-    tm_alloc alloc = {count_malloc, count_realloc, count_free, NULL};
+    tm_alloc alloc = {.malloc_fn = count_malloc, .realloc_fn = count_realloc, .free_fn = count_free, .ctx = NULL};
     tm_options opts = {0};
     opts.alloc = &alloc;
     tm_trace *t = NULL;

@@ -1217,7 +1217,7 @@ Test(trace_names, invalid_utf8_names_kept_in_model_and_repaired_in_json) {
     cr_assert(str_is(thread_of_sample(m, 0)->name, bad_thread));
 
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     memset(&err, 0, sizeof err);
     tm_status st = tm_write_sample_v2(t, NULL, &sink, &err);
@@ -1572,7 +1572,7 @@ Test(trace_losses, service_chunks_discarded_kept_apart) {
     cr_assert_eq(st->buffer_chunks_discarded, 2);
     cr_assert_eq(st->service_chunks_discarded, 9);
     tu_membuf out = {0};
-    tm_sink sink = {tu_membuf_write, &out};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_error err;
     memset(&err, 0, sizeof err);
     cr_assert_eq(tm_write_report(tr, &sink, &err), TM_OK, "%s", err.message);

@@ -27,7 +27,7 @@ typedef struct tu_membuf {
  * keeps the buffer NUL-terminated (so it can be used as a C string).
  * Returns 0, or 1 if memory runs out. Usage:
  *     tu_membuf out = {0};
- *     tm_sink sink = {tu_membuf_write, &out};                             */
+ *     tm_sink sink = {.write = tu_membuf_write, .ctx = &out};                 */
 int tu_membuf_write(void *ctx, const void *data, size_t len);
 
 /* Frees the buffer and zeroes *m, ready for reuse. */
@@ -37,7 +37,8 @@ void tu_membuf_free(tu_membuf *m);
  * allocation number fail_at (counting from 0; -1: never) and tracks the
  * bytes still live, for allocation-failure and leak tests:
  *     tu_fail_alloc fa = {.fail_at = -1};
- *     tm_alloc alloc = {tu_fa_malloc, tu_fa_realloc, tu_fa_free, &fa};   */
+ *     tm_alloc alloc = {.malloc_fn = tu_fa_malloc, .realloc_fn = tu_fa_realloc,
+ *                       .free_fn = tu_fa_free, .ctx = &fa};                */
 typedef struct tu_fail_alloc {
     long fail_at, count, live;
 } tu_fail_alloc;

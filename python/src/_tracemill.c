@@ -117,7 +117,7 @@ typedef struct TraceObject {
     PyObject_HEAD
     PyObject *data;           /* bytes: the input the trace's strings view */
     tm_trace *trace;          /* NULL once released */
-    tm_options opts;          /* as decoded, for tm_db_open */
+    tm_options opts;          /* as decoded, for tm_db_new */
     tm_db *db;                /* built on the first query, under lock */
     PyThread_type_lock lock;  /* the SQL database: its creation and statements */
     Py_ssize_t users;         /* calls under way without the GIL */
@@ -583,34 +583,37 @@ static PyObject *Trace_export(TraceObject *self, PyObject *args, PyObject *kwds)
     export_args a;
     if (parse_export_args(args, kwds, &a) < 0 || trace_enter(self) < 0) return NULL;
     membuf buf = {0};
-    tm_sink sink = {membuf_write, &buf};
+    tm_sink sink = {.write = membuf_write, .ctx = &buf};
     tm_error err;
     memset(&err, 0, sizeof err);
     const tm_trace *t = self->trace;
     tm_status st;
     const char *f = a.format;
     if (!strcmp(f, "sample-v2")) {
-        tm_sample_v2_options o = {a.meta, (size_t)a.meta_len, a.remove_single_samples};
+        tm_sample_v2_options o = {.meta_json = a.meta, .meta_len = (size_t)a.meta_len,
+                                  .remove_single_samples = a.remove_single_samples};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_sample_v2(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "pprof")) {
-        tm_pprof_options o = {a.filter, a.period_ns, a.uncompressed, a.value};
+        tm_pprof_options o = {.threads = a.filter, .period_ns = a.period_ns, .uncompressed = a.uncompressed,
+                              .value = a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_pprof(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "folded")) {
-        tm_folded_options o = {a.filter, a.thread_prefix, a.value};
+        tm_folded_options o = {.threads = a.filter, .thread_prefix = a.thread_prefix, .value = a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_folded(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "speedscope")) {
-        tm_speedscope_options o = {a.filter, a.period_ns, a.name, a.value};
+        tm_speedscope_options o = {.threads = a.filter, .period_ns = a.period_ns, .name = a.name, .value = a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_speedscope(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else if (!strcmp(f, "svg")) {
-        tm_flamegraph_options o = {a.filter, a.title, a.reverse, a.width, 0, a.value};
+        tm_flamegraph_options o = {.threads = a.filter, .title = a.title, .reverse = a.reverse, .width_px = a.width,
+                                   .value = a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_flamegraph(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
@@ -649,17 +652,18 @@ static PyObject *module_diff(PyObject *module, PyObject *args, PyObject *kwds) {
         return NULL;
     }
     membuf buf = {0};
-    tm_sink sink = {membuf_write, &buf};
+    tm_sink sink = {.write = membuf_write, .ctx = &buf};
     tm_error err;
     memset(&err, 0, sizeof err);
     tm_status st;
     if (!strcmp(a.format, "svg")) {
-        tm_flamegraph_options o = {a.filter, a.title, a.reverse, a.width, 0, a.value};
+        tm_flamegraph_options o = {.threads = a.filter, .title = a.title, .reverse = a.reverse, .width_px = a.width,
+                                   .value = a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_flamegraph_diff(b->trace, w->trace, &o, &sink, &err);
         Py_END_ALLOW_THREADS
     } else {
-        tm_folded_options o = {a.filter, a.thread_prefix, a.value};
+        tm_folded_options o = {.threads = a.filter, .thread_prefix = a.thread_prefix, .value = a.value};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_folded_diff(b->trace, w->trace, &o, &sink, &err);
         Py_END_ALLOW_THREADS
@@ -847,7 +851,7 @@ static PyObject *Trace_query(TraceObject *self, PyObject *args, PyObject *kwds) 
         memset(&err, 0, sizeof err);
         tm_status st;
         Py_BEGIN_ALLOW_THREADS
-        st = tm_db_open(buf, len, &self->opts, &db, &err);
+        st = tm_db_new(buf, len, &self->opts, &db, &err);
         Py_END_ALLOW_THREADS
         if (st != TM_OK) raise_tm(st, &err);
         self->db = db;

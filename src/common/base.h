@@ -37,6 +37,21 @@ tm_status tm_fail(tm_error *err, tm_status code, uint64_t offset, const char *re
 #endif
     ;
 
+/* The trailing reserved_ space of a public struct the caller passed in
+ * (type names it in the message): TM_OK when it is all zero, else
+ * TM_ERR_INVALID_ARG, since a field this library does not know was set (the
+ * program was built against a newer header) or the struct was not
+ * zero-initialised. */
+tm_status tm_check_reserved(const void *reserved, size_t size, const char *type, tm_error *err);
+#define TM_CHECK_RESERVED(s, type, err) \
+    ((s) ? tm_check_reserved((s)->reserved_, sizeof (s)->reserved_, type, err) : TM_OK)
+
+/* TM_CHECK_RESERVED of a tm_options (NULL is fine), its tm_limits and its
+ * tm_alloc: what every reader taking tm_options checks first. */
+tm_status tm_check_options(const tm_options *o, tm_error *err);
+/* The same of a tm_symbolize_options (NULL is fine) and its tm_proguard_maps. */
+tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *err);
+
 #define TM_TRY(expr)                        \
     do {                                    \
         tm_status tm_try_st_ = (expr);      \

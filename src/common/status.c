@@ -1,6 +1,8 @@
 /*
- * status.c — names of tm_status values and the tm_fail error helper that
- * every fallible library function reports through.
+ * status.c — names of tm_status values, the tm_fail error helper that
+ * every fallible library function reports through, and the check of the
+ * reserved space of the public structs callers pass in (the one place that
+ * enforces "reserved_ must be zero", see "ABI" in tracemill.h).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@ const char *tm_status_str(tm_status st) {
 tm_status tm_fail(tm_error *err, tm_status code, uint64_t offset, const char *reason,
                   const char *fmt, ...) {
     if (err) {
+        memset(err, 0, sizeof *err); /* reserved_ too: fields a newer header adds read as 0 */
         err->code = code;
         err->offset = offset;
         err->reason = reason;
@@ -35,4 +38,28 @@ tm_status tm_fail(tm_error *err, tm_status code, uint64_t offset, const char *re
         va_end(ap);
     }
     return code;
+}
+
+tm_status tm_check_reserved(const void *reserved, size_t size, const char *type, tm_error *err) {
+    const uint8_t *p = reserved;
+    for (size_t i = 0; i < size; i++)
+        if (p[i])
+            return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                           "%s: reserved space is not zero (byte %zu of reserved_): zero-initialise the struct; "
+                           "libtracemill %s has no field there",
+                           type, i, TM_VERSION_STRING);
+    return TM_OK;
+}
+
+tm_status tm_check_options(const tm_options *o, tm_error *err) {
+    TM_TRY(TM_CHECK_RESERVED(o, "tm_options", err));
+    TM_TRY(TM_CHECK_RESERVED(o ? &o->limits : NULL, "tm_limits", err));
+    return TM_CHECK_RESERVED(o ? o->alloc : NULL, "tm_alloc", err);
+}
+
+tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *err) {
+    TM_TRY(TM_CHECK_RESERVED(o, "tm_symbolize_options", err));
+    for (size_t i = 0; o && o->proguard_maps && i < o->n_proguard_maps; i++)
+        TM_TRY(TM_CHECK_RESERVED(&o->proguard_maps[i], "tm_proguard_map", err));
+    return TM_OK;
 }

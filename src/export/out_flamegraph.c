@@ -762,6 +762,9 @@ tm_status tm_write_flamegraph(const tm_trace *t, const tm_flamegraph_options *op
                               tm_error *err) {
     if (!t || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_flamegraph: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_flamegraph_options", err));
+    TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     return tm_trace_budget_status(t, write_graph(NULL, t, opts, out, err), err);
 }
 
@@ -769,5 +772,8 @@ tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *now, co
                                    const tm_sink *out, tm_error *err) {
     if (!base || !now || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_flamegraph_diff: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_flamegraph_options", err));
+    TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     return tm_trace_budget_status(base, tm_trace_budget_status(now, write_graph(base, now, opts, out, err), err), err);
 }

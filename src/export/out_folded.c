@@ -184,6 +184,9 @@ static tm_status write_lines(tm_mem *mem, const folded_line *v, size_t n, int co
 tm_status tm_write_folded(const tm_trace *t, const tm_folded_options *opts, const tm_sink *out, tm_error *err) {
     if (!t || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_folded: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_folded_options", err));
+    TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     tm_profile view;
     TM_TRY(tm_profile_value_view(tm_trace_profile(t), opts ? opts->value : TM_VALUE_DEFAULT, &view, NULL, err));
     const tm_profile *p = &view;
@@ -230,6 +233,9 @@ tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now, const 
                                const tm_sink *out, tm_error *err) {
     if (!base || !now || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_folded_diff: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_folded_options", err));
+    TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     const tm_profile *pb = tm_trace_profile(base), *pn = tm_trace_profile(now);
     folded_set a, b;
     int a_matched = 0, b_matched = 0;

@@ -784,6 +784,9 @@ static tm_status setup(pprof_writer *x, const tm_pprof_options *opts) {
 
 tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const tm_sink *out, tm_error *err) {
     if (!t || !out || !out->write) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_pprof: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_pprof_options", err));
+    TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     if (opts && opts->period_ns < 0)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: negative period %lld ns", (long long)opts->period_ns);
     pprof_writer x;

@@ -12,7 +12,7 @@ static int file_write(void *ctx, const void *data, size_t len) {
 }
 
 tm_sink tm_sink_file(FILE *f) {
-    tm_sink s = {file_write, f};
+    tm_sink s = {.write = file_write, .ctx = f};
     return s;
 }
 
@@ -38,6 +38,7 @@ static void write_group(tm_jw *w, const char *name, const counter *c, size_t n, 
 
 tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) {
     if (!t || !out || !out->write) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_report: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     const tm_profile *p = tm_trace_profile(t);
     const tm_trace_stats *s = &p->stats;
     tm_jw *w = tm_mem_alloc(p->mem, sizeof *w);

@@ -598,6 +598,8 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     static const tm_sample_v2_options no_opts;
     if (!t || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: NULL argument");
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
+    TM_TRY(TM_CHECK_RESERVED(opts, "tm_sample_v2_options", err));
     if (!opts) opts = &no_opts;
     const tm_profile *p = tm_trace_profile(t);
     if (p->untimed)

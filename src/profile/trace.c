@@ -1476,6 +1476,7 @@ static void dec_release(dec *d) {
 /* ---- public API ---- */
 
 void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
+    memset(out, 0, sizeof *out);
     if (preset == TM_LIMITS_RELAY) {
         out->max_samples = TM_RELAY_MAX_SAMPLES;
         out->max_stack_depth = TM_RELAY_MAX_STACK_DEPTH;
@@ -1509,7 +1510,7 @@ void tm_limits_resolve(const tm_options *o, tm_limits *out) {
     tm_limits_preset(o->mode == TM_MODE_RELAY ? TM_LIMITS_RELAY : o->preset, out);
     const uint64_t *src = (const uint64_t *)&o->limits;
     uint64_t *dst = (uint64_t *)out;
-    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+    for (size_t i = 0; i < offsetof(tm_limits, reserved_) / sizeof(uint64_t); i++)
         if (src[i]) dst[i] = src[i];
 }
 
@@ -1568,6 +1569,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: NULL %s", out ? "buffer" : "out");
     if (opts->input != TM_INPUT_AUTO && !tm_input_format_name(opts->input))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)opts->input);
+    TM_TRY(tm_check_options(opts, err));
     tm_mem mem;
     tm_mem_init(&mem, opts->alloc);
     tm_trace *t = tm_mem_alloc(&mem, sizeof *t);
@@ -1627,6 +1629,7 @@ const tm_profile *tm_trace_profile(const tm_trace *t) { return &t->profile; }
 size_t tm_trace_thread_count(const tm_trace *t) { return t ? t->profile.n_threads : 0; }
 
 tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
+    if (out) memset(out, 0, sizeof *out);
     if (!t || !out || i >= t->profile.n_threads)
         return TM_ERR_INVALID_ARG;
     const tm_prof_thread *th = &t->profile.threads[i];
@@ -1641,6 +1644,7 @@ tm_status tm_trace_thread(const tm_trace *t, size_t i, tm_thread_info *out) {
 size_t tm_trace_sample_count(const tm_trace *t) { return t ? t->profile.n_samples : 0; }
 
 tm_status tm_trace_sample(const tm_trace *t, size_t i, tm_sample_info *out) {
+    if (out) memset(out, 0, sizeof *out);
     if (!t || !out || i >= t->profile.n_samples) return TM_ERR_INVALID_ARG;
     const tm_prof_sample *s = &t->profile.samples[i];
     out->ts = s->ts;

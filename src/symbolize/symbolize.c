@@ -161,8 +161,12 @@ static tm_status java(sym_run *r) {
 
 tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
                        const tm_sink *out, tm_symbolize_stats *stats, tm_error *err) {
+    if (stats) memset(stats, 0, sizeof *stats);
     if ((!buf && len) || !out || !out->write)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_symbolize: NULL argument");
+    TM_TRY(tm_check_options(opts, err));
+    TM_TRY(tm_check_symbolize_options(sopts, err));
+    TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     tm_symbolize_options none;
     memset(&none, 0, sizeof none);
     tm_symbolize_stats counts;

@@ -878,9 +878,10 @@ int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err
     return -1;
 }
 
-tm_status tm_db_open(const void *buf, size_t len, const tm_options *opts, tm_db **out, tm_error *err) {
-    if (!out || (!buf && len)) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_open: NULL argument");
+tm_status tm_db_new(const void *buf, size_t len, const tm_options *opts, tm_db **out, tm_error *err) {
+    if (!out || (!buf && len)) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_new: NULL argument");
     *out = NULL;
+    TM_TRY(tm_check_options(opts, err));
     tm_mem mem;
     tm_mem_init(&mem, opts ? opts->alloc : NULL);
     tm_db *d = tm_mem_alloc(&mem, sizeof *d);

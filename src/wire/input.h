@@ -1,6 +1,6 @@
 /*
  * input.h — what every input goes through before a decoder reads it,
- * shared by tm_trace_parse and tm_db_open: the size limit
+ * shared by tm_trace_parse and tm_db_new: the size limit
  * (max_input_bytes), gzip or zstd compression around the whole input
  * (decompressed within max_inflated_bytes), and empty input (TM_ERR_EMPTY).
  */

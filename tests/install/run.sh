@@ -4,8 +4,11 @@
 # built against that prefix with pkg-config (shared, and static with
 # --static) and with find_package(tracemill) (tests/install/CMakeLists.txt),
 # each run on examples/demo.pftrace; tests/install/sql_count.c (a client of
-# tracemill_sql.h) with pkg-config tracemill sqlite3; also the files a
-# package ships (SONAME links, headers, man page, completion, programs) and
+# tracemill_sql.h) with pkg-config tracemill sqlite3; with the recorder,
+# tests/record_target.c recording itself through tracemill_record.h with
+# libtracemill_record.a alone (pkg-config tracemill_record and
+# tracemill::tracemill_record_static); also the files a package ships
+# (SONAME links, headers, man page, completion, programs) and
 # `tracemill -V`.
 # usage: run.sh SOURCE_DIR BUILD_DIR [CFLAGS] (CFLAGS: for a sanitized build,
 # -fsanitize=...; CC: the compiler, cc by default)
@@ -93,8 +96,29 @@ LD_LIBRARY_PATH="$libdir" "$tmp/sql_count" "$src/examples/demo.pftrace" >"$tmp/s
 grep -qE '^perf_sample [1-9][0-9]*$' "$tmp/sql.out" || fail "sql_count: $(cat "$tmp/sql.out")"
 ok "tracemill_sql.h with pkg-config tracemill sqlite3: $(cat "$tmp/sql.out")"
 
+# tracemill_record.h: libtracemill_record.a stands alone, exporting tm_recorder_* only.
+record=""
+if [ -e "$libdir/libtracemill_record.a" ]; then
+  record="$src/tests/record_target.c"
+  extra=$(nm -g --defined-only "$libdir/libtracemill_record.a" | awk 'NF == 3 {print $3}' | grep -v '^tm_recorder_' || true)
+  [ -z "$extra" ] || fail "libtracemill_record.a defines more than tm_recorder_*: $extra"
+  # shellcheck disable=SC2046
+  "$cc" $cflags -DRECORD_TARGET_API -o "$tmp/record_pc" "$record" $(pkg-config --cflags --libs tracemill_record) ||
+    fail "pkg-config tracemill_record build of record_target.c"
+  loads_no_tracemill "$tmp/record_pc" || fail "pkg-config tracemill_record: the program loads a libtracemill library"
+fi
+# check_record BINARY HOW: the program records itself; tracemill reads the trace.
+check_record() {
+  "$1" --cpu-seconds 0.3 -o "$tmp/self.pftrace" >"$tmp/self.out" || fail "$2: the recording program failed"
+  "$prefix/bin/tracemill" convert -f folded -o "$tmp/self.folded" "$tmp/self.pftrace" || fail "$2: unreadable trace"
+  [ -s "$tmp/self.folded" ] || fail "$2: no samples recorded"
+  ok "$2: $(wc -l <"$tmp/self.folded") stacks recorded by libtracemill_record.a alone"
+}
+[ -z "$record" ] || check_record "$tmp/record_pc" "pkg-config --cflags --libs tracemill_record"
+
 # find_package(tracemill): a CMake project outside the tree.
 cmake -S "$src/tests/install" -B "$tmp/fp" -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLE_SOURCE="$ex" \
+  -DRECORD_SOURCE="$record" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$cflags" \
   >"$tmp/fp.log" 2>&1 || { cat "$tmp/fp.log"; fail "find_package(tracemill): configure"; }
 cmake --build "$tmp/fp" >>"$tmp/fp.log" 2>&1 || { cat "$tmp/fp.log"; fail "find_package(tracemill): build"; }
@@ -102,3 +126,8 @@ LD_LIBRARY_PATH="$libdir" needs_so "$tmp/fp/example_shared" || fail "tracemill::
 loads_no_tracemill "$tmp/fp/example_static" || fail "tracemill::tracemill_static loads libtracemill.so"
 check_example "$tmp/fp/example_shared" "find_package(tracemill), tracemill::tracemill"
 check_example "$tmp/fp/example_static" "find_package(tracemill), tracemill::tracemill_static"
+if [ -n "$record" ]; then
+  [ -x "$tmp/fp/record_static" ] || fail "find_package(tracemill): no tracemill::tracemill_record_static"
+  loads_no_tracemill "$tmp/fp/record_static" || fail "tracemill::tracemill_record_static loads a libtracemill library"
+  check_record "$tmp/fp/record_static" "find_package(tracemill), tracemill::tracemill_record_static"
+fi

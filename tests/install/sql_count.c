@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
 
     tm_db *db = NULL;
     tm_error err;
-    if (tm_db_open(buf, len, NULL, &db, &err) != TM_OK) {
+    if (tm_db_new(buf, len, NULL, &db, &err) != TM_OK) {
         fprintf(stderr, "%s: %s\n", tm_status_str(err.code), err.message);
         return 1;
     }
