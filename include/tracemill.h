@@ -206,9 +206,10 @@ typedef struct tm_options {
     tm_input_format input;  /* TM_INPUT_AUTO: detect; TM_MODE_RELAY needs Perfetto */
     int strict;             /* a Perfetto trace cut off inside a packet is rejected (TM_ERR_TRUNCATED)
                                instead of read up to that packet (always in TM_MODE_RELAY) */
-    int source_lines;       /* 1: a frame with a source file or line (from symbols) is named
-                               "function (file:line)" in the text formats; 0: by its function
-                               alone, so that its lines merge */
+    int no_source_lines;    /* 0: a frame with a source file or line (from symbols) is named
+                               "function (file:line)" in folded stacks, flame graphs and
+                               tm_trace_frame_label; 1: by its function alone, so that its lines
+                               merge (pprof and speedscope carry lines in fields of their own) */
 } tm_options;
 
 /* ==== Traces =========================================================== */
@@ -443,7 +444,10 @@ typedef struct tm_thread_filter {
 
 /* How frames are named in text formats: the function (Java: Class.method);
  * without one, "0xADDR (libname)" with ADDR relative to the library when
- * its mapping is known. */
+ * its mapping is known. In folded stacks and flame graphs a frame whose
+ * symbols give a source file or line is "function (file:line)" ("function
+ * (file)", "function (line N)"), unless tm_options.no_source_lines; pprof
+ * and speedscope name it by function and write file and line apart. */
 
 typedef struct tm_pprof_options {
     tm_thread_filter threads;

@@ -275,7 +275,9 @@ Test(symbolize, separate_debug_file_by_build_id) {
     char label[256];
     size_t len;
     cr_assert_eq(tm_trace_frame_label(tr, 0, label, sizeof label, &len), TM_OK);
-    cr_assert_str_eq(label, "work");
+    char want[256];
+    snprintf(want, sizeof want, "work (%s/prog.c:7)", dir); /* work's first line in prog_src */
+    cr_assert_str_eq(label, want);
     tm_trace_free(tr);
     tu_membuf_free(&out);
     tb_free(&t);
@@ -341,20 +343,42 @@ Test(symbolize, profile_model_and_exporters) {
     tm_error err;
     cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
     cr_assert_eq(tm_trace_frame_count(tr), 2);
+    /* by default folded, SVG and tm_trace_frame_label say "function (file:line)" */
     tu_membuf folded = {0};
     tm_sink fs = {tu_membuf_write, &folded};
     cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
-    cr_assert_str_eq(folded.data, "work;mix 1\n");
-    /* source_lines (--lines): "function (file:line)" */
-    tm_options lines_opts = {.source_lines = 1};
+    char want[256], mix_label[128];
+    snprintf(want, sizeof want, "work (%s/prog.c:9);mix (%s/prog.c:4) 1\n", dir, dir);
+    cr_assert_str_eq(folded.data, want);
+    snprintf(mix_label, sizeof mix_label, "mix (%s/prog.c:4)", dir);
+    char label[128];
+    size_t label_len;
+    bool seen = false;
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_eq(tm_trace_frame_label(tr, i, label, sizeof label, &label_len), TM_OK);
+        seen |= strcmp(label, mix_label) == 0;
+    }
+    cr_assert(seen, "tm_trace_frame_label names %s", mix_label);
+    tu_membuf svg = {0};
+    tm_sink ss = {tu_membuf_write, &svg};
+    cr_assert_eq(tm_write_flamegraph(tr, NULL, &ss, &err), TM_OK);
+    cr_assert(memmem(svg.data, svg.len, mix_label, strlen(mix_label)), "the SVG names %s", mix_label);
+    tu_membuf_free(&svg);
+    /* pprof and speedscope keep lines in fields of their own: names are bare */
+    tu_membuf sp = {0};
+    tm_sink sps = {tu_membuf_write, &sp};
+    cr_assert_eq(tm_write_speedscope(tr, NULL, &sps, &err), TM_OK);
+    cr_assert(strstr(sp.data, "\"name\":\"mix\""), "%s", sp.data);
+    cr_assert_null(strstr(sp.data, "mix ("));
+    tu_membuf_free(&sp);
+    /* no_source_lines (--no-lines): by function, lines merged */
+    tm_options merged_opts = {.no_source_lines = 1};
     tm_trace *tl = NULL;
-    cr_assert_eq(tm_trace_parse(out.data, out.len, &lines_opts, &tl, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_trace_parse(out.data, out.len, &merged_opts, &tl, &err), TM_OK, "%s", err.message);
     tu_membuf fl = {0};
     tm_sink fls = {tu_membuf_write, &fl};
     cr_assert_eq(tm_write_folded(tl, NULL, &fls, &err), TM_OK);
-    char want[256];
-    snprintf(want, sizeof want, "work (%s/prog.c:9);mix (%s/prog.c:4) 1\n", dir, dir);
-    cr_assert_str_eq(fl.data, want);
+    cr_assert_str_eq(fl.data, "work;mix 1\n");
     tu_membuf_free(&fl);
     tm_trace_free(tl);
     /* pprof: Location with Line{mix, 4} then Line{work, 9} */
@@ -369,6 +393,7 @@ Test(symbolize, profile_model_and_exporters) {
     /* Mapping has_functions, has_filenames, has_line_numbers, has_inline_frames */
     const uint8_t has[] = {0x38, 0x01, 0x40, 0x01, 0x48, 0x01, 0x50, 0x01};
     cr_assert(memmem(pp.data, pp.len, has, sizeof has));
+    cr_assert_null(memmem(pp.data, pp.len, "mix (", 5), "pprof function names carry no lines");
     tu_membuf_free(&pp);
     tu_membuf_free(&folded);
     tm_trace_free(tr);
@@ -450,21 +475,38 @@ Test(symbolize, cli_end_to_end) {
                          dir);
     cr_assert_str_eq(rows, "name,line_number,inlined\nmain,12,0\n");
     free(rows);
+    /* main starts at line 12 of prog.c: labels say so unless --no-lines */
+    char want[256];
+    snprintf(want, sizeof want, "main (%s/prog.c:12) 1\n", dir);
     char *folded = capture("%s convert -f folded %s/out.pftrace", TM_CLI, dir);
+    cr_assert_str_eq(folded, want);
+    free(folded);
+    folded = capture("%s convert -f folded --no-lines %s/out.pftrace", TM_CLI, dir);
     cr_assert_str_eq(folded, "main 1\n");
     free(folded);
-    folded = capture("%s convert -f folded --no-system-symbols --symbols %s %s", TM_CLI, dir, path);
+    folded = capture("%s convert -f folded --no-lines --lines %s/out.pftrace", TM_CLI, dir);
+    cr_assert_str_eq(folded, want);
+    free(folded);
+    folded = capture("%s convert -f folded --no-lines --no-system-symbols --symbols %s %s", TM_CLI, dir, path);
     cr_assert_str_eq(folded, "main 1\n");
     free(folded);
     folded = capture("%s convert -f folded %s", TM_CLI, path);
-    cr_assert_neq(strcmp(folded, "main 1\n"), 0, "unsymbolized: %s", folded);
+    cr_assert_eq(strstr(folded, "main"), NULL, "unsymbolized: %s", folded);
     free(folded);
+    char *svg = capture("%s diff --no-lines %s/out.pftrace %s/out.pftrace", TM_CLI, dir, dir);
+    cr_assert(strstr(svg, ">main<"), "diff --no-lines names main");
+    cr_assert_eq(strstr(svg, "prog.c:12"), NULL);
+    free(svg);
+    svg = capture("%s diff %s/out.pftrace %s/out.pftrace", TM_CLI, dir, dir);
+    cr_assert(strstr(svg, "prog.c:12)"), "diff names main's line");
+    free(svg);
     tb_free(&t);
 }
 
 /* R8's inline ranges in the profile model: an obfuscated frame whose line
  * (from ModuleSymbols) falls in several entries' range becomes those
- * methods, innermost last in folded order (Perfetto's own diff test trace). */
+ * methods, innermost last in folded order (Perfetto's own diff test trace),
+ * each at the line Perfetto's expected output gives it. */
 Test(symbolize, r8_inline_ranges_expand_java_frames) {
     size_t len;
     char *buf = tu_read_file(TM_FIXTURES "/perfetto-difftests/R8RetraceCompat__inline_positions/trace.pftrace", &len);
@@ -476,9 +518,12 @@ Test(symbolize, r8_inline_ranges_expand_java_frames) {
     tm_sink fs = {tu_membuf_write, &folded};
     tm_folded_options fo = {.value = TM_VALUE_ALLOC_SPACE};
     cr_assert_eq(tm_write_folded(tr, &fo, &fs, &err), TM_OK, "%s", err.message);
-    cr_assert_str_eq(folded.data, "com.example.Main.test;com.example.Main.foo 1000\n"
-                                  "com.example.Main.test;com.example.Main.foo;com.example.Main.bar 1000\n"
-                                  "com.example.Main.test;com.example.Main.foo;com.example.Main.bar;com.example.Main.baz 1000\n");
+    cr_assert_str_eq(folded.data,
+                     "com.example.Main.test (Main.java:50);com.example.Main.foo (Main.java:54) 1000\n"
+                     "com.example.Main.test (Main.java:50);com.example.Main.foo (Main.java:55);"
+                     "com.example.Main.bar (Main.java:59) 1000\n"
+                     "com.example.Main.test (Main.java:50);com.example.Main.foo (Main.java:55);"
+                     "com.example.Main.bar (Main.java:60);com.example.Main.baz (Main.java:64) 1000\n");
     tu_membuf_free(&folded);
     tm_trace_free(tr);
     free(buf);

@@ -98,7 +98,7 @@ typedef struct tm_profile {
     tm_mem *mem;
     tm_arena *arena;
     int relay_compat;      /* written by TM_MODE_RELAY */
-    int label_lines;       /* tm_options.source_lines: labels name file and line */
+    int label_lines;       /* !tm_options.no_source_lines: folded and SVG labels name file and line */
     uint64_t max_unique_frames;
     uint64_t max_chunk_duration_ns; /* Sample v2 DurationIsTooLong */
 

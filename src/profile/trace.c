@@ -1394,7 +1394,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     tm_arena_init(&t->arena, &t->mem);
     tm_profile_init(&t->profile, &t->mem, &t->arena);
     t->profile.relay_compat = opts->mode == TM_MODE_RELAY;
-    t->profile.label_lines = opts->source_lines;
+    t->profile.label_lines = !opts->no_source_lines;
     t->profile.max_unique_frames = t->limits.max_unique_frames;
     t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
     t->profile.stats.bytes = len;
