@@ -368,6 +368,21 @@ typedef struct tm_sample_v2_options {
     size_t meta_len;
     /* Sample v2's "drop threads with at most one non-empty sample" step. */
     int remove_single_samples;
+    /* Frames' in_app (TM_MODE_DEFAULT only: Relay's converter never writes
+     * it). A frame whose mapping path or Java class starts with one of
+     * in_app_prefixes is in_app, with one of not_in_app_prefixes it is not:
+     * the longest prefix wins, in_app on a tie; a leading '/' is ignored on
+     * both sides. Other frames by the default rule: not in_app for kernel
+     * frames, Java platform classes (java., android., androidx., kotlin.,
+     * com.android., com.google.android., dalvik., ...) and, for frames
+     * without a class, pseudo mappings ("[vdso]") and system libraries
+     * (/lib, /lib64, /usr/lib, /usr/libexec, /system, /apex, /vendor,
+     * /product, ...); in_app for other classes and mappings (the program,
+     * the app's /data/app files); no in_app without a mapping path or class. */
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
 } tm_sample_v2_options;
 
 /* Writes the trace as one Sample v2 profile chunk. In TM_MODE_RELAY the

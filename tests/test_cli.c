@@ -171,6 +171,9 @@ Test(cli_exit, usage_errors_exit_2) {
         "diff " MINIMAL " " MINIMAL " " MINIMAL,         /* three */
         "diff -f pprof " MINIMAL " " MINIMAL,            /* diff writes svg or folded */
         "diff - -",                                      /* stdin twice */
+        "convert --in-app " MINIMAL " -o /dev/null",     /* the trace is taken as the prefix: none left */
+        "convert -f folded --in-app /opt/ " MINIMAL,     /* in_app is Sample v2's */
+        "convert --compat relay --not-in-app /opt/ " MINIMAL, /* Relay never writes in_app */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         run_result r = run("%s", cases[i]);
@@ -809,6 +812,20 @@ Test(cli_help, thread_options_the_format_ignores_are_refused) {
     }
     run_result r = run("convert -f folded --thread-prefix " MINIMAL);
     cr_expect_eq(r.code, 0, "%s", r.err);
+    run_free(&r);
+}
+
+/* --in-app and --not-in-app reach the Sample v2 writer: the Relay fixture's
+ * android.view.View frame is a platform class, not in_app by default. */
+Test(cli_in_app, prefixes_override_the_default) {
+    const char *java = TM_FIXTURES "/relay-compat/java_frame_splitting.pftrace";
+    run_result r = run("convert %s", java);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"function\":\"draw\",\"in_app\":false,\"module\":\"android.view.View\""), "%s", r.out);
+    run_free(&r);
+    r = run("convert --in-app android.view. --not-in-app android. %s", java);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"function\":\"draw\",\"in_app\":true,\"module\":\"android.view.View\""), "%s", r.out);
     run_free(&r);
 }
 

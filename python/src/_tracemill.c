@@ -590,7 +590,8 @@ static PyObject *Trace_export(TraceObject *self, PyObject *args, PyObject *kwds)
     tm_status st;
     const char *f = a.format;
     if (!strcmp(f, "sample-v2")) {
-        tm_sample_v2_options o = {a.meta, (size_t)a.meta_len, a.remove_single_samples};
+        tm_sample_v2_options o = {.meta_json = a.meta, .meta_len = (size_t)a.meta_len,
+                                  .remove_single_samples = a.remove_single_samples};
         Py_BEGIN_ALLOW_THREADS
         st = tm_write_sample_v2(t, &o, &sink, &err);
         Py_END_ALLOW_THREADS
