@@ -544,11 +544,18 @@ typedef struct tm_symbolize_options {
      * (DIR/usr/lib/libfoo.so). */
     const char *const *symbol_dirs;
     size_t n_symbol_dirs;
-    /* 1: only symbol_dirs; 0: also the mapping's path on this machine, then
-     * /usr/lib/debug/.build-id (Debian's -dbgsym packages). */
+    /* 1: only symbol_dirs (and debuginfod_cache when set); 0: also the
+     * mapping's path on this machine, then /usr/lib/debug/.build-id
+     * (Debian's -dbgsym packages). */
     int no_system_paths;
     const tm_proguard_map *proguard_maps; /* each becomes a DeobfuscationMapping packet */
     size_t n_proguard_maps;
+    /* A debuginfod client's cache, searched after symbol_dirs and before the
+     * system paths: DIR/<build id in hex>/debuginfo, then .../executable, as
+     * debuginfod-find leaves them (nothing is ever fetched). NULL: unless
+     * no_system_paths, $DEBUGINFOD_CACHE_PATH, else
+     * $HOME/.cache/debuginfod_client, when it is a directory. */
+    const char *debuginfod_cache;
 } tm_symbolize_options;
 
 /* What tm_symbolize found. A file it cannot find is counted, never an error. */

@@ -146,7 +146,8 @@ static void trace_of(tb_buf *t, const char *path, const uint8_t *id, size_t id_l
 
 static tm_status symbolize(const tb_buf *t, const char *const *dirs, size_t n_dirs, const tm_proguard_map *maps,
                            size_t n_maps, tu_membuf *out, tm_symbolize_stats *st) {
-    tm_symbolize_options o = {dirs, n_dirs, 1, maps, n_maps};
+    tm_symbolize_options o = {.symbol_dirs = dirs, .n_symbol_dirs = n_dirs, .no_system_paths = 1,
+                              .proguard_maps = maps, .n_proguard_maps = n_maps};
     tm_sink sink = {tu_membuf_write, out};
     tm_error err;
     tm_status s = tm_symbolize(t->data, t->len, NULL, &o, &sink, st, &err);
@@ -527,4 +528,85 @@ Test(symbolize, r8_inline_ranges_expand_java_frames) {
     tu_membuf_free(&folded);
     tm_trace_free(tr);
     free(buf);
+}
+
+/* What one symbolization with these options finds of a one-frame trace. */
+static tm_symbolize_stats symbolize_with(const tb_buf *t, const tm_symbolize_options *o) {
+    tu_membuf out = {0};
+    tm_sink sink = {tu_membuf_write, &out};
+    tm_symbolize_stats st;
+    tm_error err;
+    cr_assert_eq(tm_symbolize(t->data, t->len, NULL, o, &sink, &st, &err), TM_OK, "%s", err.message);
+    tu_membuf_free(&out);
+    return st;
+}
+
+/* A debuginfod client cache (DIR/<build id>/debuginfo or .../executable):
+ * the one given, else $DEBUGINFOD_CACHE_PATH, else
+ * $HOME/.cache/debuginfod_client; the mapping's own path does not exist, so
+ * only the cache can name the frame. */
+Test(symbolize, debuginfod_client_cache) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O0", id);
+    char hex[130];
+    for (size_t i = 0; i < id_len; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/inl", id, id_len, &start, 1, NULL);
+    char cache[256], home_cache[256];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    snprintf(home_cache, sizeof home_cache, "%s/home/.cache/debuginfod_client", dir);
+    cr_assert_eq(sh("mkdir -p %s/%s %s/%s && cp %s/inl %s/%s/executable && cp %s/inl %s/%s/debuginfo", cache, hex,
+                    home_cache, hex, dir, cache, hex, dir, home_cache, hex),
+                 0);
+    tm_symbolize_options o = {.no_system_paths = 1};
+    tm_symbolize_stats st = symbolize_with(&t, &o);
+    cr_assert_eq(st.mappings_not_found, 1, "without a cache nothing has the build id");
+    o.debuginfod_cache = cache; /* its executable */
+    st = symbolize_with(&t, &o);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.frames_with_lines, 1);
+    cr_assert_eq(sh("mv %s/%s/executable %s/%s/debuginfo", cache, hex, cache, hex), 0);
+    st = symbolize_with(&t, &o); /* its debuginfo */
+    cr_assert_eq(st.mappings_symbolized, 1);
+    /* defaults, only with system paths */
+    tm_symbolize_options d = {0};
+    setenv("HOME", "/nonexistent", 1);
+    setenv("DEBUGINFOD_CACHE_PATH", cache, 1);
+    st = symbolize_with(&t, &d);
+    cr_assert_eq(st.mappings_symbolized, 1, "$DEBUGINFOD_CACHE_PATH");
+    d.no_system_paths = 1;
+    st = symbolize_with(&t, &d);
+    cr_assert_eq(st.mappings_symbolized, 0, "no default cache without system paths");
+    d.no_system_paths = 0;
+    unsetenv("DEBUGINFOD_CACHE_PATH");
+    char home[256];
+    snprintf(home, sizeof home, "%s/home", dir);
+    setenv("HOME", home, 1);
+    st = symbolize_with(&t, &d);
+    cr_assert_eq(st.mappings_symbolized, 1, "~/.cache/debuginfod_client");
+    /* the CLI: symbolize, convert and query take --debuginfod-cache */
+    char path[128];
+    snprintf(path, sizeof path, "%s/in.pftrace", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(t.data, 1, t.len, f);
+    fclose(f);
+    setenv("HOME", "/nonexistent", 1);
+    cr_assert_eq(sh("%s symbolize --quiet --no-system-symbols --debuginfod-cache %s -o %s/out.pftrace %s", TM_CLI,
+                    cache, dir, path),
+                 0);
+    char *rows = capture("%s query %s/out.pftrace 'select name from stack_profile_symbol'", TM_CLI, dir);
+    cr_assert_str_eq(rows, "name\nwork\n");
+    free(rows);
+    rows = capture("%s query --no-system-symbols --debuginfod-cache %s %s 'select name from stack_profile_symbol'",
+                   TM_CLI, cache, path);
+    cr_assert_str_eq(rows, "name\nwork\n");
+    free(rows);
+    char *folded = capture("%s convert -f folded --no-lines --no-system-symbols --debuginfod-cache %s %s", TM_CLI,
+                           cache, path);
+    cr_assert_str_eq(folded, "work 1\n");
+    free(folded);
+    tb_free(&t);
 }
