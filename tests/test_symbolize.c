@@ -610,3 +610,104 @@ Test(symbolize, debuginfod_client_cache) {
     free(folded);
     tb_free(&t);
 }
+
+/* Rows of a query as "a|b|c\n" lines. */
+static char *sql_rows(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    tu_membuf out = {0};
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(q); c++) {
+            const char *v = (const char *)sqlite3_column_text(q, c);
+            if (c) tu_membuf_write(&out, "|", 1);
+            tu_membuf_write(&out, v ? v : "NULL", strlen(v ? v : "NULL"));
+        }
+        tu_membuf_write(&out, "\n", 1);
+    }
+    sqlite3_finalize(q);
+    if (!out.data) tu_membuf_write(&out, "", 0);
+    return out.data;
+}
+
+static void package_info(tb_buf *t, const char *name, uint64_t uid, int debuggable, int profileable, uint64_t version) {
+    size_t p = tb_open(t, TM_PF_PACKAGES_LIST_PACKAGES);
+    tb_str(t, TM_PF_PACKAGE_INFO_NAME, name);
+    tb_uint(t, TM_PF_PACKAGE_INFO_UID, uid);
+    if (debuggable) tb_uint(t, TM_PF_PACKAGE_INFO_DEBUGGABLE, 1);
+    if (profileable) tb_uint(t, TM_PF_PACKAGE_INFO_PROFILEABLE_FROM_SHELL, 1);
+    if (version) tb_uint(t, TM_PF_PACKAGE_INFO_VERSION_CODE, version);
+    tb_close(t, p);
+}
+
+/* PackagesList becomes Trace Processor's package_list table: each name
+ * once (the first list's row), its flags and version; the last list's
+ * read_error and parse_error are stats. */
+Test(packages, package_list_table_and_stats) {
+    tb_buf t = {0};
+    tb_standard_clocks(&t, 1);
+    size_t pkt = tb_packet_open(&t, 2, TB_NO_TS, 0);
+    size_t pl = tb_open(&t, TM_PF_PACKET_PACKAGES_LIST);
+    package_info(&t, "com.example.a", 10050, 1, 1, 7);
+    package_info(&t, "com.example.b", 10051, 0, 0, 0);
+    tb_close(&t, pl);
+    tb_close(&t, pkt);
+    pkt = tb_packet_open(&t, 2, TB_NO_TS, 0);
+    pl = tb_open(&t, TM_PF_PACKET_PACKAGES_LIST);
+    package_info(&t, "com.example.a", 999, 0, 0, 1); /* listed already: skipped */
+    package_info(&t, "com.example.c", 10052, 0, 1, 3);
+    tb_uint(&t, TM_PF_PACKAGES_LIST_READ_ERROR, 1);
+    tb_close(&t, pl);
+    tb_close(&t, pkt);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_open(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char *rows = sql_rows(tm_db_sqlite(db), "select * from package_list order by id");
+    cr_assert_str_eq(rows, "0|com.example.a|10050|1|1|7\n1|com.example.b|10051|0|0|0\n2|com.example.c|10052|0|1|3\n");
+    free(rows);
+    rows = sql_rows(tm_db_sqlite(db), "select name, value from stats where name like 'packages_list%' order by name");
+    cr_assert_str_eq(rows, "packages_list_has_parse_errors|0\npackages_list_has_read_errors|1\n");
+    free(rows);
+    tm_db_free(db);
+    tb_free(&t);
+}
+
+/* Perfetto's profile_deobfuscation_default_package: the obfuscated frames
+ * of two system .apk mappings (their paths name no app) take the maps of
+ * the app whose process ran them, by uid in PackagesList: classtwo/classone
+ * for the heap samples of com.google.android.prebuilt1, classfour/classthree
+ * for the CPU sample of prebuilt2 (Perfetto's expected output), in SQL and
+ * in the profile model alike. */
+Test(packages, default_package_of_unnamed_mappings) {
+    size_t len;
+    char *buf = tu_read_file(
+        TM_FIXTURES "/perfetto-difftests/Deobfuscation__profile_deobfuscation_default_package/trace.pftrace", &len);
+    cr_assert(buf);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_open(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char *rows = sql_rows(tm_db_sqlite(db), "select f.name, f.deobfuscated_name, m.name from stack_profile_frame f "
+                                            "join stack_profile_mapping m on f.mapping = m.id order by f.id");
+    cr_assert_str_eq(rows, "hye.a|com.google.classone.foo|/system/priv-app/Prebuilt1/Prebuilt1.apk\n"
+                           "hwe.a|com.google.classtwo.foo|/system/priv-app/Prebuilt1/Prebuilt1.apk\n"
+                           "hwe.a|com.google.classfour.foo|/system/priv-app/Prebuilt2/Prebuilt2.apk\n"
+                           "hye.a|com.google.classthree.foo|/system/priv-app/Prebuilt2/Prebuilt2.apk\n");
+    free(rows);
+    tm_db_free(db);
+    tm_trace *tr = NULL;
+    cr_assert_eq(tm_trace_parse(buf, len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    static const struct {
+        tm_value value;
+        const char *want;
+    } cases[] = {{TM_VALUE_SAMPLES, "com.google.classfour.foo;com.google.classthree.foo 1\n"},
+                 {TM_VALUE_ALLOC_SPACE, "com.google.classone.foo;com.google.classtwo.foo 32768\n"}};
+    for (size_t i = 0; i < 2; i++) {
+        tu_membuf folded = {0};
+        tm_sink fs = {tu_membuf_write, &folded};
+        tm_folded_options fo = {.value = cases[i].value};
+        cr_assert_eq(tm_write_folded(tr, &fo, &fs, &err), TM_OK, "%s", err.message);
+        cr_assert_str_eq(folded.data, cases[i].want);
+        tu_membuf_free(&folded);
+    }
+    tm_trace_free(tr);
+    free(buf);
+}

@@ -62,6 +62,8 @@ typedef struct tm_prof_process {
     int64_t pid;
     tm_str name;
     uint32_t name_prio;
+    bool has_uid;    /* ProcessTree gave its uid (Android: its app's, by PackagesList) */
+    int64_t uid;
 } tm_prof_process;
 
 typedef struct tm_prof_sample {
