@@ -165,13 +165,15 @@ typedef struct cli_symbols {
     tm_proguard_map *maps; size_t n_maps; /* --proguard-map [PACKAGE=]MAP */
     cli_input *map_files;                 /* their contents */
     int no_system;                        /* --no-system-symbols */
-    int any;                              /* a --symbols or --proguard-map was given */
+    const char *debuginfod;               /* --debuginfod-cache DIR */
+    int any;                              /* a --symbols, --proguard-map or --debuginfod-cache was given */
 } cli_symbols;
 
-/* Parses --symbols, --proguard-map or --no-system-symbols: 1 if argv[*i]
- * was one (consuming its value), 0 if not, -1 on a bad value (said). */
+/* Parses --symbols, --proguard-map, --debuginfod-cache or
+ * --no-system-symbols: 1 if argv[*i] was one (consuming its value), 0 if
+ * not, -1 on a bad value (said). */
 int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s);
-/* With any --symbols or --proguard-map: replaces in by the trace
+/* With any --symbols, --proguard-map or --debuginfod-cache: replaces in by the trace
  * tm_symbolize makes of it, in memory; returns the exit code. */
 int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *what, cli_input *in);
 void cli_symbols_release(cli_symbols *s);

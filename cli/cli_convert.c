@@ -68,9 +68,12 @@ static int write_per_thread(cli_export *x, const tm_trace *t, const char *const 
     return EXIT_OK;
 }
 
-static int convert(int argc, char **argv, cli_symbols *sym) {
+/* prefixes: room for argc --in-app, then argc --not-in-app values */
+static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixes) {
     cli_export x;
     memset(&x, 0, sizeof x);
+    x.v2.in_app_prefixes = prefixes;
+    x.v2.not_in_app_prefixes = prefixes + argc;
     const char *out_path = NULL, *meta_path = NULL, *in_path = NULL;
     int per_thread = 0;
     for (int i = 1; i < argc; i++) {
@@ -94,6 +97,10 @@ static int convert(int argc, char **argv, cli_symbols *sym) {
             x.v2.remove_single_samples = 1;
         } else if (strcmp(a, "--per-thread") == 0) {
             per_thread = 1;
+        } else if (strcmp(a, "--in-app") == 0 || strcmp(a, "--not-in-app") == 0) {
+            if (++i >= argc || !argv[i][0]) return usage("missing value for", a);
+            if (a[2] == 'i') prefixes[x.v2.n_in_app_prefixes++] = argv[i];
+            else prefixes[argc + x.v2.n_not_in_app_prefixes++] = argv[i];
         } else if (a[0] == '-' && a[1] != 0) {
             return usage("unknown option", a);
         } else if (in_path) {
@@ -111,6 +118,10 @@ static int convert(int argc, char **argv, cli_symbols *sym) {
     if (meta_path && x.format != FMT_SAMPLE_V2 && x.format != FMT_SAMPLE_V1)
         return usage("--meta applies to -f sample-v2 and sample-v1 only", NULL);
     if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
+    if ((x.v2.n_in_app_prefixes || x.v2.n_not_in_app_prefixes) &&
+        (x.format != FMT_SAMPLE_V2 || x.opts.mode == TM_MODE_RELAY))
+        return usage("--in-app and --not-in-app apply to -f sample-v2 without --compat relay (Relay never writes in_app)",
+                     NULL);
     if (x.value && (x.format == FMT_SAMPLE_V2 || x.format == FMT_SAMPLE_V1 || x.format == FMT_REPORT))
         return usage("--value applies to -f pprof, folded, speedscope and svg", NULL);
     if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
@@ -164,7 +175,13 @@ static int convert(int argc, char **argv, cli_symbols *sym) {
 int cli_convert(int argc, char **argv) {
     cli_symbols sym;
     memset(&sym, 0, sizeof sym);
-    int rc = convert(argc, argv, &sym);
+    const char **prefixes = calloc(2 * (size_t)argc, sizeof *prefixes);
+    if (!prefixes) {
+        fprintf(stderr, "tracemill: out of memory\n");
+        return EXIT_IO;
+    }
+    int rc = convert(argc, argv, &sym, prefixes);
+    free(prefixes);
     cli_symbols_release(&sym);
     return rc;
 }

@@ -65,7 +65,8 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
     else if (strcmp(a, "--thread-prefix") == 0) x->thread_prefix = 1;
     else if (strcmp(a, "--uncompressed") == 0) x->uncompressed = 1;
     else if (strcmp(a, "--quiet") == 0) x->quiet = 1;
-    else if (strcmp(a, "--lines") == 0) x->opts.source_lines = 1;
+    else if (strcmp(a, "--no-lines") == 0) x->opts.no_source_lines = 1;
+    else if (strcmp(a, "--lines") == 0) x->opts.no_source_lines = 0; /* the default, after a --no-lines */
     else if (strcmp(a, "--compat") == 0) {
         if (!v || strcmp(v, "relay") != 0) return bad(a, "takes: relay");
         x->opts.mode = TM_MODE_RELAY;

@@ -1,7 +1,7 @@
 /*
  * cli_symbolize.c — `tracemill symbolize`: the input trace with ModuleSymbols
  * and DeobfuscationMapping packets appended (tm_symbolize), and the
- * --symbols/--proguard-map options that convert and query share, which
+ * --symbols/--proguard-map/--debuginfod-cache options that convert and query share, which
  * symbolize the input in memory before it is read (the same path).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -57,13 +57,18 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
         s->no_system = 1;
         return 1;
     }
-    int dir = strcmp(a, "--symbols") == 0, map = strcmp(a, "--proguard-map") == 0;
-    if (!dir && !map) return 0;
+    int dir = strcmp(a, "--symbols") == 0, map = strcmp(a, "--proguard-map") == 0,
+        cache = strcmp(a, "--debuginfod-cache") == 0;
+    if (!dir && !map && !cache) return 0;
     if (++*i >= argc) {
         fprintf(stderr, "tracemill: missing value for %s\n", a);
         return -1;
     }
     s->any = 1;
+    if (cache) {
+        s->debuginfod = argv[*i];
+        return 1;
+    }
     return dir ? push_dir(s, argv[*i]) : push_map(s, argv[*i]);
 }
 
@@ -93,6 +98,7 @@ static void options_of(const cli_symbols *s, tm_symbolize_options *o) {
     o->no_system_paths = s->no_system;
     o->proguard_maps = s->maps;
     o->n_proguard_maps = s->n_maps;
+    o->debuginfod_cache = s->debuginfod;
 }
 
 int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *what, cli_input *in) {

@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_mem mem;
     tm_mem_init(&mem, NULL);
     const char *dirs[1] = {dir};
-    tm_elf_search s = {&mem, dirs, 1, 0};
+    tm_elf_search s = {&mem, dirs, 1, 0, NULL};
     tm_elf *elf;
     int found;
     if (tm_elf_open(&s, "/somewhere/lib.so", id, id_len, &elf, &found) != TM_OK) abort();

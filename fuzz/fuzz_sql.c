@@ -22,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         "select * from stack_profile_frame", "select * from stack_profile_callsite", "select * from perf_sample",
         "select * from cpu_profile_stack_sample", "select * from stack_sample", "select * from stats",
         "select * from metadata", "select * from clock_snapshot", "select * from counter", "select * from track",
+        "select * from package_list",
     };
     for (size_t i = 0; i < sizeof queries / sizeof queries[0]; i++) {
         sqlite3_stmt *q = NULL;

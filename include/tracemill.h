@@ -231,9 +231,10 @@ typedef struct tm_options {
     tm_input_format input;  /* TM_INPUT_AUTO: detect; TM_MODE_RELAY needs Perfetto */
     int strict;             /* a Perfetto trace cut off inside a packet is rejected (TM_ERR_TRUNCATED)
                                instead of read up to that packet (always in TM_MODE_RELAY) */
-    int source_lines;       /* 1: a frame with a source file or line (from symbols) is named
-                               "function (file:line)" in the text formats; 0: by its function
-                               alone, so that its lines merge */
+    int no_source_lines;    /* 0: a frame with a source file or line (from symbols) is named
+                               "function (file:line)" in folded stacks, flame graphs and
+                               tm_trace_frame_label; 1: by its function alone, so that its lines
+                               merge (pprof and speedscope carry lines in fields of their own) */
     uint64_t reserved_[28]; /* must be zero; future fields take this space (see "ABI") */
 } tm_options;
 
@@ -397,7 +398,22 @@ typedef struct tm_sample_v2_options {
     size_t meta_len;
     /* Sample v2's "drop threads with at most one non-empty sample" step. */
     int remove_single_samples;
-    uint64_t reserved_[29]; /* must be zero; future fields take this space (see "ABI") */
+    /* Frames' in_app (TM_MODE_DEFAULT only: Relay's converter never writes
+     * it). A frame whose mapping path or Java class starts with one of
+     * in_app_prefixes is in_app, with one of not_in_app_prefixes it is not:
+     * the longest prefix wins, in_app on a tie; a leading '/' is ignored on
+     * both sides. Other frames by the default rule: not in_app for kernel
+     * frames, Java platform classes (java., android., androidx., kotlin.,
+     * com.android., com.google.android., dalvik., ...) and, for frames
+     * without a class, pseudo mappings ("[vdso]") and system libraries
+     * (/lib, /lib64, /usr/lib, /usr/libexec, /system, /apex, /vendor,
+     * /product, ...); in_app for other classes and mappings (the program,
+     * the app's /data/app files); no in_app without a mapping path or class. */
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
+    uint64_t reserved_[25]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_v2_options;
 
 /* Writes the trace as one Sample v2 profile chunk. In TM_MODE_RELAY the
@@ -476,7 +492,10 @@ typedef struct tm_thread_filter {
 
 /* How frames are named in text formats: the function (Java: Class.method);
  * without one, "0xADDR (libname)" with ADDR relative to the library when
- * its mapping is known. */
+ * its mapping is known. In folded stacks and flame graphs a frame whose
+ * symbols give a source file or line is "function (file:line)" ("function
+ * (file)", "function (line N)"), unless tm_options.no_source_lines; pprof
+ * and speedscope name it by function and write file and line apart. */
 
 typedef struct tm_pprof_options {
     tm_thread_filter threads;
@@ -563,12 +582,19 @@ typedef struct tm_symbolize_options {
      * (DIR/usr/lib/libfoo.so). */
     const char *const *symbol_dirs;
     size_t n_symbol_dirs;
-    /* 1: only symbol_dirs; 0: also the mapping's path on this machine, then
-     * /usr/lib/debug/.build-id (Debian's -dbgsym packages). */
+    /* 1: only symbol_dirs (and debuginfod_cache when set); 0: also the
+     * mapping's path on this machine, then /usr/lib/debug/.build-id
+     * (Debian's -dbgsym packages). */
     int no_system_paths;
     const tm_proguard_map *proguard_maps; /* each becomes a DeobfuscationMapping packet */
     size_t n_proguard_maps;
-    uint64_t reserved_[27]; /* must be zero; future fields take this space (see "ABI") */
+    /* A debuginfod client's cache, searched after symbol_dirs and before the
+     * system paths: DIR/<build id in hex>/debuginfo, then .../executable, as
+     * debuginfod-find leaves them (nothing is ever fetched). NULL: unless
+     * no_system_paths, $DEBUGINFOD_CACHE_PATH, else
+     * $HOME/.cache/debuginfod_client, when it is a directory. */
+    const char *debuginfod_cache;
+    uint64_t reserved_[26]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_options;
 
 /* What tm_symbolize found. A file it cannot find is counted, never an error. */

@@ -53,7 +53,7 @@ struct abi0_tm_options {
     const tm_alloc *alloc;
     tm_input_format input;
     int strict;
-    int source_lines;
+    int no_source_lines;
     uint64_t reserved_[28];
 };
 struct abi0_tm_trace_stats {
@@ -97,7 +97,11 @@ struct abi0_tm_sample_v2_options {
     const char *meta_json;
     size_t meta_len;
     int remove_single_samples;
-    uint64_t reserved_[29];
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
+    uint64_t reserved_[25];
 };
 struct abi0_tm_sample_v1_options {
     const char *meta_json;
@@ -151,7 +155,8 @@ struct abi0_tm_symbolize_options {
     int no_system_paths;
     const tm_proguard_map *proguard_maps;
     size_t n_proguard_maps;
-    uint64_t reserved_[27];
+    const char *debuginfod_cache;
+    uint64_t reserved_[26];
 };
 struct abi0_tm_symbolize_stats {
     uint64_t mappings, mappings_symbolized, mappings_no_build_id, mappings_not_found, mappings_build_id_mismatch,
@@ -212,7 +217,7 @@ Test(abi, tm_error_tm_alloc_tm_limits_tm_options) {
     FIELD(tm_limits, max_input_bytes);
     STRUCT(tm_options);
     FIELD(tm_options, mode); FIELD(tm_options, preset); FIELD(tm_options, limits); FIELD(tm_options, alloc);
-    FIELD(tm_options, input); FIELD(tm_options, strict); FIELD(tm_options, source_lines);
+    FIELD(tm_options, input); FIELD(tm_options, strict); FIELD(tm_options, no_source_lines);
 }
 
 Test(abi, tm_trace_stats) {
@@ -262,6 +267,8 @@ Test(abi, writer_options) {
     STRUCT(tm_sample_v2_options);
     FIELD(tm_sample_v2_options, meta_json); FIELD(tm_sample_v2_options, meta_len);
     FIELD(tm_sample_v2_options, remove_single_samples);
+    FIELD(tm_sample_v2_options, in_app_prefixes); FIELD(tm_sample_v2_options, n_in_app_prefixes);
+    FIELD(tm_sample_v2_options, not_in_app_prefixes); FIELD(tm_sample_v2_options, n_not_in_app_prefixes);
     STRUCT(tm_sample_v1_options);
     FIELD(tm_sample_v1_options, meta_json); FIELD(tm_sample_v1_options, meta_len);
     FIELD(tm_sample_v1_options, truncate);
@@ -287,7 +294,7 @@ Test(abi, symbolize_and_recorder) {
     STRUCT(tm_symbolize_options);
     FIELD(tm_symbolize_options, symbol_dirs); FIELD(tm_symbolize_options, n_symbol_dirs);
     FIELD(tm_symbolize_options, no_system_paths); FIELD(tm_symbolize_options, proguard_maps);
-    FIELD(tm_symbolize_options, n_proguard_maps);
+    FIELD(tm_symbolize_options, n_proguard_maps); FIELD(tm_symbolize_options, debuginfod_cache);
     STRUCT(tm_symbolize_stats);
     FIELD(tm_symbolize_stats, mappings); FIELD(tm_symbolize_stats, mappings_symbolized);
     FIELD(tm_symbolize_stats, mappings_no_build_id); FIELD(tm_symbolize_stats, mappings_not_found);

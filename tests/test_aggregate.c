@@ -120,7 +120,7 @@ Test(aggregate, frame_labels_and_kinds) {
     uint32_t ids[6] = {frame(&native), frame(&java), frame(&unnamed), frame(&bare), frame(&in_kernel), frame(&high)};
 
     tm_frame_labels l;
-    cr_assert_eq(tm_frame_labels_build(&m.p, &l), TM_OK);
+    cr_assert_eq(tm_frame_labels_build(&m.p, true, &l), TM_OK);
     cr_assert_eq(l.n, 6);
     cr_assert(str_is(l.of[ids[0]], "memcpy"));
     cr_assert(str_is(l.of[ids[1]], "io.app.View.onDraw"));

@@ -171,6 +171,9 @@ Test(cli_exit, usage_errors_exit_2) {
         "diff " MINIMAL " " MINIMAL " " MINIMAL,         /* three */
         "diff -f pprof " MINIMAL " " MINIMAL,            /* diff writes svg or folded */
         "diff - -",                                      /* stdin twice */
+        "convert --in-app " MINIMAL " -o /dev/null",     /* the trace is taken as the prefix: none left */
+        "convert -f folded --in-app /opt/ " MINIMAL,     /* in_app is Sample v2's */
+        "convert --compat relay --not-in-app /opt/ " MINIMAL, /* Relay never writes in_app */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         run_result r = run("%s", cases[i]);
@@ -759,7 +762,12 @@ Test(cli_help, the_manual_renders_and_completion_completes) {
 Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     run_result r = run("convert -f folded --value alloc_space " HEAP_TRACE);
     cr_expect_eq(r.code, 0, "%s", r.err);
-    /* the trace's ModuleSymbols name f2 and f3 */
+    /* the trace's ModuleSymbols name f2 (two addresses: f2.cc lines 22 and 23) and f3 (f3.cc:33) */
+    cr_expect_str_eq(r.out, "f1;symbolized f2 (f2.cc:22);symbolized f3 (f3.cc:33) 1000\n"
+                            "f1;symbolized f2 (f2.cc:23) 90\n");
+    run_free(&r);
+    r = run("convert -f folded --no-lines --value alloc_space " HEAP_TRACE); /* f2's lines merge */
+    cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "f1;symbolized f2 90\nf1;symbolized f2;symbolized f3 1000\n");
     run_free(&r);
     r = run("convert -f svg --value alloc_objects " HEAP_TRACE);
@@ -769,7 +777,7 @@ Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     r = run("info " HEAP_TRACE);
     cr_expect(strstr(r.out, "memory profile: 1 heap dumps in 1 ProfilePackets, 1090 bytes allocated"), "%s", r.out);
     run_free(&r);
-    r = run("diff -f folded --value inuse_space " HEAP_TRACE " " HEAP_TRACE); /* what grew: nothing */
+    r = run("diff -f folded --no-lines --value inuse_space " HEAP_TRACE " " HEAP_TRACE); /* what grew: nothing */
     cr_expect_eq(r.code, 0, "%s", r.err);
     cr_expect_str_eq(r.out, "f1;symbolized f2 90 90\nf1;symbolized f2;symbolized f3 1000 1000\n");
     run_free(&r);
@@ -804,6 +812,20 @@ Test(cli_help, thread_options_the_format_ignores_are_refused) {
     }
     run_result r = run("convert -f folded --thread-prefix " MINIMAL);
     cr_expect_eq(r.code, 0, "%s", r.err);
+    run_free(&r);
+}
+
+/* --in-app and --not-in-app reach the Sample v2 writer: the Relay fixture's
+ * android.view.View frame is a platform class, not in_app by default. */
+Test(cli_in_app, prefixes_override_the_default) {
+    const char *java = TM_FIXTURES "/relay-compat/java_frame_splitting.pftrace";
+    run_result r = run("convert %s", java);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"function\":\"draw\",\"in_app\":false,\"module\":\"android.view.View\""), "%s", r.out);
+    run_free(&r);
+    r = run("convert --in-app android.view. --not-in-app android. %s", java);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "\"function\":\"draw\",\"in_app\":true,\"module\":\"android.view.View\""), "%s", r.out);
     run_free(&r);
 }
 

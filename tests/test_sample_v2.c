@@ -13,6 +13,8 @@
  *   DurationIsTooLong, PAC stripping for cocoa).
  * - Default mode: exact timestamps, named threads, platform
  *   without metadata, always valid JSON.
+ * - in_app: the default rule per kind of frame, prefixes (longest wins),
+ *   never in Relay mode.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -873,4 +875,99 @@ Test(default_mode, threads_without_name_same_rule_in_both_modes) {
         tm_trace_free(tr);
     }
     tb_free(&t);
+}
+
+/* ---- in_app ---- */
+
+/* One stack over frames of every kind the default rule tells apart, read
+ * from a Sample v2 chunk (its own in_app keys are not read). */
+static const char IN_APP_CHUNK[] =
+    "{\"version\":\"2\",\"platform\":\"android\",\"profile\":{"
+    "\"samples\":[{\"timestamp\":1700000000.0,\"stack_id\":0,\"thread_id\":\"1\"},"
+    "{\"timestamp\":1700000000.01,\"stack_id\":0,\"thread_id\":\"1\"}],"
+    "\"stacks\":[[0,1,2,3,4,5,6,7,8]],\"frames\":["
+    "{\"function\":\"main\",\"package\":\"/home/u/app/bin/prog\",\"instruction_addr\":\"0x401000\"},"
+    "{\"function\":\"memcpy\",\"package\":\"/usr/lib/x86_64-linux-gnu/libc.so.6\",\"instruction_addr\":\"0x7f0000001000\"},"
+    "{\"function\":\"clock_gettime\",\"package\":\"[vdso]\",\"instruction_addr\":\"0x7ffd00001000\"},"
+    "{\"function\":\"do_syscall_64\",\"instruction_addr\":\"0xffffffff81000000\"},"
+    "{\"function\":\"onDraw\",\"module\":\"com.example.CanvasView\",\"platform\":\"java\",\"in_app\":false},"
+    "{\"function\":\"draw\",\"module\":\"android.view.View\",\"platform\":\"java\"},"
+    "{\"instruction_addr\":\"0x1234\"},"
+    "{\"function\":\"render\",\"package\":\"data/app/~~x/com.example-1/lib/arm64/libgame.so\",\"instruction_addr\":\"0x7a00001000\"},"
+    "{\"function\":\"Invoke\",\"package\":\"/apex/com.android.art/lib64/libart.so\",\"instruction_addr\":\"0x7b00001000\"}]}}";
+
+/* The in_app value of each frame of a written chunk, in order: 't', 'f' or
+ * '-' (no key). */
+static void in_app_of_frames(const tu_membuf *out, char *got, size_t cap) {
+    json_error_t e;
+    json_t *root = json_loadb(out->data, out->len, 0, &e);
+    cr_assert_not_null(root, "%s", e.text);
+    json_t *frames = json_object_get(json_object_get(root, "profile"), "frames");
+    size_t n = json_array_size(frames);
+    cr_assert_lt(n, cap);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(json_array_get(frames, i), "in_app");
+        got[i] = !v ? '-' : json_is_true(v) ? 't' : 'f';
+    }
+    got[n] = 0;
+    json_decref(root);
+}
+
+static void write_in_app(const tm_trace *t, const tm_sample_v2_options *o, char *got, size_t cap) {
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_error err;
+    cr_assert_eq(tm_write_sample_v2(t, o, &sink, &err), TM_OK, "%s", err.message);
+    in_app_of_frames(&out, got, cap);
+    tu_membuf_free(&out);
+}
+
+Test(in_app, default_rule_and_prefixes) {
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(IN_APP_CHUNK, sizeof IN_APP_CHUNK - 1, NULL, &t, &err), TM_OK, "%s", err.message);
+    char got[16];
+    /* the program, the app's classes and its /data/app library are the app's;
+     * libc, [vdso], the kernel, android.* and the ART runtime are not; a
+     * frame with neither path nor class has no in_app */
+    write_in_app(t, NULL, got, sizeof got);
+    cr_assert_str_eq(got, "tffftf-tf");
+    /* prefixes first: the longest wins, a tie is in_app; '/' is optional */
+    const char *yes[] = {"usr/lib/x86_64-linux-gnu/", "/home/u/app/bin/", "[vdso]"};
+    const char *no[] = {"/home/u/", "com.example.", "[vdso]", "/data/app/"};
+    tm_sample_v2_options o = {.in_app_prefixes = yes, .n_in_app_prefixes = 3, .not_in_app_prefixes = no,
+                              .n_not_in_app_prefixes = 4};
+    write_in_app(t, &o, got, sizeof got);
+    cr_assert_str_eq(got, "tttfff-ff");
+    /* a count without a list is refused */
+    tm_sample_v2_options bad = {.n_in_app_prefixes = 1};
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    cr_assert_eq(tm_write_sample_v2(t, &bad, &sink, &err), TM_ERR_INVALID_ARG);
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+}
+
+/* Relay's converter never writes in_app: --compat relay output has none
+ * (its bytes are Relay's, test_relay_compat), the default mode's has it. */
+Test(in_app, never_in_relay_mode) {
+    size_t len;
+    char *buf = tu_read_file(TM_FIXTURES "/relay-compat/java_frame_splitting.pftrace", &len);
+    cr_assert(buf);
+    for (int relay = 0; relay < 2; relay++) {
+        tm_options opts = {.mode = relay ? TM_MODE_RELAY : TM_MODE_DEFAULT};
+        tm_trace *t = NULL;
+        tm_error err;
+        cr_assert_eq(tm_trace_parse(buf, len, &opts, &t, &err), TM_OK, "%s", err.message);
+        const char *yes[] = {"android."};
+        tm_sample_v2_options o = {.in_app_prefixes = yes, .n_in_app_prefixes = 1};
+        tu_membuf out = {0};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+        cr_assert_eq(tm_write_sample_v2(t, &o, &sink, &err), TM_OK, "%s", err.message);
+        int has = strstr(out.data, "\"in_app\"") != NULL;
+        cr_assert_eq(has, !relay, "relay %d", relay);
+        tu_membuf_free(&out);
+        tm_trace_free(t);
+    }
+    free(buf);
 }

@@ -189,7 +189,7 @@ Test(sample_v2_input, hand_written_chunk) {
 
     /* Exporters name frames from it: Java Class.method, "0xREL (lib)". */
     tm_frame_labels labels;
-    cr_assert_eq(tm_frame_labels_build(p, &labels), TM_OK);
+    cr_assert_eq(tm_frame_labels_build(p, true, &labels), TM_OK);
     cr_assert(str_is(labels.of[2], "android.view.View.draw"));
     cr_assert(str_is(labels.of[3], "0x7000100000"), "%.*s", TM_STR_ARGS(labels.of[3]));
     cr_assert(str_is(labels.of[4], "0xabc (libgame.so)"), "%.*s", TM_STR_ARGS(labels.of[4]));

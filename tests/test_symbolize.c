@@ -276,7 +276,9 @@ Test(symbolize, separate_debug_file_by_build_id) {
     char label[256];
     size_t len;
     cr_assert_eq(tm_trace_frame_label(tr, 0, label, sizeof label, &len), TM_OK);
-    cr_assert_str_eq(label, "work");
+    char want[256];
+    snprintf(want, sizeof want, "work (%s/prog.c:7)", dir); /* work's first line in prog_src */
+    cr_assert_str_eq(label, want);
     tm_trace_free(tr);
     tu_membuf_free(&out);
     tb_free(&t);
@@ -342,20 +344,42 @@ Test(symbolize, profile_model_and_exporters) {
     tm_error err;
     cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
     cr_assert_eq(tm_trace_frame_count(tr), 2);
+    /* by default folded, SVG and tm_trace_frame_label say "function (file:line)" */
     tu_membuf folded = {0};
     tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
     cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
-    cr_assert_str_eq(folded.data, "work;mix 1\n");
-    /* source_lines (--lines): "function (file:line)" */
-    tm_options lines_opts = {.source_lines = 1};
+    char want[256], mix_label[128];
+    snprintf(want, sizeof want, "work (%s/prog.c:9);mix (%s/prog.c:4) 1\n", dir, dir);
+    cr_assert_str_eq(folded.data, want);
+    snprintf(mix_label, sizeof mix_label, "mix (%s/prog.c:4)", dir);
+    char label[128];
+    size_t label_len;
+    bool seen = false;
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_eq(tm_trace_frame_label(tr, i, label, sizeof label, &label_len), TM_OK);
+        seen |= strcmp(label, mix_label) == 0;
+    }
+    cr_assert(seen, "tm_trace_frame_label names %s", mix_label);
+    tu_membuf svg = {0};
+    tm_sink ss = {.write = tu_membuf_write, .ctx = &svg};
+    cr_assert_eq(tm_write_flamegraph(tr, NULL, &ss, &err), TM_OK);
+    cr_assert(memmem(svg.data, svg.len, mix_label, strlen(mix_label)), "the SVG names %s", mix_label);
+    tu_membuf_free(&svg);
+    /* pprof and speedscope keep lines in fields of their own: names are bare */
+    tu_membuf sp = {0};
+    tm_sink sps = {.write = tu_membuf_write, .ctx = &sp};
+    cr_assert_eq(tm_write_speedscope(tr, NULL, &sps, &err), TM_OK);
+    cr_assert(strstr(sp.data, "\"name\":\"mix\""), "%s", sp.data);
+    cr_assert_null(strstr(sp.data, "mix ("));
+    tu_membuf_free(&sp);
+    /* no_source_lines (--no-lines): by function, lines merged */
+    tm_options merged_opts = {.no_source_lines = 1};
     tm_trace *tl = NULL;
-    cr_assert_eq(tm_trace_parse(out.data, out.len, &lines_opts, &tl, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_trace_parse(out.data, out.len, &merged_opts, &tl, &err), TM_OK, "%s", err.message);
     tu_membuf fl = {0};
     tm_sink fls = {.write = tu_membuf_write, .ctx = &fl};
     cr_assert_eq(tm_write_folded(tl, NULL, &fls, &err), TM_OK);
-    char want[256];
-    snprintf(want, sizeof want, "work (%s/prog.c:9);mix (%s/prog.c:4) 1\n", dir, dir);
-    cr_assert_str_eq(fl.data, want);
+    cr_assert_str_eq(fl.data, "work;mix 1\n");
     tu_membuf_free(&fl);
     tm_trace_free(tl);
     /* pprof: Location with Line{mix, 4} then Line{work, 9} */
@@ -370,6 +394,7 @@ Test(symbolize, profile_model_and_exporters) {
     /* Mapping has_functions, has_filenames, has_line_numbers, has_inline_frames */
     const uint8_t has[] = {0x38, 0x01, 0x40, 0x01, 0x48, 0x01, 0x50, 0x01};
     cr_assert(memmem(pp.data, pp.len, has, sizeof has));
+    cr_assert_null(memmem(pp.data, pp.len, "mix (", 5), "pprof function names carry no lines");
     tu_membuf_free(&pp);
     tu_membuf_free(&folded);
     tm_trace_free(tr);
@@ -451,21 +476,38 @@ Test(symbolize, cli_end_to_end) {
                          dir);
     cr_assert_str_eq(rows, "name,line_number,inlined\nmain,12,0\n");
     free(rows);
+    /* main starts at line 12 of prog.c: labels say so unless --no-lines */
+    char want[256];
+    snprintf(want, sizeof want, "main (%s/prog.c:12) 1\n", dir);
     char *folded = capture("%s convert -f folded %s/out.pftrace", TM_CLI, dir);
+    cr_assert_str_eq(folded, want);
+    free(folded);
+    folded = capture("%s convert -f folded --no-lines %s/out.pftrace", TM_CLI, dir);
     cr_assert_str_eq(folded, "main 1\n");
     free(folded);
-    folded = capture("%s convert -f folded --no-system-symbols --symbols %s %s", TM_CLI, dir, path);
+    folded = capture("%s convert -f folded --no-lines --lines %s/out.pftrace", TM_CLI, dir);
+    cr_assert_str_eq(folded, want);
+    free(folded);
+    folded = capture("%s convert -f folded --no-lines --no-system-symbols --symbols %s %s", TM_CLI, dir, path);
     cr_assert_str_eq(folded, "main 1\n");
     free(folded);
     folded = capture("%s convert -f folded %s", TM_CLI, path);
-    cr_assert_neq(strcmp(folded, "main 1\n"), 0, "unsymbolized: %s", folded);
+    cr_assert_eq(strstr(folded, "main"), NULL, "unsymbolized: %s", folded);
     free(folded);
+    char *svg = capture("%s diff --no-lines %s/out.pftrace %s/out.pftrace", TM_CLI, dir, dir);
+    cr_assert(strstr(svg, ">main<"), "diff --no-lines names main");
+    cr_assert_eq(strstr(svg, "prog.c:12"), NULL);
+    free(svg);
+    svg = capture("%s diff %s/out.pftrace %s/out.pftrace", TM_CLI, dir, dir);
+    cr_assert(strstr(svg, "prog.c:12)"), "diff names main's line");
+    free(svg);
     tb_free(&t);
 }
 
 /* R8's inline ranges in the profile model: an obfuscated frame whose line
  * (from ModuleSymbols) falls in several entries' range becomes those
- * methods, innermost last in folded order (Perfetto's own diff test trace). */
+ * methods, innermost last in folded order (Perfetto's own diff test trace),
+ * each at the line Perfetto's expected output gives it. */
 Test(symbolize, r8_inline_ranges_expand_java_frames) {
     size_t len;
     char *buf = tu_read_file(TM_FIXTURES "/perfetto-difftests/R8RetraceCompat__inline_positions/trace.pftrace", &len);
@@ -477,10 +519,195 @@ Test(symbolize, r8_inline_ranges_expand_java_frames) {
     tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
     tm_folded_options fo = {.value = TM_VALUE_ALLOC_SPACE};
     cr_assert_eq(tm_write_folded(tr, &fo, &fs, &err), TM_OK, "%s", err.message);
-    cr_assert_str_eq(folded.data, "com.example.Main.test;com.example.Main.foo 1000\n"
-                                  "com.example.Main.test;com.example.Main.foo;com.example.Main.bar 1000\n"
-                                  "com.example.Main.test;com.example.Main.foo;com.example.Main.bar;com.example.Main.baz 1000\n");
+    cr_assert_str_eq(folded.data,
+                     "com.example.Main.test (Main.java:50);com.example.Main.foo (Main.java:54) 1000\n"
+                     "com.example.Main.test (Main.java:50);com.example.Main.foo (Main.java:55);"
+                     "com.example.Main.bar (Main.java:59) 1000\n"
+                     "com.example.Main.test (Main.java:50);com.example.Main.foo (Main.java:55);"
+                     "com.example.Main.bar (Main.java:60);com.example.Main.baz (Main.java:64) 1000\n");
     tu_membuf_free(&folded);
+    tm_trace_free(tr);
+    free(buf);
+}
+
+/* What one symbolization with these options finds of a one-frame trace. */
+static tm_symbolize_stats symbolize_with(const tb_buf *t, const tm_symbolize_options *o) {
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_symbolize_stats st;
+    tm_error err;
+    cr_assert_eq(tm_symbolize(t->data, t->len, NULL, o, &sink, &st, &err), TM_OK, "%s", err.message);
+    tu_membuf_free(&out);
+    return st;
+}
+
+/* A debuginfod client cache (DIR/<build id>/debuginfo or .../executable):
+ * the one given, else $DEBUGINFOD_CACHE_PATH, else
+ * $HOME/.cache/debuginfod_client; the mapping's own path does not exist, so
+ * only the cache can name the frame. */
+Test(symbolize, debuginfod_client_cache) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O0", id);
+    char hex[130];
+    for (size_t i = 0; i < id_len; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/inl", id, id_len, &start, 1, NULL);
+    char cache[256], home_cache[256];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    snprintf(home_cache, sizeof home_cache, "%s/home/.cache/debuginfod_client", dir);
+    cr_assert_eq(sh("mkdir -p %s/%s %s/%s && cp %s/inl %s/%s/executable && cp %s/inl %s/%s/debuginfo", cache, hex,
+                    home_cache, hex, dir, cache, hex, dir, home_cache, hex),
+                 0);
+    tm_symbolize_options o = {.no_system_paths = 1};
+    tm_symbolize_stats st = symbolize_with(&t, &o);
+    cr_assert_eq(st.mappings_not_found, 1, "without a cache nothing has the build id");
+    o.debuginfod_cache = cache; /* its executable */
+    st = symbolize_with(&t, &o);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.frames_with_lines, 1);
+    cr_assert_eq(sh("mv %s/%s/executable %s/%s/debuginfo", cache, hex, cache, hex), 0);
+    st = symbolize_with(&t, &o); /* its debuginfo */
+    cr_assert_eq(st.mappings_symbolized, 1);
+    /* defaults, only with system paths */
+    tm_symbolize_options d = {0};
+    setenv("HOME", "/nonexistent", 1);
+    setenv("DEBUGINFOD_CACHE_PATH", cache, 1);
+    st = symbolize_with(&t, &d);
+    cr_assert_eq(st.mappings_symbolized, 1, "$DEBUGINFOD_CACHE_PATH");
+    d.no_system_paths = 1;
+    st = symbolize_with(&t, &d);
+    cr_assert_eq(st.mappings_symbolized, 0, "no default cache without system paths");
+    d.no_system_paths = 0;
+    unsetenv("DEBUGINFOD_CACHE_PATH");
+    char home[256];
+    snprintf(home, sizeof home, "%s/home", dir);
+    setenv("HOME", home, 1);
+    st = symbolize_with(&t, &d);
+    cr_assert_eq(st.mappings_symbolized, 1, "~/.cache/debuginfod_client");
+    /* the CLI: symbolize, convert and query take --debuginfod-cache */
+    char path[128];
+    snprintf(path, sizeof path, "%s/in.pftrace", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(t.data, 1, t.len, f);
+    fclose(f);
+    setenv("HOME", "/nonexistent", 1);
+    cr_assert_eq(sh("%s symbolize --quiet --no-system-symbols --debuginfod-cache %s -o %s/out.pftrace %s", TM_CLI,
+                    cache, dir, path),
+                 0);
+    char *rows = capture("%s query %s/out.pftrace 'select name from stack_profile_symbol'", TM_CLI, dir);
+    cr_assert_str_eq(rows, "name\nwork\n");
+    free(rows);
+    rows = capture("%s query --no-system-symbols --debuginfod-cache %s %s 'select name from stack_profile_symbol'",
+                   TM_CLI, cache, path);
+    cr_assert_str_eq(rows, "name\nwork\n");
+    free(rows);
+    char *folded = capture("%s convert -f folded --no-lines --no-system-symbols --debuginfod-cache %s %s", TM_CLI,
+                           cache, path);
+    cr_assert_str_eq(folded, "work 1\n");
+    free(folded);
+    tb_free(&t);
+}
+
+/* Rows of a query as "a|b|c\n" lines. */
+static char *sql_rows(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    tu_membuf out = {0};
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(q); c++) {
+            const char *v = (const char *)sqlite3_column_text(q, c);
+            if (c) tu_membuf_write(&out, "|", 1);
+            tu_membuf_write(&out, v ? v : "NULL", strlen(v ? v : "NULL"));
+        }
+        tu_membuf_write(&out, "\n", 1);
+    }
+    sqlite3_finalize(q);
+    if (!out.data) tu_membuf_write(&out, "", 0);
+    return out.data;
+}
+
+static void package_info(tb_buf *t, const char *name, uint64_t uid, int debuggable, int profileable, uint64_t version) {
+    size_t p = tb_open(t, TM_PF_PACKAGES_LIST_PACKAGES);
+    tb_str(t, TM_PF_PACKAGE_INFO_NAME, name);
+    tb_uint(t, TM_PF_PACKAGE_INFO_UID, uid);
+    if (debuggable) tb_uint(t, TM_PF_PACKAGE_INFO_DEBUGGABLE, 1);
+    if (profileable) tb_uint(t, TM_PF_PACKAGE_INFO_PROFILEABLE_FROM_SHELL, 1);
+    if (version) tb_uint(t, TM_PF_PACKAGE_INFO_VERSION_CODE, version);
+    tb_close(t, p);
+}
+
+/* PackagesList becomes Trace Processor's package_list table: each name
+ * once (the first list's row), its flags and version; the last list's
+ * read_error and parse_error are stats. */
+Test(packages, package_list_table_and_stats) {
+    tb_buf t = {0};
+    tb_standard_clocks(&t, 1);
+    size_t pkt = tb_packet_open(&t, 2, TB_NO_TS, 0);
+    size_t pl = tb_open(&t, TM_PF_PACKET_PACKAGES_LIST);
+    package_info(&t, "com.example.a", 10050, 1, 1, 7);
+    package_info(&t, "com.example.b", 10051, 0, 0, 0);
+    tb_close(&t, pl);
+    tb_close(&t, pkt);
+    pkt = tb_packet_open(&t, 2, TB_NO_TS, 0);
+    pl = tb_open(&t, TM_PF_PACKET_PACKAGES_LIST);
+    package_info(&t, "com.example.a", 999, 0, 0, 1); /* listed already: skipped */
+    package_info(&t, "com.example.c", 10052, 0, 1, 3);
+    tb_uint(&t, TM_PF_PACKAGES_LIST_READ_ERROR, 1);
+    tb_close(&t, pl);
+    tb_close(&t, pkt);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char *rows = sql_rows(tm_db_sqlite(db), "select * from package_list order by id");
+    cr_assert_str_eq(rows, "0|com.example.a|10050|1|1|7\n1|com.example.b|10051|0|0|0\n2|com.example.c|10052|0|1|3\n");
+    free(rows);
+    rows = sql_rows(tm_db_sqlite(db), "select name, value from stats where name like 'packages_list%' order by name");
+    cr_assert_str_eq(rows, "packages_list_has_parse_errors|0\npackages_list_has_read_errors|1\n");
+    free(rows);
+    tm_db_free(db);
+    tb_free(&t);
+}
+
+/* Perfetto's profile_deobfuscation_default_package: the obfuscated frames
+ * of two system .apk mappings (their paths name no app) take the maps of
+ * the app whose process ran them, by uid in PackagesList: classtwo/classone
+ * for the heap samples of com.google.android.prebuilt1, classfour/classthree
+ * for the CPU sample of prebuilt2 (Perfetto's expected output), in SQL and
+ * in the profile model alike. */
+Test(packages, default_package_of_unnamed_mappings) {
+    size_t len;
+    char *buf = tu_read_file(
+        TM_FIXTURES "/perfetto-difftests/Deobfuscation__profile_deobfuscation_default_package/trace.pftrace", &len);
+    cr_assert(buf);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char *rows = sql_rows(tm_db_sqlite(db), "select f.name, f.deobfuscated_name, m.name from stack_profile_frame f "
+                                            "join stack_profile_mapping m on f.mapping = m.id order by f.id");
+    cr_assert_str_eq(rows, "hye.a|com.google.classone.foo|/system/priv-app/Prebuilt1/Prebuilt1.apk\n"
+                           "hwe.a|com.google.classtwo.foo|/system/priv-app/Prebuilt1/Prebuilt1.apk\n"
+                           "hwe.a|com.google.classfour.foo|/system/priv-app/Prebuilt2/Prebuilt2.apk\n"
+                           "hye.a|com.google.classthree.foo|/system/priv-app/Prebuilt2/Prebuilt2.apk\n");
+    free(rows);
+    tm_db_free(db);
+    tm_trace *tr = NULL;
+    cr_assert_eq(tm_trace_parse(buf, len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    static const struct {
+        tm_value value;
+        const char *want;
+    } cases[] = {{TM_VALUE_SAMPLES, "com.google.classfour.foo;com.google.classthree.foo 1\n"},
+                 {TM_VALUE_ALLOC_SPACE, "com.google.classone.foo;com.google.classtwo.foo 32768\n"}};
+    for (size_t i = 0; i < 2; i++) {
+        tu_membuf folded = {0};
+        tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
+        tm_folded_options fo = {.value = cases[i].value};
+        cr_assert_eq(tm_write_folded(tr, &fo, &fs, &err), TM_OK, "%s", err.message);
+        cr_assert_str_eq(folded.data, cases[i].want);
+        tu_membuf_free(&folded);
+    }
     tm_trace_free(tr);
     free(buf);
 }

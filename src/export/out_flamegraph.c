@@ -119,7 +119,7 @@ static tm_status source_open(const tm_trace *t, const tm_flamegraph_options *opt
     TM_TRY(tm_thread_select(p, filter, &sel, err));
     tm_status st = tm_stack_counts_build(p, sel, 0, &src->counts);
     tm_thread_selection_free(p, sel);
-    if (st == TM_OK) st = tm_frame_labels_build(p, &src->names);
+    if (st == TM_OK) st = tm_frame_labels_build(p, p->label_lines, &src->names);
     if (st == TM_OK) {
         src->label_of = tm_mem_alloc(mem, (p->n_frames + 1) * sizeof *src->label_of);
         if (!src->label_of) st = TM_ERR_NOMEM;

@@ -111,7 +111,7 @@ static tm_status build_set(const tm_profile *p, const uint8_t *sel, int prefix, 
     tm_stack_counts counts;
     tm_frame_labels labels;
     TM_TRY(tm_stack_counts_build(p, sel, prefix, &counts));
-    tm_status st = tm_frame_labels_build(p, &labels);
+    tm_status st = tm_frame_labels_build(p, p->label_lines, &labels);
     if (st != TM_OK) {
         tm_stack_counts_release(p, &counts);
         return st;

@@ -613,7 +613,7 @@ static void write_functions(pprof_writer *x) {
 
 /* After the samples: mappings, locations and functions of the stacks they used. */
 static tm_status write_locations_and_functions(pprof_writer *x) {
-    TM_TRY(tm_frame_labels_build(x->p, &x->labels));
+    TM_TRY(tm_frame_labels_build(x->p, false, &x->labels));
     TM_TRY(number_functions_and_mappings(x));
     TM_TRY(write_mappings(x));
     write_locations(x);

@@ -211,34 +211,44 @@ static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t 
  * instruction addresses on platform "cocoa" (arm64e). */
 #define COCOA_ADDR_MASK 0x0000000FFFFFFFFFull
 
-static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask) {
+/* A frame's keys in the order of Relay's Frame: abs_path, filename,
+ * function, in_app (-1: none), instruction_addr, lineno, module, package,
+ * platform. */
+static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, int in_app) {
     tm_jw_char(w, '{');
     int comma = 0;
+    if (f->flags & TM_FRAME_HAS_FILE) { /* from symbols; a path from the root is abs_path too */
+        if (f->file.data[0] == '/') {
+            tm_jw_lit(w, "\"abs_path\":");
+            tm_jw_str(w, f->file);
+            tm_jw_char(w, ',');
+        }
+        tm_jw_lit(w, "\"filename\":");
+        tm_jw_str(w, f->file);
+        comma = 1;
+    }
     if (f->flags & TM_FRAME_HAS_FUNCTION) {
+        if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"function\":");
         tm_jw_str(w, f->function);
         comma = 1;
     }
-    if (f->flags & TM_FRAME_HAS_FILE) { /* Sentry's frame fields: filename, abs_path, lineno */
+    if (in_app >= 0) {
         if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"filename\":");
-        tm_jw_str(w, f->file);
-        if (f->file.data[0] == '/') {
-            tm_jw_lit(w, ",\"abs_path\":");
-            tm_jw_str(w, f->file);
-        }
-        comma = 1;
-    }
-    if (f->flags & TM_FRAME_HAS_LINE) {
-        if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"lineno\":");
-        tm_jw_u64(w, f->line);
+        if (in_app) tm_jw_lit(w, "\"in_app\":true");
+        else tm_jw_lit(w, "\"in_app\":false");
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_ADDR) {
         if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"instruction_addr\":");
         tm_jw_hex(w, f->addr & addr_mask);
+        comma = 1;
+    }
+    if (f->flags & TM_FRAME_HAS_LINE) {
+        if (comma) tm_jw_char(w, ',');
+        tm_jw_lit(w, "\"lineno\":");
+        tm_jw_u64(w, f->line);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_MODULE) {
@@ -515,7 +525,8 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
     return TM_OK;
 }
 
-static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m) {
+/* Relay's converter never writes in_app (rules NULL: none). */
+static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules) {
     tm_jw_lit(w, "],\"stacks\":[");
     for (size_t i = 0; i < p->n_stacks; i++) {
         const tm_prof_stack *sk = &p->stacks[i];
@@ -531,7 +542,7 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m
     uint64_t addr_mask = tm_sentry_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
     for (size_t i = 0; i < p->n_frames; i++) {
         if (i) tm_jw_char(w, ',');
-        write_frame(w, &p->frames[i], addr_mask);
+        write_frame(w, &p->frames[i], addr_mask, rules ? tm_sentry_in_app(p, (uint32_t)i, rules) : -1);
     }
     tm_jw_char(w, ']');
 }
@@ -582,12 +593,13 @@ static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint
     return TM_OK;
 }
 
-static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const selection *sel, tm_error *err) {
+static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const selection *sel,
+                             const tm_in_app_rules *rules, tm_error *err) {
     tm_jw_char(w, '{');
     TM_TRY(write_chunk_fields(w, p, m, err));
     tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
     TM_TRY(write_samples(w, p, sel->drop_thread, err));
-    write_stacks_and_frames(w, p, m);
+    write_stacks_and_frames(w, p, m, rules);
     TM_TRY(write_thread_metadata(w, p, sel->count, err));
     tm_jw_lit(w, "}}");
     return TM_OK;
@@ -615,9 +627,14 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     if (st == TM_OK) st = select_samples(p, opts->remove_single_samples, &sel, err);
     if (st == TM_OK) st = check_duration(p, &sel, err);
     if (st == TM_OK && !(w = tm_mem_alloc(p->mem, sizeof *w))) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    tm_in_app_rules rules = {opts->in_app_prefixes, opts->not_in_app_prefixes, opts->n_in_app_prefixes,
+                             opts->n_not_in_app_prefixes};
+    if (st == TM_OK && ((opts->n_in_app_prefixes && !opts->in_app_prefixes) ||
+                        (opts->n_not_in_app_prefixes && !opts->not_in_app_prefixes)))
+        st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: in_app prefixes without a list");
     if (st == TM_OK) {
         tm_jw_init(w, out);
-        st = write_chunk(w, p, &m, &sel, err);
+        st = write_chunk(w, p, &m, &sel, p->relay_compat ? NULL : &rules, err);
         tm_status wst = tm_jw_finish(w);
         if (st == TM_OK && wst != TM_OK) st = tm_fail(err, wst, 0, NULL, "writing the output failed");
     }

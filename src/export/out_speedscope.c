@@ -109,7 +109,7 @@ static uint64_t shared_hash(tm_str name, tm_str file) { return tm_hash_bytes(tm_
 static tm_status number_frames(writer *w) {
     const tm_profile *p = w->p;
     size_t nf = p->n_frames;
-    TM_TRY(tm_frame_labels_build(p, &w->labels));
+    TM_TRY(tm_frame_labels_build(p, false, &w->labels));
     w->have_labels = 1;
     w->shared_of = tm_mem_alloc(w->mem, (nf + 1) * sizeof *w->shared_of);
     w->shared = tm_mem_alloc(w->mem, (nf + 1) * sizeof *w->shared);

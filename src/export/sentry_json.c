@@ -1,9 +1,10 @@
 /*
  * sentry_json.c — helpers shared by the Sample v1 and Sample v2 writers
  * (see sentry_json.h): metadata ids and strings, jansson values written
- * with the JSON writer, and debug images from native mappings.
+ * with the JSON writer, debug images from native mappings, and in_app.
  */
 #include "export/sentry_json.h"
+#include "profile/aggregate.h" /* tm_frame_kind_of */
 
 static int hexval(int c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -133,4 +134,65 @@ int tm_sentry_has_images(const tm_profile *p) {
     for (size_t i = 0; i < p->n_mappings; i++)
         if (is_image(&p->mappings[i])) return 1;
     return 0;
+}
+
+/* ---- in_app ---- */
+
+/* Where an OS keeps its own libraries (Linux distributions, Android and
+ * its updatable modules): their frames are not the app's, as Sentry's
+ * grouping rules for native frames have it. Executables in /usr/bin and
+ * the like are the program profiled, so not listed. */
+static const char *const system_paths[] = {
+    "lib/", "lib32/", "lib64/", "usr/lib/", "usr/lib32/", "usr/lib64/", "usr/libexec/", "usr/local/lib/",
+    "system/", "apex/", "vendor/", "product/", "system_ext/", "odm/", "data/dalvik-cache/", "data/misc/",
+};
+
+/* Java and Android platform packages (the runtime, the framework, their
+ * libraries): the classes Sentry's Android grouping never counts in_app. */
+static const char *const system_classes[] = {
+    "java.", "javax.", "jdk.", "sun.", "com.sun.", "dalvik.", "libcore.", "android.", "androidx.",
+    "com.android.", "com.google.android.", "kotlin.", "kotlinx.", "org.apache.harmony.", "org.json.",
+    "org.w3c.", "org.xml.",
+};
+
+static tm_str no_slash(tm_str s) {
+    if (s.len && s.data[0] == '/') s.data++, s.len--;
+    return s;
+}
+
+static bool starts_with(tm_str s, const char *prefix, size_t n) {
+    return s.len >= n && (n == 0 || memcmp(s.data, prefix, n) == 0);
+}
+
+/* The length of the longest of list[0..n) that starts s (leading '/'
+ * ignored on both sides), or -1. */
+static long longest(tm_str s, const char *const *list, size_t n) {
+    long best = -1;
+    for (size_t i = 0; s.data && i < n; i++) {
+        if (!list[i]) continue;
+        tm_str pre = no_slash((tm_str){(const uint8_t *)list[i], strlen(list[i])});
+        if (starts_with(s, (const char *)pre.data, pre.len) && (long)pre.len > best) best = (long)pre.len;
+    }
+    return best;
+}
+
+int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r) {
+    const tm_prof_frame *f = &p->frames[frame];
+    tm_str path = {NULL, 0}, cls = {NULL, 0};
+    if (f->flags & TM_FRAME_HAS_PACKAGE) path = no_slash(f->package);
+    else if (f->mapping) path = no_slash(p->mappings[f->mapping - 1].path);
+    if ((f->flags & TM_FRAME_JAVA) && (f->flags & TM_FRAME_HAS_MODULE)) cls = f->module;
+    if (r) {
+        long yes = longest(path, r->in_app, r->n_in_app), no = longest(path, r->not_in_app, r->n_not_in_app);
+        long cy = longest(cls, r->in_app, r->n_in_app), cn = longest(cls, r->not_in_app, r->n_not_in_app);
+        if (cy > yes) yes = cy;
+        if (cn > no) no = cn;
+        if (yes >= 0 || no >= 0) return yes >= no;
+    }
+    if (tm_frame_kind_of(p, frame) == TM_KIND_KERNEL) return 0;
+    /* a Java frame's class decides: JIT code of any class shares one mapping */
+    if (cls.len) return longest(cls, system_classes, sizeof system_classes / sizeof *system_classes) < 0;
+    if (!path.len) return -1;
+    if (path.data[0] == '[') return 0; /* [vdso], [vsyscall], [anon:...] */
+    return longest(path, system_paths, sizeof system_paths / sizeof *system_paths) < 0;
 }

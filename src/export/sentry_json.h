@@ -2,8 +2,8 @@
  * sentry_json.h — what the two Sentry writers (Sample v1 transaction
  * profiles, out_sample_v1.c, and Sample v2 chunks, out_sample_v2.c) share:
  * reading ids and strings from metadata parsed with jansson, writing
- * jansson values with the JSON writer, and the debug images made from the
- * profile's native mappings.
+ * jansson values with the JSON writer, the debug images made from the
+ * profile's native mappings, and which frames are in_app.
  */
 #ifndef TM_SENTRY_JSON_H
 #define TM_SENTRY_JSON_H
@@ -30,5 +30,19 @@ size_t tm_sentry_write_images(tm_jw *w, const tm_profile *p, int comma);
 
 /* Whether the profile has a mapping tm_sentry_write_images would write. */
 int tm_sentry_has_images(const tm_profile *p);
+
+/* Prefixes that decide in_app before the default rule (tracemill.h,
+ * tm_sample_v2_options). */
+typedef struct tm_in_app_rules {
+    const char *const *in_app, *const *not_in_app;
+    size_t n_in_app, n_not_in_app;
+} tm_in_app_rules;
+
+/* A frame's in_app: 1 or 0, or -1 when nothing says (no mapping path, no
+ * class): the longest prefix of r that starts the frame's mapping path or
+ * its Java class wins, in_app on a tie; else not in_app for kernel frames,
+ * Java platform classes and, for frames without a class, pseudo mappings
+ * ("[vdso]") and system libraries; in_app for the rest. */
+int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r);
 
 #endif

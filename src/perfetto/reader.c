@@ -632,7 +632,7 @@ static bool consumed_untimed(uint32_t data_field) {
     return data_field == TM_PF_PACKET_CLOCK_SNAPSHOT || data_field == TM_PF_PACKET_TRACE_STATS ||
            data_field == TM_PF_PACKET_TRACE_CONFIG || data_field == TM_PF_PACKET_FTRACE_STATS ||
            data_field == TM_PF_PACKET_TRACE_UUID || data_field == TM_PF_PACKET_MODULE_SYMBOLS ||
-           data_field == TM_PF_PACKET_DEOBFUSCATION_MAPPING;
+           data_field == TM_PF_PACKET_DEOBFUSCATION_MAPPING || data_field == TM_PF_PACKET_PACKAGES_LIST;
 }
 
 /* ---- packets ---- */
@@ -649,6 +649,7 @@ static bool is_data_member(uint32_t num, bool relay) {
     case TM_PF_PACKET_TRACK_DESCRIPTOR: case TM_PF_PACKET_TRACE_UUID: case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS:
     case TM_PF_PACKET_STACK_SAMPLE: case TM_PF_PACKET_PROFILE_PACKET: case TM_PF_PACKET_PROCESS_STATS:
     case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
+    case TM_PF_PACKET_PACKAGES_LIST:
         return !relay;
     default:
         return false;

@@ -118,6 +118,11 @@ static const schema obf_class = {"ObfuscatedClass", 0, F(1) | F(2), 0, obf_class
 static const child deobf_children[] = {{TM_PF_DEOBF_OBFUSCATED_CLASSES, &obf_class}, {0, NULL}};
 static const schema deobfuscation = {"DeobfuscationMapping", F(2), F(1), 0, deobf_children, NULL};
 
+/* PackagesList (tp/tp_packages.c). */
+static const schema package_info = {"PackagesList.PackageInfo", F(2) | F(3) | F(4) | F(5), F(1), 0, NULL, NULL};
+static const child packages_children[] = {{TM_PF_PACKAGES_LIST_PACKAGES, &package_info}, {0, NULL}};
+static const schema packages_list = {"PackagesList", F(2) | F(3), 0, 0, packages_children, NULL};
+
 /* ProfilePacket: the tables it carries, its dumps and their samples. */
 static const schema profile_string = {"ProfilePacket.strings", F(1), F(2), 0, NULL, NULL};
 static const schema profile_frame = {"ProfilePacket.frames", F(1) | F(2) | F(3) | F(4), 0, 0, NULL, NULL};
@@ -168,6 +173,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_TRACE_UUID: return &trace_uuid;
     case TM_PF_PACKET_MODULE_SYMBOLS: return relay ? NULL : &module_symbols;
     case TM_PF_PACKET_DEOBFUSCATION_MAPPING: return relay ? NULL : &deobfuscation;
+    case TM_PF_PACKET_PACKAGES_LIST: return relay ? NULL : &packages_list;
 
     case TM_PF_PACKET_PROFILE_PACKET: return relay ? NULL : &profile_packet;
     case TM_PF_PACKET_PROCESS_STATS: return relay ? NULL : &process_stats;

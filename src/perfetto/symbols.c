@@ -1,6 +1,6 @@
 /*
- * symbols.c — walks ModuleSymbols and DeobfuscationMapping payloads
- * (symbols.h). Field numbers are in fields.h; the reader has already
+ * symbols.c — walks ModuleSymbols, DeobfuscationMapping and PackagesList
+ * payloads (symbols.h). Field numbers are in fields.h; the reader has already
  * checked every wire type against schema.c, so a field of another wire type
  * cannot reach here (it is skipped all the same).
  */
@@ -109,6 +109,42 @@ tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx) {
             TM_TRY(fn(ctx, &d));
         }
         if (crc == TM_PB_ERROR) return walk_error();
+    }
+    return rc == TM_PB_ERROR ? walk_error() : TM_OK;
+}
+
+static tm_status read_package(tm_bytes msg, tm_pf_package *out) {
+    memset(out, 0, sizeof *out);
+    out->name = (tm_str){(const uint8_t *)"", 0};
+    tm_pb_reader r = tm_pb_reader_of(msg);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == TM_PF_PACKAGE_INFO_NAME && f.wire == TM_PB_LEN) out->name = f.bytes;
+        else if (f.wire != TM_PB_VARINT) continue;
+        else if (f.num == TM_PF_PACKAGE_INFO_UID) out->uid = f.val;
+        else if (f.num == TM_PF_PACKAGE_INFO_DEBUGGABLE) out->debuggable = f.val != 0;
+        else if (f.num == TM_PF_PACKAGE_INFO_PROFILEABLE_FROM_SHELL) out->profileable_from_shell = f.val != 0;
+        else if (f.num == TM_PF_PACKAGE_INFO_VERSION_CODE) out->version_code = (int64_t)f.val;
+    }
+    return rc == TM_PB_ERROR ? walk_error() : TM_OK;
+}
+
+tm_status tm_pf_packages_list(tm_bytes payload, tm_pf_package_fn fn, void *ctx, bool *read_error, bool *parse_error) {
+    *read_error = *parse_error = false;
+    tm_pb_reader r = tm_pb_reader_of(payload);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num == TM_PF_PACKAGES_LIST_PACKAGES && f.wire == TM_PB_LEN) {
+            tm_pf_package p;
+            TM_TRY(read_package(f.bytes, &p));
+            TM_TRY(fn(ctx, &p));
+        } else if (f.num == TM_PF_PACKAGES_LIST_READ_ERROR && f.wire == TM_PB_VARINT) {
+            *read_error = f.val != 0;
+        } else if (f.num == TM_PF_PACKAGES_LIST_PARSE_ERROR && f.wire == TM_PB_VARINT) {
+            *parse_error = f.val != 0;
+        }
     }
     return rc == TM_PB_ERROR ? walk_error() : TM_OK;
 }

@@ -4,8 +4,10 @@
  * (TracePacket.module_symbols: function, file and line per address of a
  * build id, innermost inlined function first) and DeobfuscationMapping
  * (TracePacket.deobfuscation_mapping: obfuscated Java class and method names
- * of a package). The reader checked their wire types (schema.c) before a
- * consumer sees them; these walk them without allocating.
+ * of a package), and PackagesList (TracePacket.packages_list: the apps
+ * installed and their uids, which tell whose app a process is). The reader
+ * checked their wire types (schema.c) before a consumer sees them; these
+ * walk them without allocating.
  */
 #ifndef TM_PERFETTO_SYMBOLS_H
 #define TM_PERFETTO_SYMBOLS_H
@@ -48,12 +50,25 @@ typedef tm_status (*tm_pf_deobf_fn)(void *ctx, const tm_pf_deobf *d);
  * DeobfuscationMapping payload. */
 tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx);
 
+/* One PackageInfo of a PackagesList. */
+typedef struct tm_pf_package {
+    tm_str name;           /* "" when absent */
+    uint64_t uid;
+    int64_t version_code;
+    bool debuggable, profileable_from_shell;
+} tm_pf_package;
+
+typedef tm_status (*tm_pf_package_fn)(void *ctx, const tm_pf_package *pkg);
+/* Calls fn for every package of a PackagesList payload, in order; its
+ * read_error and parse_error flags into *read_error and *parse_error. */
+tm_status tm_pf_packages_list(tm_bytes payload, tm_pf_package_fn fn, void *ctx, bool *read_error, bool *parse_error);
+
 /* The symbol payloads of a trace, collected in file order while reading
  * (consumers apply them once every frame exists). Views into the input or
  * the reader's arena. */
 typedef struct tm_pf_symbols {
     tm_bytes *payloads;
-    uint32_t *fields; /* TM_PF_PACKET_MODULE_SYMBOLS or TM_PF_PACKET_DEOBFUSCATION_MAPPING */
+    uint32_t *fields; /* TM_PF_PACKET_MODULE_SYMBOLS, _DEOBFUSCATION_MAPPING or _PACKAGES_LIST */
     size_t n, cap;
 } tm_pf_symbols;
 

@@ -75,9 +75,10 @@ tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame) {
     return TM_KIND_NATIVE;
 }
 
-/* Whether the label names the frame's source file and line. */
-static int has_source(const tm_profile *p, const tm_prof_frame *f) {
-    return p->label_lines && (f->flags & TM_FRAME_HAS_FUNCTION) && (f->flags & (TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE));
+/* Whether the label names the frame's source file and line: only a
+ * symbolized frame has either, so labels of other traces never change. */
+static int has_source(bool lines, const tm_prof_frame *f) {
+    return lines && (f->flags & TM_FRAME_HAS_FUNCTION) && (f->flags & (TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE));
 }
 
 /* A function name is its own label; other labels are composed. */
@@ -91,7 +92,7 @@ static size_t put(char *buf, size_t cap, size_t at, const void *src, size_t n) {
     return at + n;
 }
 
-size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, size_t cap) {
+static size_t label_format(const tm_profile *p, uint32_t frame, bool lines, char *buf, size_t cap) {
     const tm_prof_frame *f = &p->frames[frame];
     size_t n = 0;
     if (f->flags & TM_FRAME_HAS_FUNCTION) {
@@ -100,7 +101,7 @@ size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, siz
             n = put(buf, cap, n, ".", 1);
         }
         n = put(buf, cap, n, f->function.data, f->function.len);
-        if (has_source(p, f)) { /* " (file:line)", " (file)" or " (line N)" */
+        if (has_source(lines, f)) { /* " (file:line)", " (file)" or " (line N)" */
             n = put(buf, cap, n, " (", 2);
             if (f->flags & TM_FRAME_HAS_FILE) n = put(buf, cap, n, f->file.data, f->file.len);
             if (f->flags & TM_FRAME_HAS_LINE) {
@@ -126,29 +127,33 @@ size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, siz
     return n;
 }
 
-static tm_status label_of(const tm_profile *p, uint32_t frame, tm_arena *ar, tm_str *out) {
+size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, size_t cap) {
+    return label_format(p, frame, p->label_lines, buf, cap);
+}
+
+static tm_status label_of(const tm_profile *p, uint32_t frame, bool lines, tm_arena *ar, tm_str *out) {
     const tm_prof_frame *f = &p->frames[frame];
-    if (label_is_function(f) && !has_source(p, f)) {
+    if (label_is_function(f) && !has_source(lines, f)) {
         *out = f->function;
         return TM_OK;
     }
-    size_t len = tm_frame_label_format(p, frame, NULL, 0);
+    size_t len = label_format(p, frame, lines, NULL, 0);
     char *s = tm_arena_alloc(ar, len + 1);
     if (!s) return TM_ERR_NOMEM;
-    tm_frame_label_format(p, frame, s, len + 1);
+    label_format(p, frame, lines, s, len + 1);
     out->data = (const uint8_t *)s;
     out->len = len;
     return TM_OK;
 }
 
-tm_status tm_frame_labels_build(const tm_profile *p, tm_frame_labels *out) {
+tm_status tm_frame_labels_build(const tm_profile *p, bool lines, tm_frame_labels *out) {
     memset(out, 0, sizeof *out);
     tm_arena_init(&out->arena, p->mem);
     out->of = tm_mem_alloc(p->mem, (p->n_frames + 1) * sizeof *out->of);
     if (!out->of) return TM_ERR_NOMEM;
     out->n = p->n_frames;
     for (size_t i = 0; i < p->n_frames; i++) {
-        tm_status st = label_of(p, (uint32_t)i, &out->arena, &out->of[i]);
+        tm_status st = label_of(p, (uint32_t)i, lines, &out->arena, &out->of[i]);
         if (st != TM_OK) {
             tm_frame_labels_release(p, out);
             return st;

@@ -36,17 +36,20 @@ tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame);
 
 /* Display names of every frame, as tracemill.h describes them: the
  * function (Java: Class.method); without one, "0xADDR (libname)", ADDR
- * relative to the library when the mapping is known. Views into the
- * profile or into the labels' own arena. */
+ * relative to the library when the mapping is known. lines: a frame with a
+ * source file or line is "function (file:line)" (folded and SVG pass
+ * p->label_lines; pprof and speedscope, which hold lines apart, false).
+ * Views into the profile or into the labels' own arena. */
 typedef struct tm_frame_labels {
     tm_str *of; /* of[frame] */
     size_t n;
     tm_arena arena;
 } tm_frame_labels;
 
-tm_status tm_frame_labels_build(const tm_profile *p, tm_frame_labels *out);
-/* One frame's label formatted into buf[0..cap) as snprintf does: returns
- * its full length (tm_trace_frame_label). */
+tm_status tm_frame_labels_build(const tm_profile *p, bool lines, tm_frame_labels *out);
+/* One frame's label (with lines as p->label_lines says) formatted into
+ * buf[0..cap) as snprintf does: returns its full length
+ * (tm_trace_frame_label). */
 size_t tm_frame_label_format(const tm_profile *p, uint32_t frame, char *buf, size_t cap);
 void tm_frame_labels_release(const tm_profile *p, tm_frame_labels *l);
 

@@ -62,6 +62,8 @@ typedef struct tm_prof_process {
     int64_t pid;
     tm_str name;
     uint32_t name_prio;
+    bool has_uid;    /* ProcessTree gave its uid (Android: its app's, by PackagesList) */
+    int64_t uid;
 } tm_prof_process;
 
 typedef struct tm_prof_sample {
@@ -100,7 +102,7 @@ typedef struct tm_profile {
     tm_mem *mem;
     tm_arena *arena;
     int relay_compat;      /* written by TM_MODE_RELAY */
-    int label_lines;       /* tm_options.source_lines: labels name file and line */
+    int label_lines;       /* !tm_options.no_source_lines: folded and SVG labels name file and line */
     uint64_t max_unique_frames;
     uint64_t max_chunk_duration_ns; /* Sample v2 DurationIsTooLong */
 

@@ -14,7 +14,10 @@
  *    (from the symbols) inside entries' obfuscated line ranges it becomes
  *    those methods, the inlined ones first, each at its original line, as
  *    R8's retrace expands it; a class renamed without its method keeps the
- *    method's name.
+ *    method's name. Maps of another app than the one the frame's mapping
+ *    path names do not apply; a frame whose path names none (a system
+ *    .apk's, say) belongs to the app of the first process that ran it, by
+ *    the process's uid in PackagesList.
  * The first entry for an address or a name wins. Stacks are rewritten and
  * frames no stack uses any more are dropped.
  */
@@ -38,11 +41,18 @@ typedef struct name_ent {
     uint32_t order;
 } name_ent;
 
+typedef struct pkg_ent {
+    tm_str name;
+    uint64_t uid;
+} pkg_ent;
+
 typedef struct sym_tables {
     tm_mem *mem;
     addr_ent *addrs; size_t n_addrs, cap_addrs;
     tm_pf_line *lines; size_t n_lines, cap_lines;
     name_ent *names; size_t n_names, cap_names;
+    pkg_ent *pkgs; size_t n_pkgs, cap_pkgs; tm_idxset pkg_set; /* PackagesList, a name once */
+    tm_str *guess; /* by frame: the package of the first process that ran it (data NULL: none) */
 } sym_tables;
 
 static tm_status on_address(void *ctx, const tm_pf_address_symbols *a) {
@@ -54,6 +64,21 @@ static tm_status on_address(void *ctx, const tm_pf_address_symbols *a) {
     t->n_addrs++;
     memcpy(t->lines + t->n_lines, a->lines, a->n * sizeof *a->lines);
     t->n_lines += a->n;
+    return TM_OK;
+}
+
+static int pkg_eq(const void *ctx, uint32_t idx, const void *key) {
+    return tm_bytes_eq(((const sym_tables *)ctx)->pkgs[idx].name, *(const tm_str *)key);
+}
+
+static tm_status on_package(void *ctx, const tm_pf_package *pkg) {
+    sym_tables *t = ctx;
+    uint64_t h = tm_hash_bytes(0x9a3c, pkg->name);
+    uint32_t h32 = (uint32_t)(h ^ (h >> 32));
+    if (tm_idxset_find(&t->pkg_set, h32, pkg_eq, t, &pkg->name) != TM_ABSENT) return TM_OK; /* the first wins */
+    TM_TRY(TM_VEC_RESERVE(t->mem, t->pkgs, t->cap_pkgs, t->n_pkgs + 1));
+    TM_TRY(tm_idxset_add(t->mem, &t->pkg_set, h32, (uint32_t)t->n_pkgs));
+    t->pkgs[t->n_pkgs++] = (pkg_ent){pkg->name, pkg->uid};
     return TM_OK;
 }
 
@@ -196,13 +221,14 @@ static int cmp_str_ptr(const void *x, const void *y) {
  * the inlined ones first, each at its original line (R8's retrace); without
  * symbols, f is named by its candidates: one, or all of them sorted and
  * joined with " | " when the map is ambiguous. */
-static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_frame *f, bool from_symbols,
-                             tm_prof_frame *chain, size_t *n, bool *changed) {
+static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_frame *f, tm_str guess,
+                             bool from_symbols, tm_prof_frame *chain, size_t *n, bool *changed) {
     tm_str cls, method;
     if (!t->n_names || !obf_names(f, &cls, &method)) return TM_OK;
     const name_ent *first = find_name(t, cls, method);
     if (!first) return TM_OK;
     tm_str pkg = f->mapping ? path_package(p->mappings[f->mapping - 1].path) : (tm_str){NULL, 0};
+    if (!pkg.len) pkg = guess;
     const name_ent *cand[64];
     size_t k = 0;
     for (const name_ent *e = first; e < t->names + t->n_names && k < 64 && !cmp_name_key(cls, method, e); e++)
@@ -267,6 +293,66 @@ static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_f
     return TM_OK;
 }
 
+/* ---- the default package: a Java frame whose mapping's path names no
+ * app is the app's whose process first ran it (heap samples first, then
+ * CPU samples), the process's uid naming it in PackagesList, as Trace
+ * Processor guesses it ---- */
+
+typedef struct guesser {
+    const tm_profile *p;
+    sym_tables *t;
+    tm_u64map by_uid;  /* app uid -> its first package */
+    uint8_t *needs;    /* by frame */
+    uint8_t *walked;   /* by stack: its frames have their guess */
+} guesser;
+
+static tm_str thread_package(const guesser *g, uint32_t thread) {
+    tm_str none = {NULL, 0};
+    uint32_t proc = tm_u64map_get(&g->p->process_by_pid, (uint64_t)g->p->threads[thread].pid);
+    if (proc == TM_ABSENT || !g->p->processes[proc].has_uid) return none;
+    uint32_t k = tm_u64map_get(&g->by_uid, (uint64_t)(g->p->processes[proc].uid % 100000));
+    return k == TM_ABSENT ? none : g->t->pkgs[k].name;
+}
+
+static void guess_stack(guesser *g, uint32_t stack, uint32_t thread) {
+    if (stack >= g->p->n_stacks || thread >= g->p->n_threads || g->walked[stack]) return;
+    tm_str pkg = thread_package(g, thread);
+    if (!pkg.data) return;
+    g->walked[stack] = 1;
+    const tm_prof_stack *sk = &g->p->stacks[stack];
+    for (uint32_t j = 0; j < sk->len; j++) {
+        uint32_t fr = g->p->frame_ids[sk->off + j];
+        if (g->needs[fr] && !g->t->guess[fr].data) g->t->guess[fr] = pkg;
+    }
+}
+
+static tm_status guess_packages(const tm_profile *p, sym_tables *t) {
+    static const char memfd[] = "/memfd:"; /* JIT code: of any app */
+    if (!t->n_pkgs || !t->n_names) return TM_OK;
+    size_t nf = p->n_frames + 1, ns = p->n_stacks + 1;
+    guesser g = {p, t, {0}, tm_mem_alloc(p->mem, nf), tm_mem_alloc(p->mem, ns)};
+    t->guess = tm_mem_alloc(p->mem, nf * sizeof *t->guess);
+    tm_status st = g.needs && g.walked && t->guess ? TM_OK : TM_ERR_NOMEM;
+    for (size_t i = 0; i < t->n_pkgs && st == TM_OK; i++)
+        if (tm_u64map_get(&g.by_uid, t->pkgs[i].uid) == TM_ABSENT) st = tm_u64map_put(p->mem, &g.by_uid, t->pkgs[i].uid, (uint32_t)i);
+    if (st == TM_OK) {
+        memset(t->guess, 0, nf * sizeof *t->guess);
+        memset(g.walked, 0, ns);
+        for (size_t i = 0; i < p->n_frames; i++) {
+            const tm_prof_frame *f = &p->frames[i];
+            tm_str cls, method, path = f->mapping ? p->mappings[f->mapping - 1].path : (tm_str){NULL, 0};
+            bool jit = path.len >= sizeof memfd - 1 && memcmp(path.data, memfd, sizeof memfd - 1) == 0;
+            g.needs[i] = obf_names(f, &cls, &method) && !path_package(path).len && !jit;
+        }
+        for (size_t i = 0; i < p->n_heap_samples; i++) guess_stack(&g, p->heap_samples[i].stack, p->heap_samples[i].thread);
+        for (size_t i = 0; i < p->n_samples; i++) guess_stack(&g, p->samples[i].stack, p->samples[i].thread);
+    }
+    tm_u64map_free(p->mem, &g.by_uid);
+    tm_mem_free(p->mem, g.needs, nf);
+    tm_mem_free(p->mem, g.walked, ns);
+    return st;
+}
+
 /* Expands every frame it can into exp[off[i], off[i] + len[i]). */
 static tm_status expand(tm_profile *p, const sym_tables *t, uint32_t *off, uint32_t *len, uint32_t **exp, size_t *n_exp,
                         size_t *cap_exp) {
@@ -296,7 +382,7 @@ static tm_status expand(tm_profile *p, const sym_tables *t, uint32_t *off, uint3
         } else {
             chain[n++] = f;
         }
-        TM_TRY(deobfuscate(p, t, &f, e != NULL, chain, &n, &changed));
+        TM_TRY(deobfuscate(p, t, &f, t->guess ? t->guess[i] : (tm_str){NULL, 0}, e != NULL, chain, &n, &changed));
         if (!changed) continue;
         TM_TRY(TM_VEC_RESERVE(p->mem, *exp, *cap_exp, *n_exp + n));
         off[i] = (uint32_t)*n_exp, len[i] = (uint32_t)n;
@@ -355,11 +441,16 @@ tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s) {
     t.mem = p->mem;
     tm_status st = TM_OK;
     for (size_t i = 0; i < s->n && st == TM_OK; i++)
-        st = s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS ? tm_pf_module_symbols(s->payloads[i], on_address, &t)
-                                                         : tm_pf_deobfuscation(s->payloads[i], on_deobf, &t);
+        if (s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS) st = tm_pf_module_symbols(s->payloads[i], on_address, &t);
+        else if (s->fields[i] == TM_PF_PACKET_DEOBFUSCATION_MAPPING) st = tm_pf_deobfuscation(s->payloads[i], on_deobf, &t);
+        else { /* PackagesList */
+            bool read_error, parse_error;
+            st = tm_pf_packages_list(s->payloads[i], on_package, &t, &read_error, &parse_error);
+        }
     if (t.n_addrs) qsort(t.addrs, t.n_addrs, sizeof *t.addrs, cmp_addr);
     if (t.n_names) qsort(t.names, t.n_names, sizeof *t.names, cmp_name);
     size_t n0 = p->n_frames;
+    if (st == TM_OK) st = guess_packages(p, &t);
     uint32_t *off = tm_mem_alloc(p->mem, n0 * sizeof *off), *len = tm_mem_alloc(p->mem, n0 * sizeof *len);
     uint32_t *exp = NULL;
     size_t n_exp = 0, cap_exp = 0;
@@ -375,5 +466,8 @@ tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s) {
     tm_mem_free(p->mem, t.addrs, t.cap_addrs * sizeof *t.addrs);
     tm_mem_free(p->mem, t.lines, t.cap_lines * sizeof *t.lines);
     tm_mem_free(p->mem, t.names, t.cap_names * sizeof *t.names);
+    tm_mem_free(p->mem, t.pkgs, t.cap_pkgs * sizeof *t.pkgs);
+    tm_idxset_free(p->mem, &t.pkg_set);
+    tm_mem_free(p->mem, t.guess, (n0 + 1) * sizeof *t.guess);
     return st;
 }

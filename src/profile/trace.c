@@ -1119,9 +1119,9 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
         WANT(d, f, TM_PB_LEN, "ProcessTree");
         tm_pb_reader er = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
-        int64_t id = 0, tgid = 0;
+        int64_t id = 0, tgid = 0, uid = 0;
         tm_str name = {NULL, 0};
-        bool has_name = false;
+        bool has_name = false, has_uid = false;
         int erc;
         const char *what = f.num == 1 ? "ProcessTree.Process" : "ProcessTree.Thread";
         while ((erc = tm_pb_next(&er, &g)) == TM_PB_OK) {
@@ -1131,6 +1131,7 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
                 if (!has_name) name = g.bytes, has_name = true; /* cmdline[0] */
             } else if (f.num == 2 && g.num == 2) { WANT(d, g, TM_PB_LEN, what); name = g.bytes; }
             else if (f.num == 2 && g.num == 3) { WANT(d, g, TM_PB_VARINT, what); tgid = (int32_t)g.val; }
+            else if (f.num == 1 && g.num == 5) { WANT(d, g, TM_PB_VARINT, what); uid = (int32_t)g.val, has_uid = true; }
         }
         if (erc == TM_PB_ERROR) return pb_error(d, &er, what);
         if (f.num == 1) {
@@ -1138,6 +1139,7 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
             uint32_t proc;
             DTRY_MEM(d, tm_profile_process(d->p, id, &proc));
             tm_profile_name_process(d->p, proc, name, PRIO_TRACK_DESCRIPTOR);
+            if (has_uid) d->p->processes[proc].has_uid = true, d->p->processes[proc].uid = uid; /* the default package */
         } else {
             uint32_t thread;
             TM_TRY(thread_of(d, id, tgid, &thread));
@@ -1303,7 +1305,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_CLOCK_SNAPSHOT: return on_clock_snapshot(d, k);
     case TM_PF_PACKET_TRACE_STATS: return on_trace_stats(d, k->data);
     case TM_PF_PACKET_ZSTD_COMPRESSED_PACKETS: st->packets_unsupported++; return TM_OK;
-    case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
+    case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING: case TM_PF_PACKET_PACKAGES_LIST:
         return tm_pf_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
     default: break;
     }
@@ -1581,7 +1583,7 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     tm_arena_init(&t->arena, &t->mem);
     tm_profile_init(&t->profile, &t->mem, &t->arena);
     t->profile.relay_compat = opts->mode == TM_MODE_RELAY;
-    t->profile.label_lines = opts->source_lines;
+    t->profile.label_lines = !opts->no_source_lines;
     t->profile.max_unique_frames = t->limits.max_unique_frames;
     t->profile.max_chunk_duration_ns = t->limits.max_chunk_duration_ns;
     t->profile.stats.bytes = len;

@@ -8,7 +8,8 @@
  *
  * Candidates, in order (symbolize.h): for each symbol directory the file
  * named by build id (.build-id/ab/cdef....debug, then without .debug), by
- * the mapping's file name and by its whole path; then the mapping's path on
+ * the mapping's file name and by its whole path; then a debuginfod client
+ * cache's abcdef.../debuginfo and .../executable; then the mapping's path on
  * this machine and /usr/lib/debug/.build-id. A candidate counts only when
  * its build id (GNU build-id note) equals the mapping's; a stripped file's
  * DWARF is then looked for by libdwfl in a separate debug file (by build id
@@ -129,6 +130,10 @@ tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *i
         TRY("%s/.build-id/%.2s/%s", d, hex, hex + 2);
         if (*base) TRY("%s/%s", d, base);
         if (path[0] == '/' && strchr(path + 1, '/')) TRY("%s%s", d, path);
+    }
+    if (s->debuginfod) { /* what debuginfod-find cached: DWARF first */
+        TRY("%s/%s/debuginfo", s->debuginfod, hex);
+        TRY("%s/%s/executable", s->debuginfod, hex);
     }
     if (s->system) {
         if (path[0] == '/') TRY("%s", path);

@@ -6,12 +6,18 @@
  * ModuleSymbols packet per symbolized build id and one DeobfuscationMapping
  * packet per ProGuard map (proguard.c).
  *
+ * The debuginfod cache searched when none is given is the one
+ * debuginfod-find fills: $DEBUGINFOD_CACHE_PATH, else
+ * $HOME/.cache/debuginfod_client (only read here, never fetched into).
+ *
  * A ModuleSymbols packet carries the mapping's path as the trace names it
  * and its build id as raw bytes; each AddressSymbols one rel_pc and its
  * lines, innermost inlined function first, as traceconv writes them.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/limits.h"
 #include "perfetto/fields.h"
@@ -61,6 +67,8 @@ static size_t unhex(tm_str h, uint8_t out[64]) {
 typedef struct sym_run {
     tm_mem *mem;
     const tm_symbolize_options *o;
+    const char *debuginfod; /* the cache searched, or NULL */
+    char debuginfod_buf[4096];
     tm_symbolize_stats *st;
     tm_obuf out;
     tm_error *err;
@@ -82,7 +90,7 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
     size_t distinct = 0;
     for (size_t i = 0; i < n; i++) distinct += i == 0 || refs[i].rel_pc != refs[i - 1].rel_pc;
     r->st->frames += distinct;
-    tm_elf_search s = {r->mem, r->o->symbol_dirs, r->o->n_symbol_dirs, !r->o->no_system_paths};
+    tm_elf_search s = {r->mem, r->o->symbol_dirs, r->o->n_symbol_dirs, !r->o->no_system_paths, r->debuginfod};
     tm_elf *e;
     int found;
     if (tm_elf_open(&s, path, id, id_len, &e, &found) != TM_OK)
@@ -119,6 +127,27 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
     tm_obuf_close(&r->out, pkt);
     tm_elf_close(e);
     return r->out.st == TM_OK ? TM_OK : tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+}
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return p && *p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The cache given, else (with system paths) the debuginfod client's own. */
+static void find_debuginfod(sym_run *r) {
+    if (r->o->debuginfod_cache) {
+        r->debuginfod = r->o->debuginfod_cache;
+        return;
+    }
+    if (r->o->no_system_paths) return;
+    const char *env = getenv("DEBUGINFOD_CACHE_PATH"), *home = getenv("HOME");
+    if (env && *env) r->debuginfod = env;
+    else if (home && *home &&
+             snprintf(r->debuginfod_buf, sizeof r->debuginfod_buf, "%s/.cache/debuginfod_client", home) <
+                 (int)sizeof r->debuginfod_buf)
+        r->debuginfod = r->debuginfod_buf;
+    if (!is_dir(r->debuginfod)) r->debuginfod = NULL;
 }
 
 static tm_status native(sym_run *r, const tm_tp *tp) {
@@ -178,7 +207,9 @@ tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, cons
     tm_limits_resolve(opts, &limits);
     tm_mem mem;
     tm_mem_init(&mem, opts->alloc);
-    sym_run r = {&mem, sopts ? sopts : &none, &counts, {0}, err};
+    sym_run r;
+    memset(&r, 0, sizeof r);
+    r.mem = &mem, r.o = sopts ? sopts : &none, r.st = &counts, r.err = err;
     tm_obuf_init(&r.out, &mem);
     tm_input in;
     memset(&in, 0, sizeof in);
@@ -186,6 +217,7 @@ tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, cons
     memset(&tp, 0, sizeof tp);
     tm_status st = tm_input_open(&mem, buf, len, &limits, false, &in, err);
     if (st == TM_OK) st = tm_tp_build(&tp, &mem, in.bytes.data, in.bytes.len, &limits, opts->strict, err);
+    if (st == TM_OK) find_debuginfod(&r);
     if (st == TM_OK) st = native(&r, &tp);
     if (st == TM_OK) st = java(&r);
     if (st == TM_OK && (out->write(out->ctx, in.bytes.data, in.bytes.len) != 0 ||

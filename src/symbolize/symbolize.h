@@ -33,13 +33,14 @@ enum { TM_ELF_FOUND = 0, TM_ELF_NOT_FOUND = 1, TM_ELF_MISMATCH = 2 };
 
 typedef struct tm_elf tm_elf;
 
-/* Where to look: symbol directories first, then (system) the mapping's own
- * path and /usr/lib/debug. */
+/* Where to look: symbol directories first, then a debuginfod client cache
+ * (NULL: none), then (system) the mapping's own path and /usr/lib/debug. */
 typedef struct tm_elf_search {
     tm_mem *mem;
     const char *const *dirs;
     size_t n_dirs;
     int system;
+    const char *debuginfod;
 } tm_elf_search;
 
 /* Finds the ELF file of a mapping (path as in the trace, build id raw) and

@@ -450,6 +450,19 @@ static const col_def heap_dump_cols[] = {
     {"ts_end", "INTEGER", hd_ts_end}, {"upid", "INTEGER", hd_upid}, {"heap_name", "TEXT", hd_heap},
 };
 
+/* ---- package_list ------------------------------------------------------ */
+
+GETTER(pkg_name, tp_package, packages, put_str(c, r->name))
+GETTER(pkg_uid, tp_package, packages, sqlite3_result_int64(c, r->uid))
+GETTER(pkg_debuggable, tp_package, packages, sqlite3_result_int64(c, r->debuggable))
+GETTER(pkg_profileable, tp_package, packages, sqlite3_result_int64(c, r->profileable_from_shell))
+GETTER(pkg_version, tp_package, packages, sqlite3_result_int64(c, r->version_code))
+static const col_def package_cols[] = {
+    {"id", "INTEGER", col_row},           {"package_name", "TEXT", pkg_name},
+    {"uid", "INTEGER", pkg_uid},          {"debuggable", "INTEGER", pkg_debuggable},
+    {"profileable_from_shell", "INTEGER", pkg_profileable}, {"version_code", "INTEGER", pkg_version},
+};
+
 /* ---- the table list --------------------------------------------------- */
 
 #define COUNT_OF(arr) \
@@ -471,6 +484,7 @@ COUNT_OF(meta)
 COUNT_OF(clocks)
 COUNT_OF(heap_allocs)
 COUNT_OF(heap_dumps)
+COUNT_OF(packages)
 
 #define TABLE(name, cols, ids, count, visible) \
     {name, cols, (int)(sizeof cols / sizeof cols[0]), ids, count, visible}
@@ -501,6 +515,7 @@ static const table_def tables[] = {
     TABLE("clock_snapshot", clock_cols, 1, count_clocks, NULL),
     TABLE("heap_profile_allocation", heap_alloc_cols, 1, count_heap_allocs, NULL),
     TABLE("heap_profile", heap_dump_cols, 1, count_heap_dumps, NULL),
+    TABLE("package_list", package_cols, 1, count_packages, NULL),
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
 

@@ -35,6 +35,7 @@
 #define TM_TP_STATS_TABLE /* the catalogue itself lives here */
 #include "tp/tp.h"
 #include "tp/tp_symbols.h" /* ModuleSymbols, DeobfuscationMapping */
+#include "tp/tp_packages.h" /* PackagesList */
 
 /* ---- small vectors ----------------------------------------------------- */
 
@@ -696,6 +697,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_FTRACE_STATS: return on_ftrace_stats(d, k->data, machine);
     case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
         return tm_pf_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
+    case TM_PF_PACKET_PACKAGES_LIST: return tm_tp_packages_list(d->tp, k->data, d->single) == TM_OK ? TM_OK : nomem(d);
     default: break;
     }
     /* Packets that need a state they cannot have. */
@@ -2033,6 +2035,7 @@ void tm_tp_release(tm_tp *tp) {
     FREE_VEC(symbols); FREE_VEC(attrs); FREE_VEC(tasks); FREE_VEC(execs); FREE_VEC(asyncs);
     FREE_VEC(sessions); FREE_VEC(tracks); FREE_VEC(counters); FREE_VEC(stats); FREE_VEC(meta);
     FREE_VEC(clocks); FREE_VEC(heap_allocs); FREE_VEC(heap_dumps);
+    FREE_VEC(packages); tm_idxset_free(m, &tp->package_names);
 #undef FREE_VEC
     tm_mem_free(m, tp->s_ts, tp->cap_samples * sizeof *tp->s_ts);
     tm_mem_free(m, tp->s_callsite, tp->cap_samples * sizeof *tp->s_callsite);

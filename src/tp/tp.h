@@ -147,6 +147,14 @@ typedef struct tp_heap_dump {
     tm_str heap_name;      /* data NULL: not named */
 } tp_heap_dump;
 
+/* package_list: an app installed on the device (PackagesList), one row per
+ * package name, the first seen. */
+typedef struct tp_package {
+    tm_str name;
+    int64_t uid, version_code;
+    uint8_t debuggable, profileable_from_shell;
+} tp_package;
+
 #define TP_VEC(T, name) T *name; size_t n_##name, cap_##name
 
 typedef struct tm_tp {
@@ -178,6 +186,8 @@ typedef struct tm_tp {
     uint32_t *s_callsite;    /* TP_NULL: none */
     uint32_t *s_task;        /* task context id or TP_NULL */
     uint32_t *s_attr;        /* tp_sample_attr id */
+    TP_VEC(tp_package, packages);
+    tm_idxset package_names; /* packages by name */
 } tm_tp;
 
 /* Decodes buf (which must outlive the model) into *tp; strict: a trace cut

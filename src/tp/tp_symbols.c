@@ -13,6 +13,7 @@
 
 #include "perfetto/fields.h"
 #include "perfetto/symbols.h"
+#include "tp/tp_packages.h"
 #include "tp/tp_symbols.h"
 
 /* ---- indexes: mappings by build id, frames by (mapping, rel_pc) and by name ---- */
@@ -237,11 +238,81 @@ static tm_status retrace(apply_ctx *c, tp_frame *f, const deobf_ent **cand, size
     return TM_OK;
 }
 
+/* ---- the default package: a Java frame whose path names no app is the
+ * app's whose process it ran in ---- */
+
+/* The package a frame's mapping path gives; memfd: JIT code of any app. */
+static tm_str frame_package(const tm_tp *tp, const tp_frame *f, bool *memfd) {
+    static const char jit[] = "/memfd:";
+    tm_str path = f->mapping == TP_NULL ? (tm_str){NULL, 0} : tp->mappings[f->mapping].name;
+    *memfd = path.len >= sizeof jit - 1 && memcmp(path.data, jit, sizeof jit - 1) == 0;
+    return path_package(path);
+}
+
+typedef struct guesser {
+    const tm_tp *tp;
+    tm_str *of_process; /* by upid */
+    tm_str *guess;      /* by frame; data NULL: none (yet) */
+    uint8_t *needs;     /* by frame: a Java frame without a package of its own */
+    uint8_t *walked;    /* by callsite: every frame above it has its guess */
+} guesser;
+
+/* Gives the frames of callsite cs and its callers that need one the
+ * package of process upid; the first process to reach a frame wins. */
+static void guess_chain(guesser *g, uint32_t upid, uint32_t cs) {
+    if (upid == TP_NULL || upid >= g->tp->n_processes || !g->of_process[upid].data) return;
+    tm_str pkg = g->of_process[upid];
+    while (cs != TP_NULL && cs < g->tp->n_callsites && !g->walked[cs]) {
+        g->walked[cs] = 1;
+        uint32_t fr = g->tp->callsites[cs].frame;
+        if (fr < g->tp->n_frames && g->needs[fr] && !g->guess[fr].data) g->guess[fr] = pkg;
+        cs = g->tp->callsites[cs].parent;
+    }
+}
+
+/* Trace Processor's order: heap allocations, then samples (their task
+ * context's process). */
+static tm_status guess_packages(const tm_tp *tp, tm_str *guess) {
+    size_t nf = tp->n_frames + 1, nc = tp->n_callsites + 1;
+    guesser g = {tp, NULL, guess, tm_mem_alloc(tp->mem, nf), tm_mem_alloc(tp->mem, nc)};
+    tm_status st = g.needs && g.walked ? tm_tp_process_packages(tp, &g.of_process) : TM_ERR_NOMEM;
+    if (st == TM_OK) {
+        memset(g.walked, 0, nc);
+        for (size_t i = 0; i < tp->n_frames; i++) {
+            bool memfd;
+            const tp_frame *f = &tp->frames[i];
+            g.needs[i] = f->name.len && memchr(f->name.data, '.', f->name.len) && !frame_package(tp, f, &memfd).len &&
+                         !memfd;
+        }
+        for (size_t i = 0; i < tp->n_heap_allocs; i++) guess_chain(&g, tp->heap_allocs[i].upid, tp->heap_allocs[i].callsite);
+        for (size_t i = 0; i < tp->n_samples; i++) {
+            uint32_t task = tp->s_task[i];
+            if (task != TP_NULL && task < tp->n_tasks) guess_chain(&g, tp->tasks[task].upid, tp->s_callsite[i]);
+        }
+        tm_mem_free(tp->mem, g.of_process, (tp->n_processes + 1) * sizeof *g.of_process);
+    }
+    tm_mem_free(tp->mem, g.needs, nf);
+    tm_mem_free(tp->mem, g.walked, nc);
+    return st;
+}
+
 static tm_status deobfuscate(apply_ctx *c, deobf_list *l) {
     tm_tp *tp = c->tp;
     if (!l->n) return TM_OK;
     qsort(l->v, l->n, sizeof *l->v, cmp_deobf);
-    for (size_t fi = 0; fi < tp->n_frames; fi++) {
+    tm_str *guess = NULL;
+    if (tp->n_packages) {
+        guess = tm_mem_alloc(tp->mem, (tp->n_frames + 1) * sizeof *guess);
+        if (!guess) return TM_ERR_NOMEM;
+        memset(guess, 0, (tp->n_frames + 1) * sizeof *guess);
+        tm_status st = guess_packages(tp, guess);
+        if (st != TM_OK) {
+            tm_mem_free(tp->mem, guess, (tp->n_frames + 1) * sizeof *guess);
+            return st;
+        }
+    }
+    tm_status st = TM_OK;
+    for (size_t fi = 0; fi < tp->n_frames && st == TM_OK; fi++) {
         tp_frame *f = &tp->frames[fi];
         if (!f->name.len) continue;
         size_t lo = 0, hi = l->n;
@@ -250,16 +321,19 @@ static tm_status deobfuscate(apply_ctx *c, deobf_list *l) {
             if (cmp_str(l->v[mid].key, f->name) < 0) lo = mid + 1;
             else hi = mid;
         }
-        tm_str pkg = f->mapping == TP_NULL ? (tm_str){NULL, 0} : path_package(tp->mappings[f->mapping].name);
+        bool memfd;
+        tm_str pkg = frame_package(tp, f, &memfd);
+        if (!pkg.len && guess) pkg = guess[fi];
         const deobf_ent *cand[64];
         size_t n = 0;
         for (size_t i = lo; i < l->n && tm_bytes_eq(l->v[i].key, f->name) && n < 64; i++)
             if (!pkg.len || !l->v[i].package.len || tm_bytes_eq(pkg, l->v[i].package)) cand[n++] = &l->v[i];
         if (!n) continue;
-        TM_TRY(retrace(c, f, cand, &n));
-        TM_TRY(set_names(c, f, cand, n));
+        st = retrace(c, f, cand, &n);
+        if (st == TM_OK) st = set_names(c, f, cand, n);
     }
-    return TM_OK;
+    if (guess) tm_mem_free(tp->mem, guess, (tp->n_frames + 1) * sizeof *guess);
+    return st;
 }
 
 tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err) {

@@ -16,7 +16,9 @@
  * "ObfuscatedClass.obfuscatedMethod" gets deobfuscated_name (the distinct
  * candidates sorted and joined with " | " when the map is ambiguous), only
  * from maps of its app when its mapping's path names one
- * (/data/app/PACKAGE-...); with an obfuscated line (from its symbols) the
+ * (/data/app/PACKAGE-...) or, for a path that names none (not /memfd:),
+ * when the first process that ran it has a package (tp_packages.h); with an
+ * obfuscated line (from its symbols) the
  * methods whose line range holds it become its symbol set, inlined ones
  * first, as R8's retrace expands them. Also counts mappings in
  * /data/local/tmp without a build id (symbolization_tmp_build_id_not_found).

@@ -42,7 +42,8 @@ required=" Profiling__frame_types Profiling__perf_sample_followers Profiling__pe
   ProfilingHeapProfiling__heap_profile_deobfuscate ProfilingHeapProfiling__heap_profile_deobfuscate_2
   ProfilingLlvmSymbolizer__no_build_id R8RetraceCompat__horizontal_class_merging R8RetraceCompat__inline_positions
   R8RetraceCompat__method_overload R8RetraceCompat__removed_argument R8RetraceCompat__staticized_method
-  R8RetraceCompat__vertical_class_merging Stacks__symbolization_candidates_heap_profile
+  R8RetraceCompat__vertical_class_merging Deobfuscation__profile_deobfuscation_default_package
+  Stacks__symbolization_candidates_heap_profile
   Stacks__symbolization_candidates_perf_profile "
 required=" $(echo $required) " # one line, one blank between names
 is_required() { case $required in *" $1 "*) return 0 ;; esac; return 1; }
