@@ -7,6 +7,7 @@
  *   threads S   a thread "spinner" in spin_hot (~80 %) / spin_cold (~20 %),
  *               and a thread "blocker" that blocks every signal, in
  *               blocked_spin; S CPU-seconds each
+ *   late S      sleeps 0.5 s (a recorder attaches meanwhile), then as threads
  *   child S     child_spin for S CPU-seconds (started by `sh -c` in the tests)
  *   sigprof S   installs its own SIGPROF handler and ITIMER_PROF, spins in
  *               spin_hot; prints "sigprof N" (the handler's count)
@@ -89,11 +90,16 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_perf_target threads|child|sigprof|exit|abort|cxx SECONDS\n");
+        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
     g_seconds = atof(argv[2]);
+    if (strcmp(mode, "late") == 0) {
+        struct timespec half = {0, 500000000};
+        nanosleep(&half, NULL);
+        mode = "threads";
+    }
     if (strcmp(mode, "threads") == 0) {
         pthread_t a, b;
         if (pthread_create(&a, NULL, spinner, NULL) || pthread_create(&b, NULL, blocker, NULL)) return 1;

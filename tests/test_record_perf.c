@@ -6,7 +6,10 @@
  * first, a thread that blocks every signal sampled, a child process
  * started by `sh -c` sampled, a program with its own SIGPROF handler
  * unchanged, valid traces after _exit, abort and SIGTERM (passed on to the
- * program), and the program's exit status as record's.
+ * program), and the program's exit status as record's. Attaching (-p): the
+ * threads that ran, and the threads and children started later, sampled
+ * at the rate of the CPU time they used; the ends (--duration, SIGINT, the
+ * process's exit) with the process untouched; failures (125, OUT kept).
  *
  * Skipped, with the reason, when this kernel refuses perf_event_open.
  * Paths come from the build: TM_CLI, TM_RECORD_PERF_TARGET.
@@ -351,4 +354,225 @@ Test(record_perf, timebase_count_is_cumulative_per_cpu) {
     tm_db_free(db);
     free(bytes);
     free(path);
+}
+
+/* ---- attaching: record -p ---- */
+
+/* Starts `record_perf_target MODE SECONDS` (or `sh -c SCRIPT` when mode is
+ * NULL) in the background, stdout to /dev/null; its pid. */
+static pid_t start_target(const char *mode, const char *seconds) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(126);
+        if (mode) execl(TM_RECORD_PERF_TARGET, TM_RECORD_PERF_TARGET, mode, seconds, (char *)NULL);
+        else execl("/bin/sh", "sh", "-c", seconds, (char *)NULL);
+        _exit(126);
+    }
+    return pid;
+}
+
+/* The CPU time process pid spent in user mode so far, all its threads (/proc/PID/stat utime). */
+static double user_cpu(pid_t pid) {
+    char path[48], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    unsigned long long utime = 0;
+    /* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime */
+    cr_assert_eq(sscanf(strrchr(buf, ')') + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu", &utime), 1);
+    return (double)utime / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Runs `tracemill record OPTS -o DIR/t.pftrace` (no program); *code gets
+ * record's exit status; returns its stderr. */
+static char *record_opts(const char *opts, int *code) {
+    char *err = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record -F %d -o %s %s 2>%s", TM_CLI, HZ, trace, opts, err), 0);
+    int st = system(cmd);
+    *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *text = tu_read_file(err, NULL);
+    cr_assert_not_null(text);
+    free(cmd), free(err), free(trace);
+    return text;
+}
+
+/* Waits for the target; its exit status (-1: killed or not over in 60 s). */
+static int target_status(pid_t pid) {
+    int status = 0;
+    cr_assert_eq(tu_wait_child(pid, 60, &status), 0, "the target did not end");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* -p on a process whose two threads already run: both are sampled at the
+ * rate of the CPU time they used while attached, named as in /proc; after
+ * --duration record ends and the process runs on to its normal end. */
+Test(record_perf, attach_to_running_threads) {
+    need_perf();
+    pid_t pid = start_target("threads", "3");
+    sleep_s(0.3); /* the threads exist and are named */
+    char opts[64];
+    snprintf(opts, sizeof opts, "-p %d --duration 1", (int)pid);
+    double before = user_cpu(pid);
+    int code;
+    char *err = record_opts(opts, &code);
+    double used = user_cpu(pid) - before;
+    cr_assert_eq(kill(pid, 0), 0, "the target did not survive the recording: %s", err);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "backend perf"), "%s", err);
+    counts c = read_trace();
+    cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
+    cr_expect_gt(c.hot, c.cold, "%s", err);
+    cr_expect_gt(c.blocked, 0, "%s", err);
+    /* utime ticks at 100 Hz: a tick of slack on each side */
+    double want = used * HZ;
+    cr_expect(c.total >= want * 0.7 - 2 && c.total <= want * 1.15 + 2,
+              "%llu samples for %.2f CPU-seconds used while attached (want ~%.0f): %s",
+              (unsigned long long)c.total, used, want, err);
+    cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach start_thread", (unsigned long long)c.rooted,
+                  (unsigned long long)c.known);
+    cr_expect_eq(target_status(pid), 0, "the target's own end changed");
+    free(err);
+}
+
+/* Threads a process starts after record attached are sampled (inherit),
+ * with the names they give themselves; record ends when the process does. */
+Test(record_perf, attach_follows_new_threads_until_exit) {
+    need_perf();
+    pid_t pid = start_target("late", "0.5");
+    sleep_s(0.1);
+    char opts[32];
+    snprintf(opts, sizeof opts, "-p %d", (int)pid);
+    int code;
+    char *err = record_opts(opts, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    counts c = read_trace();
+    cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
+    expect_rate(c.hot + c.cold, 0.5, "spinner, started after attaching");
+    expect_rate(c.blocked, 0.5, "blocker, started after attaching");
+    cr_expect_eq(target_status(pid), 0);
+    free(err);
+}
+
+/* A child process started after attaching is followed; -p takes a list. */
+Test(record_perf, attach_follows_new_children) {
+    need_perf();
+    pid_t idle = start_target(NULL, "sleep 3");
+    pid_t sh = start_target(NULL, "sleep 0.5; " TM_RECORD_PERF_TARGET " child 0.5");
+    sleep_s(0.1);
+    char opts[64];
+    snprintf(opts, sizeof opts, "-p %d,%d", (int)sh, (int)idle);
+    int code;
+    char *err = record_opts(opts, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    expect_rate(read_trace().child, 0.5, "the child of sh");
+    cr_expect(strstr(err, "in 2 processes") || strstr(err, "in 3 processes"), "%s", err);
+    cr_expect_eq(target_status(sh), 0);
+    cr_expect_eq(target_status(idle), 0);
+    free(err);
+}
+
+/* SIGINT (Ctrl-C or kill) to record ends the recording; the process
+ * attached to is not signalled. */
+Test(record_perf, attach_ends_on_sigint) {
+    need_perf();
+    pid_t pid = start_target("child", "30");
+    char *trace = path_in_dir("t.pftrace"), *errp = path_in_dir("stderr"), pid_text[16];
+    snprintf(pid_text, sizeof pid_text, "%d", (int)pid);
+    pid_t rec = fork();
+    cr_assert_geq(rec, 0);
+    if (rec == 0) {
+        if (!freopen(errp, "w", stderr)) _exit(126);
+        execl(TM_CLI, TM_CLI, "record", "-p", pid_text, "-o", trace, (char *)NULL);
+        _exit(126);
+    }
+    sleep_s(1.0);
+    cr_assert_eq(kill(rec, SIGINT), 0);
+    int status = 0;
+    cr_assert_eq(tu_wait_child(rec, 30, &status), 0, "record did not end on SIGINT");
+    char *text = tu_read_file(errp, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x: %s", status, text ? text : "");
+    cr_expect_gt(read_trace().child, 0);
+    cr_expect_eq(kill(pid, 0), 0, "the target was signalled");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    free(text), free(trace), free(errp);
+}
+
+/* A process that does not exist, or may not be attached to: 125, a message
+ * naming it and the reason, and OUT left as it was. */
+Test(record_perf, attach_failures_leave_out_alone) {
+    need_perf();
+    char *trace = path_in_dir("t.pftrace");
+    FILE *f = fopen(trace, "w");
+    cr_assert_not_null(f);
+    fputs("mine", f);
+    fclose(f);
+    pid_t gone = start_target(NULL, "exit 0");
+    cr_assert_eq(target_status(gone), 0);
+    char opts[32];
+    snprintf(opts, sizeof opts, "-p %d", (int)gone);
+    int code;
+    char *err = record_opts(opts, &code);
+    char want[64];
+    snprintf(want, sizeof want, "process %d: No such process", (int)gone);
+    cr_expect_eq(code, 125, "exit %d: %s", code, err);
+    cr_expect(strstr(err, want), "%s", err);
+    free(err);
+    /* Without the capabilities that let root attach anywhere, pid 1 (not
+     * ours to ptrace then) is refused. */
+    if (getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0) {
+        char *errp = path_in_dir("stderr"), *cmd = NULL;
+        cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin,-sys_ptrace %s record -p 1 -o %s 2>%s",
+                              TM_CLI, trace, errp),
+                     0);
+        int st = system(cmd);
+        err = tu_read_file(errp, NULL);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+        cr_expect(err && strstr(err, "process 1 ") && strstr(err, "Permission denied") &&
+                      strstr(err, "perf_event_paranoid"),
+                  "%s", err ? err : "");
+        free(err), free(cmd), free(errp);
+    }
+    char *kept = tu_read_file(trace, NULL);
+    cr_expect(kept && strcmp(kept, "mine") == 0, "OUT was replaced");
+    free(kept), free(trace);
+}
+
+/* -p with a program, or with the signal backend, is a usage error. */
+Test(record_perf, attach_usage) {
+    int code;
+    char *err = record_opts("-p 1 -- true", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "give no program"), "%s", err);
+    free(err);
+    err = record_opts("--backend signal -p 1", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "-p needs --backend perf"), "%s", err);
+    free(err);
+    err = record_opts("-p 12x", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    free(err);
+}
+
+/* --duration with a program: sampling stops after S seconds, the program
+ * runs on to its end, and record exits with its status once it has. */
+Test(record_perf, duration_with_a_command) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--duration 1", "sh -c '" TM_RECORD_PERF_TARGET " child 2.0; exit 4'", &code);
+    cr_assert_eq(code, 4, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "sampling stopped after 1 s"), "%s", err);
+    uint64_t n = read_trace().child;
+    /* at most one second of CPU time: a single CPU for the program */
+    cr_expect(n > 0 && n <= HZ * 1.1, "%llu samples in a 1 s recording: %s", (unsigned long long)n, err);
+    free(err);
 }
