@@ -227,7 +227,7 @@ static uint64_t summarize(const char *file, const char *name) {
 typedef struct perf_run {
     const char *max_depth, *duration; /* NULL: the default */
     const char *pids;                 /* -p: attach to these instead of running cmd */
-    int demangle;
+    int demangle, kernel;
     char **cmd;
 } perf_run;
 
@@ -250,6 +250,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (r->max_depth) args[n++] = "--max-depth", args[n++] = r->max_depth;
     if (r->duration) args[n++] = "--duration", args[n++] = r->duration;
     if (r->demangle) args[n++] = "--demangle";
+    if (r->kernel) args[n++] = "--kernel";
     if (r->pids) {
         args[n++] = "-p", args[n++] = r->pids;
     } else {
@@ -305,7 +306,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
-    int demangle = 1, heap = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    int demangle = 1, heap = 0, kernel = 0, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
@@ -314,6 +315,10 @@ int cli_record(int argc, char **argv) {
         }
         if (strcmp(a, "--heap") == 0) {
             heap = 1;
+            continue;
+        }
+        if (strcmp(a, "--kernel") == 0) {
+            kernel = 1;
             continue;
         }
         if (!v) break;
@@ -379,9 +384,9 @@ int cli_record(int argc, char **argv) {
         return cli_usage_error("record", "--duration must be at least 1 second");
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
-    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, cmd};
+    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, cmd};
     /* The first option only the perf backend has, if any: it chooses perf. */
-    const char *perf_only = pids ? "-p" : NULL;
+    const char *perf_only = pids ? "-p" : kernel ? "--kernel" : NULL;
     if (perf_only) {
         if (strcmp(backend, "signal") == 0) return cli_usage_error("record", "%s needs --backend perf", perf_only);
         if (signal_only) return cli_usage_error("record", "%s needs --backend signal, %s --backend perf", signal_only,

@@ -31,8 +31,13 @@
  *
  * x86-64 only (the sampled register set and the unwinder's are x86-64's).
  *
+ * --kernel samples kernel mode too: the kernel's own callchain comes first
+ * in each stack, named from /proc/kallsyms. A stack longer than
+ * --max-depth is cut there and marked (TMR_SAMPLE_TRUNCATED).
+ *
  * Usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle]
- *                              [--duration S] (-p PID[,PID...] | -- CMD ARGS...)
+ *                              [--duration S] [--kernel]
+ *                              (-p PID[,PID...] | -- CMD ARGS...)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -79,6 +84,7 @@ typedef struct opts {
     uint32_t max_depth;
     int demangle;
     double duration;    /* seconds; 0: until the end */
+    int kernel;         /* --kernel: kernel mode sampled too, with the kernel's callchain */
     int32_t *pids;      /* -p: the processes attached to */
     size_t n_pids;
     char **cmd;         /* NULL with -p */
@@ -87,7 +93,7 @@ typedef struct opts {
 static int usage(const char *why) {
     fprintf(stderr,
             "tracemill-record-perf: %s\n"
-            "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] [--duration S]\n"
+            "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] [--duration S] [--kernel]\n"
             "                             (-p PID[,PID...] | -- CMD ARGS...)\n",
             why);
     return EXIT_OWN_FAILURE;
@@ -138,19 +144,19 @@ static uint64_t boottime_ns(void) {
 
 /* launch: the event waits for the command's exec (enable_on_exec); else it
  * counts from now, on a process already running. */
-static void perf_attr(struct perf_event_attr *a, unsigned hz, int launch) {
+static void perf_attr(struct perf_event_attr *a, const opts *o, int launch) {
     memset(a, 0, sizeof *a);
     a->size = sizeof *a;
     a->type = PERF_TYPE_SOFTWARE;
     a->config = PERF_COUNT_SW_CPU_CLOCK;
-    a->sample_period = 1000000000u / hz; /* cpu-clock counts nanoseconds */
+    a->sample_period = 1000000000u / o->hz; /* cpu-clock counts nanoseconds */
     a->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |
                      PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
     a->sample_regs_user = TMR_PERF_REGS_MASK;
     a->sample_stack_user = STACK_BYTES;
-    a->exclude_kernel = 1;
+    a->exclude_kernel = !o->kernel;
     a->exclude_hv = 1;
-    a->exclude_callchain_kernel = 1;
+    a->exclude_callchain_kernel = !o->kernel;
     a->disabled = launch;
     a->enable_on_exec = launch;
     a->inherit = 1;
@@ -168,9 +174,9 @@ static void perf_attr(struct perf_event_attr *a, unsigned hz, int launch) {
 /* Opens the event of CPU cpu on pid and maps its ring, of at most
  * max_pages data pages (a power of two). 0, or -1 with errno set (ENODEV:
  * an offline CPU). */
-static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, int launch, size_t max_pages, ring *r) {
+static int open_ring(pid_t pid, uint32_t cpu, const opts *o, int launch, size_t max_pages, ring *r) {
     struct perf_event_attr a;
-    perf_attr(&a, hz, launch);
+    perf_attr(&a, o, launch);
     long page = sysconf(_SC_PAGESIZE);
     for (size_t pages = max_pages; pages >= 8; pages /= 2) {
         a.wakeup_watermark = (uint32_t)(pages * (size_t)page / 4);
@@ -193,9 +199,9 @@ static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, int launch, size_t ma
 
 /* Opens the event of CPU cpu on thread tid, writing into ring r (of the
  * same CPU). Its fd, or -1 with errno set. */
-static int open_into(pid_t tid, const ring *r, unsigned hz) {
+static int open_into(pid_t tid, const ring *r, const opts *o) {
     struct perf_event_attr a;
-    perf_attr(&a, hz, 0);
+    perf_attr(&a, o, 0);
     a.wakeup_watermark = (uint32_t)(r->data_size / 4);
     int fd = (int)syscall(SYS_perf_event_open, &a, tid, (int)r->cpu, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd >= 0 && ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, r->fd)) {
@@ -309,6 +315,7 @@ typedef struct rec_state {
     int32_t root;           /* the command's pid; 0 when attached */
     int began;              /* the trace-wide packets are written */
     uint64_t *pcs;
+    tmr_kallsyms *kallsyms; /* --kernel: the kernel's names */
     uint64_t *cpu_count;    /* per CPU: the cpu-clock counts sampled so far (timebase_count is cumulative) */
     size_t n_cpu_count;
     stats st;
@@ -456,6 +463,10 @@ static proc *add_proc(rec_state *s, int32_t pid, const proc *parent, tm_error *e
     if (from_proc) read_comm(pid, pid, p->comm);
     else snprintf(p->comm, sizeof p->comm, "%s", parent ? parent->comm : "");
     p->syms = tmr_symbols_new_for(pid, s->o.demangle, err);
+    if (p->syms && s->kallsyms && tmr_symbols_set_kernel(p->syms, s->kallsyms, err) != TM_OK) {
+        tmr_symbols_free(p->syms);
+        p->syms = NULL;
+    }
     p->unw = p->syms ? tmr_unwind_new(pid, err) : NULL;
     if (!p->unw) {
         tmr_symbols_free(p->syms);
@@ -567,6 +578,9 @@ static void on_exit_rec(rec_state *s, const task_rec *t) {
 
 static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_error *err) {
     const uint8_t *at = d + 8, *end = d + size;
+    uint16_t misc;
+    memcpy(&misc, d + 4, 2);
+    int kernel_mode = (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_KERNEL;
     uint32_t pid, tid, cpu;
     uint64_t ts, period, nr, abi = 0, stack_size = 0, dyn_size = 0;
     if (end - at < 8 + 8 + 8 + 8 + 8) return TM_OK;
@@ -592,44 +606,60 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
         if (dyn_size > stack_size) dyn_size = stack_size;
     }
 
+    if (pid == 0) return TM_OK; /* the idle task (-a --kernel): not a process */
     proc *p = find_proc(s, (int32_t)pid);
     if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
     thread *t = find_thread(s, (int32_t)tid);
     if (!t || t->pid != (int32_t)pid) {
         if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : p->comm, err))) return err->code;
     }
-    uint32_t depth = 0;
-    int complete = 0;
+    uint32_t max = s->o.max_depth, nk = 0, depth = 0;
+    int ended = TMR_UNWIND_PARTIAL, truncated = 0;
+    /* Kernel frames (--kernel) first, leaf first, from the kernel's callchain. */
+    for (uint64_t i = 0, kernel = 0; s->o.kernel && i < nr && !truncated; i++) {
+        uint64_t ip;
+        memcpy(&ip, chain + i * 8, 8);
+        if (ip >= (uint64_t)PERF_CONTEXT_MAX) kernel = ip == (uint64_t)PERF_CONTEXT_KERNEL;
+        else if (kernel && nk == max) truncated = 1;
+        else if (kernel) s->pcs[nk++] = ip;
+    }
+    uint64_t *user = s->pcs + nk;
     if (!p->unw) { /* a thread outlived the main one, whose exit closed the unwinder */
         if (!(p->unw = tmr_unwind_new(p->pid, err))) return err->code;
         p->maps_changed = 1;
     }
-    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE && nk < max) {
         if (p->maps_changed) tmr_unwind_set_mappings(p->unw, p->syms);
         p->maps_changed = 0;
         tmr_unwind_input in = {(int32_t)tid, regs, stack, (size_t)dyn_size};
-        depth = tmr_unwind(p->unw, &in, s->pcs, s->o.max_depth, &complete);
+        depth = tmr_unwind(p->unw, &in, user, max - nk, &ended);
+    } else if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+        truncated = 1; /* a user part, and no room left for it */
     }
     /* The kernel's frame-pointer callchain (user part): the stack when
      * there are no registers to unwind from, or when DWARF unwinding got no
      * further than the sampled pc. */
-    if (depth <= 1 && !complete) {
+    if (depth <= 1 && ended == TMR_UNWIND_PARTIAL && !truncated) {
         uint32_t n = 0;
-        int user = 0;
-        for (uint64_t i = 0; i < nr && n < s->o.max_depth; i++) {
+        int in_user = 0, more = 0;
+        for (uint64_t i = 0; i < nr && !more; i++) {
             uint64_t ip;
             memcpy(&ip, chain + i * 8, 8);
-            if (ip >= (uint64_t)PERF_CONTEXT_MAX) user = ip == (uint64_t)PERF_CONTEXT_USER;
-            else if (user) s->pcs[n++] = ip;
+            if (ip >= (uint64_t)PERF_CONTEXT_MAX) in_user = ip == (uint64_t)PERF_CONTEXT_USER;
+            else if (in_user && nk + n == max) more = 1;
+            else if (in_user) user[n++] = ip;
         }
         if (n > depth) {
             depth = n;
             s->st.callchain_used++;
+            if (more) ended = TMR_UNWIND_TRUNCATED;
         }
     }
+    depth += nk;
+    truncated |= ended == TMR_UNWIND_TRUNCATED;
     s->st.samples++;
-    if (complete) s->st.complete++;
-    else if (depth == s->o.max_depth) s->st.truncated++;
+    if (truncated) s->st.truncated++;
+    else if (ended == TMR_UNWIND_COMPLETE) s->st.complete++;
     else s->st.partial++;
     /* PerfSample.timebase_count is the counter's running value, as Perfetto
      * reads it (a per-CPU counter track): the periods summed per CPU. */
@@ -640,7 +670,8 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
             memset(s->cpu_count + had, 0, (s->n_cpu_count - had) * sizeof *s->cpu_count);
     }
     if (cpu < s->n_cpu_count) count = s->cpu_count[cpu] += period;
-    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, 0, err);
+    unsigned flags = (truncated ? TMR_SAMPLE_TRUNCATED : 0) | (kernel_mode ? TMR_SAMPLE_KERNEL : 0);
+    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, flags, err);
 }
 
 static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
@@ -724,6 +755,7 @@ static void free_state(rec_state *s) {
     free(s->procs);
     free(s->threads);
     free(s->pcs);
+    tmr_kallsyms_free(s->kallsyms);
     free(s->cpu_count);
 }
 
@@ -749,6 +781,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (strcmp(a, "--demangle") == 0) o->demangle = 1;
+        else if (strcmp(a, "--kernel") == 0) o->kernel = 1;
         else if (!v) return usage("an option needs a value");
         else if (strcmp(a, "-o") == 0) o->out = argv[++i];
         else if (strcmp(a, "-F") == 0) {
@@ -805,13 +838,13 @@ static int events_init(events *ev) {
 /* Opens one event per CPU on thread (or process) tid: the first of each
  * CPU gets the ring, the others write into it. 0, or -1 with errno set
  * (ESRCH: the thread is gone). */
-static int open_on(events *ev, pid_t tid, unsigned hz, int launch) {
+static int open_on(events *ev, pid_t tid, const opts *o, int launch) {
     size_t opened = 0;
     int e = 0;
     for (size_t c = 0; c < ev->n_cpus; c++) {
         ring *r = &ev->rings[c];
         if (r->fd < 0) {
-            if (open_ring(tid, (uint32_t)c, hz, launch, ev->max_pages, r) == 0) opened++;
+            if (open_ring(tid, (uint32_t)c, o, launch, ev->max_pages, r) == 0) opened++;
             else if (errno != ENODEV) e = errno, r->fd = -1; /* ENODEV: an offline CPU */
             else r->fd = -1;
             continue;
@@ -820,7 +853,7 @@ static int open_on(events *ev, pid_t tid, unsigned hz, int launch) {
             e = ENOMEM;
             break;
         }
-        int fd = open_into(tid, r, hz);
+        int fd = open_into(tid, r, o);
         if (fd >= 0) ev->fds[ev->n_fds++] = fd, opened++;
         else if (errno != ENODEV) e = errno;
     }
@@ -863,6 +896,27 @@ static const char *paranoid_level(void) {
     if (f) fclose(f);
     level[strcspn(level, "\n")] = 0;
     return level;
+}
+
+/* Why the kernel refused an event (errno e), for the messages that say so. */
+static void say_refusal(const opts *o, int e) {
+    if (e != EACCES && e != EPERM) {
+        fputc('\n', stderr);
+        return;
+    }
+    if (o->kernel)
+        fprintf(stderr,
+                " (kernel frames, --kernel, need kernel.perf_event_paranoid <= 1, it is %s, or CAP_PERFMON or "
+                "root: sysctl kernel.perf_event_paranoid=1)\n",
+                paranoid_level());
+    else if (o->n_pids)
+        fprintf(stderr,
+                " (kernel.perf_event_paranoid is %s: a user may attach only to the processes it may ptrace, "
+                "with paranoid <= 2; others need root or CAP_PERFMON)\n",
+                paranoid_level());
+    else
+        fprintf(stderr, " (kernel.perf_event_paranoid must be 2 or less, or run as root; "
+                        "`tracemill record --backend signal` needs no permission)\n");
 }
 
 /* ---- attaching ---- */
@@ -909,16 +963,12 @@ static int attach(rec_state *s, events *ev, int32_t pid) {
             char *end;
             long tid = strtol(de->d_name, &end, 10);
             if (*end || tid <= 0 || find_thread(s, (int32_t)tid)) continue;
-            if (open_on(ev, (pid_t)tid, s->o.hz, 0)) {
+            if (open_on(ev, (pid_t)tid, &s->o, 0)) {
                 if (errno == ESRCH) continue; /* the thread ended meanwhile */
                 int e = errno;
-                fprintf(stderr, "tracemill record: cannot attach to process %d (thread %ld): %s%s%s%s\n", (int)pid,
-                        tid, strerror(e), e == EACCES || e == EPERM ? " (kernel.perf_event_paranoid is " : "",
-                        e == EACCES || e == EPERM ? paranoid_level() : "",
-                        e == EACCES || e == EPERM
-                            ? ": a user may attach only to processes it may ptrace, with paranoid <= 2; "
-                              "others need root or CAP_PERFMON)"
-                            : "");
+                fprintf(stderr, "tracemill record: cannot attach to process %d (thread %ld): %s", (int)pid, tid,
+                        strerror(e));
+                say_refusal(&s->o, e);
                 closedir(d);
                 return -1;
             }
@@ -1024,6 +1074,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tracemill-record-perf: out of memory\n");
         goto done;
     }
+    if (s.o.kernel) {
+        s.kallsyms = tmr_kallsyms_load(&err);
+        if (!s.kallsyms || !tmr_kallsyms_count(s.kallsyms))
+            fprintf(stderr, "tracemill record: kernel frames will have no names: %s\n",
+                    s.kallsyms ? "/proc/kallsyms shows no addresses (kernel.kptr_restrict)" : err.message);
+    }
 
     if (s.o.cmd) {
         /* The command waits on go until its events are open; exec_err
@@ -1035,13 +1091,10 @@ int main(int argc, char **argv) {
             goto done;
         }
         s.root = (int32_t)child;
-        if (open_on(&ev, child, s.o.hz, 1)) {
+        if (open_on(&ev, child, &s.o, 1)) {
             int e = errno;
-            fprintf(stderr, "tracemill-record-perf: perf_event_open on the command: %s%s\n", strerror(e),
-                    e == EACCES || e == EPERM
-                        ? " (kernel.perf_event_paranoid must be 2 or less, or run as root; "
-                          "`tracemill record --backend signal` needs no permission)"
-                        : "");
+            fprintf(stderr, "tracemill record: perf_event_open on the command: %s", strerror(e));
+            say_refusal(&s.o, e);
             kill(child, SIGKILL);
             waitpid(child, NULL, 0);
             goto done;

@@ -108,6 +108,8 @@ struct tmr_symbols {
     size_t n_files, cap_files;
     cache_ent *cache;         /* open addressing on pc, power-of-two size */
     size_t cache_cap, cache_n;
+    const tmr_kallsyms *kernel; /* NULL: kernel pcs are in no mapping */
+    int kernel_map;           /* the TMR_KERNEL_MAPPING mapping */
     char **owned;             /* names from dladdr and __cxa_demangle */
     size_t n_owned, cap_owned;
     struct timespec last_refresh;
@@ -690,7 +692,110 @@ static const char *dladdr_name(tmr_symbols *s, uint64_t pc) {
     return name == info.dli_sname ? own(s, dup_str(name, strlen(name))) : name;
 }
 
+/* ---- the kernel ---- */
+
+typedef struct ksym {
+    uint64_t addr;
+    const char *name;
+} ksym;
+
+struct tmr_kallsyms {
+    ksym *syms; /* sorted by addr */
+    size_t n;
+    char *names; /* the names, NUL-separated */
+};
+
+static int ksym_cmp(const void *a, const void *b) {
+    const ksym *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+tmr_kallsyms *tmr_kallsyms_load(tm_error *err) {
+    FILE *in = fopen("/proc/kallsyms", "re");
+    if (!in) {
+        tm_fail(err, TM_ERR_IO, 0, NULL, "cannot open /proc/kallsyms: %s", strerror(errno));
+        return NULL;
+    }
+    tmr_kallsyms *k = calloc(1, sizeof *k);
+    size_t cap = 0, names_len = 0, names_cap = 0;
+    size_t *name_at = NULL; /* offsets while names may move */
+    char *line = NULL;
+    size_t line_cap = 0;
+    int oom = !k;
+    while (!oom && getline(&line, &line_cap, in) > 0) {
+        /* "ADDR TYPE NAME [MODULE]": text symbols only (t, T, w, W) */
+        unsigned long long addr;
+        char type;
+        int at = 0;
+        if (sscanf(line, "%llx %c %n", &addr, &type, &at) < 2 || !at || addr == 0 ||
+            !strchr("tTwW", type))
+            continue;
+        size_t len = strcspn(line + at, " \t\n");
+        size_t ncap = k->n;
+        if (tmr_grow((void **)&k->syms, &cap, sizeof *k->syms, k->n + 1) ||
+            tmr_grow((void **)&name_at, &ncap, sizeof *name_at, cap) ||
+            tmr_grow((void **)&k->names, &names_cap, 1, names_len + len + 1)) {
+            oom = 1;
+            break;
+        }
+        memcpy(k->names + names_len, line + at, len);
+        k->names[names_len + len] = 0;
+        name_at[k->n] = names_len;
+        k->syms[k->n++].addr = addr;
+        names_len += len + 1;
+    }
+    free(line);
+    fclose(in);
+    if (oom) {
+        free(name_at);
+        tmr_kallsyms_free(k);
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/kallsyms");
+        return NULL;
+    }
+    for (size_t i = 0; i < k->n; i++) k->syms[i].name = k->names + name_at[i];
+    free(name_at);
+    if (k->n) qsort(k->syms, k->n, sizeof *k->syms, ksym_cmp);
+    return k;
+}
+
+size_t tmr_kallsyms_count(const tmr_kallsyms *k) { return k ? k->n : 0; }
+
+void tmr_kallsyms_free(tmr_kallsyms *k) {
+    if (!k) return;
+    free(k->syms);
+    free(k->names);
+    free(k);
+}
+
+/* The kernel function containing addr: kallsyms has no sizes, so the
+ * nearest symbol below (as perf takes it). */
+static const char *kernel_name(const tmr_kallsyms *k, uint64_t addr) {
+    size_t lo = 0, hi = k->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (k->syms[mid].addr <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? k->syms[lo - 1].name : NULL;
+}
+
+tm_status tmr_symbols_set_kernel(tmr_symbols *s, const tmr_kallsyms *k, tm_error *err) {
+    int i = mapping_index(s, TMR_KERNEL_START, UINT64_MAX, 0, TMR_KERNEL_MAPPING);
+    if (i < 0) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    s->maps[i].load_bias = TMR_KERNEL_START; /* rel_pc = pc, the address kallsyms names */
+    s->kernel = k;
+    s->kernel_map = i;
+    forget_cache(s);
+    return TM_OK;
+}
+
 static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
+    if (s->kernel && pc >= TMR_KERNEL_START) {
+        *mapping = s->kernel_map;
+        *rel_pc = pc;
+        *name = kernel_name(s->kernel, pc);
+        return;
+    }
     int i = find_live(s, pc);
     if (i < 0 && !s->pid) {
         struct timespec now;

@@ -14,10 +14,13 @@
  *   exit S      spins in spin_hot, then _exit(5)
  *   abort S     spins in spin_hot, then abort()
  *   cxx S       spins in a function with a C++ mangled name, tmtest::spin()
+ *   kernel S    reads /dev/zero in 1 MiB blocks from kernel_spin (time in the kernel)
+ *   deep S      spin_hot at the bottom of 200 frames of deep_recurse
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -57,11 +60,27 @@ static NOINLINE void child_spin(void) { g_sink = burn(g_sink + 3); }
 static NOINLINE void cxx_spin(void) __asm__("_ZN6tmtest4spinEv"); /* tmtest::spin() */
 static NOINLINE void cxx_spin(void) { g_sink = burn(g_sink + 4); }
 
+static int g_zero = -1;
+static char g_block[1 << 20];
+static NOINLINE void kernel_spin(void) {
+    if (read(g_zero, g_block, sizeof g_block) > 0) g_sink += (uint64_t)g_block[4096];
+}
+
 /* Runs fn until the thread has used g_seconds of CPU time. */
 static void spin_for(void (*fn)(void)) {
     double end = thread_cpu_seconds() + g_seconds;
     while (thread_cpu_seconds() < end)
         for (int i = 0; i < 20; i++) fn();
+}
+
+/* n frames of itself above spin_for(spin_hot); the addition after the call
+ * keeps each frame (no tail call). */
+static NOINLINE int deep_recurse(int n) {
+    if (n == 0) {
+        spin_for(spin_hot);
+        return 0;
+    }
+    return deep_recurse(n - 1) + (int)(g_sink & 1);
 }
 
 static void *spinner(void *arg) {
@@ -90,7 +109,7 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx SECONDS\n");
+        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -111,6 +130,12 @@ int main(int argc, char **argv) {
         spin_for(child_spin);
         return 0;
     }
+    if (strcmp(mode, "kernel") == 0) {
+        if ((g_zero = open("/dev/zero", O_RDONLY)) < 0) return 1;
+        spin_for(kernel_spin);
+        return 0;
+    }
+    if (strcmp(mode, "deep") == 0) return deep_recurse(200);
     if (strcmp(mode, "cxx") == 0) {
         spin_for(cxx_spin);
         return 0;

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conformance.h"
 #include "tracemill.h"
 #include "tracemill_sql.h"
 #include "tutil.h"
@@ -574,5 +575,157 @@ Test(record_perf, duration_with_a_command) {
     uint64_t n = read_trace().child;
     /* at most one second of CPU time: a single CPU for the program */
     cr_expect(n > 0 && n <= HZ * 1.1, "%llu samples in a 1 s recording: %s", (unsigned long long)n, err);
+    free(err);
+}
+
+/* ---- kernel frames, truncated stacks ---- */
+
+/* The single integer SQL gives for DIR/t.pftrace (tracemill's Trace
+ * Processor model); also checks the trace is encoded as Perfetto reads it. */
+static int64_t sql_int(const char *sql) {
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes);
+    char why[256] = "";
+    cr_expect_eq(tc_check_trace((const uint8_t *)bytes, len, why, sizeof why), 0, "%s", why);
+    tm_db *db = NULL;
+    tm_error e;
+    cr_assert_eq(tm_db_open(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), sql, -1, &q, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(tm_db_sqlite(db)));
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    tm_db_free(db);
+    free(bytes);
+    free(path);
+    return v;
+}
+
+/* Lines of the folded stacks that contain every one of the frames in
+ * order, root to leaf (each a whole frame). */
+static uint64_t folded_with(const char *folded, const char *const *frames, size_t n) {
+    uint64_t samples = 0;
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n'), *space = NULL;
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        for (size_t i = len; i-- > 0 && !space;)
+            if (line[i] == ' ') space = line + i;
+        cr_assert_not_null(space);
+        const char *at = line;
+        size_t k = 0;
+        for (; k < n; k++) {
+            size_t fl = strlen(frames[k]);
+            const char *found = NULL;
+            for (const char *c = at; c + fl <= space && !found; c++)
+                if ((c == line || c[-1] == ';') && memcmp(c, frames[k], fl) == 0 && (c[fl] == ';' || c + fl == space))
+                    found = c;
+            if (!found) break;
+            at = found + fl;
+        }
+        if (k == n) samples += strtoull(space + 1, NULL, 10);
+        line = nl ? nl + 1 : NULL;
+    }
+    return samples;
+}
+
+/* --kernel: a program reading /dev/zero spends its time in the kernel;
+ * its samples are in kernel mode, and their stacks go from _start through
+ * kernel_spin and read into the kernel's vfs_read, named from kallsyms, in
+ * the [kernel.kallsyms] mapping. */
+Test(record_perf, kernel_frames) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--kernel", TM_RECORD_PERF_TARGET " kernel 0.5", &code);
+    if (code == 125 && strstr(err, "--kernel"))
+        cr_skip_test("this kernel refuses kernel samples here: %s", err); /* the refusal is tested below */
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *folded = folded_text();
+    static const char *const path[] = {"_start", "main", "kernel_spin", "vfs_read"};
+    counts c = read_trace();
+    uint64_t through = folded_with(folded, path, 4);
+    cr_expect_geq(through * 2, c.total, "%llu of %llu stacks go from _start to vfs_read:\n%s",
+                  (unsigned long long)through, (unsigned long long)c.total, folded);
+    int64_t kernel_mode = sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'");
+    cr_expect_geq(kernel_mode * 2, (int64_t)c.total, "%lld of %llu samples in kernel mode", (long long)kernel_mode,
+                  (unsigned long long)c.total);
+    cr_expect_eq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%[kernel.kallsyms]'"), 1);
+    free(folded);
+    free(err);
+    /* Without --kernel nothing of the kernel is there. */
+    err = record(TM_RECORD_PERF_TARGET " kernel 0.3", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_eq(sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'"), 0);
+    cr_expect_eq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%kallsyms%'"), 0);
+    free(err);
+}
+
+/* Where the kernel refuses kernel samples (here: without CAP_PERFMON and
+ * CAP_SYS_ADMIN, with perf_event_paranoid >= 2), --kernel fails with 125
+ * and says which setting it needs. */
+Test(record_perf, kernel_frames_refused) {
+    need_perf();
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    int paranoid = 0;
+    cr_assert(f && fscanf(f, "%d", &paranoid) == 1);
+    fclose(f);
+    if (paranoid < 2 || getuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        cr_skip_test("kernel samples are refused only with perf_event_paranoid >= 2 (here %d) and without "
+                     "capabilities (setpriv as root drops them)", paranoid);
+    char *errp = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin %s record --kernel -o %s -- true 2>%s",
+                          TM_CLI, trace, errp),
+                 0);
+    int st = system(cmd);
+    char *err = tu_read_file(errp, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+    cr_expect(err && strstr(err, "--kernel") && strstr(err, "kernel.perf_event_paranoid <= 1"), "%s", err ? err : "");
+    cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
+    free(err), free(cmd), free(errp), free(trace);
+}
+
+/* A stack deeper than --max-depth: cut there, a [truncated] frame at its
+ * root end, unwind_error max_frames_exceeded on every such sample, and
+ * the count in record's report, with either backend. */
+static void expect_truncated(const char *backend) {
+    char opts[512];
+    snprintf(opts, sizeof opts, "--backend %s --max-depth 40 -- " TM_RECORD_PERF_TARGET " deep 0.3", backend);
+    int code;
+    char *err = record_opts(opts, &code);
+    cr_assert_eq(code, 0, "%s: exit %d: %s", backend, code, err);
+    counts c = read_trace();
+    cr_assert_gt(c.hot, 0, "%s", err);
+    char *folded = folded_text();
+    static const char *const path[] = {"[truncated]", "deep_recurse", "spin_hot"};
+    uint64_t marked = folded_with(folded, path, 3);
+    cr_expect_eq(marked, c.hot, "%s: %llu of %llu samples of spin_hot are marked [truncated]", backend,
+                 (unsigned long long)marked, (unsigned long long)c.hot);
+    /* 40 frames kept, then the mark */
+    cr_expect(strstr(folded, "[truncated];deep_recurse;") == folded, "%s: the mark is not at the root:\n%.300s",
+              backend, folded);
+    int64_t flagged = sql_int("SELECT count(*) FROM perf_sample WHERE unwind_error = 'max_frames_exceeded'");
+    cr_expect_eq(flagged, (int64_t)c.total, "%s: %lld of %llu samples flagged", backend, (long long)flagged,
+                 (unsigned long long)c.total);
+    char want[64];
+    if (strcmp(backend, "perf") == 0) snprintf(want, sizeof want, "%llu cut at 40 frames", (unsigned long long)c.total);
+    else snprintf(want, sizeof want, "%llu of %llu stacks cut at --max-depth", (unsigned long long)c.total,
+                  (unsigned long long)c.total);
+    cr_expect(strstr(err, want), "%s: no \"%s\" in:\n%s", backend, want, err);
+    free(folded);
+    free(err);
+}
+
+Test(record_perf, truncated_stacks_marked_and_counted) {
+    need_perf();
+    expect_truncated("perf");
+    expect_truncated("signal");
+    /* Stacks that fit are not marked. */
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " deep 0.2", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_eq(sql_int("SELECT count(*) FROM perf_sample WHERE unwind_error IS NOT NULL"), 0);
+    cr_expect(strstr(err, " 0 cut at"), "%s", err);
     free(err);
 }
