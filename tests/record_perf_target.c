@@ -16,6 +16,10 @@
  *   cxx S       spins in a function with a C++ mangled name, tmtest::spin()
  *   kernel S    reads /dev/zero in 1 MiB blocks from kernel_spin (time in the kernel)
  *   deep S      spin_hot at the bottom of 200 frames of deep_recurse
+ *   jit S       copies a counting loop into a page it makes executable with
+ *               mprotect (as JITs do), names it "tmtest_jitted_loop" in
+ *               /tmp/perf-PID.map as perf's JIT interface says, runs it;
+ *               prints "jit PID" (the test removes the map file)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -27,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +64,16 @@ static NOINLINE void blocked_spin(void) { g_sink = burn(g_sink + 2); }
 static NOINLINE void child_spin(void) { g_sink = burn(g_sink + 3); }
 static NOINLINE void cxx_spin(void) __asm__("_ZN6tmtest4spinEv"); /* tmtest::spin() */
 static NOINLINE void cxx_spin(void) { g_sink = burn(g_sink + 4); }
+
+#if defined(__x86_64__)
+/* mov rcx, 2000000; 1: dec rcx; jnz 1b; ret (a millisecond or two) */
+static const unsigned char jit_loop[] = {0x48, 0xb9, 0x80, 0x84, 0x1e, 0, 0, 0, 0, 0, /* mov rcx, imm64 */
+                                         0x48, 0xff, 0xc9,                             /* dec rcx */
+                                         0x75, 0xfb,                                   /* jnz -5 */
+                                         0xc3};                                        /* ret */
+#endif
+static void (*g_jitted)(void);
+static NOINLINE void jit_call(void) { g_jitted(); }
 
 static int g_zero = -1;
 static char g_block[1 << 20];
@@ -109,7 +124,7 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep SECONDS\n");
+        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -136,6 +151,24 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "deep") == 0) return deep_recurse(200);
+#if defined(__x86_64__)
+    if (strcmp(mode, "jit") == 0) {
+        void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED) return 1;
+        memcpy(page, jit_loop, sizeof jit_loop);
+        if (mprotect(page, 4096, PROT_READ | PROT_EXEC)) return 1;
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+        FILE *map = fopen(path, "a");
+        if (!map) return 1;
+        fprintf(map, "%llx %zx tmtest_jitted_loop\n", (unsigned long long)(uintptr_t)page, sizeof jit_loop);
+        fclose(map);
+        printf("jit %d\n", (int)getpid());
+        memcpy(&g_jitted, &page, sizeof page); /* object to function pointer, as POSIX allows */
+        spin_for(jit_call);
+        return 0;
+    }
+#endif
     if (strcmp(mode, "cxx") == 0) {
         spin_for(cxx_spin);
         return 0;

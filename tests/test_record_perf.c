@@ -10,6 +10,8 @@
  * threads that ran, and the threads and children started later, sampled
  * at the rate of the CPU time they used; the ends (--duration, SIGINT, the
  * process's exit) with the process untouched; failures (125, OUT kept).
+ * Kernel frames (--kernel) and their refusal, stacks cut at --max-depth
+ * marked and counted (both backends), JIT code named from its perf map.
  *
  * Skipped, with the reason, when this kernel refuses perf_event_open.
  * Paths come from the build: TM_CLI, TM_RECORD_PERF_TARGET.
@@ -728,4 +730,53 @@ Test(record_perf, truncated_stacks_marked_and_counted) {
     cr_expect_eq(sql_int("SELECT count(*) FROM perf_sample WHERE unwind_error IS NOT NULL"), 0);
     cr_expect(strstr(err, " 0 cut at"), "%s", err);
     free(err);
+}
+
+/* ---- JIT frames: /tmp/perf-PID.map ---- */
+
+/* Samples whose leaf frame is name, in the folded stacks. */
+static uint64_t leaf_is(const char *folded, const char *name) {
+    uint64_t n = 0;
+    size_t len = strlen(name);
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n'), *space = strrchr(line, ' ');
+        if (nl) space = memrchr(line, ' ', (size_t)(nl - line));
+        cr_assert_not_null(space);
+        if ((size_t)(space - line) >= len && memcmp(space - len, name, len) == 0 &&
+            (space - len == line || space[-(long)len - 1] == ';'))
+            n += strtoull(space + 1, NULL, 10);
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/* Code a program generates at run time (in memory it makes executable with
+ * mprotect, which no MMAP record reports) and names in /tmp/perf-PID.map
+ * while it runs is named so in the trace, with either backend. */
+static void expect_jit_named(const char *backend) {
+    char opts[512];
+    snprintf(opts, sizeof opts, "--backend %s -- " TM_RECORD_PERF_TARGET " jit 0.5 >%s/stdout", backend, g_dir);
+    int code;
+    char *err = record_opts(opts, &code);
+    char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
+    int pid = 0;
+    if (out && sscanf(out, "jit %d", &pid) == 1) {
+        char map[64];
+        snprintf(map, sizeof map, "/tmp/perf-%d.map", pid);
+        unlink(map);
+    }
+    cr_assert_eq(code, 0, "%s: exit %d: %s", backend, code, err);
+    cr_assert_gt(pid, 0, "%s: no pid printed", backend);
+    char *folded = folded_text();
+    uint64_t total = read_trace().total, named = leaf_is(folded, "tmtest_jitted_loop");
+    cr_expect_gt(total, 20, "%s", err);
+    cr_expect_geq(named * 10, total * 9, "%s: %llu of %llu samples have tmtest_jitted_loop on top:\n%s", backend,
+                  (unsigned long long)named, (unsigned long long)total, folded);
+    free(folded), free(out), free(out_path), free(err);
+}
+
+Test(record_perf, jit_frames_from_perf_map) {
+    need_perf();
+    expect_jit_named("perf");
+    expect_jit_named("signal");
 }
