@@ -227,14 +227,14 @@ static uint64_t summarize(const char *file, const char *name) {
 typedef struct perf_run {
     const char *max_depth, *duration; /* NULL: the default */
     const char *pids;                 /* -p: attach to these instead of running cmd */
-    int demangle, kernel;
+    int demangle, kernel, system_wide;
     char **cmd;
 } perf_run;
 
 static int record_perf(const char *helper, const char *out, unsigned long hz, const perf_run *r) {
     char **cmd = r->cmd;
     /* What was recorded, as messages name it. */
-    const char *what = r->pids ? "the processes attached to" : cmd[0];
+    const char *what = r->pids ? "the processes attached to" : r->system_wide ? "the system" : cmd[0];
     cli_output o = {0};
     int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
     if (rc != EXIT_OK) return rc;
@@ -251,9 +251,10 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (r->duration) args[n++] = "--duration", args[n++] = r->duration;
     if (r->demangle) args[n++] = "--demangle";
     if (r->kernel) args[n++] = "--kernel";
+    if (r->system_wide) args[n++] = "-a";
     if (r->pids) {
         args[n++] = "-p", args[n++] = r->pids;
-    } else {
+    } else if (!r->system_wide) {
         args[n++] = "--";
         for (size_t i = 0; i < n_cmd; i++) args[n++] = cmd[i];
     }
@@ -292,7 +293,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
         fprintf(stderr,
                 "tracemill record: no samples were recorded: %s %s before its first sample (a thread is "
                 "sampled every 1/%lu s of CPU time in user mode); nothing was written to %s\n",
-                what, r->pids || r->duration ? "used no CPU time while recorded, or ended" : "ended", hz, out);
+                what, r->pids || r->system_wide || r->duration ? "used no CPU time while recorded, or ended" : "ended", hz, out);
         cli_output_close(&o, EXIT_REJECTED);
         return code == 0 ? EXIT_REJECTED : code;
     }
@@ -306,7 +307,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
-    int demangle = 1, heap = 0, kernel = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
@@ -317,8 +318,8 @@ int cli_record(int argc, char **argv) {
             heap = 1;
             continue;
         }
-        if (strcmp(a, "--kernel") == 0) {
-            kernel = 1;
+        if (strcmp(a, "--kernel") == 0 || strcmp(a, "-a") == 0) {
+            *(a[1] == 'a' ? &system_wide : &kernel) = 1;
             continue;
         }
         if (!v) break;
@@ -348,12 +349,14 @@ int cli_record(int argc, char **argv) {
     }
     if (i < argc && strcmp(argv[i], "--") != 0)
         return cli_usage_error("record", "unknown option or missing value: %s", argv[i]);
-    if (pids && i < argc)
-        return cli_usage_error("record", "-p attaches to running processes: give no program (-- %s)",
+    if (pids && system_wide) return cli_usage_error("record", "-a records every process: give no -p");
+    if ((pids || system_wide) && i < argc)
+        return cli_usage_error("record", "%s records running processes: give no program (-- %s)", pids ? "-p" : "-a",
                                i + 1 < argc ? argv[i + 1] : "");
-    if (!pids && i >= argc - 1)
-        return cli_usage_error("record", "no program given: tracemill record [options] -- CMD ARGS..., or -p PID");
-    char **cmd = pids ? NULL : argv + i + 1;
+    if (!pids && !system_wide && i >= argc - 1)
+        return cli_usage_error("record",
+                               "no program given: tracemill record [options] -- CMD ARGS..., -p PID, or -a");
+    char **cmd = pids || system_wide ? NULL : argv + i + 1;
     const char *upload = values[OPT_UPLOAD];
     if (upload && !dsn_well_formed(upload)) {
         return cli_usage_error("record", "--upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s", upload);
@@ -384,9 +387,9 @@ int cli_record(int argc, char **argv) {
         return cli_usage_error("record", "--duration must be at least 1 second");
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
-    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, cmd};
+    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, cmd};
     /* The first option only the perf backend has, if any: it chooses perf. */
-    const char *perf_only = pids ? "-p" : kernel ? "--kernel" : NULL;
+    const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : NULL;
     if (perf_only) {
         if (strcmp(backend, "signal") == 0) return cli_usage_error("record", "%s needs --backend perf", perf_only);
         if (signal_only) return cli_usage_error("record", "%s needs --backend signal, %s --backend perf", signal_only,

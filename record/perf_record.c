@@ -31,13 +31,17 @@
  *
  * x86-64 only (the sampled register set and the unwinder's are x86-64's).
  *
+ * -a records every process: one event per CPU (pid -1), processes
+ * described from /proc when first seen; it ends at --duration or a signal,
+ * as attaching does. The recorder's own samples are left out.
+ *
  * --kernel samples kernel mode too: the kernel's own callchain comes first
  * in each stack, named from /proc/kallsyms. A stack longer than
  * --max-depth is cut there and marked (TMR_SAMPLE_TRUNCATED).
  *
  * Usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle]
  *                              [--duration S] [--kernel]
- *                              (-p PID[,PID...] | -- CMD ARGS...)
+ *                              (-p PID[,PID...] | -a | -- CMD ARGS...)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -85,6 +89,7 @@ typedef struct opts {
     int demangle;
     double duration;    /* seconds; 0: until the end */
     int kernel;         /* --kernel: kernel mode sampled too, with the kernel's callchain */
+    int system_wide;    /* -a: every process, one event per CPU */
     int32_t *pids;      /* -p: the processes attached to */
     size_t n_pids;
     char **cmd;         /* NULL with -p */
@@ -94,7 +99,7 @@ static int usage(const char *why) {
     fprintf(stderr,
             "tracemill-record-perf: %s\n"
             "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] [--duration S] [--kernel]\n"
-            "                             (-p PID[,PID...] | -- CMD ARGS...)\n",
+            "                             (-p PID[,PID...] | -a | -- CMD ARGS...)\n",
             why);
     return EXIT_OWN_FAILURE;
 }
@@ -159,7 +164,7 @@ static void perf_attr(struct perf_event_attr *a, const opts *o, int launch) {
     a->exclude_callchain_kernel = !o->kernel;
     a->disabled = launch;
     a->enable_on_exec = launch;
-    a->inherit = 1;
+    a->inherit = !o->system_wide; /* a CPU-wide event has no task to inherit from */
     a->mmap = 1;
     a->mmap2 = 1;
     a->comm = 1;
@@ -607,6 +612,7 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
     }
 
     if (pid == 0) return TM_OK; /* the idle task (-a --kernel): not a process */
+    if (s->o.system_wide && pid == (uint32_t)getpid()) return TM_OK; /* the recorder's own work */
     proc *p = find_proc(s, (int32_t)pid);
     if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
     thread *t = find_thread(s, (int32_t)tid);
@@ -782,6 +788,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         char *end = NULL;
         if (strcmp(a, "--demangle") == 0) o->demangle = 1;
         else if (strcmp(a, "--kernel") == 0) o->kernel = 1;
+        else if (strcmp(a, "-a") == 0) o->system_wide = 1;
         else if (!v) return usage("an option needs a value");
         else if (strcmp(a, "-o") == 0) o->out = argv[++i];
         else if (strcmp(a, "-F") == 0) {
@@ -801,8 +808,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
             i++;
         } else return usage("unknown option");
     }
-    if (o->n_pids) {
-        if (i < argc) return usage("-p and a command exclude each other");
+    if (o->n_pids && o->system_wide) return usage("-a and -p exclude each other");
+    if (o->n_pids || o->system_wide) {
+        if (i < argc) return usage("-p or -a, and a command, exclude each other");
         return 0;
     }
     if (i >= argc - 1) return usage("no command given");
@@ -904,7 +912,12 @@ static void say_refusal(const opts *o, int e) {
         fputc('\n', stderr);
         return;
     }
-    if (o->kernel)
+    if (o->system_wide)
+        fprintf(stderr,
+                " (system-wide recording, -a, needs kernel.perf_event_paranoid <= 0, it is %s, or CAP_PERFMON "
+                "or CAP_SYS_ADMIN, as root usually has: sysctl kernel.perf_event_paranoid=0)\n",
+                paranoid_level());
+    else if (o->kernel)
         fprintf(stderr,
                 " (kernel frames, --kernel, need kernel.perf_event_paranoid <= 1, it is %s, or CAP_PERFMON or "
                 "root: sysctl kernel.perf_event_paranoid=1)\n",
@@ -1113,6 +1126,13 @@ int main(int argc, char **argv) {
             code = rc;
             goto done;
         }
+    } else if (s.o.system_wide) {
+        if (open_on(&ev, -1, &s.o, 0)) {
+            int e = errno;
+            fprintf(stderr, "tracemill record: cannot record system-wide: %s", strerror(e));
+            say_refusal(&s.o, e);
+            goto done;
+        }
     } else {
         for (size_t i = 0; i < s.o.n_pids; i++)
             if (attach(&s, &ev, s.o.pids[i])) goto done;
@@ -1138,7 +1158,7 @@ int main(int argc, char **argv) {
         if (child) {
             exited = waitpid(child, &status, WNOHANG) == child;
             stop |= exited;
-        } else {
+        } else if (s.o.n_pids) {
             int any = 0;
             for (size_t i = 0; i < s.o.n_pids && !any; i++) any = alive(s.o.pids[i]);
             stop |= !any;
@@ -1147,11 +1167,12 @@ int main(int argc, char **argv) {
         uint64_t now = boottime_ns();
         stop |= now >= deadline;
         st = read_rings(&ev, &q, &err);
-        if (st == TM_OK) st = use_records(&s, &q, exited ? UINT64_MAX : now, &err);
+        /* Records after the deadline (the events are closed a loop later) are not used. */
+        if (st == TM_OK) st = use_records(&s, &q, exited || now > deadline ? deadline : now, &err);
     }
     events_stop(&ev);
     if (st == TM_OK) st = read_rings(&ev, &q, &err);
-    if (st == TM_OK) st = use_records(&s, &q, UINT64_MAX, &err);
+    if (st == TM_OK) st = use_records(&s, &q, deadline, &err);
     for (size_t i = 0; i < q.n; i++) free(q.r[i].data);
     free(q.r);
     free(pfd);

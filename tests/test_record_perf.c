@@ -11,7 +11,8 @@
  * at the rate of the CPU time they used; the ends (--duration, SIGINT, the
  * process's exit) with the process untouched; failures (125, OUT kept).
  * Kernel frames (--kernel) and their refusal, stacks cut at --max-depth
- * marked and counted (both backends), JIT code named from its perf map.
+ * marked and counted (both backends), JIT code named from its perf map,
+ * system-wide recording (-a) and its refusal.
  *
  * Skipped, with the reason, when this kernel refuses perf_event_open.
  * Paths come from the build: TM_CLI, TM_RECORD_PERF_TARGET.
@@ -435,9 +436,10 @@ Test(record_perf, attach_to_running_threads) {
     cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
     cr_expect_gt(c.hot, c.cold, "%s", err);
     cr_expect_gt(c.blocked, 0, "%s", err);
-    /* utime ticks at 100 Hz: a tick of slack on each side */
+    /* used also spans record's start and end around the second sampled
+     * (longer on a loaded machine); utime ticks at 100 Hz: a tick of slack */
     double want = used * HZ;
-    cr_expect(c.total >= want * 0.7 - 2 && c.total <= want * 1.15 + 2,
+    cr_expect(c.total >= want * 0.5 - 2 && c.total <= want * 1.15 + 2,
               "%llu samples for %.2f CPU-seconds used while attached (want ~%.0f): %s",
               (unsigned long long)c.total, used, want, err);
     cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach start_thread", (unsigned long long)c.rooted,
@@ -563,6 +565,13 @@ Test(record_perf, attach_usage) {
     free(err);
     err = record_opts("-p 12x", &code);
     cr_expect_eq(code, 2, "%s", err);
+    free(err);
+    err = record_opts("-a -p 1", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    free(err);
+    err = record_opts("-a -- true", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "-a records running processes"), "%s", err);
     free(err);
 }
 
@@ -779,4 +788,61 @@ Test(record_perf, jit_frames_from_perf_map) {
     need_perf();
     expect_jit_named("perf");
     expect_jit_named("signal");
+}
+
+/* ---- system-wide: -a ---- */
+
+/* -a records every process (here, where root has CAP_PERFMON): a program
+ * the recorder knows nothing of is there, named, with its own process and
+ * at the rate of the CPU time it used; --duration ends it. */
+Test(record_perf, system_wide) {
+    need_perf();
+    pid_t pid = start_target("child", "30");
+    sleep_s(0.2);
+    double before = user_cpu(pid);
+    int code;
+    char *err = record_opts("-a --duration 1", &code);
+    double used = user_cpu(pid) - before;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (code == 125 && strstr(err, "perf_event_paranoid <= 0"))
+        cr_skip_test("system-wide recording is refused here (the refusal is tested below): %s", err);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    uint64_t n = read_trace().child;
+    /* used spans record's whole run, longer than the second sampled: no
+     * more samples than it stands for, and on a shared machine at least a
+     * tenth of a second's worth */
+    double want = used * HZ;
+    cr_expect(n >= 10 && n <= want * 1.15 + 2, "%llu samples of child_spin for %.2f CPU-seconds: %s",
+              (unsigned long long)n, used, err);
+    cr_expect_geq(sql_int("SELECT count(*) FROM perf_sample s JOIN thread USING (utid) JOIN process p "
+                          "USING (upid) WHERE p.name LIKE '%record_perf_target%'"),
+                  (int64_t)n);
+    /* one second, not the time the recorder took to catch up */
+    cr_expect_lt(sql_int("SELECT max(ts) - min(ts) FROM perf_sample"), 1100000000);
+    free(err);
+}
+
+/* Where the kernel does not allow it (perf_event_paranoid > 0 and no
+ * CAP_PERFMON / CAP_SYS_ADMIN), -a exits 125 naming the setting it needs. */
+Test(record_perf, system_wide_refused) {
+    need_perf();
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    int paranoid = 0;
+    cr_assert(f && fscanf(f, "%d", &paranoid) == 1);
+    fclose(f);
+    if (paranoid < 1 || getuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        cr_skip_test("-a is refused only with perf_event_paranoid >= 1 (here %d) and without capabilities "
+                     "(setpriv as root drops them)", paranoid);
+    char *errp = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin %s record -a --duration 1 -o %s 2>%s",
+                          TM_CLI, trace, errp),
+                 0);
+    int st = system(cmd);
+    char *err = tu_read_file(errp, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+    cr_expect(err && strstr(err, "system-wide") && strstr(err, "kernel.perf_event_paranoid <= 0"), "%s",
+              err ? err : "");
+    cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
+    free(err), free(cmd), free(errp), free(trace);
 }
