@@ -617,7 +617,11 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
     if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
     thread *t = find_thread(s, (int32_t)tid);
     if (!t || t->pid != (int32_t)pid) {
-        if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : p->comm, err))) return err->code;
+        /* No record named it (it ran before the recording): its name in /proc, else its process's. */
+        char name[17] = "";
+        if (!t) read_comm((int32_t)pid, (int32_t)tid, name);
+        if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : name[0] ? name : p->comm, err)))
+            return err->code;
     }
     uint32_t max = s->o.max_depth, nk = 0, depth = 0;
     int ended = TMR_UNWIND_PARTIAL, truncated = 0;

@@ -108,6 +108,11 @@ typedef struct jit_sym {
     const char *name; /* owned by the tmr_symbols */
 } jit_sym;
 
+typedef struct jit_key {
+    uint64_t start;
+    size_t i; /* into jit: later entries win */
+} jit_key;
+
 struct tmr_symbols {
     int32_t pid;              /* 0: this process (/proc/self); else mappings come from tmr_symbols_add */
     cxa_demangle_fn demangle; /* NULL: names as in the symbol table */
@@ -122,7 +127,7 @@ struct tmr_symbols {
     size_t cache_cap, cache_n;
     jit_sym *jit;             /* from /tmp/perf-PID.map, in the order read */
     size_t n_jit, cap_jit;
-    size_t *jit_sorted;       /* indices into jit by start, then order */
+    jit_key *jit_sorted;      /* jit by start, then order */
     uint64_t jit_read;        /* bytes of the map file taken in */
     struct timespec jit_checked;
     const tmr_kallsyms *kernel; /* NULL: kernel pcs are in no mapping */
@@ -810,13 +815,10 @@ tm_status tmr_symbols_set_kernel(tmr_symbols *s, const tmr_kallsyms *k, tm_error
 
 /* ---- JIT and interpreter frames: /tmp/perf-PID.map ---- */
 
-static const jit_sym *g_jit_order; /* for jit_cmp: qsort has no context */
-
 static int jit_cmp(const void *a, const void *b) {
-    const jit_sym *x = &g_jit_order[*(const size_t *)a], *y = &g_jit_order[*(const size_t *)b];
+    const jit_key *x = a, *y = b;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
-    size_t i = *(const size_t *)a, k = *(const size_t *)b;
-    return i < k ? -1 : i > k;
+    return x->i < y->i ? -1 : x->i > y->i;
 }
 
 static void perf_map_path(const tmr_symbols *s, char *out, size_t cap) {
@@ -862,14 +864,13 @@ static int read_perf_map(tmr_symbols *s) {
     fclose(in);
     if (s->n_jit == had) return 0;
     forget_cache(s);
-    size_t *sorted = realloc(s->jit_sorted, s->n_jit * sizeof *sorted);
+    jit_key *sorted = realloc(s->jit_sorted, s->n_jit * sizeof *sorted);
     if (!sorted) {
-        s->n_jit = had; /* the names stay owned; the entries come again with the next growth */
+        s->n_jit = had; /* the names stay owned; those entries are not used */
         return 0;
     }
     s->jit_sorted = sorted;
-    for (size_t i = 0; i < s->n_jit; i++) sorted[i] = i;
-    g_jit_order = s->jit;
+    for (size_t i = 0; i < s->n_jit; i++) sorted[i] = (jit_key){s->jit[i].start, i};
     qsort(sorted, s->n_jit, sizeof *sorted, jit_cmp);
     return 1;
 }
@@ -879,13 +880,13 @@ static const jit_sym *find_jit(const tmr_symbols *s, uint64_t pc) {
     size_t lo = 0, hi = s->n_jit;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (s->jit[s->jit_sorted[mid]].start <= pc) lo = mid + 1;
+        if (s->jit_sorted[mid].start <= pc) lo = mid + 1;
         else hi = mid;
     }
     const jit_sym *best = NULL;
     size_t best_i = 0;
     for (size_t k = lo, steps = 0; k-- > 0 && steps < 8; steps++) {
-        size_t i = s->jit_sorted[k];
+        size_t i = s->jit_sorted[k].i;
         if (pc - s->jit[i].start < s->jit[i].size && (!best || i > best_i)) best = &s->jit[i], best_i = i;
     }
     return best;
