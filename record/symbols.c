@@ -741,7 +741,7 @@ tmr_kallsyms *tmr_kallsyms_load(tm_error *err) {
         return NULL;
     }
     tmr_kallsyms *k = calloc(1, sizeof *k);
-    size_t cap = 0, names_len = 0, names_cap = 0;
+    size_t cap = 0, at_cap = 0, names_len = 0, names_cap = 0;
     size_t *name_at = NULL; /* offsets while names may move */
     char *line = NULL;
     size_t line_cap = 0;
@@ -755,9 +755,8 @@ tmr_kallsyms *tmr_kallsyms_load(tm_error *err) {
             !strchr("tTwW", type))
             continue;
         size_t len = strcspn(line + at, " \t\n");
-        size_t ncap = k->n;
         if (tmr_grow((void **)&k->syms, &cap, sizeof *k->syms, k->n + 1) ||
-            tmr_grow((void **)&name_at, &ncap, sizeof *name_at, cap) ||
+            tmr_grow((void **)&name_at, &at_cap, sizeof *name_at, k->n + 1) ||
             tmr_grow((void **)&k->names, &names_cap, 1, names_len + len + 1)) {
             oom = 1;
             break;
