@@ -721,14 +721,14 @@ static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
 /* Uses the queued records up to time until (all of them: UINT64_MAX) in
  * time order; the others stay queued. */
 static tm_status use_records(rec_state *s, queue *q, uint64_t until, tm_error *err) {
-    qsort(q->r, q->n, sizeof *q->r, rec_cmp);
+    if (q->n) qsort(q->r, q->n, sizeof *q->r, rec_cmp); /* none yet: q->r may be NULL */
     size_t used = 0;
     tm_status st = TM_OK;
     for (; used < q->n && q->r[used].ts <= until && st == TM_OK; used++) {
         st = on_record(s, &q->r[used], err);
         free(q->r[used].data);
     }
-    memmove(q->r, q->r + used, (q->n - used) * sizeof *q->r);
+    if (used) memmove(q->r, q->r + used, (q->n - used) * sizeof *q->r);
     q->n -= used;
     return st;
 }

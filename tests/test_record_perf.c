@@ -437,9 +437,10 @@ Test(record_perf, attach_to_running_threads) {
     cr_expect_gt(c.hot, c.cold, "%s", err);
     cr_expect_gt(c.blocked, 0, "%s", err);
     /* used also spans record's start and end around the second sampled
-     * (longer on a loaded machine); utime ticks at 100 Hz: a tick of slack */
+     * (a large part of it on a loaded machine or under ASan: the exact rate
+     * is attach_follows_new_threads_until_exit's); utime ticks at 100 Hz */
     double want = used * HZ;
-    cr_expect(c.total >= want * 0.5 - 2 && c.total <= want * 1.15 + 2,
+    cr_expect(c.total >= want * 0.35 - 2 && c.total <= want * 1.15 + 2,
               "%llu samples for %.2f CPU-seconds used while attached (want ~%.0f): %s",
               (unsigned long long)c.total, used, want, err);
     cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach start_thread", (unsigned long long)c.rooted,
@@ -479,7 +480,10 @@ Test(record_perf, attach_follows_new_children) {
     char *err = record_opts(opts, &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     expect_rate(read_trace().child, 0.5, "the child of sh");
-    cr_expect(strstr(err, "in 2 processes") || strstr(err, "in 3 processes"), "%s", err);
+    /* both listed, and what sh started after (how many: the shell's choice) */
+    const char *in = strstr(err, " processes;");
+    while (in && in > err && in[-1] >= '0' && in[-1] <= '9') in--;
+    cr_expect(in && atoi(in) >= 2, "%s", err);
     cr_expect_eq(target_status(sh), 0);
     cr_expect_eq(target_status(idle), 0);
     free(err);
@@ -662,11 +666,13 @@ Test(record_perf, kernel_frames) {
     int64_t kernel_mode = sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'");
     cr_expect_geq(kernel_mode * 2, (int64_t)c.total, "%lld of %llu samples in kernel mode", (long long)kernel_mode,
                   (unsigned long long)c.total);
-    cr_expect_eq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%[kernel.kallsyms]'"), 1);
+    /* one per process the trace has (an ASan build's runtime may start one more) */
+    cr_expect_geq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%[kernel.kallsyms]'"), 1);
     free(folded);
     free(err);
-    /* Without --kernel nothing of the kernel is there. */
-    err = record(TM_RECORD_PERF_TARGET " kernel 0.3", &code);
+    /* Without --kernel nothing of the kernel is there (the second program
+     * is there to be sampled in user mode: the first hardly ever is). */
+    err = record("sh -c '" TM_RECORD_PERF_TARGET " kernel 0.3; " TM_RECORD_PERF_TARGET " child 0.2'", &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     cr_expect_eq(sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'"), 0);
     cr_expect_eq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%kallsyms%'"), 0);
@@ -701,6 +707,7 @@ Test(record_perf, kernel_frames_refused) {
  * root end, unwind_error max_frames_exceeded on every such sample, and
  * the count in record's report, with either backend. */
 static void expect_truncated(const char *backend) {
+    if (strcmp(backend, "signal") == 0) tu_asan_recorded_child_env();
     char opts[512];
     snprintf(opts, sizeof opts, "--backend %s --max-depth 40 -- " TM_RECORD_PERF_TARGET " deep 0.3", backend);
     int code;
@@ -713,15 +720,22 @@ static void expect_truncated(const char *backend) {
     uint64_t marked = folded_with(folded, path, 3);
     cr_expect_eq(marked, c.hot, "%s: %llu of %llu samples of spin_hot are marked [truncated]", backend,
                  (unsigned long long)marked, (unsigned long long)c.hot);
-    /* 40 frames kept, then the mark */
-    cr_expect(strstr(folded, "[truncated];deep_recurse;") == folded, "%s: the mark is not at the root:\n%.300s",
-              backend, folded);
+    /* the mark is the root: every line through deep_recurse starts with it */
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (memmem(line, len, "deep_recurse", 12))
+            cr_expect(strncmp(line, "[truncated];deep_recurse;", 25) == 0, "%s: not marked at the root: %.200s",
+                      backend, line);
+        line = nl ? nl + 1 : NULL;
+    }
+    /* every sample cut is flagged, and only those (an ASan build's start-up has short stacks) */
     int64_t flagged = sql_int("SELECT count(*) FROM perf_sample WHERE unwind_error = 'max_frames_exceeded'");
-    cr_expect_eq(flagged, (int64_t)c.total, "%s: %lld of %llu samples flagged", backend, (long long)flagged,
-                 (unsigned long long)c.total);
+    cr_expect_eq(flagged, (int64_t)folded_with(folded, path, 1), "%s: %lld samples flagged", backend,
+                 (long long)flagged);
     char want[64];
-    if (strcmp(backend, "perf") == 0) snprintf(want, sizeof want, "%llu cut at 40 frames", (unsigned long long)c.total);
-    else snprintf(want, sizeof want, "%llu of %llu stacks cut at --max-depth", (unsigned long long)c.total,
+    if (strcmp(backend, "perf") == 0) snprintf(want, sizeof want, " %lld cut at 40 frames", (long long)flagged);
+    else snprintf(want, sizeof want, ": %lld of %llu stacks cut at --max-depth", (long long)flagged,
                   (unsigned long long)c.total);
     cr_expect(strstr(err, want), "%s: no \"%s\" in:\n%s", backend, want, err);
     free(folded);
@@ -763,6 +777,7 @@ static uint64_t leaf_is(const char *folded, const char *name) {
  * mprotect, which no MMAP record reports) and names in /tmp/perf-PID.map
  * while it runs is named so in the trace, with either backend. */
 static void expect_jit_named(const char *backend) {
+    if (strcmp(backend, "signal") == 0) tu_asan_recorded_child_env();
     char opts[512];
     snprintf(opts, sizeof opts, "--backend %s -- " TM_RECORD_PERF_TARGET " jit 0.5 >%s/stdout", backend, g_dir);
     int code;
@@ -777,7 +792,10 @@ static void expect_jit_named(const char *backend) {
     cr_assert_eq(code, 0, "%s: exit %d: %s", backend, code, err);
     cr_assert_gt(pid, 0, "%s: no pid printed", backend);
     char *folded = folded_text();
-    uint64_t total = read_trace().total, named = leaf_is(folded, "tmtest_jitted_loop");
+    /* the samples after the dynamic loader's start-up (where an ASan build's runtime spends some) */
+    static const char *const init[] = {"_dl_init"}, *const start[] = {"_dl_start"};
+    uint64_t total = read_trace().total - folded_with(folded, init, 1) - folded_with(folded, start, 1);
+    uint64_t named = leaf_is(folded, "tmtest_jitted_loop");
     cr_expect_gt(total, 20, "%s", err);
     cr_expect_geq(named * 10, total * 9, "%s: %llu of %llu samples have tmtest_jitted_loop on top:\n%s", backend,
                   (unsigned long long)named, (unsigned long long)total, folded);
