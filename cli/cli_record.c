@@ -1,11 +1,12 @@
 /*
- * cli_record.c — `tracemill record [options] -- CMD ARGS...`: chooses the
- * backend (perf when perf_event_open works, else signal), then either runs
- * tracemill-record-perf (record/perf_record.c) on CMD, passing on the
- * signals that should reach CMD, or runs CMD with libtracemill_record.so in
- * LD_PRELOAD and the options in TRACEMILL_RECORD_* environment variables
- * (see record/preload.c); waits, and reports what the trace holds and where
- * it is.
+ * cli_record.c — `tracemill record [options] -- CMD ARGS...` (or -p PID,
+ * -a): chooses the backend (perf when perf_event_open works, or when -p,
+ * -a or --kernel ask for it, else signal), then either runs
+ * tracemill-record-perf (record/perf_record.c) on CMD or the processes,
+ * passing on the signals that should reach CMD, or runs CMD with
+ * libtracemill_record.so in LD_PRELOAD and the options in TRACEMILL_RECORD_*
+ * environment variables (see record/preload.c); waits, and reports what the
+ * trace holds and where it is.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -221,17 +222,19 @@ static uint64_t summarize(const char *file, const char *name) {
     return samples;
 }
 
-/* The perf backend: tracemill-record-perf writes the trace to OUT's
- * temporary file and exits with CMD's status (125: it failed itself). */
 /* What the perf backend is asked to do beyond the common options. */
 typedef struct perf_run {
     const char *max_depth, *duration; /* NULL: the default */
     const char *pids;                 /* -p: attach to these instead of running cmd */
     int demangle, kernel, system_wide;
-    char **cmd;
+    char **cmd;                       /* NULL with -p or -a */
 } perf_run;
 
+/* The perf backend: tracemill-record-perf writes the trace to OUT's
+ * temporary file and exits with CMD's status (125: it failed itself). */
 static int record_perf(const char *helper, const char *out, unsigned long hz, const perf_run *r) {
+    if (r->duration && strtoul(r->duration, NULL, 10) == 0)
+        return cli_usage_error("record", "--duration must be at least 1 second with the perf backend");
     char **cmd = r->cmd;
     /* What was recorded, as messages name it. */
     const char *what = r->pids ? "the processes attached to" : r->system_wide ? "the system" : cmd[0];
@@ -293,7 +296,8 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
         fprintf(stderr,
                 "tracemill record: no samples were recorded: %s %s before its first sample (a thread is "
                 "sampled every 1/%lu s of CPU time in user mode); nothing was written to %s\n",
-                what, r->pids || r->system_wide || r->duration ? "used no CPU time while recorded, or ended" : "ended", hz, out);
+                what, r->pids || r->system_wide || r->duration ? "used no CPU time while recorded, or ended" : "ended",
+                hz, out);
         cli_output_close(&o, EXIT_REJECTED);
         return code == 0 ? EXIT_REJECTED : code;
     }
@@ -329,7 +333,8 @@ int cli_record(int argc, char **argv) {
             pids = argv[++i];
             /* digits, one comma between numbers */
             int ok = *pids >= '1' && *pids <= '9';
-            for (const char *c = pids; ok && *c; c++) ok = (*c >= '0' && *c <= '9') || (*c == ',' && c[1] >= '1' && c[1] <= '9');
+            for (const char *c = pids; ok && *c; c++)
+                ok = (*c >= '0' && *c <= '9') || (*c == ',' && c[1] >= '1' && c[1] <= '9');
             if (!ok) return cli_usage_error("record", "-p wants PID[,PID...], not %s", pids);
         }
         else if (strcmp(a, "--backend") == 0) {
@@ -383,8 +388,6 @@ int cli_record(int argc, char **argv) {
         if (values[k] && k != OPT_HZ && k != OPT_MAX_DEPTH && k != OPT_DURATION &&
             !(k == OPT_CLOCK && strcmp(values[k], "cpu") == 0) && !(k == OPT_UNWIND && strcmp(values[k], "dwarf") == 0))
             signal_only = env_opts[k].flag;
-    if (values[OPT_DURATION] && strtoul(values[OPT_DURATION], NULL, 10) == 0)
-        return cli_usage_error("record", "--duration must be at least 1 second");
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
     perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, cmd};

@@ -1157,7 +1157,8 @@ int main(int argc, char **argv) {
         while (read(g_sig_pipe[0], sig, sizeof sig) == (ssize_t)sizeof sig) {
             if (sig[0] == SIGCHLD) continue;
             if (!child) stop = 1; /* attached: any of them ends the recording */
-            else if (!((sig[0] == SIGINT || sig[0] == SIGQUIT) && !sig[1])) kill(child, sig[0]); /* else the terminal's: it has it */
+            /* SIGINT or SIGQUIT from the terminal reached the command already */
+            else if (!((sig[0] == SIGINT || sig[0] == SIGQUIT) && !sig[1])) kill(child, sig[0]);
         }
         if (child) {
             exited = waitpid(child, &status, WNOHANG) == child;

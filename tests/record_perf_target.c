@@ -124,7 +124,8 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit SECONDS\n");
+        fprintf(stderr,
+                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
