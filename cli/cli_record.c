@@ -1,11 +1,12 @@
 /*
- * cli_record.c — `tracemill record [options] -- CMD ARGS...`: chooses the
- * backend (perf when perf_event_open works, else signal), then either runs
- * tracemill-record-perf (record/perf_record.c) on CMD, passing on the
- * signals that should reach CMD, or runs CMD with libtracemill_record.so in
- * LD_PRELOAD and the options in TRACEMILL_RECORD_* environment variables
- * (see record/preload.c); waits, and reports what the trace holds and where
- * it is.
+ * cli_record.c — `tracemill record [options] -- CMD ARGS...` (or -p PID,
+ * -a): chooses the backend (perf when perf_event_open works, or when -p,
+ * -a or --kernel ask for it, else signal), then either runs
+ * tracemill-record-perf (record/perf_record.c) on CMD or the processes,
+ * passing on the signals that should reach CMD, or runs CMD with
+ * libtracemill_record.so in LD_PRELOAD and the options in TRACEMILL_RECORD_*
+ * environment variables (see record/preload.c); waits, and reports what the
+ * trace holds and where it is.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -221,26 +222,45 @@ static uint64_t summarize(const char *file, const char *name) {
     return samples;
 }
 
+/* What the perf backend is asked to do beyond the common options. */
+typedef struct perf_run {
+    const char *max_depth, *duration; /* NULL: the default */
+    const char *pids;                 /* -p: attach to these instead of running cmd */
+    int demangle, kernel, system_wide;
+    char **cmd;                       /* NULL with -p or -a */
+} perf_run;
+
 /* The perf backend: tracemill-record-perf writes the trace to OUT's
  * temporary file and exits with CMD's status (125: it failed itself). */
-static int record_perf(const char *helper, const char *out, unsigned long hz, const char *max_depth, int demangle,
-                       char **cmd) {
+static int record_perf(const char *helper, const char *out, unsigned long hz, const perf_run *r) {
+    if (r->duration && strtoul(r->duration, NULL, 10) == 0)
+        return cli_usage_error("record", "--duration must be at least 1 second with the perf backend");
+    char **cmd = r->cmd;
+    /* What was recorded, as messages name it. */
+    const char *what = r->pids ? "the processes attached to" : r->system_wide ? "the system" : cmd[0];
     cli_output o = {0};
     int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
     if (rc != EXIT_OK) return rc;
     char hz_text[24];
     snprintf(hz_text, sizeof hz_text, "%lu", hz);
     size_t n_cmd = 0;
-    while (cmd[n_cmd]) n_cmd++;
-    const char **args = calloc(n_cmd + 12, sizeof *args);
+    while (cmd && cmd[n_cmd]) n_cmd++;
+    const char **args = calloc(n_cmd + 16, sizeof *args);
     if (!args) return cli_output_close(&o, EXIT_IO);
     size_t n = 0;
     args[n++] = helper;
     args[n++] = "-F", args[n++] = hz_text, args[n++] = "-o", args[n++] = o.tmp;
-    if (max_depth) args[n++] = "--max-depth", args[n++] = max_depth;
-    if (demangle) args[n++] = "--demangle";
-    args[n++] = "--";
-    for (size_t i = 0; i < n_cmd; i++) args[n++] = cmd[i];
+    if (r->max_depth) args[n++] = "--max-depth", args[n++] = r->max_depth;
+    if (r->duration) args[n++] = "--duration", args[n++] = r->duration;
+    if (r->demangle) args[n++] = "--demangle";
+    if (r->kernel) args[n++] = "--kernel";
+    if (r->system_wide) args[n++] = "-a";
+    if (r->pids) {
+        args[n++] = "-p", args[n++] = r->pids;
+    } else if (!r->system_wide) {
+        args[n++] = "--";
+        for (size_t i = 0; i < n_cmd; i++) args[n++] = cmd[i];
+    }
     struct sigaction sa, old[4];
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = pass_on;
@@ -274,9 +294,10 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     }
     if (samples == 0) {
         fprintf(stderr,
-                "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
+                "tracemill record: no samples were recorded: %s %s before its first sample (a thread is "
                 "sampled every 1/%lu s of CPU time in user mode); nothing was written to %s\n",
-                cmd[0], hz, out);
+                what, r->pids || r->system_wide || r->duration ? "used no CPU time while recorded, or ended" : "ended",
+                hz, out);
         cli_output_close(&o, EXIT_REJECTED);
         return code == 0 ? EXIT_REJECTED : code;
     }
@@ -289,7 +310,8 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
-    int demangle = 1, heap = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    const char *pids = NULL;
+    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
@@ -300,9 +322,21 @@ int cli_record(int argc, char **argv) {
             heap = 1;
             continue;
         }
+        if (strcmp(a, "--kernel") == 0 || strcmp(a, "-a") == 0) {
+            *(a[1] == 'a' ? &system_wide : &kernel) = 1;
+            continue;
+        }
         if (!v) break;
         if (strcmp(a, "-o") == 0) out = argv[++i];
         else if (strcmp(a, "--preload") == 0) preload = argv[++i];
+        else if (strcmp(a, "-p") == 0) {
+            pids = argv[++i];
+            /* digits, one comma between numbers */
+            int ok = *pids >= '1' && *pids <= '9';
+            for (const char *c = pids; ok && *c; c++)
+                ok = (*c >= '0' && *c <= '9') || (*c == ',' && c[1] >= '1' && c[1] <= '9');
+            if (!ok) return cli_usage_error("record", "-p wants PID[,PID...], not %s", pids);
+        }
         else if (strcmp(a, "--backend") == 0) {
             backend = argv[++i];
             if (strcmp(backend, "auto") != 0 && strcmp(backend, "perf") != 0 && strcmp(backend, "signal") != 0)
@@ -320,8 +354,14 @@ int cli_record(int argc, char **argv) {
     }
     if (i < argc && strcmp(argv[i], "--") != 0)
         return cli_usage_error("record", "unknown option or missing value: %s", argv[i]);
-    if (i >= argc - 1) return cli_usage_error("record", "no program given: tracemill record [options] -- CMD ARGS...");
-    char **cmd = argv + i + 1;
+    if (pids && system_wide) return cli_usage_error("record", "-a records every process: give no -p");
+    if ((pids || system_wide) && i < argc)
+        return cli_usage_error("record", "%s records running processes: give no program (-- %s)", pids ? "-p" : "-a",
+                               i + 1 < argc ? argv[i + 1] : "");
+    if (!pids && !system_wide && i >= argc - 1)
+        return cli_usage_error("record",
+                               "no program given: tracemill record [options] -- CMD ARGS..., -p PID, or -a");
+    char **cmd = pids || system_wide ? NULL : argv + i + 1;
     const char *upload = values[OPT_UPLOAD];
     if (upload && !dsn_well_formed(upload)) {
         return cli_usage_error("record", "--upload wants a DSN http(s)://KEY@HOST[:PORT]/PROJECT, not %s", upload);
@@ -345,11 +385,20 @@ int cli_record(int argc, char **argv) {
     /* The first option only the signal backend has, if any. */
     const char *signal_only = preload ? "--preload" : heap ? "--heap" : NULL;
     for (int k = 0; k < N_ENV_OPTS && !signal_only; k++)
-        if (values[k] && k != OPT_HZ && k != OPT_MAX_DEPTH &&
+        if (values[k] && k != OPT_HZ && k != OPT_MAX_DEPTH && k != OPT_DURATION &&
             !(k == OPT_CLOCK && strcmp(values[k], "cpu") == 0) && !(k == OPT_UNWIND && strcmp(values[k], "dwarf") == 0))
             signal_only = env_opts[k].flag;
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
+    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, cmd};
+    /* The first option only the perf backend has, if any: it chooses perf. */
+    const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : NULL;
+    if (perf_only) {
+        if (strcmp(backend, "signal") == 0) return cli_usage_error("record", "%s needs --backend perf", perf_only);
+        if (signal_only) return cli_usage_error("record", "%s needs --backend signal, %s --backend perf", signal_only,
+                                                perf_only);
+        backend = "perf";
+    }
     if (strcmp(backend, "perf") == 0) {
         if (signal_only) return cli_usage_error("record", "%s needs --backend signal", signal_only);
         if (!have_helper) {
@@ -357,15 +406,15 @@ int cli_record(int argc, char **argv) {
                             "tracemill; x86-64 builds only)\n");
             return 125;
         }
-        fprintf(stderr, "tracemill record: backend perf (asked for)\n");
-        return record_perf(helper, out, hz, values[OPT_MAX_DEPTH], demangle, cmd);
+        fprintf(stderr, "tracemill record: backend perf (%s)\n", perf_only ? perf_only : "asked for");
+        return record_perf(helper, out, hz, &run);
     }
     if (strcmp(backend, "auto") == 0) {
         if (signal_only) snprintf(why, sizeof why, "%s is a signal backend option", signal_only);
         else if (!have_helper) snprintf(why, sizeof why, "tracemill-record-perf is not installed");
         else if (perf_usable(why, sizeof why)) {
             fprintf(stderr, "tracemill record: backend perf (perf_event_open works here)\n");
-            return record_perf(helper, out, hz, values[OPT_MAX_DEPTH], demangle, cmd);
+            return record_perf(helper, out, hz, &run);
         }
     } else {
         snprintf(why, sizeof why, "asked for");

@@ -95,7 +95,10 @@ typedef struct tm_recorder_stats {
     uint64_t heap_samples_lost;  /* sampled but not recorded: made inside the profiler, or no
                                     room in its tables */
     uint64_t heap_unwind_errors; /* recorded with only the allocating caller as their stack */
-    uint64_t reserved_[19]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t stacks_truncated;   /* CPU samples whose stack had more than max_depth frames: cut, and
+                                    marked with a "[truncated]" root frame and unwind_error
+                                    MAX_FRAMES_EXCEEDED in the trace */
+    uint64_t reserved_[18]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_stats;
 
 typedef struct tm_recorder tm_recorder;

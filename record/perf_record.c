@@ -18,15 +18,35 @@
  * sent by kill rather than by the terminal, are forwarded to it), drains
  * the rings and exits with the command's status (128+N when killed by
  * signal N), 127 when the command cannot be run, 125 for its own failures.
+ * With --duration it stops sampling after that long, writes the trace and
+ * still waits for the command (passing signals on), as its parent.
+ *
+ * -p PID,... attaches instead: one event per CPU on every thread of each
+ * process (inherit: the threads and children they start later), all
+ * writing into one ring per CPU (PERF_EVENT_IOC_SET_OUTPUT); the processes'
+ * names, threads and mappings come from /proc, as no record announces what
+ * existed before. Recording ends at --duration, at SIGINT, SIGTERM, SIGHUP
+ * or SIGQUIT, or when every process has exited; they are never signalled.
+ * Exit 0, or 125.
  *
  * x86-64 only (the sampled register set and the unwinder's are x86-64's).
  *
- * Usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N]
- *                              [--demangle] -- CMD ARGS...
+ * -a records every process: one event per CPU (pid -1), processes
+ * described from /proc when first seen; it ends at --duration or a signal,
+ * as attaching does. The recorder's own samples are left out.
+ *
+ * --kernel samples kernel mode too: the kernel's own callchain comes first
+ * in each stack, named from /proc/kallsyms. A stack longer than
+ * --max-depth is cut there and marked (TMR_SAMPLE_TRUNCATED).
+ *
+ * Usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle]
+ *                              [--duration S] [--kernel]
+ *                              (-p PID[,PID...] | -a | -- CMD ARGS...)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -56,7 +76,8 @@ enum {
     RING_BYTES_MAX = 8 << 20,   /* per CPU ring: 256 samples of a full stack copy, 128 ms at 1000 Hz x 2 */
     RING_BYTES_TOTAL = 64 << 20, /* over all CPUs (rings are locked memory); halved while the kernel refuses */
     DEFAULT_MAX_DEPTH = 256,
-    POLL_MS = 100
+    POLL_MS = 100,
+    MAX_PIDS = 1024
 };
 
 /* ---- the command line ---- */
@@ -66,13 +87,19 @@ typedef struct opts {
     const char *out;
     uint32_t max_depth;
     int demangle;
-    char **cmd;
+    double duration;    /* seconds; 0: until the end */
+    int kernel;         /* --kernel: kernel mode sampled too, with the kernel's callchain */
+    int system_wide;    /* -a: every process, one event per CPU */
+    int32_t *pids;      /* -p: the processes attached to */
+    size_t n_pids;
+    char **cmd;         /* NULL with -p */
 } opts;
 
 static int usage(const char *why) {
     fprintf(stderr,
             "tracemill-record-perf: %s\n"
-            "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] -- CMD ARGS...\n",
+            "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] [--duration S] [--kernel]\n"
+            "                             (-p PID[,PID...] | -a | -- CMD ARGS...)\n",
             why);
     return EXIT_OWN_FAILURE;
 }
@@ -120,22 +147,24 @@ static uint64_t boottime_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void perf_attr(struct perf_event_attr *a, unsigned hz) {
+/* launch: the event waits for the command's exec (enable_on_exec); else it
+ * counts from now, on a process already running. */
+static void perf_attr(struct perf_event_attr *a, const opts *o, int launch) {
     memset(a, 0, sizeof *a);
     a->size = sizeof *a;
     a->type = PERF_TYPE_SOFTWARE;
     a->config = PERF_COUNT_SW_CPU_CLOCK;
-    a->sample_period = 1000000000u / hz; /* cpu-clock counts nanoseconds */
+    a->sample_period = 1000000000u / o->hz; /* cpu-clock counts nanoseconds */
     a->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |
                      PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
     a->sample_regs_user = TMR_PERF_REGS_MASK;
     a->sample_stack_user = STACK_BYTES;
-    a->exclude_kernel = 1;
+    a->exclude_kernel = !o->kernel;
     a->exclude_hv = 1;
-    a->exclude_callchain_kernel = 1;
-    a->disabled = 1;
-    a->enable_on_exec = 1;
-    a->inherit = 1;
+    a->exclude_callchain_kernel = !o->kernel;
+    a->disabled = launch;
+    a->enable_on_exec = launch;
+    a->inherit = !o->system_wide; /* a CPU-wide event has no task to inherit from */
     a->mmap = 1;
     a->mmap2 = 1;
     a->comm = 1;
@@ -150,9 +179,9 @@ static void perf_attr(struct perf_event_attr *a, unsigned hz) {
 /* Opens the event of CPU cpu on pid and maps its ring, of at most
  * max_pages data pages (a power of two). 0, or -1 with errno set (ENODEV:
  * an offline CPU). */
-static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, size_t max_pages, ring *r) {
+static int open_ring(pid_t pid, uint32_t cpu, const opts *o, int launch, size_t max_pages, ring *r) {
     struct perf_event_attr a;
-    perf_attr(&a, hz);
+    perf_attr(&a, o, launch);
     long page = sysconf(_SC_PAGESIZE);
     for (size_t pages = max_pages; pages >= 8; pages /= 2) {
         a.wakeup_watermark = (uint32_t)(pages * (size_t)page / 4);
@@ -171,6 +200,22 @@ static int open_ring(pid_t pid, uint32_t cpu, unsigned hz, size_t max_pages, rin
         }
     }
     return -1;
+}
+
+/* Opens the event of CPU cpu on thread tid, writing into ring r (of the
+ * same CPU). Its fd, or -1 with errno set. */
+static int open_into(pid_t tid, const ring *r, const opts *o) {
+    struct perf_event_attr a;
+    perf_attr(&a, o, 0);
+    a.wakeup_watermark = (uint32_t)(r->data_size / 4);
+    int fd = (int)syscall(SYS_perf_event_open, &a, tid, (int)r->cpu, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd >= 0 && ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, r->fd)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
 }
 
 static void close_ring(ring *r) {
@@ -272,9 +317,10 @@ typedef struct rec_state {
     size_t n_threads, cap_threads;
     uint32_t next_seq;      /* thread sequences: 1, 2, ... */
     uint32_t next_own_seq;  /* process sequences: TMR_WRITER_SEQ, TMR_WRITER_SEQ - 1, ... */
-    int32_t root;           /* the command's pid */
+    int32_t root;           /* the command's pid; 0 when attached */
     int began;              /* the trace-wide packets are written */
     uint64_t *pcs;
+    tmr_kallsyms *kallsyms; /* --kernel: the kernel's names */
     uint64_t *cpu_count;    /* per CPU: the cpu-clock counts sampled so far (timebase_count is cumulative) */
     size_t n_cpu_count;
     stats st;
@@ -377,8 +423,36 @@ static tm_status new_writer(rec_state *s, proc *p, const char *cmdline, size_t c
     return TM_OK;
 }
 
+/* /proc/PID/task/TID/comm into name[17]; "" when it cannot be read. */
+static void read_comm(int32_t pid, int32_t tid, char name[17]) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+    name[0] = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    if (!fgets(name, 17, f)) name[0] = 0;
+    name[strcspn(name, "\n")] = 0;
+    fclose(f);
+}
+
+/* The parent of a live process from /proc/PID/stat; 0 when unknown. */
+static int32_t read_ppid(int32_t pid) {
+    char path[48], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    /* "pid (comm) state ppid": comm may hold spaces and parentheses */
+    char *close_paren = strrchr(buf, ')');
+    int ppid = 0;
+    if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1) return 0;
+    return (int32_t)ppid;
+}
+
 /* A process seen for the first time; parent (may be NULL) lends its
- * mappings, as fork does. */
+ * mappings, as fork does. One found otherwise (attached to, or known only
+ * from a sample) takes its name, parent and mappings from /proc. */
 static proc *add_proc(rec_state *s, int32_t pid, const proc *parent, tm_error *err) {
     proc *p = calloc(1, sizeof *p);
     if (!p || tmr_grow((void **)&s->procs, &s->cap_procs, sizeof *s->procs, s->n_procs + 1)) {
@@ -387,11 +461,17 @@ static proc *add_proc(rec_state *s, int32_t pid, const proc *parent, tm_error *e
         return NULL;
     }
     p->pid = pid;
-    p->ppid = parent ? parent->pid : (int32_t)getpid();
+    int from_proc = !parent && pid != s->root;
+    p->ppid = parent ? parent->pid : from_proc ? read_ppid(pid) : (int32_t)getpid();
     p->own_seq = s->next_own_seq--;
     p->maps_changed = 1;
-    snprintf(p->comm, sizeof p->comm, "%s", parent ? parent->comm : "");
+    if (from_proc) read_comm(pid, pid, p->comm);
+    else snprintf(p->comm, sizeof p->comm, "%s", parent ? parent->comm : "");
     p->syms = tmr_symbols_new_for(pid, s->o.demangle, err);
+    if (p->syms && s->kallsyms && tmr_symbols_set_kernel(p->syms, s->kallsyms, err) != TM_OK) {
+        tmr_symbols_free(p->syms);
+        p->syms = NULL;
+    }
     p->unw = p->syms ? tmr_unwind_new(pid, err) : NULL;
     if (!p->unw) {
         tmr_symbols_free(p->syms);
@@ -400,9 +480,8 @@ static proc *add_proc(rec_state *s, int32_t pid, const proc *parent, tm_error *e
     }
     s->procs[s->n_procs++] = p;
     s->st.processes++;
-    /* Known only from a sample (its fork was not seen): its maps, while it lives. */
     tm_status st = parent ? tmr_symbols_copy_live(p->syms, parent->syms, err) : TM_OK;
-    if (st == TM_OK && !parent && pid != s->root) tmr_symbols_refresh(p->syms, NULL);
+    if (st == TM_OK && from_proc) tmr_symbols_refresh(p->syms, NULL); /* its maps, while it lives */
     size_t len = 0;
     /* The command, before its exec, still runs this program: its arguments are known. */
     char *cmdline = st == TM_OK ? proc_cmdline(s, p, pid == s->root, p->comm, &len) : NULL;
@@ -504,6 +583,9 @@ static void on_exit_rec(rec_state *s, const task_rec *t) {
 
 static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_error *err) {
     const uint8_t *at = d + 8, *end = d + size;
+    uint16_t misc;
+    memcpy(&misc, d + 4, 2);
+    int kernel_mode = (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_KERNEL;
     uint32_t pid, tid, cpu;
     uint64_t ts, period, nr, abi = 0, stack_size = 0, dyn_size = 0;
     if (end - at < 8 + 8 + 8 + 8 + 8) return TM_OK;
@@ -529,44 +611,65 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
         if (dyn_size > stack_size) dyn_size = stack_size;
     }
 
+    if (pid == 0) return TM_OK; /* the idle task (-a --kernel): not a process */
+    if (s->o.system_wide && pid == (uint32_t)getpid()) return TM_OK; /* the recorder's own work */
     proc *p = find_proc(s, (int32_t)pid);
     if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
     thread *t = find_thread(s, (int32_t)tid);
     if (!t || t->pid != (int32_t)pid) {
-        if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : p->comm, err))) return err->code;
+        /* No record named it (it ran before the recording): its name in /proc, else its process's. */
+        char name[17] = "";
+        if (!t) read_comm((int32_t)pid, (int32_t)tid, name);
+        if (!(t = add_thread(s, (int32_t)tid, (int32_t)pid, t ? NULL : name[0] ? name : p->comm, err)))
+            return err->code;
     }
-    uint32_t depth = 0;
-    int complete = 0;
+    uint32_t max = s->o.max_depth, nk = 0, depth = 0;
+    int ended = TMR_UNWIND_PARTIAL, truncated = 0;
+    /* Kernel frames (--kernel) first, leaf first, from the kernel's callchain. */
+    for (uint64_t i = 0, kernel = 0; s->o.kernel && i < nr && !truncated; i++) {
+        uint64_t ip;
+        memcpy(&ip, chain + i * 8, 8);
+        if (ip >= (uint64_t)PERF_CONTEXT_MAX) kernel = ip == (uint64_t)PERF_CONTEXT_KERNEL;
+        else if (kernel && nk == max) truncated = 1;
+        else if (kernel) s->pcs[nk++] = ip;
+    }
+    uint64_t *user = s->pcs + nk;
     if (!p->unw) { /* a thread outlived the main one, whose exit closed the unwinder */
         if (!(p->unw = tmr_unwind_new(p->pid, err))) return err->code;
         p->maps_changed = 1;
     }
-    if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE && nk < max) {
         if (p->maps_changed) tmr_unwind_set_mappings(p->unw, p->syms);
         p->maps_changed = 0;
         tmr_unwind_input in = {(int32_t)tid, regs, stack, (size_t)dyn_size};
-        depth = tmr_unwind(p->unw, &in, s->pcs, s->o.max_depth, &complete);
+        depth = tmr_unwind(p->unw, &in, user, max - nk, &ended);
+    } else if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+        truncated = 1; /* a user part, and no room left for it */
     }
     /* The kernel's frame-pointer callchain (user part): the stack when
      * there are no registers to unwind from, or when DWARF unwinding got no
      * further than the sampled pc. */
-    if (depth <= 1 && !complete) {
+    if (depth <= 1 && ended == TMR_UNWIND_PARTIAL && !truncated) {
         uint32_t n = 0;
-        int user = 0;
-        for (uint64_t i = 0; i < nr && n < s->o.max_depth; i++) {
+        int in_user = 0, more = 0;
+        for (uint64_t i = 0; i < nr && !more; i++) {
             uint64_t ip;
             memcpy(&ip, chain + i * 8, 8);
-            if (ip >= (uint64_t)PERF_CONTEXT_MAX) user = ip == (uint64_t)PERF_CONTEXT_USER;
-            else if (user) s->pcs[n++] = ip;
+            if (ip >= (uint64_t)PERF_CONTEXT_MAX) in_user = ip == (uint64_t)PERF_CONTEXT_USER;
+            else if (in_user && nk + n == max) more = 1;
+            else if (in_user) user[n++] = ip;
         }
         if (n > depth) {
             depth = n;
             s->st.callchain_used++;
+            if (more) ended = TMR_UNWIND_TRUNCATED;
         }
     }
+    depth += nk;
+    truncated |= ended == TMR_UNWIND_TRUNCATED;
     s->st.samples++;
-    if (complete) s->st.complete++;
-    else if (depth == s->o.max_depth) s->st.truncated++;
+    if (truncated) s->st.truncated++;
+    else if (ended == TMR_UNWIND_COMPLETE) s->st.complete++;
     else s->st.partial++;
     /* PerfSample.timebase_count is the counter's running value, as Perfetto
      * reads it (a per-CPU counter track): the periods summed per CPU. */
@@ -577,7 +680,8 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
             memset(s->cpu_count + had, 0, (s->n_cpu_count - had) * sizeof *s->cpu_count);
     }
     if (cpu < s->n_cpu_count) count = s->cpu_count[cpu] += period;
-    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, 0, err);
+    unsigned flags = (truncated ? TMR_SAMPLE_TRUNCATED : 0) | (kernel_mode ? TMR_SAMPLE_KERNEL : 0);
+    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, flags, err);
 }
 
 static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
@@ -607,8 +711,7 @@ static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
             proc *q = s->procs[i];
             if (q->unw && tmr_symbols_refresh(q->syms, NULL) == TM_OK) q->maps_changed = 1;
         }
-        proc *root = find_proc(s, s->root);
-        return root ? tmr_writer_records_lost(root->w, r->cpu, r->ts, lost, err) : TM_OK;
+        return s->n_procs ? tmr_writer_records_lost(s->procs[0]->w, r->cpu, r->ts, lost, err) : TM_OK;
     }
     case PERF_RECORD_THROTTLE: s->st.throttled++; return TM_OK;
     default: return TM_OK;
@@ -618,14 +721,14 @@ static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
 /* Uses the queued records up to time until (all of them: UINT64_MAX) in
  * time order; the others stay queued. */
 static tm_status use_records(rec_state *s, queue *q, uint64_t until, tm_error *err) {
-    qsort(q->r, q->n, sizeof *q->r, rec_cmp);
+    if (q->n) qsort(q->r, q->n, sizeof *q->r, rec_cmp); /* none yet: q->r may be NULL */
     size_t used = 0;
     tm_status st = TM_OK;
     for (; used < q->n && q->r[used].ts <= until && st == TM_OK; used++) {
         st = on_record(s, &q->r[used], err);
         free(q->r[used].data);
     }
-    memmove(q->r, q->r + used, (q->n - used) * sizeof *q->r);
+    if (used) memmove(q->r, q->r + used, (q->n - used) * sizeof *q->r);
     q->n -= used;
     return st;
 }
@@ -635,8 +738,8 @@ static tm_status use_records(rec_state *s, queue *q, uint64_t until, tm_error *e
 /* Writes TraceStats: every thread's sequence, and no central-buffer loss
  * (the kernel's losses are in the PerfSamples carrying kernel_records_lost). */
 static tm_status write_stats(rec_state *s, tm_error *err) {
-    proc *root = find_proc(s, s->root);
-    if (!root) return TM_OK;
+    if (!s->n_procs) return TM_OK;
+    proc *first = s->procs[0]; /* its writer began the trace */
     uint32_t *seqs = calloc(s->n_threads + 1, sizeof *seqs);
     uint64_t *lost = calloc(s->n_threads + 1, sizeof *lost);
     tm_status st;
@@ -645,7 +748,7 @@ static tm_status write_stats(rec_state *s, tm_error *err) {
     } else {
         for (size_t i = 0; i < s->n_threads; i++) seqs[i] = s->threads[i].seq;
         tmr_losses l = {.n_writers = (uint32_t)s->n_threads, .writer_seq = seqs, .writer_samples_lost = lost};
-        st = tmr_writer_stats(root->w, &l, err);
+        st = tmr_writer_stats(first->w, &l, err);
     }
     free(seqs);
     free(lost);
@@ -662,7 +765,23 @@ static void free_state(rec_state *s) {
     free(s->procs);
     free(s->threads);
     free(s->pcs);
+    tmr_kallsyms_free(s->kallsyms);
     free(s->cpu_count);
+}
+
+/* -p's PID[,PID...] into o->pids; -1 on a malformed list. */
+static int parse_pids(const char *v, opts *o) {
+    for (const char *at = v;;) {
+        char *end;
+        long pid = strtol(at, &end, 10);
+        if (end == at || pid <= 0 || pid > INT32_MAX || (*end && *end != ',') || o->n_pids == MAX_PIDS) return -1;
+        int32_t *grown = realloc(o->pids, (o->n_pids + 1) * sizeof *o->pids);
+        if (!grown) return -1;
+        o->pids = grown;
+        o->pids[o->n_pids++] = (int32_t)pid;
+        if (!*end) return 0;
+        at = end + 1;
+    }
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -672,6 +791,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (strcmp(a, "--demangle") == 0) o->demangle = 1;
+        else if (strcmp(a, "--kernel") == 0) o->kernel = 1;
+        else if (strcmp(a, "-a") == 0) o->system_wide = 1;
         else if (!v) return usage("an option needs a value");
         else if (strcmp(a, "-o") == 0) o->out = argv[++i];
         else if (strcmp(a, "-F") == 0) {
@@ -682,10 +803,265 @@ static int parse_opts(int argc, char **argv, opts *o) {
             unsigned long d = strtoul(v, &end, 10);
             if (*end || d == 0 || d > 65536) return usage("--max-depth wants 1..65536");
             o->max_depth = (uint32_t)d, i++;
+        } else if (strcmp(a, "--duration") == 0) {
+            double d = strtod(v, &end);
+            if (*end || !(d > 0 && d < 1e9)) return usage("--duration wants seconds, more than 0");
+            o->duration = d, i++;
+        } else if (strcmp(a, "-p") == 0) {
+            if (parse_pids(v, o)) return usage("-p wants PID[,PID...] (at most 1024)");
+            i++;
         } else return usage("unknown option");
+    }
+    if (o->n_pids && o->system_wide) return usage("-a and -p exclude each other");
+    if (o->n_pids || o->system_wide) {
+        if (i < argc) return usage("-p or -a, and a command, exclude each other");
+        return 0;
     }
     if (i >= argc - 1) return usage("no command given");
     o->cmd = argv + i + 1;
+    return 0;
+}
+
+/* ---- the events of a run ---- */
+
+typedef struct events {
+    ring *rings;        /* per CPU; fd -1: none (an offline CPU) */
+    size_t n_cpus;
+    int *hup;           /* per CPU: its ring's own event has ended (poll would only say so again) */
+    int *fds;           /* further events, each writing into its CPU's ring */
+    size_t n_fds, cap_fds;
+    size_t max_pages;   /* data pages per ring */
+} events;
+
+static int events_init(events *ev) {
+    long n = sysconf(_SC_NPROCESSORS_CONF);
+    ev->n_cpus = n > 0 ? (size_t)n : 1;
+    ev->rings = calloc(ev->n_cpus, sizeof *ev->rings);
+    ev->hup = calloc(ev->n_cpus, sizeof *ev->hup);
+    if (!ev->rings || !ev->hup) return -1;
+    for (size_t c = 0; c < ev->n_cpus; c++) ev->rings[c].fd = -1;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    ev->max_pages = 8;
+    while (ev->max_pages * 2 * page <= RING_BYTES_MAX && ev->max_pages * 2 * page * ev->n_cpus <= RING_BYTES_TOTAL)
+        ev->max_pages *= 2;
+    return 0;
+}
+
+/* Opens one event per CPU on thread (or process) tid: the first of each
+ * CPU gets the ring, the others write into it. 0, or -1 with errno set
+ * (ESRCH: the thread is gone). */
+static int open_on(events *ev, pid_t tid, const opts *o, int launch) {
+    size_t opened = 0;
+    int e = 0;
+    for (size_t c = 0; c < ev->n_cpus; c++) {
+        ring *r = &ev->rings[c];
+        if (r->fd < 0) {
+            if (open_ring(tid, (uint32_t)c, o, launch, ev->max_pages, r) == 0) opened++;
+            else if (errno != ENODEV) e = errno, r->fd = -1; /* ENODEV: an offline CPU */
+            else r->fd = -1;
+            continue;
+        }
+        if (tmr_grow((void **)&ev->fds, &ev->cap_fds, sizeof *ev->fds, ev->n_fds + 1)) {
+            e = ENOMEM;
+            break;
+        }
+        int fd = open_into(tid, r, o);
+        if (fd >= 0) ev->fds[ev->n_fds++] = fd, opened++;
+        else if (errno != ENODEV) e = errno;
+    }
+    if (e || !opened) {
+        errno = e ? e : ENODEV;
+        return -1;
+    }
+    return 0;
+}
+
+/* Stops every event and closes it (the rings stay mapped until events_free). */
+static void events_stop(events *ev) {
+    for (size_t i = 0; i < ev->n_fds; i++) close(ev->fds[i]);
+    ev->n_fds = 0;
+    for (size_t c = 0; c < ev->n_cpus; c++)
+        if (ev->rings[c].fd >= 0) ioctl(ev->rings[c].fd, PERF_EVENT_IOC_DISABLE, 0);
+}
+
+static void events_free(events *ev) {
+    events_stop(ev);
+    for (size_t c = 0; ev->rings && c < ev->n_cpus; c++)
+        if (ev->rings[c].fd >= 0) close_ring(&ev->rings[c]);
+    free(ev->rings);
+    free(ev->hup);
+    free(ev->fds);
+}
+
+/* Copies every complete record of every ring into q. */
+static tm_status read_rings(events *ev, queue *q, tm_error *err) {
+    for (size_t c = 0; c < ev->n_cpus; c++)
+        if (ev->rings[c].fd >= 0 && read_ring(&ev->rings[c], q))
+            return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    return TM_OK;
+}
+
+static const char *paranoid_level(void) {
+    static char level[16];
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "re");
+    if (!f || !fgets(level, sizeof level, f)) snprintf(level, sizeof level, "?");
+    if (f) fclose(f);
+    level[strcspn(level, "\n")] = 0;
+    return level;
+}
+
+/* Why the kernel refused an event (errno e), for the messages that say so. */
+static void say_refusal(const opts *o, int e) {
+    if (e != EACCES && e != EPERM) {
+        fputc('\n', stderr);
+        return;
+    }
+    if (o->system_wide)
+        fprintf(stderr,
+                " (system-wide recording, -a, needs kernel.perf_event_paranoid <= 0, it is %s, or CAP_PERFMON "
+                "or CAP_SYS_ADMIN, as root usually has: sysctl kernel.perf_event_paranoid=0)\n",
+                paranoid_level());
+    else if (o->kernel)
+        fprintf(stderr,
+                " (kernel frames, --kernel, need kernel.perf_event_paranoid <= 1, it is %s, or CAP_PERFMON or "
+                "root: sysctl kernel.perf_event_paranoid=1)\n",
+                paranoid_level());
+    else if (o->n_pids)
+        fprintf(stderr,
+                " (kernel.perf_event_paranoid is %s: a user may attach only to the processes it may ptrace, "
+                "with paranoid <= 2; others need root or CAP_PERFMON)\n",
+                paranoid_level());
+    else
+        fprintf(stderr, " (kernel.perf_event_paranoid must be 2 or less, or run as root; "
+                        "`tracemill record --backend signal` needs no permission)\n");
+}
+
+/* ---- attaching ---- */
+
+/* Whether process pid still runs (a zombie has exited). */
+static int alive(int32_t pid) {
+    char path[48], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *close_paren = strrchr(buf, ')'), state = 0;
+    if (close_paren) sscanf(close_paren + 1, " %c", &state);
+    return state && state != 'Z' && state != 'X';
+}
+
+/* Opens events on every thread of process pid (again until a pass finds
+ * no thread it did not know: threads started meanwhile by one not yet
+ * attached are not inherited) and describes the process from /proc.
+ * 0, or -1 after saying why. */
+static int attach(rec_state *s, events *ev, int32_t pid) {
+    char dir[48];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    tm_error err;
+    memset(&err, 0, sizeof err);
+    for (int pass = 0, found = 1; found && pass < 16; pass++) {
+        DIR *d = opendir(dir);
+        if (!d) {
+            if (pass) return 0; /* it exited meanwhile: what was attached stays */
+            fprintf(stderr, "tracemill record: cannot attach to process %d: %s\n", (int)pid,
+                    strerror(errno == ENOENT ? ESRCH : errno));
+            return -1;
+        }
+        if (!find_proc(s, pid) && !add_proc(s, pid, NULL, &err)) {
+            closedir(d);
+            report("starting the trace", &err);
+            return -1;
+        }
+        found = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            char *end;
+            long tid = strtol(de->d_name, &end, 10);
+            if (*end || tid <= 0 || find_thread(s, (int32_t)tid)) continue;
+            if (open_on(ev, (pid_t)tid, &s->o, 0)) {
+                if (errno == ESRCH) continue; /* the thread ended meanwhile */
+                int e = errno;
+                fprintf(stderr, "tracemill record: cannot attach to process %d (thread %ld): %s", (int)pid, tid,
+                        strerror(e));
+                say_refusal(&s->o, e);
+                closedir(d);
+                return -1;
+            }
+            char name[17];
+            read_comm(pid, (int32_t)tid, name);
+            if (!add_thread(s, (int32_t)tid, pid, name, &err)) {
+                closedir(d);
+                report("starting the trace", &err);
+                return -1;
+            }
+            found = 1;
+        }
+        closedir(d);
+    }
+    return 0;
+}
+
+/* ---- the command ---- */
+
+/* Waits for the command after sampling ended, passing signals on. */
+static int wait_command(pid_t child) {
+    int status = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
+        poll(&pfd, 1, POLL_MS);
+        unsigned char sig[2];
+        while (read(g_sig_pipe[0], sig, sizeof sig) == (ssize_t)sizeof sig)
+            if (sig[0] != SIGCHLD && !((sig[0] == SIGINT || sig[0] == SIGQUIT) && !sig[1])) kill(child, sig[0]);
+        pid_t w = waitpid(child, &status, WNOHANG);
+        if (w == child || (w < 0 && errno != EINTR)) return status;
+    }
+}
+
+/* Forks the command, stopped before its exec until *go is written; exec_err
+ * receives exec's errno. The child's pid, or -1. */
+static pid_t fork_command(const opts *o, int go[2], int exec_err[2]) {
+    if (pipe2(go, O_CLOEXEC) || pipe2(exec_err, O_CLOEXEC)) return -1;
+    pid_t child = fork();
+    if (child == 0) {
+        close(go[1]);
+        close(exec_err[0]);
+        char byte;
+        if (read(go[0], &byte, 1) != 1) _exit(EXIT_OWN_FAILURE); /* the recorder gave up */
+        execvp(o->cmd[0], o->cmd);
+        int e = errno;
+        ssize_t w = write(exec_err[1], &e, sizeof e);
+        (void)w;
+        _exit(EXIT_CANNOT_RUN);
+    }
+    if (child > 0) {
+        close(go[0]);
+        close(exec_err[1]);
+    }
+    return child;
+}
+
+/* Lets the command exec. 0, or EXIT_CANNOT_RUN / EXIT_OWN_FAILURE after
+ * saying why (the command is reaped). */
+static int start_command(const opts *o, pid_t child, int go, int exec_err) {
+    if (write(go, "g", 1) != 1) {
+        fprintf(stderr, "tracemill-record-perf: starting the command: %s\n", strerror(errno));
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        return EXIT_OWN_FAILURE;
+    }
+    close(go);
+    int exec_errno = 0;
+    ssize_t got;
+    while ((got = read(exec_err, &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+    }
+    close(exec_err);
+    if (got == (ssize_t)sizeof exec_errno) {
+        fprintf(stderr, "tracemill record: cannot run %s: %s\n", o->cmd[0], strerror(exec_errno));
+        waitpid(child, NULL, 0);
+        return EXIT_CANNOT_RUN;
+    }
     return 0;
 }
 
@@ -705,143 +1081,140 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tracemill-record-perf: signals: %s\n", strerror(errno));
         return EXIT_OWN_FAILURE;
     }
-
-    /* The command waits on go until its events are open; exec_err tells
-     * why exec failed (it closes on a successful exec). */
-    int go[2], exec_err[2];
-    if (pipe2(go, O_CLOEXEC) || pipe2(exec_err, O_CLOEXEC)) {
-        fprintf(stderr, "tracemill-record-perf: pipe: %s\n", strerror(errno));
-        return EXIT_OWN_FAILURE;
-    }
-    pid_t child = fork();
-    if (child < 0) {
-        fprintf(stderr, "tracemill-record-perf: fork: %s\n", strerror(errno));
-        return EXIT_OWN_FAILURE;
-    }
-    if (child == 0) {
-        close(go[1]);
-        close(exec_err[0]);
-        char byte;
-        if (read(go[0], &byte, 1) != 1) _exit(EXIT_OWN_FAILURE); /* the recorder gave up */
-        execvp(s.o.cmd[0], s.o.cmd);
-        int e = errno;
-        ssize_t w = write(exec_err[1], &e, sizeof e);
-        (void)w;
-        _exit(EXIT_CANNOT_RUN);
-    }
-    close(go[0]);
-    close(exec_err[1]);
-    s.root = (int32_t)child;
-
-    long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
-    ring *rings = calloc(n_cpus > 0 ? (size_t)n_cpus : 1, sizeof *rings);
-    size_t n_rings = 0;
-    int open_errno = 0;
-    size_t max_pages = 8, page = (size_t)sysconf(_SC_PAGESIZE);
-    while (max_pages * 2 * page <= RING_BYTES_MAX && max_pages * 2 * page * (size_t)n_cpus <= RING_BYTES_TOTAL)
-        max_pages *= 2;
-    for (long cpu = 0; rings && cpu < n_cpus; cpu++) {
-        if (open_ring(child, (uint32_t)cpu, s.o.hz, max_pages, &rings[n_rings]) == 0) n_rings++;
-        else if (errno != ENODEV) open_errno = errno; /* ENODEV: an offline CPU */
-    }
+    events ev;
+    memset(&ev, 0, sizeof ev);
     int code = EXIT_OWN_FAILURE;
     tm_error err;
     memset(&err, 0, sizeof err);
-    if (!rings || n_rings == 0 || open_errno) {
-        fprintf(stderr, "tracemill-record-perf: perf_event_open on the command: %s%s\n",
-                strerror(open_errno ? open_errno : ENOMEM),
-                open_errno == EACCES || open_errno == EPERM
-                    ? " (kernel.perf_event_paranoid must be 2 or less, or run as root; "
-                      "`tracemill record --backend signal` needs no permission)"
-                    : "");
-        kill(child, SIGKILL);
-        waitpid(child, NULL, 0);
+    pid_t child = 0;
+    if (events_init(&ev)) {
+        fprintf(stderr, "tracemill-record-perf: out of memory\n");
         goto done;
     }
-    /* The root process is known before its first record. */
-    proc *root = add_proc(&s, s.root, NULL, &err);
-    if (!root) {
-        report("starting the trace", &err);
-        kill(child, SIGKILL);
-        waitpid(child, NULL, 0);
-        goto done;
+    if (s.o.kernel) {
+        s.kallsyms = tmr_kallsyms_load(&err);
+        if (!s.kallsyms || !tmr_kallsyms_count(s.kallsyms))
+            fprintf(stderr, "tracemill record: kernel frames will have no names: %s\n",
+                    s.kallsyms ? "/proc/kallsyms shows no addresses (kernel.kptr_restrict)" : err.message);
     }
-    snprintf(root->comm, sizeof root->comm, "%s", s.o.cmd[0]);
 
-    if (write(go[1], "g", 1) != 1) {
-        fprintf(stderr, "tracemill-record-perf: starting the command: %s\n", strerror(errno));
-        kill(child, SIGKILL);
-        waitpid(child, NULL, 0);
-        goto done;
-    }
-    close(go[1]);
-    int exec_errno = 0;
-    ssize_t got;
-    while ((got = read(exec_err[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
-    }
-    close(exec_err[0]);
-    if (got == (ssize_t)sizeof exec_errno) {
-        fprintf(stderr, "tracemill record: cannot run %s: %s\n", s.o.cmd[0], strerror(exec_errno));
-        waitpid(child, NULL, 0);
-        code = EXIT_CANNOT_RUN;
-        goto done;
+    if (s.o.cmd) {
+        /* The command waits on go until its events are open; exec_err
+         * tells why exec failed (it closes on a successful exec). */
+        int go[2], exec_err[2];
+        child = fork_command(&s.o, go, exec_err);
+        if (child < 0) {
+            fprintf(stderr, "tracemill-record-perf: fork: %s\n", strerror(errno));
+            goto done;
+        }
+        s.root = (int32_t)child;
+        if (open_on(&ev, child, &s.o, 1)) {
+            int e = errno;
+            fprintf(stderr, "tracemill record: perf_event_open on the command: %s", strerror(e));
+            say_refusal(&s.o, e);
+            kill(child, SIGKILL);
+            waitpid(child, NULL, 0);
+            goto done;
+        }
+        /* The root process is known before its first record. */
+        proc *root = add_proc(&s, s.root, NULL, &err);
+        if (!root) {
+            report("starting the trace", &err);
+            kill(child, SIGKILL);
+            waitpid(child, NULL, 0);
+            goto done;
+        }
+        snprintf(root->comm, sizeof root->comm, "%s", s.o.cmd[0]);
+        int rc = start_command(&s.o, child, go[1], exec_err[0]);
+        if (rc) {
+            code = rc;
+            goto done;
+        }
+    } else if (s.o.system_wide) {
+        if (open_on(&ev, -1, &s.o, 0)) {
+            int e = errno;
+            fprintf(stderr, "tracemill record: cannot record system-wide: %s", strerror(e));
+            say_refusal(&s.o, e);
+            goto done;
+        }
+    } else {
+        for (size_t i = 0; i < s.o.n_pids; i++)
+            if (attach(&s, &ev, s.o.pids[i])) goto done;
     }
 
     queue q = {0};
-    struct pollfd *pfd = calloc(n_rings + 1, sizeof *pfd);
+    struct pollfd *pfd = calloc(ev.n_cpus + 1, sizeof *pfd);
     tm_status st = pfd ? TM_OK : tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    int status = 0, exited = 0;
-    while (st == TM_OK && !exited) {
+    int status = 0, exited = 0, stop = 0;
+    uint64_t deadline = s.o.duration ? boottime_ns() + (uint64_t)(s.o.duration * 1e9) : UINT64_MAX;
+    while (st == TM_OK && !stop) {
         pfd[0] = (struct pollfd){.fd = g_sig_pipe[0], .events = POLLIN};
-        for (size_t i = 0; i < n_rings; i++) pfd[i + 1] = (struct pollfd){.fd = rings[i].fd, .events = POLLIN};
-        poll(pfd, n_rings + 1, POLL_MS);
+        for (size_t c = 0; c < ev.n_cpus; c++)
+            pfd[c + 1] = (struct pollfd){.fd = ev.hup[c] ? -1 : ev.rings[c].fd, .events = POLLIN};
+        poll(pfd, ev.n_cpus + 1, POLL_MS);
+        for (size_t c = 0; c < ev.n_cpus; c++) ev.hup[c] |= (pfd[c + 1].revents & POLLHUP) != 0;
         unsigned char sig[2];
         while (read(g_sig_pipe[0], sig, sizeof sig) == (ssize_t)sizeof sig) {
             if (sig[0] == SIGCHLD) continue;
-            if ((sig[0] == SIGINT || sig[0] == SIGQUIT) && !sig[1]) continue; /* the terminal's: it has it */
-            kill(child, sig[0]);
+            if (!child) stop = 1; /* attached: any of them ends the recording */
+            /* SIGINT or SIGQUIT from the terminal reached the command already */
+            else if (!((sig[0] == SIGINT || sig[0] == SIGQUIT) && !sig[1])) kill(child, sig[0]);
         }
-        pid_t w = waitpid(child, &status, WNOHANG);
-        exited = w == child;
+        if (child) {
+            exited = waitpid(child, &status, WNOHANG) == child;
+            stop |= exited;
+        } else if (s.o.n_pids) {
+            int any = 0;
+            for (size_t i = 0; i < s.o.n_pids && !any; i++) any = alive(s.o.pids[i]);
+            stop |= !any;
+        }
         /* Every record older than now is in its ring by now. */
         uint64_t now = boottime_ns();
-        for (size_t i = 0; i < n_rings && st == TM_OK; i++)
-            if (read_ring(&rings[i], &q)) st = tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-        if (st == TM_OK) st = use_records(&s, &q, exited ? UINT64_MAX : now, &err);
+        stop |= now >= deadline;
+        st = read_rings(&ev, &q, &err);
+        /* Records after the deadline (the events are closed a loop later) are not used. */
+        if (st == TM_OK) st = use_records(&s, &q, exited || now > deadline ? deadline : now, &err);
     }
-    for (size_t i = 0; i < n_rings; i++) ioctl(rings[i].fd, PERF_EVENT_IOC_DISABLE, 0);
-    for (size_t i = 0; i < n_rings && st == TM_OK; i++)
-        if (read_ring(&rings[i], &q)) st = tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    if (st == TM_OK) st = use_records(&s, &q, UINT64_MAX, &err);
+    events_stop(&ev);
+    if (st == TM_OK) st = read_rings(&ev, &q, &err);
+    if (st == TM_OK) st = use_records(&s, &q, deadline, &err);
     for (size_t i = 0; i < q.n; i++) free(q.r[i].data);
     free(q.r);
     free(pfd);
     if (st == TM_OK) st = write_stats(&s, &err);
-    if (!exited) { /* the recorder failed first: the command still runs; wait for it as promised */
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-        }
-    }
-    if (st != TM_OK) {
-        report(s.write_failed ? "writing the trace" : "recording", &err);
+    if (st == TM_OK && fflush(s.out)) st = tm_fail(&err, TM_ERR_IO, 0, NULL, "%s", strerror(errno));
+    if (st != TM_OK) report(s.write_failed ? "writing the trace" : "recording", &err);
+    else
+        fprintf(stderr,
+                "tracemill record: backend perf (cpu-clock every %.3f ms of CPU time, %zu CPUs): %llu samples of "
+                "%llu threads in %llu processes; stacks: %llu complete, %llu partial, %llu cut at %u frames, %llu "
+                "from the frame-pointer callchain; %llu records lost, %llu throttled\n",
+                1e3 / s.o.hz, ev.n_cpus, (unsigned long long)s.st.samples, (unsigned long long)s.st.threads,
+                (unsigned long long)s.st.processes, (unsigned long long)s.st.complete,
+                (unsigned long long)s.st.partial, (unsigned long long)s.st.truncated, (unsigned)s.o.max_depth,
+                (unsigned long long)s.st.callchain_used, (unsigned long long)s.st.lost,
+                (unsigned long long)s.st.throttled);
+    events_free(&ev);
+    memset(&ev, 0, sizeof ev);
+    if (!child) {
+        code = st == TM_OK ? 0 : EXIT_OWN_FAILURE;
         goto done;
     }
+    if (!exited) { /* --duration, or the recorder failed: the command still runs; wait for it as promised */
+        if (st == TM_OK && s.o.duration)
+            fprintf(stderr, "tracemill record: sampling stopped after %g s; waiting for %s to exit\n", s.o.duration,
+                    s.o.cmd[0]);
+        status = wait_command(child);
+    }
+    if (st != TM_OK) goto done;
     code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    fprintf(stderr,
-            "tracemill record: backend perf (cpu-clock every %.3f ms of CPU time, %zu CPUs): %llu samples of "
-            "%llu threads in %llu processes; stacks: %llu complete, %llu partial, %llu cut at %u frames, %llu "
-            "from the frame-pointer callchain; %llu records lost, %llu throttled\n",
-            1e3 / s.o.hz, n_rings, (unsigned long long)s.st.samples, (unsigned long long)s.st.threads,
-            (unsigned long long)s.st.processes, (unsigned long long)s.st.complete,
-            (unsigned long long)s.st.partial, (unsigned long long)s.st.truncated, (unsigned)s.o.max_depth,
-            (unsigned long long)s.st.callchain_used, (unsigned long long)s.st.lost,
-            (unsigned long long)s.st.throttled);
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds everything up to its end\n",
                 s.o.cmd[0], WTERMSIG(status));
 done:
-    for (size_t i = 0; i < n_rings; i++) close_ring(&rings[i]);
-    free(rings);
+    events_free(&ev);
     free_state(&s);
+    free(s.o.pids);
     if (fclose(s.out) && code != EXIT_OWN_FAILURE) {
         fprintf(stderr, "tracemill-record-perf: writing %s: %s\n", s.o.out, strerror(errno));
         code = EXIT_OWN_FAILURE;

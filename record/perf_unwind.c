@@ -138,8 +138,8 @@ static int on_frame(Dwfl_Frame *state, void *arg) {
     return DWARF_CB_OK;
 }
 
-uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, uint32_t max, int *complete) {
-    *complete = 0;
+uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, uint32_t max, int *end) {
+    *end = TMR_UNWIND_PARTIAL;
     if (max == 0) return 0;
     u->in = in, u->pcs = pcs, u->depth = 0, u->max = max, u->truncated = 0;
     /* The machine comes from the first module's ELF: attach once there is one. */
@@ -149,7 +149,9 @@ uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, 
          * stopped at a zero pc (also the end) or at max; -1: a frame could
          * not be unwound. */
         int rc = dwfl_getthread_frames(u->dwfl, in->tid, on_frame, u);
-        *complete = rc == 0 || (rc == DWARF_CB_ABORT && !u->truncated);
+        *end = u->truncated ? TMR_UNWIND_TRUNCATED
+               : rc == 0 || rc == DWARF_CB_ABORT ? TMR_UNWIND_COMPLETE
+                                                 : TMR_UNWIND_PARTIAL;
     }
     if (u->depth == 0) { /* not even the first frame: the sampled pc alone */
         pcs[0] = in->regs[TMR_PERF_REG_IP];

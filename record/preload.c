@@ -169,6 +169,11 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     g_preload_recorder = NULL;
     tm_error err;
     if (tm_recorder_stop(r, &err) != TM_OK) fprintf(stderr, "tracemill record: %s\n", err.message);
+    tm_recorder_stats rs;
+    tm_recorder_get_stats(r, &rs);
+    if (rs.stacks_truncated && getpid() == g_preload_pid)
+        fprintf(stderr, "tracemill record: %llu of %llu stacks cut at --max-depth, marked [truncated]\n",
+                (unsigned long long)rs.stacks_truncated, (unsigned long long)rs.samples);
     tm_recorder_free(r);
     if (g_preload_heap && getpid() == g_preload_pid) report_heap(g_preload_heap);
     tmr_uploader *u = g_preload_uploader;

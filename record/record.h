@@ -108,6 +108,22 @@ size_t tmr_symbols_live(const tmr_symbols *s, int *out, size_t cap);
 void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name);
 const tmr_mapping *tmr_symbols_mapping(const tmr_symbols *s, int i);
 
+/* The kernel's half of the x86-64 address space: a pc there is a kernel frame. */
+#define TMR_KERNEL_START 0xffff800000000000ull
+/* The mapping kernel frames are given, as perf names it. */
+#define TMR_KERNEL_MAPPING "[kernel.kallsyms]"
+
+/* The kernel's function symbols, from /proc/kallsyms. */
+typedef struct tmr_kallsyms tmr_kallsyms;
+/* Reads /proc/kallsyms; NULL when it cannot be read (err says why). With
+ * kptr_restrict hiding the addresses it holds no symbol. */
+tmr_kallsyms *tmr_kallsyms_load(tm_error *err);
+size_t tmr_kallsyms_count(const tmr_kallsyms *k);
+void tmr_kallsyms_free(tmr_kallsyms *k);
+/* Kernel pcs (>= TMR_KERNEL_START) of s resolve to the mapping
+ * TMR_KERNEL_MAPPING (rel_pc = pc) and the names of k, which must outlive s. */
+tm_status tmr_symbols_set_kernel(tmr_symbols *s, const tmr_kallsyms *k, tm_error *err);
+
 /* ==== Perfetto encoding (writer.c) ===================================== */
 
 /* Receives each encoded TracePacket already framed as a Trace record
@@ -160,17 +176,27 @@ tm_status tmr_writer_descriptors(tmr_writer *w, tm_error *err);
 /* A thread (new or renamed): ProcessTree thread entry + TrackDescriptor. */
 tm_status tmr_writer_thread(tmr_writer *w, int32_t tid, const char *name, tm_error *err);
 
+/* What tmr_writer_sample is told about a sample besides its stack. */
+enum {
+    TMR_SAMPLE_PREV_DROPPED = 1, /* samples of this sequence were lost before this one (sets
+                                    previous_packet_dropped and re-emits the sequence's interned state) */
+    TMR_SAMPLE_KERNEL = 2,       /* taken in kernel mode (PerfSample.cpu_mode) */
+    TMR_SAMPLE_TRUNCATED = 4     /* the stack had more than depth frames: a "[truncated]" frame (mapping
+                                    "[truncated]") is added at its root end, and unwind_error is
+                                    MAX_FRAMES_EXCEEDED, as Perfetto's unwinder reports it */
+};
+/* The function name, and mapping name, of the frame TMR_SAMPLE_TRUNCATED adds. */
+#define TMR_TRUNCATED_FRAME "[truncated]"
+
 /* One sample on writer sequence seq (one sequence per sampled thread; seq
  * >= 1). pcs[0] is the interrupted pc (the leaf), pcs[1..depth) return
  * addresses, outermost last (the writer symbolizes return addresses at pc-1,
  * so pass them unadjusted). ts_ns is CLOCK_BOOTTIME. depth 0 writes a
  * PerfSample without a callstack. count: the timebase counter's running
  * value at the sample (PerfSample.timebase_count, cumulative as Perfetto
- * reads it; 0: not written). prev_dropped: samples
- * of this sequence were lost before this one (sets previous_packet_dropped
- * and re-emits the sequence's interned state). */
+ * reads it; 0: not written). flags: TMR_SAMPLE_*. */
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
-                            const uint64_t *pcs, uint32_t depth, uint64_t count, int prev_dropped, tm_error *err);
+                            const uint64_t *pcs, uint32_t depth, uint64_t count, unsigned flags, tm_error *err);
 
 /* lost records the kernel could not write into cpu's ring buffer (the perf
  * backend's PERF_RECORD_LOST): a PerfSample carrying only
@@ -341,11 +367,14 @@ void tmr_unwind_free(tmr_unwinder *u);
 /* Its modules: the ELF files of syms' live mappings (call again whenever
  * they change). */
 void tmr_unwind_set_mappings(tmr_unwinder *u, const tmr_symbols *syms);
+/* How an unwind ended. */
+enum { TMR_UNWIND_PARTIAL, TMR_UNWIND_COMPLETE, TMR_UNWIND_TRUNCATED };
 /* Unwinds one sample into pcs[0..max): pcs[0] the sampled pc, then return
  * addresses. Returns the depth (>= 1 when max >= 1: at least the pc);
- * *complete is 1 when the outermost frame was reached, 0 when the stack was
- * cut (a frame that could not be unwound, or more than max frames). */
-uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, uint32_t max, int *complete);
+ * *end is TMR_UNWIND_COMPLETE when the outermost frame was reached,
+ * TMR_UNWIND_TRUNCATED when there were more than max frames, else
+ * TMR_UNWIND_PARTIAL (a frame could not be unwound). */
+uint32_t tmr_unwind(tmr_unwinder *u, const tmr_unwind_input *in, uint64_t *pcs, uint32_t max, int *end);
 
 /* ==== Continuous upload (upload.c) ===================================== */
 

@@ -422,9 +422,15 @@ static void on_sample(void *ctx, const tmr_raw_sample *s) {
     r->seq_dropped[s->seq] = 0;
     r->emit_seq = s->seq;
     r->emit_is_sample = 1;
+    unsigned flags = prev_dropped ? TMR_SAMPLE_PREV_DROPPED : 0;
+    uint32_t depth = s->depth;
+    if (depth > r->o.max_depth) { /* the sampler unwinds one frame more than kept */
+        depth = r->o.max_depth;
+        flags |= TMR_SAMPLE_TRUNCATED;
+        r->stats.stacks_truncated++;
+    }
     tm_error err;
-    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, s->depth, 0, prev_dropped,
-                                     &err);
+    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, depth, 0, flags, &err);
     if (st != TM_OK && r->bg_status == TM_OK) {
         r->bg_status = st;
         r->bg_err = err;
@@ -611,7 +617,8 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
     }
     tm_status st = TM_OK;
     tmr_sampler_opts so = {r->o.hz, r->o.clock == TM_RECORD_CLOCK_WALL, r->o.unwind == TM_RECORD_UNWIND_FP,
-                           r->o.max_depth, ring_samples(r->o.hz)};
+                           r->o.max_depth + 1 /* one more: a stack cut at max_depth is seen */,
+                           ring_samples(r->o.hz)};
     r->sampler = tmr_sampler_new(&so, err);
     if (!r->sampler) st = err ? err->code : TM_ERR_UNSUPPORTED;
     if (st == TM_OK) {

@@ -21,6 +21,12 @@
  * program headers (dl_iterate_phdr) and names from dladdr; for another
  * process they have neither.
  *
+ * Code a JIT or interpreter generates has no file: a pc in anonymous
+ * memory, or in no known mapping, is named from /tmp/perf-PID.map (perf's
+ * format, which the JIT appends to while it runs: read again, from where it
+ * was left, when such a pc has no name, at most every 100 ms). Kernel pcs
+ * are named from /proc/kallsyms when the perf backend records the kernel.
+ *
  * Mappings are append-only: an index handed out stays valid (and means the
  * same mapping) until tmr_symbols_free, across refreshes. Not thread-safe:
  * the collector thread owns a tmr_symbols.
@@ -96,6 +102,17 @@ typedef struct cache_ent {
 
 typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *len, int *status);
 
+/* A function a JIT or interpreter announced in /tmp/perf-PID.map. */
+typedef struct jit_sym {
+    uint64_t start, size;
+    const char *name; /* owned by the tmr_symbols */
+} jit_sym;
+
+typedef struct jit_key {
+    uint64_t start;
+    size_t i; /* into jit: later entries win */
+} jit_key;
+
 struct tmr_symbols {
     int32_t pid;              /* 0: this process (/proc/self); else mappings come from tmr_symbols_add */
     cxa_demangle_fn demangle; /* NULL: names as in the symbol table */
@@ -108,6 +125,13 @@ struct tmr_symbols {
     size_t n_files, cap_files;
     cache_ent *cache;         /* open addressing on pc, power-of-two size */
     size_t cache_cap, cache_n;
+    jit_sym *jit;             /* from /tmp/perf-PID.map, in the order read */
+    size_t n_jit, cap_jit;
+    jit_key *jit_sorted;      /* jit by start, then order */
+    uint64_t jit_read;        /* bytes of the map file taken in */
+    struct timespec jit_checked;
+    const tmr_kallsyms *kernel; /* NULL: kernel pcs are in no mapping */
+    int kernel_map;           /* the TMR_KERNEL_MAPPING mapping */
     char **owned;             /* names from dladdr and __cxa_demangle */
     size_t n_owned, cap_owned;
     struct timespec last_refresh;
@@ -645,6 +669,8 @@ void tmr_symbols_free(tmr_symbols *s) {
     free(s->maps);
     free(s->map_file);
     free(s->live);
+    free(s->jit);
+    free(s->jit_sorted);
     free(s->cache);
     free(s);
 }
@@ -690,7 +716,211 @@ static const char *dladdr_name(tmr_symbols *s, uint64_t pc) {
     return name == info.dli_sname ? own(s, dup_str(name, strlen(name))) : name;
 }
 
+/* ---- the kernel ---- */
+
+typedef struct ksym {
+    uint64_t addr;
+    const char *name;
+} ksym;
+
+struct tmr_kallsyms {
+    ksym *syms; /* sorted by addr */
+    size_t n;
+    char *names; /* the names, NUL-separated */
+};
+
+static int ksym_cmp(const void *a, const void *b) {
+    const ksym *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+tmr_kallsyms *tmr_kallsyms_load(tm_error *err) {
+    FILE *in = fopen("/proc/kallsyms", "re");
+    if (!in) {
+        tm_fail(err, TM_ERR_IO, 0, NULL, "cannot open /proc/kallsyms: %s", strerror(errno));
+        return NULL;
+    }
+    tmr_kallsyms *k = calloc(1, sizeof *k);
+    size_t cap = 0, at_cap = 0, names_len = 0, names_cap = 0;
+    size_t *name_at = NULL; /* offsets while names may move */
+    char *line = NULL;
+    size_t line_cap = 0;
+    int oom = !k;
+    while (!oom && getline(&line, &line_cap, in) > 0) {
+        /* "ADDR TYPE NAME [MODULE]": text symbols only (t, T, w, W) */
+        unsigned long long addr;
+        char type;
+        int at = 0;
+        if (sscanf(line, "%llx %c %n", &addr, &type, &at) < 2 || !at || addr == 0 ||
+            !strchr("tTwW", type))
+            continue;
+        size_t len = strcspn(line + at, " \t\n");
+        if (tmr_grow((void **)&k->syms, &cap, sizeof *k->syms, k->n + 1) ||
+            tmr_grow((void **)&name_at, &at_cap, sizeof *name_at, k->n + 1) ||
+            tmr_grow((void **)&k->names, &names_cap, 1, names_len + len + 1)) {
+            oom = 1;
+            break;
+        }
+        memcpy(k->names + names_len, line + at, len);
+        k->names[names_len + len] = 0;
+        name_at[k->n] = names_len;
+        k->syms[k->n++].addr = addr;
+        names_len += len + 1;
+    }
+    free(line);
+    fclose(in);
+    if (oom) {
+        free(name_at);
+        tmr_kallsyms_free(k);
+        tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading /proc/kallsyms");
+        return NULL;
+    }
+    for (size_t i = 0; i < k->n; i++) k->syms[i].name = k->names + name_at[i];
+    free(name_at);
+    if (k->n) qsort(k->syms, k->n, sizeof *k->syms, ksym_cmp);
+    return k;
+}
+
+size_t tmr_kallsyms_count(const tmr_kallsyms *k) { return k ? k->n : 0; }
+
+void tmr_kallsyms_free(tmr_kallsyms *k) {
+    if (!k) return;
+    free(k->syms);
+    free(k->names);
+    free(k);
+}
+
+/* The kernel function containing addr: kallsyms has no sizes, so the
+ * nearest symbol below (as perf takes it). */
+static const char *kernel_name(const tmr_kallsyms *k, uint64_t addr) {
+    size_t lo = 0, hi = k->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (k->syms[mid].addr <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? k->syms[lo - 1].name : NULL;
+}
+
+tm_status tmr_symbols_set_kernel(tmr_symbols *s, const tmr_kallsyms *k, tm_error *err) {
+    int i = mapping_index(s, TMR_KERNEL_START, UINT64_MAX, 0, TMR_KERNEL_MAPPING);
+    if (i < 0) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    s->maps[i].load_bias = TMR_KERNEL_START; /* rel_pc = pc, the address kallsyms names */
+    s->kernel = k;
+    s->kernel_map = i;
+    forget_cache(s);
+    return TM_OK;
+}
+
+/* ---- JIT and interpreter frames: /tmp/perf-PID.map ---- */
+
+static int jit_cmp(const void *a, const void *b) {
+    const jit_key *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static void perf_map_path(const tmr_symbols *s, char *out, size_t cap) {
+    snprintf(out, cap, "/tmp/perf-%d.map", (int)(s->pid ? s->pid : (int32_t)getpid()));
+}
+
+/* Takes in what the map file gained since the last call (perf's format:
+ * "START SIZE NAME", hex, one function a line; JITs append while they
+ * run), at most every REFRESH_MIN_INTERVAL_MS. 1 if entries were added. */
+static int read_perf_map(tmr_symbols *s) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (int64_t)(now.tv_sec - s->jit_checked.tv_sec) * 1000 +
+                 (now.tv_nsec - s->jit_checked.tv_nsec) / 1000000;
+    if ((s->jit_checked.tv_sec || s->jit_checked.tv_nsec) && ms < REFRESH_MIN_INTERVAL_MS) return 0;
+    s->jit_checked = now;
+    char path[48];
+    perf_map_path(s, path, sizeof path);
+    FILE *in = fopen(path, "re");
+    if (!in) return 0;
+    struct stat sb;
+    if (fstat(fileno(in), &sb) || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size == s->jit_read ||
+        fseeko(in, (off_t)((uint64_t)sb.st_size < s->jit_read ? 0 : s->jit_read), SEEK_SET)) {
+        fclose(in);
+        return 0;
+    }
+    if ((uint64_t)sb.st_size < s->jit_read) s->jit_read = 0; /* rewritten: its entries come again */
+    char *line = NULL;
+    size_t line_cap = 0, had = s->n_jit;
+    ssize_t len;
+    while ((len = getline(&line, &line_cap, in)) > 0 && line[len - 1] == '\n') { /* a partial line: later */
+        s->jit_read += (uint64_t)len;
+        unsigned long long start, size;
+        int at = 0;
+        line[len - 1] = 0;
+        if (sscanf(line, "%llx %llx %n", &start, &size, &at) < 2 || !at || !line[at] || size == 0) continue;
+        if (tmr_grow((void **)&s->jit, &s->cap_jit, sizeof *s->jit, s->n_jit + 1)) break;
+        const char *name = own(s, dup_str(line + at, strlen(line + at)));
+        if (!name) break;
+        s->jit[s->n_jit++] = (jit_sym){start, size, name};
+    }
+    free(line);
+    fclose(in);
+    if (s->n_jit == had) return 0;
+    forget_cache(s);
+    jit_key *sorted = realloc(s->jit_sorted, s->n_jit * sizeof *sorted);
+    if (!sorted) {
+        s->n_jit = had; /* the names stay owned; those entries are not used */
+        return 0;
+    }
+    s->jit_sorted = sorted;
+    for (size_t i = 0; i < s->n_jit; i++) sorted[i] = (jit_key){s->jit[i].start, i};
+    qsort(sorted, s->n_jit, sizeof *sorted, jit_cmp);
+    return 1;
+}
+
+/* The latest entry covering pc (a JIT reuses freed code memory), or NULL. */
+static const jit_sym *find_jit(const tmr_symbols *s, uint64_t pc) {
+    size_t lo = 0, hi = s->n_jit;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->jit_sorted[mid].start <= pc) lo = mid + 1;
+        else hi = mid;
+    }
+    const jit_sym *best = NULL;
+    size_t best_i = 0;
+    for (size_t k = lo, steps = 0; k-- > 0 && steps < 8; steps++) {
+        size_t i = s->jit_sorted[k].i;
+        if (pc - s->jit[i].start < s->jit[i].size && (!best || i > best_i)) best = &s->jit[i], best_i = i;
+    }
+    return best;
+}
+
+/* Memory no file backs: where JITs put code. */
+static int anonymous(const tmr_mapping *m) {
+    return !m->path[0] || strcmp(m->path, "//anon") == 0 || strncmp(m->path, "[anon", 5) == 0;
+}
+
+/* Names pc from the perf map when it is in anonymous memory or in no
+ * mapping (code made executable with mprotect has no MMAP record); a pc in
+ * no mapping gets one of the function's extent, named after the map file,
+ * as perf shows it. */
+static void resolve_jit(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
+    const jit_sym *j = find_jit(s, pc);
+    if (!j && read_perf_map(s)) j = find_jit(s, pc);
+    if (!j) return;
+    *name = j->name;
+    if (*mapping >= 0) return;
+    char path[48];
+    perf_map_path(s, path, sizeof path);
+    int i = mapping_index(s, j->start, j->start + j->size, 0, path);
+    if (i < 0) return;
+    *mapping = i;
+    *rel_pc = pc - j->start;
+}
+
 static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
+    if (s->kernel && pc >= TMR_KERNEL_START) {
+        *mapping = s->kernel_map;
+        *rel_pc = pc;
+        *name = kernel_name(s->kernel, pc);
+        return;
+    }
     int i = find_live(s, pc);
     if (i < 0 && !s->pid) {
         struct timespec now;
@@ -703,6 +933,7 @@ static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc,
     *name = NULL;
     if (i < 0) {
         *rel_pc = pc;
+        resolve_jit(s, pc, mapping, rel_pc, name);
         return;
     }
     const tmr_mapping *m = &s->maps[i];
@@ -715,6 +946,7 @@ static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc,
         if (y) *name = shown_name(s, y);
     }
     if (!*name && !s->pid) *name = dladdr_name(s, pc);
+    if (!*name && anonymous(m)) resolve_jit(s, pc, mapping, rel_pc, name);
 }
 
 void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name) {
@@ -730,6 +962,8 @@ void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel
         }
     }
     resolve(s, pc, mapping, rel_pc, name); /* may refresh, which empties the cache */
+    const tmr_mapping *m = tmr_symbols_mapping(s, *mapping);
+    if (!*name && (!m || anonymous(m))) return; /* a JIT may name it later in its perf map */
     if ((s->cache_n + 1) * 2 > s->cache_cap) {
         size_t cap = s->cache_cap ? s->cache_cap * 2 : 1024;
         cache_ent *old = s->cache;

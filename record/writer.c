@@ -141,7 +141,7 @@ static void imap_clear(imap *m) {
 static void imap_free(imap *m) { free(m->a), free(m->b), free(m->v); }
 
 /* Kinds of string-like entries keyed by pointer in one map (key b). */
-enum { KEY_NAME = 0, KEY_PATH = 1, KEY_BUILD_ID = 2, KEY_MAPPING = 3 };
+enum { KEY_NAME = 0, KEY_PATH = 1, KEY_BUILD_ID = 2, KEY_MAPPING = 3, KEY_TRUNCATED = 4 };
 
 /* Callstacks: a table of (hash, frame iids in a pool) -> iid. */
 typedef struct cs_slot {
@@ -656,13 +656,41 @@ static void put_defaults(tmr_writer *w, wbuf *b) {
     msg_close(b, TM_PF_PACKET_DEFAULTS, d);
 }
 
+/* The iid of the "[truncated]" frame, in a mapping of that name of its own
+ * (Perfetto's readers drop a frame without a mapping). */
+static uint64_t intern_truncated(tmr_writer *w, seq_state *s) {
+    static const char name[] = TMR_TRUNCATED_FRAME;
+    uint64_t *slot = imap_slot(&s->strs, 0, KEY_TRUNCATED);
+    if (!slot) {
+        w->interned.oom = 1;
+        return 0;
+    }
+    if (*slot) return *slot + 1; /* the slot holds the mapping's iid; the frame's is the next */
+    uint64_t mapping_iid = *slot = ++s->next_iid, frame_iid = ++s->next_iid;
+    uint64_t path_iid = intern_bytes(w, s, TM_PF_INTERNED_MAPPING_PATHS, KEY_PATH, name, name, sizeof name - 1);
+    uint64_t name_iid = intern_bytes(w, s, TM_PF_INTERNED_FUNCTION_NAMES, KEY_NAME, name, name, sizeof name - 1);
+    wbuf *b = &w->interned;
+    size_t e = msg_open(b);
+    put_uint(b, TM_PF_INTERNED_IID, mapping_iid);
+    if (path_iid) put_uint(b, TM_PF_MAPPING_PATH_STRING_IDS, path_iid);
+    msg_close(b, TM_PF_INTERNED_MAPPINGS, e);
+    e = msg_open(b);
+    put_uint(b, TM_PF_INTERNED_IID, frame_iid);
+    if (name_iid) put_uint(b, TM_PF_FRAME_FUNCTION_NAME_ID, name_iid);
+    put_uint(b, TM_PF_FRAME_MAPPING_ID, mapping_iid);
+    put_uint(b, TM_PF_FRAME_REL_PC, 0);
+    msg_close(b, TM_PF_INTERNED_FRAMES, e);
+    return frame_iid;
+}
+
 tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t cpu, uint64_t ts_ns,
-                            const uint64_t *pcs, uint32_t depth, uint64_t count, int prev_dropped, tm_error *err) {
+                            const uint64_t *pcs, uint32_t depth, uint64_t count, unsigned flags, tm_error *err) {
     if (seq == 0 || seq == TMR_WRITER_SEQ || seq == w->o.own_seq || (depth && !pcs))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "bad sample: sequence %u, depth %u", (unsigned)seq,
                        (unsigned)depth);
+    int prev_dropped = (flags & TMR_SAMPLE_PREV_DROPPED) != 0, truncated = depth && (flags & TMR_SAMPLE_TRUNCATED);
     seq_state *s = seq_get(w, seq);
-    if (!s || tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, depth))
+    if (!s || tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, (size_t)depth + 1))
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     /* After a loss the reader distrusts this sequence's interning until the
      * next CLEARED packet: start a new generation with this sample. */
@@ -671,8 +699,10 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
     w->interned.len = 0;
     w->interned.oom = 0;
     /* pcs run leaf to root; Callstack.frame_ids run root to leaf. */
-    for (uint32_t i = 0; i < depth; i++) w->frame_iids[depth - 1 - i] = intern_frame(w, s, pcs[i], i > 0);
-    uint64_t cs_iid = depth ? intern_callstack(w, s, w->frame_iids, depth) : 0;
+    uint64_t *f = w->frame_iids + truncated;
+    if (truncated) w->frame_iids[0] = intern_truncated(w, s);
+    for (uint32_t i = 0; i < depth; i++) f[depth - 1 - i] = intern_frame(w, s, pcs[i], i > 0);
+    uint64_t cs_iid = depth ? intern_callstack(w, s, w->frame_iids, depth + (uint32_t)truncated) : 0;
 
     wbuf *b = &w->pkt;
     if (prev_dropped) {
@@ -699,8 +729,9 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
     put_uint(b, TM_PF_PERF_SAMPLE_PID, (uint64_t)(uint32_t)w->o.pid);
     put_uint(b, TM_PF_PERF_SAMPLE_TID, (uint64_t)(uint32_t)tid);
     if (cs_iid) put_uint(b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs_iid);
-    put_uint(b, TM_PF_PERF_SAMPLE_CPU_MODE, TM_PF_CPU_MODE_USER);
+    put_uint(b, TM_PF_PERF_SAMPLE_CPU_MODE, flags & TMR_SAMPLE_KERNEL ? TM_PF_CPU_MODE_KERNEL : TM_PF_CPU_MODE_USER);
     if (count) put_uint(b, TM_PF_PERF_SAMPLE_TIMEBASE_COUNT, count);
+    if (truncated) put_uint(b, TM_PF_PERF_SAMPLE_UNWIND_ERROR, TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED);
     msg_close(b, TM_PF_PACKET_PERF_SAMPLE, ps);
     if (w->interned.oom) b->oom = 1;
     tm_status st = emit_packet(w, err);

@@ -7,22 +7,31 @@
  *   threads S   a thread "spinner" in spin_hot (~80 %) / spin_cold (~20 %),
  *               and a thread "blocker" that blocks every signal, in
  *               blocked_spin; S CPU-seconds each
+ *   late S      sleeps 0.5 s (a recorder attaches meanwhile), then as threads
  *   child S     child_spin for S CPU-seconds (started by `sh -c` in the tests)
  *   sigprof S   installs its own SIGPROF handler and ITIMER_PROF, spins in
  *               spin_hot; prints "sigprof N" (the handler's count)
  *   exit S      spins in spin_hot, then _exit(5)
  *   abort S     spins in spin_hot, then abort()
  *   cxx S       spins in a function with a C++ mangled name, tmtest::spin()
+ *   kernel S    reads /dev/zero in 1 MiB blocks from kernel_spin (time in the kernel)
+ *   deep S      spin_hot at the bottom of 200 frames of deep_recurse
+ *   jit S       copies a counting loop into a page it makes executable with
+ *               mprotect (as JITs do), names it "tmtest_jitted_loop" in
+ *               /tmp/perf-PID.map as perf's JIT interface says, runs it;
+ *               prints "jit PID" (the test removes the map file)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,11 +65,37 @@ static NOINLINE void child_spin(void) { g_sink = burn(g_sink + 3); }
 static NOINLINE void cxx_spin(void) __asm__("_ZN6tmtest4spinEv"); /* tmtest::spin() */
 static NOINLINE void cxx_spin(void) { g_sink = burn(g_sink + 4); }
 
+#if defined(__x86_64__)
+/* mov rcx, 2000000; 1: dec rcx; jnz 1b; ret (a millisecond or two) */
+static const unsigned char jit_loop[] = {0x48, 0xb9, 0x80, 0x84, 0x1e, 0, 0, 0, 0, 0, /* mov rcx, imm64 */
+                                         0x48, 0xff, 0xc9,                             /* dec rcx */
+                                         0x75, 0xfb,                                   /* jnz -5 */
+                                         0xc3};                                        /* ret */
+#endif
+static void (*g_jitted)(void);
+static NOINLINE void jit_call(void) { g_jitted(); }
+
+static int g_zero = -1;
+static char g_block[1 << 20];
+static NOINLINE void kernel_spin(void) {
+    if (read(g_zero, g_block, sizeof g_block) > 0) g_sink += (uint64_t)g_block[4096];
+}
+
 /* Runs fn until the thread has used g_seconds of CPU time. */
 static void spin_for(void (*fn)(void)) {
     double end = thread_cpu_seconds() + g_seconds;
     while (thread_cpu_seconds() < end)
         for (int i = 0; i < 20; i++) fn();
+}
+
+/* n frames of itself above spin_for(spin_hot); the addition after the call
+ * keeps each frame (no tail call). */
+static NOINLINE int deep_recurse(int n) {
+    if (n == 0) {
+        spin_for(spin_hot);
+        return 0;
+    }
+    return deep_recurse(n - 1) + (int)(g_sink & 1);
 }
 
 static void *spinner(void *arg) {
@@ -89,11 +124,17 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_perf_target threads|child|sigprof|exit|abort|cxx SECONDS\n");
+        fprintf(stderr,
+                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
     g_seconds = atof(argv[2]);
+    if (strcmp(mode, "late") == 0) {
+        struct timespec half = {0, 500000000};
+        nanosleep(&half, NULL);
+        mode = "threads";
+    }
     if (strcmp(mode, "threads") == 0) {
         pthread_t a, b;
         if (pthread_create(&a, NULL, spinner, NULL) || pthread_create(&b, NULL, blocker, NULL)) return 1;
@@ -105,6 +146,30 @@ int main(int argc, char **argv) {
         spin_for(child_spin);
         return 0;
     }
+    if (strcmp(mode, "kernel") == 0) {
+        if ((g_zero = open("/dev/zero", O_RDONLY)) < 0) return 1;
+        spin_for(kernel_spin);
+        return 0;
+    }
+    if (strcmp(mode, "deep") == 0) return deep_recurse(200);
+#if defined(__x86_64__)
+    if (strcmp(mode, "jit") == 0) {
+        void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED) return 1;
+        memcpy(page, jit_loop, sizeof jit_loop);
+        if (mprotect(page, 4096, PROT_READ | PROT_EXEC)) return 1;
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+        FILE *map = fopen(path, "a");
+        if (!map) return 1;
+        fprintf(map, "%llx %zx tmtest_jitted_loop\n", (unsigned long long)(uintptr_t)page, sizeof jit_loop);
+        fclose(map);
+        printf("jit %d\n", (int)getpid());
+        memcpy(&g_jitted, &page, sizeof page); /* object to function pointer, as POSIX allows */
+        spin_for(jit_call);
+        return 0;
+    }
+#endif
     if (strcmp(mode, "cxx") == 0) {
         spin_for(cxx_spin);
         return 0;

@@ -182,7 +182,8 @@ struct abi0_tm_recorder_stats {
         bytes_discarded, sample_packets_lost, bytes_written;
     uint32_t threads, chunks;
     uint64_t heap_samples, heap_samples_lost, heap_unwind_errors;
-    uint64_t reserved_[19];
+    uint64_t stacks_truncated;
+    uint64_t reserved_[18];
 };
 
 /* ==== layout ============================================================ */
@@ -317,6 +318,7 @@ Test(abi, symbolize_and_recorder) {
     FIELD(tm_recorder_stats, sample_packets_lost); FIELD(tm_recorder_stats, bytes_written);
     FIELD(tm_recorder_stats, threads); FIELD(tm_recorder_stats, chunks); FIELD(tm_recorder_stats, heap_samples);
     FIELD(tm_recorder_stats, heap_samples_lost); FIELD(tm_recorder_stats, heap_unwind_errors);
+    FIELD(tm_recorder_stats, stacks_truncated);
 }
 
 /* The sizes docs/library.md gives, on 64-bit targets (LP64: 8-byte pointers

@@ -6,7 +6,13 @@
  * first, a thread that blocks every signal sampled, a child process
  * started by `sh -c` sampled, a program with its own SIGPROF handler
  * unchanged, valid traces after _exit, abort and SIGTERM (passed on to the
- * program), and the program's exit status as record's.
+ * program), and the program's exit status as record's. Attaching (-p): the
+ * threads that ran, and the threads and children started later, sampled
+ * at the rate of the CPU time they used; the ends (--duration, SIGINT, the
+ * process's exit) with the process untouched; failures (125, OUT kept).
+ * Kernel frames (--kernel) and their refusal, stacks cut at --max-depth
+ * marked and counted (both backends), JIT code named from its perf map,
+ * system-wide recording (-a) and its refusal.
  *
  * Skipped, with the reason, when this kernel refuses perf_event_open.
  * Paths come from the build: TM_CLI, TM_RECORD_PERF_TARGET.
@@ -27,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conformance.h"
 #include "tracemill.h"
 #include "tracemill_sql.h"
 #include "tutil.h"
@@ -351,4 +358,509 @@ Test(record_perf, timebase_count_is_cumulative_per_cpu) {
     tm_db_free(db);
     free(bytes);
     free(path);
+}
+
+/* ---- attaching: record -p ---- */
+
+/* Starts `record_perf_target MODE SECONDS` (or `sh -c SCRIPT` when mode is
+ * NULL) in the background, stdout to /dev/null; its pid. */
+static pid_t start_target(const char *mode, const char *seconds) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(126);
+        if (mode) execl(TM_RECORD_PERF_TARGET, TM_RECORD_PERF_TARGET, mode, seconds, (char *)NULL);
+        else execl("/bin/sh", "sh", "-c", seconds, (char *)NULL);
+        _exit(126);
+    }
+    return pid;
+}
+
+/* The CPU time process pid spent in user mode so far, all its threads (/proc/PID/stat utime). */
+static double user_cpu(pid_t pid) {
+    char path[48], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    unsigned long long utime = 0;
+    /* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime */
+    cr_assert_eq(sscanf(strrchr(buf, ')') + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu", &utime), 1);
+    return (double)utime / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Runs `tracemill record OPTS -o DIR/t.pftrace` (no program); *code gets
+ * record's exit status; returns its stderr. */
+static char *record_opts(const char *opts, int *code) {
+    char *err = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record -F %d -o %s %s 2>%s", TM_CLI, HZ, trace, opts, err), 0);
+    int st = system(cmd);
+    *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *text = tu_read_file(err, NULL);
+    cr_assert_not_null(text);
+    free(cmd), free(err), free(trace);
+    return text;
+}
+
+/* Waits for the target; its exit status (-1: killed or not over in 60 s). */
+static int target_status(pid_t pid) {
+    int status = 0;
+    cr_assert_eq(tu_wait_child(pid, 60, &status), 0, "the target did not end");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* -p on a process whose two threads already run: both are sampled at the
+ * rate of the CPU time they used while attached, named as in /proc; after
+ * --duration record ends and the process runs on to its normal end. */
+Test(record_perf, attach_to_running_threads) {
+    need_perf();
+    pid_t pid = start_target("threads", "3");
+    sleep_s(0.3); /* the threads exist and are named */
+    char opts[64];
+    snprintf(opts, sizeof opts, "-p %d --duration 1", (int)pid);
+    double before = user_cpu(pid);
+    int code;
+    char *err = record_opts(opts, &code);
+    double used = user_cpu(pid) - before;
+    cr_assert_eq(kill(pid, 0), 0, "the target did not survive the recording: %s", err);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "backend perf"), "%s", err);
+    counts c = read_trace();
+    cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
+    cr_expect_gt(c.hot, c.cold, "%s", err);
+    cr_expect_gt(c.blocked, 0, "%s", err);
+    /* used also spans record's start and end around the second sampled
+     * (a large part of it on a loaded machine or under ASan: the exact rate
+     * is attach_follows_new_threads_until_exit's); utime ticks at 100 Hz */
+    double want = used * HZ;
+    cr_expect(c.total >= want * 0.35 - 2 && c.total <= want * 1.15 + 2,
+              "%llu samples for %.2f CPU-seconds used while attached (want ~%.0f): %s",
+              (unsigned long long)c.total, used, want, err);
+    cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach start_thread", (unsigned long long)c.rooted,
+                  (unsigned long long)c.known);
+    cr_expect_eq(target_status(pid), 0, "the target's own end changed");
+    free(err);
+}
+
+/* Threads a process starts after record attached are sampled (inherit),
+ * with the names they give themselves; record ends when the process does. */
+Test(record_perf, attach_follows_new_threads_until_exit) {
+    need_perf();
+    pid_t pid = start_target("late", "0.5");
+    sleep_s(0.1);
+    char opts[32];
+    snprintf(opts, sizeof opts, "-p %d", (int)pid);
+    int code;
+    char *err = record_opts(opts, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    counts c = read_trace();
+    cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
+    expect_rate(c.hot + c.cold, 0.5, "spinner, started after attaching");
+    expect_rate(c.blocked, 0.5, "blocker, started after attaching");
+    cr_expect_eq(target_status(pid), 0);
+    free(err);
+}
+
+/* A child process started after attaching is followed; -p takes a list. */
+Test(record_perf, attach_follows_new_children) {
+    need_perf();
+    pid_t idle = start_target(NULL, "sleep 3");
+    pid_t sh = start_target(NULL, "sleep 0.5; " TM_RECORD_PERF_TARGET " child 0.5");
+    sleep_s(0.1);
+    char opts[64];
+    snprintf(opts, sizeof opts, "-p %d,%d", (int)sh, (int)idle);
+    int code;
+    char *err = record_opts(opts, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    expect_rate(read_trace().child, 0.5, "the child of sh");
+    /* both listed, and what sh started after (how many: the shell's choice) */
+    const char *in = strstr(err, " processes;");
+    while (in && in > err && in[-1] >= '0' && in[-1] <= '9') in--;
+    cr_expect(in && atoi(in) >= 2, "%s", err);
+    cr_expect_eq(target_status(sh), 0);
+    cr_expect_eq(target_status(idle), 0);
+    free(err);
+}
+
+/* SIGINT (Ctrl-C or kill) to record ends the recording; the process
+ * attached to is not signalled. */
+Test(record_perf, attach_ends_on_sigint) {
+    need_perf();
+    pid_t pid = start_target("child", "30");
+    char *trace = path_in_dir("t.pftrace"), *errp = path_in_dir("stderr"), pid_text[16];
+    snprintf(pid_text, sizeof pid_text, "%d", (int)pid);
+    pid_t rec = fork();
+    cr_assert_geq(rec, 0);
+    if (rec == 0) {
+        if (!freopen(errp, "w", stderr)) _exit(126);
+        execl(TM_CLI, TM_CLI, "record", "-p", pid_text, "-o", trace, (char *)NULL);
+        _exit(126);
+    }
+    sleep_s(1.0);
+    cr_assert_eq(kill(rec, SIGINT), 0);
+    int status = 0;
+    cr_assert_eq(tu_wait_child(rec, 30, &status), 0, "record did not end on SIGINT");
+    char *text = tu_read_file(errp, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x: %s", status, text ? text : "");
+    cr_expect_gt(read_trace().child, 0);
+    cr_expect_eq(kill(pid, 0), 0, "the target was signalled");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    free(text), free(trace), free(errp);
+}
+
+/* A process that does not exist, or may not be attached to: 125, a message
+ * naming it and the reason, and OUT left as it was. */
+Test(record_perf, attach_failures_leave_out_alone) {
+    need_perf();
+    char *trace = path_in_dir("t.pftrace");
+    FILE *f = fopen(trace, "w");
+    cr_assert_not_null(f);
+    fputs("mine", f);
+    fclose(f);
+    pid_t gone = start_target(NULL, "exit 0");
+    cr_assert_eq(target_status(gone), 0);
+    char opts[32];
+    snprintf(opts, sizeof opts, "-p %d", (int)gone);
+    int code;
+    char *err = record_opts(opts, &code);
+    char want[64];
+    snprintf(want, sizeof want, "process %d: No such process", (int)gone);
+    cr_expect_eq(code, 125, "exit %d: %s", code, err);
+    cr_expect(strstr(err, want), "%s", err);
+    free(err);
+    /* Without the capabilities that let root attach anywhere, pid 1 (not
+     * ours to ptrace then) is refused. */
+    if (getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0) {
+        char *errp = path_in_dir("stderr"), *cmd = NULL;
+        cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin,-sys_ptrace %s record -p 1 -o %s 2>%s",
+                              TM_CLI, trace, errp),
+                     0);
+        int st = system(cmd);
+        err = tu_read_file(errp, NULL);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+        cr_expect(err && strstr(err, "process 1 ") && strstr(err, "Permission denied") &&
+                      strstr(err, "perf_event_paranoid"),
+                  "%s", err ? err : "");
+        free(err), free(cmd), free(errp);
+    }
+    char *kept = tu_read_file(trace, NULL);
+    cr_expect(kept && strcmp(kept, "mine") == 0, "OUT was replaced");
+    free(kept), free(trace);
+}
+
+/* -p with a program, or with the signal backend, is a usage error. */
+Test(record_perf, attach_usage) {
+    int code;
+    char *err = record_opts("-p 1 -- true", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "give no program"), "%s", err);
+    free(err);
+    err = record_opts("--backend signal -p 1", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "-p needs --backend perf"), "%s", err);
+    free(err);
+    err = record_opts("-p 12x", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    free(err);
+    err = record_opts("-a -p 1", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    free(err);
+    err = record_opts("-a -- true", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "-a records running processes"), "%s", err);
+    free(err);
+}
+
+/* --duration with a program: sampling stops after S seconds, the program
+ * runs on to its end, and record exits with its status once it has. */
+Test(record_perf, duration_with_a_command) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--duration 1", "sh -c '" TM_RECORD_PERF_TARGET " child 2.0; exit 4'", &code);
+    cr_assert_eq(code, 4, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "sampling stopped after 1 s"), "%s", err);
+    uint64_t n = read_trace().child;
+    /* at most one second of CPU time: a single CPU for the program */
+    cr_expect(n > 0 && n <= HZ * 1.1, "%llu samples in a 1 s recording: %s", (unsigned long long)n, err);
+    free(err);
+}
+
+/* ---- kernel frames, truncated stacks ---- */
+
+/* The single integer SQL gives for DIR/t.pftrace (tracemill's Trace
+ * Processor model); also checks the trace is encoded as Perfetto reads it. */
+static int64_t sql_int(const char *sql) {
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes);
+    char why[256] = "";
+    cr_expect_eq(tc_check_trace((const uint8_t *)bytes, len, why, sizeof why), 0, "%s", why);
+    tm_db *db = NULL;
+    tm_error e;
+    cr_assert_eq(tm_db_new(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db), sql, -1, &q, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(tm_db_sqlite(db)));
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    tm_db_free(db);
+    free(bytes);
+    free(path);
+    return v;
+}
+
+/* Lines of the folded stacks that contain every one of the frames in
+ * order, root to leaf (each a whole frame). */
+static uint64_t folded_with(const char *folded, const char *const *frames, size_t n) {
+    uint64_t samples = 0;
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n'), *space = NULL;
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        for (size_t i = len; i-- > 0 && !space;)
+            if (line[i] == ' ') space = line + i;
+        cr_assert_not_null(space);
+        const char *at = line;
+        size_t k = 0;
+        for (; k < n; k++) {
+            size_t fl = strlen(frames[k]);
+            const char *found = NULL;
+            for (const char *c = at; c + fl <= space && !found; c++)
+                if ((c == line || c[-1] == ';') && memcmp(c, frames[k], fl) == 0 && (c[fl] == ';' || c + fl == space))
+                    found = c;
+            if (!found) break;
+            at = found + fl;
+        }
+        if (k == n) samples += strtoull(space + 1, NULL, 10);
+        line = nl ? nl + 1 : NULL;
+    }
+    return samples;
+}
+
+/* --kernel: a program reading /dev/zero spends its time in the kernel;
+ * its samples are in kernel mode, and their stacks go from _start through
+ * kernel_spin and read into the kernel's vfs_read, named from kallsyms, in
+ * the [kernel.kallsyms] mapping. */
+Test(record_perf, kernel_frames) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--kernel", TM_RECORD_PERF_TARGET " kernel 0.5", &code);
+    if (code == 125 && strstr(err, "--kernel"))
+        cr_skip_test("this kernel refuses kernel samples here: %s", err); /* the refusal is tested below */
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *folded = folded_text();
+    static const char *const path[] = {"_start", "main", "kernel_spin", "vfs_read"};
+    counts c = read_trace();
+    uint64_t through = folded_with(folded, path, 4);
+    cr_expect_geq(through * 2, c.total, "%llu of %llu stacks go from _start to vfs_read:\n%s",
+                  (unsigned long long)through, (unsigned long long)c.total, folded);
+    int64_t kernel_mode = sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'");
+    cr_expect_geq(kernel_mode * 2, (int64_t)c.total, "%lld of %llu samples in kernel mode", (long long)kernel_mode,
+                  (unsigned long long)c.total);
+    /* one per process the trace has (an ASan build's runtime may start one more) */
+    cr_expect_geq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%[kernel.kallsyms]'"), 1);
+    free(folded);
+    free(err);
+    /* Without --kernel nothing of the kernel is there (the second program
+     * is there to be sampled in user mode: the first hardly ever is). */
+    err = record("sh -c '" TM_RECORD_PERF_TARGET " kernel 0.3; " TM_RECORD_PERF_TARGET " child 0.2'", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_eq(sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'"), 0);
+    cr_expect_eq(sql_int("SELECT count(*) FROM stack_profile_mapping WHERE name LIKE '%kallsyms%'"), 0);
+    free(err);
+}
+
+/* Where the kernel refuses kernel samples (here: without CAP_PERFMON and
+ * CAP_SYS_ADMIN, with perf_event_paranoid >= 2), --kernel fails with 125
+ * and says which setting it needs. */
+Test(record_perf, kernel_frames_refused) {
+    need_perf();
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    int paranoid = 0;
+    cr_assert(f && fscanf(f, "%d", &paranoid) == 1);
+    fclose(f);
+    if (paranoid < 2 || getuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        cr_skip_test("kernel samples are refused only with perf_event_paranoid >= 2 (here %d) and without "
+                     "capabilities (setpriv as root drops them)", paranoid);
+    char *errp = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin %s record --kernel -o %s -- true 2>%s",
+                          TM_CLI, trace, errp),
+                 0);
+    int st = system(cmd);
+    char *err = tu_read_file(errp, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+    cr_expect(err && strstr(err, "--kernel") && strstr(err, "kernel.perf_event_paranoid <= 1"), "%s", err ? err : "");
+    cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
+    free(err), free(cmd), free(errp), free(trace);
+}
+
+/* A stack deeper than --max-depth: cut there, a [truncated] frame at its
+ * root end, unwind_error max_frames_exceeded on every such sample, and
+ * the count in record's report, with either backend. */
+static void expect_truncated(const char *backend) {
+    if (strcmp(backend, "signal") == 0) tu_asan_recorded_child_env();
+    char opts[512];
+    snprintf(opts, sizeof opts, "--backend %s --max-depth 40 -- " TM_RECORD_PERF_TARGET " deep 0.3", backend);
+    int code;
+    char *err = record_opts(opts, &code);
+    cr_assert_eq(code, 0, "%s: exit %d: %s", backend, code, err);
+    counts c = read_trace();
+    cr_assert_gt(c.hot, 0, "%s", err);
+    char *folded = folded_text();
+    static const char *const path[] = {"[truncated]", "deep_recurse", "spin_hot"};
+    uint64_t marked = folded_with(folded, path, 3);
+    cr_expect_eq(marked, c.hot, "%s: %llu of %llu samples of spin_hot are marked [truncated]", backend,
+                 (unsigned long long)marked, (unsigned long long)c.hot);
+    /* the mark is the root: every line through deep_recurse starts with it */
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (memmem(line, len, "deep_recurse", 12))
+            cr_expect(strncmp(line, "[truncated];deep_recurse;", 25) == 0, "%s: not marked at the root: %.200s",
+                      backend, line);
+        line = nl ? nl + 1 : NULL;
+    }
+    /* every sample cut is flagged, and only those (an ASan build's start-up has short stacks) */
+    int64_t flagged = sql_int("SELECT count(*) FROM perf_sample WHERE unwind_error = 'max_frames_exceeded'");
+    cr_expect_eq(flagged, (int64_t)folded_with(folded, path, 1), "%s: %lld samples flagged", backend,
+                 (long long)flagged);
+    char want[64];
+    if (strcmp(backend, "perf") == 0) snprintf(want, sizeof want, " %lld cut at 40 frames", (long long)flagged);
+    else snprintf(want, sizeof want, ": %lld of %llu stacks cut at --max-depth", (long long)flagged,
+                  (unsigned long long)c.total);
+    cr_expect(strstr(err, want), "%s: no \"%s\" in:\n%s", backend, want, err);
+    free(folded);
+    free(err);
+}
+
+Test(record_perf, truncated_stacks_marked_and_counted) {
+    need_perf();
+    expect_truncated("perf");
+    expect_truncated("signal");
+    /* Stacks that fit are not marked. */
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " deep 0.2", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_eq(sql_int("SELECT count(*) FROM perf_sample WHERE unwind_error IS NOT NULL"), 0);
+    cr_expect(strstr(err, " 0 cut at"), "%s", err);
+    free(err);
+}
+
+/* ---- JIT frames: /tmp/perf-PID.map ---- */
+
+/* Samples whose leaf frame is name, in the folded stacks. */
+static uint64_t leaf_is(const char *folded, const char *name) {
+    uint64_t n = 0;
+    size_t len = strlen(name);
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n'), *space = strrchr(line, ' ');
+        if (nl) space = memrchr(line, ' ', (size_t)(nl - line));
+        cr_assert_not_null(space);
+        if ((size_t)(space - line) >= len && memcmp(space - len, name, len) == 0 &&
+            (space - len == line || space[-(long)len - 1] == ';'))
+            n += strtoull(space + 1, NULL, 10);
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/* Code a program generates at run time (in memory it makes executable with
+ * mprotect, which no MMAP record reports) and names in /tmp/perf-PID.map
+ * while it runs is named so in the trace, with either backend. */
+static void expect_jit_named(const char *backend) {
+    if (strcmp(backend, "signal") == 0) tu_asan_recorded_child_env();
+    char opts[512];
+    snprintf(opts, sizeof opts, "--backend %s -- " TM_RECORD_PERF_TARGET " jit 0.5 >%s/stdout", backend, g_dir);
+    int code;
+    char *err = record_opts(opts, &code);
+    char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
+    int pid = 0;
+    if (out && sscanf(out, "jit %d", &pid) == 1) {
+        char map[64];
+        snprintf(map, sizeof map, "/tmp/perf-%d.map", pid);
+        unlink(map);
+    }
+    cr_assert_eq(code, 0, "%s: exit %d: %s", backend, code, err);
+    cr_assert_gt(pid, 0, "%s: no pid printed", backend);
+    char *folded = folded_text();
+    /* the samples after the dynamic loader's start-up (where an ASan build's runtime spends some) */
+    static const char *const init[] = {"_dl_init"}, *const start[] = {"_dl_start"};
+    uint64_t total = read_trace().total - folded_with(folded, init, 1) - folded_with(folded, start, 1);
+    uint64_t named = leaf_is(folded, "tmtest_jitted_loop");
+    cr_expect_gt(total, 20, "%s", err);
+    cr_expect_geq(named * 10, total * 9, "%s: %llu of %llu samples have tmtest_jitted_loop on top:\n%s", backend,
+                  (unsigned long long)named, (unsigned long long)total, folded);
+    free(folded), free(out), free(out_path), free(err);
+}
+
+Test(record_perf, jit_frames_from_perf_map) {
+    need_perf();
+    expect_jit_named("perf");
+    expect_jit_named("signal");
+}
+
+/* ---- system-wide: -a ---- */
+
+/* -a records every process (here, where root has CAP_PERFMON): a program
+ * the recorder knows nothing of is there, named, with its own process and
+ * at the rate of the CPU time it used; --duration ends it. */
+Test(record_perf, system_wide) {
+    need_perf();
+    pid_t pid = start_target("child", "30");
+    sleep_s(0.2);
+    double before = user_cpu(pid);
+    int code;
+    char *err = record_opts("-a --duration 1", &code);
+    double used = user_cpu(pid) - before;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (code == 125 && strstr(err, "perf_event_paranoid <= 0"))
+        cr_skip_test("system-wide recording is refused here (the refusal is tested below): %s", err);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    uint64_t n = read_trace().child;
+    /* used spans record's whole run, longer than the second sampled: no
+     * more samples than it stands for, and on a shared machine at least a
+     * tenth of a second's worth */
+    double want = used * HZ;
+    cr_expect(n >= 10 && n <= want * 1.15 + 2, "%llu samples of child_spin for %.2f CPU-seconds: %s",
+              (unsigned long long)n, used, err);
+    cr_expect_geq(sql_int("SELECT count(*) FROM perf_sample s JOIN thread USING (utid) JOIN process p "
+                          "USING (upid) WHERE p.name LIKE '%record_perf_target%'"),
+                  (int64_t)n);
+    /* one second, not the time the recorder took to catch up */
+    cr_expect_lt(sql_int("SELECT max(ts) - min(ts) FROM perf_sample"), 1100000000);
+    free(err);
+}
+
+/* Where the kernel does not allow it (perf_event_paranoid > 0 and no
+ * CAP_PERFMON / CAP_SYS_ADMIN), -a exits 125 naming the setting it needs. */
+Test(record_perf, system_wide_refused) {
+    need_perf();
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    int paranoid = 0;
+    cr_assert(f && fscanf(f, "%d", &paranoid) == 1);
+    fclose(f);
+    if (paranoid < 1 || getuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        cr_skip_test("-a is refused only with perf_event_paranoid >= 1 (here %d) and without capabilities "
+                     "(setpriv as root drops them)", paranoid);
+    char *errp = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin %s record -a --duration 1 -o %s 2>%s",
+                          TM_CLI, trace, errp),
+                 0);
+    int st = system(cmd);
+    char *err = tu_read_file(errp, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+    cr_expect(err && strstr(err, "system-wide") && strstr(err, "kernel.perf_event_paranoid <= 0"), "%s",
+              err ? err : "");
+    cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
+    free(err), free(cmd), free(errp), free(trace);
 }

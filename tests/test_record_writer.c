@@ -84,7 +84,7 @@ static void rig_close(rig *r) {
 
 static void sample(rig *r, uint32_t seq, int32_t tid, uint64_t ts, const uint64_t *pcs, uint32_t n, int dropped) {
     tm_error err;
-    cr_assert_eq(tmr_writer_sample(r->w, seq, tid, 0, ts, pcs, n, 0, dropped, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tmr_writer_sample(r->w, seq, tid, 0, ts, pcs, n, 0, dropped ? TMR_SAMPLE_PREV_DROPPED : 0, &err), TM_OK, "%s", err.message);
 }
 
 static void stats_no_loss(rig *r) {

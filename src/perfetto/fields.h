@@ -148,6 +148,7 @@ enum {
     TM_PF_PERF_SAMPLE_PRODUCER_EVENT = 19
 };
 enum { TM_PF_CPU_MODE_KERNEL = 1, TM_PF_CPU_MODE_USER = 2 };
+enum { TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED = 6 }; /* Profiling.StackUnwindError */
 
 /* StreamingProfilePacket: both repeated fields are declared [packed = true]. */
 enum {
