@@ -102,6 +102,20 @@ typedef struct cache_ent {
 
 typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *len, int *status);
 
+/* How many of n records of `size` bytes, sorted by a leading uint64_t
+ * start, start at or below key. */
+static size_t count_at_or_below(const void *records, size_t n, size_t size, uint64_t key) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t start;
+        memcpy(&start, (const char *)records + mid * size, sizeof start);
+        if (start <= key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* A function a JIT or interpreter announced in /tmp/perf-PID.map. */
 typedef struct jit_sym {
     uint64_t start, size;
@@ -793,12 +807,7 @@ void tmr_kallsyms_free(tmr_kallsyms *k) {
 /* The kernel function containing addr: kallsyms has no sizes, so the
  * nearest symbol below (as perf takes it). */
 static const char *kernel_name(const tmr_kallsyms *k, uint64_t addr) {
-    size_t lo = 0, hi = k->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (k->syms[mid].addr <= addr) lo = mid + 1;
-        else hi = mid;
-    }
+    size_t lo = count_at_or_below(k->syms, k->n, sizeof *k->syms, addr);
     return lo ? k->syms[lo - 1].name : NULL;
 }
 
@@ -876,12 +885,7 @@ static int read_perf_map(tmr_symbols *s) {
 
 /* The latest entry covering pc (a JIT reuses freed code memory), or NULL. */
 static const jit_sym *find_jit(const tmr_symbols *s, uint64_t pc) {
-    size_t lo = 0, hi = s->n_jit;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->jit_sorted[mid].start <= pc) lo = mid + 1;
-        else hi = mid;
-    }
+    size_t lo = count_at_or_below(s->jit_sorted, s->n_jit, sizeof *s->jit_sorted, pc);
     const jit_sym *best = NULL;
     size_t best_i = 0;
     for (size_t k = lo, steps = 0; k-- > 0 && steps < 8; steps++) {
