@@ -44,6 +44,7 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("samples: packet without a sequence id", s->dropped_without_sequence);
     line("PerfSample skipped by the producer", s->perf_samples_skipped);
     line("PerfSample without callstack", s->perf_samples_without_callstack);
+    line("PerfSample stack cut at the producer's depth", s->perf_samples_truncated);
     line("kernel records lost (PerfSample)", s->perf_records_lost);
     line("producer: buffer chunks overwritten", s->buffer_chunks_overwritten);
     line("producer: buffer chunks discarded", s->buffer_chunks_discarded);

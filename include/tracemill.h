@@ -331,7 +331,9 @@ typedef struct tm_trace_stats {
     uint64_t heap_samples_unresolved;   /* dump samples whose callstack could not be resolved */
     uint64_t heap_alloc_bytes;          /* allocated over the dumps (alloc_space), all processes */
     uint64_t heap_inuse_bytes;          /* still in use at the last dumps (inuse_space) */
-    uint64_t reserved_[71]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t perf_samples_truncated;    /* PerfSamples kept whose stack the producer cut at its depth limit
+                                           (unwind_error MAX_FRAMES_EXCEEDED) */
+    uint64_t reserved_[70]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

@@ -72,8 +72,9 @@ struct abi0_tm_trace_stats {
         bytes_decompressed, service_chunks_discarded;
     int truncated;
     uint64_t truncated_at, heap_profile_packets, heap_dumps, heap_dumps_with_loss, heap_missing_packets,
-        heap_malformed, heap_unfinished_dumps, heap_samples_unresolved, heap_alloc_bytes, heap_inuse_bytes;
-    uint64_t reserved_[71];
+        heap_malformed, heap_unfinished_dumps, heap_samples_unresolved, heap_alloc_bytes, heap_inuse_bytes,
+        perf_samples_truncated;
+    uint64_t reserved_[70];
 };
 struct abi0_tm_thread_info {
     int64_t tid, pid;
@@ -250,7 +251,7 @@ Test(abi, tm_trace_stats) {
     FIELD(tm_trace_stats, heap_dumps_with_loss); FIELD(tm_trace_stats, heap_missing_packets);
     FIELD(tm_trace_stats, heap_malformed); FIELD(tm_trace_stats, heap_unfinished_dumps);
     FIELD(tm_trace_stats, heap_samples_unresolved); FIELD(tm_trace_stats, heap_alloc_bytes);
-    FIELD(tm_trace_stats, heap_inuse_bytes);
+    FIELD(tm_trace_stats, heap_inuse_bytes); FIELD(tm_trace_stats, perf_samples_truncated);
 }
 
 Test(abi, readers_and_sink) {

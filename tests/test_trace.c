@@ -353,6 +353,29 @@ Test(trace_incremental, seq_incremental_state_cleared_resets_tables) { check_res
 
 Test(trace_incremental, legacy_incremental_state_cleared_field_41_resets_tables) { check_reset_trace(1); }
 
+/* A stack the producer cut at its depth limit (unwind_error
+ * MAX_FRAMES_EXCEEDED, as `record --max-depth` writes it) is kept and
+ * counted. */
+Test(trace_wire, perf_samples_with_cut_stacks_are_counted) {
+    tb_buf b = {0};
+    clear_with_one_frame(&b, 1, 100, "deep");
+    for (uint64_t k = 0; k < 3; k++) {
+        size_t p = tb_packet_open(&b, 1, 200 + k, TB_SEQ_NEEDS);
+        size_t s = tb_open(&b, TM_PF_PACKET_PERF_SAMPLE);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_PID, 7);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_TID, 7);
+        tb_uint(&b, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1);
+        if (k < 2) tb_uint(&b, TM_PF_PERF_SAMPLE_UNWIND_ERROR, k == 0 ? TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED : 1);
+        tb_close(&b, s);
+        tb_close(&b, p);
+    }
+    tm_trace *t = parse(&b);
+    cr_assert_eq(tm_trace_profile(t)->n_samples, 3);
+    cr_assert_eq(tm_trace_get_stats(t)->perf_samples_truncated, 1);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
 /* A frame iid far past the others is kept apart until enough entries come
  * to make the table direct-indexed that far; it must still be found. */
 Test(trace_incremental, an_iid_far_past_the_others_is_found_after_the_table_grows) {

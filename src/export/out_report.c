@@ -65,6 +65,7 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"streaming_profile", s->streaming_samples},
         {"stack_sample", s->stack_samples},
         {"kept", s->samples_kept},
+        {"perf_sample_stack_truncated", s->perf_samples_truncated},
     };
     write_group(w, "samples", samples, N(samples), 0);
     const counter dropped[] = {

@@ -695,7 +695,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
     uint64_t pid = 0, tid = 0, cs = 0, lost = 0;
-    bool has_pid = false, has_cs = false, skipped = false;
+    bool has_pid = false, has_cs = false, skipped = false, truncated = false;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
         switch (f.num) {
@@ -704,6 +704,9 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs = f.val; has_cs = true; break;
         case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) lost = f.val; break;
         case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) skipped = true; break;
+        case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
+            truncated = f.wire == TM_PB_VARINT && f.val == TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED;
+            break;
         default: break;
         }
     }
@@ -752,6 +755,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     int64_t ts;
     if (!packet_time(d, k, 1, &ts)) return TM_OK;
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
+    if (truncated) p->stats.perf_samples_truncated++;
     return add_sample(d, ts, stack, thread);
 }
 
