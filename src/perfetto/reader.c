@@ -388,19 +388,22 @@ static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_
 }
 
 /* The entry of (kind, iid) in the epoch before s's current one, if it had
- * one; chained: the newest entry of that iid when epochs are chained. */
-static const tm_pf_entry *entry_before(const tm_pf_reader *r, const tm_pf_seq *s, int kind, uint64_t iid,
-                                       uint32_t chained) {
-    if (s->epoch == 0) return NULL;
-    uint32_t i = TM_ABSENT;
-    uint64_t key;
-    if (!(r->flags & TM_PF_KEEP_EPOCHS)) {
-        i = s->old_newest ? tm_iidmap_get(&s->old_newest[kind], iid) : TM_ABSENT;
-        return i == TM_ABSENT ? NULL : &s->old_ents[i];
-    }
-    if (epoch_key(s->epoch - 1, kind, iid, &key)) i = tm_u64map_get(&s->by_epoch, key);
-    else i = chained;
-    return i != TM_ABSENT && s->ents[i].epoch == s->epoch - 1 ? &s->ents[i] : NULL;
+ * one. Only sequences whose old epochs go keep that one apart (old_newest):
+ * consumers that keep epochs resolve per generation and never read
+ * same_since, so there it is always NULL. */
+static const tm_pf_entry *entry_before(const tm_pf_seq *s, int kind, uint64_t iid) {
+    uint32_t i = s->old_newest ? tm_iidmap_get(&s->old_newest[kind], iid) : TM_ABSENT;
+    return i == TM_ABSENT ? NULL : &s->old_ents[i];
+}
+
+/* The per-kind index of s's entries, made on first use (most sequences of a
+ * system trace intern nothing). */
+static tm_status ensure_index(tm_pf_reader *r, tm_pf_seq *s) {
+    if (s->newest) return TM_OK;
+    s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+    if (!s->newest) return nomem(r);
+    memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
+    return TM_OK;
 }
 
 static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const entry_schema *sc, tm_bytes msg,
@@ -418,11 +421,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     int kind = kind_of(field);
     uint64_t key;
     bool keyed = (r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(s->epoch, kind, iid, &key);
-    if (!keyed && !s->newest) { /* most sequences of a system trace intern nothing */
-        s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
-        if (!s->newest) return nomem(r);
-        memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
-    }
+    if (!keyed) TM_TRY(ensure_index(r, s));
     uint32_t i = keyed ? tm_u64map_get(&s->by_epoch, key) : tm_iidmap_get(&s->newest[kind], iid);
     if (i != TM_ABSENT && s->ents[i].epoch == s->epoch) {
         if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
@@ -437,7 +436,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if (s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "interned data past 4 GiB on sequence %u", s->id);
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
-    const tm_pf_entry *before = entry_before(r, s, kind, iid, keyed ? TM_ABSENT : i);
+    const tm_pf_entry *before = entry_before(s, kind, iid);
     bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
     s->n_same += same;
     s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, keyed ? TM_ABSENT : i,
@@ -466,11 +465,7 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
         memcmp(o->bytes.data, b.data, b.len) != 0)
         return TM_OK;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
-    if (o->count && !s->newest) {
-        s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
-        if (!s->newest) return nomem(r);
-        memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
-    }
+    if (o->count) TM_TRY(ensure_index(r, s));
     for (uint32_t k = 0; k < o->count; k++) {
         tm_pf_entry e = s->old_ents[o->first + k];
         e.msg = b.data + (e.msg - o->bytes.data);

@@ -66,7 +66,7 @@ typedef struct tm_pf_entry {
     uint32_t prev; /* the entry of the same field and iid in an older epoch; TM_ABSENT: none */
     uint32_t same_since; /* the first epoch from which its field and iid had these bytes in every epoch:
                             what a consumer resolved in one of those still holds, if what it refers
-                            to stayed the same too */
+                            to stayed the same too (with TM_PF_KEEP_EPOCHS: always its own epoch) */
     uint32_t kind;       /* its field, as an index (see reader.c) */
     uint64_t iid;
 } tm_pf_entry;
@@ -87,7 +87,7 @@ typedef struct tm_pf_seq {
     tm_pf_entry *ents; size_t n_ents, cap_ents;
     tm_iidmap *newest;     /* [TM_PF_N_INTERNED_KINDS]: iid -> its newest entry; NULL until the first */
     /* Without TM_PF_KEEP_EPOCHS, the epoch before this one (kept so entries
-     * can be compared with it: `same`), swapped in at a clear. */
+     * can be compared with it: same_since), swapped in at a clear. */
     tm_pf_entry *old_ents; size_t cap_old_ents;
     tm_iidmap *old_newest;
     /* The InternedData messages of this epoch and the one before, in order.

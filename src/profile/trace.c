@@ -25,9 +25,9 @@
  * re-sends the same entries each time, and a resolution carries over when
  * its entry has had the same bytes ever since (the reader's `same_since`)
  * and everything it refers to carried over too: frames are not interned
- * again, stacks not hashed again. In Relay mode any interned-data merge may replace entries,
- * so it drops them all. A sample whose callstack was seen before in its
- * epoch costs two array loads.
+ * again, stacks not hashed again. In Relay mode any interned-data merge may
+ * replace entries, so it drops them all. A sample whose callstack was seen
+ * before in its epoch costs two array loads.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -242,6 +242,14 @@ static inline uint32_t carry(const dec *d, resolved *c, uint32_t *out) {
     return c->since;
 }
 
+/* c's resolution, when it holds in this epoch: made in it, or carried over
+ * with everything it refers to (all_carry). */
+static inline bool holds_now(const dec *d, resolved *c, uint32_t *out, uint32_t *since) {
+    if (!c || (c->upto != cur_epoch(d) && !all_carry(d, c))) return false;
+    *since = carry(d, c, out);
+    return true;
+}
+
 /* StackSample.TaskContext { iid=1; uint32 pid=2; uint32 tid=3; uint64 async_id=4; } */
 static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t *iid) {
     tm_pb_reader r = tm_pb_reader_of(msg);
@@ -402,15 +410,7 @@ static bool mapping_refs_same(const dec *d, const ent_mapping *e, uint32_t upto)
 static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *out, int *ok, uint32_t *since) {
     resolved *c = cache_find(&s->mappings, iid);
     *ok = 1;
-    if (c && c->upto == cur_epoch(d)) {
-        *out = c->id;
-        *since = c->since;
-        return TM_OK;
-    }
-    if (all_carry(d, c)) {
-        *since = carry(d, c, out);
-        return TM_OK;
-    }
+    if (holds_now(d, c, out, since)) return TM_OK;
     tm_bytes msg;
     uint32_t same_since;
     if (!lookup_since(d, TM_PF_INTERNED_MAPPINGS, iid, &msg, &same_since)) {
@@ -470,14 +470,10 @@ static tm_status frame_refs_kept(dec *d, seq_state *s, const ent_frame *e, uint3
  * of the run it resolved to the same frame in. */
 static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t iid, const uint8_t *at,
                                     uint32_t *out, int *ok, uint32_t *since) {
-    if (all_carry(d, c)) {
-        *since = carry(d, c, out);
-        *ok = 1;
-        return TM_OK;
-    }
+    *ok = holds_now(d, c, out, since);
+    if (*ok) return TM_OK;
     tm_bytes msg;
     uint32_t same_since;
-    *ok = 0;
     if (!lookup_since(d, TM_PF_INTERNED_FRAMES, iid, &msg, &same_since)) return TM_OK;
     const ent_frame frame = parse_frame(msg), *e = &frame;
     if (may_carry(c, same_since)) {
@@ -587,12 +583,8 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
     resolved *c = cache_find(&s->stacks, iid);
     tm_bytes msg;
     uint32_t same_since, since;
-    *ok = 0;
-    if (all_carry(d, c)) {
-        carry(d, c, out);
-        *ok = 1;
-        return TM_OK;
-    }
+    *ok = holds_now(d, c, out, &since);
+    if (*ok) return TM_OK;
     if (!lookup_since(d, TM_PF_INTERNED_CALLSTACKS, iid, &msg, &same_since)) return TM_OK;
     if (may_carry(c, same_since)) {
         bool kept;
