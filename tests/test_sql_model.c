@@ -262,3 +262,38 @@ Test(sql_model, trace_uuid_from_a_hash) {
     cr_expect(strcmp(u, "00000000-0000-0000-0000-000000000000") != 0);
     tb_free(&b);
 }
+
+/* Epoch e of sequence 1: a clear, then function "e<e>" in frame iid and
+ * callstack iid = [frame iid], padded with `extra` unused strings, then a
+ * sample on that callstack. */
+static void epoch_with_sample(tb_buf *b, int e, uint64_t iid, int extra) {
+    char name[8];
+    snprintf(name, sizeof name, "e%d", e);
+    uint64_t ts = 1000 * (uint64_t)(e + 1);
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_CLEARED);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(b, TM_PF_INTERNED_FUNCTION_NAMES, iid, name, strlen(name));
+    for (int k = 0; k < extra; k++) tb_interned_string(b, TM_PF_INTERNED_MAPPING_PATHS, 2 + (uint64_t)k, "pad", 3);
+    tb_frame(b, iid, iid, 0, 0x10);
+    tb_callstack(b, iid, &iid, 1, 0);
+    tb_close(b, i);
+    tb_close(b, p);
+    tb_perf_sample(b, 1, ts + 500, 7, 8, iid, TB_SEQ_NEEDS);
+}
+
+/* Samples are resolved after the whole trace is read, so every epoch but
+ * the last is looked up after later clears: a small one from the shared
+ * (epoch, kind, iid) map, a large one (or one whose iids do not pack into
+ * that key) from the index it keeps. */
+Test(sql_model, samples_resolve_in_their_epoch_however_it_is_indexed) {
+    tb_buf b = {0};
+    epoch_with_sample(&b, 0, 1, 0);               /* small */
+    epoch_with_sample(&b, 1, 1, 100);             /* keeps its index */
+    epoch_with_sample(&b, 2, (uint64_t)1 << 40, 0); /* small, iid past the key */
+    epoch_with_sample(&b, 3, 1, 2);               /* small again */
+    epoch_with_sample(&b, 4, 1, 0);               /* the current epoch */
+    cr_expect_str_eq(rows(&b, "SELECT f.name FROM perf_sample s JOIN stack_profile_callsite c ON s.callsite_id = c.id "
+                              "JOIN stack_profile_frame f ON c.frame_id = f.id ORDER BY s.ts"),
+                     "e0;e1;e2;e3;e4");
+    tb_free(&b);
+}

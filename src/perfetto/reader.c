@@ -81,6 +81,8 @@ static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->blobs, s->cap_blobs * sizeof *s->blobs);
     tm_mem_free(m, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
     tm_u64map_free(m, &s->by_epoch);
+    for (size_t e = 0; e < s->cap_kept; e++) free_index(m, s->kept[e]);
+    tm_mem_free(m, s->kept, s->cap_kept * sizeof *s->kept);
     free_index(m, s->newest);
     free_index(m, s->old_newest);
 }
@@ -196,8 +198,9 @@ const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t fiel
     if (kind < 0) return NULL;
     uint32_t i;
     uint64_t key;
-    if ((r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(g->epoch, kind, iid, &key)) {
-        i = tm_u64map_get(&s->by_epoch, key);
+    if ((r->flags & TM_PF_KEEP_EPOCHS) && g->epoch != s->epoch) {
+        if (g->epoch < s->cap_kept && s->kept[g->epoch]) i = tm_iidmap_get(&s->kept[g->epoch][kind], iid);
+        else i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
     } else {
         i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
         while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
@@ -416,13 +419,9 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if ((r->flags & TM_PF_RELAY) && sc == &string_schema && field != TM_PF_INTERNED_BUILD_IDS &&
         !tm_utf8_valid(str))
         return TM_OK;
-    /* Kept epochs are indexed by (epoch, kind, iid) when those pack into a
-     * key; otherwise by iid, older epochs chained behind the newest. */
     int kind = kind_of(field);
-    uint64_t key;
-    bool keyed = (r->flags & TM_PF_KEEP_EPOCHS) && epoch_key(s->epoch, kind, iid, &key);
-    if (!keyed) TM_TRY(ensure_index(r, s));
-    uint32_t i = keyed ? tm_u64map_get(&s->by_epoch, key) : tm_iidmap_get(&s->newest[kind], iid);
+    TM_TRY(ensure_index(r, s));
+    uint32_t i = tm_iidmap_get(&s->newest[kind], iid);
     if (i != TM_ABSENT && s->ents[i].epoch == s->epoch) {
         if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
             s->ents[i].msg = msg.data;
@@ -439,11 +438,9 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     const tm_pf_entry *before = entry_before(s, kind, iid);
     bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
     s->n_same += same;
-    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, keyed ? TM_ABSENT : i,
+    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i,
                                        same ? before->same_since : s->epoch, (uint32_t)kind, iid};
-    tm_status st = keyed ? tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)s->n_ents)
-                         : tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1);
-    if (st != TM_OK) return nomem(r);
+    if (tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     s->n_ents++;
     return TM_OK;
 }
@@ -709,15 +706,44 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     return TM_OK;
 }
 
+/* Epochs that added at least this many entries keep their own index. */
+#define KEPT_INDEX_MIN_ENTRIES 64
+
+/* TM_PF_KEEP_EPOCHS: files the index of the epoch that ends (see kept). */
+static tm_status keep_epoch_index(tm_pf_reader *r, tm_pf_seq *s) {
+    if (!s->newest) return TM_OK;
+    size_t n = s->n_ents - s->epoch_first;
+    bool own = n >= KEPT_INDEX_MIN_ENTRIES;
+    uint64_t key;
+    for (size_t e = s->epoch_first; !own && e < s->n_ents; e++)
+        own = !epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
+    if (own) {
+        size_t had = s->cap_kept;
+        if (TM_VEC_RESERVE(r->mem, s->kept, s->cap_kept, (size_t)s->epoch + 1) != TM_OK) return nomem(r);
+        memset(s->kept + had, 0, (s->cap_kept - had) * sizeof *s->kept); /* epochs without their own index */
+        s->kept[s->epoch] = s->newest;
+        s->newest = NULL;
+        return TM_OK;
+    }
+    for (size_t e = s->epoch_first; e < s->n_ents; e++) {
+        epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
+        if (tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)e) != TM_OK) return nomem(r);
+    }
+    for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
+    return TM_OK;
+}
+
 /* A clear: a new epoch, whose entries start empty. Without
  * TM_PF_KEEP_EPOCHS nothing looks up an older epoch again, so its entries
  * go. */
 static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
+    if (r->flags & TM_PF_KEEP_EPOCHS) TM_TRY(keep_epoch_index(r, s));
     if (s->n_same != s->n_before) s->last_unfull = s->epoch;
     s->n_before = s->n_interned;
     s->n_same = 0;
     s->epoch++;
     s->n_interned = 0;
+    s->epoch_first = s->n_ents;
     if (!(r->flags & TM_PF_KEEP_EPOCHS)) { /* the epoch that ends becomes the one before */
         tm_pf_entry *ents = s->old_ents;
         size_t cap = s->cap_old_ents;

@@ -24,7 +24,8 @@
  *    max_path_segments) when it is added, so lookups never fail. Each
  *    sequence keeps its entries in one array, indexed by iid per field
  *    (older epochs chained behind the newest through `prev`), or, when
- *    epochs are kept, by (epoch, field, iid) in one map.
+ *    epochs are kept, per epoch: a large epoch keeps its own iid index, the
+ *    entries of small ones go into one map by (epoch, field, iid).
  *    Without TM_PF_KEEP_EPOCHS a clear drops the old epoch's entries (for
  *    consumers that resolve packets as they come); with it they stay, for
  *    consumers that resolve them after reading (in timestamp order);
@@ -101,8 +102,14 @@ typedef struct tm_pf_seq {
      * that did not. */
     uint64_t n_before, n_same;
     uint32_t last_unfull;
-    tm_u64map by_epoch;    /* TM_PF_KEEP_EPOCHS: (epoch, kind, iid) -> entry, when they pack into 64 bits;
-                              what does not pack goes to newest */
+    /* TM_PF_KEEP_EPOCHS: newest indexes the current epoch only; at a clear
+     * its index is kept (kept[epoch]) when the epoch added many entries or
+     * one whose (epoch, kind, iid) does not pack into 64 bits, else its
+     * entries move to by_epoch: a lookup in a busy epoch is one array load,
+     * and a trace of many small epochs costs no index each. */
+    tm_iidmap **kept; size_t cap_kept;
+    tm_u64map by_epoch;
+    size_t epoch_first;    /* ents[epoch_first..n_ents) are the current epoch's */
     bool valid;            /* incremental state is valid */
     bool seen;             /* a packet of it was read before */
 } tm_pf_seq;

@@ -65,6 +65,12 @@ typedef struct row_ent {
 typedef struct row_chains {
     tm_iidmap head_by_iid;
     row_ent *ents; size_t n, cap;
+    /* The rows of the newest (generation, upid) resolved, by iid: the
+     * chains' answer for the packets a busy sequence sends now, from one
+     * small array (a chain entry costs a memory miss per sample frame).
+     * A cache only: what is absent here is looked up in the chains. */
+    tm_iidmap hot;
+    uint32_t hot_gen, hot_upid;
 } row_chains;
 
 /* What the model keeps per sequence, beside the reader's tm_pf_seq (same
@@ -148,8 +154,19 @@ typedef struct dec {
 
     /* Parse-time row indexes. */
     tm_u64map proc_by_pid, thread_by_tid;
-    tm_idxset frame_set, callsite_set, global_map_set, exec_set, attr_set, task_set;
+    tm_idxset frame_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
+    /* Callsite dedup, (parent << 32 | frame) -> row, split by the
+     * generation that owns the frame: a process's mapping is a new row in
+     * every generation, so its frames and their callsites can only be
+     * reached from that generation. Small tables per generation keep the
+     * lookups of a busy trace in cache (one table of every callsite made
+     * each a memory miss); frames of shared mappings go to cs_shared. */
+    uint32_t *mapping_owner; size_t cap_mapping_owner; /* generation, or TP_NULL: shared */
+    uint32_t *frame_owner; size_t cap_frame_owner;
+    tm_u64map cs_shared;
+    tm_u64map *cs_tables; size_t n_cs_tables, cap_cs_tables;
+    tm_iidmap cs_table_by_gen;
     tm_pf_symbols syms;   /* applied once every frame exists */
 
     /* heapprofd dumps; while a dump's callstack is resolved in its
@@ -219,6 +236,10 @@ static row_chains *chains_of(const dec *d, uint32_t kind, uint32_t gen) {
 static uint32_t cache_get(const dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
     const row_chains *rc = chains_of(d, kind, gen);
     if (rc) {
+        if (gen == rc->hot_gen && upid == rc->hot_upid) {
+            uint32_t row = tm_iidmap_get(&rc->hot, iid);
+            if (row != TM_ABSENT) return row;
+        }
         uint32_t i = tm_iidmap_get(&rc->head_by_iid, iid);
         while (i != TM_ABSENT && rc->ents[i].gen > gen) i = rc->ents[i].next;
         for (; i != TM_ABSENT && rc->ents[i].gen == gen; i = rc->ents[i].next)
@@ -234,10 +255,16 @@ static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, 
     if (rc->n >= UINT32_MAX - 1 || TM_VEC_RESERVE(d->mem, rc->ents, rc->cap, rc->n + 1) != TM_OK) return nomem(d);
     uint32_t at = (uint32_t)rc->n++, head = tm_iidmap_get(&rc->head_by_iid, iid);
     rc->ents[at] = (row_ent){gen, upid, row, head};
-    if (head == TM_ABSENT || rc->ents[head].gen <= gen) {
-        size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
-        return tm_iidmap_put(d->mem, &rc->head_by_iid, iid, at, bound) == TM_OK ? TM_OK : nomem(d);
+    size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
+    if (gen > rc->hot_gen || rc->n == 1) { /* the first, or a newer generation resolving */
+        tm_iidmap_clear(d->mem, &rc->hot);
+        rc->hot_gen = gen;
+        rc->hot_upid = upid;
     }
+    if (gen == rc->hot_gen && upid == rc->hot_upid && tm_iidmap_put(d->mem, &rc->hot, iid, row, bound) != TM_OK)
+        return nomem(d);
+    if (head == TM_ABSENT || rc->ents[head].gen <= gen)
+        return tm_iidmap_put(d->mem, &rc->head_by_iid, iid, at, bound) == TM_OK ? TM_OK : nomem(d);
     uint32_t prev = head; /* an older generation resolving late: its place in the chain */
     while (rc->ents[prev].next != TM_ABSENT && rc->ents[rc->ents[prev].next].gen > gen) prev = rc->ents[prev].next;
     rc->ents[at].next = rc->ents[prev].next;
@@ -806,7 +833,8 @@ static uint32_t mapping_hash(const tp_mapping *m) {
     return (uint32_t)tm_hash_bytes(tm_hash_bytes(m->start ^ m->end * 31 ^ m->exact_offset * 131, m->name), m->build_id);
 }
 
-static tm_status add_mapping(dec *d, const tp_mapping *m, bool global, uint32_t *out) {
+/* owner: the generation a process-private row belongs to (unused if global). */
+static tm_status add_mapping(dec *d, const tp_mapping *m, bool global, uint32_t owner, uint32_t *out) {
     uint32_t h = mapping_hash(m);
     if (global) {
         uint32_t i = tm_idxset_find(&d->global_map_set, h, mapping_eq, d->tp, m);
@@ -819,6 +847,8 @@ static tm_status add_mapping(dec *d, const tp_mapping *m, bool global, uint32_t 
     if (PUSH(d->tp, mappings, row) != TM_OK) return nomem(d);
     *row = *m;
     *out = (uint32_t)(d->tp->n_mappings - 1);
+    if (TM_VEC_RESERVE(d->mem, d->mapping_owner, d->cap_mapping_owner, d->tp->n_mappings) != TM_OK) return nomem(d);
+    d->mapping_owner[*out] = global ? TP_NULL : owner;
     if (global && tm_idxset_add(d->mem, &d->global_map_set, h, *out) != TM_OK) return nomem(d);
     return TM_OK;
 }
@@ -887,7 +917,7 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
     if (plen) TM_TRY(arena_str(d, path + skip, plen - skip, &m.name));
     bool kernel = m.name.len == 7 && !memcmp(m.name.data, "/kernel", 7);
     bool global = m.start == m.end || kernel || upid == TP_NULL;
-    TM_TRY(add_mapping(d, &m, global, &row));
+    TM_TRY(add_mapping(d, &m, global, gen, &row));
     TM_TRY(cache_put(d, CK_MAPPING, gen, upid, iid, row));
     *out = row;
     return TM_OK;
@@ -931,6 +961,8 @@ static tm_status add_frame(dec *d, const frame_key *k, tm_str type, bool unmappe
     f->mapping = k->mapping;
     f->symbol_set = unmapped ? 0 : TP_NULL;
     i = (uint32_t)(d->tp->n_frames - 1);
+    if (TM_VEC_RESERVE(d->mem, d->frame_owner, d->cap_frame_owner, d->tp->n_frames) != TM_OK) return nomem(d);
+    d->frame_owner[i] = d->mapping_owner[k->mapping];
     if (k->source.data || k->line) {
         tp_symbol *sym;
         if (PUSH(d->tp, symbols, sym) != TM_OK) return nomem(d);
@@ -954,7 +986,7 @@ static tm_status dummy_mapping(dec *d, uint32_t *out) {
         m.build_id = empty_str;
         m.name = empty_str;
         m.end = UINT64_MAX;
-        TM_TRY(add_mapping(d, &m, true, &d->dummy_mapping));
+        TM_TRY(add_mapping(d, &m, true, TP_NULL, &d->dummy_mapping));
     }
     *out = d->dummy_mapping;
     return TM_OK;
@@ -1015,19 +1047,37 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     return TM_OK;
 }
 
-static int callsite_eq(const void *ctx, uint32_t idx, const void *key) {
-    return memcmp(&((const tm_tp *)ctx)->callsites[idx], key, sizeof(tp_callsite)) == 0;
+/* The dedup table of the callsites of frame (see cs_tables). */
+static tm_status callsite_table(dec *d, uint32_t frame, tm_u64map **out) {
+    uint32_t owner = d->frame_owner[frame];
+    if (owner == TP_NULL) {
+        *out = &d->cs_shared;
+        return TM_OK;
+    }
+    uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, owner);
+    if (t == TM_ABSENT) {
+        if (TM_VEC_RESERVE(d->mem, d->cs_tables, d->cap_cs_tables, d->n_cs_tables + 1) != TM_OK) return nomem(d);
+        t = (uint32_t)d->n_cs_tables;
+        memset(&d->cs_tables[t], 0, sizeof *d->cs_tables);
+        if (tm_iidmap_put(d->mem, &d->cs_table_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
+        d->n_cs_tables++;
+    }
+    *out = &d->cs_tables[t];
+    return TM_OK;
 }
+
+/* depth is parent's plus one (0 at the root), so (parent, frame) is the key. */
 static tm_status add_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
-    tp_callsite k = {depth, parent, frame};
-    uint32_t h = (uint32_t)tm_hash_u64((uint64_t)parent << 32 ^ frame ^ (uint64_t)depth << 20);
-    uint32_t i = tm_idxset_find(&d->callsite_set, h, callsite_eq, d->tp, &k);
+    tm_u64map *table = NULL;
+    TM_TRY(callsite_table(d, frame, &table));
+    uint64_t key = (uint64_t)parent << 32 | frame;
+    uint32_t i = tm_u64map_get(table, key);
     if (i == TM_ABSENT) {
         tp_callsite *c;
         if (PUSH(d->tp, callsites, c) != TM_OK) return nomem(d);
-        *c = k;
+        *c = (tp_callsite){depth, parent, frame};
         i = (uint32_t)(d->tp->n_callsites - 1);
-        if (tm_idxset_add(d->mem, &d->callsite_set, h, i) != TM_OK) return nomem(d);
+        if (tm_u64map_put(d->mem, table, key, i) != TM_OK) return nomem(d);
     }
     *out = i;
     return TM_OK;
@@ -1966,6 +2016,7 @@ static void dec_release(dec *d) {
     for (size_t i = 0; i < d->n_seqs; i++)
         for (int k = 0; k < 3; k++) {
             tm_iidmap_free(m, &d->seqs[i].rows[k].head_by_iid);
+            tm_iidmap_free(m, &d->seqs[i].rows[k].hot);
             tm_mem_free(m, d->seqs[i].rows[k].ents, d->seqs[i].rows[k].cap * sizeof *d->seqs[i].rows[k].ents);
         }
     tm_mem_free(m, d->seqs, d->cap_seqs * sizeof *d->seqs);
@@ -1983,7 +2034,13 @@ static void dec_release(dec *d) {
     tm_u64map_free(m, &d->pend_by_key);
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
-    tm_idxset *sets[] = {&d->frame_set, &d->callsite_set, &d->global_map_set, &d->exec_set,
+    for (size_t i = 0; i < d->n_cs_tables; i++) tm_u64map_free(m, &d->cs_tables[i]);
+    tm_mem_free(m, d->cs_tables, d->cap_cs_tables * sizeof *d->cs_tables);
+    tm_iidmap_free(m, &d->cs_table_by_gen);
+    tm_u64map_free(m, &d->cs_shared);
+    tm_mem_free(m, d->mapping_owner, d->cap_mapping_owner * sizeof *d->mapping_owner);
+    tm_mem_free(m, d->frame_owner, d->cap_frame_owner * sizeof *d->frame_owner);
+    tm_idxset *sets[] = {&d->frame_set, &d->global_map_set, &d->exec_set,
                          &d->attr_set, &d->task_set};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) tm_idxset_free(m, sets[i]);
 }
