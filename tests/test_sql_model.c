@@ -297,3 +297,32 @@ Test(sql_model, samples_resolve_in_their_epoch_however_it_is_indexed) {
                      "e0;e1;e2;e3;e4");
     tb_free(&b);
 }
+
+/* Clear + frame 1 in mapping 1 + callstack 1 = [frame 1] on sequence 1. */
+static void clear_and_intern_mapped(tb_buf *b, uint64_t ts) {
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_CLEARED);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(b, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+    tb_mapping(b, 1, 0, 0x1000, 0x2000, NULL, 0);
+    tb_frame(b, 1, 1, 1, 0x10);
+    const uint64_t frames[] = {1};
+    tb_callstack(b, 1, frames, 1, 0);
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
+/* A generation's callsites stay findable until its last sample in time,
+ * however its samples interleave with a later generation's: the sample at
+ * 300 reuses the callsite of the one at 100 (one row per generation). */
+Test(sql_model, a_generation_keeps_its_callsites_until_its_last_sample) {
+    tb_buf b = {0};
+    clear_and_intern_mapped(&b, 50);
+    tb_perf_sample(&b, 1, 100, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 300, 7, 8, 1, TB_SEQ_NEEDS);
+    clear_and_intern_mapped(&b, 150);
+    tb_perf_sample(&b, 1, 200, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 400, 7, 8, 1, TB_SEQ_NEEDS);
+    cr_expect_str_eq(rows(&b, "SELECT ts, callsite_id FROM perf_sample ORDER BY ts"), "100|0;200|1;300|0;400|1");
+    cr_expect_str_eq(rows(&b, "SELECT count(*) FROM stack_profile_callsite"), "2");
+    tb_free(&b);
+}

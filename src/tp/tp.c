@@ -166,7 +166,9 @@ typedef struct dec {
     uint32_t *frame_owner; size_t cap_frame_owner;
     tm_u64map cs_shared;
     tm_u64map *cs_tables; size_t n_cs_tables, cap_cs_tables;
-    tm_iidmap cs_table_by_gen;
+    tm_iidmap cs_table_by_gen;  /* CS_TABLE_FREED once the generation's last sample is parsed */
+    uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too */
+    size_t n_gen_samples_left;
     tm_pf_symbols syms;   /* applied once every frame exists */
 
     /* heapprofd dumps; while a dump's callstack is resolved in its
@@ -1047,6 +1049,9 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     return TM_OK;
 }
 
+#define CS_TABLE_FREED (TM_ABSENT - 1)
+#define GEN_PINNED UINT32_MAX
+
 /* The dedup table of the callsites of frame (see cs_tables). */
 static tm_status callsite_table(dec *d, uint32_t frame, tm_u64map **out) {
     uint32_t owner = d->frame_owner[frame];
@@ -1055,6 +1060,9 @@ static tm_status callsite_table(dec *d, uint32_t frame, tm_u64map **out) {
         return TM_OK;
     }
     uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, owner);
+    if (t == CS_TABLE_FREED) /* would make a second row of a callsite: never silently */
+        return tm_fail(d->err, TM_ERR_UNSUPPORTED, 0, NULL,
+                       "callsites of generation %u resolved after its last sample (a tracemill bug)", owner);
     if (t == TM_ABSENT) {
         if (TM_VEC_RESERVE(d->mem, d->cs_tables, d->cap_cs_tables, d->n_cs_tables + 1) != TM_OK) return nomem(d);
         t = (uint32_t)d->n_cs_tables;
@@ -1894,10 +1902,37 @@ static tm_status sort_samples(dec *d) {
     return TM_OK;
 }
 
+/* How many samples resolve in each generation: when a generation's last
+ * one is parsed its callsite table goes (nothing resolves in it again), so
+ * a trace of many clears holds the tables of the generations in progress
+ * only. Heap profiles resolve in theirs until the end: pinned. */
+static tm_status count_gen_samples(dec *d) {
+    size_t n = d->rd.n_gens;
+    d->gen_samples_left = tm_mem_alloc(d->mem, (n ? n : 1) * sizeof *d->gen_samples_left);
+    if (!d->gen_samples_left) return nomem(d);
+    d->n_gen_samples_left = n ? n : 1;
+    memset(d->gen_samples_left, 0, d->n_gen_samples_left * sizeof *d->gen_samples_left);
+    for (size_t i = 0; i < d->n_events; i++)
+        if (d->events[i].kind == EV_PROFILE_PACKET && d->events[i].gen < n) d->gen_samples_left[d->events[i].gen] = GEN_PINNED;
+    for (size_t i = 0; i < d->tp->n_samples; i++) {
+        uint32_t gen = d->tp->s_callsite[i];
+        if (gen < n && d->gen_samples_left[gen] != GEN_PINNED) d->gen_samples_left[gen]++;
+    }
+    return TM_OK;
+}
+
+static tm_status sample_parsed(dec *d, uint32_t gen) {
+    if (gen >= d->n_gen_samples_left || d->gen_samples_left[gen] == GEN_PINNED || --d->gen_samples_left[gen]) return TM_OK;
+    uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, gen);
+    if (t != TM_ABSENT) tm_u64map_free(d->mem, &d->cs_tables[t]);
+    return tm_iidmap_put(d->mem, &d->cs_table_by_gen, gen, CS_TABLE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
+}
+
 static tm_status parse_all(dec *d) {
     tm_tp *tp = d->tp;
     TM_TRY(sort_samples(d));
     if (d->n_events) qsort(d->events, d->n_events, sizeof *d->events, cmp_event);
+    TM_TRY(count_gen_samples(d));
     size_t j = 0, w = 0, n = tp->n_samples;
     for (size_t i = 0; i < n; i++) {
         size_t order = d->s_order ? d->s_order[i] : i;
@@ -1914,6 +1949,7 @@ static tm_status parse_all(dec *d) {
         default: TM_TRY(parse_stack_sample(d, &o, ref.payload)); break;
         }
         if (keep) w++;
+        TM_TRY(sample_parsed(d, o.gen));
     }
     while (j < d->n_events) TM_TRY(apply_event(d, &d->events[j++]));
     tp->n_samples = w;
@@ -2037,6 +2073,7 @@ static void dec_release(dec *d) {
     for (size_t i = 0; i < d->n_cs_tables; i++) tm_u64map_free(m, &d->cs_tables[i]);
     tm_mem_free(m, d->cs_tables, d->cap_cs_tables * sizeof *d->cs_tables);
     tm_iidmap_free(m, &d->cs_table_by_gen);
+    tm_mem_free(m, d->gen_samples_left, d->n_gen_samples_left * sizeof *d->gen_samples_left);
     tm_u64map_free(m, &d->cs_shared);
     tm_mem_free(m, d->mapping_owner, d->cap_mapping_owner * sizeof *d->mapping_owner);
     tm_mem_free(m, d->frame_owner, d->cap_frame_owner * sizeof *d->frame_owner);
