@@ -63,6 +63,9 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("heap changes malformed (totals shrank)", s->heap_malformed);
     line("heap dumps unfinished at the end", s->heap_unfinished_dumps);
     line("heap samples with unresolved callstack", s->heap_samples_unresolved);
+    line("heap streaming allocations (no callstack)", s->heap_streaming_allocations);
+    line("heap streaming frees (no callstack)", s->heap_streaming_frees);
+    line("heap streaming packets malformed", s->heap_streaming_malformed);
     line("samples without a thread", s->samples_without_thread);
     line("threads with samples but no name", s->threads_without_name);
     line("mappings without build id", s->mappings_without_build_id);

@@ -333,7 +333,14 @@ typedef struct tm_trace_stats {
     uint64_t heap_inuse_bytes;          /* still in use at the last dumps (inuse_space) */
     uint64_t perf_samples_truncated;    /* PerfSamples kept whose stack the producer cut at its depth limit
                                            (unwind_error MAX_FRAMES_EXCEEDED) */
-    uint64_t reserved_[70]; /* must be zero; future fields take this space (see "ABI") */
+    /* heapprofd's streaming mode (StreamingAllocation, StreamingFree): entries
+     * without a callstack, so no profile sample or SQL row comes of them
+     * (Trace Processor does not import them either); counted here. */
+    uint64_t heap_streaming_allocations;
+    uint64_t heap_streaming_alloc_bytes; /* the bytes they stand for (sample_size) */
+    uint64_t heap_streaming_frees;
+    uint64_t heap_streaming_malformed;  /* packets whose repeated fields disagree in length */
+    uint64_t reserved_[66]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

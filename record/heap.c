@@ -11,7 +11,17 @@
  * `interval`; an allocation that crosses k thresholds is sampled and stands
  * for k * interval bytes, and one of interval bytes or more is always
  * sampled at its own size (it never touches the counter). The estimates are
- * unbiased, and an unsampled call costs a thread-local subtraction.
+ * unbiased.
+ *
+ * The unsampled path: malloc decides before allocating (a thread-local
+ * subtraction and a compare) and jumps to the real malloc; free reads one
+ * byte of a static filter indexed by address and jumps to the real free.
+ * Neither makes a stack frame, an atomic operation or a table lookup: only
+ * a block whose filter byte is set (a sampled block lives in its 16 bytes of
+ * a 512 KiB window) is looked up in the live table. A thread's counter
+ * starts at 0, so its first calls go the slow way, which finds the real
+ * functions; while no profile runs the slow way gives the thread a long
+ * stride, so that a program preloaded without --heap pays the same.
  *
  * Safety: the real functions are found with dlsym(RTLD_NEXT), and what
  * dlsym allocates meanwhile comes from a static bump arena (never freed).
@@ -22,7 +32,9 @@
  * slot), and the callstack table takes a spin lock only to add a new stack,
  * inside the guard. A fork child stops sampling (the recorder does not run
  * there). The collector and the writer run on a thread whose allocations
- * are never sampled.
+ * are never sampled. A callstack's totals are kept in one of a few shards
+ * picked per thread, so that threads sampling the same stack do not pass
+ * its cache line back and forth; a snapshot adds the shards up.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -60,6 +72,9 @@ enum {
                                   neighbours' frees (cached), not at two random buckets */
     FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
                                   sends frees to the buckets */
+    IDLE_STRIDE = 64 * 1024,   /* bytes a thread allocates the fast way between looks at
+                                  whether a profile has started */
+    SHARDS = 4,                /* copies of every callstack's totals, one per group of threads */
     STACKS_MAX = 1 << 16,      /* distinct allocation callstacks */
     STACK_INDEX = STACKS_MAX * 2,
     POOL_WORDS = 1 << 22,      /* pcs of all callstacks: 32 MiB of address space, touched as used */
@@ -83,12 +98,17 @@ static struct {
 } real;
 static atomic_int g_resolved;
 
+static void free_before_resolved(void *p);
+/* What free jumps to: the real free once it is known. */
+static _Atomic(void (*)(void *)) g_free_fn = free_before_resolved;
+
 /* Per-thread state; initial-exec so that reaching it never allocates. */
 typedef struct heap_thread {
     int64_t bytes_left; /* until the next sample; <= 0 before the first draw */
     uint64_t rng;       /* xorshift state; 0: not seeded */
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
+    int shard;          /* its callstack totals' shard + 1; 0 before its first sample */
 } heap_thread;
 static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 
@@ -110,7 +130,7 @@ static void *arena_alloc(size_t size, size_t align) {
 }
 
 static int in_arena(const void *p) {
-    return (const unsigned char *)p >= g_arena && (const unsigned char *)p < g_arena + ARENA_BYTES;
+    return (uintptr_t)p - (uintptr_t)g_arena < ARENA_BYTES;
 }
 
 static size_t arena_size(const void *p) {
@@ -144,7 +164,10 @@ static NOINLINE int resolve(void) {
     t->guard--;
     int ok = real.malloc && real.free && real.calloc && real.realloc && real.memalign && real.posix_memalign &&
              real.aligned_alloc && real.valloc && real.pvalloc;
-    if (ok) atomic_store_explicit(&g_resolved, 1, memory_order_release);
+    if (ok) {
+        atomic_store_explicit(&g_free_fn, real.free, memory_order_relaxed);
+        atomic_store_explicit(&g_resolved, 1, memory_order_release);
+    }
     return ok;
 }
 
@@ -157,11 +180,20 @@ static inline int ready(void) {
 typedef struct stack {
     uint64_t hash;
     uint32_t off, depth; /* pcs in g_pool[off .. off + depth) */
-    _Atomic uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
 } stack;
+
+/* A callstack's totals in one shard; g_totals[shard * STACKS_MAX + id]. */
+typedef struct totals {
+    _Atomic uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
+} totals;
 
 static atomic_int g_on;          /* sampling allocations */
 static uint64_t g_interval;
+/* The smallest size always sampled (g_interval while a profile runs): a
+ * larger one leaves the fast path. */
+static _Atomic uint64_t g_sample_at = DEFAULT_INTERVAL;
+static _Atomic int g_next_shard;
+static totals *g_totals;
 static uint32_t g_max_depth;
 static stack *g_stacks;
 static _Atomic uint32_t *g_stack_index; /* id + 1, 0 empty */
@@ -171,7 +203,7 @@ static uint32_t g_pool_used;
 static atomic_flag g_stacks_lock = ATOMIC_FLAG_INIT;
 static _Atomic uintptr_t *g_live_addr; /* LIVE_BUCKETS * LIVE_SLOTS; 0 empty */
 static _Atomic uint64_t *g_live_val;
-static _Atomic uint8_t *g_filter;
+static _Atomic uint8_t g_filter[FILTER_COUNTERS]; /* static: free reads it before any profile */
 static _Atomic uint64_t g_unwind_errors, g_reentrant, g_table_full;
 
 /* ---- sampling decision ------------------------------------------------------- */
@@ -218,6 +250,12 @@ static inline uint64_t weight_of(size_t size) {
     return weight_slow(t);
 }
 
+/* This thread's shard of stack id's totals. */
+static totals *totals_of(heap_thread *t, uint32_t id) {
+    if (!t->shard) t->shard = 1 + atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed) % SHARDS;
+    return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
+}
+
 /* ---- the live table ------------------------------------------------------------ */
 
 /* Where p may be: its filter counter and its first bucket by address (no
@@ -257,8 +295,10 @@ static int live_insert(uintptr_t p, uint32_t id, uint64_t weight) {
 }
 
 /* Forgets p and charges its stack with the free; nothing if p was not
- * sampled. Called only when p's filter counter is not 0. */
+ * sampled. Called only when p's filter counter is not 0 (so the tables
+ * exist). */
 static NOINLINE void live_remove(uintptr_t p) {
+    if (!p) return; /* free(NULL) reads counter 0 like any block there */
     live_place at = place_of(p);
     for (int k = 0; k < 2; k++)
         for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
@@ -270,7 +310,7 @@ static NOINLINE void live_remove(uintptr_t p) {
             uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
             while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c - 1)) {
             }
-            stack *s = &g_stacks[v >> WEIGHT_BITS];
+            totals *s = totals_of(&t_heap, (uint32_t)(v >> WEIGHT_BITS));
             atomic_fetch_add_explicit(&s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1), memory_order_relaxed);
             atomic_fetch_add_explicit(&s->free_count, 1, memory_order_relaxed);
             return;
@@ -278,10 +318,10 @@ static NOINLINE void live_remove(uintptr_t p) {
 }
 
 /* Called before the real free or realloc: p must leave the table before the
- * allocator can hand the address out again. */
+ * allocator can hand the address out again. A fork child still looks (its
+ * copy of the tables is its own, and nobody reads it). */
 static inline void on_free(void *p) {
-    if (p && atomic_load_explicit(&g_on, memory_order_acquire) &&
-        UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
+    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
         live_remove((uintptr_t)p);
 }
 
@@ -374,19 +414,21 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
         atomic_fetch_add_explicit(&g_table_full, 1, memory_order_relaxed);
     } else {
         /* Counted after the insert: a free can only come after we return. */
-        stack *s = &g_stacks[id];
+        totals *s = totals_of(t, (uint32_t)id);
         atomic_fetch_add_explicit(&s->alloc_bytes, weight, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->alloc_count, 1, memory_order_relaxed);
     }
     t->guard--;
 }
 
-/* Every allocation passes here once it succeeded. */
+/* Every allocation but malloc's fast path passes here once it succeeded. */
 static inline void *on_alloc(void *p, size_t size, const void *caller) {
     /* acquire: g_interval and the tables were set before sampling began */
     if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
         uint64_t weight = weight_of(size);
         if (UNLIKELY(weight)) sample(p, weight, caller);
+    } else if (p) {
+        t_heap.bytes_left = IDLE_STRIDE; /* no profile: look again after a while */
     }
     return p;
 }
@@ -395,15 +437,43 @@ static inline void *on_alloc(void *p, size_t size, const void *caller) {
 
 /* ---- the interposed C functions ------------------------------------------------------ */
 
-static inline void *do_malloc(size_t size, const void *caller) {
+/* malloc when the fast path does not apply: the thread's first calls, a
+ * size always sampled, a threshold crossed, no profile running. */
+static NOINLINE void *malloc_slow(size_t size, const void *caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, 16);
     return on_alloc(real.malloc(size), size, caller);
 }
 
+/* An unsampled malloc counts the bytes down and jumps to the real one
+ * (bytes_left > 0 means the thread found it already). */
+static inline void *do_malloc(size_t size, const void *caller) {
+    heap_thread *t = &t_heap;
+    int64_t left = t->bytes_left - (int64_t)size;
+    if (LIKELY(size < atomic_load_explicit(&g_sample_at, memory_order_relaxed) && left > 0)) {
+        t->bytes_left = left;
+        return real.malloc(size);
+    }
+    return malloc_slow(size, caller);
+}
+
+/* Before the real free is known a block not from the arena has nowhere to
+ * go: it stays allocated. */
+static void free_before_resolved(void *p) {
+    if (ready()) real.free(p);
+}
+
+static NOINLINE void free_sampled(void *p) {
+    live_remove((uintptr_t)p);
+    atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
+}
+
 static inline void do_free(void *p) {
     if (UNLIKELY(in_arena(p))) return;
-    on_free(p);
-    if (LIKELY(ready())) real.free(p);
+    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) {
+        free_sampled(p);
+        return;
+    }
+    atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
 }
 
 static inline void *do_memalign(size_t align, size_t size, const void *caller) {
@@ -593,13 +663,21 @@ static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
         for (uint32_t i = 0; i < n; i++) {
             stack *s = &g_stacks[i];
             tmr_heap_callsite *c = &g_snapshot[kept];
-            /* Frees first: a free is counted after its allocation, so the
-             * totals read never show more freed than allocated. */
-            c->free_bytes = atomic_load_explicit(&s->free_bytes, memory_order_relaxed);
-            c->free_count = atomic_load_explicit(&s->free_count, memory_order_relaxed);
+            /* Frees first, from every shard: a free is counted after its
+             * allocation, so the totals read never show more freed than
+             * allocated. */
+            c->free_bytes = c->free_count = c->alloc_bytes = c->alloc_count = 0;
+            for (size_t k = 0; k < SHARDS; k++) {
+                totals *x = &g_totals[k * STACKS_MAX + i];
+                c->free_bytes += atomic_load_explicit(&x->free_bytes, memory_order_relaxed);
+                c->free_count += atomic_load_explicit(&x->free_count, memory_order_relaxed);
+            }
             atomic_thread_fence(memory_order_acquire);
-            c->alloc_bytes = atomic_load_explicit(&s->alloc_bytes, memory_order_relaxed);
-            c->alloc_count = atomic_load_explicit(&s->alloc_count, memory_order_relaxed);
+            for (size_t k = 0; k < SHARDS; k++) {
+                totals *x = &g_totals[k * STACKS_MAX + i];
+                c->alloc_bytes += atomic_load_explicit(&x->alloc_bytes, memory_order_relaxed);
+                c->alloc_count += atomic_load_explicit(&x->alloc_count, memory_order_relaxed);
+            }
             if (!c->alloc_count) continue; /* its only sample found no room */
             st->sampled += c->alloc_count;
             c->pcs = g_pool + s->off;
@@ -643,12 +721,14 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
     g_pool = map_zeroed(POOL_WORDS * sizeof *g_pool);
     g_live_addr = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_addr);
     g_live_val = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_val);
-    g_filter = map_zeroed(FILTER_COUNTERS * sizeof *g_filter);
-    if (!g_stacks || !g_stack_index || !g_pool || !g_live_addr || !g_live_val || !g_filter) {
+    g_totals = map_zeroed((size_t)SHARDS * STACKS_MAX * sizeof *g_totals);
+    if (!g_stacks || !g_stack_index || !g_pool || !g_live_addr || !g_live_val || !g_totals) {
         tm_fail(err, TM_ERR_NOMEM, 0, NULL, "heap profiling: cannot map its tables");
         return NULL;
     }
     pthread_atfork(NULL, NULL, heap_atfork_child);
+    atomic_store(&g_sample_at, g_interval);
     atomic_store(&g_on, 1);
+    t_heap.bytes_left = 0; /* this thread draws its first threshold now, not after its idle stride */
     return &g_source;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "perfetto/fields.h"
+#include "wire/pb.h" /* TM_PB_VARINT */
 #include "profile/profile.h" /* tm_trace_profile: heap samples per process */
 #include "trace_builder.h"
 #include "tracemill.h"
@@ -393,4 +394,144 @@ Test(heap, a_lossy_dump_counts_once) {
     cr_expect_eq(sql_int(tm_db_sqlite(db), "select value from stats where name = 'heapprofd_buffer_overran'"), 2);
     tm_db_free(db);
     tb_free(&t);
+}
+
+/* ---- heapprofd's streaming mode: StreamingAllocation and StreamingFree ---- */
+
+/* One StreamingAllocation packet of n entries at addresses 0x1000, 0x2000,
+ * ..., each of `size` bytes standing for `sample_size`; heapprofd writes one
+ * entry per packet, a packet of several is as valid. */
+static void streaming_allocation(tb_buf *t, size_t n, uint64_t size, uint64_t sample_size) {
+    size_t pkt = tb_packet_open(t, 8, 25, 0);
+    size_t sa = tb_open(t, TM_PF_PACKET_STREAMING_ALLOCATION);
+    for (size_t i = 0; i < n; i++) {
+        tb_uint(t, TM_PF_STREAMING_ALLOC_ADDRESS, 0x1000 * (i + 1));
+        tb_uint(t, TM_PF_STREAMING_ALLOC_SIZE, size);
+        tb_uint(t, TM_PF_STREAMING_ALLOC_SAMPLE_SIZE, sample_size);
+        tb_uint(t, TM_PF_STREAMING_ALLOC_TIMESTAMP, 25);
+        tb_uint(t, TM_PF_STREAMING_ALLOC_HEAP_ID, 0);
+        tb_uint(t, TM_PF_STREAMING_ALLOC_SEQUENCE_NUMBER, i + 1);
+    }
+    tb_close(t, sa);
+    tb_close(t, pkt);
+}
+
+static void streaming_free(tb_buf *t, uint64_t address) {
+    size_t pkt = tb_packet_open(t, 8, 26, 0);
+    size_t sf = tb_open(t, TM_PF_PACKET_STREAMING_FREE);
+    tb_uint(t, TM_PF_STREAMING_FREE_ADDRESS, address);
+    tb_uint(t, TM_PF_STREAMING_FREE_HEAP_ID, 0);
+    tb_uint(t, TM_PF_STREAMING_FREE_SEQUENCE_NUMBER, 9);
+    tb_close(t, sf);
+    tb_close(t, pkt);
+}
+
+Test(heap, streaming_entries_are_counted_beside_the_dumps_and_make_no_rows) {
+    tb_buf b = heap_trace(0);
+    streaming_allocation(&b, 3, 100, 4096);
+    streaming_allocation(&b, 1, 50, 4096);
+    streaming_free(&b, 0x1000);
+    streaming_free(&b, 0x2000);
+    tm_trace *t = parse(&b);
+    const tm_trace_stats *s = tm_trace_get_stats(t);
+    cr_expect_eq(s->heap_streaming_allocations, 4);
+    cr_expect_eq(s->heap_streaming_alloc_bytes, 4 * 4096);
+    cr_expect_eq(s->heap_streaming_frees, 2);
+    cr_expect_eq(s->heap_streaming_malformed, 0);
+    /* no callstack: the profile is the dumps' alone */
+    cr_expect_eq(s->heap_inuse_bytes, 8000);
+    cr_expect_eq(s->heap_alloc_bytes, 12000);
+    tm_status st;
+    char *out = folded(t, TM_VALUE_ALLOC_SPACE, &st);
+    cr_expect_str_eq(out, "main;free_all 3000\nmain;keep 9000\n");
+    free(out);
+    /* the report says what was seen and not used */
+    tu_membuf m = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
+    tm_error err = {0};
+    cr_assert_eq(tm_write_report(t, &sink, &err), TM_OK, "%s", err.message);
+    tu_membuf_write(&m, "", 1);
+    cr_expect(strstr((char *)m.data, "\"streaming_allocations\":4"), "%s", (char *)m.data);
+    cr_expect(strstr((char *)m.data, "\"streaming_frees\":2"), "%s", (char *)m.data);
+    free(m.data);
+    tm_trace_free(t);
+    /* SQL as Trace Processor: streaming packets import nothing */
+    tb_buf dumps_only = heap_trace(0);
+    tm_db *db = NULL, *db_dumps = NULL;
+    cr_assert_eq(tm_db_new(b.data, b.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(dumps_only.data, dumps_only.len, NULL, &db_dumps, &err), TM_OK, "%s", err.message);
+    sqlite3 *q = tm_db_sqlite(db), *q_dumps = tm_db_sqlite(db_dumps);
+    cr_expect_eq(sql_int(q, "select count(*) from heap_profile_allocation"),
+                 sql_int(q_dumps, "select count(*) from heap_profile_allocation"));
+    cr_expect_eq(sql_int(q, "select sum(size) from heap_profile_allocation"), 8000);
+    cr_expect_eq(sql_int(q, "select count(*) from stats where name like 'heapprofd%' and value > 0"),
+                 sql_int(q_dumps, "select count(*) from stats where name like 'heapprofd%' and value > 0"));
+    tm_db_free(db_dumps);
+    tb_free(&dumps_only);
+    tm_db_free(db);
+    tb_free(&b);
+}
+
+Test(heap, streaming_packets_whose_fields_disagree_are_counted_malformed) {
+    tb_buf b = heap_trace(0);
+    streaming_allocation(&b, 2, 100, 4096);
+    size_t pkt = tb_packet_open(&b, 8, 27, 0);
+    size_t sa = tb_open(&b, TM_PF_PACKET_STREAMING_ALLOCATION);
+    const uint64_t addresses[2] = {0x5000, 0x6000};
+    tb_packed(&b, TM_PF_STREAMING_ALLOC_ADDRESS, addresses, 2); /* packed: read as well */
+    tb_uint(&b, TM_PF_STREAMING_ALLOC_SAMPLE_SIZE, 4096);    /* one size for two addresses */
+    tb_close(&b, sa);
+    tb_close(&b, pkt);
+    tm_trace *t = parse(&b);
+    const tm_trace_stats *s = tm_trace_get_stats(t);
+    cr_expect_eq(s->heap_streaming_allocations, 2);
+    cr_expect_eq(s->heap_streaming_alloc_bytes, 2 * 4096);
+    cr_expect_eq(s->heap_streaming_malformed, 1);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* Parses b with the profile model and with SQL: both fail with code at
+ * byte `at` with a message naming `what`. */
+static void expect_error_at(const tb_buf *b, tm_status code, uint64_t at, const char *what) {
+    tm_trace *t = NULL;
+    tm_error err = {0};
+    cr_expect_eq(tm_trace_parse(b->data, b->len, NULL, &t, &err), code, "%s", err.message);
+    cr_expect_eq(err.offset, at, "offset %llu, want %llu: %s", (unsigned long long)err.offset,
+                 (unsigned long long)at, err.message);
+    cr_expect(strstr(err.message, what), "%s", err.message);
+    tm_trace_free(t);
+    tm_db *db = NULL;
+    tm_error sql_err = {0};
+    cr_expect_eq(tm_db_new(b->data, b->len, NULL, &db, &sql_err), code, "%s", sql_err.message);
+    cr_expect_eq(sql_err.offset, at, "SQL: offset %llu: %s", (unsigned long long)sql_err.offset, sql_err.message);
+    tm_db_free(db);
+}
+
+Test(heap, a_streaming_field_of_the_wrong_wire_type_is_an_error_at_its_byte) {
+    tb_buf b = heap_trace(0);
+    size_t pkt = tb_packet_open(&b, 8, 25, 0);
+    size_t sf = tb_open(&b, TM_PF_PACKET_STREAMING_FREE);
+    tb_uint(&b, TM_PF_STREAMING_FREE_ADDRESS, 0x1000);
+    size_t at = b.len;
+    tb_fixed64(&b, TM_PF_STREAMING_FREE_HEAP_ID, 1); /* declared uint32 */
+    size_t from_end = b.len - at; /* closing inserts lengths before it */
+    tb_close(&b, sf);
+    tb_close(&b, pkt);
+    expect_error_at(&b, TM_ERR_MALFORMED, b.len - from_end, "StreamingFree.heap_id field 2 has wire type 1");
+    tb_free(&b);
+}
+
+Test(heap, a_streaming_value_cut_off_is_an_error_at_its_byte) {
+    tb_buf b = heap_trace(0);
+    size_t pkt = tb_packet_open(&b, 8, 25, 0);
+    size_t sa = tb_open(&b, TM_PF_PACKET_STREAMING_ALLOCATION);
+    tb_uint(&b, TM_PF_STREAMING_ALLOC_ADDRESS, 0x1000);
+    tb_tag(&b, TM_PF_STREAMING_ALLOC_SIZE, TM_PB_VARINT);
+    const uint8_t unfinished = 0x80; /* a varint that goes on past the message's end */
+    tb_raw(&b, &unfinished, 1);
+    tb_close(&b, sa);
+    tb_close(&b, pkt);
+    expect_error_at(&b, TM_ERR_TRUNCATED, b.len - 1, "StreamingAllocation: truncated varint");
+    tb_free(&b);
 }

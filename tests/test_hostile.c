@@ -676,6 +676,31 @@ BUILDER(heap_sample_size_as_bytes) {
     tb_close(t, pp);
     tb_close(t, pkt);
 }
+/* heapprofd's streaming mode: entries without callstacks, counted only. */
+static void streaming_alloc_packet(tb_buf *t, size_t addresses, size_t sizes, uint64_t size) {
+    size_t pkt = tb_packet_open(t, 5, 10, 0);
+    size_t sa = tb_open(t, TM_PF_PACKET_STREAMING_ALLOCATION);
+    for (size_t i = 0; i < addresses; i++) tb_uint(t, TM_PF_STREAMING_ALLOC_ADDRESS, 0x1000 + i);
+    for (size_t i = 0; i < sizes; i++) tb_uint(t, TM_PF_STREAMING_ALLOC_SAMPLE_SIZE, size);
+    tb_close(t, sa);
+    tb_close(t, pkt);
+}
+BUILDER(heap_streaming_fields_disagree) {
+    tb_heap_clocks(t, 1);
+    streaming_alloc_packet(t, 3, 1, 4096);
+}
+BUILDER(heap_streaming_sizes_2pow64_minus_1) {
+    tb_heap_clocks(t, 1);
+    for (int i = 0; i < 3; i++) streaming_alloc_packet(t, 2, 2, UINT64_MAX);
+}
+BUILDER(heap_streaming_free_address_as_fixed64) {
+    tb_heap_clocks(t, 1);
+    size_t pkt = tb_packet_open(t, 5, 10, 0);
+    size_t sf = tb_open(t, TM_PF_PACKET_STREAMING_FREE);
+    tb_fixed64(t, TM_PF_STREAMING_FREE_ADDRESS, 0x1000); /* declared uint64: a varint */
+    tb_close(t, sf);
+    tb_close(t, pkt);
+}
 BUILDER(callstack_missing_frame) { with_interned(t, missing_frame, 6); }
 BUILDER(callstack_missing) { valid_trace(t, 2); tb_perf_sample(t, 1, 2100000000ull, 100, 100, 42, TB_SEQ_NEEDS); }
 BUILDER(frame_missing_mapping) { with_interned(t, missing_mapping, 7); }
@@ -1181,6 +1206,9 @@ static const struct builder {
     {"heap_continued_never_ends.pftrace", heap_continued_never_ends},
     {"heap_dumps_out_of_order.pftrace", heap_dumps_out_of_order},
     {"heap_sample_size_as_bytes.pftrace", heap_sample_size_as_bytes},
+    {"heap_streaming_fields_disagree.pftrace", heap_streaming_fields_disagree},
+    {"heap_streaming_sizes_2pow64_minus_1.pftrace", heap_streaming_sizes_2pow64_minus_1},
+    {"heap_streaming_free_address_as_fixed64.pftrace", heap_streaming_free_address_as_fixed64},
     {"callstack_missing.pftrace", callstack_missing},
     {"frame_missing_mapping.pftrace", frame_missing_mapping},
     {"frame_missing_function_name.pftrace", frame_missing_function_name},
@@ -1338,7 +1366,8 @@ static const struct {
     STAT(dropped_malformed_streaming), STAT(samples_without_thread), STAT(threads), STAT(frames),
     STAT(mappings), STAT(mappings_without_build_id), STAT(clock_readings_ignored), STAT(truncated_at),
     STAT(heap_dumps), STAT(heap_samples_unresolved), STAT(heap_malformed), STAT(heap_unfinished_dumps),
-    STAT(heap_missing_packets), STAT(heap_inuse_bytes),
+    STAT(heap_missing_packets), STAT(heap_inuse_bytes), STAT(heap_streaming_allocations),
+    STAT(heap_streaming_alloc_bytes), STAT(heap_streaming_malformed),
 };
 
 /* What an entry expects, parsed from its EXPECT column. */

@@ -317,6 +317,21 @@ enum {
     TM_PF_HEAP_SAMPLE_SELF_MAX_COUNT = 9
 };
 
+/* StreamingAllocation and StreamingFree (TracePacket 74, 75; heapprofd's
+ * stream_allocations mode, one entry per allocation or free, no callstack):
+ * every field is repeated, unpacked, one value per entry. */
+enum {
+    TM_PF_STREAMING_ALLOC_ADDRESS = 1,
+    TM_PF_STREAMING_ALLOC_SIZE = 2,
+    TM_PF_STREAMING_ALLOC_SAMPLE_SIZE = 3,
+    TM_PF_STREAMING_ALLOC_TIMESTAMP = 4, /* clock_monotonic_coarse_timestamp */
+    TM_PF_STREAMING_ALLOC_HEAP_ID = 5,
+    TM_PF_STREAMING_ALLOC_SEQUENCE_NUMBER = 6,
+    TM_PF_STREAMING_FREE_ADDRESS = 1,
+    TM_PF_STREAMING_FREE_HEAP_ID = 2,
+    TM_PF_STREAMING_FREE_SEQUENCE_NUMBER = 3
+};
+
 /* ProfilePacket.ProcessStats (heapprofd's own figures for a dump) */
 enum {
     TM_PF_HEAP_STATS_UNWINDING_ERRORS = 1,

@@ -455,3 +455,50 @@ tm_status tm_pf_heap_finish(tm_pf_heap *h, const tm_pf_heap_sink *sink) {
         if (h->seqs[i] && h->seqs[i]->n_pend) TM_TRY(sink->stat(sink->ctx, TM_HEAP_NON_FINALIZED_PROFILE, 0, 1));
     return TM_OK;
 }
+
+/* ---- streaming packets ---- */
+
+/* a + b, at most INT64_MAX (what JSON readers and SQL take as an integer). */
+static uint64_t add_capped(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) || r > INT64_MAX ? INT64_MAX : r;
+}
+
+void tm_pf_heap_streamed_add(tm_pf_heap_streamed *s, uint32_t data_field, tm_bytes payload) {
+    enum { FIELDS = 7 };
+    bool alloc = data_field == TM_PF_PACKET_STREAMING_ALLOCATION;
+    uint64_t values[FIELDS] = {0}, sizes[2] = {0}; /* sizes: sample_size, size */
+    tm_pb_reader pb = tm_pb_reader_of(payload);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        if (f.num >= FIELDS) continue;
+        bool is_size = alloc && (f.num == TM_PF_STREAMING_ALLOC_SAMPLE_SIZE || f.num == TM_PF_STREAMING_ALLOC_SIZE);
+        uint64_t *sum = &sizes[f.num == TM_PF_STREAMING_ALLOC_SIZE];
+        if (f.wire == TM_PB_VARINT) {
+            values[f.num]++;
+            if (is_size) *sum = add_capped(*sum, f.val);
+        } else if (f.wire == TM_PB_LEN) { /* packed, though the proto says unpacked */
+            tm_pb_reader packed = tm_pb_reader_of(f.bytes);
+            uint64_t v;
+            while (tm_pb_packed_next(&packed, &v) == TM_PB_OK) {
+                values[f.num]++;
+                if (is_size) *sum = add_capped(*sum, v);
+            }
+        }
+    }
+    uint64_t entries = values[alloc ? TM_PF_STREAMING_ALLOC_ADDRESS : TM_PF_STREAMING_FREE_ADDRESS];
+    int last = alloc ? TM_PF_STREAMING_ALLOC_SEQUENCE_NUMBER : TM_PF_STREAMING_FREE_SEQUENCE_NUMBER;
+    bool agree = rc != TM_PB_ERROR;
+    for (int k = 1; k <= last; k++) agree &= values[k] == 0 || values[k] == entries;
+    if (!agree) {
+        s->malformed++;
+        return;
+    }
+    if (alloc) {
+        s->allocations += entries;
+        s->alloc_bytes = add_capped(s->alloc_bytes, values[TM_PF_STREAMING_ALLOC_SAMPLE_SIZE] ? sizes[0] : sizes[1]);
+    } else {
+        s->frees += entries;
+    }
+}

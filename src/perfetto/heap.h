@@ -23,6 +23,11 @@
  * Consumers map callstacks to their own callsites (a callback that reads
  * the tables through tm_pf_heap_lookup or InternedData through the reader)
  * and keep their own rows.
+ *
+ * StreamingAllocation and StreamingFree (heapprofd's streaming mode) carry
+ * an address, sizes, a heap and a sequence number per entry but no
+ * callstack: no callsite, so no row can come of them (Trace Processor does
+ * not import them at all). tm_pf_heap_streamed counts what they hold.
  */
 #ifndef TM_PERFETTO_HEAP_H
 #define TM_PERFETTO_HEAP_H
@@ -119,5 +124,18 @@ tm_status tm_pf_heap_packet(tm_pf_heap *h, tm_pf_reader *r, uint32_t gen, tm_byt
                             const tm_pf_heap_sink *sink);
 /* The end of the trace: dumps still waiting for their last packet. */
 tm_status tm_pf_heap_finish(tm_pf_heap *h, const tm_pf_heap_sink *sink);
+
+/* What streaming packets held: entries, and the bytes the allocations
+ * stand for (sample_size; size where a packet has none; at most
+ * INT64_MAX). */
+typedef struct tm_pf_heap_streamed {
+    uint64_t allocations, alloc_bytes, frees;
+    uint64_t malformed; /* packets whose repeated fields disagree in length: not counted */
+} tm_pf_heap_streamed;
+
+/* Adds one StreamingAllocation or StreamingFree payload (data_field says
+ * which; checked by the reader). An entry is an address: every other field
+ * the packet has must have as many values. */
+void tm_pf_heap_streamed_add(tm_pf_heap_streamed *s, uint32_t data_field, tm_bytes payload);
 
 #endif

@@ -149,6 +149,23 @@ static const child profile_children[] = {{TM_PF_PROFILE_STRINGS, &profile_string
                                          {0, NULL}};
 static const schema profile_packet = {"ProfilePacket", F(6) | F(7), 0, 0, profile_children, NULL};
 
+/* StreamingAllocation and StreamingFree: repeated varints only. */
+static const list_name streaming_alloc_lists[] = {
+    {TM_PF_STREAMING_ALLOC_ADDRESS, "StreamingAllocation.address"},
+    {TM_PF_STREAMING_ALLOC_SIZE, "StreamingAllocation.size"},
+    {TM_PF_STREAMING_ALLOC_SAMPLE_SIZE, "StreamingAllocation.sample_size"},
+    {TM_PF_STREAMING_ALLOC_TIMESTAMP, "StreamingAllocation.clock_monotonic_coarse_timestamp"},
+    {TM_PF_STREAMING_ALLOC_HEAP_ID, "StreamingAllocation.heap_id"},
+    {TM_PF_STREAMING_ALLOC_SEQUENCE_NUMBER, "StreamingAllocation.sequence_number"},
+    {0, NULL}};
+static const schema streaming_alloc = {"StreamingAllocation", 0, 0, F(1) | F(2) | F(3) | F(4) | F(5) | F(6), NULL,
+                                       streaming_alloc_lists};
+static const list_name streaming_free_lists[] = {{TM_PF_STREAMING_FREE_ADDRESS, "StreamingFree.address"},
+                                                 {TM_PF_STREAMING_FREE_HEAP_ID, "StreamingFree.heap_id"},
+                                                 {TM_PF_STREAMING_FREE_SEQUENCE_NUMBER, "StreamingFree.sequence_number"},
+                                                 {0, NULL}};
+static const schema streaming_free = {"StreamingFree", 0, 0, F(1) | F(2) | F(3), NULL, streaming_free_lists};
+
 /* ProcessStats: the memory figures of each process. */
 static const schema proc_stats_process = {"ProcessStats.Process", F_RANGE(1, 10), 0, 0, NULL, NULL};
 static const child process_stats_children[] = {{TM_PF_PROCESS_STATS_PROCESSES, &proc_stats_process}, {0, NULL}};
@@ -177,6 +194,8 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
 
     case TM_PF_PACKET_PROFILE_PACKET: return relay ? NULL : &profile_packet;
     case TM_PF_PACKET_PROCESS_STATS: return relay ? NULL : &process_stats;
+    case TM_PF_PACKET_STREAMING_ALLOCATION: return relay ? NULL : &streaming_alloc;
+    case TM_PF_PACKET_STREAMING_FREE: return relay ? NULL : &streaming_free;
     default: return NULL;
     }
 }

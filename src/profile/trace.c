@@ -120,6 +120,7 @@ typedef struct dec {
      * ProfilePacket's own tables, `local` is set and local_seq caches what
      * they resolve to (for tables of serial local_serial). */
     tm_pf_heap heap;
+    tm_pf_heap_streamed streamed;
     const tm_pf_heap_tables *local;
     seq_state local_seq;
     uint32_t local_serial;
@@ -1335,6 +1336,9 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_STACK_SAMPLE: return on_stack_sample(d, s, k);
     case TM_PF_PACKET_PROFILE_PACKET: return s ? on_profile_packet(d, k) : TM_OK;
     case TM_PF_PACKET_PROCESS_STATS: return on_process_stats(d, k);
+    case TM_PF_PACKET_STREAMING_ALLOCATION: case TM_PF_PACKET_STREAMING_FREE:
+        tm_pf_heap_streamed_add(&d->streamed, k->data_field, k->data); /* no callstack: counted only */
+        return TM_OK;
     default: return TM_OK;
     }
 }
@@ -1357,6 +1361,10 @@ static tm_status decode_trace(dec *d) {
     st->oneof_members_ignored = d->rd.counts.oneof_ignored;
     st->truncated = d->rd.counts.truncated;
     st->truncated_at = d->rd.counts.truncated_at;
+    st->heap_streaming_allocations = d->streamed.allocations;
+    st->heap_streaming_alloc_bytes = d->streamed.alloc_bytes;
+    st->heap_streaming_frees = d->streamed.frees;
+    st->heap_streaming_malformed = d->streamed.malformed;
     return rc == TM_PF_ERROR ? d->err->code : TM_OK;
 }
 
