@@ -226,7 +226,7 @@ static uint64_t summarize(const char *file, const char *name) {
 typedef struct perf_run {
     const char *max_depth, *duration; /* NULL: the default */
     const char *pids;                 /* -p: attach to these instead of running cmd */
-    int demangle, kernel, system_wide;
+    int demangle, kernel, system_wide, off_cpu;
     char **cmd;                       /* NULL with -p or -a */
 } perf_run;
 
@@ -254,6 +254,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (r->duration) args[n++] = "--duration", args[n++] = r->duration;
     if (r->demangle) args[n++] = "--demangle";
     if (r->kernel) args[n++] = "--kernel";
+    if (r->off_cpu) args[n++] = "--off-cpu";
     if (r->system_wide) args[n++] = "-a";
     if (r->pids) {
         args[n++] = "-p", args[n++] = r->pids;
@@ -311,7 +312,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
-    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, off_cpu = 0, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
@@ -320,6 +321,10 @@ int cli_record(int argc, char **argv) {
         }
         if (strcmp(a, "--heap") == 0) {
             heap = 1;
+            continue;
+        }
+        if (strcmp(a, "--off-cpu") == 0) {
+            off_cpu = 1;
             continue;
         }
         if (strcmp(a, "--kernel") == 0 || strcmp(a, "-a") == 0) {
@@ -390,9 +395,9 @@ int cli_record(int argc, char **argv) {
             signal_only = env_opts[k].flag;
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
-    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, cmd};
+    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, off_cpu, cmd};
     /* The first option only the perf backend has, if any: it chooses perf. */
-    const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : NULL;
+    const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : off_cpu ? "--off-cpu" : NULL;
     if (perf_only) {
         if (strcmp(backend, "signal") == 0) return cli_usage_error("record", "%s needs --backend perf", perf_only);
         if (signal_only) return cli_usage_error("record", "%s needs --backend signal, %s --backend perf", signal_only,
