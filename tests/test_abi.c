@@ -73,8 +73,8 @@ struct abi0_tm_trace_stats {
     int truncated;
     uint64_t truncated_at, heap_profile_packets, heap_dumps, heap_dumps_with_loss, heap_missing_packets,
         heap_malformed, heap_unfinished_dumps, heap_samples_unresolved, heap_alloc_bytes, heap_inuse_bytes,
-        perf_samples_truncated;
-    uint64_t reserved_[70];
+        perf_samples_truncated, off_cpu_samples, off_cpu_ns;
+    uint64_t reserved_[68];
 };
 struct abi0_tm_thread_info {
     int64_t tid, pid;
@@ -252,6 +252,7 @@ Test(abi, tm_trace_stats) {
     FIELD(tm_trace_stats, heap_malformed); FIELD(tm_trace_stats, heap_unfinished_dumps);
     FIELD(tm_trace_stats, heap_samples_unresolved); FIELD(tm_trace_stats, heap_alloc_bytes);
     FIELD(tm_trace_stats, heap_inuse_bytes); FIELD(tm_trace_stats, perf_samples_truncated);
+    FIELD(tm_trace_stats, off_cpu_samples); FIELD(tm_trace_stats, off_cpu_ns);
 }
 
 Test(abi, readers_and_sink) {
