@@ -28,6 +28,9 @@
  *    Without TM_PF_KEEP_EPOCHS a clear drops the old epoch's entries (for
  *    consumers that resolve packets as they come); with it they stay, for
  *    consumers that resolve them after reading (in timestamp order);
+ *  - sample kinds: whether a generation's PerfSamples are off-CPU samples
+ *    (TM_PF_OFF_CPU_TIMEBASE) and its CPU timebase's period in ns, read
+ *    once from its perf_sample_defaults;
  *  - payloads: every payload a consumer reads is checked against its
  *    message's wire types (schema.c) before the packet is yielded;
  *  - clock readings: ClockSnapshots parsed once (sequence-scoped ids keyed

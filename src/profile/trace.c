@@ -11,7 +11,9 @@
  *    state their sequence lost are skipped (and counted), PerfSample,
  *    StreamingProfilePacket and (v58) StackSample samples are resolved
  *    when read; clocks go through the snapshot graph (clock.c) once the
- *    whole trace is read.
+ *    whole trace is read. PerfSamples of an off-CPU timebase (the reader's
+ *    tm_pf_gen.off_cpu) become off-CPU samples, kept apart from the others
+ *    and weighed by their blocked ns.
  *  - TM_MODE_RELAY reproduces Sentry Relay's converter (the reader's
  *    TM_PF_RELAY reading: PerfSample only, later entries overwrite, no loss
  *    handling), unresolvable frames skipped, the first BOOTTIME/REALTIME
