@@ -191,7 +191,7 @@ static int find_preload(const char *given, char *out, size_t cap) {
 }
 
 /* Prints "N samples, T threads, D s" of the trace written to file (named
- * name to the user) and returns its sample count; 0 if it holds none or
+ * name to the user) and returns its sample count (off-CPU ones too); 0 if it holds none or
  * does not decode. */
 static uint64_t summarize(const char *file, const char *name) {
     cli_input in;
@@ -203,12 +203,16 @@ static uint64_t summarize(const char *file, const char *name) {
     tm_trace *t = NULL;
     tm_error err;
     uint64_t samples = 0;
-    if (tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK && tm_trace_get_stats(t)->samples_kept) {
+    if (tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK &&
+        tm_trace_get_stats(t)->samples_kept + tm_trace_get_stats(t)->off_cpu_samples) {
         const tm_trace_stats *s = tm_trace_get_stats(t);
-        samples = s->samples_kept;
+        samples = s->samples_kept + s->off_cpu_samples; /* a program that only waited has off-CPU ones */
         fprintf(stderr, "tracemill record: %s: %zu bytes, %llu samples from %zu threads over %.2f s", name, in.len,
                 (unsigned long long)s->samples_kept, tm_trace_thread_count(t),
                 (double)(s->last_sample_ns - s->first_sample_ns) * 1e-9);
+        if (s->off_cpu_samples)
+            fprintf(stderr, ", %llu off-CPU samples (%.3f s)", (unsigned long long)s->off_cpu_samples,
+                    (double)s->off_cpu_ns * 1e-9);
         uint64_t lost = s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss;
         if (lost) fprintf(stderr, ", %llu packets lost (see tracemill info)", (unsigned long long)lost);
         if (s->perf_records_lost)
