@@ -123,7 +123,7 @@ static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixe
         return usage("--in-app and --not-in-app apply to -f sample-v2 without --compat relay (Relay never writes in_app)",
                      NULL);
     if (x.value && (x.format == FMT_SAMPLE_V2 || x.format == FMT_SAMPLE_V1 || x.format == FMT_REPORT))
-        return usage("--value applies to -f pprof, folded, speedscope and svg", NULL);
+        return usage("--value and --samples apply to -f pprof, folded, speedscope and svg", NULL);
     if (per_thread && (x.format != FMT_PPROF || !out_path || strcmp(out_path, "-") == 0))
         return usage("--per-thread needs -f pprof and -o DIRECTORY", NULL);
 

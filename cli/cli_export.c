@@ -97,9 +97,18 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
     } else if (strcmp(a, "--period") == 0) {
         if (!parse_duration_ns(v, &x->period_ns)) return bad(a, "takes a duration: 4000000, 250us, 10ms, 1s");
         ++*i;
-    } else if (strcmp(a, "--value") == 0) {
-        if (!v || tm_value_parse(v, &x->value, NULL) != TM_OK || x->value == TM_VALUE_DEFAULT)
-            return bad(a, "takes: samples, alloc_objects, alloc_space, inuse_objects or inuse_space");
+    } else if (strcmp(a, "--value") == 0 || strcmp(a, "--samples") == 0) {
+        /* --samples on-cpu|off-cpu|both names the values samples|off_cpu|wall */
+        static const char *const kinds[3] = {"on-cpu", "off-cpu", "both"};
+        static const tm_value kind_values[3] = {TM_VALUE_SAMPLES, TM_VALUE_OFF_CPU, TM_VALUE_WALL};
+        if (x->value != TM_VALUE_DEFAULT) return bad(a, "and --value/--samples: give one, once");
+        if (a[2] == 's') {
+            for (int k = 0; v && k < 3 && x->value == TM_VALUE_DEFAULT; k++)
+                if (strcmp(v, kinds[k]) == 0) x->value = kind_values[k];
+            if (x->value == TM_VALUE_DEFAULT) return bad(a, "takes: on-cpu, off-cpu or both");
+        } else if (!v || tm_value_parse(v, &x->value, NULL) != TM_OK || x->value == TM_VALUE_DEFAULT) {
+            return bad(a, "takes: samples, off_cpu, wall, alloc_objects, alloc_space, inuse_objects or inuse_space");
+        }
         ++*i;
     } else if (strcmp(a, "--title") == 0) {
         if (!v) return bad(a, "takes a title");

@@ -22,6 +22,9 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     if (s->samples_kept)
         printf("time span: %.6f s (trace clock %u)\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9,
                s->trace_clock_id);
+    if (s->off_cpu_samples)
+        printf("off-CPU: %llu samples (switch-outs), %.6f s blocked (--value off_cpu or wall)\n",
+               (unsigned long long)s->off_cpu_samples, (double)s->off_cpu_ns / 1e9);
     printf("profile: %llu threads, %llu stacks, %llu frames, %llu mappings\n", (unsigned long long)s->threads,
            (unsigned long long)s->stacks, (unsigned long long)s->frames, (unsigned long long)s->mappings);
     if (s->heap_profile_packets)

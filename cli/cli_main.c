@@ -71,6 +71,8 @@ static const struct command_help {
      "  --value VALUE             memory profiles: alloc_space, alloc_objects, inuse_space,\n"
      "                            inuse_objects (default: CPU samples if any, else inuse_space;\n"
      "                            pprof writes all four, VALUE the default); also samples\n"
+     "  --samples on-cpu|off-cpu|both   CPU samples (default), off-CPU time (record\n"
+     "                            --off-cpu) in ns, or both in ns (--value off_cpu, wall)\n"
      "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n" INPUT_HELP "\n" OUTPUT_HELP
      "pprof is refused on a terminal.\n\n" LIMITS_HELP},
     {"symbolize", "function, file, line and inlined frames from ELF/DWARF; Java names from ProGuard maps",
@@ -108,6 +110,7 @@ static const struct command_help {
      "  --no-lines                frames by function, their lines merged (default:\n"
      "                            \"function (file:line)\" when symbols give them)\n"
      "  --value VALUE             memory profiles: what grew (alloc_space, inuse_space, ...)\n"
+     "  --samples on-cpu|off-cpu|both   CPU samples (default), off-CPU time or both\n"
      "  --reverse  --title TEXT  --width PX   svg: icicle graph, title, width\n"
      "  --quiet                   no progress line (shown on a terminal after a second)\n" INPUT_HELP
      "\n" OUTPUT_HELP "\n" LIMITS_HELP},
@@ -173,6 +176,11 @@ static const struct command_help {
      "                            perf_event_paranoid <= 0 or CAP_PERFMON, else 125)\n"
      "  --kernel                  kernel frames too, from /proc/kallsyms (needs\n"
      "                            perf_event_paranoid <= 1 or CAP_PERFMON, else 125)\n"
+     "  --off-cpu                 blocked time too: at each context switch the\n"
+     "                            thread's stack, weighing the ns until it runs\n"
+     "                            again, as separate off-CPU samples (--value off_cpu\n"
+     "                            or wall in the exporters; default: on-CPU only).\n"
+     "                            Needs perf_event_paranoid <= 1 or CAP_PERFMON, else 125\n"
      "JIT frames are named from /tmp/perf-PID.map (python3 -X perf, node\n"
      "--perf-basic-prof), with either backend.\n"
      "signal backend only:\n"

@@ -191,7 +191,7 @@ static int find_preload(const char *given, char *out, size_t cap) {
 }
 
 /* Prints "N samples, T threads, D s" of the trace written to file (named
- * name to the user) and returns its sample count; 0 if it holds none or
+ * name to the user) and returns its sample count (off-CPU ones too); 0 if it holds none or
  * does not decode. */
 static uint64_t summarize(const char *file, const char *name) {
     cli_input in;
@@ -203,12 +203,16 @@ static uint64_t summarize(const char *file, const char *name) {
     tm_trace *t = NULL;
     tm_error err;
     uint64_t samples = 0;
-    if (tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK && tm_trace_get_stats(t)->samples_kept) {
+    if (tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK &&
+        tm_trace_get_stats(t)->samples_kept + tm_trace_get_stats(t)->off_cpu_samples) {
         const tm_trace_stats *s = tm_trace_get_stats(t);
-        samples = s->samples_kept;
+        samples = s->samples_kept + s->off_cpu_samples; /* a program that only waited has off-CPU ones */
         fprintf(stderr, "tracemill record: %s: %zu bytes, %llu samples from %zu threads over %.2f s", name, in.len,
                 (unsigned long long)s->samples_kept, tm_trace_thread_count(t),
                 (double)(s->last_sample_ns - s->first_sample_ns) * 1e-9);
+        if (s->off_cpu_samples)
+            fprintf(stderr, ", %llu off-CPU samples (%.3f s)", (unsigned long long)s->off_cpu_samples,
+                    (double)s->off_cpu_ns * 1e-9);
         uint64_t lost = s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss;
         if (lost) fprintf(stderr, ", %llu packets lost (see tracemill info)", (unsigned long long)lost);
         if (s->perf_records_lost)
@@ -226,7 +230,7 @@ static uint64_t summarize(const char *file, const char *name) {
 typedef struct perf_run {
     const char *max_depth, *duration; /* NULL: the default */
     const char *pids;                 /* -p: attach to these instead of running cmd */
-    int demangle, kernel, system_wide;
+    int demangle, kernel, system_wide, off_cpu;
     char **cmd;                       /* NULL with -p or -a */
 } perf_run;
 
@@ -254,6 +258,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (r->duration) args[n++] = "--duration", args[n++] = r->duration;
     if (r->demangle) args[n++] = "--demangle";
     if (r->kernel) args[n++] = "--kernel";
+    if (r->off_cpu) args[n++] = "--off-cpu";
     if (r->system_wide) args[n++] = "-a";
     if (r->pids) {
         args[n++] = "-p", args[n++] = r->pids;
@@ -311,7 +316,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
 int cli_record(int argc, char **argv) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
-    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, off_cpu = 0, i = 1; /* C++ names demangled unless --no-demangle */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
@@ -320,6 +325,10 @@ int cli_record(int argc, char **argv) {
         }
         if (strcmp(a, "--heap") == 0) {
             heap = 1;
+            continue;
+        }
+        if (strcmp(a, "--off-cpu") == 0) {
+            off_cpu = 1;
             continue;
         }
         if (strcmp(a, "--kernel") == 0 || strcmp(a, "-a") == 0) {
@@ -390,9 +399,9 @@ int cli_record(int argc, char **argv) {
             signal_only = env_opts[k].flag;
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
-    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, cmd};
+    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, off_cpu, cmd};
     /* The first option only the perf backend has, if any: it chooses perf. */
-    const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : NULL;
+    const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : off_cpu ? "--off-cpu" : NULL;
     if (perf_only) {
         if (strcmp(backend, "signal") == 0) return cli_usage_error("record", "%s needs --backend perf", perf_only);
         if (signal_only) return cli_usage_error("record", "%s needs --backend signal, %s --backend perf", signal_only,

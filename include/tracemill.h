@@ -340,7 +340,10 @@ typedef struct tm_trace_stats {
     uint64_t heap_streaming_alloc_bytes; /* the bytes they stand for (sample_size) */
     uint64_t heap_streaming_frees;
     uint64_t heap_streaming_malformed;  /* packets whose repeated fields disagree in length */
-    uint64_t reserved_[66]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t off_cpu_samples;           /* off-CPU samples kept (PerfSamples of an off-CPU timebase, apart
+                                           from perf_samples and samples_kept) */
+    uint64_t off_cpu_ns;                /* the blocked time they weigh, ns */
+    uint64_t reserved_[64]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */
@@ -475,14 +478,20 @@ TM_API tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error
 /* What a sample weighs. A CPU profile counts samples; a memory profile
  * (heapprofd's ProfilePacket dumps) has four values per stack, summed over
  * its dumps: objects and bytes allocated, and those still in use at the
- * last dump. */
+ * last dump. Off-CPU samples (tracemill record --off-cpu) are the stacks
+ * where threads left the CPU, each weighing the ns until it ran again;
+ * "wall" draws both kinds in ns, a CPU sample weighing its sampling period.
+ * Without them the CPU samples are the profile: tm_trace_sample and the
+ * Sentry formats see only those. */
 typedef enum tm_value {
-    TM_VALUE_DEFAULT = 0,       /* CPU samples when the trace has any, else inuse_space */
-    TM_VALUE_SAMPLES = 1,
+    TM_VALUE_DEFAULT = 0,       /* CPU samples when the trace has any, else off_cpu, else inuse_space */
+    TM_VALUE_SAMPLES = 1,       /* on-CPU samples */
     TM_VALUE_ALLOC_OBJECTS = 2,
     TM_VALUE_ALLOC_SPACE = 3,   /* bytes */
     TM_VALUE_INUSE_OBJECTS = 4,
-    TM_VALUE_INUSE_SPACE = 5    /* bytes */
+    TM_VALUE_INUSE_SPACE = 5,   /* bytes */
+    TM_VALUE_OFF_CPU = 6,       /* off-CPU samples: ns blocked (or waiting to run) */
+    TM_VALUE_WALL = 7           /* on-CPU samples (ns of their period) and off-CPU ones (ns blocked) */
 } tm_value;
 
 /* "samples", "alloc_objects", ... ("default" for TM_VALUE_DEFAULT). */

@@ -39,8 +39,22 @@
  * in each stack, named from /proc/kallsyms. A stack longer than
  * --max-depth is cut there and marked (TMR_SAMPLE_TRUNCATED).
  *
+ * --off-cpu records blocked time too: a second event per CPU (and thread),
+ * the software context-switches counter sampled at every switch (period 1,
+ * with the same registers and stack copy), takes the stack where a thread
+ * leaves the CPU; its context_switch records (PERF_RECORD_SWITCH, or
+ * SWITCH_CPU_WIDE with -a) say when it comes back. The stack is unwound at
+ * the switch-out and kept until the thread's switch-in, then written as an
+ * off-CPU sample (TMR_SAMPLE_OFF_CPU) on the thread's off-CPU sequence,
+ * timestamped at the switch-out, weighing the time between the two. The
+ * switch-out happens in the kernel, so this event cannot exclude kernel
+ * mode: it needs kernel.perf_event_paranoid <= 1, CAP_PERFMON or root (with
+ * exclude_kernel the kernel never counts a switch); without that it is
+ * refused with the reason, and exit 125. A thread still off the CPU when
+ * recording ends weighs the time up to that end.
+ *
  * Usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle]
- *                              [--duration S] [--kernel]
+ *                              [--duration S] [--kernel] [--off-cpu]
  *                              (-p PID[,PID...] | -a | -- CMD ARGS...)
  */
 #ifndef _GNU_SOURCE
@@ -89,6 +103,7 @@ typedef struct opts {
     int demangle;
     double duration;    /* seconds; 0: until the end */
     int kernel;         /* --kernel: kernel mode sampled too, with the kernel's callchain */
+    int off_cpu;        /* --off-cpu: blocked time, with the stack at each switch-out */
     int system_wide;    /* -a: every process, one event per CPU */
     int32_t *pids;      /* -p: the processes attached to */
     size_t n_pids;
@@ -99,6 +114,7 @@ static int usage(const char *why) {
     fprintf(stderr,
             "tracemill-record-perf: %s\n"
             "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] [--duration S] [--kernel]\n"
+            "                             [--off-cpu]\n"
             "                             (-p PID[,PID...] | -a | -- CMD ARGS...)\n",
             why);
     return EXIT_OWN_FAILURE;
@@ -137,6 +153,7 @@ static int install_signals(void) {
 typedef struct ring {
     int fd;
     uint32_t cpu;
+    int off_cpu;         /* the off-CPU event's ring (--off-cpu) */
     uint8_t *base;       /* the metadata page, then data */
     size_t data_size;    /* a power of two */
 } ring;
@@ -148,8 +165,10 @@ static uint64_t boottime_ns(void) {
 }
 
 /* launch: the event waits for the command's exec (enable_on_exec); else it
- * counts from now, on a process already running. */
-static void perf_attr(struct perf_event_attr *a, const opts *o, int launch) {
+ * counts from now, on a process already running. off_cpu: the off-CPU
+ * event (context switches, each sampled, with switch records) instead of
+ * cpu-clock; the cpu-clock event alone reports mappings, names and tasks. */
+static void perf_attr(struct perf_event_attr *a, const opts *o, int launch, int off_cpu) {
     memset(a, 0, sizeof *a);
     a->size = sizeof *a;
     a->type = PERF_TYPE_SOFTWARE;
@@ -174,14 +193,21 @@ static void perf_attr(struct perf_event_attr *a, const opts *o, int launch) {
     a->use_clockid = 1;
     a->clockid = CLOCK_BOOTTIME; /* the trace clock */
     a->watermark = 1;
+    if (off_cpu) {
+        a->config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+        a->sample_period = 1;
+        a->exclude_kernel = 0; /* a switch happens in the kernel: excluding it would count none */
+        a->mmap = a->mmap2 = a->comm = a->comm_exec = a->task = 0;
+        a->context_switch = 1; /* PERF_RECORD_SWITCH: when the thread comes back */
+    }
 }
 
 /* Opens the event of CPU cpu on pid and maps its ring, of at most
  * max_pages data pages (a power of two). 0, or -1 with errno set (ENODEV:
  * an offline CPU). */
-static int open_ring(pid_t pid, uint32_t cpu, const opts *o, int launch, size_t max_pages, ring *r) {
+static int open_ring(pid_t pid, uint32_t cpu, const opts *o, int launch, int off_cpu, size_t max_pages, ring *r) {
     struct perf_event_attr a;
-    perf_attr(&a, o, launch);
+    perf_attr(&a, o, launch, off_cpu);
     long page = sysconf(_SC_PAGESIZE);
     for (size_t pages = max_pages; pages >= 8; pages /= 2) {
         a.wakeup_watermark = (uint32_t)(pages * (size_t)page / 4);
@@ -189,7 +215,7 @@ static int open_ring(pid_t pid, uint32_t cpu, const opts *o, int launch, size_t 
         if (fd < 0) return -1;
         void *base = mmap(NULL, (pages + 1) * (size_t)page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (base != MAP_FAILED) {
-            *r = (ring){fd, cpu, base, pages * (size_t)page};
+            *r = (ring){fd, cpu, off_cpu, base, pages * (size_t)page};
             return 0;
         }
         int e = errno;
@@ -206,7 +232,7 @@ static int open_ring(pid_t pid, uint32_t cpu, const opts *o, int launch, size_t 
  * same CPU). Its fd, or -1 with errno set. */
 static int open_into(pid_t tid, const ring *r, const opts *o) {
     struct perf_event_attr a;
-    perf_attr(&a, o, 0);
+    perf_attr(&a, o, 0, r->off_cpu);
     a.wakeup_watermark = (uint32_t)(r->data_size / 4);
     int fd = (int)syscall(SYS_perf_event_open, &a, tid, (int)r->cpu, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd >= 0 && ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, r->fd)) {
@@ -229,6 +255,7 @@ static void close_ring(ring *r) {
 typedef struct rec {
     uint64_t ts, order; /* order: arrival, to keep records of one time stable */
     uint32_t cpu;
+    int off_cpu;        /* from the off-CPU event's ring */
     uint8_t *data;      /* the whole record, header first */
 } rec;
 
@@ -271,7 +298,7 @@ static int read_ring(ring *r, queue *q) {
         size_t at = (size_t)(tail & mask), first = r->data_size - at < h.size ? r->data_size - at : h.size;
         memcpy(copy, data + at, first);
         memcpy(copy + first, data, h.size - first);
-        q->r[q->n++] = (rec){rec_time(copy, h.size), q->arrivals++, r->cpu, copy};
+        q->r[q->n++] = (rec){rec_time(copy, h.size), q->arrivals++, r->cpu, r->off_cpu, copy};
         tail += h.size;
     }
     __atomic_store_n(&mp->data_tail, tail, __ATOMIC_RELEASE);
@@ -296,15 +323,27 @@ typedef struct proc {
     char comm[17];
 } proc;
 
+/* An off-CPU sample waiting for its thread's switch-in (its weight). */
+typedef struct off_wait {
+    uint64_t *pcs;      /* malloc'd; NULL: none waits */
+    uint32_t depth, cpu;
+    uint64_t ts;        /* the switch-out */
+    unsigned flags;
+} off_wait;
+
 typedef struct thread {
     int32_t tid, pid;
     uint32_t seq;
+    uint32_t off_seq;   /* its off-CPU samples' sequence; 0: none yet */
+    uint64_t off_ns;    /* its blocked time so far (the off-CPU timebase_count) */
+    off_wait wait;
     char name[17];
 } thread;
 
 typedef struct stats {
     uint64_t samples, complete, partial, truncated, callchain_used;
     uint64_t lost, throttled, processes, threads;
+    uint64_t off_samples, off_ns, off_unmatched; /* unmatched: switch-outs whose switch-in was never seen */
 } stats;
 
 typedef struct rec_state {
@@ -574,6 +613,12 @@ static tm_status on_fork(rec_state *s, const task_rec *t, tm_error *err) {
 }
 
 static void on_exit_rec(rec_state *s, const task_rec *t) {
+    thread *th = find_thread(s, (int32_t)t->tid);
+    if (th && th->wait.pcs) { /* it ran to exit: its switch-in was lost */
+        s->st.off_unmatched++;
+        free(th->wait.pcs);
+        th->wait.pcs = NULL;
+    }
     proc *p = find_proc(s, (int32_t)t->pid);
     if (p && t->pid == t->tid) { /* the process is gone: close its ELF files */
         tmr_unwind_free(p->unw);
@@ -581,7 +626,52 @@ static void on_exit_rec(rec_state *s, const task_rec *t) {
     }
 }
 
-static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_error *err) {
+/* Writes thread t's waiting off-CPU sample, which weighs until - its
+ * switch-out (nothing when that is not after it). */
+static tm_status off_cpu_done(rec_state *s, thread *t, uint64_t until, tm_error *err) {
+    off_wait *o = &t->wait;
+    if (!o->pcs) return TM_OK;
+    tm_status st = TM_OK;
+    proc *p = find_proc(s, t->pid);
+    if (p && until > o->ts) {
+        if (!t->off_seq) t->off_seq = s->next_seq++;
+        t->off_ns += until - o->ts;
+        s->st.off_samples++;
+        s->st.off_ns += until - o->ts;
+        st = tmr_writer_sample(p->w, t->off_seq, t->tid, o->cpu, o->ts, o->pcs, o->depth, t->off_ns,
+                               o->flags | TMR_SAMPLE_OFF_CPU, err);
+    }
+    free(o->pcs);
+    o->pcs = NULL;
+    return st;
+}
+
+/* A switch-out's stack (off-CPU), kept until the thread's switch-in. */
+static tm_status off_cpu_wait(rec_state *s, thread *t, uint32_t cpu, uint64_t ts, uint32_t depth, unsigned flags,
+                              tm_error *err) {
+    if (t->wait.pcs) { /* its switch-in was lost */
+        s->st.off_unmatched++;
+        free(t->wait.pcs);
+        t->wait.pcs = NULL;
+    }
+    uint64_t *pcs = malloc((depth + 1) * sizeof *pcs);
+    if (!pcs) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    if (depth) memcpy(pcs, s->pcs, depth * sizeof *pcs);
+    t->wait = (off_wait){pcs, depth, cpu, ts, flags};
+    return TM_OK;
+}
+
+/* A PERF_RECORD_SWITCH or SWITCH_CPU_WIDE: a switch-in ends the thread's wait. */
+static tm_status on_switch(rec_state *s, const rec *r, uint16_t size, tm_error *err) {
+    const struct perf_event_header *h = (const void *)r->data;
+    if (h->misc & PERF_RECORD_MISC_SWITCH_OUT || size < sizeof *h + 24) return TM_OK;
+    uint32_t tid; /* the sample_id trailer: pid, tid, time, cpu */
+    memcpy(&tid, r->data + size - 20, 4);
+    thread *t = find_thread(s, (int32_t)tid);
+    return t ? off_cpu_done(s, t, r->ts, err) : TM_OK;
+}
+
+static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, int off_cpu, tm_error *err) {
     const uint8_t *at = d + 8, *end = d + size;
     uint16_t misc;
     memcpy(&misc, d + 4, 2);
@@ -667,6 +757,8 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
     }
     depth += nk;
     truncated |= ended == TMR_UNWIND_TRUNCATED;
+    unsigned flags = (truncated ? TMR_SAMPLE_TRUNCATED : 0) | (kernel_mode ? TMR_SAMPLE_KERNEL : 0);
+    if (off_cpu) return off_cpu_wait(s, t, cpu, ts, depth, flags, err);
     s->st.samples++;
     if (truncated) s->st.truncated++;
     else if (ended == TMR_UNWIND_COMPLETE) s->st.complete++;
@@ -680,7 +772,6 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, tm_err
             memset(s->cpu_count + had, 0, (s->n_cpu_count - had) * sizeof *s->cpu_count);
     }
     if (cpu < s->n_cpu_count) count = s->cpu_count[cpu] += period;
-    unsigned flags = (truncated ? TMR_SAMPLE_TRUNCATED : 0) | (kernel_mode ? TMR_SAMPLE_KERNEL : 0);
     return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, flags, err);
 }
 
@@ -688,7 +779,9 @@ static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
     const struct perf_event_header *h = (const void *)r->data;
     const uint8_t *d = r->data;
     switch (h->type) {
-    case PERF_RECORD_SAMPLE: return on_sample(s, d, h->size, err);
+    case PERF_RECORD_SAMPLE: return on_sample(s, d, h->size, r->off_cpu, err);
+    case PERF_RECORD_SWITCH:
+    case PERF_RECORD_SWITCH_CPU_WIDE: return on_switch(s, r, h->size, err);
     case PERF_RECORD_MMAP2: return on_mmap2(s, d, h->size, err);
     case PERF_RECORD_COMM: return on_comm(s, d, h->size, (h->misc & PERF_RECORD_MISC_COMM_EXEC) != 0, err);
     case PERF_RECORD_FORK:
@@ -740,14 +833,18 @@ static tm_status use_records(rec_state *s, queue *q, uint64_t until, tm_error *e
 static tm_status write_stats(rec_state *s, tm_error *err) {
     if (!s->n_procs) return TM_OK;
     proc *first = s->procs[0]; /* its writer began the trace */
-    uint32_t *seqs = calloc(s->n_threads + 1, sizeof *seqs);
-    uint64_t *lost = calloc(s->n_threads + 1, sizeof *lost);
+    uint32_t *seqs = calloc(2 * s->n_threads + 1, sizeof *seqs);
+    uint64_t *lost = calloc(2 * s->n_threads + 1, sizeof *lost);
     tm_status st;
     if (!seqs || !lost) {
         st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     } else {
-        for (size_t i = 0; i < s->n_threads; i++) seqs[i] = s->threads[i].seq;
-        tmr_losses l = {.n_writers = (uint32_t)s->n_threads, .writer_seq = seqs, .writer_samples_lost = lost};
+        size_t n = 0;
+        for (size_t i = 0; i < s->n_threads; i++) {
+            seqs[n++] = s->threads[i].seq;
+            if (s->threads[i].off_seq) seqs[n++] = s->threads[i].off_seq;
+        }
+        tmr_losses l = {.n_writers = (uint32_t)n, .writer_seq = seqs, .writer_samples_lost = lost};
         st = tmr_writer_stats(first->w, &l, err);
     }
     free(seqs);
@@ -763,6 +860,7 @@ static void free_state(rec_state *s) {
         free(s->procs[i]);
     }
     free(s->procs);
+    for (size_t i = 0; i < s->n_threads; i++) free(s->threads[i].wait.pcs);
     free(s->threads);
     free(s->pcs);
     tmr_kallsyms_free(s->kallsyms);
@@ -792,6 +890,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         char *end = NULL;
         if (strcmp(a, "--demangle") == 0) o->demangle = 1;
         else if (strcmp(a, "--kernel") == 0) o->kernel = 1;
+        else if (strcmp(a, "--off-cpu") == 0) o->off_cpu = 1;
         else if (strcmp(a, "-a") == 0) o->system_wide = 1;
         else if (!v) return usage("an option needs a value");
         else if (strcmp(a, "-o") == 0) o->out = argv[++i];
@@ -825,38 +924,39 @@ static int parse_opts(int argc, char **argv, opts *o) {
 /* ---- the events of a run ---- */
 
 typedef struct events {
-    ring *rings;        /* per CPU; fd -1: none (an offline CPU) */
-    size_t n_cpus;
-    int *hup;           /* per CPU: its ring's own event has ended (poll would only say so again) */
+    ring *rings;        /* per CPU, then (--off-cpu) the off-CPU event's per CPU; fd -1: none (an offline CPU) */
+    size_t n_cpus, n_rings;
+    int *hup;           /* per ring: its own event has ended (poll would only say so again) */
     int *fds;           /* further events, each writing into its CPU's ring */
     size_t n_fds, cap_fds;
     size_t max_pages;   /* data pages per ring */
 } events;
 
-static int events_init(events *ev) {
+static int events_init(events *ev, int off_cpu) {
     long n = sysconf(_SC_NPROCESSORS_CONF);
     ev->n_cpus = n > 0 ? (size_t)n : 1;
-    ev->rings = calloc(ev->n_cpus, sizeof *ev->rings);
-    ev->hup = calloc(ev->n_cpus, sizeof *ev->hup);
+    ev->n_rings = ev->n_cpus * (off_cpu ? 2 : 1);
+    ev->rings = calloc(ev->n_rings, sizeof *ev->rings);
+    ev->hup = calloc(ev->n_rings, sizeof *ev->hup);
     if (!ev->rings || !ev->hup) return -1;
-    for (size_t c = 0; c < ev->n_cpus; c++) ev->rings[c].fd = -1;
+    for (size_t c = 0; c < ev->n_rings; c++) ev->rings[c].fd = -1;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     ev->max_pages = 8;
-    while (ev->max_pages * 2 * page <= RING_BYTES_MAX && ev->max_pages * 2 * page * ev->n_cpus <= RING_BYTES_TOTAL)
+    while (ev->max_pages * 2 * page <= RING_BYTES_MAX && ev->max_pages * 2 * page * ev->n_rings <= RING_BYTES_TOTAL)
         ev->max_pages *= 2;
     return 0;
 }
 
-/* Opens one event per CPU on thread (or process) tid: the first of each
- * CPU gets the ring, the others write into it. 0, or -1 with errno set
- * (ESRCH: the thread is gone). */
-static int open_on(events *ev, pid_t tid, const opts *o, int launch) {
+/* Opens one event per CPU on thread (or process) tid, the off-CPU event
+ * with off_cpu: the first of each CPU gets the ring, the others write into
+ * it. 0, or -1 with errno set (ESRCH: the thread is gone). */
+static int open_on(events *ev, pid_t tid, const opts *o, int launch, int off_cpu) {
     size_t opened = 0;
     int e = 0;
     for (size_t c = 0; c < ev->n_cpus; c++) {
-        ring *r = &ev->rings[c];
+        ring *r = &ev->rings[off_cpu ? ev->n_cpus + c : c];
         if (r->fd < 0) {
-            if (open_ring(tid, (uint32_t)c, o, launch, ev->max_pages, r) == 0) opened++;
+            if (open_ring(tid, (uint32_t)c, o, launch, off_cpu, ev->max_pages, r) == 0) opened++;
             else if (errno != ENODEV) e = errno, r->fd = -1; /* ENODEV: an offline CPU */
             else r->fd = -1;
             continue;
@@ -876,17 +976,26 @@ static int open_on(events *ev, pid_t tid, const opts *o, int launch) {
     return 0;
 }
 
+/* open_on for the cpu-clock event, then (--off-cpu) the off-CPU one; on
+ * failure *off_cpu says which was refused. */
+static int open_events(events *ev, pid_t tid, const opts *o, int launch, int *off_cpu) {
+    *off_cpu = 0;
+    if (open_on(ev, tid, o, launch, 0)) return -1;
+    *off_cpu = 1;
+    return o->off_cpu ? open_on(ev, tid, o, launch, 1) : 0;
+}
+
 /* Stops every event and closes it (the rings stay mapped until events_free). */
 static void events_stop(events *ev) {
     for (size_t i = 0; i < ev->n_fds; i++) close(ev->fds[i]);
     ev->n_fds = 0;
-    for (size_t c = 0; c < ev->n_cpus; c++)
+    for (size_t c = 0; c < ev->n_rings; c++)
         if (ev->rings[c].fd >= 0) ioctl(ev->rings[c].fd, PERF_EVENT_IOC_DISABLE, 0);
 }
 
 static void events_free(events *ev) {
     events_stop(ev);
-    for (size_t c = 0; ev->rings && c < ev->n_cpus; c++)
+    for (size_t c = 0; ev->rings && c < ev->n_rings; c++)
         if (ev->rings[c].fd >= 0) close_ring(&ev->rings[c]);
     free(ev->rings);
     free(ev->hup);
@@ -895,7 +1004,7 @@ static void events_free(events *ev) {
 
 /* Copies every complete record of every ring into q. */
 static tm_status read_rings(events *ev, queue *q, tm_error *err) {
-    for (size_t c = 0; c < ev->n_cpus; c++)
+    for (size_t c = 0; c < ev->n_rings; c++)
         if (ev->rings[c].fd >= 0 && read_ring(&ev->rings[c], q))
             return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     return TM_OK;
@@ -910,13 +1019,20 @@ static const char *paranoid_level(void) {
     return level;
 }
 
-/* Why the kernel refused an event (errno e), for the messages that say so. */
-static void say_refusal(const opts *o, int e) {
+/* Why the kernel refused an event (errno e), for the messages that say so;
+ * off_cpu: the off-CPU event. */
+static void say_refusal(const opts *o, int e, int off_cpu) {
     if (e != EACCES && e != EPERM) {
         fputc('\n', stderr);
         return;
     }
-    if (o->system_wide)
+    if (off_cpu)
+        fprintf(stderr,
+                " (--off-cpu samples each context switch, which happens in kernel mode: that needs "
+                "kernel.perf_event_paranoid <= 1, it is %s, or CAP_PERFMON or root: sysctl "
+                "kernel.perf_event_paranoid=1, or record without --off-cpu)\n",
+                paranoid_level());
+    else if (o->system_wide)
         fprintf(stderr,
                 " (system-wide recording, -a, needs kernel.perf_event_paranoid <= 0, it is %s, or CAP_PERFMON "
                 "or CAP_SYS_ADMIN, as root usually has: sysctl kernel.perf_event_paranoid=0)\n",
@@ -980,12 +1096,13 @@ static int attach(rec_state *s, events *ev, int32_t pid) {
             char *end;
             long tid = strtol(de->d_name, &end, 10);
             if (*end || tid <= 0 || find_thread(s, (int32_t)tid)) continue;
-            if (open_on(ev, (pid_t)tid, &s->o, 0)) {
+            int which;
+            if (open_events(ev, (pid_t)tid, &s->o, 0, &which)) {
                 if (errno == ESRCH) continue; /* the thread ended meanwhile */
                 int e = errno;
                 fprintf(stderr, "tracemill record: cannot attach to process %d (thread %ld): %s", (int)pid, tid,
                         strerror(e));
-                say_refusal(&s->o, e);
+                say_refusal(&s->o, e, which);
                 closedir(d);
                 return -1;
             }
@@ -1087,7 +1204,7 @@ int main(int argc, char **argv) {
     tm_error err;
     memset(&err, 0, sizeof err);
     pid_t child = 0;
-    if (events_init(&ev)) {
+    if (events_init(&ev, s.o.off_cpu)) {
         fprintf(stderr, "tracemill-record-perf: out of memory\n");
         goto done;
     }
@@ -1108,10 +1225,12 @@ int main(int argc, char **argv) {
             goto done;
         }
         s.root = (int32_t)child;
-        if (open_on(&ev, child, &s.o, 1)) {
+        int which;
+        if (open_events(&ev, child, &s.o, 1, &which)) {
             int e = errno;
-            fprintf(stderr, "tracemill record: perf_event_open on the command: %s", strerror(e));
-            say_refusal(&s.o, e);
+            fprintf(stderr, "tracemill record: perf_event_open on the command%s: %s", which ? " (--off-cpu)" : "",
+                    strerror(e));
+            say_refusal(&s.o, e, which);
             kill(child, SIGKILL);
             waitpid(child, NULL, 0);
             goto done;
@@ -1131,10 +1250,12 @@ int main(int argc, char **argv) {
             goto done;
         }
     } else if (s.o.system_wide) {
-        if (open_on(&ev, -1, &s.o, 0)) {
+        int which;
+        if (open_events(&ev, -1, &s.o, 0, &which)) {
             int e = errno;
-            fprintf(stderr, "tracemill record: cannot record system-wide: %s", strerror(e));
-            say_refusal(&s.o, e);
+            fprintf(stderr, "tracemill record: cannot record system-wide%s: %s", which ? " (--off-cpu)" : "",
+                    strerror(e));
+            say_refusal(&s.o, e, which);
             goto done;
         }
     } else {
@@ -1143,16 +1264,16 @@ int main(int argc, char **argv) {
     }
 
     queue q = {0};
-    struct pollfd *pfd = calloc(ev.n_cpus + 1, sizeof *pfd);
+    struct pollfd *pfd = calloc(ev.n_rings + 1, sizeof *pfd);
     tm_status st = pfd ? TM_OK : tm_fail(&err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     int status = 0, exited = 0, stop = 0;
     uint64_t deadline = s.o.duration ? boottime_ns() + (uint64_t)(s.o.duration * 1e9) : UINT64_MAX;
     while (st == TM_OK && !stop) {
         pfd[0] = (struct pollfd){.fd = g_sig_pipe[0], .events = POLLIN};
-        for (size_t c = 0; c < ev.n_cpus; c++)
+        for (size_t c = 0; c < ev.n_rings; c++)
             pfd[c + 1] = (struct pollfd){.fd = ev.hup[c] ? -1 : ev.rings[c].fd, .events = POLLIN};
-        poll(pfd, ev.n_cpus + 1, POLL_MS);
-        for (size_t c = 0; c < ev.n_cpus; c++) ev.hup[c] |= (pfd[c + 1].revents & POLLHUP) != 0;
+        poll(pfd, ev.n_rings + 1, POLL_MS);
+        for (size_t c = 0; c < ev.n_rings; c++) ev.hup[c] |= (pfd[c + 1].revents & POLLHUP) != 0;
         unsigned char sig[2];
         while (read(g_sig_pipe[0], sig, sizeof sig) == (ssize_t)sizeof sig) {
             if (sig[0] == SIGCHLD) continue;
@@ -1178,6 +1299,15 @@ int main(int argc, char **argv) {
     events_stop(&ev);
     if (st == TM_OK) st = read_rings(&ev, &q, &err);
     if (st == TM_OK) st = use_records(&s, &q, deadline, &err);
+    /* Threads still off the CPU: blocked up to the end of the recording
+     * (attached, or --duration); the command's exited, so none of its
+     * threads should wait, unless their switch-in was lost. */
+    uint64_t end_ns = boottime_ns() < deadline ? boottime_ns() : deadline;
+    for (size_t i = 0; i < s.n_threads && st == TM_OK; i++) {
+        thread *t = &s.threads[i];
+        if (exited && t->wait.pcs) s.st.off_unmatched++, free(t->wait.pcs), t->wait.pcs = NULL;
+        st = off_cpu_done(&s, t, end_ns, &err);
+    }
     for (size_t i = 0; i < q.n; i++) free(q.r[i].data);
     free(q.r);
     free(pfd);
@@ -1194,6 +1324,12 @@ int main(int argc, char **argv) {
                 (unsigned long long)s.st.partial, (unsigned long long)s.st.truncated, (unsigned)s.o.max_depth,
                 (unsigned long long)s.st.callchain_used, (unsigned long long)s.st.lost,
                 (unsigned long long)s.st.throttled);
+    if (st == TM_OK && s.o.off_cpu)
+        fprintf(stderr,
+                "tracemill record: off-CPU: %llu samples (switch-outs with their stack), %.3f s blocked in total; "
+                "%llu switch-outs without a switch-in left out\n",
+                (unsigned long long)s.st.off_samples, (double)s.st.off_ns / 1e9,
+                (unsigned long long)s.st.off_unmatched);
     events_free(&ev);
     memset(&ev, 0, sizeof ev);
     if (!child) {

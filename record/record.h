@@ -181,10 +181,16 @@ enum {
     TMR_SAMPLE_PREV_DROPPED = 1, /* samples of this sequence were lost before this one (sets
                                     previous_packet_dropped and re-emits the sequence's interned state) */
     TMR_SAMPLE_KERNEL = 2,       /* taken in kernel mode (PerfSample.cpu_mode) */
+    TMR_SAMPLE_OFF_CPU = 8,      /* an off-CPU sample: the stack where the thread was switched out; seq
+                                    must hold only off-CPU samples; count is the sequence's blocked time
+                                    so far in ns (its defaults name the timebase TMR_OFF_CPU_TIMEBASE) */
     TMR_SAMPLE_TRUNCATED = 4     /* the stack had more than depth frames: a "[truncated]" frame (mapping
                                     "[truncated]") is added at its root end, and unwind_error is
                                     MAX_FRAMES_EXCEEDED, as Perfetto's unwinder reports it */
 };
+/* The name of an off-CPU sequence's timebase (PerfEvents.Timebase.name), as
+ * src/perfetto recognises it: TM_PF_OFF_CPU_TIMEBASE. */
+#define TMR_OFF_CPU_TIMEBASE "off-cpu"
 /* The function name, and mapping name, of the frame TMR_SAMPLE_TRUNCATED adds. */
 #define TMR_TRUNCATED_FRAME "[truncated]"
 

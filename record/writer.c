@@ -152,6 +152,7 @@ typedef struct cs_slot {
 
 typedef struct seq_state {
     uint32_t seq;
+    int off_cpu;       /* its samples are off-CPU ones (TMR_SAMPLE_OFF_CPU): its defaults say so */
     int need_clear;    /* the next packet starts a new generation */
     uint64_t next_iid; /* one counter for every kind: unique within each */
     imap strs;         /* names, paths, build ids, mappings (by symbols' pointers / indices) */
@@ -641,16 +642,26 @@ static uint64_t intern_callstack(tmr_writer *w, seq_state *s, const uint64_t *f,
     return s->cs[k].iid;
 }
 
-/* Machine-readable sampling setup of a sequence (new with each generation). */
-static void put_defaults(tmr_writer *w, wbuf *b) {
+/* Machine-readable sampling setup of a sequence (new with each generation).
+ * An off-CPU sequence's timebase is the context-switches counter, sampled
+ * at every switch (period 1) and named TMR_OFF_CPU_TIMEBASE: its samples'
+ * timebase_count is the sequence's blocked time so far, in ns. */
+static void put_defaults(tmr_writer *w, wbuf *b, int off_cpu) {
     size_t d = msg_open(b);
     put_uint(b, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, TM_PF_BUILTIN_CLOCK_BOOTTIME);
     size_t psd = msg_open(b);
     size_t tb = msg_open(b);
-    if (w->o.sampling_hz) put_uint(b, TM_PF_TIMEBASE_FREQUENCY, w->o.sampling_hz);
-    put_uint(b, TM_PF_TIMEBASE_COUNTER,
-             w->o.wall_clock || w->o.perf_cpu_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
-    put_str(b, TM_PF_TIMEBASE_NAME, w->o.perf_cpu_clock ? "cpu-clock" : w->o.wall_clock ? "wall-clock" : "task-clock");
+    if (off_cpu) {
+        put_uint(b, TM_PF_TIMEBASE_PERIOD, 1);
+        put_uint(b, TM_PF_TIMEBASE_COUNTER, TM_PF_COUNTER_SW_CONTEXT_SWITCHES);
+        put_str(b, TM_PF_TIMEBASE_NAME, TMR_OFF_CPU_TIMEBASE);
+    } else {
+        if (w->o.sampling_hz) put_uint(b, TM_PF_TIMEBASE_FREQUENCY, w->o.sampling_hz);
+        put_uint(b, TM_PF_TIMEBASE_COUNTER,
+                 w->o.wall_clock || w->o.perf_cpu_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
+        put_str(b, TM_PF_TIMEBASE_NAME,
+                w->o.perf_cpu_clock ? "cpu-clock" : w->o.wall_clock ? "wall-clock" : "task-clock");
+    }
     msg_close(b, TM_PF_PERF_DEFAULTS_TIMEBASE, tb);
     msg_close(b, TM_PF_DEFAULTS_PERF_SAMPLE, psd);
     msg_close(b, TM_PF_PACKET_DEFAULTS, d);
@@ -695,6 +706,7 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
     /* After a loss the reader distrusts this sequence's interning until the
      * next CLEARED packet: start a new generation with this sample. */
     if (prev_dropped) seq_clear(s);
+    s->off_cpu = (flags & TMR_SAMPLE_OFF_CPU) != 0;
     int cleared = s->need_clear;
     w->interned.len = 0;
     w->interned.oom = 0;
@@ -722,7 +734,7 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
     put_uint(b, TM_PF_PACKET_SEQUENCE_ID, seq);
     put_uint(b, TM_PF_PACKET_SEQUENCE_FLAGS,
              TM_PF_SEQ_NEEDS_INCREMENTAL_STATE | (cleared ? TM_PF_SEQ_INCREMENTAL_STATE_CLEARED : 0));
-    if (cleared) put_defaults(w, b);
+    if (cleared) put_defaults(w, b, s->off_cpu);
     if (w->interned.len) put_bytes(b, TM_PF_PACKET_INTERNED_DATA, w->interned.p, w->interned.len);
     size_t ps = msg_open(b);
     put_uint(b, TM_PF_PERF_SAMPLE_CPU, cpu);

@@ -11,7 +11,8 @@
  *    Perfetto's root-first frame_ids) and deduplicated; a frame in a Java
  *    mapping has its name split at the last '.' into module and function,
  *    joined back here; a frame without a function name has name "".
- *    Samples without a thread have tid 0.
+ *    Samples without a thread have tid 0. Off-CPU samples, which it keeps
+ *    apart from the others, are records too: SQL has them in perf_sample.
  *  - SQL model: callsite_id is the leaf; parent_id leads to the root.
  *    Frame names are NULL without a function name ("" here, as above).
  *    Symbols: a frame whose mapping has a build id and whose symbol set has
@@ -195,6 +196,11 @@ static void profile_records(const tm_profile *p, dkey **keys, drecs *out) {
     }
     for (size_t i = 0; i < p->n_samples; i++) {
         const tm_prof_sample *smp = &p->samples[i];
+        drec r = {smp->ts, p->threads[smp->thread].tid, &(*keys)[smp->stack], NULL, 0};
+        push_rec(out, r);
+    }
+    for (size_t i = 0; i < p->n_off_samples; i++) { /* kept apart in the model, perf_sample rows in SQL */
+        const tm_prof_off_sample *smp = &p->off_samples[i];
         drec r = {smp->ts, p->threads[smp->thread].tid, &(*keys)[smp->stack], NULL, 0};
         push_rec(out, r);
     }

@@ -20,11 +20,17 @@
  *               mprotect (as JITs do), names it "tmtest_jitted_loop" in
  *               /tmp/perf-PID.map as perf's JIT interface says, runs it;
  *               prints "jit PID" (the test removes the map file)
+ *   offcpu S    S seconds of rounds: 30 ms blocked in wait_here (a read on a
+ *               pipe that nothing writes to, timed out by poll), then 20 ms
+ *               of CPU time in spin_here; prints "blocked NS" (the ns it
+ *               measured inside wait_here, around the system call) and
+ *               "spun NS" (the CPU time of spin_here)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -81,6 +87,27 @@ static NOINLINE void kernel_spin(void) {
     if (read(g_zero, g_block, sizeof g_block) > 0) g_sink += (uint64_t)g_block[4096];
 }
 
+static int64_t now_ns(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Blocks 30 ms waiting on a pipe nothing writes to; returns the ns it took. */
+static NOINLINE int64_t wait_here(int fd) {
+    int64_t start = now_ns(CLOCK_MONOTONIC);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 30) > 0) g_sink++;
+    return now_ns(CLOCK_MONOTONIC) - start;
+}
+
+/* 20 ms of this thread's CPU time; returns it. */
+static NOINLINE int64_t spin_here(void) {
+    int64_t start = now_ns(CLOCK_THREAD_CPUTIME_ID), t;
+    while ((t = now_ns(CLOCK_THREAD_CPUTIME_ID)) - start < 20000000) g_sink = burn(g_sink + 5) / 8;
+    return t - start;
+}
+
 /* Runs fn until the thread has used g_seconds of CPU time. */
 static void spin_for(void (*fn)(void)) {
     double end = thread_cpu_seconds() + g_seconds;
@@ -125,7 +152,7 @@ static void on_sigprof(int sig) {
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
-                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit SECONDS\n");
+                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit|offcpu SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -152,6 +179,17 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "deep") == 0) return deep_recurse(200);
+    if (strcmp(mode, "offcpu") == 0) {
+        int fds[2];
+        if (pipe(fds)) return 1;
+        int64_t blocked = 0, spun = 0, end = now_ns(CLOCK_MONOTONIC) + (int64_t)(g_seconds * 1e9);
+        while (now_ns(CLOCK_MONOTONIC) < end) {
+            blocked += wait_here(fds[0]);
+            spun += spin_here();
+        }
+        printf("blocked %lld\nspun %lld\n", (long long)blocked, (long long)spun);
+        return 0;
+    }
 #if defined(__x86_64__)
     if (strcmp(mode, "jit") == 0) {
         void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

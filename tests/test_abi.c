@@ -74,8 +74,8 @@ struct abi0_tm_trace_stats {
     uint64_t truncated_at, heap_profile_packets, heap_dumps, heap_dumps_with_loss, heap_missing_packets,
         heap_malformed, heap_unfinished_dumps, heap_samples_unresolved, heap_alloc_bytes, heap_inuse_bytes,
         perf_samples_truncated, heap_streaming_allocations, heap_streaming_alloc_bytes, heap_streaming_frees,
-        heap_streaming_malformed;
-    uint64_t reserved_[66];
+        heap_streaming_malformed, off_cpu_samples, off_cpu_ns;
+    uint64_t reserved_[64];
 };
 struct abi0_tm_thread_info {
     int64_t tid, pid;
@@ -255,6 +255,7 @@ Test(abi, tm_trace_stats) {
     FIELD(tm_trace_stats, heap_inuse_bytes); FIELD(tm_trace_stats, perf_samples_truncated);
     FIELD(tm_trace_stats, heap_streaming_allocations); FIELD(tm_trace_stats, heap_streaming_alloc_bytes);
     FIELD(tm_trace_stats, heap_streaming_frees); FIELD(tm_trace_stats, heap_streaming_malformed);
+    FIELD(tm_trace_stats, off_cpu_samples); FIELD(tm_trace_stats, off_cpu_ns);
 }
 
 Test(abi, readers_and_sink) {

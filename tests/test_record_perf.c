@@ -864,3 +864,133 @@ Test(record_perf, system_wide_refused) {
     cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
     free(err), free(cmd), free(errp), free(trace);
 }
+
+/* Sums the folded lines (of value v) of the trace DIR/t.pftrace whose
+ * stack holds frame (NULL: every line); *total gets every line's sum. */
+static uint64_t folded_sum(tm_value v, const char *frame, uint64_t *total) {
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes, "no trace at %s", path);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_folded_options o = {.value = v};
+    cr_assert_eq(tm_write_folded(t, &o, &sink, &err), TM_OK, "%s", err.message);
+    uint64_t sum = 0;
+    *total = 0;
+    for (char *line = out.data; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        char *space = strrchr(line, ' ');
+        cr_assert_not_null(space, "not a folded line: %s", line);
+        uint64_t k = strtoull(space + 1, NULL, 10);
+        *total += k;
+        if (!frame || stack_has(line, (size_t)(space - line), frame)) sum += k;
+        line = nl ? nl + 1 : NULL;
+    }
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+    free(bytes);
+    free(path);
+    return sum;
+}
+
+/* The value of "NAME N" in the target's output (DIR/stdout). */
+static int64_t target_said(const char *name) {
+    char *path = path_in_dir("stdout"), *text = tu_read_file(path, NULL), *at = text ? strstr(text, name) : NULL;
+    cr_assert_not_null(at, "the target did not print %s", name);
+    int64_t v = strtoll(at + strlen(name), NULL, 10);
+    free(text);
+    free(path);
+    return v;
+}
+
+/* --off-cpu: the target blocks 30 ms in wait_here and spins 20 ms of CPU
+ * time in spin_here, by turns, for 1.5 s. The off-CPU samples' time under
+ * wait_here is what the program itself measured around its waits (within
+ * 5 %), and nearly all the time main spent off the CPU but spin_here's
+ * (preempted, on a busy machine); the CPU samples, the default, are as without --off-cpu:
+ * spin_here at the rate of its CPU time, hardly any in wait_here. Trace
+ * Processor's perf_sample holds both kinds; convert --samples picks them. */
+Test(record_perf, off_cpu_time_and_stacks) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--off-cpu", TM_RECORD_PERF_TARGET " offcpu 1.5", &code);
+    if (code == 125 && strstr(err, "--off-cpu"))
+        cr_skip_test("this kernel refuses off-CPU samples here: %s", err); /* the refusal is tested below */
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "off-CPU: "), "%s", err);
+    int64_t blocked = target_said("blocked "), spun = target_said("spun ");
+    cr_assert_gt(blocked, 0);
+    uint64_t off_total, on_total;
+    uint64_t off_wait = folded_sum(TM_VALUE_OFF_CPU, "wait_here", &off_total);
+    cr_expect(off_wait >= (uint64_t)(blocked * 0.95) && off_wait <= (uint64_t)(blocked * 1.05),
+              "off-CPU under wait_here: %llu ns, the program measured %lld ns", (unsigned long long)off_wait,
+              (long long)blocked);
+    /* the rest of main's is spin_here preempted (a busy machine: often as
+     * long as it spun); outside main, the loader and a sanitizer's runtime
+     * (LeakSanitizer stopping the world at exit) */
+    uint64_t off_spin = folded_sum(TM_VALUE_OFF_CPU, "spin_here", &off_total),
+             off_main = folded_sum(TM_VALUE_OFF_CPU, "main", &off_total);
+    cr_expect_geq(off_wait * 10, (off_main - off_spin) * 9, "wait_here: %llu of %llu ns off the CPU in main (%llu in "
+                  "spin_here, %llu in all)", (unsigned long long)off_wait, (unsigned long long)off_main,
+                  (unsigned long long)off_spin, (unsigned long long)off_total);
+    uint64_t on_spin = folded_sum(TM_VALUE_SAMPLES, "spin_here", &on_total);
+    uint64_t on_wait = folded_sum(TM_VALUE_SAMPLES, "wait_here", &on_total);
+    expect_rate(on_spin, (double)spun / 1e9, "spin_here");
+    cr_expect_leq(on_wait * 20, on_total, "%llu of %llu CPU samples in wait_here", (unsigned long long)on_wait,
+                  (unsigned long long)on_total);
+    /* wall: both, a CPU sample weighing its period */
+    uint64_t wall_total, wall_wait = folded_sum(TM_VALUE_WALL, "wait_here", &wall_total);
+    cr_expect_eq(wall_total, off_total + on_total * (1000000000 / HZ));
+    cr_expect_geq(wall_wait, off_wait);
+    /* the stats, and Trace Processor's view: every sample of both kinds */
+    int64_t rows = sql_int("SELECT count(*) FROM perf_sample WHERE callsite_id IS NOT NULL");
+    cr_expect_eq(rows, sql_int("SELECT count(*) FROM perf_sample WHERE cpu_mode = 'kernel'") + (int64_t)on_total,
+                 "off-CPU samples are taken in kernel mode, the CPU ones in user mode");
+    free(err);
+    /* the CLI's choice of samples */
+    char *trace = path_in_dir("t.pftrace"), *out = path_in_dir("off.folded"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --samples off-cpu %s -o %s", TM_CLI, trace, out), 0);
+    cr_expect_eq(system(cmd), 0, "%s", cmd);
+    char *text = tu_read_file(out, NULL);
+    cr_expect(text && strstr(text, "wait_here"), "%s", text ? text : "");
+    free(text), free(cmd);
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --samples sideways %s 2>/dev/null", TM_CLI, trace), 0);
+    int st = system(cmd);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0, "a bad --samples was accepted");
+    free(cmd), free(out), free(trace);
+}
+
+/* Where the kernel refuses sampling context switches (kernel mode: here
+ * without CAP_PERFMON and CAP_SYS_ADMIN, with perf_event_paranoid >= 2),
+ * --off-cpu fails with 125 and says which setting it needs; with the
+ * signal backend it is a usage error. */
+Test(record_perf, off_cpu_refused) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--backend signal --off-cpu", "true", &code);
+    cr_expect_eq(code, 2, "%s", err);
+    cr_expect(strstr(err, "--off-cpu needs --backend perf"), "%s", err);
+    free(err);
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    int paranoid = 0;
+    cr_assert(f && fscanf(f, "%d", &paranoid) == 1);
+    fclose(f);
+    if (paranoid < 2 || getuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        cr_skip_test("off-CPU samples are refused only with perf_event_paranoid >= 2 (here %d) and without "
+                     "capabilities (setpriv as root drops them)", paranoid);
+    char *errp = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "setpriv --bounding-set -perfmon,-sys_admin %s record --off-cpu -o %s -- true 2>%s",
+                          TM_CLI, trace, errp),
+                 0);
+    int st = system(cmd);
+    err = tu_read_file(errp, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 125, "status %#x: %s", st, err);
+    cr_expect(err && strstr(err, "--off-cpu") && strstr(err, "kernel.perf_event_paranoid <= 1"), "%s", err ? err : "");
+    cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
+    free(err), free(cmd), free(errp), free(trace);
+}

@@ -841,3 +841,96 @@ Test(record_symbols, vdso_and_deleted_files) {
     }
     tmr_symbols_free(s);
 }
+
+/* Off-CPU samples (TMR_SAMPLE_OFF_CPU) on sequences of their own: the reader
+ * tells them from the CPU samples by their timebase and weighs each by the
+ * growth of its sequence's timebase_count. The CPU samples alone stay the
+ * default profile; off_cpu and wall views give the blocked ns exactly, in
+ * time order across threads, in folded stacks, speedscope and pprof. */
+static tu_membuf written(const tm_trace *t, tm_value v, int format) {
+    tu_membuf m = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
+    tm_error err;
+    tm_status st;
+    if (format == 'f') {
+        tm_folded_options o = {.value = v};
+        st = tm_write_folded(t, &o, &sink, &err);
+    } else if (format == 's') {
+        tm_speedscope_options o = {.value = v};
+        st = tm_write_speedscope(t, &o, &sink, &err);
+    } else {
+        tm_pprof_options o = {.value = v, .uncompressed = 1};
+        st = tm_write_pprof(t, &o, &sink, &err);
+    }
+    cr_assert_eq(st, TM_OK, "%s", err.message);
+    cr_assert(tu_membuf_write(&m, "", 1) == 0);
+    return m;
+}
+
+Test(record_writer, off_cpu_samples_weigh_their_blocked_time) {
+    rig r;
+    rig_open(&r, 0);
+    tm_error err;
+    int32_t pid = (int32_t)getpid(), a = pid + 2000, b = pid + 2001;
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    const uint64_t shallow[] = {leaf_pc(rw_middle), ret_pc(rw_root)};
+    const uint64_t ms = 1000000, t0 = 1000000000;
+    for (int i = 0; i < 4; i++) sample(&r, 1, a, t0 + (uint64_t)i * 10 * ms, deep, 3, 0);
+    /* thread a blocked 5 ms at root;middle;leaf, then 7 ms at root;middle;
+     * thread b 0.7 ms at root;middle, written after a's although earlier */
+    cr_assert_eq(tmr_writer_sample(r.w, 2, a, 0, t0 + 1 * ms, deep, 3, 5 * ms, TMR_SAMPLE_OFF_CPU, &err), TM_OK);
+    cr_assert_eq(tmr_writer_sample(r.w, 2, a, 1, t0 + 20 * ms, shallow, 2, 12 * ms, TMR_SAMPLE_OFF_CPU, &err), TM_OK);
+    cr_assert_eq(tmr_writer_sample(r.w, 3, b, 0, t0 + 2 * ms, shallow, 2, 700000, TMR_SAMPLE_OFF_CPU, &err), TM_OK);
+    stats_no_loss(&r);
+
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_expect_eq(st->perf_samples, 4);
+    cr_expect_eq(st->samples_kept, 4);
+    cr_expect_eq(tm_trace_sample_count(t), 4);
+    cr_expect_eq(st->off_cpu_samples, 3);
+    cr_expect_eq(st->off_cpu_ns, 12 * ms + 700000);
+    tu_membuf fo = folded(t); /* the default: CPU samples only */
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 4, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 0, "%s", fo.data);
+    tu_membuf_free(&fo);
+    fo = written(t, TM_VALUE_OFF_CPU, 'f');
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 5 * ms, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 7 * ms + 700000, "%s", fo.data);
+    tu_membuf_free(&fo);
+    /* wall: a CPU sample weighs the timebase's period, 1 s / 101 */
+    fo = written(t, TM_VALUE_WALL, 'f');
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 4 * (1000000000 / 101) + 5 * ms, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 7 * ms + 700000, "%s", fo.data);
+    tu_membuf_free(&fo);
+    fo = written(t, TM_VALUE_OFF_CPU, 's');
+    cr_expect(strstr(fo.data, "\"unit\":\"nanoseconds\""), "%s", fo.data);
+    cr_expect(strstr(fo.data, "\"weights\":[5000000,7000000]"), "%s", fo.data);
+    cr_expect(strstr(fo.data, "\"weights\":[700000]"), "%s", fo.data);
+    tu_membuf_free(&fo);
+    fo = written(t, TM_VALUE_OFF_CPU, 'p');
+    cr_expect(memmem(fo.data, fo.len, "off_cpu", 7) && memmem(fo.data, fo.len, "nanoseconds", 11));
+    tu_membuf_free(&fo);
+    tm_trace_free(t);
+    rig_close(&r);
+}
+
+/* Without off-CPU samples the off_cpu value is refused with the reason. */
+Test(record_writer, off_cpu_value_without_off_cpu_samples) {
+    rig r;
+    rig_open(&r, 0);
+    const uint64_t deep[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    sample(&r, 1, (int32_t)getpid(), 1000000000, deep, 3, 0);
+    stats_no_loss(&r);
+    tm_trace *t = parse(&r, TM_MODE_DEFAULT);
+    tu_membuf m = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &m};
+    tm_folded_options o = {.value = TM_VALUE_OFF_CPU};
+    tm_error err;
+    cr_expect_eq(tm_write_folded(t, &o, &sink, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "no off-CPU samples"), "%s", err.message);
+    cr_expect_eq(tm_trace_get_stats(t)->off_cpu_samples, 0);
+    tu_membuf_free(&m);
+    tm_trace_free(t);
+    rig_close(&r);
+}

@@ -117,8 +117,10 @@ class Trace(_tracemill.Trace):
         """A pprof profile, gzip-compressed unless uncompressed. thread: a tid
         or a thread name to keep only that thread; period_ns 0: inferred.
         value: a memory value (alloc_objects, alloc_space, inuse_objects,
-        inuse_space) writes the memory profile with that default type; None:
-        CPU samples, or inuse_space for a trace with only a memory profile."""
+        inuse_space) writes the memory profile with that default type;
+        off_cpu or wall the off-CPU (record --off-cpu) or wall-clock time in
+        ns; None: CPU samples, or inuse_space for a trace with only a memory
+        profile."""
         return self._export("pprof", thread=thread, period_ns=period_ns, uncompressed=uncompressed, value=value)
 
     def to_folded(self, thread: Thread = None, thread_prefix: bool = False, value: Optional[str] = None) -> str:

@@ -380,9 +380,14 @@ static void write_fitted(tm_jw *w, tm_str s, double width_px) {
     }
 }
 
-/* A count in its unit: samples, or a memory profile's bytes or objects. */
+/* A count in its unit: samples, a memory profile's bytes or objects, or
+ * the ns of off-CPU and wall-clock time. */
 static void write_samples(tm_jw *w, tm_value unit, uint64_t n) {
     write_u64(w, n);
+    if (unit == TM_VALUE_OFF_CPU || unit == TM_VALUE_WALL) {
+        tm_jw_lit(w, " ns");
+        return;
+    }
     const char *name = unit == TM_VALUE_ALLOC_SPACE || unit == TM_VALUE_INUSE_SPACE     ? " byte"
                        : unit == TM_VALUE_ALLOC_OBJECTS || unit == TM_VALUE_INUSE_OBJECTS ? " object"
                                                                                          : " sample";
@@ -525,8 +530,11 @@ static void write_header(tm_jw *w, const graph *g, double height) {
     double mid = g->width / 2.0;
     write_text_open(w, "id=\"title\" text-anchor=\"middle\"", mid, 24);
     char memory_title[80];
-    snprintf(memory_title, sizeof memory_title, "%s Memory Flame Graph (%s)", g->diff ? "Differential" : "",
-             tm_value_name(g->unit));
+    const char *kind = g->unit == TM_VALUE_OFF_CPU ? "Off-CPU" : g->unit == TM_VALUE_WALL ? "Wall-Clock" : "Memory";
+    snprintf(memory_title, sizeof memory_title, "%s %s Flame Graph (%s)", g->diff ? "Differential" : "", kind,
+             g->unit == TM_VALUE_OFF_CPU ? "blocked time"
+             : g->unit == TM_VALUE_WALL  ? "on and off CPU"
+                                         : tm_value_name(g->unit));
     const char *title = g->opts && g->opts->title      ? g->opts->title
                         : g->unit != TM_VALUE_SAMPLES ? memory_title + (g->diff ? 0 : 1)
                         : g->diff                      ? "Differential Flame Graph"

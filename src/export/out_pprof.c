@@ -750,6 +750,83 @@ static tm_status write_heap_profile(pprof_writer *x, tm_value v) {
     return tm_pbw_finish(w);
 }
 
+/* Off-CPU or wall-clock time (x->p a tm_profile_value_view of it): one
+ * Sample per view sample of the selected threads, values [1, its ns] for
+ * the sample types samples/count and off_cpu/nanoseconds (wall/nanoseconds),
+ * the thread labels and timestamp_ns (where an off-CPU sample's thread left
+ * the CPU). */
+static tm_status write_time_profile(pprof_writer *x, tm_value v, const tm_profile *timed) {
+    const tm_profile *p = x->p;
+    tm_pbw *w = &x->w;
+    for (int i = 0; i < N_FIXED; i++) {
+        uint32_t idx;
+        TM_TRY(str_index(x->mem, &x->strings, cstr(fixed_strings[i]), &idx));
+    }
+    uint32_t type;
+    TM_TRY(str_index(x->mem, &x->strings, cstr(v == TM_VALUE_WALL ? "wall" : "off_cpu"), &type));
+    TM_TRY(encode_threads(x));
+    put_value_type(w, PROFILE_SAMPLE_TYPE, S_SAMPLES, S_COUNT);
+    put_value_type(w, PROFILE_SAMPLE_TYPE, type, S_NANOSECONDS);
+    tm_pbw_flush(w);
+    tm_status st = TM_OK;
+    size_t seg = 0, n = 0;
+    int64_t first = 0, last = 0;
+    for (size_t i = 0; i < p->n_samples && st == TM_OK; i++) {
+        const tm_prof_sample *s = &p->samples[i];
+        if (!x->sel[s->thread]) continue;
+        if (x->stack_off[s->stack] == SIZE_MAX && (st = encode_stack(x, s->stack)) != TM_OK) break;
+        if (!n++) first = s->ts;
+        last = s->ts;
+        const thread_enc *te = &x->threads[s->thread];
+        uint8_t *head = x->rec + TM_PBW_VARINT_MAX + 1, *q = head;
+        memcpy(q, x->stack_bytes + x->stack_off[s->stack], x->stack_len[s->stack]);
+        q += x->stack_len[s->stack];
+        uint64_t ns = tm_profile_weight(p, i);
+        q = tm_pbw_len(q, SAMPLE_VALUE, 1 + tm_pbw_varint_len(ns));
+        q = tm_pbw_varint(tm_pbw_varint(q, 1), ns);
+        memcpy(q, te->bytes + te->values_len, te->len - te->values_len);
+        q += te->len - te->values_len;
+        int64_t ts = s->ts; /* Unix time: the last realtime segment starting at or before ts */
+        while (seg + 1 < timed->n_realtime && timed->realtime[seg + 1].from_ns <= ts) seg++;
+        ts += timed->n_realtime ? timed->realtime[seg].offset_ns : 0;
+        uint8_t m[40], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, S_TIMESTAMP), LABEL_NUM_UNIT, S_NANOSECONDS);
+        e = tm_pbw_uint(e, LABEL_NUM, (uint64_t)ts);
+        q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
+        memcpy(q, m, (size_t)(e - m));
+        q += e - m;
+        size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
+        tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
+        if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
+        else tm_pbw_append(&x->w, head - hdr, hdr + body);
+    }
+    TM_TRY(st);
+    TM_TRY(x->gzrec ? tm_gzrec_finish(x->gzrec) : x->w.st);
+    TM_TRY(write_locations_and_functions(x));
+    snprintf(x->comment_period, sizeof x->comment_period, "%s",
+             v == TM_VALUE_WALL ? "wall: on-CPU samples weigh their sampling period, off-CPU samples the ns their "
+                                  "thread stayed off the CPU from where it left it"
+                                : "off_cpu: each sample is where a thread left the CPU, weighing the ns until it ran "
+                                  "again (blocked, or waiting to run)");
+    snprintf(x->comment_time, sizeof x->comment_time, "timestamp_ns: %s",
+             timed->n_realtime ? "Unix time" : "trace time (the trace has no realtime clock)");
+    uint32_t c_what, c_time;
+    TM_TRY(str_index(x->mem, &x->strings, cstr(x->comment_period), &c_what));
+    TM_TRY(str_index(x->mem, &x->strings, cstr(x->comment_time), &c_time));
+    for (size_t i = 0; i < x->strings.n; i++)
+        tm_pbw_bytes_field(w, PROFILE_STRING_TABLE, x->strings.v[i].data, x->strings.v[i].len);
+    if (n) {
+        int64_t start = first;
+        tm_profile_realtime(timed, first, &start);
+        put_uint(w, PROFILE_TIME_NANOS, (uint64_t)start);
+        put_uint(w, PROFILE_DURATION_NANOS, (uint64_t)(last - first));
+    }
+    put_value_type(w, PROFILE_PERIOD_TYPE, type, S_NANOSECONDS);
+    put_uint(w, PROFILE_COMMENT, c_what);
+    put_uint(w, PROFILE_COMMENT, c_time);
+    put_uint(w, PROFILE_DEFAULT_SAMPLE_TYPE, type);
+    return tm_pbw_finish(w);
+}
+
 static tm_status setup(pprof_writer *x, const tm_pprof_options *opts) {
     const tm_profile *p = x->p;
     if (tm_thread_periods(p, x->sel, opts ? opts->period_ns : 0, true, &x->period, &x->overall_period,
@@ -798,15 +875,34 @@ tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const 
     tm_arena_init(&x.arena, x.mem);
     /* a memory value, or no CPU samples to write: the memory profile */
     tm_value v = opts ? opts->value : TM_VALUE_DEFAULT;
+    if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_off_samples) v = TM_VALUE_OFF_CPU;
     if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_heap_samples) v = TM_VALUE_INUSE_SPACE;
-    if (v > TM_VALUE_SAMPLES && !x.p->n_heap_samples) {
+    const bool time_value = v == TM_VALUE_OFF_CPU || v == TM_VALUE_WALL;
+    if (v > TM_VALUE_SAMPLES && !time_value && !x.p->n_heap_samples) {
         tm_thread_selection_free(x.p, x.sel);
         tm_arena_release(&x.arena);
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: %s: the trace holds no memory profile", tm_value_name(v));
     }
+    /* Off-CPU and wall-clock time: the writer reads the view (the same
+     * threads, stacks and frames, other samples). */
+    const tm_profile *orig = x.p;
+    tm_profile view;
+    if (time_value) {
+        tm_status vs = tm_profile_value_view(orig, v, &view, NULL, err);
+        if (vs != TM_OK) {
+            tm_thread_selection_free(orig, x.sel);
+            tm_arena_release(&x.arena);
+            return vs;
+        }
+        x.p = &view;
+    }
     tm_status st = setup(&x, opts);
-    if (st == TM_OK) st = v > TM_VALUE_SAMPLES ? write_heap_profile(&x, v) : write_profile(&x, opts);
+    if (st == TM_OK)
+        st = time_value             ? write_time_profile(&x, v, orig)
+             : v > TM_VALUE_SAMPLES ? write_heap_profile(&x, v)
+                                    : write_profile(&x, opts);
     writer_release(&x);
+    if (time_value) tm_profile_value_view_release(orig, &view);
     switch (st) {
     case TM_OK: return TM_OK;
     case TM_ERR_IO: return tm_fail(err, st, 0, NULL, "pprof: writing the output failed");

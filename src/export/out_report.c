@@ -66,6 +66,8 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"stack_sample", s->stack_samples},
         {"kept", s->samples_kept},
         {"perf_sample_stack_truncated", s->perf_samples_truncated},
+        {"off_cpu", s->off_cpu_samples},
+        {"off_cpu_blocked_ns", s->off_cpu_ns},
     };
     write_group(w, "samples", samples, N(samples), 0);
     const counter dropped[] = {

@@ -21,7 +21,9 @@
  * thread has two distinct sample times) P is FALLBACK_PERIOD_NS.
  *
  * Folded input (p->untimed) has no time: unit "none", each sample weighs
- * its count, startValue 0, endValue the total count.
+ * its count, startValue 0, endValue the total count. Memory values, and
+ * off-CPU and wall-clock time (tm_profile_value_view), are weighed the same
+ * way, in bytes, objects or nanoseconds.
  *
  * Each distinct stack is rendered to JSON once; samples copy it.
  */
@@ -205,6 +207,7 @@ static tm_status write_profile(writer *w, tm_jw *jw, uint32_t t, size_t lo, size
     if (p->untimed) {
         for (size_t k = lo; k < hi; k++) end += (int64_t)tm_profile_weight(p, w->order[k]);
         if (w->value == TM_VALUE_ALLOC_SPACE || w->value == TM_VALUE_INUSE_SPACE) tm_jw_lit(jw, ",\"unit\":\"bytes\"");
+        else if (w->value == TM_VALUE_OFF_CPU || w->value == TM_VALUE_WALL) tm_jw_lit(jw, ",\"unit\":\"nanoseconds\"");
         else tm_jw_lit(jw, ",\"unit\":\"none\"");
     } else {
         start = p->samples[w->order[lo]].ts;

@@ -106,11 +106,38 @@ void tm_pf_reader_release(tm_pf_reader *r) {
 
 /* ---- sequences and generations ---- */
 
+/* The sample kind and period a generation's perf_sample_defaults give
+ * (PerfSampleDefaults.timebase). Read leniently, as Trace Processor reads
+ * them: a field of another wire type is passed over. */
+static void read_timebase(tm_bytes defaults, tm_pf_gen *g) {
+    tm_pb_reader pb = tm_pb_reader_of(defaults);
+    tm_pb_field f;
+    tm_bytes tb = {NULL, 0};
+    while (tm_pb_next(&pb, &f) == TM_PB_OK)
+        if (f.num == TM_PF_PERF_DEFAULTS_TIMEBASE && f.wire == TM_PB_LEN) tb = f.bytes;
+    if (!tb.data) return;
+    uint64_t counter = 0, period = 0, frequency = 0;
+    tm_bytes name = {NULL, 0};
+    pb = tm_pb_reader_of(tb);
+    while (tm_pb_next(&pb, &f) == TM_PB_OK) {
+        if (f.num == TM_PF_TIMEBASE_COUNTER && f.wire == TM_PB_VARINT) counter = f.val;
+        else if (f.num == TM_PF_TIMEBASE_PERIOD && f.wire == TM_PB_VARINT) period = f.val, frequency = 0;
+        else if (f.num == TM_PF_TIMEBASE_FREQUENCY && f.wire == TM_PB_VARINT) frequency = f.val, period = 0;
+        else if (f.num == TM_PF_TIMEBASE_NAME && f.wire == TM_PB_LEN) name = f.bytes;
+    }
+    static const char off_cpu[] = TM_PF_OFF_CPU_TIMEBASE;
+    g->off_cpu = counter == TM_PF_COUNTER_SW_CONTEXT_SWITCHES && name.len == sizeof off_cpu - 1 &&
+                 memcmp(name.data, off_cpu, name.len) == 0;
+    /* no counter: the CPU timer, as the proto says */
+    bool counts_ns = counter == 0 || counter == TM_PF_COUNTER_SW_CPU_CLOCK || counter == TM_PF_COUNTER_SW_TASK_CLOCK;
+    g->period_ns = !counts_ns || g->off_cpu ? 0 : period ? period : frequency ? 1000000000u / frequency : 0;
+}
+
 /* Starts a generation of s with the TracePacketDefaults `defaults` (NULL
  * data: none), or with those of its current generation when keep is set. */
 static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool keep) {
     if (TM_VEC_RESERVE(r->mem, r->gens, r->cap_gens, r->n_gens + 1) != TM_OK) return nomem(r);
-    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}};
+    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0};
     if (keep) {
         g = r->gens[s->gen];
         g.epoch = s->epoch;
@@ -126,6 +153,8 @@ static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool 
             } else if (f.num == TM_PF_DEFAULTS_PERF_SAMPLE) {
                 TM_PF_WANT(r, f, TM_PB_LEN, "TracePacketDefaults");
                 g.perf_defaults = f.bytes;
+                g.off_cpu = false, g.period_ns = 0;
+                read_timebase(f.bytes, &g);
             } else if (f.num == TM_PF_DEFAULTS_STACK_SAMPLE) {
                 TM_PF_WANT(r, f, TM_PB_LEN, "TracePacketDefaults");
                 g.stack_defaults = f.bytes;

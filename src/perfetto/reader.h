@@ -29,6 +29,9 @@
  *    Without TM_PF_KEEP_EPOCHS a clear drops the old epoch's entries (for
  *    consumers that resolve packets as they come); with it they stay, for
  *    consumers that resolve them after reading (in timestamp order);
+ *  - sample kinds: whether a generation's PerfSamples are off-CPU samples
+ *    (TM_PF_OFF_CPU_TIMEBASE) and its CPU timebase's period in ns, read
+ *    once from its perf_sample_defaults;
  *  - payloads: every payload a consumer reads is checked against its
  *    message's wire types (schema.c) before the packet is yielded;
  *  - clock readings: ClockSnapshots parsed once (sequence-scoped ids keyed
@@ -114,6 +117,15 @@ typedef struct tm_pf_seq {
     bool seen;             /* a packet of it was read before */
 } tm_pf_seq;
 
+/* Off-CPU samples, as tracemill record --off-cpu writes them: PerfSamples
+ * of a sequence whose perf_sample_defaults timebase is the context-switches
+ * counter (SW_CONTEXT_SWITCHES) named TM_PF_OFF_CPU_TIMEBASE. Each is the
+ * stack where a thread left the CPU, at that time; timebase_count is the
+ * sequence's blocked time so far in ns (a running value, as Perfetto reads
+ * timebase_count), so a sample's blocked time is its count minus the count
+ * of the sequence's sample before. */
+#define TM_PF_OFF_CPU_TIMEBASE "off-cpu"
+
 /* A generation: the state a packet saw. TracePacketDefaults are read once,
  * when it starts. */
 typedef struct tm_pf_gen {
@@ -122,6 +134,9 @@ typedef struct tm_pf_gen {
     uint32_t clock_id;     /* TracePacketDefaults.timestamp_clock_id; 0: none */
     tm_bytes perf_defaults;  /* perf_sample_defaults (NULL data: none) */
     tm_bytes stack_defaults; /* stack_sample_defaults (NULL data: none) */
+    bool off_cpu;          /* its PerfSamples are off-CPU samples (TM_PF_OFF_CPU_TIMEBASE) */
+    uint64_t period_ns;    /* the perf timebase's sampling period in ns, when it counts time (cpu-clock or
+                              task-clock: its period, or 1e9 / its frequency); 0: unknown */
 } tm_pf_gen;
 
 /* A clock domain: a builtin clock id, or (sequence id << 8 | id) for the

@@ -29,6 +29,7 @@ void tm_profile_release(tm_profile *p) {
     if (p->weights) FREE_VEC(p, p->weights, p->cap_samples);
     FREE_VEC(p, p->realtime, p->n_realtime);
     FREE_VEC(p, p->heap_samples, p->cap_heap_samples);
+    FREE_VEC(p, p->off_samples, p->cap_off_samples);
     FREE_VEC(p, p->heap_names, p->cap_heap_names);
     FREE_VEC(p, p->memory, p->cap_memory);
     tm_u64map_free(p->mem, &p->heap_sample_by_key);
@@ -395,9 +396,51 @@ int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v) {
     }
 }
 
+/* A view of off-CPU samples (wall: and the CPU samples, weighing period ns
+ * each), merged in time order. */
+static tm_status off_cpu_view(const tm_profile *p, tm_value v, tm_profile *view, tm_error *err) {
+    const int wall = v == TM_VALUE_WALL;
+    if (!p->n_off_samples && !(wall && p->n_samples))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                       "%s: the trace holds no off-CPU samples (record them with tracemill record --off-cpu)",
+                       tm_value_name(v));
+    if (wall && p->n_samples && !p->on_cpu_period_ns)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                       "wall: the CPU samples' sampling period is unknown (their PerfSample timebase gives none), "
+                       "so they cannot be weighed in ns");
+    size_t n_on = wall ? p->n_samples : 0, n = n_on + p->n_off_samples;
+    view->samples = tm_mem_alloc(p->mem, (n + 1) * sizeof *view->samples);
+    view->weights = tm_mem_alloc(p->mem, (n + 1) * sizeof *view->weights);
+    if (!view->samples || !view->weights) {
+        tm_mem_free(p->mem, view->samples, (n + 1) * sizeof *view->samples);
+        tm_mem_free(p->mem, view->weights, (n + 1) * sizeof *view->weights);
+        *view = *p;
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    }
+    size_t i = 0, j = 0, k = 0;
+    while (i < n_on || j < p->n_off_samples) {
+        const tm_prof_off_sample *o = j < p->n_off_samples ? &p->off_samples[j] : NULL;
+        if (i < n_on && (!o || p->samples[i].ts <= o->ts)) {
+            view->samples[k] = p->samples[i++];
+            view->weights[k++] = p->on_cpu_period_ns;
+        } else {
+            view->samples[k] = (tm_prof_sample){o->ts, o->stack, o->thread};
+            view->weights[k++] = o->ns;
+            j++;
+        }
+    }
+    view->n_samples = k;
+    view->cap_samples = n + 1;
+    view->untimed = 1;
+    return TM_OK;
+}
+
 tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
                                 tm_error *err) {
-    if (v == TM_VALUE_DEFAULT) v = p->n_samples || !p->n_heap_samples ? TM_VALUE_SAMPLES : TM_VALUE_INUSE_SPACE;
+    if (v == TM_VALUE_DEFAULT)
+        v = p->n_samples || (!p->n_off_samples && !p->n_heap_samples) ? TM_VALUE_SAMPLES
+            : p->n_off_samples                                        ? TM_VALUE_OFF_CPU
+                                                                      : TM_VALUE_INUSE_SPACE;
     if (resolved) *resolved = v;
     *view = *p;
     if (v == TM_VALUE_SAMPLES) {
@@ -407,6 +450,7 @@ tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *vie
                            "(alloc_objects, alloc_space, inuse_objects, inuse_space)");
         return TM_OK;
     }
+    if (v == TM_VALUE_OFF_CPU || v == TM_VALUE_WALL) return off_cpu_view(p, v, view, err);
     if (!p->n_heap_samples)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s: the trace holds no memory profile",
                        tm_value_name(v));
@@ -441,8 +485,8 @@ void tm_profile_value_view_release(const tm_profile *p, tm_profile *view) {
     *view = *p;
 }
 
-static const char *const value_names[] = {"default", "samples", "alloc_objects", "alloc_space", "inuse_objects",
-                                          "inuse_space"};
+static const char *const value_names[] = {"default",       "samples",     "alloc_objects", "alloc_space",
+                                          "inuse_objects", "inuse_space", "off_cpu",       "wall"};
 
 const char *tm_value_name(tm_value v) {
     return (unsigned)v < sizeof value_names / sizeof *value_names ? value_names[v] : "unknown";
@@ -455,6 +499,7 @@ tm_status tm_value_parse(const char *name, tm_value *out, tm_error *err) {
             return TM_OK;
         }
     return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
-                   "unknown value '%s' (samples, alloc_objects, alloc_space, inuse_objects, inuse_space)",
+                   "unknown value '%s' (samples, off_cpu, wall, alloc_objects, alloc_space, inuse_objects, "
+                   "inuse_space)",
                    name ? name : "");
 }

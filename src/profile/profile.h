@@ -72,6 +72,15 @@ typedef struct tm_prof_sample {
     uint32_t thread;
 } tm_prof_sample;
 
+/* An off-CPU sample: the stack where a thread left the CPU at ts, and how
+ * long it stayed off it. Apart from the (on-CPU) samples: exporters read
+ * them through tm_profile_value_view (TM_VALUE_OFF_CPU, TM_VALUE_WALL). */
+typedef struct tm_prof_off_sample {
+    int64_t ts;
+    uint32_t stack, thread;
+    uint64_t ns;
+} tm_prof_off_sample;
+
 /* A memory profile's sample: what one process allocated at one stack in
  * one heap, and still holds, over the whole trace (the sum of its dumps'
  * changes, perfetto/heap.h). Apart from the CPU samples: exporters read it
@@ -117,6 +126,10 @@ typedef struct tm_profile {
      * every sample weighs 1)
      * and no timestamps (every ts is 0). */
     uint64_t *weights;     int untimed;
+
+    tm_prof_off_sample *off_samples; size_t n_off_samples, cap_off_samples; /* in time order once read */
+    uint64_t on_cpu_period_ns; /* the (on-CPU) samples' period from their timebase, the first one given;
+                                  0: unknown */
 
     tm_prof_heap_sample *heap_samples; size_t n_heap_samples, cap_heap_samples;
     /* Heap samples of the first TM_HEAP_GROUPS (thread, heap) pairs by
@@ -182,11 +195,13 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
                               tm_str heap, int64_t count, int64_t size);
 
 /* The profile an exporter reads for value v (TM_VALUE_DEFAULT resolved:
- * CPU samples when there are any, else inuse_space): *view is p itself
- * for CPU samples, else a copy of p whose samples are the heap samples,
- * untimed, weighted by that value (negative totals count 0). Release with
- * tm_profile_value_view_release. TM_ERR_INVALID_ARG when the profile has
- * no samples of that kind. */
+ * CPU samples when there are any, else off-CPU ones, else inuse_space):
+ * *view is p itself for CPU samples, else a copy of p whose samples are,
+ * untimed and weighted: the heap samples by that value (negative totals
+ * count 0); the off-CPU samples by their blocked ns (TM_VALUE_OFF_CPU); or
+ * both, the CPU samples weighing on_cpu_period_ns each (TM_VALUE_WALL).
+ * Release with tm_profile_value_view_release. TM_ERR_INVALID_ARG when the
+ * profile has no samples of that kind (or, for wall, no known period). */
 tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
                                 tm_error *err);
 void tm_profile_value_view_release(const tm_profile *p, tm_profile *view);

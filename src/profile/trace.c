@@ -11,7 +11,9 @@
  *    state their sequence lost are skipped (and counted), PerfSample,
  *    StreamingProfilePacket and (v58) StackSample samples are resolved
  *    when read; clocks go through the snapshot graph (clock.c) once the
- *    whole trace is read.
+ *    whole trace is read. PerfSamples of an off-CPU timebase (the reader's
+ *    tm_pf_gen.off_cpu) become off-CPU samples, kept apart from the others
+ *    and weighed by their blocked ns.
  *  - TM_MODE_RELAY reproduces Sentry Relay's converter (the reader's
  *    TM_PF_RELAY reading: PerfSample only, later entries overwrite, no loss
  *    handling), unresolvable frames skipped, the first BOOTTIME/REALTIME
@@ -89,6 +91,7 @@ typedef struct seq_state {
     bool had_loss, has_thread, has_ref_time;
     int64_t pid, tid;
     int64_t time_ns; /* legacy track-event time (MONOTONIC), StreamingProfilePacket base */
+    uint64_t off_cpu_count; /* off-CPU samples: the last timebase_count (blocked ns so far) */
 } seq_state;
 
 typedef struct dec {
@@ -640,7 +643,8 @@ static tm_status add_sample(dec *d, int64_t ts, uint32_t stack, uint32_t thread)
 
 static tm_status check_sample_limit(dec *d, const uint8_t *at) {
     const tm_trace_stats *st = &d->p->stats;
-    uint64_t n = d->relay ? d->relay_samples : st->perf_samples + st->streaming_samples + st->stack_samples;
+    uint64_t n = d->relay ? d->relay_samples
+                          : st->perf_samples + st->streaming_samples + st->stack_samples + st->off_cpu_samples;
     if (n > d->lim->max_samples)
         return dfail(d, TM_ERR_LIMIT, at, "more than %llu samples (max_samples)",
                      (unsigned long long)d->lim->max_samples);
@@ -684,10 +688,36 @@ static bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64
     return k->trace_ok && k->trace_exact;
 }
 
+/* An off-CPU PerfSample (tm_pf_gen.off_cpu): it weighs the growth of its
+ * sequence's timebase_count, the blocked ns so far (a count that went
+ * back, from a producer that restarted it, weighs itself). */
+static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t cs, uint64_t tid,
+                                   uint64_t pid, uint64_t count) {
+    tm_profile *p = d->p;
+    uint64_t ns = count >= s->off_cpu_count ? count - s->off_cpu_count : count;
+    s->off_cpu_count = count;
+    p->stats.off_cpu_samples++;
+    TM_TRY(check_sample_limit(d, k->start));
+    uint32_t stack, thread;
+    int ok;
+    TM_TRY(resolve_callstack(d, s, cs, k->data.data, &stack, &ok));
+    int64_t ts;
+    if (!ok) p->stats.dropped_unresolved++;
+    if (!ok || !packet_time(d, k, 1, &ts)) {
+        p->stats.off_cpu_samples--;
+        return TM_OK;
+    }
+    TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
+    DTRY_MEM(d, TM_VEC_RESERVE(p->mem, p->off_samples, p->cap_off_samples, p->n_off_samples + 1));
+    p->off_samples[p->n_off_samples++] = (tm_prof_off_sample){ts, stack, thread, ns};
+    p->stats.off_cpu_ns += ns;
+    return TM_OK;
+}
+
 static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
-    uint64_t pid = 0, tid = 0, cs = 0, lost = 0;
+    uint64_t pid = 0, tid = 0, cs = 0, lost = 0, count = 0;
     bool has_pid = false, has_cs = false, skipped = false, truncated = false;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
@@ -695,6 +725,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         case TM_PF_PERF_SAMPLE_PID: pid = (uint32_t)f.val; has_pid = true; break;
         case TM_PF_PERF_SAMPLE_TID: tid = (uint32_t)f.val; break;
         case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs = f.val; has_cs = true; break;
+        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: count = f.val; break;
         case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) lost = f.val; break;
         case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) skipped = true; break;
         case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
@@ -736,6 +767,9 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         p->stats.perf_samples_without_callstack++;
         return TM_OK;
     }
+    const tm_pf_gen *g = tm_pf_gen_of(&d->rd, k->gen);
+    if (g->off_cpu) return on_off_cpu_sample(d, s, k, cs, tid, pid, count);
+    if (!p->on_cpu_period_ns) p->on_cpu_period_ns = g->period_ns;
     p->stats.perf_samples++;
     TM_TRY(check_sample_limit(d, k->start));
     uint32_t stack, thread;
@@ -1425,6 +1459,17 @@ static tm_status build_realtime(dec *d) {
     return st == TM_OK ? TM_OK : nomem(d);
 }
 
+/* Off-CPU samples by time (written when their thread came back, so out of
+ * order across threads); ties by thread, then stack, so that the order
+ * does not depend on the sort. */
+static int off_sample_cmp(const void *a, const void *b) {
+    const tm_prof_off_sample *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    if (x->thread != y->thread) return x->thread < y->thread ? -1 : 1;
+    if (x->stack != y->stack) return x->stack < y->stack ? -1 : 1;
+    return x->ns < y->ns ? -1 : x->ns > y->ns;
+}
+
 static tm_status finish(dec *d) {
     tm_profile *p = d->p;
     if (d->relay) {
@@ -1439,6 +1484,7 @@ static tm_status finish(dec *d) {
         DTRY_MEM(d, sym);
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
+    if (p->n_off_samples) qsort(p->off_samples, p->n_off_samples, sizeof *p->off_samples, off_sample_cmp);
     tm_trace_stats *st = &p->stats;
     for (size_t i = 0; i < p->n_heap_samples; i++) { /* a stack that freed more than it allocated holds nothing */
         const tm_prof_heap_sample *h = &p->heap_samples[i];
