@@ -333,7 +333,12 @@ typedef struct tm_trace_stats {
     uint64_t heap_inuse_bytes;          /* still in use at the last dumps (inuse_space) */
     uint64_t perf_samples_truncated;    /* PerfSamples kept whose stack the producer cut at its depth limit
                                            (unwind_error MAX_FRAMES_EXCEEDED) */
-    uint64_t reserved_[70]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t perf_samples_counted;      /* PerfSamples kept whose CPU time their timebase counts (task-clock
+                                           timebase_count: the difference to the thread's previous sample) */
+    uint64_t perf_counted_cpu_ns;       /* that CPU time, summed */
+    uint64_t perf_timebase_hz;          /* the sampling frequency a PerfSample producer asked for (its
+                                           timebase's frequency; the highest given); 0: none given */
+    uint64_t reserved_[67]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

@@ -98,7 +98,9 @@ typedef struct tm_recorder_stats {
     uint64_t stacks_truncated;   /* CPU samples whose stack had more than max_depth frames: cut, and
                                     marked with a "[truncated]" root frame and unwind_error
                                     MAX_FRAMES_EXCEEDED in the trace */
-    uint64_t reserved_[18]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t cpu_time_ns;        /* CPU time the samples stand for (clock cpu): the sampled threads' CPU
+                                    clocks from their start to their latest sample, summed */
+    uint64_t reserved_[17]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_stats;
 
 typedef struct tm_recorder tm_recorder;

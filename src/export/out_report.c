@@ -66,6 +66,9 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"stack_sample", s->stack_samples},
         {"kept", s->samples_kept},
         {"perf_sample_stack_truncated", s->perf_samples_truncated},
+        {"perf_sample_cpu_time_counted", s->perf_samples_counted},
+        {"perf_counted_cpu_ns", s->perf_counted_cpu_ns},
+        {"perf_timebase_hz", s->perf_timebase_hz},
     };
     write_group(w, "samples", samples, N(samples), 0);
     const counter dropped[] = {
