@@ -37,9 +37,11 @@ extern "C" {
  * the program already has a SIGPROF handler. */
 
 typedef enum tm_record_clock {
-    TM_RECORD_CLOCK_CPU = 0, /* per-thread CPU time: a thread is sampled while it runs */
+    TM_RECORD_CLOCK_CPU = 0, /* per-thread CPU time: a thread is sampled while it runs; each sample
+                                carries the thread's CPU time (PerfSample.timebase_count, task-clock) */
     TM_RECORD_CLOCK_WALL = 1 /* wall clock: every thread, running or not (blocked system
-                                calls may see EINTR) */
+                                calls see EINTR, and select/poll/nanosleep are not restarted,
+                                so `tracemill record` refuses it); samples carry no CPU weight */
 } tm_record_clock;
 
 typedef enum tm_record_fill {

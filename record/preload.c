@@ -265,6 +265,12 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     if (rs.stacks_truncated && getpid() == g_preload_pid)
         fprintf(stderr, "tracemill record: %llu of %llu stacks cut at --max-depth, marked [truncated]\n",
                 (unsigned long long)rs.stacks_truncated, (unsigned long long)rs.samples);
+    if (rs.timer_overruns && getpid() == g_preload_pid)
+        fprintf(stderr,
+                "tracemill record: %llu timer expirations merged into other signals (timer_getoverrun): the CPU-time "
+                "timer delivered %llu of %llu; each sample weighs the CPU time since the thread's previous one\n",
+                (unsigned long long)rs.timer_overruns, (unsigned long long)rs.samples,
+                (unsigned long long)(rs.samples + rs.timer_overruns));
     tm_recorder_free(r);
     if (g_preload_heap && getpid() == g_preload_pid) report_heap(g_preload_heap);
     tmr_uploader *u = g_preload_uploader;

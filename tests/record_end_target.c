@@ -8,7 +8,7 @@
  *   record_end_target exit|_exit|_Exit|segv|abort|term|own-segv CPU_SECONDS
  *
  * exit: exit(0); _exit/_Exit: _exit(0)/_Exit(0) (no atexit, no
- * destructors); segv: a store through a null pointer; abort: abort();
+ * destructors); segv: a store to a page mapped PROT_NONE; abort: abort();
  * term: raise(SIGTERM); own-segv: installs a SIGSEGV handler of its own
  * first, which prints "own handler" and _exits with 42, then faults.
  * Before it ends it prints "thread-cpu S": its CPU time so far.
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,8 +72,10 @@ int main(int argc, char **argv) {
     if (strcmp(how, "abort") == 0) abort();
     if (strcmp(how, "term") == 0) raise(SIGTERM);
     if (strcmp(how, "segv") == 0 || strcmp(how, "own-segv") == 0) {
-        volatile int *nowhere = NULL;
-        *nowhere = 1;
+        /* A page nobody may touch: a real fault, which the sanitizers of a
+         * sanitized build let through (a null pointer they would report). */
+        volatile int *nowhere = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (nowhere != MAP_FAILED) *nowhere = 1;
     }
     fprintf(stderr, "record_end_target: unknown ending %s\n", how);
     return 2;
