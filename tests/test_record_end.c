@@ -361,6 +361,31 @@ Test(record_end, record_exits_with_the_programs_status) {
     free(err), free(trace);
 }
 
+/* SIGTERM or SIGHUP sent to record reaches the program, which ends its
+ * trace and dies of it; record waits and exits 128 + N. (SIGINT is not
+ * tried: a shell's background job ignores it, and so does its program.) */
+Test(record_end, a_signal_to_record_reaches_the_program) {
+    static const int sigs[2] = {SIGTERM, SIGHUP};
+    for (int k = 0; k < 2; k++) {
+        char *trace = path_in_dir("killed.pftrace"), *code_file = path_in_dir("code"), *err = path_in_dir("err");
+        char *line = NULL;
+        cr_assert_gt(asprintf(&line,
+                              "%s record --backend signal --preload %s -o %s -- %s exit 20 2>%s >/dev/null & "
+                              "sleep 2; kill -%d $!; wait $!; echo $? >%s",
+                              TM_CLI, TM_RECORD_PRELOAD, trace, TM_RECORD_END_TARGET, err, sigs[k], code_file),
+                     0);
+        child_env();
+        cr_assert_eq(system(line), 0);
+        char *code = tu_read_file(code_file, NULL), *text = tu_read_file(err, NULL);
+        cr_assert_not_null(code);
+        cr_expect_eq(atoi(code), 128 + sigs[k], "signal %d: exit %s: %s", sigs[k], code, text ? text : "");
+        summary s = summarize(trace);
+        cr_expect_gt(s.burn_samples, 0, "signal %d: no sample in burn_cpu", sigs[k]);
+        cr_expect_eq(s.counted, s.samples);
+        free(code), free(text), free(line), free(err), free(code_file), free(trace);
+    }
+}
+
 /* dash runs `sh -c '...; exit 3'` and ends with _exit: a short run still
  * leaves a whole trace, and its status. */
 Test(record_end, a_short_sh_c_run_leaves_a_trace) {
