@@ -25,6 +25,21 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     if (s->off_cpu_samples)
         printf("off-CPU: %llu samples (switch-outs), %.6f s blocked (--value off_cpu or wall)\n",
                (unsigned long long)s->off_cpu_samples, (double)s->off_cpu_ns / 1e9);
+    if (s->perf_samples_counted) {
+        /* What a CPU-time timer delivered against what was asked of it. */
+        double cpu_s = (double)s->perf_counted_cpu_ns / 1e9;
+        double per_cpu_s = cpu_s > 0 ? (double)s->perf_samples_counted / cpu_s : 0;
+        printf("CPU time counted: %.6f s by %llu of %llu PerfSamples (task-clock), %.0f samples per CPU-second",
+               cpu_s, (unsigned long long)s->perf_samples_counted, (unsigned long long)s->perf_samples, per_cpu_s);
+        if (s->perf_timebase_hz) {
+            double asked = cpu_s * (double)s->perf_timebase_hz, merged = asked - (double)s->perf_samples_counted;
+            printf(" at %llu Hz asked for", (unsigned long long)s->perf_timebase_hz);
+            if (merged > 0.1 * asked)
+                printf(": %.0f %% delivered, ~%.0f timer expirations merged (overruns)",
+                       100.0 * (double)s->perf_samples_counted / asked, merged);
+        }
+        putchar('\n');
+    }
     printf("profile: %llu threads, %llu stacks, %llu frames, %llu mappings\n", (unsigned long long)s->threads,
            (unsigned long long)s->stacks, (unsigned long long)s->frames, (unsigned long long)s->mappings);
     if (s->heap_profile_packets)

@@ -32,6 +32,8 @@
     "link is written through; a device or FIFO is written in place; a directory, a\n"                 \
     "read-only file or the input itself is refused.\n"
 
+/* A command's text may go on in the entries that follow it with the same
+ * name and no summary. */
 static const struct command_help {
     const char *name, *summary, *text;
 } commands[] = {
@@ -157,7 +159,11 @@ static const struct command_help {
      "  perf    perf_event_open cpu-clock events on CMD, every thread and child\n"
      "          process, stacks unwound by tracemill-record-perf with DWARF; nothing\n"
      "          is injected (needs kernel.perf_event_paranoid <= 2, or root)\n"
-     "  signal  libtracemill_record.so preloaded into CMD: SIGPROF timers per thread\n"
+     "  signal  libtracemill_record.so preloaded into CMD: SIGPROF timers per thread;\n"
+     "          each sample weighs its thread's CPU time since its previous one, so\n"
+     "          pprof's cpu/nanoseconds is the CPU time used (a -F above the ~250 Hz\n"
+     "          the kernel tick allows is said, with what was delivered); _exit,\n"
+     "          crashes, SIGTERM and Ctrl-C still leave the whole trace\n"
      "\n"
      "  --backend auto|perf|signal  auto (default): perf when perf_event_open works\n"
      "                            and no signal-only option is given, else signal\n"
@@ -182,9 +188,11 @@ static const struct command_help {
      "                            or wall in the exporters; default: on-CPU only).\n"
      "                            Needs perf_event_paranoid <= 1 or CAP_PERFMON, else 125\n"
      "JIT frames are named from /tmp/perf-PID.map (python3 -X perf, node\n"
-     "--perf-basic-prof), with either backend.\n"
+     "--perf-basic-prof), with either backend.\n"},
+    {"record", NULL, /* the rest of record's text: one C string literal may not pass 4095 bytes */
      "signal backend only:\n"
-     "  --clock cpu|wall          CPU time (default) or wall-clock time\n"
+     "  --clock cpu               CPU time; wall is refused (exit 125): wall-clock\n"
+     "                            timers interrupt CMD's blocking system calls\n"
      "  --buffer-kb N  --fill ring|discard   the sample buffer and what a full one does\n"
      "  --chunk-seconds N         continuous: OUT.0.pftrace, OUT.1.pftrace, ...\n"
      "  --unwind dwarf|fp         how stacks are taken\n"
@@ -204,8 +212,8 @@ static const struct command_help {
      "\n"
      "A run without CPU samples (and without --heap), or whose program cannot\n"
      "start, leaves OUT as it was.\n"
-     "With the perf backend, record exits with CMD's status (128+N if a signal N\n"
-     "killed it), 127 if CMD cannot run, 125 if recording failed; SIGTERM, SIGHUP\n"
+     "record exits with CMD's status (128+N if a signal N killed it), 127 if CMD\n"
+     "cannot run, 125 if recording failed, with either backend; SIGTERM, SIGHUP\n"
      "and a kill -INT are passed on to CMD.\n"},
     {"serve", "the ingest server for Sentry envelopes",
      "usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH]\n"
@@ -228,7 +236,8 @@ static const struct command_help {
 
 static int print_usage(FILE *f) {
     fputs("usage: tracemill COMMAND [options]     (tracemill COMMAND --help for its options)\n\ncommands:\n", f);
-    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-15s %s\n", commands[i].name, commands[i].summary);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (commands[i].summary) fprintf(f, "  %-15s %s\n", commands[i].name, commands[i].summary);
     fputs("  help COMMAND    a command's options\n"
           "\n"
           "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected from\n"
@@ -247,7 +256,8 @@ static const struct command_help *find_command(const char *name) {
 static int print_help(const char *name) {
     const struct command_help *c = find_command(name);
     if (!c) return cli_usage_error(NULL, "no command named '%s'", name);
-    fputs(c->text, stdout);
+    do fputs(c++->text, stdout);
+    while (c < commands + N_COMMANDS && !c->summary && strcmp(c->name, name) == 0);
     return EXIT_OK;
 }
 

@@ -218,6 +218,16 @@ static uint64_t summarize(const char *file, const char *name) {
         if (s->perf_records_lost)
             fprintf(stderr, ", %llu kernel records lost", (unsigned long long)s->perf_records_lost);
         fputc('\n', stderr);
+        if (s->perf_samples_counted && s->perf_counted_cpu_ns) {
+            /* The weights are measured CPU time: what the timer delivered shows. */
+            double cpu_s = (double)s->perf_counted_cpu_ns * 1e-9, rate = (double)s->perf_samples_counted / cpu_s;
+            fprintf(stderr, "tracemill record: %.3f s of CPU time counted, %.0f samples per CPU-second", cpu_s, rate);
+            if (s->perf_timebase_hz && rate < 0.9 * (double)s->perf_timebase_hz)
+                fprintf(stderr, " (-F %llu asked for: the CPU-time timer delivered %.0f %%; each sample weighs the "
+                                "CPU time it stands for, so pprof's cpu/nanoseconds stays exact)",
+                        (unsigned long long)s->perf_timebase_hz, 100.0 * rate / (double)s->perf_timebase_hz);
+            fputc('\n', stderr);
+        }
     } else if (t == NULL) {
         cli_report_error(name, &err);
     }
@@ -428,15 +438,25 @@ int cli_record(int argc, char **argv) {
     } else {
         snprintf(why, sizeof why, "asked for");
     }
+    if (wall) {
+        /* Wall-clock timers interrupt whatever the thread is doing, blocking
+         * system calls included: select() and sleeps return early with EINTR
+         * (SA_RESTART does not restart them), changing the program. */
+        fprintf(stderr, "tracemill record: --clock wall is refused by the signal backend: its wall-clock timers "
+                        "interrupt the program's blocking system calls (select() fails with EINTR, sleeps end "
+                        "early), which changes what the program does. The perf backend records without touching "
+                        "the program (--backend perf; see tracemill record --help)\n");
+        return 125;
+    }
     fprintf(stderr, "tracemill record: backend signal (%s)\n", why);
-    if (!wall && hz > KERNEL_TICK_HZ)
+    if (hz > KERNEL_TICK_HZ)
         fprintf(stderr,
                 "tracemill record: -F %lu exceeds what CPU-time timers can deliver: the kernel checks them at its "
                 "tick (%d Hz here), so a thread gets at most ~%d samples per CPU-second and the expirations in "
                 "between merge into one signal (at 500 Hz about 28 %% arrive). Use -F %d or less for full-rate "
-                "samples, or --clock wall.\n",
+                "samples; every sample still weighs the CPU time it stands for.\n",
                 hz, KERNEL_TICK_HZ, KERNEL_TICK_HZ, CPU_TIMER_FULL_RATE_HZ);
-    else if (!wall && hz > CPU_TIMER_FULL_RATE_HZ)
+    else if (hz > CPU_TIMER_FULL_RATE_HZ)
         fprintf(stderr,
                 "tracemill record: note: at -F %lu some CPU-time timer expirations fall within one kernel tick "
                 "(%d Hz) and merge (measured: 200 Hz delivers ~70 %%, 250 Hz ~45 %%)\n",
@@ -447,7 +467,7 @@ int cli_record(int argc, char **argv) {
         fprintf(stderr, "tracemill record: cannot find libtracemill_record.so (next to tracemill or in its "
                         "installed library directory; give "
                         "--preload PATH or TRACEMILL_RECORD_LIB)\n");
-        return EXIT_IO;
+        return 125;
     }
     /* One trace goes to a temporary file that replaces OUT only if it holds
      * samples; chunks (OUT.N.pftrace) and uploads are written by the
@@ -456,7 +476,7 @@ int cli_record(int argc, char **argv) {
     cli_output o = {0};
     if (single) {
         int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
-        if (rc != EXIT_OK) return rc;
+        if (rc != EXIT_OK) return 125;
     }
 
     /* The preload library writes here why it did not start recording. */
@@ -464,7 +484,8 @@ int cli_record(int argc, char **argv) {
     int status_fd = mkstemp(status_path);
     if (status_fd < 0) {
         fprintf(stderr, "tracemill record: cannot create a file in /tmp: %s\n", strerror(errno));
-        return cli_output_close(&o, EXIT_IO);
+        cli_output_close(&o, EXIT_IO);
+        return 125;
     }
     close(status_fd);
 
@@ -472,7 +493,8 @@ int cli_record(int argc, char **argv) {
     if (pid < 0) {
         fprintf(stderr, "tracemill record: fork: %s\n", strerror(errno));
         unlink(status_path);
-        return cli_output_close(&o, EXIT_IO);
+        cli_output_close(&o, EXIT_IO);
+        return 125;
     }
     if (pid == 0) {
         const char *old = getenv("LD_PRELOAD");
@@ -497,24 +519,32 @@ int cli_record(int argc, char **argv) {
         fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(errno));
         _exit(127);
     }
-    /* Like time(1): ^C and ^\ reach the program, not us. */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGQUIT, SIG_IGN);
+    /* Like time(1): ^C and ^\ reach the program, not us; a kill(1) of
+     * record (SIGTERM, SIGHUP, or SIGINT sent by a process) is passed on to
+     * the program, which ends its trace as it ends, and record waits. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = pass_on;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    static const int passed[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+    g_runner = pid;
+    for (int k = 0; k < 4; k++) sigaction(passed[k], &sa, NULL);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    g_runner = 0;
     struct stat status_sb;
     int refused = stat(status_path, &status_sb) == 0 && status_sb.st_size > 0;
     unlink(status_path);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (WIFSIGNALED(status))
-        fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds what was written before\n",
-                cmd[0], WTERMSIG(status));
-    if (code == 127) return cli_output_close(&o, EXIT_IO);
+        fprintf(stderr, "tracemill record: %s was killed by signal %d (exit status %d)\n", cmd[0],
+                WTERMSIG(status), code);
     if (refused) {
         fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",
                 cmd[0]);
-        return cli_output_close(&o, EXIT_IO);
+        cli_output_close(&o, EXIT_IO);
+        return 125;
     }
     /* Uploaded chunks are not files; the program's recorder reported them. */
     if (upload) return code == 0 ? EXIT_OK : code;
@@ -535,16 +565,20 @@ int cli_record(int argc, char **argv) {
     }
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */
+    if (samples == 0 && code == 127) { /* CMD could not run (said), or exited 127 itself */
+        cli_output_close(&o, EXIT_REJECTED);
+        return 127;
+    }
     if (samples == 0 && !heap) {
         fprintf(stderr,
                 "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
-                "sampled every 1/%lu s of %s time)%s%s\n",
-                cmd[0], hz, wall ? "wall-clock" : "CPU", single ? "; nothing was written to " : "", single ? out : "");
+                "sampled every 1/%lu s of CPU time)%s%s\n",
+                cmd[0], hz, single ? "; nothing was written to " : "", single ? out : "");
         cli_output_close(&o, EXIT_REJECTED);
         return code == 0 ? EXIT_REJECTED : code;
     }
     int to_file = !o.special, rc = cli_output_close(&o, EXIT_OK);
-    if (rc != EXIT_OK) return rc;
+    if (rc != EXIT_OK) return 125;
     if (to_file)
         fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n",
                 single ? out : "OUT.N.pftrace");

@@ -37,9 +37,11 @@ extern "C" {
  * the program already has a SIGPROF handler. */
 
 typedef enum tm_record_clock {
-    TM_RECORD_CLOCK_CPU = 0, /* per-thread CPU time: a thread is sampled while it runs */
+    TM_RECORD_CLOCK_CPU = 0, /* per-thread CPU time: a thread is sampled while it runs; each sample
+                                carries the thread's CPU time (PerfSample.timebase_count, task-clock) */
     TM_RECORD_CLOCK_WALL = 1 /* wall clock: every thread, running or not (blocked system
-                                calls may see EINTR) */
+                                calls see EINTR, and select/poll/nanosleep are not restarted,
+                                so `tracemill record` refuses it); samples carry no CPU weight */
 } tm_record_clock;
 
 typedef enum tm_record_fill {
@@ -98,7 +100,9 @@ typedef struct tm_recorder_stats {
     uint64_t stacks_truncated;   /* CPU samples whose stack had more than max_depth frames: cut, and
                                     marked with a "[truncated]" root frame and unwind_error
                                     MAX_FRAMES_EXCEEDED in the trace */
-    uint64_t reserved_[18]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t cpu_time_ns;        /* CPU time the samples stand for (clock cpu): the sampled threads' CPU
+                                    clocks from their start to their latest sample, summed */
+    uint64_t reserved_[17]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_stats;
 
 typedef struct tm_recorder tm_recorder;

@@ -32,13 +32,30 @@
  *
  * Problems are reported on stderr with a "tracemill record:" prefix; the
  * host program always runs on.
+ *
+ * Endings without exit(): the library defines _exit and _Exit (the
+ * program's calls reach these first), and handles the fatal signals a
+ * program leaves at their default action (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+ * SIGABRT, SIGTRAP, SIGSYS, SIGTERM, SIGINT, SIGHUP, SIGQUIT). Either way
+ * the collector is asked to end the trace (tmr_recorder_end_now, which only
+ * stores and wakes: async-signal-safe) and waited for, at most
+ * ENDING_TIMEOUT_MS; then the process exits with the status it asked for,
+ * or the signal's default action is restored and the signal raised again
+ * (a fault returns to the faulting instruction), so the exit status is the
+ * program's. A signal the program handles itself is left to its handler:
+ * one installed before the recorder starts is never replaced, one installed
+ * later replaces the recorder's (its handler then decides how the program
+ * ends; exit() and _exit() still end the trace).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "record.h"
@@ -47,6 +64,77 @@ static tm_recorder *g_preload_recorder;
 static tmr_uploader *g_preload_uploader;
 static const tmr_heap_source *g_preload_heap;
 static pid_t g_preload_pid; /* a fork child inherits the recorder, inert: it reports nothing */
+
+/* How long an ending waits for the collector to write the end of the trace. */
+enum { ENDING_TIMEOUT_MS = 5000 };
+
+static const int g_fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP,
+                                      SIGSYS,  SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+enum { N_FATAL = sizeof g_fatal_signals / sizeof *g_fatal_signals };
+static struct sigaction g_fatal_old[N_FATAL];
+static int g_fatal_installed[N_FATAL];
+
+/* Ends the trace before the process ends (at most once matters: later calls
+ * find it ended). Async-signal-safe. */
+static void end_trace_now(void) {
+    tm_recorder *r = g_preload_recorder;
+    if (r && (pid_t)syscall(SYS_getpid) == g_preload_pid) tmr_recorder_end_now(r, ENDING_TIMEOUT_MS);
+}
+
+static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    int saved_errno = errno;
+    end_trace_now();
+    for (int i = 0; i < N_FATAL; i++)
+        if (g_fatal_signals[i] == sig) sigaction(sig, &g_fatal_old[i], NULL);
+    /* A fault the kernel raised comes back when the instruction runs again;
+     * any other signal (kill, raise, abort) is sent again, and arrives when
+     * this handler returns, since it is blocked while the handler runs. */
+    int fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP) &&
+                si && si->si_code > 0;
+    if (!fault) syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+    errno = saved_errno;
+}
+
+/* Handlers for the fatal signals still at their default action. */
+static void install_ending_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < N_FATAL; i++) {
+        if (sigaction(g_fatal_signals[i], NULL, &g_fatal_old[i]) != 0) continue;
+        if ((g_fatal_old[i].sa_flags & SA_SIGINFO) || g_fatal_old[i].sa_handler != SIG_DFL) continue;
+        g_fatal_installed[i] = sigaction(g_fatal_signals[i], &sa, NULL) == 0;
+    }
+}
+
+/* Puts back what install_ending_handlers replaced, where it is still ours. */
+static void remove_ending_handlers(void) {
+    for (int i = 0; i < N_FATAL; i++) {
+        if (!g_fatal_installed[i]) continue;
+        g_fatal_installed[i] = 0;
+        struct sigaction now;
+        if (sigaction(g_fatal_signals[i], NULL, &now) == 0 && (now.sa_flags & SA_SIGINFO) &&
+            now.sa_sigaction == on_fatal_signal)
+            sigaction(g_fatal_signals[i], &g_fatal_old[i], NULL);
+    }
+}
+
+/* The program's _exit and _Exit (dash, for one, ends every `sh -c` with
+ * _exit; fork children call it too, and skip the ending as not the
+ * recording process). exit() keeps its own path: atexit and the destructor
+ * below. */
+__attribute__((visibility("default"))) void _exit(int status) {
+    end_trace_now();
+    for (;;) syscall(SYS_exit_group, status);
+}
+
+__attribute__((visibility("default"))) void _Exit(int status) {
+    end_trace_now();
+    for (;;) syscall(SYS_exit_group, status);
+}
 
 /* Unsigned decimal environment value; 0 (the option's default) when unset.
  * A bad value is reported and ignored. */
@@ -138,6 +226,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     g_preload_recorder = r;
     g_preload_uploader = u;
     g_preload_pid = getpid();
+    install_ending_handlers();
     /* Sampling starts once the recorder runs, so that the recorder's own
      * setup is not in the profile. */
     if (env_u32("TRACEMILL_RECORD_HEAP")) {
@@ -166,6 +255,7 @@ static void report_heap(const tmr_heap_source *heap) {
 __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     tm_recorder *r = g_preload_recorder;
     if (!r) return;
+    remove_ending_handlers();
     g_preload_recorder = NULL;
     tm_error err;
     if (tm_recorder_stop(r, &err) != TM_OK) fprintf(stderr, "tracemill record: %s\n", err.message);
@@ -174,6 +264,12 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     if (rs.stacks_truncated && getpid() == g_preload_pid)
         fprintf(stderr, "tracemill record: %llu of %llu stacks cut at --max-depth, marked [truncated]\n",
                 (unsigned long long)rs.stacks_truncated, (unsigned long long)rs.samples);
+    if (rs.timer_overruns && getpid() == g_preload_pid)
+        fprintf(stderr,
+                "tracemill record: %llu timer expirations merged into other signals (timer_getoverrun): the CPU-time "
+                "timer delivered %llu of %llu; each sample weighs the CPU time since the thread's previous one\n",
+                (unsigned long long)rs.timer_overruns, (unsigned long long)rs.samples,
+                (unsigned long long)(rs.samples + rs.timer_overruns));
     tm_recorder_free(r);
     if (g_preload_heap && getpid() == g_preload_pid) report_heap(g_preload_heap);
     tmr_uploader *u = g_preload_uploader;

@@ -291,6 +291,7 @@ typedef struct tmr_raw_sample {
     uint32_t depth;
     uint64_t lost;         /* samples of this thread its full ring dropped since the last report */
     uint64_t overruns;     /* timer expirations merged into this signal */
+    uint64_t thread_cpu_ns; /* the thread's CPU time at the sample (CLOCK_THREAD_CPUTIME_ID) */
 } tmr_raw_sample;
 
 typedef void (*tmr_sample_fn)(void *ctx, const tmr_raw_sample *s);
@@ -323,6 +324,18 @@ void tmr_sampler_take_deferred(void);
 /* Disarms, waits for handlers still running, restores SIGPROF's previous
  * disposition and frees. NULL is a no-op. */
 void tmr_sampler_free(tmr_sampler *s);
+
+/* ==== Ending with the program (recorder.c) ============================== */
+
+/* The program is ending without exit() (it called _exit, or a fatal signal
+ * came): asks the collector to stop sampling, drain every thread's ring and
+ * write the end of the trace, and waits for it at most timeout_ms. Returns
+ * 1 when the trace is complete, 0 otherwise (timed out; called on the
+ * collector thread; not running). Async-signal-safe: it only stores, and
+ * wakes and waits on futexes; the work is done by the collector, a thread
+ * of its own, so a lock the interrupted code holds does not block it unless
+ * the collector needs that very lock (then the timeout ends the wait). */
+int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms);
 
 /* ==== Heap profiling (heap.c) ========================================== */
 

@@ -20,10 +20,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,7 +54,11 @@ struct tm_recorder {
     tm_recorder_options o;
     char *output;
     pthread_mutex_t lock;
-    pthread_cond_t wake;
+    /* The collector sleeps on wake_word (a futex, so that a signal handler
+     * can wake it too) and is woken by changing it. */
+    _Atomic uint32_t wake_word;
+    _Atomic int end_requested; /* tmr_recorder_end_now: end the trace as the program ends */
+    _Atomic uint32_t ended;    /* the trace is complete and closed (a futex word) */
     pthread_t collector;
     int collector_started, stop_requested, sampling_done;
     int32_t collector_tid;
@@ -75,6 +83,8 @@ struct tm_recorder {
     uint8_t *seq_gap;       /* records evicted: mark the next written record's sequence */
     uint8_t *seq_dropped;   /* the next sample carries prev_dropped */
     uint64_t *seq_lost;     /* ring losses in this chunk */
+    uint64_t *seq_cpu_last; /* the thread's CPU time at its latest sample */
+    uint64_t *seq_cpu_base; /* ... at the start of this trace or chunk: timebase counts start there */
     size_t n_seq;
 
     /* output of the current trace or chunk */
@@ -92,6 +102,16 @@ struct tm_recorder {
 
 static tm_recorder *g_active; /* the recorder sampling this process */
 static pthread_mutex_t g_active_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
+    return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
+}
+
+/* Wakes the collector; async-signal-safe. */
+static void wake_collector(tm_recorder *r) {
+    atomic_fetch_add(&r->wake_word, 1);
+    futex(&r->wake_word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
 
 static uint64_t now_ms(void) {
     struct timespec ts;
@@ -111,10 +131,16 @@ static int seq_reserve(tm_recorder *r, uint32_t seq) {
     if (dropped) r->seq_dropped = dropped;
     uint64_t *lost = realloc(r->seq_lost, n * sizeof *lost);
     if (lost) r->seq_lost = lost;
-    if (!gap || !dropped || !lost) return 0;
+    uint64_t *cpu_last = realloc(r->seq_cpu_last, n * sizeof *cpu_last);
+    if (cpu_last) r->seq_cpu_last = cpu_last;
+    uint64_t *cpu_base = realloc(r->seq_cpu_base, n * sizeof *cpu_base);
+    if (cpu_base) r->seq_cpu_base = cpu_base;
+    if (!gap || !dropped || !lost || !cpu_last || !cpu_base) return 0;
     memset(r->seq_gap + r->n_seq, 0, n - r->n_seq);
     memset(r->seq_dropped + r->n_seq, 0, n - r->n_seq);
     memset(r->seq_lost + r->n_seq, 0, (n - r->n_seq) * sizeof *lost);
+    memset(r->seq_cpu_last + r->n_seq, 0, (n - r->n_seq) * sizeof *cpu_last);
+    memset(r->seq_cpu_base + r->n_seq, 0, (n - r->n_seq) * sizeof *cpu_base);
     r->n_seq = n;
     return 1;
 }
@@ -316,6 +342,10 @@ static tm_status begin_output(tm_recorder *r, tm_error *err) {
         memset(r->seq_gap, 0, r->n_seq);
         memset(r->seq_dropped, 0, r->n_seq);
         memset(r->seq_lost, 0, r->n_seq * sizeof *r->seq_lost);
+        /* Each chunk stands alone: its counts start from the threads'
+         * latest samples, so its first sample of a thread weighs the CPU
+         * time since that thread's last sample in the chunk before. */
+        memcpy(r->seq_cpu_base, r->seq_cpu_last, r->n_seq * sizeof *r->seq_cpu_base);
     }
     r->emit_seq = 0;
     r->emit_is_sample = 0;
@@ -418,6 +448,19 @@ static void on_sample(void *ctx, const tmr_raw_sample *s) {
     if (s->depth == 0) return;
     r->stats.samples++;
     r->stats.timer_overruns += s->overruns;
+    /* PerfSample.timebase_count: the thread's task clock (its CPU time in
+     * ns) since the trace or chunk began, cumulative as Perfetto reads a
+     * counter; a reader takes the difference to the thread's previous
+     * sample as this sample's weight. A thread's first sample carries the
+     * CPU time it used before it was first sampled. Wall-clock samples
+     * stand for wall time, which no counter here measures. */
+    uint64_t count = 0;
+    if (r->o.clock == TM_RECORD_CLOCK_CPU && s->thread_cpu_ns > r->seq_cpu_base[s->seq]) {
+        count = s->thread_cpu_ns - r->seq_cpu_base[s->seq];
+        if (s->thread_cpu_ns > r->seq_cpu_last[s->seq])
+            r->stats.cpu_time_ns += s->thread_cpu_ns - r->seq_cpu_last[s->seq];
+        r->seq_cpu_last[s->seq] = s->thread_cpu_ns;
+    }
     int prev_dropped = r->seq_dropped[s->seq];
     r->seq_dropped[s->seq] = 0;
     r->emit_seq = s->seq;
@@ -430,7 +473,7 @@ static void on_sample(void *ctx, const tmr_raw_sample *s) {
         r->stats.stacks_truncated++;
     }
     tm_error err;
-    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, depth, 0, flags, &err);
+    tm_status st = tmr_writer_sample(r->writer, s->seq, s->tid, s->cpu, s->ts_ns, s->pcs, depth, count, flags, &err);
     if (st != TM_OK && r->bg_status == TM_OK) {
         r->bg_status = st;
         r->bg_err = err;
@@ -496,22 +539,41 @@ static void *collector_main(void *arg) {
     tm_recorder *r = arg;
     r->collector_tid = gettid();
     pthread_mutex_lock(&r->lock);
-    while (!r->stop_requested && !r->sampling_done) {
+    while (!r->stop_requested && !r->sampling_done && !atomic_load(&r->end_requested)) {
         uint64_t now = now_ms();
         if (r->deadline && now >= r->deadline) break;
         collect(r, now);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += COLLECT_PERIOD_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+        uint32_t seen = atomic_load(&r->wake_word);
+        pthread_mutex_unlock(&r->lock);
+        /* A wake-up between the load and the wait changes the word: the wait
+         * then returns at once. */
+        struct timespec period = {0, COLLECT_PERIOD_MS * 1000000L};
+        if (!atomic_load(&r->end_requested)) futex(&r->wake_word, FUTEX_WAIT_PRIVATE, seen, &period);
+        pthread_mutex_lock(&r->lock);
     }
     end_sampling(r);
     pthread_mutex_unlock(&r->lock);
+    atomic_store(&r->ended, 1);
+    futex(&r->ended, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
     return NULL;
+}
+
+int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms) {
+    if (!r || r->state != R_RUNNING) return 0;
+    if (gettid() == r->collector_tid) return 0; /* it cannot wait for itself */
+    atomic_store(&r->end_requested, 1);
+    wake_collector(r);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (!atomic_load(&r->ended)) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t left_ns = (int64_t)timeout_ms * 1000000 - ((int64_t)(now.tv_sec - start.tv_sec) * 1000000000 +
+                                                           (now.tv_nsec - start.tv_nsec));
+        if (left_ns <= 0) return 0;
+        struct timespec left = {(time_t)(left_ns / 1000000000), (long)(left_ns % 1000000000)};
+        futex(&r->ended, FUTEX_WAIT_PRIVATE, 0, &left);
+    }
+    return 1;
 }
 
 /* ---- fork and exit -------------------------------------------------------- */
@@ -535,7 +597,6 @@ static void atfork_child(void) {
     if (r) {
         tmr_sampler_forget_after_fork(r->sampler);
         pthread_mutex_init(&r->lock, NULL);
-        pthread_cond_init(&r->wake, NULL);
         r->state = R_FORKED;
         if (r->fd >= 0) close(r->fd);
         r->fd = -1;
@@ -589,11 +650,6 @@ tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
     }
     pthread_mutex_init(&r->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->wake, &ca);
-    pthread_condattr_destroy(&ca);
     *out = r;
     return TM_OK;
 }
@@ -644,10 +700,16 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
         r->next_heap_dump = now + (r->o.file_write_period_ms ? r->o.file_write_period_ms : HEAP_DUMP_PERIOD_MS);
         r->next_mem = now; /* the first snapshot at once */
         r->deadline = r->o.duration_ms ? now + r->o.duration_ms : 0;
-        /* The collector is never sampled: it starts with SIGPROF blocked. */
+        /* The collector is never sampled: it starts with SIGPROF blocked;
+         * and it never takes a signal meant for the process (SIGTERM...),
+         * whose handler (preload.c) waits for the collector to end the trace. */
         sigset_t block, old;
         sigemptyset(&block);
         sigaddset(&block, SIGPROF);
+        sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGHUP);
+        sigaddset(&block, SIGQUIT);
         pthread_sigmask(SIG_BLOCK, &block, &old);
         if (pthread_create(&r->collector, NULL, collector_main, r) != 0)
             st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot start the collector thread");
@@ -694,8 +756,8 @@ tm_status tm_recorder_stop(tm_recorder *r, tm_error *err) {
     if (r->state == R_RUNNING) {
         pthread_mutex_lock(&r->lock);
         r->stop_requested = 1;
-        pthread_cond_signal(&r->wake);
         pthread_mutex_unlock(&r->lock);
+        wake_collector(r);
         pthread_join(r->collector, NULL);
         pthread_mutex_lock(&g_active_lock);
         if (g_active == r) g_active = NULL;
@@ -726,12 +788,13 @@ void tm_recorder_free(tm_recorder *r) {
     tmr_symbols_free(r->syms);
     if (r->fd >= 0) close(r->fd);
     pthread_mutex_destroy(&r->lock);
-    pthread_cond_destroy(&r->wake);
     free(r->buf);
     free(r->scratch);
     free(r->seq_gap);
     free(r->seq_dropped);
     free(r->seq_lost);
+    free(r->seq_cpu_last);
+    free(r->seq_cpu_base);
     free(r->mem);
     free(r->output);
     free(r);

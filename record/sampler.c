@@ -39,7 +39,7 @@
 #define NOINLINE_CAPTURE __attribute__((noinline))
 
 /* Ring entry layout, in 64-bit words. */
-enum { E_TS, E_CPU_DEPTH, E_OVERRUN, E_PCS };
+enum { E_TS, E_CPU_DEPTH, E_OVERRUN, E_THREAD_CPU_NS, E_PCS };
 /* Frames of the handler itself (it, libunwind, the signal trampoline) that
  * an unwind from inside it records before the interrupted one. */
 enum { HANDLER_FRAMES_MAX = 16 };
@@ -153,8 +153,11 @@ static NOINLINE_CAPTURE void capture(const tmr_sampler *s, tmr_slot *t, ucontext
         return;
     }
     uint64_t *e = t->entries + (size_t)(head & (s->o.ring_samples - 1)) * s->entry_words;
-    struct timespec ts;
+    struct timespec ts, used;
     clock_gettime(CLOCK_BOOTTIME, &ts);
+    /* The thread's CPU time so far: the difference to its previous sample
+     * is the CPU time this sample stands for, whatever the timer delivered. */
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &used) != 0) used.tv_sec = used.tv_nsec = 0;
     int cpu = sched_getcpu();
     uint32_t depth;
     if (!uc) { /* this frame and tmr_sampler_take_deferred's are the sampler's own */
@@ -170,6 +173,7 @@ static NOINLINE_CAPTURE void capture(const tmr_sampler *s, tmr_slot *t, ucontext
     e[E_TS] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e[E_CPU_DEPTH] = (uint64_t)(uint32_t)(cpu < 0 ? 0 : cpu) | (uint64_t)depth << 32;
     e[E_OVERRUN] = overrun > 0 ? (uint64_t)overrun : 0;
+    e[E_THREAD_CPU_NS] = (uint64_t)used.tv_sec * 1000000000u + (uint64_t)used.tv_nsec;
     atomic_store_explicit(&t->head, head + 1, memory_order_release);
 }
 
@@ -419,6 +423,7 @@ static size_t slot_drain(tmr_sampler *s, tmr_slot *t, tmr_sample_fn on_sample, v
         r.depth = (uint32_t)(e[E_CPU_DEPTH] >> 32);
         r.ts_ns = e[E_TS];
         r.overruns = e[E_OVERRUN];
+        r.thread_cpu_ns = e[E_THREAD_CPU_NS];
         r.pcs = e + E_PCS;
         r.lost = lost - t->lost_reported;
         t->lost_reported = lost;
@@ -432,6 +437,7 @@ static size_t slot_drain(tmr_sampler *s, tmr_slot *t, tmr_sample_fn on_sample, v
         r.cpu = 0;
         r.ts_ns = 0;
         r.overruns = 0;
+        r.thread_cpu_ns = 0;
         r.lost = lost - t->lost_reported;
         t->lost_reported = lost;
         on_sample(ctx, &r);

@@ -74,8 +74,9 @@ struct abi0_tm_trace_stats {
     uint64_t truncated_at, heap_profile_packets, heap_dumps, heap_dumps_with_loss, heap_missing_packets,
         heap_malformed, heap_unfinished_dumps, heap_samples_unresolved, heap_alloc_bytes, heap_inuse_bytes,
         perf_samples_truncated, heap_streaming_allocations, heap_streaming_alloc_bytes, heap_streaming_frees,
-        heap_streaming_malformed, off_cpu_samples, off_cpu_ns;
-    uint64_t reserved_[64];
+        heap_streaming_malformed, off_cpu_samples, off_cpu_ns, perf_samples_counted, perf_counted_cpu_ns,
+        perf_timebase_hz;
+    uint64_t reserved_[61];
 };
 struct abi0_tm_thread_info {
     int64_t tid, pid;
@@ -184,8 +185,8 @@ struct abi0_tm_recorder_stats {
         bytes_discarded, sample_packets_lost, bytes_written;
     uint32_t threads, chunks;
     uint64_t heap_samples, heap_samples_lost, heap_unwind_errors;
-    uint64_t stacks_truncated;
-    uint64_t reserved_[18];
+    uint64_t stacks_truncated, cpu_time_ns;
+    uint64_t reserved_[17];
 };
 
 /* ==== layout ============================================================ */
@@ -256,6 +257,8 @@ Test(abi, tm_trace_stats) {
     FIELD(tm_trace_stats, heap_streaming_allocations); FIELD(tm_trace_stats, heap_streaming_alloc_bytes);
     FIELD(tm_trace_stats, heap_streaming_frees); FIELD(tm_trace_stats, heap_streaming_malformed);
     FIELD(tm_trace_stats, off_cpu_samples); FIELD(tm_trace_stats, off_cpu_ns);
+    FIELD(tm_trace_stats, perf_samples_counted); FIELD(tm_trace_stats, perf_counted_cpu_ns);
+    FIELD(tm_trace_stats, perf_timebase_hz);
 }
 
 Test(abi, readers_and_sink) {
@@ -323,7 +326,7 @@ Test(abi, symbolize_and_recorder) {
     FIELD(tm_recorder_stats, sample_packets_lost); FIELD(tm_recorder_stats, bytes_written);
     FIELD(tm_recorder_stats, threads); FIELD(tm_recorder_stats, chunks); FIELD(tm_recorder_stats, heap_samples);
     FIELD(tm_recorder_stats, heap_samples_lost); FIELD(tm_recorder_stats, heap_unwind_errors);
-    FIELD(tm_recorder_stats, stacks_truncated);
+    FIELD(tm_recorder_stats, stacks_truncated); FIELD(tm_recorder_stats, cpu_time_ns);
 }
 
 /* The sizes docs/library.md gives, on 64-bit targets (LP64: 8-byte pointers

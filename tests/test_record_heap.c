@@ -399,7 +399,7 @@ Test(record_heap, chunks_hold_whole_profiles) {
  * what the program allocated. */
 Test(record_heap, the_last_dump_survives_a_tiny_ring) {
     char *trace = path_in_dir("tiny.pftrace"), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
-    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--heap", "-F", "500", "--clock", "wall",
+    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--heap", "-F", "500",
                     "--buffer-kb", "2", "--file-write-period-ms", "0", "-o", trace, "--", TM_RECORD_HEAP_TARGET,
                     "steady", NULL};
     int status = run(argv, out, err);

@@ -286,7 +286,7 @@ Test(record_upload, a_recorder_that_cannot_start_fails_the_run) {
                        TM_CLI, dir, TM_RECORD_TARGET);
     int code;
     char *out = ts_run_capture(cmd, &code);
-    cr_assert_eq(code, 3, "exit %d: %s", code, out);
+    cr_assert_eq(code, 125, "exit %d: %s", code, out);
     cr_assert_not_null(strstr(out, "cannot create the queue directory /proc/no/such/dir"), "%s", out);
     cr_assert_not_null(strstr(out, "nothing was recorded"), "%s", out);
     free(out);

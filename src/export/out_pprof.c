@@ -5,7 +5,8 @@
  *
  * One Sample per profile sample of the selected threads, leaf first, with
  * values [weight, weight * period of its thread] for the sample types
- * samples/count and cpu/nanoseconds, and labels thread_id, pid, thread_name
+ * samples/count and cpu/nanoseconds (a thread's period is its counted CPU
+ * time per sample when the trace counts it, see tm_thread_periods), and labels thread_id, pid, thread_name
  * and timestamp_ns (Unix time when the trace has a realtime clock, else
  * trace time; left out for folded input, which has no time). Locations are
  * the profile's frames in first-use order, functions are deduplicated by
@@ -648,6 +649,11 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
     /* The comments are the last strings: every index is known now. */
     if (opts && opts->period_ns > 0)
         snprintf(x->comment_period, sizeof x->comment_period, "period: %lld ns, given", (long long)x->overall_period);
+    else if (x->period_sources.counted && !x->period_sources.own && !x->period_sources.overall)
+        snprintf(x->comment_period, sizeof x->comment_period,
+                 "period: %lld ns, the mean CPU time of a sample; cpu values are the CPU time the recorder counted "
+                 "for each thread's samples (task-clock timebase_count), none inferred",
+                 (long long)x->overall_period);
     else if (!x->overall_period)
         snprintf(x->comment_period, sizeof x->comment_period, "period: unknown (%s); cpu values are 0",
                  p->untimed ? "input without timestamps" : "no thread has two samples");
@@ -658,6 +664,11 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
                  "whole trace's; %zu lowered to their mean gap, so that no thread's time exceeds its span",
                  (long long)x->overall_period, x->period_sources.own, x->period_sources.overall,
                  TM_OWN_PERIOD_MIN_GAPS, x->period_sources.capped);
+    if (x->period_sources.counted && (x->period_sources.own || x->period_sources.overall)) {
+        size_t len = strlen(x->comment_period);
+        snprintf(x->comment_period + len, sizeof x->comment_period - len,
+                 "; %zu threads counted, their CPU time measured", x->period_sources.counted);
+    }
     snprintf(x->comment_time, sizeof x->comment_time, "timestamp_ns: %s",
              p->untimed ? "absent (input without timestamps)"
              : p->n_realtime ? "Unix time" : "trace time (the trace has no realtime clock)");

@@ -68,6 +68,9 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"perf_sample_stack_truncated", s->perf_samples_truncated},
         {"off_cpu", s->off_cpu_samples},
         {"off_cpu_blocked_ns", s->off_cpu_ns},
+        {"perf_sample_cpu_time_counted", s->perf_samples_counted},
+        {"perf_counted_cpu_ns", s->perf_counted_cpu_ns},
+        {"perf_timebase_hz", s->perf_timebase_hz},
     };
     write_group(w, "samples", samples, N(samples), 0);
     const counter dropped[] = {

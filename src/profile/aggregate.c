@@ -239,6 +239,12 @@ tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fix
     for (size_t t = 0; t < nt; t++) {
         const gap_state *g = &gs[t];
         int64_t *period = &(*per_thread)[t];
+        const tm_prof_thread *th = &p->threads[t];
+        if (g->seen && th->counted_samples == g->total) { /* measured: no inference, no cap */
+            *period = (int64_t)((th->counted_ns + th->counted_samples / 2) / th->counted_samples);
+            how->counted++;
+            continue;
+        }
         if (g->kept < TM_OWN_PERIOD_MIN_GAPS) *period = *overall;
         if (g->seen) ++*(g->kept < TM_OWN_PERIOD_MIN_GAPS ? &how->overall : &how->own);
         if (!within_span || g->seen < 2) continue;
@@ -248,6 +254,17 @@ tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fix
             how->capped++;
         }
     }
+    /* Every thread measured: the overall period is the mean CPU time of a sample. */
+    uint64_t counted_ns = 0, counted_samples = 0;
+    size_t with_samples = 0;
+    for (size_t t = 0; t < nt; t++) {
+        if (!gs[t].seen) continue;
+        with_samples++;
+        counted_ns += p->threads[t].counted_ns;
+        counted_samples += p->threads[t].counted_samples;
+    }
+    if (with_samples && how->counted == with_samples)
+        *overall = (int64_t)((counted_ns + counted_samples / 2) / counted_samples);
     tm_mem_free(p->mem, gs, (nt + 1) * sizeof *gs);
     tm_mem_free(p->mem, gaps, (nt + 1) * GAPS_KEPT * sizeof *gaps);
     return TM_OK;

@@ -66,6 +66,7 @@ typedef struct tm_period_sources {
     size_t own;     /* the median of the thread's own gaps */
     size_t overall; /* too few gaps of its own: the whole trace's median */
     size_t capped;  /* lowered to the thread's mean gap (see below) */
+    size_t counted; /* measured: every sample's CPU time was counted (see below) */
 } tm_period_sources;
 
 /* Sampling period of each selected thread in ns: the median gap between
@@ -76,7 +77,11 @@ typedef struct tm_period_sources {
  * (last - first sample, plus one period), so the period is at most the
  * thread's mean gap (pprof, whose cpu values are samples times period;
  * speedscope weighs each sample by its gap instead). With no gaps anywhere
- * every period is 0. fixed_ns > 0 skips the inference. *per_thread has
+ * every period is 0. A thread whose every sample came with its CPU time
+ * counted by the producer (tm_prof_thread.counted_ns) has that time per
+ * sample as its period, measured, neither inferred nor capped; when every
+ * thread has, the overall period is the mean over all of them.
+ * fixed_ns > 0 skips the inference. *per_thread has
  * p->n_threads entries; free with tm_thread_periods_free. how (may be NULL)
  * counts the threads by source. */
 tm_status tm_thread_periods(const tm_profile *p, const uint8_t *sel, int64_t fixed_ns, bool within_span,

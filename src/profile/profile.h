@@ -56,6 +56,9 @@ typedef struct tm_prof_thread {
     tm_str name;
     uint32_t name_prio; /* 0: no name; higher wins, equal overwrites */
     uint64_t weight;    /* its samples' total weight (tm_profile_count_threads) */
+    /* Its samples whose CPU time the producer counted (PerfSample
+     * timebase_count of a task-clock timebase), and that time in ns. */
+    uint64_t counted_samples, counted_ns;
 } tm_prof_thread;
 
 typedef struct tm_prof_process {

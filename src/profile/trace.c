@@ -92,6 +92,12 @@ typedef struct seq_state {
     int64_t pid, tid;
     int64_t time_ns; /* legacy track-event time (MONOTONIC), StreamingProfilePacket base */
     uint64_t off_cpu_count; /* off-CPU samples: the last timebase_count (blocked ns so far) */
+    /* PerfSample timebase counts: whether the generation tb_gen's timebase
+     * is task-clock (the sampled thread's CPU time in ns), and the count of
+     * the sequence's previous sample. */
+    uint32_t tb_gen;
+    bool tb_known, tb_task_clock, has_count;
+    uint64_t last_count;
 } seq_state;
 
 typedef struct dec {
@@ -714,6 +720,40 @@ static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, 
     return TM_OK;
 }
 
+/* Reads the timebase of the generation k sees (PerfSampleDefaults): whether
+ * it counts task-clock, and the frequency the producer asked for. */
+static void read_timebase(dec *d, seq_state *s, const tm_pf_packet *k) {
+    s->tb_known = true;
+    s->tb_gen = k->gen;
+    s->tb_task_clock = false;
+    tm_pb_reader r = tm_pb_reader_of(tm_pf_gen_of(&d->rd, k->gen)->perf_defaults), tr;
+    tm_pb_field f, g;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        if (f.num != TM_PF_PERF_DEFAULTS_TIMEBASE || f.wire != TM_PB_LEN) continue;
+        tr = tm_pb_reader_of(f.bytes);
+        while (tm_pb_next(&tr, &g) == TM_PB_OK) {
+            if (g.wire != TM_PB_VARINT) continue;
+            if (g.num == TM_PF_TIMEBASE_COUNTER) s->tb_task_clock = g.val == TM_PF_COUNTER_SW_TASK_CLOCK;
+            else if (g.num == TM_PF_TIMEBASE_FREQUENCY && g.val > d->p->stats.perf_timebase_hz)
+                d->p->stats.perf_timebase_hz = g.val;
+        }
+    }
+}
+
+/* The CPU time in ns a sample with timebase_count count stands for: with a
+ * task-clock timebase (a counter of the sampled thread's CPU time, which
+ * starts at 0), its difference to the sequence's previous count; 0 when
+ * unknown. */
+static uint64_t counted_cpu_ns(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t count) {
+    if (!s || !k->seq) return 0;
+    if (!s->tb_known || s->tb_gen != k->gen) read_timebase(d, s, k);
+    if (!count || !s->tb_task_clock) return 0;
+    uint64_t ns = s->has_count && count >= s->last_count ? count - s->last_count : count;
+    s->has_count = true;
+    s->last_count = count;
+    return ns;
+}
+
 static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
@@ -763,6 +803,9 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         p->stats.perf_samples_skipped++;
         return TM_OK;
     }
+    /* Counted even for a sample dropped below: the next one's difference
+     * must not take in this one's CPU time. */
+    uint64_t cpu_ns = counted_cpu_ns(d, s, k, count);
     if (!has_cs) {
         p->stats.perf_samples_without_callstack++;
         return TM_OK;
@@ -783,6 +826,12 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     if (!packet_time(d, k, 1, &ts)) return TM_OK;
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
     if (truncated) p->stats.perf_samples_truncated++;
+    if (cpu_ns) {
+        p->threads[thread].counted_ns += cpu_ns;
+        p->threads[thread].counted_samples++;
+        p->stats.perf_samples_counted++;
+        p->stats.perf_counted_cpu_ns += cpu_ns;
+    }
     return add_sample(d, ts, stack, thread);
 }
 

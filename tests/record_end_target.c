@@ -1,0 +1,82 @@
+/*
+ * record_end_target.c — the program the recorder's ending tests profile:
+ * it burns a given CPU time in one named function (burn_cpu, measured with
+ * its own thread CPU clock) and then ends in the way its first argument
+ * says, so that a test can check the trace holds everything sampled up to
+ * that end:
+ *
+ *   record_end_target exit|_exit|_Exit|segv|abort|term|own-segv CPU_SECONDS
+ *
+ * exit: exit(0); _exit/_Exit: _exit(0)/_Exit(0) (no atexit, no
+ * destructors); segv: a store to a page mapped PROT_NONE; abort: abort();
+ * term: raise(SIGTERM); own-segv: installs a SIGSEGV handler of its own
+ * first, which prints "own handler" and _exits with 42, then faults.
+ * Before it ends it prints "thread-cpu S": its CPU time so far.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__clang__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE __attribute__((noinline, noipa))
+#endif
+
+static volatile uint64_t g_sink;
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+NOINLINE static void burn_cpu(double seconds) {
+    double until = thread_cpu_seconds() + seconds;
+    uint64_t x = 1;
+    while (thread_cpu_seconds() < until)
+        for (int i = 0; i < 20000; i++) x = x * 6364136223846793005u + 1442695040888963407u;
+    g_sink = x;
+}
+
+static void own_handler(int sig) {
+    (void)sig;
+    static const char msg[] = "own handler\n";
+    if (write(1, msg, sizeof msg - 1) < 0) _exit(43);
+    _exit(42);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: record_end_target exit|_exit|_Exit|segv|abort|term|own-segv CPU_SECONDS\n");
+        return 2;
+    }
+    const char *how = argv[1];
+    if (strcmp(how, "own-segv") == 0) signal(SIGSEGV, own_handler);
+    burn_cpu(atof(argv[2]));
+    /* The thread's CPU time at its end, for the test to compare. */
+    char line[64];
+    int n = snprintf(line, sizeof line, "thread-cpu %.6f\n", thread_cpu_seconds());
+    if (write(1, line, (size_t)n) != n) return 3;
+    if (strcmp(how, "exit") == 0) exit(0);
+    if (strcmp(how, "_exit") == 0) _exit(0);
+    if (strcmp(how, "_Exit") == 0) _Exit(0);
+    if (strcmp(how, "abort") == 0) abort();
+    if (strcmp(how, "term") == 0) raise(SIGTERM);
+    if (strcmp(how, "segv") == 0 || strcmp(how, "own-segv") == 0) {
+        /* A page nobody may touch: a real fault, which the sanitizers of a
+         * sanitized build let through (a null pointer they would report). */
+        volatile int *nowhere = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (nowhere != MAP_FAILED) *nowhere = 1;
+    }
+    fprintf(stderr, "record_end_target: unknown ending %s\n", how);
+    return 2;
+}

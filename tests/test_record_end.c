@@ -1,0 +1,417 @@
+/*
+ * test_record_end.c — the signal backend's weights and endings, end to end:
+ * record_end_target burns a known CPU time and then ends by exit, _exit,
+ * a crash, abort or SIGTERM, recorded through LD_PRELOAD (its CPU time
+ * measured with wait4) and through `tracemill record --backend signal`
+ * (its exit status). Every trace must decode, hold the samples of burn_cpu,
+ * and say in pprof's cpu/nanoseconds the CPU time the program used; the
+ * program's own SIGSEGV handler must still run; `sh -c` (dash ends with
+ * _exit) must leave a trace; --clock wall is refused before the program
+ * runs.
+ *
+ * Paths come from the build: TM_RECORD_END_TARGET, TM_RECORD_PRELOAD, TM_CLI.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tracemill.h"
+#include "tutil.h"
+
+#define RUN_TIMEOUT_S 30
+/* pprof's CPU total against the CPU time wait4 measured for the whole
+ * process, which also holds its start-up, the recorder's collector thread
+ * and the CPU time after each thread's last sample. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CPU_TOLERANCE 0.15 /* a sanitized recorder's own start-up and collector cost more */
+#else
+#define CPU_TOLERANCE 0.05
+#endif
+/* ... and against the CPU time of the one thread sampled. */
+#define THREAD_CPU_TOLERANCE 0.02
+
+static char g_dir[] = "/tmp/tm_record_end_XXXXXX";
+
+static void setup(void) {
+    cr_assert_not_null(mkdtemp(g_dir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
+}
+
+TestSuite(record_end, .init = setup, .fini = teardown, .timeout = 90);
+
+static char *path_in_dir(const char *name) {
+    char *p = NULL;
+    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
+    return p;
+}
+
+/* The recorded program's environment under ASan: its own SIGSEGV and abort
+ * handling off, so that the recorder's is what a crash meets. */
+static void child_env(void) {
+    tu_asan_recorded_child_env();
+    const char *asan = getenv("ASAN_OPTIONS");
+    if (asan) {
+        char *more = NULL;
+        if (asprintf(&more, "%s:handle_segv=0:handle_abort=0", asan) > 0) setenv("ASAN_OPTIONS", more, 1);
+        free(more);
+    }
+}
+
+/* Runs argv, stdout and stderr into files of the test directory; with
+ * preload_out, through LD_PRELOAD as `tracemill record` sets it up. Returns
+ * the wait status, the CPU time the process used in *cpu_s (may be NULL). */
+static int run(char *const argv[], const char *preload_out, double *cpu_s) {
+    char *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        child_env();
+        if (preload_out) {
+            setenv("LD_PRELOAD", TM_RECORD_PRELOAD, 1);
+            setenv("TRACEMILL_RECORD_OUT", preload_out, 1);
+            setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
+        }
+        if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr)) _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru;
+    for (int waited_ms = 0;; waited_ms += 20) {
+        pid_t got = wait4(pid, &status, WNOHANG, &ru);
+        if (got == pid) break;
+        if (got < 0 || waited_ms > RUN_TIMEOUT_S * 1000) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            cr_assert_fail("%s hung (killed after %d s)", argv[0], RUN_TIMEOUT_S);
+        }
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL);
+    }
+    if (cpu_s)
+        *cpu_s = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+    free(out), free(err);
+    return status;
+}
+
+static char *read_in_dir(const char *name) {
+    char *p = path_in_dir(name), *text = tu_read_file(p, NULL);
+    free(p);
+    return text ? text : strdup("");
+}
+
+/* ---- what a trace holds ---- */
+
+static uint64_t varint(const uint8_t **p, const uint8_t *end) {
+    uint64_t v = 0;
+    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t c = *(*p)++;
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (c < 0x80) return v;
+    }
+    cr_assert_fail("bad varint in the pprof profile");
+    return 0;
+}
+
+/* Skips a field of wire type wire. */
+static void skip(const uint8_t **p, const uint8_t *end, unsigned wire) {
+    if (wire == 0) varint(p, end);
+    else if (wire == 1) *p += 8;
+    else if (wire == 5) *p += 4;
+    else if (wire == 2) *p += varint(p, end);
+    else cr_assert_fail("wire type %u in the pprof profile", wire);
+    cr_assert_leq(*p, end);
+}
+
+/* The sum of the second value (cpu/nanoseconds) of every Sample of an
+ * uncompressed pprof Profile. */
+static uint64_t pprof_cpu_ns(const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    uint64_t total = 0;
+    while (p < end) {
+        uint64_t tag = varint(&p, end);
+        if (tag != (2u << 3 | 2)) { /* Profile.sample */
+            skip(&p, end, (unsigned)(tag & 7));
+            continue;
+        }
+        uint64_t n = varint(&p, end);
+        cr_assert_leq(n, (uint64_t)(end - p));
+        const uint8_t *s = p, *s_end = p + n;
+        p = s_end;
+        while (s < s_end) {
+            uint64_t t = varint(&s, s_end);
+            if (t == (2u << 3 | 2)) { /* Sample.value, packed */
+                uint64_t m = varint(&s, s_end);
+                cr_assert_leq(m, (uint64_t)(s_end - s));
+                const uint8_t *v = s, *v_end = s + m;
+                s = v_end;
+                varint(&v, v_end);
+                total += varint(&v, v_end);
+            } else if (t == (2u << 3)) { /* unpacked: count, then cpu */
+                varint(&s, s_end);
+                cr_assert_eq(varint(&s, s_end), 2u << 3, "Sample.value unpacked but not in pairs");
+                total += varint(&s, s_end);
+            } else {
+                skip(&s, s_end, (unsigned)(t & 7));
+            }
+        }
+    }
+    return total;
+}
+
+typedef struct summary {
+    uint64_t samples, counted, burn_samples;
+    double pprof_cpu_s, counted_cpu_s;
+} summary;
+
+/* Decodes the trace at path (it must decode), and sums what it says. */
+static summary summarize(const char *path) {
+    summary out = {0};
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes, "no trace at %s", path);
+    cr_assert_gt(len, 0, "%s is empty", path);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "%s does not decode: %s", path, err.message);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_assert_eq(st->truncated, 0, "%s is cut off at byte %llu", path, (unsigned long long)st->truncated_at);
+    out.samples = st->samples_kept;
+    out.counted = st->perf_samples_counted;
+    out.counted_cpu_s = (double)st->perf_counted_cpu_ns * 1e-9;
+    tu_membuf folded = {0}, pprof = {0};
+    tm_sink fs = {.write = tu_membuf_write, .ctx = &folded}, ps = {.write = tu_membuf_write, .ctx = &pprof};
+    cr_assert_eq(tm_write_folded(t, NULL, &fs, &err), TM_OK, "%s", err.message);
+    tm_pprof_options po = {.uncompressed = 1};
+    cr_assert_eq(tm_write_pprof(t, &po, &ps, &err), TM_OK, "%s", err.message);
+    out.pprof_cpu_s = (double)pprof_cpu_ns((const uint8_t *)pprof.data, pprof.len) * 1e-9;
+    /* folded lines "a;b;c N": the samples whose stack holds burn_cpu */
+    char *text = strndup(folded.data ? folded.data : "", folded.len);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *space = strrchr(line, ' ');
+        if (space && strstr(line, "burn_cpu") && strstr(line, "burn_cpu") < space)
+            out.burn_samples += strtoull(space + 1, NULL, 10);
+    }
+    free(text);
+    tu_membuf_free(&folded);
+    tu_membuf_free(&pprof);
+    tm_trace_free(t);
+    free(bytes);
+    return out;
+}
+
+/* Records `record_end_target HOW CPU_S` through LD_PRELOAD; checks the
+ * trace against the CPU time the process used, and returns its status. */
+static int record_ending(const char *how, const char *cpu_s) {
+    char *trace = path_in_dir("end.pftrace");
+    char *argv[] = {TM_RECORD_END_TARGET, (char *)how, (char *)cpu_s, NULL};
+    double used = 0;
+    int status = run(argv, trace, &used);
+    summary s = summarize(trace);
+    char *err = read_in_dir("stderr");
+    double burn = atof(cpu_s);
+    cr_log_info("%s %s s: measured %.4f s CPU (wait4), pprof cpu %.4f s (%+.2f %%), counted %.4f s, %llu samples "
+                "(%llu in burn_cpu, %llu counted)",
+                how, cpu_s, used, s.pprof_cpu_s, 100.0 * (s.pprof_cpu_s - used) / used, s.counted_cpu_s,
+                (unsigned long long)s.samples, (unsigned long long)s.burn_samples, (unsigned long long)s.counted);
+    /* 101 Hz of CPU time: ~100 samples per CPU-second, nearly all in burn_cpu. */
+    cr_expect_geq((double)s.burn_samples, 0.8 * 101 * burn, "%s: %llu samples in burn_cpu over %s s; stderr: %s", how,
+                  (unsigned long long)s.burn_samples, cpu_s, err);
+    cr_expect_eq(s.counted, s.samples, "%s: %llu of %llu samples carry their CPU time", how,
+                 (unsigned long long)s.counted, (unsigned long long)s.samples);
+    cr_expect(fabs(s.pprof_cpu_s - used) <= CPU_TOLERANCE * used,
+              "%s: pprof says %.4f s of CPU, the process used %.4f s", how, s.pprof_cpu_s, used);
+    /* The sampled thread's own CPU time, as it measured it before its end:
+     * what the weights add up to, but for the time after its last sample
+     * (half a period on average). */
+    char *out = read_in_dir("stdout"), *at = strstr(out, "thread-cpu ");
+    cr_assert_not_null(at, "%s printed no thread-cpu: %s", how, out);
+    double thread_cpu = atof(at + strlen("thread-cpu "));
+    cr_log_info("%s: the thread measured %.4f s, pprof %+.2f %%", how, thread_cpu,
+                100.0 * (s.pprof_cpu_s - thread_cpu) / thread_cpu);
+    cr_expect(fabs(s.pprof_cpu_s - thread_cpu) <= THREAD_CPU_TOLERANCE * thread_cpu,
+              "%s: pprof says %.4f s of CPU, the thread measured %.4f s", how, s.pprof_cpu_s, thread_cpu);
+    free(out);
+    free(err);
+    free(trace);
+    return status;
+}
+
+/* ---- weights ---- */
+
+/* A normal exit: the reference case for the weights. */
+Test(record_end, exit_weights_equal_the_cpu_time) {
+    int status = record_ending("exit", "2");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+}
+
+/* -F 1000 gets ~250 signals per CPU-second (the kernel tick): the samples
+ * still add up to the CPU time, and info says what was delivered. */
+Test(record_end, an_undeliverable_rate_keeps_exact_weights) {
+    char *trace = path_in_dir("fast.pftrace");
+    char *argv[] = {TM_RECORD_END_TARGET, "exit", "1.5", NULL};
+    setenv("TRACEMILL_RECORD_HZ", "1000", 1);
+    double used = 0;
+    int status = run(argv, trace, &used);
+    unsetenv("TRACEMILL_RECORD_HZ");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    summary s = summarize(trace);
+    double rate = (double)s.counted / s.counted_cpu_s;
+    cr_log_info("-F 1000: %llu samples, %.0f per CPU-second; pprof cpu %.4f s, measured %.4f s (%+.2f %%)",
+                (unsigned long long)s.samples, rate, s.pprof_cpu_s, used, 100.0 * (s.pprof_cpu_s - used) / used);
+    cr_expect(fabs(s.pprof_cpu_s - used) <= CPU_TOLERANCE * used, "pprof says %.4f s of CPU, the process used %.4f s",
+              s.pprof_cpu_s, used);
+    char *cmd = NULL, *info = path_in_dir("info");
+    cr_assert_gt(asprintf(&cmd, "%s info %s >%s", TM_CLI, trace, info), 0);
+    cr_assert_eq(system(cmd), 0);
+    char *text = tu_read_file(info, NULL);
+    cr_assert_not_null(text);
+    if (rate < 900) /* the timer could not keep up: info must say so */
+        cr_expect(strstr(text, "at 1000 Hz asked for") && strstr(text, "delivered"), "%s", text);
+    free(text), free(cmd), free(info), free(trace);
+}
+
+/* ---- endings ---- */
+
+Test(record_end, _exit_keeps_the_trace) {
+    int status = record_ending("_exit", "1");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+}
+
+Test(record_end, _Exit_keeps_the_trace) {
+    int status = record_ending("_Exit", "1");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+}
+
+/* A crash: the trace is complete and the program still dies of SIGSEGV. */
+Test(record_end, a_segfault_keeps_the_trace_and_the_signal) {
+    int status = record_ending("segv", "1");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "status %#x", status);
+}
+
+Test(record_end, abort_keeps_the_trace_and_the_signal) {
+    int status = record_ending("abort", "1");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %#x", status);
+}
+
+Test(record_end, sigterm_keeps_the_trace_and_the_signal) {
+    int status = record_ending("term", "1");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+}
+
+/* The program's own SIGSEGV handler runs (and decides the exit status);
+ * its _exit still ends the trace. */
+Test(record_end, the_programs_own_handler_still_runs) {
+    int status = record_ending("own-segv", "1");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 42, "status %#x", status);
+    char *out = read_in_dir("stdout");
+    cr_expect(strstr(out, "own handler"), "the program's handler did not run: %s", out);
+    free(out);
+}
+
+/* ---- through `tracemill record` ---- */
+
+/* `tracemill record --backend signal -o OUT ARGS -- CMD` (shell words);
+ * its exit status, stderr in *err_text. */
+static int record_cli(const char *out, const char *args, const char *cmd, char **err_text) {
+    char *err = path_in_dir("record.stderr"), *line = NULL;
+    cr_assert_gt(asprintf(&line, "%s record --backend signal --preload %s -o %s %s -- %s 2>%s >/dev/null", TM_CLI,
+                          TM_RECORD_PRELOAD, out, args, cmd, err),
+                 0);
+    child_env(); /* inherited by the shell and the program */
+    int st = system(line);
+    *err_text = tu_read_file(err, NULL);
+    if (!*err_text) *err_text = strdup("");
+    free(line), free(err);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* record exits as the program did: 128 + 11 for a segfault, with the trace. */
+Test(record_end, record_exits_with_the_programs_status) {
+    char *trace = path_in_dir("cli.pftrace"), *err;
+    int code = record_cli(trace, "", TM_RECORD_END_TARGET " segv 0.5", &err);
+    cr_expect_eq(code, 128 + SIGSEGV, "exit %d: %s", code, err);
+    summary s = summarize(trace);
+    cr_expect_gt(s.burn_samples, 20, "%llu samples in burn_cpu", (unsigned long long)s.burn_samples);
+    free(err);
+    code = record_cli(trace, "", TM_RECORD_END_TARGET " own-segv 0.3", &err);
+    cr_expect_eq(code, 42, "exit %d: %s", code, err);
+    free(err);
+    code = record_cli(trace, "", "/nonexistent/program", &err);
+    cr_expect_eq(code, 127, "a program that cannot run: exit %d: %s", code, err);
+    free(err), free(trace);
+}
+
+/* SIGTERM or SIGHUP sent to record reaches the program, which ends its
+ * trace and dies of it; record waits and exits 128 + N. (SIGINT is not
+ * tried: a shell's background job ignores it, and so does its program.) */
+Test(record_end, a_signal_to_record_reaches_the_program) {
+    static const int sigs[2] = {SIGTERM, SIGHUP};
+    for (int k = 0; k < 2; k++) {
+        char *trace = path_in_dir("killed.pftrace"), *code_file = path_in_dir("code"), *err = path_in_dir("err");
+        char *line = NULL;
+        cr_assert_gt(asprintf(&line,
+                              "%s record --backend signal --preload %s -o %s -- %s exit 20 2>%s >/dev/null & "
+                              "sleep 2; kill -%d $!; wait $!; echo $? >%s",
+                              TM_CLI, TM_RECORD_PRELOAD, trace, TM_RECORD_END_TARGET, err, sigs[k], code_file),
+                     0);
+        child_env();
+        cr_assert_eq(system(line), 0);
+        char *code = tu_read_file(code_file, NULL), *text = tu_read_file(err, NULL);
+        cr_assert_not_null(code);
+        cr_expect_eq(atoi(code), 128 + sigs[k], "signal %d: exit %s: %s", sigs[k], code, text ? text : "");
+        summary s = summarize(trace);
+        cr_expect_gt(s.burn_samples, 0, "signal %d: no sample in burn_cpu", sigs[k]);
+        cr_expect_eq(s.counted, s.samples);
+        free(code), free(text), free(line), free(err), free(code_file), free(trace);
+    }
+}
+
+/* dash runs `sh -c '...; exit 3'` and ends with _exit: a short run still
+ * leaves a whole trace, and its status. */
+Test(record_end, a_short_sh_c_run_leaves_a_trace) {
+    char *trace = path_in_dir("sh.pftrace"), *err;
+    int code = record_cli(trace, "", "sh -c '" TM_RECORD_END_TARGET " exit 0.3; exit 3'", &err);
+    cr_expect_eq(code, 3, "exit %d: %s", code, err);
+    free(err);
+    /* the shell's child (exec'd by the shell: its own process) is not
+     * recorded; the shell itself was, and wrote a valid trace */
+    code = record_cli(trace, "", "sh -c 'exec " TM_RECORD_END_TARGET " _exit 0.3'", &err);
+    cr_expect_eq(code, 0, "exit %d: %s", code, err);
+    summary s = summarize(trace);
+    cr_expect_gt(s.burn_samples, 10, "%llu samples in burn_cpu: %s", (unsigned long long)s.burn_samples, err);
+    free(err), free(trace);
+}
+
+/* --clock wall would interrupt the program's system calls: refused, 125,
+ * and the program never runs. */
+Test(record_end, clock_wall_is_refused) {
+    char *trace = path_in_dir("wall.pftrace"), *marker = path_in_dir("ran"), *cmd = NULL, *err;
+    cr_assert_gt(asprintf(&cmd, "touch %s", marker), 0);
+    int code = record_cli(trace, "--clock wall", cmd, &err);
+    cr_expect_eq(code, 125, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "--clock wall") && strstr(err, "perf backend"), "%s", err);
+    struct stat sb;
+    cr_expect_neq(stat(marker, &sb), 0, "the program ran");
+    cr_expect_neq(stat(trace, &sb), 0, "a trace was written");
+    free(err), free(cmd), free(marker), free(trace);
+}
