@@ -13,6 +13,10 @@
  * A ModuleSymbols packet carries the mapping's path as the trace names it
  * and its build id as raw bytes; each AddressSymbols one rel_pc and its
  * lines, innermost inlined function first, as traceconv writes them.
+ * A frame its producer already named keeps that name for its outermost
+ * line, the function the pc is in (the recorder's demangled C++ names, or
+ * names given with --no-demangle, say), and the DWARF adds the file, the
+ * line and the functions inlined there.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 typedef struct frame_ref {
     tm_str build_id, path; /* build_id: hex as the model holds it */
     uint64_t rel_pc;
+    tm_str name; /* the producer's, if any */
 } frame_ref;
 
 static int cmp_bytes(tm_bytes a, tm_bytes b) {
@@ -109,6 +114,8 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
         size_t nl;
         tm_elf_resolve(e, refs[i].rel_pc, lines, TM_MAX_SYMBOL_LINES, &nl);
         if (!nl) continue;
+        tm_str named = refs[i].name;
+        for (size_t k = i + 1; !named.len && k < n && refs[k].rel_pc == refs[i].rel_pc; k++) named = refs[k].name;
         r->st->frames_symbolized++;
         r->st->frames_with_lines += lines[0].file && lines[0].line;
         r->st->inlined_frames += nl - 1;
@@ -116,7 +123,8 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
         tm_obuf_uint(&r->out, TM_PF_ADDRESS_SYMBOLS_ADDRESS, refs[i].rel_pc);
         for (size_t k = 0; k < nl; k++) {
             size_t l = tm_obuf_open(&r->out, TM_PF_ADDRESS_SYMBOLS_LINES);
-            tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, lines[k].function, strlen(lines[k].function));
+            if (k == nl - 1 && named.len) tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, named.data, named.len);
+            else tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, lines[k].function, strlen(lines[k].function));
             if (lines[k].file) tm_obuf_bytes(&r->out, TM_PF_LINE_SOURCE_FILE_NAME, lines[k].file, strlen(lines[k].file));
             if (lines[k].line) tm_obuf_uint(&r->out, TM_PF_LINE_LINE_NUMBER, lines[k].line);
             tm_obuf_close(&r->out, l);
@@ -159,7 +167,7 @@ static tm_status native(sym_run *r, const tm_tp *tp) {
         if (f->mapping == TP_NULL || f->has_symbol) continue;
         const tp_mapping *m = &tp->mappings[f->mapping];
         if (!m->name.len && !m->build_id.len) continue; /* the shared mapping of inline callstacks */
-        refs[n++] = (frame_ref){m->build_id, m->name, f->rel_pc};
+        refs[n++] = (frame_ref){m->build_id, m->name, f->rel_pc, f->name};
     }
     if (n) qsort(refs, n, sizeof *refs, cmp_ref);
     tm_status st = TM_OK;
