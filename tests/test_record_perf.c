@@ -263,7 +263,8 @@ Test(record_perf, sigterm_is_passed_on) {
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         if (!freopen(err, "w", stderr)) _exit(126);
-        execl(TM_CLI, TM_CLI, "record", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET, "exit", "60",
+        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET,
+              "exit", "60",
               (char *)NULL);
         _exit(126);
     }
@@ -502,7 +503,7 @@ Test(record_perf, attach_ends_on_sigint) {
     cr_assert_geq(rec, 0);
     if (rec == 0) {
         if (!freopen(errp, "w", stderr)) _exit(126);
-        execl(TM_CLI, TM_CLI, "record", "-p", pid_text, "-o", trace, (char *)NULL);
+        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "-p", pid_text, "-o", trace, (char *)NULL);
         _exit(126);
     }
     sleep_s(1.0);
