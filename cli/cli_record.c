@@ -230,7 +230,7 @@ static uint64_t summarize(const char *file, const char *name) {
  * appended, unless syms is NULL (--no-symbolize). A failure leaves the
  * file as it was: unsymbolized, for `tracemill symbolize` to retry. */
 static void symbolize_trace(const char *path, const char *name, const cli_symbols *syms) {
-    if (syms && cli_symbolize_file(path, name, syms) != EXIT_OK)
+    if (syms && path && cli_symbolize_file(path, name, syms) != EXIT_OK)
         fprintf(stderr, "tracemill record: %s is left unsymbolized (tracemill symbolize adds the symbols later)\n",
                 name);
 }

@@ -7,7 +7,8 @@
  * and in the SQL model's stack_profile_symbol; recorded with
  * --no-symbolize it keeps function names only (no ModuleSymbols), and
  * `tracemill symbolize` on that trace gives what record gives: the same
- * lines for every pc both traces hold.
+ * lines for every pc both traces hold, also on a trace cut off inside its
+ * last packet.
  *
  * The perf half is skipped, with the reason, when this kernel refuses
  * perf_event_open. Paths come from the build: TM_CLI,
@@ -209,6 +210,22 @@ static void expect_record_symbolizes(const char *backend) {
     cr_assert_gt(common, 0, "the two recordings share no pc of the target");
     free_rows(a, n_full);
     free_rows(b, n_later);
+
+    /* a trace cut inside its last packet (a program killed mid-write):
+     * the symbols follow its last whole packet and the result reads */
+    size_t len = 0;
+    char *bytes = tu_read_file(bare, &len);
+    cr_assert_not_null(bytes);
+    char *cut = in_dir("cut.pftrace");
+    FILE *f = fopen(cut, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, len - 3, f), len - 3);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_gt(asprintf(&cmd, "%s symbolize %s -o %s", TM_CLI, cut, later), 0);
+    free(run(cmd));
+    free(cmd);
+    expect_symbolized(later);
+    free(bytes), free(cut);
     free(full), free(bare), free(later);
 }
 

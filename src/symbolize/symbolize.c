@@ -28,6 +28,7 @@
 #include "symbolize/symbolize.h"
 #include "tp/tp.h"
 #include "wire/input.h"
+#include "wire/pb.h"
 
 typedef struct frame_ref {
     tm_str build_id, path; /* build_id: hex as the model holds it */
@@ -196,6 +197,18 @@ static tm_status java(sym_run *r) {
     return TM_OK;
 }
 
+/* The length of the input's whole top-level records: a trace cut off
+ * inside a packet (a recorded program killed mid-write) is read up to the
+ * cut, and the packets appended must follow the last whole one, not
+ * complete the cut one. */
+static size_t whole_records(tm_bytes in) {
+    tm_pb_reader r = tm_pb_reader_of(in);
+    tm_pb_field f;
+    size_t whole = 0;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) whole = (size_t)(r.p - in.data);
+    return whole;
+}
+
 tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
                        const tm_sink *out, tm_symbolize_stats *stats, tm_error *err) {
     if (stats) memset(stats, 0, sizeof *stats);
@@ -228,7 +241,8 @@ tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, cons
     if (st == TM_OK) find_debuginfod(&r);
     if (st == TM_OK) st = native(&r, &tp);
     if (st == TM_OK) st = java(&r);
-    if (st == TM_OK && (out->write(out->ctx, in.bytes.data, in.bytes.len) != 0 ||
+    size_t whole = st == TM_OK && r.out.len ? whole_records(in.bytes) : in.bytes.len;
+    if (st == TM_OK && (out->write(out->ctx, in.bytes.data, whole) != 0 ||
                         (r.out.len && out->write(out->ctx, r.out.data, r.out.len) != 0)))
         st = tm_fail(err, TM_ERR_IO, 0, NULL, "writing the symbolized trace failed");
     tm_tp_release(&tp);
