@@ -8,11 +8,11 @@
  * --no-symbolize it keeps function names only (no ModuleSymbols), and
  * `tracemill symbolize` on that trace gives what record gives: the same
  * lines for every pc both traces hold, also on a trace cut off inside its
- * last packet.
+ * last packet. JIT frames named from /tmp/perf-PID.map keep their names.
  *
  * The perf half is skipped, with the reason, when this kernel refuses
  * perf_event_open. Paths come from the build: TM_CLI,
- * TM_RECORD_SYMBOLS_TARGET, TM_PPROF_TEXT.
+ * TM_RECORD_SYMBOLS_TARGET, TM_RECORD_PERF_TARGET (its jit mode), TM_PPROF_TEXT.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -246,6 +246,27 @@ Test(record_symbols, perf_backend) {
     if (fd < 0) cr_skip_test("perf_event_open refused here (%s): the perf backend cannot run", strerror(errno));
     close(fd);
     expect_record_symbolizes("perf");
+}
+
+/* Code generated at run time and named in /tmp/perf-PID.map (no build id,
+ * nothing to symbolize) keeps its name in the symbolized trace. */
+Test(record_symbols, jit_frames_keep_their_names) {
+    char *trace = in_dir("jit.pftrace"), *out = in_dir("jit.out"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record --backend signal -o %s -- %s jit 0.5 >%s", TM_CLI, trace,
+                          TM_RECORD_PERF_TARGET, out),
+                 0);
+    free(run(cmd));
+    free(cmd);
+    char *printed = tu_read_file(out, NULL);
+    int pid = 0;
+    if (printed && sscanf(printed, "jit %d", &pid) == 1) {
+        char map[64];
+        snprintf(map, sizeof map, "/tmp/perf-%d.map", pid);
+        unlink(map);
+    }
+    char *folded = convert(trace, "folded");
+    cr_assert(matches(folded, "(^|;)tmtest_jitted_loop [0-9]+"), "the JIT frame lost its name:\n%.2000s", folded);
+    free(folded), free(printed), free(out), free(trace);
 }
 
 /* A symbol option with --no-symbolize is a contradiction, said before anything runs. */
