@@ -177,6 +177,10 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s);
  * tm_symbolize makes of it, in memory; returns the exit code. */
 int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *what, cli_input *in);
 void cli_symbols_release(cli_symbols *s);
+/* Replaces the trace file at path (name in messages) by the trace
+ * tm_symbolize makes of it, and says what was symbolized; on failure says
+ * why and leaves the file as it was. Returns the exit code. */
+int cli_symbolize_file(const char *path, const char *name, const cli_symbols *s);
 int cli_symbolize(int argc, char **argv);
 
 /* `tracemill record`: runs a command under libtracemill_record.so. */

@@ -5,8 +5,12 @@
  * tracemill-record-perf (record/perf_record.c) on CMD or the processes,
  * passing on the signals that should reach CMD, or runs CMD with
  * libtracemill_record.so in LD_PRELOAD and the options in TRACEMILL_RECORD_*
- * environment variables (see record/preload.c); waits, and reports what the
- * trace holds and where it is.
+ * environment variables (see record/preload.c); waits, symbolizes the
+ * trace files written (function, file, line and inlined frames from the
+ * DWARF of each mapping's ELF file, as `tracemill symbolize` adds them;
+ * not with --no-symbolize), and reports what the trace holds and where it
+ * is. Symbolizing here, in tracemill, keeps the DWARF reading out of the
+ * profiled program and out of the perf backend's sampling loop.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -236,12 +240,22 @@ static uint64_t summarize(const char *file, const char *name) {
     return samples;
 }
 
+/* The trace file path (named name to the user) with ModuleSymbols
+ * appended, unless syms is NULL (--no-symbolize). A failure leaves the
+ * file as it was: unsymbolized, for `tracemill symbolize` to retry. */
+static void symbolize_trace(const char *path, const char *name, const cli_symbols *syms) {
+    if (syms && path && cli_symbolize_file(path, name, syms) != EXIT_OK)
+        fprintf(stderr, "tracemill record: %s is left unsymbolized (tracemill symbolize adds the symbols later)\n",
+                name);
+}
+
 /* What the perf backend is asked to do beyond the common options. */
 typedef struct perf_run {
     const char *max_depth, *duration; /* NULL: the default */
     const char *pids;                 /* -p: attach to these instead of running cmd */
     int demangle, kernel, system_wide, off_cpu;
     char **cmd;                       /* NULL with -p or -a */
+    const cli_symbols *syms;          /* NULL: --no-symbolize */
 } perf_run;
 
 /* The perf backend: tracemill-record-perf writes the trace to OUT's
@@ -302,6 +316,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 125;
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: the recorder was killed by signal %d\n", WTERMSIG(status));
+    symbolize_trace(o.tmp, out, r->syms);
     uint64_t samples = summarize(o.tmp, out);
     if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
         cli_output_close(&o, EXIT_IO);
@@ -323,12 +338,20 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     return code;
 }
 
-int cli_record(int argc, char **argv) {
+static int record_main(int argc, char **argv, cli_symbols *syms) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
     int demangle = 1, heap = 0, kernel = 0, system_wide = 0, off_cpu = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    int symbolize = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-symbolize") == 0) {
+            symbolize = 0;
+            continue;
+        }
+        int sym_opt = cli_symbols_option(argc, argv, &i, syms);
+        if (sym_opt < 0) return cli_usage_error("record", "bad value for %s", a);
+        if (sym_opt > 0) continue;
         if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
             demangle = a[2] == 'd';
             continue;
@@ -409,7 +432,10 @@ int cli_record(int argc, char **argv) {
             signal_only = env_opts[k].flag;
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
-    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, off_cpu, cmd};
+    if (!symbolize && (syms->any || syms->no_system))
+        return cli_usage_error("record", "--no-symbolize takes no symbol options (--symbols, --proguard-map, ...)");
+    const cli_symbols *use_syms = symbolize ? syms : NULL;
+    perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, off_cpu, cmd, use_syms};
     /* The first option only the perf backend has, if any: it chooses perf. */
     const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : off_cpu ? "--off-cpu" : NULL;
     if (perf_only) {
@@ -551,6 +577,7 @@ int cli_record(int argc, char **argv) {
 
     uint64_t samples = 0;
     if (single) {
+        symbolize_trace(o.tmp, out, use_syms);
         samples = summarize(o.tmp, out);
     } else {
         for (unsigned n = 0;; n++) {
@@ -560,6 +587,7 @@ int cli_record(int argc, char **argv) {
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%.*s.%u.pftrace", stem, out, n);
             if (access(path, R_OK) != 0) break;
+            symbolize_trace(path, path, use_syms);
             samples += summarize(path, path);
         }
     }
@@ -583,4 +611,12 @@ int cli_record(int argc, char **argv) {
         fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n",
                 single ? out : "OUT.N.pftrace");
     return code == 0 ? EXIT_OK : code;
+}
+
+int cli_record(int argc, char **argv) {
+    cli_symbols syms;
+    memset(&syms, 0, sizeof syms);
+    int rc = record_main(argc, argv, &syms);
+    cli_symbols_release(&syms);
+    return rc;
 }

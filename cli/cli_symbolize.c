@@ -2,7 +2,8 @@
  * cli_symbolize.c — `tracemill symbolize`: the input trace with ModuleSymbols
  * and DeobfuscationMapping packets appended (tm_symbolize), and the
  * --symbols/--proguard-map/--debuginfod-cache options that convert and query share, which
- * symbolize the input in memory before it is read (the same path).
+ * symbolize the input in memory before it is read (the same path), and
+ * the symbolization of the trace files `tracemill record` writes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -119,6 +120,48 @@ int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *
     return EXIT_OK;
 }
 
+static void report(const char *who, const tm_symbolize_stats *st) {
+    fprintf(stderr,
+            "%s: symbolized %llu of %llu frames (%llu with file and line, %llu inlined frames) in %llu "
+            "of %llu mappings; not found %llu, build id mismatch %llu, no build id %llu; ProGuard: %llu "
+            "classes, %llu methods\n",
+            who, (unsigned long long)st->frames_symbolized, (unsigned long long)st->frames,
+            (unsigned long long)st->frames_with_lines, (unsigned long long)st->inlined_frames,
+            (unsigned long long)st->mappings_symbolized, (unsigned long long)st->mappings,
+            (unsigned long long)st->mappings_not_found, (unsigned long long)st->mappings_build_id_mismatch,
+            (unsigned long long)st->mappings_no_build_id, (unsigned long long)st->java_classes,
+            (unsigned long long)st->java_methods);
+}
+
+int cli_symbolize_file(const char *path, const char *name, const cli_symbols *s) {
+    cli_input in = {0};
+    int rc = cli_input_load(path, NULL, &in);
+    if (rc != EXIT_OK || in.len == 0) {
+        cli_input_release(&in);
+        return rc;
+    }
+    tm_symbolize_options so;
+    options_of(s, &so);
+    membuf b = {0};
+    tm_sink sink = {.write = mem_write, .ctx = &b};
+    tm_symbolize_stats st;
+    tm_error err;
+    if (tm_symbolize(in.data, in.len, NULL, &so, &sink, &st, &err) != TM_OK) {
+        rc = cli_report_error(name, &err);
+    } else {
+        cli_output o;
+        rc = cli_output_open(path, 0, NULL, &o);
+        if (rc == EXIT_OK) {
+            if (fwrite(b.data, 1, b.len, o.f) != b.len) rc = cli_output_error(name, errno);
+            rc = cli_output_close(&o, rc);
+        }
+        if (rc == EXIT_OK) report("tracemill record", &st);
+    }
+    free(b.data);
+    cli_input_release(&in);
+    return rc;
+}
+
 static int usage(const char *msg, const char *arg) {
     return cli_usage_error("symbolize", "%s%s%s", msg, arg ? " " : "", arg ? arg : "");
 }
@@ -169,16 +212,7 @@ int cli_symbolize(int argc, char **argv) {
         if (tm_symbolize(in.data, in.len, &opts, &so, &sink, &st, &err) != TM_OK)
             rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(in_path, &err);
         else if (!quiet)
-            fprintf(stderr,
-                    "tracemill: symbolized %llu of %llu frames (%llu with file and line, %llu inlined frames) in %llu "
-                    "of %llu mappings; not found %llu, build id mismatch %llu, no build id %llu; ProGuard: %llu "
-                    "classes, %llu methods\n",
-                    (unsigned long long)st.frames_symbolized, (unsigned long long)st.frames,
-                    (unsigned long long)st.frames_with_lines, (unsigned long long)st.inlined_frames,
-                    (unsigned long long)st.mappings_symbolized, (unsigned long long)st.mappings,
-                    (unsigned long long)st.mappings_not_found, (unsigned long long)st.mappings_build_id_mismatch,
-                    (unsigned long long)st.mappings_no_build_id, (unsigned long long)st.java_classes,
-                    (unsigned long long)st.java_methods);
+            report("tracemill", &st);
         rc = cli_output_close(&o, rc);
     }
     cli_input_release(&in);

@@ -77,14 +77,15 @@ static int run(char *const argv[], const char *out_path, const char *err_path) {
 }
 
 /* `tracemill record --heap [extra...] -o DIR/NAME -- TARGET MODE`, and the
- * heap profile read back (the trace must exist and hold one). */
+ * heap profile read back (the trace must exist and hold one); unsymbolized
+ * (--no-symbolize), so that frames are named by function alone. */
 static run_result record_heap(const char *target, const char *mode, const char *name, char *const extra[]) {
     run_result r = {0};
     char *trace = path_in_dir(name), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
     char *argv[32];
     size_t n = 0;
     argv[n++] = TM_CLI, argv[n++] = "record", argv[n++] = "--preload", argv[n++] = TM_RECORD_PRELOAD;
-    argv[n++] = "--heap";
+    argv[n++] = "--heap", argv[n++] = "--no-symbolize";
     for (size_t i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
     argv[n++] = "-o", argv[n++] = trace, argv[n++] = "--", argv[n++] = (char *)target;
     if (mode) argv[n++] = (char *)mode;

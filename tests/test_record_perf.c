@@ -77,10 +77,12 @@ static char *path_in_dir(const char *name) {
 }
 
 /* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace OPTS -- ARGS`
- * (shell words); *code gets record's exit status; returns its stderr. */
+ * (shell words); *code gets record's exit status; returns its stderr.
+ * --no-symbolize: frames keep their bare function names, as the assertions
+ * name them (test_record_symbols.c tests the symbolized default). */
 static char *record_with(int hz, const char *opts, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, hz, trace, opts,
+    cr_assert_gt(asprintf(&cmd, "%s record --no-symbolize --backend perf -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, hz, trace, opts,
                           args, err, out),
                  0);
     int st = system(cmd);
@@ -261,7 +263,8 @@ Test(record_perf, sigterm_is_passed_on) {
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         if (!freopen(err, "w", stderr)) _exit(126);
-        execl(TM_CLI, TM_CLI, "record", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET, "exit", "60",
+        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET,
+              "exit", "60",
               (char *)NULL);
         _exit(126);
     }
@@ -396,11 +399,11 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Runs `tracemill record OPTS -o DIR/t.pftrace` (no program); *code gets
- * record's exit status; returns its stderr. */
+/* Runs `tracemill record OPTS -o DIR/t.pftrace` (no program, unsymbolized
+ * as record_with); *code gets record's exit status; returns its stderr. */
 static char *record_opts(const char *opts, int *code) {
     char *err = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record -F %d -o %s %s 2>%s", TM_CLI, HZ, trace, opts, err), 0);
+    cr_assert_gt(asprintf(&cmd, "%s record --no-symbolize -F %d -o %s %s 2>%s", TM_CLI, HZ, trace, opts, err), 0);
     int st = system(cmd);
     *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     char *text = tu_read_file(err, NULL);
@@ -500,7 +503,7 @@ Test(record_perf, attach_ends_on_sigint) {
     cr_assert_geq(rec, 0);
     if (rec == 0) {
         if (!freopen(errp, "w", stderr)) _exit(126);
-        execl(TM_CLI, TM_CLI, "record", "-p", pid_text, "-o", trace, (char *)NULL);
+        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "-p", pid_text, "-o", trace, (char *)NULL);
         _exit(126);
     }
     sleep_s(1.0);

@@ -671,6 +671,7 @@ static bool is_data_member(uint32_t num, bool relay) {
     case TM_PF_PACKET_STACK_SAMPLE: case TM_PF_PACKET_PROFILE_PACKET: case TM_PF_PACKET_PROCESS_STATS:
     case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
     case TM_PF_PACKET_PACKAGES_LIST: case TM_PF_PACKET_STREAMING_ALLOCATION: case TM_PF_PACKET_STREAMING_FREE:
+    case TM_PF_PACKET_ART_PROCESS_METADATA:
         return !relay;
     default:
         return false;

@@ -13,6 +13,10 @@
  * A ModuleSymbols packet carries the mapping's path as the trace names it
  * and its build id as raw bytes; each AddressSymbols one rel_pc and its
  * lines, innermost inlined function first, as traceconv writes them.
+ * A frame its producer already named keeps that name for its outermost
+ * line, the function the pc is in (the recorder's demangled C++ names, or
+ * names given with --no-demangle, say), and the DWARF adds the file, the
+ * line and the functions inlined there.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +28,12 @@
 #include "symbolize/symbolize.h"
 #include "tp/tp.h"
 #include "wire/input.h"
+#include "wire/pb.h"
 
 typedef struct frame_ref {
     tm_str build_id, path; /* build_id: hex as the model holds it */
     uint64_t rel_pc;
+    tm_str name; /* the producer's, if any */
 } frame_ref;
 
 static int cmp_bytes(tm_bytes a, tm_bytes b) {
@@ -109,6 +115,8 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
         size_t nl;
         tm_elf_resolve(e, refs[i].rel_pc, lines, TM_MAX_SYMBOL_LINES, &nl);
         if (!nl) continue;
+        tm_str named = refs[i].name;
+        for (size_t k = i + 1; !named.len && k < n && refs[k].rel_pc == refs[i].rel_pc; k++) named = refs[k].name;
         r->st->frames_symbolized++;
         r->st->frames_with_lines += lines[0].file && lines[0].line;
         r->st->inlined_frames += nl - 1;
@@ -116,7 +124,8 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
         tm_obuf_uint(&r->out, TM_PF_ADDRESS_SYMBOLS_ADDRESS, refs[i].rel_pc);
         for (size_t k = 0; k < nl; k++) {
             size_t l = tm_obuf_open(&r->out, TM_PF_ADDRESS_SYMBOLS_LINES);
-            tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, lines[k].function, strlen(lines[k].function));
+            if (k == nl - 1 && named.len) tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, named.data, named.len);
+            else tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, lines[k].function, strlen(lines[k].function));
             if (lines[k].file) tm_obuf_bytes(&r->out, TM_PF_LINE_SOURCE_FILE_NAME, lines[k].file, strlen(lines[k].file));
             if (lines[k].line) tm_obuf_uint(&r->out, TM_PF_LINE_LINE_NUMBER, lines[k].line);
             tm_obuf_close(&r->out, l);
@@ -159,7 +168,7 @@ static tm_status native(sym_run *r, const tm_tp *tp) {
         if (f->mapping == TP_NULL || f->has_symbol) continue;
         const tp_mapping *m = &tp->mappings[f->mapping];
         if (!m->name.len && !m->build_id.len) continue; /* the shared mapping of inline callstacks */
-        refs[n++] = (frame_ref){m->build_id, m->name, f->rel_pc};
+        refs[n++] = (frame_ref){m->build_id, m->name, f->rel_pc, f->name};
     }
     if (n) qsort(refs, n, sizeof *refs, cmp_ref);
     tm_status st = TM_OK;
@@ -186,6 +195,18 @@ static tm_status java(sym_run *r) {
         r->st->java_methods += c.methods;
     }
     return TM_OK;
+}
+
+/* The length of the input's whole top-level records: a trace cut off
+ * inside a packet (a recorded program killed mid-write) is read up to the
+ * cut, and the packets appended must follow the last whole one, not
+ * complete the cut one. */
+static size_t whole_records(tm_bytes in) {
+    tm_pb_reader r = tm_pb_reader_of(in);
+    tm_pb_field f;
+    size_t whole = 0;
+    while (tm_pb_next(&r, &f) == TM_PB_OK) whole = (size_t)(r.p - in.data);
+    return whole;
 }
 
 tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
@@ -220,7 +241,8 @@ tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, cons
     if (st == TM_OK) find_debuginfod(&r);
     if (st == TM_OK) st = native(&r, &tp);
     if (st == TM_OK) st = java(&r);
-    if (st == TM_OK && (out->write(out->ctx, in.bytes.data, in.bytes.len) != 0 ||
+    size_t whole = st == TM_OK && r.out.len ? whole_records(in.bytes) : in.bytes.len;
+    if (st == TM_OK && (out->write(out->ctx, in.bytes.data, whole) != 0 ||
                         (r.out.len && out->write(out->ctx, r.out.data, r.out.len) != 0)))
         st = tm_fail(err, TM_ERR_IO, 0, NULL, "writing the symbolized trace failed");
     tm_tp_release(&tp);

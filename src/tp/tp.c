@@ -169,6 +169,7 @@ typedef struct dec {
     tm_iidmap cs_table_by_gen;  /* CS_TABLE_FREED once the generation's last sample is parsed */
     uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too */
     size_t n_gen_samples_left;
+    uint32_t art_mapping; /* "art_process_metadata", made with its first frame */
     tm_pf_symbols syms;   /* applied once every frame exists */
 
     /* heapprofd dumps; while a dump's callstack is resolved in its
@@ -699,6 +700,8 @@ static tm_status parse_thread_desc(tm_bytes b, int64_t *pid, int64_t *tid, int64
     return rc == TM_PB_ERROR ? TM_ERR_MALFORMED : TM_OK;
 }
 
+static tm_status art_process_metadata(dec *d, tm_bytes b);
+
 static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     uint32_t machine = machine_of(d, k->machine_id);
     seq_state *s = NULL;
@@ -727,6 +730,7 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
         return tm_pf_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
     case TM_PF_PACKET_PACKAGES_LIST: return tm_tp_packages_list(d->tp, k->data, d->single) == TM_OK ? TM_OK : nomem(d);
+    case TM_PF_PACKET_ART_PROCESS_METADATA: return art_process_metadata(d, k->data);
     default: break;
     }
     /* Packets that need a state they cannot have. */
@@ -1126,6 +1130,85 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
     TM_TRY(cache_put(d, CK_CALLSTACK, gen, upid, iid, parent));
     *out = parent;
     return TM_OK;
+}
+
+/* ArtProcessMetadata's Java stack of the thread that ran out of memory,
+ * innermost frame first: frames of a mapping "art_process_metadata" of
+ * their own, named by method (a signature's return type and parameters
+ * cut off), joined into a callstack as Trace Processor does, so that
+ * DeobfuscationMapping packets rename them. */
+static tm_status art_process_metadata(dec *d, tm_bytes b) {
+    tm_bytes stack = {0};
+    tm_pb_reader r = tm_pb_reader_of(b);
+    tm_pb_field f;
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
+        if (f.num == TM_PF_ART_METADATA_OOM_THREAD_JAVA_STACK && f.wire == TM_PB_LEN) stack = f.bytes;
+    if (rc == TM_PB_ERROR) return pb_fail(d, &r, "art_process_metadata");
+    if (!stack.data) return TM_OK;
+    frame_key keys[64], *k = keys;
+    size_t n = 0, cap = sizeof keys / sizeof *keys;
+    tm_status st = TM_OK;
+    if (d->art_mapping == TP_NULL) {
+        static const char name[] = "art_process_metadata";
+        tp_mapping m;
+        memset(&m, 0, sizeof m);
+        m.build_id = empty_str;
+        m.name = (tm_str){(const uint8_t *)name, sizeof name - 1};
+        TM_TRY(add_mapping(d, &m, true, TP_NULL, &d->art_mapping));
+    }
+    r = tm_pb_reader_of(stack);
+    while (st == TM_OK && (rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+        if (f.num != TM_PF_JAVA_STACK_FRAMES || f.wire != TM_PB_LEN) continue;
+        frame_key key;
+        memset(&key, 0, sizeof key);
+        key.mapping = d->art_mapping;
+        bool named = false;
+        tm_pb_reader c = tm_pb_reader_of(f.bytes);
+        tm_pb_field g;
+        while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
+            if (g.num == TM_PF_JAVA_FRAME_METHOD_NAME && g.wire == TM_PB_LEN) key.name = g.bytes, named = true;
+            if (g.num == TM_PF_JAVA_FRAME_SOURCE_FILE && g.wire == TM_PB_LEN) key.source = g.bytes;
+            if (g.num == TM_PF_JAVA_FRAME_LINE_NUMBER && g.wire == TM_PB_VARINT) key.line = (uint32_t)g.val;
+        }
+        if (rc == TM_PB_ERROR) {
+            st = pb_fail(d, &c, "art_process_metadata.oom_thread_java_stack.frames");
+            break;
+        }
+        if (!named) continue;
+        /* "void a.b.C.m(int)" -> "a.b.C.m" */
+        const uint8_t *paren = key.name.len ? memchr(key.name.data, '(', key.name.len) : NULL;
+        if (paren) key.name.len = (size_t)(paren - key.name.data);
+        for (size_t i = key.name.len; i-- > 0;)
+            if (key.name.data[i] == ' ') {
+                key.name = (tm_str){key.name.data + i + 1, key.name.len - i - 1};
+                break;
+            }
+        if (n == cap) {
+            if (n >= d->lim->max_stack_depth) {
+                st = tm_fail(d->err, TM_ERR_LIMIT, off_of(d, f.start), NULL, "a Java stack deeper than %zu frames", n);
+                break;
+            }
+            frame_key *more = tm_mem_alloc(d->mem, cap * 2 * sizeof *more);
+            if (!more) {
+                st = nomem(d);
+                break;
+            }
+            memcpy(more, k, n * sizeof *k);
+            if (k != keys) tm_mem_free(d->mem, k, cap * sizeof *k);
+            k = more, cap *= 2;
+        }
+        k[n++] = key;
+    }
+    if (st == TM_OK && rc == TM_PB_ERROR) st = pb_fail(d, &r, "art_process_metadata.oom_thread_java_stack");
+    uint32_t parent = TP_NULL;
+    for (size_t i = n, depth = 0; st == TM_OK && i-- > 0; depth++) { /* root first */
+        uint32_t frame;
+        st = add_frame(d, &k[i], no_str, false, &frame);
+        if (st == TM_OK) st = add_callsite(d, (uint32_t)depth, parent, frame, &parent);
+    }
+    if (k != keys) tm_mem_free(d->mem, k, cap * sizeof *k);
+    return st;
 }
 
 /* StackSample's inline callstack: frames named by function and source. */
@@ -2092,6 +2175,7 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     d.tp = tp, d.mem = mem, d.lim = limits, d.err = err;
     tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS | (strict ? TM_PF_STRICT : 0), err);
     d.dummy_mapping = TP_NULL;
+    d.art_mapping = TP_NULL;
     tm_pf_heap_init(&d.heap, mem);
     /* The reserved rows: process 0 and its idle thread "swapper". */
     uint32_t upid;

@@ -43,6 +43,7 @@ required=" Profiling__frame_types Profiling__perf_sample_followers Profiling__pe
   ProfilingLlvmSymbolizer__no_build_id R8RetraceCompat__horizontal_class_merging R8RetraceCompat__inline_positions
   R8RetraceCompat__method_overload R8RetraceCompat__removed_argument R8RetraceCompat__staticized_method
   R8RetraceCompat__vertical_class_merging Deobfuscation__profile_deobfuscation_default_package
+  Deobfuscation__art_oome_stack_sample_deobfuscation
   Stacks__symbolization_candidates_heap_profile
   Stacks__symbolization_candidates_perf_profile "
 required=" $(echo $required) " # one line, one blank between names
