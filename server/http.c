@@ -446,6 +446,7 @@ static void start_body(tm_srv_server *s, request *r, struct MHD_Connection *mc) 
         return;
     }
     tm_srv_decoder_share(r->decoder, &s->decoded);
+    if (lengths.first) tm_srv_decoder_expect(r->decoder, strtoull(lengths.first, NULL, 10));
 }
 
 static void start_envelope(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
