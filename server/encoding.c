@@ -35,6 +35,10 @@
 #include "server.h"
 
 #define STEP (64u * 1024u)   /* decoded bytes per library call */
+/* A declared length is trusted this far before bytes arrive: the output is
+ * sized for it at once, not grown (and copied) step by step, but a client
+ * that declares much and sends little holds no more than this. */
+#define EXPECT_MAX (1024u * 1024u)
 #define ZSTD_WINDOW_LOG_MAX 23
 
 int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out) {
@@ -86,6 +90,7 @@ struct tm_srv_decoder {
     BrotliDecoderState *br;
     tm_srv_budget *shared; /* NULL: only max_decoded applies */
     uint64_t charged;     /* bytes taken from shared */
+    size_t expect;        /* identity: the body's declared length, at most EXPECT_MAX */
     const char *msg;      /* the library's message for STEP_ERROR */
     tm_status step_code;  /* code for STEP_ERROR: MALFORMED, LIMIT or NOMEM */
 };
@@ -212,6 +217,7 @@ static int reserve(tm_srv_decoder *d, tm_srv_buf *b, size_t need, uint64_t allow
     if (b->cap - b->len >= need) return 0;
     size_t lim = allowance > SIZE_MAX - b->len ? SIZE_MAX : b->len + (size_t)allowance;
     size_t cap = b->cap < 4096 ? 4096 : b->cap > SIZE_MAX / 2 ? SIZE_MAX : b->cap * 2;
+    if (cap < d->expect) cap = d->expect;
     if (cap > lim) cap = lim;
     if (cap < b->len + need) cap = b->len + need;
     if (d->shared && tm_srv_budget_take(d->shared, cap - b->cap)) return *over = 1, -1;
@@ -253,6 +259,7 @@ static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, size_t qu
         }
         uint64_t remaining = d->max_decoded - d->decoded;
         size_t step = remaining >= STEP ? STEP : (size_t)remaining + 1; /* one byte more detects the overflow */
+        if (d->enc == TM_SRV_ENC_IDENTITY && step > len) step = len; /* copied as it is: no more room needed */
         uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
         int over = 0;
         if (reserve(d, out, step, allowance, &over))
@@ -317,6 +324,12 @@ tm_status tm_srv_decoder_feed_part(tm_srv_decoder *d, const void *data, size_t l
     tm_status st = run(d, in + taken, len - taken, quota, out, &left, err);
     *used = len - left;
     return st;
+}
+
+void tm_srv_decoder_expect(tm_srv_decoder *d, uint64_t length) {
+    if (d->enc != TM_SRV_ENC_IDENTITY) return;
+    /* one byte more: a body that ends where it said ends with room to spare, and the end is checked */
+    d->expect = length < EXPECT_MAX ? (size_t)length + 1 : EXPECT_MAX;
 }
 
 tm_status tm_srv_decoder_feed(tm_srv_decoder *d, const void *data, size_t len, tm_srv_buf *out,

@@ -48,6 +48,17 @@
 #define REAPER_PERIOD_MS 100
 #define LINGER_MS 2000
 
+/* A request's head (request line and header fields) is read into
+ * libmicrohttpd's per-connection memory, and one that does not fit gets the
+ * library's own HTML answer (414 or 431). That memory is made large enough
+ * for heads well past the limits below, so that a head over them reaches
+ * tracemill, which answers it in JSON. Pages of it are touched only as a
+ * head or a body needs them. */
+#define CONNECTION_MEMORY (256u * 1024u)
+#define MAX_TARGET_BYTES (8u * 1024u)  /* the request target (path and query), as sent */
+#define MAX_HEAD_BYTES (64u * 1024u)   /* the request line and every header field */
+#define MAX_HEADER_FIELDS 256u
+
 typedef enum phase {
     PHASE_IDLE,    /* waiting for a request's headers */
     PHASE_BODY,    /* headers in hand, the body arriving */
@@ -93,6 +104,8 @@ struct tm_srv_server {
 typedef enum route { ROUTE_ENVELOPE, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_NOT_FOUND, ROUTE_BAD_METHOD } route;
 
 typedef struct request {
+    int begun;             /* the access handler has seen it (begin) */
+    size_t target_len;     /* the request target as sent, from on_target */
     route route;
     conn *conn;            /* NULL when its registration failed (out of memory) */
     struct timespec start;
@@ -446,6 +459,7 @@ static void start_body(tm_srv_server *s, request *r, struct MHD_Connection *mc) 
         return;
     }
     tm_srv_decoder_share(r->decoder, &s->decoded);
+    if (lengths.first) tm_srv_decoder_expect(r->decoder, strtoull(lengths.first, NULL, 10));
 }
 
 static void start_envelope(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
@@ -598,13 +612,54 @@ static void set_phase(tm_srv_server *s, conn *c, phase ph) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* libmicrohttpd calls this with the request target as soon as the
+ * request line is in, before the header fields: the request's state starts
+ * here, to keep the target's length as sent (the access handler gets the
+ * path unescaped, without its query). NULL when out of memory (begin then
+ * refuses nothing: the connection is closed). */
+static void *on_target(void *cls, const char *uri, struct MHD_Connection *mc) {
+    (void)cls;
+    (void)mc;
+    request *r = calloc(1, sizeof *r);
+    if (r) r->target_len = strlen(uri);
+    return r;
+}
+
+typedef struct head_size {
+    size_t bytes, fields;
+} head_size;
+
+static enum MHD_Result add_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    head_size *h = cls;
+    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": " and CRLF */
+    h->fields++;
+    return MHD_YES;
+}
+
+/* The head's limits, answered 414 or 431 here (in JSON) rather than by
+ * libmicrohttpd (in HTML): see CONNECTION_MEMORY. */
+static void check_head(request *r, struct MHD_Connection *mc, const char *method, const char *version) {
+    if (r->target_len > MAX_TARGET_BYTES) {
+        refuse(r, 414, "request target of %zu bytes is longer than %u bytes", r->target_len, MAX_TARGET_BYTES);
+        return;
+    }
+    head_size h = {strlen(method) + r->target_len + strlen(version) + 4, 0};
+    MHD_get_connection_values(mc, MHD_HEADER_KIND, add_field, &h);
+    if (h.fields > MAX_HEADER_FIELDS)
+        refuse(r, 431, "%zu header fields, more than %u", h.fields, MAX_HEADER_FIELDS);
+    else if (h.bytes > MAX_HEAD_BYTES)
+        refuse(r, 431, "request head of %zu bytes is larger than %u bytes", h.bytes, MAX_HEAD_BYTES);
+}
+
 /* The request's first call, with its headers: the route, and every
  * refusal the headers alone decide. */
-static request *begin(tm_srv_server *s, struct MHD_Connection *mc, const char *url, const char *method) {
+static request *begin(tm_srv_server *s, struct MHD_Connection *mc, request *r, const char *url,
+                      const char *method, const char *version) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     conn *c = info ? info->socket_context : NULL;
-    request *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
+    if (!r) return NULL; /* on_target could not allocate it */
+    r->begun = 1;
     clock_gettime(CLOCK_MONOTONIC, &r->start);
     r->conn = c;
     snprintf(r->method, sizeof r->method, "%s", method);
@@ -625,6 +680,7 @@ static request *begin(tm_srv_server *s, struct MHD_Connection *mc, const char *u
     } else {
         r->route = ROUTE_NOT_FOUND;
     }
+    check_head(r, mc, method, version);
     if (!c) refuse(r, 503, "out of memory for the connection");
     else if (c->over) refuse(r, 503, "%s", c->over);
     else if (atomic_load(&s->draining)) refuse(r, 503, "the server is shutting down");
@@ -641,10 +697,9 @@ static request *begin(tm_srv_server *s, struct MHD_Connection *mc, const char *u
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-    (void)version;
     tm_srv_server *s = cls;
     request *r = *con_cls;
-    if (!r) {
+    if (!r || !r->begun) {
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         conn *c = info ? info->socket_context : NULL;
         if (c) {
@@ -654,7 +709,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             if (cut) return MHD_NO; /* the reaper got there first */
         }
         set_phase(s, c, PHASE_BODY);
-        if (!(r = *con_cls = begin(s, mc, url, method))) return MHD_NO;
+        if (!(r = begin(s, mc, r, url, method, version))) return MHD_NO;
         /* refused at the headers: answered now, the body is never read */
         if (r->error_status) return answer_error(s, r, mc, r->error_status, r->error);
         return MHD_YES;
@@ -698,13 +753,15 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     tm_srv_server *s = cls;
     request *r = *con_cls;
     if (!r) return;
-    set_phase(s, r->conn, PHASE_IDLE);
-    if (r->conn) {
-        pthread_mutex_lock(&s->mu);
-        r->conn->answered++;
-        pthread_mutex_unlock(&s->mu);
+    if (r->begun) {
+        set_phase(s, r->conn, PHASE_IDLE);
+        if (r->conn) {
+            pthread_mutex_lock(&s->mu);
+            r->conn->answered++;
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (r->route == ROUTE_ENVELOPE) atomic_fetch_sub(&s->in_flight, 1);
     }
-    if (r->route == ROUTE_ENVELOPE) atomic_fetch_sub(&s->in_flight, 1);
     tm_srv_decoder_free(r->decoder);
     tm_srv_buf_release(&r->body);
     free(r);
@@ -892,7 +949,9 @@ tm_status tm_srv_server_start(const tm_srv_config *cfg, tm_srv_server **out, tm_
     unsigned hard_limit = cfg->limits.max_connections + cfg->limits.max_connections / 4 + 16;
     s->daemon = MHD_start_daemon(flags, cfg->listen_port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK,
+                                 on_target, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+                                 MHD_OPTION_CONNECTION_LIMIT,
                                  hard_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->limits.request_timeout_s,
                                  MHD_OPTION_END);
     if (!s->daemon) {

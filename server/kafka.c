@@ -113,7 +113,9 @@ static void *poll_main(void *arg) {
     return NULL;
 }
 
-/* Hands one message to librdkafka (copied); its report completes *s. A
+/* Hands one message to librdkafka, not copied: librdkafka reads value
+ * until the message's delivery report, and every caller waits for all its
+ * reports (await) before the value is freed. Its report completes *s. A
  * chunk's key is its chunk_id: consumers deduplicate by it (delivery is at
  * least once), and copies of one chunk land in one partition. */
 static rd_kafka_resp_err_t produce(tm_srv_kafka *k, tm_srv_record_kind kind, uint64_t project_id,
@@ -126,7 +128,7 @@ static rd_kafka_resp_err_t produce(tm_srv_kafka *k, tm_srv_record_kind kind, uin
     vu[1].vtype = RD_KAFKA_VTYPE_PARTITION;
     vu[1].u.i32 = RD_KAFKA_PARTITION_UA;
     vu[2].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
-    vu[2].u.i = RD_KAFKA_MSG_F_COPY;
+    vu[2].u.i = 0; /* neither F_COPY nor F_FREE: the caller keeps value alive (above) */
     vu[3].vtype = RD_KAFKA_VTYPE_VALUE;
     vu[3].u.mem.ptr = (void *)value;
     vu[3].u.mem.size = len;

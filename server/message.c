@@ -38,33 +38,63 @@ static int pack_bin(msgpack_packer *pk, const void *data, size_t len) {
     return msgpack_pack_bin(pk, len) || msgpack_pack_bin_body(pk, data, len);
 }
 
-tm_status tm_srv_chunk_msg_encode(const tm_srv_chunk_msg *m, tm_srv_buf *out, tm_error *err) {
+/* The fields before the payload's bytes, its bin header last. */
+static int pack_head(msgpack_packer *pk, const tm_srv_chunk_msg *m) {
     static const char type[] = "profile_chunk";
-    const size_t start = out->len;
     const int has_raw = m->raw_profile != NULL;
     const int has_ctype = m->raw_profile_content_type != NULL;
+    return msgpack_pack_map(pk, 6u + (size_t)has_raw + (size_t)has_ctype) || pack_key(pk, "type") ||
+           msgpack_pack_str(pk, sizeof type - 1) || msgpack_pack_str_body(pk, type, sizeof type - 1) ||
+           pack_key(pk, "organization_id") || msgpack_pack_uint64(pk, m->organization_id) ||
+           pack_key(pk, "project_id") || msgpack_pack_uint64(pk, m->project_id) || pack_key(pk, "received") ||
+           msgpack_pack_uint64(pk, m->received) || pack_key(pk, "retention_days") ||
+           msgpack_pack_uint32(pk, m->retention_days) || pack_key(pk, "payload") ||
+           msgpack_pack_bin(pk, m->payload_len);
+}
+
+/* The fields after the payload's bytes. */
+static int pack_tail(msgpack_packer *pk, const tm_srv_chunk_msg *m) {
+    if (m->raw_profile && (pack_key(pk, "raw_profile") || pack_bin(pk, m->raw_profile, m->raw_profile_len)))
+        return -1;
+    if (!m->raw_profile_content_type) return 0;
+    size_t len = strlen(m->raw_profile_content_type);
+    return pack_key(pk, "raw_profile_content_type") || msgpack_pack_str(pk, len) ||
+           msgpack_pack_str_body(pk, m->raw_profile_content_type, len);
+}
+
+static tm_status encode_nomem(tm_error *err) {
+    return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory encoding a profile chunk message");
+}
+
+tm_status tm_srv_chunk_msg_encode(const tm_srv_chunk_msg *m, tm_srv_buf *out, tm_error *err) {
+    const size_t start = out->len;
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, buf_write);
-    int rc = msgpack_pack_map(&pk, 6u + (size_t)has_raw + (size_t)has_ctype) ||
-             pack_key(&pk, "type") || msgpack_pack_str(&pk, sizeof type - 1) ||
-             msgpack_pack_str_body(&pk, type, sizeof type - 1) ||
-             pack_key(&pk, "organization_id") || msgpack_pack_uint64(&pk, m->organization_id) ||
-             pack_key(&pk, "project_id") || msgpack_pack_uint64(&pk, m->project_id) ||
-             pack_key(&pk, "received") || msgpack_pack_uint64(&pk, m->received) ||
-             pack_key(&pk, "retention_days") || msgpack_pack_uint32(&pk, m->retention_days) ||
-             pack_key(&pk, "payload") || pack_bin(&pk, m->payload, m->payload_len);
-    if (!rc && has_raw)
-        rc = pack_key(&pk, "raw_profile") || pack_bin(&pk, m->raw_profile, m->raw_profile_len);
-    if (!rc && has_ctype) {
-        size_t len = strlen(m->raw_profile_content_type);
-        rc = pack_key(&pk, "raw_profile_content_type") || msgpack_pack_str(&pk, len) ||
-             msgpack_pack_str_body(&pk, m->raw_profile_content_type, len);
-    }
-    if (rc) {
+    if (pack_head(&pk, m) || msgpack_pack_bin_body(&pk, m->payload, m->payload_len) || pack_tail(&pk, m)) {
         out->len = start; /* no half-written message */
-        return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory encoding a profile chunk message");
+        return encode_nomem(err);
     }
     return TM_OK;
+}
+
+tm_status tm_srv_chunk_msg_encode_around(const tm_srv_chunk_msg *m, tm_srv_buf *buf, size_t *start,
+                                         tm_error *err) {
+    tm_srv_buf head = {0};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &head, buf_write);
+    tm_srv_chunk_msg at = *m;
+    at.payload_len = buf->len - TM_SRV_CHUNK_MSG_HEAD_ROOM;
+    int rc = pack_head(&pk, &at);
+    if (!rc && head.len <= TM_SRV_CHUNK_MSG_HEAD_ROOM) {
+        *start = TM_SRV_CHUNK_MSG_HEAD_ROOM - head.len;
+        memcpy(buf->data + *start, head.data, head.len);
+        msgpack_packer_init(&pk, buf, buf_write);
+        rc = pack_tail(&pk, &at);
+    } else {
+        rc = -1; /* pack_head writes at most 116 bytes: only memory fails */
+    }
+    tm_srv_buf_release(&head);
+    return rc ? encode_nomem(err) : TM_OK;
 }
 
 /* ---- Decoding ---------------------------------------------------------- */

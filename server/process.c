@@ -88,8 +88,10 @@ static int uuid_field(const json_t *obj, const char *key, char out[TM_SRV_UUID_H
 
 /* ---- records ---- */
 
-/* Appends a record owning value (and a copy of chunk_id after it). */
-static tm_status add_record(tm_srv_processed *out, tm_srv_record rec, tm_srv_buf *value, tm_error *err) {
+/* Appends a record owning value, whose message starts at byte start (a
+ * copy of chunk_id goes after it). */
+static tm_status add_record(tm_srv_processed *out, tm_srv_record rec, tm_srv_buf *value, size_t start,
+                            tm_error *err) {
     if (out->n_records == out->cap_records) {
         size_t cap = out->cap_records ? out->cap_records * 2 : 4;
         tm_srv_record *r = realloc(out->records, cap * sizeof *r);
@@ -99,8 +101,9 @@ static tm_status add_record(tm_srv_processed *out, tm_srv_record rec, tm_srv_buf
     }
     size_t value_len = value->len;
     if (rec.chunk_id.ptr && tm_srv_buf_append(value, rec.chunk_id.ptr, rec.chunk_id.len)) goto nomem;
-    rec.value = value->data;
-    rec.value_len = value_len;
+    rec.owned = value->data;
+    rec.value = value->data + start;
+    rec.value_len = value_len - start;
     if (rec.chunk_id.ptr) rec.chunk_id.ptr = (const char *)value->data + value_len;
     out->records[out->n_records++] = rec;
     *value = (tm_srv_buf){0};
@@ -112,7 +115,7 @@ nomem:
 
 void tm_srv_processed_release(tm_srv_processed *p) {
     if (!p) return;
-    for (size_t i = 0; i < p->n_records; i++) free((void *)p->records[i].value);
+    for (size_t i = 0; i < p->n_records; i++) free(p->records[i].owned);
     free(p->records);
     tm_srv_buf_release(&p->forward);
     memset(p, 0, sizeof *p);
@@ -144,7 +147,7 @@ static tm_status add_outcome(const chunk_job *j, int outcome, const char *reason
     }
     tm_srv_record rec = {.kind = TM_SRV_RECORD_OUTCOME, .project_id = ctx->project->id,
                          .received = ctx->now_unix};
-    return add_record(j->out, rec, &value, err);
+    return add_record(j->out, rec, &value, 0, err);
 }
 
 /* Rejects the chunk with Relay's outcome for a ProfileError name. */
@@ -159,37 +162,44 @@ static void count(const chunk_job *j, const char *type, const char *outcome) {
     if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, type, outcome);
 }
 
+/* An empty payload buffer with the message's head room in front and
+ * room for about expect bytes after it; -1 when out of memory. */
+static int start_payload(tm_srv_buf *payload, size_t expect) {
+    if (tm_srv_buf_reserve(payload, TM_SRV_CHUNK_MSG_HEAD_ROOM + expect)) return -1;
+    payload->len = TM_SRV_CHUNK_MSG_HEAD_ROOM;
+    return 0;
+}
+
 /* meta holds the chunk's chunk_id: the store and Kafka key chunks by it,
- * and `store export` names files after it, so only a UUID gets this far. */
-static tm_status add_chunk(const chunk_job *j, const json_t *meta, const tm_srv_buf *payload, tm_srv_view raw,
+ * and `store export` names files after it, so only a UUID gets this far.
+ * The message is made around the payload (start_payload), which the
+ * record then owns. */
+static tm_status add_chunk(const chunk_job *j, const json_t *meta, tm_srv_buf *payload, tm_srv_view raw,
                            tm_error *err) {
     char chunk_id[TM_SRV_UUID_HEX + 1];
     if (!uuid_field(meta, "chunk_id", chunk_id)) return reject(j, "InvalidJson", err);
     const tm_srv_context *ctx = j->ctx;
+    const size_t payload_len = payload->len - TM_SRV_CHUNK_MSG_HEAD_ROOM;
     tm_srv_chunk_msg m = {.organization_id = ctx->project->organization_id,
                           .project_id = ctx->project->id,
                           .received = ctx->now_unix,
                           .retention_days = ctx->project->retention_days,
-                          .payload = payload->data,
-                          .payload_len = payload->len};
+                          .payload_len = payload_len};
     if (raw.len) {
         m.raw_profile = (const uint8_t *)raw.ptr;
         m.raw_profile_len = raw.len;
         m.raw_profile_content_type = "perfetto";
     }
-    tm_srv_buf value = {0};
-    tm_status st = tm_srv_chunk_msg_encode(&m, &value, err);
-    if (st != TM_OK) {
-        tm_srv_buf_release(&value);
-        return st;
-    }
+    size_t start;
+    tm_status st = tm_srv_chunk_msg_encode_around(&m, payload, &start, err);
+    if (st != TM_OK) return st;
     tm_srv_record rec = {.kind = TM_SRV_RECORD_CHUNK,
                          .project_id = ctx->project->id,
                          .received = ctx->now_unix,
                          .chunk_id = {chunk_id, TM_SRV_UUID_HEX},
-                         .payload_size = payload->len,
+                         .payload_size = payload_len,
                          .raw_size = raw.len};
-    st = add_record(j->out, rec, &value, err);
+    st = add_record(j->out, rec, payload, start, err);
     if (st == TM_OK) count(j, "profile_chunk", "accepted");
     return st;
 }
@@ -204,7 +214,7 @@ typedef struct capped_sink {
 
 static int capped_write(void *ctx, const void *data, size_t len) {
     capped_sink *s = ctx;
-    if (s->buf->len + len > s->cap) {
+    if (s->buf->len - TM_SRV_CHUNK_MSG_HEAD_ROOM + len > s->cap) {
         s->over = 1;
         return 1;
     }
@@ -274,8 +284,14 @@ static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view ra
     } else if (!j->ctx->project->continuous_profiling_perfetto) {
         count(j, "profile_chunk", "dropped"); /* FilterFeatureFlag: no outcome */
     } else {
+        /* the Sample v2 JSON of a Perfetto chunk is 2 to 3 times its size;
+         * the raw trace goes after it in the message */
         tm_srv_buf payload = {0};
-        const char *rejected = expand_perfetto(j, meta, raw, &payload, &st, err);
+        const char *rejected = NULL;
+        if (start_payload(&payload, 4 * raw.len + meta.len + 4096))
+            st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory converting a chunk");
+        else
+            rejected = expand_perfetto(j, meta, raw, &payload, &st, err);
         if (st == TM_OK && !rejected && item->platform.ptr && platform &&
             is_ui_platform(item->platform.ptr, item->platform.len) != is_ui_platform(platform, strlen(platform)))
             rejected = "InvalidProfileType";
@@ -459,9 +475,9 @@ static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
     const char *rejected = normalize_chunk(root, &oom);
     tm_status st = TM_OK;
     tm_srv_buf payload = {0};
-    if (oom || (!rejected && dump_json(root, &payload)))
+    if (oom || (!rejected && (start_payload(&payload, item->payload_len) || dump_json(root, &payload))))
         st = tm_srv_fail(err, TM_ERR_NOMEM, item->payload_offset, "out of memory normalising a chunk");
-    else if (!rejected && payload.len > j->ctx->cfg->limits.max_profile_size)
+    else if (!rejected && payload.len - TM_SRV_CHUNK_MSG_HEAD_ROOM > j->ctx->cfg->limits.max_profile_size)
         rejected = "ExceedSizeLimit";
     if (st == TM_OK)
         st = rejected ? reject(j, rejected, err)

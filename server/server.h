@@ -42,6 +42,8 @@ typedef struct tm_srv_buf {
 
 /* 0 on success, -1 when memory runs out (the buffer is left as it was). */
 int tm_srv_buf_append(tm_srv_buf *b, const void *data, size_t len);
+/* Room for extra more bytes, allocated exactly (no doubling): 0, or -1 when out of memory. */
+int tm_srv_buf_reserve(tm_srv_buf *b, size_t extra);
 void tm_srv_buf_release(tm_srv_buf *b);
 
 /* Appends s[0..len) as a JSON string escaped as serde_json does (", \\,
@@ -171,6 +173,10 @@ tm_status tm_srv_decoder_feed_part(tm_srv_decoder *d, const void *data, size_t l
  * tm_srv_decoder_free gives them back); a growth the budget cannot cover
  * fails with TM_ERR_NOMEM, as memory running out does. */
 void tm_srv_decoder_share(tm_srv_decoder *d, tm_srv_budget *shared);
+/* The body's declared length (Content-Length), for the identity coding:
+ * the output is sized for it at its first growth (up to 1 MiB; more
+ * arrives in steps as before), so that a body is copied once. */
+void tm_srv_decoder_expect(tm_srv_decoder *d, uint64_t length);
 /* Ends the stream: TM_ERR_TRUNCATED when the encoded stream is incomplete. */
 tm_status tm_srv_decoder_finish(tm_srv_decoder *d, tm_srv_buf *out, tm_error *err);
 void tm_srv_decoder_free(tm_srv_decoder *d);
@@ -291,6 +297,14 @@ typedef struct tm_srv_chunk_msg {
 
 /* MessagePack map with field names, in the order above, "type":"profile_chunk" first. */
 tm_status tm_srv_chunk_msg_encode(const tm_srv_chunk_msg *m, tm_srv_buf *out, tm_error *err);
+/* The same message around a payload already in buf after
+ * TM_SRV_CHUNK_MSG_HEAD_ROOM reserved bytes (m->payload is not read):
+ * the fields before it go into the end of the room, the rest is appended;
+ * the message is buf->data + *start up to buf->len. Saves copying the
+ * payload, the largest part of a message. */
+#define TM_SRV_CHUNK_MSG_HEAD_ROOM 128
+tm_status tm_srv_chunk_msg_encode_around(const tm_srv_chunk_msg *m, tm_srv_buf *buf, size_t *start,
+                                         tm_error *err);
 /* Decodes what encode writes (views into buf; raw_profile_content_type is
  * copied into ctype_buf). Unknown keys are skipped. */
 tm_status tm_srv_chunk_msg_decode(const uint8_t *buf, size_t len, tm_srv_chunk_msg *m, char *ctype_buf,
@@ -332,6 +346,7 @@ typedef struct tm_srv_record {
     size_t raw_size;          /* chunks: raw profile bytes */
     const uint8_t *value;     /* the encoded message */
     size_t value_len;
+    void *owned;              /* the allocation value lies in (tm_srv_processed_release frees it) */
 } tm_srv_record;
 
 /* ==== Local store (store.c) ============================================= */

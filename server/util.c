@@ -24,6 +24,16 @@ int tm_srv_buf_append(tm_srv_buf *b, const void *data, size_t len) {
     return 0;
 }
 
+int tm_srv_buf_reserve(tm_srv_buf *b, size_t extra) {
+    if (extra > SIZE_MAX - b->len) return -1;
+    if (b->len + extra <= b->cap) return 0;
+    uint8_t *p = realloc(b->data, b->len + extra);
+    if (!p) return -1;
+    b->data = p;
+    b->cap = b->len + extra;
+    return 0;
+}
+
 void tm_srv_buf_release(tm_srv_buf *b) {
     free(b->data);
     b->data = NULL;

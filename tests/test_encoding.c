@@ -464,6 +464,45 @@ Test(encoding, cap_is_exact) {
     tm_srv_buf_release(&data);
 }
 
+/* A declared length sizes an identity body's buffer once: no growth (and
+ * copy) as it arrives, and a length that lies costs at most 1 MiB. */
+Test(encoding, identity_body_sized_from_its_declared_length) {
+    tm_srv_buf data = sample_data();
+    tm_srv_decoder *d;
+    tm_error err;
+    cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, UINT64_MAX, &d, &err), TM_OK);
+    tm_srv_decoder_expect(d, data.len);
+    tm_srv_buf out = {0};
+    const uint8_t *first = NULL;
+    for (size_t at = 0; at < data.len; at += 16384) {
+        size_t n = data.len - at < 16384 ? data.len - at : 16384;
+        cr_assert_eq(tm_srv_decoder_feed(d, data.data + at, n, &out, &err), TM_OK);
+        if (!first) first = out.data;
+        cr_assert_eq(out.data, first, "the buffer moved at byte %zu", at);
+    }
+    cr_assert_eq(tm_srv_decoder_finish(d, &out, &err), TM_OK);
+    cr_assert_eq(out.cap, data.len + 1);
+    cr_assert(out.len == data.len && memcmp(out.data, data.data, data.len) == 0, "identity: content differs");
+    tm_srv_decoder_free(d);
+    tm_srv_buf_release(&out);
+
+    cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, UINT64_MAX, &d, &err), TM_OK);
+    tm_srv_decoder_expect(d, 1ull << 40);
+    cr_assert_eq(tm_srv_decoder_feed(d, "abc", 3, &out, &err), TM_OK);
+    cr_assert_eq(out.cap, 1024 * 1024, "a declared terabyte reserves %zu bytes", out.cap);
+    tm_srv_decoder_free(d);
+    tm_srv_buf_release(&out);
+
+    /* a body longer than declared still arrives whole */
+    cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, UINT64_MAX, &d, &err), TM_OK);
+    tm_srv_decoder_expect(d, 100);
+    cr_assert_eq(tm_srv_decoder_feed(d, data.data, data.len, &out, &err), TM_OK);
+    cr_assert(out.len == data.len && memcmp(out.data, data.data, data.len) == 0, "longer than declared");
+    tm_srv_decoder_free(d);
+    tm_srv_buf_release(&out);
+    tm_srv_buf_release(&data);
+}
+
 Test(encoding, decompression_bombs) {
     uint8_t *zeros = calloc(1, MIB);
     cr_assert_not_null(zeros);

@@ -2,11 +2,12 @@
  * test_message.c — server/message.c: the ProfileChunkKafkaMessage encoder
  * pinned byte for byte against hand-written MessagePack (field order, bin
  * versus str, smallest integer encodings, as rmp_serde::to_vec_named writes
- * them), the strict decoder's errors with their offsets and field names,
+ * them) and made in place around a payload, the strict decoder's errors with their offsets and field names,
  * and the exact outcome JSON.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server.h"
@@ -116,6 +117,42 @@ Test(message, encode_appends_to_the_buffer) {
     cr_assert_eq(tm_srv_chunk_msg_encode(&m, &out, NULL), TM_OK);
     cr_assert_eq(memcmp(out.data, "xy\x86\xa4type", 8), 0);
     tm_srv_buf_release(&out);
+}
+
+/* The message made around a payload already in its buffer is the one
+ * encode writes from a copy, at every bin header size (bin8, bin16, bin32)
+ * and with or without the raw profile. */
+Test(message, encode_around_a_payload_in_place_matches_encode) {
+    static const size_t sizes[] = {0, 1, 255, 256, 65535, 65536, 300000};
+    uint8_t *payload = malloc(300000);
+    for (size_t i = 0; i < 300000; i++) payload[i] = (uint8_t)(i * 7 + 3);
+    for (int with_raw = 0; with_raw < 2; with_raw++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            tm_srv_chunk_msg m = {.organization_id = 1u << 20, .project_id = 42, .received = 1700000000,
+                                  .retention_days = 90, .payload = payload, .payload_len = sizes[k]};
+            if (with_raw) {
+                m.raw_profile = (const uint8_t *)"trace bytes";
+                m.raw_profile_len = 11;
+                m.raw_profile_content_type = "perfetto";
+            }
+            tm_srv_buf want = {0}, in_place = {0};
+            tm_error err;
+            cr_assert_eq(tm_srv_chunk_msg_encode(&m, &want, &err), TM_OK);
+            cr_assert_eq(tm_srv_buf_reserve(&in_place, TM_SRV_CHUNK_MSG_HEAD_ROOM), 0);
+            in_place.len = TM_SRV_CHUNK_MSG_HEAD_ROOM;
+            cr_assert_eq(tm_srv_buf_append(&in_place, payload, sizes[k]), 0);
+            m.payload = NULL; /* not read: the payload is the buffer's */
+            size_t start = SIZE_MAX;
+            cr_assert_eq(tm_srv_chunk_msg_encode_around(&m, &in_place, &start, &err), TM_OK);
+            cr_assert_lt(start, TM_SRV_CHUNK_MSG_HEAD_ROOM);
+            cr_assert_eq(in_place.len - start, want.len, "payload %zu, raw %d", sizes[k], with_raw);
+            cr_assert(memcmp(in_place.data + start, want.data, want.len) == 0, "payload %zu, raw %d", sizes[k],
+                      with_raw);
+            tm_srv_buf_release(&want);
+            tm_srv_buf_release(&in_place);
+        }
+    }
+    free(payload);
 }
 
 Test(message, round_trip) {

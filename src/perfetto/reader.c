@@ -93,6 +93,7 @@ void tm_pf_reader_release(tm_pf_reader *r) {
     tm_mem_free(r->mem, r->gens, r->cap_gens * sizeof *r->gens);
     tm_mem_free(r->mem, r->regions, r->cap_regions * sizeof *r->regions);
     tm_u64map_free(r->mem, &r->seq_by_id);
+    tm_u64map_free(r->mem, &r->first_blob);
     tm_mem_free(r->mem, r->domains, r->cap_domains * sizeof *r->domains);
     tm_u64map_free(r->mem, &r->domain_by_key);
     tm_clocks_release(&r->clocks);
@@ -510,6 +511,45 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     return TM_OK;
 }
 
+/* When b begins s's epoch and another sequence's epoch began with the same
+ * bytes (a writer with a sequence per thread interns the same tables in
+ * each), adds the entries that one added, moved to b: the same bytes read
+ * first in an epoch give the same entries. Only their comparison with s's
+ * epoch before (same_since) is s's own. False when there is no such
+ * sequence (found by the bytes' hash, then compared), or when the entries
+ * would cross max_interned_entries (the general path names the entry).
+ * Only for sequences whose old epochs go, as replay. */
+static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint64_t hash, bool *done) {
+    *done = false;
+    uint32_t ti = tm_u64map_get(&r->first_blob, hash);
+    if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
+    const tm_pf_seq *t = &r->seqs[ti];
+    const tm_pf_blob *o = &t->blobs[0];
+    if (o->bytes.len != b.len || o->first != 0 || s->n_interned + o->count > r->lim->max_interned_entries ||
+        memcmp(o->bytes.data, b.data, b.len) != 0)
+        return TM_OK;
+    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
+    if (o->count) TM_TRY(ensure_index(r, s));
+    for (uint32_t k = 0; k < o->count; k++) {
+        tm_pf_entry e = t->ents[k];
+        e.msg = b.data + (e.msg - o->bytes.data);
+        e.epoch = s->epoch;
+        e.gen = s->gen;
+        e.prev = TM_ABSENT;
+        const tm_pf_entry *before = entry_before(s, (int)e.kind, e.iid);
+        bool same = before && before->len == e.len && memcmp(before->msg, e.msg, e.len) == 0;
+        s->n_same += same;
+        e.same_since = same ? before->same_since : s->epoch;
+        s->ents[s->n_ents] = e;
+        if (tm_iidmap_put(r->mem, &s->newest[e.kind], e.iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK)
+            return nomem(r);
+        s->n_ents++;
+    }
+    s->n_interned += o->count;
+    *done = true;
+    return TM_OK;
+}
+
 /* Remembers InternedData message b, which added the entries from first on. */
 static tm_status add_blob(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, size_t first) {
     if (TM_VEC_RESERVE(r->mem, s->blobs, s->cap_blobs, s->n_blobs + 1) != TM_OK) return nomem(r);
@@ -522,6 +562,14 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     bool replayed;
     TM_TRY(replay(r, s, b, &replayed));
     if (replayed) return add_blob(r, s, b, first);
+    /* an epoch's first message, not the one before's again: another sequence may have begun with it */
+    bool epoch_start = !(r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) && s->n_blobs == 0 && s->n_ents == 0;
+    uint64_t hash = epoch_start ? tm_hash_bytes(0, b) : 0;
+    if (epoch_start) {
+        TM_TRY(copy_from_twin(r, s, b, hash, &replayed));
+        if (tm_u64map_put(r->mem, &r->first_blob, hash, s->index) != TM_OK) return nomem(r);
+        if (replayed) return add_blob(r, s, b, first);
+    }
     tm_pb_reader pb = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;

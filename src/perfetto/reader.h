@@ -240,6 +240,7 @@ typedef struct tm_pf_reader {
     tm_pf_seq *seqs; size_t n_seqs, cap_seqs;
     tm_u64map seq_by_id;
     uint32_t last_seq;     /* one-entry cache: packets come in runs per sequence */
+    tm_u64map first_blob;  /* hash of an epoch's first InternedData message -> the sequence it began */
     tm_pf_gen *gens; size_t n_gens, cap_gens;
     /* clocks */
     tm_pf_clock *domains; size_t n_domains, cap_domains;
