@@ -260,6 +260,22 @@ static uint8_t *put_num_label(uint8_t *p, uint32_t key, uint64_t num) {
     return p + (e - m);
 }
 
+/* Frames the Sample whose fields run from head to q (written past the room
+ * left before head for its tag and length) and hands it to the output. */
+static void emit_sample(pprof_writer *x, uint8_t *head, const uint8_t *q) {
+    size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
+    tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
+    if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
+    else tm_pbw_append(&x->w, head - hdr, hdr + body);
+}
+
+/* Adds the Label encoded in m..e to the Sample being written at q. */
+static uint8_t *put_label(uint8_t *q, const uint8_t *m, const uint8_t *e) {
+    q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
+    memcpy(q, m, (size_t)(e - m));
+    return q + (e - m);
+}
+
 static tm_status encode_threads(pprof_writer *x) {
     const tm_profile *p = x->p;
     for (size_t i = 0; i < p->n_threads; i++) {
@@ -283,9 +299,7 @@ static tm_status encode_threads(pprof_writer *x) {
         q = put_num_label(q, S_THREAD_ID, (uint64_t)th->tid);
         if (th->pid) q = put_num_label(q, S_PID, (uint64_t)th->pid);
         uint8_t m[16], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, S_THREAD_NAME), LABEL_STR, name);
-        q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
-        memcpy(q, m, (size_t)(e - m));
-        te->len = (uint8_t)(q + (e - m) - te->bytes);
+        te->len = (uint8_t)(put_label(q, m, e) - te->bytes);
     }
     return TM_OK;
 }
@@ -487,10 +501,7 @@ static tm_status write_samples(pprof_writer *x, const grouping *g) {
                 q[1] = (uint8_t)(e - m);
                 q = e;
             }
-            size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
-            tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
-            if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
-            else tm_pbw_append(&x->w, head - hdr, hdr + body);
+            emit_sample(x, head, q);
         }
     }
     return x->gzrec ? tm_gzrec_finish(x->gzrec) : x->w.st;
@@ -734,13 +745,7 @@ static tm_status write_heap_profile(pprof_writer *x, tm_value v) {
         memcpy(q, te->bytes + te->values_len, te->len - te->values_len);
         q += te->len - te->values_len;
         uint8_t m[16], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, heap_key), LABEL_STR, heap_idx[hs->heap]);
-        q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
-        memcpy(q, m, (size_t)(e - m));
-        q += e - m;
-        size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
-        tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
-        if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
-        else tm_pbw_append(&x->w, head - hdr, hdr + body);
+        emit_sample(x, head, put_label(q, m, e));
     }
     tm_mem_free(x->mem, heap_idx, (p->n_heap_names + 1) * sizeof *heap_idx);
     TM_TRY(st);
@@ -802,13 +807,7 @@ static tm_status write_time_profile(pprof_writer *x, tm_value v, const tm_profil
         ts += timed->n_realtime ? timed->realtime[seg].offset_ns : 0;
         uint8_t m[40], *e = tm_pbw_uint(tm_pbw_uint(m, LABEL_KEY, S_TIMESTAMP), LABEL_NUM_UNIT, S_NANOSECONDS);
         e = tm_pbw_uint(e, LABEL_NUM, (uint64_t)ts);
-        q = tm_pbw_len(q, SAMPLE_LABEL, (size_t)(e - m));
-        memcpy(q, m, (size_t)(e - m));
-        q += e - m;
-        size_t body = (size_t)(q - head), hdr = 1 + tm_pbw_varint_len(body);
-        tm_pbw_len(head - hdr, PROFILE_SAMPLE, body);
-        if (x->gzrec) tm_gzrec_put(x->gzrec, head - hdr, hdr + body);
-        else tm_pbw_append(&x->w, head - hdr, hdr + body);
+        emit_sample(x, head, put_label(q, m, e));
     }
     TM_TRY(st);
     TM_TRY(x->gzrec ? tm_gzrec_finish(x->gzrec) : x->w.st);

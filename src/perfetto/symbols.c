@@ -167,3 +167,21 @@ void tm_pf_symbols_free(tm_mem *mem, tm_pf_symbols *s) {
     tm_mem_free(mem, s->fields, s->cap * sizeof *s->fields);
     memset(s, 0, sizeof *s);
 }
+
+tm_str tm_pf_path_package(tm_str path) {
+    static const char app[] = "/data/app/";
+    if (path.len < sizeof app - 1 || memcmp(path.data, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
+    const uint8_t *q = path.data + sizeof app - 1, *end = path.data + path.len;
+    if (end - q > 2 && q[0] == '~' && q[1] == '~') {
+        while (q < end && *q != '/') q++;
+        if (q < end) q++;
+    }
+    const uint8_t *e = q;
+    while (e < end && *e != '-' && *e != '/') e++;
+    return (tm_str){q, (size_t)(e - q)};
+}
+
+bool tm_pf_path_is_jit(tm_str path) {
+    static const char memfd[] = "/memfd:";
+    return path.len >= sizeof memfd - 1 && memcmp(path.data, memfd, sizeof memfd - 1) == 0;
+}

@@ -75,4 +75,12 @@ typedef struct tm_pf_symbols {
 tm_status tm_pf_symbols_add(tm_mem *mem, tm_pf_symbols *s, uint32_t field, tm_bytes payload);
 void tm_pf_symbols_free(tm_mem *mem, tm_pf_symbols *s);
 
+/* The app a mapping belongs to by its path, as Android installs apps:
+ * /data/app/[~~random/]PACKAGE-suffix/...; empty when the path says none.
+ * Both consumers bind ProGuard maps to frames by it. */
+tm_str tm_pf_path_package(tm_str path);
+/* Is a mapping path JIT code (/memfd:...), which belongs to whichever app
+ * runs it, so no package can be read from it nor guessed for it? */
+bool tm_pf_path_is_jit(tm_str path);
+
 #endif

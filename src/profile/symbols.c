@@ -177,22 +177,6 @@ static bool obf_names(const tm_prof_frame *g, tm_str *cls, tm_str *method) {
     return true;
 }
 
-/* The app a mapping belongs to by its path, as Android installs apps:
- * /data/app/[~~random/]PACKAGE-suffix/...; empty when the path says none. */
-static tm_str path_package(tm_str path) {
-    static const char app[] = "/data/app/";
-    if (path.len < sizeof app - 1 || memcmp(path.data, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
-    const uint8_t *q = path.data, *end = path.data + path.len; /* not NULL: at least 10 bytes */
-    q += sizeof app - 1;
-    if (end - q > 2 && q[0] == '~' && q[1] == '~') {
-        while (q < end && *q != '/') q++;
-        if (q < end) q++;
-    }
-    const uint8_t *e = q;
-    while (e < end && *e != '-' && *e != '/') e++;
-    return (tm_str){q, (size_t)(e - q)};
-}
-
 /* A method entry's full original name: "Class.method", or the method as
  * given when it moved ("other.Cls.m"). */
 static tm_status full_name(tm_profile *p, const name_ent *e, tm_str *out) {
@@ -227,7 +211,7 @@ static tm_status deobfuscate(tm_profile *p, const sym_tables *t, const tm_prof_f
     if (!t->n_names || !obf_names(f, &cls, &method)) return TM_OK;
     const name_ent *first = find_name(t, cls, method);
     if (!first) return TM_OK;
-    tm_str pkg = f->mapping ? path_package(p->mappings[f->mapping - 1].path) : (tm_str){NULL, 0};
+    tm_str pkg = f->mapping ? tm_pf_path_package(p->mappings[f->mapping - 1].path) : (tm_str){NULL, 0};
     if (!pkg.len) pkg = guess;
     const name_ent *cand[64];
     size_t k = 0;
@@ -327,7 +311,6 @@ static void guess_stack(guesser *g, uint32_t stack, uint32_t thread) {
 }
 
 static tm_status guess_packages(const tm_profile *p, sym_tables *t) {
-    static const char memfd[] = "/memfd:"; /* JIT code: of any app */
     if (!t->n_pkgs || !t->n_names) return TM_OK;
     size_t nf = p->n_frames + 1, ns = p->n_stacks + 1;
     guesser g = {p, t, {0}, tm_mem_alloc(p->mem, nf), tm_mem_alloc(p->mem, ns)};
@@ -341,8 +324,7 @@ static tm_status guess_packages(const tm_profile *p, sym_tables *t) {
         for (size_t i = 0; i < p->n_frames; i++) {
             const tm_prof_frame *f = &p->frames[i];
             tm_str cls, method, path = f->mapping ? p->mappings[f->mapping - 1].path : (tm_str){NULL, 0};
-            bool jit = path.len >= sizeof memfd - 1 && memcmp(path.data, memfd, sizeof memfd - 1) == 0;
-            g.needs[i] = obf_names(f, &cls, &method) && !path_package(path).len && !jit;
+            g.needs[i] = obf_names(f, &cls, &method) && !tm_pf_path_package(path).len && !tm_pf_path_is_jit(path);
         }
         for (size_t i = 0; i < p->n_heap_samples; i++) guess_stack(&g, p->heap_samples[i].stack, p->heap_samples[i].thread);
         for (size_t i = 0; i < p->n_samples; i++) guess_stack(&g, p->samples[i].stack, p->samples[i].thread);

@@ -166,22 +166,6 @@ static int cmp_deobf(const void *x, const void *y) {
     return c ? c : (a->order > b->order) - (a->order < b->order);
 }
 
-/* The app a mapping belongs to by its path, as Android installs apps:
- * /data/app/[~~random/]PACKAGE-suffix/...; empty when the path says none. */
-static tm_str path_package(tm_str path) {
-    static const char app[] = "/data/app/";
-    const uint8_t *p = path.data, *end = path.data + path.len;
-    if (path.len < sizeof app - 1 || memcmp(p, app, sizeof app - 1) != 0) return (tm_str){NULL, 0};
-    p += sizeof app - 1;
-    if (end - p > 2 && p[0] == '~' && p[1] == '~') {
-        while (p < end && *p != '/') p++;
-        if (p < end) p++;
-    }
-    const uint8_t *q = p;
-    while (q < end && *q != '-' && *q != '/') q++;
-    return (tm_str){p, (size_t)(q - p)};
-}
-
 static int cmp_name_ptr(const void *x, const void *y) { return cmp_str(**(const tm_str *const *)x, **(const tm_str *const *)y); }
 
 /* deobfuscated_name: every distinct name the frame's candidates give,
@@ -241,12 +225,11 @@ static tm_status retrace(apply_ctx *c, tp_frame *f, const deobf_ent **cand, size
 /* ---- the default package: a Java frame whose path names no app is the
  * app's whose process it ran in ---- */
 
-/* The package a frame's mapping path gives; memfd: JIT code of any app. */
-static tm_str frame_package(const tm_tp *tp, const tp_frame *f, bool *memfd) {
-    static const char jit[] = "/memfd:";
+/* The package a frame's mapping path gives; *jit: JIT code of any app. */
+static tm_str frame_package(const tm_tp *tp, const tp_frame *f, bool *jit) {
     tm_str path = f->mapping == TP_NULL ? (tm_str){NULL, 0} : tp->mappings[f->mapping].name;
-    *memfd = path.len >= sizeof jit - 1 && memcmp(path.data, jit, sizeof jit - 1) == 0;
-    return path_package(path);
+    *jit = tm_pf_path_is_jit(path);
+    return tm_pf_path_package(path);
 }
 
 typedef struct guesser {
