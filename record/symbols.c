@@ -19,7 +19,8 @@
  * id" / "no symbols", never a crash. Files that cannot be opened (the vdso,
  * deleted files) take build id and load bias from the loaded object's
  * program headers (dl_iterate_phdr) and names from dladdr; for another
- * process they have neither.
+ * process a deleted file has neither, and its vdso is read from a copy of
+ * this process's (the kernel maps one image into every process).
  *
  * Code a JIT or interpreter generates has no file: a pc in anonymous
  * memory, or in no known mapping, is named from /tmp/perf-PID.map (perf's
@@ -43,6 +44,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h> /* getauxval: the vdso */
+#include <sys/mman.h> /* memfd_create */
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +93,7 @@ typedef struct elf_file {
     char *blobs[6];   /* string tables the names point into: .symtab and .dynsym
                          of the file and of its separate debug file */
     size_t n_blobs;
+    int copy_fd;      /* +1 of the descriptor open_path names (a copy of the vdso); 0: none */
 } elf_file;
 
 typedef struct cache_ent {
@@ -484,6 +488,25 @@ static int probe_object(struct dl_phdr_info *info, size_t size, void *ctx) {
     return 1; /* found: stop iterating */
 }
 
+/* A copy of this process's vdso in a memory file, as a stand-in for another
+ * process's [vdso] mapping of `size` bytes: the same image when the sizes
+ * agree (a process of another class has another one). -1: none. */
+static int own_vdso_copy(uint64_t size) {
+    const uint8_t *base = (const uint8_t *)(uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    if (!base || !ehdr_ok((const elf_ehdr *)base)) return -1;
+    const elf_ehdr *eh = (const elf_ehdr *)base;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t image = (uint64_t)eh->e_shoff + (uint64_t)eh->e_shnum * eh->e_shentsize; /* section headers come last */
+    if (image > size || (image + page - 1) / page * page != size || size > MAX_NOTE_BYTES * 16) return -1;
+    int fd = memfd_create("vdso", MFD_CLOEXEC);
+    if (fd < 0) return -1;
+    if (write(fd, base, (size_t)image) != (ssize_t)image) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* ---- /proc/self/maps ---- */
 
 static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_t end, int deleted) {
@@ -510,8 +533,16 @@ static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_
         free(f->open_path);
         return SIZE_MAX;
     }
+    if (s->pid && strcmp(path, "[vdso]") == 0) {
+        int fd = own_vdso_copy(end - start);
+        char fd_path[40];
+        snprintf(fd_path, sizeof fd_path, "/proc/self/fd/%d", fd);
+        char *copy = fd >= 0 ? dup_str(fd_path, strlen(fd_path)) : NULL;
+        if (copy) free(f->open_path), f->open_path = copy, f->copy_fd = fd + 1;
+        else if (fd >= 0) close(fd);
+    }
     int read_ok = -1;
-    if (path[0] == '/') {
+    if (path[0] == '/' || f->copy_fd) {
         int fd = open(f->open_path, O_RDONLY | O_CLOEXEC);
         struct stat sb;
         if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) read_ok = read_elf_ids(fd, (uint64_t)sb.st_size, f);
@@ -676,6 +707,7 @@ void tmr_symbols_free(tmr_symbols *s) {
         free(f->syms);
         free(f->path);
         free(f->open_path);
+        if (f->copy_fd) close(f->copy_fd - 1);
     }
     for (size_t i = 0; i < s->n_owned; i++) free(s->owned[i]);
     free(s->owned);

@@ -70,6 +70,11 @@ static NOINLINE void blocked_spin(void) { g_sink = burn(g_sink + 2); }
 static NOINLINE void child_spin(void) { g_sink = burn(g_sink + 3); }
 static NOINLINE void cxx_spin(void) __asm__("_ZN6tmtest4spinEv"); /* tmtest::spin() */
 static NOINLINE void cxx_spin(void) { g_sink = burn(g_sink + 4); }
+/* Clock reads only: most of the time in the vdso's clock_gettime. */
+static NOINLINE void vdso_spin(void) {
+    struct timespec ts;
+    for (int i = 0; i < 1000; i++) clock_gettime(CLOCK_MONOTONIC, &ts), g_sink += (uint64_t)ts.tv_nsec;
+}
 
 #if defined(__x86_64__)
 /* mov rcx, 2000000; 1: dec rcx; jnz 1b; ret (a millisecond or two) */
@@ -152,7 +157,7 @@ static void on_sigprof(int sig) {
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
-                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|kernel|deep|jit|offcpu SECONDS\n");
+                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu SECONDS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -208,6 +213,10 @@ int main(int argc, char **argv) {
         return 0;
     }
 #endif
+    if (strcmp(mode, "vdso") == 0) {
+        spin_for(vdso_spin);
+        return 0;
+    }
     if (strcmp(mode, "cxx") == 0) {
         spin_for(cxx_spin);
         return 0;

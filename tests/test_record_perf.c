@@ -329,6 +329,22 @@ Test(record_perf, cxx_names_demangled_unless_asked_not_to) {
     free(err);
 }
 
+/* The program's vdso is named from a copy of the recorder's own (one image
+ * per kernel): a clock-reading loop shows __vdso_clock_gettime, where only
+ * an address in [vdso] was (its internal helpers have no symbol, as for
+ * perf). */
+Test(record_perf, vdso_functions_are_named) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " vdso 0.6", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *folded = folded_text();
+    cr_expect(folded && strstr(folded, "vdso_spin;clock_gettime;__vdso_clock_gettime"), "no named vdso frame in:\n%s",
+              folded ? folded : "");
+    free(folded);
+    free(err);
+}
+
 /* PerfSample.timebase_count is the counter's running value per CPU, as
  * Perfetto reads it: in the SQL model's counter table each CPU's cpu-clock
  * track only grows, and it ends near the sampled CPU time. */
