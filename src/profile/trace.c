@@ -1530,6 +1530,8 @@ static tm_status finish(dec *d) {
         if (sym == TM_ERR_LIMIT)
             return dfail(d, TM_ERR_LIMIT, NULL, "more than %llu unique frames with symbols (max_unique_frames)",
                          (unsigned long long)p->max_unique_frames);
+        if (sym == TM_ERR_MALFORMED) /* a nested message the reader's schema does not reach; as the SQL model says */
+            return dfail(d, TM_ERR_MALFORMED, NULL, "malformed symbols");
         DTRY_MEM(d, sym);
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));
