@@ -166,6 +166,15 @@ static const list_name streaming_free_lists[] = {{TM_PF_STREAMING_FREE_ADDRESS, 
                                                  {0, NULL}};
 static const schema streaming_free = {"StreamingFree", 0, 0, F(1) | F(2) | F(3), NULL, streaming_free_lists};
 
+/* ArtProcessMetadata: the Java stack of the thread that ran out of memory
+ * (tp/tp.c); its other fields are skipped, their framing still checked. */
+static const schema java_frame = {"ArtProcessMetadata.oom_thread_java_stack.frames", F(TM_PF_JAVA_FRAME_LINE_NUMBER),
+                                  F(TM_PF_JAVA_FRAME_METHOD_NAME) | F(TM_PF_JAVA_FRAME_SOURCE_FILE), 0, NULL, NULL};
+static const child java_stack_children[] = {{TM_PF_JAVA_STACK_FRAMES, &java_frame}, {0, NULL}};
+static const schema java_stack = {"ArtProcessMetadata.oom_thread_java_stack", 0, 0, 0, java_stack_children, NULL};
+static const child art_children[] = {{TM_PF_ART_METADATA_OOM_THREAD_JAVA_STACK, &java_stack}, {0, NULL}};
+static const schema art_process_metadata = {"ArtProcessMetadata", 0, 0, 0, art_children, NULL};
+
 /* ProcessStats: the memory figures of each process. */
 static const schema proc_stats_process = {"ProcessStats.Process", F_RANGE(1, 10), 0, 0, NULL, NULL};
 static const child process_stats_children[] = {{TM_PF_PROCESS_STATS_PROCESSES, &proc_stats_process}, {0, NULL}};
@@ -196,6 +205,7 @@ static const schema *payload_schema(uint32_t data_field, bool relay) {
     case TM_PF_PACKET_PROCESS_STATS: return relay ? NULL : &process_stats;
     case TM_PF_PACKET_STREAMING_ALLOCATION: return relay ? NULL : &streaming_alloc;
     case TM_PF_PACKET_STREAMING_FREE: return relay ? NULL : &streaming_free;
+    case TM_PF_PACKET_ART_PROCESS_METADATA: return relay ? NULL : &art_process_metadata;
     default: return NULL;
     }
 }
