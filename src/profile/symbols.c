@@ -417,7 +417,7 @@ static tm_status rewrite(tm_profile *p, size_t n0, const uint32_t *off, const ui
 }
 
 tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s) {
-    if (!s->n || !p->n_frames) return TM_OK;
+    if (!s->n) return TM_OK; /* read even without frames: a malformed payload is an error either way, as in SQL */
     sym_tables t;
     memset(&t, 0, sizeof t);
     t.mem = p->mem;
