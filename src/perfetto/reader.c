@@ -475,6 +475,43 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     return TM_OK;
 }
 
+/* When b is blob o's bytes, read at the same place of s's epoch (o->first:
+ * where its entries start in src), adds the entries o added, moved to b:
+ * the same bytes give the same entries. same: they are what s's epoch
+ * before had here (their same_since holds); else each is compared with it.
+ * *done false when b is not o's bytes, or when the entries would cross
+ * max_interned_entries (the general path names the entry). */
+static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_pf_blob *o, tm_bytes b,
+                           bool same, bool *done) {
+    *done = false;
+    if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
+        memcmp(o->bytes.data, b.data, b.len) != 0)
+        return TM_OK;
+    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
+    if (o->count) TM_TRY(ensure_index(r, s));
+    for (uint32_t k = 0; k < o->count; k++) {
+        tm_pf_entry e = src[o->first + k];
+        e.msg = b.data + (e.msg - o->bytes.data);
+        e.epoch = s->epoch;
+        e.gen = s->gen;
+        e.prev = TM_ABSENT;
+        if (!same) {
+            const tm_pf_entry *before = entry_before(s, (int)e.kind, e.iid);
+            bool kept = before && before->len == e.len && memcmp(before->msg, e.msg, e.len) == 0;
+            s->n_same += kept;
+            e.same_since = kept ? before->same_since : s->epoch;
+        }
+        s->ents[s->n_ents] = e;
+        if (tm_iidmap_put(r->mem, &s->newest[e.kind], e.iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK)
+            return nomem(r);
+        s->n_ents++;
+    }
+    s->n_interned += o->count;
+    if (same) s->n_same += o->count;
+    *done = true;
+    return TM_OK;
+}
+
 /* When b is the same bytes as the InternedData message the epoch before
  * had at this place (and every one before it in this epoch was too), adds
  * the entries that one added, moved to b: they were checked then, and the
@@ -487,27 +524,8 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || s->n_replayed != s->n_blobs ||
         s->n_blobs >= s->n_old_blobs)
         return TM_OK;
-    const tm_pf_blob *o = &s->old_blobs[s->n_blobs];
-    if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
-        memcmp(o->bytes.data, b.data, b.len) != 0)
-        return TM_OK;
-    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
-    if (o->count) TM_TRY(ensure_index(r, s));
-    for (uint32_t k = 0; k < o->count; k++) {
-        tm_pf_entry e = s->old_ents[o->first + k];
-        e.msg = b.data + (e.msg - o->bytes.data);
-        e.epoch = s->epoch;
-        e.gen = s->gen;
-        e.prev = TM_ABSENT;
-        s->ents[s->n_ents] = e;
-        if (tm_iidmap_put(r->mem, &s->newest[e.kind], e.iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK)
-            return nomem(r);
-        s->n_ents++;
-    }
-    s->n_interned += o->count;
-    s->n_same += o->count;
-    s->n_replayed++;
-    *done = true;
+    TM_TRY(copy_blob(r, s, s->old_ents, &s->old_blobs[s->n_blobs], b, true, done));
+    s->n_replayed += *done;
     return TM_OK;
 }
 
@@ -523,31 +541,7 @@ static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint6
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
-    const tm_pf_seq *t = &r->seqs[ti];
-    const tm_pf_blob *o = &t->blobs[0];
-    if (o->bytes.len != b.len || o->first != 0 || s->n_interned + o->count > r->lim->max_interned_entries ||
-        memcmp(o->bytes.data, b.data, b.len) != 0)
-        return TM_OK;
-    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
-    if (o->count) TM_TRY(ensure_index(r, s));
-    for (uint32_t k = 0; k < o->count; k++) {
-        tm_pf_entry e = t->ents[k];
-        e.msg = b.data + (e.msg - o->bytes.data);
-        e.epoch = s->epoch;
-        e.gen = s->gen;
-        e.prev = TM_ABSENT;
-        const tm_pf_entry *before = entry_before(s, (int)e.kind, e.iid);
-        bool same = before && before->len == e.len && memcmp(before->msg, e.msg, e.len) == 0;
-        s->n_same += same;
-        e.same_since = same ? before->same_since : s->epoch;
-        s->ents[s->n_ents] = e;
-        if (tm_iidmap_put(r->mem, &s->newest[e.kind], e.iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK)
-            return nomem(r);
-        s->n_ents++;
-    }
-    s->n_interned += o->count;
-    *done = true;
-    return TM_OK;
+    return copy_blob(r, s, r->seqs[ti].ents, &r->seqs[ti].blobs[0], b, false, done);
 }
 
 /* Remembers InternedData message b, which added the entries from first on. */
