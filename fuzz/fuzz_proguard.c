@@ -39,7 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tm_pb_field g;
     if (tm_pb_next(&pr, &g) != TM_PB_OK || g.num != TM_PF_PACKET_DEOBFUSCATION_MAPPING || g.wire != TM_PB_LEN) abort();
     seen s = {0, 0};
-    if (tm_pf_deobfuscation(g.bytes, count, &s) != TM_OK) abort();
+    tm_pf_walk_error bad;
+    if (tm_pf_deobfuscation(g.bytes, count, &s, &bad) != TM_OK) abort();
     if (s.classes != c.classes || s.methods != c.methods) abort();
     if (tm_pb_next(&r, &f) != TM_PB_DONE) abort();
     tm_obuf_free(&out);

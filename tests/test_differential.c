@@ -597,3 +597,28 @@ Test(divergence, stack_sample_interned_callstack_and_inline_task_win) {
     tm_trace_free(t);
     tb_free(&b);
 }
+
+/* A symbol payload the walkers find malformed (fuzz_differential's finds,
+ * kept under fuzz/regressions) is rejected by both models at the same byte,
+ * inside the payload: the walkers say where they stopped, not byte 0. */
+Test(divergence, malformed_symbol_payloads_name_their_byte) {
+    static const char *const names[] = {"symbols_with_a_malformed_nested_message", "symbols_malformed_without_frames"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/fuzz/regressions/differential/%s", TM_SOURCE_DIR, names[i]);
+        size_t len;
+        char *data = tu_read_file(path, &len);
+        cr_assert_not_null(data, "%s", path);
+        tm_trace *t = NULL;
+        tm_error perr, serr;
+        cr_assert_eq(tm_trace_parse(data, len, NULL, &t, &perr), TM_ERR_MALFORMED, "%s: %s", names[i], perr.message);
+        tm_db *db = NULL;
+        cr_assert_eq(tm_db_new(data, len, NULL, &db, &serr), TM_ERR_MALFORMED, "%s: %s", names[i], serr.message);
+        cr_assert_eq(perr.offset, serr.offset, "%s: byte %llu vs %llu", names[i], (unsigned long long)perr.offset,
+                     (unsigned long long)serr.offset);
+        cr_assert(perr.offset > 0 && perr.offset < len, "%s: byte %llu of %zu (%s)", names[i],
+                  (unsigned long long)perr.offset, len, perr.message);
+        cr_assert_str_eq(perr.message, serr.message);
+        free(data);
+    }
+}

@@ -1289,3 +1289,46 @@ Test(relay_schema, clock_fields_outside_relays_subset_are_skipped) {
     expect_ok(&t, TM_MODE_RELAY, NULL);
     tb_free(&t);
 }
+
+/* ---- symbol payloads: nested messages below the reader's schema ---- */
+
+/* A valid trace followed by a packet `field` whose innermost message (opened
+ * through the field numbers of path[]) holds a string field whose length
+ * runs past that message: both models reject it with the same code at that
+ * field (the reader's schema or the symbol walkers catch it, whichever
+ * reaches that deep), not at byte 0, and not as "out of memory". */
+static void expect_nested_symbols_error(uint32_t field, const uint32_t *path, size_t depth) {
+    tb_buf t = {0};
+    valid_trace(&t, 2);
+    size_t p = tb_packet_open(&t, 0, TB_NO_TS, 0);
+    size_t marks[4];
+    marks[0] = tb_open(&t, field);
+    for (size_t i = 0; i < depth; i++) marks[i + 1] = tb_open(&t, path[i]);
+    size_t bad = t.len;
+    tb_tag(&t, 1, TM_PB_LEN);
+    tb_varint(&t, 40);
+    tb_raw(&t, "ab", 2);
+    for (size_t i = depth + 1; i-- > 0;) bad = close_at(&t, marks[i], bad);
+    bad = close_at(&t, p, bad);
+    tm_error err;
+    tm_status st = parse_buf(&t, TM_MODE_DEFAULT, NULL, &err);
+    cr_assert(st == TM_ERR_MALFORMED || st == TM_ERR_TRUNCATED, "%s: %s", tm_status_str(st), err.message);
+    cr_assert_eq(err.offset, bad, "names byte %llu, the bad field is at %zu: %s", (unsigned long long)err.offset,
+                 bad, err.message);
+    tm_db *db = NULL;
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(tm_db_new(t.data, t.len, NULL, &db, &err), st, "SQL: %s", err.message);
+    cr_assert_null(db);
+    cr_assert_eq(err.offset, bad, "SQL names byte %llu, the bad field is at %zu: %s",
+                 (unsigned long long)err.offset, bad, err.message);
+    tb_free(&t);
+}
+
+Test(malformed, a_bad_nested_field_in_symbol_payloads_names_its_byte) {
+    static const uint32_t line[] = {TM_PF_MODULE_SYMBOLS_ADDRESS_SYMBOLS, TM_PF_ADDRESS_SYMBOLS_LINES};
+    expect_nested_symbols_error(TM_PF_PACKET_MODULE_SYMBOLS, line, 2);
+    static const uint32_t member[] = {TM_PF_DEOBF_OBFUSCATED_CLASSES, TM_PF_OBF_CLASS_OBFUSCATED_METHODS};
+    expect_nested_symbols_error(TM_PF_PACKET_DEOBFUSCATION_MAPPING, member, 2);
+    static const uint32_t package[] = {TM_PF_PACKAGES_LIST_PACKAGES};
+    expect_nested_symbols_error(TM_PF_PACKET_PACKAGES_LIST, package, 1);
+}

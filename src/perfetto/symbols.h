@@ -17,6 +17,15 @@
 
 
 
+/* Where a walker found a payload malformed (the walkers return
+ * TM_ERR_MALFORMED): the wire reader that failed (its p, err) and the
+ * message it was reading. Consumers report at.p through the reader's
+ * offset rule, so the error names the byte. */
+typedef struct tm_pf_walk_error {
+    tm_pb_reader at;
+    const char *where;
+} tm_pf_walk_error;
+
 typedef struct tm_pf_line {
     tm_str function, file; /* file.data NULL: none */
     uint32_t line;         /* 0: none */
@@ -34,7 +43,7 @@ typedef struct tm_pf_address_symbols {
 
 typedef tm_status (*tm_pf_address_fn)(void *ctx, const tm_pf_address_symbols *a);
 /* Calls fn for every AddressSymbols of a ModuleSymbols payload, in order. */
-tm_status tm_pf_module_symbols(tm_bytes payload, tm_pf_address_fn fn, void *ctx);
+tm_status tm_pf_module_symbols(tm_bytes payload, tm_pf_address_fn fn, void *ctx, tm_pf_walk_error *bad);
 
 /* One renamed method (or, with method.data NULL, a renamed class) of a
  * DeobfuscationMapping. */
@@ -48,7 +57,7 @@ typedef struct tm_pf_deobf {
 typedef tm_status (*tm_pf_deobf_fn)(void *ctx, const tm_pf_deobf *d);
 /* Calls fn for every class, then each of its methods, of a
  * DeobfuscationMapping payload. */
-tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx);
+tm_status tm_pf_deobfuscation(tm_bytes payload, tm_pf_deobf_fn fn, void *ctx, tm_pf_walk_error *bad);
 
 /* One PackageInfo of a PackagesList. */
 typedef struct tm_pf_package {
@@ -61,7 +70,8 @@ typedef struct tm_pf_package {
 typedef tm_status (*tm_pf_package_fn)(void *ctx, const tm_pf_package *pkg);
 /* Calls fn for every package of a PackagesList payload, in order; its
  * read_error and parse_error flags into *read_error and *parse_error. */
-tm_status tm_pf_packages_list(tm_bytes payload, tm_pf_package_fn fn, void *ctx, bool *read_error, bool *parse_error);
+tm_status tm_pf_packages_list(tm_bytes payload, tm_pf_package_fn fn, void *ctx, bool *read_error, bool *parse_error,
+                              tm_pf_walk_error *bad);
 
 /* The symbol payloads of a trace, collected in file order while reading
  * (consumers apply them once every frame exists). Views into the input or

@@ -416,18 +416,18 @@ static tm_status rewrite(tm_profile *p, size_t n0, const uint32_t *off, const ui
     return st;
 }
 
-tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s) {
+tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s, tm_pf_walk_error *bad) {
     if (!s->n) return TM_OK; /* read even without frames: a malformed payload is an error either way, as in SQL */
     sym_tables t;
     memset(&t, 0, sizeof t);
     t.mem = p->mem;
     tm_status st = TM_OK;
     for (size_t i = 0; i < s->n && st == TM_OK; i++)
-        if (s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS) st = tm_pf_module_symbols(s->payloads[i], on_address, &t);
-        else if (s->fields[i] == TM_PF_PACKET_DEOBFUSCATION_MAPPING) st = tm_pf_deobfuscation(s->payloads[i], on_deobf, &t);
+        if (s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS) st = tm_pf_module_symbols(s->payloads[i], on_address, &t, bad);
+        else if (s->fields[i] == TM_PF_PACKET_DEOBFUSCATION_MAPPING) st = tm_pf_deobfuscation(s->payloads[i], on_deobf, &t, bad);
         else { /* PackagesList */
             bool read_error, parse_error;
-            st = tm_pf_packages_list(s->payloads[i], on_package, &t, &read_error, &parse_error);
+            st = tm_pf_packages_list(s->payloads[i], on_package, &t, &read_error, &parse_error, bad);
         }
     if (t.n_addrs) qsort(t.addrs, t.n_addrs, sizeof *t.addrs, cmp_addr);
     if (t.n_names) qsort(t.names, t.n_names, sizeof *t.names, cmp_name);

@@ -10,7 +10,8 @@
 #include "perfetto/symbols.h" /* tm_pf_symbols */
 #include "profile/profile.h"
 
-/* TM_ERR_NOMEM, or TM_ERR_LIMIT when the new frames pass max_unique_frames. */
-tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s);
+/* TM_ERR_NOMEM, TM_ERR_LIMIT when the new frames pass max_unique_frames,
+ * or TM_ERR_MALFORMED with *bad saying where a payload is malformed. */
+tm_status tm_profile_apply_symbols(tm_profile *p, const tm_pf_symbols *s, tm_pf_walk_error *bad);
 
 #endif

@@ -1526,12 +1526,13 @@ static tm_status finish(dec *d) {
         if (p->has_relay_offset) p->relay_offset_ns = (tm_i128)d->relay_real - (tm_i128)d->relay_boot;
     } else {
         TM_TRY(build_realtime(d));
-        tm_status sym = tm_profile_apply_symbols(p, &d->syms);
+        tm_pf_walk_error bad;
+        tm_status sym = tm_profile_apply_symbols(p, &d->syms, &bad);
         if (sym == TM_ERR_LIMIT)
             return dfail(d, TM_ERR_LIMIT, NULL, "more than %llu unique frames with symbols (max_unique_frames)",
                          (unsigned long long)p->max_unique_frames);
         if (sym == TM_ERR_MALFORMED) /* a nested message the reader's schema does not reach; as the SQL model says */
-            return dfail(d, TM_ERR_MALFORMED, NULL, "malformed symbols");
+            return dfail(d, TM_ERR_MALFORMED, bad.at.p, "malformed %s: %s", bad.where, bad.at.err);
         DTRY_MEM(d, sym);
     }
     DTRY_MEM(d, tm_profile_sort_samples(p));

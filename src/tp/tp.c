@@ -186,6 +186,12 @@ static uint64_t off_of(const dec *d, const uint8_t *at) { return tm_pf_offset(&d
 static tm_status nomem(dec *d) { return tm_fail(d->err, TM_ERR_NOMEM, 0, NULL, "out of memory"); }
 static tm_status pb_fail(dec *d, const tm_pb_reader *r, const char *where) { return tm_pf_pb_fail(&d->rd, r, where); }
 
+/* A symbol walker's status as an error: a malformed payload names its byte. */
+static tm_status symbols_status(dec *d, tm_status st, const tm_pf_walk_error *bad) {
+    if (st == TM_ERR_MALFORMED) return tm_pf_fail(&d->rd, st, bad->at.p, "malformed %s: %s", bad->where, bad->at.err);
+    return st == TM_OK ? TM_OK : nomem(d);
+}
+
 static void stat_add(dec *d, uint32_t key, int64_t v) { d->single[key] += v; }
 
 static tm_status stat_set_idx(dec *d, uint32_t key, uint32_t machine, int64_t idx, int64_t v, bool add) {
@@ -729,7 +735,10 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_FTRACE_STATS: return on_ftrace_stats(d, k->data, machine);
     case TM_PF_PACKET_MODULE_SYMBOLS: case TM_PF_PACKET_DEOBFUSCATION_MAPPING:
         return tm_pf_symbols_add(d->mem, &d->syms, k->data_field, k->data) == TM_OK ? TM_OK : nomem(d);
-    case TM_PF_PACKET_PACKAGES_LIST: return tm_tp_packages_list(d->tp, k->data, d->single) == TM_OK ? TM_OK : nomem(d);
+    case TM_PF_PACKET_PACKAGES_LIST: {
+        tm_pf_walk_error bad;
+        return symbols_status(d, tm_tp_packages_list(d->tp, k->data, d->single, &bad), &bad);
+    }
     case TM_PF_PACKET_ART_PROCESS_METADATA: return art_process_metadata(d, k->data);
     default: break;
     }
@@ -2189,7 +2198,10 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st == TM_OK) st = decode_trace(&d);
     if (st == TM_OK) st = parse_all(&d);
-    if (st == TM_OK) st = tm_tp_symbols_apply(tp, &d.syms, d.single, err);
+    if (st == TM_OK) {
+        tm_pf_walk_error bad;
+        st = symbols_status(&d, tm_tp_symbols_apply(tp, &d.syms, d.single, &bad), &bad);
+    }
     if (st == TM_OK) st = sequence_stats(&d);
     if (st == TM_OK) st = build_metadata(&d, buf, len);
     /* Wall-clock timings, as Trace Processor reports them (never 0). The

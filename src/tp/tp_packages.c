@@ -27,9 +27,9 @@ static tm_status add_package(void *ctx, const tm_pf_package *pkg) {
     return TM_OK;
 }
 
-tm_status tm_tp_packages_list(tm_tp *tp, tm_bytes payload, int64_t *stats) {
+tm_status tm_tp_packages_list(tm_tp *tp, tm_bytes payload, int64_t *stats, tm_pf_walk_error *bad) {
     bool read_error, parse_error;
-    TM_TRY(tm_pf_packages_list(payload, add_package, tp, &read_error, &parse_error));
+    TM_TRY(tm_pf_packages_list(payload, add_package, tp, &read_error, &parse_error, bad));
     stats[TPS_packages_list_has_read_errors] = read_error;
     stats[TPS_packages_list_has_parse_errors] = parse_error;
     return TM_OK;

@@ -319,7 +319,7 @@ static tm_status deobfuscate(apply_ctx *c, deobf_list *l) {
     return st;
 }
 
-tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err) {
+tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_pf_walk_error *bad) {
     /* Android's SELinux keeps symbolizers out of /data/local/tmp: a mapping
      * there without a build id cannot be symbolized later */
     static const char tmp[] = "/data/local/tmp/";
@@ -345,16 +345,14 @@ tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats,
     }
     /* symbols first: a Java frame's obfuscated line comes from them */
     for (size_t i = 0; i < s->n && st == TM_OK; i++)
-        if (s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS) st = tm_pf_module_symbols(s->payloads[i], on_address, &c);
+        if (s->fields[i] == TM_PF_PACKET_MODULE_SYMBOLS) st = tm_pf_module_symbols(s->payloads[i], on_address, &c, bad);
     deobf_list l = {&c, NULL, 0, 0};
     for (size_t i = 0; i < s->n && st == TM_OK; i++)
-        if (s->fields[i] == TM_PF_PACKET_DEOBFUSCATION_MAPPING) st = tm_pf_deobfuscation(s->payloads[i], on_deobf, &l);
+        if (s->fields[i] == TM_PF_PACKET_DEOBFUSCATION_MAPPING) st = tm_pf_deobfuscation(s->payloads[i], on_deobf, &l, bad);
     if (st == TM_OK) st = deobfuscate(&c, &l);
     tm_mem_free(tp->mem, l.v, l.cap * sizeof *l.v);
     tm_mem_free(tp->mem, c.maps, nm * sizeof(ref));
     tm_mem_free(tp->mem, c.frames, nf * sizeof(ref));
     tm_mem_free(tp->mem, c.names, nf * sizeof(ref));
-    return st == TM_OK ? TM_OK
-           : st == TM_ERR_NOMEM ? tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory")
-                                : tm_fail(err, st, 0, NULL, "malformed symbols");
+    return st;
 }

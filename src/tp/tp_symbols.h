@@ -22,7 +22,8 @@
  * methods whose line range holds it become its symbol set, inlined ones
  * first, as R8's retrace expands them. Also counts mappings in
  * /data/local/tmp without a build id (symbolization_tmp_build_id_not_found).
- * stats: Trace Processor's single stats, by key. */
-tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_error *err);
+ * stats: Trace Processor's single stats, by key. TM_ERR_NOMEM, or
+ * TM_ERR_MALFORMED with *bad saying where a payload is malformed. */
+tm_status tm_tp_symbols_apply(tm_tp *tp, const tm_pf_symbols *s, int64_t *stats, tm_pf_walk_error *bad);
 
 #endif
