@@ -270,6 +270,46 @@ Test(differential, sequences_interning_the_same_tables) {
     tb_free(&b);
 }
 
+/* An epoch whose first InternedData has callstack 1 = {frame 1}, frame 1
+ * naming function 9, which a later message of the sequence interns. */
+static void clear_with_unnamed_frame(tb_buf *b, uint32_t seq, uint64_t ts) {
+    size_t p = tb_packet_open(b, seq, ts, TB_SEQ_CLEARED);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    tb_frame(b, 1, 9, 0, 0x100);
+    static const uint64_t frames[] = {1};
+    tb_callstack(b, 1, frames, 1, 1);
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
+static void intern_function_9(tb_buf *b, uint32_t seq, uint64_t ts, const char *name) {
+    size_t p = tb_packet_open(b, seq, ts, TB_SEQ_NEEDS);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(b, TM_PF_INTERNED_FUNCTION_NAMES, 9, name, strlen(name));
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
+/* A twin's resolutions are shared only while its epoch holds just the
+ * message both began with: a later message (here the name a frame refers
+ * to) is each sequence's own, so a stack one twin resolves may not resolve,
+ * or resolve otherwise, in the other. */
+Test(differential, twins_part_when_either_interns_more) {
+    tb_buf b = {0};
+    clear_with_unnamed_frame(&b, 1, 100);
+    clear_with_unnamed_frame(&b, 2, 110);   /* seq 1's twin */
+    tb_perf_sample(&b, 1, 1000, 7, 8, 1, TB_SEQ_NEEDS); /* function 9 unknown: dropped */
+    intern_function_9(&b, 1, 1050, "foo");
+    tb_perf_sample(&b, 1, 1100, 7, 8, 1, TB_SEQ_NEEDS); /* foo */
+    tb_perf_sample(&b, 2, 1200, 7, 9, 1, TB_SEQ_NEEDS); /* still unknown on seq 2: dropped */
+    intern_function_9(&b, 2, 1250, "bar");
+    tb_perf_sample(&b, 2, 1300, 7, 9, 1, TB_SEQ_NEEDS); /* bar */
+    clear_with_unnamed_frame(&b, 3, 1400);  /* seq 2's twin, which interned more */
+    tb_perf_sample(&b, 3, 1500, 7, 10, 1, TB_SEQ_NEEDS); /* dropped */
+    assert_agrees(&b, NULL, 2);
+    tb_free(&b);
+}
+
 Test(differential, lost_packets_until_the_next_clear) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, 100, abc, 3);

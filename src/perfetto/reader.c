@@ -184,6 +184,7 @@ static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_
         memset(s, 0, sizeof *s);
         s->id = id;
         s->index = i;
+        s->twin_of_epoch = UINT32_MAX; /* no twin yet */
         if (tm_u64map_put(r->mem, &r->seq_by_id, id, i) != TM_OK) return nomem(r);
         r->n_seqs++;
         TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
@@ -252,6 +253,15 @@ bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch) 
     const tm_pf_seq *s = &r->seqs[g->seq];
     return !(r->flags & TM_PF_KEEP_EPOCHS) && s->gen == gen && s->epoch == g->epoch && epoch < g->epoch &&
            s->last_unfull <= epoch && s->n_same == s->n_before;
+}
+
+bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin) {
+    const tm_pf_seq *q = &r->seqs[s];
+    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->twin_of_epoch != q->epoch) return false;
+    const tm_pf_seq *t = &r->seqs[q->twin];
+    if (t->epoch != q->twin_epoch || t->n_blobs != 1) return false;
+    *twin = q->twin;
+    return true;
 }
 
 tm_str tm_pf_entry_str(const tm_pf_entry *e) {
@@ -541,7 +551,9 @@ static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint6
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
-    return copy_blob(r, s, r->seqs[ti].ents, &r->seqs[ti].blobs[0], b, false, done);
+    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, &r->seqs[ti].blobs[0], b, false, done));
+    if (*done) s->twin = ti, s->twin_epoch = r->seqs[ti].epoch, s->twin_of_epoch = s->epoch;
+    return TM_OK;
 }
 
 /* Remembers InternedData message b, which added the entries from first on. */

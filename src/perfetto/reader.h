@@ -100,6 +100,9 @@ typedef struct tm_pf_seq {
      * again (a writer re-sending all it interned at each clear). */
     tm_pf_blob *blobs, *old_blobs; size_t n_blobs, cap_blobs, n_old_blobs, cap_old_blobs;
     size_t n_replayed;
+    /* twin_of_epoch == epoch: this epoch began with a copy of the first
+     * InternedData message of sequence twin's epoch twin_epoch. */
+    uint32_t twin, twin_epoch, twin_of_epoch;
     /* Did this epoch re-send everything the one before had, byte for byte?
      * Yes when n_same reaches n_before. last_unfull: the latest ended epoch
      * that did not. */
@@ -274,6 +277,13 @@ bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint6
  * every epoch since did? Then what a consumer resolved in that epoch still
  * holds. Always false with TM_PF_KEEP_EPOCHS. */
 bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch);
+/* Whether what sequence *twin resolved in its current epoch holds for
+ * sequence s (by index): s's epoch began with a copy of the first
+ * InternedData message of twin's epoch, and twin's epoch still holds that
+ * one message alone, so whatever twin resolved, it resolved from entries s
+ * has byte for byte (messages s adds later cannot replace them: the first
+ * entry of an iid stays). */
+bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin);
 /* The string of an InternedString message (checked when it was interned). */
 tm_str tm_pf_entry_str(const tm_pf_entry *e);
 

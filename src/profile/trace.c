@@ -245,6 +245,19 @@ static inline bool all_carry(const dec *d, const resolved *c) {
     return c && !d->local && !d->relay && tm_pf_unchanged_since(&d->rd, d->gen, c->upto);
 }
 
+/* What s's twin (tm_pf_twin_of) resolved iid to in its current epoch, in
+ * the cache at offset `which` of seq_state: the same entries give the same
+ * result, so a writer's sequence per thread resolves its tables once. */
+static bool twin_resolved(const dec *d, const seq_state *s, size_t which, uint64_t iid, uint32_t *out) {
+    uint32_t twin;
+    if (d->local || d->relay || !tm_pf_twin_of(&d->rd, s->index, &twin) || twin >= d->n_seqs) return false;
+    res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
+    const resolved *c = cache_find(cache, iid);
+    if (!c || c->upto != d->rd.seqs[twin].epoch) return false;
+    *out = c->id;
+    return true;
+}
+
 /* Carries c over to this epoch. */
 static inline uint32_t carry(const dec *d, resolved *c, uint32_t *out) {
     c->upto = cur_epoch(d);
@@ -432,6 +445,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *o
         *since = carry(d, c, out);
         return TM_OK;
     }
+    if (twin_resolved(d, s, offsetof(seq_state, mappings), iid, out)) return remember(d, s, &s->mappings, c, iid, *out, since);
     tm_prof_mapping m;
     memset(&m, 0, sizeof m);
     TM_TRY(mapping_path(d, e->msg, &m.path));
@@ -494,6 +508,10 @@ static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t 
             *ok = 1;
             return TM_OK;
         }
+    }
+    if (twin_resolved(d, s, offsetof(seq_state, frames), iid, out)) {
+        *ok = 1;
+        return remember(d, s, &s->frames, c, iid, *out, since);
     }
     tm_prof_frame pf;
     memset(&pf, 0, sizeof pf);
@@ -604,6 +622,10 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
             *ok = 1;
             return TM_OK;
         }
+    }
+    if (twin_resolved(d, s, offsetof(seq_state, stacks), iid, out)) {
+        *ok = 1;
+        return remember(d, s, &s->stacks, c, iid, *out, &since);
     }
     size_t n = 0;
     tm_pb_repeated ids = tm_pb_repeated_of(msg, TM_PF_CALLSTACK_FRAME_IDS);
