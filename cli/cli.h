@@ -41,6 +41,9 @@ void cli_input_release(cli_input *in);
 /* Prints "tracemill: <what>: <reason> at byte N: message" for a library error;
  * returns the exit code for it. */
 int cli_report_error(const char *what, const tm_error *err);
+/* The same for an exporter's error: about the decoded profile (a format
+ * that cannot hold it), so no byte of the input is named. */
+int cli_report_export_error(const char *what, const tm_error *err);
 /* Says on stderr that a decoded trace was cut off, if it was. */
 void cli_warn_truncated(const char *what, const tm_trace *t);
 

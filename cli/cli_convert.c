@@ -29,7 +29,7 @@ static int write_one(const cli_export *x, const tm_trace *t, const char *const *
     if (st == TM_OK && json_line && fputc('\n', o.f) == EOF)
         rc = cli_output_error(o.path, errno);
     else if (st != TM_OK) /* a failed write, or a trace the format cannot hold */
-        rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(in_path, &err);
+        rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_export_error(in_path, &err);
     return cli_output_close(&o, rc);
 }
 

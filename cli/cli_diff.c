@@ -71,7 +71,7 @@ int cli_diff(int argc, char **argv) {
             tm_status st = cli_export_write(&x, t[0], t[1], &sink, &err);
             cli_progress_stop();
             if (st != TM_OK)
-                rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_error(paths[1], &err);
+                rc = ferror(o.f) ? cli_output_error(o.path, errno) : cli_report_export_error(paths[1], &err);
             rc = cli_output_close(&o, rc);
         }
     }

@@ -129,7 +129,7 @@ int cli_info(int argc, char **argv) {
         rc = cli_report_error(path, &err);
     } else if (json) {
         tm_sink out = tm_sink_file(stdout);
-        if (tm_write_report(t, &out, &err) != TM_OK) rc = cli_report_error(path, &err);
+        if (tm_write_report(t, &out, &err) != TM_OK) rc = cli_report_export_error(path, &err);
     } else {
         print_summary(path, tm_trace_get_stats(t));
     }

@@ -128,9 +128,9 @@ void cli_input_release(cli_input *in) {
     memset(in, 0, sizeof *in);
 }
 
-int cli_report_error(const char *what, const tm_error *err) {
+static int report(const char *what, const tm_error *err, int names_a_byte) {
     const char *kind = err->reason ? err->reason : tm_status_str(err->code);
-    if (err->code == TM_ERR_INVALID_ARG) /* about the options, not a byte of the input */
+    if (!names_a_byte || err->code == TM_ERR_INVALID_ARG) /* about the options or the profile, not a byte */
         fprintf(stderr, "tracemill: %s: %s: %s\n", what, kind, err->message);
     else
         fprintf(stderr, "tracemill: %s: %s at byte %llu: %s\n", what, kind, (unsigned long long)err->offset,
@@ -139,6 +139,10 @@ int cli_report_error(const char *what, const tm_error *err) {
     if (err->code == TM_ERR_INVALID_ARG) return EXIT_USAGE;
     return EXIT_REJECTED;
 }
+
+int cli_report_error(const char *what, const tm_error *err) { return report(what, err, 1); }
+
+int cli_report_export_error(const char *what, const tm_error *err) { return report(what, err, 0); }
 
 int cli_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s || *s == '-') return 0;

@@ -213,7 +213,6 @@ Test(cli_exit, rejected_input_exits_1_naming_kind_and_offset) {
         {RC_DIR "/invalid_protobuf.pftrace", "TM_ERR_MALFORMED"},
         {"--compat relay --meta " META " " RC_DIR "/invalid_protobuf.pftrace", "InvalidSampledProfile"},
         {"--compat relay --meta " META " " RC_DIR "/empty.pftrace", "NotEnoughSamples"},
-        {"--compat relay --meta " META " " RC_DIR "/missing_clock_snapshot.pftrace", "InvalidSampledProfile"},
         {"--compat relay --meta " META " " RC_DIR "/exceeds_max_samples.pftrace", "ExceedSizeLimit"},
     };
     char pattern[256];
@@ -223,6 +222,27 @@ Test(cli_exit, rejected_input_exits_1_naming_kind_and_offset) {
         snprintf(pattern, sizeof pattern, "^tracemill: [^\n]*: %s at byte [0-9]+: ", cases[i].kind);
         cr_expect(matches(r.err, pattern), "`convert %s`: stderr %s does not match %s", cases[i].args, r.err,
                   pattern);
+        cr_expect_eq(r.out_len, 0u, "`convert %s` wrote output: %s", cases[i].args, r.out);
+        run_free(&r);
+    }
+}
+
+/* A profile the format cannot hold is no fault of any input byte: exit 1,
+ * "tracemill: FILE: <reason>: message", no "at byte". */
+Test(cli_exit, rejected_by_the_format_names_no_byte) {
+    static const struct {
+        const char *args, *kind;
+    } cases[] = {
+        {"-f sample-v1 " RC_DIR "/empty_callstack.pftrace", "NotEnoughSamples"},
+        {"--compat relay --meta " META " " RC_DIR "/missing_clock_snapshot.pftrace", "InvalidSampledProfile"},
+    };
+    char pattern[256];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_result r = run("convert %s", cases[i].args);
+        cr_expect_eq(r.code, 1, "`convert %s` exited %d: %s", cases[i].args, r.code, r.err);
+        snprintf(pattern, sizeof pattern, "^tracemill: [^\n]*: %s: ", cases[i].kind);
+        cr_expect(matches(r.err, pattern), "`convert %s`: stderr %s does not match %s", cases[i].args, r.err, pattern);
+        cr_expect(!strstr(r.err, "at byte"), "`convert %s`: stderr %s", cases[i].args, r.err);
         cr_expect_eq(r.out_len, 0u, "`convert %s` wrote output: %s", cases[i].args, r.out);
         run_free(&r);
     }

@@ -216,7 +216,7 @@ static tm_status select_samples(const tm_profile *p, int truncate, selection *s,
     uint64_t span = (uint64_t)s->last - (uint64_t)s->first;
     if (span > V1_MAX_DURATION_NS)
         return REJECT(err, "DurationIsTooLong", "samples span %.3f s, more than the 30 s a transaction profile may "
-                      "last (truncate keeps the first 30 s)", (double)span / 1e9);
+                      "last (the truncate option, --truncate, keeps the first 30 s)", (double)span / 1e9);
     return TM_OK;
 }
 
