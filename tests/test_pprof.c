@@ -585,6 +585,37 @@ Test(pprof, locations_functions_and_mappings) {
     tb_free(&t);
 }
 
+/* pprof takes the first mapping for the main binary ("File:" in its
+ * reports): the mapping of the program a process is named after comes
+ * first, though another was used first. */
+Test(pprof, the_processes_program_is_the_first_mapping) {
+    for (int named = 0; named <= 1; named++) {
+        tb_buf t = {0};
+        if (named) {
+            size_t p = tb_packet_open(&t, 2, TB_BOOT0, 0);
+            size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
+            size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
+            tb_uint(&t, TM_PF_PROCESS_PID, PID);
+            tb_str(&t, TM_PF_PROCESS_CMDLINE, "/apex/boot-framework.oat");
+            tb_close(&t, pr);
+            tb_close(&t, pt);
+            tb_close(&t, p);
+        }
+        build_trace(&t, SAMPLES, N_SAMPLES);
+        tm_trace *tr = parse(&t);
+        d_profile d;
+        write_and_decode(tr, NULL, &d);
+        cr_assert_eq(d.n_mappings, 2);
+        const d_mapping *first = mapping(&d, 1);
+        cr_assert_not_null(first);
+        /* libexample.so's native_func is sampled before View.draw */
+        cr_assert_str_eq(str_at(&d, first->filename), named ? "system/boot-framework.oat" : "libexample.so");
+        free_profile(&d);
+        tm_trace_free(tr);
+        tb_free(&t);
+    }
+}
+
 Test(pprof, gzip_and_raw_hold_the_same_profile) {
     tb_buf t = {0};
     build_trace(&t, SAMPLES, N_SAMPLES);

@@ -515,10 +515,35 @@ static tm_str frame_file(const tm_profile *p, const tm_prof_frame *f) {
     return none;
 }
 
-/* Numbers functions and used mappings in location order. */
+static tm_str base_name(tm_str path) {
+    size_t base = path.len;
+    while (base > 0 && path.data[base - 1] != '/') base--;
+    return (tm_str){path.data + base, path.len - base};
+}
+
+/* Is path the file of an executable a process of p is named after (by
+ * file name, or the kernel's 15-byte cut of it)? */
+static bool names_a_process(const tm_profile *p, tm_str path) {
+    tm_str file = base_name(path);
+    for (size_t i = 0; i < p->n_processes; i++) {
+        tm_str name = base_name(p->processes[i].name);
+        if (name.len && (tm_bytes_eq(name, file) ||
+                         (name.len == 15 && file.len > 15 && memcmp(name.data, file.data, 15) == 0)))
+            return true;
+    }
+    return false;
+}
+
+/* Numbers functions and used mappings in location order, but the mapping
+ * of a program the profile's processes are named after first: pprof takes
+ * the first mapping for the main binary (its "File:"). */
 static tm_status number_functions_and_mappings(pprof_writer *x) {
     const tm_profile *p = x->p;
     uint32_t n_maps = 0;
+    for (size_t l = 0; l < x->n_locs && !n_maps; l++) {
+        const tm_prof_frame *f = &p->frames[p->frame_ids[x->locs[l].at]];
+        if (f->mapping && names_a_process(p, p->mappings[f->mapping - 1].path)) x->map_id[f->mapping - 1] = ++n_maps;
+    }
     for (size_t l = 0; l < x->n_locs; l++) {
         for (uint32_t k = 0; k < x->locs[l].n; k++) {
             uint32_t fi = p->frame_ids[x->locs[l].at + k];
