@@ -28,13 +28,15 @@
  * A per-thread guard makes every allocation the profiler causes (the
  * unwinder's, a signal handler's during a sample) go straight to the real
  * allocator, counted when it would have been sampled. No lock is held
- * while calling out: the live table is lock-free (a compare-and-swap per
- * slot), and the callstack table takes a spin lock only to add a new stack,
- * inside the guard. A fork child stops sampling (the recorder does not run
- * there). The collector and the writer run on a thread whose allocations
- * are never sampled. A callstack's totals are kept in one of a few shards
- * picked per thread, so that threads sampling the same stack do not pass
- * its cache line back and forth; a snapshot adds the shards up.
+ * while calling out: the live table is lock-free (a compare-and-swap to
+ * take a slot, a plain store to give it back), and the callstack table
+ * takes a spin lock only to add a new stack, inside the guard. A fork child
+ * stops sampling (the recorder does not run there). The collector and the
+ * writer run on a thread whose allocations are never sampled. The first
+ * threads to sample each keep their own copy (shard) of every callstack's
+ * totals, which they add to without a locked instruction and without
+ * passing cache lines between cores; later threads share one more shard
+ * with atomic adds; a snapshot adds the shards up.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -43,7 +45,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <libunwind.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -74,7 +75,9 @@ enum {
                                   sends frees to the buckets */
     IDLE_STRIDE = 64 * 1024,   /* bytes a thread allocates the fast way between looks at
                                   whether a profile has started */
-    SHARDS = 4,                /* copies of every callstack's totals, one per group of threads */
+    OWN_SHARDS = 15,           /* the first threads to sample keep their own copy of every
+                                  callstack's totals, which only they write: a plain add */
+    SHARDS = OWN_SHARDS + 1,   /* the last copy is shared by all later threads: atomic adds */
     STACKS_MAX = 1 << 16,      /* distinct allocation callstacks */
     STACK_INDEX = STACKS_MAX * 2,
     POOL_WORDS = 1 << 22,      /* pcs of all callstacks: 32 MiB of address space, touched as used */
@@ -109,6 +112,7 @@ typedef struct heap_thread {
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
     int shard;          /* its callstack totals' shard + 1; 0 before its first sample */
+    int own_shard;      /* the shard is this thread's alone */
 } heap_thread;
 static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 
@@ -214,6 +218,24 @@ static uint64_t next_random(heap_thread *t) {
     return t->rng = x;
 }
 
+/* -ln(u) for u in (0, 1] (normal), to ~1e-12: u = m * 2^e with m in
+ * [sqrt(1/2), sqrt(2)), ln(m) = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <=
+ * 0.172, summed to s^13. A third of libm's log in instructions; the error is
+ * far below what would bias the estimates. */
+static double neg_log_unit(double u) {
+    uint64_t bits;
+    memcpy(&bits, &u, sizeof bits);
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+    double m;
+    memcpy(&m, &bits, sizeof m);
+    if (m > 1.4142135623730950488) m *= 0.5, e++;
+    double s = (m - 1) / (m + 1), s2 = s * s;
+    double ln_m =
+        s * (2.0 + s2 * (2.0 / 3 + s2 * (2.0 / 5 + s2 * (2.0 / 7 + s2 * (2.0 / 9 + s2 * (2.0 / 11 + s2 * (2.0 / 13)))))));
+    return -((double)e * 0.69314718055994530942 + ln_m);
+}
+
 /* An exponentially distributed distance to the next sample, mean g_interval. */
 static int64_t draw_interval(heap_thread *t) {
     if (!t->rng) {
@@ -223,7 +245,7 @@ static int64_t draw_interval(heap_thread *t) {
         if (!t->rng) t->rng = 1;
     }
     double u = (double)((next_random(t) >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
-    double d = -log(u) * (double)g_interval;
+    double d = neg_log_unit(u) * (double)g_interval;
     return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
 
@@ -252,8 +274,22 @@ static inline uint64_t weight_of(size_t size) {
 
 /* This thread's shard of stack id's totals. */
 static totals *totals_of(heap_thread *t, uint32_t id) {
-    if (!t->shard) t->shard = 1 + atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed) % SHARDS;
+    if (!t->shard) {
+        int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
+        t->own_shard = k < OWN_SHARDS;
+        t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
+    }
     return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
+}
+
+/* *x += v in this thread's shard: a load and a store when only this thread
+ * writes it (no locked instruction), an atomic add in the shared one. Release:
+ * the snapshot that sees a free sees its allocation. */
+static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
+    if (t->own_shard)
+        atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_release);
+    else
+        atomic_fetch_add_explicit(x, v, memory_order_release);
 }
 
 /* ---- the live table ------------------------------------------------------------ */
@@ -304,15 +340,17 @@ static NOINLINE void live_remove(uintptr_t p) {
         for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
             uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
-            uintptr_t expect = p;
-            /* Only one free of p can win (a double free is the program's bug). */
-            if (!atomic_compare_exchange_strong(&g_live_addr[i], &expect, 0)) return;
+            /* A plain store frees the slot: only a free of p writes it now,
+             * and two frees of one block at once are the program's bug (the
+             * allocator's to catch). */
+            atomic_store_explicit(&g_live_addr[i], 0, memory_order_release);
             uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
             while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c - 1)) {
             }
-            totals *s = totals_of(&t_heap, (uint32_t)(v >> WEIGHT_BITS));
-            atomic_fetch_add_explicit(&s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1), memory_order_relaxed);
-            atomic_fetch_add_explicit(&s->free_count, 1, memory_order_relaxed);
+            heap_thread *t = &t_heap;
+            totals *s = totals_of(t, (uint32_t)(v >> WEIGHT_BITS));
+            add_total(t, &s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1));
+            add_total(t, &s->free_count, 1);
             return;
         }
 }
@@ -415,8 +453,8 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
     } else {
         /* Counted after the insert: a free can only come after we return. */
         totals *s = totals_of(t, (uint32_t)id);
-        atomic_fetch_add_explicit(&s->alloc_bytes, weight, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->alloc_count, 1, memory_order_relaxed);
+        add_total(t, &s->alloc_bytes, weight);
+        add_total(t, &s->alloc_count, 1);
     }
     t->guard--;
 }
@@ -657,6 +695,9 @@ static size_t g_snapshot_cap;
 
 static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
     uint32_t n = atomic_load_explicit(&g_n_stacks, memory_order_acquire);
+    /* The shards handed out so far (the shared one last); the others are 0. */
+    int handed = atomic_load_explicit(&g_next_shard, memory_order_relaxed);
+    size_t shards = handed < OWN_SHARDS ? (size_t)handed : OWN_SHARDS, shared = OWN_SHARDS;
     size_t kept = 0;
     st->sampled = 0;
     if (tmr_grow((void **)&g_snapshot, &g_snapshot_cap, sizeof *g_snapshot, n ? n : 1) == 0)
@@ -667,14 +708,14 @@ static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
              * allocation, so the totals read never show more freed than
              * allocated. */
             c->free_bytes = c->free_count = c->alloc_bytes = c->alloc_count = 0;
-            for (size_t k = 0; k < SHARDS; k++) {
-                totals *x = &g_totals[k * STACKS_MAX + i];
+            for (size_t k = 0; k <= shards; k++) {
+                totals *x = &g_totals[(k < shards ? k : shared) * STACKS_MAX + i];
                 c->free_bytes += atomic_load_explicit(&x->free_bytes, memory_order_relaxed);
                 c->free_count += atomic_load_explicit(&x->free_count, memory_order_relaxed);
             }
             atomic_thread_fence(memory_order_acquire);
-            for (size_t k = 0; k < SHARDS; k++) {
-                totals *x = &g_totals[k * STACKS_MAX + i];
+            for (size_t k = 0; k <= shards; k++) {
+                totals *x = &g_totals[(k < shards ? k : shared) * STACKS_MAX + i];
                 c->alloc_bytes += atomic_load_explicit(&x->alloc_bytes, memory_order_relaxed);
                 c->alloc_count += atomic_load_explicit(&x->alloc_count, memory_order_relaxed);
             }
