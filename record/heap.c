@@ -83,7 +83,11 @@ enum {
     POOL_WORDS = 1 << 22,      /* pcs of all callstacks: 32 MiB of address space, touched as used */
     OWN_FRAMES_MAX = 8,        /* the sampler's own frames above the interposed function */
     DEPTH_MAX = 128,           /* frames per stack: the unwind buffer is on the allocating thread's stack */
-    WEIGHT_BITS = 40           /* a live slot's value: stack id << 40 | bytes it stands for */
+    WEIGHT_BITS = 40,          /* a live slot's value: stack id << 40 | bytes it stands for */
+    MEMO_SLOTS = 32,           /* stacks a thread remembers (a power of 2) */
+    MEMO_DEPTH = 24,           /* frames of a remembered stack */
+    MEMO_WORDS = 2 * MEMO_DEPTH /* stack words its unwind read: a return address and a saved
+                                  frame register per frame */
 };
 
 /* ---- the real allocator ---------------------------------------------------- */
@@ -113,6 +117,7 @@ typedef struct heap_thread {
     int ignored;        /* a recorder thread: never sampled */
     int shard;          /* its callstack totals' shard + 1; 0 before its first sample */
     int own_shard;      /* the shard is this thread's alone */
+    struct memo_table *memos; /* the stacks it unwound (allocated at its first sample) */
 } heap_thread;
 static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 
@@ -413,11 +418,220 @@ static int64_t stack_id(const uint64_t *pcs, uint32_t n) {
     return id;
 }
 
+/* ---- the unwind memo ---------------------------------------------------------------------
+ * A program allocates from few call sites, each from few stacks: a thread
+ * keeps the stacks it unwound, so that the next allocation from the same
+ * stack finds its id without unwinding. What an unwind finds is decided by
+ * where it starts (the caller's return address, stack pointer and frame
+ * register) and by the stack words it reads: each frame's return address
+ * and its saved frame register. A memo is keyed by the first and keeps the
+ * addresses and values of the second; it is used only while every one of
+ * those words still holds its value, read in the order the unwinder read
+ * them (so a word is read only when the unwinder would read it too).
+ *
+ * The addresses come from a slower unwind with libunwind's cursor
+ * (unw_step and unw_get_save_loc), made the second time in a row a memo
+ * slot misses the same start, so that a stack seen once costs no more than
+ * before. Stacks with a signal frame, deeper than MEMO_DEPTH or whose words
+ * are not all on the stack are never kept.
+ *
+ * The frame register is rbp on x86-64. heap.c is compiled with it reserved
+ * (-ffixed-rbp, TMR_HEAP_RBP_RESERVED), so that every function here still
+ * holds the caller's value; elsewhere the memo is off. */
+
+#if defined(__x86_64__) && defined(TMR_HEAP_RBP_RESERVED)
+#define HEAP_MEMO 1
+#endif
+
+/* A call into the profiler: where it returns to and the caller's stack
+ * pointer there (the interposed function's canonical frame address). */
+typedef struct call_site {
+    const void *ret;
+    uintptr_t sp;
+} call_site;
+
+#define CALLER ((call_site){.ret = __builtin_return_address(0), .sp = (uintptr_t)__builtin_dwarf_cfa()})
+
+#ifdef HEAP_MEMO
+typedef struct memo_word {
+    uintptr_t at;
+    uint64_t value;
+} memo_word;
+
+typedef struct memo {
+    uintptr_t ret, sp, fp; /* where the unwind starts; ret 0: empty */
+    uint32_t generation;   /* the profile whose stack id it holds */
+    uint32_t id;           /* the stack's id */
+    uint32_t n_words;      /* the words the unwind read */
+    int uses_fp;           /* the unwind depended on the caller's frame register */
+    memo_word words[MEMO_WORDS];
+} memo;
+
+typedef struct memo_table {
+    uint64_t missed[MEMO_SLOTS]; /* the start that last missed in each slot */
+    memo slot[MEMO_SLOTS];
+} memo_table;
+
+static pthread_key_t g_memo_key;
+static int g_memo_key_made;
+static _Atomic uint32_t g_generation; /* tmr_heap_start's count: stack ids of an older profile are stale */
+
+/* The thread's memo table goes with it (a pthread key destructor). */
+static void memo_table_free(void *table) {
+    t_heap.memos = NULL;
+    real.free(table);
+}
+
+static uintptr_t frame_register(void) {
+    uintptr_t fp;
+    __asm__ volatile("mov %%rbp, %0" : "=r"(fp));
+    return fp;
+}
+
+static uint64_t memo_start_hash(uintptr_t ret, uintptr_t sp) {
+    return tm_hash_u64((uint64_t)ret ^ tm_hash_u64((uint64_t)sp));
+}
+
+enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
+
+/* The stack id a memo of this start holds if every word it read is
+ * unchanged; MEMO_MISS otherwise, MEMO_NEVER for a start whose stack cannot
+ * be kept. */
+static int64_t memo_find(const memo *m, uintptr_t ret, uintptr_t sp, uintptr_t fp) {
+    if (m->ret != ret || m->sp != sp || (m->uses_fp && m->fp != fp) ||
+        m->generation != atomic_load_explicit(&g_generation, memory_order_relaxed))
+        return MEMO_MISS;
+    if (m->id == UINT32_MAX) return MEMO_NEVER;
+    for (uint32_t i = 0; i < m->n_words; i++)
+        if (*(const volatile uint64_t *)m->words[i].at != m->words[i].value) return MEMO_MISS;
+    return m->id;
+}
+
+/* Unwinds from the caller with libunwind's cursor into pcs (at most max)
+ * and records in m the stack words read; 0 when the stack cannot be kept
+ * (the pcs are then not complete either). */
+static NOINLINE uint32_t memo_unwind(memo *m, call_site at, uintptr_t fp, uint64_t *pcs, uint32_t max) {
+    unw_context_t ctx;
+    unw_cursor_t cursor;
+    unw_word_t ip, sp, reg;
+    unw_save_loc_t loc;
+    if (unw_getcontext(&ctx) != 0 || unw_init_local(&cursor, &ctx) != 0) return 0;
+    for (int i = 0;; i++) { /* past the profiler's own frames, to the caller's */
+        if (i > OWN_FRAMES_MAX || unw_step(&cursor) <= 0) return 0;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) == 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 &&
+            ip == (unw_word_t)(uintptr_t)at.ret && sp == at.sp)
+            break;
+    }
+    if (unw_get_reg(&cursor, UNW_X86_64_RBP, &reg) != 0 || reg != fp) return 0;
+    uint32_t n = 0, words = 0;
+    pcs[n++] = ip;
+    /* The caller's frame register decides the unwind unless the caller
+     * saved it (so that the next frames' comes from the stack) and does not
+     * address its frame with it (its CFA is not fp + 16). */
+    m->uses_fp = 1;
+    while (n < max) {
+        int r = unw_step(&cursor);
+        if (r == 0) break;
+        if (r < 0 || unw_is_signal_frame(&cursor) > 0 || unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 ||
+            unw_get_reg(&cursor, UNW_REG_SP, &sp) != 0)
+            return 0;
+        /* the return address, then the frame register it restored, if from
+         * the program's stack (below the caller's stack pointer, it was
+         * saved by the profiler's own frames: it is fp) */
+        if (unw_get_save_loc(&cursor, UNW_REG_IP, &loc) != 0 || loc.type != UNW_SLT_MEMORY ||
+            words + 2 > MEMO_WORDS)
+            return 0;
+        m->words[words++] = (memo_word){.at = (uintptr_t)loc.u.addr, .value = ip};
+        if (unw_get_save_loc(&cursor, UNW_X86_64_RBP, &loc) != 0 ||
+            (loc.type != UNW_SLT_MEMORY && loc.type != UNW_SLT_NONE))
+            return 0;
+        int saved_on_stack = loc.type == UNW_SLT_MEMORY && loc.u.addr >= at.sp;
+        if (saved_on_stack)
+            m->words[words++] =
+                (memo_word){.at = (uintptr_t)loc.u.addr, .value = *(const uint64_t *)(uintptr_t)loc.u.addr};
+        if (n == 1) m->uses_fp = !saved_on_stack || sp == fp + 16;
+        pcs[n++] = ip;
+    }
+    m->n_words = words;
+    return n;
+}
+#endif
+
+/* Unwinds from the caller into pcs (room for OWN_FRAMES_MAX + DEPTH_MAX)
+ * with unw_backtrace; the number of frames, the caller's first. */
+static uint32_t unwind(call_site at, uint64_t *frames, uint64_t **pcs) {
+    uint32_t max = g_max_depth + OWN_FRAMES_MAX;
+    int n = unw_backtrace((void **)frames, (int)max);
+    for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
+        if (frames[i] == (uint64_t)(uintptr_t)at.ret) {
+            *pcs = frames + i;
+            return (uint32_t)(n - i) < g_max_depth ? (uint32_t)(n - i) : g_max_depth;
+        }
+    return 0;
+}
+
+/* The id of the stack that called at, from the thread's memo or unwound;
+ * -1 when the stack table is full. */
+static int64_t stack_of(heap_thread *t, call_site at) {
+    uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX], *pcs = frames;
+    uint32_t depth = 0;
+#ifdef HEAP_MEMO
+    uintptr_t fp = frame_register(), ret = (uintptr_t)at.ret;
+    uint64_t start = memo_start_hash(ret, at.sp);
+    memo_table *table = t->memos;
+    memo *m = NULL;
+    uint32_t learned = 0;
+    if (table) {
+        m = &table->slot[start & (MEMO_SLOTS - 1)];
+        int64_t id = memo_find(m, ret, at.sp, fp);
+        if (id >= 0) return id;
+        if (id == MEMO_NEVER || table->missed[start & (MEMO_SLOTS - 1)] != start) {
+            table->missed[start & (MEMO_SLOTS - 1)] = start;
+            m = NULL; /* seen once, or not to be kept: unwound the usual way */
+        }
+    } else if (g_memo_key_made && (table = real.malloc(sizeof *table)) != NULL) {
+        memset(table, 0, sizeof *table);
+        if (pthread_setspecific(g_memo_key, table) != 0) {
+            real.free(table);
+            table = NULL;
+        }
+        t->memos = table;
+    }
+#endif
+    /* The CPU sampler's signal handler unwinds with the same per-thread
+     * libunwind cache: meanwhile it only leaves a note (sampler.c). */
+    tmr_unwind_busy = 1;
+#ifdef HEAP_MEMO
+    if (m) {
+        m->ret = 0;
+        depth = learned = memo_unwind(m, at, fp, frames, g_max_depth);
+    }
+#endif
+    if (depth == 0) depth = unwind(at, frames, &pcs);
+    tmr_unwind_busy = 0;
+    tmr_sampler_take_deferred();
+    if (depth == 0) { /* the caller is all we know */
+        atomic_fetch_add_explicit(&g_unwind_errors, 1, memory_order_relaxed);
+        frames[0] = (uint64_t)(uintptr_t)at.ret;
+        pcs = frames;
+        depth = 1;
+    }
+    int64_t id = stack_id(pcs, depth);
+#ifdef HEAP_MEMO
+    if (m && id >= 0) { /* kept, or marked as a stack to unwind the usual way */
+        m->id = learned ? (uint32_t)id : UINT32_MAX;
+        if (!learned) m->n_words = 0;
+        m->generation = atomic_load_explicit(&g_generation, memory_order_relaxed);
+        m->ret = ret, m->sp = at.sp, m->fp = fp;
+    }
+#endif
+    return id;
+}
+
 /* ---- a sampled allocation ------------------------------------------------------------- */
 
-/* Records p (weight bytes) allocated from the call that returns to caller.
- * The unwind starts here: the frames above caller are the profiler's own. */
-static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
+/* Records p (weight bytes) allocated from the call at. */
+static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     heap_thread *t = &t_heap;
     if (t->ignored) return;
     if (t->guard) {
@@ -425,29 +639,7 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
         return;
     }
     t->guard++;
-    uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX];
-    uint32_t max = g_max_depth + OWN_FRAMES_MAX;
-    /* The CPU sampler's signal handler unwinds with the same per-thread
-     * libunwind cache: meanwhile it only leaves a note (sampler.c). */
-    tmr_unwind_busy = 1;
-    int n = unw_backtrace((void **)frames, (int)max);
-    tmr_unwind_busy = 0;
-    tmr_sampler_take_deferred();
-    const uint64_t *pcs = frames;
-    uint32_t depth = 0;
-    for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
-        if (frames[i] == (uint64_t)(uintptr_t)caller) {
-            pcs = frames + i;
-            depth = (uint32_t)(n - i) < g_max_depth ? (uint32_t)(n - i) : g_max_depth;
-            break;
-        }
-    if (depth == 0) { /* the caller is all we know */
-        atomic_fetch_add_explicit(&g_unwind_errors, 1, memory_order_relaxed);
-        frames[0] = (uint64_t)(uintptr_t)caller;
-        pcs = frames;
-        depth = 1;
-    }
-    int64_t id = stack_id(pcs, depth);
+    int64_t id = stack_of(t, at);
     if (id < 0 || !live_insert((uintptr_t)p, (uint32_t)id, weight)) {
         atomic_fetch_add_explicit(&g_table_full, 1, memory_order_relaxed);
     } else {
@@ -460,7 +652,7 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
 }
 
 /* Every allocation but malloc's fast path passes here once it succeeded. */
-static inline void *on_alloc(void *p, size_t size, const void *caller) {
+static inline void *on_alloc(void *p, size_t size, call_site caller) {
     /* acquire: g_interval and the tables were set before sampling began */
     if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
         uint64_t weight = weight_of(size);
@@ -471,20 +663,18 @@ static inline void *on_alloc(void *p, size_t size, const void *caller) {
     return p;
 }
 
-#define CALLER __builtin_return_address(0)
-
 /* ---- the interposed C functions ------------------------------------------------------ */
 
 /* malloc when the fast path does not apply: the thread's first calls, a
  * size always sampled, a threshold crossed, no profile running. */
-static NOINLINE void *malloc_slow(size_t size, const void *caller) {
+static NOINLINE void *malloc_slow(size_t size, call_site caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, 16);
     return on_alloc(real.malloc(size), size, caller);
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
  * (bytes_left > 0 means the thread found it already). */
-static inline void *do_malloc(size_t size, const void *caller) {
+static inline void *do_malloc(size_t size, call_site caller) {
     heap_thread *t = &t_heap;
     int64_t left = t->bytes_left - (int64_t)size;
     if (LIKELY(size < atomic_load_explicit(&g_sample_at, memory_order_relaxed) && left > 0)) {
@@ -514,12 +704,12 @@ static inline void do_free(void *p) {
     atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
 }
 
-static inline void *do_memalign(size_t align, size_t size, const void *caller) {
+static inline void *do_memalign(size_t align, size_t size, call_site caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, align);
     return on_alloc(real.memalign(align, size), size, caller);
 }
 
-static void *do_realloc(void *p, size_t size, const void *caller) {
+static void *do_realloc(void *p, size_t size, call_site caller) {
     /* Before the real functions are known every block is the arena's. */
     int bootstrap = !ready();
     if (UNLIKELY(bootstrap || in_arena(p))) {
@@ -768,6 +958,12 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
         return NULL;
     }
     pthread_atfork(NULL, NULL, heap_atfork_child);
+#ifdef HEAP_MEMO
+    /* unw_step's per-thread cache: no lock and no signal mask per frame */
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    atomic_fetch_add(&g_generation, 1);
+    if (!g_memo_key_made) g_memo_key_made = pthread_key_create(&g_memo_key, memo_table_free) == 0;
+#endif
     atomic_store(&g_sample_at, g_interval);
     atomic_store(&g_on, 1);
     t_heap.bytes_left = 0; /* this thread draws its first threshold now, not after its idle stride */
