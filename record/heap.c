@@ -45,6 +45,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <libunwind.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -223,24 +224,6 @@ static uint64_t next_random(heap_thread *t) {
     return t->rng = x;
 }
 
-/* -ln(u) for u in (0, 1] (normal), to ~1e-12: u = m * 2^e with m in
- * [sqrt(1/2), sqrt(2)), ln(m) = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <=
- * 0.172, summed to s^13. A third of libm's log in instructions; the error is
- * far below what would bias the estimates. */
-static double neg_log_unit(double u) {
-    uint64_t bits;
-    memcpy(&bits, &u, sizeof bits);
-    int e = (int)((bits >> 52) & 0x7ff) - 1023;
-    bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
-    double m;
-    memcpy(&m, &bits, sizeof m);
-    if (m > 1.4142135623730950488) m *= 0.5, e++;
-    double s = (m - 1) / (m + 1), s2 = s * s;
-    double ln_m =
-        s * (2.0 + s2 * (2.0 / 3 + s2 * (2.0 / 5 + s2 * (2.0 / 7 + s2 * (2.0 / 9 + s2 * (2.0 / 11 + s2 * (2.0 / 13)))))));
-    return -((double)e * 0.69314718055994530942 + ln_m);
-}
-
 /* An exponentially distributed distance to the next sample, mean g_interval. */
 static int64_t draw_interval(heap_thread *t) {
     if (!t->rng) {
@@ -250,7 +233,7 @@ static int64_t draw_interval(heap_thread *t) {
         if (!t->rng) t->rng = 1;
     }
     double u = (double)((next_random(t) >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
-    double d = neg_log_unit(u) * (double)g_interval;
+    double d = -log(u) * (double)g_interval;
     return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
 
@@ -302,24 +285,31 @@ static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
 /* Where p may be: its filter counter and its first bucket by address (no
  * hash: a bucket per 512 bytes of address space, so that the heap a program
  * works in maps to few lines of the table, which stay cached), its second
- * bucket by hash (where the first overflows). */
+ * bucket by hash (where the first overflows).
+ *
+ * Both are shifted by the 64 MiB region p is in: glibc gives each thread's
+ * arena a 64 MiB-aligned heap, so that without the shift every thread's
+ * blocks would land on the same filter and bucket lines, which each sample
+ * then takes from the other cores' caches. */
 typedef struct live_place {
     size_t counter, bucket[2];
 } live_place;
 
-static size_t filter_of(uintptr_t p) { return (size_t)(p >> 4) & (FILTER_COUNTERS - 1); }
+static size_t region_shift(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
+
+static size_t filter_of(uintptr_t p) { return ((size_t)(p >> 4) + region_shift(p)) & (FILTER_COUNTERS - 1); }
 
 static live_place place_of(uintptr_t p) {
     uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {filter_of(p), {(size_t)((p >> 9) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+    live_place at = {filter_of(p), {(((size_t)(p >> 9) + region_shift(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
                                          (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
     return at;
 }
 
-/* Tracks p (one of two buckets, any free slot); 0 when both are full. */
-static int live_insert(uintptr_t p, uint32_t id, uint64_t weight) {
+/* Tracks p at its place (one of two buckets, any free slot); 0 when both
+ * are full. */
+static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight) {
     if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
-    live_place at = place_of(p);
     for (int k = 0; k < 2; k++)
         for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             uintptr_t empty = 0;
@@ -639,8 +629,13 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
         return;
     }
     t->guard++;
+    /* The lines p goes to are rarely cached: they load while the stack is found. */
+    live_place place = place_of((uintptr_t)p);
+    __builtin_prefetch(&g_live_addr[place.bucket[0]], 1);
+    __builtin_prefetch(&g_live_val[place.bucket[0]], 1);
+    __builtin_prefetch(&g_filter[place.counter], 1);
     int64_t id = stack_of(t, at);
-    if (id < 0 || !live_insert((uintptr_t)p, (uint32_t)id, weight)) {
+    if (id < 0 || !live_insert(place, (uintptr_t)p, (uint32_t)id, weight)) {
         atomic_fetch_add_explicit(&g_table_full, 1, memory_order_relaxed);
     } else {
         /* Counted after the insert: a free can only come after we return. */
