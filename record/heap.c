@@ -529,7 +529,7 @@ static NOINLINE uint32_t memo_unwind(memo *m, call_site at, uintptr_t fp, uint64
          * the program's stack (below the caller's stack pointer, it was
          * saved by the profiler's own frames: it is fp) */
         if (unw_get_save_loc(&cursor, UNW_REG_IP, &loc) != 0 || loc.type != UNW_SLT_MEMORY ||
-            words + 2 > MEMO_WORDS)
+            loc.u.addr < at.sp || words + 2 > MEMO_WORDS)
             return 0;
         m->words[words++] = (memo_word){.at = (uintptr_t)loc.u.addr, .value = ip};
         if (unw_get_save_loc(&cursor, UNW_X86_64_RBP, &loc) != 0 ||
@@ -610,7 +610,7 @@ static int64_t stack_of(heap_thread *t, call_site at) {
 #ifdef HEAP_MEMO
     if (m && id >= 0) { /* kept, or marked as a stack to unwind the usual way */
         m->id = learned ? (uint32_t)id : UINT32_MAX;
-        if (!learned) m->n_words = 0;
+        if (!learned) m->n_words = 0, m->uses_fp = 0; /* the mark holds for any fp */
         m->generation = atomic_load_explicit(&g_generation, memory_order_relaxed);
         m->ret = ret, m->sp = at.sp, m->fp = fp;
     }
