@@ -28,13 +28,15 @@
  * A per-thread guard makes every allocation the profiler causes (the
  * unwinder's, a signal handler's during a sample) go straight to the real
  * allocator, counted when it would have been sampled. No lock is held
- * while calling out: the live table is lock-free (a compare-and-swap per
- * slot), and the callstack table takes a spin lock only to add a new stack,
- * inside the guard. A fork child stops sampling (the recorder does not run
- * there). The collector and the writer run on a thread whose allocations
- * are never sampled. A callstack's totals are kept in one of a few shards
- * picked per thread, so that threads sampling the same stack do not pass
- * its cache line back and forth; a snapshot adds the shards up.
+ * while calling out: the live table is lock-free (a compare-and-swap to
+ * take a slot, a plain store to give it back), and the callstack table
+ * takes a spin lock only to add a new stack, inside the guard. A fork child
+ * stops sampling (the recorder does not run there). The collector and the
+ * writer run on a thread whose allocations are never sampled. The first
+ * threads to sample each keep their own copy (shard) of every callstack's
+ * totals, which they add to without a locked instruction and without
+ * passing cache lines between cores; later threads share one more shard
+ * with atomic adds; a snapshot adds the shards up.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -74,13 +76,19 @@ enum {
                                   sends frees to the buckets */
     IDLE_STRIDE = 64 * 1024,   /* bytes a thread allocates the fast way between looks at
                                   whether a profile has started */
-    SHARDS = 4,                /* copies of every callstack's totals, one per group of threads */
+    OWN_SHARDS = 15,           /* the first threads to sample keep their own copy of every
+                                  callstack's totals, which only they write: a plain add */
+    SHARDS = OWN_SHARDS + 1,   /* the last copy is shared by all later threads: atomic adds */
     STACKS_MAX = 1 << 16,      /* distinct allocation callstacks */
     STACK_INDEX = STACKS_MAX * 2,
     POOL_WORDS = 1 << 22,      /* pcs of all callstacks: 32 MiB of address space, touched as used */
     OWN_FRAMES_MAX = 8,        /* the sampler's own frames above the interposed function */
     DEPTH_MAX = 128,           /* frames per stack: the unwind buffer is on the allocating thread's stack */
-    WEIGHT_BITS = 40           /* a live slot's value: stack id << 40 | bytes it stands for */
+    WEIGHT_BITS = 40,          /* a live slot's value: stack id << 40 | bytes it stands for */
+    MEMO_SLOTS = 32,           /* stacks a thread remembers (a power of 2) */
+    MEMO_DEPTH = 24,           /* frames of a remembered stack */
+    MEMO_WORDS = 2 * MEMO_DEPTH /* stack words its unwind read: a return address and a saved
+                                  frame register per frame */
 };
 
 /* ---- the real allocator ---------------------------------------------------- */
@@ -109,6 +117,8 @@ typedef struct heap_thread {
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
     int shard;          /* its callstack totals' shard + 1; 0 before its first sample */
+    int own_shard;      /* the shard is this thread's alone */
+    struct memo_table *memos; /* the stacks it unwound (allocated at its first sample) */
 } heap_thread;
 static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 
@@ -252,8 +262,22 @@ static inline uint64_t weight_of(size_t size) {
 
 /* This thread's shard of stack id's totals. */
 static totals *totals_of(heap_thread *t, uint32_t id) {
-    if (!t->shard) t->shard = 1 + atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed) % SHARDS;
+    if (!t->shard) {
+        int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
+        t->own_shard = k < OWN_SHARDS;
+        t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
+    }
     return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
+}
+
+/* *x += v in this thread's shard: a load and a store when only this thread
+ * writes it (no locked instruction), an atomic add in the shared one. Release:
+ * the snapshot that sees a free sees its allocation. */
+static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
+    if (t->own_shard)
+        atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_release);
+    else
+        atomic_fetch_add_explicit(x, v, memory_order_release);
 }
 
 /* ---- the live table ------------------------------------------------------------ */
@@ -261,24 +285,31 @@ static totals *totals_of(heap_thread *t, uint32_t id) {
 /* Where p may be: its filter counter and its first bucket by address (no
  * hash: a bucket per 512 bytes of address space, so that the heap a program
  * works in maps to few lines of the table, which stay cached), its second
- * bucket by hash (where the first overflows). */
+ * bucket by hash (where the first overflows).
+ *
+ * Both are shifted by the 64 MiB region p is in: glibc gives each thread's
+ * arena a 64 MiB-aligned heap, so that without the shift every thread's
+ * blocks would land on the same filter and bucket lines, which each sample
+ * then takes from the other cores' caches. */
 typedef struct live_place {
     size_t counter, bucket[2];
 } live_place;
 
-static size_t filter_of(uintptr_t p) { return (size_t)(p >> 4) & (FILTER_COUNTERS - 1); }
+static size_t region_shift(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
+
+static size_t filter_of(uintptr_t p) { return ((size_t)(p >> 4) + region_shift(p)) & (FILTER_COUNTERS - 1); }
 
 static live_place place_of(uintptr_t p) {
     uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {filter_of(p), {(size_t)((p >> 9) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
+    live_place at = {filter_of(p), {(((size_t)(p >> 9) + region_shift(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
                                          (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
     return at;
 }
 
-/* Tracks p (one of two buckets, any free slot); 0 when both are full. */
-static int live_insert(uintptr_t p, uint32_t id, uint64_t weight) {
+/* Tracks p at its place (one of two buckets, any free slot); 0 when both
+ * are full. */
+static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight) {
     if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
-    live_place at = place_of(p);
     for (int k = 0; k < 2; k++)
         for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             uintptr_t empty = 0;
@@ -304,15 +335,17 @@ static NOINLINE void live_remove(uintptr_t p) {
         for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
             uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
-            uintptr_t expect = p;
-            /* Only one free of p can win (a double free is the program's bug). */
-            if (!atomic_compare_exchange_strong(&g_live_addr[i], &expect, 0)) return;
+            /* A plain store frees the slot: only a free of p writes it now,
+             * and two frees of one block at once are the program's bug (the
+             * allocator's to catch). */
+            atomic_store_explicit(&g_live_addr[i], 0, memory_order_release);
             uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
             while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c - 1)) {
             }
-            totals *s = totals_of(&t_heap, (uint32_t)(v >> WEIGHT_BITS));
-            atomic_fetch_add_explicit(&s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1), memory_order_relaxed);
-            atomic_fetch_add_explicit(&s->free_count, 1, memory_order_relaxed);
+            heap_thread *t = &t_heap;
+            totals *s = totals_of(t, (uint32_t)(v >> WEIGHT_BITS));
+            add_total(t, &s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1));
+            add_total(t, &s->free_count, 1);
             return;
         }
 }
@@ -375,11 +408,220 @@ static int64_t stack_id(const uint64_t *pcs, uint32_t n) {
     return id;
 }
 
+/* ---- the unwind memo ---------------------------------------------------------------------
+ * A program allocates from few call sites, each from few stacks: a thread
+ * keeps the stacks it unwound, so that the next allocation from the same
+ * stack finds its id without unwinding. What an unwind finds is decided by
+ * where it starts (the caller's return address, stack pointer and frame
+ * register) and by the stack words it reads: each frame's return address
+ * and its saved frame register. A memo is keyed by the first and keeps the
+ * addresses and values of the second; it is used only while every one of
+ * those words still holds its value, read in the order the unwinder read
+ * them (so a word is read only when the unwinder would read it too).
+ *
+ * The addresses come from a slower unwind with libunwind's cursor
+ * (unw_step and unw_get_save_loc), made the second time in a row a memo
+ * slot misses the same start, so that a stack seen once costs no more than
+ * before. Stacks with a signal frame, deeper than MEMO_DEPTH or whose words
+ * are not all on the stack are never kept.
+ *
+ * The frame register is rbp on x86-64. heap.c is compiled with it reserved
+ * (-ffixed-rbp, TMR_HEAP_RBP_RESERVED), so that every function here still
+ * holds the caller's value; elsewhere the memo is off. */
+
+#if defined(__x86_64__) && defined(TMR_HEAP_RBP_RESERVED)
+#define HEAP_MEMO 1
+#endif
+
+/* A call into the profiler: where it returns to and the caller's stack
+ * pointer there (the interposed function's canonical frame address). */
+typedef struct call_site {
+    const void *ret;
+    uintptr_t sp;
+} call_site;
+
+#define CALLER ((call_site){.ret = __builtin_return_address(0), .sp = (uintptr_t)__builtin_dwarf_cfa()})
+
+#ifdef HEAP_MEMO
+typedef struct memo_word {
+    uintptr_t at;
+    uint64_t value;
+} memo_word;
+
+typedef struct memo {
+    uintptr_t ret, sp, fp; /* where the unwind starts; ret 0: empty */
+    uint32_t generation;   /* the profile whose stack id it holds */
+    uint32_t id;           /* the stack's id */
+    uint32_t n_words;      /* the words the unwind read */
+    int uses_fp;           /* the unwind depended on the caller's frame register */
+    memo_word words[MEMO_WORDS];
+} memo;
+
+typedef struct memo_table {
+    uint64_t missed[MEMO_SLOTS]; /* the start that last missed in each slot */
+    memo slot[MEMO_SLOTS];
+} memo_table;
+
+static pthread_key_t g_memo_key;
+static int g_memo_key_made;
+static _Atomic uint32_t g_generation; /* tmr_heap_start's count: stack ids of an older profile are stale */
+
+/* The thread's memo table goes with it (a pthread key destructor). */
+static void memo_table_free(void *table) {
+    t_heap.memos = NULL;
+    real.free(table);
+}
+
+static uintptr_t frame_register(void) {
+    uintptr_t fp;
+    __asm__ volatile("mov %%rbp, %0" : "=r"(fp));
+    return fp;
+}
+
+static uint64_t memo_start_hash(uintptr_t ret, uintptr_t sp) {
+    return tm_hash_u64((uint64_t)ret ^ tm_hash_u64((uint64_t)sp));
+}
+
+enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
+
+/* The stack id a memo of this start holds if every word it read is
+ * unchanged; MEMO_MISS otherwise, MEMO_NEVER for a start whose stack cannot
+ * be kept. */
+static int64_t memo_find(const memo *m, uintptr_t ret, uintptr_t sp, uintptr_t fp) {
+    if (m->ret != ret || m->sp != sp || (m->uses_fp && m->fp != fp) ||
+        m->generation != atomic_load_explicit(&g_generation, memory_order_relaxed))
+        return MEMO_MISS;
+    if (m->id == UINT32_MAX) return MEMO_NEVER;
+    for (uint32_t i = 0; i < m->n_words; i++)
+        if (*(const volatile uint64_t *)m->words[i].at != m->words[i].value) return MEMO_MISS;
+    return m->id;
+}
+
+/* Unwinds from the caller with libunwind's cursor into pcs (at most max)
+ * and records in m the stack words read; 0 when the stack cannot be kept
+ * (the pcs are then not complete either). */
+static NOINLINE uint32_t memo_unwind(memo *m, call_site at, uintptr_t fp, uint64_t *pcs, uint32_t max) {
+    unw_context_t ctx;
+    unw_cursor_t cursor;
+    unw_word_t ip, sp, reg;
+    unw_save_loc_t loc;
+    if (unw_getcontext(&ctx) != 0 || unw_init_local(&cursor, &ctx) != 0) return 0;
+    for (int i = 0;; i++) { /* past the profiler's own frames, to the caller's */
+        if (i > OWN_FRAMES_MAX || unw_step(&cursor) <= 0) return 0;
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) == 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 &&
+            ip == (unw_word_t)(uintptr_t)at.ret && sp == at.sp)
+            break;
+    }
+    if (unw_get_reg(&cursor, UNW_X86_64_RBP, &reg) != 0 || reg != fp) return 0;
+    uint32_t n = 0, words = 0;
+    pcs[n++] = ip;
+    /* The caller's frame register decides the unwind unless the caller
+     * saved it (so that the next frames' comes from the stack) and does not
+     * address its frame with it (its CFA is not fp + 16). */
+    m->uses_fp = 1;
+    while (n < max) {
+        int r = unw_step(&cursor);
+        if (r == 0) break;
+        if (r < 0 || unw_is_signal_frame(&cursor) > 0 || unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 ||
+            unw_get_reg(&cursor, UNW_REG_SP, &sp) != 0)
+            return 0;
+        /* the return address, then the frame register it restored, if from
+         * the program's stack (below the caller's stack pointer, it was
+         * saved by the profiler's own frames: it is fp) */
+        if (unw_get_save_loc(&cursor, UNW_REG_IP, &loc) != 0 || loc.type != UNW_SLT_MEMORY ||
+            loc.u.addr < at.sp || words + 2 > MEMO_WORDS)
+            return 0;
+        m->words[words++] = (memo_word){.at = (uintptr_t)loc.u.addr, .value = ip};
+        if (unw_get_save_loc(&cursor, UNW_X86_64_RBP, &loc) != 0 ||
+            (loc.type != UNW_SLT_MEMORY && loc.type != UNW_SLT_NONE))
+            return 0;
+        int saved_on_stack = loc.type == UNW_SLT_MEMORY && loc.u.addr >= at.sp;
+        if (saved_on_stack)
+            m->words[words++] =
+                (memo_word){.at = (uintptr_t)loc.u.addr, .value = *(const uint64_t *)(uintptr_t)loc.u.addr};
+        if (n == 1) m->uses_fp = !saved_on_stack || sp == fp + 16;
+        pcs[n++] = ip;
+    }
+    m->n_words = words;
+    return n;
+}
+#endif
+
+/* Unwinds from the caller into pcs (room for OWN_FRAMES_MAX + DEPTH_MAX)
+ * with unw_backtrace; the number of frames, the caller's first. */
+static uint32_t unwind(call_site at, uint64_t *frames, uint64_t **pcs) {
+    uint32_t max = g_max_depth + OWN_FRAMES_MAX;
+    int n = unw_backtrace((void **)frames, (int)max);
+    for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
+        if (frames[i] == (uint64_t)(uintptr_t)at.ret) {
+            *pcs = frames + i;
+            return (uint32_t)(n - i) < g_max_depth ? (uint32_t)(n - i) : g_max_depth;
+        }
+    return 0;
+}
+
+/* The id of the stack that called at, from the thread's memo or unwound;
+ * -1 when the stack table is full. */
+static int64_t stack_of(heap_thread *t, call_site at) {
+    uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX], *pcs = frames;
+    uint32_t depth = 0;
+#ifdef HEAP_MEMO
+    uintptr_t fp = frame_register(), ret = (uintptr_t)at.ret;
+    uint64_t start = memo_start_hash(ret, at.sp);
+    memo_table *table = t->memos;
+    memo *m = NULL;
+    uint32_t learned = 0;
+    if (table) {
+        m = &table->slot[start & (MEMO_SLOTS - 1)];
+        int64_t id = memo_find(m, ret, at.sp, fp);
+        if (id >= 0) return id;
+        if (id == MEMO_NEVER || table->missed[start & (MEMO_SLOTS - 1)] != start) {
+            table->missed[start & (MEMO_SLOTS - 1)] = start;
+            m = NULL; /* seen once, or not to be kept: unwound the usual way */
+        }
+    } else if (g_memo_key_made && (table = real.malloc(sizeof *table)) != NULL) {
+        memset(table, 0, sizeof *table);
+        if (pthread_setspecific(g_memo_key, table) != 0) {
+            real.free(table);
+            table = NULL;
+        }
+        t->memos = table;
+    }
+#endif
+    /* The CPU sampler's signal handler unwinds with the same per-thread
+     * libunwind cache: meanwhile it only leaves a note (sampler.c). */
+    tmr_unwind_busy = 1;
+#ifdef HEAP_MEMO
+    if (m) {
+        m->ret = 0;
+        depth = learned = memo_unwind(m, at, fp, frames, g_max_depth);
+    }
+#endif
+    if (depth == 0) depth = unwind(at, frames, &pcs);
+    tmr_unwind_busy = 0;
+    tmr_sampler_take_deferred();
+    if (depth == 0) { /* the caller is all we know */
+        atomic_fetch_add_explicit(&g_unwind_errors, 1, memory_order_relaxed);
+        frames[0] = (uint64_t)(uintptr_t)at.ret;
+        pcs = frames;
+        depth = 1;
+    }
+    int64_t id = stack_id(pcs, depth);
+#ifdef HEAP_MEMO
+    if (m && id >= 0) { /* kept, or marked as a stack to unwind the usual way */
+        m->id = learned ? (uint32_t)id : UINT32_MAX;
+        if (!learned) m->n_words = 0, m->uses_fp = 0; /* the mark holds for any fp */
+        m->generation = atomic_load_explicit(&g_generation, memory_order_relaxed);
+        m->ret = ret, m->sp = at.sp, m->fp = fp;
+    }
+#endif
+    return id;
+}
+
 /* ---- a sampled allocation ------------------------------------------------------------- */
 
-/* Records p (weight bytes) allocated from the call that returns to caller.
- * The unwind starts here: the frames above caller are the profiler's own. */
-static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
+/* Records p (weight bytes) allocated from the call at. */
+static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     heap_thread *t = &t_heap;
     if (t->ignored) return;
     if (t->guard) {
@@ -387,42 +629,25 @@ static NOINLINE void sample(void *p, uint64_t weight, const void *caller) {
         return;
     }
     t->guard++;
-    uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX];
-    uint32_t max = g_max_depth + OWN_FRAMES_MAX;
-    /* The CPU sampler's signal handler unwinds with the same per-thread
-     * libunwind cache: meanwhile it only leaves a note (sampler.c). */
-    tmr_unwind_busy = 1;
-    int n = unw_backtrace((void **)frames, (int)max);
-    tmr_unwind_busy = 0;
-    tmr_sampler_take_deferred();
-    const uint64_t *pcs = frames;
-    uint32_t depth = 0;
-    for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
-        if (frames[i] == (uint64_t)(uintptr_t)caller) {
-            pcs = frames + i;
-            depth = (uint32_t)(n - i) < g_max_depth ? (uint32_t)(n - i) : g_max_depth;
-            break;
-        }
-    if (depth == 0) { /* the caller is all we know */
-        atomic_fetch_add_explicit(&g_unwind_errors, 1, memory_order_relaxed);
-        frames[0] = (uint64_t)(uintptr_t)caller;
-        pcs = frames;
-        depth = 1;
-    }
-    int64_t id = stack_id(pcs, depth);
-    if (id < 0 || !live_insert((uintptr_t)p, (uint32_t)id, weight)) {
+    /* The lines p goes to are rarely cached: they load while the stack is found. */
+    live_place place = place_of((uintptr_t)p);
+    __builtin_prefetch(&g_live_addr[place.bucket[0]], 1);
+    __builtin_prefetch(&g_live_val[place.bucket[0]], 1);
+    __builtin_prefetch(&g_filter[place.counter], 1);
+    int64_t id = stack_of(t, at);
+    if (id < 0 || !live_insert(place, (uintptr_t)p, (uint32_t)id, weight)) {
         atomic_fetch_add_explicit(&g_table_full, 1, memory_order_relaxed);
     } else {
         /* Counted after the insert: a free can only come after we return. */
         totals *s = totals_of(t, (uint32_t)id);
-        atomic_fetch_add_explicit(&s->alloc_bytes, weight, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->alloc_count, 1, memory_order_relaxed);
+        add_total(t, &s->alloc_bytes, weight);
+        add_total(t, &s->alloc_count, 1);
     }
     t->guard--;
 }
 
 /* Every allocation but malloc's fast path passes here once it succeeded. */
-static inline void *on_alloc(void *p, size_t size, const void *caller) {
+static inline void *on_alloc(void *p, size_t size, call_site caller) {
     /* acquire: g_interval and the tables were set before sampling began */
     if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
         uint64_t weight = weight_of(size);
@@ -433,20 +658,18 @@ static inline void *on_alloc(void *p, size_t size, const void *caller) {
     return p;
 }
 
-#define CALLER __builtin_return_address(0)
-
 /* ---- the interposed C functions ------------------------------------------------------ */
 
 /* malloc when the fast path does not apply: the thread's first calls, a
  * size always sampled, a threshold crossed, no profile running. */
-static NOINLINE void *malloc_slow(size_t size, const void *caller) {
+static NOINLINE void *malloc_slow(size_t size, call_site caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, 16);
     return on_alloc(real.malloc(size), size, caller);
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
  * (bytes_left > 0 means the thread found it already). */
-static inline void *do_malloc(size_t size, const void *caller) {
+static inline void *do_malloc(size_t size, call_site caller) {
     heap_thread *t = &t_heap;
     int64_t left = t->bytes_left - (int64_t)size;
     if (LIKELY(size < atomic_load_explicit(&g_sample_at, memory_order_relaxed) && left > 0)) {
@@ -476,12 +699,12 @@ static inline void do_free(void *p) {
     atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
 }
 
-static inline void *do_memalign(size_t align, size_t size, const void *caller) {
+static inline void *do_memalign(size_t align, size_t size, call_site caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, align);
     return on_alloc(real.memalign(align, size), size, caller);
 }
 
-static void *do_realloc(void *p, size_t size, const void *caller) {
+static void *do_realloc(void *p, size_t size, call_site caller) {
     /* Before the real functions are known every block is the arena's. */
     int bootstrap = !ready();
     if (UNLIKELY(bootstrap || in_arena(p))) {
@@ -657,6 +880,9 @@ static size_t g_snapshot_cap;
 
 static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
     uint32_t n = atomic_load_explicit(&g_n_stacks, memory_order_acquire);
+    /* The shards handed out so far (the shared one last); the others are 0. */
+    int handed = atomic_load_explicit(&g_next_shard, memory_order_relaxed);
+    size_t shards = handed < OWN_SHARDS ? (size_t)handed : OWN_SHARDS, shared = OWN_SHARDS;
     size_t kept = 0;
     st->sampled = 0;
     if (tmr_grow((void **)&g_snapshot, &g_snapshot_cap, sizeof *g_snapshot, n ? n : 1) == 0)
@@ -667,14 +893,14 @@ static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
              * allocation, so the totals read never show more freed than
              * allocated. */
             c->free_bytes = c->free_count = c->alloc_bytes = c->alloc_count = 0;
-            for (size_t k = 0; k < SHARDS; k++) {
-                totals *x = &g_totals[k * STACKS_MAX + i];
+            for (size_t k = 0; k <= shards; k++) {
+                totals *x = &g_totals[(k < shards ? k : shared) * STACKS_MAX + i];
                 c->free_bytes += atomic_load_explicit(&x->free_bytes, memory_order_relaxed);
                 c->free_count += atomic_load_explicit(&x->free_count, memory_order_relaxed);
             }
             atomic_thread_fence(memory_order_acquire);
-            for (size_t k = 0; k < SHARDS; k++) {
-                totals *x = &g_totals[k * STACKS_MAX + i];
+            for (size_t k = 0; k <= shards; k++) {
+                totals *x = &g_totals[(k < shards ? k : shared) * STACKS_MAX + i];
                 c->alloc_bytes += atomic_load_explicit(&x->alloc_bytes, memory_order_relaxed);
                 c->alloc_count += atomic_load_explicit(&x->alloc_count, memory_order_relaxed);
             }
@@ -727,6 +953,12 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
         return NULL;
     }
     pthread_atfork(NULL, NULL, heap_atfork_child);
+#ifdef HEAP_MEMO
+    /* unw_step's per-thread cache: no lock and no signal mask per frame */
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    atomic_fetch_add(&g_generation, 1);
+    if (!g_memo_key_made) g_memo_key_made = pthread_key_create(&g_memo_key, memo_table_free) == 0;
+#endif
     atomic_store(&g_sample_at, g_interval);
     atomic_store(&g_on, 1);
     t_heap.bytes_left = 0; /* this thread draws its first threshold now, not after its idle stride */

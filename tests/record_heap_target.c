@@ -14,6 +14,14 @@
  *   fork     allocates, forks children that allocate, free and exit (one of
  *            them execs /bin/true), waits; prints "children ok N".
  *   steady   for 2.4 s, steady_leak keeps 100 kB every 10 ms (24 MB in all).
+ *   paths    one allocating function, shared_site, reached from the same
+ *            stack depth through path_a, path_b and path_c (60 / 30 / 10 %
+ *            of 120 MB; same code, so shared_site runs at the same stack
+ *            address with the same return address each time: only the
+ *            stack words above tell the paths apart), then through fp_path_a
+ *            and fp_path_b (2 : 1 of 60 MB), which keep frame pointers and a
+ *            variable-length array of random size. Prints
+ *            "truth a=.. b=.. c=.. fa=.. fb=..".
  *   correct  every interposed function, checked (contents, alignment, errno),
  *            with a checksum of the results; prints "checksum X" and "ok"
  *            (the same with and without the profiler).
@@ -209,6 +217,56 @@ static int mode_steady(void) {
     return 0;
 }
 
+static volatile uint64_t g_zero;
+
+NOINLINE uint64_t shared_site(ring *r) {
+    size_t n = block_size();
+    char *p = malloc(n);
+    touch(p, n);
+    release(r, p);
+    return n;
+}
+
+/* Not tail calls: each path keeps its frame under shared_site's. */
+NOINLINE uint64_t path_a(ring *r) { return shared_site(r) + g_zero; }
+NOINLINE uint64_t path_b(ring *r) { return shared_site(r) + g_zero; }
+NOINLINE uint64_t path_c(ring *r) { return shared_site(r) + g_zero; }
+
+#define FRAME_POINTER __attribute__((optimize("no-omit-frame-pointer")))
+
+FRAME_POINTER NOINLINE uint64_t fp_path_a(ring *r, size_t pad) {
+    volatile char vla[pad];
+    vla[0] = 0;
+    return shared_site(r) + (uint64_t)vla[0];
+}
+
+FRAME_POINTER NOINLINE uint64_t fp_path_b(ring *r, size_t pad) {
+    volatile char vla[pad];
+    vla[0] = 0;
+    return shared_site(r) + (uint64_t)vla[0];
+}
+
+static int mode_paths(void) {
+    uint64_t a = 0, b = 0, c = 0, fa = 0, fb = 0;
+    ring r = {0};
+    while (a + b + c < 120000000ull) {
+        uint64_t pick = next_random() % 10;
+        if (pick < 6) a += path_a(&r);
+        else if (pick < 9) b += path_b(&r);
+        else c += path_c(&r);
+    }
+    while (fa + fb < 60000000ull) {
+        uint64_t pick = next_random();
+        size_t pad = 1 + (size_t)(pick >> 8) % 200;
+        if (pick % 3 < 2) fa += fp_path_a(&r, pad);
+        else fb += fp_path_b(&r, pad);
+    }
+    drain(&r);
+    printf("truth a=%llu b=%llu c=%llu fa=%llu fb=%llu\n", (unsigned long long)a, (unsigned long long)b,
+           (unsigned long long)c, (unsigned long long)fa, (unsigned long long)fb);
+    return 0;
+}
+
 /* Folds n bytes into the checksum. */
 static uint64_t fold(uint64_t sum, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -285,6 +343,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "fork") == 0) return mode_fork();
     if (strcmp(mode, "correct") == 0) return mode_correct();
     if (strcmp(mode, "steady") == 0) return mode_steady();
+    if (strcmp(mode, "paths") == 0) return mode_paths();
     fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|correct\n");
     return 2;
 }

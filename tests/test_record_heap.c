@@ -312,6 +312,40 @@ Test(record_heap, threads_are_profiled) {
     release(&r);
 }
 
+/* A call site reached through different callers with the same stack
+ * address (the profiler's memo of unwound stacks must tell them apart by
+ * the stack's words), and through frame-pointer frames of variable size:
+ * each path's share of the bytes within 3 points of the truth. */
+Test(record_heap, paths_to_one_site_are_told_apart) {
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "paths", "paths.pftrace", NULL);
+    const heap_view *v = &r.heap;
+    log_sites(v);
+    static const char *const paths[] = {"path_a", "path_b", "path_c", "fp_path_a", "fp_path_b"};
+    static const char *const keys[] = {"a", "b", "c", "fa", "fb"};
+    double got[5], want[5];
+    for (int i = 0; i < 5; i++) {
+        got[i] = (double)hv_sum(v, paths[i]).alloc;
+        want[i] = (double)truth(r.out, keys[i]);
+    }
+    for (int group = 0; group < 2; group++) {
+        int first = group ? 3 : 0, n = group ? 2 : 3;
+        double got_all = 0, want_all = 0;
+        for (int i = first; i < first + n; i++) got_all += got[i], want_all += want[i];
+        cr_assert_gt(got_all, 0, "no bytes under %s", paths[first]);
+        for (int i = first; i < first + n; i++)
+            cr_expect(fabs(100 * got[i] / got_all - 100 * want[i] / want_all) < 3, "%s: %.1f %% of the bytes, truth %.1f %%",
+                      paths[i], 100 * got[i] / got_all, 100 * want[i] / want_all);
+    }
+    /* Every sample of shared_site went through exactly one path. */
+    hv_totals site = hv_sum(v, "shared_site");
+    double paths_sum = got[0] + got[1] + got[2] + got[3] + got[4];
+    cr_expect_eq((double)site.alloc, paths_sum, "shared_site %llu bytes, its paths %.0f",
+                 (unsigned long long)site.alloc, paths_sum);
+    cr_expect_eq(site.alloc, site.freed);
+    cr_expect_eq(v->unwind_errors, 0);
+    release(&r);
+}
+
 /* Fork children (one execs) run and exit normally; only the parent profiles. */
 Test(record_heap, fork_children_run_unprofiled) {
     run_result r = record_heap(TM_RECORD_HEAP_TARGET, "fork", "fork.pftrace", NULL);

@@ -44,6 +44,9 @@
 #define TM_MAX_CLOCK_SNAPSHOTS 1000000u
 #define TM_MAX_META_BYTES (16u << 20) /* --meta JSON */
 #define TM_MAX_SYMBOL_LINES 64u       /* lines (an inline chain) per symbolized address; deeper chains are cut */
+#define TM_HEAP_IID_MEMO 262144u       /* callstack ids below this get a direct-indexed memo of their last
+                                          (process, heap, callsite) per heap sequence (24 bytes each, grown
+                                          to the largest id seen); larger ids take the hash maps alone */
 
 /* The limits options ask for: their preset (Relay's in Relay mode), then
  * every non-zero field of o->limits (trace.c). */

@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "common/limits.h"
 #include "perfetto/fields.h"
 #include "perfetto/heap.h"
 
@@ -31,6 +32,15 @@ typedef struct seen_key {
     uint32_t heap, callsite;
 } seen_key;
 
+/* What a callstack id last committed with: when the next dump's sample has
+ * the same process, heap and callsite (nearly always), its totals, its
+ * correction and that the callsite was seen are known without a lookup. */
+typedef struct iid_memo {
+    int64_t pid;
+    uint32_t heap, callsite; /* callsite TM_ABSENT: nothing yet */
+    uint32_t prev, corr;     /* as in the maps below (corr may be TM_ABSENT) */
+} iid_memo;
+
 struct tm_pf_heap_seq {
     tm_pf_heap_tables tables;
     bool has_index;
@@ -40,6 +50,7 @@ struct tm_pf_heap_seq {
     tm_u64map prev;        /* (pid, callsite) -> tot: the last totals */
     tm_u64map correction;  /* callstack id -> tot: carried over to a new callsite */
     seen_key *seen; size_t n_seen, cap_seen; tm_idxset seen_set;
+    iid_memo *memo; size_t n_memo, cap_memo; /* by callstack id, below TM_HEAP_IID_MEMO */
 };
 
 static const tm_str unknown_heap = {(const uint8_t *)"unknown", 7};
@@ -118,6 +129,7 @@ static void seq_free(tm_mem *mem, tm_pf_heap_seq *s) {
     tm_u64map_free(mem, &s->correction);
     tm_mem_free(mem, s->seen, s->cap_seen * sizeof *s->seen);
     tm_idxset_free(mem, &s->seen_set);
+    tm_mem_free(mem, s->memo, s->cap_memo * sizeof *s->memo);
     tm_mem_free(mem, s, sizeof *s);
 }
 
@@ -174,22 +186,31 @@ static tm_status first_seen(tm_mem *mem, tm_pf_heap_seq *s, const seen_key *k, b
     return tm_idxset_add(mem, &s->seen_set, h, (uint32_t)s->n_seen++);
 }
 
-static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint32_t gen, const uint8_t *at,
-                        const tm_pf_heap_sink *sink) {
-    tm_pf_heap_stack stack = {s->tables.n_ents && tm_u64map_get(&s->tables.by_iid[3], a->iid) != TM_ABSENT
-                                  ? &s->tables : NULL,
-                              gen, a->iid, a->pid, at};
-    uint32_t callsite;
-    TM_TRY(sink->callsite(sink->ctx, &stack, &callsite));
-    if (callsite == TM_ABSENT) return TM_OK;
+/* The memo of callstack id iid, grown to it; NULL for ids past the memo's
+ * ceiling. */
+static tm_status memo_of(tm_mem *mem, tm_pf_heap_seq *s, uint64_t iid, iid_memo **out) {
+    *out = NULL;
+    if (iid >= TM_HEAP_IID_MEMO) return TM_OK;
+    if (iid >= s->n_memo) {
+        TM_TRY(TM_VEC_RESERVE(mem, s->memo, s->cap_memo, (size_t)iid + 1));
+        for (size_t i = s->n_memo; i <= iid; i++) s->memo[i] = (iid_memo){.callsite = TM_ABSENT};
+        s->n_memo = (size_t)iid + 1;
+    }
+    *out = &s->memo[iid];
+    return TM_OK;
+}
+
+/* The totals of (pid, callsite) and the correction of a->iid, made when
+ * they do not exist yet; the correction takes the old callsite's totals
+ * when the id names this callsite for the first time. */
+static tm_status totals_of(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint32_t callsite, uint32_t *prev_out,
+                           uint32_t *corr_out) {
     uint64_t key = (uint64_t)(uint32_t)a->pid << 32 | callsite;
     uint32_t prev = tm_u64map_get(&s->prev, key);
     if (prev == TM_ABSENT) {
         TM_TRY(new_totals(h->mem, s, &prev));
         TM_TRY(tm_u64map_put(h->mem, &s->prev, key, prev));
     }
-    totals now = {(int64_t)a->alloc_count, (int64_t)a->allocated, sub64(0, (int64_t)a->free_count),
-                  sub64(0, (int64_t)a->freed)};
     seen_key sk = {a->pid, a->iid, a->heap, callsite};
     bool first;
     TM_TRY(first_seen(h->mem, s, &sk, &first));
@@ -201,6 +222,29 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
         }
         s->tot[corr] = s->tot[prev];
     }
+    *prev_out = prev, *corr_out = corr;
+    return TM_OK;
+}
+
+static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint32_t gen, const uint8_t *at,
+                        const tm_pf_heap_sink *sink) {
+    tm_pf_heap_stack stack = {s->tables.n_ents && tm_u64map_get(&s->tables.by_iid[3], a->iid) != TM_ABSENT
+                                  ? &s->tables : NULL,
+                              gen, a->iid, a->pid, at};
+    uint32_t callsite;
+    TM_TRY(sink->callsite(sink->ctx, &stack, &callsite));
+    if (callsite == TM_ABSENT) return TM_OK;
+    iid_memo *m;
+    TM_TRY(memo_of(h->mem, s, a->iid, &m));
+    uint32_t prev, corr;
+    if (m && m->callsite == callsite && m->pid == a->pid && m->heap == a->heap) {
+        prev = m->prev, corr = m->corr; /* seen before: neither is made nor changes */
+    } else {
+        TM_TRY(totals_of(h, s, a, callsite, &prev, &corr));
+        if (m) *m = (iid_memo){.pid = a->pid, .heap = a->heap, .callsite = callsite, .prev = prev, .corr = corr};
+    }
+    totals now = {(int64_t)a->alloc_count, (int64_t)a->allocated, sub64(0, (int64_t)a->free_count),
+                  sub64(0, (int64_t)a->freed)};
     if (corr != TM_ABSENT) {
         const totals *c = &s->tot[corr];
         now.alloc_count = add64(now.alloc_count, c->alloc_count), now.alloc_size = add64(now.alloc_size, c->alloc_size);
