@@ -617,7 +617,11 @@ typedef struct tm_symbolize_options {
      * no_system_paths, $DEBUGINFOD_CACHE_PATH, else
      * $HOME/.cache/debuginfod_client, when it is a directory. */
     const char *debuginfod_cache;
-    uint64_t reserved_[26]; /* must be zero; future fields take this space (see "ABI") */
+    /* 1: function names as the ELF file spells them; 0: C++ names demangled
+     * (__cxa_demangle of the C++ runtime, when the process has or can load
+     * libstdc++), a PLT stub's too (_ZN3foo3barEv@plt: foo::bar()@plt). */
+    int no_demangle;
+    uint64_t reserved_[25]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_options;
 
 /* What tm_symbolize found. A file it cannot find is counted, never an error. */
