@@ -457,7 +457,14 @@ typedef struct tm_sample_v1_options {
     /* 1: keep only the samples of the first 30 s (sentry-python stops its
      * profiler there) instead of failing with DurationIsTooLong. */
     int truncate;
-    uint64_t reserved_[29]; /* must be zero; future fields take this space (see "ABI") */
+    /* Frames' in_app, as tm_sample_v2_options decides it (TM_MODE_DEFAULT
+     * only): prefixes of mapping paths and Java classes first, then the
+     * default rule. */
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
+    uint64_t reserved_[25]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_v1_options;
 
 /* Writes the trace as one Sentry Sample v1 (transaction) profile, what

@@ -110,7 +110,11 @@ struct abi0_tm_sample_v1_options {
     const char *meta_json;
     size_t meta_len;
     int truncate;
-    uint64_t reserved_[29];
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
+    uint64_t reserved_[25];
 };
 struct abi0_tm_thread_filter {
     const char *name;
@@ -282,7 +286,9 @@ Test(abi, writer_options) {
     FIELD(tm_sample_v2_options, not_in_app_prefixes); FIELD(tm_sample_v2_options, n_not_in_app_prefixes);
     STRUCT(tm_sample_v1_options);
     FIELD(tm_sample_v1_options, meta_json); FIELD(tm_sample_v1_options, meta_len);
-    FIELD(tm_sample_v1_options, truncate);
+    FIELD(tm_sample_v1_options, truncate); FIELD(tm_sample_v1_options, in_app_prefixes);
+    FIELD(tm_sample_v1_options, n_in_app_prefixes); FIELD(tm_sample_v1_options, not_in_app_prefixes);
+    FIELD(tm_sample_v1_options, n_not_in_app_prefixes);
     STRUCT(tm_thread_filter);
     FIELD(tm_thread_filter, name); FIELD(tm_thread_filter, tid); FIELD(tm_thread_filter, by_tid);
     STRUCT(tm_pprof_options);
