@@ -393,6 +393,11 @@ TM_API tm_status tm_trace_stack(const tm_trace *t, size_t i, const uint32_t **fr
  * not fit (cap 0 writes nothing), and its full length to *len. */
 TM_API size_t tm_trace_frame_count(const tm_trace *t);
 TM_API tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, size_t cap, size_t *len);
+/* Whether frame i is the app's code by Sentry's in_app rule, as the Sample
+ * v2 and v1 writers decide it without prefixes (see tm_sample_v2_options):
+ * 1 or 0, or -1 when nothing says (no mapping path and no Java class, or i
+ * out of range). */
+TM_API int tm_trace_frame_in_app(const tm_trace *t, size_t i);
 
 /* ==== Output =========================================================== */
 
