@@ -561,6 +561,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         /* A program killed before exit still leaves most of its trace. */
         if (!values[OPT_FILE_WRITE_PERIOD]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
         setenv("TRACEMILL_RECORD_DEMANGLE", demangle ? "1" : "0", 1);
+        /* Uploaded chunks are sent as the recorder closes them, never
+         * symbolized by tracemill: their frames are named while recording,
+         * unless --no-symbolize asks for build ids and pcs only. */
+        if (upload && use_syms) setenv("TRACEMILL_RECORD_NAME_FRAMES", "1", 1);
         if (heap) {
             setenv("TRACEMILL_RECORD_HEAP", "1", 1);
             /* Memory telemetry beside the heap profile unless told otherwise. */
