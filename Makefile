@@ -8,7 +8,7 @@ JOBS ?= 2
 # make test, asan and fuzz keep warnings errors (TRACEMILL_WERROR), as CI does.
 CI_FLAGS ?= -DTRACEMILL_WERROR=ON
 
-.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record bench-heap bench-symbolize golden check-src python deb clean
+.PHONY: all deps build test asan fuzz fuzz-smoke demo bench bench-serve bench-record bench-record-naming bench-heap bench-symbolize golden check-src python deb clean
 
 all: build
 
@@ -75,6 +75,11 @@ bench-serve: build
 # 250 Hz, ratio of medians, and trace bytes per sample.
 bench-record: build
 	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
+
+# What naming frames at record time costs the recorded program (CPU, trace
+# size) against writing build ids and pcs only, the default.
+bench-record-naming: build
+	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 300 --naming
 
 # The heap profiler's overhead: a malloc-heavy 2-thread loop plain and under
 # --heap, ratio of medians, cost per sampled and per unsampled call.

@@ -15,7 +15,13 @@
  * line at each rate (a CPU-time timer sending SIGPROF to an empty handler)
  * shows the kernel's share, which any signal-driven profiler pays.
  *
- *   bench_record --preload PATH/libtracemill_record.so [--runs N] [--work M]
+ * --naming compares instead what naming frames at record time costs: the
+ * recorder at 250 Hz naming every frame from its file's symbol tables
+ * (TRACEMILL_RECORD_NAME_FRAMES=1, the recorder's old default) and writing
+ * build ids and pcs only (the default; `tracemill record` names them after
+ * the run), each beside a plain run, with their trace sizes.
+ *
+ *   bench_record --preload PATH/libtracemill_record.so [--runs N] [--work M] [--naming]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -173,15 +179,23 @@ int main(int argc, char **argv) {
         return bare && g_bare_signals == 0 ? 3 : 0;
     }
     const char *preload = NULL;
-    int runs = 15;
+    int runs = 15, naming = 0;
     long work = 1000;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--naming") == 0) {
+            naming = 1;
+            memmove(argv + i, argv + i + 1, (size_t)(argc - i) * sizeof *argv);
+            argc--;
+            break;
+        }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--preload") == 0) preload = argv[i + 1];
         else if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--work") == 0) work = atol(argv[i + 1]);
     }
     if (!preload || runs < 1 || runs > 100 || work < 1) {
-        fprintf(stderr, "usage: bench_record --preload LIB.so [--runs N (15)] [--work MILLIONS (1000)]\n");
+        fprintf(stderr,
+                "usage: bench_record --preload LIB.so [--runs N (15)] [--work MILLIONS (1000)] [--naming]\n");
         return 2;
     }
     char self[4096];
@@ -205,17 +219,29 @@ int main(int argc, char **argv) {
     enum { SETTINGS = 5 };
     const char *labels[SETTINGS] = {"A/A", "bare signals 101 Hz", "recorder 101 Hz", "bare signals 250 Hz",
                                     "recorder 250 Hz"};
-    const int target[SETTINGS] = {0, 0, 1, 0, 3};
-    char *envs[SETTINGS][4] = {{"BENCH_RECORD_CONTROL=1", NULL},
+    int target[SETTINGS] = {0, 0, 1, 0, 3};
+    char *envs[SETTINGS][5] = {{"BENCH_RECORD_CONTROL=1", NULL},
                                {"BENCH_RECORD_BARE_SIGNAL_HZ=101", NULL},
                                {preload_env, out_env, "TRACEMILL_RECORD_HZ=101", NULL},
                                {"BENCH_RECORD_BARE_SIGNAL_HZ=250", NULL},
                                {preload_env, out_env, "TRACEMILL_RECORD_HZ=250", NULL}};
+    int settings = SETTINGS;
+    if (naming) { /* A/A, bare signals, named at record time, build ids and pcs only */
+        static const char *const naming_labels[4] = {"A/A", "bare signals 250 Hz", "named 250 Hz",
+                                                      "ids+pcs 250 Hz"};
+        settings = 4;
+        for (int k = 0; k < settings; k++) labels[k] = naming_labels[k], target[k] = k >= 2 ? 3 : 0;
+        envs[1][0] = "BENCH_RECORD_BARE_SIGNAL_HZ=250";
+        char *named[5] = {preload_env, out_env, "TRACEMILL_RECORD_HZ=250", "TRACEMILL_RECORD_NAME_FRAMES=1", NULL};
+        char *plain_ids[5] = {preload_env, out_env, "TRACEMILL_RECORD_HZ=250", NULL, NULL};
+        memcpy(envs[2], named, sizeof named);
+        memcpy(envs[3], plain_ids, sizeof plain_ids);
+    }
     static double plain[SETTINGS][100], other[SETTINGS][100], ratio[SETTINGS][100];
     trace_size size[SETTINGS] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}};
     /* Settings interleaved, so that a change in machine load hits each. */
     for (int r = 0; r < runs; r++)
-        for (int k = 0; k < SETTINGS; k++) {
+        for (int k = 0; k < settings; k++) {
             int cpus[2] = {-1, -1};
             if (n_cpus == 2) {
                 cpus[0] = cpu_ids[r % 2];
@@ -231,7 +257,7 @@ int main(int argc, char **argv) {
     printf("bench_record: %d pairs of runs of %ld M iterations, %s; CPU time (user + system)\n", runs, work,
            n_cpus == 2 ? "each pair at the same time on two CPUs" : "one after the other");
     double paired[SETTINGS];
-    for (int k = 0; k < SETTINGS; k++) {
+    for (int k = 0; k < settings; k++) {
         double mp = median(plain[k], runs), mo = median(other[k], runs);
         paired[k] = median(ratio[k], runs);
         printf("  %-20s %.3f s beside plain %.3f s: ratio of medians %+.2f %%, median of paired ratios %+.2f %% "
@@ -246,8 +272,14 @@ int main(int argc, char **argv) {
         printf("  %-20s target < %d %%; %.0f samples, %.1f us of CPU each (%.1f us beyond the bare signal), "
                "trace %.1f bytes/sample\n",
                "", target[k], size[k].samples, paired[k] * mp * 1e6 / samples,
-               (paired[k] - paired[k - 1]) * mp * 1e6 / samples, size[k].bytes / samples);
+               (paired[k] - paired[naming ? 1 : k - 1]) * mp * 1e6 / samples, size[k].bytes / samples);
     }
+    if (naming)
+        printf("  naming at record time: %+.2f %% of the program's CPU time (difference of the paired medians), "
+               "trace %.0f bytes named vs %.0f bytes with build ids and pcs only (%.1f vs %.1f bytes/sample)\n",
+               100.0 * (paired[2] - paired[3]), size[2].bytes, size[3].bytes,
+               size[2].bytes / (size[2].samples > 0 ? size[2].samples : 1),
+               size[3].bytes / (size[3].samples > 0 ? size[3].samples : 1));
     unlink(out);
     return 0;
 }

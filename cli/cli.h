@@ -170,10 +170,11 @@ typedef struct cli_symbols {
     int no_system;                        /* --no-system-symbols */
     const char *debuginfod;               /* --debuginfod-cache DIR */
     int any;                              /* a --symbols, --proguard-map or --debuginfod-cache was given */
+    int no_demangle;                      /* --no-demangle: C++ names as the ELF file spells them */
 } cli_symbols;
 
-/* Parses --symbols, --proguard-map, --debuginfod-cache or
- * --no-system-symbols: 1 if argv[*i] was one (consuming its value), 0 if
+/* Parses --symbols, --proguard-map, --debuginfod-cache,
+ * --no-system-symbols or --no-demangle: 1 if argv[*i] was one (consuming its value), 0 if
  * not, -1 on a bad value (said). */
 int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s);
 /* With any --symbols, --proguard-map or --debuginfod-cache: replaces in by the trace

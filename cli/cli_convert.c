@@ -72,8 +72,8 @@ static int write_per_thread(cli_export *x, const tm_trace *t, const char *const 
 static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixes) {
     cli_export x;
     memset(&x, 0, sizeof x);
-    x.v2.in_app_prefixes = prefixes;
-    x.v2.not_in_app_prefixes = prefixes + argc;
+    x.v2.in_app_prefixes = x.v1.in_app_prefixes = prefixes;
+    x.v2.not_in_app_prefixes = x.v1.not_in_app_prefixes = prefixes + argc;
     const char *out_path = NULL, *meta_path = NULL, *in_path = NULL;
     int per_thread = 0;
     for (int i = 1; i < argc; i++) {
@@ -101,6 +101,8 @@ static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixe
             if (++i >= argc || !argv[i][0]) return usage("missing value for", a);
             if (a[2] == 'i') prefixes[x.v2.n_in_app_prefixes++] = argv[i];
             else prefixes[argc + x.v2.n_not_in_app_prefixes++] = argv[i];
+            x.v1.n_in_app_prefixes = x.v2.n_in_app_prefixes; /* the same lists for either format */
+            x.v1.n_not_in_app_prefixes = x.v2.n_not_in_app_prefixes;
         } else if (a[0] == '-' && a[1] != 0) {
             return usage("unknown option", a);
         } else if (in_path) {
@@ -119,8 +121,9 @@ static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixe
         return usage("--meta applies to -f sample-v2 and sample-v1 only", NULL);
     if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
     if ((x.v2.n_in_app_prefixes || x.v2.n_not_in_app_prefixes) &&
-        (x.format != FMT_SAMPLE_V2 || x.opts.mode == TM_MODE_RELAY))
-        return usage("--in-app and --not-in-app apply to -f sample-v2 without --compat relay (Relay never writes in_app)",
+        ((x.format != FMT_SAMPLE_V2 && x.format != FMT_SAMPLE_V1) || x.opts.mode == TM_MODE_RELAY))
+        return usage("--in-app and --not-in-app apply to -f sample-v2 and sample-v1 without --compat relay (Relay "
+                     "never writes in_app)",
                      NULL);
     if (x.value && (x.format == FMT_SAMPLE_V2 || x.format == FMT_SAMPLE_V1 || x.format == FMT_REPORT))
         return usage("--value and --samples apply to -f pprof, folded, speedscope and svg", NULL);

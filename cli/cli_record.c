@@ -6,7 +6,8 @@
  * passing on the signals that should reach CMD, or runs CMD with
  * libtracemill_record.so in LD_PRELOAD and the options in TRACEMILL_RECORD_*
  * environment variables (see record/preload.c); waits, symbolizes the
- * trace files written (function, file, line and inlined frames from the
+ * trace files written (each --chunk-seconds chunk as soon as the recorder
+ * closes it, while the program runs on; function, file, line and inlined frames from the
  * DWARF of each mapping's ELF file, as `tracemill symbolize` adds them;
  * not with --no-symbolize), and reports what the trace holds and where it
  * is. Symbolizing here, in tracemill, keeps the DWARF reading out of the
@@ -25,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -338,10 +340,30 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     return code;
 }
 
+/* OUT.N.pftrace, as the recorder names chunk N (x.pftrace -> x.N.pftrace). */
+static int chunk_file(const char *out, unsigned n, char *path, size_t cap) {
+    size_t len = strlen(out);
+    int stem = len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
+    return snprintf(path, cap, "%.*s.%u.pftrace", stem, out, n) < (int)cap;
+}
+
+/* Symbolizes the chunks the recorder has closed, from *next on: chunk N is
+ * closed once N+1 exists (the recorder closes one before it opens the
+ * next), every one once the program has ended. Each is done as soon as it
+ * is seen closed, while the program runs on. */
+static void symbolize_closed_chunks(const char *out, unsigned *next, int ended, const cli_symbols *syms) {
+    char path[PATH_MAX], after[PATH_MAX];
+    while (chunk_file(out, *next, path, sizeof path) && access(path, R_OK) == 0 &&
+           (ended || (chunk_file(out, *next + 1, after, sizeof after) && access(after, F_OK) == 0))) {
+        symbolize_trace(path, path, syms);
+        (*next)++;
+    }
+}
+
 static int record_main(int argc, char **argv, cli_symbols *syms) {
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
-    int demangle = 1, heap = 0, kernel = 0, system_wide = 0, off_cpu = 0, i = 1; /* C++ names demangled unless --no-demangle */
+    int heap = 0, kernel = 0, system_wide = 0, off_cpu = 0, i = 1;
     int symbolize = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -352,8 +374,8 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         int sym_opt = cli_symbols_option(argc, argv, &i, syms);
         if (sym_opt < 0) return cli_usage_error("record", "bad value for %s", a);
         if (sym_opt > 0) continue;
-        if (strcmp(a, "--demangle") == 0 || strcmp(a, "--no-demangle") == 0) {
-            demangle = a[2] == 'd';
+        if (strcmp(a, "--demangle") == 0) {
+            syms->no_demangle = 0;
             continue;
         }
         if (strcmp(a, "--heap") == 0) {
@@ -432,6 +454,9 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
             signal_only = env_opts[k].flag;
     char helper[PATH_MAX], why[200] = "";
     int have_helper = beside_me("tracemill-record-perf", X_OK, helper, sizeof helper);
+    /* C++ names demangled unless --no-demangle (read with the symbol options:
+     * it says how both the recorder and the symbolizer write names). */
+    int demangle = !syms->no_demangle;
     if (!symbolize && (syms->any || syms->no_system))
         return cli_usage_error("record", "--no-symbolize takes no symbol options (--symbols, --proguard-map, ...)");
     const cli_symbols *use_syms = symbolize ? syms : NULL;
@@ -536,6 +561,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         /* A program killed before exit still leaves most of its trace. */
         if (!values[OPT_FILE_WRITE_PERIOD]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
         setenv("TRACEMILL_RECORD_DEMANGLE", demangle ? "1" : "0", 1);
+        /* Uploaded chunks are sent as the recorder closes them, never
+         * symbolized by tracemill: their frames are named while recording,
+         * unless --no-symbolize asks for build ids and pcs only. */
+        if (upload && use_syms) setenv("TRACEMILL_RECORD_NAME_FRAMES", "1", 1);
         if (heap) {
             setenv("TRACEMILL_RECORD_HEAP", "1", 1);
             /* Memory telemetry beside the heap profile unless told otherwise. */
@@ -555,8 +584,18 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     static const int passed[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
     g_runner = pid;
     for (int k = 0; k < 4; k++) sigaction(passed[k], &sa, NULL);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    /* With chunks to symbolize, each is done while the program runs on, as
+     * soon as the recorder closes it (looked for every 200 ms). */
+    int status = 0, watch_chunks = !single && use_syms && !upload;
+    unsigned next_chunk = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, watch_chunks ? WNOHANG : 0);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+        if (w == 0) {
+            symbolize_closed_chunks(out, &next_chunk, 0, use_syms);
+            struct timespec nap = {0, 200 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
     }
     g_runner = 0;
     struct stat status_sb;
@@ -580,16 +619,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         symbolize_trace(o.tmp, out, use_syms);
         samples = summarize(o.tmp, out);
     } else {
-        for (unsigned n = 0;; n++) {
-            size_t len = strlen(out);
-            /* x.pftrace -> x.N.pftrace, as the recorder names chunks */
-            int stem = len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
-            char path[PATH_MAX];
-            snprintf(path, sizeof path, "%.*s.%u.pftrace", stem, out, n);
-            if (access(path, R_OK) != 0) break;
-            symbolize_trace(path, path, use_syms);
+        symbolize_closed_chunks(out, &next_chunk, 1, use_syms); /* the last ones */
+        char path[PATH_MAX];
+        for (unsigned n = 0; chunk_file(out, n, path, sizeof path) && access(path, R_OK) == 0; n++)
             samples += summarize(path, path);
-        }
     }
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */

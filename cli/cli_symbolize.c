@@ -58,6 +58,10 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
         s->no_system = 1;
         return 1;
     }
+    if (strcmp(a, "--no-demangle") == 0) { /* how names are written, not a reason to symbolize */
+        s->no_demangle = 1;
+        return 1;
+    }
     int dir = strcmp(a, "--symbols") == 0, map = strcmp(a, "--proguard-map") == 0,
         cache = strcmp(a, "--debuginfod-cache") == 0;
     if (!dir && !map && !cache) return 0;
@@ -100,6 +104,7 @@ static void options_of(const cli_symbols *s, tm_symbolize_options *o) {
     o->proguard_maps = s->maps;
     o->n_proguard_maps = s->n_maps;
     o->debuginfod_cache = s->debuginfod;
+    o->no_demangle = s->no_demangle;
 }
 
 int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *what, cli_input *in) {

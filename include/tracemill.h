@@ -393,6 +393,11 @@ TM_API tm_status tm_trace_stack(const tm_trace *t, size_t i, const uint32_t **fr
  * not fit (cap 0 writes nothing), and its full length to *len. */
 TM_API size_t tm_trace_frame_count(const tm_trace *t);
 TM_API tm_status tm_trace_frame_label(const tm_trace *t, size_t i, char *buf, size_t cap, size_t *len);
+/* Whether frame i is the app's code by Sentry's in_app rule, as the Sample
+ * v2 and v1 writers decide it without prefixes (see tm_sample_v2_options):
+ * 1 or 0, or -1 when nothing says (no mapping path and no Java class, or i
+ * out of range). */
+TM_API int tm_trace_frame_in_app(const tm_trace *t, size_t i);
 
 /* ==== Output =========================================================== */
 
@@ -457,7 +462,14 @@ typedef struct tm_sample_v1_options {
     /* 1: keep only the samples of the first 30 s (sentry-python stops its
      * profiler there) instead of failing with DurationIsTooLong. */
     int truncate;
-    uint64_t reserved_[29]; /* must be zero; future fields take this space (see "ABI") */
+    /* Frames' in_app, as tm_sample_v2_options decides it (TM_MODE_DEFAULT
+     * only): prefixes of mapping paths and Java classes first, then the
+     * default rule. */
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
+    uint64_t reserved_[25]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_v1_options;
 
 /* Writes the trace as one Sentry Sample v1 (transaction) profile, what
@@ -617,7 +629,11 @@ typedef struct tm_symbolize_options {
      * no_system_paths, $DEBUGINFOD_CACHE_PATH, else
      * $HOME/.cache/debuginfod_client, when it is a directory. */
     const char *debuginfod_cache;
-    uint64_t reserved_[26]; /* must be zero; future fields take this space (see "ABI") */
+    /* 1: function names as the ELF file spells them; 0: C++ names demangled
+     * (__cxa_demangle of the C++ runtime, when the process has or can load
+     * libstdc++), a PLT stub's too (_ZN3foo3barEv@plt: foo::bar()@plt). */
+    int no_demangle;
+    uint64_t reserved_[25]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_options;
 
 /* What tm_symbolize found. A file it cannot find is counted, never an error. */

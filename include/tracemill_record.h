@@ -78,7 +78,12 @@ typedef struct tm_recorder_options {
     int demangle;                /* C++ names demangled */
     uint32_t mem_period_ms;      /* ProcessStats from /proc/self/status this often (and at the end
                                     of every trace or chunk); 0: none */
-    uint64_t reserved_[23]; /* must be zero; future fields take this space (see "ABI") */
+    int name_frames;             /* 1: every frame named from its file's symbol table while recording;
+                                    0: frames in files on disk with a build id are written as mapping
+                                    (path, build id) and rel_pc alone, for tm_symbolize (`tracemill
+                                    symbolize`, which `tracemill record` runs) to name with files and
+                                    lines; JIT, kernel, vDSO and deleted-file frames are named either way */
+    uint64_t reserved_[22]; /* must be zero; future fields take this space (see "ABI") */
 } tm_recorder_options;
 
 /* What a recording lost and produced so far. */

@@ -15,6 +15,8 @@
  *   TRACEMILL_RECORD_CHUNK_SECONDS  continuous chunks OUT.N.pftrace
  *   TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS, TRACEMILL_RECORD_CLEAR_PERIOD_MS
  *   TRACEMILL_RECORD_DEMANGLE       1: C++ names demangled
+ *   TRACEMILL_RECORD_NAME_FRAMES    1: every frame named while recording (else
+ *                                   files with build ids are left to tm_symbolize)
  *   TRACEMILL_RECORD_HEAP           1: also a heap profile of native allocations (heap.c)
  *   TRACEMILL_RECORD_HEAP_INTERVAL  its mean sampling interval in bytes (4096)
  *   TRACEMILL_RECORD_MEM_PERIOD_MS  ProcessStats (RSS, swap, peak) this often; 0: none
@@ -191,6 +193,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     o.file_write_period_ms = env_u32("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS");
     o.clear_period_ms = env_u32("TRACEMILL_RECORD_CLEAR_PERIOD_MS");
     o.demangle = env_u32("TRACEMILL_RECORD_DEMANGLE") != 0;
+    o.name_frames = env_u32("TRACEMILL_RECORD_NAME_FRAMES") != 0;
     o.mem_period_ms = env_u32("TRACEMILL_RECORD_MEM_PERIOD_MS");
     tm_error err;
     tmr_uploader *u = NULL;

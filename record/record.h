@@ -74,15 +74,23 @@ typedef struct tmr_mapping {
 
 typedef struct tmr_symbols tmr_symbols;
 
+/* What a tmr_symbols names (flags, or-ed). */
+enum {
+    TMR_SYMBOLS_DEMANGLE = 1, /* C++ names through __cxa_demangle when the process has it (dlsym) */
+    TMR_SYMBOLS_NAME_ALL = 2  /* name every frame from the ELF symbol tables; without it, a frame in a
+                                 file on disk with a build id gets no name (tm_symbolize names it after
+                                 the run), and only the others are named: JIT code, the kernel, the
+                                 vDSO, deleted files, files without a build id */
+};
+
 /* An empty table for process pid (0: this process), filled by
  * tmr_symbols_add or tmr_symbols_refresh (/proc/PID/maps). For another
  * process, pcs in no mapping never re-read its maps, and there is no dladdr
- * or dl_iterate_phdr fallback. */
-tmr_symbols *tmr_symbols_new_for(int32_t pid, int demangle, tm_error *err);
+ * or dl_iterate_phdr fallback. flags: TMR_SYMBOLS_*. */
+tmr_symbols *tmr_symbols_new_for(int32_t pid, int flags, tm_error *err);
 /* Reads /proc/self/maps (executable mappings only) and each file's build
- * id. Returns NULL on failure (err says why). demangle: C++ names through
- * __cxa_demangle when the process has it (looked up with dlsym). */
-tmr_symbols *tmr_symbols_new(int demangle, tm_error *err);
+ * id. Returns NULL on failure (err says why). flags: TMR_SYMBOLS_*. */
+tmr_symbols *tmr_symbols_new(int flags, tm_error *err);
 void tmr_symbols_free(tmr_symbols *s);
 /* Re-reads the maps (after dlopen, or when a pc falls in no known mapping). */
 tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err);
@@ -103,7 +111,8 @@ size_t tmr_symbols_live(const tmr_symbols *s, int *out, size_t cap);
  * most every 100 ms). *mapping is an index usable with tmr_symbols_mapping, or -1
  * when pc is in no mapping; *rel_pc is the pc relative to the ELF file's
  * load address as Perfetto defines rel_pc; *name is the function name
- * (demangled if asked) or NULL when unknown. Names stay valid until
+ * (demangled if asked) or NULL when unknown or left to tm_symbolize
+ * (without TMR_SYMBOLS_NAME_ALL). Names stay valid until
  * tmr_symbols_free. Not async-signal-safe: the collector calls it. */
 void tmr_symbols_lookup(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc, const char **name);
 const tmr_mapping *tmr_symbols_mapping(const tmr_symbols *s, int i);

@@ -678,7 +678,8 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
     r->sampler = tmr_sampler_new(&so, err);
     if (!r->sampler) st = err ? err->code : TM_ERR_UNSUPPORTED;
     if (st == TM_OK) {
-        r->syms = tmr_symbols_new(r->o.demangle, err);
+        r->syms = tmr_symbols_new(
+            (r->o.demangle ? TMR_SYMBOLS_DEMANGLE : 0) | (r->o.name_frames ? TMR_SYMBOLS_NAME_ALL : 0), err);
         if (!r->syms) st = err ? err->code : TM_ERR_IO;
     }
     if (st == TM_OK) {

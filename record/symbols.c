@@ -6,6 +6,13 @@
  * found by build id), with dladdr as the fallback. Turns a pc into
  * (mapping, rel_pc, function name) and caches the answer per pc.
  *
+ * By default only frames that no file can name later are named here: JIT
+ * and interpreter code, kernel frames, the vDSO, deleted files, and files
+ * without a build id. A frame in a file on disk with a build id is written
+ * as (mapping, rel_pc) alone, and `tracemill record` (tm_symbolize) names it
+ * after the run, in its own process, with files and lines too: the profiled
+ * program never reads those symbol tables (TMR_SYMBOLS_NAME_ALL does).
+ *
  * rel_pc is what Perfetto's unwinder (libunwindstack) puts in Frame.rel_pc:
  *     rel_pc = pc - map.start + map.offset + load_bias
  * where load_bias = p_vaddr - p_offset of the file's first executable
@@ -94,6 +101,8 @@ typedef struct elf_file {
                          of the file and of its separate debug file */
     size_t n_blobs;
     int copy_fd;      /* +1 of the descriptor open_path names (a copy of the vdso); 0: none */
+    int named_later;  /* a file on disk at its own path with a build id: tm_symbolize finds it
+                         after the run, so its frames are not named here (unless NAME_ALL) */
 } elf_file;
 
 typedef struct cache_ent {
@@ -134,6 +143,7 @@ typedef struct jit_key {
 struct tmr_symbols {
     int32_t pid;              /* 0: this process (/proc/self); else mappings come from tmr_symbols_add */
     cxa_demangle_fn demangle; /* NULL: names as in the symbol table */
+    int name_all;             /* TMR_SYMBOLS_NAME_ALL: name frames of named_later files too */
     tmr_mapping *maps;        /* append-only */
     size_t *map_file;         /* per mapping: index into files, or SIZE_MAX */
     size_t n_maps, cap_maps;
@@ -548,6 +558,7 @@ static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_
         if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) read_ok = read_elf_ids(fd, (uint64_t)sb.st_size, f);
         if (fd >= 0) close(fd);
     }
+    f->named_later = read_ok == 0 && path[0] == '/' && !deleted && !f->copy_fd && f->build_id_len > 0;
     if (read_ok != 0) {
         if (!s->pid) {
             phdr_probe p = {start, f};
@@ -670,14 +681,15 @@ size_t tmr_symbols_live(const tmr_symbols *s, int *out, size_t cap) {
     return s->n_live;
 }
 
-tmr_symbols *tmr_symbols_new_for(int32_t pid, int demangle, tm_error *err) {
+tmr_symbols *tmr_symbols_new_for(int32_t pid, int flags, tm_error *err) {
     tmr_symbols *s = calloc(1, sizeof *s);
     if (!s) {
         tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
         return NULL;
     }
     s->pid = pid;
-    if (demangle) {
+    s->name_all = (flags & TMR_SYMBOLS_NAME_ALL) != 0;
+    if (flags & TMR_SYMBOLS_DEMANGLE) {
         void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
         /* The recorder of another process may be a C program: libstdc++
          * has the demangler (loaded once, for the life of the recorder). */
@@ -690,8 +702,8 @@ tmr_symbols *tmr_symbols_new_for(int32_t pid, int demangle, tm_error *err) {
     return s;
 }
 
-tmr_symbols *tmr_symbols_new(int demangle, tm_error *err) {
-    tmr_symbols *s = tmr_symbols_new_for(0, demangle, err);
+tmr_symbols *tmr_symbols_new(int flags, tm_error *err) {
+    tmr_symbols *s = tmr_symbols_new_for(0, flags, err);
     if (s && tmr_symbols_refresh(s, err) != TM_OK) {
         tmr_symbols_free(s);
         return NULL;
@@ -975,6 +987,7 @@ static void resolve(tmr_symbols *s, uint64_t pc, int *mapping, uint64_t *rel_pc,
     const tmr_mapping *m = &s->maps[i];
     *rel_pc = pc - m->start + m->offset + m->load_bias;
     size_t fi = s->map_file[i];
+    if (fi != SIZE_MAX && s->files[fi].named_later && !s->name_all) return; /* tm_symbolize names it */
     if (fi != SIZE_MAX) {
         elf_file *f = &s->files[fi];
         if (!f->syms_loaded) load_syms(f);

@@ -110,7 +110,11 @@ struct abi0_tm_sample_v1_options {
     const char *meta_json;
     size_t meta_len;
     int truncate;
-    uint64_t reserved_[29];
+    const char *const *in_app_prefixes;
+    size_t n_in_app_prefixes;
+    const char *const *not_in_app_prefixes;
+    size_t n_not_in_app_prefixes;
+    uint64_t reserved_[25];
 };
 struct abi0_tm_thread_filter {
     const char *name;
@@ -159,7 +163,8 @@ struct abi0_tm_symbolize_options {
     const tm_proguard_map *proguard_maps;
     size_t n_proguard_maps;
     const char *debuginfod_cache;
-    uint64_t reserved_[26];
+    int no_demangle;
+    uint64_t reserved_[25];
 };
 struct abi0_tm_symbolize_stats {
     uint64_t mappings, mappings_symbolized, mappings_no_build_id, mappings_not_found, mappings_build_id_mismatch,
@@ -178,7 +183,8 @@ struct abi0_tm_recorder_options {
     void *chunk_ctx;
     int demangle;
     uint32_t mem_period_ms;
-    uint64_t reserved_[23];
+    int name_frames;
+    uint64_t reserved_[22];
 };
 struct abi0_tm_recorder_stats {
     uint64_t samples, samples_lost, timer_overruns, packets_overwritten, bytes_overwritten, packets_discarded,
@@ -280,7 +286,9 @@ Test(abi, writer_options) {
     FIELD(tm_sample_v2_options, not_in_app_prefixes); FIELD(tm_sample_v2_options, n_not_in_app_prefixes);
     STRUCT(tm_sample_v1_options);
     FIELD(tm_sample_v1_options, meta_json); FIELD(tm_sample_v1_options, meta_len);
-    FIELD(tm_sample_v1_options, truncate);
+    FIELD(tm_sample_v1_options, truncate); FIELD(tm_sample_v1_options, in_app_prefixes);
+    FIELD(tm_sample_v1_options, n_in_app_prefixes); FIELD(tm_sample_v1_options, not_in_app_prefixes);
+    FIELD(tm_sample_v1_options, n_not_in_app_prefixes);
     STRUCT(tm_thread_filter);
     FIELD(tm_thread_filter, name); FIELD(tm_thread_filter, tid); FIELD(tm_thread_filter, by_tid);
     STRUCT(tm_pprof_options);
@@ -304,6 +312,7 @@ Test(abi, symbolize_and_recorder) {
     FIELD(tm_symbolize_options, symbol_dirs); FIELD(tm_symbolize_options, n_symbol_dirs);
     FIELD(tm_symbolize_options, no_system_paths); FIELD(tm_symbolize_options, proguard_maps);
     FIELD(tm_symbolize_options, n_proguard_maps); FIELD(tm_symbolize_options, debuginfod_cache);
+    FIELD(tm_symbolize_options, no_demangle);
     STRUCT(tm_symbolize_stats);
     FIELD(tm_symbolize_stats, mappings); FIELD(tm_symbolize_stats, mappings_symbolized);
     FIELD(tm_symbolize_stats, mappings_no_build_id); FIELD(tm_symbolize_stats, mappings_not_found);
@@ -318,7 +327,7 @@ Test(abi, symbolize_and_recorder) {
     FIELD(tm_recorder_options, clear_period_ms); FIELD(tm_recorder_options, duration_ms);
     FIELD(tm_recorder_options, chunk_seconds); FIELD(tm_recorder_options, on_chunk);
     FIELD(tm_recorder_options, chunk_ctx); FIELD(tm_recorder_options, demangle);
-    FIELD(tm_recorder_options, mem_period_ms);
+    FIELD(tm_recorder_options, mem_period_ms); FIELD(tm_recorder_options, name_frames);
     STRUCT(tm_recorder_stats);
     FIELD(tm_recorder_stats, samples); FIELD(tm_recorder_stats, samples_lost); FIELD(tm_recorder_stats, timer_overruns);
     FIELD(tm_recorder_stats, packets_overwritten); FIELD(tm_recorder_stats, bytes_overwritten);

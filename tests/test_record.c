@@ -93,12 +93,23 @@ typedef struct loaded {
     const tm_trace_stats *st;
 } loaded;
 
+/* The trace at path, symbolized as `tracemill record` symbolizes what it
+ * writes (the recorder names only frames no file can name later), read
+ * with frames named by function alone. */
 static loaded load(const char *path) {
     loaded l = {0};
-    l.bytes = tu_read_file(path, &l.len);
-    cr_assert_not_null(l.bytes, "no trace at %s", path);
+    size_t raw_len;
+    char *raw = tu_read_file(path, &raw_len);
+    cr_assert_not_null(raw, "no trace at %s", path);
+    tu_membuf sym = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &sym};
     tm_error err;
-    tm_status st = tm_trace_parse(l.bytes, l.len, NULL, &l.trace, &err);
+    cr_assert_eq(tm_symbolize(raw, raw_len, NULL, NULL, &sink, NULL, &err), TM_OK, "%s: %s", path, err.message);
+    free(raw);
+    l.bytes = sym.data;
+    l.len = sym.len;
+    tm_options opts = {.no_source_lines = 1};
+    tm_status st = tm_trace_parse(l.bytes, l.len, &opts, &l.trace, &err);
     cr_assert_eq(st, TM_OK, "%s does not decode: %s", path, err.message);
     l.st = tm_trace_get_stats(l.trace);
     return l;

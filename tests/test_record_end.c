@@ -193,8 +193,20 @@ static summary summarize(const char *path) {
     tm_trace *t = NULL;
     tm_error err;
     cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "%s does not decode: %s", path, err.message);
+    cr_assert_eq(tm_trace_get_stats(t)->truncated, 0, "%s is cut off at byte %llu", path,
+                 (unsigned long long)tm_trace_get_stats(t)->truncated_at);
+    tm_trace_free(t);
+    /* symbolized, as `tracemill record` leaves it, and named by function */
+    tu_membuf sym = {0};
+    tm_sink to_sym = {.write = tu_membuf_write, .ctx = &sym};
+    cr_assert_eq(tm_symbolize(bytes, len, NULL, NULL, &to_sym, NULL, &err), TM_OK, "%s: %s", path, err.message);
+    free(bytes);
+    bytes = sym.data;
+    len = sym.len;
+    tm_options by_function = {.no_source_lines = 1};
+    cr_assert_eq(tm_trace_parse(bytes, len, &by_function, &t, &err), TM_OK, "%s does not decode: %s", path,
+                 err.message);
     const tm_trace_stats *st = tm_trace_get_stats(t);
-    cr_assert_eq(st->truncated, 0, "%s is cut off at byte %llu", path, (unsigned long long)st->truncated_at);
     out.samples = st->samples_kept;
     out.counted = st->perf_samples_counted;
     out.counted_cpu_s = (double)st->perf_counted_cpu_ns * 1e-9;

@@ -57,6 +57,9 @@ static void need_perf(void) {
     close(fd);
 }
 
+/* Frames named by their function alone, as the assertions name them. */
+static const tm_options g_by_function = {.no_source_lines = 1};
+
 static void setup(void) {
     cr_assert_not_null(mkdtemp(g_dir));
 }
@@ -78,11 +81,12 @@ static char *path_in_dir(const char *name) {
 
 /* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace OPTS -- ARGS`
  * (shell words); *code gets record's exit status; returns its stderr.
- * --no-symbolize: frames keep their bare function names, as the assertions
- * name them (test_record_symbols.c tests the symbolized default). */
+ * Symbolized, as by default (the recorder names only JIT, kernel and vDSO
+ * frames itself); the trace is read with frames named by function alone
+ * (no_source_lines, --no-lines), as the assertions name them. */
 static char *record_with(int hz, const char *opts, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --no-symbolize --backend perf -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, hz, trace, opts,
+    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, hz, trace, opts,
                           args, err, out),
                  0);
     int st = system(cmd);
@@ -130,7 +134,7 @@ static counts read_trace(void) {
     cr_assert_not_null(bytes, "no trace at %s", path);
     tm_trace *t = NULL;
     tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
     const tm_trace_stats *st = tm_trace_get_stats(t);
     cr_assert_eq(st->dropped_unresolved + st->dropped_stale_interning + st->dropped_never_cleared +
                      st->dropped_missing_clock + st->dropped_bad_timestamp,
@@ -263,7 +267,7 @@ Test(record_perf, sigterm_is_passed_on) {
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         if (!freopen(err, "w", stderr)) _exit(126);
-        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET,
+        execl(TM_CLI, TM_CLI, "record", "--backend", "perf", "-o", trace, "--", TM_RECORD_PERF_TARGET,
               "exit", "60",
               (char *)NULL);
         _exit(126);
@@ -300,7 +304,7 @@ static char *folded_text(void) {
     cr_assert_not_null(bytes, "no trace at %s", path);
     tm_trace *t = NULL;
     tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
     tu_membuf out = {0};
     tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
@@ -419,7 +423,7 @@ static void sleep_s(double s) {
  * as record_with); *code gets record's exit status; returns its stderr. */
 static char *record_opts(const char *opts, int *code) {
     char *err = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --no-symbolize -F %d -o %s %s 2>%s", TM_CLI, HZ, trace, opts, err), 0);
+    cr_assert_gt(asprintf(&cmd, "%s record -F %d -o %s %s 2>%s", TM_CLI, HZ, trace, opts, err), 0);
     int st = system(cmd);
     *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     char *text = tu_read_file(err, NULL);
@@ -519,7 +523,7 @@ Test(record_perf, attach_ends_on_sigint) {
     cr_assert_geq(rec, 0);
     if (rec == 0) {
         if (!freopen(errp, "w", stderr)) _exit(126);
-        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "-p", pid_text, "-o", trace, (char *)NULL);
+        execl(TM_CLI, TM_CLI, "record", "-p", pid_text, "-o", trace, (char *)NULL);
         _exit(126);
     }
     sleep_s(1.0);
@@ -893,7 +897,7 @@ static uint64_t folded_sum(tm_value v, const char *frame, uint64_t *total) {
     cr_assert_not_null(bytes, "no trace at %s", path);
     tm_trace *t = NULL;
     tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
     tu_membuf out = {0};
     tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_folded_options o = {.value = v};
@@ -973,12 +977,12 @@ Test(record_perf, off_cpu_time_and_stacks) {
     free(err);
     /* the CLI's choice of samples */
     char *trace = path_in_dir("t.pftrace"), *out = path_in_dir("off.folded"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --samples off-cpu %s -o %s", TM_CLI, trace, out), 0);
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --no-lines --samples off-cpu %s -o %s", TM_CLI, trace, out), 0);
     cr_expect_eq(system(cmd), 0, "%s", cmd);
     char *text = tu_read_file(out, NULL);
     cr_expect(text && strstr(text, "wait_here"), "%s", text ? text : "");
     free(text), free(cmd);
-    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --samples sideways %s 2>/dev/null", TM_CLI, trace), 0);
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --no-lines --samples sideways %s 2>/dev/null", TM_CLI, trace), 0);
     int st = system(cmd);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0, "a bad --samples was accepted");
     free(cmd), free(out), free(trace);

@@ -5,10 +5,12 @@
  * frames with source file and line and the inlined frame, in the folded
  * stacks, in pprof (one Location with a Line per function, has_inline_frames)
  * and in the SQL model's stack_profile_symbol; recorded with
- * --no-symbolize it keeps function names only (no ModuleSymbols), and
- * `tracemill symbolize` on that trace gives what record gives: the same
- * lines for every pc both traces hold, also on a trace cut off inside its
- * last packet. JIT frames named from /tmp/perf-PID.map keep their names.
+ * --no-symbolize its frames are build ids and pcs (no names, no
+ * ModuleSymbols), and `tracemill symbolize` on that trace gives what record
+ * gives: the same lines for every pc both traces hold, also on a trace cut
+ * off inside its last packet. JIT frames named from /tmp/perf-PID.map keep
+ * their names, with or without --no-symbolize. With --chunk-seconds each
+ * chunk is symbolized as soon as it is closed, while the program runs.
  *
  * The perf half is skipped, with the reason, when this kernel refuses
  * perf_event_open. Paths come from the build: TM_CLI,
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -184,7 +187,9 @@ static void expect_record_symbolizes(const char *backend) {
 
     char *bare = record(backend, "--no-symbolize", "bare.pftrace");
     char *folded = convert(bare, "folded");
-    cr_assert(matches(folded, "(^|;)churn_outer( |;)"), "function names are kept:\n%.2000s", folded);
+    /* the recorder names no frame of a file with a build id: module and pc only */
+    cr_assert(!matches(folded, "churn_outer"), "named at record time:\n%.2000s", folded);
+    cr_assert(matches(folded, "0x[0-9a-f]+ \\(record_symbols_target\\)"), "no module+pc frame:\n%.2000s", folded);
     cr_assert(!matches(folded, "record_symbols_target\\.c"), "--no-symbolize gave lines:\n%.2000s", folded);
     free(folded);
     size_t n_bare = 0;
@@ -251,22 +256,74 @@ Test(record_symbols, perf_backend) {
 /* Code generated at run time and named in /tmp/perf-PID.map (no build id,
  * nothing to symbolize) keeps its name in the symbolized trace. */
 Test(record_symbols, jit_frames_keep_their_names) {
-    char *trace = in_dir("jit.pftrace"), *out = in_dir("jit.out"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --backend signal -o %s -- %s jit 0.5 >%s", TM_CLI, trace,
-                          TM_RECORD_PERF_TARGET, out),
-                 0);
-    free(run(cmd));
-    free(cmd);
-    char *printed = tu_read_file(out, NULL);
-    int pid = 0;
-    if (printed && sscanf(printed, "jit %d", &pid) == 1) {
-        char map[64];
-        snprintf(map, sizeof map, "/tmp/perf-%d.map", pid);
-        unlink(map);
+    const char *opts[] = {"", "--no-symbolize"};
+    for (size_t k = 0; k < 2; k++) {
+        char *trace = in_dir("jit.pftrace"), *out = in_dir("jit.out"), *cmd = NULL;
+        cr_assert_gt(asprintf(&cmd, "%s record --backend signal %s -o %s -- %s jit 0.5 >%s", TM_CLI, opts[k], trace,
+                              TM_RECORD_PERF_TARGET, out),
+                     0);
+        free(run(cmd));
+        free(cmd);
+        char *printed = tu_read_file(out, NULL);
+        int pid = 0;
+        if (printed && sscanf(printed, "jit %d", &pid) == 1) {
+            char map[64];
+            snprintf(map, sizeof map, "/tmp/perf-%d.map", pid);
+            unlink(map);
+        }
+        char *folded = convert(trace, "folded");
+        cr_assert(matches(folded, "(^|;)tmtest_jitted_loop [0-9]+"), "%s: the JIT frame lost its name:\n%.2000s",
+                  opts[k], folded);
+        free(folded), free(printed), free(out), free(trace);
     }
-    char *folded = convert(trace, "folded");
-    cr_assert(matches(folded, "(^|;)tmtest_jitted_loop [0-9]+"), "the JIT frame lost its name:\n%.2000s", folded);
-    free(folded), free(printed), free(out), free(trace);
+}
+
+static double mtime_of(const char *path) {
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "%s: %s", path, strerror(errno));
+    return (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9;
+}
+
+/* With --chunk-seconds each chunk is symbolized as soon as the recorder
+ * closes it, while the program runs on: the first chunk's symbolized file
+ * is written seconds before the last chunk is closed (symbolized at the
+ * end, every chunk would be written after it), and every chunk has its
+ * inlined frames with files and lines. */
+Test(record_symbols, chunks_symbolized_as_they_close) {
+    char *base = in_dir("c.pftrace"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record --backend signal -F 101 --chunk-seconds 1 -o %s -- %s 3.5", TM_CLI, base,
+                          TM_RECORD_SYMBOLS_TARGET),
+                 0);
+    char *err = run(cmd);
+    free(cmd);
+    size_t reports = 0;
+    for (const char *p = err; (p = strstr(p, "tracemill record: symbolized ")) != NULL; p++) reports++;
+    unsigned n = 0;
+    for (;; n++) {
+        char name[32];
+        snprintf(name, sizeof name, "c.%u.pftrace", n);
+        char *path = in_dir(name);
+        int there = access(path, R_OK) == 0;
+        free(path);
+        if (!there) break;
+    }
+    cr_assert_geq(n, 3, "%u chunks of a 3.5 s run:\n%s", n, err);
+    cr_expect_eq(reports, n, "one symbolization per chunk:\n%s", err);
+    char *first = in_dir("c.0.pftrace"), *last_name = NULL;
+    cr_assert_gt(asprintf(&last_name, "c.%u.pftrace", n - 1), 0);
+    char *last = in_dir(last_name);
+    double ahead = mtime_of(last) - mtime_of(first);
+    cr_expect_gt(ahead, 1.0, "chunk 0 was symbolized only %.2f s before the last chunk was done", ahead);
+    for (unsigned k = 0; k + 1 < n; k++) { /* the last one may hold too few samples to tell */
+        char name[32];
+        snprintf(name, sizeof name, "c.%u.pftrace", k);
+        char *path = in_dir(name);
+        char *folded = convert(path, "folded");
+        cr_expect(matches(folded, "(^|;)churn_outer \\(" SRC "\\);churn_step \\(" SRC "\\)( |;)"),
+                  "%s: no inlined frame with file and line:\n%.2000s", name, folded);
+        free(folded), free(path);
+    }
+    free(first), free(last), free(last_name), free(base), free(err);
 }
 
 /* A symbol option with --no-symbolize is a contradiction, said before anything runs. */

@@ -190,6 +190,13 @@ Test(record_upload, every_chunk_reaches_tracemill_serve) {
     tm_error err;
     cr_assert_eq(tm_trace_parse(data, len, NULL, &t, &err), TM_OK, "%s", err.message);
     cr_assert_gt(tm_trace_get_stats(t)->samples_kept, 20);
+    /* Not symbolized before it is sent, so named while recording. */
+    tu_membuf folded = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &folded};
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+    cr_assert(folded.data && strstr(folded.data, "worker_main"), "the uploaded chunk's frames have no names:\n%.2000s",
+              folded.data ? folded.data : "");
+    tu_membuf_free(&folded);
     tm_trace_free(t);
     free(data), free(cmd), free(raw);
     stop_server(&s);

@@ -68,7 +68,7 @@ typedef struct rig {
 static void rig_open(rig *r, int demangle) {
     tm_error err;
     memset(r, 0, sizeof *r);
-    r->syms = tmr_symbols_new(demangle, &err);
+    r->syms = tmr_symbols_new((demangle ? TMR_SYMBOLS_DEMANGLE : 0) | TMR_SYMBOLS_NAME_ALL, &err);
     cr_assert_not_null(r->syms, "%s", err.message);
     tmr_writer_opts o = {.pid = (int32_t)getpid(), .process_name = "rw-test", .sampling_hz = 101, .buffer_kb = 64};
     r->w = tmr_writer_new(&o, r->syms, emit_to_membuf, &r->out, &err);
@@ -607,7 +607,7 @@ Test(record_writer, process_stats_hold_this_process_memory) {
 
 Test(record_symbols, rel_pc_and_names_match_nm_and_dladdr) {
     tm_error err;
-    tmr_symbols *s = tmr_symbols_new(0, &err);
+    tmr_symbols *s = tmr_symbols_new(TMR_SYMBOLS_NAME_ALL, &err);
     cr_assert_not_null(s, "%s", err.message);
     char exe[4096];
     self_exe(exe, sizeof exe);
@@ -648,7 +648,7 @@ Test(record_symbols, rel_pc_and_names_match_nm_and_dladdr) {
  * size (_init, just before the PLT) names its own address only. */
 Test(record_symbols, plt_stubs_named_and_sizeless_symbols_not_stretched) {
     tm_error err;
-    tmr_symbols *s = tmr_symbols_new(0, &err);
+    tmr_symbols *s = tmr_symbols_new(TMR_SYMBOLS_NAME_ALL, &err);
     cr_assert_not_null(s, "%s", err.message);
     char exe[4096], cmd[9000], line[1024], want[512];
     self_exe(exe, sizeof exe);
@@ -686,7 +686,7 @@ Test(record_symbols, plt_stubs_named_and_sizeless_symbols_not_stretched) {
 
 Test(record_symbols, build_id_matches_readelf) {
     tm_error err;
-    tmr_symbols *s = tmr_symbols_new(0, &err);
+    tmr_symbols *s = tmr_symbols_new(TMR_SYMBOLS_NAME_ALL, &err);
     cr_assert_not_null(s);
     char exe[4096], want[130], got[70];
     self_exe(exe, sizeof exe);
@@ -775,13 +775,73 @@ Test(record_symbols, pcs_outside_mappings_and_bad_files) {
     tmr_symbols_free(s);
 }
 
+/* By default a frame in a file on disk with a build id is left to
+ * tm_symbolize: its mapping, build id and rel_pc, no name; tm_symbolize then
+ * names it as TMR_SYMBOLS_NAME_ALL would have (the vDSO, JIT and deleted
+ * files, which tm_symbolize cannot name later, keep being named: tests
+ * below). */
+Test(record_symbols, files_with_build_ids_left_to_tm_symbolize) {
+    tm_error err;
+    tmr_symbols *lazy = tmr_symbols_new(0, &err), *eager = tmr_symbols_new(TMR_SYMBOLS_NAME_ALL, &err);
+    cr_assert(lazy && eager);
+    void (*fns[])(void) = {rw_leaf, rw_middle, rw_root};
+    for (int i = 0; i < 3; i++) {
+        int m, m2;
+        uint64_t rel, rel2;
+        const char *name, *name2;
+        tmr_symbols_lookup(lazy, addr_of(fns[i]) + 1, &m, &rel, &name);
+        tmr_symbols_lookup(eager, addr_of(fns[i]) + 1, &m2, &rel2, &name2);
+        cr_assert_geq(m, 0);
+        cr_expect_null(name, "named at record time: %s", name);
+        cr_expect_not_null(name2);
+        cr_expect_eq(rel, rel2);
+        const tmr_mapping *mp = tmr_symbols_mapping(lazy, m);
+        cr_expect_gt(mp->build_id_len, 0, "the build id tm_symbolize finds the file by");
+    }
+    tmr_symbols_free(lazy);
+    tmr_symbols_free(eager);
+
+    /* A trace written so, symbolized: the names NAME_ALL would have given. */
+    rig r;
+    memset(&r, 0, sizeof r);
+    r.syms = tmr_symbols_new(0, &err);
+    cr_assert_not_null(r.syms);
+    tmr_writer_opts o = {.pid = (int32_t)getpid(), .process_name = "rw-test", .sampling_hz = 101, .buffer_kb = 64};
+    r.w = tmr_writer_new(&o, r.syms, emit_to_membuf, &r.out, &err);
+    cr_assert_not_null(r.w);
+    cr_assert_eq(tmr_writer_begin(r.w, &err), TM_OK, "%s", err.message);
+    const uint64_t pcs[] = {leaf_pc(rw_leaf), ret_pc(rw_middle), ret_pc(rw_root)};
+    sample(&r, 1, (int32_t)gettid(), 1000, pcs, 3, 0);
+    stats_no_loss(&r);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(r.out.data, r.out.len, NULL, &t, &err), TM_OK, "%s", err.message);
+    tu_membuf before = {0}, after = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &before};
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK);
+    tm_trace_free(t);
+    cr_expect_null(strstr(before.data, "rw_leaf"), "unsymbolized, yet named: %s", before.data);
+    tu_membuf sym = {0};
+    tm_sink to_sym = {.write = tu_membuf_write, .ctx = &sym};
+    cr_assert_eq(tm_symbolize(r.out.data, r.out.len, NULL, NULL, &to_sym, NULL, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_trace_parse(sym.data, sym.len, NULL, &t, &err), TM_OK, "%s", err.message);
+    sink.ctx = &after;
+    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK);
+    tm_trace_free(t);
+    cr_expect(strstr(after.data, "rw_root") && strstr(after.data, "rw_middle") && strstr(after.data, "rw_leaf"),
+              "symbolized: %s", after.data);
+    tu_membuf_free(&before);
+    tu_membuf_free(&after);
+    tu_membuf_free(&sym);
+    rig_close(&r);
+}
+
 Test(record_symbols, demangling_on_and_off) {
     /* __cxa_demangle comes from libstdc++; load it if this C program lacks it. */
     void *cxx = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL);
     if (!cxx && !dlsym(RTLD_DEFAULT, "__cxa_demangle")) cr_skip_test("no libstdc++ to demangle with");
     tm_error err;
     for (int demangle = 0; demangle < 2; demangle++) {
-        tmr_symbols *s = tmr_symbols_new(demangle, &err);
+        tmr_symbols *s = tmr_symbols_new((demangle ? TMR_SYMBOLS_DEMANGLE : 0) | TMR_SYMBOLS_NAME_ALL, &err);
         cr_assert_not_null(s);
         int m;
         uint64_t rel;

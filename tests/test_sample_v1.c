@@ -13,6 +13,7 @@
  *   out of range, huge numbers, every truncated prefix: the right status,
  *   a message naming the field, an offset inside the input.
  * - A profile made by sentry-python's profiler (tests/fixtures/sentry-python).
+ * - in_app on frames: the default rule and prefixes, as Sample v2.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -748,4 +749,59 @@ Test(sample_v1, cli) {
     free(out);
     remove(meta_path);
     remove(v1_path);
+}
+
+/* ---- in_app ---- */
+
+/* The in_app of each written frame, in order: 't', 'f' or '-' (none). */
+static void in_app_of(const tm_trace *t, const tm_sample_v1_options *o, char *got, size_t cap) {
+    tu_membuf out = write_v1_ok(t, o);
+    json_t *j = load_json(&out);
+    json_t *frames = json_object_get(json_object_get(j, "profile"), "frames");
+    size_t n = json_array_size(frames);
+    cr_assert_lt(n, cap);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(json_array_get(frames, i), "in_app");
+        got[i] = !v ? '-' : json_is_true(v) ? 't' : json_is_false(v) ? 'f' : '?';
+    }
+    got[n] = 0;
+    json_decref(j);
+    tu_membuf_free(&out);
+}
+
+/* Frames say whether they are the app's as Sample v2's do: the default rule
+ * (libexample.so and com.example.Foo are the app's), prefixes first. */
+Test(sample_v1, in_app) {
+    tb_buf tb;
+    tm_trace *t = built(OFFS, N_OFFS, &tb);
+    const tm_profile *p = tm_trace_profile(t);
+    char want[16], got[16];
+    /* frames: main, leaf (libexample.so), Foo.bar (Java), 0x300 (libexample.so) */
+    cr_assert_eq(p->n_frames, 4);
+    for (size_t i = 0; i < p->n_frames; i++) want[i] = 't';
+    want[p->n_frames] = 0;
+    in_app_of(t, NULL, got, sizeof got);
+    cr_expect_str_eq(got, want, "default rule");
+
+    const char *lib[] = {"libexample"}, *cls[] = {"com.example."};
+    tm_sample_v1_options o = {.not_in_app_prefixes = lib, .n_not_in_app_prefixes = 1};
+    in_app_of(t, &o, got, sizeof got);
+    for (size_t i = 0; i < p->n_frames; i++) want[i] = p->frames[i].flags & TM_FRAME_JAVA ? 't' : 'f';
+    cr_expect_str_eq(got, want, "native frames not in_app by their mapping");
+    o = (tm_sample_v1_options){.not_in_app_prefixes = cls, .n_not_in_app_prefixes = 1};
+    in_app_of(t, &o, got, sizeof got);
+    for (size_t i = 0; i < p->n_frames; i++) want[i] = p->frames[i].flags & TM_FRAME_JAVA ? 'f' : 't';
+    cr_expect_str_eq(got, want, "the Java class not in_app");
+    o = (tm_sample_v1_options){.in_app_prefixes = cls, .n_in_app_prefixes = 1, .not_in_app_prefixes = cls,
+                               .n_not_in_app_prefixes = 1};
+    in_app_of(t, &o, got, sizeof got);
+    for (size_t i = 0; i < p->n_frames; i++) want[i] = 't'; /* a tie is in_app */
+    cr_expect_str_eq(got, want, "a tie");
+    tm_error err;
+    tu_membuf out;
+    o = (tm_sample_v1_options){.n_in_app_prefixes = 1};
+    cr_expect_eq(write_v1(t, &o, &out, &err), TM_ERR_INVALID_ARG);
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+    tb_free(&tb);
 }

@@ -318,6 +318,106 @@ Test(symbolize, outcomes_are_counted_not_errors) {
     }
 }
 
+/* A program without DWARF: a C function under a C++ name (asm label), a
+ * call through the PLT, an exported function, and a function symbol with
+ * no size followed by bytes no symbol covers. */
+static const char nodwarf_src[] =
+    "#include <stdio.h>\n"
+    "__attribute__((noinline)) int cxx_work(int n) __asm__(\"_ZN2ns4workEi\");\n"
+    "__attribute__((noinline)) int cxx_work(int n) { return puts(\"x\") + n; }\n"
+    "__attribute__((noinline)) int exported_fn(int n) { return cxx_work(n) * 3; }\n"
+    "__asm__(\".text\\n.globl sizeless\\n.type sizeless,@function\\nsizeless:\\n ret\\n"
+    " nop\\n nop\\n nop\\n nop\\n nop\\n nop\\n nop\\n nop\\n\");\n"
+    "int main(int argc, char **argv) { (void)argv; return exported_fn(argc); }\n";
+
+/* What tm_symbolize names pc of a mapping /nonexistent/NAME as, its file
+ * found in symbol directory in ("" when nothing). */
+static char *name_at(const char *in, const char *name, const uint8_t *id, size_t id_len, uint64_t pc,
+                     int no_demangle) {
+    tb_buf t = {0};
+    char path[128];
+    snprintf(path, sizeof path, "/nonexistent/%s", name);
+    trace_of(&t, path, id, id_len, &pc, 1, NULL);
+    const char *dirs[1] = {in};
+    tm_symbolize_options o = {.symbol_dirs = dirs, .n_symbol_dirs = 1, .no_system_paths = 1,
+                              .no_demangle = no_demangle};
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_error err;
+    cr_assert_eq(tm_symbolize(t.data, t.len, NULL, &o, &sink, NULL, &err), TM_OK, "%s", err.message);
+    tm_db *db = NULL;
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char *got = sql_lines(tm_db_sqlite(db), pc);
+    tm_db_free(db);
+    tu_membuf_free(&out);
+    tb_free(&t);
+    return got;
+}
+
+static size_t build_id_of(const char *name, uint8_t id[64]) {
+    char *hex = capture("readelf -n %s/%s | sed -n 's/.*Build ID: *//p'", dir, name);
+    size_t n = 0;
+    unsigned v;
+    for (char *p = hex; p[0] && p[1] && p[0] != '\n' && n < 64 && sscanf(p, "%2x", &v) == 1; p += 2) id[n++] = (uint8_t)v;
+    free(hex);
+    cr_assert_eq(n, 20, "build id of %s", name);
+    return n;
+}
+
+/* Without DWARF the symbol tables name frames, as the recorder named them:
+ * C++ names demangled unless no_demangle, PLT stubs "function@plt", a
+ * symbol without a size only at its own address, .dynsym in a stripped
+ * file. */
+Test(symbolize, names_from_symbol_tables_without_dwarf) {
+    char src[128];
+    snprintf(src, sizeof src, "%s/nodwarf.c", dir);
+    FILE *f = fopen(src, "w");
+    cr_assert(f);
+    fputs(nodwarf_src, f);
+    fclose(f);
+    cr_assert_eq(sh("cd %s && cc -O1 -rdynamic -Wl,--build-id=sha1 -o nodwarf nodwarf.c && "
+                    "strip -o stripped nodwarf",
+                    dir),
+                 0);
+    uint8_t id[64];
+    size_t id_len = build_id_of("nodwarf", id);
+    uint64_t cxx, cxx_end, sizeless, exported, exported_end;
+    symbol_range("nodwarf", "_ZN2ns4workEi", &cxx, &cxx_end);
+    symbol_range("nodwarf", "exported_fn", &exported, &exported_end);
+    char *out = capture("nm --defined-only %s/nodwarf | awk '$3 == \"sizeless\" {print $1}'", dir);
+    unsigned long long a = 0;
+    cr_assert_eq(sscanf(out, "%llx", &a), 1, "nm sizeless: %s", out);
+    free(out);
+    sizeless = a;
+    out = capture("objdump -d %s/nodwarf | sed -n 's/^\\([0-9a-f]*\\) <puts@plt>:$/\\1/p'", dir);
+    cr_assert_eq(sscanf(out, "%llx", &a), 1, "no puts@plt stub in objdump -d: %s", out);
+    free(out);
+    uint64_t plt = a;
+
+    char *got = name_at(dir, "nodwarf", id, id_len, cxx + 1, 0);
+    cr_expect_str_eq(got, "ns::work(int) ??:0");
+    free(got);
+    got = name_at(dir, "nodwarf", id, id_len, cxx + 1, 1);
+    cr_expect_str_eq(got, "_ZN2ns4workEi ??:0", "no_demangle keeps the symbol");
+    free(got);
+    got = name_at(dir, "nodwarf", id, id_len, plt + 4, 0);
+    cr_expect_str_eq(got, "puts@plt ??:0");
+    free(got);
+    got = name_at(dir, "nodwarf", id, id_len, sizeless, 0);
+    cr_expect_str_eq(got, "sizeless ??:0");
+    free(got);
+    got = name_at(dir, "nodwarf", id, id_len, sizeless + 3, 0);
+    cr_expect_str_eq(got, "", "a symbol without a size is not stretched over what follows it");
+    free(got);
+    /* stripped: .symtab is gone, the exported function is in .dynsym */
+    cr_assert_eq(sh("cd %s && mkdir -p s && cp stripped s/nodwarf", dir), 0);
+    char stripped[96];
+    snprintf(stripped, sizeof stripped, "%s/s", dir);
+    got = name_at(stripped, "nodwarf", id, id_len, exported + 1, 0);
+    cr_expect_str_eq(got, "exported_fn ??:0", "named from .dynsym of a stripped file");
+    free(got);
+}
+
 /* The symbols in the profile model: folded shows the inline chain
  * (root first), pprof one location with two lines. */
 Test(symbolize, profile_model_and_exporters) {

@@ -426,6 +426,27 @@ static PyObject *Trace_stacks(TraceObject *self, PyObject *unused) {
     return s;
 }
 
+/* Every distinct frame as {"name", "in_app"}: its label as stacks() names
+ * it, and True/False by Sentry's in_app rule (as Sample v2 and v1 write
+ * it), None where the model knows neither a mapping path nor a Java class. */
+static PyObject *Trace_frames(TraceObject *self, PyObject *unused) {
+    (void)unused;
+    if (trace_enter(self) < 0) return NULL;
+    PyObject *labels = frame_labels(self->trace);
+    size_t n = labels ? (size_t)PyTuple_GET_SIZE(labels) : 0;
+    PyObject *list = labels ? PyList_New((Py_ssize_t)n) : NULL;
+    for (size_t i = 0; list && i < n; i++) {
+        int in_app = tm_trace_frame_in_app(self->trace, i);
+        PyObject *d = Py_BuildValue("{s:O,s:O}", "name", PyTuple_GET_ITEM(labels, (Py_ssize_t)i), "in_app",
+                                    in_app < 0 ? Py_None : in_app ? Py_True : Py_False);
+        if (!d) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+    }
+    Py_XDECREF(labels);
+    trace_leave(self);
+    return list;
+}
+
 /* Four bytearrays: ts (int64), tid (int64), stack (uint32), weight (uint64),
  * one entry per sample, in native byte order. */
 static PyObject *Trace_sample_buffers(TraceObject *self, PyObject *unused) {
@@ -908,6 +929,9 @@ static PyMethodDef Trace_methods[] = {
     {"stacks", (PyCFunction)Trace_stacks, METH_NOARGS,
      "stacks()\n--\n\nEvery distinct stack as a tuple of frame names, root first; a sample's stack id\n"
      "indexes this tuple."},
+    {"frames", (PyCFunction)Trace_frames, METH_NOARGS,
+     "frames()\n--\n\nEvery distinct frame: dicts with name (as stacks() names it) and in_app\n"
+     "(True/False by Sentry's rule, as Sample v2 and v1 write it; None: nothing says)."},
     {"_sample_buffers", (PyCFunction)Trace_sample_buffers, METH_NOARGS,
      "_sample_buffers()\n--\n\n(ts, tid, stack, weight) bytearrays of int64, int64, uint32 and uint64."},
     {"_iter_samples", (PyCFunction)Trace_iter_samples, METH_NOARGS,

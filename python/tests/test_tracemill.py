@@ -167,6 +167,21 @@ def test_sample_columns(demo):
     assert c["weight"].sum() == 3000
 
 
+def test_frames_in_app(cli, demo):
+    """frames() says in_app per frame as the Sample v2 writer does, frame by frame."""
+    frames = demo.frames()
+    assert [f["name"] for f in frames if f["name"]]  # named frames
+    assert {name for stack in demo.stacks() for name in stack} <= {f["name"] for f in frames}
+    v2 = json.loads(cli("convert", "-f", "sample-v2", DEMO).stdout)
+    written = v2["profile"]["frames"]
+    assert len(written) == len(frames)
+    assert [f.get("in_app") for f in written] == [f["in_app"] for f in frames]
+    values = collections.Counter(f["in_app"] for f in frames)
+    assert values[True] and values[False]  # the app's code, and libc/libart's
+    app_java = [f for f in frames if f["name"].startswith("com.example.app.")]
+    assert app_java and all(f["in_app"] is True for f in app_java)
+
+
 # ---- SQL ----
 
 def test_query_equals_cli_csv(cli, demo):

@@ -16,6 +16,9 @@
  * trace-time distance from that sample, so the monotonic spacing of the
  * samples is kept exactly. Ids the metadata does not give are hashed from
  * the written samples (UUID v4 layout), so output is reproducible.
+ *
+ * Frames carry in_app as Sample v2's do (sentry_json.c's rule, the
+ * options' prefixes first), except in TM_MODE_RELAY.
  */
 #include <stdlib.h> /* qsort */
 
@@ -356,7 +359,8 @@ static void write_samples(tm_jw *w, const tm_profile *p, const selection *s) {
     tm_jw_char(w, ']');
 }
 
-static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, uint64_t addr_mask) {
+/* rules NULL: no in_app (Relay's converter never writes it). */
+static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, uint64_t addr_mask, const tm_in_app_rules *rules) {
     tm_jw_lit(w, ",\"stacks\":[");
     for (size_t i = 0; i < p->n_stacks; i++) {
         const tm_prof_stack *sk = &p->stacks[i];
@@ -377,6 +381,13 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, uint64_t addr
             tm_jw_char(w, sep);
             tm_jw_lit(w, "\"function\":");
             tm_jw_str(w, f->function);
+            sep = ',';
+        }
+        int in_app = rules ? tm_sentry_in_app(p, (uint32_t)i, rules) : -1;
+        if (in_app >= 0) {
+            tm_jw_char(w, sep);
+            if (in_app) tm_jw_lit(w, "\"in_app\":true"); /* a literal: tm_jw_lit takes its size */
+            else tm_jw_lit(w, "\"in_app\":false");
             sep = ',';
         }
         if (f->flags & TM_FRAME_HAS_MODULE) {
@@ -445,13 +456,13 @@ static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const sele
 }
 
 static tm_status write_profile(tm_jw *w, const tm_profile *p, const meta *m, const selection *s, int64_t start,
-                               tm_error *err) {
+                               const tm_in_app_rules *rules, tm_error *err) {
     write_header(w, p, m, s, start);
     write_samples(w, p, s);
     int cocoa_arm = tm_sentry_str_is(m->platform, "cocoa") && m->device &&
                     (tm_sentry_str_is(json_object_get(m->device, "architecture"), "arm64") ||
                      tm_sentry_str_is(json_object_get(m->device, "architecture"), "arm64e"));
-    write_stacks_and_frames(w, p, cocoa_arm ? COCOA_ADDR_MASK : UINT64_MAX);
+    write_stacks_and_frames(w, p, cocoa_arm ? COCOA_ADDR_MASK : UINT64_MAX, rules);
     return write_thread_metadata(w, p, s, err);
 }
 
@@ -478,10 +489,15 @@ tm_status tm_write_sample_v1(const tm_trace *t, const tm_sample_v1_options *opts
     if (st == TM_OK && !tm_profile_realtime(p, sel.first, &start))
         st = tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL,
                      "no ClockSnapshot relates the trace clock to REALTIME, so the profile's timestamp is unknown");
+    tm_in_app_rules rules = {opts->in_app_prefixes, opts->not_in_app_prefixes, opts->n_in_app_prefixes,
+                             opts->n_not_in_app_prefixes};
+    if (st == TM_OK && ((opts->n_in_app_prefixes && !opts->in_app_prefixes) ||
+                        (opts->n_not_in_app_prefixes && !opts->not_in_app_prefixes)))
+        st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v1: in_app prefixes without a list");
     if (st == TM_OK && !(w = tm_mem_alloc(p->mem, sizeof *w))) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     if (st == TM_OK) {
         tm_jw_init(w, out);
-        st = write_profile(w, p, &m, &sel, start, err);
+        st = write_profile(w, p, &m, &sel, start, p->relay_compat ? NULL : &rules, err);
         tm_status wst = tm_jw_finish(w);
         if (st == TM_OK && wst != TM_OK) st = tm_fail(err, wst, 0, NULL, "writing the output failed");
     }

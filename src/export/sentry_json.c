@@ -196,3 +196,8 @@ int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules 
     if (path.data[0] == '[') return 0; /* [vdso], [vsyscall], [anon:...] */
     return longest(path, system_paths, sizeof system_paths / sizeof *system_paths) < 0;
 }
+
+int tm_trace_frame_in_app(const tm_trace *t, size_t i) {
+    const tm_profile *p = t ? tm_trace_profile(t) : NULL;
+    return p && i < p->n_frames ? tm_sentry_in_app(p, (uint32_t)i, NULL) : -1;
+}

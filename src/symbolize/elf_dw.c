@@ -6,6 +6,13 @@
  * their DW_AT_call_file/DW_AT_call_line), innermost first, as
  * `addr2line -i -f` prints them.
  *
+ * Function names: the function a pc is in is named from the symbol table
+ * (.symtab, or .dynsym of a stripped file) when a symbol covers the pc, as
+ * the recorder named it, else from DWARF; inlined functions from DWARF.
+ * In the symbol table a symbol
+ * without a size names its own address only, and x86-64 PLT stubs are
+ * named "function@plt" from .rela.plt.
+ *
  * Candidates, in order (symbolize.h): for each symbol directory the file
  * named by build id (.build-id/ab/cdef....debug, then without .debug), by
  * the mapping's file name and by its whole path; then a debuginfod client
@@ -32,7 +39,7 @@
 typedef struct sym_ent {
     GElf_Addr lo, hi;
     const char *name;
-    int global;
+    int rank; /* among aliases at one address: global 0, weak 1, local 2 */
 } sym_ent;
 
 struct tm_elf {
@@ -42,6 +49,10 @@ struct tm_elf {
     sym_ent *syms; /* sorted by lo, read on first use: libdwfl's own lookup scans every symbol */
     size_t n_syms, cap_syms;
     bool syms_read;
+    char *plt_names; /* "name@plt" strings of the PLT stubs the syms hold */
+    size_t plt_names_len;
+    char *bare_names; /* versioned symbols' names without their version ("f" of "f@@GLIBC_2.17") */
+    size_t bare_names_len;
     Dwfl_Callbacks cb;
     char *debuginfo_path; /* cb.debuginfo_path points here */
     size_t debuginfo_cap;
@@ -156,34 +167,147 @@ void tm_elf_close(tm_elf *e) {
     if (!e) return;
     drop(e);
     tm_mem_free(e->mem, e->syms, e->cap_syms * sizeof *e->syms);
+    tm_mem_free(e->mem, e->plt_names, e->plt_names_len);
+    tm_mem_free(e->mem, e->bare_names, e->bare_names_len);
     tm_mem_free(e->mem, e->debuginfo_path, e->debuginfo_cap);
     tm_mem_free(e->mem, e, sizeof *e);
 }
 
+/* By address; among aliases at one address the best name first, as perf
+ * and the recorder choose: global before weak before local, then fewer
+ * leading underscores (fopen, not _IO_fopen), the shorter name, the larger
+ * size. */
 static int cmp_sym(const void *x, const void *y) {
     const sym_ent *a = x, *b = y;
     if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
-    if (a->global != b->global) return b->global - a->global; /* global names first */
-    return (a->hi < b->hi) - (a->hi > b->hi);                /* then the larger */
+    if (a->rank != b->rank) return a->rank - b->rank;
+    size_t ua = strspn(a->name, "_"), ub = strspn(b->name, "_");
+    if (ua != ub) return ua < ub ? -1 : 1;
+    size_t la = strlen(a->name), lb = strlen(b->name);
+    if (la != lb) return la < lb ? -1 : 1;
+    if (a->hi != b->hi) return a->hi > b->hi ? -1 : 1;
+    return strcmp(a->name, b->name);
 }
 
-/* Reads the function symbols once (out of memory: none, names from DWARF
- * only). */
+/* The x86-64 PLT of elf: its stubs' first address (ELF address) and room,
+ * and the .rela.plt entries that name them, one 16-byte stub each, in
+ * .plt.sec when the file has one (IBT), else in .plt after its 16-byte
+ * header. false: none (another machine, a debug file's NOBITS copies). */
+typedef struct plt_info {
+    GElf_Addr base, room;
+    Elf_Data *rela, *dynsym;
+    size_t n, dynstr; /* relocations; the dynamic string table's section index */
+} plt_info;
+
+static bool find_plt(Elf *elf, plt_info *p) {
+    GElf_Ehdr eh;
+    size_t shstrndx;
+    if (!gelf_getehdr(elf, &eh) || eh.e_machine != EM_X86_64 || elf_getshdrstrndx(elf, &shstrndx) != 0) return false;
+    GElf_Shdr plt = {0}, plt_sec = {0}, rela = {0};
+    Elf_Scn *rela_scn = NULL, *scn = NULL;
+    while ((scn = elf_nextscn(elf, scn)) != NULL) {
+        GElf_Shdr sh;
+        const char *name = gelf_getshdr(scn, &sh) ? elf_strptr(elf, shstrndx, sh.sh_name) : NULL;
+        if (!name || sh.sh_type == SHT_NOBITS) continue;
+        if (strcmp(name, ".plt") == 0) plt = sh;
+        else if (strcmp(name, ".plt.sec") == 0) plt_sec = sh;
+        else if (strcmp(name, ".rela.plt") == 0 && sh.sh_type == SHT_RELA) rela = sh, rela_scn = scn;
+    }
+    if (!rela_scn || (!plt.sh_size && !plt_sec.sh_size)) return false;
+    Elf_Scn *dyn_scn = elf_getscn(elf, rela.sh_link);
+    GElf_Shdr dyn;
+    if (!dyn_scn || !gelf_getshdr(dyn_scn, &dyn) || dyn.sh_type != SHT_DYNSYM) return false;
+    p->rela = elf_getdata(rela_scn, NULL);
+    p->dynsym = elf_getdata(dyn_scn, NULL);
+    p->dynstr = dyn.sh_link;
+    if (!p->rela || !p->dynsym || !p->rela->d_buf || !p->dynsym->d_buf || !rela.sh_entsize) return false;
+    p->n = rela.sh_size / rela.sh_entsize;
+    p->base = plt_sec.sh_size ? plt_sec.sh_addr : plt.sh_addr + 16;
+    p->room = plt_sec.sh_size ? plt_sec.sh_size : plt.sh_size > 16 ? plt.sh_size - 16 : 0;
+    if (p->n > p->room / 16) p->n = (size_t)(p->room / 16);
+    return p->n > 0;
+}
+
+/* The name of PLT stub i (NULL: none). */
+static const char *plt_target(Elf *elf, const plt_info *p, size_t i) {
+    GElf_Rela r;
+    GElf_Sym sym;
+    if (!gelf_getrela(p->rela, (int)i, &r) || !GELF_R_SYM(r.r_info) ||
+        !gelf_getsym(p->dynsym, (int)GELF_R_SYM(r.r_info), &sym))
+        return NULL;
+    const char *name = elf_strptr(elf, p->dynstr, sym.st_name);
+    return name && *name ? name : NULL;
+}
+
+/* Adds "name@plt" for each PLT stub, as perf and gdb name them: without
+ * them a pc in a stub would take the name of whatever precedes the PLT.
+ * syms has room for n_plt more. */
+static void read_plt(tm_elf *e, Elf *elf, GElf_Addr bias, const plt_info *p) {
+    size_t need = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const char *name = plt_target(elf, p, i);
+        if (name) need += strlen(name) + sizeof "@plt";
+    }
+    if (!need || !(e->plt_names = tm_mem_alloc(e->mem, need))) return;
+    e->plt_names_len = need;
+    char *at = e->plt_names;
+    for (size_t i = 0; i < p->n; i++) {
+        const char *name = plt_target(elf, p, i);
+        if (!name) continue;
+        int len = snprintf(at, need - (size_t)(at - e->plt_names), "%s@plt", name);
+        GElf_Addr lo = bias + p->base + 16 * (GElf_Addr)i;
+        e->syms[e->n_syms++] = (sym_ent){lo, lo + 16, at, 0};
+        at += len + 1;
+    }
+}
+
+/* A .symtab names a versioned definition "f@@GLIBC_2.17" (binutils >= 2.35;
+ * .dynsym keeps versions apart): the function is "f", as the recorder and
+ * perf name it from .dynsym. Out of memory: names keep their version. */
+static void drop_versions(tm_elf *e) {
+    size_t need = 0;
+    for (size_t i = 0; i < e->n_syms; i++) {
+        const char *at = strchr(e->syms[i].name, '@');
+        if (at && at != e->syms[i].name) need += (size_t)(at - e->syms[i].name) + 1;
+    }
+    if (!need || !(e->bare_names = tm_mem_alloc(e->mem, need))) return;
+    e->bare_names_len = need;
+    char *to = e->bare_names;
+    for (size_t i = 0; i < e->n_syms; i++) {
+        const char *name = e->syms[i].name, *at = strchr(name, '@');
+        if (!at || at == name) continue;
+        memcpy(to, name, (size_t)(at - name));
+        to[at - name] = 0;
+        e->syms[i].name = to;
+        to += at - name + 1;
+    }
+}
+
+/* Reads the function symbols (.symtab, else .dynsym) and names the PLT
+ * stubs, once (out of memory: none, names from DWARF only). */
 static void read_syms(tm_elf *e) {
     e->syms_read = true;
     int n = dwfl_module_getsymtab(e->mod);
-    if (n <= 1) return;
-    e->syms = tm_mem_alloc(e->mem, (size_t)n * sizeof *e->syms);
+    GElf_Addr bias = 0;
+    Elf *elf = dwfl_module_getelf(e->mod, &bias);
+    plt_info plt = {0};
+    bool has_plt = elf && find_plt(elf, &plt);
+    size_t cap = (n > 1 ? (size_t)n : 0) + (has_plt ? plt.n : 0);
+    if (!cap) return;
+    e->syms = tm_mem_alloc(e->mem, cap * sizeof *e->syms);
     if (!e->syms) return;
-    e->cap_syms = (size_t)n;
+    e->cap_syms = cap;
     for (int i = 1; i < n; i++) {
         GElf_Sym sym;
         GElf_Addr addr;
         const char *name = dwfl_module_getsym_info(e->mod, i, &sym, &addr, NULL, NULL, NULL);
         int type = GELF_ST_TYPE(sym.st_info);
         if (!name || !*name || sym.st_shndx == SHN_UNDEF || (type != STT_FUNC && type != STT_GNU_IFUNC)) continue;
-        e->syms[e->n_syms++] = (sym_ent){addr, addr + sym.st_size, name, GELF_ST_BIND(sym.st_info) == STB_GLOBAL};
+        int bind = GELF_ST_BIND(sym.st_info);
+        e->syms[e->n_syms++] = (sym_ent){addr, addr + sym.st_size, name, bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2};
     }
+    drop_versions(e);
+    if (has_plt) read_plt(e, elf, bias, &plt);
     if (e->n_syms) qsort(e->syms, e->n_syms, sizeof *e->syms, cmp_sym);
 }
 
@@ -198,20 +322,31 @@ static const char *sym_name(tm_elf *e, GElf_Addr addr) {
         else hi = mid;
     }
     /* lo: the first starting above addr. Back from there: a sized symbol
-     * must cover addr, one without a size only counts at the nearest start;
-     * of several at one start, the first in sort order wins. */
+     * must cover addr, one without a size names its own address only
+     * (stretched to the next symbol it would name whatever follows it: the
+     * PLT after _init); of several at one start, the first in sort order
+     * wins. */
     const sym_ent *best = NULL;
     for (size_t i = lo; i-- > 0 && lo - i <= 16;) {
         const sym_ent *s = &e->syms[i];
         if (best && s->lo != best->lo) break;
-        if (s->hi > s->lo ? addr < s->hi : s->lo == e->syms[lo - 1].lo) best = s;
+        if (s->hi > s->lo ? addr < s->hi : s->lo == addr) best = s;
     }
     return best ? best->name : NULL;
 }
 
-/* The name a scope is called by: its linkage name (as the symbol table
- * spells it), else its name, following abstract origins. */
-static const char *scope_name(Dwarf_Die *die) {
+/* The name a scope is called by. The function the pc is in (not an
+ * inlined instance) takes the name of the symbol covering the pc when there
+ * is one, as perf and the recorder name it (the symbol's preferred alias,
+ * the mangled C++ name that DW_AT_name alone lacks the namespace and
+ * parameters of, "foo.cold" for a split-off part); otherwise, and for an
+ * inlined function, its DWARF linkage name, else its name, following
+ * abstract origins. */
+static const char *scope_name(tm_elf *e, Dwarf_Die *die, GElf_Addr addr) {
+    if (dwarf_tag(die) == DW_TAG_subprogram) {
+        const char *sym = sym_name(e, addr);
+        if (sym) return sym;
+    }
     Dwarf_Attribute a;
     const char *n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &a));
     if (!n) n = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &a));
@@ -247,8 +382,7 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
             i++;
             continue;
         }
-        const char *name = scope_name(sc);
-        if (!name && tag == DW_TAG_subprogram) name = sym_name(e, addr);
+        const char *name = scope_name(e, sc, addr);
         lines[*n] = (tm_elf_line){name ? name : "", file, line > 0 ? (uint32_t)line : 0};
         (*n)++;
         if (tag == DW_TAG_subprogram) break;

@@ -40,6 +40,12 @@ void tm_obuf_bytes(tm_obuf *b, uint32_t field, const void *data, size_t len) {
     b->len = (size_t)(p + len - b->data);
 }
 
+void tm_obuf_raw(tm_obuf *b, const void *data, size_t len) {
+    uint8_t *p = room(b, len);
+    if (p && len) memcpy(p, data, len);
+    if (p) b->len += len;
+}
+
 /* The tag, then a one-byte length placeholder that close widens. */
 size_t tm_obuf_open(tm_obuf *b, uint32_t field) {
     uint8_t *p = room(b, TM_PBW_VARINT_MAX + 1);

@@ -14,10 +14,14 @@
  * and its build id as raw bytes; each AddressSymbols one rel_pc and its
  * lines, innermost inlined function first, as traceconv writes them.
  * A frame its producer already named keeps that name for its outermost
- * line, the function the pc is in (the recorder's demangled C++ names, or
- * names given with --no-demangle, say), and the DWARF adds the file, the
- * line and the functions inlined there.
+ * line, the function the pc is in, and the DWARF adds the file, the line
+ * and the functions inlined there. Names read from the ELF file are C++-
+ * demangled unless no_demangle, by the C++ runtime's __cxa_demangle (this
+ * process's, else libstdc++'s, loaded at the first mangled name and kept
+ * loaded: the library itself is C), as the recorder names frames.
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +74,12 @@ static size_t unhex(tm_str h, uint8_t out[64]) {
     return h.len / 2;
 }
 
+typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *len, int *status);
+
 typedef struct sym_run {
     tm_mem *mem;
+    cxa_demangle_fn demangle; /* looked up at the first mangled name */
+    bool demangle_sought;
     const tm_symbolize_options *o;
     const char *debuginfod; /* the cache searched, or NULL */
     char debuginfod_buf[4096];
@@ -79,6 +87,48 @@ typedef struct sym_run {
     tm_obuf out;
     tm_error *err;
 } sym_run;
+
+static cxa_demangle_fn find_demangler(void) {
+    void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    if (!fn) {
+        void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+        fn = lib ? dlsym(lib, "__cxa_demangle") : NULL;
+    }
+    cxa_demangle_fn f;
+    memcpy(&f, &fn, sizeof f); /* object to function pointer, as POSIX allows */
+    return f;
+}
+
+/* Writes a function name read from the ELF file, demangled unless told
+ * not to; a PLT stub's "@plt" stays after the demangled name. */
+static void put_function_name(sym_run *r, const char *name) {
+    size_t len = strlen(name), base = len;
+    if (r->o->no_demangle || len < 3 || name[0] != '_' || name[1] != 'Z') {
+        tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, name, len);
+        return;
+    }
+    if (!r->demangle_sought) r->demangle = find_demangler(), r->demangle_sought = true;
+    static const char plt[] = "@plt";
+    if (len > sizeof plt - 1 && strcmp(name + len - (sizeof plt - 1), plt) == 0) base = len - (sizeof plt - 1);
+    char *mangled = r->demangle ? tm_mem_alloc(r->mem, base + 1) : NULL;
+    char *shown = NULL;
+    int status = -1;
+    if (mangled) {
+        memcpy(mangled, name, base);
+        mangled[base] = 0;
+        shown = r->demangle(mangled, NULL, NULL, &status);
+        tm_mem_free(r->mem, mangled, base + 1);
+    }
+    if (status != 0 || !shown) {
+        tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, name, len);
+    } else { /* the demangled name, then the stub's suffix */
+        size_t n = strlen(shown), at = tm_obuf_open(&r->out, TM_PF_LINE_FUNCTION_NAME);
+        tm_obuf_raw(&r->out, shown, n);
+        tm_obuf_raw(&r->out, name + base, len - base);
+        tm_obuf_close(&r->out, at);
+    }
+    tm_free_foreign(shown); /* the C++ runtime allocates with malloc */
+}
 
 /* The frames refs[0..n) share one build id. */
 static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
@@ -125,7 +175,7 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
         for (size_t k = 0; k < nl; k++) {
             size_t l = tm_obuf_open(&r->out, TM_PF_ADDRESS_SYMBOLS_LINES);
             if (k == nl - 1 && named.len) tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, named.data, named.len);
-            else tm_obuf_bytes(&r->out, TM_PF_LINE_FUNCTION_NAME, lines[k].function, strlen(lines[k].function));
+            else put_function_name(r, lines[k].function);
             if (lines[k].file) tm_obuf_bytes(&r->out, TM_PF_LINE_SOURCE_FILE_NAME, lines[k].file, strlen(lines[k].file));
             if (lines[k].line) tm_obuf_uint(&r->out, TM_PF_LINE_LINE_NUMBER, lines[k].line);
             tm_obuf_close(&r->out, l);

@@ -23,6 +23,8 @@ void tm_obuf_init(tm_obuf *b, tm_mem *mem);
 void tm_obuf_free(tm_obuf *b);
 void tm_obuf_uint(tm_obuf *b, uint32_t field, uint64_t v);
 void tm_obuf_bytes(tm_obuf *b, uint32_t field, const void *data, size_t len);
+/* Bytes as they are: the body of a field opened with tm_obuf_open. */
+void tm_obuf_raw(tm_obuf *b, const void *data, size_t len);
 /* A nested message: open returns its start, close writes its length. */
 size_t tm_obuf_open(tm_obuf *b, uint32_t field);
 void tm_obuf_close(tm_obuf *b, size_t start);
