@@ -95,15 +95,20 @@ static void symbol_range(const char *name, const char *fn, uint64_t *start, uint
     *start = a, *end = a + s;
 }
 
+/* Writes text to dir/name. */
+static void write_source(const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
 static void setup(void) {
     snprintf(dir, sizeof dir, "/tmp/tm_symXXXXXX");
     cr_assert(mkdtemp(dir));
-    char path[128];
-    snprintf(path, sizeof path, "%s/prog.c", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fputs(prog_src, f);
-    fclose(f);
+    write_source("prog.c", prog_src);
 }
 
 static void teardown(void) { sh("rm -rf %s", dir); }
@@ -369,12 +374,7 @@ static size_t build_id_of(const char *name, uint8_t id[64]) {
  * symbol without a size only at its own address, .dynsym in a stripped
  * file. */
 Test(symbolize, names_from_symbol_tables_without_dwarf) {
-    char src[128];
-    snprintf(src, sizeof src, "%s/nodwarf.c", dir);
-    FILE *f = fopen(src, "w");
-    cr_assert(f);
-    fputs(nodwarf_src, f);
-    fclose(f);
+    write_source("nodwarf.c", nodwarf_src);
     cr_assert_eq(sh("cd %s && cc -O1 -rdynamic -Wl,--build-id=sha1 -o nodwarf nodwarf.c && "
                     "strip -o stripped nodwarf",
                     dir),
