@@ -105,6 +105,7 @@ typedef struct opts {
     int kernel;         /* --kernel: kernel mode sampled too, with the kernel's callchain */
     int off_cpu;        /* --off-cpu: blocked time, with the stack at each switch-out */
     int system_wide;    /* -a: every process, one event per CPU */
+    int sample_read;    /* samples carry their event's count (PERF_SAMPLE_READ): not a flag, probed */
     int32_t *pids;      /* -p: the processes attached to */
     size_t n_pids;
     char **cmd;         /* NULL with -p */
@@ -175,7 +176,8 @@ static void perf_attr(struct perf_event_attr *a, const opts *o, int launch, int 
     a->config = PERF_COUNT_SW_CPU_CLOCK;
     a->sample_period = 1000000000u / o->hz; /* cpu-clock counts nanoseconds */
     a->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |
-                     PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+                     (o->sample_read ? PERF_SAMPLE_READ : 0) | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER |
+                     PERF_SAMPLE_STACK_USER;
     a->sample_regs_user = TMR_PERF_REGS_MASK;
     a->sample_stack_user = STACK_BYTES;
     a->exclude_kernel = !o->kernel;
@@ -200,6 +202,22 @@ static void perf_attr(struct perf_event_attr *a, const opts *o, int launch, int 
         a->mmap = a->mmap2 = a->comm = a->comm_exec = a->task = 0;
         a->context_switch = 1; /* PERF_RECORD_SWITCH: when the thread comes back */
     }
+}
+
+/* Whether this kernel gives an inherited event's samples the count of the
+ * sampled thread's own event (PERF_SAMPLE_READ with inherit and
+ * PERF_SAMPLE_TID: Linux 6.12 and later): a disabled event on ourselves
+ * tells. */
+static int can_sample_read(const opts *o) {
+    opts with = *o;
+    with.sample_read = 1;
+    struct perf_event_attr a;
+    perf_attr(&a, &with, 1, 0);
+    a.enable_on_exec = 0;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
 }
 
 /* Opens the event of CPU cpu on pid and maps its ring, of at most
@@ -335,6 +353,9 @@ typedef struct thread {
     int32_t tid, pid;
     uint32_t seq;
     uint32_t off_seq;   /* its off-CPU samples' sequence; 0: none yet */
+    uint64_t cpu_ns;    /* its CPU time so far, the sum of its samples' weights (their timebase_count) */
+    uint64_t *read_at;  /* per CPU: its event's count at its last sample there (PERF_SAMPLE_READ) */
+    size_t n_read_at;
     uint64_t off_ns;    /* its blocked time so far (the off-CPU timebase_count) */
     off_wait wait;
     char name[17];
@@ -360,8 +381,6 @@ typedef struct rec_state {
     int began;              /* the trace-wide packets are written */
     uint64_t *pcs;
     tmr_kallsyms *kallsyms; /* --kernel: the kernel's names */
-    uint64_t *cpu_count;    /* per CPU: the cpu-clock counts sampled so far (timebase_count is cumulative) */
-    size_t n_cpu_count;
     stats st;
 } rec_state;
 
@@ -671,18 +690,37 @@ static tm_status on_switch(rec_state *s, const rec *r, uint16_t size, tm_error *
     return t ? off_cpu_done(s, t, r->ts, err) : TM_OK;
 }
 
+/* The CPU time in ns a sample of thread t on cpu stands for. Its period,
+ * unless the kernel gave its event's count (PERF_SAMPLE_READ; count 0: not
+ * given): then the count's growth since the thread's previous sample on that
+ * CPU (one event per thread and CPU). The count also holds what the period
+ * misses: periods that ended in kernel mode, whose samples exclude_kernel
+ * drops (a busy machine switches a thread in and out there often). */
+static uint64_t sample_weight(thread *t, uint32_t cpu, uint64_t period, uint64_t count) {
+    if (!count) return period;
+    if (cpu >= t->n_read_at) {
+        size_t had = t->n_read_at;
+        if (tmr_grow((void **)&t->read_at, &t->n_read_at, sizeof *t->read_at, (size_t)cpu + 1)) return period;
+        memset(t->read_at + had, 0, (t->n_read_at - had) * sizeof *t->read_at);
+    }
+    uint64_t grown = count > t->read_at[cpu] ? count - t->read_at[cpu] : period;
+    t->read_at[cpu] = count;
+    return grown;
+}
+
 static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, int off_cpu, tm_error *err) {
     const uint8_t *at = d + 8, *end = d + size;
     uint16_t misc;
     memcpy(&misc, d + 4, 2);
     int kernel_mode = (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_KERNEL;
     uint32_t pid, tid, cpu;
-    uint64_t ts, period, nr, abi = 0, stack_size = 0, dyn_size = 0;
-    if (end - at < 8 + 8 + 8 + 8 + 8) return TM_OK;
+    uint64_t ts, period, count = 0, nr, abi = 0, stack_size = 0, dyn_size = 0;
+    if (end - at < 8 + 8 + 8 + 8 + 8 + (s->o.sample_read ? 8 : 0)) return TM_OK;
     memcpy(&pid, at, 4), memcpy(&tid, at + 4, 4), at += 8;
     memcpy(&ts, at, 8), at += 8;
     memcpy(&cpu, at, 4), at += 8;
     memcpy(&period, at, 8), at += 8;
+    if (s->o.sample_read) memcpy(&count, at, 8), at += 8;
     memcpy(&nr, at, 8), at += 8;
     if (nr > (uint64_t)(end - at) / 8) return TM_OK;
     const uint8_t *chain = at;
@@ -763,16 +801,11 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, int of
     if (truncated) s->st.truncated++;
     else if (ended == TMR_UNWIND_COMPLETE) s->st.complete++;
     else s->st.partial++;
-    /* PerfSample.timebase_count is the counter's running value, as Perfetto
-     * reads it (a per-CPU counter track): the periods summed per CPU. */
-    uint64_t count = period;
-    if (cpu >= s->n_cpu_count) {
-        size_t had = s->n_cpu_count;
-        if (tmr_grow((void **)&s->cpu_count, &s->n_cpu_count, sizeof *s->cpu_count, (size_t)cpu + 1) == 0)
-            memset(s->cpu_count + had, 0, (s->n_cpu_count - had) * sizeof *s->cpu_count);
-    }
-    if (cpu < s->n_cpu_count) count = s->cpu_count[cpu] += period;
-    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, flags, err);
+    /* PerfSample.timebase_count is the thread's CPU time so far on its own
+     * sequence (a task-clock timebase, as the signal backend writes it): the
+     * difference to the sequence's previous sample is this one's weight. */
+    t->cpu_ns += sample_weight(t, cpu, period, count);
+    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, t->cpu_ns, flags, err);
 }
 
 static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
@@ -860,11 +893,10 @@ static void free_state(rec_state *s) {
         free(s->procs[i]);
     }
     free(s->procs);
-    for (size_t i = 0; i < s->n_threads; i++) free(s->threads[i].wait.pcs);
+    for (size_t i = 0; i < s->n_threads; i++) free(s->threads[i].wait.pcs), free(s->threads[i].read_at);
     free(s->threads);
     free(s->pcs);
     tmr_kallsyms_free(s->kallsyms);
-    free(s->cpu_count);
 }
 
 /* -p's PID[,PID...] into o->pids; -1 on a malformed list. */
@@ -1204,6 +1236,8 @@ int main(int argc, char **argv) {
     tm_error err;
     memset(&err, 0, sizeof err);
     pid_t child = 0;
+    /* An event per CPU on every task (-a) counts the CPU's time, not a thread's. */
+    s.o.sample_read = !s.o.system_wide && can_sample_read(&s.o);
     if (events_init(&ev, s.o.off_cpu)) {
         fprintf(stderr, "tracemill-record-perf: out of memory\n");
         goto done;

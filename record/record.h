@@ -138,7 +138,8 @@ typedef struct tmr_writer_opts {
     int wall_clock;                /* sampling timer kind, described in TraceConfig */
     uint32_t buffer_kb;            /* described in TraceConfig */
     int fill_discard;              /* described in TraceConfig */
-    int perf_cpu_clock;            /* timebase: perf's cpu-clock event (the perf backend) */
+    int perf_cpu_clock;            /* perf's cpu-clock event on each thread (the perf backend), described in
+                                      TraceConfig; its samples' timebase is task-clock as the signal backend's */
     int32_t ppid;                  /* 0: getppid() */
     const char *cmdline;           /* cmdline_len bytes, NUL-separated arguments; NULL: /proc/self/cmdline */
     size_t cmdline_len;

@@ -657,10 +657,11 @@ static void put_defaults(tmr_writer *w, wbuf *b, int off_cpu) {
         put_str(b, TM_PF_TIMEBASE_NAME, TMR_OFF_CPU_TIMEBASE);
     } else {
         if (w->o.sampling_hz) put_uint(b, TM_PF_TIMEBASE_FREQUENCY, w->o.sampling_hz);
-        put_uint(b, TM_PF_TIMEBASE_COUNTER,
-                 w->o.wall_clock || w->o.perf_cpu_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
-        put_str(b, TM_PF_TIMEBASE_NAME,
-                w->o.perf_cpu_clock ? "cpu-clock" : w->o.wall_clock ? "wall-clock" : "task-clock");
+        /* The perf backend's cpu-clock event, opened on each thread, counts
+         * that thread's CPU time: on a thread's sequence, as the signal
+         * backend's timer, it is a task-clock. */
+        put_uint(b, TM_PF_TIMEBASE_COUNTER, w->o.wall_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
+        put_str(b, TM_PF_TIMEBASE_NAME, w->o.wall_clock ? "wall-clock" : "task-clock");
     }
     msg_close(b, TM_PF_PERF_DEFAULTS_TIMEBASE, tb);
     msg_close(b, TM_PF_DEFAULTS_PERF_SAMPLE, psd);

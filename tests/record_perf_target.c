@@ -8,6 +8,8 @@
  *               and a thread "blocker" that blocks every signal, in
  *               blocked_spin; S CPU-seconds each
  *   late S      sleeps 0.5 s (a recorder attaches meanwhile), then as threads
+ *   weights S N  N threads (1..16), each S CPU-seconds in spin_hot; prints
+ *               "cpu NS", the CPU time of all its threads from main to the end
  *   child S     child_spin for S CPU-seconds (started by `sh -c` in the tests)
  *   sigprof S   installs its own SIGPROF handler and ITIMER_PROF, spins in
  *               spin_hot; prints "sigprof N" (the handler's count)
@@ -149,19 +151,38 @@ static void *blocker(void *arg) {
     return NULL;
 }
 
+static void *weights_thread(void *arg) {
+    (void)arg;
+    spin_for(spin_hot);
+    return NULL;
+}
+
 static void on_sigprof(int sig) {
     (void)sig;
     g_sigprof++;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr,
-                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu SECONDS\n");
+    if (argc < 3 || (argc != 3 && strcmp(argv[1], "weights") != 0)) {
+        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu "
+                        "SECONDS\n       record_perf_target weights SECONDS THREADS\n");
         return 2;
     }
     const char *mode = argv[1];
     g_seconds = atof(argv[2]);
+    if (strcmp(mode, "weights") == 0) {
+        /* The process's CPU time includes what the recorder's fork child
+         * spent before exec: measured from here. */
+        int64_t start = now_ns(CLOCK_PROCESS_CPUTIME_ID);
+        int n = argc > 3 ? atoi(argv[3]) : 1;
+        pthread_t t[16];
+        if (n < 1 || n > 16) return 2;
+        for (int i = 0; i < n; i++)
+            if (pthread_create(&t[i], NULL, weights_thread, NULL)) return 1;
+        for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+        printf("cpu %lld\n", (long long)(now_ns(CLOCK_PROCESS_CPUTIME_ID) - start));
+        return 0;
+    }
     if (strcmp(mode, "late") == 0) {
         struct timespec half = {0, 500000000};
         nanosleep(&half, NULL);

@@ -345,10 +345,11 @@ Test(record_perf, vdso_functions_are_named) {
     free(err);
 }
 
-/* PerfSample.timebase_count is the counter's running value per CPU, as
- * Perfetto reads it: in the SQL model's counter table each CPU's cpu-clock
- * track only grows, and it ends near the sampled CPU time. */
-Test(record_perf, timebase_count_is_cumulative_per_cpu) {
+/* PerfSample.timebase_count is a counter's running value, as Perfetto
+ * reads it: each thread's CPU time so far on its sequence, so in the SQL
+ * model's counter table every (sequence, CPU) track only grows, and one
+ * ends near a thread's CPU time. */
+Test(record_perf, timebase_count_is_cumulative_per_thread) {
     need_perf();
     int code;
     char *err = record(TM_RECORD_PERF_TARGET " threads 0.4", &code);
@@ -372,11 +373,65 @@ Test(record_perf, timebase_count_is_cumulative_per_cpu) {
     sqlite3_finalize(q);
     cr_expect_gt(rows, 20, "%lld counter rows", (long long)rows);
     cr_expect_eq(decreasing, 0, "%lld counter values went down", (long long)decreasing);
-    /* two threads of 0.4 s of CPU over at most 2 CPUs: one CPU counted >= 0.3 s */
+    /* two threads of 0.4 s of CPU each: a thread's count ends near 0.4 s */
     cr_expect_gt(top, 0.3e9, "the largest running count is %.0f ns", top);
+    cr_expect_lt(top, 0.5e9, "the largest running count is %.0f ns", top);
     tm_db_free(db);
     free(bytes);
     free(path);
+}
+
+/* pprof's cpu/nanoseconds is the CPU time the program measured (from main
+ * on, all threads) within 2 %: every sample weighs the CPU time it stands
+ * for (the growth of its event's count, or its period), counted on the
+ * thread's sequence, none inferred. What is not in any sample: a thread's
+ * time after its last sample on each CPU it ran on (under a period each). */
+static void expect_exact_weights(int hz, const char *seconds, const char *threads) {
+    int code;
+    char *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s weights %s %s", TM_RECORD_PERF_TARGET, seconds, threads), 0);
+    char *err = record_at(hz, cmd, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
+    long long cpu_ns = 0;
+    cr_assert(out && sscanf(out, "cpu %lld", &cpu_ns) == 1 && cpu_ns > 0, "stdout: %s", out ? out : "(none)");
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes);
+    tm_trace *t = NULL;
+    tm_error e;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_expect_gt(st->samples_kept, 0);
+    cr_expect_eq(st->perf_samples_counted, st->samples_kept, "%llu of %llu samples carry their CPU time",
+                 (unsigned long long)st->perf_samples_counted, (unsigned long long)st->samples_kept);
+    tu_membuf pprof = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &pprof};
+    tm_pprof_options po = {.uncompressed = 1};
+    cr_assert_eq(tm_write_pprof(t, &po, &sink, &e), TM_OK, "%s", e.message);
+    uint64_t pprof_ns = 0;
+    cr_assert_eq(tu_pprof_value_sum(pprof.data, pprof.len, 1, &pprof_ns), 0, "the pprof profile is malformed");
+    double off = ((double)pprof_ns - (double)cpu_ns) / (double)cpu_ns;
+    cr_log_info("weights %s s x %s threads at %d Hz: the program measured %.4f s, pprof %.4f s (%+.2f %%), %llu "
+                "samples",
+                seconds, threads, hz, (double)cpu_ns * 1e-9, (double)pprof_ns * 1e-9, 100 * off,
+                (unsigned long long)st->samples_kept);
+    cr_expect(off > -0.02 && off < 0.02, "pprof says %.4f s of CPU, the program measured %.4f s (%+.2f %%): %s",
+              (double)pprof_ns * 1e-9, (double)cpu_ns * 1e-9, 100 * off, err);
+    tu_membuf_free(&pprof);
+    tm_trace_free(t);
+    free(bytes), free(path), free(out), free(out_path), free(err), free(cmd);
+}
+
+Test(record_perf, weights_are_the_cpu_time_of_one_thread) {
+    need_perf();
+    expect_exact_weights(HZ, "1.5", "1");
+}
+
+Test(record_perf, weights_are_the_cpu_time_of_three_threads) {
+    need_perf();
+    expect_exact_weights(HZ, "1.5", "3");
 }
 
 /* ---- attaching: record -p ---- */

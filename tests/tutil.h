@@ -1,8 +1,8 @@
 /*
  * tutil.h — plumbing shared by the Criterion suites (tests/test_*.c): a
  * growing in-memory buffer that serves as a tm_sink write callback, an
- * allocator that fails on demand, reading a whole file into memory, the
- * sanitizer settings of recorded child programs, and running a program on a
+ * allocator that fails on demand, reading a whole file into memory, summing
+ * a pprof profile's values, the sanitizer settings of recorded child programs, and running a program on a
  * pseudo-terminal. Trace-building helpers live
  * in trace_builder.h, assertions in the test files.
  *
@@ -15,6 +15,7 @@
 #define TM_TUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A malloc'd byte buffer; zero-initialise it ({0}) before use. */
 typedef struct tu_membuf {
@@ -59,6 +60,11 @@ char *tu_read_file(const char *path, size_t *len);
  * in its exit-time leak check: an ASan limitation, not the recorder's). A
  * no-op in other builds. */
 void tu_asan_recorded_child_env(void);
+
+/* The sum over every Sample of an uncompressed pprof Profile of its
+ * value[index] (for `tracemill convert -f pprof`'s CPU profiles, index 1
+ * is cpu/nanoseconds). 0, or -1 when the profile is malformed. */
+int tu_pprof_value_sum(const void *profile, size_t len, unsigned index, uint64_t *sum);
 
 /* Runs argv (argv[0] a path) with a new pseudo-terminal as its controlling
  * terminal, stdin, stdout and stderr, as in an interactive session. Returns
