@@ -365,6 +365,7 @@ typedef struct stats {
     uint64_t samples, complete, partial, truncated, callchain_used;
     uint64_t lost, throttled, processes, threads;
     uint64_t off_samples, off_ns, off_unmatched; /* unmatched: switch-outs whose switch-in was never seen */
+    uint64_t off_preempted, off_preempted_ns;    /* of off_samples: switched out while runnable */
 } stats;
 
 typedef struct rec_state {
@@ -657,6 +658,7 @@ static tm_status off_cpu_done(rec_state *s, thread *t, uint64_t until, tm_error 
         t->off_ns += until - o->ts;
         s->st.off_samples++;
         s->st.off_ns += until - o->ts;
+        if (o->flags & TMR_SAMPLE_PREEMPTED) s->st.off_preempted++, s->st.off_preempted_ns += until - o->ts;
         st = tmr_writer_sample(p->w, t->off_seq, t->tid, o->cpu, o->ts, o->pcs, o->depth, t->off_ns,
                                o->flags | TMR_SAMPLE_OFF_CPU, err);
     }
@@ -680,14 +682,23 @@ static tm_status off_cpu_wait(rec_state *s, thread *t, uint32_t cpu, uint64_t ts
     return TM_OK;
 }
 
-/* A PERF_RECORD_SWITCH or SWITCH_CPU_WIDE: a switch-in ends the thread's wait. */
+/* A PERF_RECORD_SWITCH or SWITCH_CPU_WIDE: a switch-out says whether the
+ * thread was preempted (still runnable) or blocked, which its waiting
+ * off-CPU sample (taken at the same switch, just before) keeps; a switch-in
+ * ends the wait. */
 static tm_status on_switch(rec_state *s, const rec *r, uint16_t size, tm_error *err) {
     const struct perf_event_header *h = (const void *)r->data;
-    if (h->misc & PERF_RECORD_MISC_SWITCH_OUT || size < sizeof *h + 24) return TM_OK;
+    if (size < sizeof *h + 24) return TM_OK;
     uint32_t tid; /* the sample_id trailer: pid, tid, time, cpu */
     memcpy(&tid, r->data + size - 20, 4);
     thread *t = find_thread(s, (int32_t)tid);
-    return t ? off_cpu_done(s, t, r->ts, err) : TM_OK;
+    if (!t) return TM_OK;
+    if (h->misc & PERF_RECORD_MISC_SWITCH_OUT) {
+        if (t->wait.pcs && t->wait.ts <= r->ts && (h->misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT))
+            t->wait.flags |= TMR_SAMPLE_PREEMPTED;
+        return TM_OK;
+    }
+    return off_cpu_done(s, t, r->ts, err);
 }
 
 /* The CPU time in ns a sample of thread t on cpu stands for. Its period,
@@ -1360,10 +1371,11 @@ int main(int argc, char **argv) {
                 (unsigned long long)s.st.throttled);
     if (st == TM_OK && s.o.off_cpu)
         fprintf(stderr,
-                "tracemill record: off-CPU: %llu samples (switch-outs with their stack), %.3f s blocked in total; "
-                "%llu switch-outs without a switch-in left out\n",
+                "tracemill record: off-CPU: %llu samples (switch-outs with their stack), %.3f s off the CPU: %.3f s "
+                "blocked, %.3f s preempted (%llu samples); %llu switch-outs without a switch-in left out\n",
                 (unsigned long long)s.st.off_samples, (double)s.st.off_ns / 1e9,
-                (unsigned long long)s.st.off_unmatched);
+                (double)(s.st.off_ns - s.st.off_preempted_ns) / 1e9, (double)s.st.off_preempted_ns / 1e9,
+                (unsigned long long)s.st.off_preempted, (unsigned long long)s.st.off_unmatched);
     events_free(&ev);
     memset(&ev, 0, sizeof ev);
     if (!child) {

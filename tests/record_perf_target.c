@@ -27,6 +27,9 @@
  *               of CPU time in spin_here; prints "blocked NS" (the ns it
  *               measured inside wait_here, around the system call) and
  *               "spun NS" (the CPU time of spin_here)
+ *   preempt S   pinned to one CPU: two threads in spin_hot for S CPU-seconds
+ *               each (each preempted by the other), and main blocking in
+ *               wait_here meanwhile; prints "blocked NS" (as offcpu)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -34,6 +37,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,6 +161,28 @@ static void *weights_thread(void *arg) {
     return NULL;
 }
 
+/* Two CPU-bound threads on one CPU (preempting each other), main blocking. */
+static int preempt_mode(void) {
+    cpu_set_t one;
+    if (sched_getaffinity(0, sizeof one, &one)) return 1;
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &one)) cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one)) return 1; /* the threads inherit it */
+    int fds[2];
+    pthread_t t[2];
+    if (pipe(fds) || pthread_create(&t[0], NULL, weights_thread, NULL) ||
+        pthread_create(&t[1], NULL, weights_thread, NULL))
+        return 1;
+    int64_t blocked = 0;
+    for (int i = 0; i < 2; i++) {
+        while (pthread_tryjoin_np(t[i], NULL) != 0) blocked += wait_here(fds[0]);
+    }
+    printf("blocked %lld\n", (long long)blocked);
+    return 0;
+}
+
 static void on_sigprof(int sig) {
     (void)sig;
     g_sigprof++;
@@ -164,8 +190,8 @@ static void on_sigprof(int sig) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || (argc != 3 && strcmp(argv[1], "weights") != 0)) {
-        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu "
-                        "SECONDS\n       record_perf_target weights SECONDS THREADS\n");
+        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu|"
+                        "preempt SECONDS\n       record_perf_target weights SECONDS THREADS\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -205,6 +231,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "deep") == 0) return deep_recurse(200);
+    if (strcmp(mode, "preempt") == 0) return preempt_mode();
     if (strcmp(mode, "offcpu") == 0) {
         int fds[2];
         if (pipe(fds)) return 1;

@@ -292,8 +292,8 @@ Test(record_perf, signal_only_options) {
     free(text), free(cmd), free(err);
 }
 
-/* The recorded trace's folded stacks (malloc'd). */
-static char *folded_text(void) {
+/* The recorded trace's folded stacks of value v (malloc'd). */
+static char *folded_of(tm_value v) {
     char *path = path_in_dir("t.pftrace");
     size_t len = 0;
     char *bytes = tu_read_file(path, &len);
@@ -303,12 +303,16 @@ static char *folded_text(void) {
     cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
     tu_membuf out = {0};
     tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
-    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+    tm_folded_options o = {.value = v};
+    cr_assert_eq(tm_write_folded(t, &o, &sink, &err), TM_OK, "%s", err.message);
     tm_trace_free(t);
     free(bytes);
     free(path);
     return out.data;
 }
+
+/* The recorded trace's folded CPU samples (malloc'd). */
+static char *folded_text(void) { return folded_of(TM_VALUE_DEFAULT); }
 
 /* C++ names are demangled by default; --no-demangle keeps the symbol. */
 Test(record_perf, cxx_names_demangled_unless_asked_not_to) {
@@ -1067,4 +1071,63 @@ Test(record_perf, off_cpu_refused) {
     cr_expect(err && strstr(err, "--off-cpu") && strstr(err, "kernel.perf_event_paranoid <= 1"), "%s", err ? err : "");
     cr_expect_neq(access(trace, F_OK), 0, "a trace was written");
     free(err), free(cmd), free(errp), free(trace);
+}
+
+/* Off-CPU time split by why the thread left the CPU: two threads spinning
+ * on one CPU preempt each other (their off-CPU stacks end in "[preempted]"),
+ * a thread waiting in poll blocks ("[blocked]", as long as the program
+ * measured around its waits); info, the report and tm_trace_stats count
+ * both, and SQL shows the marker frames. */
+Test(record_perf, off_cpu_preempted_or_blocked) {
+    need_perf();
+    int code;
+    char *err = record_with(HZ, "--off-cpu", TM_RECORD_PERF_TARGET " preempt 0.5", &code);
+    if (code == 125 && strstr(err, "--off-cpu"))
+        cr_skip_test("this kernel refuses off-CPU samples here: %s", err);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "preempted ("), "%s", err);
+    int64_t blocked = target_said("blocked ");
+    cr_assert_gt(blocked, 0);
+    char *off = folded_of(TM_VALUE_OFF_CPU);
+    static const char *const spin_preempted[] = {"spin_for", "[preempted]"}, *const spin_blocked[] = {"spin_for", "[blocked]"},
+                             *const wait_blocked[] = {"wait_here", "[blocked]"}, *const wait_any[] = {"wait_here"},
+                             *const preempted[] = {"[preempted]"}, *const all[] = {"[blocked]"};
+    uint64_t spun_off = folded_with(off, spin_preempted, 2), spun_blocked = folded_with(off, spin_blocked, 2);
+    uint64_t waited = folded_with(off, wait_blocked, 2), waited_any = folded_with(off, wait_any, 1);
+    cr_log_info("preempt 0.5: spinners preempted %.3f s, blocked %.3f s; wait_here blocked %.3f s of %.3f s, "
+                "the program measured %.3f s",
+                (double)spun_off * 1e-9, (double)spun_blocked * 1e-9, (double)waited * 1e-9, (double)waited_any * 1e-9,
+                (double)blocked * 1e-9);
+    /* each spinner waits while the other runs: about 0.5 s each */
+    cr_expect_gt(spun_off, 500000000, "the spinners were preempted for %llu ns", (unsigned long long)spun_off);
+    cr_expect_lt(spun_blocked * 20, spun_off, "spinners 'blocked' %llu ns, preempted %llu ns",
+                 (unsigned long long)spun_blocked, (unsigned long long)spun_off);
+    cr_expect(waited >= (uint64_t)(blocked * 0.95) && waited <= (uint64_t)(blocked * 1.05),
+              "blocked under wait_here: %llu ns, the program measured %lld ns", (unsigned long long)waited,
+              (long long)blocked);
+    cr_expect_geq(waited * 100, waited_any * 95, "wait_here: %llu of %llu ns blocked", (unsigned long long)waited,
+                  (unsigned long long)waited_any);
+    /* the counts: tm_trace_stats, info, SQL */
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    tm_trace *t = NULL;
+    tm_error e;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    cr_expect_eq(st->off_cpu_preempted_ns, folded_with(off, preempted, 1));
+    cr_expect_eq(st->off_cpu_ns - st->off_cpu_preempted_ns, folded_with(off, all, 1));
+    cr_expect_gt(st->off_cpu_preempted_samples, 0);
+    cr_expect_lt(st->off_cpu_preempted_samples, st->off_cpu_samples);
+    tm_trace_free(t);
+    char *cmd = NULL, *info = path_in_dir("info");
+    cr_assert_gt(asprintf(&cmd, "%s info %s >%s", TM_CLI, path, info), 0);
+    cr_expect_eq(system(cmd), 0);
+    char *text = tu_read_file(info, NULL);
+    cr_expect(text && strstr(text, "preempted while runnable"), "%s", text ? text : "");
+    cr_expect_gt(sql_int("SELECT count(*) FROM stack_profile_frame WHERE name = '[preempted]'"), 0);
+    cr_expect_gt(sql_int("SELECT count(*) FROM perf_sample s JOIN stack_profile_callsite c ON s.callsite_id = c.id "
+                         "JOIN stack_profile_frame f ON c.frame_id = f.id WHERE f.name = '[preempted]'"),
+                 0);
+    free(text), free(cmd), free(info), free(bytes), free(path), free(off), free(err);
 }

@@ -694,8 +694,18 @@ static bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64
     return k->trace_ok && k->trace_exact;
 }
 
+/* Whether stack's leaf frame is the marker TM_PF_PREEMPTED_FRAME: an
+ * off-CPU sample of a thread switched out while runnable. */
+static bool preempted_stack(const tm_profile *p, uint32_t stack) {
+    static const char marker[] = TM_PF_PREEMPTED_FRAME;
+    const tm_prof_stack *st = &p->stacks[stack];
+    if (!st->len) return false;
+    const tm_prof_frame *f = &p->frames[p->frame_ids[st->off]];
+    return f->function.len == sizeof marker - 1 && memcmp(f->function.data, marker, sizeof marker - 1) == 0;
+}
+
 /* An off-CPU PerfSample (tm_pf_gen.off_cpu): it weighs ns, the growth of
- * its sequence's timebase_count (the blocked ns so far). */
+ * its sequence's timebase_count (the ns off the CPU so far). */
 static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t cs, uint64_t tid,
                                    uint64_t pid, uint64_t ns) {
     tm_profile *p = d->p;
@@ -714,6 +724,10 @@ static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, 
     DTRY_MEM(d, TM_VEC_RESERVE(p->mem, p->off_samples, p->cap_off_samples, p->n_off_samples + 1));
     p->off_samples[p->n_off_samples++] = (tm_prof_off_sample){ts, stack, thread, ns};
     p->stats.off_cpu_ns += ns;
+    if (preempted_stack(p, stack)) {
+        p->stats.off_cpu_preempted_samples++;
+        p->stats.off_cpu_preempted_ns += ns;
+    }
     return TM_OK;
 }
 
