@@ -7,7 +7,8 @@
  *   threads S   a thread "spinner" in spin_hot (~80 %) / spin_cold (~20 %),
  *               and a thread "blocker" that blocks every signal, in
  *               blocked_spin; S CPU-seconds each
- *   late S      sleeps 0.5 s (a recorder attaches meanwhile), then as threads
+ *   late S GO   waits until the file GO exists (a recorder attaches
+ *               meanwhile; at most 60 s), then as threads
  *   weights S N  N threads (1..16), each S CPU-seconds in spin_hot; prints
  *               "cpu NS", the CPU time of all its threads from main to the end
  *   child S     child_spin for S CPU-seconds (started by `sh -c` in the tests)
@@ -189,9 +190,9 @@ static void on_sigprof(int sig) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (argc != 3 && strcmp(argv[1], "weights") != 0)) {
+    if (argc < 3 || (argc != 3 && strcmp(argv[1], "weights") != 0 && strcmp(argv[1], "late") != 0)) {
         fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu|"
-                        "preempt SECONDS\n       record_perf_target weights SECONDS THREADS\n");
+                        "preempt SECONDS\n       record_perf_target weights SECONDS THREADS\n       record_perf_target late SECONDS GO\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -210,8 +211,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "late") == 0) {
-        struct timespec half = {0, 500000000};
-        nanosleep(&half, NULL);
+        struct timespec pause = {0, 10000000};
+        for (int i = 0; i < 6000 && argc > 3 && access(argv[3], F_OK) != 0; i++) nanosleep(&pause, NULL);
         mode = "threads";
     }
     if (strcmp(mode, "threads") == 0) {

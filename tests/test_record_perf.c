@@ -21,14 +21,13 @@
 #define _GNU_SOURCE
 #endif
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
-#include <linux/perf_event.h>
 #include <sqlite3.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,41 +39,21 @@
 
 #define HZ 101
 
-static char g_dir[] = "/tmp/tm_record_perf_XXXXXX";
-
-/* Skips the test unless a user-only cpu-clock event can be opened. */
+/* Skips the test unless the perf backend can run here. */
 static void need_perf(void) {
-    struct perf_event_attr a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.type = PERF_TYPE_SOFTWARE;
-    a.config = PERF_COUNT_SW_CPU_CLOCK;
-    a.disabled = 1;
-    a.exclude_kernel = 1;
-    a.exclude_hv = 1;
-    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
-    if (fd < 0) cr_skip_test("perf_event_open refused here (%s): the perf backend cannot run", strerror(errno));
-    close(fd);
+    char why[128];
+    if (!tu_perf_available(why, sizeof why)) cr_skip_test("%s", why);
 }
 
 static void setup(void) {
-    cr_assert_not_null(mkdtemp(g_dir));
+    cr_assert_not_null(tu_test_dir_make("tm_record_perf"));
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
-    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
-}
+static void teardown(void) { cr_assert_eq(tu_test_dir_remove(), 0); }
 
 TestSuite(record_perf, .init = setup, .fini = teardown, .timeout = 90);
 
-static char *path_in_dir(const char *name) {
-    char *p = NULL;
-    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
-    return p;
-}
+static char *path_in_dir(const char *name) { return tu_test_path(name); }
 
 /* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace OPTS -- ARGS`
  * (shell words); *code gets record's exit status; returns its stderr.
@@ -103,14 +82,62 @@ typedef struct counts {
     int spinner, blocker;
 } counts;
 
-static int stack_has(const char *stack, size_t len, const char *frame) {
-    size_t n = strlen(frame);
-    for (size_t i = 0; i + n <= len; i++)
-        if ((i == 0 || stack[i - 1] == ';') && memcmp(stack + i, frame, n) == 0 &&
-            (i + n == len || stack[i + n] == ';'))
-            return 1;
-    return 0;
+/* The folded stacks' one parser: the sum of the counts of the lines that
+ * contain every one of the n frames in order, root to leaf (each a whole
+ * frame); n = 0: of every line. */
+static uint64_t folded_with(const char *folded, const char *const *frames, size_t n) {
+    uint64_t samples = 0;
+    for (const char *line = folded; line && *line;) {
+        const char *nl = strchr(line, '\n'), *space = NULL;
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        for (size_t i = len; i-- > 0 && !space;)
+            if (line[i] == ' ') space = line + i;
+        cr_assert_not_null(space);
+        const char *at = line;
+        size_t k = 0;
+        for (; k < n; k++) {
+            size_t fl = strlen(frames[k]);
+            const char *found = NULL;
+            for (const char *c = at; c + fl <= space && !found; c++)
+                if ((c == line || c[-1] == ';') && memcmp(c, frames[k], fl) == 0 && (c[fl] == ';' || c + fl == space))
+                    found = c;
+            if (!found) break;
+            at = found + fl;
+        }
+        if (k == n) samples += strtoull(space + 1, NULL, 10);
+        line = nl ? nl + 1 : NULL;
+    }
+    return samples;
 }
+
+/* Trace t's folded stacks of value v (malloc'd). */
+static char *folded_of_trace(const tm_trace *t, tm_value v) {
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_folded_options o = {.value = v};
+    tm_error err;
+    cr_assert_eq(tm_write_folded(t, &o, &sink, &err), TM_OK, "%s", err.message);
+    return out.data ? out.data : strdup("");
+}
+
+/* The recorded trace's folded stacks of value v (malloc'd). */
+static char *folded_of(tm_value v) {
+    char *path = path_in_dir("t.pftrace");
+    size_t len = 0;
+    char *bytes = tu_read_file(path, &len);
+    cr_assert_not_null(bytes, "no trace at %s", path);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    char *text = folded_of_trace(t, v);
+    tm_trace_free(t);
+    free(bytes);
+    free(path);
+    return text;
+}
+
+/* The recorded trace's folded CPU samples (malloc'd). */
+static char *folded_text(void) { return folded_of(TM_VALUE_DEFAULT); }
 
 static int has_thread(const tm_trace *t, const char *name) {
     for (size_t i = 0; i < tm_trace_thread_count(t); i++) {
@@ -138,29 +165,19 @@ static counts read_trace(void) {
     counts c = {.records_lost = st->perf_records_lost,
                 .spinner = has_thread(t, "spinner"),
                 .blocker = has_thread(t, "blocker")};
-    tu_membuf out = {0};
-    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
-    cr_assert_eq(tm_write_folded(t, NULL, &sink, &err), TM_OK, "%s", err.message);
-    for (char *line = out.data; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        char *space = strrchr(line, ' ');
-        cr_assert_not_null(space, "not a folded line: %s", line);
-        size_t n = (size_t)(space - line);
-        uint64_t k = strtoull(space + 1, NULL, 10);
-        c.total += k;
-        int hot = stack_has(line, n, "spin_hot"), cold = stack_has(line, n, "spin_cold"),
-            blocked = stack_has(line, n, "blocked_spin"), child = stack_has(line, n, "child_spin");
-        c.hot += hot ? k : 0, c.cold += cold ? k : 0, c.blocked += blocked ? k : 0, c.child += child ? k : 0;
+    char *folded = folded_of_trace(t, TM_VALUE_DEFAULT);
+    static const char *const known[] = {"spin_hot", "spin_cold", "blocked_spin", "child_spin"};
+    uint64_t *in[] = {&c.hot, &c.cold, &c.blocked, &c.child};
+    c.total = folded_with(folded, NULL, 0);
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        const char *from_start[] = {"_start", known[i]}, *from_thread[] = {"start_thread", known[i]};
+        *in[i] = folded_with(folded, &known[i], 1);
         /* Other samples (the dynamic loader, a sanitizer's runtime) may have other roots. */
-        if (hot || cold || blocked || child) {
-            c.known += k;
-            if (stack_has(line, n, "_start") || stack_has(line, n, "start_thread")) c.rooted += k;
-        }
-        line = nl ? nl + 1 : NULL;
+        c.known += *in[i];
+        c.rooted += folded_with(folded, from_start, 2) + folded_with(folded, from_thread, 2);
     }
     cr_assert_eq(c.total, st->samples_kept);
-    tu_membuf_free(&out);
+    free(folded);
     tm_trace_free(t);
     free(bytes);
     free(path);
@@ -291,28 +308,6 @@ Test(record_perf, signal_only_options) {
     cr_expect(text && strstr(text, "--clock needs --backend signal"), "%s", text ? text : "");
     free(text), free(cmd), free(err);
 }
-
-/* The recorded trace's folded stacks of value v (malloc'd). */
-static char *folded_of(tm_value v) {
-    char *path = path_in_dir("t.pftrace");
-    size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes, "no trace at %s", path);
-    tm_trace *t = NULL;
-    tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
-    tu_membuf out = {0};
-    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
-    tm_folded_options o = {.value = v};
-    cr_assert_eq(tm_write_folded(t, &o, &sink, &err), TM_OK, "%s", err.message);
-    tm_trace_free(t);
-    free(bytes);
-    free(path);
-    return out.data;
-}
-
-/* The recorded trace's folded CPU samples (malloc'd). */
-static char *folded_text(void) { return folded_of(TM_VALUE_DEFAULT); }
 
 /* C++ names are demangled by default; --no-demangle keeps the symbol. */
 Test(record_perf, cxx_names_demangled_unless_asked_not_to) {
@@ -487,6 +482,89 @@ static char *record_opts(const char *opts, int *code) {
     return text;
 }
 
+/* Starts `tracemill record -p PIDS -o DIR/t.pftrace` (unsymbolized) in the
+ * background, stderr to DIR/stderr; its pid. */
+static pid_t start_attach(const char *pids) {
+    char *trace = path_in_dir("t.pftrace"), *errp = path_in_dir("stderr");
+    pid_t rec = fork();
+    cr_assert_geq(rec, 0);
+    if (rec == 0) {
+        if (!freopen(errp, "w", stderr)) _exit(126);
+        execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "-F", "101", "-p", pids, "-o", trace, (char *)NULL);
+        _exit(126);
+    }
+    free(trace), free(errp);
+    return rec;
+}
+
+/* The perf events the process pid holds open. */
+static int perf_fds(int pid) {
+    char dir[64], target[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        ssize_t len = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+        if (len > 0 && (target[len] = 0, strcmp(target, "anon_inode:[perf_event]") == 0)) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* Waits until record (pid rec) has attached to the first process it was
+ * given: its recorder, a child of rec, holds an event on every CPU. An
+ * attach test then lets its target go on, as a fixed sleep would race with
+ * a slow start (a loaded machine, ASan). */
+static void wait_attached(pid_t rec) {
+    long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    for (int waited_ms = 0;; waited_ms += 20) {
+        DIR *proc = opendir("/proc");
+        cr_assert_not_null(proc);
+        int attached = 0;
+        for (struct dirent *e; !attached && (e = readdir(proc));) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+            char path[64], buf[512];
+            int pid = atoi(e->d_name);
+            snprintf(path, sizeof path, "/proc/%d/stat", pid);
+            FILE *f = fopen(path, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f) fclose(f);
+            buf[n] = 0;
+            const char *paren = strrchr(buf, ')');
+            int ppid = 0;
+            if (paren && sscanf(paren + 1, " %*c %d", &ppid) == 1 && ppid == (int)rec)
+                attached = perf_fds(pid) >= cpus;
+        }
+        closedir(proc);
+        if (attached) return;
+        int status;
+        cr_assert_eq(waitpid(rec, &status, WNOHANG), 0, "record ended before attaching");
+        cr_assert_lt(waited_ms, 60000, "record did not attach in 60 s");
+        sleep_s(0.02);
+    }
+}
+
+/* Waits for record (pid rec, started by start_attach); *code gets its exit
+ * status; returns its stderr. */
+static char *finish_attach(pid_t rec, int *code) {
+    int status = 0;
+    cr_assert_eq(tu_wait_child(rec, 60, &status), 0, "record did not end");
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char *errp = path_in_dir("stderr"), *text = tu_read_file(errp, NULL);
+    cr_assert_not_null(text);
+    free(errp);
+    return text;
+}
+
+/* Creates DIR/go: a waiting target goes on. */
+static void let_go(void) {
+    char *go = path_in_dir("go");
+    FILE *f = fopen(go, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    free(go);
+}
+
 /* Waits for the target; its exit status (-1: killed or not over in 60 s). */
 static int target_status(pid_t pid) {
     int status = 0;
@@ -528,15 +606,26 @@ Test(record_perf, attach_to_running_threads) {
 }
 
 /* Threads a process starts after record attached are sampled (inherit),
- * with the names they give themselves; record ends when the process does. */
+ * with the names they give themselves; record ends when the process does.
+ * The target starts its threads once record has attached. */
 Test(record_perf, attach_follows_new_threads_until_exit) {
     need_perf();
-    pid_t pid = start_target("late", "0.5");
-    sleep_s(0.1);
-    char opts[32];
-    snprintf(opts, sizeof opts, "-p %d", (int)pid);
+    char *go = path_in_dir("go");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(126);
+        execl(TM_RECORD_PERF_TARGET, TM_RECORD_PERF_TARGET, "late", "0.5", go, (char *)NULL);
+        _exit(126);
+    }
+    free(go);
+    char pid_text[16];
+    snprintf(pid_text, sizeof pid_text, "%d", (int)pid);
+    pid_t rec = start_attach(pid_text);
+    wait_attached(rec);
+    let_go();
     int code;
-    char *err = record_opts(opts, &code);
+    char *err = finish_attach(rec, &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     counts c = read_trace();
     cr_expect(c.spinner && c.blocker, "thread names missing: %s", err);
@@ -546,24 +635,33 @@ Test(record_perf, attach_follows_new_threads_until_exit) {
     free(err);
 }
 
-/* A child process started after attaching is followed; -p takes a list. */
+/* A child process started after attaching is followed; -p takes a list.
+ * sh starts it once record has attached (to sh, the first listed). */
 Test(record_perf, attach_follows_new_children) {
     need_perf();
-    pid_t idle = start_target(NULL, "sleep 3");
-    pid_t sh = start_target(NULL, "sleep 0.5; " TM_RECORD_PERF_TARGET " child 0.5");
-    sleep_s(0.1);
-    char opts[64];
-    snprintf(opts, sizeof opts, "-p %d,%d", (int)sh, (int)idle);
+    char *go = path_in_dir("go"), *script = NULL;
+    cr_assert_gt(asprintf(&script, "while [ ! -e %s ]; do sleep 0.02; done; " TM_RECORD_PERF_TARGET " child 0.5", go),
+                 0);
+    pid_t sh = start_target(NULL, script);
+    pid_t idle = start_target(NULL, "exec sleep 60");
+    free(go), free(script);
+    char pids[64];
+    snprintf(pids, sizeof pids, "%d,%d", (int)sh, (int)idle);
+    pid_t rec = start_attach(pids);
+    wait_attached(rec);
+    let_go();
+    /* record ends when both have: idle, once sh's child has run */
+    cr_expect_eq(target_status(sh), 0);
+    kill(idle, SIGTERM);
     int code;
-    char *err = record_opts(opts, &code);
+    char *err = finish_attach(rec, &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     expect_rate(read_trace().child, 0.5, "the child of sh");
     /* both listed, and what sh started after (how many: the shell's choice) */
     const char *in = strstr(err, " processes;");
     while (in && in > err && in[-1] >= '0' && in[-1] <= '9') in--;
     cr_expect(in && atoi(in) >= 2, "%s", err);
-    cr_expect_eq(target_status(sh), 0);
-    cr_expect_eq(target_status(idle), 0);
+    target_status(idle);
     free(err);
 }
 
@@ -581,7 +679,8 @@ Test(record_perf, attach_ends_on_sigint) {
         execl(TM_CLI, TM_CLI, "record", "--no-symbolize", "-p", pid_text, "-o", trace, (char *)NULL);
         _exit(126);
     }
-    sleep_s(1.0);
+    wait_attached(rec);
+    sleep_s(0.5); /* a few samples */
     cr_assert_eq(kill(rec, SIGINT), 0);
     int status = 0;
     cr_assert_eq(tu_wait_child(rec, 30, &status), 0, "record did not end on SIGINT");
@@ -695,33 +794,6 @@ static int64_t sql_int(const char *sql) {
     free(bytes);
     free(path);
     return v;
-}
-
-/* Lines of the folded stacks that contain every one of the frames in
- * order, root to leaf (each a whole frame). */
-static uint64_t folded_with(const char *folded, const char *const *frames, size_t n) {
-    uint64_t samples = 0;
-    for (const char *line = folded; line && *line;) {
-        const char *nl = strchr(line, '\n'), *space = NULL;
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        for (size_t i = len; i-- > 0 && !space;)
-            if (line[i] == ' ') space = line + i;
-        cr_assert_not_null(space);
-        const char *at = line;
-        size_t k = 0;
-        for (; k < n; k++) {
-            size_t fl = strlen(frames[k]);
-            const char *found = NULL;
-            for (const char *c = at; c + fl <= space && !found; c++)
-                if ((c == line || c[-1] == ';') && memcmp(c, frames[k], fl) == 0 && (c[fl] == ';' || c + fl == space))
-                    found = c;
-            if (!found) break;
-            at = found + fl;
-        }
-        if (k == n) samples += strtoull(space + 1, NULL, 10);
-        line = nl ? nl + 1 : NULL;
-    }
-    return samples;
 }
 
 /* --kernel: a program reading /dev/zero spends its time in the kernel;
@@ -857,7 +929,7 @@ static uint64_t leaf_is(const char *folded, const char *name) {
 static void expect_jit_named(const char *backend) {
     if (strcmp(backend, "signal") == 0) tu_asan_recorded_child_env();
     char opts[512];
-    snprintf(opts, sizeof opts, "--backend %s -- " TM_RECORD_PERF_TARGET " jit 0.5 >%s/stdout", backend, g_dir);
+    snprintf(opts, sizeof opts, "--backend %s -- " TM_RECORD_PERF_TARGET " jit 0.5 >%s/stdout", backend, tu_test_dir());
     int code;
     char *err = record_opts(opts, &code);
     char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
@@ -946,33 +1018,10 @@ Test(record_perf, system_wide_refused) {
 /* Sums the folded lines (of value v) of the trace DIR/t.pftrace whose
  * stack holds frame (NULL: every line); *total gets every line's sum. */
 static uint64_t folded_sum(tm_value v, const char *frame, uint64_t *total) {
-    char *path = path_in_dir("t.pftrace");
-    size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes, "no trace at %s", path);
-    tm_trace *t = NULL;
-    tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
-    tu_membuf out = {0};
-    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
-    tm_folded_options o = {.value = v};
-    cr_assert_eq(tm_write_folded(t, &o, &sink, &err), TM_OK, "%s", err.message);
-    uint64_t sum = 0;
-    *total = 0;
-    for (char *line = out.data; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        char *space = strrchr(line, ' ');
-        cr_assert_not_null(space, "not a folded line: %s", line);
-        uint64_t k = strtoull(space + 1, NULL, 10);
-        *total += k;
-        if (!frame || stack_has(line, (size_t)(space - line), frame)) sum += k;
-        line = nl ? nl + 1 : NULL;
-    }
-    tu_membuf_free(&out);
-    tm_trace_free(t);
-    free(bytes);
-    free(path);
+    char *folded = folded_of(v);
+    *total = folded_with(folded, NULL, 0);
+    uint64_t sum = folded_with(folded, &frame, frame ? 1 : 0);
+    free(folded);
     return sum;
 }
 

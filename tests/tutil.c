@@ -1,22 +1,29 @@
 /*
  * tutil.c — the shared test plumbing declared in tutil.h: the tu_membuf
- * sink, the failing allocator, whole-file reading, pprof value sums, the recorded child's
- * ASan settings, waiting for a child with a deadline and programs run on a
- * pseudo-terminal. No Criterion and no libtracemill here (see tutil.h):
+ * sink, the failing allocator, whole-file reading, the recorder suites'
+ * temporary directory and perf probe, pprof value sums, the recorded
+ * child's ASan settings, waiting for a child with a deadline and programs
+ * run on a pseudo-terminal. No Criterion and no libtracemill here (see tutil.h):
  * callers assert on the return values.
  */
 #ifndef _XOPEN_SOURCE
 #define _XOPEN_SOURCE 700 /* setenv, posix_openpt */
 #endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* syscall */
+#endif
 #include "tutil.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,4 +218,50 @@ int tu_pprof_value_sum(const void *profile, size_t len, unsigned index, uint64_t
         }
     }
     return 0;
+}
+
+/* ---- the recorder suites' directory, perf ---- */
+
+static char g_test_dir[256];
+
+const char *tu_test_dir_make(const char *prefix) {
+    if (snprintf(g_test_dir, sizeof g_test_dir, "/tmp/%s_XXXXXX", prefix) >= (int)sizeof g_test_dir) return NULL;
+    return mkdtemp(g_test_dir);
+}
+
+int tu_test_dir_remove(void) {
+    char cmd[sizeof g_test_dir + 16];
+    if (!g_test_dir[0]) return -1;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_test_dir);
+    int st = system(cmd);
+    g_test_dir[0] = 0;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+const char *tu_test_dir(void) { return g_test_dir; }
+
+char *tu_test_path(const char *name) {
+    size_t n = strlen(g_test_dir) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+    if (!p) abort();
+    snprintf(p, n, "%s/%s", g_test_dir, name);
+    return p;
+}
+
+int tu_perf_available(char *why, size_t why_len) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    a.disabled = 1;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+    if (fd < 0) {
+        snprintf(why, why_len, "perf_event_open refused here (%s): the perf backend cannot run", strerror(errno));
+        return 0;
+    }
+    close(fd);
+    return 1;
 }
