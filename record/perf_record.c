@@ -1111,10 +1111,54 @@ static int alive(int32_t pid) {
     return state && state != 'Z' && state != 'X';
 }
 
+/* Whether a ring already holds the FORK record of thread tid: a thread
+ * whose creator was attached when it started inherited its events (the
+ * kernel writes that record once the new thread's events exist). The rings
+ * are only looked at, not consumed. */
+static int fork_seen(const events *ev, int32_t tid) {
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t c = 0; c < ev->n_rings; c++) {
+        const ring *r = &ev->rings[c];
+        if (r->fd < 0 || r->off_cpu) continue;
+        struct perf_event_mmap_page *mp = (void *)r->base;
+        const uint8_t *data = r->base + page;
+        uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE), at = mp->data_tail;
+        size_t mask = r->data_size - 1;
+        while (at + sizeof(struct perf_event_header) <= head) {
+            uint8_t h_bytes[sizeof(struct perf_event_header) + 16];
+            size_t want = sizeof h_bytes;
+            for (size_t i = 0; i < want && at + i < head; i++) h_bytes[i] = data[(at + i) & mask];
+            struct perf_event_header h;
+            memcpy(&h, h_bytes, sizeof h);
+            if (h.size < sizeof h || at + h.size > head) break;
+            task_rec t; /* pid, ppid, tid, ptid */
+            if (h.type == PERF_RECORD_FORK && h.size >= sizeof h + sizeof t) {
+                memcpy(&t, h_bytes + sizeof h, sizeof t);
+                if ((int32_t)t.tid == tid) return 1;
+            }
+            at += h.size;
+        }
+    }
+    return 0;
+}
+
+/* fork_seen; with again, looked for again after 5 ms when not yet there
+ * (a later pass: the thread started after the first). */
+static int inherited(const events *ev, int32_t tid, int again) {
+    if (fork_seen(ev, tid)) return 1;
+    if (!again) return 0;
+    struct timespec pause = {0, 5000000};
+    nanosleep(&pause, NULL);
+    return fork_seen(ev, tid);
+}
+
 /* Opens events on every thread of process pid (again until a pass finds
  * no thread it did not know: threads started meanwhile by one not yet
- * attached are not inherited) and describes the process from /proc.
- * 0, or -1 after saying why. */
+ * attached are not inherited) and describes the process from /proc. A
+ * thread started after its creator was attached inherited its events: it
+ * gets none of its own then (it would be sampled twice), as its FORK record
+ * shows, which the kernel writes just after it appears in /proc (in a
+ * later pass, looked for again after a moment). 0, or -1 after saying why. */
 static int attach(rec_state *s, events *ev, int32_t pid) {
     char dir[48];
     snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
@@ -1139,6 +1183,7 @@ static int attach(rec_state *s, events *ev, int32_t pid) {
             char *end;
             long tid = strtol(de->d_name, &end, 10);
             if (*end || tid <= 0 || find_thread(s, (int32_t)tid)) continue;
+            if (inherited(ev, (int32_t)tid, pass > 0)) continue; /* its records describe it */
             int which;
             if (open_events(ev, (pid_t)tid, &s->o, 0, &which)) {
                 if (errno == ESRCH) continue; /* the thread ended meanwhile */
