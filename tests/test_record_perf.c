@@ -38,6 +38,15 @@
 #include "tutil.h"
 
 #define HZ 101
+/* Off-CPU time under a waiting function against what the program measured
+ * around its waits: an ASan build spends part of that on the CPU (its poll
+ * interceptor), and its slower recorder loses switch records on a busy
+ * machine. */
+#if defined(__SANITIZE_ADDRESS__)
+#define WAIT_LOW 0.8
+#else
+#define WAIT_LOW 0.95
+#endif
 
 /* Skips the test unless the perf backend can run here. */
 static void need_perf(void) {
@@ -807,7 +816,9 @@ static int64_t sql_int(const char *sql) {
 Test(record_perf, kernel_frames) {
     need_perf();
     int code;
-    char *err = record_with(HZ, "--kernel", TM_RECORD_PERF_TARGET " kernel 0.5", &code);
+    /* without LeakSanitizer's exit-time check in the ASan build: a task of
+     * its own, sampled (in user mode, outside vfs_read) */
+    char *err = record_with(HZ, "--kernel", "env ASAN_OPTIONS=detect_leaks=0 " TM_RECORD_PERF_TARGET " kernel 0.5", &code);
     if (code == 125 && strstr(err, "--kernel"))
         cr_skip_test("this kernel refuses kernel samples here: %s", err); /* the refusal is tested below */
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
@@ -1158,7 +1169,7 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
     /* wait_here's time off the CPU is what the program measured around its
      * waits; most of it blocked in poll, the rest preempted around it (its
      * CPU is the spinners' too) */
-    cr_expect(waited_any >= (uint64_t)(blocked * 0.95) && waited_any <= (uint64_t)(blocked * 1.05),
+    cr_expect(waited_any >= (uint64_t)(blocked * WAIT_LOW) && waited_any <= (uint64_t)(blocked * 1.05),
               "off the CPU under wait_here: %llu ns, the program measured %lld ns", (unsigned long long)waited_any,
               (long long)blocked);
     cr_expect_geq(waited * 100, waited_any * 60, "wait_here: %llu of %llu ns blocked", (unsigned long long)waited,
