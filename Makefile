@@ -72,9 +72,10 @@ bench-serve: build
 	@scripts/bench_serve.sh $(BUILD)
 
 # The recorder's overhead: a CPU-bound program plain and recorded at 101 and
-# 250 Hz, ratio of medians, and trace bytes per sample.
+# 250 Hz, ratio of medians, and trace bytes per sample; the signal backend's
+# clock read per sample; the perf backend's --off-cpu against without it.
 bench-record: build
-	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 2000
+	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --perf $(abspath $(BUILD))/tracemill-record-perf --runs 11 --work 2000
 
 # What naming frames at record time costs the recorded program (CPU, trace
 # size) against writing build ids and pcs only, the default.

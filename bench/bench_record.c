@@ -7,6 +7,16 @@
  * median of paired ratios, and the CPU cost and trace bytes per sample.
  * Targets (issue 7): < 1 % at 101 Hz, < 3 % at 250 Hz.
  *
+ * With --perf PATH/tracemill-record-perf, also the perf backend's
+ * --off-cpu against the perf backend without it, on the same workload and
+ * on one that blocks 50 us after every million iterations (~1000 context
+ * switches a second): the program's own CPU time (it reports its rusage)
+ * and the recorder's (the rest of what wait4 gives for the pair's
+ * recorder), paired as above, with a perf-beside-perf A/A line. And the
+ * signal backend's clock read per sample (CLOCK_THREAD_CPUTIME_ID, which
+ * gives each sample its weight): a bare-signal handler that reads it
+ * beside one that does not, paired, and the read's own cost timed in a loop.
+ *
  * On a virtual machine the speed of a CPU drifts by a few percent from one
  * second to the next, more than the effect measured. So each run of a
  * recorded child is paired with a plain child running at the same time on
@@ -21,7 +31,8 @@
  * build ids and pcs only (the default; `tracemill record` names them after
  * the run), each beside a plain run, with their trace sizes.
  *
- *   bench_record --preload PATH/libtracemill_record.so [--runs N] [--work M] [--naming]
+ *   bench_record --preload PATH/libtracemill_record.so [--perf PATH/tracemill-record-perf] [--runs N]
+ *                [--work M] [--naming]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -52,11 +63,29 @@ __attribute__((noinline)) static uint64_t workload(long millions) {
     return x;
 }
 
+/* The same work, blocking 50 us after each million iterations. */
+__attribute__((noinline)) static uint64_t switching_workload(long millions) {
+    uint64_t x = 1;
+    struct timespec pause = {0, 50000};
+    for (long m = 0; m < millions; m++) {
+        x = mix(x, 1000000);
+        nanosleep(&pause, NULL);
+    }
+    return x;
+}
+
 static volatile sig_atomic_t g_bare_signals;
+static int g_bare_clock; /* the handler reads the thread's CPU clock, as the signal backend's does */
+static volatile int64_t g_bare_clock_sink;
 
 static void on_bare_signal(int signo) {
     (void)signo;
     g_bare_signals++;
+    if (g_bare_clock) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        g_bare_clock_sink += ts.tv_nsec;
+    }
 }
 
 /* The floor under any signal-driven profiler: the child's CPU-time timer at
@@ -81,8 +110,10 @@ static int arm_bare_signal(int hz) {
     return 0;
 }
 
-/* Starts the child with env (NULL-terminated) added, on CPU cpu (-1: any). */
-static pid_t start_child(const char *self, long work, char *const env[], int cpu) {
+/* Starts the child with env (NULL-terminated) added, on CPU cpu (-1: any):
+ * `self MODE WORK`, after wrapper's words (NULL-terminated; NULL: none). */
+static pid_t start_wrapped(const char *self, const char *mode, long work, char *const env[], int cpu,
+                           char *const wrapper[]) {
     char work_text[32];
     snprintf(work_text, sizeof work_text, "%ld", work);
     pid_t pid = fork();
@@ -94,8 +125,19 @@ static pid_t start_child(const char *self, long work, char *const env[], int cpu
         sched_setaffinity(0, sizeof set, &set);
     }
     for (size_t i = 0; env && env[i]; i++) putenv(env[i]);
-    execl(self, self, "--child", work_text, (char *)NULL);
+    char *argv[16];
+    size_t n = 0;
+    for (; wrapper && wrapper[n] && n < 12; n++) argv[n] = wrapper[n];
+    argv[n++] = (char *)self;
+    argv[n++] = (char *)mode;
+    argv[n++] = work_text;
+    argv[n] = NULL;
+    execv(argv[0], argv);
     _exit(127);
+}
+
+static pid_t start_child(const char *self, long work, char *const env[], int cpu) {
+    return start_wrapped(self, "--child", work, env, cpu, NULL);
 }
 
 /* Waits for one child; its CPU time in seconds, or -1 if it failed. */
@@ -169,16 +211,169 @@ static double quartile(const double *sorted, int n, int q) {
     return sorted[(n - 1) * q / 4];
 }
 
+/* The CPU time a child reported in path (BENCH_RECORD_SELF_CPU); -1 if none. */
+static double reported_cpu(const char *path) {
+    FILE *f = fopen(path, "r");
+    double v = -1;
+    if (!f || fscanf(f, "%lf", &v) != 1) v = -1;
+    if (f) fclose(f);
+    unlink(path);
+    return v;
+}
+
+/* One pair of wrapped runs at the same time on two CPUs (or one after the
+ * other): side k runs `wrapper[k]... self mode work` and reports its own
+ * CPU time; *program gets it, *recorder the rest of the run's rusage. */
+static int wrapped_pair(const char *self, const char *mode, long work, char *const *const wrapper[2],
+                        const int cpus[2], double program[2], double recorder[2]) {
+    char report[2][64], env_text[2][160];
+    pid_t pid[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(report[k], sizeof report[k], "/tmp/bench_record_cpu_%d_%d", (int)getpid(), k);
+        snprintf(env_text[k], sizeof env_text[k], "BENCH_RECORD_SELF_CPU=%s", report[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        char *env[] = {env_text[k], NULL};
+        pid[k] = start_wrapped(self, mode, work, env, cpus[k], wrapper[k]);
+        if (pid[k] < 0) return -1;
+        if (cpus[k] < 0) { /* one after the other */
+            pid_t got;
+            recorder[k] = wait_child(&got);
+            if (recorder[k] < 0) return -1;
+        }
+    }
+    for (int left = cpus[0] < 0 ? 0 : 2; left > 0; left--) {
+        pid_t got;
+        double t = wait_child(&got);
+        if (t < 0) return -1;
+        recorder[got == pid[0] ? 0 : 1] = t;
+    }
+    for (int k = 0; k < 2; k++) {
+        program[k] = reported_cpu(report[k]);
+        if (program[k] < 0) return -1;
+        recorder[k] -= program[k];
+    }
+    return 0;
+}
+
+static void pair_cpus(int r, const int cpu_ids[2], int n_cpus, int cpus[2]) {
+    cpus[0] = cpus[1] = -1;
+    if (n_cpus == 2) {
+        cpus[0] = cpu_ids[r % 2];
+        cpus[1] = cpu_ids[1 - r % 2];
+    }
+}
+
+/* The perf backend with --off-cpu against without, on a CPU-bound and a
+ * switching workload, and perf beside perf (A/A). */
+static int bench_off_cpu(const char *self, const char *perf, long work, int runs, const int cpu_ids[2],
+                         int n_cpus) {
+    char out[2][64];
+    for (int k = 0; k < 2; k++) snprintf(out[k], sizeof out[k], "/tmp/bench_record_perf_%d_%d.pftrace", (int)getpid(), k);
+    char *plain_perf[2][10], *off_perf[10];
+    for (int k = 0; k < 2; k++) {
+        char *w[] = {(char *)perf, "-F", "101", "-o", out[k], "--", NULL};
+        memcpy(plain_perf[k], w, sizeof w);
+    }
+    char *w_off[] = {(char *)perf, "-F", "101", "--off-cpu", "-o", out[1], "--", NULL};
+    memcpy(off_perf, w_off, sizeof w_off);
+    enum { CASES = 3 };
+    const char *labels[CASES] = {"perf A/A (switching)", "--off-cpu CPU-bound", "--off-cpu switching"};
+    const char *modes[CASES] = {"--child-switching", "--child", "--child-switching"};
+    char *const *const wrappers[CASES][2] = {{plain_perf[0], plain_perf[1]}, {plain_perf[0], off_perf},
+                                             {plain_perf[0], off_perf}};
+    static double prog[CASES][2][100], rec[CASES][2][100], ratio[CASES][100];
+    for (int r = 0; r < runs; r++)
+        for (int c = 0; c < CASES; c++) {
+            int cpus[2];
+            pair_cpus(r, cpu_ids, n_cpus, cpus);
+            double p[2], q[2];
+            if (wrapped_pair(self, modes[c], work, wrappers[c], cpus, p, q) != 0) {
+                fprintf(stderr, "bench_record: a perf %s run failed (perf_event_open refused? --off-cpu needs "
+                                "kernel.perf_event_paranoid <= 1 or CAP_PERFMON)\n", labels[c]);
+                for (int k = 0; k < 2; k++) unlink(out[k]);
+                return 1;
+            }
+            for (int k = 0; k < 2; k++) prog[c][k][r] = p[k], rec[c][k][r] = q[k];
+            ratio[c][r] = p[1] / p[0] - 1.0;
+        }
+    for (int k = 0; k < 2; k++) unlink(out[k]);
+    printf("bench_record: perf backend at 101 Hz, --off-cpu (right) beside without (left), %d pairs; the program's "
+           "own CPU time and the recorder's\n", runs);
+    for (int c = 0; c < CASES; c++) {
+        double p0 = median(prog[c][0], runs), p1 = median(prog[c][1], runs);
+        double r0 = median(rec[c][0], runs), r1 = median(rec[c][1], runs), paired = median(ratio[c], runs);
+        printf("  %-22s program %.3f s beside %.3f s: ratio of medians %+.2f %%, median of paired ratios %+.2f %% "
+               "(quartiles %+.2f / %+.2f); recorder %.3f s beside %.3f s%s\n",
+               labels[c], p1, p0, 100.0 * (p1 / p0 - 1.0), 100.0 * paired, 100.0 * quartile(ratio[c], runs, 1),
+               100.0 * quartile(ratio[c], runs, 3), r1, r0, c == 0 ? "  <- the noise" : "");
+    }
+    return 0;
+}
+
+/* The signal backend's clock read per sample: bare signals that read the
+ * thread's CPU clock beside bare signals that do not (250 Hz), and the
+ * read timed alone. */
+static int bench_clock_read(const char *self, long work, int runs, const int cpu_ids[2], int n_cpus) {
+    enum { READS = 1000000 };
+    struct timespec a, b, ts;
+    int64_t sink = 0;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < READS; i++) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts), sink += ts.tv_nsec;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    g_bare_clock_sink = sink;
+    double read_ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / READS;
+    char *plain_env[] = {"BENCH_RECORD_BARE_SIGNAL_HZ=250", NULL};
+    char *clock_env[] = {"BENCH_RECORD_BARE_SIGNAL_HZ=250", "BENCH_RECORD_BARE_CLOCK=1", NULL};
+    static double plain[100], with[100], ratio[100];
+    for (int r = 0; r < runs; r++) {
+        int cpus[2];
+        pair_cpus(r, cpu_ids, n_cpus, cpus);
+        pid_t pa = start_child(self, work, plain_env, cpus[0]), pb, got;
+        if (pa < 0) return 1;
+        if (cpus[0] < 0 && (plain[r] = wait_child(&got)) < 0) return 1;
+        if ((pb = start_child(self, work, clock_env, cpus[1])) < 0) return 1;
+        for (int left = cpus[0] < 0 ? 1 : 2; left > 0; left--) {
+            double t = wait_child(&got);
+            if (t < 0) {
+                fprintf(stderr, "bench_record: a clock-read run failed\n");
+                return 1;
+            }
+            if (got == pa) plain[r] = t;
+            else with[r] = t;
+        }
+        ratio[r] = with[r] / plain[r] - 1.0;
+    }
+    double mp = median(plain, runs), mw = median(with, runs), paired = median(ratio, runs);
+    printf("bench_record: the signal backend's clock read per sample: bare signals at 250 Hz reading "
+           "CLOCK_THREAD_CPUTIME_ID %.3f s beside without %.3f s: ratio of medians %+.2f %%, median of paired "
+           "ratios %+.2f %% (quartiles %+.2f / %+.2f); the read alone %.0f ns, %.4f %% of CPU at 101 Hz, %.4f %% "
+           "at 250 Hz\n",
+           mw, mp, 100.0 * (mw / mp - 1.0), 100.0 * paired, 100.0 * quartile(ratio, runs, 1),
+           100.0 * quartile(ratio, runs, 3), read_ns, read_ns * 101 * 1e-7, read_ns * 250 * 1e-7);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "--child") == 0) {
-        const char *bare = getenv("BENCH_RECORD_BARE_SIGNAL_HZ");
+    if (argc == 3 && (strcmp(argv[1], "--child") == 0 || strcmp(argv[1], "--child-switching") == 0)) {
+        const char *bare = getenv("BENCH_RECORD_BARE_SIGNAL_HZ"), *report = getenv("BENCH_RECORD_SELF_CPU");
+        g_bare_clock = getenv("BENCH_RECORD_BARE_CLOCK") != NULL;
         if (bare && arm_bare_signal(atoi(bare)) != 0) return 1;
-        volatile uint64_t sink = workload(atol(argv[2]));
+        volatile uint64_t sink = strcmp(argv[1], "--child") == 0 ? workload(atol(argv[2]))
+                                                                   : switching_workload(atol(argv[2]));
         (void)sink;
+        if (report) { /* its own CPU time, for a run whose wait4 also holds a recorder's */
+            struct rusage ru;
+            FILE *f = fopen(report, "w");
+            if (!f || getrusage(RUSAGE_SELF, &ru) != 0) return 1;
+            fprintf(f, "%.6f\n", (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+                                     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6);
+            if (fclose(f) != 0) return 1;
+        }
         /* A bare-signal control that took no signal would measure nothing. */
         return bare && g_bare_signals == 0 ? 3 : 0;
     }
-    const char *preload = NULL;
+    const char *preload = NULL, *perf = NULL;
     int runs = 15, naming = 0;
     long work = 1000;
     for (int i = 1; i < argc; i++)
@@ -190,12 +385,13 @@ int main(int argc, char **argv) {
         }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--preload") == 0) preload = argv[i + 1];
+        else if (strcmp(argv[i], "--perf") == 0) perf = argv[i + 1];
         else if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--work") == 0) work = atol(argv[i + 1]);
     }
     if (!preload || runs < 1 || runs > 100 || work < 1) {
-        fprintf(stderr,
-                "usage: bench_record --preload LIB.so [--runs N (15)] [--work MILLIONS (1000)] [--naming]\n");
+        fprintf(stderr, "usage: bench_record --preload LIB.so [--perf tracemill-record-perf] [--runs N (15)] "
+                        "[--work MILLIONS (1000)] [--naming]\n");
         return 2;
     }
     char self[4096];
@@ -281,5 +477,8 @@ int main(int argc, char **argv) {
                size[2].bytes / (size[2].samples > 0 ? size[2].samples : 1),
                size[3].bytes / (size[3].samples > 0 ? size[3].samples : 1));
     unlink(out);
-    return 0;
+    if (naming) return 0;
+    int rc = bench_clock_read(self, work, runs, cpu_ids, n_cpus);
+    if (rc == 0 && perf) rc = bench_off_cpu(self, perf, work, runs, cpu_ids, n_cpus);
+    return rc;
 }

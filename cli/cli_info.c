@@ -23,8 +23,12 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
         printf("time span: %.6f s (trace clock %u)\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9,
                s->trace_clock_id);
     if (s->off_cpu_samples)
-        printf("off-CPU: %llu samples (switch-outs), %.6f s blocked (--value off_cpu or wall)\n",
-               (unsigned long long)s->off_cpu_samples, (double)s->off_cpu_ns / 1e9);
+        printf("off-CPU: %llu samples (switch-outs), %.6f s off the CPU (--value off_cpu or wall): %llu blocked "
+               "(%.6f s), %llu preempted while runnable (%.6f s)\n",
+               (unsigned long long)s->off_cpu_samples, (double)s->off_cpu_ns / 1e9,
+               (unsigned long long)(s->off_cpu_samples - s->off_cpu_preempted_samples),
+               (double)(s->off_cpu_ns - s->off_cpu_preempted_ns) / 1e9,
+               (unsigned long long)s->off_cpu_preempted_samples, (double)s->off_cpu_preempted_ns / 1e9);
     if (s->perf_samples_counted) {
         /* What a CPU-time timer delivered against what was asked of it. */
         double cpu_s = (double)s->perf_counted_cpu_ns / 1e9;

@@ -342,13 +342,16 @@ typedef struct tm_trace_stats {
     uint64_t heap_streaming_malformed;  /* packets whose repeated fields disagree in length */
     uint64_t off_cpu_samples;           /* off-CPU samples kept (PerfSamples of an off-CPU timebase, apart
                                            from perf_samples and samples_kept) */
-    uint64_t off_cpu_ns;                /* the blocked time they weigh, ns */
+    uint64_t off_cpu_ns;                /* the time off the CPU they weigh, ns */
     uint64_t perf_samples_counted;      /* PerfSamples kept whose CPU time their timebase counts (task-clock
                                            timebase_count: the difference to the thread's previous sample) */
     uint64_t perf_counted_cpu_ns;       /* that CPU time, summed */
     uint64_t perf_timebase_hz;          /* the sampling frequency a PerfSample producer asked for (its
                                            timebase's frequency; the highest given); 0: none given */
-    uint64_t reserved_[61]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t off_cpu_preempted_samples; /* off-CPU samples of a thread preempted while runnable (their stack's
+                                           leaf frame is "[preempted]"; the others', "[blocked]") */
+    uint64_t off_cpu_preempted_ns;      /* the part of off_cpu_ns they weigh */
+    uint64_t reserved_[59]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
 /* Counters of the decode. Never NULL for a non-NULL trace. */

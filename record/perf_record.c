@@ -105,6 +105,7 @@ typedef struct opts {
     int kernel;         /* --kernel: kernel mode sampled too, with the kernel's callchain */
     int off_cpu;        /* --off-cpu: blocked time, with the stack at each switch-out */
     int system_wide;    /* -a: every process, one event per CPU */
+    int sample_read;    /* samples carry their event's count (PERF_SAMPLE_READ): not a flag, probed */
     int32_t *pids;      /* -p: the processes attached to */
     size_t n_pids;
     char **cmd;         /* NULL with -p */
@@ -175,7 +176,8 @@ static void perf_attr(struct perf_event_attr *a, const opts *o, int launch, int 
     a->config = PERF_COUNT_SW_CPU_CLOCK;
     a->sample_period = 1000000000u / o->hz; /* cpu-clock counts nanoseconds */
     a->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |
-                     PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+                     (o->sample_read ? PERF_SAMPLE_READ : 0) | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER |
+                     PERF_SAMPLE_STACK_USER;
     a->sample_regs_user = TMR_PERF_REGS_MASK;
     a->sample_stack_user = STACK_BYTES;
     a->exclude_kernel = !o->kernel;
@@ -200,6 +202,22 @@ static void perf_attr(struct perf_event_attr *a, const opts *o, int launch, int 
         a->mmap = a->mmap2 = a->comm = a->comm_exec = a->task = 0;
         a->context_switch = 1; /* PERF_RECORD_SWITCH: when the thread comes back */
     }
+}
+
+/* Whether this kernel gives an inherited event's samples the count of the
+ * sampled thread's own event (PERF_SAMPLE_READ with inherit and
+ * PERF_SAMPLE_TID: Linux 6.12 and later): a disabled event on ourselves
+ * tells. */
+static int can_sample_read(const opts *o) {
+    opts with = *o;
+    with.sample_read = 1;
+    struct perf_event_attr a;
+    perf_attr(&a, &with, 1, 0);
+    a.enable_on_exec = 0;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
 }
 
 /* Opens the event of CPU cpu on pid and maps its ring, of at most
@@ -335,6 +353,9 @@ typedef struct thread {
     int32_t tid, pid;
     uint32_t seq;
     uint32_t off_seq;   /* its off-CPU samples' sequence; 0: none yet */
+    uint64_t cpu_ns;    /* its CPU time so far, the sum of its samples' weights (their timebase_count) */
+    uint64_t *read_at;  /* per CPU: its event's count at its last sample there (PERF_SAMPLE_READ) */
+    size_t n_read_at;
     uint64_t off_ns;    /* its blocked time so far (the off-CPU timebase_count) */
     off_wait wait;
     char name[17];
@@ -344,6 +365,7 @@ typedef struct stats {
     uint64_t samples, complete, partial, truncated, callchain_used;
     uint64_t lost, throttled, processes, threads;
     uint64_t off_samples, off_ns, off_unmatched; /* unmatched: switch-outs whose switch-in was never seen */
+    uint64_t off_preempted, off_preempted_ns;    /* of off_samples: switched out while runnable */
 } stats;
 
 typedef struct rec_state {
@@ -360,8 +382,6 @@ typedef struct rec_state {
     int began;              /* the trace-wide packets are written */
     uint64_t *pcs;
     tmr_kallsyms *kallsyms; /* --kernel: the kernel's names */
-    uint64_t *cpu_count;    /* per CPU: the cpu-clock counts sampled so far (timebase_count is cumulative) */
-    size_t n_cpu_count;
     stats st;
 } rec_state;
 
@@ -638,6 +658,7 @@ static tm_status off_cpu_done(rec_state *s, thread *t, uint64_t until, tm_error 
         t->off_ns += until - o->ts;
         s->st.off_samples++;
         s->st.off_ns += until - o->ts;
+        if (o->flags & TMR_SAMPLE_PREEMPTED) s->st.off_preempted++, s->st.off_preempted_ns += until - o->ts;
         st = tmr_writer_sample(p->w, t->off_seq, t->tid, o->cpu, o->ts, o->pcs, o->depth, t->off_ns,
                                o->flags | TMR_SAMPLE_OFF_CPU, err);
     }
@@ -661,14 +682,41 @@ static tm_status off_cpu_wait(rec_state *s, thread *t, uint32_t cpu, uint64_t ts
     return TM_OK;
 }
 
-/* A PERF_RECORD_SWITCH or SWITCH_CPU_WIDE: a switch-in ends the thread's wait. */
+/* A PERF_RECORD_SWITCH or SWITCH_CPU_WIDE: a switch-out says whether the
+ * thread was preempted (still runnable) or blocked, which its waiting
+ * off-CPU sample (taken at the same switch, just before) keeps; a switch-in
+ * ends the wait. */
 static tm_status on_switch(rec_state *s, const rec *r, uint16_t size, tm_error *err) {
     const struct perf_event_header *h = (const void *)r->data;
-    if (h->misc & PERF_RECORD_MISC_SWITCH_OUT || size < sizeof *h + 24) return TM_OK;
+    if (size < sizeof *h + 24) return TM_OK;
     uint32_t tid; /* the sample_id trailer: pid, tid, time, cpu */
     memcpy(&tid, r->data + size - 20, 4);
     thread *t = find_thread(s, (int32_t)tid);
-    return t ? off_cpu_done(s, t, r->ts, err) : TM_OK;
+    if (!t) return TM_OK;
+    if (h->misc & PERF_RECORD_MISC_SWITCH_OUT) {
+        if (t->wait.pcs && t->wait.ts <= r->ts && (h->misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT))
+            t->wait.flags |= TMR_SAMPLE_PREEMPTED;
+        return TM_OK;
+    }
+    return off_cpu_done(s, t, r->ts, err);
+}
+
+/* The CPU time in ns a sample of thread t on cpu stands for. Its period,
+ * unless the kernel gave its event's count (PERF_SAMPLE_READ; count 0: not
+ * given): then the count's growth since the thread's previous sample on that
+ * CPU (one event per thread and CPU). The count also holds what the period
+ * misses: periods that ended in kernel mode, whose samples exclude_kernel
+ * drops (a busy machine switches a thread in and out there often). */
+static uint64_t sample_weight(thread *t, uint32_t cpu, uint64_t period, uint64_t count) {
+    if (!count) return period;
+    if (cpu >= t->n_read_at) {
+        size_t had = t->n_read_at;
+        if (tmr_grow((void **)&t->read_at, &t->n_read_at, sizeof *t->read_at, (size_t)cpu + 1)) return period;
+        memset(t->read_at + had, 0, (t->n_read_at - had) * sizeof *t->read_at);
+    }
+    uint64_t grown = count > t->read_at[cpu] ? count - t->read_at[cpu] : period;
+    t->read_at[cpu] = count;
+    return grown;
 }
 
 static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, int off_cpu, tm_error *err) {
@@ -677,12 +725,13 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, int of
     memcpy(&misc, d + 4, 2);
     int kernel_mode = (misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_KERNEL;
     uint32_t pid, tid, cpu;
-    uint64_t ts, period, nr, abi = 0, stack_size = 0, dyn_size = 0;
-    if (end - at < 8 + 8 + 8 + 8 + 8) return TM_OK;
+    uint64_t ts, period, count = 0, nr, abi = 0, stack_size = 0, dyn_size = 0;
+    if (end - at < 8 + 8 + 8 + 8 + 8 + (s->o.sample_read ? 8 : 0)) return TM_OK;
     memcpy(&pid, at, 4), memcpy(&tid, at + 4, 4), at += 8;
     memcpy(&ts, at, 8), at += 8;
     memcpy(&cpu, at, 4), at += 8;
     memcpy(&period, at, 8), at += 8;
+    if (s->o.sample_read) memcpy(&count, at, 8), at += 8;
     memcpy(&nr, at, 8), at += 8;
     if (nr > (uint64_t)(end - at) / 8) return TM_OK;
     const uint8_t *chain = at;
@@ -763,16 +812,11 @@ static tm_status on_sample(rec_state *s, const uint8_t *d, uint16_t size, int of
     if (truncated) s->st.truncated++;
     else if (ended == TMR_UNWIND_COMPLETE) s->st.complete++;
     else s->st.partial++;
-    /* PerfSample.timebase_count is the counter's running value, as Perfetto
-     * reads it (a per-CPU counter track): the periods summed per CPU. */
-    uint64_t count = period;
-    if (cpu >= s->n_cpu_count) {
-        size_t had = s->n_cpu_count;
-        if (tmr_grow((void **)&s->cpu_count, &s->n_cpu_count, sizeof *s->cpu_count, (size_t)cpu + 1) == 0)
-            memset(s->cpu_count + had, 0, (s->n_cpu_count - had) * sizeof *s->cpu_count);
-    }
-    if (cpu < s->n_cpu_count) count = s->cpu_count[cpu] += period;
-    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, count, flags, err);
+    /* PerfSample.timebase_count is the thread's CPU time so far on its own
+     * sequence (a task-clock timebase, as the signal backend writes it): the
+     * difference to the sequence's previous sample is this one's weight. */
+    t->cpu_ns += sample_weight(t, cpu, period, count);
+    return tmr_writer_sample(p->w, t->seq, (int32_t)tid, cpu, ts, s->pcs, depth, t->cpu_ns, flags, err);
 }
 
 static tm_status on_record(rec_state *s, const rec *r, tm_error *err) {
@@ -860,11 +904,10 @@ static void free_state(rec_state *s) {
         free(s->procs[i]);
     }
     free(s->procs);
-    for (size_t i = 0; i < s->n_threads; i++) free(s->threads[i].wait.pcs);
+    for (size_t i = 0; i < s->n_threads; i++) free(s->threads[i].wait.pcs), free(s->threads[i].read_at);
     free(s->threads);
     free(s->pcs);
     tmr_kallsyms_free(s->kallsyms);
-    free(s->cpu_count);
 }
 
 /* -p's PID[,PID...] into o->pids; -1 on a malformed list. */
@@ -1068,10 +1111,54 @@ static int alive(int32_t pid) {
     return state && state != 'Z' && state != 'X';
 }
 
+/* Whether a ring already holds the FORK record of thread tid: a thread
+ * whose creator was attached when it started inherited its events (the
+ * kernel writes that record once the new thread's events exist). The rings
+ * are only looked at, not consumed. */
+static int fork_seen(const events *ev, int32_t tid) {
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t c = 0; c < ev->n_rings; c++) {
+        const ring *r = &ev->rings[c];
+        if (r->fd < 0 || r->off_cpu) continue;
+        struct perf_event_mmap_page *mp = (void *)r->base;
+        const uint8_t *data = r->base + page;
+        uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE), at = mp->data_tail;
+        size_t mask = r->data_size - 1;
+        while (at + sizeof(struct perf_event_header) <= head) {
+            uint8_t h_bytes[sizeof(struct perf_event_header) + 16];
+            size_t want = sizeof h_bytes;
+            for (size_t i = 0; i < want && at + i < head; i++) h_bytes[i] = data[(at + i) & mask];
+            struct perf_event_header h;
+            memcpy(&h, h_bytes, sizeof h);
+            if (h.size < sizeof h || at + h.size > head) break;
+            task_rec t; /* pid, ppid, tid, ptid */
+            if (h.type == PERF_RECORD_FORK && h.size >= sizeof h + sizeof t) {
+                memcpy(&t, h_bytes + sizeof h, sizeof t);
+                if ((int32_t)t.tid == tid) return 1;
+            }
+            at += h.size;
+        }
+    }
+    return 0;
+}
+
+/* fork_seen; with again, looked for again after 5 ms when not yet there
+ * (a later pass: the thread started after the first). */
+static int inherited(const events *ev, int32_t tid, int again) {
+    if (fork_seen(ev, tid)) return 1;
+    if (!again) return 0;
+    struct timespec pause = {0, 5000000};
+    nanosleep(&pause, NULL);
+    return fork_seen(ev, tid);
+}
+
 /* Opens events on every thread of process pid (again until a pass finds
  * no thread it did not know: threads started meanwhile by one not yet
- * attached are not inherited) and describes the process from /proc.
- * 0, or -1 after saying why. */
+ * attached are not inherited) and describes the process from /proc. A
+ * thread started after its creator was attached inherited its events: it
+ * gets none of its own then (it would be sampled twice), as its FORK record
+ * shows, which the kernel writes just after it appears in /proc (in a
+ * later pass, looked for again after a moment). 0, or -1 after saying why. */
 static int attach(rec_state *s, events *ev, int32_t pid) {
     char dir[48];
     snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
@@ -1096,6 +1183,7 @@ static int attach(rec_state *s, events *ev, int32_t pid) {
             char *end;
             long tid = strtol(de->d_name, &end, 10);
             if (*end || tid <= 0 || find_thread(s, (int32_t)tid)) continue;
+            if (inherited(ev, (int32_t)tid, pass > 0)) continue; /* its records describe it */
             int which;
             if (open_events(ev, (pid_t)tid, &s->o, 0, &which)) {
                 if (errno == ESRCH) continue; /* the thread ended meanwhile */
@@ -1204,6 +1292,8 @@ int main(int argc, char **argv) {
     tm_error err;
     memset(&err, 0, sizeof err);
     pid_t child = 0;
+    /* An event per CPU on every task (-a) counts the CPU's time, not a thread's. */
+    s.o.sample_read = !s.o.system_wide && can_sample_read(&s.o);
     if (events_init(&ev, s.o.off_cpu)) {
         fprintf(stderr, "tracemill-record-perf: out of memory\n");
         goto done;
@@ -1326,10 +1416,11 @@ int main(int argc, char **argv) {
                 (unsigned long long)s.st.throttled);
     if (st == TM_OK && s.o.off_cpu)
         fprintf(stderr,
-                "tracemill record: off-CPU: %llu samples (switch-outs with their stack), %.3f s blocked in total; "
-                "%llu switch-outs without a switch-in left out\n",
+                "tracemill record: off-CPU: %llu samples (switch-outs with their stack), %.3f s off the CPU: %.3f s "
+                "blocked, %.3f s preempted (%llu samples); %llu switch-outs without a switch-in left out\n",
                 (unsigned long long)s.st.off_samples, (double)s.st.off_ns / 1e9,
-                (unsigned long long)s.st.off_unmatched);
+                (double)(s.st.off_ns - s.st.off_preempted_ns) / 1e9, (double)s.st.off_preempted_ns / 1e9,
+                (unsigned long long)s.st.off_preempted, (unsigned long long)s.st.off_unmatched);
     events_free(&ev);
     memset(&ev, 0, sizeof ev);
     if (!child) {

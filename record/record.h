@@ -147,7 +147,8 @@ typedef struct tmr_writer_opts {
     int wall_clock;                /* sampling timer kind, described in TraceConfig */
     uint32_t buffer_kb;            /* described in TraceConfig */
     int fill_discard;              /* described in TraceConfig */
-    int perf_cpu_clock;            /* timebase: perf's cpu-clock event (the perf backend) */
+    int perf_cpu_clock;            /* perf's cpu-clock event on each thread (the perf backend), described in
+                                      TraceConfig; its samples' timebase is task-clock as the signal backend's */
     int32_t ppid;                  /* 0: getppid() */
     const char *cmdline;           /* cmdline_len bytes, NUL-separated arguments; NULL: /proc/self/cmdline */
     size_t cmdline_len;
@@ -193,15 +194,22 @@ enum {
     TMR_SAMPLE_OFF_CPU = 8,      /* an off-CPU sample: the stack where the thread was switched out; seq
                                     must hold only off-CPU samples; count is the sequence's blocked time
                                     so far in ns (its defaults name the timebase TMR_OFF_CPU_TIMEBASE) */
-    TMR_SAMPLE_TRUNCATED = 4     /* the stack had more than depth frames: a "[truncated]" frame (mapping
+    TMR_SAMPLE_TRUNCATED = 4,    /* the stack had more than depth frames: a "[truncated]" frame (mapping
                                     "[truncated]") is added at its root end, and unwind_error is
                                     MAX_FRAMES_EXCEEDED, as Perfetto's unwinder reports it */
+    TMR_SAMPLE_PREEMPTED = 16    /* with TMR_SAMPLE_OFF_CPU: the thread was preempted, still runnable
+                                    (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT). An off-CPU stack ends (leaf
+                                    end) with a TMR_PREEMPTED_FRAME frame then, else TMR_BLOCKED_FRAME */
 };
 /* The name of an off-CPU sequence's timebase (PerfEvents.Timebase.name), as
  * src/perfetto recognises it: TM_PF_OFF_CPU_TIMEBASE. */
 #define TMR_OFF_CPU_TIMEBASE "off-cpu"
 /* The function name, and mapping name, of the frame TMR_SAMPLE_TRUNCATED adds. */
 #define TMR_TRUNCATED_FRAME "[truncated]"
+/* The same of an off-CPU stack's leaf: why the thread left the CPU, as
+ * src/perfetto names them: TM_PF_PREEMPTED_FRAME, TM_PF_BLOCKED_FRAME. */
+#define TMR_PREEMPTED_FRAME "[preempted]"
+#define TMR_BLOCKED_FRAME "[blocked]"
 
 /* One sample on writer sequence seq (one sequence per sampled thread; seq
  * >= 1). pcs[0] is the interrupted pc (the leaf), pcs[1..depth) return

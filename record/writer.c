@@ -141,7 +141,8 @@ static void imap_clear(imap *m) {
 static void imap_free(imap *m) { free(m->a), free(m->b), free(m->v); }
 
 /* Kinds of string-like entries keyed by pointer in one map (key b). */
-enum { KEY_NAME = 0, KEY_PATH = 1, KEY_BUILD_ID = 2, KEY_MAPPING = 3, KEY_TRUNCATED = 4 };
+enum { KEY_NAME = 0, KEY_PATH = 1, KEY_BUILD_ID = 2, KEY_MAPPING = 3, KEY_TRUNCATED = 4, KEY_PREEMPTED = 5,
+       KEY_BLOCKED = 6 };
 
 /* Callstacks: a table of (hash, frame iids in a pool) -> iid. */
 typedef struct cs_slot {
@@ -657,29 +658,31 @@ static void put_defaults(tmr_writer *w, wbuf *b, int off_cpu) {
         put_str(b, TM_PF_TIMEBASE_NAME, TMR_OFF_CPU_TIMEBASE);
     } else {
         if (w->o.sampling_hz) put_uint(b, TM_PF_TIMEBASE_FREQUENCY, w->o.sampling_hz);
-        put_uint(b, TM_PF_TIMEBASE_COUNTER,
-                 w->o.wall_clock || w->o.perf_cpu_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
-        put_str(b, TM_PF_TIMEBASE_NAME,
-                w->o.perf_cpu_clock ? "cpu-clock" : w->o.wall_clock ? "wall-clock" : "task-clock");
+        /* The perf backend's cpu-clock event, opened on each thread, counts
+         * that thread's CPU time: on a thread's sequence, as the signal
+         * backend's timer, it is a task-clock. */
+        put_uint(b, TM_PF_TIMEBASE_COUNTER, w->o.wall_clock ? TM_PF_COUNTER_SW_CPU_CLOCK : TM_PF_COUNTER_SW_TASK_CLOCK);
+        put_str(b, TM_PF_TIMEBASE_NAME, w->o.wall_clock ? "wall-clock" : "task-clock");
     }
     msg_close(b, TM_PF_PERF_DEFAULTS_TIMEBASE, tb);
     msg_close(b, TM_PF_DEFAULTS_PERF_SAMPLE, psd);
     msg_close(b, TM_PF_PACKET_DEFAULTS, d);
 }
 
-/* The iid of the "[truncated]" frame, in a mapping of that name of its own
- * (Perfetto's readers drop a frame without a mapping). */
-static uint64_t intern_truncated(tmr_writer *w, seq_state *s) {
-    static const char name[] = TMR_TRUNCATED_FRAME;
-    uint64_t *slot = imap_slot(&s->strs, 0, KEY_TRUNCATED);
+/* The iid of a marker frame (TMR_TRUNCATED_FRAME, TMR_PREEMPTED_FRAME,
+ * TMR_BLOCKED_FRAME, interned under key), in a mapping of that name of its
+ * own (Perfetto's readers drop a frame without a mapping). name is a string
+ * literal: its address is its interning key. */
+static uint64_t intern_marker(tmr_writer *w, seq_state *s, unsigned key, const char *name) {
+    uint64_t *slot = imap_slot(&s->strs, 0, key);
     if (!slot) {
         w->interned.oom = 1;
         return 0;
     }
     if (*slot) return *slot + 1; /* the slot holds the mapping's iid; the frame's is the next */
     uint64_t mapping_iid = *slot = ++s->next_iid, frame_iid = ++s->next_iid;
-    uint64_t path_iid = intern_bytes(w, s, TM_PF_INTERNED_MAPPING_PATHS, KEY_PATH, name, name, sizeof name - 1);
-    uint64_t name_iid = intern_bytes(w, s, TM_PF_INTERNED_FUNCTION_NAMES, KEY_NAME, name, name, sizeof name - 1);
+    uint64_t path_iid = intern_bytes(w, s, TM_PF_INTERNED_MAPPING_PATHS, KEY_PATH, name, name, strlen(name));
+    uint64_t name_iid = intern_bytes(w, s, TM_PF_INTERNED_FUNCTION_NAMES, KEY_NAME, name, name, strlen(name));
     wbuf *b = &w->interned;
     size_t e = msg_open(b);
     put_uint(b, TM_PF_INTERNED_IID, mapping_iid);
@@ -700,21 +703,28 @@ tm_status tmr_writer_sample(tmr_writer *w, uint32_t seq, int32_t tid, uint32_t c
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "bad sample: sequence %u, depth %u", (unsigned)seq,
                        (unsigned)depth);
     int prev_dropped = (flags & TMR_SAMPLE_PREV_DROPPED) != 0, truncated = depth && (flags & TMR_SAMPLE_TRUNCATED);
+    int off_cpu = (flags & TMR_SAMPLE_OFF_CPU) != 0;
     seq_state *s = seq_get(w, seq);
-    if (!s || tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, (size_t)depth + 1))
+    if (!s || tmr_grow((void **)&w->frame_iids, &w->frame_cap, sizeof *w->frame_iids, (size_t)depth + 2))
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     /* After a loss the reader distrusts this sequence's interning until the
      * next CLEARED packet: start a new generation with this sample. */
     if (prev_dropped) seq_clear(s);
-    s->off_cpu = (flags & TMR_SAMPLE_OFF_CPU) != 0;
+    s->off_cpu = off_cpu;
     int cleared = s->need_clear;
     w->interned.len = 0;
     w->interned.oom = 0;
-    /* pcs run leaf to root; Callstack.frame_ids run root to leaf. */
+    /* pcs run leaf to root; Callstack.frame_ids run root to leaf: the
+     * truncation mark first, an off-CPU sample's reason last. */
     uint64_t *f = w->frame_iids + truncated;
-    if (truncated) w->frame_iids[0] = intern_truncated(w, s);
+    if (truncated) w->frame_iids[0] = intern_marker(w, s, KEY_TRUNCATED, TMR_TRUNCATED_FRAME);
     for (uint32_t i = 0; i < depth; i++) f[depth - 1 - i] = intern_frame(w, s, pcs[i], i > 0);
-    uint64_t cs_iid = depth ? intern_callstack(w, s, w->frame_iids, depth + (uint32_t)truncated) : 0;
+    uint32_t n_frames = depth + (uint32_t)truncated;
+    if (off_cpu)
+        w->frame_iids[n_frames++] = flags & TMR_SAMPLE_PREEMPTED
+                                        ? intern_marker(w, s, KEY_PREEMPTED, TMR_PREEMPTED_FRAME)
+                                        : intern_marker(w, s, KEY_BLOCKED, TMR_BLOCKED_FRAME);
+    uint64_t cs_iid = n_frames ? intern_callstack(w, s, w->frame_iids, n_frames) : 0;
 
     wbuf *b = &w->pkt;
     if (prev_dropped) {

@@ -7,7 +7,10 @@
  *   threads S   a thread "spinner" in spin_hot (~80 %) / spin_cold (~20 %),
  *               and a thread "blocker" that blocks every signal, in
  *               blocked_spin; S CPU-seconds each
- *   late S      sleeps 0.5 s (a recorder attaches meanwhile), then as threads
+ *   late S GO   waits until the file GO exists (a recorder attaches
+ *               meanwhile; at most 60 s), then as threads
+ *   weights S N  N threads (1..16), each S CPU-seconds in spin_hot; prints
+ *               "cpu NS", the CPU time of all its threads from main to the end
  *   child S     child_spin for S CPU-seconds (started by `sh -c` in the tests)
  *   sigprof S   installs its own SIGPROF handler and ITIMER_PROF, spins in
  *               spin_hot; prints "sigprof N" (the handler's count)
@@ -25,6 +28,9 @@
  *               of CPU time in spin_here; prints "blocked NS" (the ns it
  *               measured inside wait_here, around the system call) and
  *               "spun NS" (the CPU time of spin_here)
+ *   preempt S   pinned to one CPU: two threads in spin_hot for S CPU-seconds
+ *               each (each preempted by the other), and main blocking in
+ *               wait_here meanwhile; prints "blocked NS" (as offcpu)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,6 +38,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -149,22 +156,63 @@ static void *blocker(void *arg) {
     return NULL;
 }
 
+static void *weights_thread(void *arg) {
+    (void)arg;
+    spin_for(spin_hot);
+    return NULL;
+}
+
+/* Two CPU-bound threads on one CPU (preempting each other), main blocking. */
+static int preempt_mode(void) {
+    cpu_set_t one;
+    if (sched_getaffinity(0, sizeof one, &one)) return 1;
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &one)) cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one)) return 1; /* the threads inherit it */
+    int fds[2];
+    pthread_t t[2];
+    if (pipe(fds) || pthread_create(&t[0], NULL, weights_thread, NULL) ||
+        pthread_create(&t[1], NULL, weights_thread, NULL))
+        return 1;
+    int64_t blocked = 0;
+    for (int i = 0; i < 2; i++) {
+        while (pthread_tryjoin_np(t[i], NULL) != 0) blocked += wait_here(fds[0]);
+    }
+    printf("blocked %lld\n", (long long)blocked);
+    return 0;
+}
+
 static void on_sigprof(int sig) {
     (void)sig;
     g_sigprof++;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr,
-                "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu SECONDS\n");
+    if (argc < 3 || (argc != 3 && strcmp(argv[1], "weights") != 0 && strcmp(argv[1], "late") != 0)) {
+        fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu|"
+                        "preempt SECONDS\n       record_perf_target weights SECONDS THREADS\n       record_perf_target late SECONDS GO\n");
         return 2;
     }
     const char *mode = argv[1];
     g_seconds = atof(argv[2]);
+    if (strcmp(mode, "weights") == 0) {
+        /* The process's CPU time includes what the recorder's fork child
+         * spent before exec: measured from here. */
+        int64_t start = now_ns(CLOCK_PROCESS_CPUTIME_ID);
+        int n = argc > 3 ? atoi(argv[3]) : 1;
+        pthread_t t[16];
+        if (n < 1 || n > 16) return 2;
+        for (int i = 0; i < n; i++)
+            if (pthread_create(&t[i], NULL, weights_thread, NULL)) return 1;
+        for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+        printf("cpu %lld\n", (long long)(now_ns(CLOCK_PROCESS_CPUTIME_ID) - start));
+        return 0;
+    }
     if (strcmp(mode, "late") == 0) {
-        struct timespec half = {0, 500000000};
-        nanosleep(&half, NULL);
+        struct timespec pause = {0, 10000000};
+        for (int i = 0; i < 6000 && argc > 3 && access(argv[3], F_OK) != 0; i++) nanosleep(&pause, NULL);
         mode = "threads";
     }
     if (strcmp(mode, "threads") == 0) {
@@ -184,6 +232,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "deep") == 0) return deep_recurse(200);
+    if (strcmp(mode, "preempt") == 0) return preempt_mode();
     if (strcmp(mode, "offcpu") == 0) {
         int fds[2];
         if (pipe(fds)) return 1;

@@ -75,8 +75,8 @@ struct abi0_tm_trace_stats {
         heap_malformed, heap_unfinished_dumps, heap_samples_unresolved, heap_alloc_bytes, heap_inuse_bytes,
         perf_samples_truncated, heap_streaming_allocations, heap_streaming_alloc_bytes, heap_streaming_frees,
         heap_streaming_malformed, off_cpu_samples, off_cpu_ns, perf_samples_counted, perf_counted_cpu_ns,
-        perf_timebase_hz;
-    uint64_t reserved_[61];
+        perf_timebase_hz, off_cpu_preempted_samples, off_cpu_preempted_ns;
+    uint64_t reserved_[59];
 };
 struct abi0_tm_thread_info {
     int64_t tid, pid;
@@ -265,6 +265,7 @@ Test(abi, tm_trace_stats) {
     FIELD(tm_trace_stats, off_cpu_samples); FIELD(tm_trace_stats, off_cpu_ns);
     FIELD(tm_trace_stats, perf_samples_counted); FIELD(tm_trace_stats, perf_counted_cpu_ns);
     FIELD(tm_trace_stats, perf_timebase_hz);
+    FIELD(tm_trace_stats, off_cpu_preempted_samples); FIELD(tm_trace_stats, off_cpu_preempted_ns);
 }
 
 Test(abi, readers_and_sink) {

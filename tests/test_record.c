@@ -39,26 +39,15 @@
  * runs; at n = 1500 it is 1.3 points, and 5 points are 4 of them. */
 #define WORK_CPU_SECONDS "6"
 
-static char g_dir[] = "/tmp/tm_record_test_XXXXXX";
-
 static void setup(void) {
-    cr_assert_not_null(mkdtemp(g_dir));
+    cr_assert_not_null(tu_test_dir_make("tm_record_test"));
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
-    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
-}
+static void teardown(void) { cr_assert_eq(tu_test_dir_remove(), 0); }
 
 TestSuite(record, .init = setup, .fini = teardown, .timeout = 60);
 
-static char *path_in_dir(const char *name) {
-    char *p = NULL;
-    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
-    return p;
-}
+static char *path_in_dir(const char *name) { return tu_test_path(name); }
 
 /* Runs argv with extra environment entries (NULL-terminated, may be NULL),
  * stdout into OUT_FILE; kills it after RUN_TIMEOUT_S (a hang fails the

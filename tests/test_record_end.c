@@ -41,26 +41,15 @@
 /* ... and against the CPU time of the one thread sampled. */
 #define THREAD_CPU_TOLERANCE 0.02
 
-static char g_dir[] = "/tmp/tm_record_end_XXXXXX";
-
 static void setup(void) {
-    cr_assert_not_null(mkdtemp(g_dir));
+    cr_assert_not_null(tu_test_dir_make("tm_record_end"));
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
-    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
-}
+static void teardown(void) { cr_assert_eq(tu_test_dir_remove(), 0); }
 
 TestSuite(record_end, .init = setup, .fini = teardown, .timeout = 90);
 
-static char *path_in_dir(const char *name) {
-    char *p = NULL;
-    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
-    return p;
-}
+static char *path_in_dir(const char *name) { return tu_test_path(name); }
 
 /* The recorded program's environment under ASan: its own SIGSEGV and abort
  * handling off, so that the recorder's is what a crash meets. */
@@ -121,63 +110,6 @@ static char *read_in_dir(const char *name) {
 
 /* ---- what a trace holds ---- */
 
-static uint64_t varint(const uint8_t **p, const uint8_t *end) {
-    uint64_t v = 0;
-    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
-        uint8_t c = *(*p)++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (c < 0x80) return v;
-    }
-    cr_assert_fail("bad varint in the pprof profile");
-    return 0;
-}
-
-/* Skips a field of wire type wire. */
-static void skip(const uint8_t **p, const uint8_t *end, unsigned wire) {
-    if (wire == 0) varint(p, end);
-    else if (wire == 1) *p += 8;
-    else if (wire == 5) *p += 4;
-    else if (wire == 2) *p += varint(p, end);
-    else cr_assert_fail("wire type %u in the pprof profile", wire);
-    cr_assert_leq(*p, end);
-}
-
-/* The sum of the second value (cpu/nanoseconds) of every Sample of an
- * uncompressed pprof Profile. */
-static uint64_t pprof_cpu_ns(const uint8_t *p, size_t len) {
-    const uint8_t *end = p + len;
-    uint64_t total = 0;
-    while (p < end) {
-        uint64_t tag = varint(&p, end);
-        if (tag != (2u << 3 | 2)) { /* Profile.sample */
-            skip(&p, end, (unsigned)(tag & 7));
-            continue;
-        }
-        uint64_t n = varint(&p, end);
-        cr_assert_leq(n, (uint64_t)(end - p));
-        const uint8_t *s = p, *s_end = p + n;
-        p = s_end;
-        while (s < s_end) {
-            uint64_t t = varint(&s, s_end);
-            if (t == (2u << 3 | 2)) { /* Sample.value, packed */
-                uint64_t m = varint(&s, s_end);
-                cr_assert_leq(m, (uint64_t)(s_end - s));
-                const uint8_t *v = s, *v_end = s + m;
-                s = v_end;
-                varint(&v, v_end);
-                total += varint(&v, v_end);
-            } else if (t == (2u << 3)) { /* unpacked: count, then cpu */
-                varint(&s, s_end);
-                cr_assert_eq(varint(&s, s_end), 2u << 3, "Sample.value unpacked but not in pairs");
-                total += varint(&s, s_end);
-            } else {
-                skip(&s, s_end, (unsigned)(t & 7));
-            }
-        }
-    }
-    return total;
-}
-
 typedef struct summary {
     uint64_t samples, counted, burn_samples;
     double pprof_cpu_s, counted_cpu_s;
@@ -215,7 +147,9 @@ static summary summarize(const char *path) {
     cr_assert_eq(tm_write_folded(t, NULL, &fs, &err), TM_OK, "%s", err.message);
     tm_pprof_options po = {.uncompressed = 1};
     cr_assert_eq(tm_write_pprof(t, &po, &ps, &err), TM_OK, "%s", err.message);
-    out.pprof_cpu_s = (double)pprof_cpu_ns((const uint8_t *)pprof.data, pprof.len) * 1e-9;
+    uint64_t cpu_ns = 0;
+    cr_assert_eq(tu_pprof_value_sum(pprof.data, pprof.len, 1, &cpu_ns), 0, "the pprof profile is malformed");
+    out.pprof_cpu_s = (double)cpu_ns * 1e-9;
     /* folded lines "a;b;c N": the samples whose stack holds burn_cpu */
     char *text = strndup(folded.data ? folded.data : "", folded.len);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {

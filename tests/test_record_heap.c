@@ -31,30 +31,19 @@
 
 #define RUN_TIMEOUT_S 60
 
-static char g_dir[] = "/tmp/tm_record_heap_XXXXXX";
-
 /* The recorder names every frame itself (TRACEMILL_RECORD_NAME_FRAMES, not
  * only those no file can name later): heap_view reads the names the
  * recorder interned, independently of the library's symbolizer. */
 static void setup(void) {
-    cr_assert_not_null(mkdtemp(g_dir));
+    cr_assert_not_null(tu_test_dir_make("tm_record_heap"));
     cr_assert_eq(setenv("TRACEMILL_RECORD_NAME_FRAMES", "1", 1), 0);
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
-    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
-}
+static void teardown(void) { cr_assert_eq(tu_test_dir_remove(), 0); }
 
 TestSuite(record_heap, .init = setup, .fini = teardown, .timeout = 120);
 
-static char *path_in_dir(const char *name) {
-    char *p = NULL;
-    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
-    return p;
-}
+static char *path_in_dir(const char *name) { return tu_test_path(name); }
 
 /* What one recorded run left: its exit status, stdout, stderr and trace. */
 typedef struct run_result {

@@ -21,14 +21,12 @@
 #endif
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <linux/perf_event.h>
 #include <regex.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,27 +34,16 @@
 #include "tracemill_sql.h"
 #include "tutil.h"
 
-static char g_dir[] = "/tmp/tm_record_symbols_XXXXXX";
-
 static void setup(void) {
-    cr_assert_not_null(mkdtemp(g_dir));
+    cr_assert_not_null(tu_test_dir_make("tm_record_symbols"));
     tu_asan_recorded_child_env();
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
-    memcpy(g_dir + strlen(g_dir) - 6, "XXXXXX", 6);
-}
+static void teardown(void) { cr_assert_eq(tu_test_dir_remove(), 0); }
 
 TestSuite(record_symbols, .init = setup, .fini = teardown, .timeout = 120);
 
-static char *in_dir(const char *name) {
-    char *p = NULL;
-    cr_assert_gt(asprintf(&p, "%s/%s", g_dir, name), 0);
-    return p;
-}
+static char *in_dir(const char *name) { return tu_test_path(name); }
 
 /* Runs a shell command line; asserts it exits 0 and returns its stderr. */
 static char *run(const char *line) {
@@ -239,17 +226,8 @@ Test(record_symbols, signal_backend) {
 }
 
 Test(record_symbols, perf_backend) {
-    struct perf_event_attr a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.type = PERF_TYPE_SOFTWARE;
-    a.config = PERF_COUNT_SW_CPU_CLOCK;
-    a.disabled = 1;
-    a.exclude_kernel = 1;
-    a.exclude_hv = 1;
-    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
-    if (fd < 0) cr_skip_test("perf_event_open refused here (%s): the perf backend cannot run", strerror(errno));
-    close(fd);
+    char why[128];
+    if (!tu_perf_available(why, sizeof why)) cr_skip_test("%s", why);
     expect_record_symbolizes("perf");
 }
 
@@ -330,7 +308,7 @@ Test(record_symbols, chunks_symbolized_as_they_close) {
 Test(record_symbols, no_symbolize_takes_no_symbol_options) {
     char *cmd = NULL;
     cr_assert_gt(asprintf(&cmd, "%s record --no-symbolize --symbols %s -o %s/x.pftrace -- true 2>/dev/null", TM_CLI,
-                          g_dir, g_dir),
+                          tu_test_dir(), tu_test_dir()),
                  0);
     int st = system(cmd);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit %d", WEXITSTATUS(st));

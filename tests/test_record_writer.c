@@ -937,10 +937,13 @@ Test(record_writer, off_cpu_samples_weigh_their_blocked_time) {
     const uint64_t ms = 1000000, t0 = 1000000000;
     for (int i = 0; i < 4; i++) sample(&r, 1, a, t0 + (uint64_t)i * 10 * ms, deep, 3, 0);
     /* thread a blocked 5 ms at root;middle;leaf, then 7 ms at root;middle;
-     * thread b 0.7 ms at root;middle, written after a's although earlier */
+     * thread b preempted 0.7 ms at root;middle, written after a's although
+     * earlier; each off-CPU stack ends with why: [blocked] or [preempted] */
     cr_assert_eq(tmr_writer_sample(r.w, 2, a, 0, t0 + 1 * ms, deep, 3, 5 * ms, TMR_SAMPLE_OFF_CPU, &err), TM_OK);
     cr_assert_eq(tmr_writer_sample(r.w, 2, a, 1, t0 + 20 * ms, shallow, 2, 12 * ms, TMR_SAMPLE_OFF_CPU, &err), TM_OK);
-    cr_assert_eq(tmr_writer_sample(r.w, 3, b, 0, t0 + 2 * ms, shallow, 2, 700000, TMR_SAMPLE_OFF_CPU, &err), TM_OK);
+    cr_assert_eq(tmr_writer_sample(r.w, 3, b, 0, t0 + 2 * ms, shallow, 2, 700000,
+                                   TMR_SAMPLE_OFF_CPU | TMR_SAMPLE_PREEMPTED, &err),
+                 TM_OK);
     stats_no_loss(&r);
 
     tm_trace *t = parse(&r, TM_MODE_DEFAULT);
@@ -950,18 +953,22 @@ Test(record_writer, off_cpu_samples_weigh_their_blocked_time) {
     cr_expect_eq(tm_trace_sample_count(t), 4);
     cr_expect_eq(st->off_cpu_samples, 3);
     cr_expect_eq(st->off_cpu_ns, 12 * ms + 700000);
+    cr_expect_eq(st->off_cpu_preempted_samples, 1);
+    cr_expect_eq(st->off_cpu_preempted_ns, 700000);
     tu_membuf fo = folded(t); /* the default: CPU samples only */
     cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 4, "%s", fo.data);
     cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 0, "%s", fo.data);
     tu_membuf_free(&fo);
     fo = written(t, TM_VALUE_OFF_CPU, 'f');
-    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 5 * ms, "%s", fo.data);
-    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 7 * ms + 700000, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf;[blocked]"), 5 * ms, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;[blocked]"), 7 * ms, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;[preempted]"), 700000, "%s", fo.data);
     tu_membuf_free(&fo);
     /* wall: a CPU sample weighs the timebase's period, 1 s / 101 */
     fo = written(t, TM_VALUE_WALL, 'f');
-    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 4 * (1000000000 / 101) + 5 * ms, "%s", fo.data);
-    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle"), 7 * ms + 700000, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf"), 4 * (1000000000 / 101), "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;rw_leaf;[blocked]"), 5 * ms, "%s", fo.data);
+    cr_expect_eq(folded_count(fo.data, "rw_root;rw_middle;[blocked]"), 7 * ms, "%s", fo.data);
     tu_membuf_free(&fo);
     fo = written(t, TM_VALUE_OFF_CPU, 's');
     cr_expect(strstr(fo.data, "\"unit\":\"nanoseconds\""), "%s", fo.data);

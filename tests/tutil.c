@@ -1,22 +1,29 @@
 /*
  * tutil.c — the shared test plumbing declared in tutil.h: the tu_membuf
- * sink, the failing allocator, whole-file reading, the recorded child's
- * ASan settings, waiting for a child with a deadline and programs run on a
- * pseudo-terminal. No Criterion and no libtracemill here (see tutil.h):
+ * sink, the failing allocator, whole-file reading, the recorder suites'
+ * temporary directory and perf probe, pprof value sums, the recorded
+ * child's ASan settings, waiting for a child with a deadline and programs
+ * run on a pseudo-terminal. No Criterion and no libtracemill here (see tutil.h):
  * callers assert on the return values.
  */
 #ifndef _XOPEN_SOURCE
 #define _XOPEN_SOURCE 700 /* setenv, posix_openpt */
 #endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* syscall */
+#endif
 #include "tutil.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,4 +156,112 @@ int tu_pty_wait_for(int master, tu_membuf *seen, const char *want, int timeout_m
         ssize_t n = read(master, buf, sizeof buf);
         if (n <= 0 || tu_membuf_write(seen, buf, (size_t)n) != 0) return 0; /* the program is gone */
     }
+}
+
+/* ---- pprof ---- */
+
+/* A varint at *p (below end) into *v; -1 when cut off or too long. */
+static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    *v = 0;
+    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t c = *(*p)++;
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (c < 0x80) return 0;
+    }
+    return -1;
+}
+
+/* Skips the value of a field of wire type wire; -1 when it does not fit. */
+static int pb_skip(const uint8_t **p, const uint8_t *end, unsigned wire) {
+    uint64_t n = 0;
+    if (wire == 0) return pb_varint(p, end, &n);
+    if (wire == 1) n = 8;
+    else if (wire == 5) n = 4;
+    else if (wire != 2 || pb_varint(p, end, &n)) return -1;
+    if (n > (uint64_t)(end - *p)) return -1;
+    *p += n;
+    return 0;
+}
+
+int tu_pprof_value_sum(const void *profile, size_t len, unsigned index, uint64_t *sum) {
+    const uint8_t *p = profile, *end = p + len;
+    enum { PROFILE_SAMPLE = 2, SAMPLE_VALUE = 2, WIRE_LEN = 2 };
+    *sum = 0;
+    while (p < end) {
+        uint64_t tag, n;
+        if (pb_varint(&p, end, &tag)) return -1;
+        if (tag != (PROFILE_SAMPLE << 3 | WIRE_LEN)) {
+            if (pb_skip(&p, end, (unsigned)(tag & 7))) return -1;
+            continue;
+        }
+        if (pb_varint(&p, end, &n) || n > (uint64_t)(end - p)) return -1;
+        const uint8_t *s = p, *s_end = p + n;
+        p = s_end;
+        unsigned at = 0; /* Sample.value entries seen, packed or not */
+        while (s < s_end) {
+            uint64_t t, v;
+            if (pb_varint(&s, s_end, &t)) return -1;
+            if (t == (SAMPLE_VALUE << 3 | WIRE_LEN)) {
+                if (pb_varint(&s, s_end, &n) || n > (uint64_t)(s_end - s)) return -1;
+                const uint8_t *v_at = s, *v_end = s + n;
+                s = v_end;
+                for (; v_at < v_end; at++) {
+                    if (pb_varint(&v_at, v_end, &v)) return -1;
+                    if (at == index) *sum += v;
+                }
+            } else if (t == (SAMPLE_VALUE << 3)) {
+                if (pb_varint(&s, s_end, &v)) return -1;
+                if (at++ == index) *sum += v;
+            } else if (pb_skip(&s, s_end, (unsigned)(t & 7))) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- the recorder suites' directory, perf ---- */
+
+static char g_test_dir[256];
+
+const char *tu_test_dir_make(const char *prefix) {
+    if (snprintf(g_test_dir, sizeof g_test_dir, "/tmp/%s_XXXXXX", prefix) >= (int)sizeof g_test_dir) return NULL;
+    return mkdtemp(g_test_dir);
+}
+
+int tu_test_dir_remove(void) {
+    char cmd[sizeof g_test_dir + 16];
+    if (!g_test_dir[0]) return -1;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_test_dir);
+    int st = system(cmd);
+    g_test_dir[0] = 0;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+const char *tu_test_dir(void) { return g_test_dir; }
+
+char *tu_test_path(const char *name) {
+    size_t n = strlen(g_test_dir) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+    if (!p) abort();
+    snprintf(p, n, "%s/%s", g_test_dir, name);
+    return p;
+}
+
+int tu_perf_available(char *why, size_t why_len) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    a.disabled = 1;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+    if (fd < 0) {
+        snprintf(why, why_len, "perf_event_open refused here (%s): the perf backend cannot run", strerror(errno));
+        return 0;
+    }
+    close(fd);
+    return 1;
 }

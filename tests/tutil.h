@@ -2,9 +2,10 @@
  * tutil.h — plumbing shared by the Criterion suites (tests/test_*.c): a
  * growing in-memory buffer that serves as a tm_sink write callback, an
  * allocator that fails on demand, reading a whole file into memory, the
- * sanitizer settings of recorded child programs, and running a program on a
- * pseudo-terminal. Trace-building helpers live
- * in trace_builder.h, assertions in the test files.
+ * recorder suites' temporary directory and perf_event_open probe, summing a
+ * pprof profile's values, the sanitizer settings of recorded child
+ * programs, and running a program on a pseudo-terminal. Trace-building
+ * helpers live in trace_builder.h, assertions in the test files.
  *
  * tutil.c is compiled into the tm_trace_builder library, which gen_trace
  * links as well, so it uses neither Criterion nor libtracemill: failures are
@@ -15,6 +16,7 @@
 #define TM_TUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A malloc'd byte buffer; zero-initialise it ({0}) before use. */
 typedef struct tu_membuf {
@@ -59,6 +61,25 @@ char *tu_read_file(const char *path, size_t *len);
  * in its exit-time leak check: an ASan limitation, not the recorder's). A
  * no-op in other builds. */
 void tu_asan_recorded_child_env(void);
+
+/* The recorder suites' temporary directory, one per test (Criterion runs
+ * each test in a process of its own): tu_test_dir_make creates
+ * /tmp/PREFIX_XXXXXX and returns its path (NULL on failure);
+ * tu_test_dir_remove deletes it with all it holds (0, or -1);
+ * tu_test_dir is its path; tu_test_path(name) is a malloc'd "DIR/name". */
+const char *tu_test_dir_make(const char *prefix);
+int tu_test_dir_remove(void);
+const char *tu_test_dir(void);
+char *tu_test_path(const char *name);
+
+/* Whether this kernel lets us open a user-only cpu-clock event, as the
+ * perf backend of `tracemill record` needs; 0 with the reason in why. */
+int tu_perf_available(char *why, size_t why_len);
+
+/* The sum over every Sample of an uncompressed pprof Profile of its
+ * value[index] (for `tracemill convert -f pprof`'s CPU profiles, index 1
+ * is cpu/nanoseconds). 0, or -1 when the profile is malformed. */
+int tu_pprof_value_sum(const void *profile, size_t len, unsigned index, uint64_t *sum);
 
 /* Runs argv (argv[0] a path) with a new pseudo-terminal as its controlling
  * terminal, stdin, stdout and stderr, as in an interactive session. Returns

@@ -67,7 +67,9 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
         {"kept", s->samples_kept},
         {"perf_sample_stack_truncated", s->perf_samples_truncated},
         {"off_cpu", s->off_cpu_samples},
-        {"off_cpu_blocked_ns", s->off_cpu_ns},
+        {"off_cpu_blocked_ns", s->off_cpu_ns}, /* all the time off the CPU, preempted included */
+        {"off_cpu_preempted", s->off_cpu_preempted_samples},
+        {"off_cpu_preempted_ns", s->off_cpu_preempted_ns},
         {"perf_sample_cpu_time_counted", s->perf_samples_counted},
         {"perf_counted_cpu_ns", s->perf_counted_cpu_ns},
         {"perf_timebase_hz", s->perf_timebase_hz},

@@ -128,6 +128,12 @@ typedef struct tm_pf_seq {
  * timebase_count), so a sample's blocked time is its count minus the count
  * of the sequence's sample before. */
 #define TM_PF_OFF_CPU_TIMEBASE "off-cpu"
+/* Why the thread left the CPU: the leaf frame (function and mapping name)
+ * of each such stack. Preempted: switched out while still runnable
+ * (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT); blocked: any other switch-out
+ * (waiting in a system call, sleeping, on a lock or I/O). */
+#define TM_PF_PREEMPTED_FRAME "[preempted]"
+#define TM_PF_BLOCKED_FRAME "[blocked]"
 
 /* A generation: the state a packet saw. TracePacketDefaults are read once,
  * when it starts. */

@@ -91,12 +91,12 @@ typedef struct seq_state {
     bool had_loss, has_thread, has_ref_time;
     int64_t pid, tid;
     int64_t time_ns; /* legacy track-event time (MONOTONIC), StreamingProfilePacket base */
-    uint64_t off_cpu_count; /* off-CPU samples: the last timebase_count (blocked ns so far) */
     /* PerfSample timebase counts: whether the generation tb_gen's timebase
      * is task-clock (the sampled thread's CPU time in ns), and the count of
-     * the sequence's previous sample. */
+     * the sequence's previous sample that had one (CPU ns, or blocked ns on
+     * an off-CPU sequence, so far). */
     uint32_t tb_gen;
-    bool tb_known, tb_task_clock, has_count;
+    bool tb_known, tb_task_clock;
     uint64_t last_count;
 } seq_state;
 
@@ -716,14 +716,21 @@ static bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64
     return k->trace_ok && k->trace_exact;
 }
 
-/* An off-CPU PerfSample (tm_pf_gen.off_cpu): it weighs the growth of its
- * sequence's timebase_count, the blocked ns so far (a count that went
- * back, from a producer that restarted it, weighs itself). */
+/* Whether stack's leaf frame is the marker TM_PF_PREEMPTED_FRAME: an
+ * off-CPU sample of a thread switched out while runnable. */
+static bool preempted_stack(const tm_profile *p, uint32_t stack) {
+    static const char marker[] = TM_PF_PREEMPTED_FRAME;
+    const tm_prof_stack *st = &p->stacks[stack];
+    if (!st->len) return false;
+    const tm_prof_frame *f = &p->frames[p->frame_ids[st->off]];
+    return f->function.len == sizeof marker - 1 && memcmp(f->function.data, marker, sizeof marker - 1) == 0;
+}
+
+/* An off-CPU PerfSample (tm_pf_gen.off_cpu): it weighs ns, the growth of
+ * its sequence's timebase_count (the ns off the CPU so far). */
 static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t cs, uint64_t tid,
-                                   uint64_t pid, uint64_t count) {
+                                   uint64_t pid, uint64_t ns) {
     tm_profile *p = d->p;
-    uint64_t ns = count >= s->off_cpu_count ? count - s->off_cpu_count : count;
-    s->off_cpu_count = count;
     p->stats.off_cpu_samples++;
     TM_TRY(check_sample_limit(d, k->start));
     uint32_t stack, thread;
@@ -739,6 +746,10 @@ static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, 
     DTRY_MEM(d, TM_VEC_RESERVE(p->mem, p->off_samples, p->cap_off_samples, p->n_off_samples + 1));
     p->off_samples[p->n_off_samples++] = (tm_prof_off_sample){ts, stack, thread, ns};
     p->stats.off_cpu_ns += ns;
+    if (preempted_stack(p, stack)) {
+        p->stats.off_cpu_preempted_samples++;
+        p->stats.off_cpu_preempted_ns += ns;
+    }
     return TM_OK;
 }
 
@@ -762,18 +773,24 @@ static void read_timebase(dec *d, seq_state *s, const tm_pf_packet *k) {
     }
 }
 
-/* The CPU time in ns a sample with timebase_count count stands for: with a
- * task-clock timebase (a counter of the sampled thread's CPU time, which
- * starts at 0), its difference to the sequence's previous count; 0 when
- * unknown. */
-static uint64_t counted_cpu_ns(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t count) {
-    if (!s || !k->seq) return 0;
-    if (!s->tb_known || s->tb_gen != k->gen) read_timebase(d, s, k);
-    if (!count || !s->tb_task_clock) return 0;
-    uint64_t ns = s->has_count && count >= s->last_count ? count - s->last_count : count;
-    s->has_count = true;
+/* The growth of the sequence's timebase_count at a sample with count
+ * (0: none written): its difference to the previous count on the sequence
+ * (a counter that starts at 0; one that went back, from a producer that
+ * restarted it, counts from 0 again). */
+static uint64_t count_growth(seq_state *s, uint64_t count) {
+    if (!count) return 0;
+    uint64_t ns = count >= s->last_count ? count - s->last_count : count;
     s->last_count = count;
     return ns;
+}
+
+/* The CPU time in ns a sample whose timebase_count grew by growth stands
+ * for: that growth under a task-clock timebase (a counter of the sampled
+ * thread's CPU time); 0 when unknown. */
+static uint64_t counted_cpu_ns(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t growth) {
+    if (!s || !k->seq) return 0;
+    if (!s->tb_known || s->tb_gen != k->gen) read_timebase(d, s, k);
+    return s->tb_task_clock ? growth : 0;
 }
 
 static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
@@ -826,14 +843,14 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         return TM_OK;
     }
     /* Counted even for a sample dropped below: the next one's difference
-     * must not take in this one's CPU time. */
-    uint64_t cpu_ns = counted_cpu_ns(d, s, k, count);
+     * must not take in this one's time. */
+    uint64_t growth = count_growth(s, count), cpu_ns = counted_cpu_ns(d, s, k, growth);
     if (!has_cs) {
         p->stats.perf_samples_without_callstack++;
         return TM_OK;
     }
     const tm_pf_gen *g = tm_pf_gen_of(&d->rd, k->gen);
-    if (g->off_cpu) return on_off_cpu_sample(d, s, k, cs, tid, pid, count);
+    if (g->off_cpu) return on_off_cpu_sample(d, s, k, cs, tid, pid, growth);
     if (!p->on_cpu_period_ns) p->on_cpu_period_ns = g->period_ns;
     p->stats.perf_samples++;
     TM_TRY(check_sample_limit(d, k->start));
