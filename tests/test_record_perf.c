@@ -1203,3 +1203,27 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
                  0);
     free(text), free(cmd), free(info), free(bytes), free(path), free(off), free(err);
 }
+
+/* ---- real programs ---- */
+
+/* coreutils' `sort --parallel=2` (on every machine the suite runs on): under
+ * record it writes the same bytes and exits as it does alone, and both of
+ * its sorting threads are sampled, though nothing is injected into it. */
+Test(record_perf, sort_parallel_unchanged_and_sampled) {
+    need_perf();
+    char *in = path_in_dir("numbers"), *alone = path_in_dir("alone"), *under = path_in_dir("under"), *cmd = NULL,
+         *args = NULL;
+    cr_assert_gt(asprintf(&cmd, "seq 1 1500000 | shuf > %s && sort --parallel=2 -n %s -o %s", in, in, alone), 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_gt(asprintf(&args, "sort --parallel=2 -n %s -o %s", in, under), 0);
+    int code;
+    char *err = record(args, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    size_t n_alone = 0, n_under = 0;
+    char *a = tu_read_file(alone, &n_alone), *b = tu_read_file(under, &n_under);
+    cr_assert(a && b);
+    cr_expect(n_alone == n_under && memcmp(a, b, n_alone) == 0, "sort's output differs under record");
+    cr_expect_gt(sql_int("select count(*) from perf_sample"), 10, "%s", err);
+    cr_expect_geq(sql_int("select count(distinct utid) from perf_sample"), 2, "one thread sampled: %s", err);
+    free(a), free(b), free(err), free(cmd), free(args), free(in), free(alone), free(under);
+}
