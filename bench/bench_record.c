@@ -264,8 +264,10 @@ static void pair_cpus(int r, const int cpu_ids[2], int n_cpus, int cpus[2]) {
     }
 }
 
-/* The perf backend with --off-cpu against without, on a CPU-bound and a
- * switching workload, and perf beside perf (A/A). */
+/* The perf backend beside a plain run (what recording costs the program,
+ * with plain beside plain as its noise), and with --off-cpu beside
+ * without, on a CPU-bound and a switching workload (perf beside perf as
+ * the noise). */
 static int bench_off_cpu(const char *self, const char *perf, long work, int runs, const int cpu_ids[2],
                          int n_cpus) {
     char out[2][64];
@@ -277,10 +279,14 @@ static int bench_off_cpu(const char *self, const char *perf, long work, int runs
     }
     char *w_off[] = {(char *)perf, "-F", "101", "--off-cpu", "-o", out[1], "--", NULL};
     memcpy(off_perf, w_off, sizeof w_off);
-    enum { CASES = 3 };
-    const char *labels[CASES] = {"perf A/A (switching)", "--off-cpu CPU-bound", "--off-cpu switching"};
-    const char *modes[CASES] = {"--child-switching", "--child", "--child-switching"};
-    char *const *const wrappers[CASES][2] = {{plain_perf[0], plain_perf[1]}, {plain_perf[0], off_perf},
+    enum { CASES = 5 };
+    const char *labels[CASES] = {"plain A/A", "perf beside plain", "perf A/A (switching)", "--off-cpu CPU-bound",
+                                 "--off-cpu switching"};
+    const char *modes[CASES] = {"--child", "--child", "--child-switching", "--child", "--child-switching"};
+    char *const *const wrappers[CASES][2] = {{NULL, NULL},
+                                             {NULL, plain_perf[1]},
+                                             {plain_perf[0], plain_perf[1]},
+                                             {plain_perf[0], off_perf},
                                              {plain_perf[0], off_perf}};
     static double prog[CASES][2][100], rec[CASES][2][100], ratio[CASES][100];
     for (int r = 0; r < runs; r++)
@@ -298,15 +304,15 @@ static int bench_off_cpu(const char *self, const char *perf, long work, int runs
             ratio[c][r] = p[1] / p[0] - 1.0;
         }
     for (int k = 0; k < 2; k++) unlink(out[k]);
-    printf("bench_record: perf backend at 101 Hz, --off-cpu (right) beside without (left), %d pairs; the program's "
-           "own CPU time and the recorder's\n", runs);
+    printf("bench_record: perf backend at 101 Hz, %d pairs, right beside left: the backend beside a plain run, and "
+           "with --off-cpu beside without; the program's own CPU time and the recorder's\n", runs);
     for (int c = 0; c < CASES; c++) {
         double p0 = median(prog[c][0], runs), p1 = median(prog[c][1], runs);
         double r0 = median(rec[c][0], runs), r1 = median(rec[c][1], runs), paired = median(ratio[c], runs);
         printf("  %-22s program %.3f s beside %.3f s: ratio of medians %+.2f %%, median of paired ratios %+.2f %% "
                "(quartiles %+.2f / %+.2f); recorder %.3f s beside %.3f s%s\n",
                labels[c], p1, p0, 100.0 * (p1 / p0 - 1.0), 100.0 * paired, 100.0 * quartile(ratio[c], runs, 1),
-               100.0 * quartile(ratio[c], runs, 3), r1, r0, c == 0 ? "  <- the noise" : "");
+               100.0 * quartile(ratio[c], runs, 3), r1, r0, c == 0 || c == 2 ? "  <- the noise" : "");
     }
     return 0;
 }

@@ -230,16 +230,27 @@ Test(record_perf, threads_and_blocked_signals) {
 /* -F 1000 delivers its rate (the signal backend's CPU timers cannot pass
  * the kernel tick), and stacks stay complete when the first samples land
  * while the dynamic loader is still mapping libraries (whose modules the
- * unwinder then has to take in). */
+ * unwinder then has to take in). The kernel takes every sample; a recorder
+ * slowed down (by a sanitizer, on a loaded machine) may not drain its rings
+ * in time, and the records the kernel then drops are counted, not hidden:
+ * without such losses each thread has its rate, with them the samples kept
+ * and the records counted lost make it up between them. */
 Test(record_perf, a_thousand_hertz) {
     need_perf();
     int code;
     char *err = record_at(1000, TM_RECORD_PERF_TARGET " threads 0.3", &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     counts c = read_trace();
-    cr_expect(c.hot + c.cold >= 0.3 * 900 * 0.85 && c.blocked >= 0.3 * 900 * 0.85,
-              "%llu + %llu samples of 0.3 CPU-s each at 1000 Hz: %s", (unsigned long long)(c.hot + c.cold),
-              (unsigned long long)c.blocked, err);
+    const double per_thread = 0.3 * 900 * 0.85;
+    if (c.records_lost == 0)
+        cr_expect(c.hot + c.cold >= per_thread && c.blocked >= per_thread,
+                  "%llu + %llu samples of 0.3 CPU-s each at 1000 Hz: %s", (unsigned long long)(c.hot + c.cold),
+                  (unsigned long long)c.blocked, err);
+    else
+        cr_expect(c.hot + c.cold + c.blocked + c.records_lost >= 2 * per_thread,
+                  "%llu + %llu samples of 0.3 CPU-s each at 1000 Hz, %llu records lost: %s",
+                  (unsigned long long)(c.hot + c.cold), (unsigned long long)c.blocked,
+                  (unsigned long long)c.records_lost, err);
     cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach _start or start_thread: %s",
                   (unsigned long long)c.rooted, (unsigned long long)c.known, err);
     free(err);
