@@ -67,6 +67,14 @@ TestSuite(record_perf, .init = setup, .fini = teardown, .timeout = 90);
 
 static char *path_in_dir(const char *name) { return tu_test_path(name); }
 
+/* The bytes of the recorded trace, DIR/t.pftrace (malloc'd), into *len. */
+static char *trace_bytes(size_t *len) {
+    char *path = path_in_dir("t.pftrace");
+    char *bytes = tu_read_file(path, len);
+    cr_assert_not_null(bytes, "no trace at %s", path);
+    return bytes;
+}
+
 /* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace OPTS -- ARGS`
  * (shell words); *code gets record's exit status; returns its stderr.
  * Symbolized, as by default (the recorder names only JIT, kernel and vDSO
@@ -135,10 +143,8 @@ static char *folded_of_trace(const tm_trace *t, tm_value v) {
 
 /* The recorded trace's folded stacks of value v (malloc'd). */
 static char *folded_of(tm_value v) {
-    char *path = path_in_dir("t.pftrace");
     size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes, "no trace at %s", path);
+    char *bytes = trace_bytes(&len);
     tm_trace *t = NULL;
     tm_error err;
     cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s",
@@ -146,7 +152,6 @@ static char *folded_of(tm_value v) {
     char *text = folded_of_trace(t, v);
     tm_trace_free(t);
     free(bytes);
-    free(path);
     return text;
 }
 
@@ -165,10 +170,8 @@ static int has_thread(const tm_trace *t, const char *name) {
 /* Reads DIR/t.pftrace back: samples per known function (from the folded
  * stacks), how many stacks reach the outermost frame, the thread names. */
 static counts read_trace(void) {
-    char *path = path_in_dir("t.pftrace");
     size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes, "no trace at %s", path);
+    char *bytes = trace_bytes(&len);
     tm_trace *t = NULL;
     tm_error err;
     cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
@@ -194,7 +197,6 @@ static counts read_trace(void) {
     free(folded);
     tm_trace_free(t);
     free(bytes);
-    free(path);
     return c;
 }
 
@@ -379,10 +381,8 @@ Test(record_perf, timebase_count_is_cumulative_per_thread) {
     char *err = record(TM_RECORD_PERF_TARGET " threads 0.4", &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     free(err);
-    char *path = path_in_dir("t.pftrace");
     size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes);
+    char *bytes = trace_bytes(&len);
     tm_db *db = NULL;
     tm_error e;
     cr_assert_eq(tm_db_new(bytes, len, NULL, &db, &e), TM_OK, "%s", e.message);
@@ -402,7 +402,6 @@ Test(record_perf, timebase_count_is_cumulative_per_thread) {
     cr_expect_lt(top, 0.5e9, "the largest running count is %.0f ns", top);
     tm_db_free(db);
     free(bytes);
-    free(path);
 }
 
 /* pprof's cpu/nanoseconds is the CPU time the program measured (from main
@@ -423,10 +422,8 @@ static void expect_exact_weights(int hz, const char *seconds, const char *thread
     char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
     long long cpu_ns = 0;
     cr_assert(out && sscanf(out, "cpu %lld", &cpu_ns) == 1 && cpu_ns > 0, "stdout: %s", out ? out : "(none)");
-    char *path = path_in_dir("t.pftrace");
     size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes);
+    char *bytes = trace_bytes(&len);
     tm_trace *t = NULL;
     tm_error e;
     cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
@@ -449,7 +446,7 @@ static void expect_exact_weights(int hz, const char *seconds, const char *thread
               (double)pprof_ns * 1e-9, (double)cpu_ns * 1e-9, 100 * off, err);
     tu_membuf_free(&pprof);
     tm_trace_free(t);
-    free(bytes), free(path), free(out), free(out_path), free(err), free(cmd);
+    free(bytes), free(out), free(out_path), free(err), free(cmd);
 }
 
 Test(record_perf, weights_are_the_cpu_time_of_one_thread) {
@@ -804,10 +801,8 @@ Test(record_perf, duration_with_a_command) {
 /* The single integer SQL gives for DIR/t.pftrace (tracemill's Trace
  * Processor model); also checks the trace is encoded as Perfetto reads it. */
 static int64_t sql_int(const char *sql) {
-    char *path = path_in_dir("t.pftrace");
     size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
-    cr_assert_not_null(bytes);
+    char *bytes = trace_bytes(&len);
     char why[256] = "";
     cr_expect_eq(tc_check_trace((const uint8_t *)bytes, len, why, sizeof why), 0, "%s", why);
     tm_db *db = NULL;
@@ -821,7 +816,6 @@ static int64_t sql_int(const char *sql) {
     sqlite3_finalize(q);
     tm_db_free(db);
     free(bytes);
-    free(path);
     return v;
 }
 
@@ -1191,9 +1185,8 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
     cr_expect_geq(waited * 100, waited_any * 60, "wait_here: %llu of %llu ns blocked", (unsigned long long)waited,
                   (unsigned long long)waited_any);
     /* the counts: tm_trace_stats, info, SQL */
-    char *path = path_in_dir("t.pftrace");
     size_t len = 0;
-    char *bytes = tu_read_file(path, &len);
+    char *bytes = trace_bytes(&len);
     tm_trace *t = NULL;
     tm_error e;
     cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
@@ -1203,7 +1196,7 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
     cr_expect_gt(st->off_cpu_preempted_samples, 0);
     cr_expect_lt(st->off_cpu_preempted_samples, st->off_cpu_samples);
     tm_trace_free(t);
-    char *cmd = NULL, *info = path_in_dir("info");
+    char *cmd = NULL, *info = path_in_dir("info"), *path = path_in_dir("t.pftrace");
     cr_assert_gt(asprintf(&cmd, "%s info %s >%s", TM_CLI, path, info), 0);
     cr_expect_eq(system(cmd), 0);
     char *text = tu_read_file(info, NULL);
@@ -1212,7 +1205,7 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
     cr_expect_gt(sql_int("SELECT count(*) FROM perf_sample s JOIN stack_profile_callsite c ON s.callsite_id = c.id "
                          "JOIN stack_profile_frame f ON c.frame_id = f.id WHERE f.name = '[preempted]'"),
                  0);
-    free(text), free(cmd), free(info), free(bytes), free(path), free(off), free(err);
+    free(text), free(cmd), free(info), free(path), free(bytes), free(off), free(err);
 }
 
 /* ---- real programs ---- */
