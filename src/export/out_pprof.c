@@ -516,6 +516,7 @@ static tm_str frame_file(const tm_profile *p, const tm_prof_frame *f) {
 }
 
 static tm_str base_name(tm_str path) {
+    if (!path.data) return path; /* no name */
     size_t base = path.len;
     while (base > 0 && path.data[base - 1] != '/') base--;
     return (tm_str){path.data + base, path.len - base};
