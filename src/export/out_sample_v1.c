@@ -489,11 +489,10 @@ tm_status tm_write_sample_v1(const tm_trace *t, const tm_sample_v1_options *opts
     if (st == TM_OK && !tm_profile_realtime(p, sel.first, &start))
         st = tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL,
                      "no ClockSnapshot relates the trace clock to REALTIME, so the profile's timestamp is unknown");
-    tm_in_app_rules rules = {opts->in_app_prefixes, opts->not_in_app_prefixes, opts->n_in_app_prefixes,
-                             opts->n_not_in_app_prefixes};
-    if (st == TM_OK && ((opts->n_in_app_prefixes && !opts->in_app_prefixes) ||
-                        (opts->n_not_in_app_prefixes && !opts->not_in_app_prefixes)))
-        st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v1: in_app prefixes without a list");
+    tm_in_app_rules rules;
+    if (st == TM_OK)
+        st = tm_in_app_rules_of(opts->in_app_prefixes, opts->n_in_app_prefixes, opts->not_in_app_prefixes,
+                                opts->n_not_in_app_prefixes, "tm_write_sample_v1", &rules, err);
     if (st == TM_OK && !(w = tm_mem_alloc(p->mem, sizeof *w))) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     if (st == TM_OK) {
         tm_jw_init(w, out);

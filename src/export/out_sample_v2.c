@@ -627,11 +627,10 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     if (st == TM_OK) st = select_samples(p, opts->remove_single_samples, &sel, err);
     if (st == TM_OK) st = check_duration(p, &sel, err);
     if (st == TM_OK && !(w = tm_mem_alloc(p->mem, sizeof *w))) st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    tm_in_app_rules rules = {opts->in_app_prefixes, opts->not_in_app_prefixes, opts->n_in_app_prefixes,
-                             opts->n_not_in_app_prefixes};
-    if (st == TM_OK && ((opts->n_in_app_prefixes && !opts->in_app_prefixes) ||
-                        (opts->n_not_in_app_prefixes && !opts->not_in_app_prefixes)))
-        st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: in_app prefixes without a list");
+    tm_in_app_rules rules;
+    if (st == TM_OK)
+        st = tm_in_app_rules_of(opts->in_app_prefixes, opts->n_in_app_prefixes, opts->not_in_app_prefixes,
+                                opts->n_not_in_app_prefixes, "tm_write_sample_v2", &rules, err);
     if (st == TM_OK) {
         tm_jw_init(w, out);
         st = write_chunk(w, p, &m, &sel, p->relay_compat ? NULL : &rules, err);

@@ -197,6 +197,14 @@ int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules 
     return longest(path, system_paths, sizeof system_paths / sizeof *system_paths) < 0;
 }
 
+tm_status tm_in_app_rules_of(const char *const *in_app, size_t n_in_app, const char *const *not_in_app,
+                             size_t n_not_in_app, const char *who, tm_in_app_rules *out, tm_error *err) {
+    *out = (tm_in_app_rules){in_app, not_in_app, n_in_app, n_not_in_app};
+    if ((n_in_app && !in_app) || (n_not_in_app && !not_in_app))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s: in_app prefixes without a list", who);
+    return TM_OK;
+}
+
 int tm_trace_frame_in_app(const tm_trace *t, size_t i) {
     const tm_profile *p = t ? tm_trace_profile(t) : NULL;
     return p && i < p->n_frames ? tm_sentry_in_app(p, (uint32_t)i, NULL) : -1;

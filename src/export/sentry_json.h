@@ -45,4 +45,9 @@ typedef struct tm_in_app_rules {
  * ("[vdso]") and system libraries; in_app for the rest. */
 int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r);
 
+/* An exporter's in_app prefixes (its options' lists and counts) as rules;
+ * TM_ERR_INVALID_ARG, naming `who`, when a count comes without its list. */
+tm_status tm_in_app_rules_of(const char *const *in_app, size_t n_in_app, const char *const *not_in_app,
+                             size_t n_not_in_app, const char *who, tm_in_app_rules *out, tm_error *err);
+
 #endif
