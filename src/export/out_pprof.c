@@ -541,10 +541,16 @@ static bool names_a_process(const tm_profile *p, tm_str path) {
 static tm_status number_functions_and_mappings(pprof_writer *x) {
     const tm_profile *p = x->p;
     uint32_t n_maps = 0;
+    /* each mapping is held against the process names once, not per location */
+    uint8_t *checked = zalloc(x->mem, p->n_mappings + 1);
+    if (!checked) return TM_ERR_NOMEM;
     for (size_t l = 0; l < x->n_locs && !n_maps; l++) {
         const tm_prof_frame *f = &p->frames[p->frame_ids[x->locs[l].at]];
-        if (f->mapping && names_a_process(p, p->mappings[f->mapping - 1].path)) x->map_id[f->mapping - 1] = ++n_maps;
+        if (!f->mapping || checked[f->mapping - 1]) continue;
+        checked[f->mapping - 1] = 1;
+        if (names_a_process(p, p->mappings[f->mapping - 1].path)) x->map_id[f->mapping - 1] = ++n_maps;
     }
+    tm_mem_free(x->mem, checked, p->n_mappings + 1);
     for (size_t l = 0; l < x->n_locs; l++) {
         for (uint32_t k = 0; k < x->locs[l].n; k++) {
             uint32_t fi = p->frame_ids[x->locs[l].at + k];
