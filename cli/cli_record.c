@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/perf_event.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -327,7 +328,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (samples == 0) {
         fprintf(stderr,
                 "tracemill record: no samples were recorded: %s %s before its first sample (a thread is "
-                "sampled every 1/%lu s of CPU time in user mode); nothing was written to %s\n",
+                "sampled every 1/%lu s of its CPU time in user mode on one CPU); nothing was written to %s\n",
                 what, r->pids || r->system_wide || r->duration ? "used no CPU time while recorded, or ended" : "ended",
                 hz, out);
         cli_output_close(&o, EXIT_REJECTED);
@@ -338,6 +339,25 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (rc != EXIT_OK) return 125;
     if (to_file) fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n", out);
     return code;
+}
+
+/* The signal backend samples only the threads of the first process that
+ * take its SIGPROF: a program whose CPU time went mostly unsampled (threads
+ * that block signals, a SIGPROF handler of its own, work done in child
+ * processes) is told so, with the backend that records it. ru is the
+ * program's, with the descendants it waited for. */
+static int report_unsampled_cpu(const char *what, const struct rusage *ru, uint64_t samples, unsigned long hz) {
+    double cpu = (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
+                 (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1e-6;
+    double due = cpu * (double)(hz < CPU_TIMER_FULL_RATE_HZ ? hz : CPU_TIMER_FULL_RATE_HZ);
+    if (due < 5.0 || (double)samples >= 0.75 * due) return 0;
+    fprintf(stderr,
+            "tracemill record: %s used %.3f s of CPU time but only %llu samples were taken (about %.0f were due): "
+            "the signal backend samples the threads of its first process that take SIGPROF, so threads that "
+            "block signals, a program that handles SIGPROF itself, and child processes go unsampled; "
+            "--backend perf samples every thread and child process (it needs kernel.perf_event_paranoid <= 2)\n",
+            what, cpu, (unsigned long long)samples, due);
+    return 1;
 }
 
 /* OUT.N.pftrace, as the recorder names chunk N (x.pftrace -> x.N.pftrace). */
@@ -588,8 +608,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
      * soon as the recorder closes it (looked for every 200 ms). */
     int status = 0, watch_chunks = !single && use_syms && !upload;
     unsigned next_chunk = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
     for (;;) {
-        pid_t w = waitpid(pid, &status, watch_chunks ? WNOHANG : 0);
+        pid_t w = wait4(pid, &status, watch_chunks ? WNOHANG : 0, &ru);
         if (w == pid || (w < 0 && errno != EINTR)) break;
         if (w == 0) {
             symbolize_closed_chunks(out, &next_chunk, 0, use_syms);
@@ -624,6 +646,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         for (unsigned n = 0; chunk_file(out, n, path, sizeof path) && access(path, R_OK) == 0; n++)
             samples += summarize(path, path);
     }
+    int unsampled = code != 127 && report_unsampled_cpu(cmd[0], &ru, samples, hz);
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */
     if (samples == 0 && code == 127) { /* CMD could not run (said), or exited 127 itself */
@@ -631,10 +654,14 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         return 127;
     }
     if (samples == 0 && !heap) {
-        fprintf(stderr,
-                "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
-                "sampled every 1/%lu s of CPU time)%s%s\n",
-                cmd[0], hz, single ? "; nothing was written to " : "", single ? out : "");
+        if (unsampled)
+            fprintf(stderr, "tracemill record: no samples were recorded%s%s\n",
+                    single ? "; nothing was written to " : "", single ? out : "");
+        else
+            fprintf(stderr,
+                    "tracemill record: no samples were recorded: %s ended before its first sample (a thread is "
+                    "sampled every 1/%lu s of CPU time)%s%s\n",
+                    cmd[0], hz, single ? "; nothing was written to " : "", single ? out : "");
         cli_output_close(&o, EXIT_REJECTED);
         return code == 0 ? EXIT_REJECTED : code;
     }

@@ -71,6 +71,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1224,6 +1225,27 @@ static int wait_command(pid_t child) {
     }
 }
 
+/* The command's CPU time (its own and that of the descendants it waited
+ * for; the recorder has no other children), beside the samples: a program
+ * whose every thread and process ended before a whole period of CPU time
+ * on one CPU is never sampled, and must not look as if it used none. */
+static void report_command_cpu(const rec_state *s) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru)) return;
+    double user = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6;
+    double sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+    fprintf(stderr, "tracemill record: %s used %.3f s of CPU time in user mode (%.3f s in the kernel)", s->o.cmd[0],
+            user, sys);
+    double due = user * s->o.hz;
+    if ((s->st.samples == 0 && due >= 1.0) || (due >= 5.0 && (double)s->st.samples < 0.25 * due))
+        fprintf(stderr, ", about %.0f samples' worth, but only %llu were taken: each of its %llu threads (in %llu "
+                        "processes) is sampled once it has run a whole period (%.3f ms) in user mode on one CPU, so "
+                        "a run of many short threads or processes goes mostly unsampled, as under perf record",
+                due, (unsigned long long)s->st.samples, (unsigned long long)s->st.threads,
+                (unsigned long long)s->st.processes, 1e3 / s->o.hz);
+    fputc('\n', stderr);
+}
+
 /* Forks the command, stopped before its exec until *go is written; exec_err
  * receives exec's errno. The child's pid, or -1. */
 static pid_t fork_command(const opts *o, int go[2], int exec_err[2]) {
@@ -1438,6 +1460,7 @@ int main(int argc, char **argv) {
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds everything up to its end\n",
                 s.o.cmd[0], WTERMSIG(status));
+    report_command_cpu(&s);
 done:
     events_free(&ev);
     free_state(&s);

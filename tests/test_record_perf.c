@@ -80,10 +80,10 @@ static char *trace_bytes(size_t *len) {
  * Symbolized, as by default (the recorder names only JIT, kernel and vDSO
  * frames itself); the trace is read with frames named by function alone
  * (no_source_lines, --no-lines), as the assertions name them. */
-static char *record_with(int hz, const char *opts, const char *args, int *code) {
+static char *record_on(const char *backend, int hz, const char *opts, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --backend perf -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, hz, trace, opts,
-                          args, err, out),
+    cr_assert_gt(asprintf(&cmd, "%s record --backend %s -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, backend, hz, trace,
+                          opts, args, err, out),
                  0);
     int st = system(cmd);
     *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -93,6 +93,9 @@ static char *record_with(int hz, const char *opts, const char *args, int *code) 
     return text;
 }
 
+static char *record_with(int hz, const char *opts, const char *args, int *code) {
+    return record_on("perf", hz, opts, args, code);
+}
 static char *record_at(int hz, const char *args, int *code) { return record_with(hz, "", args, code); }
 static char *record(const char *args, int *code) { return record_at(HZ, args, code); }
 
@@ -226,6 +229,47 @@ Test(record_perf, threads_and_blocked_signals) {
     cr_expect_geq(c.rooted * 100, c.known * 95, "%llu of %llu stacks reach _start or start_thread",
                   (unsigned long long)c.rooted, (unsigned long long)c.known);
     cr_expect_eq(c.records_lost, 0);
+    free(err);
+}
+
+/* Neither backend lets CPU time go unsampled in silence. The signal
+ * backend cannot sample a thread that blocks signals nor a program that
+ * takes SIGPROF for itself: record says how much CPU time went unsampled
+ * and names the perf backend; a program it samples whole gets no such
+ * word. (No perf_event_open needed.) */
+Test(record_perf, signal_backend_says_what_it_could_not_sample) {
+    int code;
+    char *err = record_on("signal", HZ, "", TM_RECORD_PERF_TARGET " threads 0.5", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "samples were taken") && strstr(err, "threads that block signals") &&
+                  strstr(err, "--backend perf"),
+              "the blocker thread's CPU time went unsampled without a word: %s", err);
+    free(err);
+
+    err = record_on("signal", HZ, "", TM_RECORD_PERF_TARGET " sigprof 0.5", &code);
+    char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
+    int n = 0;
+    cr_expect(out && sscanf(out, "sigprof %d", &n) == 1 && n > 10, "the program's own handler: %s",
+              out ? out : "(none)");
+    cr_expect_neq(code, 0, "no samples, yet exit 0: %s", err);
+    cr_expect(strstr(err, "only 0 samples were taken") && strstr(err, "handles SIGPROF itself"), "%s", err);
+    free(out), free(out_path), free(err);
+
+    err = record_on("signal", HZ, "", TM_RECORD_PERF_TARGET " cxx 0.5", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_null(strstr(err, "samples were taken"), "a program sampled whole was said to be unsampled: %s", err);
+    free(err);
+}
+
+/* The perf backend samples a thread once it has run a whole period on one
+ * CPU, as perf does: a loop of processes each far shorter than that uses CPU
+ * time that no sample shows, and record says so with the time used. */
+Test(record_perf, short_processes_unsampled_are_said) {
+    need_perf();
+    int code;
+    char *err = record("sh -c 'i=0; while [ $i -lt 400 ]; do echo $i | md5sum >/dev/null; i=$((i+1)); done'", &code);
+    cr_expect(strstr(err, "of CPU time in user mode") && strstr(err, "goes mostly unsampled"),
+              "exit %d: %s", code, err);
     free(err);
 }
 
