@@ -72,6 +72,7 @@ static char *trace_bytes(size_t *len) {
     char *path = path_in_dir("t.pftrace");
     char *bytes = tu_read_file(path, len);
     cr_assert_not_null(bytes, "no trace at %s", path);
+    free(path);
     return bytes;
 }
 
@@ -81,6 +82,7 @@ static char *trace_bytes(size_t *len) {
  * frames itself); the trace is read with frames named by function alone
  * (no_source_lines, --no-lines), as the assertions name them. */
 static char *record_on(const char *backend, int hz, const char *opts, const char *args, int *code) {
+    if (strcmp(backend, "signal") == 0) tu_asan_recorded_child_env(); /* the preload library under ASan */
     char *err = path_in_dir("stderr"), *out = path_in_dir("stdout"), *trace = path_in_dir("t.pftrace"), *cmd = NULL;
     cr_assert_gt(asprintf(&cmd, "%s record --backend %s -F %d -o %s %s -- %s 2>%s >%s", TM_CLI, backend, hz, trace,
                           opts, args, err, out),
