@@ -76,6 +76,17 @@ static char *trace_bytes(size_t *len) {
     return bytes;
 }
 
+/* DIR/t.pftrace decoded with options o; *bytes holds the trace's bytes,
+ * which it points into (free after tm_trace_free). */
+static tm_trace *parse_recorded(const tm_options *o, char **bytes) {
+    size_t len = 0;
+    *bytes = trace_bytes(&len);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(*bytes, len, o, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    return t;
+}
+
 /* Runs `tracemill record --backend perf -F hz -o DIR/t.pftrace OPTS -- ARGS`
  * (shell words); *code gets record's exit status; returns its stderr.
  * Symbolized, as by default (the recorder names only JIT, kernel and vDSO
@@ -148,12 +159,8 @@ static char *folded_of_trace(const tm_trace *t, tm_value v) {
 
 /* The recorded trace's folded stacks of value v (malloc'd). */
 static char *folded_of(tm_value v) {
-    size_t len = 0;
-    char *bytes = trace_bytes(&len);
-    tm_trace *t = NULL;
-    tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s",
-                 err.message);
+    char *bytes;
+    tm_trace *t = parse_recorded(&g_by_function, &bytes);
     char *text = folded_of_trace(t, v);
     tm_trace_free(t);
     free(bytes);
@@ -175,11 +182,8 @@ static int has_thread(const tm_trace *t, const char *name) {
 /* Reads DIR/t.pftrace back: samples per known function (from the folded
  * stacks), how many stacks reach the outermost frame, the thread names. */
 static counts read_trace(void) {
-    size_t len = 0;
-    char *bytes = trace_bytes(&len);
-    tm_trace *t = NULL;
-    tm_error err;
-    cr_assert_eq(tm_trace_parse(bytes, len, &g_by_function, &t, &err), TM_OK, "the trace does not decode: %s", err.message);
+    char *bytes;
+    tm_trace *t = parse_recorded(&g_by_function, &bytes);
     const tm_trace_stats *st = tm_trace_get_stats(t);
     cr_assert_eq(st->dropped_unresolved + st->dropped_stale_interning + st->dropped_never_cleared +
                      st->dropped_missing_clock + st->dropped_bad_timestamp,
@@ -468,11 +472,8 @@ static void expect_exact_weights(int hz, const char *seconds, const char *thread
     char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
     long long cpu_ns = 0;
     cr_assert(out && sscanf(out, "cpu %lld", &cpu_ns) == 1 && cpu_ns > 0, "stdout: %s", out ? out : "(none)");
-    size_t len = 0;
-    char *bytes = trace_bytes(&len);
-    tm_trace *t = NULL;
-    tm_error e;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
+    char *bytes;
+    tm_trace *t = parse_recorded(NULL, &bytes);
     const tm_trace_stats *st = tm_trace_get_stats(t);
     cr_expect_gt(st->samples_kept, 0);
     cr_expect_eq(st->perf_samples_counted, st->samples_kept, "%llu of %llu samples carry their CPU time",
@@ -480,6 +481,7 @@ static void expect_exact_weights(int hz, const char *seconds, const char *thread
     tu_membuf pprof = {0};
     tm_sink sink = {.write = tu_membuf_write, .ctx = &pprof};
     tm_pprof_options po = {.uncompressed = 1};
+    tm_error e;
     cr_assert_eq(tm_write_pprof(t, &po, &sink, &e), TM_OK, "%s", e.message);
     uint64_t pprof_ns = 0;
     cr_assert_eq(tu_pprof_value_sum(pprof.data, pprof.len, 1, &pprof_ns), 0, "the pprof profile is malformed");
@@ -1231,11 +1233,8 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
     cr_expect_geq(waited * 100, waited_any * 60, "wait_here: %llu of %llu ns blocked", (unsigned long long)waited,
                   (unsigned long long)waited_any);
     /* the counts: tm_trace_stats, info, SQL */
-    size_t len = 0;
-    char *bytes = trace_bytes(&len);
-    tm_trace *t = NULL;
-    tm_error e;
-    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
+    char *bytes;
+    tm_trace *t = parse_recorded(NULL, &bytes);
     const tm_trace_stats *st = tm_trace_get_stats(t);
     cr_expect_eq(st->off_cpu_preempted_ns, folded_with(off, preempted, 1));
     cr_expect_eq(st->off_cpu_ns - st->off_cpu_preempted_ns, folded_with(off, all, 1));
