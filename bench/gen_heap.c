@@ -49,7 +49,8 @@ static void intern(tb_buf *t, uint32_t seq, uint32_t n_frames, uint32_t n_stacks
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
+    static const char *const options[] = {"--processes", "--callstacks", "--dumps", "--frames", "--depth", NULL};
+    if (!args_valid(argc, argv, options)) {
         fprintf(stderr, "usage: gen_heap OUT [--processes P] [--callstacks C] [--dumps N] [--frames F] [--depth D]\n");
         return 2;
     }

@@ -84,7 +84,8 @@ static void write_reset(tb_buf *t, uint32_t seq, uint64_t ts, const pool *pl) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
+    static const char *const options[] = {"--samples", "--threads", "--callstacks", "--frames", "--depth", "--resets", "--seed", NULL};
+    if (!args_valid(argc, argv, options)) {
         fprintf(stderr, "usage: gen_trace OUT [--samples N] [--threads T] [--callstacks C] [--frames F] "
                         "[--depth D] [--resets R] [--seed S]\n");
         return 2;
