@@ -32,6 +32,8 @@
  *   preempt S   pinned to one CPU: two threads in spin_hot for S CPU-seconds
  *               each (each preempted by the other), and main blocking in
  *               wait_here meanwhile; prints "blocked NS" (as offcpu)
+ *   short S     150 threads, two at a time, each S/150 CPU-seconds in
+ *               short_spin (20 ms each at S = 3)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -160,6 +162,28 @@ static void *blocker(void *arg) {
     return NULL;
 }
 
+static NOINLINE void short_spin(void) { g_sink = burn(g_sink + 5); }
+
+/* One of the short threads: SECONDS/150 of CPU time in short_spin. */
+static void *short_thread(void *arg) {
+    (void)arg;
+    double end = thread_cpu_seconds() + g_seconds / 150;
+    while (thread_cpu_seconds() < end) short_spin();
+    return NULL;
+}
+
+/* 150 threads that each live a few tens of milliseconds of CPU time, two
+ * at a time: each is sampled from its first instruction or not at all. */
+static int short_threads_mode(void) {
+    for (int i = 0; i < 150; i += 2) {
+        pthread_t a, b;
+        if (pthread_create(&a, NULL, short_thread, NULL) || pthread_create(&b, NULL, short_thread, NULL)) return 1;
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+    }
+    return 0;
+}
+
 static void *weights_thread(void *arg) {
     (void)arg;
     spin_for(spin_hot);
@@ -196,7 +220,7 @@ static void on_sigprof(int sig) {
 int main(int argc, char **argv) {
     if (argc < 3 || (argc != 3 && strcmp(argv[1], "weights") != 0 && strcmp(argv[1], "late") != 0)) {
         fprintf(stderr, "usage: record_perf_target threads|late|child|sigprof|exit|abort|cxx|vdso|kernel|deep|jit|offcpu|"
-                        "preempt SECONDS\n       record_perf_target weights SECONDS THREADS\n       record_perf_target late SECONDS GO\n");
+                        "preempt|short SECONDS\n       record_perf_target weights SECONDS THREADS\n       record_perf_target late SECONDS GO\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -236,6 +260,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(mode, "deep") == 0) return deep_recurse(200);
+    if (strcmp(mode, "short") == 0) return short_threads_mode();
     if (strcmp(mode, "preempt") == 0) return preempt_mode();
     if (strcmp(mode, "offcpu") == 0) {
         int fds[2];

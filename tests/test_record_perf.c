@@ -12,7 +12,11 @@
  * process's exit) with the process untouched; failures (125, OUT kept).
  * Kernel frames (--kernel) and their refusal, stacks cut at --max-depth
  * marked and counted (both backends), JIT code named from its perf map,
- * system-wide recording (-a) and its refusal.
+ * system-wide recording (-a) and its refusal. CPU time that went unsampled
+ * is said (both backends). Real programs: coreutils' sort --parallel=2 and
+ * xz -T2 (output unchanged, every thread sampled; the signal backend says
+ * it cannot), make -j2 of a generated C project (every compiler followed),
+ * python3 (the interpreter's loop named), 150 short-lived threads.
  *
  * Skipped, with the reason, when this kernel refuses perf_event_open.
  * Paths come from the build: TM_CLI, TM_RECORD_PERF_TARGET.
@@ -1275,4 +1279,134 @@ Test(record_perf, sort_parallel_unchanged_and_sampled) {
     cr_expect_gt(sql_int("select count(*) from perf_sample"), 10, "%s", err);
     cr_expect_geq(sql_int("select count(distinct utid) from perf_sample"), 2, "one thread sampled: %s", err);
     free(a), free(b), free(err), free(cmd), free(args), free(in), free(alone), free(under);
+}
+
+/* The CPU time record says the command used in user mode ("used X s of
+ * CPU time in user mode"), or a negative value. */
+static double said_user_cpu(const char *err) {
+    const char *at = strstr(err, " s of CPU time in user mode");
+    if (!at) return -1;
+    while (at > err && at[-1] != ' ') at--;
+    return strtod(at, NULL);
+}
+
+/* 150 threads of 20 ms of CPU time each, two at a time: each is sampled
+ * from its first instruction (inherited events), so the samples in
+ * short_spin stand for their CPU time; perf record gives 215 here. */
+Test(record_perf, short_lived_threads_sampled) {
+    need_perf();
+    int code;
+    char *err = record(TM_RECORD_PERF_TARGET " short 3", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *folded = folded_of(TM_VALUE_DEFAULT);
+    static const char *const in_short[] = {"short_thread", "short_spin"};
+    uint64_t n = folded_with(folded, in_short, 2);
+    expect_rate(n, 3.0, "150 short threads");
+    cr_expect_gt(sql_int("select count(distinct utid) from perf_sample"), 100, "threads sampled: %s", err);
+    free(folded), free(err);
+}
+
+/* xz -T2 compresses on two threads that block every signal: the perf
+ * backend samples both at the rate of the CPU time record says xz used, and
+ * xz writes the same bytes; the signal backend, which cannot sample them,
+ * says so and names the perf backend. */
+Test(record_perf, xz_threads_sampled) {
+    need_perf();
+    if (system("command -v xz >/dev/null 2>&1") != 0) cr_skip_test("xz is not installed");
+    char *in = path_in_dir("input"), *alone = path_in_dir("alone.xz"), *under = path_in_dir("under.xz"),
+         *cmd = NULL, *args = NULL;
+    /* 2.7 MB of numbers in random order, in 1 MiB blocks: one per thread */
+    cr_assert_gt(asprintf(&cmd,
+                          "seq 1 400000 | shuf --random-source=/dev/zero > %s && "
+                          "xz -T2 -6 --block-size=1MiB -c %s > %s",
+                          in, in, alone),
+                 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_gt(asprintf(&args, "sh -c 'xz -T2 -6 --block-size=1MiB -c %s > %s'", in, under), 0);
+    int code;
+    char *err = record(args, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    size_t n_alone = 0, n_under = 0;
+    char *a = tu_read_file(alone, &n_alone), *b = tu_read_file(under, &n_under);
+    cr_assert(a && b);
+    cr_expect(n_alone == n_under && memcmp(a, b, n_alone) == 0, "xz's output differs under record");
+    double cpu = said_user_cpu(err);
+    cr_assert_gt(cpu, 0.1, "record did not say xz's CPU time: %s", err);
+    int64_t samples = sql_int("select count(*) from perf_sample");
+    expect_rate((uint64_t)samples, cpu, "xz -T2");
+    cr_expect_geq(sql_int("select count(distinct utid) from perf_sample s join thread using (utid) "
+                          "where thread.name = 'xz'"),
+                  2, "xz's threads: %s", err);
+    free(err);
+
+    err = record_on("signal", HZ, "", args, &code);
+    cr_expect(strstr(err, "samples were taken") && strstr(err, "--backend perf"),
+              "the signal backend left xz unsampled without a word: %s", err);
+    free(a), free(b), free(err), free(cmd), free(args), free(in), free(alone), free(under);
+}
+
+/* make -j2 of a small C project: every compiler process make starts is
+ * followed, most samples are in cc1 (the compiler proper), and the objects
+ * are built as without record. */
+Test(record_perf, make_children_followed) {
+    need_perf();
+    if (system("command -v make >/dev/null 2>&1 && command -v cc >/dev/null 2>&1") != 0)
+        cr_skip_test("make or cc is not installed");
+    char *dir = path_in_dir("proj"), *cmd = NULL;
+    /* four files of 150 generated functions each: a few seconds of -O2 */
+    cr_assert_gt(asprintf(&cmd,
+                          "mkdir -p %s && cd %s && for f in a b c d; do i=0; while [ $i -lt 150 ]; do "
+                          "echo \"int ${f}_$i(int x) { int s = 0; for (int k = 0; k < x; k++) s += k * $i ^ (s >> 3); "
+                          "return s; }\"; i=$((i+1)); done > $f.c; done && "
+                          "printf 'all: a.o b.o c.o d.o\\n%%%%.o: %%%%.c\\n\\tcc -O2 -c $< -o $@\\n' > Makefile",
+                          dir, dir),
+                 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd);
+    cr_assert_gt(asprintf(&cmd, "make -s -j2 -C %s", dir), 0);
+    int code;
+    char *err = record(cmd, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    static const char *const objects[] = {"a.o", "b.o", "c.o", "d.o"};
+    for (size_t i = 0; i < 4; i++) {
+        char *o = NULL;
+        cr_assert_gt(asprintf(&o, "%s/%s", dir, objects[i]), 0);
+        cr_expect_eq(access(o, F_OK), 0, "%s was not built", o);
+        free(o);
+    }
+    int64_t all = sql_int("select count(*) from perf_sample");
+    int64_t cc1 = sql_int("select count(*) from perf_sample s join thread t using (utid) join process p "
+                          "using (upid) where p.name like '%cc1%' or t.name = 'cc1'");
+    cr_expect_geq(sql_int("select count(distinct upid) from perf_sample s join thread using (utid)"), 4,
+                  "processes sampled: %s", err);
+    cr_expect_gt(cc1 * 100, all * 50, "%lld of %lld samples in cc1: %s", (long long)cc1, (long long)all, err);
+    double cpu = said_user_cpu(err);
+    cr_assert_gt(cpu, 0.1, "record did not say make's CPU time: %s", err);
+    expect_rate((uint64_t)all, cpu, "make -j2");
+    free(err), free(cmd), free(dir);
+}
+
+/* python3: the interpreter's own loop is sampled and named
+ * (_PyEval_EvalFrameDefault, from its symbol table) at the rate of its CPU
+ * time, and the program's output is unchanged. */
+Test(record_perf, python_interpreter_named) {
+    need_perf();
+    const char *py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    char *args = NULL;
+    cr_assert_gt(asprintf(&args, "%s -c 'print(sum(len(str(i * i)) for i in range(3000000)))'", py), 0);
+    int code;
+    char *err = record(args, &code);
+    if (code == 125 || code == 127) cr_skip_test("python3 did not run: %s", err);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    char *out_path = path_in_dir("stdout"), *out = tu_read_file(out_path, NULL);
+    cr_expect(out && strcmp(out, "37537523\n") == 0, "python's output: %s", out ? out : "(none)");
+    char *folded = folded_of(TM_VALUE_DEFAULT);
+    static const char *const eval[] = {"_PyEval_EvalFrameDefault"};
+    uint64_t in_eval = folded_with(folded, eval, 1), all = folded_with(folded, NULL, 0);
+    cr_expect_gt(in_eval * 100, all * 50, "%llu of %llu samples under _PyEval_EvalFrameDefault",
+                 (unsigned long long)in_eval, (unsigned long long)all);
+    double cpu = said_user_cpu(err);
+    cr_assert_gt(cpu, 0.1, "record did not say python's CPU time: %s", err);
+    expect_rate(all, cpu, "python3");
+    free(folded), free(out), free(out_path), free(err), free(args);
 }
