@@ -620,15 +620,30 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         }
     }
     g_runner = 0;
-    struct stat status_sb;
-    int refused = stat(status_path, &status_sb) == 0 && status_sb.st_size > 0;
+    /* The preload library writes "recording" there once it runs (see
+     * record/preload.c), or why it could not start. */
+    char recorder_status[16] = "";
+    FILE *status_file = fopen(status_path, "re");
+    if (status_file) {
+        if (!fgets(recorder_status, sizeof recorder_status, status_file)) recorder_status[0] = 0;
+        fclose(status_file);
+    }
     unlink(status_path);
+    int refused = recorder_status[0] && strcmp(recorder_status, "recording") != 0;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d (exit status %d)\n", cmd[0],
                 WTERMSIG(status), code);
     if (refused) {
         fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",
+                cmd[0]);
+        cli_output_close(&o, EXIT_IO);
+        return 125;
+    }
+    if (!recorder_status[0] && !(WIFEXITED(status) && code == 127)) { /* 127: CMD could not run (said) */
+        fprintf(stderr,
+                "tracemill record: nothing was recorded: %s never loaded the recorder (a statically linked or "
+                "set-user-ID program does not take preloaded libraries); --backend perf records it without one\n",
                 cmd[0]);
         cli_output_close(&o, EXIT_IO);
         return 125;

@@ -161,17 +161,29 @@ static int env_choice(const char *name, const char *first, const char *second) {
     return 0;
 }
 
-/* Says why this process does not record: on stderr, and into the file
- * TRACEMILL_RECORD_STATUS names (`tracemill record` then exits non-zero:
- * an upload run leaves no trace file to tell it by). */
-static void refuse(const char *why) {
-    fprintf(stderr, "tracemill record: not recording: %s\n", why);
+/* What the status file holds while this process records (cli_record.c
+ * reads it by the same word). */
+#define TMR_STATUS_RECORDING "recording"
+
+/* Writes text into the file TRACEMILL_RECORD_STATUS names, which tells
+ * `tracemill record` whether the recorder ran: TMR_STATUS_RECORDING once it
+ * started, the reason when it could not; left empty, the library was never
+ * loaded (a static or setuid program). */
+static void set_status(const char *text) {
     const char *path = getenv("TRACEMILL_RECORD_STATUS");
     FILE *f = path && *path ? fopen(path, "we") : NULL;
     if (f) {
-        fputs(why, f);
+        fputs(text, f);
         fclose(f);
     }
+}
+
+/* Says why this process does not record: on stderr, and in the status file
+ * (`tracemill record` then exits non-zero: an upload run leaves no trace
+ * file to tell it by). */
+static void refuse(const char *why) {
+    fprintf(stderr, "tracemill record: not recording: %s\n", why);
+    set_status(why);
 }
 
 __attribute__((constructor)) static void tracemill_record_preload_start(void) {
@@ -229,6 +241,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     g_preload_recorder = r;
     g_preload_uploader = u;
     g_preload_pid = getpid();
+    set_status(TMR_STATUS_RECORDING);
     install_ending_handlers();
     /* Sampling starts once the recorder runs, so that the recorder's own
      * setup is not in the profile. */

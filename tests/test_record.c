@@ -409,10 +409,10 @@ Test(record, exit_while_sampling) {
 
 /* Runs `tracemill record -o OUT -- ARGS` (shell words) with stderr into the
  * returned text; *code gets the exit status. */
-static char *record_cli(const char *out, const char *args, int *code) {
+static char *record_cli_with(const char *out, const char *opts, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --preload %s -o %s -- %s 2>%s >/dev/null", TM_CLI, TM_RECORD_PRELOAD, out,
-                          args, err),
+    cr_assert_gt(asprintf(&cmd, "%s record --preload %s -o %s %s -- %s 2>%s >/dev/null", TM_CLI, TM_RECORD_PRELOAD,
+                          out, opts, args, err),
                  0);
     tu_asan_recorded_child_env(); /* inherited by the shell and the program */
     int st = system(cmd);
@@ -422,6 +422,33 @@ static char *record_cli(const char *out, const char *args, int *code) {
     free(cmd);
     free(err);
     return text;
+}
+
+static char *record_cli(const char *out, const char *args, int *code) { return record_cli_with(out, "", args, code); }
+
+/* A statically linked program (Debian's ldconfig) never loads the preload
+ * library: record says so and names the perf backend, exits 125 (its own
+ * failure), and leaves OUT as it was, with --heap too. */
+Test(record, a_static_program_is_said_never_to_load_the_recorder) {
+    if (system("ldd /sbin/ldconfig 2>&1 | grep -q -e 'statically linked' -e 'not a dynamic executable'") != 0)
+        cr_skip_test("/sbin/ldconfig is not a static program here");
+    char *out = path_in_dir("precious.pftrace");
+    FILE *f = fopen(out, "w");
+    cr_assert_not_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+    static const char *const opts[] = {"", "--heap"};
+    for (size_t i = 0; i < 2; i++) {
+        int code;
+        char *err = record_cli_with(out, opts[i], "/sbin/ldconfig -p", &code);
+        cr_expect_eq(code, 125, "%s: exit %d: %s", opts[i], code, err);
+        cr_expect(strstr(err, "never loaded the recorder") && strstr(err, "--backend perf"), "%s: %s", opts[i], err);
+        free(err);
+        char *kept = tu_read_file(out, NULL);
+        cr_expect(kept && strcmp(kept, "precious\n") == 0, "%s: OUT was replaced", opts[i]);
+        free(kept);
+    }
+    free(out);
 }
 
 /* A run that records nothing (the program cannot start, or ends before its
