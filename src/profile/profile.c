@@ -232,7 +232,8 @@ void tm_profile_count_threads(tm_profile *p) {
  * buckets of the top bits sized to stay in L2 (~16 K samples); each bucket
  * is then sorted by LSD passes over its low bits while it is in cache, so
  * main memory is crossed only by the MSD pass. Every pass is stable, so
- * equal timestamps keep their input order. */
+ * equal timestamps keep their input order. A small input whose threads
+ * are each in order (one chunk) is merged by thread instead. */
 
 #define DIGIT_BITS 11
 #define BUCKET_SAMPLES 16384
@@ -265,6 +266,63 @@ static tm_prof_sample *lsd_sort(tm_prof_sample *src, tm_prof_sample *dst, size_t
     return src;
 }
 
+/* A small input (one chunk: a few thousand samples) whose threads each
+ * arrive in time order, as a sequence per thread gives: merging the
+ * threads' runs costs a few comparisons a sample, where the radix passes
+ * pay for their counts arrays whatever n is. */
+#define MERGE_MAX_THREADS 8
+
+/* Stable merge of the threads' runs of a[0..n) back into a; false when a
+ * thread's samples are not in time order (or there are too many threads),
+ * leaving a as it was. Equal times keep their input order. */
+static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool *done) {
+    size_t k = p->n_threads, head[MERGE_MAX_THREADS], end[MERGE_MAX_THREADS];
+    int64_t last[MERGE_MAX_THREADS];
+    *done = false;
+    if (k > MERGE_MAX_THREADS) return TM_OK;
+    for (size_t t = 0; t < k; t++) end[t] = 0, last[t] = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = a[i].thread;
+        if (t >= k || a[i].ts < last[t]) return TM_OK;
+        last[t] = a[i].ts;
+        end[t]++;
+    }
+    tm_prof_sample *runs = tm_mem_alloc(p->mem, n * sizeof *runs);
+    uint32_t *index = tm_mem_alloc(p->mem, n * sizeof *index); /* input position: the tie-break */
+    if (!runs || !index) {
+        tm_mem_free(p->mem, runs, n * sizeof *runs);
+        tm_mem_free(p->mem, index, n * sizeof *index);
+        return TM_ERR_NOMEM;
+    }
+    size_t sum = 0;
+    for (size_t t = 0; t < k; t++) head[t] = sum, sum += end[t], end[t] = head[t];
+    for (size_t i = 0; i < n; i++) {
+        size_t at = end[a[i].thread]++;
+        runs[at] = a[i];
+        index[at] = (uint32_t)i;
+    }
+    size_t live = 0; /* the runs not yet used up, kept in head[0..live) */
+    for (size_t t = 0; t < k; t++)
+        if (head[t] < end[t]) head[live] = head[t], end[live++] = end[t];
+    for (size_t o = 0; o < n; o++) {
+        size_t best = 0;
+        for (size_t t = 1; t < live; t++) {
+            const tm_prof_sample *x = &runs[head[t]], *y = &runs[head[best]];
+            if (x->ts < y->ts || (x->ts == y->ts && index[head[t]] < index[head[best]])) best = t;
+        }
+        a[o] = runs[head[best]++];
+        if (head[best] == end[best]) {
+            live--;
+            head[best] = head[live];
+            end[best] = end[live];
+        }
+    }
+    tm_mem_free(p->mem, runs, n * sizeof *runs);
+    tm_mem_free(p->mem, index, n * sizeof *index);
+    *done = true;
+    return TM_OK;
+}
+
 tm_status tm_profile_sort_samples(tm_profile *p) {
     size_t n = p->n_samples;
     tm_prof_sample *a = p->samples;
@@ -276,6 +334,11 @@ tm_status tm_profile_sort_samples(tm_profile *p) {
         if (a[i].ts > max) max = a[i].ts;
     }
     if (sorted) return TM_OK;
+    if (n <= BUCKET_SAMPLES) {
+        bool merged;
+        TM_TRY(merge_threads(p, a, n, &merged));
+        if (merged) return TM_OK;
+    }
     uint64_t span = (uint64_t)max - (uint64_t)min;
     unsigned bits = 1;
     while (bits < 64 && (span >> bits) != 0) bits++;
