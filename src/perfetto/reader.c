@@ -499,6 +499,16 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
         return TM_OK;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
     if (o->count) TM_TRY(ensure_index(r, s));
+    /* Each kind's index sized once for the iids to come, not doubled as they arrive. */
+    uint64_t max_iid[TM_PF_N_INTERNED_KINDS] = {0};
+    for (uint32_t k = 0; k < o->count; k++) {
+        const tm_pf_entry *e = &src[o->first + k];
+        if (e->iid > max_iid[e->kind]) max_iid[e->kind] = e->iid;
+    }
+    for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++)
+        if (max_iid[kind] &&
+            tm_iidmap_reserve(r->mem, &s->newest[kind], max_iid[kind], s->n_ents + o->count) != TM_OK)
+            return nomem(r);
     for (uint32_t k = 0; k < o->count; k++) {
         tm_pf_entry e = src[o->first + k];
         e.msg = b.data + (e.msg - o->bytes.data);
