@@ -310,6 +310,33 @@ Test(differential, twins_part_when_either_interns_more) {
     tb_free(&b);
 }
 
+/* A twin's twin holds the same entries too: a sequence takes what one two
+ * links away resolved, through a twin that never resolved it, but not
+ * through a link that broke (the middle sequence cleared again, or
+ * interned more). */
+Test(differential, resolutions_along_a_chain_of_twins) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    clear_and_intern(&b, 2, 110, abc, 3); /* seq 1's twin */
+    clear_and_intern(&b, 3, 120, abc, 3); /* seq 2's twin */
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 1010, 7, 10, 3, TB_SEQ_NEEDS); /* seq 1's, through seq 2 */
+    clear_and_intern(&b, 2, 1100, xyz, 3);               /* seq 3's link to seq 2 breaks */
+    tb_perf_sample(&b, 1, 1200, 7, 8, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 1210, 7, 10, 2, TB_SEQ_NEEDS); /* seq 3's own */
+    tb_perf_sample(&b, 2, 1220, 7, 9, 2, TB_SEQ_NEEDS);  /* xyz */
+    clear_with_unnamed_frame(&b, 1, 1300);
+    clear_with_unnamed_frame(&b, 2, 1310);               /* seq 1's twin */
+    clear_with_unnamed_frame(&b, 3, 1320);               /* seq 2's twin */
+    intern_function_9(&b, 1, 1330, "foo");
+    tb_perf_sample(&b, 1, 1400, 7, 8, 1, TB_SEQ_NEEDS);  /* foo */
+    intern_function_9(&b, 2, 1410, "bar");               /* seq 2 interned more: the chain breaks there */
+    tb_perf_sample(&b, 3, 1500, 7, 10, 1, TB_SEQ_NEEDS); /* function 9 unknown on seq 3: dropped */
+    tb_perf_sample(&b, 2, 1510, 7, 9, 1, TB_SEQ_NEEDS);  /* bar */
+    assert_agrees(&b, NULL, 7);
+    tb_free(&b);
+}
+
 Test(differential, lost_packets_until_the_next_clear) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, 100, abc, 3);

@@ -245,17 +245,28 @@ static inline bool all_carry(const dec *d, const resolved *c) {
     return c && !d->local && !d->relay && tm_pf_unchanged_since(&d->rd, d->gen, c->upto);
 }
 
+/* How far along a chain of twins a resolution is looked for. */
+#define TWIN_HOPS 8
+
 /* What s's twin (tm_pf_twin_of) resolved iid to in its current epoch, in
  * the cache at offset `which` of seq_state: the same entries give the same
  * result, so a writer's sequence per thread resolves its tables once. */
 static bool twin_resolved(const dec *d, const seq_state *s, size_t which, uint64_t iid, uint32_t *out) {
-    uint32_t twin;
-    if (d->local || d->relay || !tm_pf_twin_of(&d->rd, s->index, &twin) || twin >= d->n_seqs) return false;
-    res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
-    const resolved *c = cache_find(cache, iid);
-    if (!c || c->upto != d->rd.seqs[twin].epoch) return false;
-    *out = c->id;
-    return true;
+    if (d->local || d->relay) return false;
+    /* The twin's own twin holds the same entries too, and so on along the
+     * chain (a writer's sequences clear at different times, each copying
+     * the one that began last): the first that resolved iid answers. */
+    uint32_t at = s->index, twin;
+    for (int hop = 0; hop < TWIN_HOPS && tm_pf_twin_of(&d->rd, at, &twin) && twin < d->n_seqs; hop++) {
+        res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
+        const resolved *c = cache_find(cache, iid);
+        if (c && c->upto == d->rd.seqs[twin].epoch) {
+            *out = c->id;
+            return true;
+        }
+        at = twin;
+    }
+    return false;
 }
 
 /* Carries c over to this epoch. */
@@ -881,7 +892,20 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
     tm_pb_field f;
     int rc;
     *n = 0;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
+    for (;;) {
+        /* A varint of one or two bytes under a one-byte tag (an unpacked
+         * element, or one of the other list's) is read here, as tm_pb_next
+         * would read it. */
+        const uint8_t *p = r.p;
+        if (r.end - p >= 3 && p[0] >= 8 && p[0] < 0x80 && (p[0] & 7) == TM_PB_VARINT && (p[1] < 0x80 || p[2] < 0x80)) {
+            bool one = p[1] < 0x80;
+            r.p = p + (one ? 2 : 3);
+            if ((uint32_t)p[0] >> 3 != num) continue;
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + 1));
+            (*vec)[(*n)++] = one ? p[1] : (uint64_t)(p[1] & 0x7f) | (uint64_t)p[2] << 7;
+            continue;
+        }
+        if ((rc = tm_pb_next(&r, &f)) != TM_PB_OK) break;
         if (f.num != num) continue;
         if (f.wire == TM_PB_VARINT) {
             DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + 1));
