@@ -337,6 +337,36 @@ Test(differential, resolutions_along_a_chain_of_twins) {
     tb_free(&b);
 }
 
+/* Sequences that re-send the same tables at every clear (the epoch before's
+ * message again, replayed) are twins in every epoch, not only in their
+ * first; not once either one's tables differ or grow. */
+Test(differential, twins_again_after_each_clear) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    clear_and_intern(&b, 2, 110, abc, 3); /* seq 1's twin */
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1100, abc, 3); /* replayed */
+    clear_and_intern(&b, 2, 1110, abc, 3); /* replayed, and seq 1's twin again */
+    tb_perf_sample(&b, 1, 1200, 7, 8, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 1210, 7, 9, 2, TB_SEQ_NEEDS);  /* seq 1's */
+    clear_with_unnamed_frame(&b, 1, 1300);
+    clear_with_unnamed_frame(&b, 2, 1310);               /* seq 1's twin */
+    tb_perf_sample(&b, 1, 1320, 7, 8, 1, TB_SEQ_NEEDS);  /* function 9 unknown: dropped */
+    clear_with_unnamed_frame(&b, 1, 1400);               /* replayed */
+    intern_function_9(&b, 1, 1410, "foo");
+    tb_perf_sample(&b, 1, 1420, 7, 8, 1, TB_SEQ_NEEDS);  /* foo */
+    clear_with_unnamed_frame(&b, 2, 1500);               /* replayed; seq 1 interned more: no twin */
+    tb_perf_sample(&b, 2, 1510, 7, 9, 1, TB_SEQ_NEEDS);  /* dropped */
+    clear_with_unnamed_frame(&b, 1, 1550);               /* replayed: seq 1 began last with these bytes */
+    clear_and_intern(&b, 1, 1600, xyz, 3);
+    tb_perf_sample(&b, 1, 1605, 7, 8, 1, TB_SEQ_NEEDS);  /* xyz */
+    clear_with_unnamed_frame(&b, 2, 1610);               /* replayed again; seq 1 differs now: no twin */
+    intern_function_9(&b, 2, 1620, "bar");
+    tb_perf_sample(&b, 2, 1630, 7, 9, 1, TB_SEQ_NEEDS);  /* bar */
+    assert_agrees(&b, NULL, 6);
+    tb_free(&b);
+}
+
 Test(differential, lost_packets_until_the_next_clear) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, 100, abc, 3);

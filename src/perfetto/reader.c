@@ -573,15 +573,35 @@ static tm_status add_blob(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, size_t firs
     return TM_OK;
 }
 
+/* When b, which begins s's epoch as the epoch before's first message
+ * again (replayed), is also what another sequence's epoch began with, that
+ * one is s's twin as if s had copied it: the same bytes give the same
+ * entries. A writer's sequences that each re-send their tables at every
+ * clear are twins in every epoch, not only in their first. */
+static void twin_of_replayed(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
+    uint32_t ti = tm_u64map_get(&r->first_blob, s->first_hash);
+    if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return;
+    const tm_pf_seq *t = &r->seqs[ti];
+    if (t->blobs[0].bytes.len != b.len || memcmp(t->blobs[0].bytes.data, b.data, b.len) != 0) return;
+    s->twin = ti, s->twin_epoch = t->epoch, s->twin_of_epoch = s->epoch;
+}
+
 static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     size_t first = s->n_ents;
     bool replayed;
     TM_TRY(replay(r, s, b, &replayed));
-    if (replayed) return add_blob(r, s, b, first);
+    if (replayed) {
+        if (s->n_blobs == 0) { /* the epoch's first message: first_hash is its hash still */
+            twin_of_replayed(r, s, b);
+            if (tm_u64map_put(r->mem, &r->first_blob, s->first_hash, s->index) != TM_OK) return nomem(r);
+        }
+        return add_blob(r, s, b, first);
+    }
     /* an epoch's first message, not the one before's again: another sequence may have begun with it */
     bool epoch_start = !(r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) && s->n_blobs == 0 && s->n_ents == 0;
     uint64_t hash = epoch_start ? tm_hash_bytes(0, b) : 0;
     if (epoch_start) {
+        s->first_hash = hash;
         TM_TRY(copy_from_twin(r, s, b, hash, &replayed));
         if (tm_u64map_put(r->mem, &r->first_blob, hash, s->index) != TM_OK) return nomem(r);
         if (replayed) return add_blob(r, s, b, first);

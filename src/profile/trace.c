@@ -260,7 +260,9 @@ static bool twin_resolved(const dec *d, const seq_state *s, size_t which, uint64
     for (int hop = 0; hop < TWIN_HOPS && tm_pf_twin_of(&d->rd, at, &twin) && twin < d->n_seqs; hop++) {
         res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
         const resolved *c = cache_find(cache, iid);
-        if (c && c->upto == d->rd.seqs[twin].epoch) {
+        const tm_pf_seq *t = &d->rd.seqs[twin];
+        /* resolved in the twin's epoch, or before it and carried over whole (all_carry) */
+        if (c && (c->upto == t->epoch || tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) {
             *out = c->id;
             return true;
         }
