@@ -489,25 +489,22 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
  * where its entries start in src), adds the entries o added, moved to b:
  * the same bytes give the same entries. same: they are what s's epoch
  * before had here (their same_since holds); else each is compared with it.
+ * src_index: src's per-kind index, whose sizes s's index takes at once.
  * *done false when b is not o's bytes, or when the entries would cross
  * max_interned_entries (the general path names the entry). */
-static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_pf_blob *o, tm_bytes b,
-                           bool same, bool *done) {
+static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_iidmap *src_index,
+                           const tm_pf_blob *o, tm_bytes b, bool same, bool *done) {
     *done = false;
     if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
         memcmp(o->bytes.data, b.data, b.len) != 0)
         return TM_OK;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
     if (o->count) TM_TRY(ensure_index(r, s));
-    /* Each kind's index sized once for the iids to come, not doubled as they arrive. */
-    uint64_t max_iid[TM_PF_N_INTERNED_KINDS] = {0};
-    for (uint32_t k = 0; k < o->count; k++) {
-        const tm_pf_entry *e = &src[o->first + k];
-        if (e->iid > max_iid[e->kind]) max_iid[e->kind] = e->iid;
-    }
-    for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++)
-        if (max_iid[kind] &&
-            tm_iidmap_reserve(r->mem, &s->newest[kind], max_iid[kind], s->n_ents + o->count) != TM_OK)
+    /* Each kind's index sized at once as far as the source's grew (it
+     * held these iids), not doubled as they arrive, nor scanned for them. */
+    for (int kind = 0; o->count && src_index && kind < TM_PF_N_INTERNED_KINDS; kind++)
+        if (src_index[kind].n_dense &&
+            tm_iidmap_reserve(r->mem, &s->newest[kind], src_index[kind].n_dense - 1, s->n_ents + o->count) != TM_OK)
             return nomem(r);
     for (uint32_t k = 0; k < o->count; k++) {
         tm_pf_entry e = src[o->first + k];
@@ -544,7 +541,7 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || s->n_replayed != s->n_blobs ||
         s->n_blobs >= s->n_old_blobs)
         return TM_OK;
-    TM_TRY(copy_blob(r, s, s->old_ents, &s->old_blobs[s->n_blobs], b, true, done));
+    TM_TRY(copy_blob(r, s, s->old_ents, s->old_newest, &s->old_blobs[s->n_blobs], b, true, done));
     s->n_replayed += *done;
     return TM_OK;
 }
@@ -561,7 +558,7 @@ static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint6
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
-    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, &r->seqs[ti].blobs[0], b, false, done));
+    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, r->seqs[ti].newest, &r->seqs[ti].blobs[0], b, false, done));
     if (*done) s->twin = ti, s->twin_epoch = r->seqs[ti].epoch, s->twin_of_epoch = s->epoch;
     return TM_OK;
 }
