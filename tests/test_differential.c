@@ -205,6 +205,34 @@ Test(differential, streaming_profile_packets) {
     tb_free(&b);
 }
 
+/* StreamingProfilePackets as an unpacked writer sends them (the profile
+ * model reads both lists in one pass then), with deltas of up to four
+ * bytes, an unknown field between them and a trailing delta; and one with
+ * an element packed, which takes the general way. */
+Test(differential, streaming_lists_unpacked_and_mixed) {
+    tb_buf b = {0};
+    streaming_sequence(&b, 1, 20, 21, 5000, abc, 3);
+    static const uint64_t cs[] = {3, 2, 3}, dt[] = {0, 200, 20000, 3000000};
+    size_t p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_NEEDS);
+    size_t s = tb_open(&b, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    for (size_t i = 0; i < 4; i++) {
+        if (i < 3) tb_uint(&b, TM_PF_STREAMING_CALLSTACK_IID, cs[i]);
+        tb_uint(&b, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt[i]);
+        if (i == 1) tb_uint(&b, 9, 77);
+    }
+    tb_close(&b, s);
+    tb_close(&b, p);
+    p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_NEEDS);
+    s = tb_open(&b, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    tb_uint(&b, TM_PF_STREAMING_CALLSTACK_IID, 1);
+    tb_packed(&b, TM_PF_STREAMING_CALLSTACK_IID, cs, 2);
+    tb_repeated(&b, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, 3);
+    tb_close(&b, s);
+    tb_close(&b, p);
+    assert_agrees(&b, NULL, 6);
+    tb_free(&b);
+}
+
 Test(differential, both_sample_kinds_on_several_sequences) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, 100, abc, 3);

@@ -894,20 +894,7 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
     tm_pb_field f;
     int rc;
     *n = 0;
-    for (;;) {
-        /* A varint of one or two bytes under a one-byte tag (an unpacked
-         * element, or one of the other list's) is read here, as tm_pb_next
-         * would read it. */
-        const uint8_t *p = r.p;
-        if (r.end - p >= 3 && p[0] >= 8 && p[0] < 0x80 && (p[0] & 7) == TM_PB_VARINT && (p[1] < 0x80 || p[2] < 0x80)) {
-            bool one = p[1] < 0x80;
-            r.p = p + (one ? 2 : 3);
-            if ((uint32_t)p[0] >> 3 != num) continue;
-            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + 1));
-            (*vec)[(*n)++] = one ? p[1] : (uint64_t)(p[1] & 0x7f) | (uint64_t)p[2] << 7;
-            continue;
-        }
-        if ((rc = tm_pb_next(&r, &f)) != TM_PB_OK) break;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         if (f.num != num) continue;
         if (f.wire == TM_PB_VARINT) {
             DTRY_MEM(d, TM_VEC_RESERVE(d->mem, *vec, *cap, *n + 1));
@@ -925,12 +912,42 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
     return TM_OK;
 }
 
+/* Both lists of a StreamingProfilePacket in one pass, when it holds only
+ * varints under one-byte tags (what an unpacked writer sends); *done false
+ * otherwise, leaving the packet to collect_repeated. */
+static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, size_t *n_dt, bool *done) {
+    *n_cs = *n_dt = 0;
+    *done = false;
+    if (!msg.len) return TM_OK;
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    while (p < end) {
+        uint64_t v;
+        if (end - p < 2 || p[0] < 8 || p[0] >= 0x80 || (p[0] & 7) != TM_PB_VARINT) return TM_OK;
+        uint32_t num = (uint32_t)p[0] >> 3;
+        if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
+        if (num == TM_PF_STREAMING_CALLSTACK_IID) {
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, *n_cs + 1));
+            d->cs_scratch[(*n_cs)++] = v;
+        } else if (num == TM_PF_STREAMING_TIMESTAMP_DELTA_US) {
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, *n_dt + 1));
+            d->delta_scratch[(*n_dt)++] = (int64_t)v;
+        }
+    }
+    *done = true;
+    return TM_OK;
+}
+
 static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     size_t n_cs, n_dt;
-    TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid", &d->cs_scratch,
-                            &d->cap_cs, &n_cs));
-    TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US, "StreamingProfilePacket.timestamp_delta_us",
-                            (uint64_t **)&d->delta_scratch, &d->cap_delta, &n_dt));
+    bool plain;
+    TM_TRY(collect_streaming_plain(d, k->data, &n_cs, &n_dt, &plain));
+    if (!plain) {
+        TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid",
+                                &d->cs_scratch, &d->cap_cs, &n_cs));
+        TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US,
+                                "StreamingProfilePacket.timestamp_delta_us", (uint64_t **)&d->delta_scratch,
+                                &d->cap_delta, &n_dt));
+    }
     tm_profile *p = d->p;
     p->stats.streaming_samples += n_cs;
     TM_TRY(check_sample_limit(d, k->start));
