@@ -91,6 +91,14 @@ static int64_t tied_streams(size_t i) {
     size_t chunk = i / 32, k = (chunk / 8) * 32 + i % 32;
     return 1000000000 + (int64_t)(k / 3) * 1000000;
 }
+/* Chunks of 32 spread round-robin over T threads, each thread's in time
+ * order, the threads' overlapping. */
+static int64_t round_robin(size_t i, size_t threads) {
+    size_t chunk = i / 32;
+    return (int64_t)(chunk / threads) * 40000 + (int64_t)(i % 32) * 1000 + (int64_t)(chunk % threads) * 7;
+}
+static int64_t round_robin_3(size_t i) { return round_robin(i, 3); }
+static int64_t round_robin_5(size_t i) { return round_robin(i, 5); }
 static int64_t few_values(size_t i) { return (int64_t)((i * 2654435761u) % 5) * 1000; }
 static int64_t wide_random(size_t i) {
     static int64_t v[300000];
@@ -110,6 +118,11 @@ Test(profile_sort, full_64_bit_span_with_negative_times) { check_sort(300000, wi
 Test(profile_sort, reversed_input) { check_sort(50000, reversed); }
 Test(profile_sort, small_input_merged_by_thread) { check_sort_threads(3000, interleaved, 8); }
 Test(profile_sort, small_input_merged_by_thread_keeps_ties_in_input_order) { check_sort_threads(3000, tied_streams, 8); }
+Test(profile_sort, small_input_merged_by_an_odd_number_of_threads) {
+    check_sort_threads(3000, round_robin_3, 3);
+    check_sort_threads(2999, round_robin_5, 5);
+    check_sort_threads(40, round_robin_3, 1);
+}
 Test(profile_sort, small_input_with_a_thread_out_of_order) { check_sort_threads(3000, reversed, 4); }
 Test(profile_sort, small_input_with_more_threads_than_merged) { check_sort_threads(3000, interleaved, 16); }
 

@@ -272,53 +272,79 @@ static tm_prof_sample *lsd_sort(tm_prof_sample *src, tm_prof_sample *dst, size_t
  * pay for their counts arrays whatever n is. */
 #define MERGE_MAX_THREADS 8
 
+/* Merges sorted runs x and y (each ordered by time, then input position)
+ * into out, and their positions into out_index unless NULL. */
+static void merge_runs(const tm_prof_sample *x, const uint32_t *xi, size_t nx, const tm_prof_sample *y,
+                       const uint32_t *yi, size_t ny, tm_prof_sample *out, uint32_t *out_index) {
+    size_t i = 0, j = 0, o = 0;
+    while (i < nx && j < ny) {
+        bool take_y = y[j].ts < x[i].ts || (y[j].ts == x[i].ts && yi[j] < xi[i]);
+        if (out_index) out_index[o] = take_y ? yi[j] : xi[i];
+        out[o++] = take_y ? y[j++] : x[i++];
+    }
+    for (; i < nx; i++, o++) {
+        if (out_index) out_index[o] = xi[i];
+        out[o] = x[i];
+    }
+    for (; j < ny; j++, o++) {
+        if (out_index) out_index[o] = yi[j];
+        out[o] = y[j];
+    }
+}
+
 /* Stable merge of the threads' runs of a[0..n) back into a; false when a
  * thread's samples are not in time order (or there are too many threads),
- * leaving a as it was. Equal times keep their input order. */
+ * leaving a as it was. The runs are merged in pairs, pass after pass; equal
+ * times keep their input order. */
 static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool *done) {
-    size_t k = p->n_threads, head[MERGE_MAX_THREADS], end[MERGE_MAX_THREADS];
+    size_t k = p->n_threads, bound[MERGE_MAX_THREADS + 1];
     int64_t last[MERGE_MAX_THREADS];
     *done = false;
     if (k > MERGE_MAX_THREADS) return TM_OK;
-    for (size_t t = 0; t < k; t++) end[t] = 0, last[t] = INT64_MIN;
+    size_t fill[MERGE_MAX_THREADS] = {0};
+    for (size_t t = 0; t < k; t++) last[t] = INT64_MIN;
     for (size_t i = 0; i < n; i++) {
         uint32_t t = a[i].thread;
         if (t >= k || a[i].ts < last[t]) return TM_OK;
         last[t] = a[i].ts;
-        end[t]++;
+        fill[t]++;
     }
-    tm_prof_sample *runs = tm_mem_alloc(p->mem, n * sizeof *runs);
-    uint32_t *index = tm_mem_alloc(p->mem, n * sizeof *index); /* input position: the tie-break */
+    tm_prof_sample *runs = tm_mem_alloc(p->mem, 2 * n * sizeof *runs);
+    uint32_t *index = tm_mem_alloc(p->mem, 2 * n * sizeof *index); /* input positions: the tie-break */
     if (!runs || !index) {
-        tm_mem_free(p->mem, runs, n * sizeof *runs);
-        tm_mem_free(p->mem, index, n * sizeof *index);
+        tm_mem_free(p->mem, runs, 2 * n * sizeof *runs);
+        tm_mem_free(p->mem, index, 2 * n * sizeof *index);
         return TM_ERR_NOMEM;
     }
-    size_t sum = 0;
-    for (size_t t = 0; t < k; t++) head[t] = sum, sum += end[t], end[t] = head[t];
+    bound[0] = 0;
+    for (size_t t = 0; t < k; t++) bound[t + 1] = bound[t] + fill[t], fill[t] = bound[t];
     for (size_t i = 0; i < n; i++) {
-        size_t at = end[a[i].thread]++;
+        size_t at = fill[a[i].thread]++;
         runs[at] = a[i];
         index[at] = (uint32_t)i;
     }
-    size_t live = 0; /* the runs not yet used up, kept in head[0..live) */
-    for (size_t t = 0; t < k; t++)
-        if (head[t] < end[t]) head[live] = head[t], end[live++] = end[t];
-    for (size_t o = 0; o < n; o++) {
-        size_t best = 0;
-        for (size_t t = 1; t < live; t++) {
-            const tm_prof_sample *x = &runs[head[t]], *y = &runs[head[best]];
-            if (x->ts < y->ts || (x->ts == y->ts && index[head[t]] < index[head[best]])) best = t;
+    tm_prof_sample *src = runs, *dst = runs + n;
+    uint32_t *src_index = index, *dst_index = index + n;
+    size_t n_runs = k;
+    while (n_runs > 2) {
+        size_t merged = 0;
+        for (size_t r = 0; r < n_runs; r += 2) {
+            size_t lo = bound[r], mid = bound[r + 1], hi = r + 2 <= n_runs ? bound[r + 2] : mid;
+            merge_runs(src + lo, src_index + lo, mid - lo, src + mid, src_index + mid, hi - mid, dst + lo,
+                       dst_index + lo);
+            bound[merged++] = lo;
         }
-        a[o] = runs[head[best]++];
-        if (head[best] == end[best]) {
-            live--;
-            head[best] = head[live];
-            end[best] = end[live];
-        }
+        bound[merged] = n;
+        n_runs = merged;
+        tm_prof_sample *t = src;
+        src = dst, dst = t;
+        uint32_t *ti = src_index;
+        src_index = dst_index, dst_index = ti;
     }
-    tm_mem_free(p->mem, runs, n * sizeof *runs);
-    tm_mem_free(p->mem, index, n * sizeof *index);
+    size_t mid = n_runs == 2 ? bound[1] : n; /* the last pass writes a */
+    merge_runs(src, src_index, mid, src + mid, src_index + mid, n - mid, a, NULL);
+    tm_mem_free(p->mem, runs, 2 * n * sizeof *runs);
+    tm_mem_free(p->mem, index, 2 * n * sizeof *index);
     *done = true;
     return TM_OK;
 }
