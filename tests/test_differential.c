@@ -205,6 +205,34 @@ Test(differential, streaming_profile_packets) {
     tb_free(&b);
 }
 
+/* StreamingProfilePackets as an unpacked writer sends them (the profile
+ * model reads both lists in one pass then), with deltas of up to four
+ * bytes, an unknown field between them and a trailing delta; and one with
+ * an element packed, which takes the general way. */
+Test(differential, streaming_lists_unpacked_and_mixed) {
+    tb_buf b = {0};
+    streaming_sequence(&b, 1, 20, 21, 5000, abc, 3);
+    static const uint64_t cs[] = {3, 2, 3}, dt[] = {0, 200, 20000, 3000000};
+    size_t p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_NEEDS);
+    size_t s = tb_open(&b, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    for (size_t i = 0; i < 4; i++) {
+        if (i < 3) tb_uint(&b, TM_PF_STREAMING_CALLSTACK_IID, cs[i]);
+        tb_uint(&b, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt[i]);
+        if (i == 1) tb_uint(&b, 9, 77);
+    }
+    tb_close(&b, s);
+    tb_close(&b, p);
+    p = tb_packet_open(&b, 1, TB_NO_TS, TB_SEQ_NEEDS);
+    s = tb_open(&b, TM_PF_PACKET_STREAMING_PROFILE_PACKET);
+    tb_uint(&b, TM_PF_STREAMING_CALLSTACK_IID, 1);
+    tb_packed(&b, TM_PF_STREAMING_CALLSTACK_IID, cs, 2);
+    tb_repeated(&b, TM_PF_STREAMING_TIMESTAMP_DELTA_US, dt, 3);
+    tb_close(&b, s);
+    tb_close(&b, p);
+    assert_agrees(&b, NULL, 6);
+    tb_free(&b);
+}
+
 Test(differential, both_sample_kinds_on_several_sequences) {
     tb_buf b = {0};
     clear_and_intern(&b, 1, 100, abc, 3);
@@ -307,6 +335,63 @@ Test(differential, twins_part_when_either_interns_more) {
     clear_with_unnamed_frame(&b, 3, 1400);  /* seq 2's twin, which interned more */
     tb_perf_sample(&b, 3, 1500, 7, 10, 1, TB_SEQ_NEEDS); /* dropped */
     assert_agrees(&b, NULL, 2);
+    tb_free(&b);
+}
+
+/* A twin's twin holds the same entries too: a sequence takes what one two
+ * links away resolved, through a twin that never resolved it, but not
+ * through a link that broke (the middle sequence cleared again, or
+ * interned more). */
+Test(differential, resolutions_along_a_chain_of_twins) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    clear_and_intern(&b, 2, 110, abc, 3); /* seq 1's twin */
+    clear_and_intern(&b, 3, 120, abc, 3); /* seq 2's twin */
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 1010, 7, 10, 3, TB_SEQ_NEEDS); /* seq 1's, through seq 2 */
+    clear_and_intern(&b, 2, 1100, xyz, 3);               /* seq 3's link to seq 2 breaks */
+    tb_perf_sample(&b, 1, 1200, 7, 8, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 3, 1210, 7, 10, 2, TB_SEQ_NEEDS); /* seq 3's own */
+    tb_perf_sample(&b, 2, 1220, 7, 9, 2, TB_SEQ_NEEDS);  /* xyz */
+    clear_with_unnamed_frame(&b, 1, 1300);
+    clear_with_unnamed_frame(&b, 2, 1310);               /* seq 1's twin */
+    clear_with_unnamed_frame(&b, 3, 1320);               /* seq 2's twin */
+    intern_function_9(&b, 1, 1330, "foo");
+    tb_perf_sample(&b, 1, 1400, 7, 8, 1, TB_SEQ_NEEDS);  /* foo */
+    intern_function_9(&b, 2, 1410, "bar");               /* seq 2 interned more: the chain breaks there */
+    tb_perf_sample(&b, 3, 1500, 7, 10, 1, TB_SEQ_NEEDS); /* function 9 unknown on seq 3: dropped */
+    tb_perf_sample(&b, 2, 1510, 7, 9, 1, TB_SEQ_NEEDS);  /* bar */
+    assert_agrees(&b, NULL, 7);
+    tb_free(&b);
+}
+
+/* Sequences that re-send the same tables at every clear (the epoch before's
+ * message again, replayed) are twins in every epoch, not only in their
+ * first; not once either one's tables differ or grow. */
+Test(differential, twins_again_after_each_clear) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 100, abc, 3);
+    clear_and_intern(&b, 2, 110, abc, 3); /* seq 1's twin */
+    tb_perf_sample(&b, 1, 1000, 7, 8, 3, TB_SEQ_NEEDS);
+    clear_and_intern(&b, 1, 1100, abc, 3); /* replayed */
+    clear_and_intern(&b, 2, 1110, abc, 3); /* replayed, and seq 1's twin again */
+    tb_perf_sample(&b, 1, 1200, 7, 8, 2, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 1210, 7, 9, 2, TB_SEQ_NEEDS);  /* seq 1's */
+    clear_with_unnamed_frame(&b, 1, 1300);
+    clear_with_unnamed_frame(&b, 2, 1310);               /* seq 1's twin */
+    tb_perf_sample(&b, 1, 1320, 7, 8, 1, TB_SEQ_NEEDS);  /* function 9 unknown: dropped */
+    clear_with_unnamed_frame(&b, 1, 1400);               /* replayed */
+    intern_function_9(&b, 1, 1410, "foo");
+    tb_perf_sample(&b, 1, 1420, 7, 8, 1, TB_SEQ_NEEDS);  /* foo */
+    clear_with_unnamed_frame(&b, 2, 1500);               /* replayed; seq 1 interned more: no twin */
+    tb_perf_sample(&b, 2, 1510, 7, 9, 1, TB_SEQ_NEEDS);  /* dropped */
+    clear_with_unnamed_frame(&b, 1, 1550);               /* replayed: seq 1 began last with these bytes */
+    clear_and_intern(&b, 1, 1600, xyz, 3);
+    tb_perf_sample(&b, 1, 1605, 7, 8, 1, TB_SEQ_NEEDS);  /* xyz */
+    clear_with_unnamed_frame(&b, 2, 1610);               /* replayed again; seq 1 differs now: no twin */
+    intern_function_9(&b, 2, 1620, "bar");
+    tb_perf_sample(&b, 2, 1630, 7, 9, 1, TB_SEQ_NEEDS);  /* bar */
+    assert_agrees(&b, NULL, 6);
     tb_free(&b);
 }
 

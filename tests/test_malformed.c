@@ -1265,6 +1265,25 @@ Test(relay_schema, perf_sample_cpu_with_wrong_wire_type_is_rejected) {
     tb_free(&t);
 }
 
+/* A payload of one-byte varint fields passes the schema without the
+ * general walk, unless one of them is a field the schema wants
+ * length-delimited: a ClockSnapshot whose clocks (1) come as a varint is
+ * malformed at that field, in both modes. */
+Test(schema, varint_where_a_nested_message_belongs_is_rejected) {
+    for (size_t m = 0; m < 2; m++) {
+        tb_buf t = {0};
+        valid_trace(&t, 2);
+        size_t p = tb_packet_open(&t, 1, TB_NO_TS, 0);
+        size_t cs = tb_open(&t, TM_PF_PACKET_CLOCK_SNAPSHOT);
+        size_t bad = t.len;
+        tb_uint(&t, TM_PF_CLOCK_SNAPSHOT_CLOCKS, 6);
+        bad = close_at(&t, cs, bad);
+        bad = close_at(&t, p, bad);
+        expect_error_at(&t, modes[m], NULL, TM_ERR_MALFORMED, bad);
+        tb_free(&t);
+    }
+}
+
 /* ClockSnapshot.Clock in Relay's subset has clock_id (1) and timestamp (2)
  * only, so prost skips is_incremental (3) and unit_multiplier_ns (4)
  * whatever their wire type, and Relay converts the trace. */

@@ -517,6 +517,58 @@ Test(pb_packed, packed_and_unpacked_give_the_same_sequence) {
     tb_free(&unpacked);
 }
 
+/* tm_pb_repeated_next reads one- and two-byte unpacked elements and
+ * one-byte packed ones inline: every length, both shapes mixed, other
+ * fields between, elements that end the message. */
+Test(pb_packed, repeated_iterator_mixes_shapes_and_lengths) {
+    static const uint64_t vals[] = {5, 127, 128, 16383, 16384, (uint64_t)1 << 35, 0, 300, 1, 2};
+    size_t n = N_OF(vals);
+    for (size_t cut = 0; cut <= n; cut++) { /* vals[0..cut) unpacked, the rest packed, then unpacked again */
+        tb_buf b = {0};
+        tb_uint(&b, 3, 99);
+        for (size_t i = 0; i < cut; i++) {
+            tb_uint(&b, 1, vals[i]);
+            if (i % 3 == 1) tb_str(&b, 4, "x");
+        }
+        if (cut < n) tb_packed(&b, 1, vals + cut, n - cut);
+        for (size_t i = 0; i < cut; i++) tb_uint(&b, 1, vals[i]);
+        uint8_t *in = exact_copy(&b);
+        tm_pb_repeated it = tm_pb_repeated_of(bytes_of(in, b.len), 1);
+        uint64_t v;
+        size_t k = 0;
+        int rc;
+        while ((rc = tm_pb_repeated_next(&it, &v)) == TM_PB_OK) {
+            size_t want = k < n ? k : k - n;
+            cr_assert_lt(k, n + cut, "cut %zu: too many values", cut);
+            cr_assert_eq(v, vals[want], "cut %zu, value %zu", cut, k);
+            k++;
+        }
+        cr_assert_eq(rc, TM_PB_DONE, "cut %zu", cut);
+        cr_assert_eq(k, n + cut, "cut %zu", cut);
+        free(in);
+        tb_free(&b);
+    }
+}
+
+Test(pb_packed, repeated_iterator_reports_a_wrong_wire_type_and_a_truncated_element) {
+    const uint8_t fixed[] = {0x08, 0x85, 0x01, 0x0d, 1, 2, 3, 4}; /* 133, then field 1 as fixed32 */
+    tm_pb_repeated it = tm_pb_repeated_of(bytes_of(fixed, sizeof fixed), 1);
+    uint64_t v;
+    cr_assert_eq(tm_pb_repeated_next(&it, &v), TM_PB_OK);
+    cr_assert_eq(v, 133);
+    cr_assert_eq(tm_pb_repeated_next(&it, &v), TM_PB_ERROR);
+    cr_assert_eq(it.msg.p, fixed + 3);
+    const uint8_t cut[] = {0x08, 0x85}; /* a two-byte element cut after its first byte */
+    it = tm_pb_repeated_of(bytes_of(cut, sizeof cut), 1);
+    cr_assert_eq(tm_pb_repeated_next(&it, &v), TM_PB_ERROR);
+    const uint8_t packed_cut[] = {0x0a, 0x02, 0x07, 0x85}; /* 7, then a cut element */
+    it = tm_pb_repeated_of(bytes_of(packed_cut, sizeof packed_cut), 1);
+    cr_assert_eq(tm_pb_repeated_next(&it, &v), TM_PB_OK);
+    cr_assert_eq(v, 7);
+    cr_assert_eq(tm_pb_repeated_next(&it, &v), TM_PB_ERROR);
+    cr_assert_eq(it.msg.p, packed_cut + 3);
+}
+
 Test(pb_packed, hand_encoded_packed_field) {
     /* The protobuf guide's example: field 4 packed [3, 270, 86942] = 22 06 03 8e 02 9e a7 05 */
     static const uint8_t msg[] = {0x22, 0x06, 0x03, 0x8e, 0x02, 0x9e, 0xa7, 0x05};

@@ -41,12 +41,23 @@ static void model_close(model *m) {
 
 typedef int64_t (*ts_gen)(size_t i);
 
-/* Fills a profile with n samples from gen, sorts, checks order and stability. */
-static void check_sort(size_t n, ts_gen gen) {
+/* Fills a profile with n samples from gen, sorts, checks order and
+ * stability. With n_threads, sample i belongs to thread (i / 32) %
+ * n_threads (a small input whose threads are each in time order is merged
+ * by thread); without, to thread 7, which the model does not have. */
+static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
     model m;
     model_open(&m);
     tm_profile *const p = &m.p;
-    for (size_t i = 0; i < n; i++) cr_assert_eq(tm_profile_add_sample(p, gen(i), (uint32_t)i, 7), TM_OK);
+    for (uint32_t t = 0; t < n_threads; t++) {
+        uint32_t idx;
+        cr_assert_eq(tm_profile_thread(p, 100 + t, &idx), TM_OK);
+        cr_assert_eq(idx, t);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t thread = n_threads ? (uint32_t)(i / 32 % n_threads) : 7;
+        cr_assert_eq(tm_profile_add_sample(p, gen(i), (uint32_t)i, thread), TM_OK);
+    }
     cr_assert_eq(tm_profile_sort_samples(p), TM_OK);
     cr_assert_eq(p->n_samples, n);
     uint8_t *seen = calloc(n, 1);
@@ -57,7 +68,7 @@ static void check_sort(size_t n, ts_gen gen) {
         cr_assert_eq(seen[s->stack], 0, "sample %u twice", s->stack);
         seen[s->stack] = 1;
         cr_assert_eq(s->ts, gen(s->stack), "sample %u lost its timestamp", s->stack);
-        cr_assert_eq(s->thread, 7);
+        cr_assert_eq(s->thread, n_threads ? (uint32_t)(s->stack / 32 % n_threads) : 7);
         if (i) {
             const tm_prof_sample *prev = &p->samples[i - 1];
             cr_assert_leq(prev->ts, s->ts, "not sorted at %zu", i);
@@ -73,6 +84,21 @@ static int64_t interleaved(size_t i) {
     size_t chunk = i / 32, stream = chunk % 8, k = (chunk / 8) * 32 + i % 32;
     return 1000000000 + (int64_t)k * 1000000 + (int64_t)stream * 1000;
 }
+static void check_sort(size_t n, ts_gen gen) { check_sort_threads(n, gen, 0); }
+
+/* The same streams with equal times across them: ties between threads. */
+static int64_t tied_streams(size_t i) {
+    size_t chunk = i / 32, k = (chunk / 8) * 32 + i % 32;
+    return 1000000000 + (int64_t)(k / 3) * 1000000;
+}
+/* Chunks of 32 spread round-robin over T threads, each thread's in time
+ * order, the threads' overlapping. */
+static int64_t round_robin(size_t i, size_t threads) {
+    size_t chunk = i / 32;
+    return (int64_t)(chunk / threads) * 40000 + (int64_t)(i % 32) * 1000 + (int64_t)(chunk % threads) * 7;
+}
+static int64_t round_robin_3(size_t i) { return round_robin(i, 3); }
+static int64_t round_robin_5(size_t i) { return round_robin(i, 5); }
 static int64_t few_values(size_t i) { return (int64_t)((i * 2654435761u) % 5) * 1000; }
 static int64_t wide_random(size_t i) {
     static int64_t v[300000];
@@ -90,6 +116,15 @@ Test(profile_sort, interleaved_streams_small) { check_sort(1000, interleaved); }
 Test(profile_sort, heavy_duplicates_are_stable) { check_sort(100000, few_values); }
 Test(profile_sort, full_64_bit_span_with_negative_times) { check_sort(300000, wide_random); }
 Test(profile_sort, reversed_input) { check_sort(50000, reversed); }
+Test(profile_sort, small_input_merged_by_thread) { check_sort_threads(3000, interleaved, 8); }
+Test(profile_sort, small_input_merged_by_thread_keeps_ties_in_input_order) { check_sort_threads(3000, tied_streams, 8); }
+Test(profile_sort, small_input_merged_by_an_odd_number_of_threads) {
+    check_sort_threads(3000, round_robin_3, 3);
+    check_sort_threads(2999, round_robin_5, 5);
+    check_sort_threads(40, round_robin_3, 1);
+}
+Test(profile_sort, small_input_with_a_thread_out_of_order) { check_sort_threads(3000, reversed, 4); }
+Test(profile_sort, small_input_with_more_threads_than_merged) { check_sort_threads(3000, interleaved, 16); }
 
 Test(profile_dedup, equal_stacks_share_an_id_in_first_seen_order) {
     model m;

@@ -243,28 +243,44 @@ void tm_u64map_free(tm_mem *mem, tm_u64map *m) {
 
 /* ---- iid map ---- */
 
-tm_status tm_iidmap_put(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries) {
+/* Whether the dense part may grow to hold key: while it stays within 4x
+ * the entries (plus slack). */
+static bool dense_may_hold(uint64_t key, size_t n_entries) {
+    return key < 4 * (uint64_t)n_entries + 1024 && key < (1u << 26);
+}
+
+/* Grows the dense part past key (which it does not hold yet). */
+static tm_status grow_dense(tm_mem *mem, tm_iidmap *m, uint64_t key) {
+    size_t n = m->n_dense ? m->n_dense : 64;
+    while (n <= key) n *= 2;
+    uint32_t *d = tm_mem_realloc(mem, m->dense, m->n_dense * sizeof *d, n * sizeof *d);
+    if (!d) return TM_ERR_NOMEM;
+    memset(d + m->n_dense, 0xff, (n - m->n_dense) * sizeof *d);
+    /* Keys that went to the sparse part while the dense one was
+     * smaller: lookups of them now read the dense part. */
+    for (size_t i = 0; m->sparse.len && i < m->sparse.cap; i++)
+        if (m->sparse.vals[i] != TM_ABSENT && m->sparse.keys[i] < n) d[m->sparse.keys[i]] = m->sparse.vals[i];
+    m->dense = d;
+    m->n_dense = n;
+    return TM_OK;
+}
+
+tm_status tm_iidmap_put_slow(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries) {
     if (key < m->n_dense) {
         m->dense[key] = val;
         return TM_OK;
     }
-    /* Grow the dense part while it stays within 4x the entries (plus slack). */
-    if (key < 4 * (uint64_t)n_entries + 1024 && key < (1u << 26)) {
-        size_t n = m->n_dense ? m->n_dense : 64;
-        while (n <= key) n *= 2;
-        uint32_t *d = tm_mem_realloc(mem, m->dense, m->n_dense * sizeof *d, n * sizeof *d);
-        if (!d) return TM_ERR_NOMEM;
-        memset(d + m->n_dense, 0xff, (n - m->n_dense) * sizeof *d);
-        /* Keys that went to the sparse part while the dense one was
-         * smaller: lookups of them now read the dense part. */
-        for (size_t i = 0; m->sparse.len && i < m->sparse.cap; i++)
-            if (m->sparse.vals[i] != TM_ABSENT && m->sparse.keys[i] < n) d[m->sparse.keys[i]] = m->sparse.vals[i];
-        m->dense = d;
-        m->n_dense = n;
-        d[key] = val;
+    if (dense_may_hold(key, n_entries)) {
+        TM_TRY(grow_dense(mem, m, key));
+        m->dense[key] = val;
         return TM_OK;
     }
     return tm_u64map_put(mem, &m->sparse, key, val);
+}
+
+tm_status tm_iidmap_reserve(tm_mem *mem, tm_iidmap *m, uint64_t max_key, size_t n_entries) {
+    if (max_key < m->n_dense || !dense_may_hold(max_key, n_entries)) return TM_OK;
+    return grow_dense(mem, m, max_key);
 }
 
 /* The dense part does not count its entries, so a large one is dropped

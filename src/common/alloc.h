@@ -123,8 +123,19 @@ static inline uint32_t tm_iidmap_get(const tm_iidmap *m, uint64_t key) {
     if (TM_LIKELY(key < m->n_dense)) return m->dense[key];
     return tm_u64map_get(&m->sparse, key);
 }
-/* Inserts or overwrites; *n_entries bounds how far the dense part may grow. */
-tm_status tm_iidmap_put(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries);
+/* Inserts or overwrites; n_entries bounds how far the dense part may grow.
+ * A key the dense part holds is one store, inline. */
+tm_status tm_iidmap_put_slow(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries);
+static inline tm_status tm_iidmap_put(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t val, size_t n_entries) {
+    if (TM_LIKELY(key < m->n_dense)) {
+        m->dense[key] = val;
+        return TM_OK;
+    }
+    return tm_iidmap_put_slow(mem, m, key, val, n_entries);
+}
+/* Grows the dense part at once to hold keys up to max_key, as far as puts
+ * with n_entries could grow it (a run of puts then makes no reallocations). */
+tm_status tm_iidmap_reserve(tm_mem *mem, tm_iidmap *m, uint64_t max_key, size_t n_entries);
 /* Like tm_u64map_clear: linear in what the map holds. */
 void tm_iidmap_clear(tm_mem *mem, tm_iidmap *m);
 void tm_iidmap_free(tm_mem *mem, tm_iidmap *m);

@@ -532,9 +532,11 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m
         const tm_prof_stack *sk = &p->stacks[i];
         if (i) tm_jw_char(w, ',');
         tm_jw_char(w, '[');
-        for (uint32_t j = 0; j < sk->len; j++) {
-            if (j) tm_jw_char(w, ',');
-            tm_jw_u64(w, p->frame_ids[sk->off + j]);
+        const uint32_t *ids = p->frame_ids + sk->off;
+        for (uint32_t j = 0; j < sk->len; j++) { /* in place: a deep stack holds hundreds of ids */
+            char *o = tm_jw_reserve(w, 12);
+            if (j) *o++ = ',';
+            tm_jw_commit(w, tm_put_u64(o, ids[j]));
         }
         tm_jw_char(w, ']');
     }

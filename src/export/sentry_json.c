@@ -160,18 +160,18 @@ static tm_str no_slash(tm_str s) {
     return s;
 }
 
-static bool starts_with(tm_str s, const char *prefix, size_t n) {
-    return s.len >= n && (n == 0 || memcmp(s.data, prefix, n) == 0);
-}
-
 /* The length of the longest of list[0..n) that starts s (leading '/'
- * ignored on both sides), or -1. */
+ * ignored on both sides), or -1. Compared byte by byte, no strlen: most
+ * prefixes differ from s in their first byte, and this runs per frame. */
 static long longest(tm_str s, const char *const *list, size_t n) {
     long best = -1;
     for (size_t i = 0; s.data && i < n; i++) {
-        if (!list[i]) continue;
-        tm_str pre = no_slash((tm_str){(const uint8_t *)list[i], strlen(list[i])});
-        if (starts_with(s, (const char *)pre.data, pre.len) && (long)pre.len > best) best = (long)pre.len;
+        const char *pre = list[i];
+        if (!pre) continue;
+        if (*pre == '/') pre++;
+        size_t k = 0;
+        while (pre[k] && k < s.len && (uint8_t)pre[k] == s.data[k]) k++;
+        if (!pre[k] && (long)k > best) best = (long)k;
     }
     return best;
 }

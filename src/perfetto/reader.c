@@ -489,16 +489,23 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
  * where its entries start in src), adds the entries o added, moved to b:
  * the same bytes give the same entries. same: they are what s's epoch
  * before had here (their same_since holds); else each is compared with it.
+ * src_index: src's per-kind index, whose sizes s's index takes at once.
  * *done false when b is not o's bytes, or when the entries would cross
  * max_interned_entries (the general path names the entry). */
-static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_pf_blob *o, tm_bytes b,
-                           bool same, bool *done) {
+static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_iidmap *src_index,
+                           const tm_pf_blob *o, tm_bytes b, bool same, bool *done) {
     *done = false;
     if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
         memcmp(o->bytes.data, b.data, b.len) != 0)
         return TM_OK;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
     if (o->count) TM_TRY(ensure_index(r, s));
+    /* Each kind's index sized at once as far as the source's grew (it
+     * held these iids), not doubled as they arrive, nor scanned for them. */
+    for (int kind = 0; o->count && src_index && kind < TM_PF_N_INTERNED_KINDS; kind++)
+        if (src_index[kind].n_dense &&
+            tm_iidmap_reserve(r->mem, &s->newest[kind], src_index[kind].n_dense - 1, s->n_ents + o->count) != TM_OK)
+            return nomem(r);
     for (uint32_t k = 0; k < o->count; k++) {
         tm_pf_entry e = src[o->first + k];
         e.msg = b.data + (e.msg - o->bytes.data);
@@ -534,7 +541,7 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || s->n_replayed != s->n_blobs ||
         s->n_blobs >= s->n_old_blobs)
         return TM_OK;
-    TM_TRY(copy_blob(r, s, s->old_ents, &s->old_blobs[s->n_blobs], b, true, done));
+    TM_TRY(copy_blob(r, s, s->old_ents, s->old_newest, &s->old_blobs[s->n_blobs], b, true, done));
     s->n_replayed += *done;
     return TM_OK;
 }
@@ -551,7 +558,7 @@ static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint6
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
-    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, &r->seqs[ti].blobs[0], b, false, done));
+    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, r->seqs[ti].newest, &r->seqs[ti].blobs[0], b, false, done));
     if (*done) s->twin = ti, s->twin_epoch = r->seqs[ti].epoch, s->twin_of_epoch = s->epoch;
     return TM_OK;
 }
@@ -563,15 +570,35 @@ static tm_status add_blob(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, size_t firs
     return TM_OK;
 }
 
+/* When b, which begins s's epoch as the epoch before's first message
+ * again (replayed), is also what another sequence's epoch began with, that
+ * one is s's twin as if s had copied it: the same bytes give the same
+ * entries. A writer's sequences that each re-send their tables at every
+ * clear are twins in every epoch, not only in their first. */
+static void twin_of_replayed(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
+    uint32_t ti = tm_u64map_get(&r->first_blob, s->first_hash);
+    if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return;
+    const tm_pf_seq *t = &r->seqs[ti];
+    if (t->blobs[0].bytes.len != b.len || memcmp(t->blobs[0].bytes.data, b.data, b.len) != 0) return;
+    s->twin = ti, s->twin_epoch = t->epoch, s->twin_of_epoch = s->epoch;
+}
+
 static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     size_t first = s->n_ents;
     bool replayed;
     TM_TRY(replay(r, s, b, &replayed));
-    if (replayed) return add_blob(r, s, b, first);
+    if (replayed) {
+        if (s->n_blobs == 0) { /* the epoch's first message: first_hash is its hash still */
+            twin_of_replayed(r, s, b);
+            if (tm_u64map_put(r->mem, &r->first_blob, s->first_hash, s->index) != TM_OK) return nomem(r);
+        }
+        return add_blob(r, s, b, first);
+    }
     /* an epoch's first message, not the one before's again: another sequence may have begun with it */
     bool epoch_start = !(r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) && s->n_blobs == 0 && s->n_ents == 0;
     uint64_t hash = epoch_start ? tm_hash_bytes(0, b) : 0;
     if (epoch_start) {
+        s->first_hash = hash;
         TM_TRY(copy_from_twin(r, s, b, hash, &replayed));
         if (tm_u64map_put(r->mem, &r->first_blob, hash, s->index) != TM_OK) return nomem(r);
         if (replayed) return add_blob(r, s, b, first);

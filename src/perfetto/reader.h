@@ -101,8 +101,10 @@ typedef struct tm_pf_seq {
     tm_pf_blob *blobs, *old_blobs; size_t n_blobs, cap_blobs, n_old_blobs, cap_old_blobs;
     size_t n_replayed;
     /* twin_of_epoch == epoch: this epoch began with a copy of the first
-     * InternedData message of sequence twin's epoch twin_epoch. */
+     * InternedData message of sequence twin's epoch twin_epoch (or with the
+     * same bytes again, replayed). */
     uint32_t twin, twin_epoch, twin_of_epoch;
+    uint64_t first_hash;   /* the hash of the first InternedData message of the epoch that read it */
     /* Did this epoch re-send everything the one before had, byte for byte?
      * Yes when n_same reaches n_before. last_unfull: the latest ended epoch
      * that did not. */

@@ -223,15 +223,27 @@ static const schema *child_schema(const schema *sc, uint32_t field) {
     return NULL;
 }
 
-/* A message of varints only with one-byte tags (fields 1-15), the shape of
- * the many small messages a payload repeats (HeapSample, a Frame): valid
- * whatever schema lists varints only. Anything else is left to the general
- * check. */
-static bool plain_varints(tm_bytes msg) {
+/* The fields of sc that must be length-delimited: its strings and bytes,
+ * and its nested messages. */
+static uint64_t len_fields(const schema *sc) {
+    uint64_t m = sc->lens;
+    for (const child *c = sc->children; c && c->field; c++)
+        if (c->field < 64) m |= 1ull << c->field;
+    return m;
+}
+
+/* A message of varints only with one-byte tags (fields 1-15), none of them
+ * a field sc wants length-delimited: the shape of the many small messages
+ * a payload repeats (HeapSample, a Frame, a PerfSample). Valid, since a
+ * varint is what sc wants of any other field (a repeated one may come
+ * unpacked). Anything else is left to the general check. */
+static bool plain_varints(const schema *sc, tm_bytes msg) {
     const uint8_t *p = msg.data, *end = p + msg.len;
+    uint64_t lens = len_fields(sc);
     while (p < end) {
         uint8_t tag = *p++;
-        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
+        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || (lens >> (tag >> 3) & 1) || p >= end)
+            return false;
         uint64_t v;
         if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
     }
@@ -239,7 +251,7 @@ static bool plain_varints(tm_bytes msg) {
 }
 
 static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg) {
-    if (!sc->lens && !sc->repeated && !sc->children && msg.len && plain_varints(msg)) return TM_OK;
+    if (msg.len && plain_varints(sc, msg)) return TM_OK;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;

@@ -232,7 +232,8 @@ void tm_profile_count_threads(tm_profile *p) {
  * buckets of the top bits sized to stay in L2 (~16 K samples); each bucket
  * is then sorted by LSD passes over its low bits while it is in cache, so
  * main memory is crossed only by the MSD pass. Every pass is stable, so
- * equal timestamps keep their input order. */
+ * equal timestamps keep their input order. A small input whose threads
+ * are each in order (one chunk) is merged by thread instead. */
 
 #define DIGIT_BITS 11
 #define BUCKET_SAMPLES 16384
@@ -265,6 +266,89 @@ static tm_prof_sample *lsd_sort(tm_prof_sample *src, tm_prof_sample *dst, size_t
     return src;
 }
 
+/* A small input (one chunk: a few thousand samples) whose threads each
+ * arrive in time order, as a sequence per thread gives: merging the
+ * threads' runs costs a few comparisons a sample, where the radix passes
+ * pay for their counts arrays whatever n is. */
+#define MERGE_MAX_THREADS 8
+
+/* Merges sorted runs x and y (each ordered by time, then input position)
+ * into out, and their positions into out_index unless NULL. */
+static void merge_runs(const tm_prof_sample *x, const uint32_t *xi, size_t nx, const tm_prof_sample *y,
+                       const uint32_t *yi, size_t ny, tm_prof_sample *out, uint32_t *out_index) {
+    size_t i = 0, j = 0, o = 0;
+    while (i < nx && j < ny) {
+        bool take_y = y[j].ts < x[i].ts || (y[j].ts == x[i].ts && yi[j] < xi[i]);
+        if (out_index) out_index[o] = take_y ? yi[j] : xi[i];
+        out[o++] = take_y ? y[j++] : x[i++];
+    }
+    for (; i < nx; i++, o++) {
+        if (out_index) out_index[o] = xi[i];
+        out[o] = x[i];
+    }
+    for (; j < ny; j++, o++) {
+        if (out_index) out_index[o] = yi[j];
+        out[o] = y[j];
+    }
+}
+
+/* Stable merge of the threads' runs of a[0..n) back into a; false when a
+ * thread's samples are not in time order (or there are too many threads),
+ * leaving a as it was. The runs are merged in pairs, pass after pass; equal
+ * times keep their input order. */
+static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool *done) {
+    size_t k = p->n_threads, bound[MERGE_MAX_THREADS + 1];
+    int64_t last[MERGE_MAX_THREADS];
+    *done = false;
+    if (k > MERGE_MAX_THREADS) return TM_OK;
+    size_t fill[MERGE_MAX_THREADS] = {0};
+    for (size_t t = 0; t < k; t++) last[t] = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = a[i].thread;
+        if (t >= k || a[i].ts < last[t]) return TM_OK;
+        last[t] = a[i].ts;
+        fill[t]++;
+    }
+    tm_prof_sample *runs = tm_mem_alloc(p->mem, 2 * n * sizeof *runs);
+    uint32_t *index = tm_mem_alloc(p->mem, 2 * n * sizeof *index); /* input positions: the tie-break */
+    if (!runs || !index) {
+        tm_mem_free(p->mem, runs, 2 * n * sizeof *runs);
+        tm_mem_free(p->mem, index, 2 * n * sizeof *index);
+        return TM_ERR_NOMEM;
+    }
+    bound[0] = 0;
+    for (size_t t = 0; t < k; t++) bound[t + 1] = bound[t] + fill[t], fill[t] = bound[t];
+    for (size_t i = 0; i < n; i++) {
+        size_t at = fill[a[i].thread]++;
+        runs[at] = a[i];
+        index[at] = (uint32_t)i;
+    }
+    tm_prof_sample *src = runs, *dst = runs + n;
+    uint32_t *src_index = index, *dst_index = index + n;
+    size_t n_runs = k;
+    while (n_runs > 2) {
+        size_t merged = 0;
+        for (size_t r = 0; r < n_runs; r += 2) {
+            size_t lo = bound[r], mid = bound[r + 1], hi = r + 2 <= n_runs ? bound[r + 2] : mid;
+            merge_runs(src + lo, src_index + lo, mid - lo, src + mid, src_index + mid, hi - mid, dst + lo,
+                       dst_index + lo);
+            bound[merged++] = lo;
+        }
+        bound[merged] = n;
+        n_runs = merged;
+        tm_prof_sample *t = src;
+        src = dst, dst = t;
+        uint32_t *ti = src_index;
+        src_index = dst_index, dst_index = ti;
+    }
+    size_t mid = n_runs == 2 ? bound[1] : n; /* the last pass writes a */
+    merge_runs(src, src_index, mid, src + mid, src_index + mid, n - mid, a, NULL);
+    tm_mem_free(p->mem, runs, 2 * n * sizeof *runs);
+    tm_mem_free(p->mem, index, 2 * n * sizeof *index);
+    *done = true;
+    return TM_OK;
+}
+
 tm_status tm_profile_sort_samples(tm_profile *p) {
     size_t n = p->n_samples;
     tm_prof_sample *a = p->samples;
@@ -276,6 +360,11 @@ tm_status tm_profile_sort_samples(tm_profile *p) {
         if (a[i].ts > max) max = a[i].ts;
     }
     if (sorted) return TM_OK;
+    if (n <= BUCKET_SAMPLES) {
+        bool merged;
+        TM_TRY(merge_threads(p, a, n, &merged));
+        if (merged) return TM_OK;
+    }
     uint64_t span = (uint64_t)max - (uint64_t)min;
     unsigned bits = 1;
     while (bits < 64 && (span >> bits) != 0) bits++;

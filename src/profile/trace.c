@@ -245,17 +245,30 @@ static inline bool all_carry(const dec *d, const resolved *c) {
     return c && !d->local && !d->relay && tm_pf_unchanged_since(&d->rd, d->gen, c->upto);
 }
 
+/* How far along a chain of twins a resolution is looked for. */
+#define TWIN_HOPS 8
+
 /* What s's twin (tm_pf_twin_of) resolved iid to in its current epoch, in
  * the cache at offset `which` of seq_state: the same entries give the same
  * result, so a writer's sequence per thread resolves its tables once. */
 static bool twin_resolved(const dec *d, const seq_state *s, size_t which, uint64_t iid, uint32_t *out) {
-    uint32_t twin;
-    if (d->local || d->relay || !tm_pf_twin_of(&d->rd, s->index, &twin) || twin >= d->n_seqs) return false;
-    res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
-    const resolved *c = cache_find(cache, iid);
-    if (!c || c->upto != d->rd.seqs[twin].epoch) return false;
-    *out = c->id;
-    return true;
+    if (d->local || d->relay) return false;
+    /* The twin's own twin holds the same entries too, and so on along the
+     * chain (a writer's sequences clear at different times, each copying
+     * the one that began last): the first that resolved iid answers. */
+    uint32_t at = s->index, twin;
+    for (int hop = 0; hop < TWIN_HOPS && tm_pf_twin_of(&d->rd, at, &twin) && twin < d->n_seqs; hop++) {
+        res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
+        const resolved *c = cache_find(cache, iid);
+        const tm_pf_seq *t = &d->rd.seqs[twin];
+        /* resolved in the twin's epoch, or before it and carried over whole (all_carry) */
+        if (c && (c->upto == t->epoch || tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) {
+            *out = c->id;
+            return true;
+        }
+        at = twin;
+    }
+    return false;
 }
 
 /* Carries c over to this epoch. */
@@ -899,12 +912,42 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
     return TM_OK;
 }
 
+/* Both lists of a StreamingProfilePacket in one pass, when it holds only
+ * varints under one-byte tags (what an unpacked writer sends); *done false
+ * otherwise, leaving the packet to collect_repeated. */
+static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, size_t *n_dt, bool *done) {
+    *n_cs = *n_dt = 0;
+    *done = false;
+    if (!msg.len) return TM_OK;
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    while (p < end) {
+        uint64_t v;
+        if (end - p < 2 || p[0] < 8 || p[0] >= 0x80 || (p[0] & 7) != TM_PB_VARINT) return TM_OK;
+        uint32_t num = (uint32_t)p[0] >> 3;
+        if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
+        if (num == TM_PF_STREAMING_CALLSTACK_IID) {
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, *n_cs + 1));
+            d->cs_scratch[(*n_cs)++] = v;
+        } else if (num == TM_PF_STREAMING_TIMESTAMP_DELTA_US) {
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, *n_dt + 1));
+            d->delta_scratch[(*n_dt)++] = (int64_t)v;
+        }
+    }
+    *done = true;
+    return TM_OK;
+}
+
 static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     size_t n_cs, n_dt;
-    TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid", &d->cs_scratch,
-                            &d->cap_cs, &n_cs));
-    TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US, "StreamingProfilePacket.timestamp_delta_us",
-                            (uint64_t **)&d->delta_scratch, &d->cap_delta, &n_dt));
+    bool plain;
+    TM_TRY(collect_streaming_plain(d, k->data, &n_cs, &n_dt, &plain));
+    if (!plain) {
+        TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid",
+                                &d->cs_scratch, &d->cap_cs, &n_cs));
+        TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US,
+                                "StreamingProfilePacket.timestamp_delta_us", (uint64_t **)&d->delta_scratch,
+                                &d->cap_delta, &n_dt));
+    }
     tm_profile *p = d->p;
     p->stats.streaming_samples += n_cs;
     TM_TRY(check_sample_limit(d, k->start));

@@ -191,10 +191,30 @@ void tm_jw_f64(tm_jw *w, double v) {
     tm_jw_raw(w, b, tm_format_f64(v, b));
 }
 
+/* Whether none of the 8 bytes in x needs care in a string: no control
+ * byte, '"', '\\' or non-ASCII byte (the exact any-byte tests of "Bit
+ * Twiddling Hacks"). Paths and names are mostly plain, so they are
+ * scanned a word at a time. */
+static inline bool plain8(uint64_t x) {
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t quote = x ^ (ones * '"'), backslash = x ^ (ones * '\\');
+    uint64_t control = (x - ones * 0x20) & ~x, quotes = (quote - ones) & ~quote,
+             backslashes = (backslash - ones) & ~backslash;
+    return ((control | quotes | backslashes | x) & high) == 0;
+}
+
 void tm_jw_str(tm_jw *w, tm_str s) {
     tm_jw_char(w, '"');
     const uint8_t *p = s.data, *e = s.data + s.len, *run = p;
     while (p < e) {
+        if (e - p >= 8) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            if (plain8(x)) {
+                p += 8;
+                continue;
+            }
+        }
         uint8_t c = *p;
         if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
             p++;

@@ -52,3 +52,23 @@ int tm_pb_next_slow(tm_pb_reader *r, tm_pb_field *f) {
     r->p = p;
     return TM_PB_OK;
 }
+
+int tm_pb_repeated_next_slow(tm_pb_repeated *it, uint64_t *out) {
+    for (;;) {
+        if (it->packed.p < it->packed.end) {
+            if (tm_pb_packed_next(&it->packed, out) == TM_PB_OK) return TM_PB_OK;
+            return tm_pb_fail(&it->msg, it->packed.p, it->packed.err_code, it->packed.err);
+        }
+        tm_pb_field f;
+        int rc = tm_pb_next(&it->msg, &f);
+        if (rc != TM_PB_OK) return rc;
+        if (f.num != it->num) continue;
+        if (f.wire == TM_PB_VARINT) {
+            *out = f.val;
+            return TM_PB_OK;
+        }
+        if (f.wire != TM_PB_LEN)
+            return tm_pb_fail(&it->msg, f.start, TM_ERR_MALFORMED, "repeated varint field with a wrong wire type");
+        it->packed = tm_pb_reader_of(f.bytes);
+    }
+}

@@ -51,6 +51,11 @@ static inline int tm_pb_varint(const uint8_t **pp, const uint8_t *end, uint64_t 
         *pp = p + 1;
         return 0;
     }
+    if (TM_LIKELY(end - p >= 2 && p[1] < 0x80)) { /* two bytes: frame ids of a packed callstack */
+        *out = (uint64_t)(p[0] & 0x7f) | (uint64_t)p[1] << 7;
+        *pp = p + 2;
+        return 0;
+    }
     uint64_t v = 0;
     for (unsigned shift = 0; shift < 70; shift += 7) {
         if (p >= end) return 1;
@@ -153,31 +158,41 @@ typedef struct tm_pb_repeated {
     tm_pb_reader msg;    /* the rest of the message */
     tm_pb_reader packed; /* the packed run being read */
     uint32_t num;
+    uint32_t tag;        /* the field's one-byte varint tag; 0: none (num >= 16) */
 } tm_pb_repeated;
 
 static inline tm_pb_repeated tm_pb_repeated_of(tm_bytes msg, uint32_t num) {
-    tm_pb_repeated it = {tm_pb_reader_of(msg), {NULL, NULL, NULL, TM_OK}, num};
+    tm_pb_repeated it = {tm_pb_reader_of(msg), {NULL, NULL, NULL, TM_OK}, num, num < 16 ? num << 3 : 0};
     return it;
 }
 
+/* The general case (pb.c): packed runs, other tags, longer varints. */
+int tm_pb_repeated_next_slow(tm_pb_repeated *it, uint64_t *out);
+
 static inline int tm_pb_repeated_next(tm_pb_repeated *it, uint64_t *out) {
-    for (;;) {
-        if (it->packed.p < it->packed.end) {
-            if (tm_pb_packed_next(&it->packed, out) == TM_PB_OK) return TM_PB_OK;
-            return tm_pb_fail(&it->msg, it->packed.p, it->packed.err_code, it->packed.err);
-        }
-        tm_pb_field f;
-        int rc = tm_pb_next(&it->msg, &f);
-        if (rc != TM_PB_OK) return rc;
-        if (f.num != it->num) continue;
-        if (f.wire == TM_PB_VARINT) {
-            *out = f.val;
+    /* A one-byte element of a packed run, or an unpacked element of one or
+     * two bytes straight from its tag (a callstack's frame ids, either
+     * way); anything else takes the general way. */
+    const uint8_t *p = it->msg.p, *q = it->packed.p;
+    if (q < it->packed.end) {
+        if (q[0] < 0x80) {
+            *out = q[0];
+            it->packed.p = q + 1;
             return TM_PB_OK;
         }
-        if (f.wire != TM_PB_LEN)
-            return tm_pb_fail(&it->msg, f.start, TM_ERR_MALFORMED, "repeated varint field with a wrong wire type");
-        it->packed = tm_pb_reader_of(f.bytes);
+    } else if (it->tag && it->msg.end - p >= 3 && p[0] == it->tag) {
+        if (p[1] < 0x80) {
+            *out = p[1];
+            it->msg.p = p + 2;
+            return TM_PB_OK;
+        }
+        if (p[2] < 0x80) {
+            *out = (uint64_t)(p[1] & 0x7f) | (uint64_t)p[2] << 7;
+            it->msg.p = p + 3;
+            return TM_PB_OK;
+        }
     }
+    return tm_pb_repeated_next_slow(it, out);
 }
 
 /* Counts the elements of a packed varint field (no validation beyond what
