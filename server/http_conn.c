@@ -190,18 +190,23 @@ static int refuse_early(const char *buf, size_t len, size_t skip, tm_srv_http_er
     size_t m = skip;
     while (m < len && m - skip <= MAX_METHOD_BYTES && tchar((unsigned char)buf[m])) m++;
     if (m < len && (m == skip || buf[m] != ' ')) return fail(e, 400, "not an HTTP request");
-    if (len - skip < TM_SRV_HTTP_MAX_HEAD) return 0;
+    if (len < TM_SRV_HTTP_MAX_HEAD) return 0; /* the empty lines before it count: they take the same buffer */
     const char *lf = memchr(buf + skip, '\n', len - skip);
     if (!lf || (size_t)(lf - buf) - skip > TM_SRV_HTTP_MAX_TARGET + MAX_METHOD_BYTES + 16)
         return fail(e, 414, "request target longer than %u bytes", TM_SRV_HTTP_MAX_TARGET);
     return fail(e, 431, "request head is larger than %u bytes", TM_SRV_HTTP_MAX_HEAD);
 }
 
+size_t tm_srv_http_empty_lines(const char *buf, size_t len) {
+    size_t n = 0;
+    while (n < len && (buf[n] == '\n' || (buf[n] == '\r' && n + 1 < len && buf[n + 1] == '\n')))
+        n += buf[n] == '\n' ? 1 : 2;
+    return n;
+}
+
 int tm_srv_http_parse_head(char *buf, size_t len, size_t *scanned, tm_srv_http_head *h, tm_srv_http_error *e) {
     memset(h, 0, offsetof(tm_srv_http_head, fields));
-    size_t skip = 0; /* empty lines before the request line, as clients send after a body */
-    while (skip < len && (buf[skip] == '\n' || (buf[skip] == '\r' && skip + 1 < len && buf[skip + 1] == '\n')))
-        skip += buf[skip] == '\n' ? 1 : 2;
+    size_t skip = tm_srv_http_empty_lines(buf, len);
     if (*scanned < skip) *scanned = skip;
     size_t end = head_end(buf, len, scanned);
     if (!end) return refuse_early(buf, len, skip, e);
@@ -211,8 +216,8 @@ int tm_srv_http_parse_head(char *buf, size_t len, size_t *scanned, tm_srv_http_h
     char *lf = memchr(a, '\n', (size_t)(stop - a));
     size_t n = (size_t)(lf - a) - (lf > a && lf[-1] == '\r');
     if (request_line(a, n, h, e) != 0) return -1;
-    if (end - skip > TM_SRV_HTTP_MAX_HEAD)
-        return fail(e, 431, "request head of %zu bytes is larger than %u bytes", end - skip, TM_SRV_HTTP_MAX_HEAD);
+    if (end > TM_SRV_HTTP_MAX_HEAD)
+        return fail(e, 431, "request head of %zu bytes is larger than %u bytes", end, TM_SRV_HTTP_MAX_HEAD);
     size_t fields = 0;
     for (a = lf + 1;; a = lf + 1) {
         lf = memchr(a, '\n', (size_t)(stop - a));
@@ -410,7 +415,6 @@ static int fill(tm_srv_http_conn *c) {
     if (c->start) {
         memmove(c->buf, c->buf + c->start, c->len - c->start);
         c->len -= c->start;
-        c->scanned = c->scanned > c->start ? c->scanned - c->start : 0;
         c->start = 0;
     }
     if (c->len == c->cap) return 0;
@@ -433,6 +437,10 @@ static int fill(tm_srv_http_conn *c) {
 int tm_srv_http_read_head(tm_srv_http_conn *c, tm_srv_http_head *h, tm_srv_http_error *e) {
     c->scanned = 0;
     for (;;) {
+        /* dropped here, so that a stream of them is not looked at again with every read */
+        size_t empty = tm_srv_http_empty_lines(c->buf + c->start, c->len - c->start);
+        c->start += empty;
+        c->scanned = c->scanned > empty ? c->scanned - empty : 0;
         int r = tm_srv_http_parse_head(c->buf + c->start, c->len - c->start, &c->scanned, h, e);
         if (r > 0) {
             c->start += h->length;

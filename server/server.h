@@ -536,6 +536,9 @@ typedef struct tm_srv_http_head {
  * *scanned, 0 at first); -1: refused, *e says why (method and path are
  * set when the request line was read). Never reads past len. */
 int tm_srv_http_parse_head(char *buf, size_t len, size_t *scanned, tm_srv_http_head *h, tm_srv_http_error *e);
+/* Bytes of empty lines (CRLF or LF) at the start of buf[0..len), which
+ * the parser skips before a request line, as clients send some after a body. */
+size_t tm_srv_http_empty_lines(const char *buf, size_t len);
 /* The first field of that name (any case), or NULL. */
 const char *tm_srv_http_header(const tm_srv_http_head *h, const char *name);
 /* The percent-decoded value of query argument name ('+' as space),
