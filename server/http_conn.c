@@ -419,18 +419,19 @@ static int fill(tm_srv_http_conn *c) {
     }
     if (c->len == c->cap) return 0;
     for (;;) {
-        struct pollfd p = {c->fd, POLLIN, 0};
-        int r = poll(&p, 1, c->idle_ms);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return 0;
-        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n <= 0) {
+        /* what has arrived is taken at once; poll only when nothing has */
+        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
+        if (n > 0) {
+            c->len += (size_t)n;
+            return 1;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
             c->input_closed = 1;
             return 0;
         }
-        c->len += (size_t)n;
-        return 1;
+        struct pollfd p = {c->fd, POLLIN, 0};
+        int r = poll(&p, 1, c->idle_ms);
+        if (r == 0 || (r < 0 && errno != EINTR)) return 0;
     }
 }
 
