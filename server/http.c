@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -578,7 +577,10 @@ static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     } else {
         r->route = ROUTE_NOT_FOUND;
     }
-    if (c->over) refuse(r, 503, "%s", c->over);
+    if (c->over) {
+        refuse(r, 503, "%s", c->over);
+        r->close = 1; /* its only answer */
+    }
     else if (atomic_load(&s->draining)) refuse(r, 503, "the server is shutting down");
     if (r->route == ROUTE_ENVELOPE) {
         start_envelope(s, r, h);
