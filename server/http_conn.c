@@ -92,7 +92,8 @@ size_t tm_srv_http_unescape(char *s, size_t len, int plus_is_space) {
 }
 
 /* The request line "METHOD TARGET HTTP/1.x", line[0..n) without its line
- * end; NUL-terminates the method and the path in place. */
+ * end; with h, NUL-terminates the method and the path in place for it
+ * (without, only checks). */
 static int request_line(char *line, size_t n, tm_srv_http_head *h, tm_srv_http_error *e) {
     size_t m = 0;
     while (m < n && tchar((unsigned char)line[m])) m++;
@@ -108,16 +109,20 @@ static int request_line(char *line, size_t n, tm_srv_http_head *h, tm_srv_http_e
     if (vn != 8 || memcmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' ||
         v[7] > '9')
         return fail(e, 400, "the request line does not end in HTTP/VERSION");
-    line[m] = 0;
-    line[u] = 0;
-    h->method = line;
-    h->path = line + t;
-    h->target_len = u - t;
+    size_t target_len = u - t;
+    if (h) { /* named in the answer and the access log, refused or not */
+        line[m] = 0;
+        line[u] = 0;
+        h->method = line;
+        h->path = line + t;
+        h->target_len = target_len;
+    }
     if (v[5] != '1') return fail(e, 505, "HTTP version %.8s is not supported (HTTP/1.0 and HTTP/1.1 are)", v);
-    h->minor = (unsigned)(v[7] - '0');
-    if (h->target_len > TM_SRV_HTTP_MAX_TARGET)
-        return fail(e, 414, "request target of %zu bytes is longer than %u bytes", h->target_len,
+    if (target_len > TM_SRV_HTTP_MAX_TARGET)
+        return fail(e, 414, "request target of %zu bytes is longer than %u bytes", target_len,
                     TM_SRV_HTTP_MAX_TARGET);
+    if (!h) return 0;
+    h->minor = (unsigned)(v[7] - '0');
     char *q = memchr(line + t, '?', h->target_len);
     size_t path_len = h->target_len;
     if (q) {
@@ -184,16 +189,21 @@ static int framing(tm_srv_http_head *h, tm_srv_http_error *e) {
 }
 
 /* An incomplete head that can already be refused: bytes that do not start
- * with a method (not HTTP), or a head that has filled its limit. */
-static int refuse_early(const char *buf, size_t len, size_t skip, tm_srv_http_error *e) {
+ * with a method (not HTTP), a request line that is complete and wrong (a
+ * client may wait for the answer before sending more), or a head that has
+ * filled its limit. */
+static int refuse_early(char *buf, size_t len, size_t skip, tm_srv_http_error *e) {
     if (len - skip == 1 && buf[skip] == '\r') return 0; /* an empty line's CR */
     size_t m = skip;
     while (m < len && m - skip <= MAX_METHOD_BYTES && tchar((unsigned char)buf[m])) m++;
     if (m < len && (m == skip || buf[m] != ' ')) return fail(e, 400, "not an HTTP request");
+    char *lf = memchr(buf + skip, '\n', len - skip);
+    if (lf) {
+        size_t n = (size_t)(lf - buf) - skip - (lf > buf + skip && lf[-1] == '\r');
+        if (request_line(buf + skip, n, NULL, e) != 0) return -1;
+    }
     if (len < TM_SRV_HTTP_MAX_HEAD) return 0; /* the empty lines before it count: they take the same buffer */
-    const char *lf = memchr(buf + skip, '\n', len - skip);
-    if (!lf || (size_t)(lf - buf) - skip > TM_SRV_HTTP_MAX_TARGET + MAX_METHOD_BYTES + 16)
-        return fail(e, 414, "request target longer than %u bytes", TM_SRV_HTTP_MAX_TARGET);
+    if (!lf) return fail(e, 414, "request target longer than %u bytes", TM_SRV_HTTP_MAX_TARGET);
     return fail(e, 431, "request head is larger than %u bytes", TM_SRV_HTTP_MAX_HEAD);
 }
 

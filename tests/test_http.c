@@ -142,6 +142,9 @@ Test(http, malformed_heads_get_json_errors) {
         const char *detail;
     } cases[] = {
         {"GET /healthz\r\nHost: x\r\n\r\n", 400, "the request line is not METHOD TARGET HTTP/VERSION"},
+        /* a wrong request line is answered without waiting for the rest of the head */
+        {"GET /healthz\r\n", 400, "the request line is not METHOD TARGET HTTP/VERSION"},
+        {"GET /healthz HTTP/3.0\r\nHost", 505, "HTTP/3.0"},
         {"GET  /healthz HTTP/1.1\r\n\r\n", 400, "the request line is not"},
         {"GET /healthz HTTP/1.1 x\r\n\r\n", 400, "does not end in HTTP/VERSION"},
         {"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP version HTTP/2.0 is not supported"},
