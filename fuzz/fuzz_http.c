@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *buf = malloc(size ? size : 1);
     if (!buf) return 0;
     memcpy(buf, data, size);
-    static tm_srv_http_head h;
+    tm_srv_http_head h;
     size_t at = 0;
     for (int requests = 0; requests < 16 && at < size; requests++) {
         char *in = buf + at;

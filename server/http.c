@@ -28,6 +28,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -736,7 +737,8 @@ static void *on_accept(void *ctx, int fd, const struct sockaddr *sa, socklen_t l
 static void serve(void *ctx, void *arg, int run) {
     tm_srv_server *s = ctx;
     conn *c = arg;
-    int idle_ms = s->cfg->limits.request_timeout_s ? (int)s->cfg->limits.request_timeout_s * 1000 : -1;
+    uint32_t idle_s = s->cfg->limits.request_timeout_s; /* 0, or past poll's range: no idle deadline */
+    int idle_ms = idle_s && idle_s < INT_MAX / 1000 ? (int)idle_s * 1000 : -1;
     if (run && tm_srv_http_conn_init(&c->http, c->fd, idle_ms) == 0) {
         while (serve_request(s, c)) {
         }
