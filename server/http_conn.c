@@ -26,6 +26,8 @@
 #include "server.h"
 
 #define MAX_METHOD_BYTES 32u
+/* a longer request line has a target past TM_SRV_HTTP_MAX_TARGET */
+#define MAX_REQUEST_LINE (MAX_METHOD_BYTES + TM_SRV_HTTP_MAX_TARGET + 16u)
 #define MAX_CHUNK_LINE 4096u     /* a chunk-size line with its extensions */
 #define MAX_TRAILER_BYTES (64u * 1024u)
 
@@ -197,13 +199,17 @@ static int refuse_early(char *buf, size_t len, size_t skip, tm_srv_http_error *e
     size_t m = skip;
     while (m < len && m - skip <= MAX_METHOD_BYTES && tchar((unsigned char)buf[m])) m++;
     if (m < len && (m == skip || buf[m] != ' ')) return fail(e, 400, "not an HTTP request");
-    char *lf = memchr(buf + skip, '\n', len - skip);
+    /* looked for in a bounded window, so that a line arriving slowly costs little per read */
+    size_t window = len - skip < MAX_REQUEST_LINE ? len - skip : MAX_REQUEST_LINE;
+    char *lf = memchr(buf + skip, '\n', window);
     if (lf) {
         size_t n = (size_t)(lf - buf) - skip - (lf > buf + skip && lf[-1] == '\r');
         if (request_line(buf + skip, n, NULL, e) != 0) return -1;
+    } else if (len - skip > MAX_REQUEST_LINE) {
+        return fail(e, 414, "request line longer than %u bytes (a request target may have %u)", MAX_REQUEST_LINE,
+                    TM_SRV_HTTP_MAX_TARGET);
     }
     if (len < TM_SRV_HTTP_MAX_HEAD) return 0; /* the empty lines before it count: they take the same buffer */
-    if (!lf) return fail(e, 414, "request target longer than %u bytes", TM_SRV_HTTP_MAX_TARGET);
     return fail(e, 431, "request head is larger than %u bytes", TM_SRV_HTTP_MAX_HEAD);
 }
 
