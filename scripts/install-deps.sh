@@ -30,7 +30,7 @@ if [ "${1:-}" = --deb ]; then
 fi
 pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev libcriterion-dev
       libsqlite3-dev sqlite3 libedit-dev
-      libmicrohttpd-dev librdkafka-dev libmsgpack-dev libyaml-dev libzstd-dev libbrotli-dev curl
+      librdkafka-dev libmsgpack-dev libyaml-dev libzstd-dev libbrotli-dev curl
       libcurl4-openssl-dev libunwind-dev libdw-dev clang libclang-rt-dev valgrind
       golang-go golang-github-google-pprof-dev libxml2-utils chromium jq
       python3-dev python3-setuptools python3-pytest python3-numpy python3-pandas)

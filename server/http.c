@@ -1,5 +1,5 @@
 /*
- * http.c — the HTTP front end of `tracemill serve` (libmicrohttpd, one
+ * http.c — the HTTP front end of `tracemill serve` (on http_conn.c, one
  * thread per connection): routes, DSN authentication, request bodies
  * decoded and checked as they stream in, envelope processing, durable
  * hand-over to Kafka or the local store before the answer, upstream
@@ -8,12 +8,12 @@
  *
  * Budgets. Every connection is registered from accept to close; one over
  * max_connections or max_connections_per_ip gets 503 at its first request's
- * headers. A reaper thread cuts (shutdown(2), libmicrohttpd then closes)
+ * headers. A reaper thread cuts (shutdown(2); the connection's thread then closes)
  * connections whose request headers are not complete header_timeout after
  * the connect or the previous answer, and bodies that take longer than
  * body_timeout or, after their first header_timeout seconds, arrive slower
  * than min_body_rate. Whatever the headers decide (401, 403, 413, 415, 503,
- * conflicting Content-Length) is answered at once, and the connection
+ * a head http_conn.c refuses) is answered at once, and the connection
  * closes without reading the body. Decoded bodies count against
  * max_envelope_size each and max_decoded_in_flight together, and the
  * envelope's framing is checked as the body arrives (tm_srv_envelope_scan).
@@ -28,7 +28,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <microhttpd.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -39,7 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,17 +47,6 @@
 #define REAPER_PERIOD_MS 100
 #define LINGER_MS 2000
 
-/* A request's head (request line and header fields) is read into
- * libmicrohttpd's per-connection memory, and one that does not fit gets the
- * library's own HTML answer (414 or 431). That memory is made large enough
- * for heads well past the limits below, so that a head over them reaches
- * tracemill, which answers it in JSON. Pages of it are touched only as a
- * head or a body needs them. */
-#define CONNECTION_MEMORY (256u * 1024u)
-#define MAX_TARGET_BYTES (8u * 1024u)  /* the request target (path and query), as sent */
-#define MAX_HEAD_BYTES (64u * 1024u)   /* the request line and every header field */
-#define MAX_HEADER_FIELDS 256u
-
 typedef enum phase {
     PHASE_IDLE,    /* waiting for a request's headers */
     PHASE_BODY,    /* headers in hand, the body arriving */
@@ -66,7 +54,7 @@ typedef enum phase {
 } phase;
 
 /* One TCP connection, registered from accept to close; the fields after
- * fd are guarded by the server's mu. */
+ * fd up to http are guarded by the server's mu. */
 typedef struct conn {
     struct conn *prev, *next;
     int fd;
@@ -78,11 +66,13 @@ typedef struct conn {
     uint64_t body_bytes;   /* in PHASE_BODY */
     unsigned answered;     /* requests completed on it */
     const char *cut;       /* the reaper closed it, and why */
+    tm_srv_http_conn http; /* its reads and writes: the connection's own thread only */
+    int linger;            /* answered before the input was read: see linger() */
 } conn;
 
 struct tm_srv_server {
     const tm_srv_config *cfg;
-    struct MHD_Daemon *daemon;
+    tm_srv_http_listener *listener;
     tm_srv_store *store;
     tm_srv_kafka *kafka;
     tm_srv_ratelimit *ratelimit;
@@ -95,6 +85,8 @@ struct tm_srv_server {
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a connection closed, or the reaper should look now */
     conn *conns;
+    unsigned n_conns;       /* registered */
+    unsigned hard_limit;    /* past it a connection is closed at accept */
     unsigned n_admitted;    /* connections within the caps */
     int stopping;           /* the reaper ends */
     pthread_t reaper;
@@ -104,16 +96,16 @@ struct tm_srv_server {
 typedef enum route { ROUTE_ENVELOPE, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_NOT_FOUND, ROUTE_BAD_METHOD } route;
 
 typedef struct request {
-    int begun;             /* the access handler has seen it (begin) */
-    size_t target_len;     /* the request target as sent, from on_target */
     route route;
-    conn *conn;            /* NULL when its registration failed (out of memory) */
+    conn *conn;
     struct timespec start;
     uint64_t bytes_in;
     char method[16], path[256];
-    int answered;          /* a response is queued */
-    int mid_body;          /* answering while the body arrives: written here, then closed */
-    int close;             /* answer with Connection: close */
+    int head_only;         /* HEAD: the answer without its body */
+    int http10;            /* HTTP/1.0: keep-alive only when asked for */
+    int keep_alive;        /* the head allows the connection to stay */
+    int close;             /* answer with Connection: close: the body was not read */
+    int closing;           /* the answer closed the connection (or could not be written) */
     /* envelope requests */
     uint64_t project_id;   /* from the URL */
     const tm_srv_project *project;
@@ -212,75 +204,45 @@ static void linger(int fd) {
     }
 }
 
-/* libmicrohttpd 0.9 queues no answer while a body is still arriving. A
- * refusal decided then is written on the socket here (the connection's
- * thread is inside this callback, so nothing else writes to it), and
- * MHD_NO makes libmicrohttpd close the connection without sending more. */
-static enum MHD_Result write_mid_body(request *r, unsigned status, const char *ctype, const void *data,
-                                      size_t len) {
-    char head[256];
-    const char *reason = MHD_get_reason_phrase_for(status);
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 %u %s\r\nConnection: close\r\nContent-Type: %s\r\nContent-Length: %zu\r\n\r\n",
-                     status, reason ? reason : "", ctype, len);
-    int fd = r->conn ? r->conn->fd : -1;
-    if (fd >= 0 && n > 0 && (size_t)n < sizeof head) {
-        struct iovec iov[2] = {{head, (size_t)n}, {(void *)data, len}};
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
-        /* an error answer fits the socket's send buffer; a client that does not read it loses it */
-        if (sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) > 0) linger(fd);
-    }
-    r->answered = 1;
-    return MHD_NO;
-}
-
 /* Sends the answer, counts it and logs it; outcome says what became of
  * the request, in a few words. */
-static enum MHD_Result answer(tm_srv_server *s, request *r, struct MHD_Connection *mc, unsigned status,
-                              const char *ctype, const void *data, size_t len, uint32_t retry_after,
-                              const char *outcome) {
+static void answer(tm_srv_server *s, request *r, unsigned status, const char *ctype, const void *data, size_t len,
+                   uint32_t retry_after, const char *outcome) {
     double seconds = seconds_since(&r->start);
     tm_srv_metrics_request(s->metrics, status, r->bytes_in, seconds);
-    log_line(s, r->conn ? r->conn->client : "-", r->method, r->path, r->project ? r->project->id : 0, status,
-             r->bytes_in, seconds, outcome);
-    if (r->mid_body) return write_mid_body(r, status, ctype, data, len);
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    log_line(s, r->conn->client, r->method, r->path, r->project ? r->project->id : 0, status, r->bytes_in, seconds,
+             outcome);
+    char headers[256];
+    int n = snprintf(headers, sizeof headers, "Content-Type: %s\r\n", ctype);
     if (retry_after) {
-        char value[128];
-        snprintf(value, sizeof value, "%u", retry_after);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, value);
-        if (status == 429) {
-            snprintf(value, sizeof value, "%u:profile_chunk;profile_chunk_ui:project:project_rate_limit",
+        n += snprintf(headers + n, sizeof headers - (size_t)n, "Retry-After: %u\r\n", retry_after);
+        if (status == 429)
+            snprintf(headers + n, sizeof headers - (size_t)n,
+                     "X-Sentry-Rate-Limits: %u:profile_chunk;profile_chunk_ui:project:project_rate_limit\r\n",
                      retry_after);
-            MHD_add_response_header(resp, "X-Sentry-Rate-Limits", value);
-        }
     }
-    if (r->close || atomic_load(&s->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result ret = MHD_queue_response(mc, status, resp);
-    MHD_destroy_response(resp);
-    if (ret == MHD_YES) r->answered = 1;
-    return ret;
+    tm_srv_http_connection how = TM_SRV_HTTP_KEEP;
+    if (r->close || !r->keep_alive || atomic_load(&s->draining)) how = TM_SRV_HTTP_CLOSE;
+    else if (r->http10) how = TM_SRV_HTTP_KEEP_ALIVE;
+    r->closing = how == TM_SRV_HTTP_CLOSE;
+    if (tm_srv_http_respond(&r->conn->http, status, headers, data, len, r->head_only, how) != 0) r->closing = 1;
 }
 
 /* Answers {"key":"value"} (value JSON-escaped). */
-static enum MHD_Result answer_json_field(tm_srv_server *s, request *r, struct MHD_Connection *mc, unsigned status,
-                                         const char *key, const char *value, size_t value_len,
-                                         uint32_t retry_after, const char *outcome) {
+static void answer_json_field(tm_srv_server *s, request *r, unsigned status, const char *key, const char *value,
+                              size_t value_len, uint32_t retry_after, const char *outcome) {
     tm_srv_buf body = {0};
-    enum MHD_Result ret = MHD_NO;
     if (!tm_srv_buf_append(&body, "{\"", 2) && !tm_srv_buf_append(&body, key, strlen(key)) &&
         !tm_srv_buf_append(&body, "\":", 2) && !tm_srv_json_string(&body, value, value_len) &&
         !tm_srv_buf_append(&body, "}", 1))
-        ret = answer(s, r, mc, status, "application/json", body.data, body.len, retry_after, outcome);
+        answer(s, r, status, "application/json", body.data, body.len, retry_after, outcome);
+    else
+        r->closing = 1; /* out of memory: the connection ends without an answer */
     tm_srv_buf_release(&body);
-    return ret;
 }
 
-static enum MHD_Result answer_error(tm_srv_server *s, request *r, struct MHD_Connection *mc, unsigned status,
-                                    const char *detail) {
-    return answer_json_field(s, r, mc, status, "detail", detail, strlen(detail), status == 503 ? 1 : 0, detail);
+static void answer_error(tm_srv_server *s, request *r, unsigned status, const char *detail) {
+    answer_json_field(s, r, status, "detail", detail, strlen(detail), status == 503 ? 1 : 0, detail);
 }
 
 /* ---- authentication ---- */
@@ -357,18 +319,15 @@ static void decide(tm_srv_server *s, request *r, const char *key, size_t key_len
 
 /* From the request's headers; with no key there, the envelope header's
  * dsn decides once it has arrived (Relay accepts either). */
-static void authenticate(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
-    const char *header = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "X-Sentry-Auth");
+static void authenticate(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
+    const char *header = tm_srv_http_header(h, "X-Sentry-Auth");
     const char *key = NULL;
     size_t key_len = 0;
     if (header) {
         snprintf(r->auth_header, sizeof r->auth_header, "X-Sentry-Auth: %s", header);
         auth_header_key(header, &key, &key_len);
     }
-    if (!key) {
-        key = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "sentry_key");
-        key_len = key ? strlen(key) : 0;
-    }
+    if (!key && h->query) key = tm_srv_http_query_arg(h->query, "sentry_key", &key_len);
     if (!key || !key_len) {
         r->auth_pending = 1;
         return;
@@ -419,35 +378,17 @@ static int envelope_path(const char *url, uint64_t *project_id) {
 
 /* ---- request bodies ---- */
 
-typedef struct length_headers {
-    const char *first;
-    int conflict;
-} length_headers;
-
-static enum MHD_Result note_length(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    (void)kind;
-    length_headers *l = cls;
-    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0 || !value) return MHD_YES;
-    if (!l->first) l->first = value;
-    else if (strcmp(l->first, value) != 0) l->conflict = 1;
-    return MHD_YES;
-}
-
-/* Checks that need only the headers: Content-Length and Content-Encoding. */
-static void start_body(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
-    length_headers lengths = {0};
-    MHD_get_connection_values(mc, MHD_HEADER_KIND, note_length, &lengths);
-    if (lengths.conflict) {
-        refuse(r, 400, "conflicting Content-Length headers");
-        return;
-    }
+/* Checks that need only the headers: Content-Length and Content-Encoding
+ * (http_conn.c has refused conflicting lengths). */
+static void start_body(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
+    const char *length = tm_srv_http_header(h, "Content-Length");
     /* a body over the limit as sent is over it once decoded too: no coding shrinks data it cannot compress */
-    if (lengths.first && strtoull(lengths.first, NULL, 10) > s->cfg->limits.max_envelope_size) {
-        refuse(r, 413, "envelope of %s bytes exceeds the limit of %llu bytes", lengths.first,
+    if (h->has_length && h->content_length > s->cfg->limits.max_envelope_size) {
+        refuse(r, 413, "envelope of %s bytes exceeds the limit of %llu bytes", length,
                (unsigned long long)s->cfg->limits.max_envelope_size);
         return;
     }
-    const char *coding = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    const char *coding = tm_srv_http_header(h, "Content-Encoding");
     tm_srv_encoding enc;
     if (tm_srv_encoding_parse(coding, &enc) != 0) {
         refuse(r, 415, "unsupported Content-Encoding: %s", coding);
@@ -459,13 +400,13 @@ static void start_body(tm_srv_server *s, request *r, struct MHD_Connection *mc) 
         return;
     }
     tm_srv_decoder_share(r->decoder, &s->decoded);
-    if (lengths.first) tm_srv_decoder_expect(r->decoder, strtoull(lengths.first, NULL, 10));
+    if (h->has_length) tm_srv_decoder_expect(r->decoder, h->content_length);
 }
 
-static void start_envelope(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
+static void start_envelope(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     atomic_fetch_add(&s->in_flight, 1);
-    authenticate(s, r, mc);
-    if (!r->error_status) start_body(s, r, mc);
+    authenticate(s, r, h);
+    if (!r->error_status) start_body(s, r, h);
 }
 
 /* Decoded bytes looked at between two checks of the envelope's framing. */
@@ -533,12 +474,15 @@ static tm_status hand_over(tm_srv_server *s, const tm_srv_processed *p, tm_error
     return tm_srv_store_put(s->store, p->records, p->n_records, 0, err);
 }
 
-static enum MHD_Result finish_envelope(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
+static void finish_envelope(tm_srv_server *s, request *r) {
     tm_error err;
     if (!r->error_status && tm_srv_decoder_finish(r->decoder, &r->body, &err) != TM_OK)
         refuse(r, err.code == TM_ERR_LIMIT ? 413 : 400, "request body: %s", err.message);
     if (!r->error_status && r->auth_pending) authenticate_dsn(s, r); /* the body ended inside the header */
-    if (r->error_status) return answer_error(s, r, mc, r->error_status, r->error);
+    if (r->error_status) {
+        answer_error(s, r, r->error_status, r->error);
+        return;
+    }
 
     struct timespec mono;
     clock_gettime(CLOCK_MONOTONIC, &mono);
@@ -556,36 +500,37 @@ static enum MHD_Result finish_envelope(tm_srv_server *s, request *r, struct MHD_
         char detail[256];
         snprintf(detail, sizeof detail, "invalid envelope at byte %llu: %s", (unsigned long long)err.offset,
                  err.message);
-        return answer_error(s, r, mc, st == TM_ERR_NOMEM ? 503 : 400, detail);
+        answer_error(s, r, st == TM_ERR_NOMEM ? 503 : 400, detail);
+        return;
     }
     char why[1200];
     if (p.forward.len && forward_upstream(s, r, &p.forward, why, sizeof why) != 0) {
         tm_srv_processed_release(&p);
-        return answer_error(s, r, mc, 503, why);
+        answer_error(s, r, 503, why);
+        return;
     }
     if ((st = hand_over(s, &p, &err)) != TM_OK) {
         tm_srv_processed_release(&p);
         snprintf(why, sizeof why, "could not hand the envelope over: %s", err.message);
-        return answer_error(s, r, mc, st == TM_ERR_LIMIT ? 413 : 503, why);
+        answer_error(s, r, st == TM_ERR_LIMIT ? 413 : 503, why);
+        return;
     }
     size_t chunks = 0;
     for (size_t i = 0; i < p.n_records; i++) chunks += p.records[i].kind == TM_SRV_RECORD_CHUNK;
     char outcome[128];
     snprintf(outcome, sizeof outcome, "accepted: %zu chunks, %zu outcomes%s", chunks, p.n_records - chunks,
              p.forward.len ? ", items forwarded" : "");
-    enum MHD_Result ret;
     if (p.http_status == 429)
-        ret = answer_json_field(s, r, mc, 429, "detail", "rate limited", strlen("rate limited"), p.retry_after_s,
-                                "rate limited");
+        answer_json_field(s, r, 429, "detail", "rate limited", strlen("rate limited"), p.retry_after_s,
+                          "rate limited");
     else if (p.event_id.ptr)
-        ret = answer_json_field(s, r, mc, p.http_status, "id", p.event_id.ptr, p.event_id.len, 0, outcome);
+        answer_json_field(s, r, p.http_status, "id", p.event_id.ptr, p.event_id.len, 0, outcome);
     else
-        ret = answer(s, r, mc, p.http_status, "application/json", "{}", 2, 0, outcome);
+        answer(s, r, p.http_status, "application/json", "{}", 2, 0, outcome);
     tm_srv_processed_release(&p);
-    return ret;
 }
 
-static enum MHD_Result answer_metrics(tm_srv_server *s, request *r, struct MHD_Connection *mc) {
+static void answer_metrics(tm_srv_server *s, request *r) {
     tm_srv_gauges g = {.requests_in_flight = (uint64_t)atomic_load(&s->in_flight),
                        .kafka_queue_depth = s->kafka ? tm_srv_kafka_queue_depth(s->kafka) : 0,
                        .store_backlog = tm_srv_store_backlog(s->store),
@@ -594,17 +539,16 @@ static enum MHD_Result answer_metrics(tm_srv_server *s, request *r, struct MHD_C
     tm_srv_buf out = {0};
     if (tm_srv_metrics_render(s->metrics, &g, &out) != 0) {
         tm_srv_buf_release(&out);
-        return answer_error(s, r, mc, 500, "out of memory");
+        answer_error(s, r, 500, "out of memory");
+        return;
     }
-    enum MHD_Result ret = answer(s, r, mc, 200, "text/plain; version=0.0.4", out.data, out.len, 0, "ok");
+    answer(s, r, 200, "text/plain; version=0.0.4", out.data, out.len, 0, "ok");
     tm_srv_buf_release(&out);
-    return ret;
 }
 
 /* ---- requests ---- */
 
 static void set_phase(tm_srv_server *s, conn *c, phase ph) {
-    if (!c) return;
     pthread_mutex_lock(&s->mu);
     c->phase = ph;
     c->body_bytes = 0;
@@ -612,160 +556,130 @@ static void set_phase(tm_srv_server *s, conn *c, phase ph) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* libmicrohttpd calls this with the request target as soon as the
- * request line is in, before the header fields: the request's state starts
- * here, to keep the target's length as sent (the access handler gets the
- * path unescaped, without its query). NULL when out of memory (begin then
- * refuses nothing: the connection is closed). */
-static void *on_target(void *cls, const char *uri, struct MHD_Connection *mc) {
-    (void)cls;
-    (void)mc;
-    request *r = calloc(1, sizeof *r);
-    if (r) r->target_len = strlen(uri);
-    return r;
-}
-
-typedef struct head_size {
-    size_t bytes, fields;
-} head_size;
-
-static enum MHD_Result add_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    (void)kind;
-    head_size *h = cls;
-    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": " and CRLF */
-    h->fields++;
-    return MHD_YES;
-}
-
-/* The head's limits, answered 414 or 431 here (in JSON) rather than by
- * libmicrohttpd (in HTML): see CONNECTION_MEMORY. */
-static void check_head(request *r, struct MHD_Connection *mc, const char *method, const char *version) {
-    if (r->target_len > MAX_TARGET_BYTES) {
-        refuse(r, 414, "request target of %zu bytes is longer than %u bytes", r->target_len, MAX_TARGET_BYTES);
-        return;
-    }
-    head_size h = {strlen(method) + r->target_len + strlen(version) + 4, 0};
-    MHD_get_connection_values(mc, MHD_HEADER_KIND, add_field, &h);
-    if (h.fields > MAX_HEADER_FIELDS)
-        refuse(r, 431, "%zu header fields, more than %u", h.fields, MAX_HEADER_FIELDS);
-    else if (h.bytes > MAX_HEAD_BYTES)
-        refuse(r, 431, "request head of %zu bytes is larger than %u bytes", h.bytes, MAX_HEAD_BYTES);
-}
-
-/* The request's first call, with its headers: the route, and every
- * refusal the headers alone decide. */
-static request *begin(tm_srv_server *s, struct MHD_Connection *mc, request *r, const char *url,
-                      const char *method, const char *version) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    conn *c = info ? info->socket_context : NULL;
-    if (!r) return NULL; /* on_target could not allocate it */
-    r->begun = 1;
-    clock_gettime(CLOCK_MONOTONIC, &r->start);
-    r->conn = c;
-    snprintf(r->method, sizeof r->method, "%s", method);
-    snprintf(r->path, sizeof r->path, "%s", url);
-    const char *length = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+/* The route, and every refusal the headers alone decide. */
+static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
+    conn *c = r->conn;
+    snprintf(r->method, sizeof r->method, "%s", h->method);
+    snprintf(r->path, sizeof r->path, "%s", h->path);
+    r->head_only = strcmp(h->method, "HEAD") == 0;
+    r->http10 = h->minor == 0;
+    r->keep_alive = h->keep_alive;
     /* an answer given before the body is read ends the connection */
-    r->close = (length && strcmp(length, "0") != 0) ||
-               MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    int path = envelope_path(url, &r->project_id);
-    if (strcmp(url, "/healthz") == 0) {
+    r->close = (h->has_length && h->content_length) || h->chunked;
+    int get = strcmp(h->method, "GET") == 0 || r->head_only;
+    int path = envelope_path(h->path, &r->project_id);
+    if (strcmp(h->path, "/healthz") == 0) {
         r->route = get ? ROUTE_HEALTH : ROUTE_BAD_METHOD;
-    } else if (strcmp(url, "/metrics") == 0) {
+    } else if (strcmp(h->path, "/metrics") == 0) {
         r->route = get ? ROUTE_METRICS : ROUTE_BAD_METHOD;
     } else if (path) {
-        r->route = strcmp(method, "POST") == 0 ? ROUTE_ENVELOPE : ROUTE_BAD_METHOD;
+        r->route = strcmp(h->method, "POST") == 0 ? ROUTE_ENVELOPE : ROUTE_BAD_METHOD;
         if (path < 0) refuse(r, 400, "the project id in the URL must be a decimal number without leading zeros");
     } else {
         r->route = ROUTE_NOT_FOUND;
     }
-    check_head(r, mc, method, version);
-    if (!c) refuse(r, 503, "out of memory for the connection");
-    else if (c->over) refuse(r, 503, "%s", c->over);
+    if (c->over) {
+        refuse(r, 503, "%s", c->over);
+        r->close = 1; /* its only answer */
+    }
     else if (atomic_load(&s->draining)) refuse(r, 503, "the server is shutting down");
     if (r->route == ROUTE_ENVELOPE) {
-        start_envelope(s, r, mc);
+        start_envelope(s, r, h);
     } else if (!r->error_status) {
         if (r->route == ROUTE_BAD_METHOD) refuse(r, 405, "method not allowed");
         if (r->route == ROUTE_NOT_FOUND)
             refuse(r, 404, "not found: the envelope endpoint is POST /api/<project_id>/envelope/");
     }
-    return r;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
-    tm_srv_server *s = cls;
-    request *r = *con_cls;
-    if (!r || !r->begun) {
-        const union MHD_ConnectionInfo *info = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        conn *c = info ? info->socket_context : NULL;
-        if (c) {
-            pthread_mutex_lock(&s->mu);
-            int cut = c->cut != NULL;
-            pthread_mutex_unlock(&s->mu);
-            if (cut) return MHD_NO; /* the reaper got there first */
+/* Reads the body, decoding and checking an envelope's as it arrives: 0
+ * once it is all in, -1 when the request was answered (refused: the
+ * connection then lingers) or the connection ended first. */
+static int read_body(tm_srv_server *s, request *r) {
+    tm_srv_http_conn *hc = &r->conn->http;
+    for (;;) {
+        const char *data;
+        size_t n;
+        tm_srv_http_error e;
+        int got = tm_srv_http_read_body(hc, &data, &n, &e);
+        if (got == 0) return 0;
+        if (got == -2) {
+            r->closing = 1;
+            return -1;
         }
-        set_phase(s, c, PHASE_BODY);
-        if (!(r = begin(s, mc, r, url, method, version))) return MHD_NO;
-        /* refused at the headers: answered now, the body is never read */
-        if (r->error_status) return answer_error(s, r, mc, r->error_status, r->error);
-        return MHD_YES;
-    }
-    if (*upload_data_size) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (r->conn) {
-            pthread_mutex_lock(&s->mu);
-            r->conn->body_bytes += n;
-            pthread_mutex_unlock(&s->mu);
+        if (got < 0) {
+            refuse(r, e.status, "%s", e.detail);
+            answer_error(s, r, r->error_status, r->error);
+            r->conn->linger = 1;
+            return -1;
         }
-        if (r->answered) return MHD_YES;
+        pthread_mutex_lock(&s->mu);
+        r->conn->body_bytes += n;
+        pthread_mutex_unlock(&s->mu);
         if (r->route != ROUTE_ENVELOPE) {
             r->bytes_in += n;
-            return MHD_YES;
+            continue;
         }
-        feed_body(s, r, upload_data, n);
-        if (!r->error_status) return MHD_YES;
-        r->mid_body = 1;
-        return answer_error(s, r, mc, r->error_status, r->error);
-    }
-    if (r->answered) return MHD_YES;
-    set_phase(s, r->conn, PHASE_WORKING);
-    r->close = 0; /* the body is read: the connection may stay */
-    switch (r->route) {
-    case ROUTE_ENVELOPE:
-        return finish_envelope(s, r, mc);
-    case ROUTE_HEALTH:
-        return answer(s, r, mc, 200, "text/plain", "ok\n", 3, 0, "ok");
-    case ROUTE_METRICS:
-        return answer_metrics(s, r, mc);
-    default:
-        return answer_error(s, r, mc, r->error_status, r->error);
+        feed_body(s, r, data, n);
+        if (r->error_status) {
+            answer_error(s, r, r->error_status, r->error);
+            r->conn->linger = 1;
+            return -1;
+        }
     }
 }
 
-static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)mc;
-    (void)toe;
-    tm_srv_server *s = cls;
-    request *r = *con_cls;
-    if (!r) return;
-    if (r->begun) {
-        set_phase(s, r->conn, PHASE_IDLE);
-        if (r->conn) {
-            pthread_mutex_lock(&s->mu);
-            r->conn->answered++;
-            pthread_mutex_unlock(&s->mu);
-        }
-        if (r->route == ROUTE_ENVELOPE) atomic_fetch_sub(&s->in_flight, 1);
+/* One request on connection c: 1 when the connection stays for the next. */
+static int serve_request(tm_srv_server *s, conn *c) {
+    tm_srv_http_head h;
+    tm_srv_http_error e;
+    int got = tm_srv_http_read_head(&c->http, &h, &e);
+    pthread_mutex_lock(&s->mu);
+    int cut = c->cut != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (got == 0 || cut) return 0; /* closed, idle, or the reaper got there first */
+    set_phase(s, c, PHASE_BODY);
+    request r = {.conn = c, .route = ROUTE_NOT_FOUND, .close = 1};
+    clock_gettime(CLOCK_MONOTONIC, &r.start);
+    if (got < 0) { /* a head http_conn.c refused: the client may still be sending it */
+        snprintf(r.method, sizeof r.method, "%s", h.method ? h.method : "-");
+        snprintf(r.path, sizeof r.path, "%s", h.method ? h.path : "-");
+        answer_error(s, &r, e.status, e.detail);
+        c->linger = 1;
+        return 0;
     }
-    tm_srv_decoder_free(r->decoder);
-    tm_srv_buf_release(&r->body);
-    free(r);
-    *con_cls = NULL;
+    begin(s, &r, &h);
+    if (r.error_status) {
+        /* refused at the headers: answered now, the body is never read */
+        answer_error(s, &r, r.error_status, r.error);
+    } else if (h.expect_continue && !c->http.body_done && c->http.len == c->http.start &&
+               tm_srv_http_continue(&c->http) != 0) {
+        r.closing = 1;
+    } else if (read_body(s, &r) == 0) {
+        set_phase(s, c, PHASE_WORKING);
+        r.close = 0; /* the body is read: the connection may stay */
+        switch (r.route) {
+        case ROUTE_ENVELOPE:
+            finish_envelope(s, &r);
+            break;
+        case ROUTE_HEALTH:
+            answer(s, &r, 200, "text/plain", "ok\n", 3, 0, "ok");
+            break;
+        case ROUTE_METRICS:
+            answer_metrics(s, &r);
+            break;
+        default:
+            answer_error(s, &r, r.error_status, r.error);
+        }
+    }
+    set_phase(s, c, PHASE_IDLE);
+    pthread_mutex_lock(&s->mu);
+    c->answered++;
+    pthread_mutex_unlock(&s->mu);
+    if (r.route == ROUTE_ENVELOPE) atomic_fetch_sub(&s->in_flight, 1);
+    tm_srv_decoder_free(r.decoder);
+    tm_srv_buf_release(&r.body);
+    return !r.closing;
 }
 
 /* ---- connections ---- */
@@ -780,25 +694,28 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
     return 0;
 }
 
-static void register_conn(tm_srv_server *s, struct MHD_Connection *mc, void **socket_context) {
+/* On the accept thread: registers the connection against the caps (one
+ * over a cap is served its 503); NULL closes it at once. */
+static void *on_accept(void *ctx, int fd, const struct sockaddr *sa, socklen_t len) {
+    tm_srv_server *s = ctx;
     conn *c = calloc(1, sizeof *c);
-    if (!c) return; /* its requests get 503 */
-    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const union MHD_ConnectionInfo *addr = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    c->fd = fd ? fd->connect_fd : -1;
+    if (!c) return NULL;
+    c->fd = fd;
     snprintf(c->client, sizeof c->client, "-");
-    if (addr && addr->client_addr) {
-        const struct sockaddr *sa = addr->client_addr;
-        if (sa->sa_family == AF_INET) {
-            memcpy(&c->addr, sa, sizeof(struct sockaddr_in));
-            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->client, sizeof c->client);
-        } else if (sa->sa_family == AF_INET6) {
-            memcpy(&c->addr, sa, sizeof(struct sockaddr_in6));
-            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->client, sizeof c->client);
-        }
+    if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        memcpy(&c->addr, sa, sizeof(struct sockaddr_in));
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->client, sizeof c->client);
+    } else if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        memcpy(&c->addr, sa, sizeof(struct sockaddr_in6));
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->client, sizeof c->client);
     }
     clock_gettime(CLOCK_MONOTONIC, &c->since);
     pthread_mutex_lock(&s->mu);
+    if (s->n_conns >= s->hard_limit) {
+        pthread_mutex_unlock(&s->mu);
+        free(c);
+        return NULL;
+    }
     unsigned same = 0;
     for (conn *o = s->conns; o; o = o->next) same += !o->over && same_host(&o->addr, &c->addr);
     if (s->n_admitted >= s->cfg->limits.max_connections)
@@ -810,29 +727,38 @@ static void register_conn(tm_srv_server *s, struct MHD_Connection *mc, void **so
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
+    s->n_conns++;
     pthread_mutex_unlock(&s->mu);
-    *socket_context = c;
+    return c;
 }
 
-static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code) {
-    tm_srv_server *s = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        register_conn(s, mc, socket_context);
-        return;
+/* The connection's own thread: its requests one after another, then the
+ * close (after a linger when an answer cut the input short). */
+static void serve(void *ctx, void *arg, int run) {
+    tm_srv_server *s = ctx;
+    conn *c = arg;
+    uint32_t idle_s = s->cfg->limits.request_timeout_s; /* 0, or past poll's range: no idle deadline */
+    int idle_ms = idle_s && idle_s < INT_MAX / 1000 ? (int)idle_s * 1000 : -1;
+    if (run && tm_srv_http_conn_init(&c->http, c->fd, idle_ms) == 0) {
+        while (serve_request(s, c)) {
+        }
+        pthread_mutex_lock(&s->mu);
+        int cut = c->cut != NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (!cut && c->linger && !c->http.input_closed) linger(c->fd);
     }
-    conn *c = *socket_context;
-    if (!c) return;
-    /* libmicrohttpd closes the socket after this: the reaper, holding mu, never sees a closed fd */
+    tm_srv_http_conn_release(&c->http);
+    /* unlinked before the close: the reaper, holding mu, never sees a closed fd */
     pthread_mutex_lock(&s->mu);
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     if (!c->over) s->n_admitted--;
+    s->n_conns--;
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
+    close(c->fd);
     free(c);
-    *socket_context = NULL;
 }
 
 /* Why connection c, in its phase for `age` seconds, must be cut; NULL if not. */
@@ -878,8 +804,7 @@ static void *reap(void *arg) {
 
 /* ---- lifecycle ---- */
 
-static tm_status resolve(const tm_srv_config *cfg, struct sockaddr_storage *addr, socklen_t *len, int *ipv6,
-                         tm_error *err) {
+static tm_status resolve(const tm_srv_config *cfg, struct sockaddr_storage *addr, socklen_t *len, tm_error *err) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char port[8];
@@ -889,7 +814,6 @@ static tm_status resolve(const tm_srv_config *cfg, struct sockaddr_storage *addr
         return tm_srv_fail(err, TM_ERR_INVALID_ARG, 0, "listen address %s: %s", cfg->listen_host, gai_strerror(rc));
     memcpy(addr, res->ai_addr, res->ai_addrlen);
     *len = res->ai_addrlen;
-    *ipv6 = res->ai_family == AF_INET6;
     freeaddrinfo(res);
     return TM_OK;
 }
@@ -924,9 +848,8 @@ static tm_status start_connections(tm_srv_server *s, tm_error *err) {
 tm_status tm_srv_server_start(const tm_srv_config *cfg, tm_srv_server **out, tm_error *err) {
     *out = NULL;
     struct sockaddr_storage addr;
-    socklen_t addr_len;
-    int ipv6 = 0;
-    tm_status st = resolve(cfg, &addr, &addr_len, &ipv6, err);
+    socklen_t addr_len = 0;
+    tm_status st = resolve(cfg, &addr, &addr_len, err);
     if (st != TM_OK) return st;
     tm_srv_server *s = calloc(1, sizeof *s);
     if (!s) return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");
@@ -943,24 +866,15 @@ tm_status tm_srv_server_start(const tm_srv_config *cfg, tm_srv_server **out, tm_
     if ((st = tm_srv_store_open(cfg->store_path, &s->store, err)) != TM_OK) goto fail;
     if (cfg->kafka.bootstrap_servers && (st = tm_srv_kafka_new(cfg, s->store, &s->kafka, err)) != TM_OK) goto fail;
     if (cfg->upstream) curl_global_init(CURL_GLOBAL_DEFAULT);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-                     MHD_USE_POLL | (ipv6 ? MHD_USE_IPv6 : 0);
-    /* room above the caps for the connections that are answered 503; past it libmicrohttpd drops them at accept */
-    unsigned hard_limit = cfg->limits.max_connections + cfg->limits.max_connections / 4 + 16;
-    s->daemon = MHD_start_daemon(flags, cfg->listen_port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK,
-                                 on_target, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
-                                 MHD_OPTION_CONNECTION_LIMIT,
-                                 hard_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->limits.request_timeout_s,
-                                 MHD_OPTION_END);
-    if (!s->daemon) {
-        st = tm_srv_fail(err, TM_ERR_IO, 0, "cannot listen on %s:%u (address in use or not permitted)",
-                         cfg->listen_host, cfg->listen_port);
+    /* room above the caps for the connections that are answered 503; past it they are closed at accept */
+    s->hard_limit = cfg->limits.max_connections + cfg->limits.max_connections / 4 + 16;
+    if (tm_srv_http_listen((struct sockaddr *)&addr, addr_len, on_accept, serve, s, &s->listener, &s->port, err) !=
+        TM_OK) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        st = tm_srv_fail(err, TM_ERR_IO, 0, "cannot listen on %s:%u: %s", cfg->listen_host, cfg->listen_port, why);
         goto fail;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : cfg->listen_port;
     *out = s;
     return TM_OK;
 fail:
@@ -977,8 +891,8 @@ static void drain(tm_srv_server *s) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     atomic_store(&s->draining, 1);
-    MHD_socket listener = MHD_quiesce_daemon(s->daemon);
-    if (listener != MHD_INVALID_SOCKET) close(listener);
+    tm_srv_http_listener_close(s->listener);
+    s->listener = NULL;
     /* Kafka's flush gets up to delivery_timeout_ms of the shutdown timeout, at most half */
     double flush = s->kafka ? cfg->kafka.delivery_timeout_ms / 1e3 : 0;
     if (flush > cfg->limits.shutdown_timeout_s / 2.0) flush = cfg->limits.shutdown_timeout_s / 2.0;
@@ -992,13 +906,18 @@ static void drain(tm_srv_server *s) {
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&s->changed, &s->mu, &until);
     }
+    /* the rest is cut; their threads are waited for, as one may be handing an envelope over */
+    for (conn *c = s->conns; c; c = c->next) {
+        if (!c->cut) shutdown(c->fd, SHUT_RDWR);
+        c->cut = "the server stopped";
+    }
+    while (s->conns) pthread_cond_wait(&s->changed, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    MHD_stop_daemon(s->daemon);
 }
 
 void tm_srv_server_stop(tm_srv_server *s) {
     if (!s) return;
-    if (s->daemon) drain(s);
+    if (s->listener) drain(s);
     if (s->have_reaper) {
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;

@@ -14,7 +14,8 @@
  *   store.c      the local SQLite store (WAL, group commit, Kafka spool)
  *   kafka.c      the librdkafka producer: acks=all, spooling, replay
  *   metrics.c    counters and histograms in Prometheus text format
- *   http.c       the libmicrohttpd front end tying it all together
+ *   http_conn.c  HTTP/1.1: listener, request heads, body framing, answers
+ *   http.c       the front end tying it all together (routes, auth, budgets)
  *
  * Errors use the library's tm_status / tm_error. Functions here never exit
  * and never print; the CLI (cli/cli_serve.c) reports.
@@ -24,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "tracemill.h"
 
@@ -495,10 +497,127 @@ tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t 
                          tm_error *err);
 void tm_srv_processed_release(tm_srv_processed *p);
 
+/* ==== HTTP/1.1 (http_conn.c) ========================================== */
+
+/* Limits of a request head; past them the parser refuses it (414, 431). */
+#define TM_SRV_HTTP_MAX_TARGET (8u * 1024u) /* the request target (path and query), as sent */
+#define TM_SRV_HTTP_MAX_HEAD (64u * 1024u)  /* the request line and every header field */
+#define TM_SRV_HTTP_MAX_FIELDS 256u
+
+/* Why input was refused: the status to answer and a detail for its JSON body. */
+typedef struct tm_srv_http_error {
+    unsigned status;
+    char detail[200];
+} tm_srv_http_error;
+
+typedef struct tm_srv_http_field {
+    const char *name, *value; /* NUL-terminated in the parsed buffer; the value without surrounding spaces */
+} tm_srv_http_field;
+
+typedef struct tm_srv_http_head {
+    const char *method;      /* NULL until the request line is read */
+    char *path;              /* percent-decoded, without the query */
+    char *query;             /* after '?', as sent; NULL without one */
+    size_t target_len;       /* path and query as sent */
+    unsigned minor;          /* HTTP/1.minor */
+    size_t length;           /* bytes of the head, with its empty line */
+    int has_length;          /* Content-Length given: content_length */
+    uint64_t content_length;
+    int chunked;             /* Transfer-Encoding: chunked */
+    int keep_alive;          /* the connection may stay after the answer */
+    int expect_continue;     /* Expect: 100-continue (HTTP/1.1) */
+    size_t n_fields;
+    tm_srv_http_field fields[TM_SRV_HTTP_MAX_FIELDS];
+} tm_srv_http_head;
+
+/* Parses a request head at the start of buf[0..len), writing NULs into it
+ * (views in *h point there). 1: complete and valid, its h->length bytes
+ * taken; 0: incomplete (call again with more bytes and the same
+ * *scanned, 0 at first); -1: refused, *e says why (method and path are
+ * set when the request line was read). Never reads past len. */
+int tm_srv_http_parse_head(char *buf, size_t len, size_t *scanned, tm_srv_http_head *h, tm_srv_http_error *e);
+/* Bytes of empty lines (CRLF or LF) at the start of buf[0..len), which
+ * the parser skips before a request line, as clients send some after a body. */
+size_t tm_srv_http_empty_lines(const char *buf, size_t len);
+/* The first field of that name (any case), or NULL. */
+const char *tm_srv_http_header(const tm_srv_http_head *h, const char *name);
+/* The percent-decoded value of query argument name ('+' as space),
+ * decoded in place; NULL when absent. */
+char *tm_srv_http_query_arg(char *query, const char *name, size_t *len);
+/* Decodes %XX in s[0..len) in place and NUL-terminates it; the new length. */
+size_t tm_srv_http_unescape(char *s, size_t len, int plus_is_space);
+
+/* A body's framing, Content-Length or chunked. */
+typedef struct tm_srv_http_body {
+    int chunked, state, digits;
+    uint64_t left;   /* data bytes left of the body or the chunk */
+    uint64_t offset; /* bytes of the body as sent, framing included */
+    size_t line;     /* bytes of the current chunk-size or trailer line(s) */
+} tm_srv_http_body;
+
+void tm_srv_http_body_init(tm_srv_http_body *b, const tm_srv_http_head *h);
+/* Takes framing and at most one run of data from in[0..len): *used bytes
+ * taken, the data among them in *data (*data_len 0: none). 1: the body is
+ * complete, 0: more is needed, -1: broken framing (*e). */
+int tm_srv_http_body_take(tm_srv_http_body *b, const char *in, size_t len, size_t *used, const char **data,
+                          size_t *data_len, tm_srv_http_error *e);
+
+/* One connection's input buffer (TM_SRV_HTTP_MAX_HEAD bytes; pipelined
+ * requests wait in it) and its reads and writes. A read or write that waits
+ * longer than idle_ms ends the connection. */
+typedef struct tm_srv_http_conn {
+    int fd, idle_ms;
+    char *buf;
+    size_t start, len, cap; /* buf[start..len) is received and not taken */
+    size_t scanned;         /* for tm_srv_http_parse_head */
+    int input_closed;       /* the peer closed its side */
+    tm_srv_http_body body;
+    int body_done;
+} tm_srv_http_conn;
+
+int tm_srv_http_conn_init(tm_srv_http_conn *c, int fd, int idle_ms); /* -1: out of memory */
+void tm_srv_http_conn_release(tm_srv_http_conn *c);                  /* does not close fd */
+/* The next request's head: 1 (valid; its body follows), -1 (refused: *e),
+ * 0 (the connection ended, or went idle, before a whole head). */
+int tm_srv_http_read_head(tm_srv_http_conn *c, tm_srv_http_head *h, tm_srv_http_error *e);
+/* The body's next bytes (valid until the next call): 1, 0 at its end,
+ * -1 for broken framing (*e), -2 when the connection ended first. */
+int tm_srv_http_read_body(tm_srv_http_conn *c, const char **data, size_t *len, tm_srv_http_error *e);
+int tm_srv_http_continue(tm_srv_http_conn *c); /* "100 Continue": 0, or -1 */
+
+typedef enum tm_srv_http_connection {
+    TM_SRV_HTTP_KEEP = 0,      /* HTTP/1.1's default: no header */
+    TM_SRV_HTTP_CLOSE,         /* Connection: close */
+    TM_SRV_HTTP_KEEP_ALIVE     /* Connection: keep-alive (HTTP/1.0 asked for it) */
+} tm_srv_http_connection;
+
+/* Writes an answer: the status line, Date, the Connection header,
+ * Content-Length, `headers` (complete lines, each ending in CRLF; "" for
+ * none), and the body unless head_only. 0, or -1 when the peer is gone. */
+int tm_srv_http_respond(tm_srv_http_conn *c, unsigned status, const char *headers, const void *body, size_t len,
+                        int head_only, tm_srv_http_connection connection);
+const char *tm_srv_http_reason(unsigned status);
+
+/* A listening socket and its accept thread. accept runs there for each
+ * connection and returns its state (NULL: the socket is closed at once);
+ * serve(ctx, conn, 1) then runs on a thread of its own and must close the
+ * socket; serve(ctx, conn, 0) releases a connection whose thread could not
+ * start. */
+typedef void *(*tm_srv_http_accept_fn)(void *ctx, int fd, const struct sockaddr *addr, socklen_t addr_len);
+typedef void (*tm_srv_http_serve_fn)(void *ctx, void *conn, int run);
+typedef struct tm_srv_http_listener tm_srv_http_listener;
+
+/* Listens on addr (port 0: any free port; *port tells which). */
+tm_status tm_srv_http_listen(const struct sockaddr *addr, socklen_t addr_len, tm_srv_http_accept_fn accept,
+                             tm_srv_http_serve_fn serve, void *ctx, tm_srv_http_listener **out, uint16_t *port,
+                             tm_error *err);
+/* Stops accepting and closes the socket (connections already accepted go on). */
+void tm_srv_http_listener_close(tm_srv_http_listener *l);
+
 /* ==== The server (http.c) =============================================== */
 
-/* A running ingest server: libmicrohttpd with a thread per connection,
- * the local store, and Kafka when configured. */
+/* A running ingest server: the HTTP layer above with a thread per
+ * connection, the local store, and Kafka when configured. */
 typedef struct tm_srv_server tm_srv_server;
 
 /* Opens the store (and Kafka), then listens. cfg must stay valid until
