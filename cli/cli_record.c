@@ -200,7 +200,7 @@ static int find_preload(const char *given, char *out, size_t cap) {
 /* Prints "N samples, T threads, D s" of the trace written to file (named
  * name to the user) and returns its sample count (off-CPU ones too); 0 if it holds none or
  * does not decode. */
-static uint64_t summarize(const char *file, const char *name) {
+static uint64_t summarize(const char *file, const char *name, uint64_t *packets_lost) {
     cli_input in;
     if (cli_input_load(file, NULL, &in) != EXIT_OK) return 0;
     if (in.len == 0) { /* the recorder never wrote: nothing to decode */
@@ -210,9 +210,12 @@ static uint64_t summarize(const char *file, const char *name) {
     tm_trace *t = NULL;
     tm_error err;
     uint64_t samples = 0;
-    if (tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK &&
-        tm_trace_get_stats(t)->samples_kept + tm_trace_get_stats(t)->off_cpu_samples) {
-        const tm_trace_stats *s = tm_trace_get_stats(t);
+    const tm_trace_stats *s = tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK ? tm_trace_get_stats(t) : NULL;
+    uint64_t lost = s ? s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss : 0;
+    if (packets_lost) *packets_lost += lost;
+    /* Said when anything was recorded, or lost: a heap profile may hold no
+     * CPU sample, and a ring too small may have lost them all. */
+    if (s && (s->samples_kept + s->off_cpu_samples || s->heap_dumps || lost)) {
         samples = s->samples_kept + s->off_cpu_samples; /* a program that only waited has off-CPU ones */
         fprintf(stderr, "tracemill record: %s: %zu bytes, %llu samples from %zu threads over %.2f s", name, in.len,
                 (unsigned long long)s->samples_kept, tm_trace_thread_count(t),
@@ -220,7 +223,7 @@ static uint64_t summarize(const char *file, const char *name) {
         if (s->off_cpu_samples)
             fprintf(stderr, ", %llu off-CPU samples (%.3f s)", (unsigned long long)s->off_cpu_samples,
                     (double)s->off_cpu_ns * 1e-9);
-        uint64_t lost = s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss;
+        if (s->heap_dumps) fprintf(stderr, ", %llu heap dumps", (unsigned long long)s->heap_dumps);
         if (lost) fprintf(stderr, ", %llu packets lost (see tracemill info)", (unsigned long long)lost);
         if (s->perf_records_lost)
             fprintf(stderr, ", %llu kernel records lost", (unsigned long long)s->perf_records_lost);
@@ -320,7 +323,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: the recorder was killed by signal %d\n", WTERMSIG(status));
     symbolize_trace(o.tmp, out, r->syms);
-    uint64_t samples = summarize(o.tmp, out);
+    uint64_t samples = summarize(o.tmp, out, NULL);
     if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
         cli_output_close(&o, EXIT_IO);
         return code;
@@ -651,17 +654,18 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     /* Uploaded chunks are not files; the program's recorder reported them. */
     if (upload) return code == 0 ? EXIT_OK : code;
 
-    uint64_t samples = 0;
+    uint64_t samples = 0, lost = 0;
     if (single) {
         symbolize_trace(o.tmp, out, use_syms);
-        samples = summarize(o.tmp, out);
+        samples = summarize(o.tmp, out, &lost);
     } else {
         symbolize_closed_chunks(out, &next_chunk, 1, use_syms); /* the last ones */
         char path[PATH_MAX];
         for (unsigned n = 0; chunk_file(out, n, path, sizeof path) && access(path, R_OK) == 0; n++)
-            samples += summarize(path, path);
+            samples += summarize(path, path, &lost);
     }
-    int unsampled = code != 127 && report_unsampled_cpu(cmd[0], &ru, samples, hz);
+    /* Packets lost to the ring buffer (said above) may have held the samples. */
+    int unsampled = code != 127 && !lost && report_unsampled_cpu(cmd[0], &ru, samples, hz);
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */
     if (samples == 0 && code == 127) { /* CMD could not run (said), or exited 127 itself */
