@@ -532,7 +532,7 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m
         const tm_prof_stack *sk = &p->stacks[i];
         if (i) tm_jw_char(w, ',');
         tm_jw_char(w, '[');
-        const uint32_t *ids = p->frame_ids + sk->off;
+        const uint32_t *ids = sk->len ? p->frame_ids + sk->off : NULL; /* none at all: frame_ids is NULL */
         for (uint32_t j = 0; j < sk->len; j++) { /* in place: a deep stack holds hundreds of ids */
             char *o = tm_jw_reserve(w, 12);
             if (j) *o++ = ',';
