@@ -189,7 +189,8 @@ Test(record_upload, every_chunk_reaches_tracemill_serve) {
     tm_trace *t = NULL;
     tm_error err;
     cr_assert_eq(tm_trace_parse(data, len, NULL, &t, &err), TM_OK, "%s", err.message);
-    cr_assert_gt(tm_trace_get_stats(t)->samples_kept, 20);
+    /* a chunk is 1 s of wall time: ~100 samples alone, a few tens on a loaded machine */
+    cr_assert_gt(tm_trace_get_stats(t)->samples_kept, 5);
     /* Not symbolized before it is sent, so named while recording. */
     tu_membuf folded = {0};
     tm_sink sink = {.write = tu_membuf_write, .ctx = &folded};
