@@ -38,12 +38,6 @@ static ts_server start(void) {
     return s;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* A plain JSON chunk envelope with event id ...seq. */
 static char *envelope(unsigned seq) {
     return ts_fmt("{\"event_id\":\"%032x\"}\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"%032x\",\"profiler_id\":"
@@ -51,15 +45,6 @@ static char *envelope(unsigned seq) {
                   "\"frames\":[{\"function\":\"main\"}],\"stacks\":[[0]],\"samples\":[{\"stack_id\":0,"
                   "\"thread_id\":\"1\",\"timestamp\":1700000000.25}]}}\n",
                   seq, 0xc0de0000u + seq);
-}
-
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
-    return fd;
 }
 
 static void send_bytes(int fd, const void *p, size_t n) {
@@ -72,51 +57,12 @@ static size_t collect(char *p, size_t size, size_t n, void *ctx) {
     return tu_membuf_write(ctx, p, size * n) ? 0 : size * n;
 }
 
-/* Bytes of complete answers at the start of p[0..n): 0 while the first is incomplete. */
-static size_t answer_len(const char *p, size_t n) {
-    const char *end = memmem(p, n, "\r\n\r\n", 4);
-    if (!end) return 0;
-    size_t head = (size_t)(end - p) + 4, body = 0;
-    const char *cl = memmem(p, head, "Content-Length: ", 16);
-    if (cl) body = strtoul(cl + 16, NULL, 10);
-    if (strncmp(p, "HTTP/1.1 100", 12) == 0) body = 0;
-    return head + body <= n ? head + body : 0;
-}
-
-/* Reads until `answers` whole answers are in, or the server closes, or
- * `seconds` pass; *closed tells whether it closed. */
-static char *read_answers(int fd, int answers, double seconds, int *closed) {
-    tu_membuf got = {0};
-    tu_membuf_write(&got, "", 0);
-    double end = now_s() + seconds;
-    *closed = 0;
-    for (;;) {
-        int complete = 0;
-        for (size_t at = 0, n; got.len > at && (n = answer_len((char *)got.data + at, got.len - at)); at += n)
-            complete++;
-        if (answers && complete >= answers) break;
-        double left = end - now_s();
-        if (left <= 0) break;
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
-        char buf[8192];
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) {
-            *closed = 1;
-            break;
-        }
-        tu_membuf_write(&got, buf, (size_t)n);
-    }
-    tu_membuf_write(&got, "", 1);
-    return (char *)got.data;
-}
-
 /* The answer to raw bytes, read until the server closes (within 2 s). */
 static char *exchange(int port, const void *bytes, size_t n) {
-    int fd = dial(port);
+    int fd = ts_dial(port);
     send_bytes(fd, bytes, n);
     int closed;
-    char *got = read_answers(fd, 0, 2.0, &closed);
+    char *got = ts_read_answers(fd, 0, 2.0, &closed);
     cr_assert(closed, "the server did not close: %.300s", got);
     close(fd);
     return got;
@@ -187,10 +133,10 @@ Test(http, malformed_heads_get_json_errors) {
     assert_json_error(got, 414, "request line longer than 8240 bytes (a request target may have 8192)");
     free(got), free(head);
     /* the server still serves */
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     send_str(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     int closed;
-    got = read_answers(fd, 1, 2.0, &closed);
+    got = ts_read_answers(fd, 1, 2.0, &closed);
     cr_assert(strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 && strstr(got, "\r\n\r\nok\n"), "%s", got);
     free(got);
     close(fd);
@@ -225,7 +171,7 @@ Test(http, chunked_uploads) {
     for (unsigned piece = 1; piece <= 64; piece *= 4) {
         char *env = envelope(piece);
         size_t n = strlen(env);
-        int fd = dial(s.port);
+        int fd = ts_dial(s.port);
         send_str(fd, "POST " ENVELOPE_PATH " HTTP/1.1\r\nHost: x\r\n" AUTH "\r\nTransfer-Encoding: chunked\r\n\r\n");
         for (size_t at = 0; at < n; at += piece) {
             size_t k = n - at < piece ? n - at : piece;
@@ -237,14 +183,14 @@ Test(http, chunked_uploads) {
         }
         send_str(fd, "0\r\nX-Trailer: yes\r\n\r\n");
         int closed;
-        char *got = read_answers(fd, 1, 5.0, &closed);
+        char *got = ts_read_answers(fd, 1, 5.0, &closed);
         char *want = ts_fmt("{\"id\":\"%032x\"}", piece);
         cr_assert(strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 && strstr(got, want), "piece %u: %s", piece, got);
         cr_assert(!strstr(got, "Connection: close"), "%s", got);
         free(want), free(got), free(env);
         /* the connection stays for the next request */
         send_str(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-        got = read_answers(fd, 1, 2.0, &closed);
+        got = ts_read_answers(fd, 1, 2.0, &closed);
         cr_assert(strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", got);
         free(got);
         close(fd);
@@ -260,22 +206,22 @@ Test(http, expect_100_continue) {
     char *head = ts_fmt("POST " ENVELOPE_PATH " HTTP/1.1\r\nHost: x\r\n" AUTH "\r\nExpect: 100-continue\r\n"
                         "Content-Length: %zu\r\n\r\n",
                         strlen(env));
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     send_str(fd, head);
     int closed;
-    char *got = read_answers(fd, 1, 2.0, &closed);
+    char *got = ts_read_answers(fd, 1, 2.0, &closed);
     cr_assert_str_eq(got, "HTTP/1.1 100 Continue\r\n\r\n");
     free(got);
     send_str(fd, env);
-    got = read_answers(fd, 1, 5.0, &closed);
+    got = ts_read_answers(fd, 1, 5.0, &closed);
     cr_assert(strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 && strstr(got, "{\"id\":"), "%s", got);
     free(got), free(head);
     close(fd);
     /* an unknown key: 401 without a 100 first */
-    fd = dial(s.port);
+    fd = ts_dial(s.port);
     send_str(fd, "POST " ENVELOPE_PATH " HTTP/1.1\r\nHost: x\r\nX-Sentry-Auth: Sentry sentry_key=ffff\r\n"
                  "Expect: 100-continue\r\nContent-Length: 100\r\n\r\n");
-    got = read_answers(fd, 1, 2.0, &closed);
+    got = ts_read_answers(fd, 1, 2.0, &closed);
     assert_json_error(got, 401, "unknown public key");
     free(got);
     close(fd);
@@ -301,9 +247,9 @@ Test(http, expect_100_continue) {
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    double t0 = now_s();
+    double t0 = ts_now_s();
     cr_assert_eq(curl_easy_perform(c), CURLE_OK);
-    double took = now_s() - t0;
+    double took = ts_now_s() - t0;
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     tu_membuf_write(&out, "", 1);
@@ -328,17 +274,17 @@ Test(http, pipelined_requests) {
                         "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
                         "GET /healthz HTTP/1.1\r\n\r\n",
                         strlen(env), env);
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     send_str(fd, reqs);
     int closed;
-    char *got = read_answers(fd, 0, 3.0, &closed);
+    char *got = ts_read_answers(fd, 0, 3.0, &closed);
     cr_assert(closed, "Connection: close was not honoured: %s", got);
     const char *p = got;
     const char *want[] = {"HTTP/1.1 200 OK\r\n", "HTTP/1.1 200 OK\r\n", "HTTP/1.1 404 Not Found\r\n",
                           "HTTP/1.1 200 OK\r\n", "HTTP/1.1 200 OK\r\n"};
     for (size_t i = 0; i < 5; i++) {
         cr_assert(strncmp(p, want[i], strlen(want[i])) == 0, "answer %zu: %s", i, p);
-        size_t n = answer_len(p, strlen(p));
+        size_t n = ts_answer_len(p, strlen(p));
         if (i == 3) { /* HEAD: the length of the body it does not send */
             const char *end = strstr(p, "\r\n\r\n");
             cr_assert(strstr(p, "Content-Length: 3\r\n") && end, "%s", p);
@@ -357,25 +303,25 @@ Test(http, pipelined_requests) {
 Test(http, http_1_0) {
     ts_server s = start();
     /* closed after the answer */
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     send_str(fd, "GET /healthz HTTP/1.0\r\n\r\n");
     int closed;
-    char *got = read_answers(fd, 0, 2.0, &closed);
+    char *got = ts_read_answers(fd, 0, 2.0, &closed);
     cr_assert(closed && strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 && strstr(got, "Connection: close\r\n"), "%s",
               got);
     free(got);
     close(fd);
     /* unless it asks for keep-alive */
-    fd = dial(s.port);
+    fd = ts_dial(s.port);
     send_str(fd, "GET /healthz HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
-    got = read_answers(fd, 1, 2.0, &closed);
+    got = ts_read_answers(fd, 1, 2.0, &closed);
     cr_assert(!closed && strstr(got, "Connection: keep-alive\r\n") && strstr(got, "\r\n\r\nok\n"), "%s", got);
     free(got);
     char *env = envelope(3);
     char *req = ts_fmt("POST " ENVELOPE_PATH "?sentry_key=" KEY " HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s",
                        strlen(env), env);
     send_str(fd, req);
-    got = read_answers(fd, 0, 5.0, &closed);
+    got = ts_read_answers(fd, 0, 5.0, &closed);
     cr_assert(closed && strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 && strstr(got, "{\"id\":"), "%s", got);
     free(got), free(req), free(env);
     close(fd);

@@ -48,12 +48,6 @@ static ts_server start(const char *extra) {
     return s;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* A plain JSON chunk envelope whose chunk_id is made from seq. */
 static char *json_envelope(unsigned seq, const char *envelope_header) {
     return ts_fmt("%s\n{\"type\":\"profile_chunk\"}\n{\"chunk_id\":\"%08x%024x\",\"profiler_id\":"
@@ -65,42 +59,9 @@ static char *json_envelope(unsigned seq, const char *envelope_header) {
 
 /* ---- raw sockets ---- */
 
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
-    return fd;
-}
-
 static void send_all(int fd, const char *s) {
     size_t n = strlen(s);
     cr_assert_eq(send(fd, s, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
-/* Reads until the server closes or `seconds` pass; returns what came
- * (malloc'd) and sets *closed when the server closed the connection. */
-static char *read_until_close(int fd, double seconds, int *closed) {
-    tu_membuf got = {0};
-    tu_membuf_write(&got, "", 0);
-    double end = now_s() + seconds;
-    *closed = 0;
-    for (;;) {
-        double left = end - now_s();
-        if (left <= 0) break;
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
-        char buf[4096];
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) {
-            *closed = 1;
-            break;
-        }
-        tu_membuf_write(&got, buf, (size_t)n);
-    }
-    tu_membuf_write(&got, "", 1);
-    return got.data;
 }
 
 /* ---- HTTP with libcurl ---- */
@@ -134,9 +95,9 @@ static reply call(CURL *c, int port, const char *method, const char *path, const
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    double t0 = now_s();
+    double t0 = ts_now_s();
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    r.seconds = now_s() - t0;
+    r.seconds = ts_now_s() - t0;
     tu_membuf_write(&r.body, "", 1);
     tu_membuf_write(&r.headers, "", 1);
     curl_slist_free_all(h);
@@ -172,7 +133,7 @@ static void *attack(void *arg) {
                        "X-Sentry-Auth: Sentry sentry_key=ffffffffffffffffffffffffffffffff\r\n"
                        "Content-Length: 100000\r\n\r\n";
     for (int i = 0; i < SLOW_CLIENTS; i++) {
-        a->fds[i] = dial(a->port);
+        a->fds[i] = ts_dial(a->port);
         send_all(a->fds[i], head);
     }
     int answered[SLOW_CLIENTS] = {0};
@@ -229,31 +190,31 @@ Test(serve_limits, slow_unauthenticated_clients_do_not_starve_the_others) {
 Test(serve_limits, slow_headers_and_slow_bodies_are_cut) {
     ts_server s = start("limits: {header_timeout: 1, min_body_rate: 1KiB}\n");
     /* headers a byte at a time: cut at header_timeout, not at the 30 s idle timeout */
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     const char *head = "POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n";
-    double t0 = now_s();
+    double t0 = ts_now_s();
     int closed = 0;
-    for (size_t i = 0; head[i] && !closed && now_s() - t0 < 5; i++) {
+    for (size_t i = 0; head[i] && !closed && ts_now_s() - t0 < 5; i++) {
         if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1) break;
-        free(read_until_close(fd, 0.3, &closed));
+        free(ts_read_answers(fd, 0, 0.3, &closed));
     }
-    if (!closed) free(read_until_close(fd, 5 - (now_s() - t0), &closed));
-    double took = now_s() - t0;
+    if (!closed) free(ts_read_answers(fd, 0, 5 - (ts_now_s() - t0), &closed));
+    double took = ts_now_s() - t0;
     cr_assert(closed, "slow headers were not cut");
     cr_assert(took < 3.0, "slow headers cut after %.2f s (header_timeout 1 s)", took);
     close(fd);
 
     /* a body at 30 bytes/s with a valid key: below 1 KiB/s, cut after its first second */
-    fd = dial(s.port);
+    fd = ts_dial(s.port);
     send_all(fd, "POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n" AUTH "\r\nContent-Length: 100000\r\n\r\n");
-    t0 = now_s();
+    t0 = ts_now_s();
     closed = 0;
-    while (!closed && now_s() - t0 < 5) {
+    while (!closed && ts_now_s() - t0 < 5) {
         if (send(fd, "{\"x\":1}  ", 9, MSG_NOSIGNAL) != 9) break;
-        free(read_until_close(fd, 0.3, &closed));
+        free(ts_read_answers(fd, 0, 0.3, &closed));
     }
-    if (!closed) free(read_until_close(fd, 1, &closed));
-    took = now_s() - t0;
+    if (!closed) free(ts_read_answers(fd, 0, 1, &closed));
+    took = ts_now_s() - t0;
     cr_assert(closed, "a slow body was not cut");
     cr_assert(took < 3.5, "a slow body cut after %.2f s", took);
     close(fd);
@@ -277,7 +238,7 @@ static void expect_503_json(int port, const char *why) {
 /* Idle connections fill a cap; the next one is answered 503 (JSON). */
 static void fill_and_probe(int port, int n, const char *why) {
     int fds[8];
-    for (int i = 0; i < n; i++) fds[i] = dial(port);
+    for (int i = 0; i < n; i++) fds[i] = ts_dial(port);
     usleep(200000); /* the server has registered them */
     expect_503_json(port, why);
     for (int i = 0; i < n; i++) close(fds[i]);
@@ -302,10 +263,10 @@ Test(serve_limits, connection_caps_answer_503) {
 
 /* Answers decided from the headers come before any body byte is sent. */
 static char *answer_without_body(int port, const char *request_head) {
-    int fd = dial(port);
+    int fd = ts_dial(port);
     send_all(fd, request_head);
     int closed;
-    char *got = read_until_close(fd, 2.0, &closed);
+    char *got = ts_read_answers(fd, 0, 2.0, &closed);
     cr_assert(closed, "the server waited for the body: %s", got);
     close(fd);
     return got;
@@ -332,7 +293,7 @@ Test(serve_limits, headers_decide_before_the_body) {
     cr_assert(strncmp(got, "HTTP/1.1 400", 12) == 0 && strstr(got, "without leading zeros"), "%s", got);
     free(got);
     /* a header line past 64 KiB is refused there, while the body is still arriving */
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     send_all(fd, "POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n" AUTH "\r\nContent-Length: 1000000\r\n\r\n");
     char *line = malloc(100000);
     memset(line, 'a', 100000);
@@ -340,7 +301,7 @@ Test(serve_limits, headers_decide_before_the_body) {
     ssize_t sent = send(fd, line, 100000, MSG_NOSIGNAL);
     cr_assert(sent > 65536);
     int closed;
-    got = read_until_close(fd, 2.0, &closed);
+    got = ts_read_answers(fd, 0, 2.0, &closed);
     cr_assert(strncmp(got, "HTTP/1.1 413", 12) == 0 && strstr(got, "header line longer than 65536 bytes"), "%s", got);
     free(got), free(line);
     close(fd);
@@ -607,11 +568,11 @@ Test(serve_limits, sigterm_drains_keep_alive_clients, .timeout = 60) {
         pthread_create(&th[t], NULL, post_until_refused, &p[t]);
     }
     while (ts_count_rows(s.store, "select count(*) from chunks") < 20) usleep(20000);
-    double t0 = now_s();
+    double t0 = ts_now_s();
     kill(s.pid, SIGTERM);
     int status;
     waitpid(s.pid, &status, 0);
-    double took = now_s() - t0;
+    double took = ts_now_s() - t0;
     s.pid = 0;
     unsigned acked = 0, closes = 0;
     for (unsigned t = 0; t < 4; t++) {
@@ -635,22 +596,22 @@ Test(serve_limits, sigterm_drains_keep_alive_clients, .timeout = 60) {
 /* A kept-alive idle connection is closed at once, not after the idle timeout. */
 Test(serve_limits, sigterm_closes_idle_connections_between_requests) {
     ts_server s = start(NULL);
-    int fd = dial(s.port);
+    int fd = ts_dial(s.port);
     send_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     int closed;
-    char *got = read_until_close(fd, 0.5, &closed);
+    char *got = ts_read_answers(fd, 0, 0.5, &closed);
     cr_assert(strstr(got, "\r\n\r\nok\n") && !closed, "%s", got);
     free(got);
-    double t0 = now_s();
+    double t0 = ts_now_s();
     kill(s.pid, SIGTERM);
-    got = read_until_close(fd, 5.0, &closed);
+    got = ts_read_answers(fd, 0, 5.0, &closed);
     cr_assert(closed && got[0] == 0, "an idle connection gets no answer, only its end: %s", got);
     free(got);
     int status;
     waitpid(s.pid, &status, 0);
     s.pid = 0;
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    cr_assert(now_s() - t0 < 2.0, "stopping with an idle connection took %.2f s", now_s() - t0);
+    cr_assert(ts_now_s() - t0 < 2.0, "stopping with an idle connection took %.2f s", ts_now_s() - t0);
     close(fd);
     ts_server_free(&s);
 }

@@ -1,21 +1,27 @@
 /*
  * tserve.c — the server-process plumbing declared in tserve.h: starting and
- * stopping `tracemill serve` (TM_CLI, from the build), shell commands, and
- * reading counts back from its SQLite store.
+ * stopping `tracemill serve` (TM_CLI, from the build), shell commands,
+ * reading counts back from its SQLite store, and raw sockets to it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "tserve.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tutil.h"
@@ -127,4 +133,55 @@ int ts_count_rows(const char *store, const char *sql) {
     sqlite3_close(db);
     free(path);
     return n;
+}
+
+double ts_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int ts_dial(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+size_t ts_answer_len(const char *p, size_t n) {
+    const char *end = memmem(p, n, "\r\n\r\n", 4);
+    if (!end) return 0;
+    size_t head = (size_t)(end - p) + 4, body = 0;
+    const char *cl = memmem(p, head, "Content-Length: ", 16);
+    if (cl) body = strtoul(cl + 16, NULL, 10);
+    if (strncmp(p, "HTTP/1.1 100", 12) == 0) body = 0;
+    return head + body <= n ? head + body : 0;
+}
+
+char *ts_read_answers(int fd, int answers, double seconds, int *closed) {
+    tu_membuf got = {0};
+    tu_membuf_write(&got, "", 0);
+    double end = ts_now_s() + seconds;
+    *closed = 0;
+    for (;;) {
+        int complete = 0;
+        for (size_t at = 0, n; got.len > at && (n = ts_answer_len((char *)got.data + at, got.len - at)); at += n)
+            complete++;
+        if (answers && complete >= answers) break;
+        double left = end - ts_now_s();
+        if (left <= 0) break;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+        char buf[8192];
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+            *closed = 1;
+            break;
+        }
+        tu_membuf_write(&got, buf, (size_t)n);
+    }
+    tu_membuf_write(&got, "", 1);
+    return (char *)got.data;
 }

@@ -49,4 +49,18 @@ void ts_server_free(ts_server *s);
 /* The single integer the SQL query gives on the store's database. */
 int ts_count_rows(const char *store, const char *sql);
 
+/* ---- raw sockets to a server on 127.0.0.1 ---- */
+
+/* A monotonic clock in seconds. */
+double ts_now_s(void);
+/* A connected socket to 127.0.0.1:port (asserts). */
+int ts_dial(int port);
+/* Bytes of complete HTTP answers at the start of p[0..n) (by their
+ * Content-Length; a 100 Continue has no body): 0 while the first is incomplete. */
+size_t ts_answer_len(const char *p, size_t n);
+/* Reads from fd until `answers` whole answers are in (0: no such bound),
+ * the server closes, or `seconds` pass; returns what came (malloc'd,
+ * NUL-terminated) and sets *closed when the server closed the connection. */
+char *ts_read_answers(int fd, int answers, double seconds, int *closed);
+
 #endif
