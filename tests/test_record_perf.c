@@ -1259,6 +1259,15 @@ Test(record_perf, off_cpu_preempted_or_blocked) {
 
 /* ---- real programs ---- */
 
+/* The program's output alone and under record: the same bytes. */
+static void expect_same_output(const char *alone, const char *under, const char *program) {
+    size_t n_alone = 0, n_under = 0;
+    char *a = tu_read_file(alone, &n_alone), *b = tu_read_file(under, &n_under);
+    cr_assert(a && b);
+    cr_expect(n_alone == n_under && memcmp(a, b, n_alone) == 0, "%s's output differs under record", program);
+    free(a), free(b);
+}
+
 /* coreutils' `sort --parallel=2` (on every machine the suite runs on): under
  * record it writes the same bytes and exits as it does alone, and both of
  * its sorting threads are sampled, though nothing is injected into it. */
@@ -1272,13 +1281,10 @@ Test(record_perf, sort_parallel_unchanged_and_sampled) {
     int code;
     char *err = record(args, &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
-    size_t n_alone = 0, n_under = 0;
-    char *a = tu_read_file(alone, &n_alone), *b = tu_read_file(under, &n_under);
-    cr_assert(a && b);
-    cr_expect(n_alone == n_under && memcmp(a, b, n_alone) == 0, "sort's output differs under record");
+    expect_same_output(alone, under, "sort");
     cr_expect_gt(sql_int("select count(*) from perf_sample"), 10, "%s", err);
     cr_expect_geq(sql_int("select count(distinct utid) from perf_sample"), 2, "one thread sampled: %s", err);
-    free(a), free(b), free(err), free(cmd), free(args), free(in), free(alone), free(under);
+    free(err), free(cmd), free(args), free(in), free(alone), free(under);
 }
 
 /* The CPU time record says the command used in user mode ("used X s of
@@ -1326,10 +1332,7 @@ Test(record_perf, xz_threads_sampled) {
     int code;
     char *err = record(args, &code);
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
-    size_t n_alone = 0, n_under = 0;
-    char *a = tu_read_file(alone, &n_alone), *b = tu_read_file(under, &n_under);
-    cr_assert(a && b);
-    cr_expect(n_alone == n_under && memcmp(a, b, n_alone) == 0, "xz's output differs under record");
+    expect_same_output(alone, under, "xz");
     double cpu = said_user_cpu(err);
     cr_assert_gt(cpu, 0.1, "record did not say xz's CPU time: %s", err);
     int64_t samples = sql_int("select count(*) from perf_sample");
@@ -1342,7 +1345,7 @@ Test(record_perf, xz_threads_sampled) {
     err = record_on("signal", HZ, "", args, &code);
     cr_expect(strstr(err, "samples were taken") && strstr(err, "--backend perf"),
               "the signal backend left xz unsampled without a word: %s", err);
-    free(a), free(b), free(err), free(cmd), free(args), free(in), free(alone), free(under);
+    free(err), free(cmd), free(args), free(in), free(alone), free(under);
 }
 
 /* make -j2 of a small C project: every compiler process make starts is
