@@ -146,9 +146,12 @@ static tm_status open_conn(const char *path, int readonly, sqlite3 **out, tm_err
         st = sql_fail(err, db, readonly ? "open (read-only)" : "open", path);
     else if (sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS) != SQLITE_OK)
         st = sql_fail(err, db, "set busy_timeout on", path);
-    /* Messages are ~300 KB: large pages mean fewer overflow pages per blob
-     * (takes effect only on a new, empty database). */
-    if (st == TM_OK && !readonly) st = exec(db, "PRAGMA page_size=65536", "set page_size on", path, err);
+    /* A commit rewrites every page it touches (the chunks' last leaf, the
+     * unique index's, ...) whole, in the WAL and again at the checkpoint;
+     * a compressed message is ~40 KB, so 16 KiB pages write ~100 KB a chunk
+     * where 64 KiB ones wrote ~200 KB (takes effect only on a new, empty
+     * database; older stores keep their pages). */
+    if (st == TM_OK && !readonly) st = exec(db, "PRAGMA page_size=16384", "set page_size on", path, err);
     if (st == TM_OK && !readonly) {
         /* journal_mode answers with the mode it ended up in */
         sqlite3_stmt *q = NULL;
@@ -325,7 +328,8 @@ static const char move_duplicates[] =
     "DELETE FROM chunks WHERE chunk_id IS NOT NULL AND id NOT IN (SELECT id FROM first_copy);"
     "DROP TABLE first_copy;";
 
-static tm_status count_rows(sqlite3 *db, const char *sql, int64_t *n) {
+/* The first column of the first row, as an integer. */
+static tm_status query_int(sqlite3 *db, const char *sql, int64_t *n) {
     sqlite3_stmt *q = NULL;
     const int ok = sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW;
     if (ok) *n = sqlite3_column_int64(q, 0);
@@ -339,11 +343,11 @@ static tm_status make_chunks_unique(tm_srv_store *s, tm_error *err) {
                                  " (SELECT 1 FROM chunks WHERE chunk_id IS NOT NULL GROUP BY chunk_id, project_id))"
                                  " FROM chunks WHERE chunk_id IS NOT NULL";
     int64_t indexed = 0, duplicates = 0;
-    if (count_rows(s->db, has_index, &indexed) != TM_OK) return sql_fail(err, s->db, "read the schema of", s->db_path);
+    if (query_int(s->db, has_index, &indexed) != TM_OK) return sql_fail(err, s->db, "read the schema of", s->db_path);
     if (indexed) return TM_OK;
     tm_status st = exec(s->db, "BEGIN IMMEDIATE", "begin the migration of", s->db_path, err);
     if (st != TM_OK) return st;
-    if (count_rows(s->db, has_index, &indexed) != TM_OK || count_rows(s->db, copies, &duplicates) != TM_OK)
+    if (query_int(s->db, has_index, &indexed) != TM_OK || query_int(s->db, copies, &duplicates) != TM_OK)
         st = sql_fail(err, s->db, "read the chunks of", s->db_path);
     if (st == TM_OK && !indexed && duplicates > 0)
         st = exec(s->db, move_duplicates, "move duplicate chunks aside in", s->db_path, err);
@@ -359,9 +363,21 @@ static tm_status make_chunks_unique(tm_srv_store *s, tm_error *err) {
 
 static tm_status start_writer(tm_srv_store *s, tm_error *err) {
     tm_status st = open_conn(s->db_path, 0, &s->wdb, err);
-    /* checkpoint every 4 MiB of WAL: short, frequent copies instead of a
-     * 64 MiB one that stalls every commit behind it */
-    if (st == TM_OK) st = exec(s->wdb, "PRAGMA wal_autocheckpoint=64", "set wal_autocheckpoint on", s->db_path, err);
+    /* checkpoint every 4 MiB of WAL, whatever the store's page size: short,
+     * frequent copies instead of a long one that stalls every commit behind it */
+    int64_t page_size = 0;
+    if (st == TM_OK && query_int(s->wdb, "PRAGMA page_size", &page_size) != TM_OK)
+        st = sql_fail(err, s->wdb, "read the page size of", s->db_path);
+    if (st == TM_OK) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA wal_autocheckpoint=%lld",
+                 (long long)(page_size > 0 ? (4 << 20) / page_size : 64));
+        st = exec(s->wdb, sql, "set wal_autocheckpoint on", s->db_path, err);
+    }
+    /* A savepoint's journal (one per submission) stays in memory: it holds
+     * pages an earlier submission of the batch changed, and spilled to a
+     * temporary file it cost a write, and a truncate, of each at every commit. */
+    if (st == TM_OK) st = exec(s->wdb, "PRAGMA temp_store=MEMORY", "set temp_store on", s->db_path, err);
     for (int i = 0; i < S_COUNT && st == TM_OK; i++)
         if (sqlite3_prepare_v3(s->wdb, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i], NULL) != SQLITE_OK)
             st = sql_fail(err, s->wdb, "prepare statements for", s->db_path);
