@@ -12,6 +12,8 @@
  *
  * --server-pid / --broker-pid: processes whose CPU time (utime + stime from
  * /proc/PID/stat) is reported for the measured window, 100 % = one core.
+ * The server's is also split by thread, from the names its threads carry
+ * (connections, store writer, librdkafka, other), per accepted chunk.
  *
  * Plain POSIX sockets so that the generator stays cheap next to the server
  * on the same machine. Every request carries a unique event_id and
@@ -20,6 +22,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -576,22 +579,83 @@ static double pct_ms(const uint64_t *v, size_t n, double q) {
 }
 
 /* utime + stime of a process in clock ticks, from /proc/PID/stat. */
-static int proc_cpu_ticks(long pid, uint64_t *ticks) {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+/* utime + stime of a /proc stat file, and its comm when comm is not NULL. */
+static int stat_cpu_ticks(const char *path, uint64_t *ticks, char *comm, size_t comm_cap) {
+    char buf[4096];
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     /* comm (field 2) may hold spaces and ')': fields resume after the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p) return -1;
+    char *p = strrchr(buf, ')'), *open = strchr(buf, '(');
+    if (!p || !open) return -1;
+    if (comm) snprintf(comm, comm_cap, "%.*s", (int)(p - open - 1), open + 1);
     unsigned long long ut, st;
     /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
     if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
     *ticks = ut + st;
     return 0;
+}
+
+static int proc_cpu_ticks(long pid, uint64_t *ticks) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    return stat_cpu_ticks(path, ticks, NULL, 0);
+}
+
+/* The server's threads by what they do, from their names (server/ names
+ * its own; librdkafka's start with "rdk:"). */
+enum { KIND_CONNECTIONS, KIND_STORE_WRITER, KIND_LIBRDKAFKA, KIND_OTHER, N_KINDS };
+static const char *const kind_names[N_KINDS] = {"connections", "store_writer", "librdkafka", "other"};
+
+static int thread_kind(const char *comm) {
+    if (strcmp(comm, "tm-conn") == 0) return KIND_CONNECTIONS;
+    if (strcmp(comm, "tm-store") == 0) return KIND_STORE_WRITER;
+    if (strncmp(comm, "rdk:", 4) == 0) return KIND_LIBRDKAFKA;
+    return KIND_OTHER;
+}
+
+#define MAX_TASKS 4096
+
+typedef struct task_ticks {
+    long tid;
+    int kind;
+    uint64_t ticks;
+} task_ticks;
+
+/* Every thread of pid with its CPU ticks and kind: how many (at most MAX_TASKS), or -1. */
+static long proc_task_ticks(long pid, task_ticks *out) {
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%ld/task", pid);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    long n = 0;
+    struct dirent *e;
+    while (n < MAX_TASKS && (e = readdir(d)) != NULL) {
+        char *end;
+        long tid = strtol(e->d_name, &end, 10);
+        if (*end || tid <= 0) continue;
+        char comm[64];
+        snprintf(path, sizeof path, "/proc/%ld/task/%ld/stat", pid, tid);
+        if (stat_cpu_ticks(path, &out[n].ticks, comm, sizeof comm) != 0) continue; /* it ended meanwhile */
+        out[n].tid = tid;
+        out[n].kind = thread_kind(comm);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Ticks per kind between two snapshots (a thread born in between counts whole). */
+static void ticks_by_kind(const task_ticks *t0, long n0, const task_ticks *t1, long n1, uint64_t by_kind[N_KINDS]) {
+    memset(by_kind, 0, N_KINDS * sizeof *by_kind);
+    for (long i = 0; i < n1; i++) {
+        uint64_t before = 0;
+        for (long j = 0; j < n0; j++)
+            if (t0[j].tid == t1[i].tid) before = t0[j].ticks;
+        if (t1[i].ticks > before) by_kind[t1[i].kind] += t1[i].ticks - before;
+    }
 }
 
 static double self_cpu_s(void) {
@@ -655,13 +719,17 @@ int main(int argc, char **argv) {
     long tck = sysconf(_SC_CLK_TCK);
     uint64_t srv0 = 0, srv1 = 0, brk0 = 0, brk1 = 0;
     int srv_ok = 0, brk_ok = 0;
+    static task_ticks tasks0[MAX_TASKS], tasks1[MAX_TASKS];
+    long n_tasks0 = -1, n_tasks1 = -1;
     sleep_until(sh.t_measure_ns);
     double self0 = self_cpu_s();
     uint64_t m0 = now_ns();
     if (opt.server_pid) srv_ok = proc_cpu_ticks(opt.server_pid, &srv0) == 0;
+    if (opt.server_pid) n_tasks0 = proc_task_ticks(opt.server_pid, tasks0);
     if (opt.broker_pid) brk_ok = proc_cpu_ticks(opt.broker_pid, &brk0) == 0;
     sleep_until(sh.t_end_ns);
     if (opt.server_pid) srv_ok = srv_ok && proc_cpu_ticks(opt.server_pid, &srv1) == 0;
+    if (opt.server_pid) n_tasks1 = proc_task_ticks(opt.server_pid, tasks1);
     if (opt.broker_pid) brk_ok = brk_ok && proc_cpu_ticks(opt.broker_pid, &brk1) == 0;
     double self1 = self_cpu_s();
     uint64_t m1 = now_ns();
@@ -716,6 +784,12 @@ int main(int argc, char **argv) {
         printf("server_cpu_pct: %.1f\n", cpu_s / secs * 100);
         /* the server's CPU cost of one accepted chunk: utime + stime over the window per 200 */
         if (ok > 0) printf("server_cpu_ms_per_chunk: %.3f\n", cpu_s * 1e3 / ok);
+        if (ok > 0 && n_tasks0 >= 0 && n_tasks1 >= 0) {
+            uint64_t by_kind[N_KINDS];
+            ticks_by_kind(tasks0, n_tasks0, tasks1, n_tasks1, by_kind);
+            for (int i = 0; i < N_KINDS; i++)
+                printf("server_cpu_ms_per_chunk_%s: %.3f\n", kind_names[i], (double)by_kind[i] / (double)tck * 1e3 / ok);
+        }
     } else if (opt.server_pid) {
         printf("server_cpu_pct: unknown\n");
     }

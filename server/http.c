@@ -23,7 +23,7 @@
  * answered with "Connection: close", new ones on open connections get 503;
  * after shutdown_timeout (less the Kafka flush's share) the rest is closed.
  */
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE /* memmem, pthread_setname_np */
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -777,6 +777,7 @@ static const char *overdue(const tm_srv_server *s, const conn *c, double age, in
 
 static void *reap(void *arg) {
     tm_srv_server *s = arg;
+    pthread_setname_np(pthread_self(), "tm-reaper");
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
         struct timespec now;

@@ -6,7 +6,7 @@
  * means is http.c's: this file only frames bytes, and every input it
  * refuses comes back as a status and a detail for a JSON answer.
  */
-#define _GNU_SOURCE /* accept4 */
+#define _GNU_SOURCE /* accept4, pthread_setname_np */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -575,12 +575,14 @@ typedef struct spawn {
 static void *run_conn(void *arg) {
     spawn sp = *(spawn *)arg;
     free(arg);
+    pthread_setname_np(pthread_self(), "tm-conn"); /* threads are named for top, perf and bench-serve */
     sp.serve(sp.ctx, sp.conn, 1);
     return NULL;
 }
 
 static void *accept_loop(void *arg) {
     tm_srv_http_listener *l = arg;
+    pthread_setname_np(pthread_self(), "tm-accept");
     for (;;) {
         struct pollfd p[2] = {{l->fd, POLLIN, 0}, {l->wake[0], POLLIN, 0}};
         if (poll(p, 2, -1) < 0) {

@@ -29,6 +29,7 @@
  * configuration is fixed — nothing is dropped. librdkafka's own log lines
  * are discarded, as server/ code never prints.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -109,6 +110,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 static void *poll_main(void *arg) {
     tm_srv_kafka *k = arg;
+    pthread_setname_np(pthread_self(), "tm-kafka-poll");
     while (!atomic_load(&k->stop_poll)) rd_kafka_poll(k->rk, POLL_MS);
     return NULL;
 }
@@ -317,6 +319,7 @@ static void deadline_in(struct timespec *ts, uint32_t ms) {
 
 static void *replay_main(void *arg) {
     tm_srv_kafka *k = arg;
+    pthread_setname_np(pthread_self(), "tm-kafka-replay");
     uint32_t backoff = 0;
     int again = 0; /* the spool has more: no pause */
     pthread_mutex_lock(&k->mu);

@@ -29,6 +29,7 @@
  * shares a second connection under db_mu; each_chunk opens its own
  * read-only connection so its callback may call back into the store.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -266,6 +267,7 @@ abort:
 
 static void *writer_main(void *arg) {
     tm_srv_store *s = arg;
+    pthread_setname_np(pthread_self(), "tm-store");
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->closing) pthread_cond_wait(&s->work, &s->mu);
