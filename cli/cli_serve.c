@@ -26,6 +26,28 @@ static int config_error(const tm_error *err) {
     return err->code == TM_ERR_IO ? EXIT_IO : EXIT_USAGE;
 }
 
+/* host as a URL's authority spells it: an IPv6 address in brackets, its
+ * zone's '%' escaped (RFC 6874), so that the banner's URL and DSNs work
+ * when pasted into curl or an SDK. */
+static void url_host(const char *host, char *out, size_t size) {
+    if (!strchr(host, ':')) {
+        snprintf(out, size, "%s", host);
+        return;
+    }
+    size_t n = 0;
+    if (n + 1 < size) out[n++] = '[';
+    for (const char *p = host; *p && n + 4 < size; p++) {
+        if (*p == '%') {
+            memcpy(out + n, "%25", 3);
+            n += 3;
+        } else {
+            out[n++] = *p;
+        }
+    }
+    if (n + 1 < size) out[n++] = ']';
+    out[n] = 0;
+}
+
 static int serve_usage(const char *arg) {
     return cli_usage_error("serve", "unknown option or missing value: %s", arg);
 }
@@ -96,7 +118,9 @@ int cli_serve(int argc, char **argv) {
         goto out;
     }
     unsigned port = tm_srv_server_port(server);
-    printf("tracemill serve: listening on http://%s:%u, ", cfg.listen_host, port);
+    char host[3 * 256];
+    url_host(cfg.listen_host, host, sizeof host);
+    printf("tracemill serve: listening on http://%s:%u, ", host, port);
     if (cfg.kafka.bootstrap_servers)
         printf("Kafka %s (spool in %s)\n", cfg.kafka.bootstrap_servers, cfg.store_path);
     else
@@ -104,7 +128,7 @@ int cli_serve(int argc, char **argv) {
     for (size_t p = 0; p < cfg.n_projects; p++)
         for (size_t k = 0; k < cfg.projects[p].n_public_keys; k++) {
             const char *key = cfg.projects[p].public_keys[k];
-            printf("DSN: http://%s@%s:%u/%" PRIu64, key, cfg.listen_host, port, cfg.projects[p].id);
+            printf("DSN: http://%s@%s:%u/%" PRIu64, key, host, port, cfg.projects[p].id);
             if (strcmp(key, stored_key) == 0)
                 printf(" (%s key, kept in %s/%s)", key_created ? "generated" : "stored", cfg.store_path,
                        TM_SRV_KEY_FILE);

@@ -84,12 +84,13 @@ static size_t collect(char *p, size_t size, size_t n, void *ctx) {
     return tu_membuf_write(ctx, p, size * n) ? 0 : size * n;
 }
 
-static response request(int port, const char *method, const char *path, const char *const *headers, const void *body,
-                        size_t len) {
+/* base: http://HOST:PORT */
+static response request_at(const char *base, const char *method, const char *path, const char *const *headers,
+                           const void *body, size_t len) {
     response r = {0};
     CURL *c = curl_easy_init();
     cr_assert(c);
-    char *url = ts_fmt("http://127.0.0.1:%d%s", port, path);
+    char *url = ts_fmt("%s%s", base, path);
     struct curl_slist *h = NULL;
     for (size_t i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
     h = curl_slist_append(h, "Expect:");
@@ -113,6 +114,14 @@ static response request(int port, const char *method, const char *path, const ch
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     free(url);
+    return r;
+}
+
+static response request(int port, const char *method, const char *path, const char *const *headers, const void *body,
+                        size_t len) {
+    char *base = ts_fmt("http://127.0.0.1:%d", port);
+    response r = request_at(base, method, path, headers, body, len);
+    free(base);
     return r;
 }
 
@@ -252,6 +261,35 @@ Test(serve, android_chunk_into_the_local_store) {
     response_free(&r);
     tu_membuf_free(&env);
     free(c.meta);
+    ts_server_free(&s);
+}
+
+/* Listening on IPv6 loopback: the banner's URL and DSN bracket the address
+ * (pasted into curl or an SDK they must work) and a chunk posted there is
+ * stored. Skipped where the machine has no ::1. */
+Test(serve, ipv6_loopback) {
+    int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int have_v6 = probe >= 0 && bind(probe, (struct sockaddr *)&a, sizeof a) == 0;
+    if (probe >= 0) close(probe);
+    if (!have_v6) cr_skip_test("no IPv6 loopback here");
+    char *dir = ts_temp_dir("tm_serve");
+    ts_server s = ts_server_start_at(dir, "[::1]:0", project_yaml);
+    char *want_url = ts_fmt("http://[::1]:%d", s.port);
+    cr_assert_str_eq(s.url, want_url);
+    char *want_dsn = ts_fmt("DSN: http://" KEY "@[::1]:%d/42", s.port);
+    cr_assert(strncmp(s.dsn, want_dsn, strlen(want_dsn)) == 0, "%s", s.dsn);
+
+    chunk c = make_chunk(1);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    response r = request_at(s.url, "POST", "/api/42/envelope/", auth_headers, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    cr_assert_eq(ts_server_stop(&s), 0);
+    cr_assert_eq(ts_count_rows(s.store, "SELECT count(*) FROM chunks"), 1);
+
+    response_free(&r);
+    tu_membuf_free(&env);
+    free(c.meta), free(want_dsn), free(want_url), free(dir);
     ts_server_free(&s);
 }
 

@@ -62,11 +62,19 @@ char *ts_run_capture(const char *cmd, int *code) {
 }
 
 ts_server ts_server_start(const char *dir, int port, const char *yaml) {
+    char *listen = ts_fmt("127.0.0.1:%d", port);
+    ts_server s = ts_server_start_at(dir, listen, yaml);
+    cr_assert(port == 0 || s.port == port, "the server listens on %d, not %d", s.port, port);
+    free(listen);
+    return s;
+}
+
+ts_server ts_server_start_at(const char *dir, const char *listen, const char *yaml) {
     ts_server s = {0};
     s.dir = strdup(dir);
     s.store = ts_fmt("%s/store", dir);
     char *cfg_path = ts_fmt("%s/config.yml", dir);
-    char *text = ts_fmt("listen: 127.0.0.1:%d\nstore: {path: %s}\n%s", port, s.store, yaml);
+    char *text = ts_fmt("listen: \"%s\"\nstore: {path: %s}\n%s", listen, s.store, yaml);
     ts_write_file(cfg_path, text, strlen(text));
     int pipefd[2];
     cr_assert_eq(pipe(pipefd), 0);
@@ -83,17 +91,24 @@ ts_server ts_server_start(const char *dir, int port, const char *yaml) {
     close(pipefd[1]);
     s.out = fdopen(pipefd[0], "r");
     char line[512];
-    static const char banner[] = "listening on http://127.0.0.1:";
+    static const char banner[] = "listening on http://";
     while (fgets(line, sizeof line, s.out)) {
         const char *p = strstr(line, banner);
-        if (p) s.port = atoi(p + strlen(banner));
+        if (p) {
+            p += strlen(banner);
+            const char *end = strchr(p, ','), *colon = NULL;
+            for (const char *q = p; end && q < end; q++)
+                if (*q == ':') colon = q; /* the last one: an IPv6 host has its own */
+            cr_assert(colon, "no port in the banner: %s", line);
+            snprintf(s.url, sizeof s.url, "http://%.*s", (int)(end - p), p);
+            s.port = atoi(colon + 1);
+        }
         if (strncmp(line, "DSN:", 4) == 0) {
             snprintf(s.dsn, sizeof s.dsn, "%s", line);
             break;
         }
     }
     cr_assert(s.port > 0, "the server printed no port");
-    cr_assert(port == 0 || s.port == port, "the server listens on %d, not %d", s.port, port);
     free(cfg_path);
     free(text);
     return s;

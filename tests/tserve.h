@@ -30,6 +30,7 @@ typedef struct ts_server {
     int port;
     FILE *out; /* the server's stdout */
     char *dir, *store;
+    char url[300];  /* the banner's http://HOST:PORT */
     char dsn[512]; /* the banner's first DSN line */
 } ts_server;
 
@@ -38,6 +39,8 @@ typedef struct ts_server {
  * YAML given added, and waits for its DSN banner. The server dies with the
  * test process. */
 ts_server ts_server_start(const char *dir, int port, const char *yaml);
+/* The same listening on `listen` (HOST:PORT, [IPv6]:PORT). */
+ts_server ts_server_start_at(const char *dir, const char *listen, const char *yaml);
 
 /* SIGTERM, then the exit status (a graceful stop exits 0); -1 if the server
  * did not exit. The directory stays; ts_server_free removes it. */
