@@ -106,6 +106,29 @@ typedef struct stat_ent {
     int64_t idx, value;
 } stat_ent;
 
+/* The callsites of one generation (see dec.cs_tries): node i is the i-th
+ * it made. A node's children are a list (first_child, next_sibling) until
+ * it has CS_WIDE_AT of them, then in `wide` (a callstack's first frames
+ * fan out to thousands). */
+typedef struct cs_node {
+    uint32_t row, frame;
+    uint32_t first_child;  /* CS_NO_NODE, or CS_WIDE: the children are in wide */
+    uint32_t next_sibling; /* CS_NO_NODE: the last */
+} cs_node;
+
+typedef struct cs_trie {
+    cs_node *nodes; size_t n, cap;
+    tm_u64map entry; /* (shared parent row, or TP_NULL, << 32 | frame) -> node: where callstacks enter */
+    tm_u64map wide;  /* (node << 32 | frame) -> child node, under parents of many children */
+} cs_trie;
+
+/* Where a callstack walk is: its callsite row and, when a generation owns
+ * that callsite, the generation's trie and its node there (trie TP_NULL: a
+ * shared callsite, or the root, row TP_NULL). */
+typedef struct cs_at {
+    uint32_t row, trie, node;
+} cs_at;
+
 /* Events that make rows other than samples. */
 enum { EV_PROCESS_TREE = 2, EV_PROCESS_STATS = 9, EV_PROFILE_PACKET = 37, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
 typedef struct event {
@@ -156,17 +179,19 @@ typedef struct dec {
     tm_u64map proc_by_pid, thread_by_tid;
     tm_idxset frame_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
-    /* Callsite dedup, (parent << 32 | frame) -> row, split by the
-     * generation that owns the frame: a process's mapping is a new row in
-     * every generation, so its frames and their callsites can only be
-     * reached from that generation. Small tables per generation keep the
-     * lookups of a busy trace in cache (one table of every callsite made
-     * each a memory miss); frames of shared mappings go to cs_shared. */
+    /* Callsite dedup by (parent, frame). A process's mapping is a new row
+     * in every generation, so a callsite of its frames, and every callsite
+     * below one, can only be reached from that generation: the generation's
+     * cs_trie holds them, each under its parent. A callstack is walked from
+     * its root, so a lookup reads the parent's node, which the step before
+     * has just read, instead of probing a table of every callsite (each
+     * probe a memory miss). Callsites of shared mappings' frames under
+     * shared callsites (or at the root) go to cs_shared. */
     uint32_t *mapping_owner; size_t cap_mapping_owner; /* generation, or TP_NULL: shared */
     uint32_t *frame_owner; size_t cap_frame_owner;
-    tm_u64map cs_shared;
-    tm_u64map *cs_tables; size_t n_cs_tables, cap_cs_tables;
-    tm_iidmap cs_table_by_gen;  /* CS_TABLE_FREED once the generation's last sample is parsed */
+    tm_u64map cs_shared; /* (parent << 32 | frame) -> row */
+    cs_trie *cs_tries; size_t n_cs_tries, cap_cs_tries;
+    tm_iidmap cs_trie_by_gen;  /* CS_TRIE_FREED once the generation's last sample is parsed */
     uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too */
     size_t n_gen_samples_left;
     uint32_t art_mapping; /* "art_process_metadata", made with its first frame */
@@ -1062,45 +1087,112 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     return TM_OK;
 }
 
-#define CS_TABLE_FREED (TM_ABSENT - 1)
+#define CS_TRIE_FREED (TM_ABSENT - 1)
 #define GEN_PINNED UINT32_MAX
+#define CS_NO_NODE TM_ABSENT
+#define CS_WIDE (TM_ABSENT - 1)
+#define CS_WIDE_AT 8 /* children listed before a parent's go to its trie's wide map */
 
-/* The dedup table of the callsites of frame (see cs_tables). */
-static tm_status callsite_table(dec *d, uint32_t frame, tm_u64map **out) {
-    uint32_t owner = d->frame_owner[frame];
-    if (owner == TP_NULL) {
-        *out = &d->cs_shared;
-        return TM_OK;
-    }
-    uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, owner);
-    if (t == CS_TABLE_FREED) /* would make a second row of a callsite: never silently */
-        return tm_fail(d->err, TM_ERR_UNSUPPORTED, 0, NULL,
-                       "callsites of generation %u resolved after its last sample (a tracemill bug)", owner);
-    if (t == TM_ABSENT) {
-        if (TM_VEC_RESERVE(d->mem, d->cs_tables, d->cap_cs_tables, d->n_cs_tables + 1) != TM_OK) return nomem(d);
-        t = (uint32_t)d->n_cs_tables;
-        memset(&d->cs_tables[t], 0, sizeof *d->cs_tables);
-        if (tm_iidmap_put(d->mem, &d->cs_table_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
-        d->n_cs_tables++;
-    }
-    *out = &d->cs_tables[t];
+static const cs_at cs_root = {TP_NULL, TP_NULL, 0};
+
+static tm_status new_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
+    tp_callsite *c;
+    if (PUSH(d->tp, callsites, c) != TM_OK) return nomem(d);
+    *c = (tp_callsite){depth, parent, frame};
+    *out = (uint32_t)(d->tp->n_callsites - 1);
     return TM_OK;
 }
 
-/* depth is parent's plus one (0 at the root), so (parent, frame) is the key. */
-static tm_status add_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
-    tm_u64map *table = NULL;
-    TM_TRY(callsite_table(d, frame, &table));
-    uint64_t key = (uint64_t)parent << 32 | frame;
-    uint32_t i = tm_u64map_get(table, key);
-    if (i == TM_ABSENT) {
-        tp_callsite *c;
-        if (PUSH(d->tp, callsites, c) != TM_OK) return nomem(d);
-        *c = (tp_callsite){depth, parent, frame};
-        i = (uint32_t)(d->tp->n_callsites - 1);
-        if (tm_u64map_put(d->mem, table, key, i) != TM_OK) return nomem(d);
+/* The trie of generation owner's callsites (see cs_tries), made on first use. */
+static tm_status trie_of(dec *d, uint32_t owner, uint32_t *out) {
+    uint32_t t = tm_iidmap_get(&d->cs_trie_by_gen, owner);
+    if (t == CS_TRIE_FREED) /* would make a second row of a callsite: never silently */
+        return tm_fail(d->err, TM_ERR_UNSUPPORTED, 0, NULL,
+                       "callsites of generation %u resolved after its last sample (a tracemill bug)", owner);
+    if (t == TM_ABSENT) {
+        if (TM_VEC_RESERVE(d->mem, d->cs_tries, d->cap_cs_tries, d->n_cs_tries + 1) != TM_OK) return nomem(d);
+        t = (uint32_t)d->n_cs_tries;
+        memset(&d->cs_tries[t], 0, sizeof *d->cs_tries);
+        if (tm_iidmap_put(d->mem, &d->cs_trie_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
+        d->n_cs_tries++;
     }
-    *out = i;
+    *out = t;
+    return TM_OK;
+}
+
+static void trie_free(tm_mem *m, cs_trie *tr) {
+    tm_mem_free(m, tr->nodes, tr->cap * sizeof *tr->nodes);
+    tm_u64map_free(m, &tr->entry);
+    tm_u64map_free(m, &tr->wide);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* A new callsite and its node in trie tr, childless. */
+static tm_status new_node(dec *d, cs_trie *tr, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *node) {
+    if (tr->n >= CS_WIDE || TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, tr->n + 1) != TM_OK) return nomem(d);
+    uint32_t row;
+    TM_TRY(new_callsite(d, depth, parent, frame, &row));
+    *node = (uint32_t)tr->n++;
+    tr->nodes[*node] = (cs_node){row, frame, CS_NO_NODE, CS_NO_NODE};
+    return TM_OK;
+}
+
+/* The child of frame under at's node, in at's trie; made if absent. */
+static tm_status trie_child(dec *d, uint32_t depth, uint32_t frame, cs_at *at) {
+    cs_trie *tr = &d->cs_tries[at->trie];
+    uint32_t p = at->node, c, listed = 0;
+    bool wide = tr->nodes[p].first_child == CS_WIDE;
+    if (wide) {
+        c = tm_u64map_get(&tr->wide, (uint64_t)p << 32 | frame);
+    } else {
+        for (c = tr->nodes[p].first_child; c != CS_NO_NODE && tr->nodes[c].frame != frame; c = tr->nodes[c].next_sibling)
+            listed++;
+    }
+    if (c == CS_NO_NODE) {
+        TM_TRY(new_node(d, tr, depth, at->row, frame, &c));
+        cs_node *n = tr->nodes;
+        if (!wide && listed + 1 >= CS_WIDE_AT) { /* the list moves to the map */
+            for (uint32_t x = n[p].first_child; x != CS_NO_NODE; x = n[x].next_sibling)
+                if (tm_u64map_put(d->mem, &tr->wide, (uint64_t)p << 32 | n[x].frame, x) != TM_OK) return nomem(d);
+            n[p].first_child = CS_WIDE;
+            wide = true;
+        }
+        if (wide) {
+            if (tm_u64map_put(d->mem, &tr->wide, (uint64_t)p << 32 | frame, c) != TM_OK) return nomem(d);
+        } else {
+            n[c].next_sibling = n[p].first_child;
+            n[p].first_child = c;
+        }
+    }
+    at->row = tr->nodes[c].row;
+    at->node = c;
+    return TM_OK;
+}
+
+/* Moves at to the callsite of frame under it (depth: at's plus one, 0 at
+ * the root), made if absent: (parent, frame) is the key. */
+static tm_status add_callsite(dec *d, uint32_t depth, uint32_t frame, cs_at *at) {
+    if (at->trie != TP_NULL) return trie_child(d, depth, frame, at);
+    uint64_t key = (uint64_t)at->row << 32 | frame;
+    uint32_t owner = d->frame_owner[frame];
+    if (owner == TP_NULL) { /* shared under shared: stays shared */
+        uint32_t row = tm_u64map_get(&d->cs_shared, key);
+        if (row == TM_ABSENT) {
+            TM_TRY(new_callsite(d, depth, at->row, frame, &row));
+            if (tm_u64map_put(d->mem, &d->cs_shared, key, row) != TM_OK) return nomem(d);
+        }
+        at->row = row;
+        return TM_OK;
+    }
+    uint32_t t = 0;
+    TM_TRY(trie_of(d, owner, &t));
+    cs_trie *tr = &d->cs_tries[t];
+    uint32_t c = tm_u64map_get(&tr->entry, key);
+    if (c == TM_ABSENT) {
+        TM_TRY(new_node(d, tr, depth, at->row, frame, &c));
+        if (tm_u64map_put(d->mem, &tr->entry, key, c) != TM_OK) return nomem(d);
+    }
+    *at = (cs_at){tr->nodes[c].row, t, c};
     return TM_OK;
 }
 
@@ -1121,7 +1213,8 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
     tm_pb_repeated ids = tm_pb_repeated_of(*e, 2);
     uint64_t v;
     int rc;
-    uint32_t parent = TP_NULL, depth = 0;
+    cs_at at = cs_root;
+    uint32_t depth = 0;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
         if (depth >= d->lim->max_stack_depth)
             return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->data), NULL, "a callstack deeper than %llu frames",
@@ -1129,9 +1222,10 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         uint32_t frame;
         TM_TRY(resolve_frame(d, gen, upid, v, &frame));
         if (frame == TM_ABSENT) return TM_OK;
-        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
+        TM_TRY(add_callsite(d, depth++, frame, &at));
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned callstack");
+    uint32_t parent = at.row;
     if (parent == TP_NULL) {
         stat_add(d, TPS_stackprofile_empty_callstack, 1);
         return TM_OK;
@@ -1210,11 +1304,11 @@ static tm_status art_process_metadata(dec *d, tm_bytes b) {
         k[n++] = key;
     }
     if (st == TM_OK && rc == TM_PB_ERROR) st = pb_fail(d, &r, "art_process_metadata.oom_thread_java_stack");
-    uint32_t parent = TP_NULL;
+    cs_at at = cs_root;
     for (size_t i = n, depth = 0; st == TM_OK && i-- > 0; depth++) { /* root first */
         uint32_t frame;
         st = add_frame(d, &k[i], no_str, false, &frame);
-        if (st == TM_OK) st = add_callsite(d, (uint32_t)depth, parent, frame, &parent);
+        if (st == TM_OK) st = add_callsite(d, (uint32_t)depth, frame, &at);
     }
     if (k != keys) tm_mem_free(d->mem, k, cap * sizeof *k);
     return st;
@@ -1223,7 +1317,8 @@ static tm_status art_process_metadata(dec *d, tm_bytes b) {
 /* StackSample's inline callstack: frames named by function and source. */
 static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
     *out = TP_NULL;
-    uint32_t mapping, parent = TP_NULL, depth = 0;
+    uint32_t mapping, depth = 0;
+    cs_at at = cs_root;
     TM_TRY(dummy_mapping(d, &mapping));
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1246,11 +1341,11 @@ static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
                            (unsigned long long)d->lim->max_stack_depth);
         uint32_t frame;
         TM_TRY(add_frame(d, &k, no_str, false, &frame));
-        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
+        TM_TRY(add_callsite(d, depth++, frame, &at));
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "stack_sample.callstack");
-    if (parent == TP_NULL) stat_add(d, TPS_stackprofile_empty_callstack, 1);
-    *out = parent;
+    if (at.row == TP_NULL) stat_add(d, TPS_stackprofile_empty_callstack, 1);
+    *out = at.row;
     return TM_OK;
 }
 
@@ -1995,8 +2090,8 @@ static tm_status sort_samples(dec *d) {
 }
 
 /* How many samples resolve in each generation: when a generation's last
- * one is parsed its callsite table goes (nothing resolves in it again), so
- * a trace of many clears holds the tables of the generations in progress
+ * one is parsed its callsite trie goes (nothing resolves in it again), so
+ * a trace of many clears holds the tries of the generations in progress
  * only. Heap profiles resolve in theirs until the end: pinned. */
 static tm_status count_gen_samples(dec *d) {
     size_t n = d->rd.n_gens;
@@ -2015,9 +2110,9 @@ static tm_status count_gen_samples(dec *d) {
 
 static tm_status sample_parsed(dec *d, uint32_t gen) {
     if (gen >= d->n_gen_samples_left || d->gen_samples_left[gen] == GEN_PINNED || --d->gen_samples_left[gen]) return TM_OK;
-    uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, gen);
-    if (t != TM_ABSENT) tm_u64map_free(d->mem, &d->cs_tables[t]);
-    return tm_iidmap_put(d->mem, &d->cs_table_by_gen, gen, CS_TABLE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
+    uint32_t t = tm_iidmap_get(&d->cs_trie_by_gen, gen);
+    if (t != TM_ABSENT) trie_free(d->mem, &d->cs_tries[t]);
+    return tm_iidmap_put(d->mem, &d->cs_trie_by_gen, gen, CS_TRIE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
 }
 
 static tm_status parse_all(dec *d) {
@@ -2162,9 +2257,9 @@ static void dec_release(dec *d) {
     tm_u64map_free(m, &d->pend_by_key);
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
-    for (size_t i = 0; i < d->n_cs_tables; i++) tm_u64map_free(m, &d->cs_tables[i]);
-    tm_mem_free(m, d->cs_tables, d->cap_cs_tables * sizeof *d->cs_tables);
-    tm_iidmap_free(m, &d->cs_table_by_gen);
+    for (size_t i = 0; i < d->n_cs_tries; i++) trie_free(m, &d->cs_tries[i]);
+    tm_mem_free(m, d->cs_tries, d->cap_cs_tries * sizeof *d->cs_tries);
+    tm_iidmap_free(m, &d->cs_trie_by_gen);
     tm_mem_free(m, d->gen_samples_left, d->n_gen_samples_left * sizeof *d->gen_samples_left);
     tm_u64map_free(m, &d->cs_shared);
     tm_mem_free(m, d->mapping_owner, d->cap_mapping_owner * sizeof *d->mapping_owner);
