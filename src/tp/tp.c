@@ -1095,11 +1095,24 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
 
 static const cs_at cs_root = {TP_NULL, TP_NULL, 0};
 
+/* Appends a callsite row (tp.h: tp_callsites). */
 static tm_status new_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
-    tp_callsite *c;
-    if (PUSH(d->tp, callsites, c) != TM_OK) return nomem(d);
-    *c = (tp_callsite){depth, parent, frame};
-    *out = (uint32_t)(d->tp->n_callsites - 1);
+    tp_callsites *cs = &d->tp->callsites;
+    size_t r = cs->n;
+    if (r >= TP_NULL - 1) return tm_fail(d->err, TM_ERR_LIMIT, 0, NULL, "more than %u callsites", TP_NULL - 1);
+    if (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, r + 1) != TM_OK ||
+        TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, r / 64 + 1) != TM_OK)
+        return nomem(d);
+    if (r % 64 == 0) cs->words[r / 64] = (tp_cs_word){0, (uint32_t)cs->n_heads};
+    if (!(r && parent == r - 1 && depth == cs->last_depth + 1)) {
+        if (TM_VEC_RESERVE(d->mem, cs->heads, cs->cap_heads, cs->n_heads + 1) != TM_OK) return nomem(d);
+        cs->heads[cs->n_heads++] = (tp_cs_head){parent, depth};
+        cs->words[r / 64].head_bits |= 1ull << (r % 64);
+    }
+    cs->frame[r] = frame;
+    cs->last_depth = depth;
+    cs->n = r + 1;
+    *out = (uint32_t)r;
     return TM_OK;
 }
 
@@ -2316,12 +2329,15 @@ void tm_tp_release(tm_tp *tp) {
     tm_mem *m = tp->mem;
     if (!m) return;
 #define FREE_VEC(v) tm_mem_free(m, tp->v, tp->cap_##v * sizeof *tp->v)
-    FREE_VEC(processes); FREE_VEC(threads); FREE_VEC(mappings); FREE_VEC(frames); FREE_VEC(callsites);
+    FREE_VEC(processes); FREE_VEC(threads); FREE_VEC(mappings); FREE_VEC(frames);
     FREE_VEC(symbols); FREE_VEC(attrs); FREE_VEC(tasks); FREE_VEC(execs); FREE_VEC(asyncs);
     FREE_VEC(sessions); FREE_VEC(tracks); FREE_VEC(counters); FREE_VEC(stats); FREE_VEC(meta);
     FREE_VEC(clocks); FREE_VEC(heap_allocs); FREE_VEC(heap_dumps);
     FREE_VEC(packages); tm_idxset_free(m, &tp->package_names);
 #undef FREE_VEC
+    tm_mem_free(m, tp->callsites.frame, tp->callsites.cap * sizeof *tp->callsites.frame);
+    tm_mem_free(m, tp->callsites.words, tp->callsites.cap_words * sizeof *tp->callsites.words);
+    tm_mem_free(m, tp->callsites.heads, tp->callsites.cap_heads * sizeof *tp->callsites.heads);
     tm_mem_free(m, tp->s_ts, tp->cap_samples * sizeof *tp->s_ts);
     tm_mem_free(m, tp->s_callsite, tp->cap_samples * sizeof *tp->s_callsite);
     tm_mem_free(m, tp->s_task, tp->cap_samples * sizeof *tp->s_task);
