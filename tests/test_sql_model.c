@@ -372,3 +372,20 @@ Test(sql_model, callsites_are_found_again_under_many_children_and_shared_frames)
                      "0|NULL|0;1|0|1;2|1|2;3|2|3;4|1|2;5|4|3;48|47|3;49|26|2;50|49|3");
     tb_free(&b);
 }
+
+/* Samples are numbered in time order, ties in file order, whichever
+ * sequence they come from and however a sequence orders its own. */
+Test(sql_model, samples_in_time_order_ties_in_file_order) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 50);
+    clear_and_intern(&b, 2, 50);
+    tb_perf_sample(&b, 1, 300, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 100, 7, 9, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 100, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 200, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 300, 7, 9, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 50, 7, 9, 1, TB_SEQ_NEEDS);
+    cr_expect_str_eq(rows(&b, "SELECT s.ts, t.tid FROM perf_sample AS s JOIN thread AS t USING (utid) ORDER BY s.id"),
+                     "50|9;100|9;100|8;200|8;300|8;300|9");
+    tb_free(&b);
+}
