@@ -68,7 +68,8 @@ typedef struct row_chains {
     /* The rows of the newest (generation, upid) resolved, by iid: the
      * chains' answer for the packets a busy sequence sends now, from one
      * small array (a chain entry costs a memory miss per sample frame).
-     * A cache only: what is absent here is looked up in the chains. */
+     * It holds every row of its (generation, upid), made from the first on:
+     * what is absent there is absent. */
     tm_iidmap hot;
     uint32_t hot_gen, hot_upid;
 } row_chains;
@@ -270,10 +271,7 @@ static row_chains *chains_of(const dec *d, uint32_t kind, uint32_t gen) {
 static uint32_t cache_get(const dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
     const row_chains *rc = chains_of(d, kind, gen);
     if (rc) {
-        if (gen == rc->hot_gen && upid == rc->hot_upid) {
-            uint32_t row = tm_iidmap_get(&rc->hot, iid);
-            if (row != TM_ABSENT) return row;
-        }
+        if (gen == rc->hot_gen && upid == rc->hot_upid) return tm_iidmap_get(&rc->hot, iid);
         uint32_t i = tm_iidmap_get(&rc->head_by_iid, iid);
         while (i != TM_ABSENT && rc->ents[i].gen > gen) i = rc->ents[i].next;
         for (; i != TM_ABSENT && rc->ents[i].gen == gen; i = rc->ents[i].next)
