@@ -288,6 +288,7 @@ static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, 
     uint32_t at = (uint32_t)rc->n++, head = tm_iidmap_get(&rc->head_by_iid, iid);
     rc->ents[at] = (row_ent){gen, upid, row, head};
     size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
+    bool newest = gen >= rc->hot_gen || rc->n == 1; /* hot_gen: the newest so far (no entry to read to know) */
     if (gen > rc->hot_gen || rc->n == 1) { /* the first, or a newer generation resolving */
         tm_iidmap_clear(d->mem, &rc->hot);
         rc->hot_gen = gen;
@@ -295,7 +296,7 @@ static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, 
     }
     if (gen == rc->hot_gen && upid == rc->hot_upid && tm_iidmap_put(d->mem, &rc->hot, iid, row, bound) != TM_OK)
         return nomem(d);
-    if (head == TM_ABSENT || rc->ents[head].gen <= gen)
+    if (head == TM_ABSENT || newest || rc->ents[head].gen <= gen)
         return tm_iidmap_put(d->mem, &rc->head_by_iid, iid, at, bound) == TM_OK ? TM_OK : nomem(d);
     uint32_t prev = head; /* an older generation resolving late: its place in the chain */
     while (rc->ents[prev].next != TM_ABSENT && rc->ents[rc->ents[prev].next].gen > gen) prev = rc->ents[prev].next;
@@ -1224,6 +1225,12 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
     tm_pb_repeated ids = tm_pb_repeated_of(*e, 2);
     uint64_t v;
     int rc;
+    /* Each frame's row is a likely cache miss, and the walk below reads
+     * them one after another: they are asked for all at once first. */
+    const row_chains *frames = chains_of(d, CK_FRAME, gen);
+    if (frames && gen == frames->hot_gen && upid == frames->hot_upid)
+        for (tm_pb_repeated ahead = ids; tm_pb_repeated_next(&ahead, &v) == TM_PB_OK;)
+            if (v < frames->hot.n_dense) __builtin_prefetch(&frames->hot.dense[v]);
     cs_at at = cs_root;
     uint32_t depth = 0;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
