@@ -60,8 +60,9 @@ typedef struct tp_frame {
  * row before, so such a row keeps its frame alone; a row whose parent is
  * not the row before starts a run: a bit says so and `heads` keeps its
  * parent and depth, found by counting the bits before it. A row's depth is
- * its run start's plus its distance from it. 4-5 bytes a row where a row
- * was 12; tm_tp_cs_* read one. */
+ * its run start's plus its distance from it. 4-5 bytes a row when runs are
+ * long (the heavy shape's), 12 when every row starts one; tm_tp_cs_* read
+ * a row. */
 typedef struct tp_cs_head {
     uint32_t parent, depth;
 } tp_cs_head;
