@@ -326,3 +326,66 @@ Test(sql_model, a_generation_keeps_its_callsites_until_its_last_sample) {
     cr_expect_str_eq(rows(&b, "SELECT count(*) FROM stack_profile_callsite"), "2");
     tb_free(&b);
 }
+
+/* A generation interning shared root S (a mapping with start == end is
+ * shared), process frames P0..P12 and shared leaf T, and callstacks
+ * [S, P0, P(1+k), T] twice, as iids 1+k and 101+k for k < 12. */
+static void intern_fan(tb_buf *b, uint64_t ts) {
+    size_t p = tb_packet_open(b, 1, ts, TB_SEQ_CLEARED);
+    size_t i = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(b, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+    tb_mapping(b, 1, 0, 0x1000, 0x2000, NULL, 0);
+    tb_mapping(b, 2, 0, 0x5000, 0x5000, NULL, 0);
+    tb_frame(b, 1, 1, 2, 0x10);
+    for (uint64_t k = 0; k < 13; k++) tb_frame(b, 2 + k, 1, 1, 0x100 + k * 0x10);
+    tb_frame(b, 20, 1, 2, 0x20);
+    for (uint64_t k = 0; k < 12; k++) {
+        const uint64_t frames[] = {1, 2, 3 + k, 20};
+        tb_callstack(b, 1 + k, frames, 4, 0);
+        tb_callstack(b, 101 + k, frames, 4, 0);
+    }
+    tb_close(b, i);
+    tb_close(b, p);
+}
+
+/* Callsites are found again however they are indexed: twelve children of
+ * P0 (more than a short list holds), callsites of a process's frames under
+ * a shared one and shared ones under those; the iids 101+k find the rows
+ * iids 1+k made. A second generation makes its own rows but for S, which
+ * is shared. Rows are numbered in the order samples first reach them. */
+Test(sql_model, callsites_are_found_again_under_many_children_and_shared_frames) {
+    tb_buf b = {0};
+    for (uint64_t g = 0; g < 2; g++) {
+        intern_fan(&b, 1000 * g + 10);
+        for (uint64_t k = 0; k < 12; k++) {
+            tb_perf_sample(&b, 1, 1000 * g + 100 + k, 7, 8, 1 + k, TB_SEQ_NEEDS);
+            tb_perf_sample(&b, 1, 1000 * g + 200 + k, 7, 8, 101 + k, TB_SEQ_NEEDS);
+        }
+    }
+    cr_expect_str_eq(rows(&b, "SELECT count(*) FROM stack_profile_callsite"), "51");
+    cr_expect_str_eq(rows(&b, "SELECT depth, count(*) FROM stack_profile_callsite GROUP BY depth"),
+                     "0|1;1|2;2|24;3|24");
+    cr_expect_str_eq(rows(&b, "SELECT count(*) FROM perf_sample a JOIN perf_sample b ON b.ts = a.ts + 100 "
+                              "WHERE a.callsite_id = b.callsite_id"), "24");
+    cr_expect_str_eq(rows(&b, "SELECT count(DISTINCT callsite_id) FROM perf_sample"), "24");
+    cr_expect_str_eq(rows(&b, "SELECT id, parent_id, depth FROM stack_profile_callsite WHERE id < 6 OR id > 47"),
+                     "0|NULL|0;1|0|1;2|1|2;3|2|3;4|1|2;5|4|3;48|47|3;49|26|2;50|49|3");
+    tb_free(&b);
+}
+
+/* Samples are numbered in time order, ties in file order, whichever
+ * sequence they come from and however a sequence orders its own. */
+Test(sql_model, samples_in_time_order_ties_in_file_order) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 50);
+    clear_and_intern(&b, 2, 50);
+    tb_perf_sample(&b, 1, 300, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 100, 7, 9, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 100, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 1, 200, 7, 8, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 300, 7, 9, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 2, 50, 7, 9, 1, TB_SEQ_NEEDS);
+    cr_expect_str_eq(rows(&b, "SELECT s.ts, t.tid FROM perf_sample AS s JOIN thread AS t USING (utid) ORDER BY s.id"),
+                     "50|9;100|9;100|8;200|8;300|8;300|9");
+    tb_free(&b);
+}

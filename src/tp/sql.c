@@ -163,9 +163,13 @@ static const col_def frame_cols[] = {
     {"type", "TEXT", frame_type},
 };
 
-GETTER(cs_depth, tp_callsite, callsites, sqlite3_result_int64(c, r->depth))
-GETTER(cs_parent, tp_callsite, callsites, put_id(c, r->parent))
-GETTER(cs_frame, tp_callsite, callsites, sqlite3_result_int64(c, r->frame))
+static void cs_depth(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    sqlite3_result_int64(c, tm_tp_cs_depth(tp, (uint32_t)row));
+}
+static void cs_parent(const tm_tp *tp, size_t row, sqlite3_context *c) { put_id(c, tm_tp_cs_parent(tp, (uint32_t)row)); }
+static void cs_frame(const tm_tp *tp, size_t row, sqlite3_context *c) {
+    sqlite3_result_int64(c, tm_tp_cs_frame(tp, (uint32_t)row));
+}
 
 static const col_def callsite_cols[] = {
     {"id", "INTEGER", col_row},
@@ -471,7 +475,7 @@ COUNT_OF(processes)
 COUNT_OF(threads)
 COUNT_OF(mappings)
 COUNT_OF(frames)
-COUNT_OF(callsites)
+static size_t count_callsites(const tm_tp *tp) { return tp->callsites.n; }
 COUNT_OF(symbols)
 COUNT_OF(tasks)
 COUNT_OF(execs)

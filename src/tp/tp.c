@@ -68,7 +68,8 @@ typedef struct row_chains {
     /* The rows of the newest (generation, upid) resolved, by iid: the
      * chains' answer for the packets a busy sequence sends now, from one
      * small array (a chain entry costs a memory miss per sample frame).
-     * A cache only: what is absent here is looked up in the chains. */
+     * It holds every row of its (generation, upid), made from the first on:
+     * what is absent there is absent. */
     tm_iidmap hot;
     uint32_t hot_gen, hot_upid;
 } row_chains;
@@ -105,6 +106,29 @@ typedef struct stat_ent {
     uint32_t key, machine;
     int64_t idx, value;
 } stat_ent;
+
+/* The callsites of one generation (see dec.cs_tries): node i is the i-th
+ * it made. A node's children are a list (first_child, next_sibling) until
+ * it has CS_WIDE_AT of them, then in `wide` (a callstack's first frames
+ * fan out to thousands). */
+typedef struct cs_node {
+    uint32_t row, frame;
+    uint32_t first_child;  /* CS_NO_NODE, or CS_WIDE: the children are in wide */
+    uint32_t next_sibling; /* CS_NO_NODE: the last */
+} cs_node;
+
+typedef struct cs_trie {
+    cs_node *nodes; size_t n, cap;
+    tm_u64map entry; /* (shared parent row, or TP_NULL, << 32 | frame) -> node: where callstacks enter */
+    tm_u64map wide;  /* (node << 32 | frame) -> child node, under parents of many children */
+} cs_trie;
+
+/* Where a callstack walk is: its callsite row and, when a generation owns
+ * that callsite, the generation's trie and its node there (trie TP_NULL: a
+ * shared callsite, or the root, row TP_NULL). */
+typedef struct cs_at {
+    uint32_t row, trie, node;
+} cs_at;
 
 /* Events that make rows other than samples. */
 enum { EV_PROCESS_TREE = 2, EV_PROCESS_STATS = 9, EV_PROFILE_PACKET = 37, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
@@ -156,17 +180,19 @@ typedef struct dec {
     tm_u64map proc_by_pid, thread_by_tid;
     tm_idxset frame_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
-    /* Callsite dedup, (parent << 32 | frame) -> row, split by the
-     * generation that owns the frame: a process's mapping is a new row in
-     * every generation, so its frames and their callsites can only be
-     * reached from that generation. Small tables per generation keep the
-     * lookups of a busy trace in cache (one table of every callsite made
-     * each a memory miss); frames of shared mappings go to cs_shared. */
+    /* Callsite dedup by (parent, frame). A process's mapping is a new row
+     * in every generation, so a callsite of its frames, and every callsite
+     * below one, can only be reached from that generation: the generation's
+     * cs_trie holds them, each under its parent. A callstack is walked from
+     * its root, so a lookup reads the parent's node, which the step before
+     * has just read, instead of probing a table of every callsite (each
+     * probe a memory miss). Callsites of shared mappings' frames under
+     * shared callsites (or at the root) go to cs_shared. */
     uint32_t *mapping_owner; size_t cap_mapping_owner; /* generation, or TP_NULL: shared */
     uint32_t *frame_owner; size_t cap_frame_owner;
-    tm_u64map cs_shared;
-    tm_u64map *cs_tables; size_t n_cs_tables, cap_cs_tables;
-    tm_iidmap cs_table_by_gen;  /* CS_TABLE_FREED once the generation's last sample is parsed */
+    tm_u64map cs_shared; /* (parent << 32 | frame) -> row */
+    cs_trie *cs_tries; size_t n_cs_tries, cap_cs_tries;
+    tm_iidmap cs_trie_by_gen;  /* CS_TRIE_FREED once the generation's last sample is parsed */
     uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too */
     size_t n_gen_samples_left;
     uint32_t art_mapping; /* "art_process_metadata", made with its first frame */
@@ -245,10 +271,7 @@ static row_chains *chains_of(const dec *d, uint32_t kind, uint32_t gen) {
 static uint32_t cache_get(const dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
     const row_chains *rc = chains_of(d, kind, gen);
     if (rc) {
-        if (gen == rc->hot_gen && upid == rc->hot_upid) {
-            uint32_t row = tm_iidmap_get(&rc->hot, iid);
-            if (row != TM_ABSENT) return row;
-        }
+        if (gen == rc->hot_gen && upid == rc->hot_upid) return tm_iidmap_get(&rc->hot, iid);
         uint32_t i = tm_iidmap_get(&rc->head_by_iid, iid);
         while (i != TM_ABSENT && rc->ents[i].gen > gen) i = rc->ents[i].next;
         for (; i != TM_ABSENT && rc->ents[i].gen == gen; i = rc->ents[i].next)
@@ -265,6 +288,7 @@ static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, 
     uint32_t at = (uint32_t)rc->n++, head = tm_iidmap_get(&rc->head_by_iid, iid);
     rc->ents[at] = (row_ent){gen, upid, row, head};
     size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
+    bool newest = gen >= rc->hot_gen || rc->n == 1; /* hot_gen: the newest so far (no entry to read to know) */
     if (gen > rc->hot_gen || rc->n == 1) { /* the first, or a newer generation resolving */
         tm_iidmap_clear(d->mem, &rc->hot);
         rc->hot_gen = gen;
@@ -272,7 +296,7 @@ static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, 
     }
     if (gen == rc->hot_gen && upid == rc->hot_upid && tm_iidmap_put(d->mem, &rc->hot, iid, row, bound) != TM_OK)
         return nomem(d);
-    if (head == TM_ABSENT || rc->ents[head].gen <= gen)
+    if (head == TM_ABSENT || newest || rc->ents[head].gen <= gen)
         return tm_iidmap_put(d->mem, &rc->head_by_iid, iid, at, bound) == TM_OK ? TM_OK : nomem(d);
     uint32_t prev = head; /* an older generation resolving late: its place in the chain */
     while (rc->ents[prev].next != TM_ABSENT && rc->ents[rc->ents[prev].next].gen > gen) prev = rc->ents[prev].next;
@@ -1062,45 +1086,125 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     return TM_OK;
 }
 
-#define CS_TABLE_FREED (TM_ABSENT - 1)
+#define CS_TRIE_FREED (TM_ABSENT - 1)
 #define GEN_PINNED UINT32_MAX
+#define CS_NO_NODE TM_ABSENT
+#define CS_WIDE (TM_ABSENT - 1)
+#define CS_WIDE_AT 8 /* children listed before a parent's go to its trie's wide map */
 
-/* The dedup table of the callsites of frame (see cs_tables). */
-static tm_status callsite_table(dec *d, uint32_t frame, tm_u64map **out) {
-    uint32_t owner = d->frame_owner[frame];
-    if (owner == TP_NULL) {
-        *out = &d->cs_shared;
-        return TM_OK;
+static const cs_at cs_root = {TP_NULL, TP_NULL, 0};
+
+/* Appends a callsite row (tp.h: tp_callsites). */
+static tm_status new_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
+    tp_callsites *cs = &d->tp->callsites;
+    size_t r = cs->n;
+    if (r >= TP_NULL - 1) return tm_fail(d->err, TM_ERR_LIMIT, 0, NULL, "more than %u callsites", TP_NULL - 1);
+    if (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, r + 1) != TM_OK ||
+        TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, r / 64 + 1) != TM_OK)
+        return nomem(d);
+    if (r % 64 == 0) cs->words[r / 64] = (tp_cs_word){0, (uint32_t)cs->n_heads};
+    if (!(r && parent == r - 1 && depth == cs->last_depth + 1)) {
+        if (TM_VEC_RESERVE(d->mem, cs->heads, cs->cap_heads, cs->n_heads + 1) != TM_OK) return nomem(d);
+        cs->heads[cs->n_heads++] = (tp_cs_head){parent, depth};
+        cs->words[r / 64].head_bits |= 1ull << (r % 64);
     }
-    uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, owner);
-    if (t == CS_TABLE_FREED) /* would make a second row of a callsite: never silently */
-        return tm_fail(d->err, TM_ERR_UNSUPPORTED, 0, NULL,
-                       "callsites of generation %u resolved after its last sample (a tracemill bug)", owner);
-    if (t == TM_ABSENT) {
-        if (TM_VEC_RESERVE(d->mem, d->cs_tables, d->cap_cs_tables, d->n_cs_tables + 1) != TM_OK) return nomem(d);
-        t = (uint32_t)d->n_cs_tables;
-        memset(&d->cs_tables[t], 0, sizeof *d->cs_tables);
-        if (tm_iidmap_put(d->mem, &d->cs_table_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
-        d->n_cs_tables++;
-    }
-    *out = &d->cs_tables[t];
+    cs->frame[r] = frame;
+    cs->last_depth = depth;
+    cs->n = r + 1;
+    *out = (uint32_t)r;
     return TM_OK;
 }
 
-/* depth is parent's plus one (0 at the root), so (parent, frame) is the key. */
-static tm_status add_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
-    tm_u64map *table = NULL;
-    TM_TRY(callsite_table(d, frame, &table));
-    uint64_t key = (uint64_t)parent << 32 | frame;
-    uint32_t i = tm_u64map_get(table, key);
-    if (i == TM_ABSENT) {
-        tp_callsite *c;
-        if (PUSH(d->tp, callsites, c) != TM_OK) return nomem(d);
-        *c = (tp_callsite){depth, parent, frame};
-        i = (uint32_t)(d->tp->n_callsites - 1);
-        if (tm_u64map_put(d->mem, table, key, i) != TM_OK) return nomem(d);
+/* The trie of generation owner's callsites (see cs_tries), made on first use. */
+static tm_status trie_of(dec *d, uint32_t owner, uint32_t *out) {
+    uint32_t t = tm_iidmap_get(&d->cs_trie_by_gen, owner);
+    if (t == CS_TRIE_FREED) /* would make a second row of a callsite: never silently */
+        return tm_fail(d->err, TM_ERR_UNSUPPORTED, 0, NULL,
+                       "callsites of generation %u resolved after its last sample (a tracemill bug)", owner);
+    if (t == TM_ABSENT) {
+        if (TM_VEC_RESERVE(d->mem, d->cs_tries, d->cap_cs_tries, d->n_cs_tries + 1) != TM_OK) return nomem(d);
+        t = (uint32_t)d->n_cs_tries;
+        memset(&d->cs_tries[t], 0, sizeof *d->cs_tries);
+        if (tm_iidmap_put(d->mem, &d->cs_trie_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
+        d->n_cs_tries++;
     }
-    *out = i;
+    *out = t;
+    return TM_OK;
+}
+
+static void trie_free(tm_mem *m, cs_trie *tr) {
+    tm_mem_free(m, tr->nodes, tr->cap * sizeof *tr->nodes);
+    tm_u64map_free(m, &tr->entry);
+    tm_u64map_free(m, &tr->wide);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* A new callsite and its node in trie tr, childless. */
+static tm_status new_node(dec *d, cs_trie *tr, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *node) {
+    if (tr->n >= CS_WIDE || TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, tr->n + 1) != TM_OK) return nomem(d);
+    uint32_t row;
+    TM_TRY(new_callsite(d, depth, parent, frame, &row));
+    *node = (uint32_t)tr->n++;
+    tr->nodes[*node] = (cs_node){row, frame, CS_NO_NODE, CS_NO_NODE};
+    return TM_OK;
+}
+
+/* The child of frame under at's node, in at's trie; made if absent. */
+static tm_status trie_child(dec *d, uint32_t depth, uint32_t frame, cs_at *at) {
+    cs_trie *tr = &d->cs_tries[at->trie];
+    uint32_t p = at->node, c, listed = 0;
+    bool wide = tr->nodes[p].first_child == CS_WIDE;
+    if (wide) {
+        c = tm_u64map_get(&tr->wide, (uint64_t)p << 32 | frame);
+    } else {
+        for (c = tr->nodes[p].first_child; c != CS_NO_NODE && tr->nodes[c].frame != frame; c = tr->nodes[c].next_sibling)
+            listed++;
+    }
+    if (c == CS_NO_NODE) {
+        TM_TRY(new_node(d, tr, depth, at->row, frame, &c));
+        cs_node *n = tr->nodes;
+        if (!wide && listed + 1 >= CS_WIDE_AT) { /* the list moves to the map */
+            for (uint32_t x = n[p].first_child; x != CS_NO_NODE; x = n[x].next_sibling)
+                if (tm_u64map_put(d->mem, &tr->wide, (uint64_t)p << 32 | n[x].frame, x) != TM_OK) return nomem(d);
+            n[p].first_child = CS_WIDE;
+            wide = true;
+        }
+        if (wide) {
+            if (tm_u64map_put(d->mem, &tr->wide, (uint64_t)p << 32 | frame, c) != TM_OK) return nomem(d);
+        } else {
+            n[c].next_sibling = n[p].first_child;
+            n[p].first_child = c;
+        }
+    }
+    at->row = tr->nodes[c].row;
+    at->node = c;
+    return TM_OK;
+}
+
+/* Moves at to the callsite of frame under it (depth: at's plus one, 0 at
+ * the root), made if absent: (parent, frame) is the key. */
+static tm_status add_callsite(dec *d, uint32_t depth, uint32_t frame, cs_at *at) {
+    if (at->trie != TP_NULL) return trie_child(d, depth, frame, at);
+    uint64_t key = (uint64_t)at->row << 32 | frame;
+    uint32_t owner = d->frame_owner[frame];
+    if (owner == TP_NULL) { /* shared under shared: stays shared */
+        uint32_t row = tm_u64map_get(&d->cs_shared, key);
+        if (row == TM_ABSENT) {
+            TM_TRY(new_callsite(d, depth, at->row, frame, &row));
+            if (tm_u64map_put(d->mem, &d->cs_shared, key, row) != TM_OK) return nomem(d);
+        }
+        at->row = row;
+        return TM_OK;
+    }
+    uint32_t t = 0;
+    TM_TRY(trie_of(d, owner, &t));
+    cs_trie *tr = &d->cs_tries[t];
+    uint32_t c = tm_u64map_get(&tr->entry, key);
+    if (c == TM_ABSENT) {
+        TM_TRY(new_node(d, tr, depth, at->row, frame, &c));
+        if (tm_u64map_put(d->mem, &tr->entry, key, c) != TM_OK) return nomem(d);
+    }
+    *at = (cs_at){tr->nodes[c].row, t, c};
     return TM_OK;
 }
 
@@ -1121,7 +1225,14 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
     tm_pb_repeated ids = tm_pb_repeated_of(*e, 2);
     uint64_t v;
     int rc;
-    uint32_t parent = TP_NULL, depth = 0;
+    /* Each frame's row is a likely cache miss, and the walk below reads
+     * them one after another: they are asked for all at once first. */
+    const row_chains *frames = chains_of(d, CK_FRAME, gen);
+    if (frames && gen == frames->hot_gen && upid == frames->hot_upid)
+        for (tm_pb_repeated ahead = ids; tm_pb_repeated_next(&ahead, &v) == TM_PB_OK;)
+            if (v < frames->hot.n_dense) __builtin_prefetch(&frames->hot.dense[v]);
+    cs_at at = cs_root;
+    uint32_t depth = 0;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
         if (depth >= d->lim->max_stack_depth)
             return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->data), NULL, "a callstack deeper than %llu frames",
@@ -1129,9 +1240,10 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         uint32_t frame;
         TM_TRY(resolve_frame(d, gen, upid, v, &frame));
         if (frame == TM_ABSENT) return TM_OK;
-        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
+        TM_TRY(add_callsite(d, depth++, frame, &at));
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned callstack");
+    uint32_t parent = at.row;
     if (parent == TP_NULL) {
         stat_add(d, TPS_stackprofile_empty_callstack, 1);
         return TM_OK;
@@ -1210,11 +1322,11 @@ static tm_status art_process_metadata(dec *d, tm_bytes b) {
         k[n++] = key;
     }
     if (st == TM_OK && rc == TM_PB_ERROR) st = pb_fail(d, &r, "art_process_metadata.oom_thread_java_stack");
-    uint32_t parent = TP_NULL;
+    cs_at at = cs_root;
     for (size_t i = n, depth = 0; st == TM_OK && i-- > 0; depth++) { /* root first */
         uint32_t frame;
         st = add_frame(d, &k[i], no_str, false, &frame);
-        if (st == TM_OK) st = add_callsite(d, (uint32_t)depth, parent, frame, &parent);
+        if (st == TM_OK) st = add_callsite(d, (uint32_t)depth, frame, &at);
     }
     if (k != keys) tm_mem_free(d->mem, k, cap * sizeof *k);
     return st;
@@ -1223,7 +1335,8 @@ static tm_status art_process_metadata(dec *d, tm_bytes b) {
 /* StackSample's inline callstack: frames named by function and source. */
 static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
     *out = TP_NULL;
-    uint32_t mapping, parent = TP_NULL, depth = 0;
+    uint32_t mapping, depth = 0;
+    cs_at at = cs_root;
     TM_TRY(dummy_mapping(d, &mapping));
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1246,11 +1359,11 @@ static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
                            (unsigned long long)d->lim->max_stack_depth);
         uint32_t frame;
         TM_TRY(add_frame(d, &k, no_str, false, &frame));
-        TM_TRY(add_callsite(d, depth++, parent, frame, &parent));
+        TM_TRY(add_callsite(d, depth++, frame, &at));
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "stack_sample.callstack");
-    if (parent == TP_NULL) stat_add(d, TPS_stackprofile_empty_callstack, 1);
-    *out = parent;
+    if (at.row == TP_NULL) stat_add(d, TPS_stackprofile_empty_callstack, 1);
+    *out = at.row;
     return TM_OK;
 }
 
@@ -1943,41 +2056,70 @@ static tm_status apply_event(dec *d, const event *e) {
 
 /* ---- sorting and the parse pass ------------------------------------------------- */
 
-typedef struct ts_index {
-    int64_t ts;
-    uint64_t index;
-} ts_index;
-static int cmp_sample(const void *a, const void *b) {
-    const ts_index *x = a, *y = b;
-    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
 static int cmp_event(const void *a, const void *b) {
     const event *x = a, *y = b;
     if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* Puts the sample columns in timestamp order (stable); d->s_order keeps
- * each row's file order for ties with events. */
+/* Does row a (file order) sort before row b: time, then file order? */
+static bool sample_before(const int64_t *ts, uint32_t a, uint32_t b) { return ts[a] < ts[b] || (ts[a] == ts[b] && a < b); }
+
+/* One pass of a natural merge sort of rows in by time: each two runs in
+ * order merged into out. Returns whether in was one run already. */
+static bool merge_runs(const int64_t *ts, const uint32_t *in, uint32_t *out, size_t n) {
+    size_t i = 0;
+    bool one_run = true;
+    while (i < n) {
+        size_t mid = i + 1;
+        while (mid < n && sample_before(ts, in[mid - 1], in[mid])) mid++;
+        size_t end = mid < n ? mid + 1 : n;
+        while (end < n && sample_before(ts, in[end - 1], in[end])) end++;
+        if (mid < n) one_run = false;
+        size_t a = i, b = mid, o = i;
+        while (a < mid && b < end) out[o++] = sample_before(ts, in[b], in[a]) ? in[b++] : in[a++];
+        while (a < mid) out[o++] = in[a++];
+        while (b < end) out[o++] = in[b++];
+        i = end;
+    }
+    return one_run;
+}
+
+/* Puts the sample columns in timestamp order, ties in file order; d->s_order
+ * keeps each row's file order for ties with events. A sequence's samples
+ * come in time order (mostly) while the file interleaves sequences: grouped
+ * by sequence, the rows make a few runs in order, merged pass by pass (a
+ * few passes over 4 bytes a row, where a sort of (time, row) pairs took 32). */
 static tm_status sort_samples(dec *d) {
     tm_tp *tp = d->tp;
     size_t n = tp->n_samples;
     size_t i = 1;
     while (i < n && tp->s_ts[i - 1] <= tp->s_ts[i]) i++;
     if (i >= n) return TM_OK;
-    ts_index *keys = tm_mem_alloc(d->mem, n * sizeof *keys);
-    d->s_order = tm_mem_alloc(d->mem, n * sizeof *d->s_order);
-    void *tmp = tm_mem_alloc(d->mem, n * sizeof(int64_t));
-    if (!keys || !d->s_order || !tmp) {
-        tm_mem_free(d->mem, keys, n * sizeof *keys);
-        tm_mem_free(d->mem, tmp, n * sizeof(int64_t));
+    size_t n_seqs = d->rd.n_seqs;
+    uint32_t *order = tm_mem_alloc(d->mem, n * sizeof *order);
+    uint32_t *spare = tm_mem_alloc(d->mem, n * sizeof *spare);
+    size_t *at = tm_mem_alloc(d->mem, (n_seqs + 1) * sizeof *at);
+    if (!order || !spare || !at) {
+        tm_mem_free(d->mem, order, n * sizeof *order);
+        tm_mem_free(d->mem, spare, n * sizeof *spare);
+        tm_mem_free(d->mem, at, (n_seqs + 1) * sizeof *at);
         return nomem(d);
     }
-    for (i = 0; i < n; i++) keys[i] = (ts_index){tp->s_ts[i], i};
-    qsort(keys, n, sizeof *keys, cmp_sample);
-    for (i = 0; i < n; i++) d->s_order[i] = (uint32_t)keys[i].index;
-    tm_mem_free(d->mem, keys, n * sizeof *keys);
+    /* by sequence, file order within each (the callsite column holds the generation) */
+    memset(at, 0, (n_seqs + 1) * sizeof *at);
+    for (i = 0; i < n; i++) at[gen_of(d, tp->s_callsite[i])->seq + 1]++;
+    for (size_t s = 0; s < n_seqs; s++) at[s + 1] += at[s];
+    for (i = 0; i < n; i++) spare[at[gen_of(d, tp->s_callsite[i])->seq]++] = (uint32_t)i;
+    tm_mem_free(d->mem, at, (n_seqs + 1) * sizeof *at);
+    while (!merge_runs(tp->s_ts, spare, order, n)) {
+        uint32_t *t = order;
+        order = spare, spare = t;
+    }
+    tm_mem_free(d->mem, spare, n * sizeof *spare);
+    d->s_order = order;
+    void *tmp = tm_mem_alloc(d->mem, n * sizeof(int64_t));
+    if (!tmp) return nomem(d);
 #define PERMUTE(T, col)                                               \
     do {                                                              \
         T *t = tmp;                                                   \
@@ -1995,8 +2137,8 @@ static tm_status sort_samples(dec *d) {
 }
 
 /* How many samples resolve in each generation: when a generation's last
- * one is parsed its callsite table goes (nothing resolves in it again), so
- * a trace of many clears holds the tables of the generations in progress
+ * one is parsed its callsite trie goes (nothing resolves in it again), so
+ * a trace of many clears holds the tries of the generations in progress
  * only. Heap profiles resolve in theirs until the end: pinned. */
 static tm_status count_gen_samples(dec *d) {
     size_t n = d->rd.n_gens;
@@ -2015,9 +2157,9 @@ static tm_status count_gen_samples(dec *d) {
 
 static tm_status sample_parsed(dec *d, uint32_t gen) {
     if (gen >= d->n_gen_samples_left || d->gen_samples_left[gen] == GEN_PINNED || --d->gen_samples_left[gen]) return TM_OK;
-    uint32_t t = tm_iidmap_get(&d->cs_table_by_gen, gen);
-    if (t != TM_ABSENT) tm_u64map_free(d->mem, &d->cs_tables[t]);
-    return tm_iidmap_put(d->mem, &d->cs_table_by_gen, gen, CS_TABLE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
+    uint32_t t = tm_iidmap_get(&d->cs_trie_by_gen, gen);
+    if (t != TM_ABSENT) trie_free(d->mem, &d->cs_tries[t]);
+    return tm_iidmap_put(d->mem, &d->cs_trie_by_gen, gen, CS_TRIE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
 }
 
 static tm_status parse_all(dec *d) {
@@ -2162,9 +2304,9 @@ static void dec_release(dec *d) {
     tm_u64map_free(m, &d->pend_by_key);
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
-    for (size_t i = 0; i < d->n_cs_tables; i++) tm_u64map_free(m, &d->cs_tables[i]);
-    tm_mem_free(m, d->cs_tables, d->cap_cs_tables * sizeof *d->cs_tables);
-    tm_iidmap_free(m, &d->cs_table_by_gen);
+    for (size_t i = 0; i < d->n_cs_tries; i++) trie_free(m, &d->cs_tries[i]);
+    tm_mem_free(m, d->cs_tries, d->cap_cs_tries * sizeof *d->cs_tries);
+    tm_iidmap_free(m, &d->cs_trie_by_gen);
     tm_mem_free(m, d->gen_samples_left, d->n_gen_samples_left * sizeof *d->gen_samples_left);
     tm_u64map_free(m, &d->cs_shared);
     tm_mem_free(m, d->mapping_owner, d->cap_mapping_owner * sizeof *d->mapping_owner);
@@ -2221,12 +2363,15 @@ void tm_tp_release(tm_tp *tp) {
     tm_mem *m = tp->mem;
     if (!m) return;
 #define FREE_VEC(v) tm_mem_free(m, tp->v, tp->cap_##v * sizeof *tp->v)
-    FREE_VEC(processes); FREE_VEC(threads); FREE_VEC(mappings); FREE_VEC(frames); FREE_VEC(callsites);
+    FREE_VEC(processes); FREE_VEC(threads); FREE_VEC(mappings); FREE_VEC(frames);
     FREE_VEC(symbols); FREE_VEC(attrs); FREE_VEC(tasks); FREE_VEC(execs); FREE_VEC(asyncs);
     FREE_VEC(sessions); FREE_VEC(tracks); FREE_VEC(counters); FREE_VEC(stats); FREE_VEC(meta);
     FREE_VEC(clocks); FREE_VEC(heap_allocs); FREE_VEC(heap_dumps);
     FREE_VEC(packages); tm_idxset_free(m, &tp->package_names);
 #undef FREE_VEC
+    tm_mem_free(m, tp->callsites.frame, tp->callsites.cap * sizeof *tp->callsites.frame);
+    tm_mem_free(m, tp->callsites.words, tp->callsites.cap_words * sizeof *tp->callsites.words);
+    tm_mem_free(m, tp->callsites.heads, tp->callsites.cap_heads * sizeof *tp->callsites.heads);
     tm_mem_free(m, tp->s_ts, tp->cap_samples * sizeof *tp->s_ts);
     tm_mem_free(m, tp->s_callsite, tp->cap_samples * sizeof *tp->s_callsite);
     tm_mem_free(m, tp->s_task, tp->cap_samples * sizeof *tp->s_task);

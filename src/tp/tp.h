@@ -55,9 +55,31 @@ typedef struct tp_frame {
     tm_str deobfuscated_name; /* data NULL: none (a DeobfuscationMapping renames Java frames) */
 } tp_frame;
 
-typedef struct tp_callsite {
-    uint32_t depth, parent, frame;
-} tp_callsite;
+/* stack_profile_callsite, compactly. A callstack resolved for the first
+ * time makes its new callsites one after another, each the child of the
+ * row before, so such a row keeps its frame alone; a row whose parent is
+ * not the row before starts a run: a bit says so and `heads` keeps its
+ * parent and depth, found by counting the bits before it. A row's depth is
+ * its run start's plus its distance from it. 4-5 bytes a row when runs are
+ * long (the heavy shape's), 12 when every row starts one; tm_tp_cs_* read
+ * a row. */
+typedef struct tp_cs_head {
+    uint32_t parent, depth;
+} tp_cs_head;
+
+/* 64 rows, from row 64 * its index. */
+typedef struct tp_cs_word {
+    uint64_t head_bits;       /* bit i: row 64 * index + i starts a run */
+    uint32_t heads_before;    /* runs that start before its first row */
+} tp_cs_word;
+
+typedef struct tp_callsites {
+    uint32_t *frame;          /* by row */
+    tp_cs_word *words;
+    tp_cs_head *heads;        /* by run, in row order */
+    size_t n, cap, cap_words, n_heads, cap_heads;
+    uint32_t last_depth;      /* the last row's, while rows are added */
+} tp_callsites;
 
 typedef struct tp_symbol {
     uint32_t symbol_set;
@@ -164,7 +186,7 @@ typedef struct tm_tp {
     TP_VEC(tp_thread, threads);
     TP_VEC(tp_mapping, mappings);
     TP_VEC(tp_frame, frames);
-    TP_VEC(tp_callsite, callsites);
+    tp_callsites callsites;
     TP_VEC(tp_symbol, symbols);
     TP_VEC(tp_sample_attr, attrs);
     TP_VEC(tp_task_ctx, tasks);
@@ -195,6 +217,27 @@ typedef struct tm_tp {
 tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, const tm_limits *limits, bool strict,
                       tm_error *err);
 void tm_tp_release(tm_tp *tp);
+
+/* Callsite row r's frame, parent (TP_NULL: a root) and depth; r < callsites.n. */
+static inline uint32_t tm_tp_cs_frame(const tm_tp *tp, uint32_t r) { return tp->callsites.frame[r]; }
+static inline bool tm_tp_cs_is_head(const tp_callsites *cs, uint32_t r) { return cs->words[r / 64].head_bits >> (r % 64) & 1; }
+/* The run of row r: its index in heads, and *start its first row. */
+static inline uint32_t tm_tp_cs_run(const tp_callsites *cs, uint32_t r, uint32_t *start) {
+    size_t w = r / 64;
+    uint64_t bits = cs->words[w].head_bits & ((2ull << (r % 64)) - 1); /* its word's rows up to r */
+    while (!bits) bits = cs->words[--w].head_bits; /* row 0 starts a run */
+    *start = (uint32_t)(w * 64 + 63 - (unsigned)__builtin_clzll(bits));
+    return cs->words[w].heads_before + (uint32_t)__builtin_popcountll(bits) - 1;
+}
+static inline uint32_t tm_tp_cs_parent(const tm_tp *tp, uint32_t r) {
+    uint32_t start;
+    return tm_tp_cs_is_head(&tp->callsites, r) ? tp->callsites.heads[tm_tp_cs_run(&tp->callsites, r, &start)].parent
+                                               : r - 1;
+}
+static inline uint32_t tm_tp_cs_depth(const tm_tp *tp, uint32_t r) {
+    uint32_t start, k = tm_tp_cs_run(&tp->callsites, r, &start);
+    return tp->callsites.heads[k].depth + (r - start);
+}
 
 /* Static names of enum values as Trace Processor writes them. */
 const char *tm_tp_unwind_error_name(unsigned unwind_error_plus_one);

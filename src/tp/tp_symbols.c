@@ -245,18 +245,18 @@ typedef struct guesser {
 static void guess_chain(guesser *g, uint32_t upid, uint32_t cs) {
     if (upid == TP_NULL || upid >= g->tp->n_processes || !g->of_process[upid].data) return;
     tm_str pkg = g->of_process[upid];
-    while (cs != TP_NULL && cs < g->tp->n_callsites && !g->walked[cs]) {
+    while (cs != TP_NULL && cs < g->tp->callsites.n && !g->walked[cs]) {
         g->walked[cs] = 1;
-        uint32_t fr = g->tp->callsites[cs].frame;
+        uint32_t fr = tm_tp_cs_frame(g->tp, cs);
         if (fr < g->tp->n_frames && g->needs[fr] && !g->guess[fr].data) g->guess[fr] = pkg;
-        cs = g->tp->callsites[cs].parent;
+        cs = tm_tp_cs_parent(g->tp, cs);
     }
 }
 
 /* Trace Processor's order: heap allocations, then samples (their task
  * context's process). */
 static tm_status guess_packages(const tm_tp *tp, tm_str *guess) {
-    size_t nf = tp->n_frames + 1, nc = tp->n_callsites + 1;
+    size_t nf = tp->n_frames + 1, nc = tp->callsites.n + 1;
     guesser g = {tp, NULL, guess, tm_mem_alloc(tp->mem, nf), tm_mem_alloc(tp->mem, nc)};
     tm_status st = g.needs && g.walked ? tm_tp_process_packages(tp, &g.of_process) : TM_ERR_NOMEM;
     if (st == TM_OK) {
