@@ -168,11 +168,7 @@ static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool 
     return TM_OK;
 }
 
-static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
-    if (r->last_seq != TM_ABSENT && r->seqs[r->last_seq].id == id) {
-        *out = &r->seqs[r->last_seq];
-        return TM_OK;
-    }
+static tm_status get_seq_slow(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
     uint32_t i = tm_u64map_get(&r->seq_by_id, id);
     if (i == TM_ABSENT) {
         if (r->n_seqs >= r->lim->max_sequences)
@@ -192,6 +188,16 @@ static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_
     r->last_seq = i;
     *out = &r->seqs[i];
     return TM_OK;
+}
+
+/* The sequence of id, made on its first packet; packets come in runs per
+ * sequence, so the last one answers most calls, inline. */
+static inline tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
+    if (TM_LIKELY(r->last_seq != TM_ABSENT && r->seqs[r->last_seq].id == id)) {
+        *out = &r->seqs[r->last_seq];
+        return TM_OK;
+    }
+    return get_seq_slow(r, id, at, out);
 }
 
 /* ---- interning ---- */
@@ -785,12 +791,33 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     int rc;
     bool legacy_cleared = false;
     while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        /* The fields every sample packet has, first: one switch. */
+        switch (f.num) {
+        case TM_PF_PACKET_TIMESTAMP:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->timestamp = f.val, pk->has_timestamp = true;
+            continue;
+        case TM_PF_PACKET_SEQUENCE_ID:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->seq_id = (uint32_t)f.val;
+            continue;
+        case TM_PF_PACKET_SEQUENCE_FLAGS:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->flags = (uint32_t)f.val;
+            continue;
+        case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
+            if (relay && f.num != TM_PF_PACKET_PERF_SAMPLE) continue;
+            TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
+            if (pk->data_field) r->counts.oneof_ignored++; /* protobuf: the last member of a oneof wins */
+            pk->data_field = f.num;
+            pk->data = f.bytes;
+            pk->data_tag = f.start;
+            continue;
+        default: break;
+        }
         if (is_header_varint(f.num, relay)) {
             TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
             switch (f.num) {
-            case TM_PF_PACKET_TIMESTAMP: pk->timestamp = f.val, pk->has_timestamp = true; break;
-            case TM_PF_PACKET_SEQUENCE_ID: pk->seq_id = (uint32_t)f.val; break;
-            case TM_PF_PACKET_SEQUENCE_FLAGS: pk->flags = (uint32_t)f.val; break;
             case TM_PF_PACKET_TIMESTAMP_CLOCK_ID: pk->clock_id = (uint32_t)f.val; break;
             case TM_PF_PACKET_INCREMENTAL_STATE_CLEARED: legacy_cleared = f.val != 0; break;
             case TM_PF_PACKET_PREVIOUS_PACKET_DROPPED: pk->lost = (uint32_t)f.val; break;
