@@ -294,6 +294,18 @@ static inline bool all_carry(const dec *d, const resolved *c) {
 /* How far along a chain of twins a resolution is looked for. */
 #define TWIN_HOPS 8
 
+/* What sequence `seq` resolved iid to in the cache at offset `which` of
+ * seq_state, when that holds in its current epoch: resolved in it, or
+ * before it and carried over whole (all_carry). */
+static bool resolved_in(const dec *d, uint32_t seq, size_t which, uint64_t iid, uint32_t *out) {
+    res_cache *cache = (res_cache *)(void *)((char *)d->seqs[seq] + which);
+    const resolved *c = cache_find(cache, iid);
+    const tm_pf_seq *t = &d->rd.seqs[seq];
+    if (!c || (c->upto != t->epoch && !tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) return false;
+    *out = c->id;
+    return true;
+}
+
 /* What s's twin (tm_pf_twin_of) resolved iid to in its current epoch, in
  * the cache at offset `which` of seq_state: the same entries give the same
  * result, so a writer's sequence per thread resolves its tables once. */
@@ -304,17 +316,12 @@ static bool twin_resolved(const dec *d, const seq_state *s, size_t which, uint64
      * the one that began last): the first that resolved iid answers. */
     uint32_t at = s->index, twin;
     for (int hop = 0; hop < TWIN_HOPS && tm_pf_twin_of(&d->rd, at, &twin) && twin < d->n_seqs; hop++) {
-        res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
-        const resolved *c = cache_find(cache, iid);
-        const tm_pf_seq *t = &d->rd.seqs[twin];
-        /* resolved in the twin's epoch, or before it and carried over whole (all_carry) */
-        if (c && (c->upto == t->epoch || tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) {
-            *out = c->id;
-            return true;
-        }
+        if (resolved_in(d, twin, which, iid, out)) return true;
         at = twin;
     }
-    return false;
+    /* And the sequence that copied s's tables, which may have met iid
+     * first (the demo's two threads of each kind). */
+    return tm_pf_copy_of(&d->rd, s->index, &twin) && twin < d->n_seqs && resolved_in(d, twin, which, iid, out);
 }
 
 /* Whether a resolution this sequence never made is asked of its twin
