@@ -168,11 +168,7 @@ static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool 
     return TM_OK;
 }
 
-static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
-    if (r->last_seq != TM_ABSENT && r->seqs[r->last_seq].id == id) {
-        *out = &r->seqs[r->last_seq];
-        return TM_OK;
-    }
+static tm_status get_seq_slow(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
     uint32_t i = tm_u64map_get(&r->seq_by_id, id);
     if (i == TM_ABSENT) {
         if (r->n_seqs >= r->lim->max_sequences)
@@ -184,7 +180,7 @@ static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_
         memset(s, 0, sizeof *s);
         s->id = id;
         s->index = i;
-        s->twin_of_epoch = UINT32_MAX; /* no twin yet */
+        s->twin_of_epoch = s->copied_in = UINT32_MAX; /* no twin, no copy yet */
         if (tm_u64map_put(r->mem, &r->seq_by_id, id, i) != TM_OK) return nomem(r);
         r->n_seqs++;
         TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
@@ -192,6 +188,16 @@ static tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_
     r->last_seq = i;
     *out = &r->seqs[i];
     return TM_OK;
+}
+
+/* The sequence of id, made on its first packet; packets come in runs per
+ * sequence, so the last one answers most calls, inline. */
+static inline tm_status get_seq(tm_pf_reader *r, uint32_t id, const uint8_t *at, tm_pf_seq **out) {
+    if (TM_LIKELY(r->last_seq != TM_ABSENT && r->seqs[r->last_seq].id == id)) {
+        *out = &r->seqs[r->last_seq];
+        return TM_OK;
+    }
+    return get_seq_slow(r, id, at, out);
 }
 
 /* ---- interning ---- */
@@ -261,6 +267,15 @@ bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin) {
     const tm_pf_seq *t = &r->seqs[q->twin];
     if (t->epoch != q->twin_epoch || t->n_blobs != 1) return false;
     *twin = q->twin;
+    return true;
+}
+
+bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy) {
+    const tm_pf_seq *q = &r->seqs[s];
+    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->copied_in != q->epoch) return false;
+    const tm_pf_seq *c = &r->seqs[q->copy];
+    if (c->epoch != q->copy_epoch || c->n_blobs != 1) return false;
+    *copy = q->copy;
     return true;
 }
 
@@ -546,6 +561,14 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     return TM_OK;
 }
 
+/* Links s's epoch to the epoch of sequence ti it began as a copy of, both
+ * ways. */
+static void set_twin(tm_pf_reader *r, tm_pf_seq *s, uint32_t ti) {
+    tm_pf_seq *t = &r->seqs[ti];
+    s->twin = ti, s->twin_epoch = t->epoch, s->twin_of_epoch = s->epoch;
+    t->copy = s->index, t->copy_epoch = s->epoch, t->copied_in = t->epoch;
+}
+
 /* When b begins s's epoch and another sequence's epoch began with the same
  * bytes (a writer with a sequence per thread interns the same tables in
  * each), adds the entries that one added, moved to b: the same bytes read
@@ -559,7 +582,7 @@ static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint6
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
     TM_TRY(copy_blob(r, s, r->seqs[ti].ents, r->seqs[ti].newest, &r->seqs[ti].blobs[0], b, false, done));
-    if (*done) s->twin = ti, s->twin_epoch = r->seqs[ti].epoch, s->twin_of_epoch = s->epoch;
+    if (*done) set_twin(r, s, ti);
     return TM_OK;
 }
 
@@ -580,7 +603,7 @@ static void twin_of_replayed(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return;
     const tm_pf_seq *t = &r->seqs[ti];
     if (t->blobs[0].bytes.len != b.len || memcmp(t->blobs[0].bytes.data, b.data, b.len) != 0) return;
-    s->twin = ti, s->twin_epoch = t->epoch, s->twin_of_epoch = s->epoch;
+    set_twin(r, s, ti);
 }
 
 static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
@@ -785,12 +808,33 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     int rc;
     bool legacy_cleared = false;
     while ((rc = tm_pb_next(&pb, &f)) == TM_PB_OK) {
+        /* The fields every sample packet has, first: one switch. */
+        switch (f.num) {
+        case TM_PF_PACKET_TIMESTAMP:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->timestamp = f.val, pk->has_timestamp = true;
+            continue;
+        case TM_PF_PACKET_SEQUENCE_ID:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->seq_id = (uint32_t)f.val;
+            continue;
+        case TM_PF_PACKET_SEQUENCE_FLAGS:
+            TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
+            pk->flags = (uint32_t)f.val;
+            continue;
+        case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STREAMING_PROFILE_PACKET:
+            if (relay && f.num != TM_PF_PACKET_PERF_SAMPLE) continue;
+            TM_PF_WANT(r, f, TM_PB_LEN, "TracePacket");
+            if (pk->data_field) r->counts.oneof_ignored++; /* protobuf: the last member of a oneof wins */
+            pk->data_field = f.num;
+            pk->data = f.bytes;
+            pk->data_tag = f.start;
+            continue;
+        default: break;
+        }
         if (is_header_varint(f.num, relay)) {
             TM_PF_WANT(r, f, TM_PB_VARINT, "TracePacket");
             switch (f.num) {
-            case TM_PF_PACKET_TIMESTAMP: pk->timestamp = f.val, pk->has_timestamp = true; break;
-            case TM_PF_PACKET_SEQUENCE_ID: pk->seq_id = (uint32_t)f.val; break;
-            case TM_PF_PACKET_SEQUENCE_FLAGS: pk->flags = (uint32_t)f.val; break;
             case TM_PF_PACKET_TIMESTAMP_CLOCK_ID: pk->clock_id = (uint32_t)f.val; break;
             case TM_PF_PACKET_INCREMENTAL_STATE_CLEARED: legacy_cleared = f.val != 0; break;
             case TM_PF_PACKET_PREVIOUS_PACKET_DROPPED: pk->lost = (uint32_t)f.val; break;

@@ -104,6 +104,10 @@ typedef struct tm_pf_seq {
      * InternedData message of sequence twin's epoch twin_epoch (or with the
      * same bytes again, replayed). */
     uint32_t twin, twin_epoch, twin_of_epoch;
+    /* copied_in == epoch: sequence copy's epoch copy_epoch is the latest
+     * that began with a copy of this epoch's first InternedData message
+     * (this sequence is its twin). */
+    uint32_t copy, copy_epoch, copied_in;
     uint64_t first_hash;   /* the hash of the first InternedData message of the epoch that read it */
     /* Did this epoch re-send everything the one before had, byte for byte?
      * Yes when n_same reaches n_before. last_unfull: the latest ended epoch
@@ -292,6 +296,11 @@ bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch);
  * has byte for byte (messages s adds later cannot replace them: the first
  * entry of an iid stays). */
 bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin);
+/* The other way round: a sequence *copy that took s as its twin in its
+ * current epoch, from s's current epoch, and still holds that one message
+ * alone, so whatever *copy resolved, it resolved from entries s has byte
+ * for byte. */
+bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy);
 /* The string of an InternedString message (checked when it was interned). */
 tm_str tm_pf_entry_str(const tm_pf_entry *e);
 

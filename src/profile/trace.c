@@ -76,8 +76,12 @@ typedef struct resolved {
     uint32_t id, since, upto;
 } resolved;
 
+/* By iid while the iids stay dense (a sample's callstack is one load:
+ * heavy traces sample from tens of thousands of stacks per sequence, and
+ * each further load is a cache miss), else through a map into res. */
 typedef struct res_cache {
-    tm_iidmap slot_by_iid; /* iid -> index in res */
+    resolved *dense; size_t n_dense; /* id TM_ABSENT: not resolved */
+    tm_u64map slot_by_iid;           /* iids past the dense part -> index in res */
     resolved *res; size_t n, cap;
 } res_cache;
 
@@ -154,12 +158,28 @@ static tm_status pb_error(dec *d, const tm_pb_reader *r, const char *where) { re
 /* ---- sequences ---- */
 
 static void cache_free(tm_mem *m, res_cache *c) {
-    tm_iidmap_free(m, &c->slot_by_iid);
+    tm_mem_free(m, c->dense, c->n_dense * sizeof *c->dense);
+    tm_u64map_free(m, &c->slot_by_iid);
     tm_mem_free(m, c->res, c->cap * sizeof *c->res);
 }
 
+/* The dense part does not count what it holds, so a large one is dropped
+ * rather than wiped (Relay mode clears after every InternedData message). */
+#define DENSE_KEEP 1024u
+
+static void unset_dense(resolved *r, size_t n) {
+    for (size_t i = 0; i < n; i++) r[i].id = TM_ABSENT;
+}
+
 static void cache_clear(tm_mem *m, res_cache *c) {
-    tm_iidmap_clear(m, &c->slot_by_iid);
+    if (c->n_dense > DENSE_KEEP) {
+        tm_mem_free(m, c->dense, c->n_dense * sizeof *c->dense);
+        c->dense = NULL;
+        c->n_dense = 0;
+    } else {
+        unset_dense(c->dense, c->n_dense);
+    }
+    tm_u64map_clear(m, &c->slot_by_iid);
     c->n = 0;
 }
 
@@ -209,8 +229,28 @@ static size_t seq_entries(const dec *d, const seq_state *s) {
 static inline uint32_t cur_epoch(const dec *d) { return d->local ? 0 : d->rd.gens[d->gen].epoch; }
 
 static inline resolved *cache_find(res_cache *c, uint64_t iid) {
-    uint32_t i = tm_iidmap_get(&c->slot_by_iid, iid);
+    if (TM_LIKELY(iid < c->n_dense)) return c->dense[iid].id == TM_ABSENT ? NULL : &c->dense[iid];
+    uint32_t i = tm_u64map_get(&c->slot_by_iid, iid);
     return i == TM_ABSENT ? NULL : &c->res[i];
+}
+
+/* Grows the dense part past iid, when iids stay within 4x the sequence's
+ * entries (plus slack): *grown false when they do not. Resolutions of iids
+ * that the map held move into it. */
+static tm_status grow_dense(dec *d, res_cache *c, uint64_t iid, size_t n_entries, bool *grown) {
+    *grown = iid < 4 * (uint64_t)n_entries + 1024 && iid < (1u << 26);
+    if (!*grown) return TM_OK;
+    size_t n = c->n_dense ? c->n_dense : 64;
+    while (n <= iid) n *= 2;
+    resolved *r = tm_mem_realloc(d->mem, c->dense, c->n_dense * sizeof *r, n * sizeof *r);
+    if (!r) return nomem(d);
+    unset_dense(r + c->n_dense, n - c->n_dense);
+    const tm_u64map *m = &c->slot_by_iid;
+    for (size_t i = 0; m->len && i < m->cap; i++)
+        if (m->vals[i] != TM_ABSENT && m->keys[i] < n) r[m->keys[i]] = c->res[m->vals[i]];
+    c->dense = r;
+    c->n_dense = n;
+    return TM_OK;
 }
 
 /* Records that iid resolved to id in this epoch; c: what it resolved to
@@ -227,9 +267,15 @@ static tm_status remember(dec *d, seq_state *s, res_cache *cache, resolved *c, u
         return TM_OK;
     }
     *since = epoch;
+    bool dense = iid < cache->n_dense;
+    if (!dense) TM_TRY(grow_dense(d, cache, iid, seq_entries(d, s), &dense));
+    if (dense) {
+        cache->dense[iid] = (resolved){id, epoch, epoch};
+        return TM_OK;
+    }
     DTRY_MEM(d, TM_VEC_RESERVE(d->mem, cache->res, cache->cap, cache->n + 1));
     cache->res[cache->n] = (resolved){id, epoch, epoch};
-    DTRY_MEM(d, tm_iidmap_put(d->mem, &cache->slot_by_iid, iid, (uint32_t)cache->n, seq_entries(d, s)));
+    DTRY_MEM(d, tm_u64map_put(d->mem, &cache->slot_by_iid, iid, (uint32_t)cache->n));
     cache->n++;
     return TM_OK;
 }
@@ -248,6 +294,18 @@ static inline bool all_carry(const dec *d, const resolved *c) {
 /* How far along a chain of twins a resolution is looked for. */
 #define TWIN_HOPS 8
 
+/* What sequence `seq` resolved iid to in the cache at offset `which` of
+ * seq_state, when that holds in its current epoch: resolved in it, or
+ * before it and carried over whole (all_carry). */
+static bool resolved_in(const dec *d, uint32_t seq, size_t which, uint64_t iid, uint32_t *out) {
+    res_cache *cache = (res_cache *)(void *)((char *)d->seqs[seq] + which);
+    const resolved *c = cache_find(cache, iid);
+    const tm_pf_seq *t = &d->rd.seqs[seq];
+    if (!c || (c->upto != t->epoch && !tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) return false;
+    *out = c->id;
+    return true;
+}
+
 /* What s's twin (tm_pf_twin_of) resolved iid to in its current epoch, in
  * the cache at offset `which` of seq_state: the same entries give the same
  * result, so a writer's sequence per thread resolves its tables once. */
@@ -258,17 +316,22 @@ static bool twin_resolved(const dec *d, const seq_state *s, size_t which, uint64
      * the one that began last): the first that resolved iid answers. */
     uint32_t at = s->index, twin;
     for (int hop = 0; hop < TWIN_HOPS && tm_pf_twin_of(&d->rd, at, &twin) && twin < d->n_seqs; hop++) {
-        res_cache *cache = (res_cache *)(void *)((char *)d->seqs[twin] + which);
-        const resolved *c = cache_find(cache, iid);
-        const tm_pf_seq *t = &d->rd.seqs[twin];
-        /* resolved in the twin's epoch, or before it and carried over whole (all_carry) */
-        if (c && (c->upto == t->epoch || tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) {
-            *out = c->id;
-            return true;
-        }
+        if (resolved_in(d, twin, which, iid, out)) return true;
         at = twin;
     }
-    return false;
+    /* And the sequence that copied s's tables, which may have met iid
+     * first (the demo's two threads of each kind). */
+    return tm_pf_copy_of(&d->rd, s->index, &twin) && twin < d->n_seqs && resolved_in(d, twin, which, iid, out);
+}
+
+/* Whether a resolution this sequence never made is asked of its twin
+ * before its entry is looked up: at the sequence's newest generation the
+ * twin resolved it from entries this sequence has byte for byte, so the
+ * lookup would find the entry, and the twin's answer is the one it would
+ * give (a heavy trace's sequences resolve each other's tables: the lookup
+ * is several cache misses). */
+static inline bool twin_first(const dec *d, const seq_state *s, const resolved *c) {
+    return !c && !d->local && d->gen == d->rd.seqs[s->index].gen;
 }
 
 /* Carries c over to this epoch. */
@@ -447,6 +510,9 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *o
     resolved *c = cache_find(&s->mappings, iid);
     *ok = 1;
     if (holds_now(d, c, out, since)) return TM_OK;
+    bool early = twin_first(d, s, c);
+    if (early && twin_resolved(d, s, offsetof(seq_state, mappings), iid, out))
+        return remember(d, s, &s->mappings, c, iid, *out, since);
     tm_bytes msg;
     uint32_t same_since;
     if (!lookup_since(d, TM_PF_INTERNED_MAPPINGS, iid, &msg, &same_since)) {
@@ -458,7 +524,8 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *o
         *since = carry(d, c, out);
         return TM_OK;
     }
-    if (twin_resolved(d, s, offsetof(seq_state, mappings), iid, out)) return remember(d, s, &s->mappings, c, iid, *out, since);
+    if (!early && twin_resolved(d, s, offsetof(seq_state, mappings), iid, out))
+        return remember(d, s, &s->mappings, c, iid, *out, since);
     tm_prof_mapping m;
     memset(&m, 0, sizeof m);
     TM_TRY(mapping_path(d, e->msg, &m.path));
@@ -509,6 +576,11 @@ static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t 
                                     uint32_t *out, int *ok, uint32_t *since) {
     *ok = holds_now(d, c, out, since);
     if (*ok) return TM_OK;
+    bool early = twin_first(d, s, c);
+    if (early && twin_resolved(d, s, offsetof(seq_state, frames), iid, out)) {
+        *ok = 1;
+        return remember(d, s, &s->frames, c, iid, *out, since);
+    }
     tm_bytes msg;
     uint32_t same_since;
     if (!lookup_since(d, TM_PF_INTERNED_FRAMES, iid, &msg, &same_since)) return TM_OK;
@@ -522,7 +594,7 @@ static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t 
             return TM_OK;
         }
     }
-    if (twin_resolved(d, s, offsetof(seq_state, frames), iid, out)) {
+    if (!early && twin_resolved(d, s, offsetof(seq_state, frames), iid, out)) {
         *ok = 1;
         return remember(d, s, &s->frames, c, iid, *out, since);
     }
@@ -626,6 +698,11 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
     uint32_t same_since, since;
     *ok = holds_now(d, c, out, &since);
     if (*ok) return TM_OK;
+    bool early = twin_first(d, s, c);
+    if (early && twin_resolved(d, s, offsetof(seq_state, stacks), iid, out)) {
+        *ok = 1;
+        return remember(d, s, &s->stacks, c, iid, *out, &since);
+    }
     if (!lookup_since(d, TM_PF_INTERNED_CALLSTACKS, iid, &msg, &same_since)) return TM_OK;
     if (may_carry(c, same_since)) {
         bool kept;
@@ -636,7 +713,7 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
             return TM_OK;
         }
     }
-    if (twin_resolved(d, s, offsetof(seq_state, stacks), iid, out)) {
+    if (!early && twin_resolved(d, s, offsetof(seq_state, stacks), iid, out)) {
         *ok = 1;
         return remember(d, s, &s->stacks, c, iid, *out, &since);
     }
