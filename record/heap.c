@@ -18,7 +18,8 @@
  * byte of a static filter indexed by address and jumps to the real free.
  * Neither makes a stack frame, an atomic operation or a table lookup: only
  * a block whose filter byte is set (a sampled block lives in its 16 bytes of
- * a 512 KiB window) is looked up in the live table. A thread's counter
+ * a 512 KiB window; a block of the bootstrap arena below sets its byte for
+ * good) is looked at further. A thread's counter
  * starts at 0, so its first calls go the slow way, which finds the real
  * functions; while no profile runs the slow way gives the thread a long
  * stride, so that a program preloaded without --heap pays the same.
@@ -125,7 +126,24 @@ static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 static _Alignas(64) unsigned char g_arena[ARENA_BYTES];
 static atomic_size_t g_arena_used;
 
-/* Bump allocation with a 16-byte header holding the size (realloc copies it). */
+/* Sampled live allocations per 16-byte granule, counted modulo a 512 KiB
+ * window: free reads one byte here, and looks further only where it is not
+ * 0. Static, so that free can read it before any profile. */
+static _Atomic uint8_t g_filter[FILTER_COUNTERS];
+
+/* An offset by the 64 MiB region p is in, for the filter and the live
+ * table's first bucket: glibc gives each thread's arena a 64 MiB-aligned
+ * heap, and without it the blocks every thread works on would share the
+ * same filter and bucket lines, which each sample then takes from the other
+ * cores. An odd multiple of the region number moves a region's range far
+ * (an xor of its bits would leave two threads' ranges overlapping). */
+static inline size_t region_offset(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
+
+static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 4) + region_offset(p)) & (FILTER_COUNTERS - 1); }
+
+/* Bump allocation with a 16-byte header holding the size (realloc copies it).
+ * The block's filter counter is stuck, so that free takes it off the fast
+ * path, where the arena is told apart. */
 static void *arena_alloc(size_t size, size_t align) {
     if (align < 16) align = 16;
     for (;;) {
@@ -134,6 +152,7 @@ static void *arena_alloc(size_t size, size_t align) {
         if (start + size > ARENA_BYTES || start + size < start) return NULL;
         if (atomic_compare_exchange_weak(&g_arena_used, &used, start + size)) {
             memcpy(g_arena + start - sizeof size, &size, sizeof size);
+            atomic_store(&g_filter[filter_of((uintptr_t)(g_arena + start))], FILTER_STUCK);
             return g_arena + start;
         }
     }
@@ -213,7 +232,6 @@ static uint32_t g_pool_used;
 static atomic_flag g_stacks_lock = ATOMIC_FLAG_INIT;
 static _Atomic uintptr_t *g_live_addr; /* LIVE_BUCKETS * LIVE_SLOTS; 0 empty */
 static _Atomic uint64_t *g_live_val;
-static _Atomic uint8_t g_filter[FILTER_COUNTERS]; /* static: free reads it before any profile */
 static _Atomic uint64_t g_unwind_errors, g_reentrant, g_table_full;
 
 /* ---- sampling decision ------------------------------------------------------- */
@@ -284,34 +302,29 @@ static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
 
 /* Where p may be: its filter counter and its first bucket by address (no
  * hash: a bucket per 512 bytes of address space, so that the heap a program
- * works in maps to few lines of the table, which stay cached), its second
- * bucket by hash (where the first overflows).
- *
- * Both are shifted by the 64 MiB region p is in: glibc gives each thread's
- * arena a 64 MiB-aligned heap, so that without the shift every thread's
- * blocks would land on the same filter and bucket lines, which each sample
- * then takes from the other cores' caches. */
+ * works in maps to few lines of the table, which stay cached; offset by the
+ * region as the filter is). The second bucket, by hash, is only looked at
+ * when the first is full (second_bucket). */
 typedef struct live_place {
-    size_t counter, bucket[2];
+    size_t counter, bucket;
 } live_place;
 
-static size_t region_shift(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
-
-static size_t filter_of(uintptr_t p) { return ((size_t)(p >> 4) + region_shift(p)) & (FILTER_COUNTERS - 1); }
-
 static live_place place_of(uintptr_t p) {
-    uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {filter_of(p), {(((size_t)(p >> 9) + region_shift(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
-                                         (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
+    live_place at = {filter_of(p), (((size_t)(p >> 9) + region_offset(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS};
     return at;
 }
 
-/* Tracks p at its place (one of two buckets, any free slot); 0 when both
- * are full. */
+static size_t second_bucket(uintptr_t p) {
+    return (size_t)((tm_hash_u64((uint64_t)p) >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS;
+}
+
+/* Tracks p at its place (any free slot of its first bucket, else of its
+ * second); 0 when both are full. */
 static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight) {
     if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
+    size_t bucket = at.bucket;
+    for (int k = 0; k < 2; k++, bucket = second_bucket(p))
+        for (size_t i = bucket; i < bucket + LIVE_SLOTS; i++) {
             uintptr_t empty = 0;
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) == 0 &&
                 atomic_compare_exchange_strong(&g_live_addr[i], &empty, p)) {
@@ -331,8 +344,9 @@ static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight)
 static NOINLINE void live_remove(uintptr_t p) {
     if (!p) return; /* free(NULL) reads counter 0 like any block there */
     live_place at = place_of(p);
-    for (int k = 0; k < 2; k++)
-        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
+    size_t bucket = at.bucket;
+    for (int k = 0; k < 2; k++, bucket = second_bucket(p))
+        for (size_t i = bucket; i < bucket + LIVE_SLOTS; i++) {
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
             uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
             /* A plain store frees the slot: only a free of p writes it now,
@@ -631,8 +645,8 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     t->guard++;
     /* The lines p goes to are rarely cached: they load while the stack is found. */
     live_place place = place_of((uintptr_t)p);
-    __builtin_prefetch(&g_live_addr[place.bucket[0]], 1);
-    __builtin_prefetch(&g_live_val[place.bucket[0]], 1);
+    __builtin_prefetch(&g_live_addr[place.bucket], 1);
+    __builtin_prefetch(&g_live_val[place.bucket], 1);
     __builtin_prefetch(&g_filter[place.counter], 1);
     int64_t id = stack_of(t, at);
     if (id < 0 || !live_insert(place, (uintptr_t)p, (uint32_t)id, weight)) {
@@ -685,13 +699,15 @@ static void free_before_resolved(void *p) {
     if (ready()) real.free(p);
 }
 
+/* A block whose filter counter is set: sampled, the arena's (never freed),
+ * or a neighbour's in the filter. */
 static NOINLINE void free_sampled(void *p) {
+    if (in_arena(p)) return;
     live_remove((uintptr_t)p);
     atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
 }
 
 static inline void do_free(void *p) {
-    if (UNLIKELY(in_arena(p))) return;
     if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) {
         free_sampled(p);
         return;
