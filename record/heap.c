@@ -113,7 +113,10 @@ static _Atomic(void (*)(void *)) g_free_fn = free_before_resolved;
 
 /* Per-thread state; initial-exec so that reaching it never allocates. */
 typedef struct heap_thread {
-    int64_t bytes_left; /* until the next sample; <= 0 before the first draw */
+    uint64_t bytes_left; /* the fast path's share of the countdown to the next sample
+                            (at most the interval while a profile runs); 0 before the
+                            first draw */
+    int64_t reserve;     /* the rest of the countdown */
     uint64_t rng;       /* xorshift state; 0: not seeded */
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
@@ -218,9 +221,6 @@ typedef struct totals {
 
 static atomic_int g_on;          /* sampling allocations */
 static uint64_t g_interval;
-/* The smallest size always sampled (g_interval while a profile runs): a
- * larger one leaves the fast path. */
-static _Atomic uint64_t g_sample_at = DEFAULT_INTERVAL;
 static _Atomic int g_next_shard;
 static totals *g_totals;
 static uint32_t g_max_depth;
@@ -255,27 +255,34 @@ static int64_t draw_interval(heap_thread *t) {
     return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
 
-/* The bytes a sampled allocation of size stands for, 0 when it is not sampled
- * (the slow half of weight_of). */
-static NOINLINE uint64_t weight_slow(heap_thread *t) {
-    if (t->rng == 0) { /* the thread's first allocation: its first threshold */
-        t->bytes_left += draw_interval(t);
-        if (t->bytes_left > 0) return 0;
-    }
+/* Splits the countdown (left > 0) between the fast path's share, at most
+ * the interval, and the reserve: a size malloc's fast path lets through is
+ * then below the interval, and it needs no other compare. */
+static void set_countdown(heap_thread *t, int64_t left) {
+    t->bytes_left = (uint64_t)left < g_interval ? (uint64_t)left : g_interval;
+    t->reserve = left - (int64_t)t->bytes_left;
+}
+
+/* The bytes a sampled allocation stands for once the countdown, left, is
+ * crossed (the slow half of weight_of). */
+static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
     uint64_t samples = 0;
-    while (t->bytes_left <= 0) {
-        samples++;
-        t->bytes_left += draw_interval(t);
-    }
+    if (t->rng == 0) left += draw_interval(t); /* the thread's first allocation: its first threshold */
+    for (; left <= 0; left += draw_interval(t)) samples++;
+    set_countdown(t, left);
     return samples * g_interval;
 }
 
+/* The bytes an allocation of size stands for, 0 when it is not sampled. */
 static inline uint64_t weight_of(size_t size) {
     heap_thread *t = &t_heap;
     if (size >= g_interval) return size;
-    t->bytes_left -= (int64_t)size;
-    if (LIKELY(t->bytes_left > 0)) return 0;
-    return weight_slow(t);
+    int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
+    if (LIKELY(left > 0)) {
+        set_countdown(t, left);
+        return 0;
+    }
+    return weight_slow(t, left);
 }
 
 /* This thread's shard of stack id's totals. */
@@ -675,19 +682,20 @@ static inline void *on_alloc(void *p, size_t size, call_site caller) {
 /* ---- the interposed C functions ------------------------------------------------------ */
 
 /* malloc when the fast path does not apply: the thread's first calls, a
- * size always sampled, a threshold crossed, no profile running. */
+ * size always sampled, the fast path's share of the countdown used up (a
+ * threshold crossed, or only its share), no profile running. */
 static NOINLINE void *malloc_slow(size_t size, call_site caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, 16);
     return on_alloc(real.malloc(size), size, caller);
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
- * (bytes_left > 0 means the thread found it already). */
+ * (bytes_left > 0 means the thread found it already). A size below
+ * bytes_left is below the interval too, and leaves some countdown. */
 static inline void *do_malloc(size_t size, call_site caller) {
     heap_thread *t = &t_heap;
-    int64_t left = t->bytes_left - (int64_t)size;
-    if (LIKELY(size < atomic_load_explicit(&g_sample_at, memory_order_relaxed) && left > 0)) {
-        t->bytes_left = left;
+    if (LIKELY(size < t->bytes_left)) {
+        t->bytes_left -= size;
         return real.malloc(size);
     }
     return malloc_slow(size, caller);
@@ -975,8 +983,8 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
     atomic_fetch_add(&g_generation, 1);
     if (!g_memo_key_made) g_memo_key_made = pthread_key_create(&g_memo_key, memo_table_free) == 0;
 #endif
-    atomic_store(&g_sample_at, g_interval);
     atomic_store(&g_on, 1);
-    t_heap.bytes_left = 0; /* this thread draws its first threshold now, not after its idle stride */
+    t_heap.bytes_left = 0, t_heap.reserve = 0; /* this thread draws its first threshold now, not after its
+                                                  idle stride */
     return &g_source;
 }
