@@ -286,12 +286,14 @@ static inline uint64_t weight_of(size_t size) {
 }
 
 /* This thread's shard of stack id's totals. */
-static totals *totals_of(heap_thread *t, uint32_t id) {
-    if (!t->shard) {
-        int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
-        t->own_shard = k < OWN_SHARDS;
-        t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
-    }
+static NOINLINE void take_shard(heap_thread *t) {
+    int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
+    t->own_shard = k < OWN_SHARDS;
+    t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
+}
+
+static inline totals *totals_of(heap_thread *t, uint32_t id) {
+    if (UNLIKELY(!t->shard)) take_shard(t);
     return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
 }
 
@@ -499,9 +501,14 @@ static uintptr_t frame_register(void) {
     return fp;
 }
 
+/* Two multiplies: a start's slot (its top bits) and the identity the
+ * slot's last miss is compared with; a rare collision only decides when a
+ * stack is learned, as memo_find compares the start itself. */
 static uint64_t memo_start_hash(uintptr_t ret, uintptr_t sp) {
-    return tm_hash_u64((uint64_t)ret ^ tm_hash_u64((uint64_t)sp));
+    return ((uint64_t)ret ^ (uint64_t)sp * 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
 }
+
+static size_t memo_slot(uint64_t start) { return (size_t)(start >> 32) & (MEMO_SLOTS - 1); }
 
 enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
 
@@ -593,11 +600,11 @@ static int64_t stack_of(heap_thread *t, call_site at) {
     memo *m = NULL;
     uint32_t learned = 0;
     if (table) {
-        m = &table->slot[start & (MEMO_SLOTS - 1)];
+        m = &table->slot[memo_slot(start)];
         int64_t id = memo_find(m, ret, at.sp, fp);
         if (id >= 0) return id;
-        if (id == MEMO_NEVER || table->missed[start & (MEMO_SLOTS - 1)] != start) {
-            table->missed[start & (MEMO_SLOTS - 1)] = start;
+        if (id == MEMO_NEVER || table->missed[memo_slot(start)] != start) {
+            table->missed[memo_slot(start)] = start;
             m = NULL; /* seen once, or not to be kept: unwound the usual way */
         }
     } else if (g_memo_key_made && (table = real.malloc(sizeof *table)) != NULL) {
@@ -667,7 +674,7 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     t->guard--;
 }
 
-/* Every allocation but malloc's fast path passes here once it succeeded. */
+/* Every allocation but malloc passes here once it succeeded. */
 static inline void *on_alloc(void *p, size_t size, call_site caller) {
     /* acquire: g_interval and the tables were set before sampling began */
     if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
@@ -681,12 +688,27 @@ static inline void *on_alloc(void *p, size_t size, call_site caller) {
 
 /* ---- the interposed C functions ------------------------------------------------------ */
 
+static NOINLINE void *malloc_sampled(size_t size, uint64_t weight, call_site caller) {
+    void *p = real.malloc(size);
+    if (p) sample(p, weight, caller);
+    return p;
+}
+
 /* malloc when the fast path does not apply: the thread's first calls, a
  * size always sampled, the fast path's share of the countdown used up (a
  * threshold crossed, or only its share), no profile running. */
 static NOINLINE void *malloc_slow(size_t size, call_site caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, 16);
-    return on_alloc(real.malloc(size), size, caller);
+    /* acquire: as in on_alloc */
+    if (UNLIKELY(!atomic_load_explicit(&g_on, memory_order_acquire))) {
+        t_heap.bytes_left = IDLE_STRIDE;
+        return real.malloc(size);
+    }
+    /* Decided before allocating, as on the fast path (a failed allocation
+     * used its bytes of the countdown): a refill jumps to the real malloc. */
+    uint64_t weight = weight_of(size);
+    if (LIKELY(!weight)) return real.malloc(size);
+    return malloc_sampled(size, weight, caller);
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
