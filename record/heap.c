@@ -14,15 +14,15 @@
  * unbiased.
  *
  * The unsampled path: malloc decides before allocating (a thread-local
- * subtraction and a compare) and jumps to the real malloc; free reads one
+ * compare and subtraction) and jumps to the real malloc; free reads one
  * byte of a static filter indexed by address and jumps to the real free.
  * Neither makes a stack frame, an atomic operation or a table lookup: only
- * a block whose filter byte is set (a sampled block lives in its 16 bytes of
- * a 512 KiB window; a block of the bootstrap arena below sets its byte for
- * good) is looked at further. A thread's counter
- * starts at 0, so its first calls go the slow way, which finds the real
- * functions; while no profile runs the slow way gives the thread a long
- * stride, so that a program preloaded without --heap pays the same.
+ * a block whose filter byte is set (a sampled block starts in its 64 bytes
+ * of a 2 MiB window; a block of the bootstrap arena below sets its byte for
+ * good) is looked at further. A thread's counter starts at 0, so its first
+ * calls go the slow way, which finds the real functions; while no profile
+ * runs the slow way gives the thread a long stride, so that a program
+ * preloaded without --heap pays the same.
  *
  * Safety: the real functions are found with dlsym(RTLD_NEXT), and what
  * dlsym allocates meanwhile comes from a static bump arena (never freed).
@@ -70,7 +70,7 @@ enum {
     LIVE_BUCKETS = 1 << 14,    /* x 8 slots: sampled allocations alive at once (~512 MiB of heap
                                   at the default interval) */
     LIVE_SLOTS = 8,            /* one cache line of addresses per bucket */
-    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 16-byte granule of a 512 KiB
+    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 64-byte granule of a 2 MiB
                                   window: most frees look at one byte, near the bytes of their
                                   neighbours' frees (cached), not at two random buckets */
     FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
@@ -129,9 +129,12 @@ static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 static _Alignas(64) unsigned char g_arena[ARENA_BYTES];
 static atomic_size_t g_arena_used;
 
-/* Sampled live allocations per 16-byte granule, counted modulo a 512 KiB
+/* Sampled live allocations per 64-byte granule, counted modulo a 2 MiB
  * window: free reads one byte here, and looks further only where it is not
- * 0. Static, so that free can read it before any profile. */
+ * 0. Static, so that free can read it before any profile. A granule of 64
+ * bytes (not 16, glibc's alignment) keeps the bytes a thread's frees read
+ * on a quarter of the lines, which stay in L1 beside the heap it works on;
+ * a neighbour's free that finds the byte set costs a look at the table. */
 static _Atomic uint8_t g_filter[FILTER_COUNTERS];
 
 /* An offset by the 64 MiB region p is in, for the filter and the live
@@ -142,7 +145,7 @@ static _Atomic uint8_t g_filter[FILTER_COUNTERS];
  * (an xor of its bits would leave two threads' ranges overlapping). */
 static inline size_t region_offset(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
 
-static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 4) + region_offset(p)) & (FILTER_COUNTERS - 1); }
+static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) + region_offset(p)) & (FILTER_COUNTERS - 1); }
 
 /* Bump allocation with a 16-byte header holding the size (realloc copies it).
  * The block's filter counter is stuck, so that free takes it off the fast
