@@ -7,8 +7,9 @@
  * reaches (every call takes the unsampled path), and the recorder's fixed
  * cost (started and stopped around no iterations). Prints the CPU time of
  * each (median of --runs), the ratio heap / plain against the target
- * (<= 1.10), also as the median of each round's own ratio (steadier on a
- * shared machine: a round's runs follow each other), and the cost per
+ * (<= 1.10), also as the median of each round's own ratio (a round's runs
+ * follow each other, so that a change of load on a shared machine hits
+ * both alike), and the cost per
  * unsampled call ((never - fixed - plain) / calls) and per sampled
  * allocation ((default - never) / samples, as counted by the profiler).
  *
