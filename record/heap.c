@@ -14,14 +14,15 @@
  * unbiased.
  *
  * The unsampled path: malloc decides before allocating (a thread-local
- * subtraction and a compare) and jumps to the real malloc; free reads one
+ * compare and subtraction) and jumps to the real malloc; free reads one
  * byte of a static filter indexed by address and jumps to the real free.
  * Neither makes a stack frame, an atomic operation or a table lookup: only
- * a block whose filter byte is set (a sampled block lives in its 16 bytes of
- * a 512 KiB window) is looked up in the live table. A thread's counter
- * starts at 0, so its first calls go the slow way, which finds the real
- * functions; while no profile runs the slow way gives the thread a long
- * stride, so that a program preloaded without --heap pays the same.
+ * a block whose filter byte is set (a sampled block starts in its 64 bytes
+ * of a 2 MiB window; a block of the bootstrap arena below sets its byte for
+ * good) is looked at further. A thread's counter starts at 0, so its first
+ * calls go the slow way, which finds the real functions; while no profile
+ * runs the slow way gives the thread a long stride, so that a program
+ * preloaded without --heap pays the same.
  *
  * Safety: the real functions are found with dlsym(RTLD_NEXT), and what
  * dlsym allocates meanwhile comes from a static bump arena (never freed).
@@ -69,7 +70,7 @@ enum {
     LIVE_BUCKETS = 1 << 14,    /* x 8 slots: sampled allocations alive at once (~512 MiB of heap
                                   at the default interval) */
     LIVE_SLOTS = 8,            /* one cache line of addresses per bucket */
-    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 16-byte granule of a 512 KiB
+    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 64-byte granule of a 2 MiB
                                   window: most frees look at one byte, near the bytes of their
                                   neighbours' frees (cached), not at two random buckets */
     FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
@@ -112,7 +113,10 @@ static _Atomic(void (*)(void *)) g_free_fn = free_before_resolved;
 
 /* Per-thread state; initial-exec so that reaching it never allocates. */
 typedef struct heap_thread {
-    int64_t bytes_left; /* until the next sample; <= 0 before the first draw */
+    uint64_t bytes_left; /* the fast path's share of the countdown to the next sample
+                            (at most the interval while a profile runs); 0 before the
+                            first draw */
+    int64_t reserve;     /* the rest of the countdown */
     uint64_t rng;       /* xorshift state; 0: not seeded */
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
@@ -125,7 +129,27 @@ static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 static _Alignas(64) unsigned char g_arena[ARENA_BYTES];
 static atomic_size_t g_arena_used;
 
-/* Bump allocation with a 16-byte header holding the size (realloc copies it). */
+/* Sampled live allocations per 64-byte granule, counted modulo a 2 MiB
+ * window: free reads one byte here, and looks further only where it is not
+ * 0. Static, so that free can read it before any profile. A granule of 64
+ * bytes (not 16, glibc's alignment) keeps the bytes a thread's frees read
+ * on a quarter of the lines, which stay in L1 beside the heap it works on;
+ * a neighbour's free that finds the byte set costs a look at the table. */
+static _Atomic uint8_t g_filter[FILTER_COUNTERS];
+
+/* An offset by the 64 MiB region p is in, for the filter and the live
+ * table's first bucket: glibc gives each thread's arena a 64 MiB-aligned
+ * heap, and without it the blocks every thread works on would share the
+ * same filter and bucket lines, which each sample then takes from the other
+ * cores. An odd multiple of the region number moves a region's range far
+ * (an xor of its bits would leave two threads' ranges overlapping). */
+static inline size_t region_offset(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
+
+static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) + region_offset(p)) & (FILTER_COUNTERS - 1); }
+
+/* Bump allocation with a 16-byte header holding the size (realloc copies it).
+ * The block's filter counter is stuck, so that free takes it off the fast
+ * path, where the arena is told apart. */
 static void *arena_alloc(size_t size, size_t align) {
     if (align < 16) align = 16;
     for (;;) {
@@ -134,6 +158,7 @@ static void *arena_alloc(size_t size, size_t align) {
         if (start + size > ARENA_BYTES || start + size < start) return NULL;
         if (atomic_compare_exchange_weak(&g_arena_used, &used, start + size)) {
             memcpy(g_arena + start - sizeof size, &size, sizeof size);
+            atomic_store(&g_filter[filter_of((uintptr_t)(g_arena + start))], FILTER_STUCK);
             return g_arena + start;
         }
     }
@@ -199,9 +224,6 @@ typedef struct totals {
 
 static atomic_int g_on;          /* sampling allocations */
 static uint64_t g_interval;
-/* The smallest size always sampled (g_interval while a profile runs): a
- * larger one leaves the fast path. */
-static _Atomic uint64_t g_sample_at = DEFAULT_INTERVAL;
 static _Atomic int g_next_shard;
 static totals *g_totals;
 static uint32_t g_max_depth;
@@ -213,7 +235,6 @@ static uint32_t g_pool_used;
 static atomic_flag g_stacks_lock = ATOMIC_FLAG_INIT;
 static _Atomic uintptr_t *g_live_addr; /* LIVE_BUCKETS * LIVE_SLOTS; 0 empty */
 static _Atomic uint64_t *g_live_val;
-static _Atomic uint8_t g_filter[FILTER_COUNTERS]; /* static: free reads it before any profile */
 static _Atomic uint64_t g_unwind_errors, g_reentrant, g_table_full;
 
 /* ---- sampling decision ------------------------------------------------------- */
@@ -237,36 +258,45 @@ static int64_t draw_interval(heap_thread *t) {
     return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
 
-/* The bytes a sampled allocation of size stands for, 0 when it is not sampled
- * (the slow half of weight_of). */
-static NOINLINE uint64_t weight_slow(heap_thread *t) {
-    if (t->rng == 0) { /* the thread's first allocation: its first threshold */
-        t->bytes_left += draw_interval(t);
-        if (t->bytes_left > 0) return 0;
-    }
+/* Splits the countdown (left > 0) between the fast path's share, at most
+ * the interval, and the reserve: a size malloc's fast path lets through is
+ * then below the interval, and it needs no other compare. */
+static void set_countdown(heap_thread *t, int64_t left) {
+    t->bytes_left = (uint64_t)left < g_interval ? (uint64_t)left : g_interval;
+    t->reserve = left - (int64_t)t->bytes_left;
+}
+
+/* The bytes a sampled allocation stands for once the countdown, left, is
+ * crossed (the slow half of weight_of). */
+static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
     uint64_t samples = 0;
-    while (t->bytes_left <= 0) {
-        samples++;
-        t->bytes_left += draw_interval(t);
-    }
+    if (t->rng == 0) left += draw_interval(t); /* the thread's first allocation: its first threshold */
+    for (; left <= 0; left += draw_interval(t)) samples++;
+    set_countdown(t, left);
     return samples * g_interval;
 }
 
+/* The bytes an allocation of size stands for, 0 when it is not sampled. */
 static inline uint64_t weight_of(size_t size) {
     heap_thread *t = &t_heap;
     if (size >= g_interval) return size;
-    t->bytes_left -= (int64_t)size;
-    if (LIKELY(t->bytes_left > 0)) return 0;
-    return weight_slow(t);
+    int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
+    if (LIKELY(left > 0)) {
+        set_countdown(t, left);
+        return 0;
+    }
+    return weight_slow(t, left);
 }
 
 /* This thread's shard of stack id's totals. */
-static totals *totals_of(heap_thread *t, uint32_t id) {
-    if (!t->shard) {
-        int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
-        t->own_shard = k < OWN_SHARDS;
-        t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
-    }
+static NOINLINE void take_shard(heap_thread *t) {
+    int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
+    t->own_shard = k < OWN_SHARDS;
+    t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
+}
+
+static inline totals *totals_of(heap_thread *t, uint32_t id) {
+    if (UNLIKELY(!t->shard)) take_shard(t);
     return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
 }
 
@@ -284,34 +314,29 @@ static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
 
 /* Where p may be: its filter counter and its first bucket by address (no
  * hash: a bucket per 512 bytes of address space, so that the heap a program
- * works in maps to few lines of the table, which stay cached), its second
- * bucket by hash (where the first overflows).
- *
- * Both are shifted by the 64 MiB region p is in: glibc gives each thread's
- * arena a 64 MiB-aligned heap, so that without the shift every thread's
- * blocks would land on the same filter and bucket lines, which each sample
- * then takes from the other cores' caches. */
+ * works in maps to few lines of the table, which stay cached; offset by the
+ * region as the filter is). The second bucket, by hash, is only looked at
+ * when the first is full (second_bucket). */
 typedef struct live_place {
-    size_t counter, bucket[2];
+    size_t counter, bucket;
 } live_place;
 
-static size_t region_shift(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
-
-static size_t filter_of(uintptr_t p) { return ((size_t)(p >> 4) + region_shift(p)) & (FILTER_COUNTERS - 1); }
-
 static live_place place_of(uintptr_t p) {
-    uint64_t h = tm_hash_u64((uint64_t)p);
-    live_place at = {filter_of(p), {(((size_t)(p >> 9) + region_shift(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS,
-                                         (size_t)((h >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS}};
+    live_place at = {filter_of(p), (((size_t)(p >> 9) + region_offset(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS};
     return at;
 }
 
-/* Tracks p at its place (one of two buckets, any free slot); 0 when both
- * are full. */
+static size_t second_bucket(uintptr_t p) {
+    return (size_t)((tm_hash_u64((uint64_t)p) >> 20) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS;
+}
+
+/* Tracks p at its place (any free slot of its first bucket, else of its
+ * second); 0 when both are full. */
 static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight) {
     if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
-    for (int k = 0; k < 2; k++)
-        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
+    size_t bucket = at.bucket;
+    for (int k = 0; k < 2; k++, bucket = second_bucket(p))
+        for (size_t i = bucket; i < bucket + LIVE_SLOTS; i++) {
             uintptr_t empty = 0;
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) == 0 &&
                 atomic_compare_exchange_strong(&g_live_addr[i], &empty, p)) {
@@ -331,8 +356,9 @@ static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight)
 static NOINLINE void live_remove(uintptr_t p) {
     if (!p) return; /* free(NULL) reads counter 0 like any block there */
     live_place at = place_of(p);
-    for (int k = 0; k < 2; k++)
-        for (size_t i = at.bucket[k]; i < at.bucket[k] + LIVE_SLOTS; i++) {
+    size_t bucket = at.bucket;
+    for (int k = 0; k < 2; k++, bucket = second_bucket(p))
+        for (size_t i = bucket; i < bucket + LIVE_SLOTS; i++) {
             if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
             uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
             /* A plain store frees the slot: only a free of p writes it now,
@@ -442,6 +468,21 @@ typedef struct call_site {
 
 #define CALLER ((call_site){.ret = __builtin_return_address(0), .sp = (uintptr_t)__builtin_dwarf_cfa()})
 
+/* The caller as malloc's fast path passes it on: on x86-64 its stack
+ * pointer alone, since the return address is the word just below it (read
+ * on the slow path only: one load less on every malloc); elsewhere both. */
+#if defined(__x86_64__)
+typedef uintptr_t caller_ref;
+#define CALLER_REF ((uintptr_t)__builtin_dwarf_cfa())
+static inline call_site caller_of(caller_ref sp) {
+    return (call_site){.ret = *(const void *const *)(sp - sizeof(void *)), .sp = sp};
+}
+#else
+typedef call_site caller_ref;
+#define CALLER_REF CALLER
+static inline call_site caller_of(caller_ref at) { return at; }
+#endif
+
 #ifdef HEAP_MEMO
 typedef struct memo_word {
     uintptr_t at;
@@ -478,9 +519,14 @@ static uintptr_t frame_register(void) {
     return fp;
 }
 
+/* Two multiplies: a start's slot (its top bits) and the identity the
+ * slot's last miss is compared with; a rare collision only decides when a
+ * stack is learned, as memo_find compares the start itself. */
 static uint64_t memo_start_hash(uintptr_t ret, uintptr_t sp) {
-    return tm_hash_u64((uint64_t)ret ^ tm_hash_u64((uint64_t)sp));
+    return ((uint64_t)ret ^ (uint64_t)sp * 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
 }
+
+static size_t memo_slot(uint64_t start) { return (size_t)(start >> 32) & (MEMO_SLOTS - 1); }
 
 enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
 
@@ -572,11 +618,11 @@ static int64_t stack_of(heap_thread *t, call_site at) {
     memo *m = NULL;
     uint32_t learned = 0;
     if (table) {
-        m = &table->slot[start & (MEMO_SLOTS - 1)];
+        m = &table->slot[memo_slot(start)];
         int64_t id = memo_find(m, ret, at.sp, fp);
         if (id >= 0) return id;
-        if (id == MEMO_NEVER || table->missed[start & (MEMO_SLOTS - 1)] != start) {
-            table->missed[start & (MEMO_SLOTS - 1)] = start;
+        if (id == MEMO_NEVER || table->missed[memo_slot(start)] != start) {
+            table->missed[memo_slot(start)] = start;
             m = NULL; /* seen once, or not to be kept: unwound the usual way */
         }
     } else if (g_memo_key_made && (table = real.malloc(sizeof *table)) != NULL) {
@@ -631,8 +677,8 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     t->guard++;
     /* The lines p goes to are rarely cached: they load while the stack is found. */
     live_place place = place_of((uintptr_t)p);
-    __builtin_prefetch(&g_live_addr[place.bucket[0]], 1);
-    __builtin_prefetch(&g_live_val[place.bucket[0]], 1);
+    __builtin_prefetch(&g_live_addr[place.bucket], 1);
+    __builtin_prefetch(&g_live_val[place.bucket], 1);
     __builtin_prefetch(&g_filter[place.counter], 1);
     int64_t id = stack_of(t, at);
     if (id < 0 || !live_insert(place, (uintptr_t)p, (uint32_t)id, weight)) {
@@ -646,7 +692,7 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     t->guard--;
 }
 
-/* Every allocation but malloc's fast path passes here once it succeeded. */
+/* Every allocation but malloc passes here once it succeeded. */
 static inline void *on_alloc(void *p, size_t size, call_site caller) {
     /* acquire: g_interval and the tables were set before sampling began */
     if (p && atomic_load_explicit(&g_on, memory_order_acquire)) {
@@ -660,20 +706,36 @@ static inline void *on_alloc(void *p, size_t size, call_site caller) {
 
 /* ---- the interposed C functions ------------------------------------------------------ */
 
+static NOINLINE void *malloc_sampled(size_t size, uint64_t weight, call_site caller) {
+    void *p = real.malloc(size);
+    if (p) sample(p, weight, caller);
+    return p;
+}
+
 /* malloc when the fast path does not apply: the thread's first calls, a
- * size always sampled, a threshold crossed, no profile running. */
-static NOINLINE void *malloc_slow(size_t size, call_site caller) {
+ * size always sampled, the fast path's share of the countdown used up (a
+ * threshold crossed, or only its share), no profile running. */
+static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
     if (UNLIKELY(!ready())) return arena_alloc(size, 16);
-    return on_alloc(real.malloc(size), size, caller);
+    /* acquire: as in on_alloc */
+    if (UNLIKELY(!atomic_load_explicit(&g_on, memory_order_acquire))) {
+        t_heap.bytes_left = IDLE_STRIDE;
+        return real.malloc(size);
+    }
+    /* Decided before allocating, as on the fast path (a failed allocation
+     * used its bytes of the countdown): a refill jumps to the real malloc. */
+    uint64_t weight = weight_of(size);
+    if (LIKELY(!weight)) return real.malloc(size);
+    return malloc_sampled(size, weight, caller_of(caller));
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
- * (bytes_left > 0 means the thread found it already). */
-static inline void *do_malloc(size_t size, call_site caller) {
+ * (bytes_left > 0 means the thread found it already). A size below
+ * bytes_left is below the interval too, and leaves some countdown. */
+static inline void *do_malloc(size_t size, caller_ref caller) {
     heap_thread *t = &t_heap;
-    int64_t left = t->bytes_left - (int64_t)size;
-    if (LIKELY(size < atomic_load_explicit(&g_sample_at, memory_order_relaxed) && left > 0)) {
-        t->bytes_left = left;
+    if (LIKELY(size < t->bytes_left)) {
+        t->bytes_left -= size;
         return real.malloc(size);
     }
     return malloc_slow(size, caller);
@@ -685,13 +747,15 @@ static void free_before_resolved(void *p) {
     if (ready()) real.free(p);
 }
 
+/* A block whose filter counter is set: sampled, the arena's (never freed),
+ * or a neighbour's in the filter. */
 static NOINLINE void free_sampled(void *p) {
+    if (in_arena(p)) return;
     live_remove((uintptr_t)p);
     atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
 }
 
 static inline void do_free(void *p) {
-    if (UNLIKELY(in_arena(p))) return;
     if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) {
         free_sampled(p);
         return;
@@ -718,7 +782,7 @@ static void *do_realloc(void *p, size_t size, call_site caller) {
     return on_alloc(real.realloc(p, size), size, caller);
 }
 
-EXPORT void *malloc(size_t size) { return do_malloc(size, CALLER); }
+EXPORT void *malloc(size_t size) { return do_malloc(size, CALLER_REF); }
 
 EXPORT void free(void *p) { do_free(p); }
 
@@ -793,7 +857,7 @@ static void next_operator(void *fn, const char *name) {
 }
 
 EXPORT void *_Znwm(size_t size) {
-    void *p = do_malloc(size, CALLER);
+    void *p = do_malloc(size, CALLER_REF);
     if (p) return p;
     new_fn next;
     next_operator(&next, "_Znwm");
@@ -801,7 +865,7 @@ EXPORT void *_Znwm(size_t size) {
 }
 
 EXPORT void *_Znam(size_t size) {
-    void *p = do_malloc(size, CALLER);
+    void *p = do_malloc(size, CALLER_REF);
     if (p) return p;
     new_fn next;
     next_operator(&next, "_Znam");
@@ -809,7 +873,7 @@ EXPORT void *_Znam(size_t size) {
 }
 
 EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const void *tag) {
-    void *p = do_malloc(size, CALLER);
+    void *p = do_malloc(size, CALLER_REF);
     if (p) return p;
     new_nothrow_fn next;
     next_operator(&next, "_ZnwmRKSt9nothrow_t");
@@ -817,7 +881,7 @@ EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const void *tag) {
 }
 
 EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const void *tag) {
-    void *p = do_malloc(size, CALLER);
+    void *p = do_malloc(size, CALLER_REF);
     if (p) return p;
     new_nothrow_fn next;
     next_operator(&next, "_ZnamRKSt9nothrow_t");
@@ -959,8 +1023,8 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
     atomic_fetch_add(&g_generation, 1);
     if (!g_memo_key_made) g_memo_key_made = pthread_key_create(&g_memo_key, memo_table_free) == 0;
 #endif
-    atomic_store(&g_sample_at, g_interval);
     atomic_store(&g_on, 1);
-    t_heap.bytes_left = 0; /* this thread draws its first threshold now, not after its idle stride */
+    t_heap.bytes_left = 0, t_heap.reserve = 0; /* this thread draws its first threshold now, not after its
+                                                  idle stride */
     return &g_source;
 }

@@ -22,6 +22,10 @@
  *            and fp_path_b (2 : 1 of 60 MB), which keep frame pointers and a
  *            variable-length array of random size. Prints
  *            "truth a=.. b=.. c=.. fa=.. fb=..".
+ *   large    200 times: 50 blocks of 1000 bytes allocated and freed at
+ *            small_churn, then one of 100 000 bytes kept by large_leak (20 MB
+ *            in all); prints "truth large=..". Recorded with an interval
+ *            between the two sizes, every large block must be sampled.
  *   correct  every interposed function, checked (contents, alignment, errno),
  *            with a checksum of the results; prints "checksum X" and "ok"
  *            (the same with and without the profiler).
@@ -217,6 +221,29 @@ static int mode_steady(void) {
     return 0;
 }
 
+NOINLINE void small_churn(void) {
+    for (int i = 0; i < 50; i++) {
+        char *p = malloc(1000);
+        touch(p, 1000);
+        free(p);
+    }
+}
+
+NOINLINE uint64_t large_leak(void) {
+    touch(malloc(100000), 100000);
+    return 100000;
+}
+
+static int mode_large(void) {
+    uint64_t large = 0;
+    for (int i = 0; i < 200; i++) {
+        small_churn();
+        large += large_leak();
+    }
+    printf("truth large=%llu\n", (unsigned long long)large);
+    return 0;
+}
+
 static volatile uint64_t g_zero;
 
 NOINLINE uint64_t shared_site(ring *r) {
@@ -344,6 +371,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "correct") == 0) return mode_correct();
     if (strcmp(mode, "steady") == 0) return mode_steady();
     if (strcmp(mode, "paths") == 0) return mode_paths();
-    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|correct\n");
+    if (strcmp(mode, "large") == 0) return mode_large();
+    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct\n");
     return 2;
 }

@@ -5,7 +5,7 @@
  * back from the trace with the wire reader (heap_view.c): each allocation
  * site's share of the bytes against what the program really allocated, a
  * site that frees everything retaining exactly nothing, leaks within 10 %,
- * threads, fork children, allocations before main, the program's own
+ * blocks of the interval or more counted exactly, threads, fork children, allocations before main, the program's own
  * results unchanged, memory snapshots, chunks that each hold a whole
  * profile, and the same numbers through `tracemill query`.
  *
@@ -304,6 +304,27 @@ Test(record_heap, threads_are_profiled) {
     for (size_t i = 0; i < r.heap.n_sites; i++)
         if (hv_stack_has(r.heap.sites[i].stack, "thread_leak"))
             cr_expect(hv_stack_has(r.heap.sites[i].stack, "start_thread"), "not rooted: %s", r.heap.sites[i].stack);
+    release(&r);
+}
+
+/* An allocation of the interval or more is always sampled, at its own size,
+ * whatever the countdown left by the small ones before it: at an interval
+ * between the two sizes, large_leak's bytes and count are exact (a fast
+ * path that let a large block through would miss about a fifth of them). */
+Test(record_heap, blocks_of_the_interval_or_more_are_exact) {
+    char *extra[] = {"--heap-interval", "65536", NULL};
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "large", "large.pftrace", extra);
+    log_sites(&r.heap);
+    cr_expect_eq(r.heap.interval, 65536);
+    uint64_t want = truth(r.out, "large");
+    hv_totals large = hv_sum(&r.heap, "large_leak");
+    cr_expect_eq(large.alloc, want, "large_leak: %llu bytes sampled of %llu", (unsigned long long)large.alloc,
+                 (unsigned long long)want);
+    cr_expect_eq(large.alloc_count, want / 100000);
+    cr_expect_eq(large.freed, 0);
+    hv_totals small = hv_sum(&r.heap, "small_churn");
+    cr_expect_gt(small.alloc_count, 0, "small_churn was never sampled");
+    cr_expect_eq(small.alloc, small.freed);
     release(&r);
 }
 
