@@ -137,15 +137,19 @@ static atomic_size_t g_arena_used;
  * a neighbour's free that finds the byte set costs a look at the table. */
 static _Atomic uint8_t g_filter[FILTER_COUNTERS];
 
-/* An offset by the 64 MiB region p is in, for the filter and the live
- * table's first bucket: glibc gives each thread's arena a 64 MiB-aligned
- * heap, and without it the blocks every thread works on would share the
- * same filter and bucket lines, which each sample then takes from the other
- * cores. An odd multiple of the region number moves a region's range far
- * (an xor of its bits would leave two threads' ranges overlapping). */
+/* The filter and the live table's first bucket are moved by the 64 MiB
+ * region p is in: glibc gives each thread's arena a 64 MiB-aligned heap,
+ * and without it the blocks every thread works on would share the same
+ * filter and bucket lines, which each sample then takes from the other
+ * cores. The bucket adds an odd multiple of the region number (an xor of
+ * its bits would leave two threads' ranges overlapping). The filter, read
+ * by every free, takes the cheaper xor of p's bits 14 and up: the region's
+ * low 3 bits land on the filter's top 3 (its 4 KiB eighths), and within a
+ * 2 MiB window the index is still one to one, each 4 KiB of heap on one
+ * line of the filter. */
 static inline size_t region_offset(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
 
-static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) + region_offset(p)) & (FILTER_COUNTERS - 1); }
+static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) ^ (size_t)(p >> 14)) & (FILTER_COUNTERS - 1); }
 
 /* Bump allocation with a 16-byte header holding the size (realloc copies it).
  * The block's filter counter is stuck, so that free takes it off the fast
