@@ -276,14 +276,17 @@ static void fill_draw_tables(double interval) {
     }
 }
 
-/* An exponentially distributed distance to the next sample, mean g_interval. */
-static int64_t draw_interval(heap_thread *t) {
-    if (!t->rng) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t->rng = ((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)gettid() << 32);
-        if (!t->rng) t->rng = 1;
-    }
+/* A thread's generator starts from its address, the time and its id. */
+static NOINLINE void seed_random(heap_thread *t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t->rng = ((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)gettid() << 32);
+    if (!t->rng) t->rng = 1;
+}
+
+/* An exponentially distributed distance to the next sample, mean
+ * g_interval, from the thread's seeded generator. */
+static inline int64_t draw_interval(heap_thread *t) {
     uint64_t x = next_random(t); /* xorshift never yields 0 */
     int e = __builtin_clzll(x);
     uint64_t fraction = x << e << 1; /* the bits after the leading one */
@@ -305,7 +308,10 @@ static void set_countdown(heap_thread *t, int64_t left) {
  * crossed (the slow half of weight_of). */
 static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
     uint64_t samples = 0;
-    if (t->rng == 0) left += draw_interval(t); /* the thread's first allocation: its first threshold */
+    if (UNLIKELY(t->rng == 0)) { /* the thread's first allocation: its first threshold */
+        seed_random(t);
+        left += draw_interval(t);
+    }
     for (; left <= 0; left += draw_interval(t)) samples++;
     set_countdown(t, left);
     return samples * g_interval;
@@ -335,14 +341,20 @@ static inline totals *totals_of(heap_thread *t, uint32_t id) {
     return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
 }
 
-/* *x += v in this thread's shard: a load and a store when only this thread
- * writes it (no locked instruction), an atomic add in the shared one. Release:
- * the snapshot that sees a free sees its allocation. */
-static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
-    if (t->own_shard)
-        atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_release);
-    else
-        atomic_fetch_add_explicit(x, v, memory_order_release);
+/* Adds bytes and count to a pair of totals in this thread's shard: a load
+ * and a store when only this thread writes it (no locked instruction), an
+ * atomic add in the shared one. Release: the snapshot that sees a free sees
+ * its allocation. */
+static inline void add_totals(const heap_thread *t, _Atomic uint64_t *bytes, _Atomic uint64_t *count,
+                              uint64_t add_bytes) {
+    if (LIKELY(t->own_shard)) {
+        atomic_store_explicit(bytes, atomic_load_explicit(bytes, memory_order_relaxed) + add_bytes,
+                              memory_order_release);
+        atomic_store_explicit(count, atomic_load_explicit(count, memory_order_relaxed) + 1, memory_order_release);
+    } else {
+        atomic_fetch_add_explicit(bytes, add_bytes, memory_order_release);
+        atomic_fetch_add_explicit(count, 1, memory_order_release);
+    }
 }
 
 /* ---- the live table ------------------------------------------------------------ */
@@ -405,8 +417,7 @@ static NOINLINE void live_remove(uintptr_t p) {
             }
             heap_thread *t = &t_heap;
             totals *s = totals_of(t, (uint32_t)(v >> WEIGHT_BITS));
-            add_total(t, &s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1));
-            add_total(t, &s->free_count, 1);
+            add_totals(t, &s->free_bytes, &s->free_count, v & ((1ull << WEIGHT_BITS) - 1));
             return;
         }
 }
@@ -518,6 +529,9 @@ typedef call_site caller_ref;
 static inline call_site caller_of(caller_ref at) { return at; }
 #endif
 
+/* What memo_find found instead of a stack id. */
+enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
+
 #ifdef HEAP_MEMO
 typedef struct memo_word {
     uintptr_t at;
@@ -562,8 +576,6 @@ static uint64_t memo_start_hash(uintptr_t ret, uintptr_t sp) {
 }
 
 static size_t memo_slot(uint64_t start) { return (size_t)(start >> 32) & (MEMO_SLOTS - 1); }
-
-enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
 
 /* The stack id a memo of this start holds if every word it read is
  * unchanged; MEMO_MISS otherwise, MEMO_NEVER for a start whose stack cannot
@@ -641,9 +653,11 @@ static uint32_t unwind(call_site at, uint64_t *frames, uint64_t **pcs) {
     return 0;
 }
 
-/* The id of the stack that called at, from the thread's memo or unwound;
- * -1 when the stack table is full. */
-static int64_t stack_of(heap_thread *t, call_site at) {
+/* The id of the stack that called at, unwound: the thread's memo did not
+ * hold it (found: memo_find's answer, MEMO_MISS without a memo table); -1
+ * when the stack table is full. Its own function, with the unwind buffer
+ * in its frame: a memo hit makes no frame. */
+static NOINLINE int64_t stack_unwound(heap_thread *t, call_site at, int64_t found) {
     uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX], *pcs = frames;
     uint32_t depth = 0;
 #ifdef HEAP_MEMO
@@ -654,9 +668,7 @@ static int64_t stack_of(heap_thread *t, call_site at) {
     uint32_t learned = 0;
     if (table) {
         m = &table->slot[memo_slot(start)];
-        int64_t id = memo_find(m, ret, at.sp, fp);
-        if (id >= 0) return id;
-        if (id == MEMO_NEVER || table->missed[memo_slot(start)] != start) {
+        if (found == MEMO_NEVER || table->missed[memo_slot(start)] != start) {
             table->missed[memo_slot(start)] = start;
             m = NULL; /* seen once, or not to be kept: unwound the usual way */
         }
@@ -668,6 +680,8 @@ static int64_t stack_of(heap_thread *t, call_site at) {
         }
         t->memos = table;
     }
+#else
+    (void)t, (void)found;
 #endif
     /* The CPU sampler's signal handler unwinds with the same per-thread
      * libunwind cache: meanwhile it only leaves a note (sampler.c). */
@@ -699,6 +713,20 @@ static int64_t stack_of(heap_thread *t, call_site at) {
     return id;
 }
 
+/* The id of the stack that called at: the thread's memo of it, else unwound. */
+static inline int64_t stack_of(heap_thread *t, call_site at) {
+#ifdef HEAP_MEMO
+    memo_table *table = t->memos;
+    if (LIKELY(table != NULL)) {
+        uintptr_t ret = (uintptr_t)at.ret;
+        int64_t id = memo_find(&table->slot[memo_slot(memo_start_hash(ret, at.sp))], ret, at.sp, frame_register());
+        if (LIKELY(id >= 0)) return id;
+        return stack_unwound(t, at, id);
+    }
+#endif
+    return stack_unwound(t, at, MEMO_MISS);
+}
+
 /* ---- a sampled allocation ------------------------------------------------------------- */
 
 /* Records p (weight bytes) allocated from the call at. */
@@ -721,8 +749,7 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     } else {
         /* Counted after the insert: a free can only come after we return. */
         totals *s = totals_of(t, (uint32_t)id);
-        add_total(t, &s->alloc_bytes, weight);
-        add_total(t, &s->alloc_count, 1);
+        add_totals(t, &s->alloc_bytes, &s->alloc_count, weight);
     }
     t->guard--;
 }
