@@ -267,6 +267,7 @@ static double g_draw_slope[LN_CELLS];   /* the chord's rise * interval per unit 
 static double ln_integral(double a, double b) { return b * log(b) - b - (a * log(a) - a); }
 
 static void fill_draw_tables(double interval) {
+    if (interval > 1e15) interval = 1e15; /* so that a draw (at most 45 intervals) fits an int64_t */
     for (int e = 0; e < 64; e++) g_draw_octave[e] = (e + 1) * 0.69314718055994530942 * interval + 0.5;
     for (int j = 0; j < LN_CELLS; j++) {
         double a = 1 + (double)j / LN_CELLS, b = 1 + (double)(j + 1) / LN_CELLS;
@@ -292,8 +293,8 @@ static inline int64_t draw_interval(heap_thread *t) {
     uint64_t fraction = x << e << 1; /* the bits after the leading one */
     unsigned j = (unsigned)(fraction >> (64 - LN_CELL_BITS));
     double below = (double)(fraction << LN_CELL_BITS >> 11); /* the cell's next 53 bits */
-    double d = g_draw_octave[e] - g_draw_cell[j] - below * g_draw_slope[j];
-    return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
+    int64_t d = (int64_t)(g_draw_octave[e] - g_draw_cell[j] - below * g_draw_slope[j]);
+    return d > 0 ? d : 1;
 }
 
 /* Splits the countdown (left > 0) between the fast path's share, at most
