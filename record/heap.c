@@ -137,15 +137,19 @@ static atomic_size_t g_arena_used;
  * a neighbour's free that finds the byte set costs a look at the table. */
 static _Atomic uint8_t g_filter[FILTER_COUNTERS];
 
-/* An offset by the 64 MiB region p is in, for the filter and the live
- * table's first bucket: glibc gives each thread's arena a 64 MiB-aligned
- * heap, and without it the blocks every thread works on would share the
- * same filter and bucket lines, which each sample then takes from the other
- * cores. An odd multiple of the region number moves a region's range far
- * (an xor of its bits would leave two threads' ranges overlapping). */
+/* The filter and the live table's first bucket are moved by the 64 MiB
+ * region p is in: glibc gives each thread's arena a 64 MiB-aligned heap,
+ * and without it the blocks every thread works on would share the same
+ * filter and bucket lines, which each sample then takes from the other
+ * cores. The bucket adds an odd multiple of the region number (an xor of
+ * its bits would leave two threads' ranges overlapping). The filter, read
+ * by every free, takes the cheaper xor of p's bits 14 and up: the region's
+ * low 3 bits land on the filter's top 3 (its 4 KiB eighths), and within a
+ * 2 MiB window the index is still one to one, each 4 KiB of heap on one
+ * line of the filter. */
 static inline size_t region_offset(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
 
-static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) + region_offset(p)) & (FILTER_COUNTERS - 1); }
+static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) ^ (size_t)(p >> 14)) & (FILTER_COUNTERS - 1); }
 
 /* Bump allocation with a 16-byte header holding the size (realloc copies it).
  * The block's filter counter is stuck, so that free takes it off the fast
@@ -245,17 +249,52 @@ static uint64_t next_random(heap_thread *t) {
     return t->rng = x;
 }
 
-/* An exponentially distributed distance to the next sample, mean g_interval. */
-static int64_t draw_interval(heap_thread *t) {
-    if (!t->rng) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t->rng = ((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)gettid() << 32);
-        if (!t->rng) t->rng = 1;
+/* The exponential draw without libm's log (~95 instructions a sample): a
+ * 64-bit uniform x is 2^64 u, u = 2^-(e+1) m with e x's leading zeros and m
+ * in [1, 2), so -ln u = (e + 1) ln 2 - ln m; ln m is interpolated on the
+ * chord of its cell (m's first 8 fraction bits), raised by the chord's mean
+ * error over the cell, so that the draw's mean is the interval's (the
+ * renewal rate, which makes the estimates unbiased; a draw is off by at most
+ * 2e-6 of the interval). The tables are in bytes of the interval, filled by
+ * tmr_heap_start. */
+enum { LN_CELLS = 256, LN_CELL_BITS = 8 };
+static double g_draw_octave[64];        /* (e + 1) ln 2 * interval, + 0.5: the draw is rounded to
+                                           whole bytes, the countdown's gaps keep its mean */
+static double g_draw_cell[LN_CELLS];    /* (ln m at the cell's start + the chord's mean error) * interval */
+static double g_draw_slope[LN_CELLS];   /* the chord's rise * interval per unit of the 53 bits below */
+
+/* The integral of ln over [a, b]. */
+static double ln_integral(double a, double b) { return b * log(b) - b - (a * log(a) - a); }
+
+static void fill_draw_tables(double interval) {
+    if (interval > 1e15) interval = 1e15; /* so that a draw (at most 45 intervals) fits an int64_t */
+    for (int e = 0; e < 64; e++) g_draw_octave[e] = (e + 1) * 0.69314718055994530942 * interval + 0.5;
+    for (int j = 0; j < LN_CELLS; j++) {
+        double a = 1 + (double)j / LN_CELLS, b = 1 + (double)(j + 1) / LN_CELLS;
+        double chord_error = ln_integral(a, b) / (b - a) - (log(a) + log(b)) / 2;
+        g_draw_cell[j] = (log(a) + chord_error) * interval;
+        g_draw_slope[j] = (log(b) - log(a)) * interval * (1.0 / 9007199254740992.0);
     }
-    double u = (double)((next_random(t) >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
-    double d = -log(u) * (double)g_interval;
-    return d < 1 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
+}
+
+/* A thread's generator starts from its address, the time and its id. */
+static NOINLINE void seed_random(heap_thread *t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t->rng = ((uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)gettid() << 32);
+    if (!t->rng) t->rng = 1;
+}
+
+/* An exponentially distributed distance to the next sample, mean
+ * g_interval, from the thread's seeded generator. */
+static inline int64_t draw_interval(heap_thread *t) {
+    uint64_t x = next_random(t); /* xorshift never yields 0 */
+    int e = __builtin_clzll(x);
+    uint64_t fraction = x << e << 1; /* the bits after the leading one */
+    unsigned j = (unsigned)(fraction >> (64 - LN_CELL_BITS));
+    double below = (double)(fraction << LN_CELL_BITS >> 11); /* the cell's next 53 bits */
+    int64_t d = (int64_t)(g_draw_octave[e] - g_draw_cell[j] - below * g_draw_slope[j]);
+    return d > 0 ? d : 1;
 }
 
 /* Splits the countdown (left > 0) between the fast path's share, at most
@@ -270,7 +309,10 @@ static void set_countdown(heap_thread *t, int64_t left) {
  * crossed (the slow half of weight_of). */
 static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
     uint64_t samples = 0;
-    if (t->rng == 0) left += draw_interval(t); /* the thread's first allocation: its first threshold */
+    if (UNLIKELY(t->rng == 0)) { /* the thread's first allocation: its first threshold */
+        seed_random(t);
+        left += draw_interval(t);
+    }
     for (; left <= 0; left += draw_interval(t)) samples++;
     set_countdown(t, left);
     return samples * g_interval;
@@ -300,14 +342,20 @@ static inline totals *totals_of(heap_thread *t, uint32_t id) {
     return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
 }
 
-/* *x += v in this thread's shard: a load and a store when only this thread
- * writes it (no locked instruction), an atomic add in the shared one. Release:
- * the snapshot that sees a free sees its allocation. */
-static void add_total(const heap_thread *t, _Atomic uint64_t *x, uint64_t v) {
-    if (t->own_shard)
-        atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_release);
-    else
-        atomic_fetch_add_explicit(x, v, memory_order_release);
+/* Adds bytes and count to a pair of totals in this thread's shard: a load
+ * and a store when only this thread writes it (no locked instruction), an
+ * atomic add in the shared one. Release: the snapshot that sees a free sees
+ * its allocation. */
+static inline void add_totals(const heap_thread *t, _Atomic uint64_t *bytes, _Atomic uint64_t *count,
+                              uint64_t add_bytes) {
+    if (LIKELY(t->own_shard)) {
+        atomic_store_explicit(bytes, atomic_load_explicit(bytes, memory_order_relaxed) + add_bytes,
+                              memory_order_release);
+        atomic_store_explicit(count, atomic_load_explicit(count, memory_order_relaxed) + 1, memory_order_release);
+    } else {
+        atomic_fetch_add_explicit(bytes, add_bytes, memory_order_release);
+        atomic_fetch_add_explicit(count, 1, memory_order_release);
+    }
 }
 
 /* ---- the live table ------------------------------------------------------------ */
@@ -370,8 +418,7 @@ static NOINLINE void live_remove(uintptr_t p) {
             }
             heap_thread *t = &t_heap;
             totals *s = totals_of(t, (uint32_t)(v >> WEIGHT_BITS));
-            add_total(t, &s->free_bytes, v & ((1ull << WEIGHT_BITS) - 1));
-            add_total(t, &s->free_count, 1);
+            add_totals(t, &s->free_bytes, &s->free_count, v & ((1ull << WEIGHT_BITS) - 1));
             return;
         }
 }
@@ -483,6 +530,9 @@ typedef call_site caller_ref;
 static inline call_site caller_of(caller_ref at) { return at; }
 #endif
 
+/* What memo_find found instead of a stack id. */
+enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
+
 #ifdef HEAP_MEMO
 typedef struct memo_word {
     uintptr_t at;
@@ -527,8 +577,6 @@ static uint64_t memo_start_hash(uintptr_t ret, uintptr_t sp) {
 }
 
 static size_t memo_slot(uint64_t start) { return (size_t)(start >> 32) & (MEMO_SLOTS - 1); }
-
-enum { MEMO_MISS = -1, MEMO_NEVER = -2 };
 
 /* The stack id a memo of this start holds if every word it read is
  * unchanged; MEMO_MISS otherwise, MEMO_NEVER for a start whose stack cannot
@@ -606,9 +654,11 @@ static uint32_t unwind(call_site at, uint64_t *frames, uint64_t **pcs) {
     return 0;
 }
 
-/* The id of the stack that called at, from the thread's memo or unwound;
- * -1 when the stack table is full. */
-static int64_t stack_of(heap_thread *t, call_site at) {
+/* The id of the stack that called at, unwound: the thread's memo did not
+ * hold it (found: memo_find's answer, MEMO_MISS without a memo table); -1
+ * when the stack table is full. Its own function, with the unwind buffer
+ * in its frame: a memo hit makes no frame. */
+static NOINLINE int64_t stack_unwound(heap_thread *t, call_site at, int64_t found) {
     uint64_t frames[OWN_FRAMES_MAX + DEPTH_MAX], *pcs = frames;
     uint32_t depth = 0;
 #ifdef HEAP_MEMO
@@ -619,9 +669,7 @@ static int64_t stack_of(heap_thread *t, call_site at) {
     uint32_t learned = 0;
     if (table) {
         m = &table->slot[memo_slot(start)];
-        int64_t id = memo_find(m, ret, at.sp, fp);
-        if (id >= 0) return id;
-        if (id == MEMO_NEVER || table->missed[memo_slot(start)] != start) {
+        if (found == MEMO_NEVER || table->missed[memo_slot(start)] != start) {
             table->missed[memo_slot(start)] = start;
             m = NULL; /* seen once, or not to be kept: unwound the usual way */
         }
@@ -633,6 +681,8 @@ static int64_t stack_of(heap_thread *t, call_site at) {
         }
         t->memos = table;
     }
+#else
+    (void)t, (void)found;
 #endif
     /* The CPU sampler's signal handler unwinds with the same per-thread
      * libunwind cache: meanwhile it only leaves a note (sampler.c). */
@@ -664,6 +714,20 @@ static int64_t stack_of(heap_thread *t, call_site at) {
     return id;
 }
 
+/* The id of the stack that called at: the thread's memo of it, else unwound. */
+static inline int64_t stack_of(heap_thread *t, call_site at) {
+#ifdef HEAP_MEMO
+    memo_table *table = t->memos;
+    if (LIKELY(table != NULL)) {
+        uintptr_t ret = (uintptr_t)at.ret;
+        int64_t id = memo_find(&table->slot[memo_slot(memo_start_hash(ret, at.sp))], ret, at.sp, frame_register());
+        if (LIKELY(id >= 0)) return id;
+        return stack_unwound(t, at, id);
+    }
+#endif
+    return stack_unwound(t, at, MEMO_MISS);
+}
+
 /* ---- a sampled allocation ------------------------------------------------------------- */
 
 /* Records p (weight bytes) allocated from the call at. */
@@ -686,8 +750,7 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     } else {
         /* Counted after the insert: a free can only come after we return. */
         totals *s = totals_of(t, (uint32_t)id);
-        add_total(t, &s->alloc_bytes, weight);
-        add_total(t, &s->alloc_count, 1);
+        add_totals(t, &s->alloc_bytes, &s->alloc_count, weight);
     }
     t->guard--;
 }
@@ -1004,6 +1067,7 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
         return NULL;
     }
     g_interval = interval ? interval : DEFAULT_INTERVAL;
+    fill_draw_tables((double)g_interval);
     g_max_depth = max_depth ? max_depth : DEPTH_MAX;
     if (g_max_depth > DEPTH_MAX) g_max_depth = DEPTH_MAX;
     g_stacks = map_zeroed(STACKS_MAX * sizeof *g_stacks);
