@@ -118,6 +118,7 @@ typedef struct dec {
     tm_budget work_budget;
     tm_pf_reader rd;
     uint32_t gen;             /* its generation: what interned lookups see */
+    uint32_t cls;             /* the class of the tables gen sees, as resolutions are shared under it (0: none) */
     const tm_limits *lim;
     int relay;
     tm_error *err;
@@ -750,12 +751,6 @@ static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, con
     return TM_OK;
 }
 
-/* The class of the tables s's current generation sees, when resolutions
- * may be shared under it (0: not). */
-static inline uint32_t shared_class(const dec *d, const seq_state *s) {
-    return d->local || d->relay ? 0 : tm_pf_tables_class(&d->rd, s->index, d->gen);
-}
-
 /* Grows the shared resolutions past iid, when iid stays within the dense
  * bound of the sequence's caches (grow_dense): *grown false when not. */
 static tm_status grow_shared(dec *d, const seq_state *s, uint64_t iid, bool *grown) {
@@ -801,7 +796,7 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t cls, uint
  * this class costs two array loads. */
 static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                           uint32_t *out, int *ok) {
-    uint32_t cls = shared_class(d, s);
+    uint32_t cls = d->cls;
     if (TM_LIKELY(cls && iid < d->n_shared && d->shared[iid].cls == cls)) {
         *out = d->shared[iid].id;
         *ok = 1;
@@ -1489,12 +1484,14 @@ static tm_status heap_callsite(void *ctx, const tm_pf_heap_stack *hs, uint32_t *
     } else {
         s = d->seqs[d->rd.gens[hs->gen].seq];
     }
-    uint32_t gen = d->gen;
+    uint32_t gen = d->gen, cls = d->cls;
     d->gen = hs->gen;
+    d->cls = hs->tables ? 0 : tm_pf_tables_class(&d->rd, s->index, hs->gen);
     int ok;
     tm_status st = resolve_callstack(d, s, hs->iid, hs->at, out, &ok);
     d->local = NULL;
     d->gen = gen;
+    d->cls = cls;
     if (st == TM_OK && !ok) {
         d->p->stats.heap_samples_unresolved++;
         *out = TM_ABSENT;
@@ -1648,6 +1645,7 @@ static tm_status decode_trace(dec *d) {
     int rc;
     while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) {
         d->gen = k.gen;
+        d->cls = k.seq ? tm_pf_tables_class(&d->rd, k.seq->index, k.gen) : 0; /* none in Relay mode */
         TM_TRY(decode_packet(d, &k));
     }
     if (rc != TM_PF_ERROR) {
