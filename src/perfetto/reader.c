@@ -612,6 +612,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     TM_TRY(replay(r, s, b, &replayed));
     if (replayed) {
         if (s->n_blobs == 0) { /* the epoch's first message: first_hash is its hash still */
+            s->first_class = s->old_first_class;
             twin_of_replayed(r, s, b);
             if (tm_u64map_put(r->mem, &r->first_blob, s->first_hash, s->index) != TM_OK) return nomem(r);
         }
@@ -624,6 +625,8 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
         s->first_hash = hash;
         TM_TRY(copy_from_twin(r, s, b, hash, &replayed));
         if (tm_u64map_put(r->mem, &r->first_blob, hash, s->index) != TM_OK) return nomem(r);
+        /* classes never wrap: past the last one an epoch has none */
+        s->first_class = replayed ? r->seqs[s->twin].first_class : r->n_classes < UINT32_MAX ? ++r->n_classes : 0;
         if (replayed) return add_blob(r, s, b, first);
     }
     tm_pb_reader pb = tm_pb_reader_of(b);
@@ -912,6 +915,8 @@ static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
         s->old_blobs = s->blobs, s->cap_old_blobs = s->cap_blobs, s->n_old_blobs = s->n_blobs;
         s->blobs = blobs, s->cap_blobs = cap_blobs, s->n_blobs = 0;
         s->n_replayed = 0;
+        s->old_first_class = s->first_class;
+        s->first_class = 0;
         if (index)
             for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &index[k]);
     }

@@ -109,6 +109,11 @@ typedef struct tm_pf_seq {
      * (this sequence is its twin). */
     uint32_t copy, copy_epoch, copied_in;
     uint64_t first_hash;   /* the hash of the first InternedData message of the epoch that read it */
+    /* The class of this epoch's first InternedData message (and of the
+     * epoch before's, kept for a replay): epochs of any sequences whose
+     * first messages have one class began with the same bytes, compared
+     * (replayed, or copied from a twin). 0: none yet. */
+    uint32_t first_class, old_first_class;
     /* Did this epoch re-send everything the one before had, byte for byte?
      * Yes when n_same reaches n_before. last_unfull: the latest ended epoch
      * that did not. */
@@ -256,6 +261,7 @@ typedef struct tm_pf_reader {
     tm_u64map seq_by_id;
     uint32_t last_seq;     /* one-entry cache: packets come in runs per sequence */
     tm_u64map first_blob;  /* hash of an epoch's first InternedData message -> the sequence it began */
+    uint32_t n_classes;    /* classes of first InternedData messages given so far (tm_pf_seq.first_class) */
     tm_pf_gen *gens; size_t n_gens, cap_gens;
     /* clocks */
     tm_pf_clock *domains; size_t n_domains, cap_domains;
@@ -301,6 +307,16 @@ bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin);
  * alone, so whatever *copy resolved, it resolved from entries s has byte
  * for byte. */
 bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy);
+/* The class of the tables a packet of generation gen of sequence s (by
+ * index) sees, when gen is s's newest and s's epoch holds one InternedData
+ * message alone: two such sequences (or epochs) of one class hold the same message
+ * byte for byte, so every iid resolves alike in both, whatever either
+ * lacks. 0: none (no message or more than one, an older generation, or
+ * TM_PF_KEEP_EPOCHS or TM_PF_RELAY, which keep no messages). */
+static inline uint32_t tm_pf_tables_class(const tm_pf_reader *r, uint32_t s, uint32_t gen) {
+    const tm_pf_seq *q = &r->seqs[s];
+    return q->gen == gen && q->n_blobs == 1 ? q->first_class : 0;
+}
 /* The string of an InternedString message (checked when it was interned). */
 tm_str tm_pf_entry_str(const tm_pf_entry *e);
 

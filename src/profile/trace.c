@@ -85,6 +85,12 @@ typedef struct res_cache {
     resolved *res; size_t n, cap;
 } res_cache;
 
+/* What a callstack iid resolved to in tables of class cls
+ * (tm_pf_tables_class). */
+typedef struct shared_stack {
+    uint32_t id, cls;
+} shared_stack;
+
 /* What the profile model keeps per sequence, beside the reader's
  * tm_pf_seq (same index). */
 typedef struct seq_state {
@@ -112,11 +118,18 @@ typedef struct dec {
     tm_budget work_budget;
     tm_pf_reader rd;
     uint32_t gen;             /* its generation: what interned lookups see */
+    uint32_t cls;             /* the class of the tables gen sees, as resolutions are shared under it (0: none) */
     const tm_limits *lim;
     int relay;
     tm_error *err;
 
     seq_state **seqs; size_t n_seqs, cap_seqs; /* by the reader's sequence index */
+    /* Callstack resolutions shared by the sequences whose tables have one
+     * class, by iid, while iids stay dense: a writer's sequences that each
+     * intern the same tables, and re-send them at each clear, resolve a
+     * callstack once, and a sample loads from one table, not one per
+     * sequence (each a cache miss on a heavy trace). */
+    shared_stack *shared; size_t n_shared; /* cls 0: none */
 
     uint64_t *cs_scratch; size_t cap_cs;
     int64_t *delta_scratch; size_t cap_delta;
@@ -691,8 +704,8 @@ static tm_status frames_kept(dec *d, seq_state *s, tm_bytes msg, const uint8_t *
 }
 
 /* Resolves callstack iid, first time in this epoch. */
-static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
-                                        uint32_t *out, int *ok) {
+static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
+                                         uint32_t *out, int *ok) {
     resolved *c = cache_find(&s->stacks, iid);
     tm_bytes msg;
     uint32_t same_since, since;
@@ -738,18 +751,58 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint64_t iid, cons
     return TM_OK;
 }
 
+/* Grows the shared resolutions past iid, when iid stays within the dense
+ * bound of the sequence's caches (grow_dense): *grown false when not. */
+static tm_status grow_shared(dec *d, const seq_state *s, uint64_t iid, bool *grown) {
+    *grown = iid < 4 * (uint64_t)seq_entries(d, s) + 1024 && iid < (1u << 26);
+    if (!*grown) return TM_OK;
+    size_t n = d->n_shared ? d->n_shared : 64;
+    while (n <= iid) n *= 2;
+    shared_stack *a = tm_mem_realloc(d->mem, d->shared, d->n_shared * sizeof *a, n * sizeof *a);
+    if (!a) return nomem(d);
+    memset(a + d->n_shared, 0, (n - d->n_shared) * sizeof *a);
+    d->shared = a;
+    d->n_shared = n;
+    return TM_OK;
+}
+
+/* Shares that callstack iid resolved to id in tables of class cls (0:
+ * nothing to share). */
+static inline tm_status share_stack(dec *d, const seq_state *s, uint32_t cls, uint64_t iid, uint32_t id) {
+    if (!cls) return TM_OK;
+    bool dense = iid < d->n_shared;
+    if (!dense) TM_TRY(grow_shared(d, s, iid, &dense));
+    if (dense) d->shared[iid] = (shared_stack){id, cls};
+    return TM_OK;
+}
+
+/* Resolves callstack iid when tables of its class did not (or it has
+ * none): through the sequence's cache, and shares what it resolved to
+ * under class cls. */
+static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t cls, uint64_t iid, const uint8_t *at,
+                                        uint32_t *out, int *ok) {
+    const resolved *c = cache_find(&s->stacks, iid);
+    if (c && c->upto == cur_epoch(d)) {
+        *out = c->id;
+        *ok = 1;
+    } else {
+        TM_TRY(resolve_callstack_epoch(d, s, iid, at, out, ok));
+    }
+    return *ok ? share_stack(d, s, cls, iid, *out) : TM_OK;
+}
+
 /* Resolves a callstack iid to a profile stack (leaf first). *ok = 0 when
- * the sample must be dropped. A callstack seen before in this epoch costs
- * two array loads. */
+ * the sample must be dropped. A callstack resolved before in tables of
+ * this class costs two array loads. */
 static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                           uint32_t *out, int *ok) {
-    const resolved *c = cache_find(&s->stacks, iid);
-    if (TM_LIKELY(c && c->upto == cur_epoch(d))) {
-        *out = c->id;
+    uint32_t cls = d->cls;
+    if (TM_LIKELY(cls && iid < d->n_shared && d->shared[iid].cls == cls)) {
+        *out = d->shared[iid].id;
         *ok = 1;
         return TM_OK;
     }
-    return resolve_callstack_slow(d, s, iid, at, out, ok);
+    return resolve_callstack_slow(d, s, cls, iid, at, out, ok);
 }
 
 /* ---- samples ---- */
@@ -1431,12 +1484,14 @@ static tm_status heap_callsite(void *ctx, const tm_pf_heap_stack *hs, uint32_t *
     } else {
         s = d->seqs[d->rd.gens[hs->gen].seq];
     }
-    uint32_t gen = d->gen;
+    uint32_t gen = d->gen, cls = d->cls;
     d->gen = hs->gen;
+    d->cls = hs->tables ? 0 : tm_pf_tables_class(&d->rd, s->index, hs->gen);
     int ok;
     tm_status st = resolve_callstack(d, s, hs->iid, hs->at, out, &ok);
     d->local = NULL;
     d->gen = gen;
+    d->cls = cls;
     if (st == TM_OK && !ok) {
         d->p->stats.heap_samples_unresolved++;
         *out = TM_ABSENT;
@@ -1590,6 +1645,7 @@ static tm_status decode_trace(dec *d) {
     int rc;
     while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) {
         d->gen = k.gen;
+        d->cls = k.seq ? tm_pf_tables_class(&d->rd, k.seq->index, k.gen) : 0; /* none in Relay mode */
         TM_TRY(decode_packet(d, &k));
     }
     if (rc != TM_PF_ERROR) {
@@ -1728,6 +1784,7 @@ static void dec_release(dec *d) {
     tm_pf_symbols_free(d->mem, &d->syms);
     for (size_t i = 0; i < d->n_seqs; i++) seq_free(d->mem, d->seqs[i]);
     tm_mem_free(d->mem, d->seqs, d->cap_seqs * sizeof *d->seqs);
+    tm_mem_free(d->mem, d->shared, d->n_shared * sizeof *d->shared);
     tm_pf_reader_release(&d->rd);
     tm_mem_free(d->mem, d->cs_scratch, d->cap_cs * sizeof *d->cs_scratch);
     tm_mem_free(d->mem, d->delta_scratch, d->cap_delta * sizeof *d->delta_scratch);
