@@ -1453,6 +1453,111 @@ Test(trace_frames, mapping_path_stops_at_unresolvable_segment) {
     tb_free(&b);
 }
 
+/* An epoch's first InternedData whose mapping 1 has path segments 1 and 2,
+ * segment 2 not interned (the path stops at "system") unless `full`, with
+ * frame 1 in it at rel_pc and callstack 1 = {frame 1}. */
+static void clear_with_path(tb_buf *b, uint32_t seq, uint64_t ts, uint64_t rel_pc, bool full) {
+    static const uint64_t segs[] = {1, 2};
+    size_t p = tb_packet_open(b, seq, ts, TB_SEQ_CLEARED);
+    size_t in = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    path_str(b, 1, "system");
+    if (full) path_str(b, 2, "libc.so");
+    fn_name(b, 1, "malloc");
+    mapping_paths(b, 1, 0x1000, 0x2000, segs, 2, 1);
+    tb_frame(b, 1, 1, 1, rel_pc);
+    callstack1(b, 1, 1);
+    tb_close(b, in);
+    tb_close(b, p);
+}
+
+static void clear_with_half_path(tb_buf *b, uint32_t seq, uint64_t ts, uint64_t rel_pc) {
+    clear_with_path(b, seq, ts, rel_pc, false);
+}
+
+static void intern_segment_2(tb_buf *b, uint32_t seq, uint64_t ts) {
+    size_t p = tb_packet_open(b, seq, ts, TB_SEQ_NEEDS);
+    size_t in = tb_open(b, TM_PF_PACKET_INTERNED_DATA);
+    path_str(b, 2, "libc.so");
+    tb_close(b, in);
+    tb_close(b, p);
+}
+
+static void perf_sample_at(tb_buf *b, uint32_t seq, uint64_t ts, uint32_t tid) {
+    size_t p = tb_packet_open(b, seq, ts, TB_SEQ_NEEDS);
+    perf_body(b, 1, tid, 1);
+    tb_close(b, p);
+}
+
+/* Sequences that began their epochs with the same message share
+ * resolutions only while neither added to it: a mapping one resolved while
+ * a path segment was missing resolves in full in the other once that one
+ * interns the segment, whether it asks its twin or its copy. */
+Test(trace_frames, twin_resolved_without_an_entry_the_other_interned) {
+    tb_buf b = {0};
+    clear_with_half_path(&b, 1, 5, 0x10);
+    clear_with_half_path(&b, 2, 6, 0x10);  /* seq 1's twin */
+    perf_sample_at(&b, 1, 10, 11);         /* system */
+    intern_segment_2(&b, 2, 20);
+    perf_sample_at(&b, 2, 30, 12);         /* system/libc.so */
+    /* other bytes than seq 1's: seq 4 resolves on its own, not through tables of seq 1's class */
+    clear_with_half_path(&b, 3, 40, 0x20);
+    clear_with_half_path(&b, 4, 41, 0x20); /* seq 3 is its twin, seq 4 seq 3's copy */
+    perf_sample_at(&b, 4, 50, 14);         /* system */
+    intern_segment_2(&b, 3, 60);
+    perf_sample_at(&b, 3, 70, 13);         /* system/libc.so */
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 4);
+    static const char *const want[] = {"system", "system/libc.so", "system", "system/libc.so"};
+    for (size_t k = 0; k < 4; k++)
+        cr_assert(str_is(leaf(m, k)->package, want[k]), "sample %zu: package %.*s, expected %s", k,
+                  TM_STR_ARGS(leaf(m, k)->package), want[k]);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* A sequence that re-sends its tables at a clear and then interns a path
+ * segment they lacked resolves the mapping in full in the new epoch: what
+ * it resolved without the segment is not carried over. */
+Test(trace_frames, resolution_without_an_entry_not_carried_to_an_epoch_with_it) {
+    tb_buf b = {0};
+    clear_with_half_path(&b, 1, 5, 0x10);
+    perf_sample_at(&b, 1, 10, 11);        /* system */
+    clear_with_half_path(&b, 1, 20, 0x10); /* the same bytes again */
+    intern_segment_2(&b, 1, 25);
+    perf_sample_at(&b, 1, 30, 12);        /* system/libc.so */
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 2);
+    cr_assert(str_is(leaf(m, 0)->package, "system"), "package %.*s", TM_STR_ARGS(leaf(m, 0)->package));
+    cr_assert(str_is(leaf(m, 1)->package, "system/libc.so"), "package %.*s", TM_STR_ARGS(leaf(m, 1)->package));
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
+/* Nor through a twin: seq 1 resolved the mapping without segment 2, then
+ * interned it, and began its next epoch with all it had in one message,
+ * which seq 2 copies: seq 2 has the segment from the start. */
+Test(trace_frames, resolution_without_an_entry_not_carried_to_a_twin_with_it) {
+    tb_buf b = {0};
+    clear_with_half_path(&b, 1, 5, 0x10);
+    perf_sample_at(&b, 1, 10, 11);            /* system */
+    intern_segment_2(&b, 1, 15);
+    clear_with_path(&b, 1, 20, 0x10, true);   /* everything seq 1 had, the same bytes each */
+    clear_with_path(&b, 2, 25, 0x10, true);   /* seq 1's twin */
+    perf_sample_at(&b, 2, 30, 12);            /* system/libc.so */
+
+    tm_trace *t = parse(&b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, 2);
+    cr_assert(str_is(leaf(m, 0)->package, "system"), "package %.*s", TM_STR_ARGS(leaf(m, 0)->package));
+    cr_assert(str_is(leaf(m, 1)->package, "system/libc.so"), "package %.*s", TM_STR_ARGS(leaf(m, 1)->package));
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
 Test(trace_frames, frames_deduplicated_across_sequences) {
     tb_buf b = {0};
     static const uint64_t path1[] = {1}, path3[] = {3};

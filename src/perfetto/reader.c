@@ -263,7 +263,8 @@ bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch) 
 
 bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin) {
     const tm_pf_seq *q = &r->seqs[s];
-    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->twin_of_epoch != q->epoch) return false;
+    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->twin_of_epoch != q->epoch || q->n_blobs != 1)
+        return false;
     const tm_pf_seq *t = &r->seqs[q->twin];
     if (t->epoch != q->twin_epoch || t->n_blobs != 1) return false;
     *twin = q->twin;
@@ -272,7 +273,8 @@ bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin) {
 
 bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy) {
     const tm_pf_seq *q = &r->seqs[s];
-    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->copied_in != q->epoch) return false;
+    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->copied_in != q->epoch || q->n_blobs != 1)
+        return false;
     const tm_pf_seq *c = &r->seqs[q->copy];
     if (c->epoch != q->copy_epoch || c->n_blobs != 1) return false;
     *copy = q->copy;

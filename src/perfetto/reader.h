@@ -297,15 +297,16 @@ bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint6
 bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch);
 /* Whether what sequence *twin resolved in its current epoch holds for
  * sequence s (by index): s's epoch began with a copy of the first
- * InternedData message of twin's epoch, and twin's epoch still holds that
- * one message alone, so whatever twin resolved, it resolved from entries s
- * has byte for byte (messages s adds later cannot replace them: the first
- * entry of an iid stays). */
+ * InternedData message of twin's epoch, and both epochs still hold that
+ * one message alone, so both have the same entries byte for byte. Both:
+ * twin may have resolved something while an entry it refers to was
+ * missing (a mapping path stops at its first unresolvable segment, a
+ * build id is left out), which a later message of s may add. */
 bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin);
 /* The other way round: a sequence *copy that took s as its twin in its
- * current epoch, from s's current epoch, and still holds that one message
- * alone, so whatever *copy resolved, it resolved from entries s has byte
- * for byte. */
+ * current epoch, from s's current epoch, and both still hold that one
+ * message alone, so whatever *copy resolved, it resolved from the entries
+ * s has. */
 bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy);
 /* The class of the tables a packet of generation gen of sequence s (by
  * index) sees, when gen is s's newest and s's epoch holds one InternedData

@@ -130,6 +130,12 @@ typedef struct dec {
      * callstack once, and a sample loads from one table, not one per
      * sequence (each a cache miss on a heavy trace). */
     shared_stack *shared; size_t n_shared; /* cls 0: none */
+    /* Has a resolution met an entry missing from its tables (a mapping
+     * path cut at its first unresolvable segment, a build id left out)?
+     * Such a resolution does not hold in an epoch that re-sent everything
+     * and added the missing entry, so from then on nothing is carried
+     * whole (all_carry): each entry is compared instead. */
+    bool met_missing;
 
     uint64_t *cs_scratch; size_t cap_cs;
     int64_t *delta_scratch; size_t cap_delta;
@@ -299,9 +305,10 @@ static inline bool may_carry(const resolved *c, uint32_t same_since) { return c 
 
 /* A cached resolution that carries over whatever it refers to: the
  * sequence has re-sent everything since, byte for byte (what a writer
- * that re-sends all it interned at each clear gives). */
+ * that re-sends all it interned at each clear gives), and no resolution
+ * met a missing entry, which the sequence may have interned since. */
 static inline bool all_carry(const dec *d, const resolved *c) {
-    return c && !d->local && !d->relay && tm_pf_unchanged_since(&d->rd, d->gen, c->upto);
+    return c && !d->local && !d->relay && !d->met_missing && tm_pf_unchanged_since(&d->rd, d->gen, c->upto);
 }
 
 /* How far along a chain of twins a resolution is looked for. */
@@ -309,12 +316,13 @@ static inline bool all_carry(const dec *d, const resolved *c) {
 
 /* What sequence `seq` resolved iid to in the cache at offset `which` of
  * seq_state, when that holds in its current epoch: resolved in it, or
- * before it and carried over whole (all_carry). */
+ * before it and carried over whole (all_carry's conditions). */
 static bool resolved_in(const dec *d, uint32_t seq, size_t which, uint64_t iid, uint32_t *out) {
     res_cache *cache = (res_cache *)(void *)((char *)d->seqs[seq] + which);
     const resolved *c = cache_find(cache, iid);
     const tm_pf_seq *t = &d->rd.seqs[seq];
-    if (!c || (c->upto != t->epoch && !tm_pf_unchanged_since(&d->rd, t->gen, c->upto))) return false;
+    if (!c || (c->upto != t->epoch && (d->met_missing || !tm_pf_unchanged_since(&d->rd, t->gen, c->upto))))
+        return false;
     *out = c->id;
     return true;
 }
@@ -469,6 +477,7 @@ static tm_status mapping_path(dec *d, tm_bytes msg, tm_str *out) {
         while (!stop && (!packed || tm_pb_packed_next(&pr, &id) == TM_PB_OK)) {
             tm_str seg;
             if (!lookup_str(d, TM_PF_INTERNED_MAPPING_PATHS, id, &seg)) {
+                d->met_missing = true;
                 if (!d->relay) stop = 1;
             } else {
                 if (n < 64) segs[n] = seg;
@@ -545,6 +554,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *o
     if ((e->flags & M_HAS_BUILD) && e->build) {
         tm_str b;
         if (lookup_str(d, TM_PF_INTERNED_BUILD_IDS, e->build, &b)) m.build_id = b;
+        else d->met_missing = true;
     }
     m.start = e->start;
     m.end = e->end;
