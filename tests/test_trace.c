@@ -1488,6 +1488,18 @@ static void perf_sample_at(tb_buf *b, uint32_t seq, uint64_t ts, uint32_t tid) {
     tb_close(b, p);
 }
 
+/* Parses b and checks that its samples' leaf frames have these packages, in order. */
+static void expect_packages(tb_buf *b, const char *const *want, size_t n) {
+    tm_trace *t = parse(b);
+    const tm_profile *m = tm_trace_profile(t);
+    cr_assert_eq(m->n_samples, n);
+    for (size_t k = 0; k < n; k++)
+        cr_assert(str_is(leaf(m, k)->package, want[k]), "sample %zu: package %.*s, expected %s", k,
+                  TM_STR_ARGS(leaf(m, k)->package), want[k]);
+    tm_trace_free(t);
+    tb_free(b);
+}
+
 /* Sequences that began their epochs with the same message share
  * resolutions only while neither added to it: a mapping one resolved while
  * a path segment was missing resolves in full in the other once that one
@@ -1506,15 +1518,8 @@ Test(trace_frames, twin_resolved_without_an_entry_the_other_interned) {
     intern_segment_2(&b, 3, 60);
     perf_sample_at(&b, 3, 70, 13);         /* system/libc.so */
 
-    tm_trace *t = parse(&b);
-    const tm_profile *m = tm_trace_profile(t);
-    cr_assert_eq(m->n_samples, 4);
     static const char *const want[] = {"system", "system/libc.so", "system", "system/libc.so"};
-    for (size_t k = 0; k < 4; k++)
-        cr_assert(str_is(leaf(m, k)->package, want[k]), "sample %zu: package %.*s, expected %s", k,
-                  TM_STR_ARGS(leaf(m, k)->package), want[k]);
-    tm_trace_free(t);
-    tb_free(&b);
+    expect_packages(&b, want, 4);
 }
 
 /* A sequence that re-sends its tables at a clear and then interns a path
@@ -1528,13 +1533,8 @@ Test(trace_frames, resolution_without_an_entry_not_carried_to_an_epoch_with_it) 
     intern_segment_2(&b, 1, 25);
     perf_sample_at(&b, 1, 30, 12);        /* system/libc.so */
 
-    tm_trace *t = parse(&b);
-    const tm_profile *m = tm_trace_profile(t);
-    cr_assert_eq(m->n_samples, 2);
-    cr_assert(str_is(leaf(m, 0)->package, "system"), "package %.*s", TM_STR_ARGS(leaf(m, 0)->package));
-    cr_assert(str_is(leaf(m, 1)->package, "system/libc.so"), "package %.*s", TM_STR_ARGS(leaf(m, 1)->package));
-    tm_trace_free(t);
-    tb_free(&b);
+    static const char *const want[] = {"system", "system/libc.so"};
+    expect_packages(&b, want, 2);
 }
 
 /* Nor through a twin: seq 1 resolved the mapping without segment 2, then
@@ -1549,13 +1549,8 @@ Test(trace_frames, resolution_without_an_entry_not_carried_to_a_twin_with_it) {
     clear_with_path(&b, 2, 25, 0x10, true);   /* seq 1's twin */
     perf_sample_at(&b, 2, 30, 12);            /* system/libc.so */
 
-    tm_trace *t = parse(&b);
-    const tm_profile *m = tm_trace_profile(t);
-    cr_assert_eq(m->n_samples, 2);
-    cr_assert(str_is(leaf(m, 0)->package, "system"), "package %.*s", TM_STR_ARGS(leaf(m, 0)->package));
-    cr_assert(str_is(leaf(m, 1)->package, "system/libc.so"), "package %.*s", TM_STR_ARGS(leaf(m, 1)->package));
-    tm_trace_free(t);
-    tb_free(&b);
+    static const char *const want[] = {"system", "system/libc.so"};
+    expect_packages(&b, want, 2);
 }
 
 Test(trace_frames, frames_deduplicated_across_sequences) {
