@@ -261,22 +261,26 @@ bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch) 
            s->last_unfull <= epoch && s->n_same == s->n_before;
 }
 
+/* Whether sequence q's epoch, linked in epoch linked_in to sequence other's
+ * epoch other_epoch (as its twin or its copy), and that epoch both still
+ * hold their first InternedData message alone. */
+static bool linked_alone(const tm_pf_reader *r, const tm_pf_seq *q, uint32_t linked_in, uint32_t other,
+                         uint32_t other_epoch) {
+    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || linked_in != q->epoch || q->n_blobs != 1) return false;
+    const tm_pf_seq *o = &r->seqs[other];
+    return o->epoch == other_epoch && o->n_blobs == 1;
+}
+
 bool tm_pf_twin_of(const tm_pf_reader *r, uint32_t s, uint32_t *twin) {
     const tm_pf_seq *q = &r->seqs[s];
-    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->twin_of_epoch != q->epoch || q->n_blobs != 1)
-        return false;
-    const tm_pf_seq *t = &r->seqs[q->twin];
-    if (t->epoch != q->twin_epoch || t->n_blobs != 1) return false;
+    if (!linked_alone(r, q, q->twin_of_epoch, q->twin, q->twin_epoch)) return false;
     *twin = q->twin;
     return true;
 }
 
 bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy) {
     const tm_pf_seq *q = &r->seqs[s];
-    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || q->copied_in != q->epoch || q->n_blobs != 1)
-        return false;
-    const tm_pf_seq *c = &r->seqs[q->copy];
-    if (c->epoch != q->copy_epoch || c->n_blobs != 1) return false;
+    if (!linked_alone(r, q, q->copied_in, q->copy, q->copy_epoch)) return false;
     *copy = q->copy;
     return true;
 }
