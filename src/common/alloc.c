@@ -243,12 +243,6 @@ void tm_u64map_free(tm_mem *mem, tm_u64map *m) {
 
 /* ---- iid map ---- */
 
-/* Whether the dense part may grow to hold key: while it stays within 4x
- * the entries (plus slack). */
-static bool dense_may_hold(uint64_t key, size_t n_entries) {
-    return key < 4 * (uint64_t)n_entries + 1024 && key < (1u << 26);
-}
-
 /* Grows the dense part past key (which it does not hold yet). */
 static tm_status grow_dense(tm_mem *mem, tm_iidmap *m, uint64_t key) {
     size_t n = m->n_dense ? m->n_dense : 64;
@@ -270,7 +264,7 @@ tm_status tm_iidmap_put_slow(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t v
         m->dense[key] = val;
         return TM_OK;
     }
-    if (dense_may_hold(key, n_entries)) {
+    if (tm_iid_dense_may_hold(key, n_entries)) {
         TM_TRY(grow_dense(mem, m, key));
         m->dense[key] = val;
         return TM_OK;
@@ -279,7 +273,7 @@ tm_status tm_iidmap_put_slow(tm_mem *mem, tm_iidmap *m, uint64_t key, uint32_t v
 }
 
 tm_status tm_iidmap_reserve(tm_mem *mem, tm_iidmap *m, uint64_t max_key, size_t n_entries) {
-    if (max_key < m->n_dense || !dense_may_hold(max_key, n_entries)) return TM_OK;
+    if (max_key < m->n_dense || !tm_iid_dense_may_hold(max_key, n_entries)) return TM_OK;
     return grow_dense(mem, m, max_key);
 }
 

@@ -113,6 +113,14 @@ void tm_idxset_free(tm_mem *mem, tm_idxset *s);
 /* Map for interning ids: Perfetto writers number iids 1, 2, 3, ... so small
  * keys go to a directly indexed array (one load per lookup) and only sparse
  * large ones to the hash map. */
+/* Whether an array indexed directly by iid may grow to hold key: while it
+ * stays within 4x the entries (plus slack), so that a writer's sparse iids
+ * cannot make it large. tm_iidmap's dense part and the profile model's
+ * by-iid caches share this bound. */
+static inline bool tm_iid_dense_may_hold(uint64_t key, size_t n_entries) {
+    return key < 4 * (uint64_t)n_entries + 1024 && key < (1u << 26);
+}
+
 typedef struct tm_iidmap {
     uint32_t *dense; /* dense[key] for key < n_dense; TM_ABSENT if unset */
     size_t n_dense;

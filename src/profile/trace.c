@@ -253,22 +253,34 @@ static inline resolved *cache_find(res_cache *c, uint64_t iid) {
     return i == TM_ABSENT ? NULL : &c->res[i];
 }
 
-/* Grows the dense part past iid, when iids stay within 4x the sequence's
- * entries (plus slack): *grown false when they do not. Resolutions of iids
- * that the map held move into it. */
-static tm_status grow_dense(dec *d, res_cache *c, uint64_t iid, size_t n_entries, bool *grown) {
-    *grown = iid < 4 * (uint64_t)n_entries + 1024 && iid < (1u << 26);
+/* Grows an array indexed by iid (*arr, *n elements of elem bytes) past
+ * iid, doubling from 64, when iid stays dense for the sequence's entries
+ * (tm_iid_dense_may_hold): *grown false when it does not. *old_n: its size
+ * before; the elements from there on are the caller's to set. */
+static tm_status grow_by_iid(dec *d, void **arr, size_t *n, size_t elem, uint64_t iid, size_t n_entries, bool *grown,
+                             size_t *old_n) {
+    *old_n = *n;
+    *grown = tm_iid_dense_may_hold(iid, n_entries);
     if (!*grown) return TM_OK;
-    size_t n = c->n_dense ? c->n_dense : 64;
-    while (n <= iid) n *= 2;
-    resolved *r = tm_mem_realloc(d->mem, c->dense, c->n_dense * sizeof *r, n * sizeof *r);
-    if (!r) return nomem(d);
-    unset_dense(r + c->n_dense, n - c->n_dense);
+    size_t to = *n ? *n : 64;
+    while (to <= iid) to *= 2;
+    void *a = tm_mem_realloc(d->mem, *arr, *n * elem, to * elem);
+    if (!a) return nomem(d);
+    *arr = a;
+    *n = to;
+    return TM_OK;
+}
+
+/* Grows the dense part past iid (grow_by_iid); resolutions of iids that
+ * the map held move into it. */
+static tm_status grow_dense(dec *d, res_cache *c, uint64_t iid, size_t n_entries, bool *grown) {
+    size_t old_n;
+    TM_TRY(grow_by_iid(d, (void **)&c->dense, &c->n_dense, sizeof *c->dense, iid, n_entries, grown, &old_n));
+    if (!*grown) return TM_OK;
+    unset_dense(c->dense + old_n, c->n_dense - old_n);
     const tm_u64map *m = &c->slot_by_iid;
     for (size_t i = 0; m->len && i < m->cap; i++)
-        if (m->vals[i] != TM_ABSENT && m->keys[i] < n) r[m->keys[i]] = c->res[m->vals[i]];
-    c->dense = r;
-    c->n_dense = n;
+        if (m->vals[i] != TM_ABSENT && m->keys[i] < c->n_dense) c->dense[m->keys[i]] = c->res[m->vals[i]];
     return TM_OK;
 }
 
@@ -761,18 +773,12 @@ static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, con
     return TM_OK;
 }
 
-/* Grows the shared resolutions past iid, when iid stays within the dense
- * bound of the sequence's caches (grow_dense): *grown false when not. */
+/* Grows the shared resolutions past iid (grow_by_iid), as far as the
+ * sequence's own caches may grow. */
 static tm_status grow_shared(dec *d, const seq_state *s, uint64_t iid, bool *grown) {
-    *grown = iid < 4 * (uint64_t)seq_entries(d, s) + 1024 && iid < (1u << 26);
-    if (!*grown) return TM_OK;
-    size_t n = d->n_shared ? d->n_shared : 64;
-    while (n <= iid) n *= 2;
-    shared_stack *a = tm_mem_realloc(d->mem, d->shared, d->n_shared * sizeof *a, n * sizeof *a);
-    if (!a) return nomem(d);
-    memset(a + d->n_shared, 0, (n - d->n_shared) * sizeof *a);
-    d->shared = a;
-    d->n_shared = n;
+    size_t old_n;
+    TM_TRY(grow_by_iid(d, (void **)&d->shared, &d->n_shared, sizeof *d->shared, iid, seq_entries(d, s), grown, &old_n));
+    if (*grown) memset(d->shared + old_n, 0, (d->n_shared - old_n) * sizeof *d->shared);
     return TM_OK;
 }
 
