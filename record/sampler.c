@@ -296,7 +296,13 @@ void tmr_sampler_free(tmr_sampler *s) {
         struct timespec pause = {0, 100000};
         nanosleep(&pause, NULL);
     }
-    if (owned) sigaction(SIGPROF, &s->old_action, NULL);
+    /* The disposition goes back only while the handler is still ours: a
+     * program that took SIGPROF for itself since (with its own ITIMER_PROF
+     * still armed) would be killed by the default action before exit
+     * flushes its output. */
+    struct sigaction now;
+    if (owned && sigaction(SIGPROF, NULL, &now) == 0 && (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigprof)
+        sigaction(SIGPROF, &s->old_action, NULL);
     for (size_t i = 0; i < s->n_slots; i++) {
         free(s->slots[i]->entries);
         free(s->slots[i]);
