@@ -44,7 +44,9 @@ int cli_report_error(const char *what, const tm_error *err);
 /* The same for an exporter's error: about the decoded profile (a format
  * that cannot hold it), so no byte of the input is named. */
 int cli_report_export_error(const char *what, const tm_error *err);
-/* Says on stderr that a decoded trace was cut off, if it was. */
+/* Says on stderr that a trace was cut off inside its packet at byte at
+ * (what came before was read); cli_warn_truncated: if a decoded one was. */
+void cli_warn_cut_off(const char *what, uint64_t at);
 void cli_warn_truncated(const char *what, const tm_trace *t);
 
 /* Parses a limit value (decimal, optional k/M/G suffix); returns 0 on error. */

@@ -205,13 +205,16 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
     return 0;
 }
 
-void cli_warn_truncated(const char *what, const tm_trace *t) {
-    const tm_trace_stats *st = tm_trace_get_stats(t);
-    if (!st->truncated) return;
+void cli_warn_cut_off(const char *what, uint64_t at) {
     fprintf(stderr,
             "tracemill: warning: %s is cut off: the packet at byte %llu runs past the end; the complete packets "
             "before it were read (--strict rejects such a trace)\n",
-            what, (unsigned long long)st->truncated_at);
+            what, (unsigned long long)at);
+}
+
+void cli_warn_truncated(const char *what, const tm_trace *t) {
+    const tm_trace_stats *st = tm_trace_get_stats(t);
+    if (st->truncated) cli_warn_cut_off(what, st->truncated_at);
 }
 
 int cli_output_error(const char *path, int errnum) {

@@ -451,6 +451,8 @@ static int open_db(const char *path, const tm_options *opts, const cli_symbols *
         cli_input_release(in);
     }
     cli_progress_stop();
+    uint64_t cut_at;
+    if (rc == EXIT_OK && tm_db_truncated(*db, &cut_at)) cli_warn_cut_off(path, cut_at);
     return rc;
 }
 

@@ -62,6 +62,11 @@ TM_API int tm_db_include(struct sqlite3 *db, const char *sql, const char **tail,
  * On failure a file this call created is removed. */
 TM_API tm_status tm_db_export(tm_db *db, const char *path, tm_error *err);
 
+/* 1 when the trace was cut off inside a packet and read up to that packet
+ * (only without tm_options.strict, which rejects it): *offset is where the
+ * packet starts. 0 otherwise. */
+TM_API int tm_db_truncated(const tm_db *db, uint64_t *offset);
+
 /* Releases the tm_db and its connection. NULL is a no-op. */
 TM_API void tm_db_free(tm_db *db);
 

@@ -251,6 +251,15 @@ Test(cli_exit, truncated_trace_reports_offset_inside_file) {
     cr_expect_eq(w.code, 0, "exit %d: %s", w.code, w.err);
     cr_expect(matches(w.err, "warning: .* is cut off: the packet at byte [0-9]+ runs past the end"), "stderr: %s",
               w.err);
+    /* every command that reads the trace says so, at the same byte: the SQL model too */
+    const char *readers[] = {"info %s", "query %s 'select 1'", "export-sqlite %s %s/cut.db"};
+    for (size_t i = 0; i < sizeof readers / sizeof *readers; i++) {
+        run_result q = run(readers[i], path, scratch);
+        cr_expect_eq(q.code, 0, "`%s` exit %d: %s", readers[i], q.code, q.err);
+        cr_expect(w.err[0] && strstr(q.err, w.err), "`%s` does not warn as convert does (%s): %s", readers[i], w.err,
+                  q.err);
+        run_free(&q);
+    }
     run_free(&w);
     run_result r = run("convert --strict %s", path);
     cr_expect_eq(r.code, 1, "exit %d: %s", r.code, r.err);

@@ -118,3 +118,31 @@ Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
     tm_db_free(db);
     free(buf);
 }
+
+/* A trace cut off inside a packet: the tables hold what came before it, and
+ * tm_db_truncated names the packet where the profile model does; a whole
+ * trace is not cut off; strict rejects the cut one. */
+Test(sql, cut_off_trace_is_said_where) {
+    size_t len;
+    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert_not_null(buf);
+    tm_error err;
+    tm_db *db = NULL;
+    uint64_t at = 0;
+    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(tm_db_truncated(db, &at), 0);
+    tm_db_free(db);
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(buf, len - 7, NULL, &t, &err), TM_OK, "%s", err.message);
+    cr_assert(tm_trace_get_stats(t)->truncated);
+    cr_assert_eq(tm_db_new(buf, len - 7, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(tm_db_truncated(db, &at), 1);
+    cr_expect_eq(at, tm_trace_get_stats(t)->truncated_at);
+    cr_expect_gt(count(tm_db_sqlite(db), "cpu_profile_stack_sample", "1"), 0);
+    tm_db_free(db);
+    tm_trace_free(t);
+    tm_options strict = {.strict = 1};
+    cr_expect_eq(tm_db_new(buf, len - 7, &strict, &db, &err), TM_ERR_TRUNCATED);
+    cr_expect_eq(err.offset, at);
+    free(buf);
+}

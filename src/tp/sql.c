@@ -971,6 +971,12 @@ tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
     return st;
 }
 
+int tm_db_truncated(const tm_db *db, uint64_t *offset) {
+    if (!db->tp.cut_off) return 0;
+    *offset = db->tp.cut_off_at;
+    return 1;
+}
+
 void tm_db_free(tm_db *db) {
     if (!db) return;
     sqlite3_close(db->sql);

@@ -2346,6 +2346,8 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     }
     if (st == TM_OK) st = sequence_stats(&d);
     if (st == TM_OK) st = build_metadata(&d, buf, len);
+    tp->cut_off = d.rd.counts.truncated;
+    tp->cut_off_at = d.rd.counts.truncated_at;
     /* Wall-clock timings, as Trace Processor reports them (never 0). The
      * type guess is the reader's test of the first byte, inside the parse:
      * no time of its own to measure. */

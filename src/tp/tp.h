@@ -202,6 +202,8 @@ typedef struct tm_tp {
     TP_VEC(tp_heap_dump, heap_dumps);
     int64_t trace_start;     /* the earliest sample, allocation or counter (0: none) */
     uint32_t n_machines;     /* machine rows: 0 is the host */
+    bool cut_off;            /* the last packet runs past the end (not when strict): the rest was read */
+    uint64_t cut_off_at;     /* where that packet starts */
     /* Samples, one entry per row in each column. */
     size_t n_samples, cap_samples;
     int64_t *s_ts;
