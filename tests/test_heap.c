@@ -356,6 +356,10 @@ Test(memory_telemetry, process_stats_give_the_footprint_counters_and_peak) {
                             "where t.name = 'mem.rss'"),
                  2048000);
     cr_expect_eq(sql_int(s, "select count(*) from counter c join process_counter_track t on c.track_id = t.id"), 6);
+    /* counter_track, their parent table, lists them too */
+    cr_expect_eq(sql_int(s, "select count(*) from counter_track ct join process_counter_track t using (id, name, type)"),
+                 sql_int(s, "select count(*) from process_counter_track"));
+    cr_expect_eq(sql_int(s, "select count(*) from counter_track"), sql_int(s, "select count(*) from track"));
     tm_db_free(db);
     tb_free(&b);
 }

@@ -330,6 +330,14 @@ static const col_def perf_counter_track_cols[] = {
     {"perf_session_id", "INTEGER", trk_session}, {"cpu", "INTEGER", trk_cpu},
     {"is_timebase", "INTEGER", trk_timebase},
 };
+/* Every track is a counter track: counter_track, Trace Processor's parent
+ * table of the three kinds, lists them all with the columns they share. */
+static const col_def counter_track_cols[] = {
+    {"id", "INTEGER", col_row},          {"name", "TEXT", trk_name},
+    {"type", "TEXT", trk_type},          {"parent_id", "INTEGER", col_null},
+    {"source_arg_set_id", "INTEGER", col_null}, {"machine_id", "INTEGER", col_zero},
+    {"unit", "TEXT", trk_unit},          {"description", "TEXT", col_null},
+};
 static const col_def stack_counter_track_cols[] = {
     {"id", "INTEGER", col_row},          {"name", "TEXT", trk_name},
     {"type", "TEXT", trk_type},          {"unit", "TEXT", trk_unit},
@@ -509,6 +517,7 @@ static const table_def tables[] = {
     TABLE("perf_session", perf_session_cols, 2, count_sessions, is_perf_session),
     TABLE("stack_sample_session", stack_session_cols, 1, count_sessions, is_stack_session),
     TABLE("track", track_cols, 1, count_tracks, NULL),
+    TABLE("counter_track", counter_track_cols, 1, count_tracks, NULL),
     TABLE("perf_counter_track", perf_counter_track_cols, 1, count_tracks, is_perf_track),
     TABLE("stack_sample_counter_track", stack_counter_track_cols, 1, count_tracks, is_stack_track),
     TABLE("process_counter_track", process_counter_track_cols, 1, count_tracks, is_process_track),
