@@ -378,7 +378,10 @@ static tm_status build_conf(const tm_srv_config *cfg, tm_srv_kafka *k, rd_kafka_
         {"enable.idempotence", "true"},
         {"message.timeout.ms", timeout},
         {"queue.buffering.max.ms", "2"},
-        {"partitioner", "random"},
+        /* the key's hash picks the partition ("random" ignores keys), so
+         * copies of a chunk meet where a consumer deduplicates them; a
+         * record without a key (an outcome) goes to any */
+        {"partitioner", "consistent_random"},
         {"message.max.bytes", cfg->limits.max_profile_size ? max_message : NULL},
     };
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {

@@ -4,7 +4,7 @@
  * a real rdkafka consumer.
  *
  * Covered: chunks and outcomes reach their topics byte for byte with the
- * project_id header; a broker outage (every send from several threads
+ * project_id header; copies of a chunk share one partition; a broker outage (every send from several threads
  * returns TM_OK after spooling, the spool holds exactly the records, and
  * after the brokers return it drains into Kafka exactly once and in spool
  * order, then new records go out after them); a spool left by one producer
@@ -263,6 +263,52 @@ Test(kafka, chunks_and_outcomes_reach_their_topics, .timeout = 240) {
     free(big);
     tm_srv_kafka_free(k);
     cr_assert_eq(tm_srv_store_spool_count(st.s), 0);
+    store_remove(&st);
+    cluster_stop(&c);
+}
+
+/* Copies of one chunk (an SDK's retry, a replay) share their key, so they
+ * land in one partition of a topic of many, where a consumer that
+ * deduplicates by key sees them together. */
+Test(kafka, copies_of_a_chunk_land_in_one_partition, .timeout = 240) {
+    enum { PARTITIONS = 8, COPIES = 6 };
+    cluster c;
+    cluster_start(&c);
+    cr_assert_eq(rd_kafka_mock_topic_create(c.mc, "test-keyed", PARTITIONS, N_BROKERS), RD_KAFKA_RESP_ERR_NO_ERROR);
+    tmp_store st;
+    store_open(&st);
+    tm_srv_config cfg = config_for(c.bootstraps);
+    cfg.kafka.profiles_topic = "test-keyed";
+    tm_srv_kafka *k;
+    tm_error err;
+    cr_assert_eq(tm_srv_kafka_new(&cfg, st.s, &k, &err), TM_OK, "%s", err.message);
+    static const uint8_t chunk[] = {0x81, 0xa1, 'x', 0x01};
+    for (int i = 0; i < COPIES; i++) { /* one send each, as retried posts are */
+        tm_srv_record r = record(TM_SRV_RECORD_CHUNK, 42, chunk, sizeof chunk);
+        r.chunk_id = (tm_srv_view){"fedcba9876543210fedcba9876543210", 32};
+        cr_assert_eq(tm_srv_kafka_send(k, &r, 1, &err), TM_OK, "%s", err.message);
+    }
+    tm_srv_kafka_free(k);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char errstr[256];
+    cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", c.bootstraps, errstr, sizeof errstr), RD_KAFKA_CONF_OK);
+    rd_kafka_conf_set_log_cb(conf, quiet);
+    rd_kafka_t *reader = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    cr_assert_not_null(reader, "%s", errstr);
+    int64_t counts[PARTITIONS], total = 0, most = 0;
+    for (int32_t p = 0; p < PARTITIONS; p++) {
+        int64_t lo = 0, hi = 0;
+        cr_assert_eq(rd_kafka_query_watermark_offsets(reader, "test-keyed", p, &lo, &hi, 10000),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+        counts[p] = hi - lo;
+        total += counts[p];
+        if (counts[p] > most) most = counts[p];
+    }
+    cr_assert_eq(total, COPIES);
+    cr_expect_eq(most, COPIES, "copies spread over partitions: %lld %lld %lld %lld %lld %lld %lld %lld",
+                 (long long)counts[0], (long long)counts[1], (long long)counts[2], (long long)counts[3],
+                 (long long)counts[4], (long long)counts[5], (long long)counts[6], (long long)counts[7]);
+    rd_kafka_destroy(reader);
     store_remove(&st);
     cluster_stop(&c);
 }
