@@ -35,13 +35,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     int runs = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 200;
+    if (runs < 1) runs = 1;
     /* The server's request threads keep freed memory in their arenas; alone
      * in the main arena, glibc would hand each envelope's ~0.4 MB message
      * back to the kernel at every free and fault it in again (~110 page
      * faults an envelope, a third of the time), which the server never does. */
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    if (runs < 1) runs = 1;
     FILE *f = fopen(argv[1], "rb");
     if (!f) {
         perror(argv[1]);
