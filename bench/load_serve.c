@@ -504,8 +504,10 @@ static void *worker_main(void *arg) {
     uint64_t seq = 0;
     int fd = -1;
     int fresh = 0; /* fd was opened for this request: a failure is not a keep-alive race */
+    /* Runs past t_end_ns (those requests are not counted) until main has
+     * read the server's threads: a connection closed earlier could end its
+     * server thread first, whose CPU would then count as "other". */
     while (!atomic_load(&sh->stop)) {
-        if (now_ns() >= sh->t_end_ns) break;
         if (fd < 0) {
             fd = connect_server(sh);
             if (fd < 0) {
@@ -733,6 +735,7 @@ int main(int argc, char **argv) {
     if (opt.broker_pid) brk_ok = brk_ok && proc_cpu_ticks(opt.broker_pid, &brk1) == 0;
     double self1 = self_cpu_s();
     uint64_t m1 = now_ns();
+    atomic_store(&sh.stop, 1);
 
     for (long i = 0; i < started; i++) pthread_join(ws[i].thread, NULL);
 
