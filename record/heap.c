@@ -309,8 +309,9 @@ static void set_countdown(heap_thread *t, int64_t left) {
 }
 
 /* The bytes a sampled allocation stands for once the countdown, left, is
- * crossed (the slow half of weight_of). */
-static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
+ * crossed (the slow half of weight_of; inline in malloc's slow path, which
+ * is reached mostly to sample). */
+static inline __attribute__((always_inline)) uint64_t crossed(heap_thread *t, int64_t left) {
     uint64_t samples = 0;
     if (UNLIKELY(t->rng == 0)) { /* the thread's first allocation: its first threshold */
         seed_random(t);
@@ -321,8 +322,11 @@ static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
     return samples * g_interval;
 }
 
-/* The bytes an allocation of size stands for, 0 when it is not sampled. */
-static inline uint64_t weight_of(size_t size) {
+static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) { return crossed(t, left); }
+
+/* The bytes an allocation of size stands for, 0 when it is not sampled;
+ * with the slow half inline or not. */
+static inline __attribute__((always_inline)) uint64_t weight_with(size_t size, int inline_crossed) {
     heap_thread *t = &t_heap;
     if (size >= g_interval) return size;
     int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
@@ -330,8 +334,10 @@ static inline uint64_t weight_of(size_t size) {
         set_countdown(t, left);
         return 0;
     }
-    return weight_slow(t, left);
+    return inline_crossed ? crossed(t, left) : weight_slow(t, left);
 }
+
+static inline uint64_t weight_of(size_t size) { return weight_with(size, 0); }
 
 /* This thread's shard of stack id's totals. */
 static NOINLINE void take_shard(heap_thread *t) {
@@ -733,8 +739,9 @@ static inline int64_t stack_of(heap_thread *t, call_site at) {
 
 /* ---- a sampled allocation ------------------------------------------------------------- */
 
-/* Records p (weight bytes) allocated from the call at. */
-static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
+/* Records p (weight bytes) allocated from the call at. Inline in malloc's
+ * slow path: a sample makes one frame. */
+static inline __attribute__((always_inline)) void record_sample(void *p, uint64_t weight, call_site at) {
     heap_thread *t = &t_heap;
     if (t->ignored) return;
     if (t->guard) {
@@ -758,6 +765,8 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     t->guard--;
 }
 
+static NOINLINE void sample(void *p, uint64_t weight, call_site at) { record_sample(p, weight, at); }
+
 /* Every allocation but malloc passes here once it succeeded. */
 static inline void *on_alloc(void *p, size_t size, call_site caller) {
     /* acquire: g_interval and the tables were set before sampling began */
@@ -772,12 +781,6 @@ static inline void *on_alloc(void *p, size_t size, call_site caller) {
 
 /* ---- the interposed C functions ------------------------------------------------------ */
 
-static NOINLINE void *malloc_sampled(size_t size, uint64_t weight, call_site caller) {
-    void *p = real.malloc(size);
-    if (p) sample(p, weight, caller);
-    return p;
-}
-
 /* malloc when the fast path does not apply: the thread's first calls, a
  * size always sampled, the fast path's share of the countdown used up (a
  * threshold crossed, or only its share), no profile running. */
@@ -790,9 +793,11 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
     }
     /* Decided before allocating, as on the fast path (a failed allocation
      * used its bytes of the countdown): a refill jumps to the real malloc. */
-    uint64_t weight = weight_of(size);
+    uint64_t weight = weight_with(size, 1);
     if (LIKELY(!weight)) return real.malloc(size);
-    return malloc_sampled(size, weight, caller_of(caller));
+    void *p = real.malloc(size);
+    if (p) record_sample(p, weight, caller_of(caller));
+    return p;
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
@@ -807,6 +812,13 @@ static inline void *do_malloc(size_t size, caller_ref caller) {
     return real.malloc(size);
 slow:
     t->bytes_left += size;
+    /* A refill of the fast share from the reserve (about one a sample)
+     * needs no frame: a reserve is only drawn while a profile runs. */
+    int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
+    if (LIKELY(t->reserve > 0 && left > 0 && size < g_interval)) {
+        set_countdown(t, left);
+        return real.malloc(size);
+    }
 #else
     if (LIKELY(size < t->bytes_left)) {
         t->bytes_left -= size;
