@@ -144,8 +144,9 @@ static atomic_size_t g_arena_used;
  * thread's arena a 64 MiB-aligned heap: a window smaller than the arenas'
  * spread put every thread's blocks on the same filter lines, which each
  * sample then took from the other cores). Its pages are the kernel's zero
- * page until a block in their 256 KiB of heap is sampled. */
-static _Atomic uint8_t g_filter[FILTER_COUNTERS];
+ * page until a block in their 256 KiB of heap is sampled, and never huge
+ * pages (resolve), which would take 2 MiB for a counter. */
+static _Alignas(4096) _Atomic uint8_t g_filter[FILTER_COUNTERS];
 
 /* The live table's first bucket is moved by the 64 MiB region p is in:
  * without it the blocks every thread works on (each in its arena's 64
@@ -196,6 +197,7 @@ static NOINLINE int resolve(void) {
     heap_thread *t = &t_heap;
     if (t->guard) return 0;
     t->guard++;
+    madvise(g_filter, sizeof g_filter, MADV_NOHUGEPAGE); /* before the arena's blocks set their bytes */
     next_symbol(&real.malloc, "malloc");
     next_symbol(&real.free, "free");
     next_symbol(&real.calloc, "calloc");
