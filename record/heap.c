@@ -123,8 +123,8 @@ typedef struct heap_thread {
     uint64_t rng;       /* xorshift state; 0: not seeded */
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
-    int shard;          /* its callstack totals' shard + 1; 0 before its first sample */
-    int own_shard;      /* the shard is this thread's alone */
+    int own_shard;      /* its shard is this thread's alone */
+    size_t shard_at;    /* its shard's first totals in g_totals + 1; 0 before its first sample */
     struct memo_table *memos; /* the stacks it unwound (allocated at its first sample) */
 } heap_thread;
 static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
@@ -353,12 +353,12 @@ static inline uint64_t weight_of(size_t size) { return weight_with(size, 0); }
 static NOINLINE void take_shard(heap_thread *t) {
     int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
     t->own_shard = k < OWN_SHARDS;
-    t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
+    t->shard_at = 1 + (size_t)(t->own_shard ? k : OWN_SHARDS) * STACKS_MAX;
 }
 
 static inline totals *totals_of(heap_thread *t, uint32_t id) {
-    if (UNLIKELY(!t->shard)) take_shard(t);
-    return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
+    if (UNLIKELY(!t->shard_at)) take_shard(t);
+    return &g_totals[t->shard_at - 1 + id];
 }
 
 /* Adds bytes and count to a pair of totals in this thread's shard: a load
@@ -420,7 +420,7 @@ static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight)
 /* Forgets p and charges its stack with the free; nothing if p was not
  * sampled. Called only when p's filter counter is not 0 (so the tables
  * exist). */
-static NOINLINE void live_remove(uintptr_t p) {
+static inline __attribute__((always_inline)) void live_remove(uintptr_t p) {
     if (!p) return; /* free(NULL) reads counter 0 like any block there */
     live_place at = place_of(p);
     size_t bucket = at.bucket;
@@ -445,9 +445,10 @@ static NOINLINE void live_remove(uintptr_t p) {
 /* Called before the real free or realloc: p must leave the table before the
  * allocator can hand the address out again. A fork child still looks (its
  * copy of the tables is its own, and nobody reads it). */
+static NOINLINE void forget(uintptr_t p) { live_remove(p); }
+
 static inline void on_free(void *p) {
-    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
-        live_remove((uintptr_t)p);
+    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) forget((uintptr_t)p);
 }
 
 /* ---- the callstack table ---------------------------------------------------------- */
