@@ -442,11 +442,11 @@ static inline __attribute__((always_inline)) void live_remove(uintptr_t p) {
         }
 }
 
+static NOINLINE void forget(uintptr_t p) { live_remove(p); }
+
 /* Called before the real free or realloc: p must leave the table before the
  * allocator can hand the address out again. A fork child still looks (its
  * copy of the tables is its own, and nobody reads it). */
-static NOINLINE void forget(uintptr_t p) { live_remove(p); }
-
 static inline void on_free(void *p) {
     if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) forget((uintptr_t)p);
 }
