@@ -13,12 +13,14 @@
  * sampled at its own size (it never touches the counter). The estimates are
  * unbiased.
  *
- * The unsampled path: malloc decides before allocating (a thread-local
- * compare and subtraction) and jumps to the real malloc; free reads one
- * byte of a static filter indexed by address and jumps to the real free.
+ * The unsampled path: malloc decides before allocating (a subtraction from
+ * a thread-local countdown, whose flags are the compare) and jumps to the
+ * real malloc; free compares one byte of a static filter indexed by the
+ * address's low 32 bits and jumps to the real free (4 and 6 instructions
+ * on x86-64).
  * Neither makes a stack frame, an atomic operation or a table lookup: only
  * a block whose filter byte is set (a sampled block starts in its 64 bytes
- * of a 2 MiB window; a block of the bootstrap arena below sets its byte for
+ * of a 4 GiB window; a block of the bootstrap arena below sets its byte for
  * good) is looked at further. A thread's counter starts at 0, so its first
  * calls go the slow way, which finds the real functions; while no profile
  * runs the slow way gives the thread a long stride, so that a program
@@ -70,9 +72,10 @@ enum {
     LIVE_BUCKETS = 1 << 14,    /* x 8 slots: sampled allocations alive at once (~512 MiB of heap
                                   at the default interval) */
     LIVE_SLOTS = 8,            /* one cache line of addresses per bucket */
-    FILTER_COUNTERS = 1 << 15, /* sampled live allocations per 64-byte granule of a 2 MiB
-                                  window: most frees look at one byte, near the bytes of their
-                                  neighbours' frees (cached), not at two random buckets */
+    FILTER_COUNTERS = 1 << 26, /* sampled live allocations per 64-byte granule of a 4 GiB
+                                  window (64 MiB of zero pages, touched where blocks are
+                                  sampled): most frees look at one byte, near the bytes of
+                                  their neighbours' frees (cached), not at two random buckets */
     FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
                                   sends frees to the buckets */
     IDLE_STRIDE = 64 * 1024,   /* bytes a thread allocates the fast way between looks at
@@ -120,8 +123,8 @@ typedef struct heap_thread {
     uint64_t rng;       /* xorshift state; 0: not seeded */
     int guard;          /* inside the profiler (or resolving): allocations pass through */
     int ignored;        /* a recorder thread: never sampled */
-    int shard;          /* its callstack totals' shard + 1; 0 before its first sample */
-    int own_shard;      /* the shard is this thread's alone */
+    int own_shard;      /* its shard is this thread's alone */
+    size_t shard_at;    /* its shard's first totals in g_totals + 1; 0 before its first sample */
     struct memo_table *memos; /* the stacks it unwound (allocated at its first sample) */
 } heap_thread;
 static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
@@ -129,27 +132,30 @@ static __thread heap_thread t_heap __attribute__((tls_model("initial-exec")));
 static _Alignas(64) unsigned char g_arena[ARENA_BYTES];
 static atomic_size_t g_arena_used;
 
-/* Sampled live allocations per 64-byte granule, counted modulo a 2 MiB
+/* Sampled live allocations per 64-byte granule, counted modulo a 4 GiB
  * window: free reads one byte here, and looks further only where it is not
  * 0. Static, so that free can read it before any profile. A granule of 64
  * bytes (not 16, glibc's alignment) keeps the bytes a thread's frees read
  * on a quarter of the lines, which stay in L1 beside the heap it works on;
- * a neighbour's free that finds the byte set costs a look at the table. */
-static _Atomic uint8_t g_filter[FILTER_COUNTERS];
+ * a neighbour's free that finds the byte set costs a look at the table.
+ * The window is the address's low 32 bits, so that the index is two
+ * instructions (a 32-bit move and a shift; a smaller window needs a mask),
+ * and it is one to one over the heaps a program works in (glibc gives each
+ * thread's arena a 64 MiB-aligned heap: a window smaller than the arenas'
+ * spread put every thread's blocks on the same filter lines, which each
+ * sample then took from the other cores). Its pages are the kernel's zero
+ * page until a block in their 256 KiB of heap is sampled, and never huge
+ * pages (resolve), which would take 2 MiB for a counter. */
+static _Alignas(4096) _Atomic uint8_t g_filter[FILTER_COUNTERS];
 
-/* The filter and the live table's first bucket are moved by the 64 MiB
- * region p is in: glibc gives each thread's arena a 64 MiB-aligned heap,
- * and without it the blocks every thread works on would share the same
- * filter and bucket lines, which each sample then takes from the other
- * cores. The bucket adds an odd multiple of the region number (an xor of
- * its bits would leave two threads' ranges overlapping). The filter, read
- * by every free, takes the cheaper xor of p's bits 14 and up: the region's
- * low 3 bits land on the filter's top 3 (its 4 KiB eighths), and within a
- * 2 MiB window the index is still one to one, each 4 KiB of heap on one
- * line of the filter. */
+/* The live table's first bucket is moved by the 64 MiB region p is in:
+ * without it the blocks every thread works on (each in its arena's 64
+ * MiB-aligned heap) would share the same bucket lines. It adds an odd
+ * multiple of the region number (an xor of its bits would leave two
+ * threads' ranges overlapping). */
 static inline size_t region_offset(uintptr_t p) { return (size_t)(p >> 26) * 0x2f1b; }
 
-static inline size_t filter_of(uintptr_t p) { return ((size_t)(p >> 6) ^ (size_t)(p >> 14)) & (FILTER_COUNTERS - 1); }
+static inline size_t filter_of(uintptr_t p) { return (uint32_t)p >> 6; }
 
 /* Bump allocation with a 16-byte header holding the size (realloc copies it).
  * The block's filter counter is stuck, so that free takes it off the fast
@@ -191,6 +197,7 @@ static NOINLINE int resolve(void) {
     heap_thread *t = &t_heap;
     if (t->guard) return 0;
     t->guard++;
+    madvise(g_filter, sizeof g_filter, MADV_NOHUGEPAGE); /* before the arena's blocks set their bytes */
     next_symbol(&real.malloc, "malloc");
     next_symbol(&real.free, "free");
     next_symbol(&real.calloc, "calloc");
@@ -306,8 +313,9 @@ static void set_countdown(heap_thread *t, int64_t left) {
 }
 
 /* The bytes a sampled allocation stands for once the countdown, left, is
- * crossed (the slow half of weight_of). */
-static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
+ * crossed (the slow half of weight_of; inline in malloc's slow path, which
+ * is reached mostly to sample). */
+static inline __attribute__((always_inline)) uint64_t crossed(heap_thread *t, int64_t left) {
     uint64_t samples = 0;
     if (UNLIKELY(t->rng == 0)) { /* the thread's first allocation: its first threshold */
         seed_random(t);
@@ -318,28 +326,39 @@ static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) {
     return samples * g_interval;
 }
 
-/* The bytes an allocation of size stands for, 0 when it is not sampled. */
-static inline uint64_t weight_of(size_t size) {
+static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) { return crossed(t, left); }
+
+/* The bytes an allocation of size stands for, 0 when it is not sampled;
+ * with the slow half inline or not. */
+static inline __attribute__((always_inline)) uint64_t weight_with(size_t size, int inline_crossed) {
     heap_thread *t = &t_heap;
-    if (size >= g_interval) return size;
+    if (size >= g_interval) {
+        /* A share below 0 (as signed) is a signal handler's malloc between
+         * malloc's subtraction and its undoing: the others below count it
+         * back in; here it would stay, and pass every later size. */
+        if (UNLIKELY((int64_t)t->bytes_left < 0)) t->bytes_left = 0;
+        return size;
+    }
     int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
     if (LIKELY(left > 0)) {
         set_countdown(t, left);
         return 0;
     }
-    return weight_slow(t, left);
+    return inline_crossed ? crossed(t, left) : weight_slow(t, left);
 }
+
+static inline uint64_t weight_of(size_t size) { return weight_with(size, 0); }
 
 /* This thread's shard of stack id's totals. */
 static NOINLINE void take_shard(heap_thread *t) {
     int k = atomic_fetch_add_explicit(&g_next_shard, 1, memory_order_relaxed);
     t->own_shard = k < OWN_SHARDS;
-    t->shard = 1 + (t->own_shard ? k : OWN_SHARDS);
+    t->shard_at = 1 + (size_t)(t->own_shard ? k : OWN_SHARDS) * STACKS_MAX;
 }
 
 static inline totals *totals_of(heap_thread *t, uint32_t id) {
-    if (UNLIKELY(!t->shard)) take_shard(t);
-    return &g_totals[(size_t)(t->shard - 1) * STACKS_MAX + id];
+    if (UNLIKELY(!t->shard_at)) take_shard(t);
+    return &g_totals[t->shard_at - 1 + id];
 }
 
 /* Adds bytes and count to a pair of totals in this thread's shard: a load
@@ -401,7 +420,7 @@ static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight)
 /* Forgets p and charges its stack with the free; nothing if p was not
  * sampled. Called only when p's filter counter is not 0 (so the tables
  * exist). */
-static NOINLINE void live_remove(uintptr_t p) {
+static inline __attribute__((always_inline)) void live_remove(uintptr_t p) {
     if (!p) return; /* free(NULL) reads counter 0 like any block there */
     live_place at = place_of(p);
     size_t bucket = at.bucket;
@@ -423,12 +442,13 @@ static NOINLINE void live_remove(uintptr_t p) {
         }
 }
 
+static NOINLINE void forget(uintptr_t p) { live_remove(p); }
+
 /* Called before the real free or realloc: p must leave the table before the
  * allocator can hand the address out again. A fork child still looks (its
  * copy of the tables is its own, and nobody reads it). */
 static inline void on_free(void *p) {
-    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed)))
-        live_remove((uintptr_t)p);
+    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) forget((uintptr_t)p);
 }
 
 /* ---- the callstack table ---------------------------------------------------------- */
@@ -730,8 +750,9 @@ static inline int64_t stack_of(heap_thread *t, call_site at) {
 
 /* ---- a sampled allocation ------------------------------------------------------------- */
 
-/* Records p (weight bytes) allocated from the call at. */
-static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
+/* Records p (weight bytes) allocated from the call at. Inline in malloc's
+ * slow path: a sample makes one frame. */
+static inline __attribute__((always_inline)) void record_sample(void *p, uint64_t weight, call_site at) {
     heap_thread *t = &t_heap;
     if (t->ignored) return;
     if (t->guard) {
@@ -755,6 +776,8 @@ static NOINLINE void sample(void *p, uint64_t weight, call_site at) {
     t->guard--;
 }
 
+static NOINLINE void sample(void *p, uint64_t weight, call_site at) { record_sample(p, weight, at); }
+
 /* Every allocation but malloc passes here once it succeeded. */
 static inline void *on_alloc(void *p, size_t size, call_site caller) {
     /* acquire: g_interval and the tables were set before sampling began */
@@ -769,12 +792,6 @@ static inline void *on_alloc(void *p, size_t size, call_site caller) {
 
 /* ---- the interposed C functions ------------------------------------------------------ */
 
-static NOINLINE void *malloc_sampled(size_t size, uint64_t weight, call_site caller) {
-    void *p = real.malloc(size);
-    if (p) sample(p, weight, caller);
-    return p;
-}
-
 /* malloc when the fast path does not apply: the thread's first calls, a
  * size always sampled, the fast path's share of the countdown used up (a
  * threshold crossed, or only its share), no profile running. */
@@ -787,9 +804,11 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
     }
     /* Decided before allocating, as on the fast path (a failed allocation
      * used its bytes of the countdown): a refill jumps to the real malloc. */
-    uint64_t weight = weight_of(size);
+    uint64_t weight = weight_with(size, 1);
     if (LIKELY(!weight)) return real.malloc(size);
-    return malloc_sampled(size, weight, caller_of(caller));
+    void *p = real.malloc(size);
+    if (p) record_sample(p, weight, caller_of(caller));
+    return p;
 }
 
 /* An unsampled malloc counts the bytes down and jumps to the real one
@@ -797,8 +816,27 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
  * bytes_left is below the interval too, and leaves some countdown. */
 static inline void *do_malloc(size_t size, caller_ref caller) {
     heap_thread *t = &t_heap;
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* One subtraction in memory, its flags the compare (a borrow or 0:
+     * size >= bytes_left), four instructions in all; the slow way takes the
+     * size back first (a signal handler's malloc in between leaves the
+     * share below 0 as signed: see weight_with). The countdown is an input
+     * with a memory clobber: as a "+m" output GCC 12 dropped the slow way. */
+    __asm__ goto("subq %1, %0\n\tjbe %l[slow]" : : "m"(t->bytes_left), "r"(size) : "cc", "memory" : slow);
+    return real.malloc(size);
+slow:
+    t->bytes_left += size;
+#else
     if (LIKELY(size < t->bytes_left)) {
         t->bytes_left -= size;
+        return real.malloc(size);
+    }
+#endif
+    /* A refill of the fast share from the reserve (about one a sample)
+     * needs no frame: a reserve is only drawn while a profile runs. */
+    int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
+    if (LIKELY(t->reserve > 0 && left > 0 && size < g_interval)) {
+        set_countdown(t, left);
         return real.malloc(size);
     }
     return malloc_slow(size, caller);
@@ -819,11 +857,17 @@ static NOINLINE void free_sampled(void *p) {
 }
 
 static inline void do_free(void *p) {
-    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) {
-        free_sampled(p);
-        return;
-    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* The filter byte compared in memory (a relaxed load is a load and a
+     * test): one instruction fewer on every free. */
+    __asm__ goto("cmpb $0, %0\n\tjne %l[sampled]" : : "m"(g_filter[filter_of((uintptr_t)p)]) : "cc" : sampled);
+#else
+    if (UNLIKELY(atomic_load_explicit(&g_filter[filter_of((uintptr_t)p)], memory_order_relaxed))) goto sampled;
+#endif
     atomic_load_explicit(&g_free_fn, memory_order_relaxed)(p);
+    return;
+sampled:
+    free_sampled(p);
 }
 
 static inline void *do_memalign(size_t align, size_t size, call_site caller) {
