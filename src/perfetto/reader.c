@@ -80,6 +80,7 @@ static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
     tm_mem_free(m, s->blobs, s->cap_blobs * sizeof *s->blobs);
     tm_mem_free(m, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
+    tm_mem_free(m, s->kept_ents, s->cap_kept_ents * sizeof *s->kept_ents);
     tm_u64map_free(m, &s->by_epoch);
     for (size_t e = 0; e < s->cap_kept; e++) free_index(m, s->kept[e]);
     tm_mem_free(m, s->kept, s->cap_kept * sizeof *s->kept);
@@ -138,11 +139,13 @@ static void read_timebase(tm_bytes defaults, tm_pf_gen *g) {
  * data: none), or with those of its current generation when keep is set. */
 static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool keep) {
     if (TM_VEC_RESERVE(r->mem, r->gens, r->cap_gens, r->n_gens + 1) != TM_OK) return nomem(r);
-    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0};
+    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0, UINT32_MAX};
     if (keep) {
         g = r->gens[s->gen];
         g.epoch = s->epoch;
     }
+    /* The one before sees no entry added from now on (a new sequence has none). */
+    if (s->gen != UINT32_MAX) r->gens[s->gen].kept_end = (uint32_t)(s->n_kept_ents + s->n_ents);
     if (defaults.data) {
         tm_pb_reader pb = tm_pb_reader_of(defaults);
         tm_pb_field f;
@@ -181,6 +184,7 @@ static tm_status get_seq_slow(tm_pf_reader *r, uint32_t id, const uint8_t *at, t
         s->id = id;
         s->index = i;
         s->twin_of_epoch = s->copied_in = UINT32_MAX; /* no twin, no copy yet */
+        s->gen = UINT32_MAX;                          /* no generation yet */
         if (tm_u64map_put(r->mem, &r->seq_by_id, id, i) != TM_OK) return nomem(r);
         r->n_seqs++;
         TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
@@ -228,26 +232,38 @@ static bool epoch_key(uint32_t epoch, int kind, uint64_t iid, uint64_t *key) {
     return true;
 }
 
-const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
-    const tm_pf_gen *g = &r->gens[gen];
+/* The entry of (kind, iid) in the current epoch of generation g's
+ * sequence, or of an epoch before (without TM_PF_KEEP_EPOCHS). */
+static const tm_pf_entry *find_entry(const tm_pf_reader *r, uint32_t gen, const tm_pf_gen *g, int kind, uint64_t iid) {
     const tm_pf_seq *s = &r->seqs[g->seq];
-    int kind = kind_of(field);
-    if (kind < 0) return NULL;
-    uint32_t i;
-    uint64_t key;
-    if ((r->flags & TM_PF_KEEP_EPOCHS) && g->epoch != s->epoch) {
-        if (g->epoch < s->cap_kept && s->kept[g->epoch]) i = tm_iidmap_get(&s->kept[g->epoch][kind], iid);
-        else i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
-    } else {
-        i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
-        while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
-        if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
-    }
+    uint32_t i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
+    while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
+    if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
     return i == TM_ABSENT || s->ents[i].gen > gen ? NULL : &s->ents[i];
 }
 
+const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
+    int kind = kind_of(field);
+    return kind < 0 ? NULL : find_entry(r, gen, &r->gens[gen], kind, iid);
+}
+
 bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out) {
-    const tm_pf_entry *e = tm_pf_find(r, gen, field, iid);
+    const tm_pf_gen *g = &r->gens[gen];
+    const tm_pf_seq *s = &r->seqs[g->seq];
+    int kind = kind_of(field);
+    if (kind < 0) return false;
+    if ((r->flags & TM_PF_KEEP_EPOCHS) && g->epoch != s->epoch) { /* an ended epoch's */
+        uint32_t i;
+        uint64_t key;
+        if (g->epoch < s->cap_kept && s->kept[g->epoch]) i = tm_iidmap_get(&s->kept[g->epoch][kind], iid);
+        else i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
+        if (i == TM_ABSENT || i >= g->kept_end) return false;
+        const tm_pf_kept *k = &s->kept_ents[i];
+        out->data = (const uint8_t *)(uintptr_t)((uint64_t)k->hi << 32 | k->lo);
+        out->len = k->len;
+        return true;
+    }
+    const tm_pf_entry *e = find_entry(r, gen, g, kind, iid);
     if (!e) return false;
     out->data = e->msg;
     out->len = e->len;
@@ -285,9 +301,10 @@ bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy) {
     return true;
 }
 
-tm_str tm_pf_entry_str(const tm_pf_entry *e) {
-    tm_str out = {e->msg, 0}; /* an entry without str is the empty string */
-    tm_pb_reader pb = tm_pb_reader_of((tm_bytes){e->msg, e->len});
+/* The string of an InternedString message (checked when it was interned). */
+static tm_str str_of(tm_bytes msg) {
+    tm_str out = {msg.data, 0}; /* an entry without str is the empty string */
+    tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     while (tm_pb_next(&pb, &f) == TM_PB_OK) /* checked when interned */
         if (f.num == TM_PF_INTERNED_STRING_STR) out = f.bytes;
@@ -295,9 +312,9 @@ tm_str tm_pf_entry_str(const tm_pf_entry *e) {
 }
 
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out) {
-    const tm_pf_entry *e = tm_pf_find(r, gen, field, iid);
-    if (!e) return false;
-    *out = tm_pf_entry_str(e);
+    tm_bytes msg;
+    if (!tm_pf_lookup(r, gen, field, iid, &msg)) return false;
+    *out = str_of(msg);
     return true;
 }
 
@@ -493,7 +510,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     if (++s->n_interned > r->lim->max_interned_entries)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "more than %llu interned entries on sequence %u",
                           (unsigned long long)r->lim->max_interned_entries, s->id);
-    if (s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
+    if (s->n_kept_ents + s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "interned data past 4 GiB on sequence %u", s->id);
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     const tm_pf_entry *before = entry_before(s, kind, iid);
@@ -517,7 +534,7 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
                            const tm_pf_blob *o, tm_bytes b, bool same, bool *done) {
     *done = false;
     if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
-        memcmp(o->bytes.data, b.data, b.len) != 0)
+        s->n_kept_ents + s->n_ents + o->count >= UINT32_MAX - 1 || memcmp(o->bytes.data, b.data, b.len) != 0)
         return TM_OK;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
     if (o->count) TM_TRY(ensure_index(r, s));
@@ -554,12 +571,10 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
  * had at this place (and every one before it in this epoch was too), adds
  * the entries that one added, moved to b: they were checked then, and the
  * same bytes give the same entries. False when it is not (or would cross
- * max_interned_entries: the general path names the entry). Only for
- * sequences whose old epochs go (the chained and keyed indexes of kept
- * epochs are not copied). */
+ * max_interned_entries: the general path names the entry). */
 static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     *done = false;
-    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || s->n_replayed != s->n_blobs ||
+    if ((r->flags & TM_PF_RELAY) || s->n_replayed != s->n_blobs ||
         s->n_blobs >= s->n_old_blobs)
         return TM_OK;
     TM_TRY(copy_blob(r, s, s->old_ents, s->old_newest, &s->old_blobs[s->n_blobs], b, true, done));
@@ -582,7 +597,7 @@ static void set_twin(tm_pf_reader *r, tm_pf_seq *s, uint32_t ti) {
  * epoch before (same_since) is s's own. False when there is no such
  * sequence (found by the bytes' hash, then compared), or when the entries
  * would cross max_interned_entries (the general path names the entry).
- * Only for sequences whose old epochs go, as replay. */
+ * Only for sequences whose old epochs go (kept epochs are never twins). */
 static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint64_t hash, bool *done) {
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
@@ -617,7 +632,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     bool replayed;
     TM_TRY(replay(r, s, b, &replayed));
     if (replayed) {
-        if (s->n_blobs == 0) { /* the epoch's first message: first_hash is its hash still */
+        if (s->n_blobs == 0 && !(r->flags & TM_PF_KEEP_EPOCHS)) { /* the epoch's first message: first_hash is its hash still */
             s->first_class = s->old_first_class;
             twin_of_replayed(r, s, b);
             if (tm_u64map_put(r->mem, &r->first_blob, s->first_hash, s->index) != TM_OK) return nomem(r);
@@ -645,7 +660,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
         TM_TRY(add_entry(r, s, f.num, sc, f.bytes, f.start));
     }
     if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, "InternedData");
-    return r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY) ? TM_OK : add_blob(r, s, b, first);
+    return r->flags & TM_PF_RELAY ? TM_OK : add_blob(r, s, b, first);
 }
 
 /* ---- clocks ---- */
@@ -873,59 +888,91 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
 /* Epochs that added at least this many entries keep their own index. */
 #define KEPT_INDEX_MIN_ENTRIES 64
 
-/* TM_PF_KEEP_EPOCHS: files the index of the epoch that ends (see kept). */
-static tm_status keep_epoch_index(tm_pf_reader *r, tm_pf_seq *s) {
-    if (!s->newest) return TM_OK;
-    size_t n = s->n_ents - s->epoch_first;
+/* Adds base to every place index holds (an ended epoch's places in
+ * kept_ents), and trims its dense part to the last iid it holds. */
+static tm_status rebase_index(tm_pf_reader *r, tm_iidmap *index, uint32_t base) {
+    size_t used = 0;
+    for (size_t k = 0; k < index->n_dense; k++)
+        if (index->dense[k] != TM_ABSENT) index->dense[k] += base, used = k + 1;
+    for (size_t k = 0; index->sparse.len && k < index->sparse.cap; k++)
+        if (index->sparse.vals[k] != TM_ABSENT) index->sparse.vals[k] += base;
+    if (used == index->n_dense) return TM_OK;
+    if (!used) {
+        tm_mem_free(r->mem, index->dense, index->n_dense * sizeof *index->dense);
+        index->dense = NULL;
+    } else {
+        uint32_t *d = tm_mem_realloc(r->mem, index->dense, index->n_dense * sizeof *d, used * sizeof *d);
+        if (!d) return nomem(r);
+        index->dense = d;
+    }
+    index->n_dense = used;
+    return TM_OK;
+}
+
+/* Epochs that added at least this many entries keep their own index. */
+#define KEPT_INDEX_MIN_ENTRIES 64
+
+/* TM_PF_KEEP_EPOCHS: the epoch that ends keeps its entries' bytes (in
+ * kept_ents) and its index (see kept). */
+static tm_status keep_epoch(tm_pf_reader *r, tm_pf_seq *s) {
+    size_t n = s->n_ents, base = s->n_kept_ents;
+    if (!n) return TM_OK;
+    if (TM_VEC_RESERVE(r->mem, s->kept_ents, s->cap_kept_ents, base + n) != TM_OK) return nomem(r);
+    for (size_t e = 0; e < n; e++) {
+        uint64_t p = (uint64_t)(uintptr_t)s->ents[e].msg;
+        s->kept_ents[base + e] = (tm_pf_kept){(uint32_t)p, (uint32_t)(p >> 32), s->ents[e].len};
+    }
+    s->n_kept_ents = base + n; /* below UINT32_MAX - 1: add_entry and copy_blob see to it */
     bool own = n >= KEPT_INDEX_MIN_ENTRIES;
     uint64_t key;
-    for (size_t e = s->epoch_first; !own && e < s->n_ents; e++)
-        own = !epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
+    for (size_t e = 0; !own && e < n; e++) own = !epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
     if (own) {
         size_t had = s->cap_kept;
         if (TM_VEC_RESERVE(r->mem, s->kept, s->cap_kept, (size_t)s->epoch + 1) != TM_OK) return nomem(r);
         memset(s->kept + had, 0, (s->cap_kept - had) * sizeof *s->kept); /* epochs without their own index */
+        for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) TM_TRY(rebase_index(r, &s->newest[k], (uint32_t)base));
         s->kept[s->epoch] = s->newest;
         s->newest = NULL;
         return TM_OK;
     }
-    for (size_t e = s->epoch_first; e < s->n_ents; e++) {
+    for (size_t e = 0; e < n; e++) {
         epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
-        if (tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)e) != TM_OK) return nomem(r);
+        if (tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)(base + e)) != TM_OK) return nomem(r);
     }
     for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
     return TM_OK;
 }
 
-/* A clear: a new epoch, whose entries start empty. Without
- * TM_PF_KEEP_EPOCHS nothing looks up an older epoch again, so its entries
- * go. */
+/* A clear: a new epoch, whose entries start empty; the one that ends
+ * becomes the one before. Without TM_PF_KEEP_EPOCHS nothing looks up an
+ * older epoch again, so the one before it goes; with it, every epoch's
+ * entries are kept (keep_epoch). */
 static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
-    if (r->flags & TM_PF_KEEP_EPOCHS) TM_TRY(keep_epoch_index(r, s));
+    bool keep = r->flags & TM_PF_KEEP_EPOCHS;
+    if (keep) TM_TRY(keep_epoch(r, s));
     if (s->n_same != s->n_before) s->last_unfull = s->epoch;
     s->n_before = s->n_interned;
     s->n_same = 0;
     s->epoch++;
     s->n_interned = 0;
-    s->epoch_first = s->n_ents;
-    if (!(r->flags & TM_PF_KEEP_EPOCHS)) { /* the epoch that ends becomes the one before */
-        tm_pf_entry *ents = s->old_ents;
-        size_t cap = s->cap_old_ents;
+    tm_pf_entry *ents = s->old_ents;
+    size_t cap = s->cap_old_ents;
+    s->old_ents = s->ents, s->cap_old_ents = s->cap_ents;
+    s->ents = ents, s->cap_ents = cap, s->n_ents = 0;
+    if (!keep) { /* kept epochs compare nothing with the one before (same_since) */
         tm_iidmap *index = s->old_newest;
-        s->old_ents = s->ents, s->cap_old_ents = s->cap_ents;
         s->old_newest = s->newest;
-        s->ents = ents, s->cap_ents = cap, s->n_ents = 0;
         s->newest = index;
-        tm_pf_blob *blobs = s->old_blobs;
-        size_t cap_blobs = s->cap_old_blobs;
-        s->old_blobs = s->blobs, s->cap_old_blobs = s->cap_blobs, s->n_old_blobs = s->n_blobs;
-        s->blobs = blobs, s->cap_blobs = cap_blobs, s->n_blobs = 0;
-        s->n_replayed = 0;
-        s->old_first_class = s->first_class;
-        s->first_class = 0;
         if (index)
             for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &index[k]);
     }
+    tm_pf_blob *blobs = s->old_blobs;
+    size_t cap_blobs = s->cap_old_blobs;
+    s->old_blobs = s->blobs, s->cap_old_blobs = s->cap_blobs, s->n_old_blobs = s->n_blobs;
+    s->blobs = blobs, s->cap_blobs = cap_blobs, s->n_blobs = 0;
+    s->n_replayed = 0;
+    s->old_first_class = s->first_class;
+    s->first_class = 0;
     return new_gen(r, s, (tm_bytes){NULL, 0}, false);
 }
 
