@@ -75,6 +75,15 @@ static void free_index(tm_mem *m, tm_iidmap *index) {
     tm_mem_free(m, index, TM_PF_N_INTERNED_KINDS * sizeof *index);
 }
 
+/* Frees ended epoch e's own index and entries, if it has them. */
+static void release_kept(tm_mem *m, tm_pf_seq *s, size_t e) {
+    tm_pf_kept_epoch *k = &s->kept[e];
+    if (!k->index) return;
+    tm_mem_free(m, k->ents, k->n_ents * sizeof *k->ents);
+    free_index(m, k->index);
+    memset(k, 0, sizeof *k);
+}
+
 static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
     tm_mem_free(m, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
@@ -82,7 +91,7 @@ static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
     tm_mem_free(m, s->kept_ents, s->cap_kept_ents * sizeof *s->kept_ents);
     tm_u64map_free(m, &s->by_epoch);
-    for (size_t e = 0; e < s->cap_kept; e++) free_index(m, s->kept[e]);
+    for (size_t e = 0; e < s->cap_kept; e++) release_kept(m, s, e);
     tm_mem_free(m, s->kept, s->cap_kept * sizeof *s->kept);
     free_index(m, s->newest);
     free_index(m, s->old_newest);
@@ -139,13 +148,20 @@ static void read_timebase(tm_bytes defaults, tm_pf_gen *g) {
  * data: none), or with those of its current generation when keep is set. */
 static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool keep) {
     if (TM_VEC_RESERVE(r->mem, r->gens, r->cap_gens, r->n_gens + 1) != TM_OK) return nomem(r);
-    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0, UINT32_MAX};
+    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0, (uint32_t)s->n_kept_ents, UINT32_MAX,
+                   UINT64_MAX};
     if (keep) {
         g = r->gens[s->gen];
         g.epoch = s->epoch;
+        g.kept_base = (uint32_t)s->n_kept_ents, g.kept_end = UINT32_MAX, g.end_at = UINT64_MAX;
     }
-    /* The one before sees no entry added from now on (a new sequence has none). */
-    if (s->gen != UINT32_MAX) r->gens[s->gen].kept_end = (uint32_t)(s->n_kept_ents + s->n_ents);
+    /* The one before sees no entry added from now on, by the packet being
+     * read or after it (a new sequence has none before; after a clear it
+     * saw all of its epoch). */
+    if (s->gen != UINT32_MAX) {
+        r->gens[s->gen].end_at = tm_pf_offset(r, r->packet_tag);
+        if (r->gens[s->gen].epoch == s->epoch) r->gens[s->gen].kept_end = (uint32_t)s->n_ents;
+    }
     if (defaults.data) {
         tm_pb_reader pb = tm_pb_reader_of(defaults);
         tm_pb_field f;
@@ -252,13 +268,28 @@ bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t 
     const tm_pf_seq *s = &r->seqs[g->seq];
     int kind = kind_of(field);
     if (kind < 0) return false;
-    if ((r->flags & TM_PF_KEEP_EPOCHS) && g->epoch != s->epoch) { /* an ended epoch's */
-        uint32_t i;
+    if ((r->flags & TM_PF_KEEP_EPOCHS) && (g->epoch != s->epoch || r->kept_all)) { /* a kept epoch's */
+        const tm_pf_kept *k;
         uint64_t key;
-        if (g->epoch < s->cap_kept && s->kept[g->epoch]) i = tm_iidmap_get(&s->kept[g->epoch][kind], iid);
-        else i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
-        if (i == TM_ABSENT || i >= g->kept_end) return false;
-        const tm_pf_kept *k = &s->kept_ents[i];
+        if (g->epoch < s->cap_kept && s->kept[g->epoch].index) {
+            const tm_pf_kept_epoch *ke = &s->kept[g->epoch];
+            uint32_t i = tm_iidmap_get(&ke->index[kind], iid);
+            if (i == TM_ABSENT || (ke->ents ? i >= g->kept_end : i >= g->end_at)) return false;
+            if (!ke->ents) { /* i: the offset of its tag in the input (checked when it was interned) */
+                const uint8_t *p = r->base + i, *end = r->base + r->len;
+                uint64_t v = 0;
+                tm_pb_varint(&p, end, &v);
+                tm_pb_varint(&p, end, &v);
+                out->data = p;
+                out->len = (size_t)v;
+                return true;
+            }
+            k = &ke->ents[i];
+        } else {
+            uint32_t i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
+            if (i == TM_ABSENT || i - g->kept_base >= g->kept_end) return false;
+            k = &s->kept_ents[i];
+        }
         out->data = (const uint8_t *)(uintptr_t)((uint64_t)k->hi << 32 | k->lo);
         out->len = k->len;
         return true;
@@ -268,6 +299,11 @@ bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t 
     out->data = e->msg;
     out->len = e->len;
     return true;
+}
+
+void tm_pf_release_epoch(tm_pf_reader *r, uint32_t seq, uint32_t epoch) {
+    tm_pf_seq *s = &r->seqs[seq];
+    if (epoch < s->cap_kept) release_kept(r->mem, s, epoch);
 }
 
 bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch) {
@@ -504,6 +540,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
         if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
             s->ents[i].msg = msg.data;
             s->ents[i].len = (uint32_t)msg.len;
+            s->ents[i].hdr = (uint8_t)(msg.data - at);
         }
         return TM_OK; /* Trace Processor: the first one stays */
     }
@@ -517,7 +554,8 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
     s->n_same += same;
     s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i,
-                                       same ? before->same_since : s->epoch, (uint32_t)kind, iid};
+                                       same ? before->same_since : s->epoch, (uint16_t)kind,
+                                       (uint8_t)(msg.data - at), iid};
     if (tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     s->n_ents++;
     return TM_OK;
@@ -885,17 +923,10 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     return TM_OK;
 }
 
-/* Epochs that added at least this many entries keep their own index. */
-#define KEPT_INDEX_MIN_ENTRIES 64
-
-/* Adds base to every place index holds (an ended epoch's places in
- * kept_ents), and trims its dense part to the last iid it holds. */
-static tm_status rebase_index(tm_pf_reader *r, tm_iidmap *index, uint32_t base) {
-    size_t used = 0;
-    for (size_t k = 0; k < index->n_dense; k++)
-        if (index->dense[k] != TM_ABSENT) index->dense[k] += base, used = k + 1;
-    for (size_t k = 0; index->sparse.len && k < index->sparse.cap; k++)
-        if (index->sparse.vals[k] != TM_ABSENT) index->sparse.vals[k] += base;
+/* Trims the dense part of an ended epoch's index to the last iid it holds. */
+static tm_status trim_index(tm_pf_reader *r, tm_iidmap *index) {
+    size_t used = index->n_dense;
+    while (used && index->dense[used - 1] == TM_ABSENT) used--;
     if (used == index->n_dense) return TM_OK;
     if (!used) {
         tm_mem_free(r->mem, index->dense, index->n_dense * sizeof *index->dense);
@@ -909,20 +940,34 @@ static tm_status rebase_index(tm_pf_reader *r, tm_iidmap *index, uint32_t base) 
     return TM_OK;
 }
 
+/* Turns the places in s->ents that index holds into the offsets of their
+ * entries' tags in the input. */
+static void to_offsets(const tm_pf_reader *r, const tm_pf_seq *s, tm_iidmap *index) {
+    for (size_t k = 0; k < index->n_dense; k++)
+        if (index->dense[k] != TM_ABSENT) {
+            const tm_pf_entry *e = &s->ents[index->dense[k]];
+            index->dense[k] = (uint32_t)(e->msg - e->hdr - r->base);
+        }
+    for (size_t k = 0; index->sparse.len && k < index->sparse.cap; k++)
+        if (index->sparse.vals[k] != TM_ABSENT) {
+            const tm_pf_entry *e = &s->ents[index->sparse.vals[k]];
+            index->sparse.vals[k] = (uint32_t)(e->msg - e->hdr - r->base);
+        }
+}
+
 /* Epochs that added at least this many entries keep their own index. */
 #define KEPT_INDEX_MIN_ENTRIES 64
 
-/* TM_PF_KEEP_EPOCHS: the epoch that ends keeps its entries' bytes (in
- * kept_ents) and its index (see kept). */
+static tm_pf_kept kept_of(const tm_pf_entry *e) {
+    uint64_t p = (uint64_t)(uintptr_t)e->msg;
+    return (tm_pf_kept){(uint32_t)p, (uint32_t)(p >> 32), e->len};
+}
+
+/* TM_PF_KEEP_EPOCHS: the epoch that ends keeps its entries' bytes and its
+ * index (see kept). */
 static tm_status keep_epoch(tm_pf_reader *r, tm_pf_seq *s) {
     size_t n = s->n_ents, base = s->n_kept_ents;
     if (!n) return TM_OK;
-    if (TM_VEC_RESERVE(r->mem, s->kept_ents, s->cap_kept_ents, base + n) != TM_OK) return nomem(r);
-    for (size_t e = 0; e < n; e++) {
-        uint64_t p = (uint64_t)(uintptr_t)s->ents[e].msg;
-        s->kept_ents[base + e] = (tm_pf_kept){(uint32_t)p, (uint32_t)(p >> 32), s->ents[e].len};
-    }
-    s->n_kept_ents = base + n; /* below UINT32_MAX - 1: add_entry and copy_blob see to it */
     bool own = n >= KEPT_INDEX_MIN_ENTRIES;
     uint64_t key;
     for (size_t e = 0; !own && e < n; e++) own = !epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
@@ -930,15 +975,31 @@ static tm_status keep_epoch(tm_pf_reader *r, tm_pf_seq *s) {
         size_t had = s->cap_kept;
         if (TM_VEC_RESERVE(r->mem, s->kept, s->cap_kept, (size_t)s->epoch + 1) != TM_OK) return nomem(r);
         memset(s->kept + had, 0, (s->cap_kept - had) * sizeof *s->kept); /* epochs without their own index */
-        for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) TM_TRY(rebase_index(r, &s->newest[k], (uint32_t)base));
-        s->kept[s->epoch] = s->newest;
+        /* Entries in the input are added in its order: a generation sees
+         * those before the offset where it ended. */
+        bool in_input = r->len < UINT32_MAX - 1;
+        for (size_t e = 0; in_input && e < n; e++)
+            in_input = s->ents[e].msg >= r->base && s->ents[e].msg < r->base + r->len;
+        tm_pf_kept *ents = NULL;
+        if (in_input) {
+            for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) to_offsets(r, s, &s->newest[k]);
+        } else {
+            ents = tm_mem_alloc(r->mem, n * sizeof *ents);
+            if (!ents) return nomem(r);
+            for (size_t e = 0; e < n; e++) ents[e] = kept_of(&s->ents[e]);
+        }
+        s->kept[s->epoch] = (tm_pf_kept_epoch){s->newest, ents, ents ? n : 0};
         s->newest = NULL;
+        for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) TM_TRY(trim_index(r, &s->kept[s->epoch].index[k]));
         return TM_OK;
     }
+    if (TM_VEC_RESERVE(r->mem, s->kept_ents, s->cap_kept_ents, base + n) != TM_OK) return nomem(r);
     for (size_t e = 0; e < n; e++) {
+        s->kept_ents[base + e] = kept_of(&s->ents[e]);
         epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
         if (tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)(base + e)) != TM_OK) return nomem(r);
     }
+    s->n_kept_ents = base + n; /* below UINT32_MAX - 1: add_entry and copy_blob see to it */
     for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
     return TM_OK;
 }
@@ -1060,6 +1121,28 @@ static bool payload_is_read(const tm_pf_packet *pk) {
     }
 }
 
+/* TM_PF_KEEP_EPOCHS, at the end of the trace: every sequence's current
+ * epoch is kept as the ended ones are (nothing is added to it any more),
+ * and what only reading needed goes. */
+static tm_status keep_all(tm_pf_reader *r) {
+    if (!(r->flags & TM_PF_KEEP_EPOCHS) || r->kept_all) return TM_OK;
+    for (size_t i = 0; i < r->n_seqs; i++) {
+        tm_pf_seq *s = &r->seqs[i];
+        TM_TRY(keep_epoch(r, s));
+        tm_mem_free(r->mem, s->ents, s->cap_ents * sizeof *s->ents);
+        tm_mem_free(r->mem, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
+        tm_mem_free(r->mem, s->blobs, s->cap_blobs * sizeof *s->blobs);
+        tm_mem_free(r->mem, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
+        free_index(r->mem, s->newest);
+        s->ents = s->old_ents = NULL, s->newest = NULL;
+        s->blobs = s->old_blobs = NULL;
+        s->n_ents = s->cap_ents = s->cap_old_ents = 0;
+        s->n_blobs = s->cap_blobs = s->n_old_blobs = s->cap_old_blobs = 0;
+    }
+    r->kept_all = true;
+    return TM_OK;
+}
+
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
     /* Trace Processor's first test of a trace's type: it opens with a
      * Trace.packet record. */
@@ -1079,10 +1162,10 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
             !(r->flags & (TM_PF_STRICT | TM_PF_RELAY))) {
             r->counts.truncated = true;
             r->counts.truncated_at = (uint64_t)(record - r->base);
-            return TM_PF_END;
+            return keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR;
         }
         if (rc == TM_PB_DONE) {
-            if (!r->in_inner) return TM_PF_END;
+            if (!r->in_inner) return keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR;
             r->in_inner = false;
             continue;
         }
