@@ -249,11 +249,10 @@ static bool epoch_key(uint32_t epoch, int kind, uint64_t iid, uint64_t *key) {
 }
 
 /* The entry of (kind, iid) in the current epoch of generation g's
- * sequence, or of an epoch before (without TM_PF_KEEP_EPOCHS). */
+ * sequence (an older epoch's: none). */
 static const tm_pf_entry *find_entry(const tm_pf_reader *r, uint32_t gen, const tm_pf_gen *g, int kind, uint64_t iid) {
     const tm_pf_seq *s = &r->seqs[g->seq];
     uint32_t i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
-    while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
     if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
     return i == TM_ABSENT || s->ents[i].gen > gen ? NULL : &s->ents[i];
 }
@@ -540,7 +539,7 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
         if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
             s->ents[i].msg = msg.data;
             s->ents[i].len = (uint32_t)msg.len;
-            s->ents[i].hdr = (uint8_t)(msg.data - at);
+            s->ents[i].hdr = (uint32_t)(msg.data - at);
         }
         return TM_OK; /* Trace Processor: the first one stays */
     }
@@ -553,9 +552,8 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     const tm_pf_entry *before = entry_before(s, kind, iid);
     bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
     s->n_same += same;
-    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i,
-                                       same ? before->same_since : s->epoch, (uint16_t)kind,
-                                       (uint8_t)(msg.data - at), iid};
+    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, (uint32_t)(msg.data - at),
+                                       same ? before->same_since : s->epoch, (uint32_t)kind, iid};
     if (tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     s->n_ents++;
     return TM_OK;
@@ -583,11 +581,9 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
             tm_iidmap_reserve(r->mem, &s->newest[kind], src_index[kind].n_dense - 1, s->n_ents + o->count) != TM_OK)
             return nomem(r);
     for (uint32_t k = 0; k < o->count; k++) {
-        tm_pf_entry e = src[o->first + k];
-        e.msg = b.data + (e.msg - o->bytes.data);
-        e.epoch = s->epoch;
-        e.gen = s->gen;
-        e.prev = TM_ABSENT;
+        const tm_pf_entry *from = &src[o->first + k];
+        tm_pf_entry e = {b.data + (from->msg - o->bytes.data), from->len, s->epoch, s->gen, from->hdr,
+                         from->same_since, from->kind, from->iid};
         if (!same) {
             const tm_pf_entry *before = entry_before(s, (int)e.kind, e.iid);
             bool kept = before && before->len == e.len && memcmp(before->msg, e.msg, e.len) == 0;

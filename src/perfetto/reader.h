@@ -22,8 +22,8 @@
  *    Relay's converter); every entry is checked against its schema and the
  *    limits (max_interned_entries per sequence, max_stack_depth,
  *    max_path_segments) when it is added, so lookups never fail. Each
- *    sequence keeps its entries in one array, indexed by iid per field
- *    (older epochs chained behind the newest through `prev`), or, when
+ *    sequence keeps its current epoch's entries in one array, indexed by
+ *    iid per field (the epoch before's apart, for comparison), or, when
  *    epochs are kept, per epoch: an epoch that ends (and at the end of the
  *    trace every current one) keeps where its entries' bytes are. A large
  *    one keeps its iid index, which gives the offset of each entry in the
@@ -72,12 +72,11 @@ typedef struct tm_pf_entry {
     const uint8_t *msg;
     uint32_t len;
     uint32_t epoch, gen;
-    uint32_t prev; /* the entry of the same field and iid in an older epoch; TM_ABSENT: none */
+    uint32_t hdr;  /* the bytes of its field's tag and length, before msg */
     uint32_t same_since; /* the first epoch from which its field and iid had these bytes in every epoch:
                             what a consumer resolved in one of those still holds, if what it refers
                             to stayed the same too (with TM_PF_KEEP_EPOCHS: not kept up) */
-    uint16_t kind;       /* its field, as an index (see reader.c) */
-    uint8_t hdr;         /* the bytes of its field's tag and length, before msg */
+    uint32_t kind;       /* its field, as an index (see reader.c) */
     uint64_t iid;
 } tm_pf_entry;
 
