@@ -75,13 +75,23 @@ static void free_index(tm_mem *m, tm_iidmap *index) {
     tm_mem_free(m, index, TM_PF_N_INTERNED_KINDS * sizeof *index);
 }
 
+/* Frees ended epoch e's own index and entries, if it has them. */
+static void release_kept(tm_mem *m, tm_pf_seq *s, size_t e) {
+    tm_pf_kept_epoch *k = &s->kept[e];
+    if (!k->index) return;
+    tm_mem_free(m, k->ents, k->n_ents * sizeof *k->ents);
+    free_index(m, k->index);
+    memset(k, 0, sizeof *k);
+}
+
 static void seq_release(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
     tm_mem_free(m, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
     tm_mem_free(m, s->blobs, s->cap_blobs * sizeof *s->blobs);
     tm_mem_free(m, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
+    tm_mem_free(m, s->kept_ents, s->cap_kept_ents * sizeof *s->kept_ents);
     tm_u64map_free(m, &s->by_epoch);
-    for (size_t e = 0; e < s->cap_kept; e++) free_index(m, s->kept[e]);
+    for (size_t e = 0; e < s->cap_kept; e++) release_kept(m, s, e);
     tm_mem_free(m, s->kept, s->cap_kept * sizeof *s->kept);
     free_index(m, s->newest);
     free_index(m, s->old_newest);
@@ -138,10 +148,19 @@ static void read_timebase(tm_bytes defaults, tm_pf_gen *g) {
  * data: none), or with those of its current generation when keep is set. */
 static tm_status new_gen(tm_pf_reader *r, tm_pf_seq *s, tm_bytes defaults, bool keep) {
     if (TM_VEC_RESERVE(r->mem, r->gens, r->cap_gens, r->n_gens + 1) != TM_OK) return nomem(r);
-    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0};
+    tm_pf_gen g = {s->index, s->epoch, 0, {NULL, 0}, {NULL, 0}, false, 0, (uint32_t)s->n_kept_ents, UINT32_MAX,
+                   UINT64_MAX};
     if (keep) {
         g = r->gens[s->gen];
         g.epoch = s->epoch;
+        g.kept_base = (uint32_t)s->n_kept_ents, g.kept_end = UINT32_MAX, g.end_at = UINT64_MAX;
+    }
+    /* The one before sees no entry added from now on, by the packet being
+     * read or after it (a new sequence has none before; after a clear it
+     * saw all of its epoch). */
+    if (s->gen != UINT32_MAX) {
+        r->gens[s->gen].end_at = tm_pf_offset(r, r->packet_tag);
+        if (r->gens[s->gen].epoch == s->epoch) r->gens[s->gen].kept_end = (uint32_t)s->n_ents;
     }
     if (defaults.data) {
         tm_pb_reader pb = tm_pb_reader_of(defaults);
@@ -181,6 +200,7 @@ static tm_status get_seq_slow(tm_pf_reader *r, uint32_t id, const uint8_t *at, t
         s->id = id;
         s->index = i;
         s->twin_of_epoch = s->copied_in = UINT32_MAX; /* no twin, no copy yet */
+        s->gen = UINT32_MAX;                          /* no generation yet */
         if (tm_u64map_put(r->mem, &r->seq_by_id, id, i) != TM_OK) return nomem(r);
         r->n_seqs++;
         TM_TRY(new_gen(r, s, (tm_bytes){NULL, 0}, false));
@@ -228,30 +248,61 @@ static bool epoch_key(uint32_t epoch, int kind, uint64_t iid, uint64_t *key) {
     return true;
 }
 
-const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
-    const tm_pf_gen *g = &r->gens[gen];
+/* The entry of (kind, iid) in the current epoch of generation g's
+ * sequence (an older epoch's: none). */
+static const tm_pf_entry *find_entry(const tm_pf_reader *r, uint32_t gen, const tm_pf_gen *g, int kind, uint64_t iid) {
     const tm_pf_seq *s = &r->seqs[g->seq];
-    int kind = kind_of(field);
-    if (kind < 0) return NULL;
-    uint32_t i;
-    uint64_t key;
-    if ((r->flags & TM_PF_KEEP_EPOCHS) && g->epoch != s->epoch) {
-        if (g->epoch < s->cap_kept && s->kept[g->epoch]) i = tm_iidmap_get(&s->kept[g->epoch][kind], iid);
-        else i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
-    } else {
-        i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
-        while (i != TM_ABSENT && s->ents[i].epoch > g->epoch) i = s->ents[i].prev;
-        if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
-    }
+    uint32_t i = s->newest ? tm_iidmap_get(&s->newest[kind], iid) : TM_ABSENT;
+    if (i != TM_ABSENT && s->ents[i].epoch != g->epoch) i = TM_ABSENT;
     return i == TM_ABSENT || s->ents[i].gen > gen ? NULL : &s->ents[i];
 }
 
+const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid) {
+    int kind = kind_of(field);
+    return kind < 0 ? NULL : find_entry(r, gen, &r->gens[gen], kind, iid);
+}
+
 bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out) {
-    const tm_pf_entry *e = tm_pf_find(r, gen, field, iid);
+    const tm_pf_gen *g = &r->gens[gen];
+    const tm_pf_seq *s = &r->seqs[g->seq];
+    int kind = kind_of(field);
+    if (kind < 0) return false;
+    if ((r->flags & TM_PF_KEEP_EPOCHS) && (g->epoch != s->epoch || r->kept_all)) { /* a kept epoch's */
+        const tm_pf_kept *k;
+        uint64_t key;
+        if (g->epoch < s->cap_kept && s->kept[g->epoch].index) {
+            const tm_pf_kept_epoch *ke = &s->kept[g->epoch];
+            uint32_t i = tm_iidmap_get(&ke->index[kind], iid);
+            if (i == TM_ABSENT || (ke->ents ? i >= g->kept_end : i >= g->end_at)) return false;
+            if (!ke->ents) { /* i: the offset of its tag in the input (checked when it was interned) */
+                const uint8_t *p = r->base + i, *end = r->base + r->len;
+                uint64_t v = 0;
+                tm_pb_varint(&p, end, &v);
+                tm_pb_varint(&p, end, &v);
+                out->data = p;
+                out->len = (size_t)v;
+                return true;
+            }
+            k = &ke->ents[i];
+        } else {
+            uint32_t i = epoch_key(g->epoch, kind, iid, &key) ? tm_u64map_get(&s->by_epoch, key) : TM_ABSENT;
+            if (i == TM_ABSENT || i - g->kept_base >= g->kept_end) return false;
+            k = &s->kept_ents[i];
+        }
+        out->data = (const uint8_t *)(uintptr_t)((uint64_t)k->hi << 32 | k->lo);
+        out->len = k->len;
+        return true;
+    }
+    const tm_pf_entry *e = find_entry(r, gen, g, kind, iid);
     if (!e) return false;
     out->data = e->msg;
     out->len = e->len;
     return true;
+}
+
+void tm_pf_release_epoch(tm_pf_reader *r, uint32_t seq, uint32_t epoch) {
+    tm_pf_seq *s = &r->seqs[seq];
+    if (epoch < s->cap_kept) release_kept(r->mem, s, epoch);
 }
 
 bool tm_pf_unchanged_since(const tm_pf_reader *r, uint32_t gen, uint32_t epoch) {
@@ -285,9 +336,10 @@ bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy) {
     return true;
 }
 
-tm_str tm_pf_entry_str(const tm_pf_entry *e) {
-    tm_str out = {e->msg, 0}; /* an entry without str is the empty string */
-    tm_pb_reader pb = tm_pb_reader_of((tm_bytes){e->msg, e->len});
+/* The string of an InternedString message (checked when it was interned). */
+static tm_str str_of(tm_bytes msg) {
+    tm_str out = {msg.data, 0}; /* an entry without str is the empty string */
+    tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     while (tm_pb_next(&pb, &f) == TM_PB_OK) /* checked when interned */
         if (f.num == TM_PF_INTERNED_STRING_STR) out = f.bytes;
@@ -295,9 +347,9 @@ tm_str tm_pf_entry_str(const tm_pf_entry *e) {
 }
 
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out) {
-    const tm_pf_entry *e = tm_pf_find(r, gen, field, iid);
-    if (!e) return false;
-    *out = tm_pf_entry_str(e);
+    tm_bytes msg;
+    if (!tm_pf_lookup(r, gen, field, iid, &msg)) return false;
+    *out = str_of(msg);
     return true;
 }
 
@@ -487,19 +539,20 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
         if (r->flags & TM_PF_RELAY) { /* Relay: a later entry replaces the earlier one */
             s->ents[i].msg = msg.data;
             s->ents[i].len = (uint32_t)msg.len;
+            s->ents[i].hdr = (uint32_t)(msg.data - at);
         }
         return TM_OK; /* Trace Processor: the first one stays */
     }
     if (++s->n_interned > r->lim->max_interned_entries)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "more than %llu interned entries on sequence %u",
                           (unsigned long long)r->lim->max_interned_entries, s->id);
-    if (s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
+    if (s->n_kept_ents + s->n_ents >= UINT32_MAX - 1 || msg.len > UINT32_MAX)
         return tm_pf_fail(r, TM_ERR_LIMIT, at, "interned data past 4 GiB on sequence %u", s->id);
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     const tm_pf_entry *before = entry_before(s, kind, iid);
     bool same = before && before->len == msg.len && memcmp(before->msg, msg.data, msg.len) == 0;
     s->n_same += same;
-    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, i,
+    s->ents[s->n_ents] = (tm_pf_entry){msg.data, (uint32_t)msg.len, s->epoch, s->gen, (uint32_t)(msg.data - at),
                                        same ? before->same_since : s->epoch, (uint32_t)kind, iid};
     if (tm_iidmap_put(r->mem, &s->newest[kind], iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK) return nomem(r);
     s->n_ents++;
@@ -517,7 +570,7 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
                            const tm_pf_blob *o, tm_bytes b, bool same, bool *done) {
     *done = false;
     if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
-        memcmp(o->bytes.data, b.data, b.len) != 0)
+        s->n_kept_ents + s->n_ents + o->count >= UINT32_MAX - 1 || memcmp(o->bytes.data, b.data, b.len) != 0)
         return TM_OK;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
     if (o->count) TM_TRY(ensure_index(r, s));
@@ -528,11 +581,9 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
             tm_iidmap_reserve(r->mem, &s->newest[kind], src_index[kind].n_dense - 1, s->n_ents + o->count) != TM_OK)
             return nomem(r);
     for (uint32_t k = 0; k < o->count; k++) {
-        tm_pf_entry e = src[o->first + k];
-        e.msg = b.data + (e.msg - o->bytes.data);
-        e.epoch = s->epoch;
-        e.gen = s->gen;
-        e.prev = TM_ABSENT;
+        const tm_pf_entry *from = &src[o->first + k];
+        tm_pf_entry e = {b.data + (from->msg - o->bytes.data), from->len, s->epoch, s->gen, from->hdr,
+                         from->same_since, from->kind, from->iid};
         if (!same) {
             const tm_pf_entry *before = entry_before(s, (int)e.kind, e.iid);
             bool kept = before && before->len == e.len && memcmp(before->msg, e.msg, e.len) == 0;
@@ -554,12 +605,10 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
  * had at this place (and every one before it in this epoch was too), adds
  * the entries that one added, moved to b: they were checked then, and the
  * same bytes give the same entries. False when it is not (or would cross
- * max_interned_entries: the general path names the entry). Only for
- * sequences whose old epochs go (the chained and keyed indexes of kept
- * epochs are not copied). */
+ * max_interned_entries: the general path names the entry). */
 static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     *done = false;
-    if ((r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) || s->n_replayed != s->n_blobs ||
+    if ((r->flags & TM_PF_RELAY) || s->n_replayed != s->n_blobs ||
         s->n_blobs >= s->n_old_blobs)
         return TM_OK;
     TM_TRY(copy_blob(r, s, s->old_ents, s->old_newest, &s->old_blobs[s->n_blobs], b, true, done));
@@ -582,7 +631,7 @@ static void set_twin(tm_pf_reader *r, tm_pf_seq *s, uint32_t ti) {
  * epoch before (same_since) is s's own. False when there is no such
  * sequence (found by the bytes' hash, then compared), or when the entries
  * would cross max_interned_entries (the general path names the entry).
- * Only for sequences whose old epochs go, as replay. */
+ * Only for sequences whose old epochs go (kept epochs are never twins). */
 static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint64_t hash, bool *done) {
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
@@ -617,7 +666,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     bool replayed;
     TM_TRY(replay(r, s, b, &replayed));
     if (replayed) {
-        if (s->n_blobs == 0) { /* the epoch's first message: first_hash is its hash still */
+        if (s->n_blobs == 0 && !(r->flags & TM_PF_KEEP_EPOCHS)) { /* the epoch's first message: first_hash is its hash still */
             s->first_class = s->old_first_class;
             twin_of_replayed(r, s, b);
             if (tm_u64map_put(r->mem, &r->first_blob, s->first_hash, s->index) != TM_OK) return nomem(r);
@@ -645,7 +694,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
         TM_TRY(add_entry(r, s, f.num, sc, f.bytes, f.start));
     }
     if (rc == TM_PB_ERROR) return tm_pf_pb_fail(r, &pb, "InternedData");
-    return r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY) ? TM_OK : add_blob(r, s, b, first);
+    return r->flags & TM_PF_RELAY ? TM_OK : add_blob(r, s, b, first);
 }
 
 /* ---- clocks ---- */
@@ -870,62 +919,117 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     return TM_OK;
 }
 
+/* Trims the dense part of an ended epoch's index to the last iid it holds. */
+static tm_status trim_index(tm_pf_reader *r, tm_iidmap *index) {
+    size_t used = index->n_dense;
+    while (used && index->dense[used - 1] == TM_ABSENT) used--;
+    if (used == index->n_dense) return TM_OK;
+    if (!used) {
+        tm_mem_free(r->mem, index->dense, index->n_dense * sizeof *index->dense);
+        index->dense = NULL;
+    } else {
+        uint32_t *d = tm_mem_realloc(r->mem, index->dense, index->n_dense * sizeof *d, used * sizeof *d);
+        if (!d) return nomem(r);
+        index->dense = d;
+    }
+    index->n_dense = used;
+    return TM_OK;
+}
+
+/* Turns the places in s->ents that index holds into the offsets of their
+ * entries' tags in the input. */
+static void to_offsets(const tm_pf_reader *r, const tm_pf_seq *s, tm_iidmap *index) {
+    for (size_t k = 0; k < index->n_dense; k++)
+        if (index->dense[k] != TM_ABSENT) {
+            const tm_pf_entry *e = &s->ents[index->dense[k]];
+            index->dense[k] = (uint32_t)(e->msg - e->hdr - r->base);
+        }
+    for (size_t k = 0; index->sparse.len && k < index->sparse.cap; k++)
+        if (index->sparse.vals[k] != TM_ABSENT) {
+            const tm_pf_entry *e = &s->ents[index->sparse.vals[k]];
+            index->sparse.vals[k] = (uint32_t)(e->msg - e->hdr - r->base);
+        }
+}
+
 /* Epochs that added at least this many entries keep their own index. */
 #define KEPT_INDEX_MIN_ENTRIES 64
 
-/* TM_PF_KEEP_EPOCHS: files the index of the epoch that ends (see kept). */
-static tm_status keep_epoch_index(tm_pf_reader *r, tm_pf_seq *s) {
-    if (!s->newest) return TM_OK;
-    size_t n = s->n_ents - s->epoch_first;
+static tm_pf_kept kept_of(const tm_pf_entry *e) {
+    uint64_t p = (uint64_t)(uintptr_t)e->msg;
+    return (tm_pf_kept){(uint32_t)p, (uint32_t)(p >> 32), e->len};
+}
+
+/* TM_PF_KEEP_EPOCHS: the epoch that ends keeps its entries' bytes and its
+ * index (see kept). */
+static tm_status keep_epoch(tm_pf_reader *r, tm_pf_seq *s) {
+    size_t n = s->n_ents, base = s->n_kept_ents;
+    if (!n) return TM_OK;
     bool own = n >= KEPT_INDEX_MIN_ENTRIES;
     uint64_t key;
-    for (size_t e = s->epoch_first; !own && e < s->n_ents; e++)
-        own = !epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
+    for (size_t e = 0; !own && e < n; e++) own = !epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
     if (own) {
         size_t had = s->cap_kept;
         if (TM_VEC_RESERVE(r->mem, s->kept, s->cap_kept, (size_t)s->epoch + 1) != TM_OK) return nomem(r);
         memset(s->kept + had, 0, (s->cap_kept - had) * sizeof *s->kept); /* epochs without their own index */
-        s->kept[s->epoch] = s->newest;
+        /* Entries in the input are added in its order: a generation sees
+         * those before the offset where it ended. */
+        bool in_input = r->len < UINT32_MAX - 1;
+        for (size_t e = 0; in_input && e < n; e++)
+            in_input = s->ents[e].msg >= r->base && s->ents[e].msg < r->base + r->len;
+        tm_pf_kept *ents = NULL;
+        if (in_input) {
+            for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) to_offsets(r, s, &s->newest[k]);
+        } else {
+            ents = tm_mem_alloc(r->mem, n * sizeof *ents);
+            if (!ents) return nomem(r);
+            for (size_t e = 0; e < n; e++) ents[e] = kept_of(&s->ents[e]);
+        }
+        s->kept[s->epoch] = (tm_pf_kept_epoch){s->newest, ents, ents ? n : 0};
         s->newest = NULL;
+        for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) TM_TRY(trim_index(r, &s->kept[s->epoch].index[k]));
         return TM_OK;
     }
-    for (size_t e = s->epoch_first; e < s->n_ents; e++) {
+    if (TM_VEC_RESERVE(r->mem, s->kept_ents, s->cap_kept_ents, base + n) != TM_OK) return nomem(r);
+    for (size_t e = 0; e < n; e++) {
+        s->kept_ents[base + e] = kept_of(&s->ents[e]);
         epoch_key(s->epoch, (int)s->ents[e].kind, s->ents[e].iid, &key);
-        if (tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)e) != TM_OK) return nomem(r);
+        if (tm_u64map_put(r->mem, &s->by_epoch, key, (uint32_t)(base + e)) != TM_OK) return nomem(r);
     }
+    s->n_kept_ents = base + n; /* below UINT32_MAX - 1: add_entry and copy_blob see to it */
     for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &s->newest[k]);
     return TM_OK;
 }
 
-/* A clear: a new epoch, whose entries start empty. Without
- * TM_PF_KEEP_EPOCHS nothing looks up an older epoch again, so its entries
- * go. */
+/* A clear: a new epoch, whose entries start empty; the one that ends
+ * becomes the one before. Without TM_PF_KEEP_EPOCHS nothing looks up an
+ * older epoch again, so the one before it goes; with it, every epoch's
+ * entries are kept (keep_epoch). */
 static tm_status seq_clear(tm_pf_reader *r, tm_pf_seq *s) {
-    if (r->flags & TM_PF_KEEP_EPOCHS) TM_TRY(keep_epoch_index(r, s));
+    bool keep = r->flags & TM_PF_KEEP_EPOCHS;
+    if (keep) TM_TRY(keep_epoch(r, s));
     if (s->n_same != s->n_before) s->last_unfull = s->epoch;
     s->n_before = s->n_interned;
     s->n_same = 0;
     s->epoch++;
     s->n_interned = 0;
-    s->epoch_first = s->n_ents;
-    if (!(r->flags & TM_PF_KEEP_EPOCHS)) { /* the epoch that ends becomes the one before */
-        tm_pf_entry *ents = s->old_ents;
-        size_t cap = s->cap_old_ents;
+    tm_pf_entry *ents = s->old_ents;
+    size_t cap = s->cap_old_ents;
+    s->old_ents = s->ents, s->cap_old_ents = s->cap_ents;
+    s->ents = ents, s->cap_ents = cap, s->n_ents = 0;
+    if (!keep) { /* kept epochs compare nothing with the one before (same_since) */
         tm_iidmap *index = s->old_newest;
-        s->old_ents = s->ents, s->cap_old_ents = s->cap_ents;
         s->old_newest = s->newest;
-        s->ents = ents, s->cap_ents = cap, s->n_ents = 0;
         s->newest = index;
-        tm_pf_blob *blobs = s->old_blobs;
-        size_t cap_blobs = s->cap_old_blobs;
-        s->old_blobs = s->blobs, s->cap_old_blobs = s->cap_blobs, s->n_old_blobs = s->n_blobs;
-        s->blobs = blobs, s->cap_blobs = cap_blobs, s->n_blobs = 0;
-        s->n_replayed = 0;
-        s->old_first_class = s->first_class;
-        s->first_class = 0;
         if (index)
             for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) tm_iidmap_clear(r->mem, &index[k]);
     }
+    tm_pf_blob *blobs = s->old_blobs;
+    size_t cap_blobs = s->cap_old_blobs;
+    s->old_blobs = s->blobs, s->cap_old_blobs = s->cap_blobs, s->n_old_blobs = s->n_blobs;
+    s->blobs = blobs, s->cap_blobs = cap_blobs, s->n_blobs = 0;
+    s->n_replayed = 0;
+    s->old_first_class = s->first_class;
+    s->first_class = 0;
     return new_gen(r, s, (tm_bytes){NULL, 0}, false);
 }
 
@@ -1013,6 +1117,28 @@ static bool payload_is_read(const tm_pf_packet *pk) {
     }
 }
 
+/* TM_PF_KEEP_EPOCHS, at the end of the trace: every sequence's current
+ * epoch is kept as the ended ones are (nothing is added to it any more),
+ * and what only reading needed goes. */
+static tm_status keep_all(tm_pf_reader *r) {
+    if (!(r->flags & TM_PF_KEEP_EPOCHS) || r->kept_all) return TM_OK;
+    for (size_t i = 0; i < r->n_seqs; i++) {
+        tm_pf_seq *s = &r->seqs[i];
+        TM_TRY(keep_epoch(r, s));
+        tm_mem_free(r->mem, s->ents, s->cap_ents * sizeof *s->ents);
+        tm_mem_free(r->mem, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
+        tm_mem_free(r->mem, s->blobs, s->cap_blobs * sizeof *s->blobs);
+        tm_mem_free(r->mem, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
+        free_index(r->mem, s->newest);
+        s->ents = s->old_ents = NULL, s->newest = NULL;
+        s->blobs = s->old_blobs = NULL;
+        s->n_ents = s->cap_ents = s->cap_old_ents = 0;
+        s->n_blobs = s->cap_blobs = s->n_old_blobs = s->cap_old_blobs = 0;
+    }
+    r->kept_all = true;
+    return TM_OK;
+}
+
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
     /* Trace Processor's first test of a trace's type: it opens with a
      * Trace.packet record. */
@@ -1032,10 +1158,10 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
             !(r->flags & (TM_PF_STRICT | TM_PF_RELAY))) {
             r->counts.truncated = true;
             r->counts.truncated_at = (uint64_t)(record - r->base);
-            return TM_PF_END;
+            return keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR;
         }
         if (rc == TM_PB_DONE) {
-            if (!r->in_inner) return TM_PF_END;
+            if (!r->in_inner) return keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR;
             r->in_inner = false;
             continue;
         }

@@ -22,10 +22,15 @@
  *    Relay's converter); every entry is checked against its schema and the
  *    limits (max_interned_entries per sequence, max_stack_depth,
  *    max_path_segments) when it is added, so lookups never fail. Each
- *    sequence keeps its entries in one array, indexed by iid per field
- *    (older epochs chained behind the newest through `prev`), or, when
- *    epochs are kept, per epoch: a large epoch keeps its own iid index, the
- *    entries of small ones go into one map by (epoch, field, iid).
+ *    sequence keeps its current epoch's entries in one array, indexed by
+ *    iid per field (the epoch before's apart, for comparison), or, when
+ *    epochs are kept, per epoch: an epoch that ends (and at the end of the
+ *    trace every current one) keeps where its entries' bytes are. A large
+ *    one keeps its iid index, which gives the offset of each entry in the
+ *    input (or its place among 12-byte tm_pf_kept when some came out of a
+ *    compressed packet), until the consumer is done with it
+ *    (tm_pf_release_epoch); the entries of small ones go to tm_pf_kept
+ *    and one map by (epoch, field, iid).
  *    Without TM_PF_KEEP_EPOCHS a clear drops the old epoch's entries (for
  *    consumers that resolve packets as they come); with it they stay, for
  *    consumers that resolve them after reading (in timestamp order);
@@ -67,13 +72,30 @@ typedef struct tm_pf_entry {
     const uint8_t *msg;
     uint32_t len;
     uint32_t epoch, gen;
-    uint32_t prev; /* the entry of the same field and iid in an older epoch; TM_ABSENT: none */
+    uint32_t hdr;  /* the bytes of its field's tag and length, before msg */
     uint32_t same_since; /* the first epoch from which its field and iid had these bytes in every epoch:
                             what a consumer resolved in one of those still holds, if what it refers
-                            to stayed the same too (with TM_PF_KEEP_EPOCHS: always its own epoch) */
+                            to stayed the same too (with TM_PF_KEEP_EPOCHS: not kept up) */
     uint32_t kind;       /* its field, as an index (see reader.c) */
     uint64_t iid;
 } tm_pf_entry;
+
+/* With TM_PF_KEEP_EPOCHS, an entry of an epoch that ended: its message
+ * alone (the pointer in two halves: 12 bytes, where a tm_pf_entry takes
+ * 40). Which generations see it follows from its place among its epoch's
+ * entries (tm_pf_gen.kept_end). */
+typedef struct tm_pf_kept {
+    uint32_t lo, hi, len;
+} tm_pf_kept;
+
+/* An ended epoch with its own index, per kind: iid -> place in ents, or
+ * when every entry is in the input (not in an inflated packet), with no
+ * ents: iid -> the offset of its field's tag there, from which the entry
+ * is read again (4 bytes an entry in all). */
+typedef struct tm_pf_kept_epoch {
+    tm_iidmap *index;      /* [TM_PF_N_INTERNED_KINDS]; NULL: none (small, or released) */
+    tm_pf_kept *ents; size_t n_ents;
+} tm_pf_kept_epoch;
 
 /* One InternedData message of an epoch, and the entries it added. */
 typedef struct tm_pf_blob {
@@ -90,8 +112,9 @@ typedef struct tm_pf_seq {
     uint64_t n_interned;   /* entries added since the last clear */
     tm_pf_entry *ents; size_t n_ents, cap_ents;
     tm_iidmap *newest;     /* [TM_PF_N_INTERNED_KINDS]: iid -> its newest entry; NULL until the first */
-    /* Without TM_PF_KEEP_EPOCHS, the epoch before this one (kept so entries
-     * can be compared with it: same_since), swapped in at a clear. */
+    /* The epoch before this one (kept so entries can be compared with it:
+     * same_since, and copied when they come again: replay), swapped in at
+     * a clear. */
     tm_pf_entry *old_ents; size_t cap_old_ents;
     tm_iidmap *old_newest;
     /* The InternedData messages of this epoch and the one before, in order.
@@ -119,14 +142,15 @@ typedef struct tm_pf_seq {
      * that did not. */
     uint64_t n_before, n_same;
     uint32_t last_unfull;
-    /* TM_PF_KEEP_EPOCHS: newest indexes the current epoch only; at a clear
-     * its index is kept (kept[epoch]) when the epoch added many entries or
-     * one whose (epoch, kind, iid) does not pack into 64 bits, else its
-     * entries move to by_epoch: a lookup in a busy epoch is one array load,
-     * and a trace of many small epochs costs no index each. */
-    tm_iidmap **kept; size_t cap_kept;
-    tm_u64map by_epoch;
-    size_t epoch_first;    /* ents[epoch_first..n_ents) are the current epoch's */
+    /* TM_PF_KEEP_EPOCHS: ents and newest hold the current epoch only. At a
+     * clear, an epoch that added many entries or one whose (epoch, kind,
+     * iid) does not pack into 64 bits keeps them and its index in
+     * kept[epoch]: a lookup in a busy epoch is one array load. Those of
+     * other epochs go to kept_ents, in order, and into by_epoch: a trace of
+     * many small epochs costs no index each. */
+    tm_pf_kept_epoch *kept; size_t cap_kept;
+    tm_pf_kept *kept_ents; size_t n_kept_ents, cap_kept_ents;
+    tm_u64map by_epoch;    /* (epoch, kind, iid) -> place in kept_ents */
     bool valid;            /* incremental state is valid */
     bool seen;             /* a packet of it was read before */
 } tm_pf_seq;
@@ -157,6 +181,12 @@ typedef struct tm_pf_gen {
     bool off_cpu;          /* its PerfSamples are off-CPU samples (TM_PF_OFF_CPU_TIMEBASE) */
     uint64_t period_ns;    /* the perf timebase's sampling period in ns, when it counts time (cpu-clock or
                               task-clock: its period, or 1e9 / its frequency); 0: unknown */
+    /* TM_PF_KEEP_EPOCHS, once its epoch ended: it sees the first kept_end
+     * entries of its epoch (those added before its sequence's next
+     * generation began, at offset end_at: those in the input before it),
+     * from kept_base on in kept_ents when they are there. */
+    uint32_t kept_base, kept_end;
+    uint64_t end_at;
 } tm_pf_gen;
 
 /* A clock domain: a builtin clock id, or (sequence id << 8 | id) for the
@@ -269,6 +299,7 @@ typedef struct tm_pf_reader {
     tm_pf_snapshot snapshot;
     tm_clocks clocks;      /* snapshots and conversion to trace time (not in Relay mode) */
     int64_t latest_ns;     /* the latest trace time so far: packets without a timestamp are at it */
+    bool kept_all;         /* TM_PF_KEEP_EPOCHS: read to the end, the current epochs kept too (keep_epoch) */
 } tm_pf_reader;
 
 /* Starts reading buf[0, len). mem holds the reader's tables (freed by
@@ -283,10 +314,16 @@ enum { TM_PF_END = 0, TM_PF_PACKET = 1, TM_PF_ERROR = -1 };
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk);
 
 /* The interned entry (field, iid) as a packet of generation gen sees it;
- * NULL when there is none. */
+ * NULL when there is none. Without TM_PF_KEEP_EPOCHS (with it, an ended
+ * epoch keeps its entries' bytes alone: tm_pf_lookup). */
 const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid);
 /* Its message; false when there is none. */
 bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out);
+/* TM_PF_KEEP_EPOCHS: the consumer looks nothing up in the generations of
+ * sequence seq's (by index) epoch `epoch` again: an ended epoch with an
+ * index of its own frees it and its entries (lookups there then find
+ * nothing); any other is left as it is. */
+void tm_pf_release_epoch(tm_pf_reader *r, uint32_t seq, uint32_t epoch);
 /* The string of an interned InternedString (function_names, mapping_paths,
  * build_ids, source_paths); false when absent. */
 bool tm_pf_lookup_str(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_str *out);
@@ -318,8 +355,6 @@ static inline uint32_t tm_pf_tables_class(const tm_pf_reader *r, uint32_t s, uin
     const tm_pf_seq *q = &r->seqs[s];
     return q->gen == gen && q->n_blobs == 1 ? q->first_class : 0;
 }
-/* The string of an InternedString message (checked when it was interned). */
-tm_str tm_pf_entry_str(const tm_pf_entry *e);
 
 /* ns of clock (tm_pf_clock_key) in trace time, for times a consumer keeps
  * itself (the legacy track-event time base); record: count a failure.

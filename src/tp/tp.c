@@ -51,28 +51,16 @@ static const tm_str empty_str = {(const uint8_t *)"", 0};
 
 /* ---- decoder state ------------------------------------------------------ */
 
-/* The rows a sequence's mapping, frame or callstack iids resolved to, per
- * (generation, upid): Trace Processor resolves afresh in each generation
- * (a mapping of a process gets a new row each time, and so its frames and
- * callsites). Each iid heads a chain of its rows, newest generation first:
- * a lookup costs an array load and, in the generation resolving now, one
- * comparison. */
-typedef struct row_ent {
-    uint32_t gen, upid, row;
-    uint32_t next; /* an older generation's (or another upid's); TM_ABSENT: none */
-} row_ent;
-
-typedef struct row_chains {
-    tm_iidmap head_by_iid;
-    row_ent *ents; size_t n, cap;
-    /* The rows of the newest (generation, upid) resolved, by iid: the
-     * chains' answer for the packets a busy sequence sends now, from one
-     * small array (a chain entry costs a memory miss per sample frame).
-     * It holds every row of its (generation, upid), made from the first on:
-     * what is absent there is absent. */
-    tm_iidmap hot;
-    uint32_t hot_gen, hot_upid;
-} row_chains;
+/* The rows a sequence generation's mapping, frame and callstack iids
+ * resolved to for one process (upid): Trace Processor resolves afresh in
+ * each generation (a mapping of a process gets a new row each time, and so
+ * its frames and callsites). A lookup is an array load by iid; the set goes
+ * when its generation's last sample is parsed, as its callsite trie. */
+typedef struct row_set {
+    uint32_t gen, upid;
+    uint32_t next;        /* its generation's set of another upid; TM_ABSENT: none */
+    tm_iidmap rows[3];    /* CK_MAPPING, CK_FRAME, CK_CALLSTACK: iid -> row */
+} row_set;
 
 /* What the model keeps per sequence, beside the reader's tm_pf_seq (same
  * index). */
@@ -89,12 +77,11 @@ typedef struct seq_state {
     bool has_thread;
     int64_t track_time_ns;
     bool has_track_time;
-    row_chains rows[3];   /* CK_MAPPING, CK_FRAME, CK_CALLSTACK */
 } seq_state;
 
 /* Row caches of a generation: (kind, gen, upid, iid) -> row; a sequence's
- * mappings, frames and callstacks are in its row_chains, everything else
- * (and what a ProfilePacket's own tables resolve to) here. */
+ * mappings, frames and callstacks are in row sets, everything else (and
+ * what a ProfilePacket's own tables resolve to) here. */
 enum { CK_MAPPING = 1, CK_FRAME = 2, CK_CALLSTACK = 3, CK_TASK = 4, CK_EXEC = 5, CK_ASYNC = 6 };
 typedef struct cache_ent {
     uint32_t kind, gen, upid;
@@ -147,6 +134,9 @@ typedef union sample_ref {
     uint64_t iid;
 } sample_ref;
 
+#define GEN_PINNED UINT32_MAX
+#define GEN_DONE (UINT32_MAX - 1)
+
 typedef struct dec {
     tm_tp *tp;
     tm_mem *mem;
@@ -156,6 +146,10 @@ typedef struct dec {
 
     seq_state *seqs; size_t n_seqs, cap_seqs; /* by the reader's sequence index */
     cache_ent *cache; size_t n_cache, cap_cache; tm_idxset cache_set;
+    row_set *sets; size_t n_sets, cap_sets;
+    tm_u64map set_by_key;  /* gen << 32 | upid -> row set */
+    tm_iidmap set_by_gen;  /* gen -> its newest row set (the others chained by next) */
+    uint32_t last_set;     /* the set looked up last: a callstack's frames share it */
     stat_ent *stats; size_t n_stats, cap_stats;
     int64_t single[TPS_COUNT];
     event *events; size_t n_events, cap_events;
@@ -193,8 +187,14 @@ typedef struct dec {
     tm_u64map cs_shared; /* (parent << 32 | frame) -> row */
     cs_trie *cs_tries; size_t n_cs_tries, cap_cs_tries;
     tm_iidmap cs_trie_by_gen;  /* CS_TRIE_FREED once the generation's last sample is parsed */
-    uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too */
+    /* Per (sequence, epoch): its generations with samples left (GEN_PINNED:
+     * one is pinned); at 0 the reader lets the epoch's entries go. */
+    tm_u64map epoch_slot; uint32_t *epoch_gens_left; size_t n_epoch_slots, cap_epoch_slots;
+    cs_trie spare_trie;        /* the largest trie done with, emptied: the next one starts in its memory */
+    uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too;
+                                   GEN_DONE: its last sample was parsed */
     size_t n_gen_samples_left;
+    uint64_t *cs_ids; size_t cap_cs_ids; /* the frame ids of the callstack being resolved */
     uint32_t art_mapping; /* "art_process_metadata", made with its first frame */
     tm_pf_symbols syms;   /* applied once every frame exists */
 
@@ -262,52 +262,53 @@ static int cache_eq(const void *ctx, uint32_t idx, const void *key) {
 static uint32_t cache_hash(const cache_ent *k) {
     return (uint32_t)tm_hash_u64(k->iid ^ ((uint64_t)k->gen << 24) ^ ((uint64_t)k->upid << 44) ^ k->kind);
 }
-/* The sequence's chains for kind in generation gen, or NULL. */
-static row_chains *chains_of(const dec *d, uint32_t kind, uint32_t gen) {
-    if ((gen & LOCAL_GEN) || kind > CK_CALLSTACK) return NULL;
-    return &d->seqs[gen_of(d, gen)->seq].rows[kind - CK_MAPPING];
+/* The row set of (gen, upid), or NULL; only for what row sets hold. */
+static row_set *set_of(dec *d, uint32_t gen, uint32_t upid) {
+    if (d->last_set != TM_ABSENT && d->sets[d->last_set].gen == gen && d->sets[d->last_set].upid == upid)
+        return &d->sets[d->last_set];
+    uint32_t i = tm_u64map_get(&d->set_by_key, (uint64_t)gen << 32 | upid);
+    if (i == TM_ABSENT) return NULL;
+    d->last_set = i;
+    return &d->sets[i];
 }
 
-static uint32_t cache_get(const dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
-    const row_chains *rc = chains_of(d, kind, gen);
-    if (rc) {
-        if (gen == rc->hot_gen && upid == rc->hot_upid) return tm_iidmap_get(&rc->hot, iid);
-        uint32_t i = tm_iidmap_get(&rc->head_by_iid, iid);
-        while (i != TM_ABSENT && rc->ents[i].gen > gen) i = rc->ents[i].next;
-        for (; i != TM_ABSENT && rc->ents[i].gen == gen; i = rc->ents[i].next)
-            if (rc->ents[i].upid == upid) return rc->ents[i].row;
-        return TM_ABSENT;
+static bool in_sets(uint32_t kind, uint32_t gen) { return !(gen & LOCAL_GEN) && kind <= CK_CALLSTACK; }
+
+static uint32_t cache_get(dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid) {
+    if (in_sets(kind, gen)) {
+        const row_set *rs = set_of(d, gen, upid);
+        return rs ? tm_iidmap_get(&rs->rows[kind - CK_MAPPING], iid) : TM_ABSENT;
     }
     cache_ent k = {kind, gen, upid, iid, 0};
     uint32_t i = tm_idxset_find(&d->cache_set, cache_hash(&k), cache_eq, d, &k);
     return i == TM_ABSENT ? TM_ABSENT : d->cache[i].row;
 }
-/* Adds a row to iid's chain, kept newest generation first. */
-static tm_status chain_put(dec *d, row_chains *rc, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t row) {
-    if (rc->n >= UINT32_MAX - 1 || TM_VEC_RESERVE(d->mem, rc->ents, rc->cap, rc->n + 1) != TM_OK) return nomem(d);
-    uint32_t at = (uint32_t)rc->n++, head = tm_iidmap_get(&rc->head_by_iid, iid);
-    rc->ents[at] = (row_ent){gen, upid, row, head};
-    size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
-    bool newest = gen >= rc->hot_gen || rc->n == 1; /* hot_gen: the newest so far (no entry to read to know) */
-    if (gen > rc->hot_gen || rc->n == 1) { /* the first, or a newer generation resolving */
-        tm_iidmap_clear(d->mem, &rc->hot);
-        rc->hot_gen = gen;
-        rc->hot_upid = upid;
-    }
-    if (gen == rc->hot_gen && upid == rc->hot_upid && tm_iidmap_put(d->mem, &rc->hot, iid, row, bound) != TM_OK)
+
+/* The row set of (gen, upid), made if absent. */
+static tm_status new_set(dec *d, uint32_t gen, uint32_t upid, row_set **out) {
+    if (d->n_sets >= TM_ABSENT - 1 || TM_VEC_RESERVE(d->mem, d->sets, d->cap_sets, d->n_sets + 1) != TM_OK)
         return nomem(d);
-    if (head == TM_ABSENT || newest || rc->ents[head].gen <= gen)
-        return tm_iidmap_put(d->mem, &rc->head_by_iid, iid, at, bound) == TM_OK ? TM_OK : nomem(d);
-    uint32_t prev = head; /* an older generation resolving late: its place in the chain */
-    while (rc->ents[prev].next != TM_ABSENT && rc->ents[rc->ents[prev].next].gen > gen) prev = rc->ents[prev].next;
-    rc->ents[at].next = rc->ents[prev].next;
-    rc->ents[prev].next = at;
+    uint32_t i = (uint32_t)d->n_sets;
+    row_set *rs = &d->sets[i];
+    memset(rs, 0, sizeof *rs);
+    rs->gen = gen, rs->upid = upid;
+    rs->next = tm_iidmap_get(&d->set_by_gen, gen);
+    if (tm_u64map_put(d->mem, &d->set_by_key, (uint64_t)gen << 32 | upid, i) != TM_OK ||
+        tm_iidmap_put(d->mem, &d->set_by_gen, gen, i, (size_t)d->rd.n_gens + 1) != TM_OK)
+        return nomem(d);
+    d->n_sets++;
+    d->last_set = i;
+    *out = rs;
     return TM_OK;
 }
 
 static tm_status cache_put(dec *d, uint32_t kind, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t row) {
-    row_chains *rc = chains_of(d, kind, gen);
-    if (rc) return chain_put(d, rc, gen, upid, iid, row);
+    if (in_sets(kind, gen)) {
+        row_set *rs = set_of(d, gen, upid);
+        if (!rs) TM_TRY(new_set(d, gen, upid, &rs));
+        size_t bound = (size_t)d->rd.seqs[gen_of(d, gen)->seq].n_interned + 1;
+        return tm_iidmap_put(d->mem, &rs->rows[kind - CK_MAPPING], iid, row, bound) == TM_OK ? TM_OK : nomem(d);
+    }
     if (d->n_cache == d->cap_cache &&
         tm_vec_grow(d->mem, (void **)&d->cache, &d->cap_cache, sizeof *d->cache, d->n_cache + 1) != TM_OK)
         return nomem(d);
@@ -845,6 +846,15 @@ static tm_status decode_trace(dec *d) {
 
 /* ---- parser: callstacks ----------------------------------------------------- */
 
+/* Resolving in a generation after its last sample would make second rows
+ * of what it resolved, from entries the reader may have let go: never
+ * silently. */
+static tm_status check_live(dec *d, uint32_t gen) {
+    if (gen >= d->n_gen_samples_left || d->gen_samples_left[gen] != GEN_DONE) return TM_OK;
+    return tm_fail(d->err, TM_ERR_UNSUPPORTED, 0, NULL,
+                   "rows of generation %u resolved after its last sample (a tracemill bug)", gen);
+}
+
 static tm_status hex_build_id(dec *d, tm_bytes raw, tm_str *out) {
     if (raw.len == 33) { /* already a Chrome/breakpad module id in hex */
         *out = raw;
@@ -900,6 +910,7 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
         return TM_OK;
     }
     *out = TM_ABSENT;
+    TM_TRY(check_live(d, gen));
     tm_bytes ent;
     const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_MAPPINGS, iid, &ent) ? &ent : NULL;
     if (!e) {
@@ -1040,6 +1051,7 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
         return TM_OK;
     }
     *out = TM_ABSENT;
+    TM_TRY(check_live(d, gen));
     tm_bytes ent;
     const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_FRAMES, iid, &ent) ? &ent : NULL;
     if (!e) {
@@ -1087,7 +1099,6 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
 }
 
 #define CS_TRIE_FREED (TM_ABSENT - 1)
-#define GEN_PINNED UINT32_MAX
 #define CS_NO_NODE TM_ABSENT
 #define CS_WIDE (TM_ABSENT - 1)
 #define CS_WIDE_AT 8 /* children listed before a parent's go to its trie's wide map */
@@ -1124,7 +1135,8 @@ static tm_status trie_of(dec *d, uint32_t owner, uint32_t *out) {
     if (t == TM_ABSENT) {
         if (TM_VEC_RESERVE(d->mem, d->cs_tries, d->cap_cs_tries, d->n_cs_tries + 1) != TM_OK) return nomem(d);
         t = (uint32_t)d->n_cs_tries;
-        memset(&d->cs_tries[t], 0, sizeof *d->cs_tries);
+        d->cs_tries[t] = d->spare_trie;
+        memset(&d->spare_trie, 0, sizeof d->spare_trie);
         if (tm_iidmap_put(d->mem, &d->cs_trie_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
         d->n_cs_tries++;
     }
@@ -1136,6 +1148,22 @@ static void trie_free(tm_mem *m, cs_trie *tr) {
     tm_mem_free(m, tr->nodes, tr->cap * sizeof *tr->nodes);
     tm_u64map_free(m, &tr->entry);
     tm_u64map_free(m, &tr->wide);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* A trie done with: kept emptied as the spare when it is the largest so
+ * far (a trace's generations tend to make alike tries: no regrowing them
+ * from nothing, nor fresh pages each time), else freed. */
+static void trie_done(dec *d, cs_trie *tr) {
+    if (tr->cap <= d->spare_trie.cap) {
+        trie_free(d->mem, tr);
+        return;
+    }
+    trie_free(d->mem, &d->spare_trie);
+    tm_u64map_clear(d->mem, &tr->entry);
+    tm_u64map_clear(d->mem, &tr->wide);
+    tr->n = 0;
+    d->spare_trie = *tr;
     memset(tr, 0, sizeof *tr);
 }
 
@@ -1216,33 +1244,46 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         return TM_OK;
     }
     *out = TP_NULL;
+    TM_TRY(check_live(d, gen));
     tm_bytes ent;
     const tm_bytes *e = lookup(d, gen, TM_PF_INTERNED_CALLSTACKS, iid, &ent) ? &ent : NULL;
     if (!e) {
         stat_add(d, TPS_stackprofile_invalid_callstack_id, 1);
         return TM_OK;
     }
+    /* The frame ids, read once (the reader checked the message). */
     tm_pb_repeated ids = tm_pb_repeated_of(*e, 2);
     uint64_t v;
     int rc;
-    /* Each frame's row is a likely cache miss, and the walk below reads
-     * them one after another: they are asked for all at once first. */
-    const row_chains *frames = chains_of(d, CK_FRAME, gen);
-    if (frames && gen == frames->hot_gen && upid == frames->hot_upid)
-        for (tm_pb_repeated ahead = ids; tm_pb_repeated_next(&ahead, &v) == TM_PB_OK;)
-            if (v < frames->hot.n_dense) __builtin_prefetch(&frames->hot.dense[v]);
-    cs_at at = cs_root;
-    uint32_t depth = 0;
+    size_t n = 0;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
-        if (depth >= d->lim->max_stack_depth)
+        if (n >= d->lim->max_stack_depth)
             return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->data), NULL, "a callstack deeper than %llu frames",
                            (unsigned long long)d->lim->max_stack_depth);
-        uint32_t frame;
-        TM_TRY(resolve_frame(d, gen, upid, v, &frame));
-        if (frame == TM_ABSENT) return TM_OK;
-        TM_TRY(add_callsite(d, depth++, frame, &at));
+        if (TM_VEC_RESERVE(d->mem, d->cs_ids, d->cap_cs_ids, n + 1) != TM_OK) return nomem(d);
+        d->cs_ids[n++] = v;
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned callstack");
+    /* Each frame's row is a likely cache miss, and the walk below reads
+     * them one after another: they are asked for all at once first. */
+    const row_set *rs = set_of(d, gen, upid);
+    const tm_iidmap *frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
+    for (size_t k = 0; frames && k < n; k++)
+        if (d->cs_ids[k] < frames->n_dense) __builtin_prefetch(&frames->dense[d->cs_ids[k]]);
+    cs_at at = cs_root;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t frame = TM_ABSENT;
+        v = d->cs_ids[k];
+        /* the row already made, inline; else a new one (which may make the set) */
+        if (frames && v < frames->n_dense) frame = frames->dense[v];
+        if (frame == TM_ABSENT) {
+            TM_TRY(resolve_frame(d, gen, upid, v, &frame));
+            if (frame == TM_ABSENT) return TM_OK;
+            rs = set_of(d, gen, upid); /* sets and their maps may have moved */
+            frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
+        }
+        TM_TRY(add_callsite(d, (uint32_t)k, frame, &at));
+    }
     uint32_t parent = at.row;
     if (parent == TP_NULL) {
         stat_add(d, TPS_stackprofile_empty_callstack, 1);
@@ -2152,13 +2193,35 @@ static tm_status count_gen_samples(dec *d) {
         uint32_t gen = d->tp->s_callsite[i];
         if (gen < n && d->gen_samples_left[gen] != GEN_PINNED) d->gen_samples_left[gen]++;
     }
+    for (size_t gen = 0; gen < n; gen++) {
+        uint32_t left = d->gen_samples_left[gen];
+        if (!left) continue;
+        uint64_t key = (uint64_t)gen_of(d, (uint32_t)gen)->seq << 32 | gen_of(d, (uint32_t)gen)->epoch;
+        uint32_t e = tm_u64map_get(&d->epoch_slot, key);
+        if (e == TM_ABSENT) {
+            if (TM_VEC_RESERVE(d->mem, d->epoch_gens_left, d->cap_epoch_slots, d->n_epoch_slots + 1) != TM_OK)
+                return nomem(d);
+            e = (uint32_t)d->n_epoch_slots++;
+            d->epoch_gens_left[e] = 0;
+            if (tm_u64map_put(d->mem, &d->epoch_slot, key, e) != TM_OK) return nomem(d);
+        }
+        if (left == GEN_PINNED) d->epoch_gens_left[e] = GEN_PINNED;
+        else if (d->epoch_gens_left[e] != GEN_PINNED) d->epoch_gens_left[e]++;
+    }
     return TM_OK;
 }
 
 static tm_status sample_parsed(dec *d, uint32_t gen) {
     if (gen >= d->n_gen_samples_left || d->gen_samples_left[gen] == GEN_PINNED || --d->gen_samples_left[gen]) return TM_OK;
+    d->gen_samples_left[gen] = GEN_DONE;
+    const tm_pf_gen *g = gen_of(d, gen);
+    uint32_t e = tm_u64map_get(&d->epoch_slot, (uint64_t)g->seq << 32 | g->epoch);
+    if (e != TM_ABSENT && d->epoch_gens_left[e] != GEN_PINNED && --d->epoch_gens_left[e] == 0)
+        tm_pf_release_epoch(&d->rd, g->seq, g->epoch);
     uint32_t t = tm_iidmap_get(&d->cs_trie_by_gen, gen);
-    if (t != TM_ABSENT) trie_free(d->mem, &d->cs_tries[t]);
+    if (t != TM_ABSENT) trie_done(d, &d->cs_tries[t]);
+    for (uint32_t i = tm_iidmap_get(&d->set_by_gen, gen); i != TM_ABSENT; i = d->sets[i].next)
+        for (int k = 0; k < 3; k++) tm_iidmap_free(d->mem, &d->sets[i].rows[k]);
     return tm_iidmap_put(d->mem, &d->cs_trie_by_gen, gen, CS_TRIE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
 }
 
@@ -2283,12 +2346,11 @@ static tm_status build_metadata(dec *d, const uint8_t *buf, size_t len) {
 
 static void dec_release(dec *d) {
     tm_mem *m = d->mem;
-    for (size_t i = 0; i < d->n_seqs; i++)
-        for (int k = 0; k < 3; k++) {
-            tm_iidmap_free(m, &d->seqs[i].rows[k].head_by_iid);
-            tm_iidmap_free(m, &d->seqs[i].rows[k].hot);
-            tm_mem_free(m, d->seqs[i].rows[k].ents, d->seqs[i].rows[k].cap * sizeof *d->seqs[i].rows[k].ents);
-        }
+    for (size_t i = 0; i < d->n_sets; i++)
+        for (int k = 0; k < 3; k++) tm_iidmap_free(m, &d->sets[i].rows[k]);
+    tm_mem_free(m, d->sets, d->cap_sets * sizeof *d->sets);
+    tm_u64map_free(m, &d->set_by_key);
+    tm_iidmap_free(m, &d->set_by_gen);
     tm_mem_free(m, d->seqs, d->cap_seqs * sizeof *d->seqs);
     tm_pf_reader_release(&d->rd);
     tm_pf_symbols_free(m, &d->syms);
@@ -2305,10 +2367,14 @@ static void dec_release(dec *d) {
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
     for (size_t i = 0; i < d->n_cs_tries; i++) trie_free(m, &d->cs_tries[i]);
+    trie_free(m, &d->spare_trie);
     tm_mem_free(m, d->cs_tries, d->cap_cs_tries * sizeof *d->cs_tries);
     tm_iidmap_free(m, &d->cs_trie_by_gen);
     tm_mem_free(m, d->gen_samples_left, d->n_gen_samples_left * sizeof *d->gen_samples_left);
+    tm_u64map_free(m, &d->epoch_slot);
+    tm_mem_free(m, d->epoch_gens_left, d->cap_epoch_slots * sizeof *d->epoch_gens_left);
     tm_u64map_free(m, &d->cs_shared);
+    tm_mem_free(m, d->cs_ids, d->cap_cs_ids * sizeof *d->cs_ids);
     tm_mem_free(m, d->mapping_owner, d->cap_mapping_owner * sizeof *d->mapping_owner);
     tm_mem_free(m, d->frame_owner, d->cap_frame_owner * sizeof *d->frame_owner);
     tm_idxset *sets[] = {&d->frame_set, &d->global_map_set, &d->exec_set,
@@ -2327,6 +2393,7 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS | (strict ? TM_PF_STRICT : 0), err);
     d.dummy_mapping = TP_NULL;
     d.art_mapping = TP_NULL;
+    d.last_set = TM_ABSENT;
     tm_pf_heap_init(&d.heap, mem);
     /* The reserved rows: process 0 and its idle thread "swapper". */
     uint32_t upid;
