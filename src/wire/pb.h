@@ -120,7 +120,7 @@ TM_PB_INLINE const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *e
     /* Three to eight bytes (timestamps, callstack iids) without a branch a
      * byte: the first byte without its high bit ends the varint; the 7-bit
      * groups are then packed together in three steps. */
-    if (TM_LIKELY(q + 8 <= end)) {
+    if (TM_LIKELY(end - q >= 8)) {
         uint64_t w = tm_pb_load8(q);
         uint64_t stops = ~w & 0x8080808080808080ull;
         if (TM_LIKELY(stops)) {
