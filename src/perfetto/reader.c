@@ -855,6 +855,56 @@ static bool is_header_varint(uint32_t num, bool relay) {
     }
 }
 
+/* The first and second bytes of a two-byte tag of a length-delimited field. */
+#define LEN_TAG_0(num) ((((num) << 3 | TM_PB_LEN) & 0x7f) | 0x80)
+#define LEN_TAG_1(num) ((num) >> 4)
+
+/* Reads the fields of a sample packet written as writers write them (the
+ * header's varints under their one-byte tags, the PerfSample or
+ * StreamingProfilePacket under its two-byte tag) from p on, as scan_packet
+ * reads them, without the general field decoder. Returns where it stopped:
+ * at the end, or at the first field of another kind or form, for the
+ * general loop to go on from. */
+static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_t *end, bool relay,
+                                 tm_pf_packet *pk) {
+    uint64_t v;
+    const uint8_t *e;
+    while (end - p >= 2) {
+        uint32_t num;
+        switch (p[0]) {
+        case TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT:
+            if (!(e = tm_pb_varint_fast(p + 1, end, &v))) return p;
+            pk->timestamp = v, pk->has_timestamp = true;
+            break;
+        case TM_PF_PACKET_SEQUENCE_ID << 3 | TM_PB_VARINT:
+            if (!(e = tm_pb_varint_fast(p + 1, end, &v))) return p;
+            pk->seq_id = (uint32_t)v;
+            break;
+        case TM_PF_PACKET_SEQUENCE_FLAGS << 3 | TM_PB_VARINT:
+            if (!(e = tm_pb_varint_fast(p + 1, end, &v))) return p;
+            pk->flags = (uint32_t)v;
+            break;
+        case LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE):
+        case LEN_TAG_0(TM_PF_PACKET_STREAMING_PROFILE_PACKET):
+            num = p[0] == LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE) ? TM_PF_PACKET_PERF_SAMPLE
+                                                             : TM_PF_PACKET_STREAMING_PROFILE_PACKET;
+            if (p[1] != LEN_TAG_1(num) || (relay && num != TM_PF_PACKET_PERF_SAMPLE) || end - p < 3 ||
+                !(e = tm_pb_varint_fast(p + 2, end, &v)) || v > (uint64_t)(end - e))
+                return p;
+            if (pk->data_field) r->counts.oneof_ignored++; /* protobuf: the last member of a oneof wins */
+            pk->data_field = num;
+            pk->data = (tm_bytes){e, (size_t)v};
+            pk->data_tag = p;
+            e += v;
+            break;
+        default:
+            return p;
+        }
+        p = e;
+    }
+    return p;
+}
+
 /* Reads the header fields of TracePacket b and its `oneof data` member. */
 static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     bool relay = r->flags & TM_PF_RELAY;
@@ -862,6 +912,7 @@ static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
     pk->start = b.data;
     pk->bytes = b;
     tm_pb_reader pb = tm_pb_reader_of(b);
+    pb.p = scan_usual(r, pb.p, pb.end, relay, pk);
     tm_pb_field f;
     int rc;
     bool legacy_cleared = false;

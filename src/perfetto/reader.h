@@ -251,6 +251,13 @@ typedef struct tm_pf_packet {
      * did not (neither the value nor its conversion overflowed int64). */
     bool trace_ok, trace_exact;
     int64_t trace_ns;
+    /* A PerfSample of varints under one-byte tags only (fields 1-15: the
+     * common shape), read by the payload check in its one pass over it:
+     * perf_read says so, and a consumer may take these fields instead of
+     * reading the payload again (the last of a repeated field wins). */
+    bool perf_read, perf_has_pid, perf_has_cs;
+    uint32_t perf_pid, perf_tid;
+    uint64_t perf_cs, perf_count;
 } tm_pf_packet;
 
 /* What the reader counted over the whole trace. */

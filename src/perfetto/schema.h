@@ -9,7 +9,8 @@
 
 /* Checks the packet's `oneof data` member, if it is one consumers read:
  * every field a consumer reads has the wire type its type allows, and
- * repeated varints and nested messages are well-formed. */
-tm_status tm_pf_check_payload(const tm_pf_reader *r, const tm_pf_packet *pk);
+ * repeated varints and nested messages are well-formed. A PerfSample of
+ * the common shape is read on the way (pk->perf_read). */
+tm_status tm_pf_check_payload(const tm_pf_reader *r, tm_pf_packet *pk);
 
 #endif

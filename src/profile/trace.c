@@ -957,19 +957,24 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     tm_pb_field f;
     uint64_t pid = 0, tid = 0, cs = 0, lost = 0, count = 0;
     bool has_pid = false, has_cs = false, skipped = false, truncated = false;
-    int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
-        switch (f.num) {
-        case TM_PF_PERF_SAMPLE_PID: pid = (uint32_t)f.val; has_pid = true; break;
-        case TM_PF_PERF_SAMPLE_TID: tid = (uint32_t)f.val; break;
-        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs = f.val; has_cs = true; break;
-        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: count = f.val; break;
-        case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) lost = f.val; break;
-        case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) skipped = true; break;
-        case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
-            truncated = f.wire == TM_PB_VARINT && f.val == TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED;
-            break;
-        default: break;
+    int rc = TM_PB_DONE;
+    if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
+        pid = k->perf_pid, tid = k->perf_tid, cs = k->perf_cs, count = k->perf_count;
+        has_pid = k->perf_has_pid, has_cs = k->perf_has_cs;
+    } else {
+        while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
+            switch (f.num) {
+            case TM_PF_PERF_SAMPLE_PID: pid = (uint32_t)f.val; has_pid = true; break;
+            case TM_PF_PERF_SAMPLE_TID: tid = (uint32_t)f.val; break;
+            case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs = f.val; has_cs = true; break;
+            case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: count = f.val; break;
+            case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) lost = f.val; break;
+            case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) skipped = true; break;
+            case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
+                truncated = f.wire == TM_PB_VARINT && f.val == TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED;
+                break;
+            default: break;
+            }
         }
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "PerfSample");

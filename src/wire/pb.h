@@ -19,6 +19,14 @@
 
 #include "common/base.h" /* tm_bytes */
 
+/* The field decoder is the inner loop of every reader: inlined whatever
+ * the compiler's size heuristics say of its callers. */
+#if defined(__GNUC__)
+#define TM_PB_INLINE static inline __attribute__((always_inline))
+#else
+#define TM_PB_INLINE static inline
+#endif
+
 enum { TM_PB_VARINT = 0, TM_PB_I64 = 1, TM_PB_LEN = 2, TM_PB_I32 = 5 };
 enum { TM_PB_OK = 0, TM_PB_DONE = 1, TM_PB_ERROR = 2 };
 
@@ -81,15 +89,51 @@ static inline int tm_pb_fail(tm_pb_reader *r, const uint8_t *at, tm_status code,
 /* The general field decoder (pb.c); tm_pb_next inlines the common case. */
 int tm_pb_next_slow(tm_pb_reader *r, tm_pb_field *f);
 
+#if defined(__GNUC__)
+/* Eight bytes at q, in one unaligned load; callers check that they are
+ * there. GCC's -Warray-bounds, seeing the load inlined into a caller with
+ * a buffer shorter than eight bytes, cannot follow that check. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+static inline uint64_t tm_pb_load8(const uint8_t *q) {
+    uint64_t w;
+    memcpy(&w, q, 8);
+    return w;
+}
+#pragma GCC diagnostic pop
+#endif
+
 /* Decodes the varint at q < end. Returns the end, or NULL when it runs
  * past end or reaches 10 bytes (left to the checked decoder, which also
  * rejects overlong ones and reports the error). */
-static inline const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *end, uint64_t *out) {
+TM_PB_INLINE const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *end, uint64_t *out) {
     uint64_t v = q[0];
     if (TM_LIKELY(v < 0x80)) {
         *out = v;
         return q + 1;
     }
+    if (TM_LIKELY(end - q >= 2 && q[1] < 0x80)) { /* two bytes: iids, frame ids */
+        *out = (v & 0x7f) | (uint64_t)q[1] << 7;
+        return q + 2;
+    }
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Three to eight bytes (timestamps, callstack iids) without a branch a
+     * byte: the first byte without its high bit ends the varint; the 7-bit
+     * groups are then packed together in three steps. */
+    if (TM_LIKELY(end - q >= 8)) {
+        uint64_t w = tm_pb_load8(q);
+        uint64_t stops = ~w & 0x8080808080808080ull;
+        if (TM_LIKELY(stops)) {
+            unsigned last = (unsigned)__builtin_ctzll(stops); /* 8k + 7 for a varint of k + 1 bytes */
+            w &= (~0ull >> (63 - last)) & 0x7f7f7f7f7f7f7f7full;
+            w = (w & 0x007f007f007f007full) | (w & 0x7f007f007f007f00ull) >> 1;
+            w = (w & 0x00003fff00003fffull) | (w & 0x3fff00003fff0000ull) >> 2;
+            w = (w & 0x000000000fffffffull) | (w & 0x0fffffff00000000ull) >> 4;
+            *out = w;
+            return q + (last + 1) / 8;
+        }
+    }
+#endif
     v &= 0x7f;
     for (unsigned i = 1; i < 9 && q + i < end; i++) {
         v |= (uint64_t)(q[i] & 0x7f) << (7 * i);
@@ -105,7 +149,7 @@ static inline const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *
  * TM_PB_ERROR. Varint and length-delimited fields with tags of one or two
  * bytes (field numbers below 2048) never leave this inline function unless
  * they are malformed. */
-static inline int tm_pb_next(tm_pb_reader *r, tm_pb_field *f) {
+TM_PB_INLINE int tm_pb_next(tm_pb_reader *r, tm_pb_field *f) {
     const uint8_t *p = r->p, *end = r->end;
     if (p >= end) return TM_PB_DONE;
     uint32_t tag = p[0];
