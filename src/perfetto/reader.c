@@ -300,6 +300,23 @@ bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t 
     return true;
 }
 
+void tm_pf_prefetch(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, int step) {
+    const tm_pf_gen *g = &r->gens[gen];
+    const tm_pf_seq *s = &r->seqs[g->seq];
+    int kind = kind_of(field);
+    if (kind < 0 || !(r->flags & TM_PF_KEEP_EPOCHS) || (g->epoch == s->epoch && !r->kept_all) ||
+        g->epoch >= s->cap_kept || !s->kept[g->epoch].index || s->kept[g->epoch].ents)
+        return;
+    const tm_iidmap *index = &s->kept[g->epoch].index[kind];
+    if (iid >= index->n_dense) return;
+    if (step == 0) {
+        __builtin_prefetch(&index->dense[iid]);
+        return;
+    }
+    uint32_t at = index->dense[iid];
+    if (at != TM_ABSENT && at < r->len) __builtin_prefetch(r->base + at);
+}
+
 void tm_pf_release_epoch(tm_pf_reader *r, uint32_t seq, uint32_t epoch) {
     tm_pf_seq *s = &r->seqs[seq];
     if (epoch < s->cap_kept) release_kept(r->mem, s, epoch);

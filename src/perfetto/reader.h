@@ -326,6 +326,11 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk);
 const tm_pf_entry *tm_pf_find(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid);
 /* Its message; false when there is none. */
 bool tm_pf_lookup(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, tm_bytes *out);
+/* Asks the cache for what tm_pf_lookup(r, gen, field, iid) will read, in
+ * two steps a consumer issues some lookups apart: step 0 the index slot,
+ * step 1 (once that slot is cached) the entry's bytes. Only for an ended
+ * epoch indexed by offset (the lookups that miss); otherwise nothing. */
+void tm_pf_prefetch(const tm_pf_reader *r, uint32_t gen, uint32_t field, uint64_t iid, int step);
 /* TM_PF_KEEP_EPOCHS: the consumer looks nothing up in the generations of
  * sequence seq's (by index) epoch `epoch` again: an ended epoch with an
  * index of its own frees it and its entries (lookups there then find
