@@ -84,17 +84,27 @@ static void release_kept(tm_mem *m, tm_pf_seq *s, size_t e) {
     memset(k, 0, sizeof *k);
 }
 
-static void seq_release(tm_mem *m, tm_pf_seq *s) {
+/* Frees what only reading s needs: the entries, indexes and InternedData
+ * messages of its current epoch and the one before. */
+static void release_reading(tm_mem *m, tm_pf_seq *s) {
     tm_mem_free(m, s->ents, s->cap_ents * sizeof *s->ents);
     tm_mem_free(m, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
     tm_mem_free(m, s->blobs, s->cap_blobs * sizeof *s->blobs);
     tm_mem_free(m, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
+    free_index(m, s->newest);
+    free_index(m, s->old_newest);
+    s->ents = s->old_ents = NULL, s->newest = s->old_newest = NULL;
+    s->blobs = s->old_blobs = NULL;
+    s->n_ents = s->cap_ents = s->cap_old_ents = 0;
+    s->n_blobs = s->cap_blobs = s->n_old_blobs = s->cap_old_blobs = 0;
+}
+
+static void seq_release(tm_mem *m, tm_pf_seq *s) {
+    release_reading(m, s);
     tm_mem_free(m, s->kept_ents, s->cap_kept_ents * sizeof *s->kept_ents);
     tm_u64map_free(m, &s->by_epoch);
     for (size_t e = 0; e < s->cap_kept; e++) release_kept(m, s, e);
     tm_mem_free(m, s->kept, s->cap_kept * sizeof *s->kept);
-    free_index(m, s->newest);
-    free_index(m, s->old_newest);
 }
 
 void tm_pf_reader_release(tm_pf_reader *r) {
@@ -1193,15 +1203,7 @@ static tm_status keep_all(tm_pf_reader *r) {
     for (size_t i = 0; i < r->n_seqs; i++) {
         tm_pf_seq *s = &r->seqs[i];
         TM_TRY(keep_epoch(r, s));
-        tm_mem_free(r->mem, s->ents, s->cap_ents * sizeof *s->ents);
-        tm_mem_free(r->mem, s->old_ents, s->cap_old_ents * sizeof *s->old_ents);
-        tm_mem_free(r->mem, s->blobs, s->cap_blobs * sizeof *s->blobs);
-        tm_mem_free(r->mem, s->old_blobs, s->cap_old_blobs * sizeof *s->old_blobs);
-        free_index(r->mem, s->newest);
-        s->ents = s->old_ents = NULL, s->newest = NULL;
-        s->blobs = s->old_blobs = NULL;
-        s->n_ents = s->cap_ents = s->cap_old_ents = 0;
-        s->n_blobs = s->cap_blobs = s->n_old_blobs = s->cap_old_blobs = 0;
+        release_reading(r->mem, s);
     }
     r->kept_all = true;
     return TM_OK;
