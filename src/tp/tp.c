@@ -2245,16 +2245,22 @@ static tm_status parse_all(dec *d) {
     if (d->n_events) qsort(d->events, d->n_events, sizeof *d->events, cmp_event);
     TM_TRY(count_gen_samples(d));
     size_t j = 0, w = 0, n = tp->n_samples;
+    /* The callstack iids of the samples ahead, read once for both steps
+     * (by sample index modulo 2 * PREFETCH_AHEAD; 0: none, or not read). */
+    uint64_t ahead[2 * PREFETCH_AHEAD] = {0};
     for (size_t i = 0; i < n; i++) {
-        for (int step = 0; step < 2; step++) { /* the callstacks of samples ahead, asked for early */
-            size_t a = i + (step ? PREFETCH_AHEAD : 2 * PREFETCH_AHEAD);
-            if (a >= n) continue;
+        size_t a = i + 2 * PREFETCH_AHEAD; /* the callstacks of samples ahead, asked for early */
+        if (a < n) {
             uint8_t kind = tp->attrs[tp->s_attr[a]].kind;
             uint64_t iid = kind == TP_SRC_CHROME ? d->s_ref[a].iid
                            : kind == TP_SRC_PERF ? perf_callstack_iid(d->s_ref[a].payload)
                                                  : 0;
-            if (iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, step);
+            ahead[a % (2 * PREFETCH_AHEAD)] = iid;
+            if (iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 0);
         }
+        a = i + PREFETCH_AHEAD;
+        uint64_t iid = ahead[a % (2 * PREFETCH_AHEAD)];
+        if (a < n && iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 1);
         size_t order = d->s_order ? d->s_order[i] : i;
         while (j < d->n_events &&
                (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
