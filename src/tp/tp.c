@@ -1624,16 +1624,16 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        case 1: cpu = f.val, has_cpu = true; break;
-        case 2: pid = f.val; break;
-        case 3: tid = f.val; break;
-        case 4: cs_iid = f.val; break;
-        case 5: mode = f.val; break;
-        case 6: timebase = f.val, has_timebase = true; break;
-        case 16: unwind = f.val, has_unwind = true; break;
-        case 17: lost = f.val; break;
-        case 18: skip = f.val, has_skip = true; break;
-        case 19: {
+        case TM_PF_PERF_SAMPLE_CPU: cpu = f.val, has_cpu = true; break;
+        case TM_PF_PERF_SAMPLE_PID: pid = f.val; break;
+        case TM_PF_PERF_SAMPLE_TID: tid = f.val; break;
+        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs_iid = f.val; break;
+        case TM_PF_PERF_SAMPLE_CPU_MODE: mode = f.val; break;
+        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: timebase = f.val, has_timebase = true; break;
+        case TM_PF_PERF_SAMPLE_UNWIND_ERROR: unwind = f.val, has_unwind = true; break;
+        case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: lost = f.val; break;
+        case TM_PF_PERF_SAMPLE_SKIPPED_REASON: skip = f.val, has_skip = true; break;
+        case TM_PF_PERF_SAMPLE_PRODUCER_EVENT: {
             tm_pb_reader e = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             while (f.wire == TM_PB_LEN && tm_pb_next(&e, &g) == TM_PB_OK)
@@ -2230,7 +2230,7 @@ static uint64_t perf_callstack_iid(const uint8_t *len_prefix) {
     tm_pb_reader r = tm_pb_reader_of(payload_at(len_prefix));
     tm_pb_field f;
     while (tm_pb_next(&r, &f) == TM_PB_OK)
-        if (f.num == 4 && f.wire == TM_PB_VARINT) return f.val;
+        if (f.num == TM_PF_PERF_SAMPLE_CALLSTACK_IID && f.wire == TM_PB_VARINT) return f.val;
     return 0;
 }
 
