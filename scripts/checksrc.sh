@@ -18,7 +18,8 @@
 #  5. libtracemill exports only tm_* symbols, libtracemill_record only
 #     tm_recorder_* and the allocation functions its heap profiler
 #     interposes (malloc family, C++ operator new and delete: _Znw/_Zna,
-#     _Zdl/_Zda) (needs the build dir).
+#     _Zdl/_Zda) (needs the build dir); debian/libtracemill0.symbols lists
+#     exactly the symbols libtracemill.so exports.
 set -u
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
@@ -78,6 +79,12 @@ if [ -f "$BUILD/libtracemill.so" ]; then
   [ -z "$bad" ] || say "libtracemill.so exports non-tm_ symbols: $bad"
   bad=$(nm "$BUILD/libtracemill.a" 2>/dev/null | awk '$2 == "T" {print $3}' | grep -v '^tm_')
   [ -z "$bad" ] || say "libtracemill.a defines non-tm_ global functions: $bad"
+  # The Debian symbols file must list exactly what the library exports, or
+  # dpkg-gensymbols adds the difference and lintian refuses the package.
+  exported=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | sort -u)
+  listed=$(awk '/^ tm_/ {sub(/@.*/, "", $1); print $1}' debian/libtracemill0.symbols | sort -u)
+  diff=$(diff <(echo "$exported") <(echo "$listed") | grep '^[<>]' | sed 's/^</exported but not in debian\/libtracemill0.symbols:/; s/^>/in debian\/libtracemill0.symbols but not exported:/')
+  [ -z "$diff" ] || say "$diff"
 fi
 if [ -f "$BUILD/libtracemill_record.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill_record.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' \
