@@ -19,7 +19,9 @@
 #     tm_recorder_* and the allocation functions its heap profiler
 #     interposes (malloc family, C++ operator new and delete: _Znw/_Zna,
 #     _Zdl/_Zda) (needs the build dir); debian/libtracemill0.symbols lists
-#     exactly the symbols libtracemill.so exports.
+#     exactly the symbols libtracemill.so exports;
+#  6. src/ names protobuf field numbers (perfetto/fields.h): no `case 66:`,
+#     no `f.num == 3` with a bare number.
 set -u
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
@@ -73,6 +75,9 @@ grep -nE '#include "' python/src/*.c | grep -vE '"tracemill(_sql)?\.h"' \
 # The recorder also sits above the library; it borrows only the protobuf writer.
 grep -nE '#include "' record/*.[ch] | grep -vE '"(tracemill|tracemill_record|record|wire/pb_write|common/base|perfetto/fields)\.h"' \
   | sed 's|^|checksrc: record may include only tracemill.h, tracemill_record.h, record.h, wire/pb_write.h, common/base.h and perfetto/fields.h: |' | grep . && fail=1
+
+grep -nE '^\s*case [0-9]+:|\.num *[!=]= *[0-9]+\b' src/*/*.c \
+  | sed 's|^|checksrc: a field number must be named (src/perfetto/fields.h): |' | grep . && fail=1
 
 if [ -f "$BUILD/libtracemill.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^tm_')

@@ -390,7 +390,7 @@ static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t 
     memset(e, 0, sizeof *e);
     *iid = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num >= 1 && f.num <= 4) WANT(d, f, TM_PB_VARINT, "TaskContext");
+        if (f.num >= TM_PF_INTERNED_IID && f.num <= TM_PF_TASK_CONTEXT_ASYNC_ID) WANT(d, f, TM_PB_VARINT, "TaskContext");
         if (f.num == TM_PF_INTERNED_IID) *iid = f.val;
         else if (f.num == TM_PF_TASK_CONTEXT_PID) e->pid = (uint32_t)f.val;
         else if (f.num == TM_PF_TASK_CONTEXT_TID) e->tid = (uint32_t)f.val, e->has_tid = true;
@@ -1155,7 +1155,7 @@ static tm_status inline_callstack(dec *d, tm_bytes msg, const uint8_t *at, uint3
     size_t n = 0;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != 1) continue;
+        if (f.num != TM_PF_INLINE_CALLSTACK_FRAMES) continue;
         WANT(d, f, TM_PB_LEN, "StackSample.Callstack");
         if (n >= d->lim->max_stack_depth)
             return dfail(d, TM_ERR_LIMIT, at, "inline callstack has more than %llu frames (max_stack_depth)",
@@ -1166,9 +1166,11 @@ static tm_status inline_callstack(dec *d, tm_bytes msg, const uint8_t *at, uint3
         tm_pb_field g;
         int frc;
         while ((frc = tm_pb_next(&fr, &g)) == TM_PB_OK) {
-            if (g.num == 1 || g.num == 2) WANT(d, g, TM_PB_LEN, "StackSample.Frame");
-            else if (g.num == 3) WANT(d, g, TM_PB_VARINT, "StackSample.Frame");
-            if (g.num == 1) pf.function = g.bytes;
+            if (g.num == TM_PF_INLINE_FRAME_FUNCTION_NAME || g.num == TM_PF_INLINE_FRAME_SOURCE_FILE)
+                WANT(d, g, TM_PB_LEN, "StackSample.Frame");
+            else if (g.num == TM_PF_INLINE_FRAME_LINE_NUMBER)
+                WANT(d, g, TM_PB_VARINT, "StackSample.Frame");
+            if (g.num == TM_PF_INLINE_FRAME_FUNCTION_NAME) pf.function = g.bytes;
         }
         if (frc == TM_PB_ERROR) return pb_error(d, &fr, "StackSample.Frame");
         if (pf.function.len) pf.flags |= TM_FRAME_HAS_FUNCTION;
@@ -1207,27 +1209,35 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         /* As Trace Processor reads them, wherever each is on the wire: an
          * inline task context wins over an interned one, an interned
          * callstack over an inline one. */
-        case 1:
+        case TM_PF_STACK_SAMPLE_TASK_CONTEXT:
             WANT(d, f, TM_PB_LEN, "StackSample");
             TM_TRY(parse_task_context(d, f.bytes, &task, &iid));
             inline_task = true;
             task_iid = 0;
             break;
-        case 2:
+        case TM_PF_STACK_SAMPLE_TASK_CONTEXT_IID:
             WANT(d, f, TM_PB_VARINT, "StackSample");
             if (!inline_task) task_iid = f.val;
             break;
-        case 5:
+        case TM_PF_STACK_SAMPLE_CALLSTACK:
             WANT(d, f, TM_PB_LEN, "StackSample");
             if (cs_kind == CS_IID) break;
             cs_msg = f.bytes;
             cs_at = f.start;
             cs_kind = CS_INLINE;
             break;
-        case 6: WANT(d, f, TM_PB_VARINT, "StackSample"); cs_iid = f.val; cs_at = f.start; cs_kind = CS_IID; break;
-        case 3: case 7: case 9: WANT(d, f, TM_PB_LEN, "StackSample"); break;
-        case 4: case 8: case 10: case 11: WANT(d, f, TM_PB_VARINT, "StackSample"); break;
-        case 14: /* follower_weights, packed or not */
+        case TM_PF_STACK_SAMPLE_CALLSTACK_IID:
+            WANT(d, f, TM_PB_VARINT, "StackSample");
+            cs_iid = f.val, cs_at = f.start, cs_kind = CS_IID;
+            break;
+        case TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT:
+        case TM_PF_STACK_SAMPLE_UNWIND_ERROR:
+        case TM_PF_STACK_SAMPLE_PRIMARY_DESCRIPTOR: WANT(d, f, TM_PB_LEN, "StackSample"); break;
+        case TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT_IID:
+        case TM_PF_STACK_SAMPLE_UNWIND_ERROR_IID:
+        case TM_PF_STACK_SAMPLE_PRIMARY_DESCRIPTOR_IID:
+        case TM_PF_STACK_SAMPLE_PRIMARY_WEIGHT: WANT(d, f, TM_PB_VARINT, "StackSample"); break;
+        case TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS: /* packed or not */
             if (f.wire == TM_PB_LEN) {
                 tm_pb_reader pr = tm_pb_reader_of(f.bytes);
                 uint64_t v;
@@ -1317,10 +1327,16 @@ static tm_status parse_thread_desc(dec *d, tm_bytes b, thread_desc *td) {
     memset(td, 0, sizeof *td);
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        case 1: WANT(d, f, TM_PB_VARINT, "ThreadDescriptor"); td->pid = (int32_t)f.val; break;
-        case 2: WANT(d, f, TM_PB_VARINT, "ThreadDescriptor"); td->tid = (int64_t)f.val; td->has_tid = true; break;
-        case 5: WANT(d, f, TM_PB_LEN, "ThreadDescriptor"); td->name = f.bytes; break;
-        case 6: WANT(d, f, TM_PB_VARINT, "ThreadDescriptor"); td->ref_us = (int64_t)f.val; td->has_ref = true; break;
+        case TM_PF_THREAD_DESC_PID: WANT(d, f, TM_PB_VARINT, "ThreadDescriptor"); td->pid = (int32_t)f.val; break;
+        case TM_PF_THREAD_DESC_TID:
+            WANT(d, f, TM_PB_VARINT, "ThreadDescriptor");
+            td->tid = (int64_t)f.val, td->has_tid = true;
+            break;
+        case TM_PF_THREAD_DESC_THREAD_NAME: WANT(d, f, TM_PB_LEN, "ThreadDescriptor"); td->name = f.bytes; break;
+        case TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US:
+            WANT(d, f, TM_PB_VARINT, "ThreadDescriptor");
+            td->ref_us = (int64_t)f.val, td->has_ref = true;
+            break;
         default: break;
         }
     }
@@ -1354,8 +1370,8 @@ static tm_status on_process_desc(dec *d, tm_bytes b) {
     tm_str name = {NULL, 0};
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 1) { WANT(d, f, TM_PB_VARINT, "ProcessDescriptor"); pid = (int32_t)f.val; }
-        else if (f.num == 6) { WANT(d, f, TM_PB_LEN, "ProcessDescriptor"); name = f.bytes; }
+        if (f.num == TM_PF_PROCESS_DESC_PID) { WANT(d, f, TM_PB_VARINT, "ProcessDescriptor"); pid = (int32_t)f.val; }
+        else if (f.num == TM_PF_PROCESS_DESC_PROCESS_NAME) { WANT(d, f, TM_PB_LEN, "ProcessDescriptor"); name = f.bytes; }
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "ProcessDescriptor");
     if (!pid) return TM_OK;
@@ -1370,10 +1386,10 @@ static tm_status on_track_desc(dec *d, seq_state *s, tm_bytes b) { /* s: NULL wi
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 3) {
+        if (f.num == TM_PF_TRACK_DESC_PROCESS) {
             WANT(d, f, TM_PB_LEN, "TrackDescriptor");
             TM_TRY(on_process_desc(d, f.bytes));
-        } else if (f.num == 4) {
+        } else if (f.num == TM_PF_TRACK_DESC_THREAD) {
             WANT(d, f, TM_PB_LEN, "TrackDescriptor");
             thread_desc td;
             TM_TRY(parse_thread_desc(d, f.bytes, &td));
@@ -1395,18 +1411,21 @@ static tm_status on_trace_stats(dec *d, tm_bytes b) {
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 8) {
+        if (f.num == TM_PF_TRACE_STATS_CHUNKS_DISCARDED) {
             WANT(d, f, TM_PB_VARINT, "TraceStats");
             service_discarded += f.val;
             continue;
         }
-        if (f.num != 1) continue;
+        if (f.num != TM_PF_TRACE_STATS_BUFFER_STATS) continue;
         WANT(d, f, TM_PB_LEN, "TraceStats");
         tm_pb_reader br = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
         while ((rc = tm_pb_next(&br, &g)) == TM_PB_OK) {
-            uint64_t *sum = g.num == 3 ? &overwritten : g.num == 18 ? &discarded : g.num == 13 ? &bytes_overwritten
-                          : g.num == 19 ? &writer_loss : NULL;
+            uint64_t *sum = g.num == TM_PF_BUFFER_STATS_CHUNKS_OVERWRITTEN          ? &overwritten
+                          : g.num == TM_PF_BUFFER_STATS_CHUNKS_DISCARDED          ? &discarded
+                          : g.num == TM_PF_BUFFER_STATS_BYTES_OVERWRITTEN         ? &bytes_overwritten
+                          : g.num == TM_PF_BUFFER_STATS_TRACE_WRITER_PACKET_LOSS ? &writer_loss
+                                                                                 : NULL;
             if (!sum) continue;
             WANT(d, g, TM_PB_VARINT, "TraceStats.BufferStats");
             *sum += g.val;
@@ -1428,7 +1447,7 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != 1 && f.num != 2) continue;
+        if (f.num != TM_PF_PROCESS_TREE_PROCESSES && f.num != TM_PF_PROCESS_TREE_THREADS) continue;
         WANT(d, f, TM_PB_LEN, "ProcessTree");
         tm_pb_reader er = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
@@ -1436,18 +1455,23 @@ static tm_status on_process_tree(dec *d, tm_bytes b) {
         tm_str name = {NULL, 0};
         bool has_name = false, has_uid = false;
         int erc;
-        const char *what = f.num == 1 ? "ProcessTree.Process" : "ProcessTree.Thread";
+        bool process = f.num == TM_PF_PROCESS_TREE_PROCESSES;
+        const char *what = process ? "ProcessTree.Process" : "ProcessTree.Thread";
         while ((erc = tm_pb_next(&er, &g)) == TM_PB_OK) {
-            if (g.num == 1) { WANT(d, g, TM_PB_VARINT, what); id = (int32_t)g.val; }
-            else if (f.num == 1 && g.num == 3) {
+            /* pid and tid are both field 1 */
+            if (g.num == TM_PF_PROCESS_PID) { WANT(d, g, TM_PB_VARINT, what); id = (int32_t)g.val; }
+            else if (process && g.num == TM_PF_PROCESS_CMDLINE) {
                 WANT(d, g, TM_PB_LEN, what);
                 if (!has_name) name = g.bytes, has_name = true; /* cmdline[0] */
-            } else if (f.num == 2 && g.num == 2) { WANT(d, g, TM_PB_LEN, what); name = g.bytes; }
-            else if (f.num == 2 && g.num == 3) { WANT(d, g, TM_PB_VARINT, what); tgid = (int32_t)g.val; }
-            else if (f.num == 1 && g.num == 5) { WANT(d, g, TM_PB_VARINT, what); uid = (int32_t)g.val, has_uid = true; }
+            } else if (!process && g.num == TM_PF_THREAD_NAME) { WANT(d, g, TM_PB_LEN, what); name = g.bytes; }
+            else if (!process && g.num == TM_PF_THREAD_TGID) { WANT(d, g, TM_PB_VARINT, what); tgid = (int32_t)g.val; }
+            else if (process && g.num == TM_PF_PROCESS_UID) {
+                WANT(d, g, TM_PB_VARINT, what);
+                uid = (int32_t)g.val, has_uid = true;
+            }
         }
         if (erc == TM_PB_ERROR) return pb_error(d, &er, what);
-        if (f.num == 1) {
+        if (process) {
             if (!has_name) continue; /* processes without cmdline are skipped */
             uint32_t proc;
             DTRY_MEM(d, tm_profile_process(d->p, id, &proc));

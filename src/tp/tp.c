@@ -559,16 +559,16 @@ static tm_status on_trace_config(dec *d, tm_bytes b) {
     uint64_t msb = 0, lsb = 0;
     d->n_buffers = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 1 && f.wire == TM_PB_LEN) {
+        if (f.num == TM_PF_CONFIG_BUFFERS && f.wire == TM_PB_LEN) {
             uint32_t fill = 0;
             tm_pb_reader c = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             while (tm_pb_next(&c, &g) == TM_PB_OK)
-                if (g.num == 4 && g.wire == TM_PB_VARINT) fill = (uint32_t)g.val;
+                if (g.num == TM_PF_BUFFER_CONFIG_FILL_POLICY && g.wire == TM_PB_VARINT) fill = (uint32_t)g.val;
             if (d->n_buffers < 64) d->trace_buffers_fill[d->n_buffers++] = fill;
         }
-        if (f.num == 8 && f.wire == TM_PB_VARINT) d->write_into_file = f.val != 0;
-        if (f.num == 9 && f.wire == TM_PB_VARINT) d->file_write_period_ms = f.val;
+        if (f.num == TM_PF_CONFIG_WRITE_INTO_FILE && f.wire == TM_PB_VARINT) d->write_into_file = f.val != 0;
+        if (f.num == TM_PF_CONFIG_FILE_WRITE_PERIOD_MS && f.wire == TM_PB_VARINT) d->file_write_period_ms = f.val;
         if (f.num == TM_PF_CONFIG_TRACE_UUID_MSB && f.wire == TM_PB_VARINT) msb = f.val;
         if (f.num == TM_PF_CONFIG_TRACE_UUID_LSB && f.wire == TM_PB_VARINT) lsb = f.val;
     }
@@ -627,7 +627,7 @@ static tm_status on_trace_stats(dec *d, tm_bytes b, uint32_t machine) {
     int rc;
     int64_t buf_idx = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 1 && f.wire == TM_PB_LEN) { /* buffer_stats, one per buffer */
+        if (f.num == TM_PF_TRACE_STATS_BUFFER_STATS && f.wire == TM_PB_LEN) { /* one per buffer */
             tm_pb_reader c = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             uint64_t overwritten = 0;
@@ -636,18 +636,18 @@ static tm_status on_trace_stats(dec *d, tm_bytes b, uint32_t machine) {
                 for (size_t i = 0; i < sizeof buffer_stat_keys / sizeof *buffer_stat_keys; i++)
                     if (buffer_stat_keys[i].field == g.num)
                         TM_TRY(stat_set_idx(d, buffer_stat_keys[i].key, machine, buf_idx, (int64_t)g.val, false));
-                if (g.num == 13) overwritten = g.val;
+                if (g.num == TM_PF_BUFFER_STATS_BYTES_OVERWRITTEN) overwritten = g.val;
             }
             if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.buffer_stats");
             /* Streaming into a file with a period shorter than a week is
              * meant to lose nothing: what the buffer overwrote is lost. */
             bool ring_intent = d->file_write_period_ms >= 604800000ull;
-            bool explicit_ring = (size_t)buf_idx < d->n_buffers && d->trace_buffers_fill[buf_idx] == 1;
+            bool explicit_ring = (size_t)buf_idx < d->n_buffers && d->trace_buffers_fill[buf_idx] == TM_PF_FILL_POLICY_RING_BUFFER;
             if (d->write_into_file && !ring_intent && !explicit_ring && overwritten)
                 TM_TRY(stat_set_idx(d, TPS_long_trace_mode_bytes_overwritten, machine, buf_idx, (int64_t)overwritten,
                                     false));
             buf_idx++;
-        } else if (f.num == 11 && f.wire == TM_PB_LEN) { /* filter_stats */
+        } else if (f.num == TM_PF_TRACE_STATS_FILTER_STATS && f.wire == TM_PB_LEN) {
             tm_pb_reader c = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
@@ -656,25 +656,25 @@ static tm_status on_trace_stats(dec *d, tm_bytes b, uint32_t machine) {
                         d->single[filter_stat_keys[i].key] = (int64_t)g.val;
             }
             if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.filter_stats");
-            tm_pb_repeated per_buffer = tm_pb_repeated_of(f.bytes, 20); /* bytes_discarded_per_buffer */
+            tm_pb_repeated per_buffer = tm_pb_repeated_of(f.bytes, TM_PF_FILTER_STATS_BYTES_DISCARDED_PER_BUFFER);
             uint64_t v;
             for (int64_t buf = 0; (rc = tm_pb_repeated_next(&per_buffer, &v)) == TM_PB_OK; buf++)
                 TM_TRY(stat_set_idx(d, TPS_traced_buf_bytes_filtered_out, machine, buf, (int64_t)v, false));
             if (rc == TM_PB_ERROR) return pb_fail(d, &per_buffer.msg, "trace_stats.filter_stats");
-        } else if (f.num == 18 && f.wire == TM_PB_LEN) { /* writer_stats: sequence -> buffer */
+        } else if (f.num == TM_PF_TRACE_STATS_WRITER_STATS && f.wire == TM_PB_LEN) { /* sequence -> buffer */
             uint64_t seq = 0, buf = 0;
             tm_pb_reader c = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-                if (g.num == 1 && g.wire == TM_PB_VARINT) seq = g.val;
-                if (g.num == 4 && g.wire == TM_PB_VARINT) buf = g.val;
+                if (g.num == TM_PF_WRITER_STATS_SEQUENCE_ID && g.wire == TM_PB_VARINT) seq = g.val;
+                if (g.num == TM_PF_WRITER_STATS_BUFFER && g.wire == TM_PB_VARINT) buf = g.val;
             }
             if (rc == TM_PB_ERROR) return pb_fail(d, &c, "trace_stats.writer_stats");
             uint32_t i = tm_u64map_get(&d->rd.seq_by_id, seq);
             if (i != TM_ABSENT && i < d->n_seqs) d->seqs[i].buffer = (uint32_t)buf;
-        } else if (f.num == 15 && f.wire == TM_PB_VARINT) {
-            if (f.val == 2) d->single[TPS_traced_final_flush_failed] = 1;
-            else if (f.val == 1) d->single[TPS_traced_final_flush_succeeded] = 1;
+        } else if (f.num == TM_PF_TRACE_STATS_FINAL_FLUSH_OUTCOME && f.wire == TM_PB_VARINT) {
+            if (f.val == TM_PF_FINAL_FLUSH_FAILED) d->single[TPS_traced_final_flush_failed] = 1;
+            else if (f.val == TM_PF_FINAL_FLUSH_SUCCEEDED) d->single[TPS_traced_final_flush_succeeded] = 1;
         } else if (f.wire == TM_PB_VARINT) {
             for (size_t i = 0; i < sizeof trace_stat_keys / sizeof *trace_stat_keys; i++)
                 if (trace_stat_keys[i].field == f.num) d->single[trace_stat_keys[i].key] = (int64_t)f.val;
@@ -689,20 +689,20 @@ static tm_status on_ftrace_stats(dec *d, tm_bytes b, uint32_t machine) {
     int rc;
     uint64_t phase = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
-        if (f.num == 1 && f.wire == TM_PB_VARINT) phase = f.val;
+        if (f.num == TM_PF_FTRACE_STATS_PHASE && f.wire == TM_PB_VARINT) phase = f.val;
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "ftrace_stats");
     r = tm_pb_reader_of(b);
     while (tm_pb_next(&r, &f) == TM_PB_OK) {
-        if (f.num != 2 || f.wire != TM_PB_LEN) continue;
+        if (f.num != TM_PF_FTRACE_STATS_CPU_STATS || f.wire != TM_PB_LEN) continue;
         uint64_t cpu = 0, entries = 0;
         tm_pb_reader c = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
         while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-            if (g.num == 1 && g.wire == TM_PB_VARINT) cpu = g.val;
-            if (g.num == 2 && g.wire == TM_PB_VARINT) entries = g.val;
+            if (g.num == TM_PF_FTRACE_CPU_STATS_CPU && g.wire == TM_PB_VARINT) cpu = g.val;
+            if (g.num == TM_PF_FTRACE_CPU_STATS_ENTRIES && g.wire == TM_PB_VARINT) entries = g.val;
         }
         if (rc == TM_PB_ERROR) return pb_fail(d, &c, "ftrace_stats.cpu_stats");
-        uint32_t key = phase == 1 ? TPS_ftrace_cpu_entries_begin : TPS_ftrace_cpu_entries_end;
+        uint32_t key = phase == TM_PF_FTRACE_PHASE_START_OF_TRACE ? TPS_ftrace_cpu_entries_begin : TPS_ftrace_cpu_entries_end;
         TM_TRY(stat_set_idx(d, key, machine, (int64_t)cpu, (int64_t)entries, false));
     }
     return TM_OK;
@@ -723,10 +723,11 @@ static tm_status parse_thread_desc(tm_bytes b, int64_t *pid, int64_t *tid, int64
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 1 && f.wire == TM_PB_VARINT) *pid = (int32_t)f.val;
-        if (f.num == 2 && f.wire == TM_PB_VARINT) *tid = (int64_t)f.val;
-        if (f.num == 6 && f.wire == TM_PB_VARINT) *ref_us = (int64_t)f.val, *has_ref = true;
-        if (f.num == 5 && f.wire == TM_PB_LEN && name) *name = f.bytes;
+        if (f.num == TM_PF_THREAD_DESC_PID && f.wire == TM_PB_VARINT) *pid = (int32_t)f.val;
+        if (f.num == TM_PF_THREAD_DESC_TID && f.wire == TM_PB_VARINT) *tid = (int64_t)f.val;
+        if (f.num == TM_PF_THREAD_DESC_REFERENCE_TIMESTAMP_US && f.wire == TM_PB_VARINT)
+            *ref_us = (int64_t)f.val, *has_ref = true;
+        if (f.num == TM_PF_THREAD_DESC_THREAD_NAME && f.wire == TM_PB_LEN && name) *name = f.bytes;
     }
     return rc == TM_PB_ERROR ? TM_ERR_MALFORMED : TM_OK;
 }
@@ -929,22 +930,22 @@ static tm_status resolve_mapping(dec *d, uint32_t gen, uint32_t upid, uint64_t i
     uint64_t segments = 0;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        case 2: {
+        case TM_PF_MAPPING_BUILD_ID: {
             tm_str raw;
             if (f.val && interned_str(d, gen, TM_PF_INTERNED_BUILD_IDS, f.val, &raw)) TM_TRY(hex_build_id(d, raw, &m.build_id));
             break;
         }
-        case 3: m.start_offset = f.val; break;
-        case 4: m.start = f.val; break;
-        case 5: m.end = f.val; break;
-        case 6: m.load_bias = f.val; break;
-        case 8: m.exact_offset = f.val; break;
+        case TM_PF_MAPPING_START_OFFSET: m.start_offset = f.val; break;
+        case TM_PF_MAPPING_START: m.start = f.val; break;
+        case TM_PF_MAPPING_END: m.end = f.val; break;
+        case TM_PF_MAPPING_LOAD_BIAS: m.load_bias = f.val; break;
+        case TM_PF_MAPPING_EXACT_OFFSET: m.exact_offset = f.val; break;
         default: break;
         }
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned mapping");
     /* path_string_ids: a bad iid ends the path */
-    tm_pb_repeated ids = tm_pb_repeated_of(*e, 7);
+    tm_pb_repeated ids = tm_pb_repeated_of(*e, TM_PF_MAPPING_PATH_STRING_IDS);
     uint64_t v;
     while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
         if (++segments > d->lim->max_path_segments)
@@ -1067,16 +1068,16 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         switch (f.num) {
-        case 2: name_iid = f.val; break;
-        case 3: mapping_iid = f.val; break;
-        case 4: k.rel_pc = f.val; break;
-        case 5: source_iid = f.val; break;
-        case 6: k.line = (uint32_t)f.val; break;
-        case 7:
+        case TM_PF_FRAME_FUNCTION_NAME_ID: name_iid = f.val; break;
+        case TM_PF_FRAME_MAPPING_ID: mapping_iid = f.val; break;
+        case TM_PF_FRAME_REL_PC: k.rel_pc = f.val; break;
+        case TM_PF_FRAME_SOURCE_PATH_IID: source_iid = f.val; break;
+        case TM_PF_FRAME_LINE_NUMBER: k.line = (uint32_t)f.val; break;
+        case TM_PF_FRAME_KIND:
             if (f.val < sizeof frame_kinds / sizeof *frame_kinds && frame_kinds[f.val])
                 type = (tm_str){(const uint8_t *)frame_kinds[f.val], strlen(frame_kinds[f.val])};
             break;
-        case 8: if (f.wire == TM_PB_LEN) type = f.bytes; break;
+        case TM_PF_FRAME_KIND_STR: if (f.wire == TM_PB_LEN) type = f.bytes; break;
         default: break;
         }
     }
@@ -1252,7 +1253,7 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
         return TM_OK;
     }
     /* The frame ids, read once (the reader checked the message). */
-    tm_pb_repeated ids = tm_pb_repeated_of(*e, 2);
+    tm_pb_repeated ids = tm_pb_repeated_of(*e, TM_PF_CALLSTACK_FRAME_IDS);
     uint64_t v;
     int rc;
     size_t n = 0;
@@ -1383,16 +1384,16 @@ static tm_status inline_callstack(dec *d, tm_bytes b, uint32_t *out) {
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num != 1 || f.wire != TM_PB_LEN) continue;
+        if (f.num != TM_PF_INLINE_CALLSTACK_FRAMES || f.wire != TM_PB_LEN) continue;
         frame_key k;
         memset(&k, 0, sizeof k);
         k.mapping = mapping;
         tm_pb_reader c = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
         while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-            if (g.num == 1 && g.wire == TM_PB_LEN) k.name = g.bytes;
-            if (g.num == 2 && g.wire == TM_PB_LEN) k.source = g.bytes;
-            if (g.num == 3 && g.wire == TM_PB_VARINT) k.line = (uint32_t)g.val;
+            if (g.num == TM_PF_INLINE_FRAME_FUNCTION_NAME && g.wire == TM_PB_LEN) k.name = g.bytes;
+            if (g.num == TM_PF_INLINE_FRAME_SOURCE_FILE && g.wire == TM_PB_LEN) k.source = g.bytes;
+            if (g.num == TM_PF_INLINE_FRAME_LINE_NUMBER && g.wire == TM_PB_VARINT) k.line = (uint32_t)g.val;
         }
         if (rc == TM_PB_ERROR) return pb_fail(d, &c, "stack_sample.callstack.frames");
         if (depth >= d->lim->max_stack_depth)
@@ -1479,7 +1480,7 @@ static tm_str perf_event_name(tm_bytes ev, uint32_t name_field, uint32_t counter
             tm_pb_reader t = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             while (tm_pb_next(&t, &g) == TM_PB_OK)
-                if (g.num == 1 && g.wire == TM_PB_LEN) name = name.data ? name : g.bytes;
+                if (g.num == TM_PF_TRACEPOINT_NAME && g.wire == TM_PB_LEN) name = name.data ? name : g.bytes;
         }
     }
     if (name.data) return name;
@@ -1521,15 +1522,18 @@ static tm_status perf_track(dec *d, uint32_t gen, uint32_t session, uint32_t cpu
     tm_pb_reader r = tm_pb_reader_of(defs);
     tm_pb_field f;
     while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
-        if (f.num == 1 && f.wire == TM_PB_LEN) timebase = f.bytes;
+        if (f.num == TM_PF_PERF_DEFAULTS_TIMEBASE && f.wire == TM_PB_LEN) timebase = f.bytes;
     size_t first = d->tp->n_tracks;
     uint32_t id;
-    TM_TRY(new_track(d, TP_TRACK_PERF_COUNTER, perf_event_name(timebase, 10, 4, 3), no_str, session, cpu, true, &id));
+    TM_TRY(new_track(d, TP_TRACK_PERF_COUNTER, perf_event_name(timebase, TM_PF_TIMEBASE_NAME, TM_PF_TIMEBASE_COUNTER,
+                                                                      TM_PF_TIMEBASE_TRACEPOINT), no_str, session, cpu, true, &id));
     r = tm_pb_reader_of(defs);
     while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
-        if (f.num == 4 && f.wire == TM_PB_LEN)
-            TM_TRY(new_track(d, TP_TRACK_PERF_COUNTER, perf_event_name(f.bytes, 4, 1, 2), no_str, session, cpu, false,
-                             &id));
+        if (f.num == TM_PF_PERF_DEFAULTS_FOLLOWERS && f.wire == TM_PB_LEN)
+            TM_TRY(new_track(d, TP_TRACK_PERF_COUNTER,
+                             perf_event_name(f.bytes, TM_PF_FOLLOWER_EVENT_NAME, TM_PF_FOLLOWER_EVENT_COUNTER,
+                                             TM_PF_FOLLOWER_EVENT_TRACEPOINT),
+                             no_str, session, cpu, false, &id));
     if (first + index >= d->tp->n_tracks) {
         *out = TP_NULL;
         return TM_OK;
@@ -1551,7 +1555,7 @@ static tm_status session_of(dec *d, uint32_t gen, bool perf, uint32_t *out) {
             tm_pb_reader r = tm_pb_reader_of(defs);
             tm_pb_field f;
             while (defs.data && tm_pb_next(&r, &f) == TM_PB_OK)
-                if (f.num == 1 && f.wire == TM_PB_LEN) ss->source = f.bytes;
+                if (f.num == TM_PF_STACK_DEFAULTS_SOURCE && f.wire == TM_PB_LEN) ss->source = f.bytes;
         }
         s->session = (uint32_t)(d->tp->n_sessions - 1);
     }
@@ -1566,9 +1570,10 @@ static tm_str unit_name(tm_bytes desc) {
     tm_pb_reader r = tm_pb_reader_of(desc);
     tm_pb_field f;
     while (tm_pb_next(&r, &f) == TM_PB_OK) {
-        if (f.num == 3 && f.wire == TM_PB_VARINT && f.val < sizeof units / sizeof *units && units[f.val])
+        if (f.num == TM_PF_COUNTER_DESC_UNIT && f.wire == TM_PB_VARINT && f.val < sizeof units / sizeof *units &&
+            units[f.val])
             out = (tm_str){(const uint8_t *)units[f.val], strlen(units[f.val])};
-        if (f.num == 4 && f.wire == TM_PB_LEN) out = f.bytes;
+        if (f.num == TM_PF_COUNTER_DESC_UNIT_NAME && f.wire == TM_PB_LEN) out = f.bytes;
     }
     return out;
 }
@@ -1577,7 +1582,7 @@ static tm_str desc_name(tm_bytes desc) {
     tm_pb_reader r = tm_pb_reader_of(desc);
     tm_pb_field f;
     while (tm_pb_next(&r, &f) == TM_PB_OK)
-        if (f.num == 2 && f.wire == TM_PB_LEN) out = f.bytes;
+        if (f.num == TM_PF_COUNTER_DESC_NAME && f.wire == TM_PB_LEN) out = f.bytes;
     return out;
 }
 
@@ -1637,7 +1642,9 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
             tm_pb_reader e = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
             while (f.wire == TM_PB_LEN && tm_pb_next(&e, &g) == TM_PB_OK)
-                if (g.num == 1 && g.wire == TM_PB_VARINT && g.val == 1) guardrail = true;
+                if (g.num == TM_PF_PRODUCER_EVENT_SOURCE_STOP_REASON && g.wire == TM_PB_VARINT &&
+                    g.val == TM_PF_PROFILER_STOP_GUARDRAIL)
+                    guardrail = true;
             break;
         }
         default: break;
@@ -1655,8 +1662,9 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     /* perf_sample.cpu is NULL, not 0, when the sample names no cpu. */
     TM_TRY(exec_of(d, has_cpu ? (uint32_t)cpu : TP_NULL, perf_mode(mode), &exec));
     if (has_skip) {
-        if (skip == 1 || skip == 2) stat_add(d, TPS_perf_samples_skipped, 1);
-        if (skip == 3) stat_add(d, TPS_perf_samples_skipped_dataloss, 1);
+        if (skip == TM_PF_SKIPPED_READ_STAGE || skip == TM_PF_SKIPPED_UNWIND_STAGE)
+            stat_add(d, TPS_perf_samples_skipped, 1);
+        if (skip == TM_PF_SKIPPED_UNWIND_ENQUEUE) stat_add(d, TPS_perf_samples_skipped_dataloss, 1);
     } else if (cs_iid) {
         TM_TRY(resolve_callstack(d, o->gen, upid, cs_iid, &callsite));
     }
@@ -1672,7 +1680,7 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
         TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, 0, &track));
         TM_TRY(add_counter(d, o->ts, track, (double)timebase, TP_NULL));
     }
-    tm_pb_repeated followers = tm_pb_repeated_of(b, 7);
+    tm_pb_repeated followers = tm_pb_repeated_of(b, TM_PF_PERF_SAMPLE_FOLLOWER_COUNTS);
     uint64_t v;
     for (uint32_t i = 1; (rc = tm_pb_repeated_next(&followers, &v)) == TM_PB_OK; i++) {
         TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, i, &track));
@@ -1712,9 +1720,9 @@ static tm_status async_ctx(dec *d, uint32_t gen, uint64_t iid, int depth, uint32
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 2 && f.wire == TM_PB_LEN) name = f.bytes;
-        if (f.num == 3 && f.wire == TM_PB_LEN) kind = f.bytes;
-        if (f.num == 4 && f.wire == TM_PB_VARINT) parent_iid = f.val;
+        if (f.num == TM_PF_ASYNC_CONTEXT_NAME && f.wire == TM_PB_LEN) name = f.bytes;
+        if (f.num == TM_PF_ASYNC_CONTEXT_KIND && f.wire == TM_PB_LEN) kind = f.bytes;
+        if (f.num == TM_PF_ASYNC_CONTEXT_PARENT_IID && f.wire == TM_PB_VARINT) parent_iid = f.val;
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "interned async context");
     uint32_t parent = TP_NULL;
@@ -1750,15 +1758,15 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         bool len = f.wire == TM_PB_LEN;
         switch (f.num) {
-        case 1: if (len) task_msg = f.bytes; break;
-        case 2: task_iid = f.val; break;
-        case 3: if (len) exec_msg = f.bytes; break;
-        case 4: exec_iid = f.val; break;
-        case 5: if (len) cs_msg = f.bytes; break;
-        case 6: cs_iid = f.val, has_cs_iid = true; break;
-        case 9: if (len) primary = f.bytes; break;
-        case 10: primary_iid = f.val; break;
-        case 11: weight = f.val, has_weight = true; break;
+        case TM_PF_STACK_SAMPLE_TASK_CONTEXT: if (len) task_msg = f.bytes; break;
+        case TM_PF_STACK_SAMPLE_TASK_CONTEXT_IID: task_iid = f.val; break;
+        case TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT: if (len) exec_msg = f.bytes; break;
+        case TM_PF_STACK_SAMPLE_EXECUTION_CONTEXT_IID: exec_iid = f.val; break;
+        case TM_PF_STACK_SAMPLE_CALLSTACK: if (len) cs_msg = f.bytes; break;
+        case TM_PF_STACK_SAMPLE_CALLSTACK_IID: cs_iid = f.val, has_cs_iid = true; break;
+        case TM_PF_STACK_SAMPLE_PRIMARY_DESCRIPTOR: if (len) primary = f.bytes; break;
+        case TM_PF_STACK_SAMPLE_PRIMARY_DESCRIPTOR_IID: primary_iid = f.val; break;
+        case TM_PF_STACK_SAMPLE_PRIMARY_WEIGHT: weight = f.val, has_weight = true; break;
         default: break;
         }
     }
@@ -1771,9 +1779,9 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
         uint64_t pid = 0, tid = 0, async_iid = 0;
         tm_pb_reader t = tm_pb_reader_of(task_msg);
         while ((rc = tm_pb_next(&t, &f)) == TM_PB_OK) {
-            if (f.num == 2) pid = f.val;
-            if (f.num == 3) tid = f.val;
-            if (f.num == 4) async_iid = f.val;
+            if (f.num == TM_PF_TASK_CONTEXT_PID) pid = f.val;
+            if (f.num == TM_PF_TASK_CONTEXT_TID) tid = f.val;
+            if (f.num == TM_PF_TASK_CONTEXT_ASYNC_ID) async_iid = f.val;
         }
         if (rc == TM_PB_ERROR) return pb_fail(d, &t, "stack_sample.task_context");
         if (tid)
@@ -1789,8 +1797,8 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
         uint64_t mode = 0;
         tm_pb_reader t = tm_pb_reader_of(exec_msg);
         while ((rc = tm_pb_next(&t, &f)) == TM_PB_OK) {
-            if (f.num == 2) cpu = (uint32_t)f.val;
-            if (f.num == 3) mode = f.val;
+            if (f.num == TM_PF_EXECUTION_CONTEXT_CPU) cpu = (uint32_t)f.val;
+            if (f.num == TM_PF_EXECUTION_CONTEXT_MODE) mode = f.val;
         }
         if (rc == TM_PB_ERROR) return pb_fail(d, &t, "stack_sample.execution_context");
         TM_TRY(exec_of(d, cpu, stack_mode(mode), &exec));
@@ -1810,20 +1818,20 @@ static tm_status parse_stack_sample(dec *d, const out_row *o, const uint8_t *ref
     primary = inline_or_interned(d, o->gen, primary, primary_iid, TM_PF_INTERNED_COUNTER_DESCRIPTORS);
     tm_pb_reader dr = tm_pb_reader_of(defs);
     while (!primary.data && defs.data && tm_pb_next(&dr, &f) == TM_PB_OK)
-        if (f.num == 2 && f.wire == TM_PB_LEN) primary = f.bytes;
+        if (f.num == TM_PF_STACK_DEFAULTS_PRIMARY_COUNTER && f.wire == TM_PB_LEN) primary = f.bytes;
     uint32_t track;
     if (has_weight && primary.data) {
         TM_TRY(stack_track(d, session, primary, true, &track));
         TM_TRY(add_counter(d, o->ts, track, (double)weight, (uint32_t)o->w));
     }
     /* Follower weights pair with the defaults' follower descriptors in order. */
-    tm_pb_repeated weights = tm_pb_repeated_of(b, 14);
+    tm_pb_repeated weights = tm_pb_repeated_of(b, TM_PF_STACK_SAMPLE_FOLLOWER_WEIGHTS);
     tm_pb_reader descs = tm_pb_reader_of(defs);
     uint64_t v;
     while ((rc = tm_pb_repeated_next(&weights, &v)) == TM_PB_OK) {
         tm_bytes desc = {NULL, 0};
         while (!desc.data && descs.p < descs.end && tm_pb_next(&descs, &f) == TM_PB_OK)
-            if (f.num == 3 && f.wire == TM_PB_LEN) desc = f.bytes;
+            if (f.num == TM_PF_STACK_DEFAULTS_FOLLOWER_COUNTERS && f.wire == TM_PB_LEN) desc = f.bytes;
         if (!desc.data) continue;
         TM_TRY(stack_track(d, session, desc, false, &track));
         TM_TRY(add_counter(d, o->ts, track, (double)v, (uint32_t)o->w));
@@ -1858,17 +1866,17 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
         if (f.wire != TM_PB_LEN) continue;
         tm_pb_reader c = tm_pb_reader_of(f.bytes);
         tm_pb_field g;
-        if (f.num == 1) { /* Process */
+        if (f.num == TM_PF_PROCESS_TREE_PROCESSES) {
             int64_t pid = 0, ppid = 0, uid = TP_NO_INT;
             bool is_comm = false;
             tm_str first = no_str;
             size_t n_args = 0, total = 0;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-                if (g.num == 1 && g.wire == TM_PB_VARINT) pid = (int32_t)g.val;
-                if (g.num == 2 && g.wire == TM_PB_VARINT) ppid = (int32_t)g.val;
-                if (g.num == 5 && g.wire == TM_PB_VARINT) uid = (int32_t)g.val;
-                if (g.num == 9 && g.wire == TM_PB_VARINT) is_comm = g.val != 0;
-                if (g.num == 3 && g.wire == TM_PB_LEN) {
+                if (g.num == TM_PF_PROCESS_PID && g.wire == TM_PB_VARINT) pid = (int32_t)g.val;
+                if (g.num == TM_PF_PROCESS_PPID && g.wire == TM_PB_VARINT) ppid = (int32_t)g.val;
+                if (g.num == TM_PF_PROCESS_UID && g.wire == TM_PB_VARINT) uid = (int32_t)g.val;
+                if (g.num == TM_PF_PROCESS_CMDLINE_IS_COMM && g.wire == TM_PB_VARINT) is_comm = g.val != 0;
+                if (g.num == TM_PF_PROCESS_CMDLINE && g.wire == TM_PB_LEN) {
                     if (!n_args++) first = g.bytes;
                     total += g.bytes.len + 1;
                 }
@@ -1887,7 +1895,7 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
                 size_t n = 0;
                 c = tm_pb_reader_of(f.bytes);
                 while (tm_pb_next(&c, &g) == TM_PB_OK)
-                    if (g.num == 3 && g.wire == TM_PB_LEN) {
+                    if (g.num == TM_PF_PROCESS_CMDLINE && g.wire == TM_PB_LEN) {
                         if (n) cmd[n++] = ' ';
                         memcpy(cmd + n, g.bytes.data, g.bytes.len);
                         n += g.bytes.len;
@@ -1909,13 +1917,13 @@ static tm_status apply_process_tree(dec *d, tm_bytes b) {
                 TM_TRY(thread_of(d, pid, pid, &utid, &upid));
                 name_thread(d, utid, cmdline, 2);
             }
-        } else if (f.num == 2) { /* Thread */
+        } else if (f.num == TM_PF_PROCESS_TREE_THREADS) {
             int64_t tid = 0, tgid = 0;
             tm_str name = no_str;
             while ((rc = tm_pb_next(&c, &g)) == TM_PB_OK) {
-                if (g.num == 1 && g.wire == TM_PB_VARINT) tid = (int32_t)g.val;
-                if (g.num == 3 && g.wire == TM_PB_VARINT) tgid = (int32_t)g.val;
-                if (g.num == 2 && g.wire == TM_PB_LEN) name = g.bytes;
+                if (g.num == TM_PF_THREAD_TID && g.wire == TM_PB_VARINT) tid = (int32_t)g.val;
+                if (g.num == TM_PF_THREAD_TGID && g.wire == TM_PB_VARINT) tgid = (int32_t)g.val;
+                if (g.num == TM_PF_THREAD_NAME && g.wire == TM_PB_LEN) name = g.bytes;
             }
             if (rc == TM_PB_ERROR) return pb_fail(d, &c, "process_tree.threads");
             uint32_t utid, upid;
@@ -1933,8 +1941,8 @@ static tm_status apply_process_desc(dec *d, tm_bytes b, uint32_t name_prio) {
     tm_pb_field f;
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-        if (f.num == 1 && f.wire == TM_PB_VARINT) pid = (int32_t)f.val;
-        if (f.num == 6 && f.wire == TM_PB_LEN) name = f.bytes;
+        if (f.num == TM_PF_PROCESS_DESC_PID && f.wire == TM_PB_VARINT) pid = (int32_t)f.val;
+        if (f.num == TM_PF_PROCESS_DESC_PROCESS_NAME && f.wire == TM_PB_LEN) name = f.bytes;
     }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "process_descriptor");
     uint32_t upid;
@@ -2086,8 +2094,8 @@ static tm_status apply_event(dec *d, const event *e) {
         tm_pb_field f;
         int rc;
         while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
-            if (f.num == 3 && f.wire == TM_PB_LEN) TM_TRY(apply_process_desc(d, f.bytes, 2));
-            if (f.num == 4 && f.wire == TM_PB_LEN) TM_TRY(apply_thread_desc(d, f.bytes));
+            if (f.num == TM_PF_TRACK_DESC_PROCESS && f.wire == TM_PB_LEN) TM_TRY(apply_process_desc(d, f.bytes, 2));
+            if (f.num == TM_PF_TRACK_DESC_THREAD && f.wire == TM_PB_LEN) TM_TRY(apply_thread_desc(d, f.bytes));
         }
         return rc == TM_PB_ERROR ? pb_fail(d, &r, "track_descriptor") : TM_OK;
     }
