@@ -8,7 +8,11 @@
  * (tm_srv_process's inclusive count / N); beside bench_convert on the
  * envelope's trace it tells the server's own share from the conversion's.
  *
- * usage: bench_process ENVELOPE [RUNS]
+ * With OUT, the records' messages of the last run go there one after the
+ * other (the server's output, to compare builds byte for byte: the time of
+ * receipt is fixed).
+ *
+ * usage: bench_process ENVELOPE [RUNS [OUT]]
  */
 #define _GNU_SOURCE /* mallopt */
 #include <malloc.h>
@@ -31,7 +35,7 @@ static int by_value(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_process ENVELOPE [RUNS]\n");
+        fprintf(stderr, "usage: bench_process ENVELOPE [RUNS [OUT]]\n");
         return 2;
     }
     int runs = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 200;
@@ -79,6 +83,18 @@ int main(int argc, char **argv) {
         records = out.n_records;
         bytes = 0;
         for (size_t i = 0; i < out.n_records; i++) bytes += out.records[i].value_len;
+        if (r == runs - 1 && argc > 3) {
+            FILE *o = fopen(argv[3], "wb");
+            if (!o) {
+                perror(argv[3]);
+                return 3;
+            }
+            for (size_t i = 0; i < out.n_records; i++) fwrite(out.records[i].value, 1, out.records[i].value_len, o);
+            if (fclose(o)) {
+                perror(argv[3]);
+                return 3;
+            }
+        }
         tm_srv_processed_release(&out);
     }
     qsort(times, (size_t)runs, sizeof *times, by_value);

@@ -212,13 +212,37 @@ typedef struct capped_sink {
     int over;
 } capped_sink;
 
+/* the bytes of the payload so far, after the message head's room */
+static uint64_t payload_bytes(const capped_sink *s) { return s->buf->len - TM_SRV_CHUNK_MSG_HEAD_ROOM; }
+
 static int capped_write(void *ctx, const void *data, size_t len) {
     capped_sink *s = ctx;
-    if (s->buf->len - TM_SRV_CHUNK_MSG_HEAD_ROOM + len > s->cap) {
+    if (payload_bytes(s) + len > s->cap) {
         s->over = 1;
         return 1;
     }
     return tm_srv_buf_append(s->buf, data, len);
+}
+
+/* The writer formats the JSON straight into the message (tm_sink.lend), not
+ * into its own buffer to be copied here: a window never reaches past the
+ * cap, so asking for more than it leaves is the same refusal as above. */
+static int capped_lend(void *ctx, size_t used, size_t min, void **window, size_t *cap) {
+    capped_sink *s = ctx;
+    s->buf->len += used;
+    if (!min) return 0;
+    uint64_t left = s->cap - payload_bytes(s);
+    if (min > left) {
+        s->over = 1;
+        return 1;
+    }
+    size_t room = s->buf->cap - s->buf->len;
+    /* doubled when short, as tm_srv_buf_append grows */
+    if (room < min && tm_srv_buf_reserve(s->buf, min > s->buf->cap ? min : s->buf->cap)) return 1;
+    room = s->buf->cap - s->buf->len;
+    *window = s->buf->data + s->buf->len;
+    *cap = room < left ? room : (size_t)left;
+    return 0;
 }
 
 static double elapsed_s(const struct timespec *t0) {
@@ -254,7 +278,7 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
         return e.code == TM_ERR_LIMIT ? "ExceedSizeLimit" : e.reason ? e.reason : "InvalidSampledProfile";
     }
     capped_sink cs = {payload, j->ctx->cfg->limits.max_profile_size, 0};
-    tm_sink sink = {.write = capped_write, .ctx = &cs};
+    tm_sink sink = {.write = capped_write, .ctx = &cs, .lend = capped_lend};
     tm_sample_v2_options v2 = {.meta_json = meta.ptr, .meta_len = meta.len};
     tm_status ws = tm_write_sample_v2(t, &v2, &sink, &e);
     tm_trace_free(t);

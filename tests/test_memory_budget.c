@@ -212,6 +212,31 @@ static void process_demo(const char *yaml, tm_srv_processed *out) {
     tm_srv_config_release(&cfg);
 }
 
+/* The JSON is written straight into the message up to max_profile_size:
+ * exactly that many bytes pass, one more is refused (the demo's trace is
+ * far under both). */
+Test(memory_budget, server_caps_the_expanded_json_at_max_profile_size) {
+    tm_srv_processed p;
+    char yaml[96], reasons[256];
+    process_demo("", &p);
+    cr_assert_eq(chunks_of(&p), 1);
+    size_t json = 0;
+    for (size_t i = 0; i < p.n_records; i++)
+        if (p.records[i].kind == TM_SRV_RECORD_CHUNK) json = p.records[i].payload_size;
+    tm_srv_processed_release(&p);
+    cr_assert_gt(json, 200000u);
+    snprintf(yaml, sizeof yaml, "limits:\n  max_profile_size: %zu\n", json);
+    process_demo(yaml, &p);
+    cr_assert_eq(chunks_of(&p), 1);
+    tm_srv_processed_release(&p);
+    snprintf(yaml, sizeof yaml, "limits:\n  max_profile_size: %zu\n", json - 1);
+    process_demo(yaml, &p);
+    outcome_reasons(&p, reasons, sizeof reasons);
+    cr_assert_eq(chunks_of(&p), 0);
+    cr_assert_str_eq(reasons, "profiling_exceed_size_limit,");
+    tm_srv_processed_release(&p);
+}
+
 Test(memory_budget, server_rejects_a_chunk_over_its_budget) {
     tm_srv_processed p;
     char reasons[256];

@@ -971,3 +971,71 @@ Test(in_app, never_in_relay_mode) {
     }
     free(buf);
 }
+
+/* A sink that lends its memory (tm_sink.lend) in windows of min + slack
+ * bytes, failing its fail_at-th call (-1: never); the writer must then make
+ * the bytes it makes through write alone. */
+typedef struct lender {
+    tu_membuf m;
+    size_t slack;
+    size_t window; /* the last window's size */
+    int calls, fail_at;
+} lender;
+
+static int lender_lend(void *ctx, size_t used, size_t min, void **window, size_t *cap) {
+    lender *l = ctx;
+    if (l->calls++ == l->fail_at) return 1;
+    cr_assert_leq(used, l->window, "wrote %zu bytes into a window of %zu", used, l->window);
+    l->m.len += used;
+    l->window = 0;
+    if (!min) return 0;
+    size_t need = l->m.len + min + l->slack + 1; /* tu_membuf keeps a NUL after the data */
+    if (need > l->m.cap) {
+        char *p = realloc(l->m.data, need);
+        cr_assert_not_null(p);
+        l->m.data = p;
+        l->m.cap = need;
+    }
+    *window = l->m.data + l->m.len;
+    *cap = l->window = min + l->slack;
+    return 0;
+}
+
+static int lender_write(void *ctx, const void *data, size_t len) {
+    lender *l = ctx;
+    cr_assert_eq(l->window, 0u, "write while a window is lent");
+    return tu_membuf_write(&l->m, data, len);
+}
+
+Test(lend, sink_memory_holds_the_same_bytes) {
+    size_t len;
+    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert(buf);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(buf, len, NULL, &t, &err), TM_OK, "%s", err.message);
+    tu_membuf want = {0};
+    tm_sink plain = {.write = tu_membuf_write, .ctx = &want};
+    cr_assert_eq(tm_write_sample_v2(t, NULL, &plain, &err), TM_OK, "%s", err.message);
+    /* windows just large enough (each formatting step asks anew), a few
+     * bytes over, and larger than the writer's own buffer */
+    const size_t slack[] = {0, 3, 1000, 1 << 20};
+    for (size_t i = 0; i < sizeof slack / sizeof slack[0]; i++) {
+        lender l = {.slack = slack[i], .fail_at = -1};
+        tm_sink sink = {.write = lender_write, .ctx = &l, .lend = lender_lend};
+        cr_assert_eq(tm_write_sample_v2(t, NULL, &sink, &err), TM_OK, "%s", err.message);
+        cr_assert_eq(l.m.len, want.len, "slack %zu", slack[i]);
+        cr_assert(memcmp(l.m.data, want.data, want.len) == 0, "slack %zu", slack[i]);
+        tu_membuf_free(&l.m);
+    }
+    /* a refusal at any call is a write failure, as write's would be */
+    for (int at = 0; at < 4; at++) {
+        lender l = {.slack = 100, .fail_at = at};
+        tm_sink sink = {.write = lender_write, .ctx = &l, .lend = lender_lend};
+        cr_assert_eq(tm_write_sample_v2(t, NULL, &sink, &err), TM_ERR_IO, "fail at %d", at);
+        tu_membuf_free(&l.m);
+    }
+    tu_membuf_free(&want);
+    tm_trace_free(t);
+    free(buf);
+}

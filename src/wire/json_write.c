@@ -14,11 +14,55 @@ void tm_jw_init(tm_jw *w, const tm_sink *sink) {
     w->sink = sink;
     w->len = 0;
     w->failed = 0;
+    /* a lending sink gets its first window asked for at the first write */
+    w->buf = sink->lend ? NULL : w->own;
+    w->cap = sink->lend ? 0 : sizeof w->own;
+}
+
+/* After a failure nothing more reaches the sink: the own buffer takes
+ * writes and drops them at each flush. */
+static void fail(tm_jw *w) {
+    w->failed = 1;
+    w->buf = w->own;
+    w->cap = sizeof w->own;
+    w->len = 0;
 }
 
 void tm_jw_flush(tm_jw *w) {
-    if (w->len && !w->failed && w->sink->write(w->sink->ctx, w->buf, w->len)) w->failed = 1;
-    w->len = 0;
+    if (w->failed) {
+        w->len = 0;
+    } else if (w->sink->lend) {
+        if (w->buf && w->sink->lend(w->sink->ctx, w->len, 0, NULL, NULL)) fail(w);
+        w->buf = w->failed ? w->own : NULL;
+        w->cap = w->failed ? sizeof w->own : 0;
+        w->len = 0;
+    } else {
+        if (w->len && w->sink->write(w->sink->ctx, w->buf, w->len)) fail(w);
+        w->len = 0;
+    }
+}
+
+int tm_jw_room(tm_jw *w, const void *s, size_t n) {
+    if (!w->failed && w->sink->lend) {
+        /* what the window holds becomes output; the sink picks the next
+         * window's size (at least n) */
+        void *win = NULL;
+        size_t cap = 0;
+        if (w->sink->lend(w->sink->ctx, w->buf ? w->len : 0, n, &win, &cap) || !win || cap < n) {
+            fail(w);
+        } else {
+            w->buf = win;
+            w->cap = cap;
+            w->len = 0;
+            return 0;
+        }
+    } else {
+        tm_jw_flush(w);
+        if (n <= w->cap) return 0;
+        if (!w->failed && w->sink->write(w->sink->ctx, s, n)) fail(w);
+        return 1;
+    }
+    return n > w->cap; /* failed: the own buffer drops what fits */
 }
 
 tm_status tm_jw_finish(tm_jw *w) {

@@ -1,7 +1,8 @@
 /*
  * json_write.h — a small buffered JSON emitter over a tm_sink, fast enough
  * for hundreds of millions of samples: raw appends are memcpy into a 64 KiB
- * buffer, integers are formatted by hand.
+ * buffer, or straight into the sink's memory when it lends it (tm_sink.lend:
+ * no copy of the output), integers are formatted by hand.
  *
  * Strings are always valid UTF-8 on output: invalid input bytes become
  * U+FFFD. Doubles are printed as serde_json does (shortest round-trip
@@ -16,24 +17,25 @@
 
 typedef struct tm_jw {
     const tm_sink *sink;
-    size_t len;
+    uint8_t *buf; /* own, or the window the sink lent (see tm_sink.lend) */
+    size_t len, cap;
     int failed;
-    uint8_t buf[1 << 16];
+    uint8_t own[1 << 16];
 } tm_jw;
 
 void tm_jw_init(tm_jw *w, const tm_sink *sink);
 /* Flushes; returns TM_OK or TM_ERR_IO if any write failed. */
 tm_status tm_jw_finish(tm_jw *w);
+/* Hands what is buffered to the sink (and gives a lent window back), so
+ * that writes straight to the sink may follow. */
 void tm_jw_flush(tm_jw *w);
+/* Out of line: room for n more bytes. Returns 1 when there is none to be
+ * had (s, n bytes, then went to the sink directly or was dropped after a
+ * failure), 0 when the caller may write at buf + len. */
+int tm_jw_room(tm_jw *w, const void *s, size_t n);
 
 static inline void tm_jw_raw(tm_jw *w, const void *s, size_t n) {
-    if (TM_UNLIKELY(sizeof w->buf - w->len < n)) {
-        tm_jw_flush(w);
-        if (n > sizeof w->buf) {
-            if (!w->failed && w->sink->write(w->sink->ctx, s, n)) w->failed = 1;
-            return;
-        }
-    }
+    if (TM_UNLIKELY(w->cap - w->len < n) && tm_jw_room(w, s, n)) return;
     memcpy(w->buf + w->len, s, n);
     w->len += n;
 }
@@ -41,7 +43,7 @@ static inline void tm_jw_raw(tm_jw *w, const void *s, size_t n) {
 /* Space for n bytes written in place; finish with tm_jw_commit. n must be
  * at most 4 KiB. */
 static inline char *tm_jw_reserve(tm_jw *w, size_t n) {
-    if (TM_UNLIKELY(sizeof w->buf - w->len < n)) tm_jw_flush(w);
+    if (TM_UNLIKELY(w->cap - w->len < n)) tm_jw_room(w, NULL, n);
     return (char *)w->buf + w->len;
 }
 static inline void tm_jw_commit(tm_jw *w, const char *end) { w->len = (size_t)((const uint8_t *)end - w->buf); }
@@ -78,7 +80,7 @@ static inline char *tm_put_u64(char *p, uint64_t v) {
 #define tm_jw_lit(w, s) tm_jw_raw((w), (s), sizeof(s) - 1)
 
 static inline void tm_jw_char(tm_jw *w, char c) {
-    if (TM_UNLIKELY(w->len == sizeof w->buf)) tm_jw_flush(w);
+    if (TM_UNLIKELY(w->len == w->cap)) tm_jw_room(w, NULL, 1);
     w->buf[w->len++] = (uint8_t)c;
 }
 
