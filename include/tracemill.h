@@ -411,15 +411,18 @@ typedef struct tm_sink {
     void *ctx;
     /* Optional (NULL: write only). A sink that keeps the output in its own
      * memory can lend that memory, so that the text writers (every one but
-     * pprof) format in place instead of buffering and copying through write. lend first takes the
-     * `used` bytes the writer put at the start of the last window it
-     * returned as the next output; then, when min > 0, it sets *window and
-     * *cap to room at the output's end of at least min bytes (a window of
-     * tens of KiB or more saves calls; min 0 leaves them: the writer holds
-     * no window). Returns 0, or non-zero on failure
-     * (the writer then fails with TM_ERR_IO). Writers that do not use it,
-     * and writes between windows, still go through write. */
-    int (*lend)(void *ctx, size_t used, size_t min, void **window, size_t *cap);
+     * pprof) format in place instead of buffering and copying through
+     * write. lend first takes the `used` bytes the writer put at the start
+     * of the last window it returned as the next output; then, when
+     * min > 0, it sets *window and *cap to room at the output's end of at
+     * least min bytes (a window of tens of KiB or more saves calls; min 0
+     * leaves them: the writer holds no window). Returns 0, or non-zero on
+     * failure (the writer then fails with TM_ERR_IO). Writers that do not
+     * use it, and writes between windows, still go through write. */
+    union {
+        int (*lend)(void *ctx, size_t used, size_t min, void **window, size_t *cap);
+        uint64_t lend_slot_; /* the slot's 8 bytes where a pointer has 4 */
+    };
     uint64_t reserved_[5]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sink;
 
