@@ -1273,6 +1273,19 @@ static tm_status add_callsite(dec *d, uint32_t depth, uint32_t frame, cs_at *at)
     return TM_OK;
 }
 
+/* Room for `more` callsites chained under the last one made, in trie tr
+ * (see resolve_callstack_slow); *ok false, with nothing reserved, when
+ * they would pass a limit: new_callsite and new_node then say so. */
+static tm_status reserve_chain(dec *d, cs_trie *tr, size_t more, bool *ok) {
+    tp_callsites *cs = &d->tp->callsites;
+    *ok = cs->n + more < TP_NULL - 1 && tr->n + more < CS_WIDE;
+    if (*ok && (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, cs->n + more) != TM_OK ||
+                TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, (cs->n + more) / 64 + 1) != TM_OK ||
+                TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, tr->n + more) != TM_OK))
+        return nomem(d);
+    return TM_OK;
+}
+
 /* resolve_callstack when the callstack is not in its row set (or has none). */
 static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
     uint32_t row = cache_get(d, CK_CALLSTACK, gen, upid, iid);
@@ -1310,7 +1323,16 @@ static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uin
     const tm_iidmap *frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
     for (size_t k = 0; frames && k < n; k++)
         if (d->cs_ids[k] < frames->n_dense) __builtin_prefetch(&frames->dense[d->cs_ids[k]]);
+    /* Once the walk has made a callsite in a generation's trie, every one
+     * below it is new too (its node is childless), and its row continues
+     * the run of its parent's (no head, tp.h): `chain` then appends rows
+     * and nodes in room reserved for the rest of the stack, where
+     * add_callsite would search the children and check each time. The
+     * frames made meanwhile make no callsites. */
     cs_at at = cs_root;
+    tp_callsites *cs = &d->tp->callsites;
+    cs_trie *tr = NULL;
+    bool chain = false;
     for (size_t k = 0; k < n; k++) {
         uint32_t frame = TM_ABSENT;
         v = d->cs_ids[k];
@@ -1322,7 +1344,24 @@ static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uin
             rs = set_of(d, gen, upid); /* sets and their maps may have moved */
             frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
         }
+        if (chain) {
+            size_t r = cs->n;
+            if (r % 64 == 0) cs->words[r / 64] = (tp_cs_word){0, (uint32_t)cs->n_heads};
+            cs->frame[r] = frame;
+            cs->last_depth = (uint32_t)k;
+            cs->n = r + 1;
+            uint32_t c = (uint32_t)tr->n++;
+            tr->nodes[c] = (cs_node){(uint32_t)r, frame, CS_NO_NODE, CS_NO_NODE};
+            tr->nodes[at.node].first_child = c;
+            at.row = (uint32_t)r, at.node = c;
+            continue;
+        }
         TM_TRY(add_callsite(d, (uint32_t)k, frame, &at));
+        if (at.trie != TP_NULL && k + 1 < n && at.row + 1 == cs->n && cs->last_depth == k &&
+            d->cs_tries[at.trie].nodes[at.node].first_child == CS_NO_NODE) {
+            tr = &d->cs_tries[at.trie];
+            TM_TRY(reserve_chain(d, tr, n - k - 1, &chain));
+        }
     }
     uint32_t parent = at.row;
     if (parent == TP_NULL) {
