@@ -209,6 +209,8 @@ typedef struct dec {
      * one is pinned); at 0 the reader lets the epoch's entries go. */
     tm_u64map epoch_slot; uint32_t *epoch_gens_left; size_t n_epoch_slots, cap_epoch_slots;
     cs_trie spare_trie;        /* the largest trie done with, emptied: the next one starts in its memory */
+    size_t trie_hint;          /* the most nodes a trie done with had: a trie made without a spare starts with room
+                                  for as many (not regrown, and copied, a dozen times) */
     uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too;
                                    GEN_DONE: its last sample was parsed */
     size_t n_gen_samples_left;
@@ -1176,6 +1178,9 @@ static tm_status trie_of(dec *d, uint32_t owner, uint32_t *out) {
         memset(&d->spare_trie, 0, sizeof d->spare_trie);
         if (tm_iidmap_put(d->mem, &d->cs_trie_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
         d->n_cs_tries++;
+        cs_trie *tr = &d->cs_tries[t]; /* no spare (generations in progress at once): sized as the largest done */
+        if (!tr->cap && d->trie_hint && TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, d->trie_hint) != TM_OK)
+            return nomem(d);
     }
     *out = t;
     return TM_OK;
@@ -1192,6 +1197,7 @@ static void trie_free(tm_mem *m, cs_trie *tr) {
  * far (a trace's generations tend to make alike tries: no regrowing them
  * from nothing, nor fresh pages each time), else freed. */
 static void trie_done(dec *d, cs_trie *tr) {
+    if (tr->n > d->trie_hint) d->trie_hint = tr->n;
     if (tr->cap <= d->spare_trie.cap) {
         trie_free(d->mem, tr);
         return;
