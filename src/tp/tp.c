@@ -2349,13 +2349,26 @@ static tm_status sample_parsed(dec *d, uint32_t gen) {
     return tm_iidmap_put(d->mem, &d->cs_trie_by_gen, gen, CS_TRIE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
 }
 
-/* A PerfSample's callstack_iid (0: none, or not read: parse_perf says why). */
-static uint64_t perf_callstack_iid(const uint8_t *len_prefix) {
+/* A PerfSample's callstack_iid (0: none, or not read: parse_perf says
+ * why) and the pid before it, for prefetching only. */
+static uint64_t perf_callstack_iid(const uint8_t *len_prefix, uint64_t *pid) {
     tm_pb_reader r = tm_pb_reader_of(payload_at(len_prefix));
     tm_pb_field f;
-    while (tm_pb_next(&r, &f) == TM_PB_OK)
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        if (f.num == TM_PF_PERF_SAMPLE_PID) *pid = f.val;
         if (f.num == TM_PF_PERF_SAMPLE_CALLSTACK_IID && f.wire == TM_PB_VARINT) return f.val;
+    }
     return 0;
+}
+
+/* Asks for the slot a callstack's row would be in, when process pid has a
+ * row set in generation gen already (a sample names its process by pid;
+ * nothing is made here). */
+static void prefetch_callstack_row(dec *d, uint32_t gen, uint64_t pid, uint64_t iid) {
+    uint32_t upid = tm_u64map_get(&d->proc_by_pid, pid);
+    const row_set *rs = upid == TM_ABSENT || !in_sets(CK_CALLSTACK, gen) ? NULL : set_of(d, gen, upid);
+    if (rs && iid < rs->rows[CK_CALLSTACK - CK_MAPPING].n_dense)
+        __builtin_prefetch(&rs->rows[CK_CALLSTACK - CK_MAPPING].dense[iid]);
 }
 
 /* How many samples ahead of the one parsed a callstack's bytes are asked
@@ -2381,21 +2394,25 @@ static tm_status parse_all(dec *d) {
     size_t j = 0, w = 0, n = tp->n_samples;
     /* The callstack iids of the samples ahead, read once for both steps
      * (by sample index modulo 2 * PREFETCH_AHEAD; 0: none, or not read). */
-    uint64_t ahead[2 * PREFETCH_AHEAD] = {0};
+    uint64_t ahead[2 * PREFETCH_AHEAD] = {0}, ahead_pid[2 * PREFETCH_AHEAD] = {0};
     for (size_t i = 0; i < n; i++) {
         size_t a = i + 2 * PREFETCH_AHEAD; /* the callstacks of samples ahead, asked for early */
         ahead[a % (2 * PREFETCH_AHEAD)] = 0;
         if (a < n && d->cs_misses >= PREFETCH_MISSES) {
             uint8_t kind = tp->attrs[tp->s_attr[a]].kind;
-            uint64_t iid = kind == TP_SRC_CHROME ? d->s_ref[a].iid
-                           : kind == TP_SRC_PERF ? perf_callstack_iid(d->s_ref[a].payload)
-                                                 : 0;
+            uint64_t iid = 0, pid = 0;
+            if (kind == TP_SRC_CHROME) iid = d->s_ref[a].iid, pid = (uint64_t)d->pend[tp->s_task[a]][0];
+            if (kind == TP_SRC_PERF) iid = perf_callstack_iid(d->s_ref[a].payload, &pid);
             ahead[a % (2 * PREFETCH_AHEAD)] = iid;
+            ahead_pid[a % (2 * PREFETCH_AHEAD)] = pid;
             if (iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 0);
         }
         a = i + PREFETCH_AHEAD;
         uint64_t iid = ahead[a % (2 * PREFETCH_AHEAD)];
-        if (a < n && iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 1);
+        if (a < n && iid) {
+            tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 1);
+            prefetch_callstack_row(d, tp->s_callsite[a], ahead_pid[a % (2 * PREFETCH_AHEAD)], iid);
+        }
         size_t order = d->s_order ? d->s_order[i] : i;
         while (j < d->n_events &&
                (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
