@@ -47,6 +47,9 @@
 #define TM_HEAP_IID_MEMO 262144u       /* callstack ids below this get a direct-indexed memo of their last
                                           (process, heap, callsite) per heap sequence (24 bytes each, grown
                                           to the largest id seen); larger ids take the hash maps alone */
+#define TM_TP_CONTEXT_MEMO 256u        /* slots of the query model's memo of a PerfSample's thread, task,
+                                          execution context and attributes (direct-mapped, power of 2) */
+#define TM_TP_SET_MEMO 64u             /* slots of its memo of (generation, process) -> row set (power of 2) */
 
 /* The limits options ask for: their preset (Relay's in Relay mode), then
  * every non-zero field of o->limits (trace.c). */

@@ -117,6 +117,19 @@ typedef struct cs_at {
     uint32_t row, trie, node;
 } cs_at;
 
+/* What a PerfSample's (pid, tid, cpu, mode, unwind error, session) made
+ * last: its thread, process, task, execution context and attributes. Those
+ * rows are deduplicated and never change, but which thread a (tid, pid)
+ * names changes when a thread or process is made: the memo holds while the
+ * count of both is what it was (`version`, + 1; 0: empty). */
+typedef struct ctx_memo {
+    uint64_t tid, pid;
+    const char *mode;
+    uint32_t cpu, session, unwind;
+    size_t version;
+    uint32_t utid, upid, task, exec, attr;
+} ctx_memo;
+
 /* Events that make rows other than samples. */
 enum { EV_PROCESS_TREE = 2, EV_PROCESS_STATS = 9, EV_PROFILE_PACKET = 37, EV_PROCESS_DESC = 43, EV_THREAD_DESC = 44, EV_TRACK_DESC = 60 };
 typedef struct event {
@@ -149,7 +162,7 @@ typedef struct dec {
     row_set *sets; size_t n_sets, cap_sets;
     tm_u64map set_by_key;  /* gen << 32 | upid -> row set */
     tm_iidmap set_by_gen;  /* gen -> its newest row set (the others chained by next) */
-    uint32_t last_set;     /* the set looked up last: a callstack's frames share it */
+    uint32_t set_memo[TM_TP_SET_MEMO]; /* sets looked up lately, by a hash of (gen, upid); TM_ABSENT: none */
     stat_ent *stats; size_t n_stats, cap_stats;
     int64_t single[TPS_COUNT];
     event *events; size_t n_events, cap_events;
@@ -172,6 +185,11 @@ typedef struct dec {
 
     /* Parse-time row indexes. */
     tm_u64map proc_by_pid, thread_by_tid;
+    ctx_memo perf_memo[TM_TP_CONTEXT_MEMO];
+    /* Per pending Chrome thread: its (thread, process, task) and the
+     * version it was made at, as perf_memo. */
+    ctx_memo *chrome_memo; size_t n_chrome_memo;
+    uint32_t kind_attr[2]; /* the placeholder attributes of StackSample, PerfSample; TM_ABSENT: not made */
     tm_idxset frame_set, global_map_set, exec_set, attr_set, task_set;
     uint32_t dummy_mapping;
     /* Callsite dedup by (parent, frame). A process's mapping is a new row
@@ -191,10 +209,16 @@ typedef struct dec {
      * one is pinned); at 0 the reader lets the epoch's entries go. */
     tm_u64map epoch_slot; uint32_t *epoch_gens_left; size_t n_epoch_slots, cap_epoch_slots;
     cs_trie spare_trie;        /* the largest trie done with, emptied: the next one starts in its memory */
+    size_t trie_hint;          /* the most nodes a trie done with had: a trie made without a spare starts with room
+                                  for as many (not regrown, and copied, a dozen times) */
     uint32_t *gen_samples_left; /* per generation; GEN_PINNED: something else resolves in it too;
                                    GEN_DONE: its last sample was parsed */
     size_t n_gen_samples_left;
     uint64_t *cs_ids; size_t cap_cs_ids; /* the frame ids of the callstack being resolved */
+    /* Which of the last 64 callstack resolutions were not in the caches
+     * (a bit each, newest lowest) and how many: parse_all asks for the
+     * callstacks of samples ahead only while some are not. */
+    uint64_t cs_recent; uint32_t cs_misses;
     uint32_t art_mapping; /* "art_process_metadata", made with its first frame */
     tm_pf_symbols syms;   /* applied once every frame exists */
 
@@ -262,13 +286,18 @@ static int cache_eq(const void *ctx, uint32_t idx, const void *key) {
 static uint32_t cache_hash(const cache_ent *k) {
     return (uint32_t)tm_hash_u64(k->iid ^ ((uint64_t)k->gen << 24) ^ ((uint64_t)k->upid << 44) ^ k->kind);
 }
+/* Where (gen, upid) is in set_memo: samples of a few threads interleave. */
+static uint32_t set_slot(uint32_t gen, uint32_t upid) {
+    return (uint32_t)(((uint64_t)gen << 20 ^ upid) * 0x9e3779b97f4a7c15ull >> 32) & (TM_TP_SET_MEMO - 1);
+}
+
 /* The row set of (gen, upid), or NULL; only for what row sets hold. */
 static row_set *set_of(dec *d, uint32_t gen, uint32_t upid) {
-    if (d->last_set != TM_ABSENT && d->sets[d->last_set].gen == gen && d->sets[d->last_set].upid == upid)
-        return &d->sets[d->last_set];
+    uint32_t *memo = &d->set_memo[set_slot(gen, upid)];
+    if (*memo != TM_ABSENT && d->sets[*memo].gen == gen && d->sets[*memo].upid == upid) return &d->sets[*memo];
     uint32_t i = tm_u64map_get(&d->set_by_key, (uint64_t)gen << 32 | upid);
     if (i == TM_ABSENT) return NULL;
-    d->last_set = i;
+    *memo = i;
     return &d->sets[i];
 }
 
@@ -297,7 +326,7 @@ static tm_status new_set(dec *d, uint32_t gen, uint32_t upid, row_set **out) {
         tm_iidmap_put(d->mem, &d->set_by_gen, gen, i, (size_t)d->rd.n_gens + 1) != TM_OK)
         return nomem(d);
     d->n_sets++;
-    d->last_set = i;
+    d->set_memo[set_slot(gen, upid)] = i;
     *out = rs;
     return TM_OK;
 }
@@ -380,6 +409,9 @@ static tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *utid, uin
     return TM_OK;
 }
 
+/* What a memo of thread_of's answer holds while it is unchanged (+ 1). */
+static size_t threads_version(const dec *d) { return d->tp->n_threads + d->tp->n_processes + 1; }
+
 static void name_thread(dec *d, uint32_t utid, tm_str name, uint32_t prio) {
     tp_thread *t = &d->tp->threads[utid];
     if (!name.len || (t->name.data && prio < t->name_prio)) return;
@@ -426,9 +458,8 @@ static tm_status push_event(dec *d, int64_t ts, uint32_t kind, uint32_t gen, tm_
     return TM_OK;
 }
 
-/* at: the packet, for the error offset. */
-static tm_status push_sample(dec *d, int64_t ts, sample_ref ref, const uint8_t *at, uint32_t gen, uint32_t task,
-                             uint32_t attr) {
+/* Room for one more sample row (at: the packet, for the error offset). */
+static tm_status grow_samples(dec *d, const uint8_t *at) {
     tm_tp *tp = d->tp;
     if (tp->n_samples >= d->lim->max_samples)
         return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
@@ -457,6 +488,14 @@ static tm_status push_sample(dec *d, int64_t ts, sample_ref ref, const uint8_t *
         }
         tp->cap_samples = n;
     }
+    return TM_OK;
+}
+
+static inline tm_status push_sample(dec *d, int64_t ts, sample_ref ref, const uint8_t *at, uint32_t gen, uint32_t task,
+                                    uint32_t attr) {
+    tm_tp *tp = d->tp;
+    if (TM_UNLIKELY(tp->n_samples >= d->lim->max_samples || tp->n_samples == tp->cap_samples))
+        TM_TRY(grow_samples(d, at));
     size_t i = tp->n_samples++;
     tp->s_ts[i] = ts;
     d->s_ref[i] = ref;
@@ -807,10 +846,10 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
         return s ? on_streaming(d, s, k) : TM_OK;
     case TM_PF_PACKET_PERF_SAMPLE: case TM_PF_PACKET_STACK_SAMPLE: {
         if (!s) return TM_OK;
-        uint32_t attr;
-        TM_TRY(attr_of(d, k->data_field == TM_PF_PACKET_PERF_SAMPLE ? TP_SRC_PERF : TP_SRC_STACK, 0, TP_NULL,
-                       TP_NULL, 0, &attr));
-        return push_sample(d, ts, (sample_ref){.payload = payload_prefix(k)}, k->start, k->gen, TP_NULL, attr);
+        bool perf = k->data_field == TM_PF_PACKET_PERF_SAMPLE;
+        uint32_t *attr = &d->kind_attr[perf];
+        if (*attr == TM_ABSENT) TM_TRY(attr_of(d, perf ? TP_SRC_PERF : TP_SRC_STACK, 0, TP_NULL, TP_NULL, 0, attr));
+        return push_sample(d, ts, (sample_ref){.payload = payload_prefix(k)}, k->start, k->gen, TP_NULL, *attr);
     }
     default:
         return TM_OK;
@@ -1140,6 +1179,9 @@ static tm_status trie_of(dec *d, uint32_t owner, uint32_t *out) {
         memset(&d->spare_trie, 0, sizeof d->spare_trie);
         if (tm_iidmap_put(d->mem, &d->cs_trie_by_gen, owner, t, (size_t)d->rd.n_gens + 1) != TM_OK) return nomem(d);
         d->n_cs_tries++;
+        cs_trie *tr = &d->cs_tries[t]; /* no spare (generations in progress at once): sized as the largest done */
+        if (!tr->cap && d->trie_hint && TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, d->trie_hint) != TM_OK)
+            return nomem(d);
     }
     *out = t;
     return TM_OK;
@@ -1156,6 +1198,7 @@ static void trie_free(tm_mem *m, cs_trie *tr) {
  * far (a trace's generations tend to make alike tries: no regrowing them
  * from nothing, nor fresh pages each time), else freed. */
 static void trie_done(dec *d, cs_trie *tr) {
+    if (tr->n > d->trie_hint) d->trie_hint = tr->n;
     if (tr->cap <= d->spare_trie.cap) {
         trie_free(d->mem, tr);
         return;
@@ -1237,10 +1280,26 @@ static tm_status add_callsite(dec *d, uint32_t depth, uint32_t frame, cs_at *at)
     return TM_OK;
 }
 
-/* The leaf callsite of an interned callstack, or TP_NULL. */
-static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
+/* Room for `more` callsites chained under the last one made, in trie tr
+ * (see resolve_callstack_slow); *ok false, with nothing reserved, when
+ * they would pass a limit: new_callsite and new_node then say so. */
+static tm_status reserve_chain(dec *d, cs_trie *tr, size_t more, bool *ok) {
+    tp_callsites *cs = &d->tp->callsites;
+    *ok = cs->n + more < TP_NULL - 1 && tr->n + more < CS_WIDE;
+    if (*ok && (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, cs->n + more) != TM_OK ||
+                TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, (cs->n + more) / 64 + 1) != TM_OK ||
+                TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, tr->n + more) != TM_OK))
+        return nomem(d);
+    return TM_OK;
+}
+
+/* resolve_callstack when the callstack is not in its row set (or has none). */
+static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
     uint32_t row = cache_get(d, CK_CALLSTACK, gen, upid, iid);
-    if (row != TM_ABSENT) {
+    bool miss = row == TM_ABSENT;
+    d->cs_misses += miss - (uint32_t)(d->cs_recent >> 63);
+    d->cs_recent = d->cs_recent << 1 | miss;
+    if (!miss) {
         *out = row;
         return TM_OK;
     }
@@ -1271,7 +1330,16 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
     const tm_iidmap *frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
     for (size_t k = 0; frames && k < n; k++)
         if (d->cs_ids[k] < frames->n_dense) __builtin_prefetch(&frames->dense[d->cs_ids[k]]);
+    /* Once the walk has made a callsite in a generation's trie, every one
+     * below it is new too (its node is childless), and its row continues
+     * the run of its parent's (no head, tp.h): `chain` then appends rows
+     * and nodes in room reserved for the rest of the stack, where
+     * add_callsite would search the children and check each time. The
+     * frames made meanwhile make no callsites. */
     cs_at at = cs_root;
+    tp_callsites *cs = &d->tp->callsites;
+    cs_trie *tr = NULL;
+    bool chain = false;
     for (size_t k = 0; k < n; k++) {
         uint32_t frame = TM_ABSENT;
         v = d->cs_ids[k];
@@ -1283,7 +1351,24 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
             rs = set_of(d, gen, upid); /* sets and their maps may have moved */
             frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
         }
+        if (chain) {
+            size_t r = cs->n;
+            if (r % 64 == 0) cs->words[r / 64] = (tp_cs_word){0, (uint32_t)cs->n_heads};
+            cs->frame[r] = frame;
+            cs->last_depth = (uint32_t)k;
+            cs->n = r + 1;
+            uint32_t c = (uint32_t)tr->n++;
+            tr->nodes[c] = (cs_node){(uint32_t)r, frame, CS_NO_NODE, CS_NO_NODE};
+            tr->nodes[at.node].first_child = c;
+            at.row = (uint32_t)r, at.node = c;
+            continue;
+        }
         TM_TRY(add_callsite(d, (uint32_t)k, frame, &at));
+        if (at.trie != TP_NULL && k + 1 < n && at.row + 1 == cs->n && cs->last_depth == k &&
+            d->cs_tries[at.trie].nodes[at.node].first_child == CS_NO_NODE) {
+            tr = &d->cs_tries[at.trie];
+            TM_TRY(reserve_chain(d, tr, n - k - 1, &chain));
+        }
     }
     uint32_t parent = at.row;
     if (parent == TP_NULL) {
@@ -1292,6 +1377,18 @@ static tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t
     }
     TM_TRY(cache_put(d, CK_CALLSTACK, gen, upid, iid, parent));
     *out = parent;
+    return TM_OK;
+}
+
+/* The leaf callsite of an interned callstack, or TP_NULL: a sample's
+ * callstack is almost always resolved already, an array load in its set. */
+static inline tm_status resolve_callstack(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
+    const row_set *rs = in_sets(CK_CALLSTACK, gen) ? set_of(d, gen, upid) : NULL;
+    uint32_t row = rs ? tm_iidmap_get(&rs->rows[CK_CALLSTACK - CK_MAPPING], iid) : TM_ABSENT;
+    if (row == TM_ABSENT) return resolve_callstack_slow(d, gen, upid, iid, out);
+    d->cs_misses -= (uint32_t)(d->cs_recent >> 63);
+    d->cs_recent <<= 1;
+    *out = row;
     return TM_OK;
 }
 
@@ -1622,7 +1719,8 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     tm_tp *tp = d->tp;
     tm_bytes b = payload_at(ref);
     uint64_t cpu = 0, pid = 0, tid = 0, cs_iid = 0, mode = 0, lost = 0, unwind = 0, skip = 0;
-    bool has_cpu = false, has_unwind = false, has_skip = false, has_timebase = false, guardrail = false;
+    bool has_cpu = false, has_unwind = false, has_skip = false, has_timebase = false, guardrail = false,
+         has_followers = false;
     uint64_t timebase = 0;
     tm_pb_reader r = tm_pb_reader_of(b);
     tm_pb_field f;
@@ -1638,6 +1736,7 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
         case TM_PF_PERF_SAMPLE_UNWIND_ERROR: unwind = f.val, has_unwind = true; break;
         case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: lost = f.val; break;
         case TM_PF_PERF_SAMPLE_SKIPPED_REASON: skip = f.val, has_skip = true; break;
+        case TM_PF_PERF_SAMPLE_FOLLOWER_COUNTS: has_followers = true; break;
         case TM_PF_PERF_SAMPLE_PRODUCER_EVENT: {
             tm_pb_reader e = tm_pb_reader_of(f.bytes);
             tm_pb_field g;
@@ -1657,10 +1756,22 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     TM_TRY(session_of(d, o->gen, true, &session));
     if (guardrail) return stat_set_idx(d, TPS_perf_guardrail_stop_ts, 0, session, o->ts, false);
     uint32_t utid, upid, task, exec, attr, callsite = TP_NULL;
-    TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &utid, &upid));
-    TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
     /* perf_sample.cpu is NULL, not 0, when the sample names no cpu. */
-    TM_TRY(exec_of(d, has_cpu ? (uint32_t)cpu : TP_NULL, perf_mode(mode), &exec));
+    uint32_t cpu_key = has_cpu ? (uint32_t)cpu : TP_NULL;
+    uint8_t unwind_key = has_unwind ? (uint8_t)(unwind + 1) : 0;
+    const char *mode_name = perf_mode(mode);
+    ctx_memo *m = &d->perf_memo[(tid * 0x9e3779b1u ^ cpu_key) & (TM_TP_CONTEXT_MEMO - 1)];
+    bool hit = m->version == threads_version(d) && m->tid == tid && m->pid == pid && m->cpu == cpu_key &&
+               m->mode == mode_name && m->unwind == unwind_key && m->session == session;
+    size_t version = 0;
+    if (hit) {
+        utid = m->utid, upid = m->upid, task = m->task, exec = m->exec;
+    } else {
+        TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &utid, &upid));
+        version = threads_version(d);
+        TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
+        TM_TRY(exec_of(d, cpu_key, mode_name, &exec));
+    }
     if (has_skip) {
         if (skip == TM_PF_SKIPPED_READ_STAGE || skip == TM_PF_SKIPPED_UNWIND_STAGE)
             stat_add(d, TPS_perf_samples_skipped, 1);
@@ -1668,7 +1779,12 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     } else if (cs_iid) {
         TM_TRY(resolve_callstack(d, o->gen, upid, cs_iid, &callsite));
     }
-    TM_TRY(attr_of(d, TP_SRC_PERF, has_unwind ? (uint8_t)(unwind + 1) : 0, exec, session, 0, &attr));
+    if (hit) {
+        attr = m->attr;
+    } else {
+        TM_TRY(attr_of(d, TP_SRC_PERF, unwind_key, exec, session, 0, &attr));
+        *m = (ctx_memo){tid, pid, mode_name, cpu_key, session, unwind_key, version, utid, upid, task, exec, attr};
+    }
     tp->s_ts[o->w] = o->ts;
     tp->s_callsite[o->w] = callsite;
     tp->s_task[o->w] = task;
@@ -1680,6 +1796,7 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
         TM_TRY(perf_track(d, o->gen, session, (uint32_t)cpu, 0, &track));
         TM_TRY(add_counter(d, o->ts, track, (double)timebase, TP_NULL));
     }
+    if (!has_followers) return TM_OK; /* (no second scan of the payload to find none) */
     tm_pb_repeated followers = tm_pb_repeated_of(b, TM_PF_PERF_SAMPLE_FOLLOWER_COUNTS);
     uint64_t v;
     for (uint32_t i = 1; (rc = tm_pb_repeated_next(&followers, &v)) == TM_PB_OK; i++) {
@@ -1693,8 +1810,15 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
 static tm_status parse_chrome(dec *d, const out_row *o, uint64_t iid, uint32_t pending, uint32_t attr) {
     tm_tp *tp = d->tp;
     uint32_t utid, upid, task, callsite;
-    TM_TRY(thread_of(d, d->pend[pending][1], d->pend[pending][0], &utid, &upid));
-    TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
+    ctx_memo *m = &d->chrome_memo[pending];
+    if (m->version == threads_version(d)) {
+        utid = m->utid, upid = m->upid, task = m->task;
+    } else {
+        TM_TRY(thread_of(d, d->pend[pending][1], d->pend[pending][0], &utid, &upid));
+        m->version = threads_version(d);
+        TM_TRY(task_of(d, upid, utid, TP_NULL, &task));
+        m->utid = utid, m->upid = upid, m->task = task;
+    }
     TM_TRY(resolve_callstack(d, o->gen, upid, iid, &callsite));
     tp->s_ts[o->w] = o->ts;
     tp->s_callsite[o->w] = callsite;
@@ -2233,42 +2357,70 @@ static tm_status sample_parsed(dec *d, uint32_t gen) {
     return tm_iidmap_put(d->mem, &d->cs_trie_by_gen, gen, CS_TRIE_FREED, d->rd.n_gens + 1) == TM_OK ? TM_OK : nomem(d);
 }
 
-/* A PerfSample's callstack_iid (0: none, or not read: parse_perf says why). */
-static uint64_t perf_callstack_iid(const uint8_t *len_prefix) {
+/* A PerfSample's callstack_iid (0: none, or not read: parse_perf says
+ * why) and the pid before it, for prefetching only. */
+static uint64_t perf_callstack_iid(const uint8_t *len_prefix, uint64_t *pid) {
     tm_pb_reader r = tm_pb_reader_of(payload_at(len_prefix));
     tm_pb_field f;
-    while (tm_pb_next(&r, &f) == TM_PB_OK)
+    while (tm_pb_next(&r, &f) == TM_PB_OK) {
+        if (f.num == TM_PF_PERF_SAMPLE_PID) *pid = f.val;
         if (f.num == TM_PF_PERF_SAMPLE_CALLSTACK_IID && f.wire == TM_PB_VARINT) return f.val;
+    }
     return 0;
+}
+
+/* Asks for the slot a callstack's row would be in, when process pid has a
+ * row set in generation gen already (a sample names its process by pid;
+ * nothing is made here). */
+static void prefetch_callstack_row(dec *d, uint32_t gen, uint64_t pid, uint64_t iid) {
+    uint32_t upid = tm_u64map_get(&d->proc_by_pid, pid);
+    const row_set *rs = upid == TM_ABSENT || !in_sets(CK_CALLSTACK, gen) ? NULL : set_of(d, gen, upid);
+    if (rs && iid < rs->rows[CK_CALLSTACK - CK_MAPPING].n_dense)
+        __builtin_prefetch(&rs->rows[CK_CALLSTACK - CK_MAPPING].dense[iid]);
 }
 
 /* How many samples ahead of the one parsed a callstack's bytes are asked
  * for (its index slot twice as far): on a heavy trace each is a cache miss
  * in the mapped input, which the samples between hide. */
 #define PREFETCH_AHEAD 8
+/* Of the last 64 callstack resolutions, how many must have missed the
+ * caches for that to be worth its cost (a trace whose few callstacks all
+ * resolve in the first samples has nothing to wait for). */
+#define PREFETCH_MISSES 4
 
 static tm_status parse_all(dec *d) {
     tm_tp *tp = d->tp;
     TM_TRY(sort_samples(d));
     if (d->n_events) qsort(d->events, d->n_events, sizeof *d->events, cmp_event);
     TM_TRY(count_gen_samples(d));
+    if (d->n_pend) {
+        d->chrome_memo = tm_mem_alloc(d->mem, d->n_pend * sizeof *d->chrome_memo);
+        if (!d->chrome_memo) return nomem(d);
+        d->n_chrome_memo = d->n_pend;
+        memset(d->chrome_memo, 0, d->n_pend * sizeof *d->chrome_memo);
+    }
     size_t j = 0, w = 0, n = tp->n_samples;
     /* The callstack iids of the samples ahead, read once for both steps
      * (by sample index modulo 2 * PREFETCH_AHEAD; 0: none, or not read). */
-    uint64_t ahead[2 * PREFETCH_AHEAD] = {0};
+    uint64_t ahead[2 * PREFETCH_AHEAD] = {0}, ahead_pid[2 * PREFETCH_AHEAD] = {0};
     for (size_t i = 0; i < n; i++) {
         size_t a = i + 2 * PREFETCH_AHEAD; /* the callstacks of samples ahead, asked for early */
-        if (a < n) {
+        ahead[a % (2 * PREFETCH_AHEAD)] = 0;
+        if (a < n && d->cs_misses >= PREFETCH_MISSES) {
             uint8_t kind = tp->attrs[tp->s_attr[a]].kind;
-            uint64_t iid = kind == TP_SRC_CHROME ? d->s_ref[a].iid
-                           : kind == TP_SRC_PERF ? perf_callstack_iid(d->s_ref[a].payload)
-                                                 : 0;
+            uint64_t iid = 0, pid = 0;
+            if (kind == TP_SRC_CHROME) iid = d->s_ref[a].iid, pid = (uint64_t)d->pend[tp->s_task[a]][0];
+            if (kind == TP_SRC_PERF) iid = perf_callstack_iid(d->s_ref[a].payload, &pid);
             ahead[a % (2 * PREFETCH_AHEAD)] = iid;
+            ahead_pid[a % (2 * PREFETCH_AHEAD)] = pid;
             if (iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 0);
         }
         a = i + PREFETCH_AHEAD;
         uint64_t iid = ahead[a % (2 * PREFETCH_AHEAD)];
-        if (a < n && iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 1);
+        if (a < n && iid) {
+            tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 1);
+            prefetch_callstack_row(d, tp->s_callsite[a], ahead_pid[a % (2 * PREFETCH_AHEAD)], iid);
+        }
         size_t order = d->s_order ? d->s_order[i] : i;
         while (j < d->n_events &&
                (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
@@ -2400,6 +2552,7 @@ static void dec_release(dec *d) {
     tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
     tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
+    tm_mem_free(m, d->chrome_memo, d->n_chrome_memo * sizeof *d->chrome_memo);
     tm_u64map_free(m, &d->pend_by_key);
     tm_u64map_free(m, &d->proc_by_pid);
     tm_u64map_free(m, &d->thread_by_tid);
@@ -2430,7 +2583,8 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
     tm_pf_reader_init(&d.rd, buf, len, mem, &tp->arena, limits, TM_PF_KEEP_EPOCHS | (strict ? TM_PF_STRICT : 0), err);
     d.dummy_mapping = TP_NULL;
     d.art_mapping = TP_NULL;
-    d.last_set = TM_ABSENT;
+    memset(d.set_memo, 0xff, sizeof d.set_memo); /* TM_ABSENT */
+    d.kind_attr[0] = d.kind_attr[1] = TM_ABSENT;
     tm_pf_heap_init(&d.heap, mem);
     /* The reserved rows: process 0 and its idle thread "swapper". */
     uint32_t upid;

@@ -214,9 +214,9 @@ static inline tm_pb_repeated tm_pb_repeated_of(tm_bytes msg, uint32_t num) {
 int tm_pb_repeated_next_slow(tm_pb_repeated *it, uint64_t *out);
 
 static inline int tm_pb_repeated_next(tm_pb_repeated *it, uint64_t *out) {
-    /* A one-byte element of a packed run, or an unpacked element of one or
-     * two bytes straight from its tag (a callstack's frame ids, either
-     * way); anything else takes the general way. */
+    /* A one- or two-byte element of a packed run, an unpacked element of
+     * one or two bytes straight from its tag (a callstack's frame ids, either
+     * way), or the end of the message; anything else takes the general way. */
     const uint8_t *p = it->msg.p, *q = it->packed.p;
     if (q < it->packed.end) {
         if (q[0] < 0x80) {
@@ -224,17 +224,24 @@ static inline int tm_pb_repeated_next(tm_pb_repeated *it, uint64_t *out) {
             it->packed.p = q + 1;
             return TM_PB_OK;
         }
-    } else if (it->tag && it->msg.end - p >= 3 && p[0] == it->tag) {
+        if (it->packed.end - q >= 2 && q[1] < 0x80) {
+            *out = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+            it->packed.p = q + 2;
+            return TM_PB_OK;
+        }
+    } else if (it->tag && it->msg.end - p >= 2 && p[0] == it->tag) {
         if (p[1] < 0x80) {
             *out = p[1];
             it->msg.p = p + 2;
             return TM_PB_OK;
         }
-        if (p[2] < 0x80) {
+        if (it->msg.end - p >= 3 && p[2] < 0x80) {
             *out = (uint64_t)(p[1] & 0x7f) | (uint64_t)p[2] << 7;
             it->msg.p = p + 3;
             return TM_PB_OK;
         }
+    } else if (p >= it->msg.end) {
+        return TM_PB_DONE;
     }
     return tm_pb_repeated_next_slow(it, out);
 }
