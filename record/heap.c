@@ -306,17 +306,25 @@ static NOINLINE void seed_random(heap_thread *t) {
     if (!t->rng) t->rng = 1;
 }
 
+/* The cell of a draw from x (not 0). */
+static inline const struct draw_cell *draw_cell_of(uint64_t x) {
+    uint64_t fraction = x << __builtin_clzll(x) << 1; /* the bits after the leading one */
+    return &g_draw_cell[fraction >> (64 - LN_CELL_BITS)];
+}
+
 /* An exponentially distributed distance to the next sample, mean
- * g_interval, from the thread's seeded generator. */
-static inline int64_t draw_interval(heap_thread *t) {
-    uint64_t x = next_random(t); /* xorshift never yields 0 */
+ * g_interval, from a uniform x of the thread's generator (xorshift never
+ * yields 0). */
+static inline int64_t draw_from(uint64_t x) {
     int e = __builtin_clzll(x);
-    uint64_t fraction = x << e << 1; /* the bits after the leading one */
-    unsigned j = (unsigned)(fraction >> (64 - LN_CELL_BITS));
+    uint64_t fraction = x << e << 1;
+    const struct draw_cell *cell = draw_cell_of(x);
     double below = (double)(fraction << LN_CELL_BITS >> 11); /* the cell's next 53 bits */
-    int64_t d = (int64_t)(g_draw_octave[e] - g_draw_cell[j].at - below * g_draw_cell[j].slope);
+    int64_t d = (int64_t)(g_draw_octave[e] - cell->at - below * cell->slope);
     return d > 0 ? d : 1;
 }
+
+static inline int64_t draw_interval(heap_thread *t) { return draw_from(next_random(t)); }
 
 /* Splits the countdown (left > 0) between the fast path's share, at most
  * the interval, and the reserve: a size malloc's fast path lets through is
@@ -326,25 +334,31 @@ static void set_countdown(heap_thread *t, int64_t left) {
     t->reserve = left - (int64_t)t->bytes_left;
 }
 
-/* The bytes a sampled allocation stands for once the countdown, left, is
- * crossed (the slow half of weight_of; inline in malloc's slow path, which
- * is reached mostly to sample). */
-static inline __attribute__((always_inline)) uint64_t crossed(heap_thread *t, int64_t left) {
-    uint64_t samples = 0;
-    if (UNLIKELY(t->rng == 0)) { /* the thread's first allocation: its first threshold */
-        seed_random(t);
-        left += draw_interval(t);
-    }
-    for (; left <= 0; left += draw_interval(t)) samples++;
+/* The bytes a sampled allocation stands for once the countdown is crossed
+ * (left <= 0, the generator seeded), x the next uniform. */
+static inline __attribute__((always_inline)) uint64_t crossed_from(heap_thread *t, int64_t left, uint64_t x) {
+    uint64_t samples = 1;
+    for (left += draw_from(x); left <= 0; left += draw_interval(t)) samples++;
     set_countdown(t, left);
     return samples * g_interval;
 }
 
-static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) { return crossed(t, left); }
+/* The slow half of weight_of: the countdown, left, is crossed, or the
+ * thread's first allocation draws its first threshold. */
+static NOINLINE uint64_t crossed(heap_thread *t, int64_t left) {
+    if (UNLIKELY(t->rng == 0)) {
+        seed_random(t);
+        left += draw_interval(t);
+        if (left > 0) {
+            set_countdown(t, left);
+            return 0;
+        }
+    }
+    return crossed_from(t, left, next_random(t));
+}
 
-/* The bytes an allocation of size stands for, 0 when it is not sampled;
- * with the slow half inline or not. */
-static inline __attribute__((always_inline)) uint64_t weight_with(size_t size, int inline_crossed) {
+/* The bytes an allocation of size stands for, 0 when it is not sampled. */
+static inline uint64_t weight_of(size_t size) {
     heap_thread *t = &t_heap;
     if (size >= g_interval) {
         /* A share below 0 (as signed) is a signal handler's malloc between
@@ -358,10 +372,8 @@ static inline __attribute__((always_inline)) uint64_t weight_with(size_t size, i
         set_countdown(t, left);
         return 0;
     }
-    return inline_crossed ? crossed(t, left) : weight_slow(t, left);
+    return crossed(t, left);
 }
-
-static inline uint64_t weight_of(size_t size) { return weight_with(size, 0); }
 
 /* This thread's shard of stack id's totals. */
 static NOINLINE void take_shard(heap_thread *t) {
@@ -818,10 +830,25 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
         return real.malloc(size);
     }
     /* Decided before allocating, as on the fast path (a failed allocation
-     * used its bytes of the countdown): a refill jumps to the real malloc. */
-    uint64_t weight = weight_with(size, 1);
-    if (LIKELY(!weight)) return real.malloc(size);
+     * used its bytes of the countdown): a refill jumps to the real malloc.
+     * A threshold crossed (mostly why this is reached) takes the next
+     * uniform first: its line of the draw's table loads while the real
+     * malloc runs, and the draw follows. */
+    heap_thread *t = &t_heap;
+    uint64_t weight = 0, x = 0;
+    int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
+    if (LIKELY(size < g_interval && t->rng != 0)) {
+        if (LIKELY(left > 0)) {
+            set_countdown(t, left);
+            return real.malloc(size);
+        }
+        x = next_random(t);
+        __builtin_prefetch(draw_cell_of(x));
+    } else if (!(weight = weight_of(size))) {
+        return real.malloc(size);
+    }
     void *p = real.malloc(size);
+    if (x) weight = crossed_from(t, left, x);
     if (p) record_sample(p, weight, caller_of(caller));
     return p;
 }
@@ -835,7 +862,7 @@ static inline void *do_malloc(size_t size, caller_ref caller) {
     /* One subtraction in memory, its flags the compare (a borrow or 0:
      * size >= bytes_left), four instructions in all; the slow way takes the
      * size back first (a signal handler's malloc in between leaves the
-     * share below 0 as signed: see weight_with). The countdown is an input
+     * share below 0 as signed: see weight_of). The countdown is an input
      * with a memory clobber: as a "+m" output GCC 12 dropped the slow way. */
     __asm__ goto("subq %1, %0\n\tjbe %l[slow]" : : "m"(t->bytes_left), "r"(size) : "cc", "memory" : slow);
     return real.malloc(size);
