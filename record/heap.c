@@ -833,22 +833,24 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
      * used its bytes of the countdown): a refill jumps to the real malloc.
      * A threshold crossed (mostly why this is reached) takes the next
      * uniform first: its line of the draw's table loads while the real
-     * malloc runs, and the draw follows. */
+     * malloc runs, and the draw follows, from the uniform read back from
+     * the generator (nothing of the draw is kept across the call). */
     heap_thread *t = &t_heap;
-    uint64_t weight = 0, x = 0;
+    uint64_t weight = 0;
+    int crossing = 0;
     int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
     if (LIKELY(size < g_interval && t->rng != 0)) {
         if (LIKELY(left > 0)) {
             set_countdown(t, left);
             return real.malloc(size);
         }
-        x = next_random(t);
-        __builtin_prefetch(draw_cell_of(x));
+        crossing = 1;
+        __builtin_prefetch(draw_cell_of(next_random(t)));
     } else if (!(weight = weight_of(size))) {
         return real.malloc(size);
     }
     void *p = real.malloc(size);
-    if (x) weight = crossed_from(t, left, x);
+    if (crossing) weight = crossed_from(t, left, t->rng);
     if (p) record_sample(p, weight, caller_of(caller));
     return p;
 }
