@@ -87,7 +87,7 @@ bench-record-naming: build
 # of the rounds' ratios, cost per sampled and per unsampled call.
 # HEAP_BASELINE=other/libtracemill_record.so adds that build's --heap runs.
 bench-heap: build
-	@$(BUILD)/bench_heap --preload $(abspath $(BUILD))/libtracemill_record.so --runs 9 \
+	@$(BUILD)/bench_heap --preload $(abspath $(BUILD))/libtracemill_record.so --runs 15 \
 	  $(if $(HEAP_BASELINE),--baseline $(abspath $(HEAP_BASELINE)))
 
 # tm_symbolize on 100 000 pcs over 20 libraries, against addr2line and
