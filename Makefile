@@ -83,9 +83,12 @@ bench-record-naming: build
 	@$(BUILD)/bench_record --preload $(abspath $(BUILD))/libtracemill_record.so --runs 11 --work 300 --naming
 
 # The heap profiler's overhead: a malloc-heavy 2-thread loop plain and under
-# --heap, ratio of medians, cost per sampled and per unsampled call.
+# --heap in rotating rounds, CPU time from wait4, ratio of medians and median
+# of the rounds' ratios, cost per sampled and per unsampled call.
+# HEAP_BASELINE=other/libtracemill_record.so adds that build's --heap runs.
 bench-heap: build
-	@$(BUILD)/bench_heap --preload $(abspath $(BUILD))/libtracemill_record.so --runs 7
+	@$(BUILD)/bench_heap --preload $(abspath $(BUILD))/libtracemill_record.so --runs 15 \
+	  $(if $(HEAP_BASELINE),--baseline $(abspath $(HEAP_BASELINE)))
 
 # tm_symbolize on 100 000 pcs over 20 libraries, against addr2line and
 # llvm-symbolizer on the same pcs.

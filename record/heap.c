@@ -69,15 +69,18 @@
 enum {
     DEFAULT_INTERVAL = 4096,
     ARENA_BYTES = 64 * 1024,   /* what dlsym may allocate before the real functions are known */
-    LIVE_BUCKETS = 1 << 14,    /* x 8 slots: sampled allocations alive at once (~512 MiB of heap
+    LIVE_BUCKETS = 1 << 15,    /* x 4 slots: sampled allocations alive at once (~512 MiB of heap
                                   at the default interval) */
-    LIVE_SLOTS = 8,            /* one cache line of addresses per bucket */
+    LIVE_SLOTS = 4,            /* one cache line per bucket: 4 addresses with their values */
+    LIVE_SPAN_MIN_SHIFT = 6,   /* a bucket covers a quarter of the interval of address space, */
+    LIVE_SPAN_MAX_SHIFT = 16,  /* from 64 bytes to 64 KiB: on average a quarter of a sample live */
     FILTER_COUNTERS = 1 << 26, /* sampled live allocations per 64-byte granule of a 4 GiB
                                   window (64 MiB of zero pages, touched where blocks are
                                   sampled): most frees look at one byte, near the bytes of
                                   their neighbours' frees (cached), not at two random buckets */
-    FILTER_STUCK = 255,        /* a counter this high is never decremented again: it only
-                                  sends frees to the buckets */
+    FILTER_STUCK = 128,        /* added for good to the counter of a bootstrap arena block: it
+                                  only sends frees to the buckets (a count of samples stays
+                                  below it: a granule holds few blocks in each 4 GiB window) */
     IDLE_STRIDE = 64 * 1024,   /* bytes a thread allocates the fast way between looks at
                                   whether a profile has started */
     OWN_SHARDS = 15,           /* the first threads to sample keep their own copy of every
@@ -168,7 +171,7 @@ static void *arena_alloc(size_t size, size_t align) {
         if (start + size > ARENA_BYTES || start + size < start) return NULL;
         if (atomic_compare_exchange_weak(&g_arena_used, &used, start + size)) {
             memcpy(g_arena + start - sizeof size, &size, sizeof size);
-            atomic_store(&g_filter[filter_of((uintptr_t)(g_arena + start))], FILTER_STUCK);
+            atomic_fetch_or(&g_filter[filter_of((uintptr_t)(g_arena + start))], FILTER_STUCK);
             return g_arena + start;
         }
     }
@@ -234,6 +237,7 @@ typedef struct totals {
 } totals;
 
 static atomic_int g_on;          /* sampling allocations */
+static atomic_int g_tables;      /* the tables below exist */
 static uint64_t g_interval;
 static _Atomic int g_next_shard;
 static totals *g_totals;
@@ -244,8 +248,15 @@ static _Atomic uint32_t g_n_stacks;
 static uint64_t *g_pool;
 static uint32_t g_pool_used;
 static atomic_flag g_stacks_lock = ATOMIC_FLAG_INIT;
-static _Atomic uintptr_t *g_live_addr; /* LIVE_BUCKETS * LIVE_SLOTS; 0 empty */
-static _Atomic uint64_t *g_live_val;
+/* A sampled live allocation: its address (0: empty) and its stack id << 40
+ * | the bytes it stands for, side by side so that a sample and its free
+ * touch one line of the table. */
+typedef struct live_slot {
+    _Atomic uintptr_t addr;
+    _Atomic uint64_t val;
+} live_slot;
+static live_slot *g_live;          /* LIVE_BUCKETS * LIVE_SLOTS, a bucket per cache line */
+static unsigned g_live_span_shift; /* log2 of the bytes of address space a bucket covers */
 static _Atomic uint64_t g_unwind_errors, g_reentrant, g_table_full;
 
 /* ---- sampling decision ------------------------------------------------------- */
@@ -265,10 +276,13 @@ static uint64_t next_random(heap_thread *t) {
  * 2e-6 of the interval). The tables are in bytes of the interval, filled by
  * tmr_heap_start. */
 enum { LN_CELLS = 256, LN_CELL_BITS = 8 };
-static double g_draw_octave[64];        /* (e + 1) ln 2 * interval, + 0.5: the draw is rounded to
-                                           whole bytes, the countdown's gaps keep its mean */
-static double g_draw_cell[LN_CELLS];    /* (ln m at the cell's start + the chord's mean error) * interval */
-static double g_draw_slope[LN_CELLS];   /* the chord's rise * interval per unit of the 53 bits below */
+static double g_draw_octave[64]; /* (e + 1) ln 2 * interval, + 0.5: the draw is rounded to
+                                    whole bytes, the countdown's gaps keep its mean */
+/* A cell: side by side so that a draw reads one line of the table. */
+static struct draw_cell {
+    double at;    /* (ln m at the cell's start + the chord's mean error) * interval */
+    double slope; /* the chord's rise * interval per unit of the 53 bits below */
+} g_draw_cell[LN_CELLS];
 
 /* The integral of ln over [a, b]. */
 static double ln_integral(double a, double b) { return b * log(b) - b - (a * log(a) - a); }
@@ -279,8 +293,8 @@ static void fill_draw_tables(double interval) {
     for (int j = 0; j < LN_CELLS; j++) {
         double a = 1 + (double)j / LN_CELLS, b = 1 + (double)(j + 1) / LN_CELLS;
         double chord_error = ln_integral(a, b) / (b - a) - (log(a) + log(b)) / 2;
-        g_draw_cell[j] = (log(a) + chord_error) * interval;
-        g_draw_slope[j] = (log(b) - log(a)) * interval * (1.0 / 9007199254740992.0);
+        g_draw_cell[j].at = (log(a) + chord_error) * interval;
+        g_draw_cell[j].slope = (log(b) - log(a)) * interval * (1.0 / 9007199254740992.0);
     }
 }
 
@@ -292,17 +306,25 @@ static NOINLINE void seed_random(heap_thread *t) {
     if (!t->rng) t->rng = 1;
 }
 
+/* The cell of a draw from x (not 0). */
+static inline const struct draw_cell *draw_cell_of(uint64_t x) {
+    uint64_t fraction = x << __builtin_clzll(x) << 1; /* the bits after the leading one */
+    return &g_draw_cell[fraction >> (64 - LN_CELL_BITS)];
+}
+
 /* An exponentially distributed distance to the next sample, mean
- * g_interval, from the thread's seeded generator. */
-static inline int64_t draw_interval(heap_thread *t) {
-    uint64_t x = next_random(t); /* xorshift never yields 0 */
+ * g_interval, from a uniform x of the thread's generator (xorshift never
+ * yields 0). */
+static inline int64_t draw_from(uint64_t x) {
     int e = __builtin_clzll(x);
-    uint64_t fraction = x << e << 1; /* the bits after the leading one */
-    unsigned j = (unsigned)(fraction >> (64 - LN_CELL_BITS));
+    uint64_t fraction = x << e << 1;
+    const struct draw_cell *cell = draw_cell_of(x);
     double below = (double)(fraction << LN_CELL_BITS >> 11); /* the cell's next 53 bits */
-    int64_t d = (int64_t)(g_draw_octave[e] - g_draw_cell[j] - below * g_draw_slope[j]);
+    int64_t d = (int64_t)(g_draw_octave[e] - cell->at - below * cell->slope);
     return d > 0 ? d : 1;
 }
+
+static inline int64_t draw_interval(heap_thread *t) { return draw_from(next_random(t)); }
 
 /* Splits the countdown (left > 0) between the fast path's share, at most
  * the interval, and the reserve: a size malloc's fast path lets through is
@@ -312,25 +334,31 @@ static void set_countdown(heap_thread *t, int64_t left) {
     t->reserve = left - (int64_t)t->bytes_left;
 }
 
-/* The bytes a sampled allocation stands for once the countdown, left, is
- * crossed (the slow half of weight_of; inline in malloc's slow path, which
- * is reached mostly to sample). */
-static inline __attribute__((always_inline)) uint64_t crossed(heap_thread *t, int64_t left) {
-    uint64_t samples = 0;
-    if (UNLIKELY(t->rng == 0)) { /* the thread's first allocation: its first threshold */
-        seed_random(t);
-        left += draw_interval(t);
-    }
-    for (; left <= 0; left += draw_interval(t)) samples++;
+/* The bytes a sampled allocation stands for once the countdown is crossed
+ * (left <= 0, the generator seeded), x the next uniform. */
+static inline __attribute__((always_inline)) uint64_t crossed_from(heap_thread *t, int64_t left, uint64_t x) {
+    uint64_t samples = 1;
+    for (left += draw_from(x); left <= 0; left += draw_interval(t)) samples++;
     set_countdown(t, left);
     return samples * g_interval;
 }
 
-static NOINLINE uint64_t weight_slow(heap_thread *t, int64_t left) { return crossed(t, left); }
+/* The slow half of weight_of: the countdown, left, is crossed, or the
+ * thread's first allocation draws its first threshold. */
+static NOINLINE uint64_t crossed(heap_thread *t, int64_t left) {
+    if (UNLIKELY(t->rng == 0)) {
+        seed_random(t);
+        left += draw_interval(t);
+        if (left > 0) {
+            set_countdown(t, left);
+            return 0;
+        }
+    }
+    return crossed_from(t, left, next_random(t));
+}
 
-/* The bytes an allocation of size stands for, 0 when it is not sampled;
- * with the slow half inline or not. */
-static inline __attribute__((always_inline)) uint64_t weight_with(size_t size, int inline_crossed) {
+/* The bytes an allocation of size stands for, 0 when it is not sampled. */
+static inline uint64_t weight_of(size_t size) {
     heap_thread *t = &t_heap;
     if (size >= g_interval) {
         /* A share below 0 (as signed) is a signal handler's malloc between
@@ -344,10 +372,8 @@ static inline __attribute__((always_inline)) uint64_t weight_with(size_t size, i
         set_countdown(t, left);
         return 0;
     }
-    return inline_crossed ? crossed(t, left) : weight_slow(t, left);
+    return crossed(t, left);
 }
-
-static inline uint64_t weight_of(size_t size) { return weight_with(size, 0); }
 
 /* This thread's shard of stack id's totals. */
 static NOINLINE void take_shard(heap_thread *t) {
@@ -380,16 +406,18 @@ static inline void add_totals(const heap_thread *t, _Atomic uint64_t *bytes, _At
 /* ---- the live table ------------------------------------------------------------ */
 
 /* Where p may be: its filter counter and its first bucket by address (no
- * hash: a bucket per 512 bytes of address space, so that the heap a program
- * works in maps to few lines of the table, which stay cached; offset by the
- * region as the filter is). The second bucket, by hash, is only looked at
- * when the first is full (second_bucket). */
+ * hash: a bucket per quarter interval of address space, so that the heap a
+ * program works in maps to few lines of the table, which stay cached, and a
+ * bucket holds a quarter of a sample on average; offset by the region). The
+ * second bucket, by hash, is only looked at when the first is full
+ * (second_bucket). */
 typedef struct live_place {
     size_t counter, bucket;
 } live_place;
 
 static live_place place_of(uintptr_t p) {
-    live_place at = {filter_of(p), (((size_t)(p >> 9) + region_offset(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS};
+    live_place at = {filter_of(p),
+                     (((size_t)(p >> g_live_span_shift) + region_offset(p)) & (LIVE_BUCKETS - 1)) * LIVE_SLOTS};
     return at;
 }
 
@@ -398,19 +426,18 @@ static size_t second_bucket(uintptr_t p) {
 }
 
 /* Tracks p at its place (any free slot of its first bucket, else of its
- * second); 0 when both are full. */
+ * second); 0 when both are full. The counter is a locked add: no load and
+ * compare before it, no retry. */
 static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight) {
     if (weight >> WEIGHT_BITS) weight = (1ull << WEIGHT_BITS) - 1;
     size_t bucket = at.bucket;
     for (int k = 0; k < 2; k++, bucket = second_bucket(p))
-        for (size_t i = bucket; i < bucket + LIVE_SLOTS; i++) {
+        for (live_slot *x = &g_live[bucket]; x < &g_live[bucket + LIVE_SLOTS]; x++) {
             uintptr_t empty = 0;
-            if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) == 0 &&
-                atomic_compare_exchange_strong(&g_live_addr[i], &empty, p)) {
-                atomic_store_explicit(&g_live_val[i], (uint64_t)id << WEIGHT_BITS | weight, memory_order_relaxed);
-                uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
-                while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c + 1)) {
-                }
+            if (atomic_load_explicit(&x->addr, memory_order_relaxed) == 0 &&
+                atomic_compare_exchange_strong(&x->addr, &empty, p)) {
+                atomic_store_explicit(&x->val, (uint64_t)id << WEIGHT_BITS | weight, memory_order_relaxed);
+                atomic_fetch_add_explicit(&g_filter[at.counter], 1, memory_order_relaxed);
                 return 1;
             }
         }
@@ -418,23 +445,24 @@ static int live_insert(live_place at, uintptr_t p, uint32_t id, uint64_t weight)
 }
 
 /* Forgets p and charges its stack with the free; nothing if p was not
- * sampled. Called only when p's filter counter is not 0 (so the tables
- * exist). */
+ * sampled. Called only when p's filter counter is not 0: p was sampled, or
+ * shares its granule (modulo 4 GiB) with one that was or with a bootstrap
+ * arena block, which sets its counter before any table exists. */
 static inline __attribute__((always_inline)) void live_remove(uintptr_t p) {
-    if (!p) return; /* free(NULL) reads counter 0 like any block there */
+    /* free(NULL) reads counter 0 like any block there; acquire: the tables
+     * were made before g_tables was set */
+    if (!p || !atomic_load_explicit(&g_tables, memory_order_acquire)) return;
     live_place at = place_of(p);
     size_t bucket = at.bucket;
     for (int k = 0; k < 2; k++, bucket = second_bucket(p))
-        for (size_t i = bucket; i < bucket + LIVE_SLOTS; i++) {
-            if (atomic_load_explicit(&g_live_addr[i], memory_order_relaxed) != p) continue;
-            uint64_t v = atomic_load_explicit(&g_live_val[i], memory_order_relaxed);
+        for (live_slot *x = &g_live[bucket]; x < &g_live[bucket + LIVE_SLOTS]; x++) {
+            if (atomic_load_explicit(&x->addr, memory_order_relaxed) != p) continue;
+            uint64_t v = atomic_load_explicit(&x->val, memory_order_relaxed);
             /* A plain store frees the slot: only a free of p writes it now,
              * and two frees of one block at once are the program's bug (the
              * allocator's to catch). */
-            atomic_store_explicit(&g_live_addr[i], 0, memory_order_release);
-            uint8_t c = atomic_load_explicit(&g_filter[at.counter], memory_order_relaxed);
-            while (c < FILTER_STUCK && !atomic_compare_exchange_weak(&g_filter[at.counter], &c, c - 1)) {
-            }
+            atomic_store_explicit(&x->addr, 0, memory_order_release);
+            atomic_fetch_sub_explicit(&g_filter[at.counter], 1, memory_order_relaxed);
             heap_thread *t = &t_heap;
             totals *s = totals_of(t, (uint32_t)(v >> WEIGHT_BITS));
             add_totals(t, &s->free_bytes, &s->free_count, v & ((1ull << WEIGHT_BITS) - 1));
@@ -762,8 +790,7 @@ static inline __attribute__((always_inline)) void record_sample(void *p, uint64_
     t->guard++;
     /* The lines p goes to are rarely cached: they load while the stack is found. */
     live_place place = place_of((uintptr_t)p);
-    __builtin_prefetch(&g_live_addr[place.bucket], 1);
-    __builtin_prefetch(&g_live_val[place.bucket], 1);
+    __builtin_prefetch(&g_live[place.bucket], 1);
     __builtin_prefetch(&g_filter[place.counter], 1);
     int64_t id = stack_of(t, at);
     if (id < 0 || !live_insert(place, (uintptr_t)p, (uint32_t)id, weight)) {
@@ -803,10 +830,27 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
         return real.malloc(size);
     }
     /* Decided before allocating, as on the fast path (a failed allocation
-     * used its bytes of the countdown): a refill jumps to the real malloc. */
-    uint64_t weight = weight_with(size, 1);
-    if (LIKELY(!weight)) return real.malloc(size);
+     * used its bytes of the countdown): a refill jumps to the real malloc.
+     * A threshold crossed (mostly why this is reached) takes the next
+     * uniform first: its line of the draw's table loads while the real
+     * malloc runs, and the draw follows, from the uniform read back from
+     * the generator (nothing of the draw is kept across the call). */
+    heap_thread *t = &t_heap;
+    uint64_t weight = 0;
+    int crossing = 0;
+    int64_t left = (int64_t)t->bytes_left + t->reserve - (int64_t)size;
+    if (LIKELY(size < g_interval && t->rng != 0)) {
+        if (LIKELY(left > 0)) {
+            set_countdown(t, left);
+            return real.malloc(size);
+        }
+        crossing = 1;
+        __builtin_prefetch(draw_cell_of(next_random(t)));
+    } else if (!(weight = weight_of(size))) {
+        return real.malloc(size);
+    }
     void *p = real.malloc(size);
+    if (crossing) weight = crossed_from(t, left, t->rng);
     if (p) record_sample(p, weight, caller_of(caller));
     return p;
 }
@@ -820,7 +864,7 @@ static inline void *do_malloc(size_t size, caller_ref caller) {
     /* One subtraction in memory, its flags the compare (a borrow or 0:
      * size >= bytes_left), four instructions in all; the slow way takes the
      * size back first (a signal handler's malloc in between leaves the
-     * share below 0 as signed: see weight_with). The countdown is an input
+     * share below 0 as signed: see weight_of). The countdown is an input
      * with a memory clobber: as a "+m" output GCC 12 dropped the slow way. */
     __asm__ goto("subq %1, %0\n\tjbe %l[slow]" : : "m"(t->bytes_left), "r"(size) : "cc", "memory" : slow);
     return real.malloc(size);
@@ -1112,15 +1156,18 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
     }
     g_interval = interval ? interval : DEFAULT_INTERVAL;
     fill_draw_tables((double)g_interval);
+    int span = 63 - __builtin_clzll(g_interval) - 2; /* a quarter of the interval, rounded down */
+    g_live_span_shift = span < LIVE_SPAN_MIN_SHIFT   ? LIVE_SPAN_MIN_SHIFT
+                        : span > LIVE_SPAN_MAX_SHIFT ? LIVE_SPAN_MAX_SHIFT
+                                                     : (unsigned)span;
     g_max_depth = max_depth ? max_depth : DEPTH_MAX;
     if (g_max_depth > DEPTH_MAX) g_max_depth = DEPTH_MAX;
     g_stacks = map_zeroed(STACKS_MAX * sizeof *g_stacks);
     g_stack_index = map_zeroed(STACK_INDEX * sizeof *g_stack_index);
     g_pool = map_zeroed(POOL_WORDS * sizeof *g_pool);
-    g_live_addr = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_addr);
-    g_live_val = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live_val);
+    g_live = map_zeroed(LIVE_BUCKETS * LIVE_SLOTS * sizeof *g_live);
     g_totals = map_zeroed((size_t)SHARDS * STACKS_MAX * sizeof *g_totals);
-    if (!g_stacks || !g_stack_index || !g_pool || !g_live_addr || !g_live_val || !g_totals) {
+    if (!g_stacks || !g_stack_index || !g_pool || !g_live || !g_totals) {
         tm_fail(err, TM_ERR_NOMEM, 0, NULL, "heap profiling: cannot map its tables");
         return NULL;
     }
@@ -1131,6 +1178,7 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
     atomic_fetch_add(&g_generation, 1);
     if (!g_memo_key_made) g_memo_key_made = pthread_key_create(&g_memo_key, memo_table_free) == 0;
 #endif
+    atomic_store(&g_tables, 1);
     atomic_store(&g_on, 1);
     t_heap.bytes_left = 0, t_heap.reserve = 0; /* this thread draws its first threshold now, not after its
                                                   idle stride */
