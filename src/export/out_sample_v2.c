@@ -526,7 +526,8 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
 }
 
 /* Relay's converter never writes in_app (rules NULL: none). */
-static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules) {
+static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules,
+                                         tm_error *err) {
     tm_jw_lit(w, "],\"stacks\":[");
     for (size_t i = 0; i < p->n_stacks; i++) {
         const tm_prof_stack *sk = &p->stacks[i];
@@ -542,11 +543,16 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m
     }
     tm_jw_lit(w, "],\"frames\":[");
     uint64_t addr_mask = tm_sentry_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
+    int8_t *memo = tm_mem_alloc(p->mem, p->n_mappings + 1); /* in_app per mapping */
+    if (!memo) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    memset(memo, TM_IN_APP_UNKNOWN, p->n_mappings + 1);
     for (size_t i = 0; i < p->n_frames; i++) {
         if (i) tm_jw_char(w, ',');
-        write_frame(w, &p->frames[i], addr_mask, rules ? tm_sentry_in_app(p, (uint32_t)i, rules) : -1);
+        write_frame(w, &p->frames[i], addr_mask, rules ? tm_sentry_in_app_memo(p, (uint32_t)i, rules, memo) : -1);
     }
+    tm_mem_free(p->mem, memo, p->n_mappings + 1);
     tm_jw_char(w, ']');
+    return TM_OK;
 }
 
 /* thread_metadata, of the threads that kept samples: Relay names only the
@@ -601,7 +607,7 @@ static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const
     TM_TRY(write_chunk_fields(w, p, m, err));
     tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
     TM_TRY(write_samples(w, p, sel->drop_thread, err));
-    write_stacks_and_frames(w, p, m, rules);
+    TM_TRY(write_stacks_and_frames(w, p, m, rules, err));
     TM_TRY(write_thread_metadata(w, p, sel->count, err));
     tm_jw_lit(w, "}}");
     return TM_OK;
