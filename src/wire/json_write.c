@@ -87,19 +87,14 @@ void tm_jw_i64(tm_jw *w, int64_t v) {
 }
 
 void tm_jw_hex(tm_jw *w, uint64_t v) {
-    char b[20];
-    size_t n = 0;
-    char tmp[16];
-    do {
-        tmp[n++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    b[0] = '"';
-    b[1] = '0';
-    b[2] = 'x';
-    for (size_t i = 0; i < n; i++) b[3 + i] = tmp[n - 1 - i];
-    b[3 + n] = '"';
-    tm_jw_raw(w, b, n + 4);
+    size_t n = ((size_t)(64 - __builtin_clzll(v | 1)) + 3) / 4; /* digits: the count known, written from the end */
+    char *o = tm_jw_reserve(w, 20);
+    o[0] = '"';
+    o[1] = '0';
+    o[2] = 'x';
+    for (size_t i = n; i; i--, v >>= 4) o[2 + i] = "0123456789abcdef"[v & 15];
+    o[3 + n] = '"';
+    tm_jw_commit(w, o + 4 + n);
 }
 
 void tm_jw_seconds(tm_jw *w, int64_t ns) {
