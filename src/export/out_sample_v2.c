@@ -339,11 +339,14 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
     suf_off[n_threads] = (uint32_t)(q - suffix);
 
     fill_digit_groups(*groups);
-    int64_t cached_sec = -1;
+    /* the cached second in ns (none yet: 2^63, beyond every time): its
+     * samples take their fraction by a subtraction */
+    uint64_t sec_ns = (uint64_t)INT64_MAX + 1;
     char sec_digits[24] = {0};
     size_t sec_len = 0;
     int comma = 0;
     size_t seg = 0;
+    int64_t next_seg = p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX;
     for (size_t i = 0; i < p->n_samples; i++) {
         const tm_prof_sample *s = &p->samples[i];
         if (drop_thread[s->thread]) continue;
@@ -356,20 +359,23 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         if (p->relay_compat) {
             o += tm_format_f64(relay_seconds(p, s->ts), o);
         } else {
-            while (seg + 1 < p->n_realtime && p->realtime[seg + 1].from_ns <= s->ts) seg++;
+            while (s->ts >= next_seg && seg + 1 < p->n_realtime) { /* the time's first: seldom true */
+                seg++;
+                next_seg = seg + 1 < p->n_realtime ? p->realtime[seg + 1].from_ns : INT64_MAX;
+            }
             int64_t unix_ns = s->ts + p->realtime[seg].offset_ns;
             if (unix_ns < 0) {
                 tm_jw_commit(w, o);
                 tm_jw_seconds(w, unix_ns);
                 o = tm_jw_reserve(w, 128);
             } else {
-                int64_t sec = unix_ns / 1000000000;
-                if (sec != cached_sec) {
-                    cached_sec = sec;
+                if ((uint64_t)unix_ns - sec_ns >= 1000000000u) { /* another second */
+                    int64_t sec = unix_ns / 1000000000;
+                    sec_ns = (uint64_t)sec * 1000000000u;
                     sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
                 }
                 memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
-                o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000), *groups);
+                o = put_fraction(o + sec_len, (uint32_t)((uint64_t)unix_ns - sec_ns), *groups);
             }
         }
         static const char stack_key[] = ",\"stack_id\":";
