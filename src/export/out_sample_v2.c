@@ -214,7 +214,7 @@ static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t 
 /* A frame's keys in the order of Relay's Frame: abs_path, filename,
  * function, in_app (-1: none), instruction_addr, lineno, module, package,
  * platform. */
-static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, int in_app) {
+static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, int in_app, bool plain_package) {
     tm_jw_char(w, '{');
     int comma = 0;
     if (f->flags & TM_FRAME_HAS_FILE) { /* from symbols; a path from the root is abs_path too */
@@ -260,7 +260,13 @@ static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, in
     if (f->flags & TM_FRAME_HAS_PACKAGE) {
         if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"package\":");
-        tm_jw_str(w, f->package);
+        if (plain_package) {
+            tm_jw_char(w, '"');
+            tm_jw_raw(w, f->package.data, f->package.len);
+            tm_jw_char(w, '"');
+        } else {
+            tm_jw_str(w, f->package);
+        }
         comma = 1;
     }
     if (comma) tm_jw_char(w, ',');
@@ -549,14 +555,28 @@ static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const me
     }
     tm_jw_lit(w, "],\"frames\":[");
     uint64_t addr_mask = tm_sentry_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
-    int8_t *memo = tm_mem_alloc(p->mem, p->n_mappings + 1); /* in_app per mapping */
+    /* per mapping: in_app, and whether its path (a Perfetto frame's
+     * package) needs escaping (0: not known yet, 1: no, 2: yes) */
+    size_t n_memo = p->n_mappings + 1;
+    int8_t *memo = tm_mem_alloc(p->mem, 2 * n_memo);
     if (!memo) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    memset(memo, TM_IN_APP_UNKNOWN, p->n_mappings + 1);
+    int8_t *plain = memo + n_memo;
+    memset(memo, TM_IN_APP_UNKNOWN, n_memo);
+    memset(plain, 0, n_memo);
     for (size_t i = 0; i < p->n_frames; i++) {
+        const tm_prof_frame *f = &p->frames[i];
+        bool plain_package = false;
+        if ((f->flags & TM_FRAME_HAS_PACKAGE) && f->mapping &&
+            f->package.data == p->mappings[f->mapping - 1].path.data &&
+            f->package.len == p->mappings[f->mapping - 1].path.len) {
+            int8_t *pl = &plain[f->mapping - 1];
+            if (!*pl) *pl = tm_jw_plain(f->package) ? 1 : 2;
+            plain_package = *pl == 1;
+        }
         if (i) tm_jw_char(w, ',');
-        write_frame(w, &p->frames[i], addr_mask, rules ? tm_sentry_in_app_memo(p, (uint32_t)i, rules, memo) : -1);
+        write_frame(w, f, addr_mask, rules ? tm_sentry_in_app_memo(p, (uint32_t)i, rules, memo) : -1, plain_package);
     }
-    tm_mem_free(p->mem, memo, p->n_mappings + 1);
+    tm_mem_free(p->mem, memo, 2 * n_memo);
     tm_jw_char(w, ']');
     return TM_OK;
 }

@@ -242,6 +242,18 @@ static inline bool plain8(uint64_t x) {
     return ((control | quotes | backslashes | x) & high) == 0;
 }
 
+bool tm_jw_plain(tm_str s) {
+    size_t i = 0;
+    for (; i + 8 <= s.len; i += 8) {
+        uint64_t x;
+        memcpy(&x, s.data + i, 8);
+        if (!plain8(x)) return false;
+    }
+    for (; i < s.len; i++)
+        if (s.data[i] < 0x20 || s.data[i] == '"' || s.data[i] == '\\' || s.data[i] >= 0x80) return false;
+    return true;
+}
+
 void tm_jw_str(tm_jw *w, tm_str s) {
     tm_jw_char(w, '"');
     const uint8_t *p = s.data, *e = s.data + s.len, *run = p;
