@@ -317,22 +317,23 @@ static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
 }
 
 /* The samples array: one record per kept sample, each written in place
- * from precomputed per-thread suffixes. Default mode caches the integer
- * seconds, which consecutive samples share. */
+ * from precomputed per-thread suffixes, SUFFIX_SLOT bytes a thread with
+ * the suffix's length in the slot's last byte (",\"thread_id\":\"-" and 19
+ * digits and "\"}" is 36 bytes). Default mode caches the integer seconds,
+ * which consecutive samples share. */
+#define SUFFIX_SLOT 40
+
 static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
-    size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 40; /* +40: fixed-size copies */
+    size_t n_threads = p->n_threads, suf_cap = (n_threads + 1) * SUFFIX_SLOT;
     char *suffix = tm_mem_alloc(p->mem, suf_cap);
-    uint32_t *suf_off = tm_mem_alloc(p->mem, (n_threads + 1) * sizeof *suf_off);
     digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
-    if (!suffix || !suf_off || !groups) {
+    if (!suffix || !groups) {
         tm_mem_free(p->mem, groups, sizeof *groups);
         tm_mem_free(p->mem, suffix, suf_cap);
-        tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     }
-    char *q = suffix;
     for (size_t i = 0; i < n_threads; i++) {
-        suf_off[i] = (uint32_t)(q - suffix);
+        char *slot = suffix + i * SUFFIX_SLOT, *q = slot;
         static const char pre[] = ",\"thread_id\":\"";
         memcpy(q, pre, sizeof pre - 1);
         q += sizeof pre - 1;
@@ -341,8 +342,8 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         q = tm_put_u64(q, tid < 0 ? (uint64_t)0 - (uint64_t)tid : (uint64_t)tid);
         *q++ = '"';
         *q++ = '}';
+        slot[SUFFIX_SLOT - 1] = (char)(q - slot);
     }
-    suf_off[n_threads] = (uint32_t)(q - suffix);
 
     fill_digit_groups(*groups);
     /* the cached second in ns (none yet: 2^63, beyond every time): its
@@ -387,13 +388,12 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         static const char stack_key[] = ",\"stack_id\":";
         memcpy(o, stack_key, sizeof stack_key - 1);
         o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
-        uint32_t so = suf_off[s->thread], sl = suf_off[s->thread + 1] - so;
-        memcpy(o, suffix + so, 40); /* fixed size: inlined; sl <= 40 */
-        tm_jw_commit(w, o + sl);
+        const char *slot = suffix + (size_t)s->thread * SUFFIX_SLOT;
+        memcpy(o, slot, SUFFIX_SLOT); /* fixed size: inlined; the length byte goes past the end */
+        tm_jw_commit(w, o + (uint8_t)slot[SUFFIX_SLOT - 1]);
     }
     tm_mem_free(p->mem, groups, sizeof *groups);
     tm_mem_free(p->mem, suffix, suf_cap);
-    tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
     return TM_OK;
 }
 
@@ -537,6 +537,10 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
     return TM_OK;
 }
 
+/* A stack's frame ids written a reserve at a time (",4294967295": 11
+ * bytes each, within tm_jw_reserve's 4 KiB). */
+#define STACK_IDS_AT_ONCE 256
+
 /* Relay's converter never writes in_app (rules NULL: none). */
 static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules,
                                          tm_error *err) {
@@ -546,10 +550,16 @@ static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const me
         if (i) tm_jw_char(w, ',');
         tm_jw_char(w, '[');
         const uint32_t *ids = sk->len ? p->frame_ids + sk->off : NULL; /* none at all: frame_ids is NULL */
-        for (uint32_t j = 0; j < sk->len; j++) { /* in place: a deep stack holds hundreds of ids */
-            char *o = tm_jw_reserve(w, 12);
+        for (uint32_t j = 0; j < sk->len;) { /* in place, STACK_IDS_AT_ONCE ids a reserve: a deep stack holds hundreds */
+            uint32_t to = sk->len - j > STACK_IDS_AT_ONCE ? j + STACK_IDS_AT_ONCE : sk->len;
+            char *o = tm_jw_reserve(w, 12 * STACK_IDS_AT_ONCE);
             if (j) *o++ = ',';
-            tm_jw_commit(w, tm_put_u64(o, ids[j]));
+            o = tm_put_u64(o, ids[j++]);
+            for (; j < to; j++) {
+                *o++ = ',';
+                o = tm_put_u64(o, ids[j]);
+            }
+            tm_jw_commit(w, o);
         }
         tm_jw_char(w, ']');
     }
