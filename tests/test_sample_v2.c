@@ -14,7 +14,7 @@
  * - Default mode: exact timestamps, named threads, platform
  *   without metadata, always valid JSON.
  * - in_app: the default rule per kind of frame, prefixes (longest wins),
- *   never in Relay mode.
+ *   never in Relay mode; kept per mapping, but not for kernel addresses.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -946,6 +946,51 @@ Test(in_app, default_rule_and_prefixes) {
     cr_assert_eq(tm_write_sample_v2(t, &bad, &sink, &err), TM_ERR_INVALID_ARG);
     tu_membuf_free(&out);
     tm_trace_free(t);
+}
+
+/* A Perfetto frame's in_app is its mapping's, found once per mapping,
+ * except where its address is the kernel's: such a frame is not in_app
+ * whatever its mapping, before or after the mapping's other frames. */
+Test(in_app, per_mapping_but_kernel_addresses_apart) {
+    tb_buf t = {0};
+    tb_standard_clocks(&t, 0);
+    size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 1, "libapp.so", 9);
+    static const char *const fns[] = {"kernel_first", "app_a", "kernel_mid", "app_b"};
+    static const uint64_t rel_pc[] = {0xffffffff81000000ull, 0x10, 0xffffffff81000040ull, 0x20};
+    for (int i = 0; i < 4; i++) tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, (uint64_t)i + 1, fns[i], strlen(fns[i]));
+    const uint64_t path[1] = {1};
+    tb_mapping(&t, 1, 0, 0, 0x100000, path, 1);
+    for (int i = 0; i < 4; i++) tb_frame(&t, (uint64_t)i + 1, (uint64_t)i + 1, 1, rel_pc[i]);
+    const uint64_t cs[4] = {1, 2, 3, 4};
+    tb_callstack(&t, 1, cs, 4, 0);
+    tb_close(&t, in);
+    tb_close(&t, pkt);
+    tb_perf_sample(&t, 1, TB_BOOT0 + 1000, 10, 10, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&t, 1, TB_BOOT0 + 2000, 10, 10, 1, TB_SEQ_NEEDS);
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(t.data, t.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
+    json_t *root = json_loadb(out.data, out.len, 0, NULL);
+    cr_assert_not_null(root);
+    json_t *frames = json_object_get(json_object_get(root, "profile"), "frames");
+    cr_assert_eq(json_array_size(frames), 4);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *f = json_array_get(frames, i);
+        const char *fn = json_string_value(json_object_get(f, "function"));
+        cr_assert_not_null(fn);
+        int kernel = strncmp(fn, "kernel", 6) == 0;
+        cr_expect_eq(json_is_true(json_object_get(f, "in_app")), !kernel, "%s", fn);
+        cr_expect(json_is_boolean(json_object_get(f, "in_app")), "%s", fn);
+    }
+    json_decref(root);
+    tu_membuf_free(&out);
+    tm_trace_free(tr);
+    tb_free(&t);
 }
 
 /* Relay's converter never writes in_app: --compat relay output has none

@@ -214,7 +214,7 @@ static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t 
 /* A frame's keys in the order of Relay's Frame: abs_path, filename,
  * function, in_app (-1: none), instruction_addr, lineno, module, package,
  * platform. */
-static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, int in_app) {
+static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, int in_app, bool plain_package) {
     tm_jw_char(w, '{');
     int comma = 0;
     if (f->flags & TM_FRAME_HAS_FILE) { /* from symbols; a path from the root is abs_path too */
@@ -260,7 +260,13 @@ static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, in
     if (f->flags & TM_FRAME_HAS_PACKAGE) {
         if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"package\":");
-        tm_jw_str(w, f->package);
+        if (plain_package) {
+            tm_jw_char(w, '"');
+            tm_jw_raw(w, f->package.data, f->package.len);
+            tm_jw_char(w, '"');
+        } else {
+            tm_jw_str(w, f->package);
+        }
         comma = 1;
     }
     if (comma) tm_jw_char(w, ',');
@@ -311,22 +317,23 @@ static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
 }
 
 /* The samples array: one record per kept sample, each written in place
- * from precomputed per-thread suffixes. Default mode caches the integer
- * seconds, which consecutive samples share. */
+ * from precomputed per-thread suffixes, SUFFIX_SLOT bytes a thread with
+ * the suffix's length in the slot's last byte (",\"thread_id\":\"-" and 19
+ * digits and "\"}" is 36 bytes). Default mode caches the integer seconds,
+ * which consecutive samples share. */
+#define SUFFIX_SLOT 40
+
 static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
-    size_t n_threads = p->n_threads, suf_cap = n_threads * 40 + 40; /* +40: fixed-size copies */
+    size_t n_threads = p->n_threads, suf_cap = (n_threads + 1) * SUFFIX_SLOT;
     char *suffix = tm_mem_alloc(p->mem, suf_cap);
-    uint32_t *suf_off = tm_mem_alloc(p->mem, (n_threads + 1) * sizeof *suf_off);
     digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
-    if (!suffix || !suf_off || !groups) {
+    if (!suffix || !groups) {
         tm_mem_free(p->mem, groups, sizeof *groups);
         tm_mem_free(p->mem, suffix, suf_cap);
-        tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     }
-    char *q = suffix;
     for (size_t i = 0; i < n_threads; i++) {
-        suf_off[i] = (uint32_t)(q - suffix);
+        char *slot = suffix + i * SUFFIX_SLOT, *q = slot;
         static const char pre[] = ",\"thread_id\":\"";
         memcpy(q, pre, sizeof pre - 1);
         q += sizeof pre - 1;
@@ -335,15 +342,18 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         q = tm_put_u64(q, tid < 0 ? (uint64_t)0 - (uint64_t)tid : (uint64_t)tid);
         *q++ = '"';
         *q++ = '}';
+        slot[SUFFIX_SLOT - 1] = (char)(q - slot);
     }
-    suf_off[n_threads] = (uint32_t)(q - suffix);
 
     fill_digit_groups(*groups);
-    int64_t cached_sec = -1;
+    /* the cached second in ns (none yet: 2^63, beyond every time): its
+     * samples take their fraction by a subtraction */
+    uint64_t sec_ns = (uint64_t)INT64_MAX + 1;
     char sec_digits[24] = {0};
     size_t sec_len = 0;
     int comma = 0;
     size_t seg = 0;
+    int64_t next_seg = p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX;
     for (size_t i = 0; i < p->n_samples; i++) {
         const tm_prof_sample *s = &p->samples[i];
         if (drop_thread[s->thread]) continue;
@@ -356,32 +366,34 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         if (p->relay_compat) {
             o += tm_format_f64(relay_seconds(p, s->ts), o);
         } else {
-            while (seg + 1 < p->n_realtime && p->realtime[seg + 1].from_ns <= s->ts) seg++;
+            while (s->ts >= next_seg && seg + 1 < p->n_realtime) { /* the time's first: seldom true */
+                seg++;
+                next_seg = seg + 1 < p->n_realtime ? p->realtime[seg + 1].from_ns : INT64_MAX;
+            }
             int64_t unix_ns = s->ts + p->realtime[seg].offset_ns;
             if (unix_ns < 0) {
                 tm_jw_commit(w, o);
                 tm_jw_seconds(w, unix_ns);
                 o = tm_jw_reserve(w, 128);
             } else {
-                int64_t sec = unix_ns / 1000000000;
-                if (sec != cached_sec) {
-                    cached_sec = sec;
+                if ((uint64_t)unix_ns - sec_ns >= 1000000000u) { /* another second */
+                    int64_t sec = unix_ns / 1000000000;
+                    sec_ns = (uint64_t)sec * 1000000000u;
                     sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
                 }
                 memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
-                o = put_fraction(o + sec_len, (uint32_t)(unix_ns % 1000000000), *groups);
+                o = put_fraction(o + sec_len, (uint32_t)((uint64_t)unix_ns - sec_ns), *groups);
             }
         }
         static const char stack_key[] = ",\"stack_id\":";
         memcpy(o, stack_key, sizeof stack_key - 1);
         o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
-        uint32_t so = suf_off[s->thread], sl = suf_off[s->thread + 1] - so;
-        memcpy(o, suffix + so, 40); /* fixed size: inlined; sl <= 40 */
-        tm_jw_commit(w, o + sl);
+        const char *slot = suffix + (size_t)s->thread * SUFFIX_SLOT;
+        memcpy(o, slot, SUFFIX_SLOT); /* fixed size: inlined; the length byte goes past the end */
+        tm_jw_commit(w, o + (uint8_t)slot[SUFFIX_SLOT - 1]);
     }
     tm_mem_free(p->mem, groups, sizeof *groups);
     tm_mem_free(p->mem, suffix, suf_cap);
-    tm_mem_free(p->mem, suf_off, (n_threads + 1) * sizeof *suf_off);
     return TM_OK;
 }
 
@@ -525,28 +537,58 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
     return TM_OK;
 }
 
+/* A stack's frame ids written a reserve at a time (",4294967295": 11
+ * bytes each, within tm_jw_reserve's 4 KiB). */
+#define STACK_IDS_AT_ONCE 256
+
 /* Relay's converter never writes in_app (rules NULL: none). */
-static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules) {
+static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules,
+                                         tm_error *err) {
     tm_jw_lit(w, "],\"stacks\":[");
     for (size_t i = 0; i < p->n_stacks; i++) {
         const tm_prof_stack *sk = &p->stacks[i];
         if (i) tm_jw_char(w, ',');
         tm_jw_char(w, '[');
         const uint32_t *ids = sk->len ? p->frame_ids + sk->off : NULL; /* none at all: frame_ids is NULL */
-        for (uint32_t j = 0; j < sk->len; j++) { /* in place: a deep stack holds hundreds of ids */
-            char *o = tm_jw_reserve(w, 12);
+        for (uint32_t j = 0; j < sk->len;) { /* in place, STACK_IDS_AT_ONCE ids a reserve: a deep stack holds hundreds */
+            uint32_t to = sk->len - j > STACK_IDS_AT_ONCE ? j + STACK_IDS_AT_ONCE : sk->len;
+            char *o = tm_jw_reserve(w, 12 * STACK_IDS_AT_ONCE);
             if (j) *o++ = ',';
-            tm_jw_commit(w, tm_put_u64(o, ids[j]));
+            o = tm_put_u64(o, ids[j++]);
+            for (; j < to; j++) {
+                *o++ = ',';
+                o = tm_put_u64(o, ids[j]);
+            }
+            tm_jw_commit(w, o);
         }
         tm_jw_char(w, ']');
     }
     tm_jw_lit(w, "],\"frames\":[");
     uint64_t addr_mask = tm_sentry_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
+    /* per mapping: in_app, and whether its path (a Perfetto frame's
+     * package) needs escaping (0: not known yet, 1: no, 2: yes) */
+    size_t n_memo = p->n_mappings + 1;
+    int8_t *memo = tm_mem_alloc(p->mem, 2 * n_memo);
+    if (!memo) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    int8_t *plain = memo + n_memo;
+    memset(memo, TM_IN_APP_UNKNOWN, n_memo);
+    memset(plain, 0, n_memo);
     for (size_t i = 0; i < p->n_frames; i++) {
+        const tm_prof_frame *f = &p->frames[i];
+        bool plain_package = false;
+        if ((f->flags & TM_FRAME_HAS_PACKAGE) && f->mapping &&
+            f->package.data == p->mappings[f->mapping - 1].path.data &&
+            f->package.len == p->mappings[f->mapping - 1].path.len) {
+            int8_t *pl = &plain[f->mapping - 1];
+            if (!*pl) *pl = tm_jw_plain(f->package) ? 1 : 2;
+            plain_package = *pl == 1;
+        }
         if (i) tm_jw_char(w, ',');
-        write_frame(w, &p->frames[i], addr_mask, rules ? tm_sentry_in_app(p, (uint32_t)i, rules) : -1);
+        write_frame(w, f, addr_mask, rules ? tm_sentry_in_app_memo(p, (uint32_t)i, rules, memo) : -1, plain_package);
     }
+    tm_mem_free(p->mem, memo, 2 * n_memo);
     tm_jw_char(w, ']');
+    return TM_OK;
 }
 
 /* thread_metadata, of the threads that kept samples: Relay names only the
@@ -601,7 +643,7 @@ static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const
     TM_TRY(write_chunk_fields(w, p, m, err));
     tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
     TM_TRY(write_samples(w, p, sel->drop_thread, err));
-    write_stacks_and_frames(w, p, m, rules);
+    TM_TRY(write_stacks_and_frames(w, p, m, rules, err));
     TM_TRY(write_thread_metadata(w, p, sel->count, err));
     tm_jw_lit(w, "}}");
     return TM_OK;

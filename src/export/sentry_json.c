@@ -176,6 +176,20 @@ static long longest(tm_str s, const char *const *list, size_t n) {
     return best;
 }
 
+/* Whether one of list[0..n) (no leading '/', none empty) starts s: the
+ * fixed lists only ask that, and most entries differ from s in byte one. */
+static int any_prefix(tm_str s, const char *const *list, size_t n) {
+    if (!s.len) return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *pre = list[i];
+        if ((uint8_t)pre[0] != s.data[0]) continue;
+        size_t k = 1;
+        while (pre[k] && k < s.len && (uint8_t)pre[k] == s.data[k]) k++;
+        if (!pre[k]) return 1;
+    }
+    return 0;
+}
+
 int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r) {
     const tm_prof_frame *f = &p->frames[frame];
     tm_str path = {NULL, 0}, cls = {NULL, 0};
@@ -191,10 +205,24 @@ int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules 
     }
     if (tm_frame_kind_of(p, frame) == TM_KIND_KERNEL) return 0;
     /* a Java frame's class decides: JIT code of any class shares one mapping */
-    if (cls.len) return longest(cls, system_classes, sizeof system_classes / sizeof *system_classes) < 0;
+    if (cls.len) return !any_prefix(cls, system_classes, sizeof system_classes / sizeof *system_classes);
     if (!path.len) return -1;
     if (path.data[0] == '[') return 0; /* [vdso], [vsyscall], [anon:...] */
-    return longest(path, system_paths, sizeof system_paths / sizeof *system_paths) < 0;
+    return !any_prefix(path, system_paths, sizeof system_paths / sizeof *system_paths);
+}
+
+int tm_sentry_in_app_memo(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r, int8_t *memo) {
+    const tm_prof_frame *f = &p->frames[frame];
+    /* a native frame's answer reads only its mapping's path (its rules, its
+     * library's name "[kernel..." and its system prefixes) and its address */
+    if ((f->flags & TM_FRAME_JAVA) || !f->mapping || ((f->flags & TM_FRAME_HAS_ADDR) && f->addr >= TM_KERNEL_ADDR_MIN))
+        return tm_sentry_in_app(p, frame, r);
+    const tm_str *path = &p->mappings[f->mapping - 1].path; /* a Perfetto frame's package is this */
+    if ((f->flags & TM_FRAME_HAS_PACKAGE) && (f->package.data != path->data || f->package.len != path->len))
+        return tm_sentry_in_app(p, frame, r);
+    int8_t *m = &memo[f->mapping - 1];
+    if (*m == TM_IN_APP_UNKNOWN) *m = (int8_t)tm_sentry_in_app(p, frame, r);
+    return *m;
 }
 
 tm_status tm_in_app_rules_of(const char *const *in_app, size_t n_in_app, const char *const *not_in_app,

@@ -45,6 +45,12 @@ typedef struct tm_in_app_rules {
  * ("[vdso]") and system libraries; in_app for the rest. */
 int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r);
 
+/* tm_sentry_in_app over many frames: a native frame without a package and
+ * outside the kernel's addresses takes its mapping's answer, kept in
+ * memo[mapping - 1] (n_mappings bytes, TM_IN_APP_UNKNOWN at first). */
+#define TM_IN_APP_UNKNOWN INT8_MIN
+int tm_sentry_in_app_memo(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r, int8_t *memo);
+
 /* An exporter's in_app prefixes (its options' lists and counts) as rules;
  * TM_ERR_INVALID_ARG, naming `who`, when a count comes without its list. */
 tm_status tm_in_app_rules_of(const char *const *in_app, size_t n_in_app, const char *const *not_in_app,

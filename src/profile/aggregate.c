@@ -69,7 +69,7 @@ tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame) {
     tm_str lib = frame_library(p, f);
     static const char kernel[] = "[kernel";
     if ((lib.len >= sizeof kernel - 1 && memcmp(lib.data, kernel, sizeof kernel - 1) == 0) ||
-        ((f->flags & TM_FRAME_HAS_ADDR) && f->addr >= 0xffff000000000000ull))
+        ((f->flags & TM_FRAME_HAS_ADDR) && f->addr >= TM_KERNEL_ADDR_MIN))
         return TM_KIND_KERNEL;
     if (!(f->flags & TM_FRAME_HAS_FUNCTION)) return TM_KIND_UNKNOWN;
     return TM_KIND_NATIVE;

@@ -32,6 +32,9 @@ typedef enum tm_frame_kind {
     TM_KIND_UNKNOWN = 3  /* no function name */
 } tm_frame_kind;
 
+/* Addresses from here up are the kernel's, whatever the mapping. */
+#define TM_KERNEL_ADDR_MIN 0xffff000000000000ull
+
 tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame);
 
 /* Display names of every frame, as tracemill.h describes them: the

@@ -222,7 +222,12 @@ tm_str tm_profile_main_thread_process_name(const tm_profile *p, const tm_prof_th
 
 void tm_profile_count_threads(tm_profile *p) {
     for (size_t i = 0; i < p->n_threads; i++) p->threads[i].weight = 0;
-    for (size_t i = 0; i < p->n_samples; i++) p->threads[p->samples[i].thread].weight += tm_profile_weight(p, i);
+    const tm_prof_sample *s = p->samples;
+    tm_prof_thread *th = p->threads;
+    if (!p->weights) /* a store to a weight could alias p->weights: read once */
+        for (size_t i = 0; i < p->n_samples; i++) th[s[i].thread].weight++;
+    else
+        for (size_t i = 0; i < p->n_samples; i++) th[s[i].thread].weight += p->weights[i];
 }
 
 /* ---- sorting samples by time ----
@@ -292,10 +297,10 @@ static void merge_runs(const tm_prof_sample *x, const uint32_t *xi, size_t nx, c
     }
 }
 
-/* Stable merge of the threads' runs of a[0..n) back into a; false when a
- * thread's samples are not in time order (or there are too many threads),
- * leaving a as it was. The runs are merged in pairs, pass after pass; equal
- * times keep their input order. */
+/* Stable merge of the threads' runs of a[0..n) back into a (nothing to do
+ * when a is in order); false when a thread's samples are not in time order
+ * (or there are too many threads), leaving a as it was. The runs are merged
+ * in pairs, pass after pass; equal times keep their input order. */
 static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool *done) {
     size_t k = p->n_threads, bound[MERGE_MAX_THREADS + 1];
     int64_t last[MERGE_MAX_THREADS];
@@ -303,11 +308,18 @@ static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool 
     if (k > MERGE_MAX_THREADS) return TM_OK;
     size_t fill[MERGE_MAX_THREADS] = {0};
     for (size_t t = 0; t < k; t++) last[t] = INT64_MIN;
+    int64_t prev = INT64_MIN;
+    bool sorted = true;
     for (size_t i = 0; i < n; i++) {
         uint32_t t = a[i].thread;
         if (t >= k || a[i].ts < last[t]) return TM_OK;
-        last[t] = a[i].ts;
+        sorted &= prev <= a[i].ts;
+        prev = last[t] = a[i].ts;
         fill[t]++;
+    }
+    if (sorted) {
+        *done = true;
+        return TM_OK;
     }
     tm_prof_sample *runs = tm_mem_alloc(p->mem, 2 * n * sizeof *runs);
     uint32_t *index = tm_mem_alloc(p->mem, 2 * n * sizeof *index); /* input positions: the tie-break */
@@ -352,6 +364,11 @@ static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool 
 tm_status tm_profile_sort_samples(tm_profile *p) {
     size_t n = p->n_samples;
     tm_prof_sample *a = p->samples;
+    if (n <= BUCKET_SAMPLES) {
+        bool merged;
+        TM_TRY(merge_threads(p, a, n, &merged));
+        if (merged) return TM_OK;
+    }
     int sorted = 1;
     int64_t min = n ? a[0].ts : 0, max = min;
     for (size_t i = 1; i < n; i++) {
@@ -360,11 +377,6 @@ tm_status tm_profile_sort_samples(tm_profile *p) {
         if (a[i].ts > max) max = a[i].ts;
     }
     if (sorted) return TM_OK;
-    if (n <= BUCKET_SAMPLES) {
-        bool merged;
-        TM_TRY(merge_threads(p, a, n, &merged));
-        if (merged) return TM_OK;
-    }
     uint64_t span = (uint64_t)max - (uint64_t)min;
     unsigned bits = 1;
     while (bits < 64 && (span >> bits) != 0) bits++;

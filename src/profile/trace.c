@@ -1814,13 +1814,15 @@ static tm_status finish(dec *d) {
     /* Threads with samples but no name from the trace: neither their own
      * nor, for a main thread, its process's. The same rule in both modes:
      * the "main" an output may write for a main thread is no name. */
-    uint8_t *has = tm_mem_alloc(d->mem, p->n_threads + 1);
+    uint8_t *has = tm_mem_alloc(d->mem, p->n_threads + 1); /* 2: no name; 1: and samples */
     if (!has) return nomem(d);
-    memset(has, 0, p->n_threads + 1);
-    for (size_t i = 0; i < p->n_samples; i++) has[p->samples[i].thread] = 1;
-    for (size_t i = 0; i < p->n_threads; i++)
-        if (has[i] && !p->threads[i].name_prio && !tm_profile_main_thread_process_name(p, &p->threads[i]).len)
-            st->threads_without_name++;
+    size_t unnamed = 0;
+    for (size_t i = 0; i < p->n_threads; i++) {
+        has[i] = !p->threads[i].name_prio && !tm_profile_main_thread_process_name(p, &p->threads[i]).len ? 2 : 0;
+        unnamed += has[i] != 0;
+    }
+    for (size_t i = 0; unnamed && i < p->n_samples; i++) /* most traces name every thread */
+        if (has[p->samples[i].thread] == 2) has[p->samples[i].thread] = 1, unnamed--, st->threads_without_name++;
     tm_mem_free(d->mem, has, p->n_threads + 1);
     return TM_OK;
 }

@@ -87,19 +87,14 @@ void tm_jw_i64(tm_jw *w, int64_t v) {
 }
 
 void tm_jw_hex(tm_jw *w, uint64_t v) {
-    char b[20];
-    size_t n = 0;
-    char tmp[16];
-    do {
-        tmp[n++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    b[0] = '"';
-    b[1] = '0';
-    b[2] = 'x';
-    for (size_t i = 0; i < n; i++) b[3 + i] = tmp[n - 1 - i];
-    b[3 + n] = '"';
-    tm_jw_raw(w, b, n + 4);
+    size_t n = ((size_t)(64 - __builtin_clzll(v | 1)) + 3) / 4; /* digits: the count known, written from the end */
+    char *o = tm_jw_reserve(w, 20);
+    o[0] = '"';
+    o[1] = '0';
+    o[2] = 'x';
+    for (size_t i = n; i; i--, v >>= 4) o[2 + i] = "0123456789abcdef"[v & 15];
+    o[3 + n] = '"';
+    tm_jw_commit(w, o + 4 + n);
 }
 
 void tm_jw_seconds(tm_jw *w, int64_t ns) {
@@ -245,6 +240,18 @@ static inline bool plain8(uint64_t x) {
     uint64_t control = (x - ones * 0x20) & ~x, quotes = (quote - ones) & ~quote,
              backslashes = (backslash - ones) & ~backslash;
     return ((control | quotes | backslashes | x) & high) == 0;
+}
+
+bool tm_jw_plain(tm_str s) {
+    size_t i = 0;
+    for (; i + 8 <= s.len; i += 8) {
+        uint64_t x;
+        memcpy(&x, s.data + i, 8);
+        if (!plain8(x)) return false;
+    }
+    for (; i < s.len; i++)
+        if (s.data[i] < 0x20 || s.data[i] == '"' || s.data[i] == '\\' || s.data[i] >= 0x80) return false;
+    return true;
 }
 
 void tm_jw_str(tm_jw *w, tm_str s) {

@@ -87,6 +87,9 @@ static inline void tm_jw_char(tm_jw *w, char c) {
 void tm_jw_u64(tm_jw *w, uint64_t v);
 void tm_jw_i64(tm_jw *w, int64_t v);
 void tm_jw_str(tm_jw *w, tm_str s);      /* quoted, escaped, UTF-8 repaired */
+/* Whether tm_jw_str writes s as it is between its quotes (ASCII, nothing
+ * to escape): a string written many times is then checked once. */
+bool tm_jw_plain(tm_str s);
 void tm_jw_cstr(tm_jw *w, const char *s);/* quoted */
 void tm_jw_hex(tm_jw *w, uint64_t v);    /* "0x1f" (quoted, lowercase, no padding) */
 void tm_jw_f64(tm_jw *w, double v);      /* serde_json's format; null if not finite */
