@@ -544,9 +544,9 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         return 125;
     }
     /* One trace goes to a temporary file that replaces OUT only if it holds
-     * samples; chunks (OUT.N.pftrace) and uploads are written by the
-     * recorder itself. */
-    int single = !values[OPT_CHUNK_SECONDS];
+     * samples; chunks (OUT.N.pftrace) and uploads (chunks too, 60 s by
+     * default, queued in OUT.queue/) are written by the recorder itself. */
+    int single = !values[OPT_CHUNK_SECONDS] && !upload;
     cli_output o = {0};
     if (single) {
         int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
@@ -624,11 +624,17 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     }
     g_runner = 0;
     /* The preload library writes "recording" there once it runs (see
-     * record/preload.c), or why it could not start. */
+     * record/preload.c), or why it could not start; then its end-of-run
+     * report, printed here: the program may have closed its own stderr. */
     char recorder_status[16] = "";
     FILE *status_file = fopen(status_path, "re");
     if (status_file) {
-        if (!fgets(recorder_status, sizeof recorder_status, status_file)) recorder_status[0] = 0;
+        int c = 0;
+        size_t n = 0;
+        while ((c = getc(status_file)) != EOF && c != '\n') /* a reason may be longer: its start is kept */
+            if (n + 1 < sizeof recorder_status) recorder_status[n++] = (char)c;
+        recorder_status[n] = 0;
+        while ((c = getc(status_file)) != EOF) putc(c, stderr);
         fclose(status_file);
     }
     unlink(status_path);

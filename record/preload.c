@@ -27,13 +27,15 @@
  *                                   its .pftrace)
  *   TRACEMILL_RECORD_UPLOAD_QUEUE_MAX  chunks kept in it (100; the oldest are dropped)
  *   TRACEMILL_RECORD_UPLOAD_TIMEOUT_MS how long the exit keeps sending (5000)
- *   TRACEMILL_RECORD_STATUS         a file that gets the reason when recording cannot start
+ *   TRACEMILL_RECORD_STATUS         a file that gets the reason when recording cannot start,
+ *                                   else "recording" and the end-of-run report
  *   TRACEMILL_RECORD_PID            only the process with this pid records (its
  *                                   children and exec'd programs inherit the
  *                                   variables but must not overwrite its trace)
  *
- * Problems are reported on stderr with a "tracemill record:" prefix; the
- * host program always runs on.
+ * Problems are reported on stderr with a "tracemill record:" prefix (the
+ * end-of-run report through the status file when there is one); the host
+ * program always runs on.
  *
  * Endings without exit(): the library defines _exit and _Exit (the
  * program's calls reach these first), and handles the fatal signals a
@@ -54,6 +56,7 @@
 #endif
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +181,21 @@ static void set_status(const char *text) {
     }
 }
 
+/* A line of the end-of-run report. Under `tracemill record` it goes after
+ * the status in the status file and record prints it on its own stderr, so
+ * that none is lost when the program has closed its stderr (xz does);
+ * preloaded by hand, on stderr. */
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    const char *path = getenv("TRACEMILL_RECORD_STATUS");
+    FILE *f = path && *path ? fopen(path, "ae") : NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f ? f : stderr, fmt, ap);
+    va_end(ap);
+    if (f) fclose(f);
+}
+
 /* Says why this process does not record: on stderr, and in the status file
  * (`tracemill record` then exits non-zero: an upload run leaves no trace
  * file to tell it by). */
@@ -241,7 +259,7 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     g_preload_recorder = r;
     g_preload_uploader = u;
     g_preload_pid = getpid();
-    set_status(TMR_STATUS_RECORDING);
+    set_status(TMR_STATUS_RECORDING "\n"); /* the report's lines follow it */
     install_ending_handlers();
     /* Sampling starts once the recorder runs, so that the recorder's own
      * setup is not in the profile. */
@@ -252,15 +270,14 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     }
 }
 
-/* What the heap profile holds and lost, on stderr like `record`'s summary. */
+/* What the heap profile holds and lost, beside `record`'s summary. */
 static void report_heap(const tmr_heap_source *heap) {
     const tmr_heap_callsite *sites;
     tmr_heap_stats st;
     size_t n = heap->snapshot(&sites, &st);
     uint64_t allocated = 0, freed = 0;
     for (size_t i = 0; i < n; i++) allocated += sites[i].alloc_bytes, freed += sites[i].free_bytes;
-    fprintf(stderr,
-            "tracemill record: heap: %llu allocations sampled (mean interval %llu bytes) at %zu callstacks: ~%llu "
+    report("tracemill record: heap: %llu allocations sampled (mean interval %llu bytes) at %zu callstacks: ~%llu "
             "bytes allocated, ~%llu retained at exit; lost: %llu made inside the profiler, %llu for lack of room; %llu "
             "stacks cut to the caller\n",
             (unsigned long long)st.sampled, (unsigned long long)st.interval, n, (unsigned long long)allocated,
@@ -274,15 +291,14 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     remove_ending_handlers();
     g_preload_recorder = NULL;
     tm_error err;
-    if (tm_recorder_stop(r, &err) != TM_OK) fprintf(stderr, "tracemill record: %s\n", err.message);
+    if (tm_recorder_stop(r, &err) != TM_OK) report("tracemill record: %s\n", err.message);
     tm_recorder_stats rs;
     tm_recorder_get_stats(r, &rs);
     if (rs.stacks_truncated && getpid() == g_preload_pid)
-        fprintf(stderr, "tracemill record: %llu of %llu stacks cut at --max-depth, marked [truncated]\n",
+        report("tracemill record: %llu of %llu stacks cut at --max-depth, marked [truncated]\n",
                 (unsigned long long)rs.stacks_truncated, (unsigned long long)rs.samples);
     if (rs.timer_overruns && getpid() == g_preload_pid)
-        fprintf(stderr,
-                "tracemill record: %llu timer expirations merged into other signals (timer_getoverrun): the CPU-time "
+        report("tracemill record: %llu timer expirations merged into other signals (timer_getoverrun): the CPU-time "
                 "timer delivered %llu of %llu; each sample weighs the CPU time since the thread's previous one\n",
                 (unsigned long long)rs.timer_overruns, (unsigned long long)rs.samples,
                 (unsigned long long)(rs.samples + rs.timer_overruns));
@@ -291,12 +307,15 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
     tmr_uploader *u = g_preload_uploader;
     if (!u) return;
     g_preload_uploader = NULL;
+    /* A fork child's copy is the parent's: its thread is not in this
+     * process, and closing it would wait for that thread forever (a bash
+     * command substitution ends with exit()). */
+    if (getpid() != g_preload_pid) return;
     char profiler_id[33];
     snprintf(profiler_id, sizeof profiler_id, "%s", tmr_upload_profiler_id(u));
     tmr_upload_stats st;
     tmr_upload_close(u, &st);
-    fprintf(stderr,
-            "tracemill record: profiler_id %s: uploaded %llu chunks (%llu recorded), %llu rejected, %llu failed attempts, %llu dropped from the "
+    report("tracemill record: profiler_id %s: uploaded %llu chunks (%llu recorded), %llu rejected, %llu failed attempts, %llu dropped from the "
             "full queue, %llu left queued\n",
             profiler_id, (unsigned long long)st.sent, (unsigned long long)st.queued, (unsigned long long)st.rejected,
             (unsigned long long)st.failed_attempts, (unsigned long long)st.dropped, (unsigned long long)st.left);

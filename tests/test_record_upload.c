@@ -5,8 +5,10 @@
  * store (every chunk converted, no outcome, one profiler_id, distinct
  * chunk_ids, the release and environment given); and the on-disk queue:
  * chunks recorded while the server is down are retried, kept within the
- * queue bound, and sent by the next run; a malformed DSN is refused before
- * the program runs, and a recorder that cannot start fails the run.
+ * queue bound, and sent by the next run; a run without --chunk-seconds
+ * leaves no temporary file, and its report reaches record's stderr though
+ * the program closed its own; a malformed DSN is refused before the
+ * program runs, and a recorder that cannot start fails the run.
  *
  * Binaries: TM_CLI, TM_RECORD_TARGET (plain gcc -O2 program) and
  * TM_RECORD_PRELOAD (libtracemill_record.so), from the build.
@@ -255,6 +257,39 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     cr_assert_eq(from_second, 1);
     cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
     stop_server(&s);
+    free(dir);
+}
+
+/* Without --chunk-seconds and --upload-queue, an upload run still records
+ * in chunks into OUT.queue/ and writes no OUT: no temporary OUT is left
+ * behind. The recorder's closing report reaches record's stderr even when
+ * the program has closed its own (as xz does before exiting). A fork child
+ * that ends with exit() (bash's command substitution) leaves the parent's
+ * uploader alone: closing it in the child waited forever. */
+Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
+    char *dir = ts_temp_dir("tm_record_upload");
+    char *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", free_port());
+    char *cmd = ts_fmt("cd %s && timeout 60 %s record --preload %s --upload %s --upload-timeout-ms 200 -o "
+                       "trace.pftrace -- bash -c 'exec 2>&-; x=$(echo forked); i=0; while [ $i -lt 300000 ]; do "
+                       "i=$((i+1)); done' 2>&1",
+                       dir, TM_CLI, TM_RECORD_PRELOAD, dsn);
+    int code;
+    char *log = ts_run_capture(cmd, &code);
+    cr_assert_neq(code, 124, "record hung (a fork child closing the uploader?): %s", log);
+    cr_assert_eq(code, 0, "record failed: %s", log);
+    cr_assert(strstr(log, "tracemill record: profiler_id "), "the report of a program without stderr is lost: %s", log);
+    cr_assert(strstr(log, "1 left queued"), "the run's one chunk is not queued: %s", log);
+    char *ls = ts_fmt("ls -a %s", dir);
+    char *names = ts_run_capture(ls, &code);
+    cr_assert_eq(code, 0);
+    cr_assert_null(strstr(names, ".tmp"), "a temporary file is left: %s", names);
+    cr_assert_null(strstr(names, "trace.pftrace"), "an upload run wrote OUT: %s", names);
+    cr_assert(strstr(names, "trace.queue"), "the queue is not OUT.queue: %s", names);
+    free(names);
+    free(ls);
+    free(log);
+    free(cmd);
+    free(dsn);
     free(dir);
 }
 
