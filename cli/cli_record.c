@@ -627,6 +627,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
      * record/preload.c), or why it could not start; then its end-of-run
      * report, printed here: the program may have closed its own stderr. */
     char recorder_status[16] = "";
+    int reported = 0;
     FILE *status_file = fopen(status_path, "re");
     if (status_file) {
         int c = 0;
@@ -634,7 +635,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         while ((c = getc(status_file)) != EOF && c != '\n') /* a reason may be longer: its start is kept */
             if (n + 1 < sizeof recorder_status) recorder_status[n++] = (char)c;
         recorder_status[n] = 0;
-        while ((c = getc(status_file)) != EOF) putc(c, stderr);
+        while ((c = getc(status_file)) != EOF) putc(c, stderr), reported = 1;
         fclose(status_file);
     }
     unlink(status_path);
@@ -658,7 +659,20 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         return 125;
     }
     /* Uploaded chunks are not files; the program's recorder reported them. */
-    if (upload) return code == 0 ? EXIT_OK : code;
+    if (upload) {
+        /* The uploader reports as the program exits; a program that ends
+         * with _exit (dash's sh -c) ends its trace but cannot flush it. */
+        if (!reported) {
+            size_t len = strlen(out);
+            int stem = len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
+            fprintf(stderr,
+                    "tracemill record: %s ended without exit() (say, by _exit), so its uploader could not send "
+                    "or report: what it recorded waits in the upload queue %s%.*s%s for the next run with it\n",
+                    cmd[0], values[OPT_UPLOAD_QUEUE] ? values[OPT_UPLOAD_QUEUE] : "",
+                    values[OPT_UPLOAD_QUEUE] ? 0 : stem, out, values[OPT_UPLOAD_QUEUE] ? "" : ".queue/");
+        }
+        return code == 0 ? EXIT_OK : code;
+    }
 
     uint64_t samples = 0, lost = 0;
     if (single) {

@@ -293,6 +293,30 @@ Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
     free(dir);
 }
 
+/* dash ends every `sh -c` with _exit: the trace is ended, but the uploader
+ * cannot be flushed there, so record says where the chunk waits. */
+Test(record_upload, a_program_ending_by__exit_is_told_where_its_chunk_waits) {
+    char *dir = ts_temp_dir("tm_record_upload");
+    char *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", free_port());
+    char *cmd = ts_fmt("cd %s && timeout 60 %s record --preload %s --upload %s -o trace.pftrace -- "
+                       "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done' 2>&1",
+                       dir, TM_CLI, TM_RECORD_PRELOAD, dsn);
+    int code;
+    char *log = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0, "record failed: %s", log);
+    cr_assert(strstr(log, "ended without exit()") && strstr(log, "upload queue trace.queue/"),
+              "record is silent about the unsent chunk: %s", log);
+    char *ls = ts_fmt("ls %s/trace.queue | grep -c '\\.envelope$'", dir);
+    char *n = ts_run_capture(ls, &code);
+    cr_assert_eq(strtoul(n, NULL, 10), 1, "chunks queued: %s", n);
+    free(n);
+    free(ls);
+    free(log);
+    free(cmd);
+    free(dsn);
+    free(dir);
+}
+
 /* A DSN the uploader would refuse is refused by `record` itself, before the
  * program runs: inside the program the recorder could only print a message
  * and the run would exit 0 with nothing recorded. */
