@@ -274,6 +274,7 @@ Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
                        "i=$((i+1)); done' 2>&1",
                        dir, TM_CLI, TM_RECORD_PRELOAD, dsn);
     int code;
+    tu_asan_recorded_child_env(); /* the recorded shell is not instrumented */
     char *log = ts_run_capture(cmd, &code);
     cr_assert_neq(code, 124, "record hung (a fork child closing the uploader?): %s", log);
     cr_assert_eq(code, 0, "record failed: %s", log);
@@ -302,6 +303,7 @@ Test(record_upload, a_program_ending_by__exit_is_told_where_its_chunk_waits) {
                        "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done' 2>&1",
                        dir, TM_CLI, TM_RECORD_PRELOAD, dsn);
     int code;
+    tu_asan_recorded_child_env(); /* the recorded shell is not instrumented */
     char *log = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 0, "record failed: %s", log);
     cr_assert(strstr(log, "ended without exit()") && strstr(log, "upload queue trace.queue/"),
