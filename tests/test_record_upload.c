@@ -260,6 +260,20 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     free(dir);
 }
 
+/* `record --upload` of a shell script in dir, -o trace.pftrace, to a port
+ * nothing listens on (under `timeout 60`): its stderr and exit status. */
+static char *record_script(const char *dir, const char *shell, const char *script, int *code) {
+    char *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", free_port());
+    char *cmd = ts_fmt("cd %s && timeout 60 %s record --preload %s --upload %s --upload-timeout-ms 200 -o "
+                       "trace.pftrace -- %s -c '%s' 2>&1",
+                       dir, TM_CLI, TM_RECORD_PRELOAD, dsn, shell, script);
+    tu_asan_recorded_child_env(); /* the recorded shell is not instrumented */
+    char *log = ts_run_capture(cmd, code);
+    free(cmd);
+    free(dsn);
+    return log;
+}
+
 /* Without --chunk-seconds and --upload-queue, an upload run still records
  * in chunks into OUT.queue/ and writes no OUT: no temporary OUT is left
  * behind. The recorder's closing report reaches record's stderr even when
@@ -268,14 +282,9 @@ Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
  * uploader alone: closing it in the child waited forever. */
 Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
     char *dir = ts_temp_dir("tm_record_upload");
-    char *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", free_port());
-    char *cmd = ts_fmt("cd %s && timeout 60 %s record --preload %s --upload %s --upload-timeout-ms 200 -o "
-                       "trace.pftrace -- bash -c 'exec 2>&-; x=$(echo forked); i=0; while [ $i -lt 300000 ]; do "
-                       "i=$((i+1)); done' 2>&1",
-                       dir, TM_CLI, TM_RECORD_PRELOAD, dsn);
     int code;
-    tu_asan_recorded_child_env(); /* the recorded shell is not instrumented */
-    char *log = ts_run_capture(cmd, &code);
+    char *log = record_script(dir, "bash",
+                              "exec 2>&-; x=$(echo forked); i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done", &code);
     cr_assert_neq(code, 124, "record hung (a fork child closing the uploader?): %s", log);
     cr_assert_eq(code, 0, "record failed: %s", log);
     cr_assert(strstr(log, "tracemill record: profiler_id "), "the report of a program without stderr is lost: %s", log);
@@ -289,8 +298,6 @@ Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
     free(names);
     free(ls);
     free(log);
-    free(cmd);
-    free(dsn);
     free(dir);
 }
 
@@ -298,13 +305,8 @@ Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
  * cannot be flushed there, so record says where the chunk waits. */
 Test(record_upload, a_program_ending_by__exit_is_told_where_its_chunk_waits) {
     char *dir = ts_temp_dir("tm_record_upload");
-    char *dsn = ts_fmt("http://" KEY "@127.0.0.1:%d/1", free_port());
-    char *cmd = ts_fmt("cd %s && timeout 60 %s record --preload %s --upload %s -o trace.pftrace -- "
-                       "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done' 2>&1",
-                       dir, TM_CLI, TM_RECORD_PRELOAD, dsn);
     int code;
-    tu_asan_recorded_child_env(); /* the recorded shell is not instrumented */
-    char *log = ts_run_capture(cmd, &code);
+    char *log = record_script(dir, "sh", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done", &code);
     cr_assert_eq(code, 0, "record failed: %s", log);
     cr_assert(strstr(log, "ended without exit()") && strstr(log, "upload queue trace.queue/"),
               "record is silent about the unsent chunk: %s", log);
@@ -314,8 +316,6 @@ Test(record_upload, a_program_ending_by__exit_is_told_where_its_chunk_waits) {
     free(n);
     free(ls);
     free(log);
-    free(cmd);
-    free(dsn);
     free(dir);
 }
 
