@@ -301,12 +301,12 @@ Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
     free(dir);
 }
 
-/* dash ends every `sh -c` with _exit: the trace is ended, but the uploader
+/* dash (Debian's sh) ends every `-c` script with _exit: the trace is ended, but the uploader
  * cannot be flushed there, so record says where the chunk waits. */
 Test(record_upload, a_program_ending_by__exit_is_told_where_its_chunk_waits) {
     char *dir = ts_temp_dir("tm_record_upload");
     int code;
-    char *log = record_script(dir, "sh", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done", &code);
+    char *log = record_script(dir, "dash", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done", &code);
     cr_assert_eq(code, 0, "record failed: %s", log);
     cr_assert(strstr(log, "ended without exit()") && strstr(log, "upload queue trace.queue/"),
               "record is silent about the unsent chunk: %s", log);
