@@ -576,9 +576,7 @@ static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const me
     for (size_t i = 0; i < p->n_frames; i++) {
         const tm_prof_frame *f = &p->frames[i];
         bool plain_package = false;
-        if ((f->flags & TM_FRAME_HAS_PACKAGE) && f->mapping &&
-            f->package.data == p->mappings[f->mapping - 1].path.data &&
-            f->package.len == p->mappings[f->mapping - 1].path.len) {
+        if ((f->flags & TM_FRAME_HAS_PACKAGE) && tm_frame_package_is_mapping_path(p, f)) {
             int8_t *pl = &plain[f->mapping - 1];
             if (!*pl) *pl = tm_jw_plain(f->package) ? 1 : 2;
             plain_package = *pl == 1;

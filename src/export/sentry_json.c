@@ -217,8 +217,7 @@ int tm_sentry_in_app_memo(const tm_profile *p, uint32_t frame, const tm_in_app_r
      * library's name "[kernel..." and its system prefixes) and its address */
     if ((f->flags & TM_FRAME_JAVA) || !f->mapping || ((f->flags & TM_FRAME_HAS_ADDR) && f->addr >= TM_KERNEL_ADDR_MIN))
         return tm_sentry_in_app(p, frame, r);
-    const tm_str *path = &p->mappings[f->mapping - 1].path; /* a Perfetto frame's package is this */
-    if ((f->flags & TM_FRAME_HAS_PACKAGE) && (f->package.data != path->data || f->package.len != path->len))
+    if ((f->flags & TM_FRAME_HAS_PACKAGE) && !tm_frame_package_is_mapping_path(p, f))
         return tm_sentry_in_app(p, frame, r);
     int8_t *m = &memo[f->mapping - 1];
     if (*m == TM_IN_APP_UNKNOWN) *m = (int8_t)tm_sentry_in_app(p, frame, r);

@@ -45,6 +45,13 @@ typedef struct tm_in_app_rules {
  * ("[vdso]") and system libraries; in_app for the rest. */
 int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules *r);
 
+/* Whether a frame's package is its mapping's path, the very string (every
+ * Perfetto frame's is): what holds for the path holds for the package. */
+static inline bool tm_frame_package_is_mapping_path(const tm_profile *p, const tm_prof_frame *f) {
+    return f->mapping && f->package.data == p->mappings[f->mapping - 1].path.data &&
+           f->package.len == p->mappings[f->mapping - 1].path.len;
+}
+
 /* tm_sentry_in_app over many frames: a native frame without a package and
  * outside the kernel's addresses takes its mapping's answer, kept in
  * memo[mapping - 1] (n_mappings bytes, TM_IN_APP_UNKNOWN at first). */

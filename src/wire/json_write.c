@@ -242,6 +242,9 @@ static inline bool plain8(uint64_t x) {
     return ((control | quotes | backslashes | x) & high) == 0;
 }
 
+/* The same test for one byte. */
+static inline bool plain1(uint8_t c) { return c >= 0x20 && c != '"' && c != '\\' && c < 0x80; }
+
 bool tm_jw_plain(tm_str s) {
     size_t i = 0;
     for (; i + 8 <= s.len; i += 8) {
@@ -250,7 +253,7 @@ bool tm_jw_plain(tm_str s) {
         if (!plain8(x)) return false;
     }
     for (; i < s.len; i++)
-        if (s.data[i] < 0x20 || s.data[i] == '"' || s.data[i] == '\\' || s.data[i] >= 0x80) return false;
+        if (!plain1(s.data[i])) return false;
     return true;
 }
 
@@ -267,7 +270,7 @@ void tm_jw_str(tm_jw *w, tm_str s) {
             }
         }
         uint8_t c = *p;
-        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+        if (plain1(c)) {
             p++;
             continue;
         }
