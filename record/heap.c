@@ -306,9 +306,9 @@ static NOINLINE void seed_random(heap_thread *t) {
     if (!t->rng) t->rng = 1;
 }
 
-/* The cell of a draw from x (not 0). */
-static inline const struct draw_cell *draw_cell_of(uint64_t x) {
-    uint64_t fraction = x << __builtin_clzll(x) << 1; /* the bits after the leading one */
+/* The bits of x (not 0) after its leading one, and the cell they fall in. */
+static inline uint64_t fraction_of(uint64_t x) { return x << __builtin_clzll(x) << 1; }
+static inline const struct draw_cell *draw_cell_of(uint64_t fraction) {
     return &g_draw_cell[fraction >> (64 - LN_CELL_BITS)];
 }
 
@@ -316,11 +316,10 @@ static inline const struct draw_cell *draw_cell_of(uint64_t x) {
  * g_interval, from a uniform x of the thread's generator (xorshift never
  * yields 0). */
 static inline int64_t draw_from(uint64_t x) {
-    int e = __builtin_clzll(x);
-    uint64_t fraction = x << e << 1;
-    const struct draw_cell *cell = draw_cell_of(x);
+    uint64_t fraction = fraction_of(x);
+    const struct draw_cell *cell = draw_cell_of(fraction);
     double below = (double)(fraction << LN_CELL_BITS >> 11); /* the cell's next 53 bits */
-    int64_t d = (int64_t)(g_draw_octave[e] - cell->at - below * cell->slope);
+    int64_t d = (int64_t)(g_draw_octave[__builtin_clzll(x)] - cell->at - below * cell->slope);
     return d > 0 ? d : 1;
 }
 
@@ -845,7 +844,7 @@ static NOINLINE void *malloc_slow(size_t size, caller_ref caller) {
             return real.malloc(size);
         }
         crossing = 1;
-        __builtin_prefetch(draw_cell_of(next_random(t)));
+        __builtin_prefetch(draw_cell_of(fraction_of(next_random(t))));
     } else if (!(weight = weight_of(size))) {
         return real.malloc(size);
     }
