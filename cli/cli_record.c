@@ -363,11 +363,16 @@ static int report_unsampled_cpu(const char *what, const struct rusage *ru, uint6
     return 1;
 }
 
-/* OUT.N.pftrace, as the recorder names chunk N (x.pftrace -> x.N.pftrace). */
-static int chunk_file(const char *out, unsigned n, char *path, size_t cap) {
+/* The length of OUT without its .pftrace, which the recorder's chunks and
+ * upload queue are named after (x.pftrace -> x.N.pftrace, x.queue/). */
+static int trace_stem(const char *out) {
     size_t len = strlen(out);
-    int stem = len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
-    return snprintf(path, cap, "%.*s.%u.pftrace", stem, out, n) < (int)cap;
+    return len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
+}
+
+/* OUT.N.pftrace, as the recorder names chunk N. */
+static int chunk_file(const char *out, unsigned n, char *path, size_t cap) {
+    return snprintf(path, cap, "%.*s.%u.pftrace", trace_stem(out), out, n) < (int)cap;
 }
 
 /* Symbolizes the chunks the recorder has closed, from *next on: chunk N is
@@ -663,13 +668,13 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         /* The uploader reports as the program exits; a program that ends
          * with _exit (dash's sh -c) ends its trace but cannot flush it. */
         if (!reported) {
-            size_t len = strlen(out);
-            int stem = len >= 8 && strcmp(out + len - 8, ".pftrace") == 0 ? (int)len - 8 : (int)len;
+            char queue[4096];
+            if (values[OPT_UPLOAD_QUEUE]) snprintf(queue, sizeof queue, "%s", values[OPT_UPLOAD_QUEUE]);
+            else snprintf(queue, sizeof queue, "%.*s.queue/", trace_stem(out), out);
             fprintf(stderr,
                     "tracemill record: %s ended without exit() (say, by _exit), so its uploader could not send "
-                    "or report: what it recorded waits in the upload queue %s%.*s%s for the next run with it\n",
-                    cmd[0], values[OPT_UPLOAD_QUEUE] ? values[OPT_UPLOAD_QUEUE] : "",
-                    values[OPT_UPLOAD_QUEUE] ? 0 : stem, out, values[OPT_UPLOAD_QUEUE] ? "" : ".queue/");
+                    "or report: what it recorded waits in the upload queue %s for the next run with it\n",
+                    cmd[0], queue);
         }
         return code == 0 ? EXIT_OK : code;
     }
