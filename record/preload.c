@@ -172,9 +172,13 @@ static int env_choice(const char *name, const char *first, const char *second) {
  * `tracemill record` whether the recorder ran: TMR_STATUS_RECORDING once it
  * started, the reason when it could not; left empty, the library was never
  * loaded (a static or setuid program). */
-static void set_status(const char *text) {
+static FILE *open_status(const char *mode) {
     const char *path = getenv("TRACEMILL_RECORD_STATUS");
-    FILE *f = path && *path ? fopen(path, "we") : NULL;
+    return path && *path ? fopen(path, mode) : NULL;
+}
+
+static void set_status(const char *text) {
+    FILE *f = open_status("we");
     if (f) {
         fputs(text, f);
         fclose(f);
@@ -187,8 +191,7 @@ static void set_status(const char *text) {
  * preloaded by hand, on stderr. */
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...) {
-    const char *path = getenv("TRACEMILL_RECORD_STATUS");
-    FILE *f = path && *path ? fopen(path, "ae") : NULL;
+    FILE *f = open_status("ae");
     va_list ap;
     va_start(ap, fmt);
     vfprintf(f ? f : stderr, fmt, ap);
