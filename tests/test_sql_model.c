@@ -389,3 +389,34 @@ Test(sql_model, samples_in_time_order_ties_in_file_order) {
                      "50|9;100|9;100|8;200|8;300|8;300|9");
     tb_free(&b);
 }
+
+/* The same with many runs: n samples of two sequences at times that go
+ * down every few samples, with ties (k * 37 mod m), merged through a heap
+ * of the runs' heads (40 samples: fewer than 64 runs) or pass by pass (202:
+ * more); the expected order is a stable sort of the file. */
+static void expect_many_runs_in_order(size_t n, size_t m) {
+    tb_buf b = {0};
+    clear_and_intern(&b, 1, 50);
+    clear_and_intern(&b, 2, 50);
+    struct { uint64_t ts; int tid; } want[202], t;
+    cr_assert_leq(n, sizeof want / sizeof *want);
+    for (size_t k = 0; k < n; k++) {
+        want[k].ts = 1000 + (k * 37) % m, want[k].tid = k % 2 ? 9 : 8;
+        tb_perf_sample(&b, 1 + (uint32_t)(k % 2), want[k].ts, 7, (uint32_t)want[k].tid, 1, TB_SEQ_NEEDS);
+    }
+    for (size_t k = 1; k < n; k++) /* insertion sort: stable */
+        for (size_t m = k; m > 0 && want[m - 1].ts > want[m].ts; m--) t = want[m], want[m] = want[m - 1], want[m - 1] = t;
+    char expect[4096];
+    size_t at = 0;
+    for (size_t k = 0; k < n; k++)
+        at += (size_t)snprintf(expect + at, sizeof expect - at, "%s%llu|%d", k ? ";" : "",
+                               (unsigned long long)want[k].ts, want[k].tid);
+    cr_expect_str_eq(rows(&b, "SELECT s.ts, t.tid FROM perf_sample AS s JOIN thread AS t USING (utid) ORDER BY s.id"),
+                     expect, "%zu samples", n);
+    tb_free(&b);
+}
+
+Test(sql_model, samples_of_many_runs_in_time_order_ties_in_file_order) {
+    expect_many_runs_in_order(40, 13);
+    expect_many_runs_in_order(202, 101);
+}

@@ -171,6 +171,7 @@ typedef struct dec {
      * callsite column holds the generation until parsing turns it into the
      * callsite; the task column the pending thread key of Chrome samples. */
     sample_ref *s_ref;
+    size_t cap_ref;
     uint32_t *s_order;     /* file order, only after a reordering sort */
 
     /* Pending threads of Chrome samples: (pid, tid). */
@@ -464,30 +465,20 @@ static tm_status grow_samples(dec *d, const uint8_t *at) {
     if (tp->n_samples >= d->lim->max_samples)
         return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
                        (unsigned long long)d->lim->max_samples);
-    if (tp->n_samples == tp->cap_samples) {
-        /* The five columns are freed with the one cap_samples, so they must
-         * never disagree: all five new arrays are allocated before any old
-         * one is given up (growing them one by one left the columns grown
-         * before a failure to be freed with the old size). */
-        enum { N_COLS = 5 };
-        size_t old = tp->cap_samples, n = old ? old * 2 : 1024, c;
-        void **cols[N_COLS] = {(void **)&tp->s_ts, (void **)&d->s_ref, (void **)&tp->s_callsite,
-                               (void **)&tp->s_task, (void **)&tp->s_attr};
-        const size_t elem[N_COLS] = {sizeof *tp->s_ts, sizeof *d->s_ref, sizeof *tp->s_callsite, sizeof *tp->s_task,
-                                     sizeof *tp->s_attr};
-        void *fresh[N_COLS];
-        for (c = 0; c < N_COLS && (fresh[c] = tm_mem_alloc(d->mem, n * elem[c])) != NULL; c++) {}
-        if (c < N_COLS) {
-            while (c-- > 0) tm_mem_free(d->mem, fresh[c], n * elem[c]);
-            return nomem(d);
-        }
-        for (c = 0; c < N_COLS; c++) {
-            if (old) memcpy(fresh[c], *cols[c], old * elem[c]);
-            tm_mem_free(d->mem, *cols[c], old * elem[c]);
-            *cols[c] = fresh[c];
-        }
-        tp->cap_samples = n;
-    }
+    /* Each column grows in place where it can (a large block is remapped,
+     * not copied into fresh pages) and keeps its own capacity, so that a
+     * failure halfway leaves every column freed with its own size. */
+    size_t need = tp->n_samples + 1;
+    if (tm_vec_grow(d->mem, (void **)&tp->s_ts, &tp->cap_ts, sizeof *tp->s_ts, need) != TM_OK ||
+        tm_vec_grow(d->mem, (void **)&d->s_ref, &d->cap_ref, sizeof *d->s_ref, need) != TM_OK ||
+        tm_vec_grow(d->mem, (void **)&tp->s_callsite, &tp->cap_callsite, sizeof *tp->s_callsite, need) != TM_OK ||
+        tm_vec_grow(d->mem, (void **)&tp->s_task, &tp->cap_task, sizeof *tp->s_task, need) != TM_OK ||
+        tm_vec_grow(d->mem, (void **)&tp->s_attr, &tp->cap_attr, sizeof *tp->s_attr, need) != TM_OK)
+        return nomem(d);
+    size_t cap = d->cap_ref;
+    const size_t caps[] = {tp->cap_ts, tp->cap_callsite, tp->cap_task, tp->cap_attr};
+    for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) cap = caps[c] < cap ? caps[c] : cap;
+    tp->cap_samples = cap;
     return TM_OK;
 }
 
@@ -2258,6 +2249,59 @@ static bool merge_runs(const int64_t *ts, const uint32_t *in, uint32_t *out, siz
     return one_run;
 }
 
+/* A run's head in merge_heads: its next row and that row's time. */
+typedef struct run_head {
+    int64_t ts;
+    uint32_t row, at, end; /* at: the head's place in the input, end: its run's */
+} run_head;
+
+enum { MERGE_HEADS_MAX = 64 };
+
+static bool head_before(const run_head *a, const run_head *b) {
+    return a->ts < b->ts || (a->ts == b->ts && a->row < b->row);
+}
+
+static void sift_down(run_head *h, size_t k, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < k && head_before(&h[l], &h[m])) m = l;
+        if (l + 1 < k && head_before(&h[l + 1], &h[m])) m = l + 1;
+        if (m == i) return;
+        run_head t = h[i];
+        h[i] = h[m], h[m] = t;
+        i = m;
+    }
+}
+
+/* Merges the runs in order of in (rows of one sequence after another, each
+ * in time order mostly) into out in one pass, through a heap of the runs'
+ * heads whose times it holds: each output row reads the time of the next
+ * row of its own run only, so the reads stay a few streams in address
+ * order. false, with out untouched, when there are more than
+ * MERGE_HEADS_MAX runs (merge_runs then). */
+static bool merge_heads(const int64_t *ts, const uint32_t *in, uint32_t *out, size_t n) {
+    run_head h[MERGE_HEADS_MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        if (k == MERGE_HEADS_MAX) return false;
+        size_t start = i++;
+        while (i < n && sample_before(ts, in[i - 1], in[i])) i++;
+        h[k++] = (run_head){ts[in[start]], in[start], (uint32_t)start, (uint32_t)i};
+    }
+    for (size_t i = k / 2; i-- > 0;) sift_down(h, k, i);
+    for (size_t o = 0; k; o++) {
+        out[o] = h[0].row;
+        if (++h[0].at < h[0].end) {
+            h[0].row = in[h[0].at];
+            h[0].ts = ts[h[0].row];
+        } else {
+            h[0] = h[--k];
+        }
+        sift_down(h, k, 0);
+    }
+    return true;
+}
+
 /* Puts the sample columns in timestamp order, ties in file order; d->s_order
  * keeps each row's file order for ties with events. A sequence's samples
  * come in time order (mostly) while the file interleaves sequences: grouped
@@ -2285,10 +2329,11 @@ static tm_status sort_samples(dec *d) {
     for (size_t s = 0; s < n_seqs; s++) at[s + 1] += at[s];
     for (i = 0; i < n; i++) spare[at[gen_of(d, tp->s_callsite[i])->seq]++] = (uint32_t)i;
     tm_mem_free(d->mem, at, (n_seqs + 1) * sizeof *at);
-    while (!merge_runs(tp->s_ts, spare, order, n)) {
-        uint32_t *t = order;
-        order = spare, spare = t;
-    }
+    if (!merge_heads(tp->s_ts, spare, order, n))
+        while (!merge_runs(tp->s_ts, spare, order, n)) {
+            uint32_t *t = order;
+            order = spare, spare = t;
+        }
     tm_mem_free(d->mem, spare, n * sizeof *spare);
     d->s_order = order;
     void *tmp = tm_mem_alloc(d->mem, n * sizeof(int64_t));
@@ -2549,7 +2594,7 @@ static void dec_release(dec *d) {
     tm_mem_free(m, d->events, d->cap_events * sizeof *d->events);
     tm_pf_heap_release(&d->heap);
     tm_u64map_free(m, &d->proc_track);
-    tm_mem_free(m, d->s_ref, d->tp->cap_samples * sizeof *d->s_ref);
+    tm_mem_free(m, d->s_ref, d->cap_ref * sizeof *d->s_ref);
     tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
     tm_mem_free(m, d->chrome_memo, d->n_chrome_memo * sizeof *d->chrome_memo);
@@ -2632,10 +2677,10 @@ void tm_tp_release(tm_tp *tp) {
     tm_mem_free(m, tp->callsites.frame, tp->callsites.cap * sizeof *tp->callsites.frame);
     tm_mem_free(m, tp->callsites.words, tp->callsites.cap_words * sizeof *tp->callsites.words);
     tm_mem_free(m, tp->callsites.heads, tp->callsites.cap_heads * sizeof *tp->callsites.heads);
-    tm_mem_free(m, tp->s_ts, tp->cap_samples * sizeof *tp->s_ts);
-    tm_mem_free(m, tp->s_callsite, tp->cap_samples * sizeof *tp->s_callsite);
-    tm_mem_free(m, tp->s_task, tp->cap_samples * sizeof *tp->s_task);
-    tm_mem_free(m, tp->s_attr, tp->cap_samples * sizeof *tp->s_attr);
+    tm_mem_free(m, tp->s_ts, tp->cap_ts * sizeof *tp->s_ts);
+    tm_mem_free(m, tp->s_callsite, tp->cap_callsite * sizeof *tp->s_callsite);
+    tm_mem_free(m, tp->s_task, tp->cap_task * sizeof *tp->s_task);
+    tm_mem_free(m, tp->s_attr, tp->cap_attr * sizeof *tp->s_attr);
     tm_arena_release(&tp->arena);
     memset(tp, 0, sizeof *tp);
 }

@@ -205,7 +205,8 @@ typedef struct tm_tp {
     bool cut_off;            /* the last packet runs past the end (not when strict): the rest was read */
     uint64_t cut_off_at;     /* where that packet starts */
     /* Samples, one entry per row in each column. */
-    size_t n_samples, cap_samples;
+    size_t n_samples, cap_samples; /* cap_samples: the least of the columns' capacities */
+    size_t cap_ts, cap_callsite, cap_task, cap_attr;
     int64_t *s_ts;
     uint32_t *s_callsite;    /* TP_NULL: none */
     uint32_t *s_task;        /* task context id or TP_NULL */
