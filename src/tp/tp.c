@@ -2249,55 +2249,64 @@ static bool merge_runs(const int64_t *ts, const uint32_t *in, uint32_t *out, siz
     return one_run;
 }
 
-/* A run's head in merge_heads: its next row and that row's time. */
-typedef struct run_head {
-    int64_t ts;
-    uint32_t row, at, end; /* at: the head's place in the input, end: its run's */
-} run_head;
+enum { MERGE_RUNS_MAX = 64 };
 
-enum { MERGE_HEADS_MAX = 64 };
+/* The runs' heads in merge_heads: each run's next row and its time; a run
+ * that is done holds (INT64_MAX, UINT32_MAX), after every row. */
+typedef struct run_heads {
+    int64_t ts[MERGE_RUNS_MAX];
+    uint32_t row[MERGE_RUNS_MAX];
+} run_heads;
 
-static bool head_before(const run_head *a, const run_head *b) {
-    return a->ts < b->ts || (a->ts == b->ts && a->row < b->row);
-}
-
-static void sift_down(run_head *h, size_t k, size_t i) {
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        if (l < k && head_before(&h[l], &h[m])) m = l;
-        if (l + 1 < k && head_before(&h[l + 1], &h[m])) m = l + 1;
-        if (m == i) return;
-        run_head t = h[i];
-        h[i] = h[m], h[m] = t;
-        i = m;
-    }
+static bool head_before(const run_heads *h, size_t a, size_t b) {
+    return h->ts[a] < h->ts[b] || (h->ts[a] == h->ts[b] && h->row[a] < h->row[b]);
 }
 
 /* Merges the runs in order of in (rows of one sequence after another, each
- * in time order mostly) into out in one pass, through a heap of the runs'
- * heads whose times it holds: each output row reads the time of the next
- * row of its own run only, so the reads stay a few streams in address
- * order. false, with out untouched, when there are more than
- * MERGE_HEADS_MAX runs (merge_runs then). */
+ * in time order mostly) into out in one pass, through a tournament of the
+ * runs' heads (each node of the tree holds the loser of its match, so an
+ * output row replays one match per level): each output row reads the time
+ * of the next row of its own run only, so the reads stay a few streams in
+ * address order. false, with out untouched, when there are more than
+ * MERGE_RUNS_MAX runs (merge_runs then). */
 static bool merge_heads(const int64_t *ts, const uint32_t *in, uint32_t *out, size_t n) {
-    run_head h[MERGE_HEADS_MAX];
-    size_t k = 0;
+    run_heads h;
+    uint32_t at[MERGE_RUNS_MAX], end[MERGE_RUNS_MAX];
+    uint8_t loser[MERGE_RUNS_MAX], won[2 * MERGE_RUNS_MAX];
+    size_t k = 0, leaves = 1;
     for (size_t i = 0; i < n;) {
-        if (k == MERGE_HEADS_MAX) return false;
-        size_t start = i++;
+        if (k == MERGE_RUNS_MAX) return false;
+        at[k] = (uint32_t)i++;
         while (i < n && sample_before(ts, in[i - 1], in[i])) i++;
-        h[k++] = (run_head){ts[in[start]], in[start], (uint32_t)start, (uint32_t)i};
+        end[k++] = (uint32_t)i;
     }
-    for (size_t i = k / 2; i-- > 0;) sift_down(h, k, i);
-    for (size_t o = 0; k; o++) {
-        out[o] = h[0].row;
-        if (++h[0].at < h[0].end) {
-            h[0].row = in[h[0].at];
-            h[0].ts = ts[h[0].row];
+    while (leaves < k) leaves *= 2;
+    for (size_t r = 0; r < leaves; r++) {
+        h.row[r] = r < k ? in[at[r]] : UINT32_MAX;
+        h.ts[r] = r < k ? ts[h.row[r]] : INT64_MAX;
+        won[leaves + r] = (uint8_t)r;
+    }
+    for (size_t v = leaves - 1; v >= 1; v--) {
+        uint8_t x = won[2 * v], y = won[2 * v + 1];
+        bool y_wins = head_before(&h, y, x);
+        won[v] = y_wins ? y : x;
+        loser[v] = y_wins ? x : y;
+    }
+    size_t w = won[1];
+    for (size_t o = 0; o < n; o++) {
+        out[o] = h.row[w];
+        if (++at[w] < end[w]) {
+            h.row[w] = in[at[w]];
+            h.ts[w] = ts[h.row[w]];
         } else {
-            h[0] = h[--k];
+            h.row[w] = UINT32_MAX, h.ts[w] = INT64_MAX;
         }
-        sift_down(h, k, 0);
+        for (size_t v = (leaves + w) / 2; v >= 1; v /= 2)
+            if (head_before(&h, loser[v], w)) {
+                size_t t = loser[v];
+                loser[v] = (uint8_t)w;
+                w = t;
+            }
     }
     return true;
 }
