@@ -167,12 +167,14 @@ typedef struct dec {
     int64_t single[TPS_COUNT];
     event *events; size_t n_events, cap_events;
 
-    /* Sample columns while tokenizing: s_ref says what to parse; the
-     * callsite column holds the generation until parsing turns it into the
-     * callsite; the task column the pending thread key of Chrome samples. */
+    /* Sample columns while tokenizing: s_ref says what to parse (it stays
+     * in file order: parsing reads it through s_order); the callsite column
+     * holds the generation until parsing turns it into the callsite; the
+     * task column the pending thread key of Chrome samples. */
     sample_ref *s_ref;
     size_t cap_ref;
     uint32_t *s_order;     /* file order, only after a reordering sort */
+    size_t n_order;        /* its rows: the samples before parsing dropped any */
 
     /* Pending threads of Chrome samples: (pid, tid). */
     int64_t (*pend)[2]; size_t n_pend, cap_pend; tm_u64map pend_by_key;
@@ -2262,24 +2264,19 @@ static bool head_before(const run_heads *h, size_t a, size_t b) {
     return h->ts[a] < h->ts[b] || (h->ts[a] == h->ts[b] && h->row[a] < h->row[b]);
 }
 
-/* Merges the runs in order of in (rows of one sequence after another, each
- * in time order mostly) into out in one pass, through a tournament of the
+/* Merges the k runs of in that start at starts (ascending, the first at 0;
+ * each in time order) into out in one pass, through a tournament of the
  * runs' heads (each node of the tree holds the loser of its match, so an
  * output row replays one match per level): each output row reads the time
  * of the next row of its own run only, so the reads stay a few streams in
- * address order. false, with out untouched, when there are more than
- * MERGE_RUNS_MAX runs (merge_runs then). */
-static bool merge_heads(const int64_t *ts, const uint32_t *in, uint32_t *out, size_t n) {
+ * address order. */
+static void merge_heads(const int64_t *ts, const uint32_t *in, uint32_t *out, size_t n, const uint32_t *starts,
+                        size_t k) {
     run_heads h;
     uint32_t at[MERGE_RUNS_MAX], end[MERGE_RUNS_MAX];
     uint8_t loser[MERGE_RUNS_MAX], won[2 * MERGE_RUNS_MAX];
-    size_t k = 0, leaves = 1;
-    for (size_t i = 0; i < n;) {
-        if (k == MERGE_RUNS_MAX) return false;
-        at[k] = (uint32_t)i++;
-        while (i < n && sample_before(ts, in[i - 1], in[i])) i++;
-        end[k++] = (uint32_t)i;
-    }
+    size_t leaves = 1;
+    for (size_t r = 0; r < k; r++) at[r] = starts[r], end[r] = r + 1 < k ? starts[r + 1] : (uint32_t)n;
     while (leaves < k) leaves *= 2;
     for (size_t r = 0; r < leaves; r++) {
         h.row[r] = r < k ? in[at[r]] : UINT32_MAX;
@@ -2308,14 +2305,21 @@ static bool merge_heads(const int64_t *ts, const uint32_t *in, uint32_t *out, si
                 w = t;
             }
     }
-    return true;
 }
+
+/* sort_samples' count, then next place, of each sequence's rows, and the
+ * time of the last row placed. */
+typedef struct seq_rows {
+    size_t at;
+    int64_t last;
+} seq_rows;
 
 /* Puts the sample columns in timestamp order, ties in file order; d->s_order
  * keeps each row's file order for ties with events. A sequence's samples
  * come in time order (mostly) while the file interleaves sequences: grouped
- * by sequence, the rows make a few runs in order, merged pass by pass (a
- * few passes over 4 bytes a row, where a sort of (time, row) pairs took 32). */
+ * by sequence, the rows make a few runs in order, merged in one pass
+ * (merge_heads; pass by pass past MERGE_RUNS_MAX runs: merge_runs), over 4
+ * bytes a row where a sort of (time, row) pairs took 32. */
 static tm_status sort_samples(dec *d) {
     tm_tp *tp = d->tp;
     size_t n = tp->n_samples;
@@ -2325,26 +2329,52 @@ static tm_status sort_samples(dec *d) {
     size_t n_seqs = d->rd.n_seqs;
     uint32_t *order = tm_mem_alloc(d->mem, n * sizeof *order);
     uint32_t *spare = tm_mem_alloc(d->mem, n * sizeof *spare);
-    size_t *at = tm_mem_alloc(d->mem, (n_seqs + 1) * sizeof *at);
-    if (!order || !spare || !at) {
+    seq_rows *q = tm_mem_alloc(d->mem, (n_seqs + 1) * sizeof *q);
+    if (!order || !spare || !q) {
         tm_mem_free(d->mem, order, n * sizeof *order);
         tm_mem_free(d->mem, spare, n * sizeof *spare);
-        tm_mem_free(d->mem, at, (n_seqs + 1) * sizeof *at);
+        tm_mem_free(d->mem, q, (n_seqs + 1) * sizeof *q);
         return nomem(d);
     }
-    /* by sequence, file order within each (the callsite column holds the generation) */
-    memset(at, 0, (n_seqs + 1) * sizeof *at);
-    for (i = 0; i < n; i++) at[gen_of(d, tp->s_callsite[i])->seq + 1]++;
-    for (size_t s = 0; s < n_seqs; s++) at[s + 1] += at[s];
-    for (i = 0; i < n; i++) spare[at[gen_of(d, tp->s_callsite[i])->seq]++] = (uint32_t)i;
-    tm_mem_free(d->mem, at, (n_seqs + 1) * sizeof *at);
-    if (!merge_heads(tp->s_ts, spare, order, n))
+    /* By sequence, file order within each (the callsite column holds the
+     * generation); the runs in time order are found on the way, in one
+     * pass over the times in file order: a run starts with each sequence,
+     * and where a row is earlier than its sequence's row before. */
+    for (size_t s = 0; s <= n_seqs; s++) q[s] = (seq_rows){0, INT64_MIN};
+    for (i = 0; i < n; i++) q[gen_of(d, tp->s_callsite[i])->seq + 1].at++;
+    uint32_t starts[MERGE_RUNS_MAX];
+    size_t k = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        if (q[s + 1].at && k < MERGE_RUNS_MAX) starts[k] = (uint32_t)q[s].at;
+        k += q[s + 1].at != 0;
+        q[s + 1].at += q[s].at;
+    }
+    for (i = 0; i < n; i++) {
+        seq_rows *r = &q[gen_of(d, tp->s_callsite[i])->seq];
+        if (tp->s_ts[i] < r->last) {
+            if (k < MERGE_RUNS_MAX) starts[k] = (uint32_t)r->at;
+            k++;
+        }
+        r->last = tp->s_ts[i];
+        spare[r->at++] = (uint32_t)i;
+    }
+    tm_mem_free(d->mem, q, (n_seqs + 1) * sizeof *q);
+    if (k <= MERGE_RUNS_MAX) {
+        for (size_t a = 1; a < k; a++) /* in place order: breaks were found in file order */
+            for (size_t b = a; b > 0 && starts[b - 1] > starts[b]; b--) {
+                uint32_t t = starts[b];
+                starts[b] = starts[b - 1], starts[b - 1] = t;
+            }
+        merge_heads(tp->s_ts, spare, order, n, starts, k);
+    } else {
         while (!merge_runs(tp->s_ts, spare, order, n)) {
             uint32_t *t = order;
             order = spare, spare = t;
         }
+    }
     tm_mem_free(d->mem, spare, n * sizeof *spare);
     d->s_order = order;
+    d->n_order = n;
     void *tmp = tm_mem_alloc(d->mem, n * sizeof(int64_t));
     if (!tmp) return nomem(d);
 #define PERMUTE(T, col)                                               \
@@ -2354,7 +2384,6 @@ static tm_status sort_samples(dec *d) {
         memcpy((col), t, n * sizeof(T));                              \
     } while (0)
     PERMUTE(int64_t, tp->s_ts);
-    PERMUTE(sample_ref, d->s_ref);
     PERMUTE(uint32_t, tp->s_callsite);
     PERMUTE(uint32_t, tp->s_task);
     PERMUTE(uint32_t, tp->s_attr);
@@ -2463,8 +2492,9 @@ static tm_status parse_all(dec *d) {
         if (a < n && d->cs_misses >= PREFETCH_MISSES) {
             uint8_t kind = tp->attrs[tp->s_attr[a]].kind;
             uint64_t iid = 0, pid = 0;
-            if (kind == TP_SRC_CHROME) iid = d->s_ref[a].iid, pid = (uint64_t)d->pend[tp->s_task[a]][0];
-            if (kind == TP_SRC_PERF) iid = perf_callstack_iid(d->s_ref[a].payload, &pid);
+            const sample_ref *ref = &d->s_ref[d->s_order ? d->s_order[a] : a];
+            if (kind == TP_SRC_CHROME) iid = ref->iid, pid = (uint64_t)d->pend[tp->s_task[a]][0];
+            if (kind == TP_SRC_PERF) iid = perf_callstack_iid(ref->payload, &pid);
             ahead[a % (2 * PREFETCH_AHEAD)] = iid;
             ahead_pid[a % (2 * PREFETCH_AHEAD)] = pid;
             if (iid) tm_pf_prefetch(&d->rd, tp->s_callsite[a], TM_PF_INTERNED_CALLSTACKS, iid, 0);
@@ -2480,7 +2510,7 @@ static tm_status parse_all(dec *d) {
                (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
             TM_TRY(apply_event(d, &d->events[j++]));
         out_row o = {w, tp->s_ts[i], tp->s_callsite[i]};
-        sample_ref ref = d->s_ref[i];
+        sample_ref ref = d->s_ref[order];
         uint32_t attr = tp->s_attr[i];
         bool keep = true;
         switch (tp->attrs[attr].kind) {
@@ -2604,7 +2634,7 @@ static void dec_release(dec *d) {
     tm_pf_heap_release(&d->heap);
     tm_u64map_free(m, &d->proc_track);
     tm_mem_free(m, d->s_ref, d->cap_ref * sizeof *d->s_ref);
-    tm_mem_free(m, d->s_order, d->tp->n_samples * sizeof *d->s_order); /* as sort_samples allocated it */
+    tm_mem_free(m, d->s_order, d->n_order * sizeof *d->s_order);
     tm_mem_free(m, d->pend, d->cap_pend * sizeof *d->pend);
     tm_mem_free(m, d->chrome_memo, d->n_chrome_memo * sizeof *d->chrome_memo);
     tm_u64map_free(m, &d->pend_by_key);
