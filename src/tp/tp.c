@@ -2372,23 +2372,28 @@ static tm_status sort_samples(dec *d) {
             order = spare, spare = t;
         }
     }
-    tm_mem_free(d->mem, spare, n * sizeof *spare);
     d->s_order = order;
     d->n_order = n;
-    void *tmp = tm_mem_alloc(d->mem, n * sizeof(int64_t));
-    if (!tmp) return nomem(d);
-#define PERMUTE(T, col)                                               \
-    do {                                                              \
-        T *t = tmp;                                                   \
-        for (size_t k = 0; k < n; k++) t[k] = (col)[d->s_order[k]];   \
-        memcpy((col), t, n * sizeof(T));                              \
-    } while (0)
-    PERMUTE(int64_t, tp->s_ts);
-    PERMUTE(uint32_t, tp->s_callsite);
-    PERMUTE(uint32_t, tp->s_task);
-    PERMUTE(uint32_t, tp->s_attr);
-#undef PERMUTE
-    tm_mem_free(d->mem, tmp, n * sizeof(int64_t));
+    /* Each column gathered in order into another buffer, which becomes
+     * the column: the 4-byte columns into spare, then each into the buffer
+     * the one before gave up; then the times into a new one, once spare's
+     * last is freed (nothing copied back, no more memory at once). */
+    uint32_t **cols[] = {&tp->s_callsite, &tp->s_task, &tp->s_attr};
+    size_t *caps[] = {&tp->cap_callsite, &tp->cap_task, &tp->cap_attr}, cap = n;
+    for (size_t c = 0; c < sizeof cols / sizeof *cols; c++) {
+        uint32_t *col = *cols[c];
+        for (size_t r = 0; r < n; r++) spare[r] = col[order[r]];
+        *cols[c] = spare, spare = col;
+        size_t t = *caps[c];
+        *caps[c] = cap, cap = t;
+    }
+    tm_mem_free(d->mem, spare, cap * sizeof *spare);
+    int64_t *ts = tm_mem_alloc(d->mem, n * sizeof *ts);
+    if (!ts) return nomem(d);
+    for (size_t r = 0; r < n; r++) ts[r] = tp->s_ts[order[r]];
+    tm_mem_free(d->mem, tp->s_ts, tp->cap_ts * sizeof *tp->s_ts);
+    tp->s_ts = ts, tp->cap_ts = n;
+    tp->cap_samples = n; /* the times' (the others' are at least n) */
     return TM_OK;
 }
 
