@@ -759,4 +759,16 @@ Test(sql_sweep, every_loader_allocation) {
     grown_trace(&b, 1100);
     sweep_loader("grown trace", &b);
     tb_free(&b);
+    /* 60 samples make 12 runs, merged in one pass, and a PerfSample of lost
+     * records, sorted with the samples and then dropped: the sort's order
+     * is freed with the count it was made for, not the rows kept. */
+    grown_trace(&b, 60);
+    size_t p = tb_packet_open(&b, 1, TB_BOOT0 + 1500000ull, TB_SEQ_NEEDS);
+    size_t s = tb_open(&b, TM_PF_PACKET_PERF_SAMPLE);
+    tb_uint(&b, TM_PF_PERF_SAMPLE_CPU, 1);
+    tb_uint(&b, TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST, 3);
+    tb_close(&b, s);
+    tb_close(&b, p);
+    sweep_loader("reordered trace dropping a sample", &b);
+    tb_free(&b);
 }
