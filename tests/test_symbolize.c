@@ -418,6 +418,46 @@ Test(symbolize, names_from_symbol_tables_without_dwarf) {
     free(got);
 }
 
+/* main with a cold part (the abort), at -O2: its line table's last
+ * sequence ends with a zero-length row just before crt1.o's _start, which
+ * has no DWARF; libdw still finds that row for every pc of _start. */
+static const char cold_src[] =
+    "#include <stdio.h>\n"
+    "#include <stdlib.h>\n"
+    "__attribute__((noinline)) unsigned work(unsigned n, unsigned seed) {\n"
+    "    unsigned h = seed;\n"
+    "    for (unsigned i = 0; i < n; i++) h = h * 2654435761u ^ (h >> 13) ^ i;\n"
+    "    return h;\n"
+    "}\n"
+    "int main(int argc, char **argv) {\n"
+    "    unsigned v = work(argc > 1 ? (unsigned)atoi(argv[1]) : 10u, (unsigned)argc);\n"
+    "    if (argc > 2 && atoi(argv[2]) == -1) abort();\n"
+    "    printf(\"%u\\n\", v);\n"
+    "    return argc > 3 ? atoi(argv[3]) : 0;\n"
+    "}\n";
+
+/* A pc that no compilation unit covers (crt1.o's _start) is named by its
+ * symbol with no file or line, as addr2line has it, while the program's
+ * own functions keep theirs. */
+Test(symbolize, pcs_outside_every_compilation_unit_have_no_line) {
+    write_source("cold.c", cold_src);
+    cr_assert_eq(sh("cd %s && cc -O2 -g -Wl,--build-id=sha1 -o cold cold.c", dir), 0);
+    uint8_t id[64];
+    size_t id_len = build_id_of("cold", id);
+    uint64_t start, end, work, work_end;
+    symbol_range("cold", "_start", &start, &end);
+    symbol_range("cold", "work", &work, &work_end);
+    cr_assert_gt(end, start);
+    for (uint64_t pc = start; pc < end; pc++) {
+        char *got = name_at(dir, "cold", id, id_len, pc, 0);
+        cr_expect_str_eq(got, "_start ??:0", "pc 0x%llx", (unsigned long long)pc);
+        free(got);
+    }
+    char *got = name_at(dir, "cold", id, id_len, work + 1, 0);
+    cr_expect(strstr(got, "work ") == got && strstr(got, "/cold.c:"), "work + 1: %s", got);
+    free(got);
+}
+
 /* The symbols in the profile model: folded shows the inline chain
  * (root first), pprof one location with two lines. */
 Test(symbolize, profile_model_and_exporters) {

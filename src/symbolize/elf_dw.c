@@ -354,6 +354,19 @@ static const char *scope_name(tm_elf *e, Dwarf_Die *die, GElf_Addr addr) {
     return n;
 }
 
+/* Whether a (in the CU's addresses) is in one of the CU's ranges. libdw
+ * finds a CU, and a line-table row, for an address past the end of every
+ * sequence too (the last row at or below it, a zero-length one at a
+ * sequence's end included), as for a crt1.o function without DWARF that
+ * follows the CU's last function. */
+static bool cu_covers(Dwarf_Die *cu, Dwarf_Addr a) {
+    Dwarf_Addr base, start, end;
+    ptrdiff_t at = 0;
+    while ((at = dwarf_ranges(cu, at, &base, &start, &end)) > 0)
+        if (a >= start && a < end) return true;
+    return false;
+}
+
 void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, size_t *n) {
     *n = 0;
     if (!cap) return;
@@ -402,6 +415,9 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
         i = 1; /* outer[0] is the instance itself */
     }
     tm_free_foreign(scopes); /* dwarf_getscopes allocates with malloc */
+    /* No DWARF function there: the symbol's name, with the line-table row
+     * only where a CU's ranges hold the pc (assembly with line info). */
     const char *sym = *n ? NULL : sym_name(e, addr);
+    if (sym && !(cu && cu_covers(cu, addr - dwbias))) file = NULL, line = 0;
     if (sym) lines[(*n)++] = (tm_elf_line){sym, file, line > 0 ? (uint32_t)line : 0};
 }
