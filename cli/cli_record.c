@@ -555,7 +555,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     cli_output o = {0};
     if (single) {
         int rc = cli_output_open(out, CLI_OUT_NAMED, NULL, &o);
-        if (rc != EXIT_OK) return 125;
+        if (rc != EXIT_OK) return rc; /* refused (said): 3, as every command that writes a file */
     }
 
     /* The preload library writes here why it did not start recording. */

@@ -160,7 +160,7 @@ int cli_symbolize_file(const char *path, const char *name, const cli_symbols *s)
             if (fwrite(b.data, 1, b.len, o.f) != b.len) rc = cli_output_error(name, errno);
             rc = cli_output_close(&o, rc);
         }
-        if (rc == EXIT_OK) report("tracemill record", &st);
+        if (rc == EXIT_OK && st.frames) report("tracemill record", &st); /* nothing recorded: nothing to say */
     }
     free(b.data);
     cli_input_release(&in);

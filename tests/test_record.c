@@ -408,11 +408,13 @@ Test(record, exit_while_sampling) {
 /* ---- `tracemill record` and its output file ---- */
 
 /* Runs `tracemill record -o OUT -- ARGS` (shell words) with stderr into the
- * returned text; *code gets the exit status. */
+ * returned text; *code gets the exit status. The signal backend's preload
+ * library is the build's (the perf backend takes none). */
 static char *record_cli_with(const char *out, const char *opts, const char *args, int *code) {
     char *err = path_in_dir("stderr"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s record --preload %s -o %s %s -- %s 2>%s >/dev/null", TM_CLI, TM_RECORD_PRELOAD,
-                          out, opts, args, err),
+    int perf = strstr(opts, "--backend perf") != NULL;
+    cr_assert_gt(asprintf(&cmd, "%s record %s%s -o %s %s -- %s 2>%s >/dev/null", TM_CLI, perf ? "" : "--preload ",
+                          perf ? "" : TM_RECORD_PRELOAD, out, opts, args, err),
                  0);
     tu_asan_recorded_child_env(); /* inherited by the shell and the program */
     int st = system(cmd);
@@ -462,7 +464,15 @@ Test(record, a_run_without_samples_keeps_the_old_trace) {
     int code;
     char *err = record_cli(out, "/nonexistent/program", &code);
     cr_expect_eq(code, 127, "exit %d (a program that cannot run gives 127, as env does): %s", code, err);
+    cr_expect(!strstr(err, "symbolized"), "a symbolization of nothing is reported: %s", err);
     free(err);
+    char why[128];
+    if (tu_perf_available(why, sizeof why)) {
+        err = record_cli_with(out, "--backend perf", "/nonexistent/program", &code);
+        cr_expect_eq(code, 127, "perf backend: exit %d: %s", code, err);
+        cr_expect(!strstr(err, "symbolized"), "perf backend: a symbolization of nothing is reported: %s", err);
+        free(err);
+    }
     char *kept = tu_read_file(out, NULL);
     cr_expect(kept && strcmp(kept, "precious\n") == 0, "OUT was replaced: %s", kept ? kept : "(gone)");
     free(kept);
@@ -476,6 +486,35 @@ Test(record, a_run_without_samples_keeps_the_old_trace) {
     cr_expect(kept && strcmp(kept, "precious\n") == 0, "OUT was replaced: %s", kept ? kept : "(gone)");
     free(kept);
     free(out);
+}
+
+/* An OUT that cannot be written (a read-only file, a directory) is
+ * refused before the program runs, with exit 3 as by every command that
+ * writes a file, whichever backend records; the file stays as it was. */
+Test(record, an_unwritable_out_is_refused_with_3_by_every_backend) {
+    char *ro = path_in_dir("ro.pftrace"), *ran = path_in_dir("ran"), *dir_out = path_in_dir("adir"), *args = NULL;
+    FILE *f = fopen(ro, "w");
+    cr_assert_not_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(ro, 0444), 0);
+    cr_assert_eq(mkdir(dir_out, 0755), 0);
+    cr_assert_gt(asprintf(&args, "touch %s", ran), 0);
+    char why[128];
+    const char *opts[] = {"--backend signal", "--heap", tu_perf_available(why, sizeof why) ? "--backend perf" : NULL};
+    const char *outs[] = {ro, dir_out}, *reasons[] = {"read-only", "Is a directory"};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts && opts[i]; i++)
+        for (size_t k = 0; k < 2; k++) {
+            int code;
+            char *err = record_cli_with(outs[k], opts[i], args, &code);
+            cr_expect_eq(code, 3, "%s onto %s: exit %d: %s", opts[i], outs[k], code, err);
+            cr_expect(strstr(err, reasons[k]), "%s onto %s: %s", opts[i], outs[k], err);
+            cr_expect(access(ran, F_OK) != 0, "%s onto %s: the program ran", opts[i], outs[k]);
+            free(err);
+        }
+    char *kept = tu_read_file(ro, NULL);
+    cr_expect(kept && strcmp(kept, "precious\n") == 0, "the read-only OUT was changed");
+    free(kept), free(args), free(ro), free(ran), free(dir_out);
 }
 
 /* -o /dev/null records and reports the trace (it used to fail reading the
