@@ -202,6 +202,11 @@ static int write_chunk(void *ctx, const tm_srv_stored_chunk *c) {
     char ctype[64];
     tm_error err;
     job->found++;
+    if (c->unreadable) {
+        fprintf(stderr, "tracemill store: stored chunk %" PRId64 ": %s\n", c->id, c->unreadable);
+        job->rc = EXIT_REJECTED;
+        return 1;
+    }
     if (tm_srv_chunk_msg_decode(c->message, c->message_len, &m, ctype, sizeof ctype, &err) != TM_OK) {
         job->rc = cli_report_error("stored message", &err);
         return 1;
@@ -242,6 +247,7 @@ static int export_chunk(void *ctx, const tm_srv_stored_chunk *c) {
     /* file names come from the normalised id only, never from stored text */
     if (!tm_srv_uuid_normalize(c->chunk_id.ptr, c->chunk_id.len, id))
         return skip_chunk(job, c, "the chunk_id is not a UUID");
+    if (c->unreadable) return skip_chunk(job, c, c->unreadable);
     if (tm_srv_chunk_msg_decode(c->message, c->message_len, &m, ctype, sizeof ctype, &err) != TM_OK)
         return skip_chunk(job, c, err.message);
     /* the store id keeps names unique when two projects sent the same chunk_id */

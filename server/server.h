@@ -398,8 +398,9 @@ typedef struct tm_srv_stored_chunk {
     uint64_t received, project_id;
     tm_srv_view chunk_id;
     size_t payload_size, raw_size;
-    const uint8_t *message;
+    const uint8_t *message; /* NULL when it cannot be read back: unreadable says why */
     size_t message_len;
+    const char *unreadable;
 } tm_srv_stored_chunk;
 typedef int (*tm_srv_chunk_fn)(void *ctx, const tm_srv_stored_chunk *c);
 /* chunk_id NULL: all chunks. */

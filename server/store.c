@@ -627,16 +627,19 @@ tm_status tm_srv_store_each_chunk(tm_srv_store *s, const char *chunk_id, tm_srv_
         c.raw_size = (size_t)sqlite3_column_int64(q, 5);
         const void *z = sqlite3_column_blob(q, 6);
         size_t z_len = (size_t)sqlite3_column_bytes(q, 6);
+        /* A row that does not decode goes to fn too, which skips or reports
+         * it: the rows after it are still read. */
         unsigned long long len = ZSTD_getFrameContentSize(z, z_len);
-        void *message = len < SIZE_MAX ? malloc(len ? len : 1) : NULL;
-        if (!message || ZSTD_isError(ZSTD_decompress(message, len, z, z_len))) {
-            free(message);
-            st = tm_srv_fail(err, TM_ERR_MALFORMED, 0, "chunk %lld in %s: the stored message is not a zstd frame",
-                             (long long)c.id, s->db_path);
-            break;
-        }
-        c.message = message;
-        c.message_len = len;
+        void *message = NULL;
+        c.unreadable = NULL;
+        if (len == ZSTD_CONTENTSIZE_ERROR || len == ZSTD_CONTENTSIZE_UNKNOWN || len >= SIZE_MAX)
+            c.unreadable = "the stored message is not a zstd frame of known size";
+        else if (!(message = malloc(len ? len : 1)))
+            c.unreadable = "the stored message is too large to decode here";
+        else if (ZSTD_isError(ZSTD_decompress(message, len, z, z_len)))
+            c.unreadable = "the stored message does not decompress";
+        c.message = c.unreadable ? NULL : message;
+        c.message_len = c.unreadable ? 0 : len;
         stop = fn(ctx, &c);
         free(message);
         rc = SQLITE_OK;

@@ -52,6 +52,8 @@
 #define OTHER_KEY "0123456789abcdef0123456789abcdef"
 #define UUID_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define UUID_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define UUID_C "cccccccccccccccccccccccccccccccc"
+#define UUID_D "dddddddddddddddddddddddddddddddd"
 
 /* ---- files and processes ---- */
 
@@ -529,6 +531,19 @@ Test(serve, store_ls_escapes_and_export_skips_bad_rows) {
     cr_assert_eq(tm_srv_store_put(st, recs, 3, 0, &err), TM_OK, "%s", err.message);
     tm_srv_store_close(st);
     tm_srv_buf_release(&msg);
+    /* a message that is not even a zstd frame, then a good row after it */
+    char *db_path = ts_fmt("%s/tracemill.db", store_dir);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+    const char *insert =
+        "INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message) "
+        "VALUES (1, 1, '" UUID_C "', 4, 0, x'deadbeef');"
+        "INSERT INTO chunks(received, project_id, chunk_id, payload_size, raw_size, message) "
+        "SELECT received, project_id, '" UUID_D "', payload_size, raw_size, message FROM chunks "
+        "WHERE chunk_id = '" UUID_B "';";
+    cr_assert_eq(sqlite3_exec(db, insert, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    free(db_path);
 
     int code;
     char *cmd = ts_fmt("%s store ls --store %s", TM_CLI, store_dir);
@@ -539,19 +554,20 @@ Test(serve, store_ls_escapes_and_export_skips_bad_rows) {
               "%s", ls);
     size_t lines = 0;
     for (const char *p = ls; *p; p++) lines += *p == '\n';
-    cr_assert_eq(lines, 3, "%s", ls);
+    cr_assert_eq(lines, 5, "%s", ls);
     free(cmd);
 
     cmd = ts_fmt("%s store export %s/out --store %s 2>&1", TM_CLI, dir, store_dir);
     char *said = ts_run_capture(cmd, &code);
     cr_assert_eq(code, 1, "skipped rows make the export exit 1: %s", said);
-    cr_assert(strstr(said, "1 chunks written to"), "%s", said);
-    cr_assert(strstr(said, "2 skipped"), "%s", said);
+    cr_assert(strstr(said, "2 chunks written to"), "%s", said);
+    cr_assert(strstr(said, "3 skipped"), "%s", said);
+    cr_assert(strstr(said, "(chunk_id " UUID_C "): the stored message is not a zstd frame"), "%s", said);
     cr_assert_null(strchr(said, '\x1b'), "%s", said);
     free(cmd);
     cmd = ts_fmt("ls %s/out", dir);
     char *files = ts_run_capture(cmd, &code);
-    cr_assert_str_eq(files, "000003-" UUID_B ".json\n");
+    cr_assert_str_eq(files, "000003-" UUID_B ".json\n000005-" UUID_D ".json\n");
     free(files), free(said), free(cmd), free(ls);
     cmd = ts_fmt("rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
