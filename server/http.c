@@ -66,6 +66,8 @@ typedef struct conn {
     uint64_t body_bytes;   /* in PHASE_BODY */
     unsigned answered;     /* requests completed on it */
     const char *cut;       /* the reaper closed it, and why */
+    char method[16], path[256]; /* the request whose body is arriving ("": none), for the reaper's log */
+    uint64_t project;
     tm_srv_http_conn http; /* its reads and writes: the connection's own thread only */
     int linger;            /* answered before the input was read: see linger() */
 } conn;
@@ -552,6 +554,7 @@ static void set_phase(tm_srv_server *s, conn *c, phase ph) {
     pthread_mutex_lock(&s->mu);
     c->phase = ph;
     c->body_bytes = 0;
+    c->method[0] = c->path[0] = 0, c->project = 0;
     clock_gettime(CLOCK_MONOTONIC, &c->since);
     pthread_mutex_unlock(&s->mu);
 }
@@ -649,6 +652,11 @@ static int serve_request(tm_srv_server *s, conn *c) {
         return 0;
     }
     begin(s, &r, &h);
+    pthread_mutex_lock(&s->mu); /* what the reaper names if the body is too slow */
+    snprintf(c->method, sizeof c->method, "%s", r.method);
+    snprintf(c->path, sizeof c->path, "%s", r.path);
+    c->project = r.project ? r.project->id : 0;
+    pthread_mutex_unlock(&s->mu);
     if (r.error_status) {
         /* refused at the headers: answered now, the body is never read */
         answer_error(s, &r, r.error_status, r.error);
@@ -791,8 +799,12 @@ static void *reap(void *arg) {
             c->cut = why;
             shutdown(c->fd, SHUT_RDWR); /* the connection's thread sees the end and closes it */
             /* closing a kept-alive connection that went quiet after its answers is routine */
-            if (!draining && (c->phase == PHASE_BODY || !c->answered))
-                log_line(s, c->client, "-", "-", 0, 408, c->phase == PHASE_BODY ? c->body_bytes : 0, age, why);
+            if (!draining && (c->phase == PHASE_BODY || !c->answered)) {
+                uint64_t bytes = c->phase == PHASE_BODY ? c->body_bytes : 0;
+                tm_srv_metrics_request(s->metrics, 408, bytes, age);
+                log_line(s, c->client, c->method[0] ? c->method : "-", c->path[0] ? c->path : "-", c->project, 408,
+                         bytes, age, why);
+            }
         }
         struct timespec until = now;
         until.tv_nsec += REAPER_PERIOD_MS * 1000000L;

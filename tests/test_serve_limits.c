@@ -188,7 +188,11 @@ Test(serve_limits, slow_unauthenticated_clients_do_not_starve_the_others) {
 }
 
 Test(serve_limits, slow_headers_and_slow_bodies_are_cut) {
-    ts_server s = start("limits: {header_timeout: 1, min_body_rate: 1KiB}\n");
+    char *log_dir = ts_temp_dir("tm_limits_log"), *log_path = ts_fmt("%s/access.log", log_dir);
+    char *yaml = ts_fmt("limits: {header_timeout: 1, min_body_rate: 1KiB}\naccess_log: {format: text, path: %s}\n",
+                        log_path);
+    ts_server s = start(yaml);
+    free(yaml);
     /* headers a byte at a time: cut at header_timeout, not at the 30 s idle timeout */
     int fd = ts_dial(s.port);
     const char *head = "POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n";
@@ -219,11 +223,26 @@ Test(serve_limits, slow_headers_and_slow_bodies_are_cut) {
     cr_assert(took < 3.5, "a slow body cut after %.2f s", took);
     close(fd);
 
-    /* the server still answers, and counted both as 408 */
+    /* the server still answers, and counted both as 408; the slow body's
+     * line names its request */
     reply r = call(NULL, s.port, "GET", "/healthz", NULL, NULL, 0);
     cr_assert_eq(r.status, 200);
     reply_free(&r);
+    r = call(NULL, s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert(strstr(r.body.data, "tracemill_requests_total{status=\"408\"} 2\n"), "%s", r.body.data);
+    reply_free(&r);
+    char *log = tu_read_file(log_path, NULL);
+    cr_assert_not_null(log);
+    cr_assert(strstr(log, " POST \"/api/42/envelope/\" project=42 status=408 ") &&
+                  strstr(log, "outcome=\"body slower than min_body_rate\""),
+              "%s", log);
+    cr_assert(strstr(log, " - \"-\" project=- status=408 ") && strstr(log, "no complete request headers"), "%s",
+              log);
+    free(log);
     ts_server_free(&s);
+    char *rm = ts_fmt("rm -rf '%s'", log_dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm), free(log_path), free(log_dir);
 }
 
 static void expect_503_json(int port, const char *why) {
