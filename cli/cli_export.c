@@ -116,7 +116,8 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
         ++*i;
     } else if (strcmp(a, "--width") == 0) {
         uint64_t w;
-        if (!v || !cli_parse_u64(v, &w) || w < 100 || w > 100000) return bad(a, "takes 100..100000 pixels");
+        if (!v || !cli_parse_u64(v, &w) || w < TM_FLAMEGRAPH_WIDTH_MIN || w > TM_FLAMEGRAPH_WIDTH_MAX)
+            return bad(a, "takes 100..100000 pixels");
         x->width_px = (unsigned)w;
         ++*i;
     } else {

@@ -594,11 +594,14 @@ typedef struct tm_speedscope_options {
 TM_API tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *opts,
                                      const tm_sink *out, tm_error *err);
 
+#define TM_FLAMEGRAPH_WIDTH_MIN 100u
+#define TM_FLAMEGRAPH_WIDTH_MAX 100000u
+
 typedef struct tm_flamegraph_options {
     tm_thread_filter threads;
     const char *title;  /* NULL: "Flame Graph" (diff: "Differential Flame Graph") */
     int reverse;        /* 1: icicle graph, root at the top */
-    unsigned width_px;  /* 0: 1200 */
+    unsigned width_px;  /* 0: 1200; else TM_FLAMEGRAPH_WIDTH_MIN..MAX (TM_ERR_INVALID_ARG otherwise) */
     double min_width_px;/* narrower frames are left out (counted in their parent); 0: 0.1 */
     tm_value value;     /* memory profiles: the value drawn (bytes or objects) */
     uint64_t reserved_[20]; /* must be zero; future fields take this space (see "ABI") */

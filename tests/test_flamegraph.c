@@ -633,7 +633,18 @@ Test(flamegraph, io_failure_and_bad_arguments) {
     cr_assert_eq(tm_write_flamegraph(pt.t, NULL, NULL, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_write_flamegraph_diff(NULL, pt.t, NULL, &ok, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_write_flamegraph_diff(pt.t, NULL, NULL, &ok, &err), TM_ERR_INVALID_ARG);
+    /* a width a drawing cannot use (a wrapped negative one too) */
+    const unsigned widths[] = {TM_FLAMEGRAPH_WIDTH_MIN - 1, TM_FLAMEGRAPH_WIDTH_MAX + 1, (unsigned)-5};
+    for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) {
+        tm_flamegraph_options o = {.width_px = widths[i]};
+        cr_assert_eq(tm_write_flamegraph(pt.t, &o, &ok, &err), TM_ERR_INVALID_ARG, "width %u", widths[i]);
+        cr_assert(strstr(err.message, "width_px"), "%s", err.message);
+        cr_assert_eq(tm_write_flamegraph_diff(pt.t, pt.t, &o, &ok, &err), TM_ERR_INVALID_ARG, "width %u", widths[i]);
+    }
     cr_assert_eq(m.len, 0);
+    tm_flamegraph_options edge = {.width_px = TM_FLAMEGRAPH_WIDTH_MIN};
+    cr_assert_eq(tm_write_flamegraph(pt.t, &edge, &ok, &err), TM_OK, "%s", err.message);
+    tu_membuf_free(&m);
     parsed_free(&pt);
 }
 

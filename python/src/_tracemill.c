@@ -558,7 +558,7 @@ typedef struct export_args {
     PyObject *thread;
     const char *title, *name, *meta;
     Py_ssize_t meta_len;
-    long long period_ns;
+    long long period_ns, width_arg;
     unsigned width;
     int reverse, uncompressed, thread_prefix, remove_single_samples;
     const char *value_name;
@@ -571,10 +571,17 @@ static int parse_export_args(PyObject *args, PyObject *kwds, export_args *a) {
                              "uncompressed", "thread_prefix", "remove_single_samples", "value", NULL};
     memset(a, 0, sizeof *a);
     a->thread = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|$Ozzz#LIppppz", kwlist, &a->format, &a->thread, &a->title,
-                                     &a->name, &a->meta, &a->meta_len, &a->period_ns, &a->width, &a->reverse,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|$Ozzz#LLppppz", kwlist, &a->format, &a->thread, &a->title,
+                                     &a->name, &a->meta, &a->meta_len, &a->period_ns, &a->width_arg, &a->reverse,
                                      &a->uncompressed, &a->thread_prefix, &a->remove_single_samples, &a->value_name))
         return -1;
+    /* taken as a Python int and checked, never wrapped to unsigned (-5 was 4294967291) */
+    if (a->width_arg && (a->width_arg < TM_FLAMEGRAPH_WIDTH_MIN || a->width_arg > TM_FLAMEGRAPH_WIDTH_MAX)) {
+        PyErr_Format(PyExc_ValueError, "width must be 0 (the default, 1200) or %u..%u pixels, not %lld",
+                     TM_FLAMEGRAPH_WIDTH_MIN, TM_FLAMEGRAPH_WIDTH_MAX, a->width_arg);
+        return -1;
+    }
+    a->width = (unsigned)a->width_arg;
     if (a->value_name) {
         tm_error err;
         if (tm_value_parse(a->value_name, &a->value, &err) != TM_OK) {

@@ -59,6 +59,16 @@ def test_export_options_equal_cli(cli, demo):
     assert json.loads(demo.to_sample_v2(meta=json.loads(meta_text))) == json.loads(expected)
 
 
+def test_svg_width_out_of_range_raises(demo):
+    # checked as a Python int: never wrapped to 32 bits (-5 was 4294967291, 2**32 + 200 was 200)
+    for width in (-5, 5, 99, 100001, 10**12, 2**32 + 200):
+        with pytest.raises(ValueError, match="width"):
+            demo.to_svg(width=width)
+        with pytest.raises(ValueError, match="width"):
+            tracemill.diff(demo, demo, "svg", width=width)
+    assert 'width="100"' in demo.to_svg(width=100)
+
+
 def test_relay_compat_matches_relay_fixture():
     fixture = os.path.join(FIXTURES, "relay-compat")
     with open(os.path.join(fixture, "meta.json"), "rb") as f:

@@ -766,6 +766,15 @@ static tm_status write_graph(const tm_trace *base, const tm_trace *now, const tm
     return st;
 }
 
+/* A width outside what a drawing can use is the caller's mistake (a
+ * negative number wrapped to unsigned, say), not a graph to draw. */
+static tm_status check_width(const tm_flamegraph_options *opts, tm_error *err) {
+    if (opts && opts->width_px && (opts->width_px < TM_FLAMEGRAPH_WIDTH_MIN || opts->width_px > TM_FLAMEGRAPH_WIDTH_MAX))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "width_px %u is outside %u..%u pixels", opts->width_px,
+                       TM_FLAMEGRAPH_WIDTH_MIN, TM_FLAMEGRAPH_WIDTH_MAX);
+    return TM_OK;
+}
+
 tm_status tm_write_flamegraph(const tm_trace *t, const tm_flamegraph_options *opts, const tm_sink *out,
                               tm_error *err) {
     if (!t || !out || !out->write)
@@ -773,6 +782,7 @@ tm_status tm_write_flamegraph(const tm_trace *t, const tm_flamegraph_options *op
     TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_flamegraph_options", err));
     TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
+    TM_TRY(check_width(opts, err));
     return tm_trace_budget_status(t, write_graph(NULL, t, opts, out, err), err);
 }
 
@@ -783,5 +793,6 @@ tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *now, co
     TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_flamegraph_options", err));
     TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
+    TM_TRY(check_width(opts, err));
     return tm_trace_budget_status(base, tm_trace_budget_status(now, write_graph(base, now, opts, out, err), err), err);
 }
