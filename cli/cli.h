@@ -101,6 +101,7 @@ typedef struct cli_export {
     unsigned width_px;
     const char *title;
     tm_value value;  /* --value: what memory profiles weigh */
+    char bad[160];   /* why cli_export_option refused a value ("": a limit's, see cli_limit_option) */
 } cli_export;
 
 /* Parses -f/--format (NULL: no -f given) into x->format; 0 on an unknown

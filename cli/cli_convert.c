@@ -80,7 +80,7 @@ static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixe
         const char *a = argv[i];
         int r = cli_symbols_option(argc, argv, &i, sym);
         if (r == 0) r = cli_export_option(argc, argv, &i, &x);
-        if (r < 0) return usage("bad value for", a);
+        if (r < 0) return x.bad[0] ? usage(x.bad, NULL) : usage("bad value for", a);
         if (r > 0) continue;
         if (strcmp(a, "-f") == 0 || strcmp(a, "--format") == 0) {
             if (++i >= argc) return usage("missing value for", a);

@@ -21,7 +21,7 @@ int cli_diff(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_export_option(argc, argv, &i, &x);
-        if (r < 0) return usage("bad value for", a);
+        if (r < 0) return x.bad[0] ? usage(x.bad, NULL) : usage("bad value for", a);
         if (r > 0) continue;
         if (strcmp(a, "-f") == 0 || strcmp(a, "--format") == 0) {
             if (++i >= argc) return usage("missing value for", a);

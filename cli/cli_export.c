@@ -51,15 +51,17 @@ static int is_number(const char *s) {
     return 1;
 }
 
-static int bad(const char *opt, const char *what) {
-    fprintf(stderr, "tracemill: %s %s\n", opt, what);
+/* Keeps why opt's value is refused, for the command's one usage line. */
+static int bad(cli_export *x, const char *opt, const char *what) {
+    snprintf(x->bad, sizeof x->bad, "%s %s", opt, what);
     return -1;
 }
 
 int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
-    int lim = cli_limit_option(argc, argv, i, &x->opts);
-    if (lim) return lim;
     const char *a = argv[*i];
+    int lim = cli_limit_option(argc, argv, i, &x->opts);
+    if (lim < 0) return bad(x, a, strcmp(a, "--limits") == 0 ? "takes relay or generous" : "needs a positive number");
+    if (lim) return lim;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (strcmp(a, "--reverse") == 0) x->reverse = 1;
     else if (strcmp(a, "--thread-prefix") == 0) x->thread_prefix = 1;
@@ -68,20 +70,20 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
     else if (strcmp(a, "--no-lines") == 0) x->opts.no_source_lines = 1;
     else if (strcmp(a, "--lines") == 0) x->opts.no_source_lines = 0; /* the default, after a --no-lines */
     else if (strcmp(a, "--compat") == 0) {
-        if (!v || strcmp(v, "relay") != 0) return bad(a, "takes: relay");
+        if (!v || strcmp(v, "relay") != 0) return bad(x, a, "takes: relay");
         x->opts.mode = TM_MODE_RELAY;
         ++*i;
     } else if (strcmp(a, "--input-format") == 0) {
-        if (!v) return bad(a, "takes: perfetto, sample-v2, sample-v1 or folded");
+        if (!v) return bad(x, a, "takes: perfetto, sample-v2, sample-v1 or folded");
         if (strcmp(v, "perfetto") == 0) x->opts.input = TM_INPUT_PERFETTO;
         else if (strcmp(v, "sample-v2") == 0) x->opts.input = TM_INPUT_SAMPLE_V2;
         else if (strcmp(v, "sample-v1") == 0) x->opts.input = TM_INPUT_SAMPLE_V1;
         else if (strcmp(v, "folded") == 0) x->opts.input = TM_INPUT_FOLDED;
         else if (strcmp(v, "auto") == 0) x->opts.input = TM_INPUT_AUTO;
-        else return bad(a, "takes: perfetto, sample-v2, sample-v1, folded or auto");
+        else return bad(x, a, "takes: perfetto, sample-v2, sample-v1, folded or auto");
         ++*i;
     } else if (strcmp(a, "--thread") == 0) {
-        if (!v || !*v) return bad(a, "takes a thread name or tid");
+        if (!v || !*v) return bad(x, a, "takes a thread name or tid");
         /* A number is a tid; --thread-name forces a name made of digits. */
         if (is_number(v)) {
             x->threads.by_tid = 1;
@@ -91,33 +93,33 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
         }
         ++*i;
     } else if (strcmp(a, "--thread-name") == 0) {
-        if (!v) return bad(a, "takes a thread name");
+        if (!v) return bad(x, a, "takes a thread name");
         x->threads.name = v;
         ++*i;
     } else if (strcmp(a, "--period") == 0) {
-        if (!parse_duration_ns(v, &x->period_ns)) return bad(a, "takes a duration: 4000000, 250us, 10ms, 1s");
+        if (!parse_duration_ns(v, &x->period_ns)) return bad(x, a, "takes a duration: 4000000, 250us, 10ms, 1s");
         ++*i;
     } else if (strcmp(a, "--value") == 0 || strcmp(a, "--samples") == 0) {
         /* --samples on-cpu|off-cpu|both names the values samples|off_cpu|wall */
         static const char *const kinds[3] = {"on-cpu", "off-cpu", "both"};
         static const tm_value kind_values[3] = {TM_VALUE_SAMPLES, TM_VALUE_OFF_CPU, TM_VALUE_WALL};
-        if (x->value != TM_VALUE_DEFAULT) return bad(a, "and --value/--samples: give one, once");
+        if (x->value != TM_VALUE_DEFAULT) return bad(x, a, "given twice: give one --value or --samples");
         if (a[2] == 's') {
             for (int k = 0; v && k < 3 && x->value == TM_VALUE_DEFAULT; k++)
                 if (strcmp(v, kinds[k]) == 0) x->value = kind_values[k];
-            if (x->value == TM_VALUE_DEFAULT) return bad(a, "takes: on-cpu, off-cpu or both");
+            if (x->value == TM_VALUE_DEFAULT) return bad(x, a, "takes: on-cpu, off-cpu or both");
         } else if (!v || tm_value_parse(v, &x->value, NULL) != TM_OK || x->value == TM_VALUE_DEFAULT) {
-            return bad(a, "takes: samples, off_cpu, wall, alloc_objects, alloc_space, inuse_objects or inuse_space");
+            return bad(x, a, "takes: samples, off_cpu, wall, alloc_objects, alloc_space, inuse_objects or inuse_space");
         }
         ++*i;
     } else if (strcmp(a, "--title") == 0) {
-        if (!v) return bad(a, "takes a title");
+        if (!v) return bad(x, a, "takes a title");
         x->title = v;
         ++*i;
     } else if (strcmp(a, "--width") == 0) {
         uint64_t w;
         if (!v || !cli_parse_u64(v, &w) || w < TM_FLAMEGRAPH_WIDTH_MIN || w > TM_FLAMEGRAPH_WIDTH_MAX)
-            return bad(a, "takes 100..100000 pixels");
+            return bad(x, a, "takes 100..100000 pixels");
         x->width_px = (unsigned)w;
         ++*i;
     } else {

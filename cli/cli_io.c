@@ -194,10 +194,7 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
     for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
         if (strcmp(arg, flags[k].flag) != 0) continue;
         uint64_t v;
-        if (*i + 1 >= argc || !cli_parse_u64(argv[*i + 1], &v) || v == 0) {
-            fprintf(stderr, "tracemill: %s needs a positive number\n", arg);
-            return -1;
-        }
+        if (*i + 1 >= argc || !cli_parse_u64(argv[*i + 1], &v) || v == 0) return -1; /* the caller says so */
         ++*i;
         memcpy((char *)&opts->limits + flags[k].offset, &v, sizeof v);
         return 1;

@@ -483,7 +483,7 @@ static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym,
         const char *a = argv[i];
         int r = cli_symbols_option(argc, argv, &i, sym);
         if (r == 0) r = cli_limit_option(argc, argv, &i, opts);
-        if (r < 0) return usage("query", "bad option ", a);
+        if (r < 0) return usage("query", "bad value for ", a);
         if (r > 0) continue;
         if (strcmp(a, "--quiet") == 0) {
             *quiet = 1;
@@ -558,7 +558,7 @@ int cli_export_sqlite(int argc, char **argv) {
     int quiet = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_limit_option(argc, argv, &i, &opts);
-        if (r < 0) return usage("export-sqlite", "bad limit option ", argv[i]);
+        if (r < 0) return usage("export-sqlite", "bad value for ", argv[i]);
         if (r > 0) continue;
         if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;

@@ -740,6 +740,13 @@ Test(cli_help, a_usage_error_is_one_line_and_a_pointer) {
         {"info --bogus " MINIMAL, "info"},           {"query " MINIMAL " --bogus", "query"},
         {"export-sqlite " MINIMAL, "export-sqlite"}, {"record --bogus -- true", "record"},
         {"convert -f nope " MINIMAL, "convert"},
+        /* a bad value of an option every exporter takes: its reason is the line */
+        {"convert --value bogus " MINIMAL, "convert"},
+        {"convert --value samples --value wall " MINIMAL, "convert"},
+        {"convert --max-samples 0 " MINIMAL, "convert"},
+        {"diff --width 5 " MINIMAL " " MINIMAL, "diff"},
+        {"info --compat nope " MINIMAL, "info"},
+        {"query --max-samples abc " MINIMAL " 'select 1'", "query"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         run_result r = run("%s", cases[i].args);
