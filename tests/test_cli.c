@@ -816,6 +816,16 @@ Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     cr_expect_eq(r.code, 2, "%s", r.err);
     cr_expect(strstr(r.err, "memory profile") && !strstr(r.err, "at byte"), "%s", r.err);
     run_free(&r);
+    /* a diff of a memory profile against a CPU profile would set bytes against samples */
+    static const char *const mixed[] = {"diff -f folded " HEAP_TRACE " " MINIMAL, "diff " MINIMAL " " HEAP_TRACE};
+    for (size_t i = 0; i < sizeof mixed / sizeof *mixed; i++) {
+        r = run("%s", mixed[i]);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d: %s", mixed[i], r.code, r.err);
+        cr_expect(strstr(r.err, "weigh different values") && strstr(r.err, "inuse_space") && strstr(r.err, "samples"),
+                  "`%s`: %s", mixed[i], r.err);
+        cr_expect_eq(r.out_len, 0u, "`%s` wrote %s", mixed[i], r.out);
+        run_free(&r);
+    }
 }
 
 /* ---- options a format would ignore; binary output on a terminal ---- */

@@ -794,5 +794,7 @@ tm_status tm_write_flamegraph_diff(const tm_trace *base, const tm_trace *now, co
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_flamegraph_options", err));
     TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     TM_TRY(check_width(opts, err));
+    TM_TRY(tm_profile_diff_value(tm_trace_profile(base), tm_trace_profile(now), opts ? opts->value : TM_VALUE_DEFAULT,
+                                 err));
     return tm_trace_budget_status(base, tm_trace_budget_status(now, write_graph(base, now, opts, out, err), err), err);
 }

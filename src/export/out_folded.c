@@ -237,6 +237,7 @@ tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now, const 
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_folded_options", err));
     TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
     const tm_profile *pb = tm_trace_profile(base), *pn = tm_trace_profile(now);
+    TM_TRY(tm_profile_diff_value(pb, pn, opts ? opts->value : TM_VALUE_DEFAULT, err));
     folded_set a, b;
     int a_matched = 0, b_matched = 0;
     folded_line *v = NULL;

@@ -536,12 +536,24 @@ static tm_status off_cpu_view(const tm_profile *p, tm_value v, tm_profile *view,
     return TM_OK;
 }
 
+static tm_value default_value(const tm_profile *p) {
+    return p->n_samples || (!p->n_off_samples && !p->n_heap_samples) ? TM_VALUE_SAMPLES
+           : p->n_off_samples                                        ? TM_VALUE_OFF_CPU
+                                                                     : TM_VALUE_INUSE_SPACE;
+}
+
+tm_status tm_profile_diff_value(const tm_profile *base, const tm_profile *now, tm_value v, tm_error *err) {
+    tm_value a = default_value(base), b = default_value(now);
+    if (v != TM_VALUE_DEFAULT || a == b) return TM_OK;
+    return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                   "the two profiles weigh different values (the base %s, the new one %s): choose one both hold "
+                   "(--value)",
+                   tm_value_name(a), tm_value_name(b));
+}
+
 tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
                                 tm_error *err) {
-    if (v == TM_VALUE_DEFAULT)
-        v = p->n_samples || (!p->n_off_samples && !p->n_heap_samples) ? TM_VALUE_SAMPLES
-            : p->n_off_samples                                        ? TM_VALUE_OFF_CPU
-                                                                      : TM_VALUE_INUSE_SPACE;
+    if (v == TM_VALUE_DEFAULT) v = default_value(p);
     if (resolved) *resolved = v;
     *view = *p;
     if (v == TM_VALUE_SAMPLES) {

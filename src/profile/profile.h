@@ -208,6 +208,10 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
 tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
                                 tm_error *err);
 void tm_profile_value_view_release(const tm_profile *p, tm_profile *view);
+/* For a diff of base against now by value v: TM_ERR_INVALID_ARG when v is
+ * TM_VALUE_DEFAULT and the two resolve it differently (a heap profile's
+ * bytes against a CPU profile's samples), which no diff can compare. */
+tm_status tm_profile_diff_value(const tm_profile *base, const tm_profile *now, tm_value v, tm_error *err);
 /* The highest resident set size the memory readings show (the high-water
  * mark where given); 0: none. */
 uint64_t tm_profile_peak_rss(const tm_profile *p);
