@@ -69,6 +69,15 @@ def test_svg_width_out_of_range_raises(demo):
     assert 'width="100"' in demo.to_svg(width=100)
 
 
+def test_diff_weighs_both_sides_by_one_value(cli, demo):
+    heap = os.path.join(FIXTURES, "perfetto-difftests", "ProfilingHeapProfiling__heap_profile_dump_max",
+                        "trace.pftrace")
+    with pytest.raises(tracemill.InvalidArgumentError, match="weigh different values"):
+        tracemill.diff(heap, demo, "folded")
+    assert tracemill.diff(heap, heap, "folded", value="alloc_space").encode() == \
+        cli("diff", "-f", "folded", "--value", "alloc_space", heap, heap).stdout
+
+
 def test_relay_compat_matches_relay_fixture():
     fixture = os.path.join(FIXTURES, "relay-compat")
     with open(os.path.join(fixture, "meta.json"), "rb") as f:

@@ -201,16 +201,18 @@ def load(source: Source, limits: Union[None, str, Mapping[str, int]] = None, com
 
 
 def diff(base: Union[Trace, Source], new: Union[Trace, Source], format: str = "svg", thread: Thread = None,
-         title: Optional[str] = None, reverse: bool = False, width: int = 0, thread_prefix: bool = False) -> str:
+         title: Optional[str] = None, reverse: bool = False, width: int = 0, thread_prefix: bool = False,
+         value: Optional[str] = None) -> str:
     """A differential flame graph of new against base (format "svg"), or one
     "stack BASE NEW" line per stack of either (format "folded"). base and new
-    are Traces, paths or bytes."""
+    are Traces, paths or bytes. value: what both are weighed by ("samples",
+    "inuse_space", ...; None: each side's default, which must agree)."""
     loaded = []
     try:
         for source in (base, new):
             loaded.append(source if isinstance(source, Trace) else load(source))
         return _text(_tracemill.diff(loaded[0], loaded[1], format, thread=thread, title=title, reverse=reverse,
-                                     width=width, thread_prefix=thread_prefix))
+                                     width=width, thread_prefix=thread_prefix, value=value))
     finally:
         for t, source in zip(loaded, (base, new)):
             if t is not source:
