@@ -405,7 +405,8 @@ static void expect_many_runs_in_order(size_t n, size_t m) {
         tb_perf_sample(&b, 1 + (uint32_t)(k % 2), want[k].ts, 7, (uint32_t)want[k].tid, 1, TB_SEQ_NEEDS);
     }
     for (size_t k = 1; k < n; k++) /* insertion sort: stable */
-        for (size_t m = k; m > 0 && want[m - 1].ts > want[m].ts; m--) t = want[m], want[m] = want[m - 1], want[m - 1] = t;
+        for (size_t m = k; m > 0 && want[m - 1].ts > want[m].ts; m--)
+            t = want[m], want[m] = want[m - 1], want[m - 1] = t;
     char expect[4096];
     size_t at = 0;
     for (size_t k = 0; k < n; k++)

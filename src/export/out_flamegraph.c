@@ -769,8 +769,9 @@ static tm_status write_graph(const tm_trace *base, const tm_trace *now, const tm
 /* A width outside what a drawing can use is the caller's mistake (a
  * negative number wrapped to unsigned, say), not a graph to draw. */
 static tm_status check_width(const tm_flamegraph_options *opts, tm_error *err) {
-    if (opts && opts->width_px && (opts->width_px < TM_FLAMEGRAPH_WIDTH_MIN || opts->width_px > TM_FLAMEGRAPH_WIDTH_MAX))
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "width_px %u is outside %u..%u pixels", opts->width_px,
+    unsigned w = opts ? opts->width_px : 0;
+    if (w && (w < TM_FLAMEGRAPH_WIDTH_MIN || w > TM_FLAMEGRAPH_WIDTH_MAX))
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "width_px %u is outside %u..%u pixels", w,
                        TM_FLAMEGRAPH_WIDTH_MIN, TM_FLAMEGRAPH_WIDTH_MAX);
     return TM_OK;
 }
