@@ -367,6 +367,13 @@ typedef struct tmr_heap_source {
     void (*ignore_this_thread)(void);
 } tmr_heap_source;
 
+/* Marks the calling thread's allocations as the recorder's own, never
+ * sampled: called first thing by every thread the recorder or the uploader
+ * starts, so that a heap profile started after them cannot sample them
+ * before anything else could say so. Weak: NULL outside the preload
+ * library (the static recorder has no heap profiler). */
+void tmr_heap_ignore_this_thread(void) __attribute__((weak));
+
 /* Starts sampling allocations of mean interval bytes (0: 4096), stacks of at
  * most max_depth frames; the source for tmr_recorder_set_heap. NULL when
  * heap profiling cannot start (err says why). */

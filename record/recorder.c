@@ -493,6 +493,11 @@ static void record_failure(tm_recorder *r, tm_status st, const tm_error *err) {
 static void end_sampling(tm_recorder *r) {
     if (r->sampling_done) return;
     r->sampling_done = 1;
+    /* What the last output allocates is the recorder's, on whichever
+     * thread ends it (the collector, or the program's at exit): the heap
+     * profile, attached maybe after the collector's last round, must not
+     * sample it. The recording is over for this thread either way. */
+    if (r->heap) r->heap->ignore_this_thread();
     tmr_sampler_disarm(r->sampler);
     tmr_sampler_drain(r->sampler, on_sample, r);
     tm_error err;
@@ -502,7 +507,6 @@ static void end_sampling(tm_recorder *r) {
 /* One round of collector work; called with the lock. */
 static void collect(tm_recorder *r, uint64_t now) {
     tm_error err;
-    if (r->heap) r->heap->ignore_this_thread(); /* the heap profile may have been attached since the last round */
     record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
     tmr_sampler_drain(r->sampler, on_sample, r);
     if (r->o.chunk_seconds && now >= r->next_chunk) {
@@ -537,6 +541,7 @@ static void collect(tm_recorder *r, uint64_t now) {
 
 static void *collector_main(void *arg) {
     tm_recorder *r = arg;
+    if (tmr_heap_ignore_this_thread) tmr_heap_ignore_this_thread();
     r->collector_tid = gettid();
     pthread_mutex_lock(&r->lock);
     while (!r->stop_requested && !r->sampling_done && !atomic_load(&r->end_requested)) {

@@ -328,6 +328,24 @@ Test(record_heap, blocks_of_the_interval_or_more_are_exact) {
     release(&r);
 }
 
+/* The recorder's own threads (the collector, which may start before the
+ * heap profile and then wrote the last dump) are never sampled: with every
+ * byte sampled, a short run's profile holds the program's stacks only. It
+ * held collector_main's in most such runs before. */
+Test(record_heap, the_recorders_own_threads_are_never_sampled) {
+    char *extra[] = {"--heap-interval", "1", NULL};
+    for (int k = 0; k < 5; k++) {
+        run_result r = record_heap(TM_RECORD_HEAP_TARGET, "large", "own.pftrace", extra);
+        for (size_t i = 0; i < r.heap.n_sites; i++) {
+            const char *stack = r.heap.sites[i].stack;
+            cr_expect(!strstr(stack, "collector_main") && !strstr(stack, "uploader_main") && !strstr(stack, "tmr_"),
+                      "run %d: the recorder's allocation was sampled: %s", k, stack);
+        }
+        cr_expect_gt(hv_sum(&r.heap, "large_leak").alloc, 0, "run %d: large_leak was not sampled", k);
+        release(&r);
+    }
+}
+
 /* A call site reached through different callers with the same stack
  * address (the profiler's memo of unwound stacks must tell them apart by
  * the stack's words), and through frame-pointer frames of variable size:
