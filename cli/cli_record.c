@@ -200,7 +200,7 @@ static int find_preload(const char *given, char *out, size_t cap) {
 /* Prints "N samples, T threads, D s" of the trace written to file (named
  * name to the user) and returns its sample count (off-CPU ones too); 0 if it holds none or
  * does not decode. */
-static uint64_t summarize(const char *file, const char *name, uint64_t *packets_lost) {
+static uint64_t summarize(const char *file, const char *name, uint64_t *packets_lost, uint64_t *heap_dumps) {
     cli_input in;
     if (cli_input_load(file, NULL, &in) != EXIT_OK) return 0;
     if (in.len == 0) { /* the recorder never wrote: nothing to decode */
@@ -213,6 +213,7 @@ static uint64_t summarize(const char *file, const char *name, uint64_t *packets_
     const tm_trace_stats *s = tm_trace_parse(in.data, in.len, NULL, &t, &err) == TM_OK ? tm_trace_get_stats(t) : NULL;
     uint64_t lost = s ? s->buffer_chunks_overwritten + s->buffer_chunks_discarded + s->writer_packet_loss : 0;
     if (packets_lost) *packets_lost += lost;
+    if (heap_dumps && s) *heap_dumps += s->heap_dumps;
     /* Said when anything was recorded, or lost: a heap profile may hold no
      * CPU sample, and a ring too small may have lost them all. */
     if (s && (s->samples_kept + s->off_cpu_samples || s->heap_dumps || lost)) {
@@ -323,7 +324,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: the recorder was killed by signal %d\n", WTERMSIG(status));
     symbolize_trace(o.tmp, out, r->syms);
-    uint64_t samples = summarize(o.tmp, out, NULL);
+    uint64_t samples = summarize(o.tmp, out, NULL, NULL);
     if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
         cli_output_close(&o, EXIT_IO);
         return code;
@@ -649,6 +650,13 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d (exit status %d)\n", cmd[0],
                 WTERMSIG(status), code);
+    int took_sigprof = WIFSIGNALED(status) && WTERMSIG(status) == SIGPROF;
+    if (took_sigprof)
+        fprintf(stderr,
+                "tracemill record: %s took SIGPROF for a handler of its own after the recorder started (GNU sort "
+                "does, to clean up and die), and then got the recorder's timer signals; the signal backend cannot "
+                "share SIGPROF: --backend perf records it (without --heap)\n",
+                cmd[0]);
     if (refused) {
         fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",
                 cmd[0]);
@@ -679,15 +687,15 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         return code == 0 ? EXIT_OK : code;
     }
 
-    uint64_t samples = 0, lost = 0;
+    uint64_t samples = 0, lost = 0, heap_dumps = 0;
     if (single) {
         symbolize_trace(o.tmp, out, use_syms);
-        samples = summarize(o.tmp, out, &lost);
+        samples = summarize(o.tmp, out, &lost, &heap_dumps);
     } else {
         symbolize_closed_chunks(out, &next_chunk, 1, use_syms); /* the last ones */
         char path[PATH_MAX];
         for (unsigned n = 0; chunk_file(out, n, path, sizeof path) && access(path, R_OK) == 0; n++)
-            samples += summarize(path, path, &lost);
+            samples += summarize(path, path, &lost, &heap_dumps);
     }
     /* Packets lost to the ring buffer (said above) may have held the samples. */
     int unsampled = code != 127 && !lost && report_unsampled_cpu(cmd[0], &ru, samples, hz);
@@ -697,8 +705,8 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         cli_output_close(&o, EXIT_REJECTED);
         return 127;
     }
-    if (samples == 0 && !heap) {
-        if (unsampled)
+    if (samples == 0 && !heap_dumps) { /* a heap profile without CPU samples is a trace; nothing is not */
+        if (unsampled || took_sigprof)
             fprintf(stderr, "tracemill record: no samples were recorded%s%s\n",
                     single ? "; nothing was written to " : "", single ? out : "");
         else

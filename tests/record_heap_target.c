@@ -29,6 +29,9 @@
  *   correct  every interposed function, checked (contents, alignment, errno),
  *            with a checksum of the results; prints "checksum X" and "ok"
  *            (the same with and without the profiler).
+ *   sigprof  takes SIGPROF for a handler that restores the default and
+ *            raises it again (GNU sort's cleanup), allocates, then burns CPU
+ *            for 1 s: the first timer signal kills it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -36,6 +39,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,8 +367,27 @@ static int mode_correct(void) {
     return 0;
 }
 
+static void die_again(int sig) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int mode_sigprof(void) {
+    signal(SIGPROF, die_again);
+    volatile char *p = malloc(100000);
+    CHECK(p);
+    p[0] = 1;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    do clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 1000000000L);
+    puts("not killed");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "sites";
+    if (strcmp(mode, "sigprof") == 0) return mode_sigprof();
     if (strcmp(mode, "sites") == 0) return mode_sites();
     if (strcmp(mode, "threads") == 0) return mode_threads();
     if (strcmp(mode, "fork") == 0) return mode_fork();
@@ -372,6 +395,6 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "steady") == 0) return mode_steady();
     if (strcmp(mode, "paths") == 0) return mode_paths();
     if (strcmp(mode, "large") == 0) return mode_large();
-    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct\n");
+    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|sigprof\n");
     return 2;
 }

@@ -346,6 +346,28 @@ Test(record_heap, the_recorders_own_threads_are_never_sampled) {
     }
 }
 
+/* A program that takes SIGPROF for itself once recorded (GNU sort's
+ * cleanup handler) dies of the recorder's first timer signal: record says
+ * why, exits with its status, and leaves an existing OUT as it was instead
+ * of replacing it with an empty trace. */
+Test(record_heap, a_program_taking_sigprof_leaves_out_as_it_was) {
+    char *trace = path_in_dir("kept.pftrace"), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    FILE *f = fopen(trace, "w");
+    cr_assert_not_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--heap", "--no-symbolize", "-o", trace, "--",
+                    TM_RECORD_HEAP_TARGET, "sigprof", NULL};
+    int status = run(argv, out, err);
+    char *said = tu_read_file(err, NULL), *kept = tu_read_file(trace, NULL);
+    cr_assert_not_null(said);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGPROF, "status %#x: %s", status, said);
+    cr_expect(strstr(said, "took SIGPROF for a handler of its own") && strstr(said, "nothing was written to"), "%s",
+              said);
+    cr_expect(kept && strcmp(kept, "precious\n") == 0, "OUT was replaced: %s", kept ? kept : "(gone)");
+    free(said), free(kept), free(trace), free(out), free(err);
+}
+
 /* A call site reached through different callers with the same stack
  * address (the profiler's memo of unwound stacks must tell them apart by
  * the stack's words), and through frame-pointer frames of variable size:
