@@ -69,8 +69,10 @@
 enum {
     DEFAULT_INTERVAL = 4096,
     ARENA_BYTES = 64 * 1024,   /* what dlsym may allocate before the real functions are known */
-    LIVE_BUCKETS = 1 << 15,    /* x 4 slots: sampled allocations alive at once (~512 MiB of heap
-                                  at the default interval) */
+    LIVE_BUCKETS = 1 << 18,    /* x 4 slots: sampled allocations alive at once (~4 GiB of heap at
+                                  the default interval; 16 MiB of zero pages, touched where the
+                                  heap's buckets are); past that a sample is lost, and the dumps
+                                  say so (buffer_overran) */
     LIVE_SLOTS = 4,            /* one cache line per bucket: 4 addresses with their values */
     LIVE_SPAN_MIN_SHIFT = 6,   /* a bucket covers a quarter of the interval of address space, */
     LIVE_SPAN_MAX_SHIFT = 16,  /* from 64 bytes to 64 KiB: on average a quarter of a sample live */

@@ -847,6 +847,9 @@ static tm_status heap_packet(tmr_writer *w, seq_state *s, uint64_t ts, const tmr
     put_uint(b, TM_PF_HEAP_STATS_HEAP_SAMPLES, st->sampled);
     msg_close(b, TM_PF_HEAP_DUMP_STATS, hs);
     put_str(b, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
+    /* Samples lost for want of room (too many live ones): the dump's
+     * totals are short, and readers count it as a dump with loss. */
+    if (st->table_full) put_uint(b, TM_PF_HEAP_DUMP_BUFFER_OVERRAN, 1);
     put_uint(b, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, st->interval);
     put_uint(b, TM_PF_HEAP_DUMP_ORIG_SAMPLING_INTERVAL_BYTES, st->interval);
     put_raw(b, &w->heap_samples);

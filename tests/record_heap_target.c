@@ -29,6 +29,8 @@
  *   correct  every interposed function, checked (contents, alignment, errno),
  *            with a checksum of the results; prints "checksum X" and "ok"
  *            (the same with and without the profiler).
+ *   many     keeps 1.2 million blocks of 16 bytes alive at once (more
+ *            than the profiler can track when every byte is sampled).
  *   sigprof  takes SIGPROF for a handler that restores the default and
  *            raises it again (GNU sort's cleanup), allocates, then burns CPU
  *            for 1 s: the first timer signal kills it.
@@ -385,8 +387,18 @@ static int mode_sigprof(void) {
     return 0;
 }
 
+static int mode_many(void) {
+    enum { N = 1200000 };
+    void **kept = malloc(N * sizeof *kept);
+    CHECK(kept);
+    for (size_t i = 0; i < N; i++) CHECK(kept[i] = malloc(16));
+    printf("truth many=%d\n", N);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "sites";
+    if (strcmp(mode, "many") == 0) return mode_many();
     if (strcmp(mode, "sigprof") == 0) return mode_sigprof();
     if (strcmp(mode, "sites") == 0) return mode_sites();
     if (strcmp(mode, "threads") == 0) return mode_threads();
@@ -395,6 +407,6 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "steady") == 0) return mode_steady();
     if (strcmp(mode, "paths") == 0) return mode_paths();
     if (strcmp(mode, "large") == 0) return mode_large();
-    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|sigprof\n");
+    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|many|sigprof\n");
     return 2;
 }

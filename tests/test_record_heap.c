@@ -368,6 +368,24 @@ Test(record_heap, a_program_taking_sigprof_leaves_out_as_it_was) {
     free(said), free(kept), free(trace), free(out), free(err);
 }
 
+/* More live samples than the profiler can track (every byte sampled, 1.2
+ * million blocks kept): the ones it loses are said in the trace itself, as
+ * dumps with loss (heapprofd's buffer_overran), not only on stderr. */
+Test(record_heap, samples_lost_for_room_are_marked_in_the_trace) {
+    char *extra[] = {"--heap-interval", "1", NULL};
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "many", "many.pftrace", extra);
+    cr_expect(strstr(r.err, "for lack of room") && !strstr(r.err, " 0 for lack of room"), "%s", r.err);
+    char *trace = path_in_dir("many.pftrace"), *cmd = NULL, *report = path_in_dir("report.json");
+    cr_assert_gt(asprintf(&cmd, "%s convert -f report -o %s %s", TM_CLI, report, trace), 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *text = tu_read_file(report, NULL);
+    cr_assert_not_null(text);
+    const char *at = strstr(text, "\"dumps_with_loss\":");
+    cr_expect(at && atoi(at + strlen("\"dumps_with_loss\":")) >= 1, "no dump with loss: %.400s", at ? at : text);
+    free(text), free(cmd), free(trace), free(report);
+    release(&r);
+}
+
 /* A call site reached through different callers with the same stack
  * address (the profiler's memo of unwound stacks must tell them apart by
  * the stack's words), and through frame-pointer frames of variable size:
