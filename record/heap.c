@@ -685,20 +685,27 @@ static NOINLINE uint32_t memo_unwind(memo *m, call_site at, uintptr_t fp, uint64
         if (n == 1) m->uses_fp = !saved_on_stack || sp == fp + 16;
         pcs[n++] = ip;
     }
+    /* deeper than max: unwound the usual way, which marks it truncated */
+    if (n == max && unw_step(&cursor) > 0) return 0;
     m->n_words = words;
     return n;
 }
 #endif
 
 /* Unwinds from the caller into pcs (room for OWN_FRAMES_MAX + DEPTH_MAX)
- * with unw_backtrace; the number of frames, the caller's first. */
+ * with unw_backtrace; the number of frames, the caller's first. A stack
+ * deeper than g_max_depth (or than the buffer) keeps its innermost
+ * g_max_depth - 1 frames and ends with TMR_HEAP_TRUNCATED_PC. */
 static uint32_t unwind(call_site at, uint64_t *frames, uint64_t **pcs) {
     uint32_t max = g_max_depth + OWN_FRAMES_MAX;
     int n = unw_backtrace((void **)frames, (int)max);
     for (int i = 0; i < n && i <= OWN_FRAMES_MAX; i++)
         if (frames[i] == (uint64_t)(uintptr_t)at.ret) {
             *pcs = frames + i;
-            return (uint32_t)(n - i) < g_max_depth ? (uint32_t)(n - i) : g_max_depth;
+            uint32_t depth = (uint32_t)(n - i);
+            if (depth < g_max_depth || (depth == g_max_depth && (uint32_t)n < max)) return depth;
+            (*pcs)[g_max_depth - 1] = TMR_HEAP_TRUNCATED_PC;
+            return g_max_depth;
         }
     return 0;
 }

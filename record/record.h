@@ -254,6 +254,11 @@ typedef struct tmr_heap_callsite {
     uint64_t alloc_bytes, free_bytes, alloc_count, free_count;
 } tmr_heap_callsite;
 
+/* The last pc of a heap callsite whose stack had more frames than the
+ * depth kept: the writer draws it as the "[truncated]" root marker, as for
+ * CPU samples (never a return address: page 0 is never mapped). */
+#define TMR_HEAP_TRUNCATED_PC 1u
+
 /* What a heap profile sampled and lost so far. */
 typedef struct tmr_heap_stats {
     uint64_t interval;      /* mean sampling interval in bytes */

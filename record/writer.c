@@ -894,7 +894,10 @@ tm_status tmr_writer_heap_dump(tmr_writer *w, uint64_t ts_ns, const tmr_heap_cal
         }
         /* Every pc of an allocation's stack is a return address, the
          * innermost one included (the call into malloc). */
-        for (uint32_t j = 0; j < c->depth; j++) w->frame_iids[c->depth - 1 - j] = intern_frame(w, s, c->pcs[j], 1);
+        for (uint32_t j = 0; j < c->depth; j++)
+            w->frame_iids[c->depth - 1 - j] = c->pcs[j] == TMR_HEAP_TRUNCATED_PC
+                                                  ? intern_marker(w, s, KEY_TRUNCATED, TMR_TRUNCATED_FRAME)
+                                                  : intern_frame(w, s, c->pcs[j], 1);
         uint64_t cs = c->depth ? intern_callstack(w, s, w->frame_iids, c->depth) : 0;
         wbuf *h = &w->heap_samples;
         size_t e = msg_open(h);

@@ -29,6 +29,8 @@
  *   correct  every interposed function, checked (contents, alignment, errno),
  *            with a checksum of the results; prints "checksum X" and "ok"
  *            (the same with and without the profiler).
+ *   deep     deep_site allocates 4 MB at the bottom of a recursion 200 frames
+ *            deep, shallow_site 4 MB from main.
  *   many     keeps 1.2 million blocks of 16 bytes alive at once (more
  *            than the profiler can track when every byte is sampled).
  *   sigprof  takes SIGPROF for a handler that restores the default and
@@ -387,6 +389,48 @@ static int mode_sigprof(void) {
     return 0;
 }
 
+NOINLINE void *deep_site(size_t n) {
+    void *p = malloc(n);
+    __asm__ volatile("" : "+r"(p)); /* no tail call: the site keeps its frame */
+    return p;
+}
+
+NOINLINE void *shallow_site(size_t n) {
+    void *p = malloc(n);
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+
+NOINLINE uint64_t recurse(int left) {
+    if (left == 0) {
+        uint64_t sum = 0;
+        for (int i = 0; i < 1000; i++) {
+            char *p = deep_site(4000);
+            CHECK(p);
+            touch(p, 4000);
+            sum += (uint64_t)p[1];
+            free(p);
+        }
+        return sum;
+    }
+    uint64_t r = recurse(left - 1);
+    __asm__ volatile("" : "+r"(r)); /* no tail call: every level keeps its frame */
+    return r + (uint64_t)left;
+}
+
+static int mode_deep(void) {
+    uint64_t sum = recurse(200);
+    for (int i = 0; i < 1000; i++) {
+        char *p = shallow_site(4000);
+        CHECK(p);
+        touch(p, 4000);
+        sum += (uint64_t)p[1];
+        free(p);
+    }
+    printf("sum %llu\n", (unsigned long long)sum);
+    return 0;
+}
+
 static int mode_many(void) {
     enum { N = 1200000 };
     void **kept = malloc(N * sizeof *kept);
@@ -399,6 +443,7 @@ static int mode_many(void) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "sites";
     if (strcmp(mode, "many") == 0) return mode_many();
+    if (strcmp(mode, "deep") == 0) return mode_deep();
     if (strcmp(mode, "sigprof") == 0) return mode_sigprof();
     if (strcmp(mode, "sites") == 0) return mode_sites();
     if (strcmp(mode, "threads") == 0) return mode_threads();
@@ -407,6 +452,6 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "steady") == 0) return mode_steady();
     if (strcmp(mode, "paths") == 0) return mode_paths();
     if (strcmp(mode, "large") == 0) return mode_large();
-    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|many|sigprof\n");
+    fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|many|deep|sigprof\n");
     return 2;
 }

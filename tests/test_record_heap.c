@@ -386,6 +386,33 @@ Test(record_heap, samples_lost_for_room_are_marked_in_the_trace) {
     release(&r);
 }
 
+/* A stack deeper than --max-depth keeps its innermost frames under a
+ * "[truncated]" root, as CPU samples do, whether the profiler's memo of
+ * unwound stacks could have held it (--max-depth 20) or not (the default);
+ * a shallow one is whole. */
+Test(record_heap, stacks_deeper_than_max_depth_are_marked_truncated) {
+    char *depth20[] = {"--max-depth", "20", NULL};
+    char *const *extras[] = {NULL, depth20};
+    for (size_t k = 0; k < 2; k++) {
+        run_result r = record_heap(TM_RECORD_HEAP_TARGET, "deep", "deep.pftrace", extras[k]);
+        size_t deep = 0, shallow = 0;
+        for (size_t i = 0; i < r.heap.n_sites; i++) {
+            const char *stack = r.heap.sites[i].stack;
+            if (strstr(stack, "deep_site")) {
+                deep++;
+                cr_expect(strncmp(stack, "[truncated];", 12) == 0, "%s: deep stack not marked: %.200s",
+                          k ? "--max-depth 20" : "default", stack);
+            }
+            if (strstr(stack, "shallow_site")) {
+                shallow++;
+                cr_expect(!strstr(stack, "[truncated]"), "a shallow stack marked: %s", stack);
+            }
+        }
+        cr_expect(deep > 0 && shallow > 0, "deep_site %zu, shallow_site %zu sites", deep, shallow);
+        release(&r);
+    }
+}
+
 /* A call site reached through different callers with the same stack
  * address (the profiler's memo of unwound stacks must tell them apart by
  * the stack's words), and through frame-pointer frames of variable size:
