@@ -65,6 +65,7 @@ struct tm_recorder {
     rec_state state;
 
     tmr_symbols *syms;
+    size_t heap_sites_named; /* heap callsites at the last dump */
     tmr_writer *writer;
     tmr_sampler *sampler;
     const tmr_heap_source *heap; /* NULL: no heap profile */
@@ -359,6 +360,11 @@ static tm_status heap_dump(tm_recorder *r, tm_error *err) {
     const tmr_heap_callsite *sites;
     tmr_heap_stats hs;
     size_t n = r->heap->snapshot(&sites, &hs);
+    /* New stacks may run through a library loaded since the maps were last
+     * read (dlopen in a program that ends within the refresh throttle):
+     * read them again before the stacks' frames are named. */
+    if (n > r->heap_sites_named && r->syms) tmr_symbols_refresh(r->syms, NULL);
+    r->heap_sites_named = n;
     r->stats.heap_samples = hs.sampled;
     r->stats.heap_samples_lost = hs.reentrant + hs.table_full;
     r->stats.heap_unwind_errors = hs.unwind_errors;

@@ -413,6 +413,53 @@ Test(record_heap, stacks_deeper_than_max_depth_are_marked_truncated) {
     }
 }
 
+/* A library the program loads with dlopen after recording began, and
+ * allocates from, is named in the heap profile even when the program ends
+ * at once (within the maps' re-read throttle): the maps are read again
+ * when new stacks are dumped. */
+Test(record_heap, a_library_loaded_at_run_time_is_named) {
+    char *lib_c = path_in_dir("plug.c"), *lib = path_in_dir("libplug.so"), *main_c = path_in_dir("host.c");
+    char *host = path_in_dir("host"), *trace = path_in_dir("plug.pftrace"), *cmd = NULL;
+    FILE *f = fopen(lib_c, "w");
+    cr_assert_not_null(f);
+    fputs("#include <stdlib.h>\n"
+          "__attribute__((noinline)) void *plug_alloc(size_t n) {\n"
+          "    void *p = malloc(n);\n"
+          "    __asm__ volatile(\"\" : \"+r\"(p));\n"
+          "    return p;\n"
+          "}\n",
+          f);
+    fclose(f);
+    f = fopen(main_c, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "#include <dlfcn.h>\n"
+            "#include <stdlib.h>\n"
+            "int main(void) {\n"
+            "    void *h = dlopen(\"%s\", RTLD_NOW);\n"
+            "    if (!h) return 3;\n"
+            "    void *(*plug_alloc)(size_t) = (void *(*)(size_t))dlsym(h, \"plug_alloc\");\n"
+            "    for (int i = 0; i < 20000; i++) free(plug_alloc(1000));\n"
+            "    return 0;\n"
+            "}\n",
+            lib);
+    fclose(f);
+    cr_assert_gt(asprintf(&cmd, "cc -O1 -g -shared -fPIC -o %s %s && cc -O1 -g -o %s %s -ldl", lib, lib_c, host, main_c),
+                 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_gt(asprintf(&cmd, "%s record --preload %s --heap -o %s -- %s 2>/dev/null && %s convert -f folded "
+                                    "--value alloc_space %s | grep -q plug_alloc",
+                              TM_CLI, TM_RECORD_PRELOAD, trace, host, TM_CLI, trace),
+                     0);
+        tu_asan_recorded_child_env();
+        cr_expect_eq(system(cmd), 0, "run %d: plug_alloc is not named: %s", k, cmd);
+        free(cmd);
+    }
+    free(lib_c), free(lib), free(main_c), free(host), free(trace);
+}
+
 /* A call site reached through different callers with the same stack
  * address (the profiler's memo of unwound stacks must tell them apart by
  * the stack's words), and through frame-pointer frames of variable size:
