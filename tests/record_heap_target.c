@@ -401,32 +401,28 @@ NOINLINE void *shallow_site(size_t n) {
     return p;
 }
 
-NOINLINE uint64_t recurse(int left) {
-    if (left == 0) {
-        uint64_t sum = 0;
-        for (int i = 0; i < 1000; i++) {
-            char *p = deep_site(4000);
-            CHECK(p);
-            touch(p, 4000);
-            sum += (uint64_t)p[1];
-            free(p);
-        }
-        return sum;
+/* 1000 blocks of 4000 bytes from site, each written and freed. */
+NOINLINE uint64_t churn_at(void *(*site)(size_t)) {
+    uint64_t sum = 0;
+    for (int i = 0; i < 1000; i++) {
+        char *p = site(4000);
+        CHECK(p);
+        touch(p, 4000);
+        sum += (uint64_t)p[1];
+        free(p);
     }
+    return sum;
+}
+
+NOINLINE uint64_t recurse(int left) {
+    if (left == 0) return churn_at(deep_site);
     uint64_t r = recurse(left - 1);
     __asm__ volatile("" : "+r"(r)); /* no tail call: every level keeps its frame */
     return r + (uint64_t)left;
 }
 
 static int mode_deep(void) {
-    uint64_t sum = recurse(200);
-    for (int i = 0; i < 1000; i++) {
-        char *p = shallow_site(4000);
-        CHECK(p);
-        touch(p, 4000);
-        sum += (uint64_t)p[1];
-        free(p);
-    }
+    uint64_t sum = recurse(200) + churn_at(shallow_site);
     printf("sum %llu\n", (unsigned long long)sum);
     return 0;
 }
