@@ -460,6 +460,22 @@ Test(record_heap, a_library_loaded_at_run_time_is_named) {
     free(lib_c), free(lib), free(main_c), free(host), free(trace);
 }
 
+/* A heap profile that sampled nothing (an interval no allocation reaches)
+ * is a trace with heap dumps; asked for a memory value, convert says that
+ * nothing was sampled rather than that there is no memory profile. */
+Test(record_heap, a_profile_that_sampled_nothing_says_so) {
+    char *extra[] = {"--heap-interval", "4000000000", NULL};
+    run_result r = record_heap("/bin/true", NULL, "none.pftrace", extra);
+    char *trace = path_in_dir("none.pftrace"), *err = path_in_dir("convert.err"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded --value alloc_space %s >/dev/null 2>%s", TM_CLI, trace, err), 0);
+    int st = system(cmd);
+    char *said = tu_read_file(err, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %#x", st);
+    cr_expect(said && strstr(said, "sampled no allocation"), "%s", said ? said : "(nothing)");
+    free(said), free(cmd), free(err), free(trace);
+    release(&r);
+}
+
 /* A call site reached through different callers with the same stack
  * address (the profiler's memo of unwound stacks must tell them apart by
  * the stack's words), and through frame-pointer frames of variable size:

@@ -565,7 +565,10 @@ tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *vie
     }
     if (v == TM_VALUE_OFF_CPU || v == TM_VALUE_WALL) return off_cpu_view(p, v, view, err);
     if (!p->n_heap_samples)
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s: the trace holds no memory profile",
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+                       p->stats.heap_dumps ? "%s: the memory profile sampled no allocation (nothing reached its "
+                                          "sampling interval)"
+                                        : "%s: the trace holds no memory profile",
                        tm_value_name(v));
     size_t n = p->n_heap_samples;
     view->samples = tm_mem_alloc(p->mem, n * sizeof *view->samples);
