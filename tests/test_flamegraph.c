@@ -519,6 +519,20 @@ Test(flamegraph, min_width_prunes) {
     cr_assert_eq(d.n, 3, "all, main, big");
     svg_free(&d);
     parsed_free(&pt);
+
+    /* one frame left out: the singular, and no stray byte after it (a NUL
+     * made the whole SVG invalid) */
+    const stk one[] = {
+        {10, 1999, {"main", "big", NULL}},
+        {10, 1, {"main", "tiny", NULL}},
+    };
+    pt = parse(one, 2);
+    o.min_width_px = 0;
+    d = write_svg(NULL, pt.t, &o);
+    cr_assert(strstr(d.text, "; 1 frame narrower than 0.10 px not drawn</text>"), "%.600s", d.text);
+    expect_well_formed(d.text);
+    svg_free(&d);
+    parsed_free(&pt);
 }
 
 /* Kind colours: native frames in the red-yellow family, Java in greens;

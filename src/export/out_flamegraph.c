@@ -560,8 +560,8 @@ static void write_header(tm_jw *w, const graph *g, double height) {
     if (hidden) {
         tm_jw_lit(w, "; ");
         write_u64(w, hidden);
-        tm_jw_lit(w, hidden == 1 ? " frame" : " frames");
-        tm_jw_lit(w, " narrower than ");
+        if (hidden == 1) tm_jw_lit(w, " frame narrower than ");
+        else tm_jw_lit(w, " frames narrower than ");
         write_fixed2(w, g->min_px);
         tm_jw_lit(w, " px not drawn");
     }

@@ -77,7 +77,7 @@ static inline char *tm_put_u64(char *p, uint64_t v) {
     return e;
 }
 
-#define tm_jw_lit(w, s) tm_jw_raw((w), (s), sizeof(s) - 1)
+#define tm_jw_lit(w, s) tm_jw_raw((w), (s), sizeof(s) - 1) /* s: a literal or an array, never a pointer */
 
 static inline void tm_jw_char(tm_jw *w, char c) {
     if (TM_UNLIKELY(w->len == w->cap)) tm_jw_room(w, NULL, 1);
