@@ -191,13 +191,14 @@ Test(folded_out, thread_prefix_names_the_root) {
     o.thread_prefix = 1;
     char *out = folded(t, &o);
     /* tid 10 "ui;thread" (';' made ':'), tid 11 unnamed -> "tid-11",
-     * tid 12 "bg"; an empty stack is the thread alone. */
-    cr_assert_str_eq(out, "bg 1\n"
+     * tid 12 "bg"; an empty stack is the thread and the [no frames] marker
+     * (the thread alone would read as a frame named like it). */
+    cr_assert_str_eq(out, "bg;[no frames] 1\n"
                           "bg;main;dup 1\n"
                           "tid-11;main;dup 1\n"
                           "tid-11;main;work 1\n"
                           "tid-11;main;work;leaf 1\n"
-                          "ui:thread 1\n"
+                          "ui:thread;[no frames] 1\n"
                           "ui:thread;main;dup 1\n"
                           "ui:thread;main;work 2\n");
     free(out);

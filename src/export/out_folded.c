@@ -12,8 +12,9 @@
  * With thread_prefix the thread label is the root frame.
  *
  * A stack without frames is written as "[no frames] COUNT" (with
- * thread_prefix: the thread label alone), so its samples are never dropped;
- * in_folded.c reads "[no frames]" back as an empty stack.
+ * thread_prefix: "THREAD;[no frames] COUNT", not to be taken for a frame
+ * named like the thread), so its samples are never dropped; in_folded.c
+ * reads "[no frames]" back as an empty stack.
  *
  * Lines are sorted by the bytes of the whole line, so output is stable and
  * diff-friendly. Cost: one pass over the samples (tm_stack_counts_build);
@@ -80,10 +81,9 @@ static tm_status stack_text(const tm_profile *p, const tm_frame_labels *labels, 
     size_t len = 0;
     if (prefix) {
         thread = tm_thread_label(p, c->thread, buf);
-        len = thread.len + (sk->len ? 1 : 0);
-    } else if (!sk->len) {
-        len = sizeof NO_FRAMES - 1;
+        len = thread.len + 1;
     }
+    if (!sk->len) len += sizeof NO_FRAMES - 1;
     for (uint32_t j = 0; j < sk->len; j++) len += labels->of[ids[j]].len + (j ? 1 : 0);
     uint8_t *d = tm_arena_alloc(ar, len + 1);
     if (!d) return TM_ERR_NOMEM;
@@ -91,10 +91,9 @@ static tm_status stack_text(const tm_profile *p, const tm_frame_labels *labels, 
     out->len = len;
     if (prefix) {
         d = put_label(d, thread);
-        if (sk->len) *d++ = ';';
-    } else if (!sk->len) {
-        memcpy(d, NO_FRAMES, sizeof NO_FRAMES - 1);
+        *d++ = ';';
     }
+    if (!sk->len) memcpy(d, NO_FRAMES, sizeof NO_FRAMES - 1);
     for (uint32_t j = sk->len; j-- > 0;) { /* leaf first in the model */
         d = put_label(d, labels->of[ids[j]]);
         if (j) *d++ = ';';
