@@ -41,6 +41,10 @@ void cli_input_release(cli_input *in);
 /* Prints "tracemill: <what>: <reason> at byte N: message" for a library error;
  * returns the exit code for it. */
 int cli_report_error(const char *what, const tm_error *err);
+/* EXIT_OK when in is a Perfetto trace (or empty: its reader says so);
+ * else says that cmd reads Perfetto traces only and what in is instead,
+ * and returns EXIT_REJECTED. */
+int cli_require_perfetto(const char *cmd, const char *path, const cli_input *in);
 /* The same for an exporter's error: about the decoded profile (a format
  * that cannot hold it), so no byte of the input is named. */
 int cli_report_export_error(const char *what, const tm_error *err);

@@ -142,6 +142,13 @@ static int report(const char *what, const tm_error *err, int names_a_byte) {
 
 int cli_report_error(const char *what, const tm_error *err) { return report(what, err, 1); }
 
+int cli_require_perfetto(const char *cmd, const char *path, const cli_input *in) {
+    tm_input_format f = in->len ? tm_input_detect(in->data, in->len) : TM_INPUT_PERFETTO;
+    if (f == TM_INPUT_PERFETTO) return EXIT_OK;
+    fprintf(stderr, "tracemill: %s: %s needs a Perfetto trace; this is %s input\n", path, cmd, tm_input_format_name(f));
+    return EXIT_REJECTED;
+}
+
 int cli_report_export_error(const char *what, const tm_error *err) { return report(what, err, 0); }
 
 int cli_parse_u64(const char *s, uint64_t *out) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -70,6 +71,14 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
         return -1;
     }
     s->any = 1;
+    if (dir) { /* a mistyped directory would leave the output unsymbolized without a word */
+        struct stat st;
+        if (stat(argv[*i], &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "tracemill: %s %s: %s\n", a, argv[*i],
+                    stat(argv[*i], &st) != 0 ? strerror(errno) : "not a directory");
+            return -1;
+        }
+    }
     if (cache) {
         s->debuginfod = argv[*i];
         return 1;
@@ -109,6 +118,8 @@ static void options_of(const cli_symbols *s, tm_symbolize_options *o) {
 
 int cli_symbols_apply(const cli_symbols *s, const tm_options *opts, const char *what, cli_input *in) {
     if (!s->any) return EXIT_OK;
+    int rc = cli_require_perfetto("symbolizing (--symbols, --proguard-map, --debuginfod-cache)", what, in);
+    if (rc != EXIT_OK) return rc;
     tm_symbolize_options o;
     options_of(s, &o);
     membuf b = {0};
@@ -201,6 +212,7 @@ int cli_symbolize(int argc, char **argv) {
     if (rc == EXIT_OK && !out_path) rc = usage("no output given (-o OUT)", NULL);
     cli_input in = {0};
     if (rc == EXIT_OK) rc = cli_input_load(in_path, &opts, &in);
+    if (rc == EXIT_OK && (rc = cli_require_perfetto("symbolize", in_path, &in)) != EXIT_OK) cli_input_release(&in);
     if (rc != EXIT_OK) {
         cli_symbols_release(&s);
         return rc;

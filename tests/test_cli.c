@@ -828,6 +828,33 @@ Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     }
 }
 
+/* ---- commands that read Perfetto traces only ---- */
+
+/* SQL and symbolization need a Perfetto trace: another input is named for
+ * what it is, not called a malformed trace; a --symbols directory that
+ * does not exist is refused, not left to symbolize nothing. */
+Test(cli_inputs, perfetto_only_commands_name_the_input_they_got) {
+    const char *v1 = TM_FIXTURES "/sentry-python/profile_v1.json";
+    static const char *const said[] = {
+        "SQL (query, export-sqlite) needs a Perfetto trace; this is sample-v1 input",
+        "symbolize needs a Perfetto trace; this is sample-v1 input",
+        "symbolizing (--symbols, --proguard-map, --debuginfod-cache) needs a Perfetto trace; this is sample-v1 input",
+    };
+    for (size_t i = 0; i < sizeof said / sizeof *said; i++) {
+        run_result r = i == 0   ? run("query %s 'select 1'", v1)
+                       : i == 1 ? run("symbolize %s -o /dev/null", v1)
+                                : run("convert -f folded --proguard-map %s/proguard/mapping.txt %s", TM_FIXTURES, v1);
+        cr_expect_eq(r.code, 1, "case %zu: exit %d: %s", i, r.code, r.err);
+        cr_expect(strstr(r.err, said[i]) && !strstr(r.err, "not a Perfetto trace"), "case %zu: %s", i, r.err);
+        run_free(&r);
+    }
+    run_result r = run("convert -f folded --symbols /nonexistent/dir " MINIMAL);
+    cr_expect_eq(r.code, 2, "exit %d: %s", r.code, r.err);
+    cr_expect(strstr(r.err, "--symbols /nonexistent/dir: No such file or directory"), "%s", r.err);
+    cr_expect_eq(r.out_len, 0u, "%s", r.out);
+    run_free(&r);
+}
+
 /* ---- options a format would ignore; binary output on a terminal ---- */
 
 Test(cli_help, thread_options_the_format_ignores_are_refused) {
