@@ -104,7 +104,8 @@ int cli_info(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_export_option(argc, argv, &i, &x);
-        if (r < 0) return cli_usage_error("info", "%s%s", x.bad[0] ? "" : "bad value for ", x.bad[0] ? x.bad : argv[i]);
+        if (r < 0)
+            return cli_usage_error("info", "%s%s", x.bad[0] ? "" : "bad value for ", x.bad[0] ? x.bad : argv[i]);
         if (r > 0) continue;
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else if (argv[i][0] == '-' && argv[i][1] != 0) {

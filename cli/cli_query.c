@@ -439,7 +439,8 @@ static int open_db(const char *path, const tm_options *opts, const cli_symbols *
     cli_progress_start(quiet);
     cli_progress_phase("reading", 0);
     int rc = cli_input_load(path, opts, in);
-    if (rc == EXIT_OK && (rc = cli_require_perfetto("SQL (query, export-sqlite)", path, in)) != EXIT_OK) cli_input_release(in);
+    if (rc == EXIT_OK && (rc = cli_require_perfetto("SQL (query, export-sqlite)", path, in)) != EXIT_OK)
+        cli_input_release(in);
     if (rc == EXIT_OK && sym->any) {
         cli_progress_phase("symbolizing", in->len);
         if ((rc = cli_symbols_apply(sym, opts, path, in)) != EXIT_OK) cli_input_release(in);

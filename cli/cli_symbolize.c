@@ -73,9 +73,9 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
     s->any = 1;
     if (dir) { /* a mistyped directory would leave the output unsymbolized without a word */
         struct stat st;
-        if (stat(argv[*i], &st) != 0 || !S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "tracemill: %s %s: %s\n", a, argv[*i],
-                    stat(argv[*i], &st) != 0 ? strerror(errno) : "not a directory");
+        int found = stat(argv[*i], &st) == 0;
+        if (!found || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "tracemill: %s %s: %s\n", a, argv[*i], found ? "not a directory" : strerror(errno));
             return -1;
         }
     }

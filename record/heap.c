@@ -1143,7 +1143,7 @@ static size_t heap_snapshot(const tmr_heap_callsite **out, tmr_heap_stats *st) {
 
 void tmr_heap_ignore_this_thread(void) { t_heap.ignored = 1; }
 
-static const tmr_heap_source g_source = {heap_snapshot, tmr_heap_ignore_this_thread};
+static const tmr_heap_source g_source = {heap_snapshot};
 
 /* The recorder does not run in a fork child: neither does sampling. */
 static void heap_atfork_child(void) { atomic_store(&g_on, 0); }

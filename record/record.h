@@ -368,15 +368,14 @@ typedef struct tmr_heap_source {
     /* Every callsite sampled so far with its totals, into *out (valid until
      * the next call), and the statistics; returns how many. Collector only. */
     size_t (*snapshot)(const tmr_heap_callsite **out, tmr_heap_stats *st);
-    /* The calling thread's allocations are the recorder's own: never sampled. */
-    void (*ignore_this_thread)(void);
 } tmr_heap_source;
 
 /* Marks the calling thread's allocations as the recorder's own, never
  * sampled: called first thing by every thread the recorder or the uploader
  * starts, so that a heap profile started after them cannot sample them
- * before anything else could say so. Weak: NULL outside the preload
- * library (the static recorder has no heap profiler). */
+ * before anything else could say so, and by the thread that ends sampling.
+ * Weak: NULL outside the preload library (the static recorder has no heap
+ * profiler). */
 void tmr_heap_ignore_this_thread(void) __attribute__((weak));
 
 /* Starts sampling allocations of mean interval bytes (0: 4096), stacks of at

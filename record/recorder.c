@@ -503,7 +503,7 @@ static void end_sampling(tm_recorder *r) {
      * thread ends it (the collector, or the program's at exit): the heap
      * profile, attached maybe after the collector's last round, must not
      * sample it. The recording is over for this thread either way. */
-    if (r->heap) r->heap->ignore_this_thread();
+    if (tmr_heap_ignore_this_thread) tmr_heap_ignore_this_thread();
     tmr_sampler_disarm(r->sampler);
     tmr_sampler_drain(r->sampler, on_sample, r);
     tm_error err;

@@ -444,8 +444,8 @@ Test(record_heap, a_library_loaded_at_run_time_is_named) {
             "}\n",
             lib);
     fclose(f);
-    cr_assert_gt(asprintf(&cmd, "cc -O1 -g -shared -fPIC -o %s %s && cc -O1 -g -o %s %s -ldl", lib, lib_c, host, main_c),
-                 0);
+    cr_assert_gt(
+        asprintf(&cmd, "cc -O1 -g -shared -fPIC -o %s %s && cc -O1 -g -o %s %s -ldl", lib, lib_c, host, main_c), 0);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     free(cmd);
     for (int k = 0; k < 3; k++) {
