@@ -21,7 +21,9 @@
  * Drain (tm_srv_server_stop): the listener closes, idle keep-alive
  * connections are cut between requests, requests already received are
  * answered with "Connection: close", new ones on open connections get 503;
- * after shutdown_timeout (less the Kafka flush's share) the rest is closed.
+ * after shutdown_timeout (less the Kafka flush's share, and a tenth of it, at
+ * most a second, for what comes after) the rest is closed, a body still
+ * arriving then answered 503.
  */
 #define _GNU_SOURCE /* memmem, pthread_setname_np */
 #include <arpa/inet.h>
@@ -595,6 +597,16 @@ static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     }
 }
 
+/* Why the drain cut a connection whose requests did not finish in time. */
+static const char drain_cut[] = "the server stopped";
+
+static int cut_by_drain(tm_srv_server *s, const conn *c) {
+    pthread_mutex_lock(&s->mu);
+    int by_drain = c->cut == drain_cut;
+    pthread_mutex_unlock(&s->mu);
+    return by_drain;
+}
+
 /* Reads the body, decoding and checking an envelope's as it arrives: 0
  * once it is all in, -1 when the request was answered (refused: the
  * connection then lingers) or the connection ended first. */
@@ -608,6 +620,8 @@ static int read_body(tm_srv_server *s, request *r) {
         if (got == 0) return 0;
         if (got == -2) {
             r->closing = 1;
+            if (cut_by_drain(s, r->conn)) /* the client can still read: it learns to send again */
+                answer_error(s, r, 503, "the server stopped before the request's body was complete; send it again");
             return -1;
         }
         if (got < 0) {
@@ -898,7 +912,9 @@ fail:
 uint16_t tm_srv_server_port(const tm_srv_server *s) { return s->port; }
 
 /* Stops accepting, cuts idle connections, lets the requests in hand finish
- * until the drain's share of shutdown_timeout is spent, then closes the rest. */
+ * until the drain's share of shutdown_timeout is spent, then closes the rest:
+ * a body still coming in is cut on its input side only, so that its request
+ * is answered 503 (read_body). */
 static void drain(tm_srv_server *s) {
     const tm_srv_config *cfg = s->cfg;
     struct timespec t0;
@@ -909,7 +925,10 @@ static void drain(tm_srv_server *s) {
     /* Kafka's flush gets up to delivery_timeout_ms of the shutdown timeout, at most half */
     double flush = s->kafka ? cfg->kafka.delivery_timeout_ms / 1e3 : 0;
     if (flush > cfg->limits.shutdown_timeout_s / 2.0) flush = cfg->limits.shutdown_timeout_s / 2.0;
-    double budget = cfg->limits.shutdown_timeout_s - flush;
+    /* what follows the wait (the cut requests' ends, the store's close) gets
+     * a tenth of the timeout, at most a second: the exit stays within it */
+    double after = cfg->limits.shutdown_timeout_s / 10.0 < 1 ? cfg->limits.shutdown_timeout_s / 10.0 : 1;
+    double budget = cfg->limits.shutdown_timeout_s - flush - after;
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->changed); /* the reaper cuts the idle ones now */
     while (s->conns && seconds_since(&t0) < budget) {
@@ -921,8 +940,9 @@ static void drain(tm_srv_server *s) {
     }
     /* the rest is cut; their threads are waited for, as one may be handing an envelope over */
     for (conn *c = s->conns; c; c = c->next) {
-        if (!c->cut) shutdown(c->fd, SHUT_RDWR);
-        c->cut = "the server stopped";
+        if (c->cut) continue;
+        shutdown(c->fd, c->phase == PHASE_BODY ? SHUT_RD : SHUT_RDWR);
+        c->cut = drain_cut;
     }
     while (s->conns) pthread_cond_wait(&s->changed, &s->mu);
     pthread_mutex_unlock(&s->mu);

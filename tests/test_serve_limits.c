@@ -635,6 +635,44 @@ Test(serve_limits, sigterm_closes_idle_connections_between_requests) {
     ts_server_free(&s);
 }
 
+/* A body still arriving when the drain's time is up is answered 503 (send
+ * it again), and the server exits within shutdown_timeout, what follows the
+ * wait included. */
+Test(serve_limits, sigterm_answers_a_body_still_arriving_and_exits_in_time, .timeout = 30) {
+    ts_server s = start("limits: {shutdown_timeout: 2}\n");
+    int fd = ts_dial(s.port);
+    send_all(fd, "POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n" AUTH "\r\nContent-Length: 100000\r\n\r\n{}\n");
+    int closed = 0;
+    free(ts_read_answers(fd, 0, 0.3, &closed));
+    cr_assert(!closed, "the request was refused before its body");
+    double t0 = ts_now_s();
+    kill(s.pid, SIGTERM);
+    tu_membuf got = {0};
+    while (!closed && ts_now_s() - t0 < 5) { /* 100 bytes a second, until the server answers or closes */
+        if (send(fd, "          ", 10, MSG_NOSIGNAL) != 10) break;
+        char *some = ts_read_answers(fd, 0, 0.1, &closed);
+        tu_membuf_write(&got, some, strlen(some));
+        free(some);
+    }
+    if (!closed) {
+        char *rest = ts_read_answers(fd, 0, 1.0, &closed);
+        tu_membuf_write(&got, rest, strlen(rest));
+        free(rest);
+    }
+    tu_membuf_write(&got, "", 1);
+    int status;
+    waitpid(s.pid, &status, 0);
+    double took = ts_now_s() - t0;
+    s.pid = 0;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the drain must exit 0");
+    cr_assert(took < 2.0, "the drain took %.2f s (shutdown_timeout 2 s)", took);
+    cr_assert(strstr((char *)got.data, "HTTP/1.1 503") && strstr((char *)got.data, "send it again"),
+              "the cut request got: %s", (char *)got.data);
+    tu_membuf_free(&got);
+    close(fd);
+    ts_server_free(&s);
+}
+
 /* ---- item 4: the access log ---- */
 
 Test(serve_limits, access_log_json_lines) {
