@@ -1,7 +1,8 @@
 /*
  * test_pb.c — unit tests of the protobuf wire reader in src/pb.h
  * (tm_pb_reader_of, tm_pb_next, tm_pb_varint, tm_pb_packed_next,
- * tm_pb_packed_count) against https://protobuf.dev/programming-guides/encoding/:
+ * tm_pb_packed_count, tm_pb_repeated_next and _fill) against
+ * https://protobuf.dev/programming-guides/encoding/:
  * base-128 varints of at most 10 bytes (negative int64 takes all 10),
  * little-endian fixed32/fixed64, length-delimited payloads, packed repeated
  * scalars, field numbers 1..2^29-1 and wire types 0, 1, 2, 5 (groups 3/4 and
@@ -545,6 +546,68 @@ Test(pb_packed, repeated_iterator_mixes_shapes_and_lengths) {
         }
         cr_assert_eq(rc, TM_PB_DONE, "cut %zu", cut);
         cr_assert_eq(k, n + cut, "cut %zu", cut);
+        free(in);
+        tb_free(&b);
+    }
+}
+
+/* tm_pb_repeated_fill reads what tm_pb_repeated_next would, whatever cap
+ * it is given: on random messages of both shapes, values of 1 to 10 bytes,
+ * other fields between, cut or damaged at random, the same values, the same
+ * end (done, error, or cap reached) and the same position afterwards. */
+Test(pb_packed, fill_reads_what_next_reads) {
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    for (int round = 0; round < 3000; round++) {
+        tb_buf b = {0};
+        int parts = 1 + (int)(seed % 6);
+        for (int i = 0; i < parts; i++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            uint64_t vals[12];
+            size_t n = 1 + seed % 12;
+            for (size_t k = 0; k < n; k++) {
+                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                vals[k] = seed % 4 == 0 ? seed >> (seed % 64) : seed % 3 == 0 ? seed % 128 : seed % 16384;
+            }
+            switch (seed >> 60 & 3) {
+            case 0: tb_packed(&b, 1, vals, n); break;
+            case 1: tb_str(&b, 2, "other"); break;
+            default:
+                for (size_t k = 0; k < n; k++) tb_uint(&b, 1, vals[k]);
+            }
+        }
+        size_t len = b.len;
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        if (round % 3 == 1 && len) len -= 1 + seed % (len < 4 ? len : 4); /* cut short */
+        if (round % 3 == 2 && len) b.data[seed % len] |= 0x80;           /* a continuation where none was */
+        uint8_t *in = malloc(len ? len : 1);
+        cr_assert_not_null(in);
+        if (len) memcpy(in, b.data, len);
+        uint64_t want[256], got[256];
+        tm_pb_repeated ref = tm_pb_repeated_of(bytes_of(in, len), 1);
+        size_t n_want = 0;
+        int want_rc;
+        while (n_want < N_OF(want) && (want_rc = tm_pb_repeated_next(&ref, &want[n_want])) == TM_PB_OK) n_want++;
+        cr_assert_lt(n_want, N_OF(want));
+        for (size_t cap = 0; cap <= n_want + 1; cap++) {
+            tm_pb_repeated it = tm_pb_repeated_of(bytes_of(in, len), 1);
+            size_t n = 99;
+            int rc = tm_pb_repeated_fill(&it, got, cap, &n);
+            if (cap <= n_want) { /* cap values, or the error met on the way */
+                cr_assert(rc == TM_PB_OK ? n == cap : rc == want_rc && n == n_want, "round %d cap %zu", round, cap);
+            } else {
+                cr_assert_eq(rc, want_rc, "round %d cap %zu", round, cap);
+                cr_assert_eq(n, n_want, "round %d cap %zu", round, cap);
+                cr_assert_eq(it.msg.p, ref.msg.p, "round %d: the position after", round);
+            }
+            for (size_t k = 0; k < n; k++) cr_assert_eq(got[k], want[k], "round %d cap %zu value %zu", round, cap, k);
+            if (rc == TM_PB_OK) { /* and the rest follows on */
+                uint64_t v;
+                size_t k = n;
+                while ((rc = tm_pb_repeated_next(&it, &v)) == TM_PB_OK) cr_assert_eq(v, want[k++], "round %d", round);
+                cr_assert_eq(rc, want_rc, "round %d cap %zu", round, cap);
+                cr_assert_eq(k, n_want, "round %d cap %zu", round, cap);
+            }
+        }
         free(in);
         tb_free(&b);
     }

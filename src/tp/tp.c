@@ -1304,18 +1304,16 @@ static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uin
         stat_add(d, TPS_stackprofile_invalid_callstack_id, 1);
         return TM_OK;
     }
-    /* The frame ids, read once (the reader checked the message). */
+    /* The frame ids, read once (the reader checked the message): no more
+     * than its bytes, and one past the depth limit says it is passed. */
     tm_pb_repeated ids = tm_pb_repeated_of(*e, TM_PF_CALLSTACK_FRAME_IDS);
     uint64_t v;
-    int rc;
-    size_t n = 0;
-    while ((rc = tm_pb_repeated_next(&ids, &v)) == TM_PB_OK) {
-        if (n >= d->lim->max_stack_depth)
-            return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->data), NULL, "a callstack deeper than %llu frames",
-                           (unsigned long long)d->lim->max_stack_depth);
-        if (TM_VEC_RESERVE(d->mem, d->cs_ids, d->cap_cs_ids, n + 1) != TM_OK) return nomem(d);
-        d->cs_ids[n++] = v;
-    }
+    size_t n = 0, cap = e->len < d->lim->max_stack_depth ? e->len : d->lim->max_stack_depth + 1;
+    if (TM_VEC_RESERVE(d->mem, d->cs_ids, d->cap_cs_ids, cap) != TM_OK) return nomem(d);
+    int rc = tm_pb_repeated_fill(&ids, d->cs_ids, cap, &n);
+    if (n > d->lim->max_stack_depth)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, e->data), NULL, "a callstack deeper than %llu frames",
+                       (unsigned long long)d->lim->max_stack_depth);
     if (rc == TM_PB_ERROR) return pb_fail(d, &ids.msg, "interned callstack");
     /* Each frame's row is a likely cache miss, and the walk below reads
      * them one after another: they are asked for all at once first. */

@@ -72,3 +72,53 @@ int tm_pb_repeated_next_slow(tm_pb_repeated *it, uint64_t *out) {
         it->packed = tm_pb_reader_of(f.bytes);
     }
 }
+
+/* The loops take one- and two-byte values (a callstack's frame ids) without
+ * a call, each to a bound that keeps both cap and the bytes a value may
+ * read (a value takes at least one byte packed, two unpacked, so a
+ * position before the bound leaves room in out); anything else is one
+ * tm_pb_repeated_next. */
+static const uint8_t *fill_bound(const uint8_t *p, const uint8_t *end, ptrdiff_t ahead, size_t room, size_t step) {
+    ptrdiff_t avail = end - p - ahead;
+    if (avail <= 0) return p;
+    return (size_t)avail / step < room ? end - ahead : p + room * step;
+}
+
+int tm_pb_repeated_fill(tm_pb_repeated *it, uint64_t *out, size_t cap, size_t *n) {
+    size_t k = 0;
+    while (k < cap) {
+        const uint8_t *q = it->packed.p;
+        for (const uint8_t *lim = fill_bound(q, it->packed.end, 1, cap - k, 1); q < lim;) {
+            if (q[0] < 0x80) {
+                out[k++] = q[0], q++;
+            } else if (q[1] < 0x80) {
+                out[k++] = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7, q += 2;
+            } else {
+                break;
+            }
+        }
+        it->packed.p = q;
+        if (q >= it->packed.end && it->tag) {
+            const uint8_t *p = it->msg.p, tag = (uint8_t)it->tag;
+            for (const uint8_t *lim = fill_bound(p, it->msg.end, 2, cap - k, 2); p < lim && p[0] == tag;) {
+                if (p[1] < 0x80) {
+                    out[k++] = p[1], p += 2;
+                } else if (p[2] < 0x80) {
+                    out[k++] = (uint64_t)(p[1] & 0x7f) | (uint64_t)p[2] << 7, p += 3;
+                } else {
+                    break;
+                }
+            }
+            it->msg.p = p;
+        }
+        if (k == cap) break;
+        int rc = tm_pb_repeated_next(it, &out[k]);
+        if (rc != TM_PB_OK) {
+            *n = k;
+            return rc;
+        }
+        k++;
+    }
+    *n = k;
+    return TM_PB_OK;
+}

@@ -246,6 +246,12 @@ static inline int tm_pb_repeated_next(tm_pb_repeated *it, uint64_t *out) {
     return tm_pb_repeated_next_slow(it, out);
 }
 
+/* Reads up to cap values of it into out, as that many tm_pb_repeated_next
+ * calls would, in one loop: *n the values read; TM_PB_OK when cap were read
+ * (more may follow), TM_PB_DONE at the message's end, TM_PB_ERROR as
+ * tm_pb_repeated_next (out[0..*n) are then the values before the error). */
+int tm_pb_repeated_fill(tm_pb_repeated *it, uint64_t *out, size_t cap, size_t *n);
+
 /* Counts the elements of a packed varint field (no validation beyond what
  * is needed to count). */
 static inline size_t tm_pb_packed_count(tm_bytes b) {
