@@ -37,6 +37,9 @@
  * end-of-run report through the status file when there is one); the host
  * program always runs on.
  *
+ * dlclose: the library defines it too, to have a library's mappings read
+ * and its samples drained before its code is unmapped (see dlclose below).
+ *
  * Endings without exit(): the library defines _exit and _Exit (the
  * program's calls reach these first), and handles the fatal signals a
  * program leaves at their default action (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
@@ -54,8 +57,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,8 +75,11 @@ static tmr_uploader *g_preload_uploader;
 static const tmr_heap_source *g_preload_heap;
 static pid_t g_preload_pid; /* a fork child inherits the recorder, inert: it reports nothing */
 
-/* How long an ending waits for the collector to write the end of the trace. */
-enum { ENDING_TIMEOUT_MS = 5000 };
+/* How long an ending waits for the collector to write the end of the trace,
+ * and a dlclose for it to read the mappings (short: a dlclose from a
+ * destructor may hold the loader's lock, which the collector may want;
+ * only names are lost if it is not done in time). */
+enum { ENDING_TIMEOUT_MS = 5000, UNMAP_SYNC_TIMEOUT_MS = 250 };
 
 static const int g_fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP,
                                       SIGSYS,  SIGTERM, SIGINT, SIGHUP, SIGQUIT};
@@ -139,6 +147,25 @@ __attribute__((visibility("default"))) void _exit(int status) {
 __attribute__((visibility("default"))) void _Exit(int status) {
     end_trace_now();
     for (;;) syscall(SYS_exit_group, status);
+}
+
+/* The program's dlclose: before a library's code is unmapped the collector
+ * reads the mappings and drains the samples taken in it, waited for at most
+ * UNMAP_SYNC_TIMEOUT_MS, so that its frames keep their names (the heap
+ * profile names its stacks only when it dumps them). */
+__attribute__((visibility("default"))) int dlclose(void *handle) {
+    static void *_Atomic real_dlclose;
+    void *sym = atomic_load_explicit(&real_dlclose, memory_order_relaxed);
+    if (!sym) {
+        sym = dlsym(RTLD_NEXT, "dlclose");
+        if (!sym) return -1; /* dlerror says why */
+        atomic_store_explicit(&real_dlclose, sym, memory_order_relaxed);
+    }
+    int (*next)(void *);
+    memcpy(&next, &sym, sizeof sym); /* object to function pointer, as POSIX allows */
+    tm_recorder *r = g_preload_recorder;
+    if (r && (pid_t)syscall(SYS_getpid) == g_preload_pid) tmr_recorder_sync_before_unmap(r, UNMAP_SYNC_TIMEOUT_MS);
+    return next(handle);
 }
 
 /* Unsigned decimal environment value; 0 (the option's default) when unset.

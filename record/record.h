@@ -359,6 +359,14 @@ void tmr_sampler_free(tmr_sampler *s);
  * the collector needs that very lock (then the timeout ends the wait). */
 int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms);
 
+/* Code is about to be unmapped (the program's dlclose): asks the collector to
+ * read the mappings again and drain what the threads sampled, and waits for
+ * it at most timeout_ms, so that samples and heap stacks in that code keep
+ * their names (the symbolizer keeps a mapping that is gone until another
+ * takes its place). Returns 1 when done, 0 otherwise (timed out; called on
+ * the collector thread; not running). */
+int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms);
+
 /* ==== Heap profiling (heap.c) ========================================== */
 
 /* The heap profiler as the recorder sees it: heap.c lives only in the

@@ -59,6 +59,9 @@ struct tm_recorder {
     _Atomic uint32_t wake_word;
     _Atomic int end_requested; /* tmr_recorder_end_now: end the trace as the program ends */
     _Atomic uint32_t ended;    /* the trace is complete and closed (a futex word) */
+    /* tmr_recorder_sync_before_unmap: requests taken, and served (a futex
+     * word: the request count the last round with fresh mappings saw) */
+    _Atomic uint32_t maps_requested, maps_served;
     pthread_t collector;
     int collector_started, stop_requested, sampling_done;
     int32_t collector_tid;
@@ -553,7 +556,16 @@ static void *collector_main(void *arg) {
     while (!r->stop_requested && !r->sampling_done && !atomic_load(&r->end_requested)) {
         uint64_t now = now_ms();
         if (r->deadline && now >= r->deadline) break;
+        /* Code about to be unmapped: its mappings are read before the
+         * samples taken in it are drained, and are kept once it is gone. */
+        uint32_t requested = atomic_load(&r->maps_requested);
+        int unmapping = requested != atomic_load(&r->maps_served);
+        if (unmapping && r->syms) tmr_symbols_refresh(r->syms, NULL);
         collect(r, now);
+        if (unmapping) {
+            atomic_store(&r->maps_served, requested);
+            futex(&r->maps_served, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+        }
         uint32_t seen = atomic_load(&r->wake_word);
         pthread_mutex_unlock(&r->lock);
         /* A wake-up between the load and the wait changes the word: the wait
@@ -585,6 +597,26 @@ int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms) {
         futex(&r->ended, FUTEX_WAIT_PRIVATE, 0, &left);
     }
     return 1;
+}
+
+int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms) {
+    if (!r || r->state != R_RUNNING || atomic_load(&r->ended)) return 0;
+    if (gettid() == r->collector_tid) return 0; /* it cannot wait for itself */
+    uint32_t ticket = atomic_fetch_add(&r->maps_requested, 1) + 1;
+    wake_collector(r);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        uint32_t served = atomic_load(&r->maps_served);
+        if ((int32_t)(served - ticket) >= 0) return 1;
+        if (atomic_load(&r->ended)) return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t left_ns = (int64_t)timeout_ms * 1000000 - ((int64_t)(now.tv_sec - start.tv_sec) * 1000000000 +
+                                                           (now.tv_nsec - start.tv_nsec));
+        if (left_ns <= 0) return 0;
+        struct timespec left = {(time_t)(left_ns / 1000000000), (long)(left_ns % 1000000000)};
+        futex(&r->maps_served, FUTEX_WAIT_PRIVATE, served, &left);
+    }
 }
 
 /* ---- fork and exit -------------------------------------------------------- */

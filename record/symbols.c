@@ -36,8 +36,10 @@
  * are named from /proc/kallsyms when the perf backend records the kernel.
  *
  * Mappings are append-only: an index handed out stays valid (and means the
- * same mapping) until tmr_symbols_free, across refreshes. Not thread-safe:
- * the collector thread owns a tmr_symbols.
+ * same mapping) until tmr_symbols_free, across refreshes. A mapping gone from
+ * the maps stays live until another overlaps it: pcs sampled in code since
+ * unmapped (dlclose) keep their names. Not thread-safe: the collector thread
+ * owns a tmr_symbols.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dladdr, Dl_info, dl_iterate_phdr */
@@ -607,6 +609,34 @@ static void forget_cache(tmr_symbols *s) {
     s->cache_n = 0;
 }
 
+/* Puts back into live (sorted, from a fresh read of the maps) the mappings
+ * of before that are gone and that nothing overlaps now: code unmapped
+ * (dlclose) after its pcs were sampled, whose stacks are named later (the
+ * heap profile's, at its dumps). Both lists are sorted by start. */
+static tm_status keep_gone(tmr_symbols *s, const int *before, size_t n_before, tm_error *err) {
+    size_t n_now = s->n_live, kept = 0;
+    for (size_t i = 0, j = 0; i < n_before; i++) {
+        const tmr_mapping *m = &s->maps[before[i]];
+        while (j < n_now && s->maps[s->live[j]].end <= m->start) j++;
+        if (j < n_now && s->maps[s->live[j]].start < m->end) continue; /* still there, or replaced */
+        if (tmr_grow((void **)&s->live, &s->cap_live, sizeof *s->live, n_now + kept + 1))
+            return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory keeping unmapped code's mappings");
+        s->live[n_now + kept++] = before[i];
+    }
+    if (!kept) return TM_OK;
+    /* merge the two sorted runs */
+    int *merged = malloc((n_now + kept) * sizeof *merged);
+    if (!merged) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory keeping unmapped code's mappings");
+    const int *a = s->live, *b = s->live + n_now;
+    size_t i = 0, j = 0, k = 0;
+    while (i < n_now || j < kept)
+        merged[k++] = j == kept || (i < n_now && s->maps[a[i]].start < s->maps[b[j]].start) ? a[i++] : b[j++];
+    memcpy(s->live, merged, k * sizeof *merged);
+    free(merged);
+    s->n_live = k;
+    return TM_OK;
+}
+
 tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
     char maps[48];
     if (s->pid) snprintf(maps, sizeof maps, "/proc/%d/maps", (int)s->pid);
@@ -616,6 +646,14 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
     char *line = NULL;
     size_t line_cap = 0;
     tm_status st = TM_OK;
+    /* the mappings live before, kept below where nothing took their place */
+    size_t n_before = s->n_live;
+    int *before = n_before ? malloc(n_before * sizeof *before) : NULL;
+    if (n_before && !before) {
+        fclose(in);
+        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading %s", maps);
+    }
+    if (n_before) memcpy(before, s->live, n_before * sizeof *before);
     s->n_live = 0;
     while (st == TM_OK && getline(&line, &line_cap, in) > 0) {
         unsigned long long start, end, offset, inode;
@@ -635,6 +673,8 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
     }
     free(line);
     fclose(in);
+    if (st == TM_OK) st = keep_gone(s, before, n_before, err);
+    free(before);
     forget_cache(s);
     clock_gettime(CLOCK_MONOTONIC, &s->last_refresh);
     return st;

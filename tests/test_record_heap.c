@@ -7,7 +7,8 @@
  * site that frees everything retaining exactly nothing, leaks within 10 %,
  * blocks of the interval or more counted exactly, threads, fork children, allocations before main, the program's own
  * results unchanged, memory snapshots, chunks that each hold a whole
- * profile, and the same numbers through `tracemill query`.
+ * profile, libraries loaded and closed while recording, and the same numbers
+ * through `tracemill query`.
  *
  * Paths come from the build: TM_CLI, TM_RECORD_PRELOAD, TM_RECORD_HEAP_TARGET,
  * TM_RECORD_HEAP_TARGET_CXX (absent without a C++ compiler).
@@ -413,41 +414,50 @@ Test(record_heap, stacks_deeper_than_max_depth_are_marked_truncated) {
     }
 }
 
+/* Builds DIR/libplug.so from lib_source and DIR/host from host_source (a
+ * printf format whose %s is the library's path); their paths in *lib and
+ * *host. */
+static void build_plugin(const char *lib_source, const char *host_source, char **lib, char **host) {
+    char *lib_c = path_in_dir("plug.c"), *main_c = path_in_dir("host.c"), *cmd = NULL;
+    *lib = path_in_dir("libplug.so"), *host = path_in_dir("host");
+    FILE *f = fopen(lib_c, "w");
+    cr_assert_not_null(f);
+    fputs(lib_source, f);
+    fclose(f);
+    f = fopen(main_c, "w");
+    cr_assert_not_null(f);
+    fprintf(f, host_source, *lib);
+    fclose(f);
+    cr_assert_gt(
+        asprintf(&cmd, "cc -O1 -g -shared -fPIC -o %s %s && cc -O1 -g -o %s %s -ldl", *lib, lib_c, *host, main_c), 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd), free(lib_c), free(main_c);
+}
+
+static const char plug_alloc_source[] = "#include <stdlib.h>\n"
+                                        "__attribute__((noinline)) void *plug_alloc(size_t n) {\n"
+                                        "    void *p = malloc(n);\n"
+                                        "    __asm__ volatile(\"\" : \"+r\"(p));\n"
+                                        "    return p;\n"
+                                        "}\n";
+
 /* A library the program loads with dlopen after recording began, and
  * allocates from, is named in the heap profile even when the program ends
  * at once (within the maps' re-read throttle): the maps are read again
  * when new stacks are dumped. */
 Test(record_heap, a_library_loaded_at_run_time_is_named) {
-    char *lib_c = path_in_dir("plug.c"), *lib = path_in_dir("libplug.so"), *main_c = path_in_dir("host.c");
-    char *host = path_in_dir("host"), *trace = path_in_dir("plug.pftrace"), *cmd = NULL;
-    FILE *f = fopen(lib_c, "w");
-    cr_assert_not_null(f);
-    fputs("#include <stdlib.h>\n"
-          "__attribute__((noinline)) void *plug_alloc(size_t n) {\n"
-          "    void *p = malloc(n);\n"
-          "    __asm__ volatile(\"\" : \"+r\"(p));\n"
-          "    return p;\n"
-          "}\n",
-          f);
-    fclose(f);
-    f = fopen(main_c, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "#include <dlfcn.h>\n"
-            "#include <stdlib.h>\n"
-            "int main(void) {\n"
-            "    void *h = dlopen(\"%s\", RTLD_NOW);\n"
-            "    if (!h) return 3;\n"
-            "    void *(*plug_alloc)(size_t) = (void *(*)(size_t))dlsym(h, \"plug_alloc\");\n"
-            "    for (int i = 0; i < 20000; i++) free(plug_alloc(1000));\n"
-            "    return 0;\n"
-            "}\n",
-            lib);
-    fclose(f);
-    cr_assert_gt(
-        asprintf(&cmd, "cc -O1 -g -shared -fPIC -o %s %s && cc -O1 -g -o %s %s -ldl", lib, lib_c, host, main_c), 0);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    free(cmd);
+    char *lib, *host, *trace = path_in_dir("plug.pftrace"), *cmd = NULL;
+    build_plugin(plug_alloc_source,
+                 "#include <dlfcn.h>\n"
+                 "#include <stdlib.h>\n"
+                 "int main(void) {\n"
+                 "    void *h = dlopen(\"%s\", RTLD_NOW);\n"
+                 "    if (!h) return 3;\n"
+                 "    void *(*plug_alloc)(size_t) = (void *(*)(size_t))dlsym(h, \"plug_alloc\");\n"
+                 "    for (int i = 0; i < 20000; i++) free(plug_alloc(1000));\n"
+                 "    return 0;\n"
+                 "}\n",
+                 &lib, &host);
     for (int k = 0; k < 3; k++) {
         cr_assert_gt(asprintf(&cmd, "%s record --preload %s --heap -o %s -- %s 2>/dev/null && %s convert -f folded "
                                     "--value alloc_space %s | grep -q plug_alloc",
@@ -457,7 +467,63 @@ Test(record_heap, a_library_loaded_at_run_time_is_named) {
         cr_expect_eq(system(cmd), 0, "run %d: plug_alloc is not named: %s", k, cmd);
         free(cmd);
     }
-    free(lib_c), free(lib), free(main_c), free(host), free(trace);
+    free(lib), free(host), free(trace);
+}
+
+/* A library closed with dlclose before the program ends keeps its names:
+ * the blocks it allocated and kept (named at the heap dump, after the
+ * close), and the CPU samples taken in it shortly before the close (drained
+ * after it, without the dlclose hook). */
+Test(record_heap, a_library_closed_before_the_end_keeps_its_names) {
+    char *lib, *host, *trace = path_in_dir("closed.pftrace"), *cmd = NULL;
+    char lib_source[1024];
+    snprintf(lib_source, sizeof lib_source,
+             "%s__attribute__((noinline)) double plug_spin(long n) {\n"
+             "    double x = 0;\n"
+             "    for (long i = 0; i < n; i++) x += (double)i * 0.5;\n"
+             "    return x;\n"
+             "}\n",
+             plug_alloc_source);
+    build_plugin(lib_source,
+                 "#include <dlfcn.h>\n"
+                 "#include <stdlib.h>\n"
+                 "int main(void) {\n"
+                 "    volatile double y = 0;\n"
+                 "    for (int round = 0; round < 5; round++) {\n"
+                 "        void *h = dlopen(\"%s\", RTLD_NOW);\n"
+                 "        if (!h) return 3;\n"
+                 "        void *(*plug_alloc)(size_t) = (void *(*)(size_t))dlsym(h, \"plug_alloc\");\n"
+                 "        double (*plug_spin)(long) = (double (*)(long))dlsym(h, \"plug_spin\");\n"
+                 "        for (int i = 0; i < 2000; i++) plug_alloc(1000);\n"
+                 "        y += plug_spin(30000000);\n"
+                 "        dlclose(h);\n"
+                 "        for (long i = 0; i < 30000000; i++) y += (double)i * 0.25;\n"
+                 "    }\n"
+                 "    return y < 0;\n"
+                 "}\n",
+                 &lib, &host);
+    cr_assert_gt(asprintf(&cmd, "%s record --preload %s --backend signal --heap -o %s -- %s 2>/dev/null", TM_CLI,
+                          TM_RECORD_PRELOAD, trace, host),
+                 0);
+    tu_asan_recorded_child_env();
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd);
+    const char *values[] = {"inuse_space", "samples"};
+    for (int v = 0; v < 2; v++) {
+        char *folded = path_in_dir("closed.folded");
+        cr_assert_gt(asprintf(&cmd, "%s convert -f folded --value %s -o %s %s", TM_CLI, values[v], folded, trace), 0);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        free(cmd);
+        char *text = tu_read_file(folded, NULL);
+        cr_assert_not_null(text);
+        cr_expect(strstr(text, v ? "plug_spin" : "plug_alloc"), "%s: the library's function is not named:\n%s",
+                  values[v], text);
+        for (char *line = text; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line))
+            cr_expect(strncmp(strstr(line, ";0x") ? strstr(line, ";0x") : "", ";0x7", 4) != 0,
+                      "%s: a frame named by its address alone: %.*s", values[v], (int)strcspn(line, "\n"), line);
+        free(text), free(folded);
+    }
+    free(lib), free(host), free(trace);
 }
 
 /* A heap profile that sampled nothing (an interval no allocation reaches)
