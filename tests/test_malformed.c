@@ -108,7 +108,37 @@ static tm_status parse_buf(const tb_buf *b, tm_mode mode, const tm_limits *lim, 
     return parse_opts(b->data, b->len, &o, err);
 }
 
-/* Asserts a clean error of code `code` at an offset in [lo, hi]. */
+static int discard(void *ctx, const void *data, size_t len) {
+    (void)ctx, (void)data, (void)len;
+    return 0;
+}
+
+/* The error out-param is optional: without one, tm_trace_parse fails with
+ * the same status, and so do the SQL model and the symbolizer (default
+ * mode: they have no Relay mode) as they do with one. */
+static void expect_same_without_err(const tb_buf *b, tm_mode mode, const tm_limits *lim, tm_status code) {
+    tm_options o = options_for(mode);
+    if (lim) o.limits = *lim;
+    tm_trace *t = NULL;
+    cr_assert_eq(tm_trace_parse(b->data, b->len, &o, &t, NULL), code, "[%s] without an error out-param",
+                 mode_name(mode));
+    cr_assert_null(t);
+    if (mode != TM_MODE_DEFAULT) return;
+    tm_error err;
+    tm_db *db = NULL;
+    tm_status with = tm_db_new(b->data, b->len, &o, &db, &err);
+    tm_db_free(db);
+    db = NULL;
+    cr_assert_eq(tm_db_new(b->data, b->len, &o, &db, NULL), with, "tm_db_new without an error out-param");
+    tm_db_free(db);
+    tm_sink sink = {.write = discard};
+    with = tm_symbolize(b->data, b->len, &o, NULL, &sink, NULL, &err);
+    cr_assert_eq(tm_symbolize(b->data, b->len, &o, NULL, &sink, NULL, NULL), with,
+                 "tm_symbolize without an error out-param");
+}
+
+/* Asserts a clean error of code `code` at an offset in [lo, hi], the same
+ * without an error out-param. */
 static void expect_error_in(const tb_buf *b, tm_mode mode, const tm_limits *lim, tm_status code, uint64_t lo,
                             uint64_t hi) {
     tm_error err;
@@ -125,6 +155,7 @@ static void expect_error_in(const tb_buf *b, tm_mode mode, const tm_limits *lim,
         cr_assert_not_null(err.reason, "[relay] %s without a reason", tm_status_str(code));
         cr_assert_str_eq(err.reason, want);
     }
+    expect_same_without_err(b, mode, lim, code);
 }
 
 static void expect_error_at(const tb_buf *b, tm_mode mode, const tm_limits *lim, tm_status code,

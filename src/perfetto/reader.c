@@ -61,7 +61,7 @@ void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *
     r->arena = arena;
     r->lim = lim;
     r->flags = flags;
-    r->err = err;
+    r->err = err ? err : &r->own_err; /* consumers read the status of a failed tm_pf_next there */
     r->base = buf;
     r->len = len;
     r->outer = tm_pb_reader_of((tm_bytes){buf, len});

@@ -284,7 +284,8 @@ typedef struct tm_pf_reader {
     tm_mem *mem;           /* the reader's tables */
     tm_arena *arena;       /* inflated payloads: they outlive the reader */
     const tm_limits *lim;
-    tm_error *err;
+    tm_error *err;         /* the caller's, else own_err: never NULL */
+    tm_error own_err;
     unsigned flags;        /* TM_PF_* */
     const uint8_t *base; size_t len;
     /* framing */

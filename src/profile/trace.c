@@ -1708,7 +1708,7 @@ static tm_status decode_trace(dec *d) {
     st->heap_streaming_alloc_bytes = d->streamed.alloc_bytes;
     st->heap_streaming_frees = d->streamed.frees;
     st->heap_streaming_malformed = d->streamed.malformed;
-    return rc == TM_PF_ERROR ? d->err->code : TM_OK;
+    return rc == TM_PF_ERROR ? d->rd.err->code : TM_OK;
 }
 
 /* ---- after the last packet ---- */

@@ -874,7 +874,7 @@ static tm_status decode_trace(dec *d) {
     tm_pf_packet k;
     int rc;
     while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) TM_TRY(decode_packet(d, &k));
-    return rc == TM_PF_ERROR ? d->err->code : clock_rows(d);
+    return rc == TM_PF_ERROR ? d->rd.err->code : clock_rows(d);
 }
 
 /* ---- parser: callstacks ----------------------------------------------------- */
