@@ -97,7 +97,8 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
         x->threads.name = v;
         ++*i;
     } else if (strcmp(a, "--period") == 0) {
-        if (!parse_duration_ns(v, &x->period_ns)) return bad(x, a, "takes a duration: 4000000, 250us, 10ms, 1s");
+        if (!parse_duration_ns(v, &x->period_ns) || x->period_ns > TM_PERIOD_NS_MAX)
+            return bad(x, a, "takes a duration up to an hour: 4000000, 250us, 10ms, 1s");
         ++*i;
     } else if (strcmp(a, "--value") == 0 || strcmp(a, "--samples") == 0) {
         /* --samples on-cpu|off-cpu|both names the values samples|off_cpu|wall */

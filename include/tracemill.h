@@ -549,9 +549,14 @@ typedef struct tm_thread_filter {
  * (file)", "function (line N)"), unless tm_options.no_source_lines; pprof
  * and speedscope name it by function and write file and line apart. */
 
+/* The longest sampling period the writers take (an hour): past it a period
+ * is a mistake, and times plus periods must stay within int64. */
+#define TM_PERIOD_NS_MAX 3600000000000LL
+
 typedef struct tm_pprof_options {
     tm_thread_filter threads;
-    int64_t period_ns;  /* 0: inferred per thread from the sample timestamps */
+    int64_t period_ns;  /* 0: inferred per thread from the sample timestamps; at most
+                           TM_PERIOD_NS_MAX, else TM_ERR_INVALID_ARG (so is a negative one) */
     int uncompressed;   /* 1: raw profile.proto; 0: gzip (.pb.gz) */
     tm_value value;     /* a memory value writes the memory profile (all four sample
                            types, that one the default); TM_VALUE_DEFAULT: the CPU
@@ -583,7 +588,7 @@ TM_API tm_status tm_write_folded_diff(const tm_trace *base, const tm_trace *now,
 
 typedef struct tm_speedscope_options {
     tm_thread_filter threads;
-    int64_t period_ns;  /* 0: inferred per thread, as for pprof */
+    int64_t period_ns;  /* 0: inferred per thread, as for pprof (the same range) */
     const char *name;   /* shown by speedscope; NULL: "tracemill" */
     tm_value value;     /* memory profiles: the value weighed (bytes or objects) */
     uint64_t reserved_[21]; /* must be zero; future fields take this space (see "ABI") */

@@ -496,6 +496,59 @@ Test(abi_inputs, writers, .init = load_demo, .fini = free_demo) {
     tm_trace_free(t);
 }
 
+/* st is TM_ERR_INVALID_ARG with what in its message, and nothing was written. */
+static void expect_refused(tm_status st, const tm_error *err, const char *what, const tu_membuf *out, const char *call) {
+    cr_expect_eq(st, TM_ERR_INVALID_ARG, "%s: %s (%s)", call, tm_status_str(st), st ? err->message : "");
+    cr_expect(st != TM_ERR_INVALID_ARG || strstr(err->message, what), "%s: \"%s\" does not say \"%s\"", call,
+              err->message, what);
+    cr_expect_eq(out->len, 0, "%s wrote %zu bytes", call, out->len);
+}
+
+/* Enumerations past their last value and periods outside 0..TM_PERIOD_NS_MAX
+ * are refused by every reader and writer that takes them, not read as
+ * something else (an index out of an array) or computed with (int64
+ * overflow); the largest period is taken. */
+Test(abi_inputs, out_of_range_values_modes_and_periods, .init = load_demo, .fini = free_demo) {
+    tm_error err;
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_options bad_mode = {.mode = (tm_mode)7}, bad_preset = {.preset = (tm_limit_preset)9};
+    tm_trace *t = NULL;
+    expect_refused(tm_trace_parse(g_demo.data, g_demo.len, &bad_mode, &t, &err), &err, "mode", &out, "parse");
+    expect_refused(tm_trace_parse(g_demo.data, g_demo.len, &bad_preset, &t, &err), &err, "preset", &out, "parse");
+    tm_db *db = NULL;
+    expect_refused(tm_db_new(g_demo.data, g_demo.len, &bad_mode, &db, &err), &err, "mode", &out, "tm_db_new");
+    cr_expect_null(db);
+    t = parse_demo();
+    const tm_value bad_values[] = {(tm_value)8, (tm_value)-1, (tm_value)1000000};
+    for (size_t i = 0; i < sizeof bad_values / sizeof *bad_values; i++) {
+        tm_value v = bad_values[i];
+        tm_pprof_options pprof = {.value = v};
+        tm_folded_options folded = {.value = v};
+        tm_speedscope_options speedscope = {.value = v};
+        tm_flamegraph_options flamegraph = {.value = v};
+        expect_refused(tm_write_pprof(t, &pprof, &sink, &err), &err, "value", &out, "pprof");
+        expect_refused(tm_write_folded(t, &folded, &sink, &err), &err, "value", &out, "folded");
+        expect_refused(tm_write_folded_diff(t, t, &folded, &sink, &err), &err, "value", &out, "folded diff");
+        expect_refused(tm_write_speedscope(t, &speedscope, &sink, &err), &err, "value", &out, "speedscope");
+        expect_refused(tm_write_flamegraph(t, &flamegraph, &sink, &err), &err, "value", &out, "flame graph");
+        expect_refused(tm_write_flamegraph_diff(t, t, &flamegraph, &sink, &err), &err, "value", &out, "diff graph");
+    }
+    const int64_t bad_periods[] = {-5, TM_PERIOD_NS_MAX + 1, INT64_MAX};
+    for (size_t i = 0; i < sizeof bad_periods / sizeof *bad_periods; i++) {
+        tm_pprof_options pprof = {.period_ns = bad_periods[i]};
+        tm_speedscope_options speedscope = {.period_ns = bad_periods[i]};
+        expect_refused(tm_write_pprof(t, &pprof, &sink, &err), &err, "period", &out, "pprof");
+        expect_refused(tm_write_speedscope(t, &speedscope, &sink, &err), &err, "period", &out, "speedscope");
+    }
+    tm_pprof_options pprof = {.period_ns = TM_PERIOD_NS_MAX};
+    tm_speedscope_options speedscope = {.period_ns = TM_PERIOD_NS_MAX};
+    cr_expect_eq(tm_write_pprof(t, &pprof, &sink, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(tm_write_speedscope(t, &speedscope, &sink, &err), TM_OK, "%s", err.message);
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+}
+
 Test(abi_inputs, tm_recorder_options) {
     tm_recorder_options o = {.output = "/dev/null"};
     tm_recorder *r = NULL;

@@ -49,6 +49,10 @@ tm_status tm_check_reserved(const void *reserved, size_t size, const char *type,
 /* TM_CHECK_RESERVED of a tm_options (NULL is fine), its tm_limits and its
  * tm_alloc: what every reader taking tm_options checks first. */
 tm_status tm_check_options(const tm_options *o, tm_error *err);
+/* A writer's tm_value (one the header names) and period_ns (0, or 1 to
+ * TM_PERIOD_NS_MAX): TM_ERR_INVALID_ARG naming the writer (who) otherwise. */
+tm_status tm_check_value(tm_value v, const char *who, tm_error *err);
+tm_status tm_check_period(int64_t period_ns, const char *who, tm_error *err);
 /* The same of a tm_symbolize_options (NULL is fine) and its tm_proguard_maps. */
 tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *err);
 

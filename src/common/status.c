@@ -54,7 +54,23 @@ tm_status tm_check_reserved(const void *reserved, size_t size, const char *type,
 tm_status tm_check_options(const tm_options *o, tm_error *err) {
     TM_TRY(TM_CHECK_RESERVED(o, "tm_options", err));
     TM_TRY(TM_CHECK_RESERVED(o ? &o->limits : NULL, "tm_limits", err));
-    return TM_CHECK_RESERVED(o ? o->alloc : NULL, "tm_alloc", err);
+    TM_TRY(TM_CHECK_RESERVED(o ? o->alloc : NULL, "tm_alloc", err));
+    if (o && (unsigned)o->mode > TM_MODE_RELAY)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_options: unknown mode %d", (int)o->mode);
+    if (o && (unsigned)o->preset > TM_LIMITS_RELAY)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_options: unknown limit preset %d", (int)o->preset);
+    return TM_OK;
+}
+
+tm_status tm_check_value(tm_value v, const char *who, tm_error *err) {
+    if ((unsigned)v <= TM_VALUE_WALL) return TM_OK;
+    return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s: unknown value %d", who, (int)v);
+}
+
+tm_status tm_check_period(int64_t period_ns, const char *who, tm_error *err) {
+    if (period_ns >= 0 && period_ns <= TM_PERIOD_NS_MAX) return TM_OK;
+    return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s: period %lld ns is %s", who, (long long)period_ns,
+                   period_ns < 0 ? "negative" : "longer than an hour (TM_PERIOD_NS_MAX)");
 }
 
 tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *err) {

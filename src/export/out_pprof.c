@@ -906,8 +906,8 @@ tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const 
     TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_pprof_options", err));
     TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
-    if (opts && opts->period_ns < 0)
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: negative period %lld ns", (long long)opts->period_ns);
+    TM_TRY(tm_check_period(opts ? opts->period_ns : 0, "pprof", err));
+    TM_TRY(tm_check_value(opts ? opts->value : TM_VALUE_DEFAULT, "pprof", err));
     pprof_writer x;
     memset(&x, 0, sizeof x);
     x.p = tm_trace_profile(t);

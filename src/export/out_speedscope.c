@@ -246,6 +246,7 @@ tm_status tm_write_speedscope(const tm_trace *t, const tm_speedscope_options *op
     TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_speedscope_options", err));
     TM_TRY(TM_CHECK_RESERVED(opts ? &opts->threads : NULL, "tm_thread_filter", err));
+    TM_TRY(tm_check_period(opts ? opts->period_ns : 0, "speedscope", err));
     tm_profile view;
     tm_value value;
     TM_TRY(tm_profile_value_view(tm_trace_profile(t), opts ? opts->value : TM_VALUE_DEFAULT, &view, &value, err));

@@ -543,6 +543,7 @@ static tm_value default_value(const tm_profile *p) {
 }
 
 tm_status tm_profile_diff_value(const tm_profile *base, const tm_profile *now, tm_value v, tm_error *err) {
+    TM_TRY(tm_check_value(v, "diff", err));
     tm_value a = default_value(base), b = default_value(now);
     if (v != TM_VALUE_DEFAULT || a == b) return TM_OK;
     return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
@@ -553,6 +554,7 @@ tm_status tm_profile_diff_value(const tm_profile *base, const tm_profile *now, t
 
 tm_status tm_profile_value_view(const tm_profile *p, tm_value v, tm_profile *view, tm_value *resolved,
                                 tm_error *err) {
+    TM_TRY(tm_check_value(v, "value", err));
     if (v == TM_VALUE_DEFAULT) v = default_value(p);
     if (resolved) *resolved = v;
     *view = *p;
