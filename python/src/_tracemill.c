@@ -300,7 +300,11 @@ static const struct {
     U(writer_packet_loss), U(clock_readings_ignored), U(oneof_members_ignored), U(dropped_without_sequence),
     U(bytes_decompressed), U(service_chunks_discarded),
     {"truncated", offsetof(tm_trace_stats, truncated), 'b'},
-    U(truncated_at),
+    U(truncated_at), U(heap_profile_packets), U(heap_dumps), U(heap_dumps_with_loss), U(heap_missing_packets),
+    U(heap_malformed), U(heap_unfinished_dumps), U(heap_samples_unresolved), U(heap_alloc_bytes), U(heap_inuse_bytes),
+    U(perf_samples_truncated), U(heap_streaming_allocations), U(heap_streaming_alloc_bytes), U(heap_streaming_frees),
+    U(heap_streaming_malformed), U(off_cpu_samples), U(off_cpu_ns), U(perf_samples_counted), U(perf_counted_cpu_ns),
+    U(perf_timebase_hz), U(off_cpu_preempted_samples), U(off_cpu_preempted_ns),
 #undef U
 };
 

@@ -125,6 +125,52 @@ def test_other_inputs_round_trip(demo):
 
 # ---- info, threads, samples ----
 
+def test_info_has_every_counter_of_the_header(demo):
+    # Every field of tm_trace_stats in include/tracemill.h is a key of info(),
+    # so that a counter added to the library is not missing from Python.
+    header = open(os.path.join(os.path.dirname(FIXTURES), "..", "include", "tracemill.h")).read()
+    body = re.search(r"typedef struct tm_trace_stats \{(.*?)\} tm_trace_stats;", header, re.S).group(1)
+    fields = set(re.findall(r"^\s+(?:u?int(?:64|32)_t|int)\s+(\w+);", body, re.M)) - {"reserved_"}
+    assert len(fields) > 60
+    assert fields - set(demo.info()) == set()
+
+
+def test_info_has_the_memory_profile(cli):
+    trace = os.path.join(FIXTURES, "perfetto-difftests", "ProfilingHeapProfiling__heap_profile_dump_max",
+                         "trace.pftrace")
+    report = json.loads(cli("info", "--json", trace).stdout)
+    with tracemill.load(trace) as t:
+        info = t.info()
+    assert info["heap_dumps"] > 0 and info["heap_inuse_bytes"] > 0
+    memory = json.dumps(report)
+    for key in ("heap_dumps", "heap_alloc_bytes", "heap_inuse_bytes"):
+        assert str(info[key]) in memory, key
+
+
+def test_max_input_bytes_stops_reading_a_file(tmp_path):
+    # A limit stops the read past it, as the CLI's does (a pipe or device
+    # that never ends would otherwise never return): of 64 MiB offered
+    # through a FIFO, load reads a little and closes it.
+    fifo = tmp_path / "long"
+    os.mkfifo(fifo)
+    written = [0]
+
+    def feed():
+        try:
+            with open(fifo, "wb") as f:
+                while written[0] < 64 << 20:
+                    f.write(b"\n" * 65536)
+                    written[0] += 65536
+        except BrokenPipeError:
+            pass
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    with pytest.raises(tracemill.LimitError):
+        tracemill.load(str(fifo), limits={"max_input_bytes": 1000})
+    writer.join(timeout=30)
+    assert written[0] < 64 << 20
+
+
 def test_info_matches_report(cli, demo):
     info = demo.info()
     report = json.loads(cli("info", "--json", DEMO).stdout)

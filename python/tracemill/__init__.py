@@ -36,13 +36,16 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _read(source: Source) -> bytes:
+def _read(source: Source, max_bytes: int = 0) -> bytes:
+    """The bytes of source; from a file at most max_bytes + 1 (when not 0):
+    one past the limit is enough for the library to refuse it, and a huge
+    file, a pipe or a device is not read to its end first."""
     if isinstance(source, bytes):
         return source
     if isinstance(source, (bytearray, memoryview)):
         return bytes(source)
     with open(source, "rb") as f:
-        return f.read()
+        return f.read(max_bytes + 1) if max_bytes > 0 else f.read()
 
 
 class Trace(_tracemill.Trace):
@@ -193,11 +196,13 @@ def load(source: Source, limits: Union[None, str, Mapping[str, int]] = None, com
 
     limits: None or "generous" (the CLI's), "relay" (Relay's hardened limits),
     or a dict of tm_limits fields (max_samples, max_stack_depth, ...) that
-    override the preset. compat="relay": byte-compatible with Sentry Relay's
+    override the preset; max_input_bytes also stops reading a file past it. compat="relay": byte-compatible with Sentry Relay's
     converter (Perfetto input only; implies Relay's limits). strict: reject a
     trace cut off inside a packet. Raises a tracemill.Error subclass, whose
     offset is the byte of the input where the problem was found."""
-    return Trace(_read(source), strict=strict, **_options(limits, compat))
+    options = _options(limits, compat)
+    max_bytes = options.get("limits", {}).get("max_input_bytes", 0)
+    return Trace(_read(source, max_bytes if isinstance(max_bytes, int) else 0), strict=strict, **options)
 
 
 def diff(base: Union[Trace, Source], new: Union[Trace, Source], format: str = "svg", thread: Thread = None,
