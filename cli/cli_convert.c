@@ -25,7 +25,7 @@ static int write_one(const cli_export *x, const tm_trace *t, const char *const *
     tm_error err;
     tm_status st = cli_export_write(x, NULL, t, &sink, &err);
     cli_progress_stop(); /* errors start on a clean line */
-    int json_line = x->format == FMT_SAMPLE_V2 || x->format == FMT_SAMPLE_V1 || x->format == FMT_REPORT;
+    int json_line = x->format == FMT_SAMPLE_V2 || x->format == FMT_SAMPLE_V1; /* the report ends its own line */
     if (st == TM_OK && json_line && fputc('\n', o.f) == EOF)
         rc = cli_output_error(o.path, errno);
     else if (st != TM_OK) /* a failed write, or a trace the format cannot hold */

@@ -688,6 +688,9 @@ Test(cli_info, json_report_is_valid_and_counts_samples) {
         json_t *kept = json_object_get(json_object_get(root, "samples"), "kept");
         cr_expect(json_is_integer(kept) && json_integer_value(kept) == cases[i].kept,
                   "`%s`: samples.kept is not %lld: %s", cases[i].args, cases[i].kept, r.out);
+        /* one line: the JSON and its newline, no blank line after */
+        cr_expect(r.out_len >= 2 && r.out[r.out_len - 1] == '\n' && r.out[r.out_len - 2] == '}',
+                  "`%s`: does not end with \"}\\n\"", cases[i].args);
         json_decref(root);
         run_free(&r);
     }

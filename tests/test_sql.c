@@ -110,6 +110,8 @@ Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
     cr_expect(kept && strcmp(kept, "not empty") == 0, "the existing file was replaced");
     free(kept);
     unlink(path);
+    /* an empty path is refused: SQLite would make a temporary database of it */
+    cr_expect_eq(tm_db_export(db, "", &err), TM_ERR_INVALID_ARG);
     snprintf(path, sizeof path, "%s/new.db", dir);
     cr_expect_eq(tm_db_export(db, path, &err), TM_OK, "%s", err.message);
     cr_expect_eq(sqlite3_exec(s, sql, NULL, NULL, NULL) == SQLITE_OK, 0, "export left ATTACH allowed");

@@ -947,6 +947,8 @@ static tm_status export_fail(tm_error *err, sqlite3 *db) {
 
 tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
     if (!db || !path) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_export: NULL argument");
+    if (!*path) /* SQLite would take it for a temporary database, gone at once */
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_db_export: empty path");
     struct stat before;
     int existed = stat(path, &before) == 0;
     if (existed && (!S_ISREG(before.st_mode) || before.st_size != 0))
