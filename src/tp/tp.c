@@ -1286,9 +1286,10 @@ static tm_status reserve_chain(dec *d, cs_trie *tr, size_t more, bool *ok) {
     return TM_OK;
 }
 
-/* resolve_callstack when the callstack is not in its row set (or has none). */
+/* resolve_callstack when the callstack is not in its row set (or has none):
+ * only the cache of what row sets do not hold is left to look in. */
 static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uint64_t iid, uint32_t *out) {
-    uint32_t row = cache_get(d, CK_CALLSTACK, gen, upid, iid);
+    uint32_t row = in_sets(CK_CALLSTACK, gen) ? TM_ABSENT : cache_get(d, CK_CALLSTACK, gen, upid, iid);
     bool miss = row == TM_ABSENT;
     d->cs_misses += miss - (uint32_t)(d->cs_recent >> 63);
     d->cs_recent = d->cs_recent << 1 | miss;
