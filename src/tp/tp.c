@@ -1320,8 +1320,12 @@ static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uin
      * them one after another: they are asked for all at once first. */
     const row_set *rs = set_of(d, gen, upid);
     const tm_iidmap *frames = rs ? &rs->rows[CK_FRAME - CK_MAPPING] : NULL;
-    for (size_t k = 0; frames && k < n; k++)
-        if (d->cs_ids[k] < frames->n_dense) __builtin_prefetch(&frames->dense[d->cs_ids[k]]);
+    if (frames) {
+        const uint64_t *ids = d->cs_ids;
+        const uint32_t *dense = frames->dense;
+        for (size_t k = 0, n_dense = frames->n_dense; k < n; k++)
+            if (ids[k] < n_dense) __builtin_prefetch(&dense[ids[k]]);
+    }
     /* Once the walk has made a callsite in a generation's trie, every one
      * below it is new too (its node is childless), and its row continues
      * the run of its parent's (no head, tp.h): `chain` then appends rows
