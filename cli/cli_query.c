@@ -290,18 +290,19 @@ static void table_print(FILE *f, const cell *cells, size_t rows, int n) {
     free(w);
 }
 
-/* Steps st to the end, printing it as a table; returns the last step code. */
-static int table_run(FILE *f, sqlite3_stmt *st, int n) {
+/* Steps st to the end from its first step's code (rc: a row, or done),
+ * printing it as a table; returns the last step code. */
+static int table_run(FILE *f, sqlite3_stmt *st, int n, int rc) {
     size_t rows = 0, cap = 16, un = (size_t)n;
     cell *cells = calloc(cap * un, sizeof *cells); /* zeroed: free(NULL) on unmade cells */
-    int rc = cells ? SQLITE_ROW : SQLITE_NOMEM;
+    if (!cells) rc = SQLITE_NOMEM;
     for (int c = 0; c < n && cells; c++) {
         const char *name = sqlite3_column_name(st, c);
         cells[c].text = escape_controls(name, strlen(name));
         if (!cells[c].text) rc = SQLITE_NOMEM;
         else cells[c].width = display_width(cells[c].text);
     }
-    while (rc == SQLITE_ROW && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while (rc == SQLITE_ROW) {
         if (rows + 2 > cap) {
             cell *nc = realloc(cells, cap * 2 * un * sizeof *cells);
             if (!nc) {
@@ -315,6 +316,7 @@ static int table_run(FILE *f, sqlite3_stmt *st, int n) {
         rows++;
         for (int c = 0; c < n && rc == SQLITE_ROW; c++)
             if (!make_cell(st, c, &cells[rows * un + (size_t)c])) rc = SQLITE_NOMEM;
+        if (rc == SQLITE_ROW) rc = sqlite3_step(st);
     }
     if (rc == SQLITE_DONE) table_print(f, cells, rows, n);
     for (size_t i = 0; cells && i < (rows + 1) * un; i++) free(cells[i].text);
@@ -344,13 +346,16 @@ static int print_result(sqlite3_stmt *st, cli_qout *o) {
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
         return rc;
     }
+    /* a statement that fails at its first step prints nothing, not even
+     * its header (or an empty JSON array) */
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return rc;
     if (o->result_sets++ && o->format != QFMT_JSON) fputc('\n', o->f);
-    if (o->format == QFMT_TABLE) return table_run(o->f, st, n);
+    if (o->format == QFMT_TABLE) return table_run(o->f, st, n, rc);
     const stream_writer *w = &writers[o->format];
     w->header(o->f, st, n);
     long row = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) w->row(o->f, st, n, row++);
+    for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) w->row(o->f, st, n, row++);
     fputs(w->footer, o->f);
     return rc;
 }

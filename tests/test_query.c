@@ -210,11 +210,18 @@ Test(query_errors, sql_error_names_statement_and_position) {
     run_free(&r);
 }
 
+/* A statement that fails at its first step prints nothing in any format:
+ * no header, no empty JSON array that a script would take for no rows. */
 Test(query_errors, runtime_error_exits_1) {
-    run_result r = run("query --format csv " TRACE " %s", shq("select abs(-9223372036854775807 - 1)"));
-    cr_expect_eq(r.code, 1, "exit %d", r.code);
-    cr_expect(strstr(r.err, "integer overflow"), "stderr: %s", r.err);
-    run_free(&r);
+    static const char *const formats[] = {"csv", "json", "table", "perfetto"};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        run_result r =
+            run("query --format %s " TRACE " %s", formats[i], shq("select abs(-9223372036854775807 - 1) as x"));
+        cr_expect_eq(r.code, 1, "%s: exit %d", formats[i], r.code);
+        cr_expect(strstr(r.err, "integer overflow"), "%s: stderr: %s", formats[i], r.err);
+        cr_expect_str_eq(r.out, "", "%s: printed for a statement that failed: %s", formats[i], r.out);
+        run_free(&r);
+    }
 }
 
 Test(query_errors, usage_errors_exit_2) {
