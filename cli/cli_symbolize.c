@@ -140,13 +140,17 @@ static void report(const char *who, const tm_symbolize_stats *st) {
     fprintf(stderr,
             "%s: symbolized %llu of %llu frames (%llu with file and line, %llu inlined frames) in %llu "
             "of %llu mappings; not found %llu, build id mismatch %llu, no build id %llu; ProGuard: %llu "
-            "classes, %llu methods\n",
+            "classes, %llu methods",
             who, (unsigned long long)st->frames_symbolized, (unsigned long long)st->frames,
             (unsigned long long)st->frames_with_lines, (unsigned long long)st->inlined_frames,
             (unsigned long long)st->mappings_symbolized, (unsigned long long)st->mappings,
             (unsigned long long)st->mappings_not_found, (unsigned long long)st->mappings_build_id_mismatch,
             (unsigned long long)st->mappings_no_build_id, (unsigned long long)st->java_classes,
             (unsigned long long)st->java_methods);
+    if (st->java_map_lines_skipped) /* a map that is not one, or damaged: say so rather than rename less */
+        fprintf(stderr, ", %llu lines of the maps not understood (skipped)",
+                (unsigned long long)st->java_map_lines_skipped);
+    fputc('\n', stderr);
 }
 
 int cli_symbolize_file(const char *path, const char *name, const cli_symbols *s) {

@@ -674,7 +674,8 @@ typedef struct tm_symbolize_stats {
     uint64_t inlined_frames;         /* inlined functions found inside them */
     uint64_t java_classes;           /* classes renamed by the ProGuard maps */
     uint64_t java_methods;           /* methods renamed by the ProGuard maps */
-    uint64_t reserved_[21]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t java_map_lines_skipped; /* lines of the maps that are neither a class, a member nor a comment */
+    uint64_t reserved_[20]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_stats;
 
 /* Symbolizes a Perfetto trace held in buf[0..len) (compressed whole with

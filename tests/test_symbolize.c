@@ -558,6 +558,26 @@ Test(symbolize, proguard_map_renames_java_frames) {
     symbolize(&t, NULL, 0, maps, 1, &out, &st);
     cr_assert_eq(st.java_classes, 3);
     cr_assert_eq(st.java_methods, 9);
+    cr_assert_eq(st.java_map_lines_skipped, 1); /* the fixture's "this line is not a member" */
+    /* lines that are no map lines, before the first class and inside one, are
+     * counted and skipped; the rest renames the same */
+    tu_membuf damaged = {0};
+    const char *class_line = strstr(map, "\ncom.example.Main -> a.a:\n");
+    cr_assert_not_null(class_line);
+    size_t class_end = (size_t)(class_line - map) + strlen("\ncom.example.Main -> a.a:\n");
+    tu_membuf_write(&damaged, "not a mapping line\n", strlen("not a mapping line\n"));
+    tu_membuf_write(&damaged, map, class_end);
+    tu_membuf_write(&damaged, "    garbage\n    -> x\n", strlen("    garbage\n    -> x\n"));
+    tu_membuf_write(&damaged, map + class_end, len - class_end);
+    tm_proguard_map damaged_maps[1] = {{.package = NULL, .data = (const char *)damaged.data, .len = damaged.len}};
+    tu_membuf out2 = {0};
+    tm_symbolize_stats st2;
+    symbolize(&t, NULL, 0, damaged_maps, 1, &out2, &st2);
+    cr_assert_eq(st2.java_classes, 3);
+    cr_assert_eq(st2.java_methods, 9);
+    cr_assert_eq(st2.java_map_lines_skipped, 4);
+    tu_membuf_free(&out2);
+    tu_membuf_free(&damaged);
     tm_db *db = NULL;
     tm_error err;
     cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);

@@ -243,6 +243,7 @@ static tm_status java(sym_run *r) {
             return tm_fail(r->err, TM_ERR_NOMEM, 0, NULL, "out of memory");
         r->st->java_classes += c.classes;
         r->st->java_methods += c.methods;
+        r->st->java_map_lines_skipped += c.lines_skipped;
     }
     return TM_OK;
 }
