@@ -4,7 +4,9 @@
  * DWARF, source file and line from the line table, and the chain of
  * inlined functions from the DWARF scopes (DW_TAG_inlined_subroutine with
  * their DW_AT_call_file/DW_AT_call_line), innermost first, as
- * `addr2line -i -f` prints them.
+ * `addr2line -i -f` prints them. A pc's compilation unit is found through
+ * .debug_aranges by libdw, else (clang writes none by default) through the
+ * units' own address ranges.
  *
  * Function names: the function a pc is in is named from the symbol table
  * (.symtab, or .dynsym of a stripped file) when a symbol covers the pc, as
@@ -42,10 +44,19 @@ typedef struct sym_ent {
     int rank; /* among aliases at one address: global 0, weak 1, local 2 */
 } sym_ent;
 
+/* A compilation unit's address range [lo, hi), in its DWARF's addresses. */
+typedef struct cu_range {
+    Dwarf_Addr lo, hi;
+    Dwarf_Off die; /* the unit's DIE */
+} cu_range;
+
 struct tm_elf {
     tm_mem *mem;
     Dwfl *dwfl;
     Dwfl_Module *mod;
+    cu_range *cus; /* sorted by lo, made on the first pc that .debug_aranges does not place */
+    size_t n_cus, cap_cus;
+    bool cus_read;
     sym_ent *syms; /* sorted by lo, read on first use: libdwfl's own lookup scans every symbol */
     size_t n_syms, cap_syms;
     bool syms_read;
@@ -166,6 +177,7 @@ nomem:
 void tm_elf_close(tm_elf *e) {
     if (!e) return;
     drop(e);
+    tm_mem_free(e->mem, e->cus, e->cap_cus * sizeof *e->cus);
     tm_mem_free(e->mem, e->syms, e->cap_syms * sizeof *e->syms);
     tm_mem_free(e->mem, e->plt_names, e->plt_names_len);
     tm_mem_free(e->mem, e->bare_names, e->bare_names_len);
@@ -367,6 +379,45 @@ static bool cu_covers(Dwarf_Die *cu, Dwarf_Addr a) {
     return false;
 }
 
+static int cmp_cu(const void *x, const void *y) {
+    const cu_range *a = x, *b = y;
+    return (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Every compilation unit's ranges (DW_AT_low_pc/high_pc or DW_AT_ranges),
+ * sorted: libdw places a pc in its unit through .debug_aranges alone, which
+ * clang does not write unless asked (-gdwarf-aranges). */
+static void read_cus(tm_elf *e, Dwarf *dw) {
+    e->cus_read = true;
+    Dwarf_CU *unit = NULL;
+    Dwarf_Die cudie;
+    uint8_t type;
+    while (dwarf_get_units(dw, unit, &unit, NULL, &type, &cudie, NULL) == 0) {
+        if (type != DW_UT_compile && type != DW_UT_skeleton) continue;
+        Dwarf_Addr base, lo, hi;
+        for (ptrdiff_t at = 0; (at = dwarf_ranges(&cudie, at, &base, &lo, &hi)) > 0;) {
+            if (hi <= lo) continue;
+            if (TM_VEC_RESERVE(e->mem, e->cus, e->cap_cus, e->n_cus + 1) != TM_OK) return; /* what fits */
+            e->cus[e->n_cus++] = (cu_range){lo, hi, dwarf_dieoffset(&cudie)};
+        }
+    }
+    if (e->n_cus) qsort(e->cus, e->n_cus, sizeof *e->cus, cmp_cu);
+}
+
+/* The unit whose ranges hold a (in the DWARF's addresses), into *out. */
+static Dwarf_Die *cu_by_range(tm_elf *e, Dwarf *dw, Dwarf_Addr a, Dwarf_Die *out) {
+    if (!e->cus_read) read_cus(e, dw);
+    size_t lo = 0, hi = e->n_cus;
+    while (lo < hi) { /* the first range starting past a */
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->cus[mid].lo <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    for (size_t i = lo; i-- > 0;) /* ranges may nest (a unit spanning others): the innermost that holds a */
+        if (a < e->cus[i].hi) return dwarf_offdie(dw, e->cus[i].die, out);
+    return NULL;
+}
+
 void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, size_t *n) {
     *n = 0;
     if (!cap) return;
@@ -379,7 +430,13 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
     Dwfl_Line *ln = dwfl_module_getsrc(e->mod, addr);
     if (ln) file = dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL);
     Dwarf_Addr dwbias = 0;
-    Dwarf_Die *cu = dwfl_module_addrdie(e->mod, addr, &dwbias);
+    Dwarf_Die *cu = dwfl_module_addrdie(e->mod, addr, &dwbias), found;
+    Dwarf *dw = cu ? NULL : dwfl_module_getdwarf(e->mod, &dwbias);
+    if (dw && (cu = cu_by_range(e, dw, addr - dwbias, &found)) != NULL && !ln) {
+        Dwarf_Line *dl = dwarf_getsrc_die(cu, addr - dwbias);
+        file = dl ? dwarf_linesrc(dl, NULL, NULL) : NULL;
+        if (!dl || dwarf_lineno(dl, &line) != 0) line = 0;
+    }
     Dwarf_Die *scopes = NULL;
     int ns = cu ? dwarf_getscopes(cu, addr - dwbias, &scopes) : 0;
     Dwarf_Files *files = NULL;
