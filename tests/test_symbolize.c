@@ -304,6 +304,44 @@ Test(symbolize, separate_debug_file_by_build_id) {
     tb_free(&t);
 }
 
+static size_t build_id_of(const char *name, uint8_t id[64]);
+
+/* A FIFO where libdwfl looks for a stripped file's DWARF (by build id, or
+ * by its .gnu_debuglink name) is passed over, not opened (the open would
+ * block for ever): the symbol table names the function. */
+Test(symbolize, a_fifo_among_the_debug_files_is_not_opened, .timeout = 60) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    cr_assert_eq(sh("cd %s && mkdir -p fifo1/.build-id/%02x fifo2 && strip -g -o fifo1/inl inl && "
+                    "mkfifo fifo1/.build-id/%02x/%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x"
+                    "%02x%02x.debug && objcopy --only-keep-debug inl inl.debug && strip -g -o fifo2/inl inl && "
+                    "objcopy --add-gnu-debuglink=inl.debug fifo2/inl && mkfifo fifo2/inl.debug",
+                    dir, id[0], id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11],
+                    id[12], id[13], id[14], id[15], id[16], id[17], id[18], id[19]),
+                 0);
+    uint8_t id2[64];
+    cr_assert_eq(build_id_of("fifo2/inl", id2), id_len);
+    cr_assert_eq(memcmp(id, id2, id_len), 0, "objcopy kept the build id");
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    uint64_t pcs[1] = {start};
+    for (int k = 1; k <= 2; k++) {
+        tb_buf t = {0};
+        trace_of(&t, "/opt/app/inl", id, id_len, pcs, 1, NULL);
+        char syms[96];
+        snprintf(syms, sizeof syms, "%s/fifo%d", dir, k);
+        const char *dirs[1] = {syms};
+        tu_membuf out = {0};
+        tm_symbolize_stats st;
+        symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+        cr_assert_eq(st.mappings_symbolized, 1, "fifo%d", k);
+        cr_assert_eq(st.frames_symbolized, 1, "fifo%d: named from the symbol table", k);
+        cr_assert_eq(st.frames_with_lines, 0, "fifo%d", k);
+        tu_membuf_free(&out);
+        tb_free(&t);
+    }
+}
+
 Test(symbolize, outcomes_are_counted_not_errors) {
     uint8_t id[64], other[64];
     size_t id_len = build("inl", "-O2", id);

@@ -30,6 +30,7 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,66 @@ static tm_status debug_path(tm_elf *e, const tm_elf_search *s) {
     return TM_OK;
 }
 
+/* Whether the path fmt makes is absent or a regular file: what libdwfl
+ * may open without blocking (a FIFO or a device among the candidates would
+ * hang the open). A path too long for PATH_MAX cannot be opened either. */
+static bool safe_to_open(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static bool safe_to_open(const char *fmt, ...) {
+    char path[PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(path, sizeof path, fmt, ap);
+    va_end(ap);
+    struct stat st;
+    return n < 0 || (size_t)n >= sizeof path || stat(path, &st) != 0 || S_ISREG(st.st_mode);
+}
+
+/* Whether every file libdwfl's standard search (elfutils' find-debuginfo.c)
+ * may open for mod's separate debug information is absent or regular: by
+ * build id in each absolute entry of the path; the debuglink name (or the
+ * main file's name plus ".debug") in the main file's directory, in a
+ * relative entry under it, and under an absolute entry with the main file's
+ * directory appended, or in it directly. */
+static bool search_is_safe(const tm_elf *e, Dwfl_Module *mod, const char *file_name, const char *debuglink) {
+    const unsigned char *bits;
+    GElf_Addr vaddr;
+    int id_len = dwfl_module_build_id(mod, &bits, &vaddr);
+    char hex[130] = "";
+    for (int i = 0; i < id_len && i < 64; i++) snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+    const char *base = file_name ? strrchr(file_name, '/') : NULL;
+    int dir_len = base ? (int)(base - file_name) : 1;
+    const char *dir = base ? file_name : ".";
+    base = base ? base + 1 : file_name;
+    bool own = !debuglink && base; /* the main file's name plus ".debug" */
+    const char *p = e->debuginfo_path + (e->debuginfo_path[0] == '-' || e->debuginfo_path[0] == '+');
+    while (*p) {
+        int len = (int)strcspn(p, ":");
+        const char *entry = p;
+        p += len + (p[len] == ':');
+        if (entry[0] == '/' && hex[0] && !safe_to_open("%.*s/.build-id/%.2s/%s.debug", len, entry, hex, hex + 2))
+            return false;
+        if (!debuglink && !own) continue;
+        const char *link = own ? base : debuglink, *ext = own ? ".debug" : "";
+        if (entry[0] == '/' && !(safe_to_open("%.*s/%.*s/%s%s", len, entry, dir_len, dir, link, ext) &&
+                                 safe_to_open("%.*s/%s%s", len, entry, link, ext)))
+            return false;
+        if (entry[0] != '/' && len && !safe_to_open("%.*s/%.*s/%s%s", dir_len, dir, len, entry, link, ext))
+            return false;
+        if (!len && !safe_to_open("%.*s/%s%s", dir_len, dir, link, ext)) return false;
+    }
+    return true;
+}
+
+/* libdwfl's standard search for separate debug information, unless a file
+ * it may open is a FIFO or a device (then none: the symbol table names
+ * the functions). */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+                          const char *file_name, const char *debuglink, GElf_Word crc, char **debuginfo_name) {
+    const tm_elf *e = *userdata;
+    if (e && !search_is_safe(e, mod, file_name, debuglink)) return -1;
+    return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink, crc, debuginfo_name);
+}
+
 static void drop(tm_elf *e) {
     if (e->dwfl) dwfl_end(e->dwfl);
     e->dwfl = NULL;
@@ -105,6 +166,9 @@ static int try_file(tm_elf *e, const char *path, const uint8_t *id, size_t id_le
     if (!e->dwfl) return -1;
     e->mod = dwfl_report_offline(e->dwfl, path, path, -1);
     dwfl_report_end(e->dwfl, NULL, NULL);
+    void **userdata = NULL;
+    if (e->mod) dwfl_module_info(e->mod, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
+    if (userdata) *userdata = e; /* find_debuginfo reads the search path there */
     const unsigned char *bits;
     GElf_Addr vaddr;
     int n = e->mod ? dwfl_module_build_id(e->mod, &bits, &vaddr) : -1;
@@ -123,7 +187,7 @@ tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *i
     memset(e, 0, sizeof *e);
     e->mem = s->mem;
     e->cb.find_elf = dwfl_build_id_find_elf;
-    e->cb.find_debuginfo = dwfl_standard_find_debuginfo;
+    e->cb.find_debuginfo = find_debuginfo;
     e->cb.section_address = dwfl_offline_section_address;
     if (debug_path(e, s) != TM_OK) {
         tm_elf_close(e);
