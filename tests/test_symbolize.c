@@ -267,6 +267,49 @@ Test(symbolize, every_pc_as_addr2line_clang_without_aranges) {
     cr_assert_gt(inlined, 0, "mix is inlined into work at -O2");
 }
 
+static size_t build_id_of(const char *name, uint8_t id[64]);
+
+/* A source compiled by a relative path (cc -g src/prog.c, as make does):
+ * its file is joined to the compilation directory, as addr2line prints it,
+ * for the leaf's line and an inlined call's alike. */
+Test(symbolize, relative_source_paths_are_made_absolute) {
+    cr_assert_eq(sh("cd %s && mkdir -p src && cp prog.c src/prog.c && cc -O2 -g -Wl,--build-id=sha1 -o rel src/prog.c",
+                    dir),
+                 0);
+    uint8_t id[64];
+    size_t id_len = build_id_of("rel", id);
+    uint64_t start, end;
+    symbol_range("rel", "work", &start, &end);
+    size_t n = (size_t)(end - start);
+    uint64_t *pcs = calloc(n, sizeof *pcs);
+    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/rel", id, id_len, pcs, n, NULL);
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    const char *dirs[1] = {dir};
+    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char want[160];
+    snprintf(want, sizeof want, "%s/src/prog.c:", dir);
+    size_t inlined = 0, same = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *got = sql_lines(tm_db_sqlite(db), pcs[i]), *a2l = addr2line("rel", pcs[i]);
+        cr_assert(strstr(got, want), "pc 0x%llx: %s", (unsigned long long)pcs[i], got);
+        inlined += strchr(got, '|') != NULL;
+        same += strcmp(got, a2l) == 0;
+        free(got), free(a2l);
+    }
+    cr_assert_gt(inlined, 0, "mix is inlined into work at -O2");
+    cr_assert_geq(same * 100, n * 99, "%zu of %zu pcs agree with addr2line", same, n);
+    tm_db_free(db);
+    tu_membuf_free(&out);
+    tb_free(&t);
+    free(pcs);
+}
+
 /* A stripped binary elsewhere; its DWARF only in SYMS/.build-id/ab/cdef.debug. */
 Test(symbolize, separate_debug_file_by_build_id) {
     uint8_t id[64];
@@ -303,8 +346,6 @@ Test(symbolize, separate_debug_file_by_build_id) {
     tu_membuf_free(&out);
     tb_free(&t);
 }
-
-static size_t build_id_of(const char *name, uint8_t id[64]);
 
 /* A FIFO where libdwfl looks for a stripped file's DWARF (by build id, or
  * by its .gnu_debuglink name) is passed over, not opened (the open would

@@ -58,6 +58,9 @@ struct tm_elf {
     cu_range *cus; /* sorted by lo, made on the first pc that .debug_aranges does not place */
     size_t n_cus, cap_cus;
     bool cus_read;
+    tm_u64map abs_by_file; /* a relative file name (libdw's string) -> its absolute path in abs */
+    char **abs;
+    size_t n_abs, cap_abs;
     sym_ent *syms; /* sorted by lo, read on first use: libdwfl's own lookup scans every symbol */
     size_t n_syms, cap_syms;
     bool syms_read;
@@ -242,6 +245,9 @@ void tm_elf_close(tm_elf *e) {
     if (!e) return;
     drop(e);
     tm_mem_free(e->mem, e->cus, e->cap_cus * sizeof *e->cus);
+    for (size_t i = 0; i < e->n_abs; i++) tm_mem_free(e->mem, e->abs[i], strlen(e->abs[i]) + 1);
+    tm_mem_free(e->mem, e->abs, e->cap_abs * sizeof *e->abs);
+    tm_u64map_free(e->mem, &e->abs_by_file);
     tm_mem_free(e->mem, e->syms, e->cap_syms * sizeof *e->syms);
     tm_mem_free(e->mem, e->plt_names, e->plt_names_len);
     tm_mem_free(e->mem, e->bare_names, e->bare_names_len);
@@ -482,6 +488,28 @@ static Dwarf_Die *cu_by_range(tm_elf *e, Dwarf *dw, Dwarf_Addr a, Dwarf_Die *out
     return NULL;
 }
 
+/* file joined to its unit's compilation directory when it is relative, as
+ * addr2line prints it (gcc names a file as the compiler was given it,
+ * src/prog.c); kept by e. file itself when it cannot be made absolute. */
+static const char *absolute(tm_elf *e, const char *file, const char *comp_dir) {
+    if (!file || file[0] == '/' || !comp_dir || comp_dir[0] != '/') return file;
+    uint32_t i = tm_u64map_get(&e->abs_by_file, (uint64_t)(uintptr_t)file);
+    if (i != TM_ABSENT) return e->abs[i];
+    size_t len = strlen(comp_dir) + 1 + strlen(file);
+    char *p = tm_mem_alloc(e->mem, len + 1);
+    if (!p || e->n_abs >= TM_ABSENT || TM_VEC_RESERVE(e->mem, e->abs, e->cap_abs, e->n_abs + 1) != TM_OK) {
+        tm_mem_free(e->mem, p, len + 1);
+        return file;
+    }
+    snprintf(p, len + 1, "%s/%s", comp_dir, file);
+    if (tm_u64map_put(e->mem, &e->abs_by_file, (uint64_t)(uintptr_t)file, (uint32_t)e->n_abs) != TM_OK) {
+        tm_mem_free(e->mem, p, len + 1);
+        return file;
+    }
+    e->abs[e->n_abs++] = p;
+    return p;
+}
+
 void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, size_t *n) {
     *n = 0;
     if (!cap) return;
@@ -501,6 +529,9 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
         file = dl ? dwarf_linesrc(dl, NULL, NULL) : NULL;
         if (!dl || dwarf_lineno(dl, &line) != 0) line = 0;
     }
+    Dwarf_Attribute comp_attr;
+    const char *comp_dir = cu ? dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &comp_attr)) : NULL;
+    file = absolute(e, file, comp_dir);
     Dwarf_Die *scopes = NULL;
     int ns = cu ? dwarf_getscopes(cu, addr - dwbias, &scopes) : 0;
     Dwarf_Files *files = NULL;
@@ -526,7 +557,7 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
         file = NULL;
         line = 0;
         if (files && dwarf_formudata(dwarf_attr(sc, DW_AT_call_file, &a), &v) == 0 && v < nfiles)
-            file = dwarf_filesrc(files, v, NULL, NULL);
+            file = absolute(e, dwarf_filesrc(files, v, NULL, NULL), comp_dir);
         if (dwarf_formudata(dwarf_attr(sc, DW_AT_call_line, &a), &v) == 0 && v <= INT32_MAX) line = (int)v;
         Dwarf_Die *outer = NULL;
         int no = dwarf_getscopes_die(sc, &outer);
