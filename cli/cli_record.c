@@ -569,6 +569,8 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     }
     close(status_fd);
 
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "tracemill record: fork: %s\n", strerror(errno));
@@ -697,8 +699,14 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         for (unsigned n = 0; chunk_file(out, n, path, sizeof path) && access(path, R_OK) == 0; n++)
             samples += summarize(path, path, &lost, &heap_dumps);
     }
-    /* Packets lost to the ring buffer (said above) may have held the samples. */
-    int unsampled = code != 127 && !lost && report_unsampled_cpu(cmd[0], &ru, samples, hz);
+    /* Packets lost to the ring buffer (said above) may have held the samples;
+     * --duration stops sampling while the program runs on, and the CPU time
+     * it used meanwhile was not due a sample. */
+    struct timespec ended;
+    clock_gettime(CLOCK_MONOTONIC, &ended);
+    double ran_s = (double)(ended.tv_sec - started.tv_sec) + (double)(ended.tv_nsec - started.tv_nsec) * 1e-9;
+    int cut_short = values[OPT_DURATION] && ran_s > strtod(values[OPT_DURATION], NULL);
+    int unsampled = code != 127 && !lost && !cut_short && report_unsampled_cpu(cmd[0], &ru, samples, hz);
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */
     if (samples == 0 && code == 127) { /* CMD could not run (said), or exited 127 itself */

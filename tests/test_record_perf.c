@@ -269,6 +269,13 @@ Test(record_perf, signal_backend_says_what_it_could_not_sample) {
     cr_assert_eq(code, 0, "exit %d: %s", code, err);
     cr_expect_null(strstr(err, "samples were taken"), "a program sampled whole was said to be unsampled: %s", err);
     free(err);
+
+    /* --duration stops sampling while the program runs on: the CPU time it
+     * uses after that was not due a sample */
+    err = record_on("signal", HZ, "--duration 1", TM_RECORD_PERF_TARGET " cxx 2.5", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_null(strstr(err, "samples were taken"), "sampling stopped by --duration was said unsampled: %s", err);
+    free(err);
 }
 
 /* The perf backend samples a thread once it has run a whole period on one
