@@ -257,6 +257,92 @@ Test(symbolize, every_pc_as_addr2line_O2_with_inlining) {
     cr_assert_gt(inlined, 0, "mix is inlined into work at -O2");
 }
 
+/* gcc -flto: the inlined functions' abstract origins are in other units
+ * than the code, which dwarf_getscopes does not follow. (addr2line names
+ * the file "<artificial>" there: the reference is what the source says.)
+ * Every pc of work is in work or in mix inlined into it at line 9, and
+ * the function's name never carries mix's lines. */
+Test(symbolize, inlined_calls_of_gcc_lto) {
+    uint8_t id[64];
+    size_t id_len = build("lto", "-O2 -flto", id);
+    uint64_t start, end;
+    symbol_range("lto", "work", &start, &end);
+    size_t n = (size_t)(end - start);
+    uint64_t *pcs = calloc(n, sizeof *pcs);
+    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/lto", id, id_len, pcs, n, NULL);
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    const char *dirs[1] = {dir};
+    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char in_work[160], in_mix[160];
+    snprintf(in_mix, sizeof in_mix, "|work %s/prog.c:9", dir);
+    size_t inlined = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *got = sql_lines(tm_db_sqlite(db), pcs[i]);
+        snprintf(in_work, sizeof in_work, "work %s/prog.c:", dir);
+        if (strncmp(got, "mix ", 4) == 0) {
+            inlined++;
+            cr_expect(strstr(got, in_mix) && !strchr(strchr(got, '|') + 1, '|'), "pc 0x%llx: %s",
+                      (unsigned long long)pcs[i], got);
+        } else {
+            int line = 0;
+            cr_expect(strncmp(got, in_work, strlen(in_work)) == 0 && !strchr(got, '|') &&
+                          sscanf(got + strlen(in_work), "%d", &line) == 1 && line >= 7 && line <= 11 && line != 4,
+                      "pc 0x%llx: %s", (unsigned long long)pcs[i], got);
+        }
+        free(got);
+    }
+    cr_assert_gt(inlined, 0, "mix is inlined into work at -O2 -flto");
+    tm_db_free(db);
+    tu_membuf_free(&out);
+    tb_free(&t);
+    free(pcs);
+}
+
+/* -gsplit-dwarf: the functions are in the .dwo file's split unit, beside
+ * the binary. addr2line cannot read it: the same code built without it is
+ * the reference, pc for pc. */
+Test(symbolize, split_dwarf_as_the_same_code_without_it) {
+    uint8_t id[64], id_split[64];
+    size_t id_len = build("whole", "-O2", id), id_split_len = build("split", "-O2 -gsplit-dwarf", id_split);
+    uint64_t start, end, start_split, end_split;
+    symbol_range("whole", "work", &start, &end);
+    symbol_range("split", "work", &start_split, &end_split);
+    cr_assert(start == start_split && end == end_split, "the same code at the same addresses");
+    size_t n = (size_t)(end - start);
+    uint64_t *pcs = calloc(n, sizeof *pcs);
+    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
+    tm_db *db[2] = {NULL, NULL};
+    tu_membuf out[2] = {{0}, {0}}; /* the tables' strings point into them */
+    const char *names[2] = {"/nonexistent/whole", "/nonexistent/split"};
+    for (int k = 0; k < 2; k++) {
+        tb_buf t = {0};
+        trace_of(&t, names[k], k ? id_split : id, k ? id_split_len : id_len, pcs, n, NULL);
+        tm_symbolize_stats st;
+        const char *dirs[1] = {dir};
+        symbolize(&t, dirs, 1, NULL, 0, &out[k], &st);
+        tm_error err;
+        cr_assert_eq(tm_db_new(out[k].data, out[k].len, NULL, &db[k], &err), TM_OK, "%s", err.message);
+        tb_free(&t);
+    }
+    size_t inlined = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *want = sql_lines(tm_db_sqlite(db[0]), pcs[i]), *got = sql_lines(tm_db_sqlite(db[1]), pcs[i]);
+        cr_expect(strcmp(got, want) == 0, "pc 0x%llx: %s, without split DWARF %s", (unsigned long long)pcs[i], got, want);
+        inlined += strchr(got, '|') != NULL;
+        free(want), free(got);
+    }
+    cr_assert_gt(inlined, 0, "mix is inlined into work at -O2");
+    tm_db_free(db[0]), tm_db_free(db[1]);
+    tu_membuf_free(&out[0]), tu_membuf_free(&out[1]);
+    free(pcs);
+}
+
 /* clang writes no .debug_aranges (unless -gdwarf-aranges), through which
  * libdw places a pc in its compilation unit: the units' own ranges do. */
 Test(symbolize, every_pc_as_addr2line_clang_without_aranges) {

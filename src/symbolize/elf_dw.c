@@ -6,7 +6,10 @@
  * their DW_AT_call_file/DW_AT_call_line), innermost first, as
  * `addr2line -i -f` prints them. A pc's compilation unit is found through
  * .debug_aranges by libdw, else (clang writes none by default) through the
- * units' own address ranges.
+ * units' own address ranges; a skeleton unit (-gsplit-dwarf) is read
+ * through its split unit in the .dwo file; when an inlined function's
+ * origin is in another unit (gcc -flto), the unit's own tree of scopes is
+ * walked. Relative file names are joined to the unit's DW_AT_comp_dir.
  *
  * Function names: the function a pc is in is named from the symbol table
  * (.symtab, or .dynsym of a stripped file) when a symbol covers the pc, as
@@ -36,6 +39,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/limits.h" /* TM_MAX_SYMBOL_LINES */
 #include "symbolize/symbolize.h"
 
 /* A function symbol, [lo, hi) in the module's addresses (hi == lo: size 0). */
@@ -488,6 +492,42 @@ static Dwarf_Die *cu_by_range(tm_elf *e, Dwarf *dw, Dwarf_Addr a, Dwarf_Die *out
     return NULL;
 }
 
+/* The concrete scopes that hold a (in cu's addresses): the function and
+ * the inlined calls in it, innermost first, into out (at most cap); how
+ * many. The walk dwarf_getscopes makes finds none when an inlined
+ * function's abstract origin is in another unit, as gcc -flto writes it;
+ * this one keeps to the unit's own tree (namespaces and classes searched
+ * through) and follows origins only for names. */
+static int concrete_scopes(Dwarf_Die *cu, Dwarf_Addr a, Dwarf_Die *out, int cap) {
+    enum { MAX_CONTAINERS = 64 };
+    Dwarf_Die todo[MAX_CONTAINERS];
+    int n_todo = 0, n = 0;
+    todo[n_todo++] = *cu;
+    while (n_todo > 0) {
+        Dwarf_Die parent = todo[--n_todo], child;
+        if (dwarf_child(&parent, &child) != 0) continue;
+        do {
+            int tag = dwarf_tag(&child);
+            if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block) {
+                if (dwarf_haspc(&child, a) != 1) continue;
+                if (tag != DW_TAG_lexical_block && n < cap) out[n++] = child;
+                n_todo = 0; /* a is in this one: only its children are left to search */
+                todo[n_todo++] = child;
+                break;
+            }
+            if ((tag == DW_TAG_namespace || tag == DW_TAG_module || tag == DW_TAG_class_type ||
+                 tag == DW_TAG_structure_type || tag == DW_TAG_union_type) &&
+                n_todo < MAX_CONTAINERS)
+                todo[n_todo++] = child;
+        } while (dwarf_siblingof(&child, &child) == 0);
+    }
+    for (int i = 0; i < n / 2; i++) {
+        Dwarf_Die t = out[i];
+        out[i] = out[n - 1 - i], out[n - 1 - i] = t;
+    }
+    return n;
+}
+
 /* file joined to its unit's compilation directory when it is relative, as
  * addr2line prints it (gcc names a file as the compiler was given it,
  * src/prog.c); kept by e. file itself when it cannot be made absolute. */
@@ -531,6 +571,13 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
     }
     Dwarf_Attribute comp_attr;
     const char *comp_dir = cu ? dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &comp_attr)) : NULL;
+    /* a skeleton unit (-gsplit-dwarf): its functions are in the split unit
+     * of its .dwo file, which libdw opens beside it */
+    uint8_t unit_type;
+    Dwarf_Die split;
+    if (cu && dwarf_cu_info(cu->cu, NULL, &unit_type, NULL, &split, NULL, NULL, NULL) == 0 &&
+        unit_type == DW_UT_skeleton && dwarf_tag(&split) == DW_TAG_compile_unit)
+        cu = &split;
     file = absolute(e, file, comp_dir);
     Dwarf_Die *scopes = NULL;
     int ns = cu ? dwarf_getscopes(cu, addr - dwbias, &scopes) : 0;
@@ -567,6 +614,22 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
         i = 1; /* outer[0] is the instance itself */
     }
     tm_free_foreign(scopes); /* dwarf_getscopes allocates with malloc */
+    if (!*n && cu && ns <= 0) { /* an origin in another unit (gcc -flto): the unit's own tree */
+        Dwarf_Die chain[TM_MAX_SYMBOL_LINES];
+        int nc = concrete_scopes(cu, addr - dwbias, chain, (int)(cap < TM_MAX_SYMBOL_LINES ? cap : TM_MAX_SYMBOL_LINES));
+        for (int i = 0; i < nc; i++) {
+            const char *name = scope_name(e, &chain[i], addr);
+            lines[(*n)++] = (tm_elf_line){name ? name : "", file, line > 0 ? (uint32_t)line : 0};
+            if (dwarf_tag(&chain[i]) == DW_TAG_subprogram) break;
+            Dwarf_Attribute a;
+            Dwarf_Word v;
+            file = NULL;
+            line = 0;
+            if (files && dwarf_formudata(dwarf_attr(&chain[i], DW_AT_call_file, &a), &v) == 0 && v < nfiles)
+                file = absolute(e, dwarf_filesrc(files, v, NULL, NULL), comp_dir);
+            if (dwarf_formudata(dwarf_attr(&chain[i], DW_AT_call_line, &a), &v) == 0 && v <= INT32_MAX) line = (int)v;
+        }
+    }
     /* No DWARF function there: the symbol's name, with the line-table row
      * only where a CU's ranges hold the pc (assembly with line info). */
     const char *sym = *n ? NULL : sym_name(e, addr);
