@@ -333,7 +333,8 @@ Test(symbolize, split_dwarf_as_the_same_code_without_it) {
     size_t inlined = 0;
     for (size_t i = 0; i < n; i++) {
         char *want = sql_lines(tm_db_sqlite(db[0]), pcs[i]), *got = sql_lines(tm_db_sqlite(db[1]), pcs[i]);
-        cr_expect(strcmp(got, want) == 0, "pc 0x%llx: %s, without split DWARF %s", (unsigned long long)pcs[i], got, want);
+        cr_expect(strcmp(got, want) == 0, "pc 0x%llx: %s, without split DWARF %s", (unsigned long long)pcs[i], got,
+                  want);
         inlined += strchr(got, '|') != NULL;
         free(want), free(got);
     }

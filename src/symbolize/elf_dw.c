@@ -616,7 +616,8 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
     tm_free_foreign(scopes); /* dwarf_getscopes allocates with malloc */
     if (!*n && cu && ns <= 0) { /* an origin in another unit (gcc -flto): the unit's own tree */
         Dwarf_Die chain[TM_MAX_SYMBOL_LINES];
-        int nc = concrete_scopes(cu, addr - dwbias, chain, (int)(cap < TM_MAX_SYMBOL_LINES ? cap : TM_MAX_SYMBOL_LINES));
+        int room = (int)(cap < TM_MAX_SYMBOL_LINES ? cap : TM_MAX_SYMBOL_LINES);
+        int nc = concrete_scopes(cu, addr - dwbias, chain, room);
         for (int i = 0; i < nc; i++) {
             const char *name = scope_name(e, &chain[i], addr);
             lines[(*n)++] = (tm_elf_line){name ? name : "", file, line > 0 ? (uint32_t)line : 0};
