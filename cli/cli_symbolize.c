@@ -150,6 +150,10 @@ static void report(const char *who, const tm_symbolize_stats *st) {
     if (st->java_map_lines_skipped) /* a map that is not one, or damaged: say so rather than rename less */
         fprintf(stderr, ", %llu lines of the maps not understood (skipped)",
                 (unsigned long long)st->java_map_lines_skipped);
+    if (st->mappings_dwarf_unreadable)
+        fprintf(stderr, "; the DWARF of %llu mappings is compressed in a way this libdw cannot read (zstd needs "
+                        "elfutils 0.189 or later): their functions are named without files, lines or inlined frames",
+                (unsigned long long)st->mappings_dwarf_unreadable);
     fputc('\n', stderr);
 }
 

@@ -675,7 +675,10 @@ typedef struct tm_symbolize_stats {
     uint64_t java_classes;           /* classes renamed by the ProGuard maps */
     uint64_t java_methods;           /* methods renamed by the ProGuard maps */
     uint64_t java_map_lines_skipped; /* lines of the maps that are neither a class, a member nor a comment */
-    uint64_t reserved_[20]; /* must be zero; future fields take this space (see "ABI") */
+    uint64_t mappings_dwarf_unreadable; /* symbolized whose DWARF libdw cannot read (debug sections compressed
+                                           other than with zlib, e.g. zstd before elfutils 0.189): no files,
+                                           lines or inlined frames there, the symbol table's names alone */
+    uint64_t reserved_[19]; /* must be zero; future fields take this space (see "ABI") */
 } tm_symbolize_stats;
 
 /* Symbolizes a Perfetto trace held in buf[0..len) (compressed whole with

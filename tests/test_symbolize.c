@@ -397,6 +397,39 @@ Test(symbolize, relative_source_paths_are_made_absolute) {
     free(pcs);
 }
 
+/* Debug sections compressed with zlib are read; with zstd only by an
+ * elfutils that knows it (0.189): a mapping whose DWARF cannot be read is
+ * counted, exactly when it gets no lines. */
+Test(symbolize, compressed_debug_sections_are_read_or_said_unreadable) {
+    uint8_t id[64];
+    size_t id_len = build("plain", "-O0", id);
+    const char *kinds[2] = {"zlib", "zstd"};
+    for (int k = 0; k < 2; k++) {
+        if (sh("cd %s && objcopy --compress-debug-sections=%s plain %s", dir, kinds[k], kinds[k]) != 0) {
+            cr_log_warn("objcopy cannot compress with %s", kinds[k]);
+            continue;
+        }
+        uint64_t start, end;
+        symbol_range(kinds[k], "work", &start, &end);
+        uint64_t pcs[1] = {start};
+        char path[64];
+        snprintf(path, sizeof path, "/nonexistent/%s", kinds[k]);
+        tb_buf t = {0};
+        trace_of(&t, path, id, id_len, pcs, 1, NULL);
+        tu_membuf out = {0};
+        tm_symbolize_stats st;
+        const char *dirs[1] = {dir};
+        symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+        cr_assert_eq(st.mappings_symbolized, 1, "%s", kinds[k]);
+        cr_assert_eq(st.frames_symbolized, 1, "%s: named from the symbol table at least", kinds[k]);
+        if (k == 0) cr_assert_eq(st.frames_with_lines, 1, "zlib is read");
+        cr_assert_eq(st.mappings_dwarf_unreadable, st.frames_with_lines ? 0u : 1u, "%s: %llu with lines", kinds[k],
+                     (unsigned long long)st.frames_with_lines);
+        tu_membuf_free(&out);
+        tb_free(&t);
+    }
+}
+
 /* A stripped binary elsewhere; its DWARF only in SYMS/.build-id/ab/cdef.debug. */
 Test(symbolize, separate_debug_file_by_build_id) {
     uint8_t id[64];

@@ -259,6 +259,22 @@ void tm_elf_close(tm_elf *e) {
     tm_mem_free(e->mem, e, sizeof *e);
 }
 
+bool tm_elf_dwarf_unreadable(tm_elf *e) {
+    Dwarf_Addr dwbias;
+    GElf_Addr bias;
+    if (dwfl_module_getdwarf(e->mod, &dwbias)) return false;
+    Elf *elf = dwfl_module_getelf(e->mod, &bias);
+    size_t names;
+    if (!elf || elf_getshdrstrndx(elf, &names) != 0) return false;
+    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || !(sh.sh_flags & SHF_COMPRESSED)) continue;
+        const char *name = elf_strptr(elf, names, sh.sh_name);
+        if (name && strncmp(name, ".debug_", 7) == 0) return true;
+    }
+    return false;
+}
+
 /* By address; among aliases at one address the best name first, as perf
  * and the recorder choose: global before weak before local, then fewer
  * leading underscores (fopen, not _IO_fopen), the shorter name, the larger

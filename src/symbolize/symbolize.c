@@ -155,6 +155,7 @@ static tm_status module(sym_run *r, const frame_ref *refs, size_t n) {
     if (found == TM_ELF_MISMATCH) r->st->mappings_build_id_mismatch++;
     if (!e) return TM_OK;
     r->st->mappings_symbolized++;
+    r->st->mappings_dwarf_unreadable += tm_elf_dwarf_unreadable(e);
     size_t pkt = tm_obuf_open(&r->out, TM_PF_TRACE_PACKET);
     size_t ms = tm_obuf_open(&r->out, TM_PF_PACKET_MODULE_SYMBOLS);
     tm_obuf_bytes(&r->out, TM_PF_MODULE_SYMBOLS_PATH, path, plen);

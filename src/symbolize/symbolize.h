@@ -50,6 +50,9 @@ typedef struct tm_elf_search {
 tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *build_id, size_t build_id_len,
                       tm_elf **out, int *found);
 void tm_elf_close(tm_elf *e);
+/* Whether e has debug sections libdw cannot read: compressed, but not in a
+ * way it knows (zstd before elfutils 0.189). */
+bool tm_elf_dwarf_unreadable(tm_elf *e);
 
 typedef struct tm_elf_line {
     const char *function; /* owned by the tm_elf (valid until it closes) */
