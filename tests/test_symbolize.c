@@ -503,6 +503,35 @@ Test(symbolize, a_fifo_among_the_debug_files_is_not_opened, .timeout = 60) {
     }
 }
 
+/* A debug file cut short (its build id note whole, its symbols and DWARF
+ * gone) matches the build id but names nothing: a later candidate that
+ * can, the binary itself, is taken instead. */
+Test(symbolize, a_cut_debug_file_gives_way_to_a_whole_candidate) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    cr_assert_eq(sh("cd %s && mkdir -p cut/.build-id/%02x && objcopy --only-keep-debug inl inl.full.debug && "
+                    "head -c 3000 inl.full.debug > cut/.build-id/%02x/%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x"
+                    "%02x%02x%02x%02x%02x%02x%02x%02x.debug",
+                    dir, id[0], id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11],
+                    id[12], id[13], id[14], id[15], id[16], id[17], id[18], id[19]),
+                 0);
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    uint64_t pcs[1] = {start};
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/inl", id, id_len, pcs, 1, NULL);
+    char cut[96];
+    snprintf(cut, sizeof cut, "%s/cut", dir);
+    const char *dirs[2] = {cut, dir}; /* the cut file first, the binary by name after it */
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    symbolize(&t, dirs, 2, NULL, 0, &out, &st);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.frames_with_lines, 1, "the cut file was taken");
+    tu_membuf_free(&out);
+    tb_free(&t);
+}
+
 Test(symbolize, outcomes_are_counted_not_errors) {
     uint8_t id[64], other[64];
     size_t id_len = build("inl", "-O2", id);

@@ -184,6 +184,12 @@ static int try_file(tm_elf *e, const char *path, const uint8_t *id, size_t id_le
     return 0;
 }
 
+/* Whether the module opened has a symbol table or DWARF to name pcs by. */
+static bool usable(tm_elf *e) {
+    Dwarf_Addr bias;
+    return dwfl_module_getsymtab(e->mod) > 0 || dwfl_module_getdwarf(e->mod, &bias) != NULL;
+}
+
 tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *id, size_t id_len, tm_elf **out,
                       int *found) {
     *out = NULL;
@@ -205,16 +211,19 @@ tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *i
     for (size_t i = 0; i < id_len; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    char cand[PATH_MAX];
+    char cand[PATH_MAX], spare[PATH_MAX] = "";
     bool any = false;
-    /* each candidate: 1 matched, 0 try the next */
+    /* each candidate: 1 matched, 0 try the next; a match with neither
+     * symbols nor DWARF (a cut or damaged debug file) only if none better
+     * comes after it */
 #define TRY(...)                                                                   \
     do {                                                                           \
         if (snprintf(cand, sizeof cand, __VA_ARGS__) < (int)sizeof cand && is_file(cand)) { \
             any = true;                                                            \
             int r = try_file(e, cand, id, id_len);                                 \
             if (r < 0) goto nomem;                                                 \
-            if (r > 0) goto done;                                                  \
+            if (r > 0 && usable(e)) goto done;                                     \
+            if (r > 0 && !spare[0]) memcpy(spare, cand, sizeof spare);             \
         }                                                                          \
     } while (0)
     for (size_t i = 0; i < s->n_dirs; i++) {
@@ -233,6 +242,11 @@ tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *i
         TRY("/usr/lib/debug/.build-id/%.2s/%s.debug", hex, hex + 2);
     }
 #undef TRY
+    if (spare[0]) {
+        int r = try_file(e, spare, id, id_len);
+        if (r < 0) goto nomem;
+        if (r > 0) goto done;
+    }
     *found = any ? TM_ELF_MISMATCH : TM_ELF_NOT_FOUND;
     tm_elf_close(e);
     return TM_OK;
