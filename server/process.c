@@ -496,7 +496,12 @@ static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
     const char *platform = json_str(root, "platform");
     if (platform) j->ui = is_ui_platform(platform, strlen(platform));
     int oom = 0;
-    const char *rejected = normalize_chunk(root, &oom);
+    /* the item header's profile type must be the payload's, as for Perfetto chunks (Relay checks it
+     * before normalising) */
+    const char *rejected = item->platform.ptr && platform &&
+                                   is_ui_platform(item->platform.ptr, item->platform.len) != j->ui
+                               ? "InvalidProfileType"
+                               : normalize_chunk(root, &oom);
     tm_status st = TM_OK;
     tm_srv_buf payload = {0};
     if (oom || (!rejected && (start_payload(&payload, item->payload_len) || dump_json(root, &payload))))

@@ -358,6 +358,12 @@ Test(serve, rejections_and_their_outcomes) {
          "\"thread_id\":\"1\",\"timestamp\":1.0}]}}\n",
          "profiling_malformed_samples"},
         {"other item type", "{}\n{\"type\":\"event\"}\n{}\n", "unsupported_item_type"},
+        {"item platform of the other profile type",
+         "{}\n{\"type\":\"profile_chunk\",\"platform\":\"android\"}\n{\"chunk_id\":\"" UUID_A "\",\"profiler_id\":\""
+         UUID_B "\",\"platform\":\"python\",\"version\":\"2\",\"profile\":{\"frames\":[{\"function\":\"f\"}],"
+         "\"stacks\":[[0]],\"samples\":[{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1.0},{\"stack_id\":0,"
+         "\"thread_id\":\"1\",\"timestamp\":1.01}]}}\n",
+         "profiling_invalid_profile_type"},
     };
     /* compound items whose lengths are computed */
     const char *gecko = "{\"content_type\":\"gecko\"}", *perfetto = "{\"content_type\":\"perfetto\"}";
