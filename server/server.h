@@ -49,9 +49,10 @@ int tm_srv_buf_reserve(tm_srv_buf *b, size_t extra);
 void tm_srv_buf_release(tm_srv_buf *b);
 
 /* Appends s[0..len) as a JSON string escaped as serde_json does (", \\,
- * \b \f \n \r \t, other control bytes as \u00XX; every other byte as it
- * is: callers that need valid UTF-8 check it first). 0, or -1 when memory
- * runs out. */
+ * \b \f \n \r \t, other control bytes as \u00XX; valid UTF-8 as it is), a
+ * byte that is not UTF-8 as the text \xNN (serde_json has no such strings;
+ * JSON allows no raw one): what an access log line holds stays JSON. 0, or
+ * -1 when memory runs out. */
 int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len);
 
 /* Chunk ids as Relay's EventId takes them: a UUID, plain (32 hex digits)

@@ -53,6 +53,18 @@ tm_status tm_srv_fail(tm_error *err, tm_status code, uint64_t offset, const char
     return code;
 }
 
+/* The length of the UTF-8 sequence at p (n bytes left), 0 when it is not
+ * one (a stray continuation, a cut, overlong or surrogate sequence). */
+static size_t utf8_len(const uint8_t *p, size_t n) {
+    size_t len = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : 2;
+    if (p[0] < 0xC2 || p[0] > 0xF4 || n < len) return 0;
+    uint8_t lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80, hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (size_t k = 2; k < len; k++)
+        if ((p[k] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
 int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len) {
     static const char hex[] = "0123456789abcdef";
     const uint8_t *u = (const uint8_t *)s;
@@ -61,6 +73,20 @@ int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len) {
     for (size_t i = 0; i < len; i++) {
         char esc[6] = {'\\', 0};
         size_t esc_len = 2;
+        if (u[i] >= 0x80) { /* valid UTF-8 as it is; any other byte as the text \xNN (JSON allows no raw one) */
+            size_t seq = utf8_len(u + i, len - i);
+            if (seq) {
+                i += seq - 1;
+                continue;
+            }
+            memcpy(esc + 1, "\\x", 2);
+            esc[3] = hex[u[i] >> 4];
+            esc[4] = hex[u[i] & 15];
+            esc_len = 5;
+            if (tm_srv_buf_append(out, s + run, i - run) || tm_srv_buf_append(out, esc, esc_len)) return -1;
+            run = i + 1;
+            continue;
+        }
         switch (u[i]) {
         case '"': esc[1] = '"'; break;
         case '\\': esc[1] = '\\'; break;

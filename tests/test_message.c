@@ -3,7 +3,7 @@
  * pinned byte for byte against hand-written MessagePack (field order, bin
  * versus str, smallest integer encodings, as rmp_serde::to_vec_named writes
  * them) and made in place around a payload, the strict decoder's errors with their offsets and field names,
- * and the exact outcome JSON.
+ * and the exact outcome JSON; JSON strings of bytes that are not UTF-8.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -530,4 +530,27 @@ Test(message, outcome_json_errors_leave_the_buffer) {
     cr_assert_eq(tm_srv_outcome_json(&o, &out, &err), TM_ERR_INVALID_ARG);
     cr_assert_eq(out.len, 4);
     tm_srv_buf_release(&out);
+}
+
+/* JSON strings as serde_json writes them for UTF-8 text, and JSON still
+ * for bytes that are not UTF-8 (an access log line holds a client's path). */
+Test(message, json_strings_escape_what_is_not_utf8) {
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"a\"b\\c\n\x01", "\"a\\\"b\\\\c\\n\\u0001\""},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""},
+        {"/nope\xff\xfe\"x", "\"/nope\\\\xff\\\\xfe\\\"x\""},
+        {"\xc3", "\"\\\\xc3\""},                       /* cut */
+        {"\xc0\xaf", "\"\\\\xc0\\\\xaf\""},            /* overlong */
+        {"\xed\xa0\x80", "\"\\\\xed\\\\xa0\\\\x80\""}, /* a surrogate */
+        {"\xf4\x90\x80\x80", "\"\\\\xf4\\\\x90\\\\x80\\\\x80\""}, /* past U+10FFFF */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tm_srv_buf b = {0};
+        cr_assert_eq(tm_srv_json_string(&b, cases[i].in, strlen(cases[i].in)), 0);
+        cr_assert_eq(b.len, strlen(cases[i].out), "case %zu: %.*s", i, (int)b.len, b.data);
+        cr_assert_eq(memcmp(b.data, cases[i].out, b.len), 0, "case %zu: %.*s", i, (int)b.len, b.data);
+        tm_srv_buf_release(&b);
+    }
 }
