@@ -75,16 +75,17 @@ int tm_srv_ratelimit_take(tm_srv_ratelimit *rl, size_t p, uint32_t n, uint64_t n
         if (b->tokens > b->capacity) b->tokens = b->capacity;
         b->last_ns = now_ns;
     }
-    if ((double)n > b->capacity + EPS) { /* never fits: tell when n could have accrued */
-        granted = 0;
-        retry = seconds_for((double)n, b->rate);
-    } else if (b->tokens + EPS >= (double)n) {
+    /* More than a burst at once would never fit: it takes a full bucket and
+     * leaves the rest owed (the tokens below 0), which the refill pays
+     * before anything else passes, so the rate holds on average. */
+    double need = (double)n > b->capacity ? b->capacity : (double)n;
+    if (b->tokens + EPS >= need) {
         granted = 1;
         b->tokens -= (double)n;
-        if (b->tokens < 0) b->tokens = 0;
+        if (b->tokens < 0 && need == (double)n) b->tokens = 0; /* rounding, not a debt */
     } else {
         granted = 0;
-        retry = seconds_for((double)n - b->tokens, b->rate);
+        retry = seconds_for(need - b->tokens, b->rate);
     }
     pthread_mutex_unlock(&rl->mu);
     if (!granted && retry_after_s) *retry_after_s = retry;

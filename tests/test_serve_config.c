@@ -802,6 +802,25 @@ Test(serve_config, ratelimit_burst_and_refill) {
     tm_srv_ratelimit_free(rl);
 }
 
+/* An envelope of more chunks than a burst passes once the bucket is full,
+ * and what it took past the burst is owed: nothing passes until the refill
+ * has paid it (it got 429 for ever before, and Retry-After asked it to
+ * come back). */
+Test(serve_config, ratelimit_more_than_a_burst_passes_in_debt) {
+    tm_srv_ratelimit *rl = limiter("projects: [{id: 1, public_key: a, rate_limit: 2}]");
+    uint64_t t0 = 1000 * SEC;
+    uint32_t retry = 0;
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 1, t0, &retry), 1);
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 3, t0, &retry), 0, "the bucket is not full");
+    cr_assert_eq(retry, 1);
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 3, t0 + SEC / 2, &retry), 1, "full again: 3 pass, 1 owed");
+    /* 1 owed and 1 to take: a second at 2 a second */
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 1, t0 + SEC, &retry), 0);
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 1, t0 + SEC / 2 + SEC - SEC / 100, &retry), 0);
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 1, t0 + SEC / 2 + SEC, &retry), 1);
+    tm_srv_ratelimit_free(rl);
+}
+
 Test(serve_config, ratelimit_retry_after) {
     tm_srv_ratelimit *rl = limiter("projects:\n"
                                    "  - {id: 1, public_key: a, rate_limit: 0.5}\n"
@@ -833,14 +852,13 @@ Test(serve_config, ratelimit_more_than_capacity) {
     tm_srv_ratelimit *rl = limiter("projects: [{id: 1, public_key: a, rate_limit: 10},"
                                    " {id: 2, public_key: b, rate_limit: 0.25}]");
     uint32_t retry = 0;
-    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 25, 0, &retry), 0);
-    cr_assert_eq(retry, 3); /* ceil(25 / 10) */
-    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 11, 100 * SEC, &retry), 0);
-    cr_assert_eq(retry, 2);
-    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 10, 100 * SEC, &retry), 1); /* nothing was taken before */
-    cr_assert_eq(tm_srv_ratelimit_take(rl, 1, 2, 0, &retry), 0);
-    cr_assert_eq(retry, 8); /* ceil(2 / 0.25) */
-    cr_assert_eq(tm_srv_ratelimit_take(rl, 1, 1, 0, &retry), 1); /* capacity max(1, 0.25) */
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 25, 0, &retry), 1); /* a full bucket, 15 owed */
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 1, SEC, &retry), 0);
+    cr_assert_eq(retry, 1); /* -5 after a second: 6 more to come, 0.6 s */
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 0, 10, 100 * SEC, &retry), 1); /* paid, and full again */
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 1, 2, 0, &retry), 1); /* capacity max(1, 0.25): full, 1 owed */
+    cr_assert_eq(tm_srv_ratelimit_take(rl, 1, 1, 0, &retry), 0);
+    cr_assert_eq(retry, 8); /* 2 tokens at 0.25 a second */
     tm_srv_ratelimit_free(rl);
 }
 
