@@ -325,13 +325,25 @@ static void decide(tm_srv_server *s, request *r, const char *key, size_t key_len
  * dsn decides once it has arrived (Relay accepts either). */
 static void authenticate(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     const char *header = tm_srv_http_header(h, "X-Sentry-Auth");
-    const char *key = NULL;
-    size_t key_len = 0;
+    if (!header) { /* Relay takes the Sentry scheme in Authorization too */
+        const char *authz = tm_srv_http_header(h, "Authorization");
+        if (authz && strncasecmp(authz + strspn(authz, " "), "sentry ", 7) == 0) header = authz;
+    }
+    const char *key = NULL, *query_key = NULL;
+    size_t key_len = 0, query_key_len = 0;
     if (header) {
         snprintf(r->auth_header, sizeof r->auth_header, "X-Sentry-Auth: %s", header);
         auth_header_key(header, &key, &key_len);
     }
-    if (!key && h->query) key = tm_srv_http_query_arg(h->query, "sentry_key", &key_len);
+    if (h->query) query_key = tm_srv_http_query_arg(h->query, "sentry_key", &query_key_len);
+    if (key && query_key && (key_len != query_key_len || memcmp(key, query_key, key_len) != 0)) {
+        refuse(r, 400, "two different public keys: in the auth header and in the sentry_key query parameter");
+        return;
+    }
+    if (!key && query_key) { /* forwarded upstream as a header: the URL's query is not */
+        key = query_key, key_len = query_key_len;
+        snprintf(r->auth_header, sizeof r->auth_header, "X-Sentry-Auth: Sentry sentry_key=%.*s", (int)key_len, key);
+    }
     if (!key || !key_len) {
         r->auth_pending = 1;
         return;

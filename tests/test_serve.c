@@ -601,6 +601,16 @@ Test(serve, authentication) {
     r = request(s.port, "POST", "/api/43/envelope/?sentry_key=" OTHER_KEY, none, env, 3);
     cr_assert_eq(r.status, 200, "%s", r.body.data);
     response_free(&r);
+    /* the Sentry scheme in Authorization, as Relay takes it */
+    const char *const authorization[] = {"Authorization: Sentry sentry_key=" OTHER_KEY, NULL};
+    r = request(s.port, "POST", "/api/43/envelope/", authorization, env, 3);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    /* two different keys, in the header and the query: refused, neither taken */
+    r = request(s.port, "POST", "/api/42/envelope/?sentry_key=" OTHER_KEY, auth_headers, env, 3);
+    cr_assert_eq(r.status, 400, "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "two different public keys"), "%s", r.body.data);
+    response_free(&r);
     r = request(s.port, "GET", "/api/42/envelope/", auth_headers, NULL, 0);
     cr_assert_eq(r.status, 405);
     response_free(&r);
@@ -1034,6 +1044,14 @@ Test(serve, other_items_forwarded_upstream) {
     cr_assert(strstr(outcomes, "\"reason\":\"unsupported_item_type\""), "%s", outcomes);
     cr_assert(strstr(outcomes, "\"category\":1,"), "an event counts as an error: %s", outcomes);
     free(outcomes);
+    /* the key in the query (as JavaScript SDKs send it) reaches the upstream too, as a header */
+    const char *const none[] = {NULL};
+    char *path = ts_fmt("/api/42/envelope/?sentry_key=%s", KEY);
+    r = request(s.port, "POST", path, none, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    free(path);
+    cr_assert_eq(ts_count_rows(up.store, "select count(*) from outcomes"), 2, "the upstream took the second event");
     /* the upstream gone: 503, and nothing of the envelope is kept */
     cr_assert_eq(ts_server_stop(&up), 0);
     r = post(s.port, env.data, env.len);
