@@ -149,7 +149,8 @@ out:
 /* ---- tracemill store ---- */
 
 static int store_usage(void) {
-    return cli_usage_error("store", "wants ls, get CHUNK_ID or export OUT_DIR, with --store PATH, -o OUT, --raw");
+    return cli_usage_error("store",
+                           "wants ls, get CHUNK_ID or export OUT_DIR, with --store PATH, -o OUT, --raw, --project ID");
 }
 
 static void format_time(uint64_t unix_s, char *out, size_t cap) {
@@ -183,8 +184,21 @@ static int print_line(void *ctx, const tm_srv_stored_chunk *c) {
 typedef struct get_job {
     int raw;
     const char *out_path;
+    uint64_t project; /* 0: any */
     int found, rc;
+    uint64_t projects[2]; /* the first two projects that hold the chunk_id (count_projects) */
+    size_t n_projects;
 } get_job;
+
+/* Notes the projects that hold the chunk_id: one that two projects sent
+ * needs --project. */
+static int count_projects(void *ctx, const tm_srv_stored_chunk *c) {
+    get_job *job = ctx;
+    for (size_t i = 0; i < job->n_projects; i++)
+        if (job->projects[i] == c->project_id) return 0;
+    if (job->n_projects < 2) job->projects[job->n_projects++] = c->project_id;
+    return job->n_projects == 2;
+}
 
 /* JSON payloads end with a newline, as `tracemill convert` writes them. */
 static int write_file(const char *path, int binary, const void *data, size_t len) {
@@ -201,6 +215,7 @@ static int write_chunk(void *ctx, const tm_srv_stored_chunk *c) {
     tm_srv_chunk_msg m;
     char ctype[64];
     tm_error err;
+    if (job->project && c->project_id != job->project) return 0;
     job->found++;
     if (c->unreadable) {
         fprintf(stderr, "tracemill store: stored chunk %" PRId64 ": %s\n", c->id, c->unreadable);
@@ -267,10 +282,15 @@ int cli_store(int argc, char **argv) {
     if (argc < 2) return store_usage();
     const char *verb = argv[1], *store_path = DEFAULT_STORE, *arg = NULL, *out_path = NULL;
     int raw = 0;
+    uint64_t project = 0;
     for (int i = 2; i < argc; i++) {
+        char *end = NULL;
         if (strcmp(argv[i], "--store") == 0 && i + 1 < argc) store_path = argv[++i];
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out_path = argv[++i];
         else if (strcmp(argv[i], "--raw") == 0) raw = 1;
+        else if (strcmp(argv[i], "--project") == 0 && i + 1 < argc && argv[i + 1][0] >= '1' && argv[i + 1][0] <= '9' &&
+                 (project = strtoull(argv[i + 1], &end, 10)) != 0 && !*end)
+            i++;
         else if (argv[i][0] != '-' && !arg) arg = argv[i];
         else return store_usage();
     }
@@ -289,14 +309,24 @@ int cli_store(int argc, char **argv) {
     } else if (is_get) {
         /* ids are stored normalised; one that is not a UUID is looked up as given */
         char id[TM_SRV_UUID_HEX + 1];
-        get_job job = {raw, out_path, 0, EXIT_OK};
-        st = tm_srv_store_each_chunk(store, tm_srv_uuid_normalize(arg, strlen(arg), id) ? id : arg, write_chunk,
-                                     &job, &err);
-        if (st == TM_OK && !job.found) {
-            fprintf(stderr, "tracemill store: no chunk with chunk_id %s in %s\n", arg, store_path);
-            rc = EXIT_REJECTED;
+        const char *key = tm_srv_uuid_normalize(arg, strlen(arg), id) ? id : arg;
+        get_job job = {raw, out_path, project, 0, EXIT_OK, {0, 0}, 0};
+        if (!project) st = tm_srv_store_each_chunk(store, key, count_projects, &job, &err);
+        if (st == TM_OK && job.n_projects > 1) {
+            fprintf(stderr,
+                    "tracemill store: chunk_id %s is stored for more than one project (%" PRIu64 ", %" PRIu64
+                    "): give --project ID\n",
+                    arg, job.projects[0], job.projects[1]);
+            rc = EXIT_USAGE;
         } else {
-            rc = job.rc;
+            if (st == TM_OK) st = tm_srv_store_each_chunk(store, key, write_chunk, &job, &err);
+            if (st == TM_OK && !job.found) {
+                fprintf(stderr, "tracemill store: no chunk with chunk_id %s%s in %s\n", arg,
+                        project ? " for that project" : "", store_path);
+                rc = EXIT_REJECTED;
+            } else {
+                rc = job.rc;
+            }
         }
     } else {
         export_job job = {arg, 0, 0, EXIT_OK};

@@ -468,6 +468,39 @@ static char *plain_chunk(const char *chunk_id_json) {
                   chunk_id_json);
 }
 
+/* Chunks are unique per (project, chunk_id): the same chunk_id sent to two
+ * projects is two rows, and `store get` needs --project to choose (it took
+ * one of them in silence). */
+Test(serve, store_get_asks_for_the_project_of_a_chunk_id_in_two) {
+    ts_server s = start_server(NULL);
+    char *body = plain_chunk(UUID_A);
+    response r = post(s.port, body, strlen(body));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    const char *const other[] = {"X-Sentry-Auth: Sentry sentry_key=" OTHER_KEY, NULL};
+    r = request(s.port, "POST", "/api/43/envelope/", other, body, strlen(body));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 2);
+    int code;
+    char *cmd = ts_fmt("%s store get %s --store %s 2>&1", TM_CLI, UUID_A, s.store);
+    char *said = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 2, "%s", said);
+    cr_assert(strstr(said, "more than one project (42, 43)") && strstr(said, "--project"), "%s", said);
+    free(said), free(cmd);
+    cmd = ts_fmt("%s store get %s --project 43 --store %s", TM_CLI, UUID_A, s.store);
+    said = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0, "%s", said);
+    cr_assert(strstr(said, "\"chunk_id\":\"" UUID_A "\""), "%s", said);
+    free(said), free(cmd);
+    cmd = ts_fmt("%s store get %s --project 44 --store %s 2>&1", TM_CLI, UUID_A, s.store);
+    said = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 1, "%s", said);
+    cr_assert(strstr(said, "no chunk with chunk_id"), "%s", said);
+    free(said), free(cmd), free(body);
+    ts_server_free(&s);
+}
+
 /* Chunk ids key store rows and Kafka messages and name exported files:
  * plain JSON chunks get the Perfetto path's UUID check, and the accepted
  * ones are normalised. */
