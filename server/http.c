@@ -531,6 +531,7 @@ static void finish_envelope(tm_srv_server *s, request *r) {
         answer_error(s, r, st == TM_ERR_LIMIT ? 413 : 503, why);
         return;
     }
+    tm_srv_processed_count(&p, s->metrics);
     size_t chunks = 0;
     for (size_t i = 0; i < p.n_records; i++) chunks += p.records[i].kind == TM_SRV_RECORD_CHUNK;
     char outcome[128];

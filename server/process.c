@@ -117,8 +117,14 @@ void tm_srv_processed_release(tm_srv_processed *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n_records; i++) free(p->records[i].owned);
     free(p->records);
+    free(p->counts);
     tm_srv_buf_release(&p->forward);
     memset(p, 0, sizeof *p);
+}
+
+void tm_srv_processed_count(const tm_srv_processed *p, tm_srv_metrics *m) {
+    for (size_t i = 0; i < p->n_counts; i++)
+        for (uint32_t k = 0; k < p->counts[i].n; k++) tm_srv_metrics_item(m, p->counts[i].type, p->counts[i].outcome);
 }
 
 typedef struct chunk_job {
@@ -150,16 +156,30 @@ static tm_status add_outcome(const chunk_job *j, int outcome, const char *reason
     return add_record(j->out, rec, &value, 0, err);
 }
 
+/* Notes an item's fate for /metrics (counted once the envelope is kept);
+ * a count that finds no memory is let go: only the metric misses it. */
+static void count(const chunk_job *j, const char *type, const char *outcome) {
+    tm_srv_processed *p = j->out;
+    for (size_t i = 0; i < p->n_counts; i++)
+        if (p->counts[i].type == type && p->counts[i].outcome == outcome) {
+            p->counts[i].n++;
+            return;
+        }
+    if (p->n_counts == p->cap_counts) {
+        size_t cap = p->cap_counts ? 2 * p->cap_counts : 8;
+        tm_srv_item_count *c = realloc(p->counts, cap * sizeof *c);
+        if (!c) return;
+        p->counts = c, p->cap_counts = cap;
+    }
+    p->counts[p->n_counts++] = (tm_srv_item_count){type, outcome, 1};
+}
+
 /* Rejects the chunk with Relay's outcome for a ProfileError name. */
 static tm_status reject(const chunk_job *j, const char *profile_error, tm_error *err) {
     const char *reason = reason_string(profile_error);
-    if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, "profile_chunk", reason);
+    count(j, "profile_chunk", reason);
     return add_outcome(j, TM_SRV_OUTCOME_INVALID, reason,
                        j->ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, err);
-}
-
-static void count(const chunk_job *j, const char *type, const char *outcome) {
-    if (j->ctx->metrics) tm_srv_metrics_item(j->ctx->metrics, type, outcome);
 }
 
 /* An empty payload buffer with the message's head room in front and

@@ -469,9 +469,18 @@ int tm_srv_metrics_render(tm_srv_metrics *m, const tm_srv_gauges *g, tm_srv_buf 
 /* ==== Processing (process.c) ============================================ */
 
 /* One envelope's worth of work, decided before anything is handed over. */
+/* What became of an envelope's items, for /metrics once the envelope is
+ * kept (tm_srv_processed_count): type and outcome are static strings. */
+typedef struct tm_srv_item_count {
+    const char *type, *outcome;
+    uint32_t n;
+} tm_srv_item_count;
+
 typedef struct tm_srv_processed {
     tm_srv_record *records;  /* chunks and outcomes, malloc'd values */
     size_t n_records, cap_records;
+    tm_srv_item_count *counts; /* malloc'd */
+    size_t n_counts, cap_counts;
     tm_srv_buf forward;      /* items for the upstream (an envelope), or empty */
     unsigned http_status;    /* 200, or 429 when rate limited */
     uint32_t retry_after_s;  /* with 429 */
@@ -498,6 +507,9 @@ typedef struct tm_srv_context {
 tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t len, tm_srv_processed *out,
                          tm_error *err);
 void tm_srv_processed_release(tm_srv_processed *p);
+/* Adds p's item counts to m: called once the envelope was handed over (a
+ * 503 keeps nothing, and counts nothing as accepted or forwarded). */
+void tm_srv_processed_count(const tm_srv_processed *p, tm_srv_metrics *m);
 
 /* ==== HTTP/1.1 (http_conn.c) ========================================== */
 

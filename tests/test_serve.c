@@ -1092,6 +1092,12 @@ Test(serve, other_items_forwarded_upstream) {
     cr_assert(strstr(r.body.data, "upstream"), "%s", r.body.data);
     response_free(&r);
     cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    /* and /metrics counts nothing of it as accepted or forwarded: the two envelopes kept, no more */
+    r = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert(strstr(r.body.data, "tracemill_items_total{type=\"profile_chunk\",outcome=\"accepted\"} 2\n") &&
+                  strstr(r.body.data, "tracemill_items_total{type=\"other\",outcome=\"forwarded\"} 2\n"),
+              "%s", r.body.data);
+    response_free(&r);
     ts_server_free(&s);
     ts_server_free(&up);
     tu_membuf_free(&env);
