@@ -458,7 +458,21 @@ static size_t discard_response(char *ptr, size_t size, size_t n, void *ctx) {
 }
 
 /* POSTs the other items to the upstream's envelope endpoint. */
-static int forward_upstream(tm_srv_server *s, request *r, const tm_srv_buf *envelope, char *why, size_t why_cap) {
+/* The upstream's Retry-After (seconds), from its answer's headers. */
+static size_t upstream_header(char *line, size_t size, size_t n, void *ctx) {
+    uint32_t *retry_after = ctx;
+    size_t len = size * n;
+    if (len > 12 && strncasecmp(line, "Retry-After:", 12) == 0) {
+        unsigned long v = strtoul(line + 12, NULL, 10);
+        *retry_after = v > 0 && v < 86400 ? (uint32_t)v : 60;
+    }
+    return len;
+}
+
+/* Sends the other items upstream: 0, or -1 with why and the upstream's
+ * status (0: no answer) and Retry-After. */
+static int forward_upstream(tm_srv_server *s, request *r, const tm_srv_buf *envelope, char *why, size_t why_cap,
+                            long *status_out, uint32_t *retry_after) {
     char url[1024];
     snprintf(url, sizeof url, "%s/api/%llu/envelope/", s->cfg->upstream, (unsigned long long)r->project->id);
     CURL *curl = curl_easy_init();
@@ -470,6 +484,8 @@ static int forward_upstream(tm_srv_server *s, request *r, const tm_srv_buf *enve
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (const char *)envelope->data);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)envelope->len);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard_response);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, upstream_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, retry_after);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, (long)s->cfg->limits.request_timeout_s);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     CURLcode rc = curl_easy_perform(curl);
@@ -477,6 +493,7 @@ static int forward_upstream(tm_srv_server *s, request *r, const tm_srv_buf *enve
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
+    *status_out = rc == CURLE_OK ? status : 0;
     if (rc != CURLE_OK) return snprintf(why, why_cap, "upstream %s: %s", url, curl_easy_strerror(rc)), -1;
     if (status < 200 || status > 299) return snprintf(why, why_cap, "upstream %s answered %ld", url, status), -1;
     return 0;
@@ -520,9 +537,19 @@ static void finish_envelope(tm_srv_server *s, request *r) {
         return;
     }
     char why[1200];
-    if (p.forward.len && forward_upstream(s, r, &p.forward, why, sizeof why) != 0) {
+    long upstream_status = 0;
+    uint32_t retry_after = 60;
+    if (p.forward.len &&
+        forward_upstream(s, r, &p.forward, why, sizeof why, &upstream_status, &retry_after) != 0) {
         tm_srv_processed_release(&p);
-        answer_error(s, r, 503, why);
+        /* nothing of the envelope is kept; the client learns whether sending it again can help: a
+         * refusal (4xx) is passed on, a rate limit with the upstream's Retry-After, a failure is 503 */
+        if (upstream_status == 429)
+            answer_json_field(s, r, 429, "detail", why, strlen(why), retry_after, why);
+        else if (upstream_status >= 400 && upstream_status <= 499 && upstream_status != 408)
+            answer_error(s, r, (unsigned)upstream_status, why);
+        else
+            answer_error(s, r, 503, why);
         return;
     }
     if ((st = hand_over(s, &p, &err)) != TM_OK) {

@@ -1105,6 +1105,26 @@ Test(serve, other_items_forwarded_upstream) {
 }
 
 /* SIGTERM while a request is in flight: it is answered, then exit 0. */
+/* An upstream that refuses the forwarded items (4xx) has its answer passed
+ * on, not turned into a 503 that asks the client to send it again for
+ * ever; nothing of the envelope is kept either way. */
+Test(serve, an_upstream_refusal_is_passed_on) {
+    char *dir = ts_temp_dir("tm_serve_up");
+    ts_server up = ts_server_start(dir, 0, "projects:\n  - id: 43\n    public_keys: [" OTHER_KEY "]\n");
+    free(dir);
+    char *yaml = ts_fmt("upstream: http://127.0.0.1:%d\n", up.port);
+    ts_server s = start_server(yaml);
+    const char *env = "{}\n{\"type\":\"event\",\"length\":11}\n{\"x\":\"evt\"}\n";
+    response r = post(s.port, env, strlen(env));
+    cr_assert_eq(r.status, 401, "the upstream knows no key of project 42: %s", r.body.data);
+    cr_assert(strstr(r.body.data, "upstream") && strstr(r.body.data, "401"), "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from outcomes"), 0);
+    ts_server_free(&s);
+    ts_server_free(&up);
+    free(yaml);
+}
+
 Test(serve, sigterm_drains_requests_in_flight) {
     ts_server s = start_server(NULL);
     chunk c = make_chunk(601);
