@@ -484,7 +484,8 @@ typedef struct tm_srv_processed {
     tm_srv_buf forward;      /* items for the upstream (an envelope), or empty */
     unsigned http_status;    /* 200, or 429 when rate limited */
     uint32_t retry_after_s;  /* with 429 */
-    tm_srv_view event_id;    /* the envelope header's */
+    tm_srv_view event_id;    /* the envelope header's, normalised (32 lowercase hex digits) into event_id_hex */
+    char event_id_hex[TM_SRV_UUID_HEX + 1];
 } tm_srv_processed;
 
 typedef struct tm_srv_context {

@@ -1125,6 +1125,27 @@ Test(serve, an_upstream_refusal_is_passed_on) {
     free(yaml);
 }
 
+/* The envelope header's event_id is a UUID, as Relay's EventId: answered
+ * as 32 lowercase hex digits, and refused (400) when it is not one (it was
+ * echoed as sent, escapes and all). */
+Test(serve, the_event_id_is_a_uuid) {
+    ts_server s = start_server(NULL);
+    const char *dashed = "{\"event_id\":\"ABCDEF01-2345-6789-ABCD-EF0123456789\"}\n";
+    response r = post(s.port, dashed, strlen(dashed));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    cr_assert_str_eq(r.body.data, "{\"id\":\"abcdef0123456789abcdef0123456789\"}");
+    response_free(&r);
+    const char *const bad[] = {"{\"event_id\":\"not-a-uuid\"}\n", "{\"event_id\":\"\\u0041bc\"}\n",
+                               "{\"event_id\":\"\xff\xfe\"}\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        r = post(s.port, bad[i], strlen(bad[i]));
+        cr_assert_eq(r.status, 400, "%s: %s", bad[i], r.body.data);
+        cr_assert(strstr(r.body.data, "event_id is not a UUID"), "%s", r.body.data);
+        response_free(&r);
+    }
+    ts_server_free(&s);
+}
+
 Test(serve, sigterm_drains_requests_in_flight) {
     ts_server s = start_server(NULL);
     chunk c = make_chunk(601);
