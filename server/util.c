@@ -80,27 +80,25 @@ int tm_srv_json_string(tm_srv_buf *out, const char *s, size_t len) {
                 continue;
             }
             memcpy(esc + 1, "\\x", 2);
-            esc[3] = hex[u[i] >> 4];
-            esc[4] = hex[u[i] & 15];
             esc_len = 5;
-            if (tm_srv_buf_append(out, s + run, i - run) || tm_srv_buf_append(out, esc, esc_len)) return -1;
-            run = i + 1;
-            continue;
+        } else {
+            switch (u[i]) {
+            case '"': esc[1] = '"'; break;
+            case '\\': esc[1] = '\\'; break;
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            default:
+                if (u[i] >= 0x20) continue;
+                memcpy(esc + 1, "u00", 3);
+                esc_len = 6;
+            }
         }
-        switch (u[i]) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        default:
-            if (u[i] >= 0x20) continue;
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[u[i] >> 4];
-            esc[5] = hex[u[i] & 15];
-            esc_len = 6;
+        if (esc_len > 2) { /* the byte in hex ends \xNN and \u00NN */
+            esc[esc_len - 2] = hex[u[i] >> 4];
+            esc[esc_len - 1] = hex[u[i] & 15];
         }
         if (tm_srv_buf_append(out, s + run, i - run) || tm_srv_buf_append(out, esc, esc_len)) return -1;
         run = i + 1;

@@ -89,6 +89,14 @@ static size_t build_with(const char *compiler, const char *name, const char *cfl
 
 static size_t build(const char *name, const char *cflags, uint8_t id[64]) { return build_with("cc", name, cflags, id); }
 
+/* "ab/cdef...": a build id's path under .build-id/ (without ".debug"). */
+static const char *build_id_path(const uint8_t id[20]) {
+    static char path[48];
+    int n = snprintf(path, sizeof path, "%02x/", id[0]);
+    for (int i = 1; i < 20; i++) n += snprintf(path + n, sizeof path - (size_t)n, "%02x", id[i]);
+    return path;
+}
+
 /* [start, end) of a function, from nm. */
 static void symbol_range(const char *name, const char *fn, uint64_t *start, uint64_t *end) {
     char *out = capture("nm -S --defined-only %s/%s | awk '$4 == \"%s\" {print $1, $2}'", dir, name, fn);
@@ -206,28 +214,39 @@ static char *addr2line(const char *name, uint64_t pc) {
     return out.data;
 }
 
-static void compare_with_addr2line(const char *compiler, const char *name, const char *cflags, size_t *inlined) {
-    uint8_t id[64];
-    size_t id_len = build_with(compiler, name, cflags, id);
+/* Every pc of work in dir/name (build id id), symbolized with dir as the
+ * symbol directory and loaded as SQL tables: *pcs and *n the pcs, out the
+ * symbolized trace (the tables' strings point into it). */
+static tm_db *symbolize_work(const char *name, const uint8_t *id, size_t id_len, uint64_t **pcs, size_t *n,
+                             tu_membuf *out, tm_symbolize_stats *st) {
     uint64_t start, end;
     symbol_range(name, "work", &start, &end);
-    size_t n = (size_t)(end - start);
-    cr_assert(n > 4 && n < 4096);
-    uint64_t *pcs = calloc(n, sizeof *pcs);
-    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
+    *n = (size_t)(end - start);
+    cr_assert(*n > 4 && *n < 4096);
+    *pcs = calloc(*n, sizeof **pcs);
+    for (size_t i = 0; i < *n; i++) (*pcs)[i] = start + i;
     char path[128];
     snprintf(path, sizeof path, "/nonexistent/%s", name); /* found by file name in the symbol directory */
     tb_buf t = {0};
-    trace_of(&t, path, id, id_len, pcs, n, NULL);
-    tu_membuf out = {0};
-    tm_symbolize_stats st;
+    trace_of(&t, path, id, id_len, *pcs, *n, NULL);
     const char *dirs[1] = {dir};
-    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
-    cr_assert_eq(st.mappings_symbolized, 1);
-    cr_assert_eq(st.frames, n);
+    symbolize(&t, dirs, 1, NULL, 0, out, st);
+    tb_free(&t);
     tm_db *db = NULL;
     tm_error err;
-    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_db_new(out->data, out->len, NULL, &db, &err), TM_OK, "%s", err.message);
+    return db;
+}
+
+static void compare_with_addr2line(const char *compiler, const char *name, const char *cflags, size_t *inlined) {
+    uint8_t id[64];
+    size_t id_len = build_with(compiler, name, cflags, id), n;
+    uint64_t *pcs;
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    tm_db *db = symbolize_work(name, id, id_len, &pcs, &n, &out, &st);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.frames, n);
     size_t same = 0;
     *inlined = 0;
     for (size_t i = 0; i < n; i++) {
@@ -241,7 +260,6 @@ static void compare_with_addr2line(const char *compiler, const char *name, const
     cr_assert_geq(same * 100, n * 99, "%zu of %zu pcs agree with addr2line", same, n);
     tm_db_free(db);
     tu_membuf_free(&out);
-    tb_free(&t);
     free(pcs);
 }
 
@@ -264,21 +282,11 @@ Test(symbolize, every_pc_as_addr2line_O2_with_inlining) {
  * the function's name never carries mix's lines. */
 Test(symbolize, inlined_calls_of_gcc_lto) {
     uint8_t id[64];
-    size_t id_len = build("lto", "-O2 -flto", id);
-    uint64_t start, end;
-    symbol_range("lto", "work", &start, &end);
-    size_t n = (size_t)(end - start);
-    uint64_t *pcs = calloc(n, sizeof *pcs);
-    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
-    tb_buf t = {0};
-    trace_of(&t, "/nonexistent/lto", id, id_len, pcs, n, NULL);
+    size_t id_len = build("lto", "-O2 -flto", id), n;
+    uint64_t *pcs;
     tu_membuf out = {0};
     tm_symbolize_stats st;
-    const char *dirs[1] = {dir};
-    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
-    tm_db *db = NULL;
-    tm_error err;
-    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    tm_db *db = symbolize_work("lto", id, id_len, &pcs, &n, &out, &st);
     char in_work[160], in_mix[160];
     snprintf(in_mix, sizeof in_mix, "|work %s/prog.c:9", dir);
     size_t inlined = 0;
@@ -300,7 +308,6 @@ Test(symbolize, inlined_calls_of_gcc_lto) {
     cr_assert_gt(inlined, 0, "mix is inlined into work at -O2 -flto");
     tm_db_free(db);
     tu_membuf_free(&out);
-    tb_free(&t);
     free(pcs);
 }
 
@@ -364,21 +371,11 @@ Test(symbolize, relative_source_paths_are_made_absolute) {
                     dir),
                  0);
     uint8_t id[64];
-    size_t id_len = build_id_of("rel", id);
-    uint64_t start, end;
-    symbol_range("rel", "work", &start, &end);
-    size_t n = (size_t)(end - start);
-    uint64_t *pcs = calloc(n, sizeof *pcs);
-    for (size_t i = 0; i < n; i++) pcs[i] = start + i;
-    tb_buf t = {0};
-    trace_of(&t, "/nonexistent/rel", id, id_len, pcs, n, NULL);
+    size_t id_len = build_id_of("rel", id), n;
+    uint64_t *pcs;
     tu_membuf out = {0};
     tm_symbolize_stats st;
-    const char *dirs[1] = {dir};
-    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
-    tm_db *db = NULL;
-    tm_error err;
-    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    tm_db *db = symbolize_work("rel", id, id_len, &pcs, &n, &out, &st);
     char want[160];
     snprintf(want, sizeof want, "%s/src/prog.c:", dir);
     size_t inlined = 0, same = 0;
@@ -393,7 +390,6 @@ Test(symbolize, relative_source_paths_are_made_absolute) {
     cr_assert_geq(same * 100, n * 99, "%zu of %zu pcs agree with addr2line", same, n);
     tm_db_free(db);
     tu_membuf_free(&out);
-    tb_free(&t);
     free(pcs);
 }
 
@@ -430,27 +426,33 @@ Test(symbolize, compressed_debug_sections_are_read_or_said_unreadable) {
     }
 }
 
-/* A stripped binary elsewhere; its DWARF only in SYMS/.build-id/ab/cdef.debug. */
-Test(symbolize, separate_debug_file_by_build_id) {
-    uint8_t id[64];
-    size_t id_len = build("inl", "-O2", id);
-    cr_assert_eq(sh("cd %s && mkdir -p syms/.build-id/%02x && objcopy --only-keep-debug inl syms/.build-id/%02x/"
-                    "%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x.debug && "
-                    "strip -o stripped inl",
-                    dir, id[0], id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11],
-                    id[12], id[13], id[14], id[15], id[16], id[17], id[18], id[19]),
-                 0);
+/* The first pc of work in dir/inl as the one frame of a mapping at path
+ * (build id id), symbolized with dirs: out the symbolized trace. */
+static void symbolize_work_start(const char *path, const uint8_t *id, size_t id_len, const char *const *dirs,
+                                 size_t n_dirs, tu_membuf *out, tm_symbolize_stats *st) {
     uint64_t start, end;
     symbol_range("inl", "work", &start, &end);
     uint64_t pcs[1] = {start};
     tb_buf t = {0};
-    trace_of(&t, "/opt/app/inl", id, id_len, pcs, 1, NULL);
+    trace_of(&t, path, id, id_len, pcs, 1, NULL);
+    symbolize(&t, dirs, n_dirs, NULL, 0, out, st);
+    tb_free(&t);
+}
+
+/* A stripped binary elsewhere; its DWARF only in SYMS/.build-id/ab/cdef.debug. */
+Test(symbolize, separate_debug_file_by_build_id) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    cr_assert_eq(sh("cd %s && mkdir -p syms/.build-id/%02x && objcopy --only-keep-debug inl syms/.build-id/%s.debug && "
+                    "strip -o stripped inl",
+                    dir, id[0], build_id_path(id)),
+                 0);
     char syms[96];
     snprintf(syms, sizeof syms, "%s/syms", dir);
     const char *dirs[1] = {syms};
     tu_membuf out = {0};
     tm_symbolize_stats st;
-    symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+    symbolize_work_start("/opt/app/inl", id, id_len, dirs, 1, &out, &st);
     cr_assert_eq(st.mappings_symbolized, 1);
     cr_assert_eq(st.frames_with_lines, 1);
     tm_trace *tr = NULL;
@@ -464,7 +466,6 @@ Test(symbolize, separate_debug_file_by_build_id) {
     cr_assert_str_eq(label, want);
     tm_trace_free(tr);
     tu_membuf_free(&out);
-    tb_free(&t);
 }
 
 /* A FIFO where libdwfl looks for a stripped file's DWARF (by build id, or
@@ -474,32 +475,25 @@ Test(symbolize, a_fifo_among_the_debug_files_is_not_opened, .timeout = 60) {
     uint8_t id[64];
     size_t id_len = build("inl", "-O2", id);
     cr_assert_eq(sh("cd %s && mkdir -p fifo1/.build-id/%02x fifo2 && strip -g -o fifo1/inl inl && "
-                    "mkfifo fifo1/.build-id/%02x/%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x"
-                    "%02x%02x.debug && objcopy --only-keep-debug inl inl.debug && strip -g -o fifo2/inl inl && "
-                    "objcopy --add-gnu-debuglink=inl.debug fifo2/inl && mkfifo fifo2/inl.debug",
-                    dir, id[0], id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11],
-                    id[12], id[13], id[14], id[15], id[16], id[17], id[18], id[19]),
+                    "mkfifo fifo1/.build-id/%s.debug && objcopy --only-keep-debug inl inl.debug && "
+                    "strip -g -o fifo2/inl inl && objcopy --add-gnu-debuglink=inl.debug fifo2/inl && "
+                    "mkfifo fifo2/inl.debug",
+                    dir, id[0], build_id_path(id)),
                  0);
     uint8_t id2[64];
     cr_assert_eq(build_id_of("fifo2/inl", id2), id_len);
     cr_assert_eq(memcmp(id, id2, id_len), 0, "objcopy kept the build id");
-    uint64_t start, end;
-    symbol_range("inl", "work", &start, &end);
-    uint64_t pcs[1] = {start};
     for (int k = 1; k <= 2; k++) {
-        tb_buf t = {0};
-        trace_of(&t, "/opt/app/inl", id, id_len, pcs, 1, NULL);
         char syms[96];
         snprintf(syms, sizeof syms, "%s/fifo%d", dir, k);
         const char *dirs[1] = {syms};
         tu_membuf out = {0};
         tm_symbolize_stats st;
-        symbolize(&t, dirs, 1, NULL, 0, &out, &st);
+        symbolize_work_start("/opt/app/inl", id, id_len, dirs, 1, &out, &st);
         cr_assert_eq(st.mappings_symbolized, 1, "fifo%d", k);
         cr_assert_eq(st.frames_symbolized, 1, "fifo%d: named from the symbol table", k);
         cr_assert_eq(st.frames_with_lines, 0, "fifo%d", k);
         tu_membuf_free(&out);
-        tb_free(&t);
     }
 }
 
@@ -510,26 +504,18 @@ Test(symbolize, a_cut_debug_file_gives_way_to_a_whole_candidate) {
     uint8_t id[64];
     size_t id_len = build("inl", "-O2", id);
     cr_assert_eq(sh("cd %s && mkdir -p cut/.build-id/%02x && objcopy --only-keep-debug inl inl.full.debug && "
-                    "head -c 3000 inl.full.debug > cut/.build-id/%02x/%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x"
-                    "%02x%02x%02x%02x%02x%02x%02x%02x.debug",
-                    dir, id[0], id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11],
-                    id[12], id[13], id[14], id[15], id[16], id[17], id[18], id[19]),
+                    "head -c 3000 inl.full.debug > cut/.build-id/%s.debug",
+                    dir, id[0], build_id_path(id)),
                  0);
-    uint64_t start, end;
-    symbol_range("inl", "work", &start, &end);
-    uint64_t pcs[1] = {start};
-    tb_buf t = {0};
-    trace_of(&t, "/nonexistent/inl", id, id_len, pcs, 1, NULL);
     char cut[96];
     snprintf(cut, sizeof cut, "%s/cut", dir);
     const char *dirs[2] = {cut, dir}; /* the cut file first, the binary by name after it */
     tu_membuf out = {0};
     tm_symbolize_stats st;
-    symbolize(&t, dirs, 2, NULL, 0, &out, &st);
+    symbolize_work_start("/nonexistent/inl", id, id_len, dirs, 2, &out, &st);
     cr_assert_eq(st.mappings_symbolized, 1);
     cr_assert_eq(st.frames_with_lines, 1, "the cut file was taken");
     tu_membuf_free(&out);
-    tb_free(&t);
 }
 
 Test(symbolize, outcomes_are_counted_not_errors) {
