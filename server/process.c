@@ -591,13 +591,12 @@ tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t 
     tm_status st = tm_srv_envelope_parse(body, len, &env, err);
     if (st != TM_OK) return st;
     /* a UUID, as Relay's EventId: answered and put in outcomes as 32 lowercase hex digits */
-    if (env.event_id.ptr) {
-        if (!tm_srv_uuid_normalize(env.event_id.ptr, env.event_id.len, out->event_id_hex))
-            return tm_srv_fail(err, TM_ERR_MALFORMED, (uint64_t)((const uint8_t *)env.event_id.ptr - body),
-                               "the envelope header's event_id is not a UUID");
+    if (env.event_id.ptr && !tm_srv_uuid_normalize(env.event_id.ptr, env.event_id.len, out->event_id_hex))
+        st = tm_srv_fail(err, TM_ERR_MALFORMED, (uint64_t)((const uint8_t *)env.event_id.ptr - body),
+                         "the envelope header's event_id is not a UUID");
+    else if (env.event_id.ptr)
         out->event_id = (tm_srv_view){out->event_id_hex, TM_SRV_UUID_HEX};
-    }
-    st = rate_limit(ctx, &env, out, err);
+    if (st == TM_OK) st = rate_limit(ctx, &env, out, err);
     if (st == TM_OK && out->http_status == 200 && ctx->keep_other_items) {
         /* the envelope header heads whatever is forwarded */
         if (tm_srv_buf_append(&out->forward, env.header.ptr, env.header.len) ||
