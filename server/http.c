@@ -121,6 +121,7 @@ typedef struct request {
     tm_srv_buf body;
     tm_srv_envelope_scan scan;
     unsigned error_status; /* non-zero: refused */
+    const char *allow;     /* the route's methods, for a 405's Allow header */
     char error[256];
     char auth_header[512]; /* forwarded upstream */
 } request;
@@ -218,6 +219,8 @@ static void answer(tm_srv_server *s, request *r, unsigned status, const char *ct
              outcome);
     char headers[256];
     int n = snprintf(headers, sizeof headers, "Content-Type: %s\r\n", ctype);
+    if (status == 405 && r->allow) /* RFC 9110: a 405 says what the resource takes */
+        n += snprintf(headers + n, sizeof headers - (size_t)n, "Allow: %s\r\n", r->allow);
     if (retry_after) {
         n += snprintf(headers + n, sizeof headers - (size_t)n, "Retry-After: %u\r\n", retry_after);
         if (status == 429)
@@ -615,10 +618,13 @@ static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     int path = envelope_path(h->path, &r->project_id);
     if (strcmp(h->path, "/healthz") == 0) {
         r->route = get ? ROUTE_HEALTH : ROUTE_BAD_METHOD;
+        r->allow = "GET, HEAD";
     } else if (strcmp(h->path, "/metrics") == 0) {
         r->route = get ? ROUTE_METRICS : ROUTE_BAD_METHOD;
+        r->allow = "GET, HEAD";
     } else if (path) {
         r->route = strcmp(h->method, "POST") == 0 ? ROUTE_ENVELOPE : ROUTE_BAD_METHOD;
+        r->allow = "POST";
         if (path < 0) refuse(r, 400, "the project id in the URL must be a decimal number without leading zeros");
     } else {
         r->route = ROUTE_NOT_FOUND;

@@ -646,6 +646,11 @@ Test(serve, authentication) {
     response_free(&r);
     r = request(s.port, "GET", "/api/42/envelope/", auth_headers, NULL, 0);
     cr_assert_eq(r.status, 405);
+    cr_assert(strcasestr(r.headers.data, "\r\nAllow: POST\r\n"), "a 405 says what is allowed: %s", r.headers.data);
+    response_free(&r);
+    r = request(s.port, "POST", "/healthz", NULL, "x", 1);
+    cr_assert_eq(r.status, 405);
+    cr_assert(strcasestr(r.headers.data, "\r\nAllow: GET, HEAD\r\n"), "%s", r.headers.data);
     response_free(&r);
     r = request(s.port, "GET", "/nope", NULL, NULL, 0);
     cr_assert_eq(r.status, 404);
