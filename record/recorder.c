@@ -581,19 +581,27 @@ static void *collector_main(void *arg) {
     return NULL;
 }
 
+/* What is left of timeout_ms since start (CLOCK_MONOTONIC), into *left; 0
+ * when nothing is. Async-signal-safe. */
+static int time_left(const struct timespec *start, uint32_t timeout_ms, struct timespec *left) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t left_ns = (int64_t)timeout_ms * 1000000 -
+                      ((int64_t)(now.tv_sec - start->tv_sec) * 1000000000 + (now.tv_nsec - start->tv_nsec));
+    if (left_ns <= 0) return 0;
+    *left = (struct timespec){(time_t)(left_ns / 1000000000), (long)(left_ns % 1000000000)};
+    return 1;
+}
+
 int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms) {
     if (!r || r->state != R_RUNNING) return 0;
     if (gettid() == r->collector_tid) return 0; /* it cannot wait for itself */
     atomic_store(&r->end_requested, 1);
     wake_collector(r);
-    struct timespec start, now;
+    struct timespec start, left;
     clock_gettime(CLOCK_MONOTONIC, &start);
     while (!atomic_load(&r->ended)) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        int64_t left_ns = (int64_t)timeout_ms * 1000000 - ((int64_t)(now.tv_sec - start.tv_sec) * 1000000000 +
-                                                           (now.tv_nsec - start.tv_nsec));
-        if (left_ns <= 0) return 0;
-        struct timespec left = {(time_t)(left_ns / 1000000000), (long)(left_ns % 1000000000)};
+        if (!time_left(&start, timeout_ms, &left)) return 0;
         futex(&r->ended, FUTEX_WAIT_PRIVATE, 0, &left);
     }
     return 1;
@@ -604,17 +612,12 @@ int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms) {
     if (gettid() == r->collector_tid) return 0; /* it cannot wait for itself */
     uint32_t ticket = atomic_fetch_add(&r->maps_requested, 1) + 1;
     wake_collector(r);
-    struct timespec start, now;
+    struct timespec start, left;
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         uint32_t served = atomic_load(&r->maps_served);
         if ((int32_t)(served - ticket) >= 0) return 1;
-        if (atomic_load(&r->ended)) return 0;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        int64_t left_ns = (int64_t)timeout_ms * 1000000 - ((int64_t)(now.tv_sec - start.tv_sec) * 1000000000 +
-                                                           (now.tv_nsec - start.tv_nsec));
-        if (left_ns <= 0) return 0;
-        struct timespec left = {(time_t)(left_ns / 1000000000), (long)(left_ns % 1000000000)};
+        if (atomic_load(&r->ended) || !time_left(&start, timeout_ms, &left)) return 0;
         futex(&r->maps_served, FUTEX_WAIT_PRIVATE, served, &left);
     }
 }

@@ -580,6 +580,19 @@ static const char *absolute(tm_elf *e, const char *file, const char *comp_dir) {
     return p;
 }
 
+/* The caller's location: where the inlined call sc was made (its
+ * DW_AT_call_file in the unit's files, and DW_AT_call_line). */
+static void call_site(tm_elf *e, Dwarf_Die *sc, Dwarf_Files *files, size_t nfiles, const char *comp_dir,
+                      const char **file, int *line) {
+    Dwarf_Attribute a;
+    Dwarf_Word v;
+    *file = NULL;
+    *line = 0;
+    if (files && dwarf_formudata(dwarf_attr(sc, DW_AT_call_file, &a), &v) == 0 && v < nfiles)
+        *file = absolute(e, dwarf_filesrc(files, v, NULL, NULL), comp_dir);
+    if (dwarf_formudata(dwarf_attr(sc, DW_AT_call_line, &a), &v) == 0 && v <= INT32_MAX) *line = (int)v;
+}
+
 void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, size_t *n) {
     *n = 0;
     if (!cap) return;
@@ -628,14 +641,7 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
         lines[*n] = (tm_elf_line){name ? name : "", file, line > 0 ? (uint32_t)line : 0};
         (*n)++;
         if (tag == DW_TAG_subprogram) break;
-        /* the caller's location: where this inlined call was made */
-        Dwarf_Attribute a;
-        Dwarf_Word v;
-        file = NULL;
-        line = 0;
-        if (files && dwarf_formudata(dwarf_attr(sc, DW_AT_call_file, &a), &v) == 0 && v < nfiles)
-            file = absolute(e, dwarf_filesrc(files, v, NULL, NULL), comp_dir);
-        if (dwarf_formudata(dwarf_attr(sc, DW_AT_call_line, &a), &v) == 0 && v <= INT32_MAX) line = (int)v;
+        call_site(e, sc, files, nfiles, comp_dir, &file, &line);
         Dwarf_Die *outer = NULL;
         int no = dwarf_getscopes_die(sc, &outer);
         tm_free_foreign(scopes);
@@ -652,13 +658,7 @@ void tm_elf_resolve(tm_elf *e, uint64_t rel_pc, tm_elf_line *lines, size_t cap, 
             const char *name = scope_name(e, &chain[i], addr);
             lines[(*n)++] = (tm_elf_line){name ? name : "", file, line > 0 ? (uint32_t)line : 0};
             if (dwarf_tag(&chain[i]) == DW_TAG_subprogram) break;
-            Dwarf_Attribute a;
-            Dwarf_Word v;
-            file = NULL;
-            line = 0;
-            if (files && dwarf_formudata(dwarf_attr(&chain[i], DW_AT_call_file, &a), &v) == 0 && v < nfiles)
-                file = absolute(e, dwarf_filesrc(files, v, NULL, NULL), comp_dir);
-            if (dwarf_formudata(dwarf_attr(&chain[i], DW_AT_call_line, &a), &v) == 0 && v <= INT32_MAX) line = (int)v;
+            call_site(e, &chain[i], files, nfiles, comp_dir, &file, &line);
         }
     }
     /* No DWARF function there: the symbol's name, with the line-table row
