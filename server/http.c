@@ -3,8 +3,10 @@
  * thread per connection): routes, DSN authentication, request bodies
  * decoded and checked as they stream in, envelope processing, durable
  * hand-over to Kafka or the local store before the answer, upstream
- * forwarding of other item types (libcurl), /healthz and /metrics, the
- * connection and request budgets, the access log, and the drain on stop.
+ * forwarding of other item types (libcurl), the legacy store endpoint (an
+ * event wrapped in an envelope), CORS for browser SDKs, /healthz and
+ * /metrics, the connection and request budgets, the access log, and the
+ * drain on stop.
  *
  * Budgets. Every connection is registered from accept to close; one over
  * max_connections or max_connections_per_ip gets 503 at its first request's
@@ -97,7 +99,14 @@ struct tm_srv_server {
     int have_reaper, have_sync;
 };
 
-typedef enum route { ROUTE_ENVELOPE, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_NOT_FOUND, ROUTE_BAD_METHOD } route;
+typedef enum route {
+    ROUTE_ENVELOPE, /* and the legacy store endpoint */
+    ROUTE_PREFLIGHT, /* a browser's CORS OPTIONS before it posts */
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_NOT_FOUND,
+    ROUTE_BAD_METHOD
+} route;
 
 typedef struct request {
     route route;
@@ -110,6 +119,8 @@ typedef struct request {
     int keep_alive;        /* the head allows the connection to stay */
     int close;             /* answer with Connection: close: the body was not read */
     int closing;           /* the answer closed the connection (or could not be written) */
+    int api;               /* an /api/ID/ endpoint: answers carry the CORS headers */
+    int legacy_store;      /* /api/ID/store/: the body is one JSON event, not an envelope */
     /* envelope requests */
     uint64_t project_id;   /* from the URL */
     const tm_srv_project *project;
@@ -217,10 +228,23 @@ static void answer(tm_srv_server *s, request *r, unsigned status, const char *ct
     tm_srv_metrics_request(s->metrics, status, r->bytes_in, seconds);
     log_line(s, r->conn->client, r->method, r->path, r->project ? r->project->id : 0, status, r->bytes_in, seconds,
              outcome);
-    char headers[256];
+    char headers[768];
     int n = snprintf(headers, sizeof headers, "Content-Type: %s\r\n", ctype);
     if (status == 405 && r->allow) /* RFC 9110: a 405 says what the resource takes */
         n += snprintf(headers + n, sizeof headers - (size_t)n, "Allow: %s\r\n", r->allow);
+    /* A browser SDK posts from its page's origin with the key in the query
+     * (no cookies): any origin may, and its script may read why it was
+     * refused or slowed down. The preflight also says what may be sent. */
+    if (r->api)
+        n += snprintf(headers + n, sizeof headers - (size_t)n,
+                      "Access-Control-Allow-Origin: *\r\n"
+                      "Access-Control-Expose-Headers: Retry-After, X-Sentry-Rate-Limits, X-Sentry-Error\r\n");
+    if (r->route == ROUTE_PREFLIGHT && status == 200)
+        n += snprintf(headers + n, sizeof headers - (size_t)n,
+                      "Access-Control-Allow-Methods: POST, OPTIONS\r\n"
+                      "Access-Control-Allow-Headers: Content-Type, Content-Encoding, X-Sentry-Auth, Authorization, "
+                      "Authentication, X-Requested-With, Origin, Accept, sentry-trace, baggage\r\n"
+                      "Access-Control-Max-Age: 3600\r\n");
     if (retry_after) {
         n += snprintf(headers + n, sizeof headers - (size_t)n, "Retry-After: %u\r\n", retry_after);
         if (status == 429)
@@ -347,6 +371,10 @@ static void authenticate(tm_srv_server *s, request *r, const tm_srv_http_head *h
         key = query_key, key_len = query_key_len;
         snprintf(r->auth_header, sizeof r->auth_header, "X-Sentry-Auth: Sentry sentry_key=%.*s", (int)key_len, key);
     }
+    if ((!key || !key_len) && r->legacy_store) { /* an event has no envelope header to bring a dsn */
+        refuse(r, 401, "missing authorization: X-Sentry-Auth header or sentry_key query parameter");
+        return;
+    }
     if (!key || !key_len) {
         r->auth_pending = 1;
         return;
@@ -385,13 +413,15 @@ static void authenticate_dsn(tm_srv_server *s, request *r) {
     }
 }
 
-/* "/api/<project_id>/envelope/" (the trailing slash optional): 1 with the
- * id, -1 for an id that is not canonical decimal, 0 for another path. */
-static int envelope_path(const char *url, uint64_t *project_id) {
+/* "/api/<project_id>/envelope/" or the legacy ".../store/" (the trailing
+ * slash optional): 1 with the id (*store set for the latter), -1 for an id
+ * that is not canonical decimal, 0 for another path. */
+static int api_path(const char *url, uint64_t *project_id, int *store) {
     if (strncmp(url, "/api/", 5) != 0) return 0;
     const char *id = url + 5, *p = id;
     while (*p >= '0' && *p <= '9') p++;
-    if (p == id || (strcmp(p, "/envelope/") != 0 && strcmp(p, "/envelope") != 0)) return 0;
+    *store = strcmp(p, "/store/") == 0 || strcmp(p, "/store") == 0;
+    if (p == id || (!*store && strcmp(p, "/envelope/") != 0 && strcmp(p, "/envelope") != 0)) return 0;
     return canonical_id(id, (size_t)(p - id), project_id) ? 1 : -1;
 }
 
@@ -439,6 +469,8 @@ static void feed_body(tm_srv_server *s, request *r, const char *data, size_t len
         if (tm_srv_decoder_feed_part(r->decoder, data, len, SCAN_QUOTA, &used, &r->body, &err) != TM_OK) {
             refuse(r, err.code == TM_ERR_LIMIT ? 413 : err.code == TM_ERR_NOMEM ? 503 : 400,
                    "request body: %s (at encoded byte %llu)", err.message, (unsigned long long)err.offset);
+        } else if (r->legacy_store) {
+            /* one JSON event: read whole once it is in */
         } else if (tm_srv_envelope_scan_feed(&r->scan, r->body.data, r->body.len,
                                              s->cfg->limits.max_envelope_size, &err) != TM_OK) {
             refuse(r, err.code == TM_ERR_LIMIT ? 413 : 400, "invalid envelope at byte %llu: %s",
@@ -515,6 +547,14 @@ static void finish_envelope(tm_srv_server *s, request *r) {
     if (!r->error_status && tm_srv_decoder_finish(r->decoder, &r->body, &err) != TM_OK)
         refuse(r, err.code == TM_ERR_LIMIT ? 413 : 400, "request body: %s", err.message);
     if (!r->error_status && r->auth_pending) authenticate_dsn(s, r); /* the body ended inside the header */
+    if (!r->error_status && r->legacy_store) {
+        tm_srv_buf wrapped = {0};
+        if (tm_srv_event_envelope(r->body.data, r->body.len, &wrapped, &err) != TM_OK)
+            refuse(r, err.code == TM_ERR_NOMEM ? 503 : 400, "invalid event at byte %llu: %s",
+                   (unsigned long long)err.offset, err.message);
+        tm_srv_buf_release(&r->body);
+        r->body = wrapped;
+    }
     if (r->error_status) {
         answer_error(s, r, r->error_status, r->error);
         return;
@@ -615,7 +655,7 @@ static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     /* an answer given before the body is read ends the connection */
     r->close = (h->has_length && h->content_length) || h->chunked;
     int get = strcmp(h->method, "GET") == 0 || r->head_only;
-    int path = envelope_path(h->path, &r->project_id);
+    int path = api_path(h->path, &r->project_id, &r->legacy_store);
     if (strcmp(h->path, "/healthz") == 0) {
         r->route = get ? ROUTE_HEALTH : ROUTE_BAD_METHOD;
         r->allow = "GET, HEAD";
@@ -623,8 +663,11 @@ static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
         r->route = get ? ROUTE_METRICS : ROUTE_BAD_METHOD;
         r->allow = "GET, HEAD";
     } else if (path) {
-        r->route = strcmp(h->method, "POST") == 0 ? ROUTE_ENVELOPE : ROUTE_BAD_METHOD;
-        r->allow = "POST";
+        r->api = 1;
+        r->route = strcmp(h->method, "POST") == 0      ? ROUTE_ENVELOPE
+                   : strcmp(h->method, "OPTIONS") == 0 ? ROUTE_PREFLIGHT
+                                                        : ROUTE_BAD_METHOD;
+        r->allow = "POST, OPTIONS";
         if (path < 0) refuse(r, 400, "the project id in the URL must be a decimal number without leading zeros");
     } else {
         r->route = ROUTE_NOT_FOUND;
@@ -639,7 +682,8 @@ static void begin(tm_srv_server *s, request *r, const tm_srv_http_head *h) {
     } else if (!r->error_status) {
         if (r->route == ROUTE_BAD_METHOD) refuse(r, 405, "method not allowed");
         if (r->route == ROUTE_NOT_FOUND)
-            refuse(r, 404, "not found: the envelope endpoint is POST /api/<project_id>/envelope/");
+            refuse(r, 404, "not found: the envelope endpoint is POST /api/<project_id>/envelope/ (events also "
+                           "POST /api/<project_id>/store/)");
     }
 }
 
@@ -732,6 +776,9 @@ static int serve_request(tm_srv_server *s, conn *c) {
             break;
         case ROUTE_HEALTH:
             answer(s, &r, 200, "text/plain", "ok\n", 3, 0, "ok");
+            break;
+        case ROUTE_PREFLIGHT:
+            answer(s, &r, 200, "application/json", "{}", 2, 0, "preflight");
             break;
         case ROUTE_METRICS:
             answer_metrics(s, &r);

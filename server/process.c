@@ -583,6 +583,30 @@ static tm_status rate_limit(const tm_srv_context *ctx, const tm_srv_envelope *en
     return TM_OK;
 }
 
+tm_status tm_srv_event_envelope(const uint8_t *event, size_t len, tm_srv_buf *out, tm_error *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)event, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return tm_srv_fail(err, TM_ERR_MALFORMED, (uint64_t)jerr.position, "the event: %s", jerr.text);
+    char id[TM_SRV_UUID_HEX + 1];
+    const json_t *given = json_object_get(root, "event_id");
+    tm_status st = TM_OK;
+    if (!json_is_object(root))
+        st = tm_srv_fail(err, TM_ERR_MALFORMED, 0, "the event is not a JSON object");
+    else if (given && !json_is_null(given) && !uuid_field(root, "event_id", id))
+        st = tm_srv_fail(err, TM_ERR_MALFORMED, 0, "the event's event_id is not a UUID");
+    else if (!given || json_is_null(given)) {
+        if ((st = tm_srv_random_key(id, err)) == TM_OK) id[12] = '4'; /* a version 4 UUID, as SDKs make them */
+    }
+    json_decref(root);
+    if (st != TM_OK) return st;
+    char head[160];
+    int n = snprintf(head, sizeof head, "{\"event_id\":\"%s\"}\n{\"type\":\"event\",\"length\":%zu}\n", id, len);
+    if (tm_srv_buf_append(out, head, (size_t)n) || tm_srv_buf_append(out, event, len) ||
+        tm_srv_buf_append(out, "\n", 1))
+        return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");
+    return TM_OK;
+}
+
 tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t len, tm_srv_processed *out,
                          tm_error *err) {
     memset(out, 0, sizeof *out);

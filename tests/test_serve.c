@@ -646,7 +646,8 @@ Test(serve, authentication) {
     response_free(&r);
     r = request(s.port, "GET", "/api/42/envelope/", auth_headers, NULL, 0);
     cr_assert_eq(r.status, 405);
-    cr_assert(strcasestr(r.headers.data, "\r\nAllow: POST\r\n"), "a 405 says what is allowed: %s", r.headers.data);
+    cr_assert(strcasestr(r.headers.data, "\r\nAllow: POST, OPTIONS\r\n"), "a 405 says what is allowed: %s",
+              r.headers.data);
     response_free(&r);
     r = request(s.port, "POST", "/healthz", NULL, "x", 1);
     cr_assert_eq(r.status, 405);
@@ -1107,6 +1108,85 @@ Test(serve, other_items_forwarded_upstream) {
     ts_server_free(&up);
     tu_membuf_free(&env);
     free(c.meta), free(yaml);
+}
+
+/* The legacy store endpoint (where SDKs before envelopes, such as
+ * Debian's sentry-sdk 1.9, send errors) takes one JSON event: wrapped in
+ * an envelope, it goes upstream like any other item, and the answer names
+ * its id. It was a 404, so such an SDK lost every error. */
+Test(serve, legacy_store_endpoint_forwards_events) {
+    ts_server up = start_server(NULL);
+    char *yaml = ts_fmt("upstream: http://127.0.0.1:%d\n", up.port);
+    ts_server s = start_server(yaml);
+    const char *event = "{\"event_id\":\"ABCDEF01-2345-6789-ABCD-EF0123456789\",\"message\":\"boom\"}";
+    response r = request(s.port, "POST", "/api/42/store/", auth_headers, event, strlen(event));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    cr_assert_str_eq(r.body.data, "{\"id\":\"abcdef0123456789abcdef0123456789\"}");
+    response_free(&r);
+    char *outcomes = stored_outcomes(up.store);
+    cr_assert(strstr(outcomes, "\"reason\":\"unsupported_item_type\"") && strstr(outcomes, "\"category\":1,"),
+              "the upstream got an event: %s", outcomes);
+    free(outcomes);
+    /* no event_id: one is made; the key in the query, as for envelopes */
+    const char *bare = "{\"message\":\"boom\"}";
+    char *path = ts_fmt("/api/42/store?sentry_key=%s", KEY);
+    r = request(s.port, "POST", path, NULL, bare, strlen(bare));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    cr_assert(strlen(r.body.data) == 41 && strncmp(r.body.data, "{\"id\":\"", 7) == 0, "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(ts_count_rows(up.store, "select count(*) from outcomes"), 2);
+    /* no key: an event has no envelope header to bring a dsn */
+    r = request(s.port, "POST", "/api/42/store/", NULL, bare, strlen(bare));
+    cr_assert_eq(r.status, 401, "%s", r.body.data);
+    response_free(&r);
+    /* not an event: 400 naming the byte, nothing forwarded */
+    r = request(s.port, "POST", path, NULL, "{\"message\":", 11);
+    cr_assert_eq(r.status, 400, "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "invalid event at byte 11"), "%s", r.body.data);
+    response_free(&r);
+    r = request(s.port, "POST", path, NULL, "{\"event_id\":\"x\"}", 16);
+    cr_assert_eq(r.status, 400, "%s", r.body.data);
+    cr_assert(strstr(r.body.data, "event_id is not a UUID"), "%s", r.body.data);
+    response_free(&r);
+    cr_assert_eq(ts_count_rows(up.store, "select count(*) from outcomes"), 2);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 0);
+    ts_server_free(&s);
+    ts_server_free(&up);
+    free(path), free(yaml);
+}
+
+/* A browser SDK posts from its page's origin: the preflight is answered
+ * without a key, and every answer of the API (a refusal too) lets the
+ * page read it. Without them a browser dropped every chunk. */
+Test(serve, cors_for_browser_sdks) {
+    ts_server s = start_server(NULL);
+    const char *const preflight[] = {"Origin: https://app.example", "Access-Control-Request-Method: POST",
+                                     "Access-Control-Request-Headers: content-type", NULL};
+    response r = request(s.port, "OPTIONS", "/api/42/envelope/", preflight, NULL, 0);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    cr_assert(strcasestr(r.headers.data, "\r\nAccess-Control-Allow-Origin: *\r\n") &&
+                  strcasestr(r.headers.data, "\r\nAccess-Control-Allow-Methods: POST") &&
+                  strcasestr(r.headers.data, "\r\nAccess-Control-Allow-Headers: Content-Type,"),
+              "%s", r.headers.data);
+    response_free(&r);
+    const char *const origin[] = {"Origin: https://app.example", NULL};
+    char *path = ts_fmt("/api/42/envelope/?sentry_key=%s", KEY);
+    r = request(s.port, "POST", path, origin, "{}\n", 3);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    cr_assert(strcasestr(r.headers.data, "\r\nAccess-Control-Allow-Origin: *\r\n") &&
+                  strcasestr(r.headers.data, "\r\nAccess-Control-Expose-Headers: Retry-After, X-Sentry-Rate-Limits"),
+              "%s", r.headers.data);
+    response_free(&r);
+    r = request(s.port, "POST", "/api/42/envelope/?sentry_key=" OTHER_KEY, origin, "{}\n", 3);
+    cr_assert_eq(r.status, 403, "%s", r.body.data);
+    cr_assert(strcasestr(r.headers.data, "\r\nAccess-Control-Allow-Origin: *\r\n"), "%s", r.headers.data);
+    response_free(&r);
+    /* not the API's: no CORS */
+    r = request(s.port, "GET", "/healthz", origin, NULL, 0);
+    cr_assert(!strcasestr(r.headers.data, "Access-Control"), "%s", r.headers.data);
+    response_free(&r);
+    ts_server_free(&s);
+    free(path);
 }
 
 /* SIGTERM while a request is in flight: it is answered, then exit 0. */
