@@ -109,7 +109,8 @@ Test(sample_v2_input, hand_written_chunk) {
     cr_assert_eq(p->n_frames, 5);
     const tm_prof_frame *f = p->frames;
     cr_assert(str_is(f[0].function, "leaf"));
-    cr_assert_eq(f[0].flags, TM_FRAME_HAS_FUNCTION | TM_FRAME_HAS_ADDR);
+    cr_assert_eq(f[0].flags, TM_FRAME_HAS_FUNCTION | TM_FRAME_HAS_ADDR | TM_FRAME_HAS_LINE);
+    cr_assert_eq(f[0].line, 12);
     cr_assert_eq(f[0].addr, 0x7000001234ull);
     cr_assert_eq(f[0].mapping, 1, "inside libgame.so");
     cr_assert_eq(f[0].rel_pc, 0x1234);
@@ -194,6 +195,56 @@ Test(sample_v2_input, hand_written_chunk) {
     cr_assert(str_is(labels.of[3], "0x7000100000"), "%.*s", TM_STR_ARGS(labels.of[3]));
     cr_assert(str_is(labels.of[4], "0xabc (libgame.so)"), "%.*s", TM_STR_ARGS(labels.of[4]));
     tm_frame_labels_release(p, &labels);
+    tm_trace_free(t);
+}
+
+/* JavaScript and Python frames: their source (filename, else abs_path;
+ * lineno) is kept, so flame graphs tell apart what has the same name, and
+ * a function without a name is labelled "(anonymous)". Both were dropped:
+ * a JavaScript profile's anonymous functions all became one empty label. */
+static const char JS_CHUNK[] =
+    "{\"version\":\"2\",\"platform\":\"javascript\",\"profile\":{"
+    "\"frames\":[{\"function\":\"main\",\"abs_path\":\"https://a.example/app.js\",\"lineno\":3},"
+    "{\"function\":\"\",\"abs_path\":\"https://a.example/app.js\",\"filename\":\"app.js\",\"lineno\":10},"
+    "{\"abs_path\":\"https://a.example/lib.js\",\"lineno\":20,\"colno\":2},"
+    "{\"function\":\"run\",\"module\":\"jobs\",\"file\":\"jobs.py\",\"line\":7}],"
+    "\"stacks\":[[1,0],[2,0],[3]],"
+    "\"samples\":[{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1},"
+    "{\"stack_id\":1,\"thread_id\":\"1\",\"timestamp\":2},{\"stack_id\":2,\"thread_id\":\"1\",\"timestamp\":3}]}}";
+
+Test(sample_v2_input, sources_and_anonymous_functions) {
+    tm_trace *t = parse_ok(JS_CHUNK, sizeof JS_CHUNK - 1, NULL);
+    const tm_profile *p = tm_trace_profile(t);
+    cr_assert_eq(p->n_frames, 4);
+    const tm_prof_frame *f = p->frames;
+    cr_assert(str_is(f[0].file, "https://a.example/app.js") && f[0].line == 3, "abs_path when no filename");
+    cr_assert(str_is(f[1].file, "app.js") && f[1].line == 10, "filename first");
+    cr_assert_eq(f[2].flags, TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE);
+    cr_assert(str_is(f[3].file, "jobs.py") && f[3].line == 7, "Relay's older keys");
+    tm_frame_labels labels;
+    cr_assert_eq(tm_frame_labels_build(p, true, &labels), TM_OK);
+    static const char *const want[4] = {"main (https://a.example/app.js:3)", "(anonymous) (app.js:10)",
+                                        "(anonymous) (https://a.example/lib.js:20)", "run (jobs.py:7)"};
+    for (int i = 0; i < 4; i++)
+        cr_assert(str_is(labels.of[i], want[i]), "frame %d: %.*s", i, TM_STR_ARGS(labels.of[i]));
+    tm_frame_labels_release(p, &labels);
+    cr_assert_eq(tm_frame_labels_build(p, false, &labels), TM_OK);
+    cr_assert(str_is(labels.of[0], "main") && str_is(labels.of[2], "(anonymous)"), "without source lines");
+    tm_frame_labels_release(p, &labels);
+    /* written back and read again: the same sources */
+    tu_membuf out = write_v2(t);
+    tm_trace *again = parse_ok(out.data, out.len, NULL);
+    const tm_profile *q = tm_trace_profile(again);
+    cr_assert_eq(q->n_frames, 4);
+    for (size_t i = 0; i < 4; i++) {
+        const tm_prof_frame *g = &q->frames[i];
+        tm_str want_file = p->frames[i].file;
+        cr_assert(g->file.len == want_file.len && memcmp(g->file.data, want_file.data, g->file.len) == 0 &&
+                      g->line == p->frames[i].line,
+                  "frame %zu: %.*s:%u", i, TM_STR_ARGS(g->file), g->line);
+    }
+    tm_trace_free(again);
+    tu_membuf_free(&out);
     tm_trace_free(t);
 }
 
@@ -433,6 +484,9 @@ Test(sample_v2_input, rejected_documents) {
          "-1", "stack_id"},
         {"{\"profile\":{\"stacks\":[[0.5]]}}", TM_ERR_MALFORMED, "0.5", "stacks"},
         {"{\"profile\":{\"frames\":[{\"function\":7}]}}", TM_ERR_MALFORMED, "7}", "function"},
+        {"{\"profile\":{\"frames\":[{\"lineno\":4294967296}]}}", TM_ERR_MALFORMED, "4294967296", "lineno"},
+        {"{\"profile\":{\"frames\":[{\"lineno\":\"3\"}]}}", TM_ERR_MALFORMED, "\"3\"", "lineno"},
+        {"{\"profile\":{\"frames\":[{\"filename\":[]}]}}", TM_ERR_MALFORMED, "[]", "filename"},
         {"{\"profile\":{\"frames\":[{\"instruction_addr\":\"12ab\"}]}}", TM_ERR_MALFORMED, "\"12ab\"",
          "instruction_addr"},
         {"{\"profile\":{\"frames\":[{\"instruction_addr\":\"0x10000000000000000\"}]}}", TM_ERR_MALFORMED,

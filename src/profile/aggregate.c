@@ -75,15 +75,25 @@ tm_frame_kind tm_frame_kind_of(const tm_profile *p, uint32_t frame) {
     return TM_KIND_NATIVE;
 }
 
-/* Whether the label names the frame's source file and line: only a
- * symbolized frame has either, so labels of other traces never change. */
+/* A frame of a function without a name (JavaScript's anonymous
+ * functions): an empty name, or neither name nor address. Its label says
+ * so, and its source tells such frames apart. */
+static int is_anonymous(const tm_prof_frame *f) {
+    if (f->flags & TM_FRAME_HAS_FUNCTION) return f->function.len == 0;
+    return !(f->flags & TM_FRAME_HAS_ADDR) && !f->mapping;
+}
+
+/* Whether the label names the frame's source file and line: only symbols
+ * and SDKs' frames (Sample v2 input) have either, so labels of other traces
+ * never change. */
 static int has_source(bool lines, const tm_prof_frame *f) {
-    return lines && (f->flags & TM_FRAME_HAS_FUNCTION) && (f->flags & (TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE));
+    return lines && ((f->flags & TM_FRAME_HAS_FUNCTION) || is_anonymous(f)) &&
+           (f->flags & (TM_FRAME_HAS_FILE | TM_FRAME_HAS_LINE));
 }
 
 /* A function name is its own label; other labels are composed. */
 static int label_is_function(const tm_prof_frame *f) {
-    return (f->flags & TM_FRAME_HAS_FUNCTION) && !(f->flags & TM_FRAME_JAVA && f->module.len);
+    return (f->flags & TM_FRAME_HAS_FUNCTION) && f->function.len && !(f->flags & TM_FRAME_JAVA && f->module.len);
 }
 
 /* Copies src to buf at `at` as far as cap allows; returns the new length. */
@@ -95,12 +105,15 @@ static size_t put(char *buf, size_t cap, size_t at, const void *src, size_t n) {
 static size_t label_format(const tm_profile *p, uint32_t frame, bool lines, char *buf, size_t cap) {
     const tm_prof_frame *f = &p->frames[frame];
     size_t n = 0;
-    if (f->flags & TM_FRAME_HAS_FUNCTION) {
-        if (!label_is_function(f)) { /* Java: Class.method */
+    int anonymous = is_anonymous(f);
+    if ((f->flags & TM_FRAME_HAS_FUNCTION) || anonymous) {
+        if (anonymous) {
+            n = put(buf, cap, n, "(anonymous)", 11);
+        } else if (!label_is_function(f)) { /* Java: Class.method */
             n = put(buf, cap, n, f->module.data, f->module.len);
             n = put(buf, cap, n, ".", 1);
         }
-        n = put(buf, cap, n, f->function.data, f->function.len);
+        if (!anonymous) n = put(buf, cap, n, f->function.data, f->function.len);
         if (has_source(lines, f)) { /* " (file:line)", " (file)" or " (line N)" */
             n = put(buf, cap, n, " (", 2);
             if (f->flags & TM_FRAME_HAS_FILE) n = put(buf, cap, n, f->file.data, f->file.len);

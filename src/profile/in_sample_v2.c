@@ -21,8 +21,10 @@
  * profile's top-level "timestamp" (RFC 3339, or Unix seconds as a number).
  * Either way the profile's trace time is Unix time: one realtime segment
  * with offset 0. Sample v1 frames may use Relay's older key names (name,
- * file, line). What the model has no field for (abs_path, filename,
- * lineno, in_app, transactions, device, ...) is dropped.
+ * file, line). A frame's source is its filename (the name Sentry shows),
+ * else its abs_path, and its lineno: what tracemill writes for symbolized
+ * frames, and what Python and JavaScript SDKs send. What the model has no
+ * field for (colno, in_app, transactions, device, ...) is dropped.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -190,6 +192,20 @@ static tm_status read_opt_u64(v2 *r, const char *array, size_t index, const char
     if (tok.type == TM_JSON_NULL) return TM_OK;
     if (!(is_addr ? parse_addr(&tok, out) : tm_json_u64(&tok, out)))
         return wrong_type(r, &tok, array, index, member, is_addr ? "an address" : "a size");
+    *present = 1;
+    return TM_OK;
+}
+
+/* A frame's lineno: null, or a number of 32 bits. */
+static tm_status read_opt_line(v2 *r, size_t index, uint32_t *out, int *present) {
+    tm_json_token tok;
+    NEXT(r, &tok);
+    *present = 0;
+    if (tok.type == TM_JSON_NULL) return TM_OK;
+    uint64_t v;
+    if (!tm_json_u64(&tok, &v) || v > UINT32_MAX)
+        return wrong_type(r, &tok, "profile.frames", index, ".lineno", "a line number");
+    *out = (uint32_t)v;
     *present = 1;
     return TM_OK;
 }
@@ -440,10 +456,22 @@ static tm_status read_frame(v2 *r, size_t index, size_t offset) {
     tm_prof_frame *f = &rf->f;
     tm_json_token tok;
     int present;
+    tm_str abs_path = {NULL, 0};
     for (;;) {
         NEXT(r, &tok);
-        if (tok.type == TM_JSON_OBJECT_END) return TM_OK;
-        if (KEY_IS(&tok, "function") || KEY_IS(&tok, "name")) { /* "name": Relay's older alias */
+        if (tok.type == TM_JSON_OBJECT_END) {
+            if (!(f->flags & TM_FRAME_HAS_FILE) && abs_path.len) f->file = abs_path, f->flags |= TM_FRAME_HAS_FILE;
+            return TM_OK;
+        }
+        if (KEY_IS(&tok, "filename") || KEY_IS(&tok, "file")) { /* "file": Relay's older alias */
+            TM_TRY(read_opt_str(r, "profile.frames", index, ".filename", &f->file, &present));
+            if (present && f->file.len) f->flags |= TM_FRAME_HAS_FILE;
+        } else if (KEY_IS(&tok, "abs_path")) {
+            TM_TRY(read_opt_str(r, "profile.frames", index, ".abs_path", &abs_path, &present));
+        } else if (KEY_IS(&tok, "lineno") || KEY_IS(&tok, "line")) { /* "line": Relay's older alias */
+            TM_TRY(read_opt_line(r, index, &f->line, &present));
+            if (present) f->flags |= TM_FRAME_HAS_LINE;
+        } else if (KEY_IS(&tok, "function") || KEY_IS(&tok, "name")) { /* "name": Relay's older alias */
             TM_TRY(read_opt_str(r, "profile.frames", index, ".function", &f->function, &present));
             if (present) f->flags |= TM_FRAME_HAS_FUNCTION;
         } else if (KEY_IS(&tok, "module")) {
