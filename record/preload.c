@@ -30,8 +30,12 @@
  *   TRACEMILL_RECORD_STATUS         a file that gets the reason when recording cannot start,
  *                                   else "recording" and the end-of-run report
  *   TRACEMILL_RECORD_PID            only the process with this pid records (its
- *                                   children and exec'd programs inherit the
- *                                   variables but must not overwrite its trace)
+ *                                   children inherit the variables but must not
+ *                                   overwrite its trace)
+ *   TRACEMILL_RECORD_APPEND         set by this library before an exec: the new
+ *                                   image continues the trace ("CHUNK,HEAP_INDEX":
+ *                                   its first chunk's index, its first heap
+ *                                   packet's)
  *
  * Problems are reported on stderr with a "tracemill record:" prefix (the
  * end-of-run report through the status file when there is one); the host
@@ -39,6 +43,13 @@
  *
  * dlclose: the library defines it too, to have a library's mappings read
  * and its samples drained before its code is unmapped (see dlclose below).
+ *
+ * exec: an exec keeps the pid, so the new program is the recorded process
+ * too. The library defines the exec functions: before the old image is
+ * gone, what it recorded is written (the mappings read, the rings drained,
+ * a heap dump), and the new image's recorder adds to the trace (a new
+ * generation of every sequence) instead of replacing it. An exec that
+ * fails leaves the program and its recorder running as they were.
  *
  * Endings without exit(): the library defines _exit and _Exit (the
  * program's calls reach these first), and handles the fatal signals a
@@ -234,11 +245,9 @@ static void refuse(const char *why) {
     set_status(why);
 }
 
-__attribute__((constructor)) static void tracemill_record_preload_start(void) {
-    const char *out = getenv("TRACEMILL_RECORD_OUT");
-    if (!out || !*out) return;
-    const char *pid = getenv("TRACEMILL_RECORD_PID");
-    if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid()) return;
+/* Starts recording into TRACEMILL_RECORD_OUT (continuing the trace when
+ * TRACEMILL_RECORD_APPEND is set). */
+static void start_recording(const char *out) {
     tm_recorder_options o;
     memset(&o, 0, sizeof o);
     o.output = out;
@@ -280,7 +289,14 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
         o.chunk_ctx = u;
     }
     tm_recorder *r = NULL;
-    if (tm_recorder_new(&o, &r, &err) != TM_OK || tm_recorder_start(r, &err) != TM_OK) {
+    const char *append = getenv("TRACEMILL_RECORD_APPEND");
+    if (tm_recorder_new(&o, &r, &err) == TM_OK && append && *append) {
+        char *comma;
+        tmr_continuation from = {(uint32_t)strtoul(append, &comma, 10), 0};
+        if (*comma == ',') from.heap_index = strtoull(comma + 1, NULL, 10);
+        tmr_recorder_continue(r, from);
+    }
+    if (!r || tm_recorder_start(r, &err) != TM_OK) {
         refuse(err.message);
         tm_recorder_free(r);
         tmr_upload_close(u, NULL);
@@ -298,6 +314,170 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
         if (g_preload_heap) tmr_recorder_set_heap(r, g_preload_heap);
         else fprintf(stderr, "tracemill record: no heap profile: %s\n", err.message);
     }
+}
+
+__attribute__((constructor)) static void tracemill_record_preload_start(void) {
+    const char *out = getenv("TRACEMILL_RECORD_OUT");
+    if (!out || !*out) return;
+    const char *pid = getenv("TRACEMILL_RECORD_PID");
+    if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid()) return;
+    start_recording(out);
+}
+
+/* ---- exec ------------------------------------------------------------------ */
+
+#define APPEND_VAR "TRACEMILL_RECORD_APPEND="
+static char g_append_entry[sizeof APPEND_VAR + 48]; /* for an exec given its own environment */
+
+/* *slot = the next definition of name (its libc's), looked up once. */
+static void *next_definition(void *_Atomic *slot, const char *name) {
+    void *sym = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!sym && (sym = dlsym(RTLD_NEXT, name))) atomic_store_explicit(slot, sym, memory_order_relaxed);
+    if (!sym) errno = ENOSYS;
+    return sym;
+}
+
+/* Before the recording process replaces its image: what it recorded is
+ * written, and the environment tells the new image to continue the trace.
+ * 1 when it was (after_failed_exec must follow an exec that returns). */
+static int before_exec(void) {
+    tm_recorder *r = g_preload_recorder;
+    if (!r || (pid_t)syscall(SYS_getpid) != g_preload_pid) return 0; /* a (v)fork child: nothing of ours */
+    tm_error err;
+    tmr_recorder_sync_before_unmap(r, UNMAP_SYNC_TIMEOUT_MS);
+    if (tmr_recorder_write_now(r, &err) != TM_OK) report("tracemill record: before an exec: %s\n", err.message);
+    tmr_continuation next = tmr_recorder_where_next(r);
+    snprintf(g_append_entry, sizeof g_append_entry, APPEND_VAR "%u,%llu", next.chunk,
+             (unsigned long long)next.heap_index);
+    setenv("TRACEMILL_RECORD_APPEND", g_append_entry + strlen(APPEND_VAR), 1);
+    return 1;
+}
+
+/* The environment an exec passes: environ (set above) as it is; a recording
+ * environment of the program's own with the continuation added (*made: the
+ * copy, to free); any other as it is (the new image does not record). */
+static char *const *exec_environment(char *const envp[], char ***made) {
+    *made = NULL;
+    if (envp == environ || !envp) return envp;
+    size_t n = 0;
+    int recording = 0;
+    for (; envp[n]; n++) recording |= strncmp(envp[n], "TRACEMILL_RECORD_OUT=", 21) == 0;
+    char **copy = recording ? malloc((n + 2) * sizeof *copy) : NULL;
+    if (!copy) return envp;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(envp[i], APPEND_VAR, strlen(APPEND_VAR)) != 0) copy[k++] = envp[i];
+    copy[k++] = g_append_entry;
+    copy[k] = NULL;
+    return *made = copy;
+}
+
+/* The exec failed and the program goes on, recorded as before; only its
+ * environment keeps the continuation (an exec that works later needs it). */
+static void after_failed_exec(char **made) {
+    int saved_errno = errno;
+    free(made);
+    errno = saved_errno;
+}
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+typedef int (*fexecve_fn)(int, char *const[], char *const[]);
+
+/* execve and execvpe: the program's environment, continued. */
+static int exec_with_environment(void *_Atomic *slot, const char *name, const char *file, char *const argv[],
+                                 char *const envp[]) {
+    void *sym = next_definition(slot, name);
+    if (!sym) return -1;
+    execve_fn next;
+    memcpy(&next, &sym, sizeof sym);
+    char **made = NULL;
+    if (!before_exec()) return next(file, argv, envp);
+    int rc = next(file, argv, exec_environment(envp, &made));
+    after_failed_exec(made);
+    return rc;
+}
+
+__attribute__((visibility("default"))) int execve(const char *path, char *const argv[], char *const envp[]) {
+    static void *_Atomic slot;
+    return exec_with_environment(&slot, "execve", path, argv, envp);
+}
+
+__attribute__((visibility("default"))) int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    static void *_Atomic slot;
+    return exec_with_environment(&slot, "execvpe", file, argv, envp);
+}
+
+__attribute__((visibility("default"))) int fexecve(int fd, char *const argv[], char *const envp[]) {
+    static void *_Atomic slot;
+    void *sym = next_definition(&slot, "fexecve");
+    if (!sym) return -1;
+    fexecve_fn next;
+    memcpy(&next, &sym, sizeof sym);
+    char **made = NULL;
+    if (!before_exec()) return next(fd, argv, envp);
+    int rc = next(fd, argv, exec_environment(envp, &made));
+    after_failed_exec(made);
+    return rc;
+}
+
+/* execv and execvp take environ, which before_exec has set. */
+static int exec_in_environ(void *_Atomic *slot, const char *name, const char *file, char *const argv[]) {
+    void *sym = next_definition(slot, name);
+    if (!sym) return -1;
+    execv_fn next;
+    memcpy(&next, &sym, sizeof sym);
+    if (!before_exec()) return next(file, argv);
+    int rc = next(file, argv);
+    after_failed_exec(NULL);
+    return rc;
+}
+
+__attribute__((visibility("default"))) int execv(const char *path, char *const argv[]) {
+    static void *_Atomic slot;
+    return exec_in_environ(&slot, "execv", path, argv);
+}
+
+__attribute__((visibility("default"))) int execvp(const char *file, char *const argv[]) {
+    static void *_Atomic slot;
+    return exec_in_environ(&slot, "execvp", file, argv);
+}
+
+/* execl, execlp and execle: their arguments as an array, for the functions
+ * above (libc's own go to its internal execve, past them). */
+#define EXEC_LIST(first, ap, argv)                                                                                    \
+    size_t n_args_ = 1;                                                                                               \
+    va_list count_;                                                                                                   \
+    va_copy(count_, ap);                                                                                              \
+    while (va_arg(count_, char *)) n_args_++;                                                                         \
+    va_end(count_);                                                                                                   \
+    char *argv[n_args_ + 1];                                                                                          \
+    argv[0] = (char *)(first);                                                                                        \
+    for (size_t i_ = 1; i_ <= n_args_; i_++) argv[i_] = va_arg(ap, char *)
+
+__attribute__((visibility("default"))) int execl(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    EXEC_LIST(arg, ap, argv);
+    va_end(ap);
+    return execv(path, argv);
+}
+
+__attribute__((visibility("default"))) int execlp(const char *file, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    EXEC_LIST(arg, ap, argv);
+    va_end(ap);
+    return execvp(file, argv);
+}
+
+__attribute__((visibility("default"))) int execle(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    EXEC_LIST(arg, ap, argv);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, argv, envp);
 }
 
 /* What the heap profile holds and lost, beside `record`'s summary. */

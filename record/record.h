@@ -176,6 +176,11 @@ void tmr_writer_free(tmr_writer *w);
  * SEQ_INCREMENTAL_STATE_CLEARED and re-interns what it uses. */
 tm_status tmr_writer_begin(tmr_writer *w, tm_error *err);
 
+/* The index (ProfilePacket.index) of the next heap packet; set it to go on
+ * from where the trace's earlier part left off (tmr_recorder_continue). */
+uint64_t tmr_writer_heap_index(const tmr_writer *w);
+void tmr_writer_set_heap_index(tmr_writer *w, uint64_t next);
+
 /* A periodic ClockSnapshot. */
 tm_status tmr_writer_clock_snapshot(tmr_writer *w, tm_error *err);
 
@@ -366,6 +371,23 @@ int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms);
  * takes its place). Returns 1 when done, 0 otherwise (timed out; called on
  * the collector thread; not running). */
 int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms);
+
+/* An exec keeps the pid: the new image records in its place, continuing
+ * the trace. Where r's trace would go on (the index of its next chunk, and
+ * of its next heap packet); and, before a recorder starts, that it
+ * continues a trace from there: its single trace file is added to (not
+ * replaced) with heap packets numbered on, its chunks numbered from the
+ * next chunk's index. */
+typedef struct tmr_continuation {
+    uint32_t chunk;
+    uint64_t heap_index;
+} tmr_continuation;
+tmr_continuation tmr_recorder_where_next(const tm_recorder *r);
+/* Writes out what r holds now (the threads' rings, a heap dump), as an
+ * image that is about to be replaced must: the trace on disk is then
+ * whole up to here. */
+tm_status tmr_recorder_write_now(tm_recorder *r, tm_error *err);
+void tmr_recorder_continue(tm_recorder *r, tmr_continuation from);
 
 /* ==== Heap profiling (heap.c) ========================================== */
 

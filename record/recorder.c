@@ -91,8 +91,15 @@ struct tm_recorder {
     uint64_t *seq_cpu_base; /* ... at the start of this trace or chunk: timebase counts start there */
     size_t n_seq;
 
-    /* output of the current trace or chunk */
+    /* output of the current trace or chunk: a file (out_path, absolute,
+     * opened as fd only while a flush writes: the program may close every
+     * descriptor it did not open, and then open its own files on their
+     * numbers) or, for the chunk callback, memory */
+    char *out_path;
     int fd;
+    int spill; /* the end of a trace or chunk is being written: a full buffer goes out, nothing is lost */
+    int append; /* tmr_recorder_continue: the single trace file is added to, not replaced */
+    uint64_t first_heap_index; /* with append: where its heap packets' numbering goes on */
     uint8_t *mem;
     size_t mem_len, mem_cap;
     uint32_t chunk_index;
@@ -221,9 +228,16 @@ static int record_is_sample(const uint8_t *rec, size_t len) {
     return 0;
 }
 
+static tm_status drain_buffer(tm_recorder *r, tm_error *err);
+
 static int on_emit(void *ctx, const uint8_t *rec, size_t len) {
     tm_recorder *r = ctx;
     size_t need = RECORD_HEADER + len;
+    tm_error spill_err;
+    /* At the end, what comes last (the last heap dump, its tables re-sent
+     * in a new generation) must not overwrite its own first packets:
+     * what the buffer holds is written out first. */
+    if (r->spill && r->head - r->tail + need > r->cap && need <= r->cap) drain_buffer(r, &spill_err);
     if (need > r->cap || (r->o.fill == TM_RECORD_FILL_DISCARD && r->head - r->tail + need > r->cap)) {
         lose_packet(r, r->emit_seq, r->emit_is_sample && record_is_sample(rec, len), len, 0);
         return 0;
@@ -247,7 +261,7 @@ static int on_emit(void *ctx, const uint8_t *rec, size_t len) {
 
 static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_error *err) {
     r->stats.bytes_written += len;
-    if (r->fd < 0) {
+    if (!r->out_path) {
         if (r->mem_len + len > r->mem_cap) {
             size_t cap = r->mem_cap ? r->mem_cap : 65536;
             while (cap < r->mem_len + len) cap *= 2;
@@ -260,6 +274,8 @@ static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_erro
         r->mem_len += len;
         return TM_OK;
     }
+    if (r->fd < 0 && (r->fd = open(r->out_path, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0)
+        return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot open %s: %s", r->out_path, strerror(errno));
     const uint8_t *p = data;
     while (len > 0) {
         ssize_t n = write(r->fd, p, len);
@@ -292,8 +308,7 @@ static tm_status write_loss_marker(tm_recorder *r, uint32_t seq, tm_error *err) 
     return out_write(r, rec, n + 2, err);
 }
 
-/* Moves every buffered record to the output. */
-static tm_status write_buffer(tm_recorder *r, tm_error *err) {
+static tm_status drain_buffer(tm_recorder *r, tm_error *err) {
     while (r->tail != r->head) {
         uint32_t len, seq;
         record_header(r, r->tail, &len, &seq);
@@ -316,6 +331,16 @@ static tm_status write_buffer(tm_recorder *r, tm_error *err) {
     return TM_OK;
 }
 
+/* Moves every buffered record to the output, and closes the file until
+ * the next flush. */
+static tm_status write_buffer(tm_recorder *r, tm_error *err) {
+    tm_status st = drain_buffer(r, err);
+    if (r->fd >= 0 && close(r->fd) != 0 && st == TM_OK)
+        st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot close %s: %s", r->out_path, strerror(errno));
+    r->fd = -1;
+    return st;
+}
+
 /* OUT.N.pftrace for chunk N ("x.pftrace" -> "x.N.pftrace"). */
 static char *chunk_path(const char *out, uint32_t index) {
     size_t len = strlen(out);
@@ -324,16 +349,23 @@ static char *chunk_path(const char *out, uint32_t index) {
     return p;
 }
 
+/* Creates the file of a trace or chunk (empty), to be written by flushes. */
 static tm_status open_output(tm_recorder *r, tm_error *err) {
     r->mem_len = 0;
-    r->fd = -1;
+    free(r->out_path);
+    r->out_path = NULL;
     if (r->o.chunk_seconds && r->o.on_chunk) return TM_OK;
     char *path = r->o.chunk_seconds ? chunk_path(r->output, r->chunk_index) : strdup(r->output);
     if (!path) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
-    r->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    tm_status st = r->fd < 0 ? tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot create %s", path) : TM_OK;
-    free(path);
-    return st;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (r->append && !r->o.chunk_seconds ? 0 : O_TRUNC), 0644);
+    if (fd < 0) {
+        tm_status st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot create %s", path);
+        free(path);
+        return st;
+    }
+    close(fd);
+    r->out_path = path;
+    return TM_OK;
 }
 
 /* Starts a trace or a chunk: fresh output, fresh loss counters, the
@@ -353,7 +385,9 @@ static tm_status begin_output(tm_recorder *r, tm_error *err) {
     }
     r->emit_seq = 0;
     r->emit_is_sample = 0;
-    return tmr_writer_begin(r->writer, err);
+    st = tmr_writer_begin(r->writer, err);
+    if (r->append && !r->o.chunk_seconds) tmr_writer_set_heap_index(r->writer, r->first_heap_index);
+    return st;
 }
 
 /* The heap profile so far, into the buffer: its packets may take up to a
@@ -387,6 +421,7 @@ static tm_status heap_dump(tm_recorder *r, tm_error *err) {
  * out, TraceStats, file closed or chunk handed to the callback. */
 static tm_status finish_output(tm_recorder *r, tm_error *err) {
     tm_status st = write_buffer(r, err);
+    r->spill = 1;
     /* The buffer is empty now: what is written here reaches the file. A
      * chunk that lost packets may have lost its first ones: the clock
      * snapshot (without which the heap dumps' MONOTONIC_COARSE times mean
@@ -422,10 +457,8 @@ static tm_status finish_output(tm_recorder *r, tm_error *err) {
     free(seqs);
     free(lost);
     if (st == TM_OK) st = write_buffer(r, err);
-    if (r->fd >= 0) {
-        if (close(r->fd) != 0 && st == TM_OK) st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot close the trace");
-        r->fd = -1;
-    } else if (r->o.on_chunk && st == TM_OK) {
+    r->spill = 0;
+    if (!r->out_path && r->o.on_chunk && st == TM_OK) {
         if (r->o.on_chunk(r->o.chunk_ctx, r->chunk_index, r->mem, r->mem_len) != 0)
             st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: the chunk callback failed");
     }
@@ -622,6 +655,33 @@ int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms) {
     }
 }
 
+tmr_continuation tmr_recorder_where_next(const tm_recorder *r) {
+    tmr_continuation c = {r->chunk_index + 1, tmr_writer_heap_index(r->writer)};
+    return c;
+}
+
+tm_status tmr_recorder_write_now(tm_recorder *r, tm_error *err) {
+    if (r->state != R_RUNNING) return TM_OK;
+    pthread_mutex_lock(&r->lock);
+    tm_status st = TM_OK;
+    if (!r->sampling_done) {
+        tmr_sampler_drain(r->sampler, on_sample, r);
+        st = write_buffer(r, err);
+        r->spill = 1; /* the image's last dump: whole, as at an end */
+        if (st == TM_OK) st = heap_dump(r, err);
+        if (st == TM_OK) st = write_buffer(r, err);
+        r->spill = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+void tmr_recorder_continue(tm_recorder *r, tmr_continuation from) {
+    r->append = 1;
+    r->chunk_index = from.chunk;
+    r->first_heap_index = from.heap_index;
+}
+
 /* ---- fork and exit -------------------------------------------------------- */
 
 /* Around fork(): the child must not inherit a lock held by the collector.
@@ -666,6 +726,15 @@ static void install_hooks(void) {
 
 /* ---- public API ---------------------------------------------------------- */
 
+/* path, from the root: the program may change its directory while it is
+ * recorded. NULL when out of memory. */
+static char *absolute_path(const char *path) {
+    char cwd[PATH_MAX];
+    if (path[0] == '/' || !getcwd(cwd, sizeof cwd)) return strdup(path);
+    char *abs = NULL;
+    return asprintf(&abs, "%s/%s", cwd, path) < 0 ? NULL : abs;
+}
+
 tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm_error *err) {
     if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_new: out is NULL");
     *out = NULL;
@@ -690,7 +759,7 @@ tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm
     r->fd = -1;
     r->cap = (size_t)o.buffer_kb * 1024u;
     r->buf = malloc(r->cap);
-    r->output = o.output ? strdup(o.output) : NULL;
+    r->output = o.output ? absolute_path(o.output) : NULL;
     if (!r->buf || (o.output && !r->output)) {
         tm_recorder_free(r);
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
@@ -844,5 +913,6 @@ void tm_recorder_free(tm_recorder *r) {
     free(r->seq_cpu_base);
     free(r->mem);
     free(r->output);
+    free(r->out_path);
     free(r);
 }

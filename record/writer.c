@@ -457,6 +457,7 @@ static tm_status descriptors(tmr_writer *w, uint64_t ts, tm_error *err) {
 
 tm_status tmr_writer_begin(tmr_writer *w, tm_error *err) {
     uint64_t ts = now_ns(CLOCK_BOOTTIME);
+    w->heap_index = 0; /* a chunk's heap packets count from 0, or readers see the earlier chunks as lost */
     if (w->o.process_only) {
         TM_TRY(descriptors(w, ts, err));
         tmr_writer_clear_incremental(w);
@@ -469,6 +470,9 @@ tm_status tmr_writer_begin(tmr_writer *w, tm_error *err) {
     tmr_writer_clear_incremental(w);
     return TM_OK;
 }
+
+uint64_t tmr_writer_heap_index(const tmr_writer *w) { return w->heap_index; }
+void tmr_writer_set_heap_index(tmr_writer *w, uint64_t next) { w->heap_index = next; }
 
 tm_status tmr_writer_descriptors(tmr_writer *w, tm_error *err) {
     return descriptors(w, now_ns(CLOCK_BOOTTIME), err);

@@ -31,16 +31,27 @@
  *            (the same with and without the profiler).
  *   deep     deep_site allocates 4 MB at the bottom of a recursion 200 frames
  *            deep, shallow_site 4 MB from main.
+ *   depths   deep_site allocates 16 blocks of 4000 bytes (19.2 MB in all) at
+ *            the bottom of recursions 1 to 300 frames deep: 300 stacks whose
+ *            interned tables run to tens of kilobytes.
  *   many     keeps 1.2 million blocks of 16 bytes alive at once (more
  *            than the profiler can track when every byte is sampled).
  *   sigprof  takes SIGPROF for a handler that restores the default and
  *            raises it again (GNU sort's cleanup), allocates, then burns CPU
  *            for 1 s: the first timer signal kills it.
+ *   exec     exec_leak keeps 8 MB, an exec of a missing file fails,
+ *            after_failed_exec keeps 4 MB, then the program execs itself in
+ *            mode steady (the same pid: recorded in the same trace).
+ *   closefrom  as daemons start: closes every descriptor from 3 up, opens
+ *            eight files in a new directory, changes to "/", keeps
+ *            allocating for 0.3 s, then writes "user data" into each file;
+ *            prints "dir=PATH".
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -317,6 +328,46 @@ static uint64_t fold(uint64_t sum, const void *p, size_t n) {
         }                                                                                                             \
     } while (0)
 
+NOINLINE void exec_leak(size_t bytes) {
+    for (size_t kept = 0; kept < bytes; kept += 1000) touch(malloc(1000), 1000);
+}
+
+NOINLINE void after_failed_exec(size_t bytes) {
+    for (size_t kept = 0; kept < bytes; kept += 1000) touch(malloc(1000), 1000);
+}
+
+static int mode_exec(const char *self) {
+    exec_leak(8000000);
+    execl("/nonexistent/tm-no-such-program", "tm-no-such-program", (char *)NULL);
+    CHECK(errno == ENOENT);
+    after_failed_exec(4000000);
+    execl("/proc/self/exe", self, "steady", (char *)NULL);
+    printf("failed: exec of itself: %s\n", strerror(errno));
+    return 1;
+}
+
+static int mode_closefrom(void) {
+    char dir[] = "/tmp/tm-closefrom-XXXXXX";
+    CHECK(mkdtemp(dir));
+    steady_leak(100000);
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    int files[8];
+    for (int i = 0; i < 8; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "%s/user%d.txt", dir, i);
+        CHECK((files[i] = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0);
+    }
+    CHECK(chdir("/") == 0);
+    for (int i = 0; i < 30; i++) {
+        steady_leak(100000);
+        struct timespec pause = {0, 10000000};
+        nanosleep(&pause, NULL);
+    }
+    for (int i = 0; i < 8; i++) CHECK(write(files[i], "user data\n", 10) == 10 && close(files[i]) == 0);
+    printf("dir=%s\n", dir);
+    return 0;
+}
+
 static int mode_correct(void) {
     uint64_t sum = 14695981039346656037ull;
     for (int round = 0; round < 2000; round++) {
@@ -421,6 +472,29 @@ NOINLINE uint64_t recurse(int left) {
     return r + (uint64_t)left;
 }
 
+NOINLINE uint64_t climb(int left) {
+    if (left == 0) {
+        uint64_t sum = 0;
+        for (int i = 0; i < 16; i++) {
+            char *p = deep_site(4000);
+            touch(p, 4000);
+            sum += (uint64_t)p[1];
+            free(p);
+        }
+        return sum;
+    }
+    uint64_t r = climb(left - 1);
+    __asm__ volatile("" : "+r"(r)); /* no tail call: every level keeps its frame */
+    return r + (uint64_t)left;
+}
+
+static int mode_depths(void) {
+    uint64_t sum = 0;
+    for (int depth = 1; depth <= 300; depth++) sum += climb(depth);
+    printf("sum %llu\n", (unsigned long long)sum);
+    return 0;
+}
+
 static int mode_deep(void) {
     uint64_t sum = recurse(200) + churn_at(shallow_site);
     printf("sum %llu\n", (unsigned long long)sum);
@@ -440,6 +514,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "sites";
     if (strcmp(mode, "many") == 0) return mode_many();
     if (strcmp(mode, "deep") == 0) return mode_deep();
+    if (strcmp(mode, "depths") == 0) return mode_depths();
     if (strcmp(mode, "sigprof") == 0) return mode_sigprof();
     if (strcmp(mode, "sites") == 0) return mode_sites();
     if (strcmp(mode, "threads") == 0) return mode_threads();
@@ -448,6 +523,8 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "steady") == 0) return mode_steady();
     if (strcmp(mode, "paths") == 0) return mode_paths();
     if (strcmp(mode, "large") == 0) return mode_large();
+    if (strcmp(mode, "closefrom") == 0) return mode_closefrom();
+    if (strcmp(mode, "exec") == 0) return mode_exec(argv[0]);
     fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|many|deep|sigprof\n");
     return 2;
 }

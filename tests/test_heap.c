@@ -281,6 +281,38 @@ Test(heap, sql_rows_agree_with_the_profile_model) {
     tb_free(&b);
 }
 
+/* A process dumps two heaps at one time, as heapprofd does: each heap's
+ * interval counts its own allocations once. The view joined a dump window
+ * by process and time only, so every heap counted twice. */
+Test(heap, intervals_of_two_heaps_dumped_at_once) {
+    tb_buf t = {0};
+    tb_heap_clocks(&t, 1);
+    const tb_heap_sample malloc_heap[1] = {{CS_KEEP, 6000, 0, 6, 0}}, custom_heap[1] = {{CS_FREE, 3000, 1000, 3, 1}};
+    size_t pkt = tb_packet_open(&t, 7, 10, TB_SEQ_CLEARED);
+    size_t pp = tb_open(&t, TM_PF_PACKET_PROFILE_PACKET);
+    tables(&t);
+    tb_heap_dump(&t, PID, 10, "libc.malloc", 4096, malloc_heap, 1);
+    tb_heap_dump(&t, PID, 10, "custom", 4096, custom_heap, 1);
+    tb_uint(&t, TM_PF_PROFILE_INDEX, 0);
+    tb_close(&t, pp);
+    tb_close(&t, pkt);
+    tm_db *db = NULL;
+    tm_error err = {0};
+    cr_assert_eq(tm_db_new(t.data, t.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3 *s = tm_db_sqlite(db);
+    const char *tail = NULL;
+    cr_assert_eq(tm_db_include(s, "include perfetto module android.memory.heap_profile.intervals;", &tail, &err), 1);
+    cr_expect_eq(sql_int(s, "select count(*) from _android_heap_profile_intervals"), 2);
+    cr_expect_eq(sql_int(s, "select allocated from _android_heap_profile_intervals where heap_name = 'libc.malloc'"),
+                 6000);
+    cr_expect_eq(sql_int(s, "select retained from _android_heap_profile_intervals where heap_name = 'libc.malloc'"),
+                 6000);
+    cr_expect_eq(sql_int(s, "select allocated from _android_heap_profile_intervals where heap_name = 'custom'"), 3000);
+    cr_expect_eq(sql_int(s, "select delta from _android_heap_profile_intervals where heap_name = 'custom'"), 2000);
+    tm_db_free(db);
+    tb_free(&t);
+}
+
 /* ---- memory telemetry: ProcessStats ---- */
 
 #define DEMO_PID 4200 /* bench/gen_trace.c's process */

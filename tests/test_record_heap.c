@@ -622,6 +622,65 @@ Test(record_heap, cxx_new_and_delete) {
 #endif
 }
 
+/* A program that closes every descriptor it did not open and then opens
+ * its own files (as daemons start), and changes directory: its files hold
+ * what it wrote, and the trace is whole. The recorder kept its trace open:
+ * the program's third file got the trace's packets, and the trace nothing. */
+Test(record_heap, a_program_closing_every_descriptor_keeps_its_files) {
+    char *extra[] = {"--file-write-period-ms", "50", NULL};
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "closefrom", "closefrom.pftrace", extra);
+    const char *dir = strstr(r.out, "dir=");
+    cr_assert_not_null(dir, "%s", r.out);
+    for (int i = 0; i < 8; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%.*s/user%d.txt", (int)strcspn(dir + 4, "\n"), dir + 4, i);
+        size_t len = 0;
+        char *text = tu_read_file(path, &len);
+        cr_assert_not_null(text, "%s", path);
+        cr_expect(len == 10 && memcmp(text, "user data\n", 10) == 0, "%s holds %zu bytes", path, len);
+        free(text);
+        unlink(path);
+    }
+    hv_totals leak = hv_sum(&r.heap, "steady_leak");
+    cr_expect_gt(leak.alloc, 1000000, "the trace has the allocations after the close: %llu bytes",
+                 (unsigned long long)leak.alloc);
+    release(&r);
+}
+
+/* An exec keeps the pid: the program before it and the one after it are
+ * one recorded process, in one trace; an exec that fails leaves the
+ * program recorded. The exec'd image replaced the trace, and what ran
+ * before the exec was lost without a word. */
+Test(record_heap, an_exec_continues_the_trace) {
+    char *trace = path_in_dir("exec.pftrace"), *out = path_in_dir("stdout"), *err = path_in_dir("stderr");
+    char *argv[] = {TM_CLI, "record", "--preload", TM_RECORD_PRELOAD, "--heap", "--no-symbolize", "-o", trace, "--",
+                    TM_RECORD_HEAP_TARGET, "exec", NULL};
+    int status = run(argv, out, err);
+    char *err_text = tu_read_file(err, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", err_text);
+    static const char *const names[3] = {"exec_leak", "after_failed_exec", "steady_leak"};
+    static const double truth[3] = {8e6, 4e6, 24e6};
+    double folded[3];
+    folded_bytes(trace, "alloc_space", names, folded, 3);
+    sql_site q[3];
+    size_t n = query_sites(trace, "'exec_leak','after_failed_exec','steady_leak'", q, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_expect(fabs(folded[i] - truth[i]) < 0.1 * truth[i], "%s: %.0f of %.0f bytes", names[i], folded[i],
+                  truth[i]);
+        const sql_site *site = sql_site_named(q, n, names[i]);
+        cr_expect(fabs(site->alloc - truth[i]) < 0.1 * truth[i], "SQL: %s: %.0f of %.0f bytes", names[i],
+                  site->alloc, truth[i]);
+    }
+    size_t len = 0;
+    char *bytes = tu_read_file(trace, &len);
+    tm_trace *t = NULL;
+    tm_error e;
+    cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "%s", e.message);
+    cr_expect_eq(tm_trace_get_stats(t)->heap_missing_packets, 0, "the heap packets are numbered on");
+    tm_trace_free(t);
+    free(bytes), free(err_text), free(trace), free(out), free(err);
+}
+
 /* --chunk-seconds: every chunk holds a whole heap profile of its own
  * (tables re-sent, totals since the start), the last the final totals. */
 Test(record_heap, chunks_hold_whole_profiles) {
@@ -648,6 +707,12 @@ Test(record_heap, chunks_hold_whole_profiles) {
         cr_expect_eq(v.interval, 8192);
         hv_totals leak = hv_sum(&v, "steady_leak");
         cr_expect_geq(leak.alloc, last_leak, "chunk %d: totals went down", chunks);
+        /* each chunk numbers its heap packets from 0: nothing reads as lost */
+        tm_trace *t = NULL;
+        tm_error e;
+        cr_assert_eq(tm_trace_parse(bytes, len, NULL, &t, &e), TM_OK, "chunk %d: %s", chunks, e.message);
+        cr_expect_eq(tm_trace_get_stats(t)->heap_missing_packets, 0, "chunk %d", chunks);
+        tm_trace_free(t);
         last_leak = leak.alloc;
         hv_free(&v);
         free(bytes);
@@ -656,6 +721,19 @@ Test(record_heap, chunks_hold_whole_profiles) {
     cr_expect(fabs((double)last_leak - 24e6) < 0.1 * 24e6, "the last chunk's total: %llu of 24 MB",
               (unsigned long long)last_leak);
     free(err_text), free(trace), free(out), free(err);
+}
+
+/* A ring smaller than the last dump itself (300 stacks up to 300 frames
+ * deep, their tables re-sent after the overwrites): the buffer is written
+ * out as that dump goes in. The dump overwrote its own first packet, which
+ * carries the tables, and the trace had no heap profile at all. */
+Test(record_heap, a_last_dump_larger_than_the_ring_is_whole) {
+    char *extra[] = {"--buffer-kb", "16", "--file-write-period-ms", "0", NULL};
+    run_result r = record_heap(TM_RECORD_HEAP_TARGET, "depths", "depths.pftrace", extra);
+    hv_totals deep = hv_sum(&r.heap, "deep_site");
+    cr_expect(fabs((double)deep.alloc - 19.2e6) < 0.1 * 19.2e6, "deep_site allocated %llu of 19.2 MB",
+              (unsigned long long)deep.alloc);
+    release(&r);
 }
 
 /* A ring buffer far too small, written only at the end: the packets of the
