@@ -29,6 +29,33 @@ static sqlite3_int64 count(sqlite3 *db, const char *table, const char *where) {
     return n;
 }
 
+/* perf_sample and cpu_profile_stack_sample scan from one of their rows to
+ * the next through the model's bitmaps of them (src/tp/sql.c visible_rows),
+ * while a lookup by id tests that row's kind itself: both must find the
+ * same rows, over a whole scan and a range. */
+Test(sql, sample_views_scan_the_rows_their_id_lookups_find) {
+    size_t len;
+    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert_not_null(buf);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3 *sql = tm_db_sqlite(db);
+    static const char *const views[] = {"perf_sample", "cpu_profile_stack_sample"};
+    static const char *const wheres[] = {"1", "id >= 700 AND id < 2100", "id > 63 AND id <= 128"};
+    for (size_t v = 0; v < sizeof views / sizeof *views; v++)
+        for (size_t i = 0; i < sizeof wheres / sizeof *wheres; i++) {
+            char lookup[256];
+            snprintf(lookup, sizeof lookup, "EXISTS (SELECT 1 FROM %s p WHERE p.id = stack_sample.id) AND %s",
+                     views[v], wheres[i]);
+            sqlite3_int64 scanned = count(sql, views[v], wheres[i]);
+            cr_expect_gt(scanned, 0, "%s WHERE %s", views[v], wheres[i]);
+            cr_expect_eq(scanned, count(sql, "stack_sample", lookup), "%s WHERE %s", views[v], wheres[i]);
+        }
+    tm_db_free(db);
+    free(buf);
+}
+
 Test(sql, id_constraints_match_a_real_table) {
     size_t len;
     char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);

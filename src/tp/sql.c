@@ -39,6 +39,7 @@ typedef struct table_def {
     int n_id_cols;  /* leading columns that equal the row id (id; upid, id; ...) */
     size_t (*count)(const tm_tp *tp);
     int (*visible)(const tm_tp *tp, size_t row); /* NULL: every row */
+    const uint64_t *(*visible_rows)(const tm_tp *tp); /* NULL, or visible's rows a bit each (tp.h: perf_rows) */
 } table_def;
 
 struct tm_db {
@@ -237,6 +238,8 @@ static void smp_source(const tm_tp *tp, size_t row, sqlite3_context *c) {
 static size_t count_samples(const tm_tp *tp) { return tp->n_samples; }
 static int is_perf_sample(const tm_tp *tp, size_t row) { return attr_of(tp, row)->kind == TP_SRC_PERF; }
 static int is_chrome_sample(const tm_tp *tp, size_t row) { return attr_of(tp, row)->kind == TP_SRC_CHROME; }
+static const uint64_t *perf_rows(const tm_tp *tp) { return tp->perf_rows; }
+static const uint64_t *chrome_rows(const tm_tp *tp) { return tp->chrome_rows; }
 
 static const col_def perf_sample_cols[] = {
     {"id", "INTEGER", col_row},         {"ts", "INTEGER", smp_ts},
@@ -499,7 +502,9 @@ COUNT_OF(heap_dumps)
 COUNT_OF(packages)
 
 #define TABLE(name, cols, ids, count, visible) \
-    {name, cols, (int)(sizeof cols / sizeof cols[0]), ids, count, visible}
+    {name, cols, (int)(sizeof cols / sizeof cols[0]), ids, count, visible, NULL}
+#define TABLE_OF_ROWS(name, cols, ids, count, visible, visible_rows) \
+    {name, cols, (int)(sizeof cols / sizeof cols[0]), ids, count, visible, visible_rows}
 
 static const table_def tables[] = {
     TABLE("process", process_cols, 2, count_processes, NULL),
@@ -508,8 +513,8 @@ static const table_def tables[] = {
     TABLE("stack_profile_frame", frame_cols, 1, count_frames, NULL),
     TABLE("stack_profile_callsite", callsite_cols, 1, count_callsites, NULL),
     TABLE("stack_profile_symbol", symbol_cols, 1, count_symbols, NULL),
-    TABLE("perf_sample", perf_sample_cols, 1, count_samples, is_perf_sample),
-    TABLE("cpu_profile_stack_sample", cpu_profile_cols, 1, count_samples, is_chrome_sample),
+    TABLE_OF_ROWS("perf_sample", perf_sample_cols, 1, count_samples, is_perf_sample, perf_rows),
+    TABLE_OF_ROWS("cpu_profile_stack_sample", cpu_profile_cols, 1, count_samples, is_chrome_sample, chrome_rows),
     TABLE("stack_sample", stack_sample_cols, 1, count_samples, NULL),
     TABLE("stack_sample_task_context", task_cols, 1, count_tasks, NULL),
     TABLE("stack_sample_execution_context", exec_cols, 1, count_execs, NULL),
@@ -538,6 +543,7 @@ typedef struct vtab {
     sqlite3_vtab base;
     const table_def *def;
     const tm_tp *tp;
+    const uint64_t *visible_rows; /* def's, or NULL */
 } vtab;
 
 typedef struct vcursor {
@@ -568,6 +574,7 @@ static int vt_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
     memset(v, 0, sizeof *v);
     v->def = m->def;
     v->tp = m->tp;
+    v->visible_rows = m->def->visible_rows ? m->def->visible_rows(m->tp) : NULL;
     *out = &v->base;
     return SQLITE_OK;
 }
@@ -641,9 +648,23 @@ static int vt_close(sqlite3_vtab_cursor *c) {
     return SQLITE_OK;
 }
 
-static void skip_hidden(vcursor *c) {
+/* Moves c to its first visible row (or its end): a word of visible_rows at
+ * a time when the table has them, else row by row. */
+static inline void skip_hidden(vcursor *c) {
     const vtab *v = (const vtab *)c->base.pVtab;
     if (!v->def->visible) return;
+    if (v->visible_rows) {
+        while (c->row < c->end) {
+            uint64_t later = v->visible_rows[c->row / 64] >> (c->row % 64);
+            if (later) {
+                c->row += (size_t)__builtin_ctzll(later);
+                break;
+            }
+            c->row = (c->row / 64 + 1) * 64;
+        }
+        if (c->row > c->end) c->row = c->end;
+        return;
+    }
     while (c->row < c->end && !v->def->visible(v->tp, c->row)) c->row++;
 }
 
@@ -687,13 +708,14 @@ static int vt_filter(sqlite3_vtab_cursor *cur, int idx_num, const char *idx_str,
             return SQLITE_OK;
         }
         c->row = (size_t)id;
-        c->end = c->row + 1;
-    } else {
-        int a = 0;
-        if (idx_num & 2) bound_rows(argv[a++], 1, idx_str[0] == 'G', &c->row, &c->end);
-        if (idx_num & 4) bound_rows(argv[a++], 0, idx_str[1] == 'L', &c->row, &c->end);
-        if (c->row > c->end) c->row = c->end;
+        /* the one row tested by itself (test_sql compares it with the scan's visible_rows) */
+        c->end = v->def->visible && !v->def->visible(v->tp, c->row) ? c->row : c->row + 1;
+        return SQLITE_OK;
     }
+    int a = 0;
+    if (idx_num & 2) bound_rows(argv[a++], 1, idx_str[0] == 'G', &c->row, &c->end);
+    if (idx_num & 4) bound_rows(argv[a++], 0, idx_str[1] == 'L', &c->row, &c->end);
+    if (c->row > c->end) c->row = c->end;
     skip_hidden(c);
     return SQLITE_OK;
 }

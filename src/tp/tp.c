@@ -538,14 +538,34 @@ static tm_status pending_thread(dec *d, int64_t pid, int64_t tid, uint32_t *out)
     return TM_OK;
 }
 
+/* The bytes of a message from one field's first occurrence to the end of
+ * its last (both NULL: none), for a repeated field's iterator. */
+typedef struct field_span {
+    const uint8_t *start, *end;
+} field_span;
+
+static void span_add(field_span *sp, const tm_pb_field *f, const uint8_t *after) {
+    if (!sp->start) sp->start = f->start;
+    sp->end = after;
+}
+static tm_bytes span_bytes(field_span sp) { return (tm_bytes){sp.start, sp.start ? (size_t)(sp.end - sp.start) : 0}; }
+
 static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     if (!s->has_thread || !s->has_track_time) return TM_OK;
     int64_t prio = 0;
     tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
     int rc;
-    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK)
+    /* Where the callstack iids and the deltas are, from each one's first
+     * field to the end of its last: writers put each field's values
+     * together (unpacked), and an iterator over the whole message would step
+     * over all of the other's fields. */
+    field_span iid_span = {NULL, NULL}, delta_span = {NULL, NULL};
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) {
         if (f.num == TM_PF_STREAMING_PROCESS_PRIORITY && f.wire == TM_PB_VARINT) prio = (int32_t)f.val;
+        if (f.num == TM_PF_STREAMING_CALLSTACK_IID) span_add(&iid_span, &f, r.p);
+        if (f.num == TM_PF_STREAMING_TIMESTAMP_DELTA_US) span_add(&delta_span, &f, r.p);
+    }
     if (rc == TM_PB_ERROR) return pb_fail(d, &r, "streaming_profile_packet");
     uint32_t attr, task = TP_NULL;
     TM_TRY(attr_of(d, TP_SRC_CHROME, 0, TP_NULL, TP_NULL, (int32_t)prio, &attr));
@@ -556,8 +576,8 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
                                &base, &ok, &wrapped));
     if (!ok) base = s->track_time_ns;
     /* The callstack iids and the deltas, side by side. */
-    tm_pb_repeated iids = tm_pb_repeated_of(k->data, TM_PF_STREAMING_CALLSTACK_IID),
-                   deltas = tm_pb_repeated_of(k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US);
+    tm_pb_repeated iids = tm_pb_repeated_of(span_bytes(iid_span), TM_PF_STREAMING_CALLSTACK_IID),
+                   deltas = tm_pb_repeated_of(span_bytes(delta_span), TM_PF_STREAMING_TIMESTAMP_DELTA_US);
     int64_t acc = 0;
     for (;;) {
         uint64_t iid = 0, delta = 0;
@@ -1785,6 +1805,7 @@ static tm_status parse_perf(dec *d, const out_row *o, const uint8_t *ref, bool *
     tp->s_callsite[o->w] = callsite;
     tp->s_task[o->w] = task;
     tp->s_attr[o->w] = attr;
+    tp->perf_rows[o->w / 64] |= 1ull << (o->w % 64);
     *keep = true;
     if (has_skip) return TM_OK;
     uint32_t track;
@@ -1820,6 +1841,7 @@ static tm_status parse_chrome(dec *d, const out_row *o, uint64_t iid, uint32_t p
     tp->s_callsite[o->w] = callsite;
     tp->s_task[o->w] = task;
     tp->s_attr[o->w] = attr;
+    tp->chrome_rows[o->w / 64] |= 1ull << (o->w % 64);
     return TM_OK;
 }
 
@@ -2491,6 +2513,12 @@ static tm_status parse_all(dec *d) {
         memset(d->chrome_memo, 0, d->n_pend * sizeof *d->chrome_memo);
     }
     size_t j = 0, w = 0, n = tp->n_samples;
+    tp->n_kind_words = n / 64 + 1;
+    tp->perf_rows = tm_mem_alloc(d->mem, tp->n_kind_words * sizeof *tp->perf_rows);
+    tp->chrome_rows = tm_mem_alloc(d->mem, tp->n_kind_words * sizeof *tp->chrome_rows);
+    if (!tp->perf_rows || !tp->chrome_rows) return nomem(d);
+    memset(tp->perf_rows, 0, tp->n_kind_words * sizeof *tp->perf_rows);
+    memset(tp->chrome_rows, 0, tp->n_kind_words * sizeof *tp->chrome_rows);
     /* The callstack iids of the samples ahead, read once for both steps
      * (by sample index modulo 2 * PREFETCH_AHEAD; 0: none, or not read). */
     uint64_t ahead[2 * PREFETCH_AHEAD] = {0}, ahead_pid[2 * PREFETCH_AHEAD] = {0};
@@ -2728,6 +2756,8 @@ void tm_tp_release(tm_tp *tp) {
     tm_mem_free(m, tp->s_callsite, tp->cap_callsite * sizeof *tp->s_callsite);
     tm_mem_free(m, tp->s_task, tp->cap_task * sizeof *tp->s_task);
     tm_mem_free(m, tp->s_attr, tp->cap_attr * sizeof *tp->s_attr);
+    tm_mem_free(m, tp->perf_rows, tp->n_kind_words * sizeof *tp->perf_rows);
+    tm_mem_free(m, tp->chrome_rows, tp->n_kind_words * sizeof *tp->chrome_rows);
     tm_arena_release(&tp->arena);
     memset(tp, 0, sizeof *tp);
 }

@@ -211,6 +211,11 @@ typedef struct tm_tp {
     uint32_t *s_callsite;    /* TP_NULL: none */
     uint32_t *s_task;        /* task context id or TP_NULL */
     uint32_t *s_attr;        /* tp_sample_attr id */
+    /* The rows of PerfSamples and of StreamingProfilePackets, bit r % 64 of
+     * word r / 64 for row r: perf_sample and cpu_profile_stack_sample step
+     * from one to the next instead of testing each row's kind. */
+    uint64_t *perf_rows, *chrome_rows;
+    size_t n_kind_words;
     TP_VEC(tp_package, packages);
     tm_idxset package_names; /* packages by name */
 } tm_tp;
