@@ -92,6 +92,34 @@ static const char *const process_tree_query =
     "SELECT p.pid, p.name, p.cmdline, t.name FROM process p JOIN thread t ON t.upid = p.upid AND t.tid = p.pid "
     "WHERE p.pid >= 50 ORDER BY p.pid";
 
+/* A callstack's frame ids are read from past its iid when the iid comes
+ * first, as writers send it, else from its start: both orders make the
+ * same callsites, of one- and two-byte frame ids. */
+Test(sql_model, a_callstack_reads_alike_with_its_iid_first_or_last) {
+    static char got[2][4096];
+    for (int iid_last = 0; iid_last < 2; iid_last++) {
+        tb_buf b = {0};
+        size_t p = tb_packet_open(&b, 1, 1000, TB_SEQ_CLEARED);
+        size_t i = tb_open(&b, TM_PF_PACKET_INTERNED_DATA);
+        tb_interned_string(&b, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+        for (uint64_t f = 1; f <= 300; f++) tb_frame(&b, f, 1, 0, 0x10 * f);
+        size_t m = tb_open(&b, TM_PF_INTERNED_CALLSTACKS);
+        if (!iid_last) tb_uint(&b, TM_PF_INTERNED_IID, 1);
+        for (uint64_t f = 1; f <= 300; f += 11) tb_uint(&b, TM_PF_CALLSTACK_FRAME_IDS, f);
+        if (iid_last) tb_uint(&b, TM_PF_INTERNED_IID, 1);
+        tb_close(&b, m);
+        tb_close(&b, i);
+        tb_close(&b, p);
+        perf_sample(&b, 2000, 0);
+        snprintf(got[iid_last], sizeof got[iid_last], "%s",
+                 rows(&b, "SELECT c.id, c.depth, c.parent_id, f.rel_pc FROM stack_profile_callsite c "
+                          "JOIN stack_profile_frame f ON f.id = c.frame_id ORDER BY c.id"));
+        tb_free(&b);
+    }
+    cr_assert(strstr(got[0], "27|27|26|4768"), "%s", got[0]); /* 28 callsites, the last of frame 298 */
+    cr_assert_str_eq(got[0], got[1]);
+}
+
 Test(sql_model, cmdline_is_comm_names_the_main_thread) {
     tb_buf b = {0};
     size_t p = tb_packet_open(&b, 1, 100, 0);

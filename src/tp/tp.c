@@ -1329,6 +1329,12 @@ static tm_status resolve_callstack_slow(dec *d, uint32_t gen, uint32_t upid, uin
      * than its bytes, and one past the depth limit says it is passed. */
     tm_pb_repeated ids = tm_pb_repeated_of(*e, TM_PF_CALLSTACK_FRAME_IDS);
     uint64_t v;
+    /* Writers put the callstack's own iid (field 1) before its frame ids:
+     * stepped over here, the ids are all read in tm_pb_repeated_fill's loops. */
+    if (e->len && e->data[0] == (TM_PF_INTERNED_IID << 3 | TM_PB_VARINT)) {
+        const uint8_t *after = e->data + 1;
+        if (tm_pb_varint(&after, e->data + e->len, &v) == 0) ids.msg.p = after;
+    }
     size_t n = 0, cap = e->len < d->lim->max_stack_depth ? e->len : d->lim->max_stack_depth + 1;
     if (TM_VEC_RESERVE(d->mem, d->cs_ids, d->cap_cs_ids, cap) != TM_OK) return nomem(d);
     int rc = tm_pb_repeated_fill(&ids, d->cs_ids, cap, &n);
