@@ -854,7 +854,7 @@ static const struct {
      "         sum(iif(p.net_count > 0, p.net_size, 0)) AS retained, sum(p.allocated) AS allocated,"
      "         sum(p.net_size) AS delta"
      "  FROM per_callsite AS p JOIN heap_profile AS hp"
-     "    ON hp.upid = p.upid AND hp.ts_end = p.ts AND hp.heap_name IS p.heap_name"
+     "    ON hp.upid = p.upid AND hp.ts_end = p.ts AND coalesce(hp.heap_name, 'unknown') = p.heap_name"
      "  GROUP BY p.upid, p.heap_name, p.ts),"
      " windows AS ("
      "  SELECT *, iif(start_ts < ts_end, start_ts,"
