@@ -232,26 +232,118 @@ static uint64_t len_fields(const schema *sc) {
     return m;
 }
 
-/* A message of varints only with one-byte tags (fields 1-15), none of them
- * a field sc wants length-delimited: the shape of the many small messages
- * a payload repeats (HeapSample, a Frame, a PerfSample). Valid, since a
- * varint is what sc wants of any other field (a repeated one may come
- * unpacked). Anything else is left to the general check. */
-static bool plain_varints(const schema *sc, tm_bytes msg) {
-    const uint8_t *p = msg.data, *end = p + msg.len;
-    uint64_t lens = len_fields(sc);
+/* The end of the varint at p < end when it has 1 to 9 bytes (what
+ * tm_pb_varint_fast takes) and ends by end; NULL otherwise. Only its end
+ * is wanted. Bytes up to limit (>= end) may be read: a message's varints
+ * are found with one load each, its last ones too. */
+static inline const uint8_t *skip_varint(const uint8_t *p, const uint8_t *end, const uint8_t *limit) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (TM_LIKELY(limit - p >= 8)) {
+        uint64_t stops = ~tm_pb_load8(p) & 0x8080808080808080ull;
+        size_t n = stops ? (size_t)__builtin_ctzll(stops) / 8 + 1 : 9;
+        return n <= (size_t)(end - p) && (n < 9 || p[8] < 0x80) ? p + n : NULL;
+    }
+#else
+    (void)limit;
+#endif
+    for (int i = 0; i < 9 && p + i < end; i++)
+        if (p[i] < 0x80) return p + i + 1;
+    return NULL;
+}
+
+/* n <= 8 bytes at p as a little-endian word (byte k in bits 8k..8k+7). */
+static inline uint64_t load_le(const uint8_t *p, size_t n) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (TM_LIKELY(n == 8)) return tm_pb_load8(p);
+#endif
+    uint64_t w = 0;
+    for (size_t k = 0; k < n; k++) w |= (uint64_t)p[k] << 8 * k;
+    return w;
+}
+
+/* The high bit of each byte of w, gathered: bit k is byte k's. */
+static inline uint64_t high_bits(uint64_t w) {
+    return (((w >> 7) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
+}
+
+/* A message of fewer than 64 bytes of varints only under one-byte tags (a
+ * HeapSample), checked as bit masks, not field by field. Its stops (bytes
+ * below 0x80) are, counted from the first, a tag, a varint's last byte, a
+ * tag, ...; it is valid when the tags are byte 0 and each byte after a
+ * varint's end, the last end is its last byte, no varint has more than 9
+ * bytes (tm_pb_varint_fast's limit) and every tag is a varint of fields
+ * 1-15. Bytes up to limit may be read. */
+static inline bool plain_varints(const uint8_t *p, size_t len, const uint8_t *limit) {
+    uint64_t stops = 0, bad_tags = 0;
+    for (size_t i = 0; i < len; i += 8) {
+        size_t n = (size_t)(limit - (p + i));
+        uint64_t w = load_le(p + i, n < 8 ? n : 8);
+        uint64_t wire = (w & 0x0707070707070707ull) + 0x7f7f7f7f7f7f7f7full;  /* high bit: wire type not 0 */
+        uint64_t field = (w & 0x7878787878787878ull) + 0x7878787878787878ull; /* high bit: field not 0 */
+        stops |= high_bits(~w) << i;
+        bad_tags |= high_bits(wire | ~field) << i;
+    }
+    uint64_t in = (1ull << len) - 1;
+    stops &= in;
+    uint64_t odd = stops; /* bit k: an odd number of stops up to byte k */
+    odd ^= odd << 1, odd ^= odd << 2, odd ^= odd << 4, odd ^= odd << 8, odd ^= odd << 16, odd ^= odd << 32;
+    uint64_t tags = stops & odd, ends = stops & ~odd;
+    uint64_t more = ~stops & in, run = more & more >> 1; /* run: 9 varint bytes in a row that say more follow */
+    run &= run >> 2, run &= run >> 4, run &= more >> 8;
+    return (tags | 1ull << len) == (ends << 1 | 1) && !(tags & bad_tags) && !run;
+}
+
+/* A message whose fields all have one-byte tags, varints and
+ * length-delimited ones of 1-9 byte lengths, and whose nested messages and
+ * packed varints are of that shape too: what heapprofd writes (a
+ * ProfilePacket of thousands of HeapSamples), and the many small messages
+ * of varints other payloads repeat. Checked in one pass that mirrors
+ * check_message's order of rules, decoding nothing but lengths; true only
+ * when check_message accepts the message. Anything else (or an error) is
+ * left to the general check, which names it. Bytes up to limit may be
+ * read (skip_varint). */
+static bool plain_message(const schema *sc, const uint8_t *p, const uint8_t *end, const uint8_t *limit) {
+    uint64_t not_varint = len_fields(sc); /* a varint there is an error (or a field listed twice) */
+    int leaf_tag = -1; /* of the last nested message of varints only (a HeapSample): they come in runs */
     while (p < end) {
         uint8_t tag = *p++;
-        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || (lens >> (tag >> 3) & 1) || p >= end)
+        if (tag == leaf_tag && p < end && *p < 64 && *p < end - p) { /* the run goes on, a length of one byte */
+            size_t len = *p++;
+            if (!plain_varints(p, len, limit)) return false;
+            p += len;
+            continue;
+        }
+        if (tag < 8 || tag >= 0x80 || p >= end) return false;
+        uint32_t num = tag >> 3;
+        uint64_t bit = 1ull << num;
+        if ((tag & 7) == TM_PB_VARINT) {
+            if ((not_varint & bit) || !(p = skip_varint(p, end, limit))) return false;
+            continue;
+        }
+        uint64_t len;
+        if ((tag & 7) != TM_PB_LEN || !(p = tm_pb_varint_fast(p, end, &len)) || len > (uint64_t)(end - p))
             return false;
-        uint64_t v;
-        if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
+        const uint8_t *sub = p;
+        p += len;
+        if (sc->varints & bit) return false;
+        if (sc->lens & bit) continue;
+        if (sc->repeated & bit) { /* packed */
+            for (const uint8_t *q = sub; q < p;)
+                if (!(q = skip_varint(q, p, limit))) return false;
+            continue;
+        }
+        const schema *of = child_schema(sc, num);
+        if (!of) continue;
+        bool varints_only = !of->children && !of->lens && !of->repeated;
+        if (varints_only) leaf_tag = tag;
+        if (!(varints_only && len < 64 ? plain_varints(sub, (size_t)len, limit) : plain_message(of, sub, p, limit)))
+            return false;
     }
     return true;
 }
 
-static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg) {
-    if (msg.len && plain_varints(sc, msg)) return TM_OK;
+static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg, bool fast) {
+    if (fast && msg.len && plain_message(sc, msg.data, msg.data + msg.len, msg.data + msg.len)) return TM_OK;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;
@@ -276,7 +368,7 @@ static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes
             const schema *of = child_schema(sc, f.num);
             if (!of) continue;
             TM_PF_WANT(r, f, TM_PB_LEN, sc->name);
-            TM_TRY(check_message(r, of, f.bytes));
+            TM_TRY(check_message(r, of, f.bytes, fast));
         }
     }
     return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, sc->name) : TM_OK;
@@ -307,5 +399,10 @@ static bool read_plain_perf_sample(tm_pf_packet *pk) {
 tm_status tm_pf_check_payload(const tm_pf_reader *r, tm_pf_packet *pk) {
     if (pk->data_field == TM_PF_PACKET_PERF_SAMPLE && pk->data.len && read_plain_perf_sample(pk)) return TM_OK;
     const schema *sc = payload_schema(pk->data_field, r->flags & TM_PF_RELAY);
-    return sc ? check_message(r, sc, pk->data) : TM_OK;
+    return sc ? check_message(r, sc, pk->data, true) : TM_OK;
+}
+
+tm_status tm_pf_check_payload_general(const tm_pf_reader *r, const tm_pf_packet *pk) {
+    const schema *sc = payload_schema(pk->data_field, r->flags & TM_PF_RELAY);
+    return sc ? check_message(r, sc, pk->data, false) : TM_OK;
 }

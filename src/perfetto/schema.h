@@ -12,5 +12,9 @@
  * repeated varints and nested messages are well-formed. A PerfSample of
  * the common shape is read on the way (pk->perf_read). */
 tm_status tm_pf_check_payload(const tm_pf_reader *r, tm_pf_packet *pk);
+/* The same check without its one-pass shortcuts (plain messages, the
+ * PerfSample read): its verdict and error must be tm_pf_check_payload's,
+ * which tests compare on the same inputs. */
+tm_status tm_pf_check_payload_general(const tm_pf_reader *r, const tm_pf_packet *pk);
 
 #endif
