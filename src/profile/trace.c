@@ -1519,6 +1519,14 @@ static tm_status on_clock_snapshot(dec *d, const tm_pf_packet *k) {
 static tm_status heap_callsite(void *ctx, const tm_pf_heap_stack *hs, uint32_t *out) {
     dec *d = ctx;
     seq_state *s;
+    if (!hs->tables) { /* each dump names the callstacks the one before did: resolved in this epoch, they hold */
+        const tm_pf_gen *g = &d->rd.gens[hs->gen];
+        const resolved *c = cache_find(&d->seqs[g->seq]->stacks, hs->iid);
+        if (TM_LIKELY(c && c->upto == g->epoch)) {
+            *out = c->id;
+            return TM_OK;
+        }
+    }
     if (hs->tables) {
         if (d->local_serial != hs->tables->serial) { /* another dump's tables: forget what the last ones gave */
             seq_forget_resolved(d->mem, &d->local_seq);
