@@ -10,11 +10,16 @@
 #include "perfetto/fields.h"
 #include "perfetto/heap.h"
 
-/* A dump's sample, waiting for the dump's last packet. */
-typedef struct pending {
+/* What the samples of a dump waiting for its last packet share. */
+typedef struct pending_dump {
     int64_t pid, ts;
     tm_str heap_name;
     uint32_t heap;         /* heap_name's index in tm_pf_heap.heap_names: compared instead of the text */
+} pending_dump;
+
+/* A dump's sample, waiting for the dump's last packet. */
+typedef struct pending {
+    uint32_t dump;         /* in tm_pf_heap_seq.pend_dumps */
     uint64_t iid;
     uint64_t allocated, freed, alloc_count, free_count;
 } pending;
@@ -46,6 +51,7 @@ struct tm_pf_heap_seq {
     bool has_index;
     uint64_t prev_index;
     pending *pend; size_t n_pend, cap_pend;
+    pending_dump *pend_dumps; size_t n_pend_dumps, cap_pend_dumps;
     totals *tot; size_t n_tot, cap_tot;
     tm_u64map prev;        /* (pid, callsite) -> tot: the last totals */
     tm_u64map correction;  /* callstack id -> tot: carried over to a new callsite */
@@ -124,6 +130,7 @@ static void seq_free(tm_mem *mem, tm_pf_heap_seq *s) {
     for (int k = 0; k < 4; k++) tm_u64map_free(mem, &s->tables.by_iid[k]);
     tm_mem_free(mem, s->tables.ents, s->tables.cap_ents * sizeof *s->tables.ents);
     tm_mem_free(mem, s->pend, s->cap_pend * sizeof *s->pend);
+    tm_mem_free(mem, s->pend_dumps, s->cap_pend_dumps * sizeof *s->pend_dumps);
     tm_mem_free(mem, s->tot, s->cap_tot * sizeof *s->tot);
     tm_u64map_free(mem, &s->prev);
     tm_u64map_free(mem, &s->correction);
@@ -203,15 +210,15 @@ static tm_status memo_of(tm_mem *mem, tm_pf_heap_seq *s, uint64_t iid, iid_memo 
 /* The totals of (pid, callsite) and the correction of a->iid, made when
  * they do not exist yet; the correction takes the old callsite's totals
  * when the id names this callsite for the first time. */
-static tm_status totals_of(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint32_t callsite, uint32_t *prev_out,
-                           uint32_t *corr_out) {
-    uint64_t key = (uint64_t)(uint32_t)a->pid << 32 | callsite;
+static tm_status totals_of(tm_pf_heap *h, tm_pf_heap_seq *s, const pending_dump *d, const pending *a, uint32_t callsite,
+                           uint32_t *prev_out, uint32_t *corr_out) {
+    uint64_t key = (uint64_t)(uint32_t)d->pid << 32 | callsite;
     uint32_t prev = tm_u64map_get(&s->prev, key);
     if (prev == TM_ABSENT) {
         TM_TRY(new_totals(h->mem, s, &prev));
         TM_TRY(tm_u64map_put(h->mem, &s->prev, key, prev));
     }
-    seen_key sk = {a->pid, a->iid, a->heap, callsite};
+    seen_key sk = {d->pid, a->iid, d->heap, callsite};
     bool first;
     TM_TRY(first_seen(h->mem, s, &sk, &first));
     uint32_t corr = tm_u64map_get(&s->correction, a->iid);
@@ -228,20 +235,21 @@ static tm_status totals_of(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, u
 
 static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint32_t gen, const uint8_t *at,
                         const tm_pf_heap_sink *sink) {
+    const pending_dump *d = &s->pend_dumps[a->dump];
     tm_pf_heap_stack stack = {s->tables.n_ents && tm_u64map_get(&s->tables.by_iid[3], a->iid) != TM_ABSENT
                                   ? &s->tables : NULL,
-                              gen, a->iid, a->pid, at};
+                              gen, a->iid, d->pid, at};
     uint32_t callsite;
     TM_TRY(sink->callsite(sink->ctx, &stack, &callsite));
     if (callsite == TM_ABSENT) return TM_OK;
     iid_memo *m;
     TM_TRY(memo_of(h->mem, s, a->iid, &m));
     uint32_t prev, corr;
-    if (m && m->callsite == callsite && m->pid == a->pid && m->heap == a->heap) {
+    if (m && m->callsite == callsite && m->pid == d->pid && m->heap == d->heap) {
         prev = m->prev, corr = m->corr; /* seen before: neither is made nor changes */
     } else {
-        TM_TRY(totals_of(h, s, a, callsite, &prev, &corr));
-        if (m) *m = (iid_memo){.pid = a->pid, .heap = a->heap, .callsite = callsite, .prev = prev, .corr = corr};
+        TM_TRY(totals_of(h, s, d, a, callsite, &prev, &corr));
+        if (m) *m = (iid_memo){.pid = d->pid, .heap = d->heap, .callsite = callsite, .prev = prev, .corr = corr};
     }
     totals now = {(int64_t)a->alloc_count, (int64_t)a->allocated, sub64(0, (int64_t)a->free_count),
                   sub64(0, (int64_t)a->freed)};
@@ -251,17 +259,22 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
         now.free_count = add64(now.free_count, c->free_count), now.free_size = add64(now.free_size, c->free_size);
     }
     const totals *p = &s->tot[prev];
-    tm_pf_heap_row alloc = {a->ts, a->pid, a->heap_name, a->heap, callsite, sub64(now.alloc_count, p->alloc_count),
+    tm_pf_heap_row alloc = {d->ts, d->pid, d->heap_name, d->heap, callsite, sub64(now.alloc_count, p->alloc_count),
                             sub64(now.alloc_size, p->alloc_size)};
-    tm_pf_heap_row freed = {a->ts, a->pid, a->heap_name, a->heap, callsite, sub64(now.free_count, p->free_count),
+    tm_pf_heap_row freed = {d->ts, d->pid, d->heap_name, d->heap, callsite, sub64(now.free_count, p->free_count),
                             sub64(now.free_size, p->free_size)};
     if (alloc.count < 0 || alloc.size < 0 || freed.count > 0 || freed.size > 0)
-        return sink->stat(sink->ctx, TM_HEAP_MALFORMED_PACKET, a->pid, 1);
-    if (alloc.count || alloc.size) TM_TRY(sink->row(sink->ctx, &alloc));
+        return sink->stat(sink->ctx, TM_HEAP_MALFORMED_PACKET, d->pid, 1);
+    bool make_alloc = alloc.count || alloc.size;
     /* ART's heap reports allocations only: its frees would be made up */
     static const tm_str art = {(const uint8_t *)"com.android.art", 15};
-    if ((freed.count || freed.size) && !(a->heap == h->art_heap && tm_bytes_eq(a->heap_name, art)))
-        TM_TRY(sink->row(sink->ctx, &freed));
+    bool make_free = (freed.count || freed.size) && !(d->heap == h->art_heap && tm_bytes_eq(d->heap_name, art));
+    if (h->rows) {
+        if (make_alloc || make_free) TM_TRY(h->rows(sink->ctx, make_alloc ? &alloc : NULL, make_free ? &freed : NULL));
+    } else {
+        if (make_alloc) TM_TRY(sink->row(sink->ctx, &alloc));
+        if (make_free) TM_TRY(sink->row(sink->ctx, &freed));
+    }
     s->tot[prev] = now;
     return TM_OK;
 }
@@ -270,7 +283,7 @@ static tm_status finalize(tm_pf_heap *h, tm_pf_heap_seq *s, uint32_t gen, const 
                           const tm_pf_heap_sink *sink) {
     tm_status st = TM_OK;
     for (size_t i = 0; i < s->n_pend && st == TM_OK; i++) st = commit(h, s, &s->pend[i], gen, at, sink);
-    s->n_pend = 0;
+    s->n_pend = s->n_pend_dumps = 0;
     tables_clear(h->mem, &s->tables);
     s->tables.serial = ++h->serial;
     return st;
@@ -307,12 +320,25 @@ typedef struct dump_fields {
     tm_bytes stats;
 } dump_fields;
 
+/* A dump's next field, as tm_pb_next reads it; a sample of fewer than 128
+ * bytes (nearly all of a dump's fields) in a few instructions. */
+static inline int next_dump_field(tm_pb_reader *pb, tm_pb_field *f) {
+    const uint8_t *q = pb->p;
+    if (pb->end - q >= 2 && q[0] == (TM_PF_HEAP_DUMP_SAMPLES << 3 | TM_PB_LEN) && q[1] < 0x80 &&
+        q[1] <= pb->end - q - 2) {
+        *f = (tm_pb_field){.num = TM_PF_HEAP_DUMP_SAMPLES, .wire = TM_PB_LEN, .bytes = {q + 2, q[1]}, .start = q};
+        pb->p = q + 2 + q[1];
+        return TM_PB_OK;
+    }
+    return tm_pb_next(pb, f);
+}
+
 static dump_fields read_dump(tm_bytes msg) {
     dump_fields x;
     memset(&x, 0, sizeof x);
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
-    while (tm_pb_next(&pb, &f) == TM_PB_OK) { /* wire types checked by the reader */
+    while (next_dump_field(&pb, &f) == TM_PB_OK) { /* wire types checked by the reader */
         switch (f.num) {
         case TM_PF_HEAP_DUMP_PID: x.d.pid = (int64_t)(uint32_t)f.val; break; /* Trace Processor's pids are 32-bit */
         case TM_PF_HEAP_DUMP_TIMESTAMP: x.ts_raw = f.val; break;
@@ -364,20 +390,41 @@ static tm_status dump_stats(const dump_fields *x, int64_t packet_ts, bool first,
     return sink->stat(c, TM_HEAP_CLIENT_SPINLOCK_BLOCKED, pid, (int64_t)blocked_us);
 }
 
-/* A dump's samples, queued until the dump ends. */
-/* A HeapSample of one-byte tags and varints only (as heapprofd writes
- * them), read in one tight loop: v[field]; false leaves the rest to the
- * general decoder. */
-static bool read_plain_sample(tm_bytes b, uint64_t v[10], bool *has_max) {
-    const uint8_t *p = b.data, *end = p + b.len;
+/* The varint at q < limit, as tm_pb_varint_fast reads it, three bytes
+ * (the sizes and callstack ids heapprofd writes) without its word path. */
+static inline const uint8_t *sample_varint(const uint8_t *q, const uint8_t *limit, uint64_t *out) {
+    uint64_t b0 = q[0];
+    if (b0 < 0x80) {
+        *out = b0;
+        return q + 1;
+    }
+    if (limit - q >= 3) {
+        uint64_t b1 = q[1], b2 = q[2];
+        if (b1 < 0x80) {
+            *out = (b0 & 0x7f) | b1 << 7;
+            return q + 2;
+        }
+        if (b2 < 0x80) {
+            *out = (b0 & 0x7f) | (b1 & 0x7f) << 7 | b2 << 14;
+            return q + 3;
+        }
+    }
+    return tm_pb_varint_fast(q, limit, out);
+}
+
+/* A HeapSample of varints only under one-byte tags (as heapprofd writes
+ * them), read in one tight loop: v[field], and bit field of *seen set.
+ * Bytes up to limit (>= end) may be read: a varint of any length is one
+ * load. false leaves the sample to the general decoder. */
+static bool read_plain_sample(const uint8_t *p, const uint8_t *end, const uint8_t *limit, uint64_t v[16],
+                              uint32_t *seen) {
     while (p < end) {
-        uint8_t tag = *p++;
-        if (tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
+        unsigned tag = *p++;
+        if (!tag || (tag & 0x87) || p >= end) return false; /* not a varint of fields 1-15 */
         uint64_t x;
-        if (!(p = tm_pb_varint_fast(p, end, &x))) return false;
-        uint32_t num = tag >> 3;
-        if (num < 10) v[num] = x;
-        if (num == TM_PF_HEAP_SAMPLE_SELF_MAX) *has_max = true;
+        if (!(p = sample_varint(p, limit, &x)) || p > end) return false;
+        v[tag >> 3] = x;
+        *seen |= 1u << (tag >> 3);
     }
     return true;
 }
@@ -402,24 +449,30 @@ static tm_status queue_samples(tm_pf_heap *h, tm_pf_heap_seq *s, tm_bytes msg, c
     tm_str heap = x->d.heap_name.data ? x->d.heap_name : unknown_heap;
     uint32_t heap_idx;
     TM_TRY(heap_index(h, heap, &heap_idx));
+    TM_TRY(TM_VEC_RESERVE(h->mem, s->pend_dumps, s->cap_pend_dumps, s->n_pend_dumps + 1));
+    s->pend_dumps[s->n_pend_dumps] = (pending_dump){x->d.pid, x->d.ts_end, heap, heap_idx};
+    uint32_t dump = (uint32_t)s->n_pend_dumps++;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
-    while (tm_pb_next(&pb, &f) == TM_PB_OK) {
+    while (next_dump_field(&pb, &f) == TM_PB_OK) {
         if (f.num != TM_PF_HEAP_DUMP_SAMPLES) continue;
-        uint64_t v[10] = {0};
-        bool has_max = false;
-        if (!read_plain_sample(f.bytes, v, &has_max)) {
-            memset(v, 0, sizeof v);
-            has_max = false;
-            tm_pb_reader sp = tm_pb_reader_of(f.bytes);
+        tm_bytes b = f.bytes;
+        uint64_t v[16]; /* fields 1-15 of a varint tag; 10-15 are not read */
+        memset(v, 0, 10 * sizeof *v);
+        uint32_t seen = 0;
+        if (!read_plain_sample(b.data, b.data + b.len, pb.end, v, &seen)) {
+            memset(v, 0, 10 * sizeof *v);
+            seen = 0;
+            tm_pb_reader sp = tm_pb_reader_of(b);
             tm_pb_field g;
             while (tm_pb_next(&sp, &g) == TM_PB_OK)
                 if (g.num < 10) {
                     v[g.num] = g.val;
-                    if (g.num == TM_PF_HEAP_SAMPLE_SELF_MAX) has_max = true;
+                    seen |= 1u << g.num;
                 }
         }
-        pending a = {x->d.pid, x->d.ts_end, heap, heap_idx, v[TM_PF_HEAP_SAMPLE_CALLSTACK_ID], 0, 0, 0, 0};
+        bool has_max = seen >> TM_PF_HEAP_SAMPLE_SELF_MAX & 1;
+        pending a = {dump, v[TM_PF_HEAP_SAMPLE_CALLSTACK_ID], 0, 0, 0, 0};
         if (has_max) {
             a.allocated = v[TM_PF_HEAP_SAMPLE_SELF_MAX];
             if (trusted_max_count) a.alloc_count = v[TM_PF_HEAP_SAMPLE_SELF_MAX_COUNT];

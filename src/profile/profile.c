@@ -441,7 +441,7 @@ int tm_path_is_java(tm_str path) {
 /* ---- memory profiles ---- */
 
 tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, uint32_t h,
-                              tm_str heap, int64_t count, int64_t size) {
+                              tm_str heap, const int64_t alloc[2], const int64_t freed[2]) {
     if (h >= 256) return TM_ERR_LIMIT;
     while (h >= p->n_heap_names) { /* heaps are numbered 0, 1, ... as they first appear */
         TM_TRY(TM_VEC_RESERVE(p->mem, p->heap_names, p->cap_heap_names, p->n_heap_names + 1));
@@ -473,8 +473,9 @@ tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_
     tm_prof_heap_sample *hs = &p->heap_samples[i];
     if (ts > hs->ts) hs->ts = ts;
 #define ADD(x, v) ((x) = (int64_t)((uint64_t)(x) + (uint64_t)(v))) /* hostile totals wrap, never overflow */
-    if (count > 0 || size > 0) ADD(hs->alloc_objects, count), ADD(hs->alloc_space, size);
-    ADD(hs->inuse_objects, count), ADD(hs->inuse_space, size);
+    ADD(hs->alloc_objects, alloc[0]), ADD(hs->alloc_space, alloc[1]);
+    ADD(hs->inuse_objects, alloc[0]), ADD(hs->inuse_space, alloc[1]);
+    ADD(hs->inuse_objects, freed[0]), ADD(hs->inuse_space, freed[1]);
 #undef ADD
     return TM_OK;
 }

@@ -191,11 +191,12 @@ static inline uint64_t tm_profile_weight(const tm_profile *p, size_t sample) {
     return p->weights ? p->weights[sample] : 1;
 }
 
-/* Adds a change of a (process thread, stack, heap) to its heap sample;
- * heaps are numbered 0, 1, ... in order of appearance (heap_index names a
- * new one). */
+/* Adds a change of a (process thread, stack, heap) to its heap sample:
+ * allocations (count, size: both >= 0) and frees (both <= 0), either of
+ * them zeros; heaps are numbered 0, 1, ... in order of appearance
+ * (heap_index names a new one). */
 tm_status tm_profile_add_heap(tm_profile *p, int64_t ts, uint32_t stack, uint32_t thread, uint32_t heap_index,
-                              tm_str heap, int64_t count, int64_t size);
+                              tm_str heap, const int64_t alloc[2], const int64_t freed[2]);
 
 /* The profile an exporter reads for value v (TM_VALUE_DEFAULT resolved:
  * CPU samples when there are any, else off-CPU ones, else inuse_space):

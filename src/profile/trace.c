@@ -1559,11 +1559,16 @@ static tm_status heap_dump(void *ctx, const tm_pf_heap_dump *hd) {
     return TM_OK;
 }
 
-static tm_status heap_row(void *ctx, const tm_pf_heap_row *r) {
+/* A sample's change: its allocation row and free row (either NULL) go to
+ * the one heap sample of their process, stack and heap. */
+static tm_status heap_rows(void *ctx, const tm_pf_heap_row *alloc, const tm_pf_heap_row *freed) {
     dec *d = ctx;
+    const tm_pf_heap_row *r = alloc ? alloc : freed;
     uint32_t thread;
     TM_TRY(thread_of(d, r->pid, r->pid, &thread));
-    tm_status st = tm_profile_add_heap(d->p, r->ts, r->callsite, thread, r->heap, r->heap_name, r->count, r->size);
+    const int64_t allocated[2] = {alloc ? alloc->count : 0, alloc ? alloc->size : 0};
+    const int64_t released[2] = {freed ? freed->count : 0, freed ? freed->size : 0};
+    tm_status st = tm_profile_add_heap(d->p, r->ts, r->callsite, thread, r->heap, r->heap_name, allocated, released);
     if (st == TM_ERR_LIMIT) return dfail(d, st, NULL, "a memory profile with more than 256 heaps or 2^24 processes");
     return st == TM_OK ? TM_OK : nomem(d);
 }
@@ -1612,7 +1617,9 @@ static tm_status on_process_stats(dec *d, const tm_pf_packet *k) {
     return TM_OK;
 }
 
-static tm_pf_heap_sink heap_sink(dec *d) { return (tm_pf_heap_sink){d, heap_callsite, NULL, heap_dump, heap_row, heap_stat}; }
+static tm_pf_heap_sink heap_sink(dec *d) {
+    return (tm_pf_heap_sink){d, heap_callsite, NULL, heap_dump, NULL, heap_stat}; /* rows: heap_rows */
+}
 
 static tm_status on_profile_packet(dec *d, const tm_pf_packet *k) {
     if (k->has_time && !k->trace_ok) return TM_OK; /* no clock path: Trace Processor drops the packet */
@@ -1905,6 +1912,7 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     tm_pf_reader_init(&d.rd, buf, len, d.mem, &t->arena, d.lim,
                       (d.relay ? TM_PF_RELAY : 0) | (opts->strict ? TM_PF_STRICT : 0), err);
     tm_pf_heap_init(&d.heap, d.mem);
+    d.heap.rows = heap_rows;
     /* A sample costs ~16 bytes of trace or more in the common encodings:
      * reserving len/16 up front (at most 2^24 samples, 256 MiB) avoids most
      * regrowth copies without claiming memory a huge trace may not need. */
