@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/alloc.h" /* tm_mem, for the schema check's reader */
 #include "perfetto/fields.h"
+#include "perfetto/schema.h" /* tm_pf_check_payload and its general form */
 #include "wire/pb.h" /* TM_PB_VARINT */
 #include "profile/profile.h" /* tm_trace_profile: heap samples per process */
 #include "trace_builder.h"
@@ -570,4 +572,153 @@ Test(heap, a_streaming_value_cut_off_is_an_error_at_its_byte) {
     tb_close(&b, pkt);
     expect_error_at(&b, TM_ERR_TRUNCATED, b.len - 1, "StreamingAllocation: truncated varint");
     tb_free(&b);
+}
+
+/* ---- the fast paths: heapprofd's plain HeapSamples, read and checked in
+ * one pass, against the general decoder and the general schema check ---- */
+
+/* A HeapSample as tb_heap_sample_msg writes it, or (padded) with an unknown
+ * length-delimited field 20 of pad bytes first: a two-byte tag, so neither
+ * the schema check nor heap.c takes the sample as plain, and with pad >= 128
+ * its length has two bytes. */
+static void sample_msg(tb_buf *b, const tb_heap_sample *s, size_t pad) {
+    if (!pad) {
+        tb_heap_sample_msg(b, s);
+        return;
+    }
+    size_t h = tb_open(b, TM_PF_HEAP_DUMP_SAMPLES);
+    char filler[300] = {0};
+    tb_bytes(b, 20, filler, pad);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s->callstack);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s->allocated);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_FREED, s->freed);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, s->alloc_count);
+    tb_uint(b, TM_PF_HEAP_SAMPLE_FREE_COUNT, s->free_count);
+    tb_close(b, h);
+}
+
+/* Two dumps of keep and free_all whose values take varints of 1 to 9 bytes,
+ * every sample plain (pad 0) or padded. */
+static tb_buf varied_heap_trace(size_t pad) {
+    static const tb_heap_sample dumps[2][2] = {
+        {{CS_KEEP, 300, 1, 1, 0}, {CS_FREE, 1ull << 20, 1ull << 14, 1ull << 7, 1ull << 6}},
+        {{CS_KEEP, 1ull << 62, 1ull << 49, 1ull << 35, 1ull << 28},
+         {CS_FREE, 1ull << 21, 1ull << 21, 1ull << 42, 1ull << 42}},
+    };
+    tb_buf t = {0};
+    tb_heap_clocks(&t, 1);
+    for (uint64_t d = 0; d < 2; d++) {
+        size_t pkt = tb_packet_open(&t, 7, 10 * (d + 1), d == 0 ? TB_SEQ_CLEARED : 0);
+        size_t pp = tb_open(&t, TM_PF_PACKET_PROFILE_PACKET);
+        tables(&t);
+        size_t dump = tb_open(&t, TM_PF_PROFILE_PROCESS_DUMPS);
+        tb_uint(&t, TM_PF_HEAP_DUMP_PID, PID);
+        tb_uint(&t, TM_PF_HEAP_DUMP_TIMESTAMP, 10 * (d + 1));
+        for (size_t i = 0; i < 2; i++) sample_msg(&t, &dumps[d][i], i ? pad : pad / 2);
+        tb_str(&t, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
+        tb_close(&t, dump);
+        tb_uint(&t, TM_PF_PROFILE_INDEX, d);
+        tb_close(&t, pp);
+        tb_close(&t, pkt);
+    }
+    return t;
+}
+
+static void pprof_of(const tb_buf *b, tu_membuf *m) {
+    tm_trace *t = parse(b);
+    tm_sink sink = {.write = tu_membuf_write, .ctx = m};
+    tm_pprof_options o = {.uncompressed = 1, .value = TM_VALUE_ALLOC_SPACE};
+    tm_error err = {0};
+    cr_assert_eq(tm_write_pprof(t, &o, &sink, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_trace_get_stats(t)->heap_malformed, 0);
+    tm_trace_free(t);
+}
+
+Test(heap, plain_samples_read_as_the_general_decoder_reads_them) {
+    tb_buf plain = varied_heap_trace(0);
+    tu_membuf want = {0};
+    pprof_of(&plain, &want);
+    for (size_t pad = 1; pad <= 260; pad += 129) { /* lengths of one byte and of two */
+        tb_buf padded = varied_heap_trace(pad);
+        tu_membuf got = {0};
+        pprof_of(&padded, &got);
+        cr_expect(got.len == want.len && !memcmp(got.data, want.data, want.len), "pad %zu: another profile", pad);
+        tu_membuf_free(&got);
+        tb_free(&padded);
+    }
+    tm_status st;
+    tm_trace *t = parse(&plain);
+    char *out = folded(t, TM_VALUE_ALLOC_SPACE, &st);
+    cr_expect_str_eq(out, "main;free_all 2097152\nmain;keep 4611686018427387904\n");
+    free(out);
+    tm_trace_free(t);
+    tu_membuf_free(&want);
+    tb_free(&plain);
+}
+
+/* The schema check's verdict on a ProfilePacket payload, through its one-pass
+ * check of plain messages or without it (tm_pf_check_payload_general). */
+static tm_error check_profile_packet(const uint8_t *data, size_t len, bool general) {
+    tm_mem mem;
+    tm_mem_init(&mem, NULL);
+    tm_error err = {0};
+    tm_pf_reader r;
+    tm_pf_reader_init(&r, data, len, &mem, NULL, NULL, 0, &err);
+    tm_pf_packet pk = {.data_field = TM_PF_PACKET_PROFILE_PACKET, .data = {data, len}};
+    tm_status st = general ? tm_pf_check_payload_general(&r, &pk) : tm_pf_check_payload(&r, &pk);
+    cr_assert_eq(st, err.code);
+    tm_pf_reader_release(&r);
+    return err;
+}
+
+/* Every byte of a ProfilePacket (tables, a dump of plain HeapSamples, its
+ * stats) set to values that break or change its framing, and every cut of
+ * it: the one-pass check accepts exactly what the general check accepts and
+ * fails at the same byte with the same message. */
+Test(heap, the_schema_checks_plain_messages_as_the_general_check_does) {
+    tb_buf t = {0};
+    tables(&t);
+    const uint64_t frames[3] = {1, 2, 300};
+    size_t c = tb_open(&t, TM_PF_PROFILE_CALLSTACKS);
+    tb_uint(&t, TM_PF_INTERNED_IID, 3);
+    tb_packed(&t, TM_PF_CALLSTACK_FRAME_IDS, frames, 3);
+    tb_close(&t, c);
+    size_t dump = tb_open(&t, TM_PF_PROFILE_PROCESS_DUMPS);
+    tb_uint(&t, TM_PF_HEAP_DUMP_PID, PID);
+    for (uint64_t i = 0; i < 3; i++) {
+        /* varints of up to 10 bytes */
+        const tb_heap_sample s = {CS_KEEP, 1ull << (30 * i + 2), 1ull << (9 * i), i, 1ull << (31 * i + 1)};
+        tb_heap_sample_msg(&t, &s);
+    }
+    size_t stats = tb_open(&t, TM_PF_HEAP_DUMP_STATS);
+    tb_uint(&t, TM_PF_HEAP_STATS_HEAP_SAMPLES, 3);
+    tb_close(&t, stats);
+    tb_close(&t, dump);
+    tb_uint(&t, TM_PF_PROFILE_INDEX, 0);
+    static const int sets[] = {0x00, 0x02, 0x08, 0x0a, 0x10, 0x12, 0x7f, 0x80, 0x81, 0xff, -1, -2, -3};
+    uint8_t *buf = malloc(t.len);
+    size_t accepted = 0, rejected = 0;
+    for (size_t cut = 0; cut <= t.len; cut++) {
+        for (size_t at = 0; at <= t.len; at++) {
+            if (at < t.len && cut < t.len) continue; /* a byte changed, or a cut: one at a time */
+            for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+                if (at == t.len && k) break;
+                memcpy(buf, t.data, t.len);
+                if (at < t.len) /* -1, -2, -3: the high bit flipped, the byte one more, one less */
+                    buf[at] = (uint8_t)(sets[k] >= 0 ? sets[k]
+                                        : sets[k] == -1 ? buf[at] ^ 0x80
+                                        : sets[k] == -2 ? buf[at] + 1 : buf[at] - 1);
+                tm_error fast = check_profile_packet(buf, cut, false), general = check_profile_packet(buf, cut, true);
+                cr_assert_eq(fast.code, general.code, "byte %zu set %d, cut at %zu", at, sets[k], cut);
+                cr_assert_eq(fast.offset, general.offset, "byte %zu set %d, cut at %zu", at, sets[k], cut);
+                cr_assert_str_eq(fast.message, general.message, "byte %zu set %d, cut at %zu", at, sets[k], cut);
+                if (fast.code == TM_OK) accepted++;
+                else rejected++;
+            }
+        }
+    }
+    cr_expect_gt(accepted, 100);
+    cr_expect_gt(rejected, 100);
+    free(buf);
+    tb_free(&t);
 }
