@@ -671,11 +671,11 @@ static tm_error check_profile_packet(const uint8_t *data, size_t len, bool gener
     return err;
 }
 
-/* Every byte of a ProfilePacket (tables, a dump of plain HeapSamples, its
- * stats) set to values that break or change its framing, and every cut of
- * it: the one-pass check accepts exactly what the general check accepts and
- * fails at the same byte with the same message. */
-Test(heap, the_schema_checks_plain_messages_as_the_general_check_does) {
+/* A ProfilePacket payload: its tables, a packed callstack, a dump of plain
+ * HeapSamples (varints of up to 9 bytes) and its stats; with_long, a
+ * second dump whose sample has a varint of 10 bytes (not plain: checked
+ * by the general check, the first dump still by the one-pass check). */
+static tb_buf checked_profile_packet(bool with_long) {
     tb_buf t = {0};
     tables(&t);
     const uint64_t frames[3] = {1, 2, 300};
@@ -686,39 +686,54 @@ Test(heap, the_schema_checks_plain_messages_as_the_general_check_does) {
     size_t dump = tb_open(&t, TM_PF_PROFILE_PROCESS_DUMPS);
     tb_uint(&t, TM_PF_HEAP_DUMP_PID, PID);
     for (uint64_t i = 0; i < 3; i++) {
-        /* varints of up to 10 bytes */
-        const tb_heap_sample s = {CS_KEEP, 1ull << (30 * i + 2), 1ull << (9 * i), i, 1ull << (31 * i + 1)};
+        const tb_heap_sample s = {CS_KEEP, 1ull << (30 * i + 2), 1ull << (9 * i), i, 200 * i};
         tb_heap_sample_msg(&t, &s);
     }
     size_t stats = tb_open(&t, TM_PF_HEAP_DUMP_STATS);
     tb_uint(&t, TM_PF_HEAP_STATS_HEAP_SAMPLES, 3);
     tb_close(&t, stats);
     tb_close(&t, dump);
+    if (with_long) {
+        const tb_heap_sample s = {CS_FREE, 1ull << 63, 0, 1, 0};
+        tb_heap_dump(&t, PID, 10, NULL, 0, &s, 1);
+    }
     tb_uint(&t, TM_PF_PROFILE_INDEX, 0);
+    return t;
+}
+
+/* Every byte of a ProfilePacket set to values that break or change its
+ * framing, and every cut of it: the one-pass check accepts exactly what
+ * the general check accepts and fails at the same byte with the same
+ * message. */
+Test(heap, the_schema_checks_plain_messages_as_the_general_check_does) {
     static const int sets[] = {0x00, 0x02, 0x08, 0x0a, 0x10, 0x12, 0x7f, 0x80, 0x81, 0xff, -1, -2, -3};
-    uint8_t *buf = malloc(t.len);
-    size_t accepted = 0, rejected = 0;
-    for (size_t cut = 0; cut <= t.len; cut++) {
-        for (size_t at = 0; at <= t.len; at++) {
-            if (at < t.len && cut < t.len) continue; /* a byte changed, or a cut: one at a time */
-            for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
-                if (at == t.len && k) break;
-                memcpy(buf, t.data, t.len);
-                if (at < t.len) /* -1, -2, -3: the high bit flipped, the byte one more, one less */
-                    buf[at] = (uint8_t)(sets[k] >= 0 ? sets[k]
-                                        : sets[k] == -1 ? buf[at] ^ 0x80
-                                        : sets[k] == -2 ? buf[at] + 1 : buf[at] - 1);
-                tm_error fast = check_profile_packet(buf, cut, false), general = check_profile_packet(buf, cut, true);
-                cr_assert_eq(fast.code, general.code, "byte %zu set %d, cut at %zu", at, sets[k], cut);
-                cr_assert_eq(fast.offset, general.offset, "byte %zu set %d, cut at %zu", at, sets[k], cut);
-                cr_assert_str_eq(fast.message, general.message, "byte %zu set %d, cut at %zu", at, sets[k], cut);
-                if (fast.code == TM_OK) accepted++;
-                else rejected++;
+    for (int with_long = 0; with_long < 2; with_long++) {
+        tb_buf t = checked_profile_packet(with_long);
+        uint8_t *buf = malloc(t.len);
+        size_t accepted = 0, rejected = 0;
+        for (size_t cut = 0; cut <= t.len; cut++) {
+            for (size_t at = 0; at <= t.len; at++) {
+                if (at < t.len && cut < t.len) continue; /* a byte changed, or a cut: one at a time */
+                for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+                    if (at == t.len && k) break;
+                    memcpy(buf, t.data, t.len);
+                    if (at < t.len) /* -1, -2, -3: the high bit flipped, the byte one more, one less */
+                        buf[at] = (uint8_t)(sets[k] >= 0 ? sets[k]
+                                            : sets[k] == -1 ? buf[at] ^ 0x80
+                                            : sets[k] == -2 ? buf[at] + 1 : buf[at] - 1);
+                    tm_error fast = check_profile_packet(buf, cut, false);
+                    tm_error general = check_profile_packet(buf, cut, true);
+                    cr_assert_eq(fast.code, general.code, "byte %zu set %d, cut at %zu", at, sets[k], cut);
+                    cr_assert_eq(fast.offset, general.offset, "byte %zu set %d, cut at %zu", at, sets[k], cut);
+                    cr_assert_str_eq(fast.message, general.message, "byte %zu set %d, cut at %zu", at, sets[k], cut);
+                    if (fast.code == TM_OK) accepted++;
+                    else rejected++;
+                }
             }
         }
+        cr_expect_gt(accepted, 100);
+        cr_expect_gt(rejected, 100);
+        free(buf);
+        tb_free(&t);
     }
-    cr_expect_gt(accepted, 100);
-    cr_expect_gt(rejected, 100);
-    free(buf);
-    tb_free(&t);
 }

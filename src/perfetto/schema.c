@@ -183,7 +183,7 @@ static const schema process_stats = {"ProcessStats", F(2), 0, 0, process_stats_c
 
 #undef F
 
-static const schema *payload_schema(uint32_t data_field, bool relay) {
+static inline const schema *payload_schema(uint32_t data_field, bool relay) {
     switch (data_field) {
     case TM_PF_PACKET_PERF_SAMPLE: return relay ? &perf_sample_relay : &perf_sample;
     case TM_PF_PACKET_CLOCK_SNAPSHOT: return relay ? &clock_snapshot_relay : &clock_snapshot;
@@ -296,8 +296,7 @@ static inline bool plain_varints(const uint8_t *p, size_t len, const uint8_t *li
 /* A message whose fields all have one-byte tags, varints and
  * length-delimited ones of 1-9 byte lengths, and whose nested messages and
  * packed varints are of that shape too: what heapprofd writes (a
- * ProfilePacket of thousands of HeapSamples), and the many small messages
- * of varints other payloads repeat. Checked in one pass that mirrors
+ * ProfilePacket of thousands of HeapSamples). Checked in one pass that mirrors
  * check_message's order of rules, decoding nothing but lengths; true only
  * when check_message accepts the message. Anything else (or an error) is
  * left to the general check, which names it. Bytes up to limit may be
@@ -334,16 +333,36 @@ static bool plain_message(const schema *sc, const uint8_t *p, const uint8_t *end
         }
         const schema *of = child_schema(sc, num);
         if (!of) continue;
-        bool varints_only = !of->children && !of->lens && !of->repeated;
-        if (varints_only) leaf_tag = tag;
-        if (!(varints_only && len < 64 ? plain_varints(sub, (size_t)len, limit) : plain_message(of, sub, p, limit)))
+        bool of_varints = !of->children && !of->lens && !of->repeated;
+        if (of_varints) leaf_tag = tag;
+        if (!(of_varints && len < 64 ? plain_varints(sub, (size_t)len, limit) : plain_message(of, sub, p, limit)))
             return false;
     }
     return true;
 }
 
+/* A message of varints only with one-byte tags (fields 1-15), none of them
+ * a field sc wants length-delimited: the shape of the many small messages
+ * a payload repeats (a Frame, a PerfSample, a StreamingProfilePacket of
+ * unpacked fields), in the tightest loop. Valid, since a varint is what sc
+ * wants of any other field (a repeated one may come unpacked). */
+static bool varints_only(const schema *sc, tm_bytes msg) {
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    uint64_t lens = len_fields(sc);
+    while (p < end) {
+        uint8_t tag = *p++;
+        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || (lens >> (tag >> 3) & 1) || p >= end)
+            return false;
+        uint64_t v;
+        if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
+    }
+    return true;
+}
+
 static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes msg, bool fast) {
-    if (fast && msg.len && plain_message(sc, msg.data, msg.data + msg.len, msg.data + msg.len)) return TM_OK;
+    if (fast && msg.len &&
+        (varints_only(sc, msg) || plain_message(sc, msg.data, msg.data + msg.len, msg.data + msg.len)))
+        return TM_OK;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;
