@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
                     uint64_t f = (tot[2] - tot[3]) / 3;                 /* about a third freed */
                     tot[1] += f * 4096, tot[3] += f;
                     const tb_heap_sample hs = {k + 1, tot[0], tot[1], tot[2], tot[3]};
-                    tb_heap_sample_msg(&t, &hs);
+                    tb_heap_sample_msg(&t, &hs, 0);
                 }
                 tb_close(&t, dump);
                 if (end < n_stacks) tb_uint(&t, TM_PF_PROFILE_CONTINUED, 1);

@@ -414,7 +414,7 @@ Test(heap, a_lossy_dump_counts_once) {
         tb_uint(&t, TM_PF_HEAP_DUMP_DISCONNECTED, 1);
         tb_uint(&t, TM_PF_HEAP_DUMP_BUFFER_OVERRAN, 1);
         const tb_heap_sample s = {CS_KEEP, 100, 0, 1, 0};
-        tb_heap_sample_msg(&t, &s);
+        tb_heap_sample_msg(&t, &s, 0);
         tb_close(&t, d);
         if (index == 0) tb_uint(&t, TM_PF_PROFILE_CONTINUED, 1);
         tb_uint(&t, TM_PF_PROFILE_INDEX, index);
@@ -577,26 +577,6 @@ Test(heap, a_streaming_value_cut_off_is_an_error_at_its_byte) {
 /* ---- the fast paths: heapprofd's plain HeapSamples, read and checked in
  * one pass, against the general decoder and the general schema check ---- */
 
-/* A HeapSample as tb_heap_sample_msg writes it, or (padded) with an unknown
- * length-delimited field 20 of pad bytes first: a two-byte tag, so neither
- * the schema check nor heap.c takes the sample as plain, and with pad >= 128
- * its length has two bytes. */
-static void sample_msg(tb_buf *b, const tb_heap_sample *s, size_t pad) {
-    if (!pad) {
-        tb_heap_sample_msg(b, s);
-        return;
-    }
-    size_t h = tb_open(b, TM_PF_HEAP_DUMP_SAMPLES);
-    char filler[300] = {0};
-    tb_bytes(b, 20, filler, pad);
-    tb_uint(b, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s->callstack);
-    tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s->allocated);
-    tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_FREED, s->freed);
-    tb_uint(b, TM_PF_HEAP_SAMPLE_ALLOC_COUNT, s->alloc_count);
-    tb_uint(b, TM_PF_HEAP_SAMPLE_FREE_COUNT, s->free_count);
-    tb_close(b, h);
-}
-
 /* Two dumps of keep and free_all whose values take varints of 1 to 9 bytes,
  * every sample plain (pad 0) or padded. */
 static tb_buf varied_heap_trace(size_t pad) {
@@ -614,7 +594,7 @@ static tb_buf varied_heap_trace(size_t pad) {
         size_t dump = tb_open(&t, TM_PF_PROFILE_PROCESS_DUMPS);
         tb_uint(&t, TM_PF_HEAP_DUMP_PID, PID);
         tb_uint(&t, TM_PF_HEAP_DUMP_TIMESTAMP, 10 * (d + 1));
-        for (size_t i = 0; i < 2; i++) sample_msg(&t, &dumps[d][i], i ? pad : pad / 2);
+        for (size_t i = 0; i < 2; i++) tb_heap_sample_msg(&t, &dumps[d][i], i ? pad : pad / 2);
         tb_str(&t, TM_PF_HEAP_DUMP_HEAP_NAME, "libc.malloc");
         tb_close(&t, dump);
         tb_uint(&t, TM_PF_PROFILE_INDEX, d);
@@ -687,7 +667,7 @@ static tb_buf checked_profile_packet(bool with_long) {
     tb_uint(&t, TM_PF_HEAP_DUMP_PID, PID);
     for (uint64_t i = 0; i < 3; i++) {
         const tb_heap_sample s = {CS_KEEP, 1ull << (30 * i + 2), 1ull << (9 * i), i, 200 * i};
-        tb_heap_sample_msg(&t, &s);
+        tb_heap_sample_msg(&t, &s, 0);
     }
     size_t stats = tb_open(&t, TM_PF_HEAP_DUMP_STATS);
     tb_uint(&t, TM_PF_HEAP_STATS_HEAP_SAMPLES, 3);

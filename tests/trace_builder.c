@@ -260,8 +260,10 @@ void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid) {
     tb_close(b, m);
 }
 
-void tb_heap_sample_msg(tb_buf *b, const tb_heap_sample *s) {
+void tb_heap_sample_msg(tb_buf *b, const tb_heap_sample *s, size_t pad) {
     size_t h = tb_open(b, TM_PF_HEAP_DUMP_SAMPLES);
+    static const char filler[300];
+    if (pad) tb_bytes(b, 20, filler, pad < sizeof filler ? pad : sizeof filler);
     tb_uint(b, TM_PF_HEAP_SAMPLE_CALLSTACK_ID, s->callstack);
     tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_ALLOCATED, s->allocated);
     tb_uint(b, TM_PF_HEAP_SAMPLE_SELF_FREED, s->freed);
@@ -277,7 +279,7 @@ void tb_heap_dump(tb_buf *b, uint32_t pid, uint64_t ts, const char *heap_name, u
     tb_uint(b, TM_PF_HEAP_DUMP_TIMESTAMP, ts);
     if (heap_name) tb_str(b, TM_PF_HEAP_DUMP_HEAP_NAME, heap_name);
     if (interval) tb_uint(b, TM_PF_HEAP_DUMP_SAMPLING_INTERVAL_BYTES, interval);
-    for (size_t i = 0; i < n; i++) tb_heap_sample_msg(b, &s[i]);
+    for (size_t i = 0; i < n; i++) tb_heap_sample_msg(b, &s[i], 0);
     tb_close(b, d);
 }
 

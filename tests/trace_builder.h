@@ -101,7 +101,10 @@ void tb_task_context(tb_buf *b, uint64_t iid, uint32_t pid, uint32_t tid);
 typedef struct tb_heap_sample {
     uint64_t callstack, allocated, freed, alloc_count, free_count;
 } tb_heap_sample;
-void tb_heap_sample_msg(tb_buf *b, const tb_heap_sample *s);
+/* A ProcessHeapSamples.samples entry; pad > 0 puts an unknown
+ * length-delimited field 20 of pad zero bytes (at most 300) first: a
+ * two-byte tag, which no reader's fast path takes. */
+void tb_heap_sample_msg(tb_buf *b, const tb_heap_sample *s, size_t pad);
 /* A ProfilePacket.ProcessHeapSamples of pid at MONOTONIC_COARSE ts, inside
  * an open ProfilePacket; heap_name NULL and interval 0 leave them out. */
 void tb_heap_dump(tb_buf *b, uint32_t pid, uint64_t ts, const char *heap_name, uint64_t interval,
