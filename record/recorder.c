@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,6 +98,8 @@ struct tm_recorder {
      * numbers) or, for the chunk callback, memory */
     char *out_path;
     int fd;
+    dev_t out_dev; /* the file fd must still be: a program closing every descriptor may have closed */
+    ino_t out_ino; /* it mid-flush and opened one of its own on its number */
     int spill; /* the end of a trace or chunk is being written: a full buffer goes out, nothing is lost */
     int append; /* tmr_recorder_continue: the single trace file is added to, not replaced */
     uint64_t first_heap_index; /* with append: where its heap packets' numbering goes on */
@@ -259,6 +262,12 @@ static int on_emit(void *ctx, const uint8_t *rec, size_t len) {
 
 /* ---- output ---------------------------------------------------------------- */
 
+/* Whether r->fd is still the trace file. */
+static int ours(const tm_recorder *r) {
+    struct stat st;
+    return fstat(r->fd, &st) == 0 && st.st_dev == r->out_dev && st.st_ino == r->out_ino;
+}
+
 static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_error *err) {
     r->stats.bytes_written += len;
     if (!r->out_path) {
@@ -274,8 +283,13 @@ static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_erro
         r->mem_len += len;
         return TM_OK;
     }
-    if (r->fd < 0 && (r->fd = open(r->out_path, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0)
-        return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot open %s: %s", r->out_path, strerror(errno));
+    if (r->fd >= 0 && !ours(r)) r->fd = -1; /* not ours any more: the program's now */
+    if (r->fd < 0) {
+        struct stat st;
+        if ((r->fd = open(r->out_path, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0 || fstat(r->fd, &st) != 0)
+            return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot open %s: %s", r->out_path, strerror(errno));
+        r->out_dev = st.st_dev, r->out_ino = st.st_ino;
+    }
     const uint8_t *p = data;
     while (len > 0) {
         ssize_t n = write(r->fd, p, len);
@@ -335,7 +349,7 @@ static tm_status drain_buffer(tm_recorder *r, tm_error *err) {
  * the next flush. */
 static tm_status write_buffer(tm_recorder *r, tm_error *err) {
     tm_status st = drain_buffer(r, err);
-    if (r->fd >= 0 && close(r->fd) != 0 && st == TM_OK)
+    if (r->fd >= 0 && ours(r) && close(r->fd) != 0 && st == TM_OK)
         st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot close %s: %s", r->out_path, strerror(errno));
     r->fd = -1;
     return st;
