@@ -674,20 +674,27 @@ tmr_continuation tmr_recorder_where_next(const tm_recorder *r) {
     return c;
 }
 
-tm_status tmr_recorder_write_now(tm_recorder *r, tm_error *err) {
-    if (r->state != R_RUNNING) return TM_OK;
+/* What the threads sampled, and with with_heap a heap dump written whole
+ * (as at an end), into the output; called without the lock. */
+static tm_status flush(tm_recorder *r, int with_heap, tm_error *err) {
     pthread_mutex_lock(&r->lock);
     tm_status st = TM_OK;
     if (!r->sampling_done) {
         tmr_sampler_drain(r->sampler, on_sample, r);
         st = write_buffer(r, err);
-        r->spill = 1; /* the image's last dump: whole, as at an end */
-        if (st == TM_OK) st = heap_dump(r, err);
-        if (st == TM_OK) st = write_buffer(r, err);
-        r->spill = 0;
+        if (st == TM_OK && with_heap) {
+            r->spill = 1;
+            st = heap_dump(r, err);
+            if (st == TM_OK) st = write_buffer(r, err);
+            r->spill = 0;
+        }
     }
     pthread_mutex_unlock(&r->lock);
     return st;
+}
+
+tm_status tmr_recorder_write_now(tm_recorder *r, tm_error *err) {
+    return r->state == R_RUNNING ? flush(r, 1, err) : TM_OK;
 }
 
 void tmr_recorder_continue(tm_recorder *r, tmr_continuation from) {
@@ -870,14 +877,7 @@ void tmr_recorder_set_heap(tm_recorder *r, const tmr_heap_source *heap) {
 tm_status tm_recorder_flush(tm_recorder *r, tm_error *err) {
     if (!r || r->state != R_RUNNING) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
         "tm_recorder_flush: not recording");
-    pthread_mutex_lock(&r->lock);
-    tm_status st = TM_OK;
-    if (!r->sampling_done) {
-        tmr_sampler_drain(r->sampler, on_sample, r);
-        st = write_buffer(r, err);
-    }
-    pthread_mutex_unlock(&r->lock);
-    return st;
+    return flush(r, 0, err);
 }
 
 tm_status tm_recorder_stop(tm_recorder *r, tm_error *err) {

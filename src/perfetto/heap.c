@@ -269,12 +269,7 @@ static tm_status commit(tm_pf_heap *h, tm_pf_heap_seq *s, const pending *a, uint
     /* ART's heap reports allocations only: its frees would be made up */
     static const tm_str art = {(const uint8_t *)"com.android.art", 15};
     bool make_free = (freed.count || freed.size) && !(d->heap == h->art_heap && tm_bytes_eq(d->heap_name, art));
-    if (h->rows) {
-        if (make_alloc || make_free) TM_TRY(h->rows(sink->ctx, make_alloc ? &alloc : NULL, make_free ? &freed : NULL));
-    } else {
-        if (make_alloc) TM_TRY(sink->row(sink->ctx, &alloc));
-        if (make_free) TM_TRY(sink->row(sink->ctx, &freed));
-    }
+    if (make_alloc || make_free) TM_TRY(sink->rows(sink->ctx, make_alloc ? &alloc : NULL, make_free ? &freed : NULL));
     s->tot[prev] = now;
     return TM_OK;
 }

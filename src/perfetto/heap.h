@@ -97,7 +97,10 @@ typedef struct tm_pf_heap_sink {
      * rows then, used or not). */
     tm_status (*entry)(void *ctx, const tm_pf_heap_stack *entry, uint32_t field);
     tm_status (*dump)(void *ctx, const tm_pf_heap_dump *dump);
-    tm_status (*row)(void *ctx, const tm_pf_heap_row *row); /* NULL when tm_pf_heap.rows is set */
+    /* A sample's change: its allocation row and its free row (NULL: not
+     * made, as rows of no change are not), at once, so that a consumer that
+     * adds both to one entry looks it up once. */
+    tm_status (*rows)(void *ctx, const tm_pf_heap_row *alloc, const tm_pf_heap_row *freed);
     tm_status (*stat)(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t value);
 } tm_pf_heap_sink;
 
@@ -111,11 +114,6 @@ typedef struct tm_pf_heap {
     uint32_t art_heap;               /* the index of ART's heap (allocations only); UINT32_MAX: none */
     uint32_t serial;
     uint64_t profile_packets;
-    /* Optional, set after tm_pf_heap_init, instead of the sink's row: both
-     * rows of a sample's change at once, the allocation row and the free
-     * row (NULL: not made), with the sink's ctx, for consumers that add
-     * both to one entry and so look it up once. */
-    tm_status (*rows)(void *ctx, const tm_pf_heap_row *alloc, const tm_pf_heap_row *freed);
 } tm_pf_heap;
 
 void tm_pf_heap_init(tm_pf_heap *h, tm_mem *mem);

@@ -1618,7 +1618,7 @@ static tm_status on_process_stats(dec *d, const tm_pf_packet *k) {
 }
 
 static tm_pf_heap_sink heap_sink(dec *d) {
-    return (tm_pf_heap_sink){d, heap_callsite, NULL, heap_dump, NULL, heap_stat}; /* rows: heap_rows */
+    return (tm_pf_heap_sink){d, heap_callsite, NULL, heap_dump, heap_rows, heap_stat};
 }
 
 static tm_status on_profile_packet(dec *d, const tm_pf_packet *k) {
@@ -1912,7 +1912,6 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     tm_pf_reader_init(&d.rd, buf, len, d.mem, &t->arena, d.lim,
                       (d.relay ? TM_PF_RELAY : 0) | (opts->strict ? TM_PF_STRICT : 0), err);
     tm_pf_heap_init(&d.heap, d.mem);
-    d.heap.rows = heap_rows;
     /* A sample costs ~16 bytes of trace or more in the common encodings:
      * reserving len/16 up front (at most 2^24 samples, 256 MiB) avoids most
      * regrowth copies without claiming memory a huge trace may not need. */

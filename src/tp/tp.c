@@ -2149,13 +2149,20 @@ static tm_status heap_dump(void *ctx, const tm_pf_heap_dump *hd) {
     return TM_OK;
 }
 
-static tm_status heap_row(void *ctx, const tm_pf_heap_row *hr) {
+/* A sample's change: a heap_profile_allocation row for its allocations,
+ * then one for its frees, as Trace Processor makes them. */
+static tm_status heap_rows(void *ctx, const tm_pf_heap_row *alloc, const tm_pf_heap_row *freed) {
     dec *d = ctx;
-    tp_heap_alloc *row;
     uint32_t upid;
-    TM_TRY(process_of(d, hr->pid, &upid));
-    if (PUSH(d->tp, heap_allocs, row) != TM_OK) return nomem(d);
-    *row = (tp_heap_alloc){hr->ts, hr->count, hr->size, upid, hr->callsite, hr->heap_name};
+    TM_TRY(process_of(d, (alloc ? alloc : freed)->pid, &upid));
+    const tm_pf_heap_row *both[2] = {alloc, freed};
+    for (int i = 0; i < 2; i++) {
+        const tm_pf_heap_row *hr = both[i];
+        tp_heap_alloc *row;
+        if (!hr) continue;
+        if (PUSH(d->tp, heap_allocs, row) != TM_OK) return nomem(d);
+        *row = (tp_heap_alloc){hr->ts, hr->count, hr->size, upid, hr->callsite, hr->heap_name};
+    }
     return TM_OK;
 }
 
@@ -2185,7 +2192,7 @@ static tm_status heap_stat(void *ctx, tm_pf_heap_stat stat, int64_t pid, int64_t
     return stat_set_idx(d, keys[stat], 0, pid, v, stat <= TM_HEAP_STAT_ADDED_LAST);
 }
 
-static tm_pf_heap_sink heap_sink(dec *d) { return (tm_pf_heap_sink){d, heap_callsite, heap_entry, heap_dump, heap_row, heap_stat}; }
+static tm_pf_heap_sink heap_sink(dec *d) { return (tm_pf_heap_sink){d, heap_callsite, heap_entry, heap_dump, heap_rows, heap_stat}; }
 
 /* ProcessStats: one counter per process and figure, on Trace Processor's
  * process counter tracks (mem.rss, mem.rss.anon, ...), in bytes. */
