@@ -29,17 +29,25 @@ static sqlite3_int64 count(sqlite3 *db, const char *table, const char *where) {
     return n;
 }
 
+/* The bundled example as a database; *buf holds the trace it reads (free
+ * it after the database). */
+static tm_db *demo_db(char **buf) {
+    size_t len;
+    *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
+    cr_assert_not_null(*buf);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(*buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    return db;
+}
+
 /* perf_sample and cpu_profile_stack_sample scan from one of their rows to
  * the next through the model's bitmaps of them (src/tp/sql.c visible_rows),
  * while a lookup by id tests that row's kind itself: both must find the
  * same rows, over a whole scan and a range. */
 Test(sql, sample_views_scan_the_rows_their_id_lookups_find) {
-    size_t len;
-    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
-    cr_assert_not_null(buf);
-    tm_db *db = NULL;
-    tm_error err;
-    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
+    char *buf;
+    tm_db *db = demo_db(&buf);
     sqlite3 *sql = tm_db_sqlite(db);
     static const char *const views[] = {"perf_sample", "cpu_profile_stack_sample"};
     static const char *const wheres[] = {"1", "id >= 700 AND id < 2100", "id > 63 AND id <= 128"};
@@ -57,12 +65,9 @@ Test(sql, sample_views_scan_the_rows_their_id_lookups_find) {
 }
 
 Test(sql, id_constraints_match_a_real_table) {
-    size_t len;
-    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
-    cr_assert_not_null(buf);
-    tm_db *db = NULL;
+    char *buf;
+    tm_db *db = demo_db(&buf);
     tm_error err;
-    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
     char path[] = "/tmp/tm_test_sql_XXXXXX";
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
@@ -109,12 +114,9 @@ Test(sql, limits_of_the_options_apply) {
  * the trace but creates no file and changes no setting; tm_db_export is
  * how a database gets written, and it never replaces one. */
 Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
-    size_t len;
-    char *buf = tu_read_file(TM_SOURCE_DIR "/examples/demo.pftrace", &len);
-    cr_assert_not_null(buf);
-    tm_db *db = NULL;
+    char *buf;
+    tm_db *db = demo_db(&buf);
     tm_error err;
-    cr_assert_eq(tm_db_new(buf, len, NULL, &db, &err), TM_OK, "%s", err.message);
     sqlite3 *s = tm_db_sqlite(db);
     char dir[] = "/tmp/tm_test_sql_XXXXXX", sql[256], path[64];
     cr_assert_not_null(mkdtemp(dir));
