@@ -28,13 +28,63 @@
 #ifndef TM_RECORD_H
 #define TM_RECORD_H
 
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>  /* FILE */
 #include <stdlib.h> /* realloc */
 #include <string.h> /* strlen */
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tracemill.h"
 #include "tracemill_record.h"
+
+/* A descriptor the recorder opens inside the program. The program may
+ * close every descriptor it did not open (closefrom, as daemons start) and
+ * open its own files on their numbers while the recorder holds one: the
+ * descriptor is the recorder's only while its file is the one it opened
+ * (device and inode), and only then is it written or closed. */
+typedef struct tmr_own_fd {
+    int fd; /* -1: none */
+    dev_t dev;
+    ino_t ino;
+} tmr_own_fd;
+
+/* open(2) of path; 0, or -1 with errno (o->fd -1). */
+static inline int tmr_own_open(tmr_own_fd *o, const char *path, int flags, mode_t mode) {
+    struct stat st;
+    o->fd = open(path, flags | O_CLOEXEC, mode);
+    if (o->fd >= 0 && fstat(o->fd, &st) == 0) {
+        o->dev = st.st_dev, o->ino = st.st_ino;
+        return 0;
+    }
+    if (o->fd >= 0) close(o->fd); /* cannot fail on a descriptor just opened: it is ours */
+    o->fd = -1;
+    return -1;
+}
+
+/* Whether o->fd is still the file it opened. */
+static inline int tmr_own_still(const tmr_own_fd *o) {
+    struct stat st;
+    return o->fd >= 0 && fstat(o->fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino;
+}
+
+/* Closes o->fd if it is still ours (else the number is the program's now:
+ * left alone); close's result, 0 for one left alone. */
+static inline int tmr_own_close(tmr_own_fd *o) {
+    int rc = tmr_own_still(o) ? close(o->fd) : 0;
+    o->fd = -1;
+    return rc;
+}
+
+/* path's whole contents, NUL-terminated (malloc'd; *len without the NUL),
+ * read through a descriptor of its own; NULL when it cannot be read (or
+ * its descriptor was not its own to the end). */
+char *tmr_read_own(const char *path, size_t *len);
+/* The same as a stream to parse (fmemopen): fclose it, then free *text.
+ * NULL when it cannot be read or is empty. */
+FILE *tmr_fopen_own(const char *path, char **text);
 
 /* Grows *p (an array of elem-sized items, capacity *cap) to hold need
  * items, doubling; 0, or -1 when memory runs out (*p unchanged). The

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,9 +96,7 @@ struct tm_recorder {
      * descriptor it did not open, and then open its own files on their
      * numbers) or, for the chunk callback, memory */
     char *out_path;
-    int fd;
-    dev_t out_dev; /* the file fd must still be: a program closing every descriptor may have closed */
-    ino_t out_ino; /* it mid-flush and opened one of its own on its number */
+    tmr_own_fd out;
     int spill; /* the end of a trace or chunk is being written: a full buffer goes out, nothing is lost */
     int append; /* tmr_recorder_continue: the single trace file is added to, not replaced */
     uint64_t first_heap_index; /* with append: where its heap packets' numbering goes on */
@@ -262,12 +259,6 @@ static int on_emit(void *ctx, const uint8_t *rec, size_t len) {
 
 /* ---- output ---------------------------------------------------------------- */
 
-/* Whether r->fd is still the trace file. */
-static int ours(const tm_recorder *r) {
-    struct stat st;
-    return fstat(r->fd, &st) == 0 && st.st_dev == r->out_dev && st.st_ino == r->out_ino;
-}
-
 static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_error *err) {
     r->stats.bytes_written += len;
     if (!r->out_path) {
@@ -283,16 +274,12 @@ static tm_status out_write(tm_recorder *r, const void *data, size_t len, tm_erro
         r->mem_len += len;
         return TM_OK;
     }
-    if (r->fd >= 0 && !ours(r)) r->fd = -1; /* not ours any more: the program's now */
-    if (r->fd < 0) {
-        struct stat st;
-        if ((r->fd = open(r->out_path, O_WRONLY | O_APPEND | O_CLOEXEC)) < 0 || fstat(r->fd, &st) != 0)
-            return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot open %s: %s", r->out_path, strerror(errno));
-        r->out_dev = st.st_dev, r->out_ino = st.st_ino;
-    }
+    if (r->out.fd >= 0 && !tmr_own_still(&r->out)) r->out.fd = -1; /* the program's now */
+    if (r->out.fd < 0 && tmr_own_open(&r->out, r->out_path, O_WRONLY | O_APPEND, 0) != 0)
+        return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot open %s: %s", r->out_path, strerror(errno));
     const uint8_t *p = data;
     while (len > 0) {
-        ssize_t n = write(r->fd, p, len);
+        ssize_t n = write(r->out.fd, p, len);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot write the trace: %s", strerror(errno));
         p += n;
@@ -349,9 +336,8 @@ static tm_status drain_buffer(tm_recorder *r, tm_error *err) {
  * the next flush. */
 static tm_status write_buffer(tm_recorder *r, tm_error *err) {
     tm_status st = drain_buffer(r, err);
-    if (r->fd >= 0 && ours(r) && close(r->fd) != 0 && st == TM_OK)
+    if (r->out.fd >= 0 && tmr_own_close(&r->out) != 0 && st == TM_OK)
         st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot close %s: %s", r->out_path, strerror(errno));
-    r->fd = -1;
     return st;
 }
 
@@ -371,13 +357,13 @@ static tm_status open_output(tm_recorder *r, tm_error *err) {
     if (r->o.chunk_seconds && r->o.on_chunk) return TM_OK;
     char *path = r->o.chunk_seconds ? chunk_path(r->output, r->chunk_index) : strdup(r->output);
     if (!path) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (r->append && !r->o.chunk_seconds ? 0 : O_TRUNC), 0644);
-    if (fd < 0) {
+    tmr_own_fd created;
+    if (tmr_own_open(&created, path, O_WRONLY | O_CREAT | (r->append && !r->o.chunk_seconds ? 0 : O_TRUNC), 0644)) {
         tm_status st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot create %s", path);
         free(path);
         return st;
     }
-    close(fd);
+    tmr_own_close(&created);
     r->out_path = path;
     return TM_OK;
 }
@@ -725,8 +711,7 @@ static void atfork_child(void) {
         tmr_sampler_forget_after_fork(r->sampler);
         pthread_mutex_init(&r->lock, NULL);
         r->state = R_FORKED;
-        if (r->fd >= 0) close(r->fd);
-        r->fd = -1;
+        tmr_own_close(&r->out);
         g_active = NULL;
     }
     pthread_mutex_init(&g_active_lock, NULL);
@@ -777,7 +762,7 @@ tm_status tm_recorder_new(const tm_recorder_options *opts, tm_recorder **out, tm
     tm_recorder *r = calloc(1, sizeof *r);
     if (!r) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "recorder: out of memory");
     r->o = o;
-    r->fd = -1;
+    r->out.fd = -1;
     r->cap = (size_t)o.buffer_kb * 1024u;
     r->buf = malloc(r->cap);
     r->output = o.output ? absolute_path(o.output) : NULL;
@@ -853,8 +838,7 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (st != TM_OK) {
-        if (r->fd >= 0) close(r->fd);
-        r->fd = -1;
+        tmr_own_close(&r->out);
         tmr_sampler_free(r->sampler);
         r->sampler = NULL;
         pthread_mutex_unlock(&g_active_lock);
@@ -916,7 +900,7 @@ void tm_recorder_free(tm_recorder *r) {
     tmr_sampler_free(r->sampler);
     tmr_writer_free(r->writer);
     tmr_symbols_free(r->syms);
-    if (r->fd >= 0) close(r->fd);
+    tmr_own_close(&r->out);
     pthread_mutex_destroy(&r->lock);
     free(r->buf);
     free(r->scratch);

@@ -320,16 +320,8 @@ static clockid_t thread_cpu_clock(int32_t tid) {
     return (clockid_t)(((unsigned)~tid << 3) | 4u | 2u);
 }
 
-/* Name and start time of a thread from /proc/self/task/TID/stat; 0 when it
- * is gone. */
-static int read_thread_stat(int32_t tid, char *name, size_t name_cap, uint64_t *start_time) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    FILE *f = fopen(path, "re");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+/* The name and start time in a thread's stat line; 0 when it has neither. */
+static int parse_thread_stat(char *buf, char *name, size_t name_cap, uint64_t *start_time) {
     char *open = strchr(buf, '('), *close = strrchr(buf, ')');
     if (!open || !close || close < open) return 0;
     size_t len = (size_t)(close - open - 1);
@@ -341,6 +333,19 @@ static int read_thread_stat(int32_t tid, char *name, size_t name_cap, uint64_t *
     for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
     *start_time = p ? strtoull(p + 1, NULL, 10) : 0;
     return 1;
+}
+
+/* Name and start time of a thread from /proc/self/task/TID/stat; 0 when it
+ * is gone. */
+static int read_thread_stat(int32_t tid, char *name, size_t name_cap, uint64_t *start_time) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    size_t n;
+    char *buf = tmr_read_own(path, &n);
+    if (!buf) return 0;
+    int ok = parse_thread_stat(buf, name, name_cap, start_time);
+    free(buf);
+    return ok;
 }
 
 static tmr_slot *slot_take(tmr_sampler *s) {
@@ -401,7 +406,8 @@ static int slot_arm(tmr_sampler *s, tmr_slot *t, int32_t tid) {
 static void find_stack_top(tmr_slot *t) {
     uint64_t sp = atomic_load(&t->last_sp);
     if (sp == 0 || atomic_load(&t->stack_hi) != 0) return;
-    FILE *f = fopen("/proc/self/maps", "re");
+    char *text;
+    FILE *f = tmr_fopen_own("/proc/self/maps", &text);
     if (!f) return;
     char line[512];
     while (fgets(line, sizeof line, f)) {
@@ -412,6 +418,7 @@ static void find_stack_top(tmr_slot *t) {
         }
     }
     fclose(f);
+    free(text);
 }
 
 static size_t slot_drain(tmr_sampler *s, tmr_slot *t, tmr_sample_fn on_sample, void *ctx, int final) {
@@ -470,23 +477,52 @@ static void slot_retire(tmr_sampler *s, tmr_slot *t, tmr_sample_fn on_sample, vo
     atomic_store(&t->tid, 0);
 }
 
+/* The ids of this process's threads (malloc'd, *n of them), read from
+ * /proc/self/task through a descriptor of its own (getdents64: a DIR
+ * would close its descriptor whoever's it is by then); NULL when it cannot
+ * be read. */
+static int32_t *task_ids(size_t *n) {
+    tmr_own_fd own;
+    if (tmr_own_open(&own, "/proc/self/task", O_RDONLY | O_DIRECTORY, 0) != 0) return NULL;
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    int ok = 1;
+    *n = 0;
+    _Alignas(8) char buf[4096];
+    long got;
+    while (ok && (got = (long)getdents64(own.fd, buf, sizeof buf)) > 0)
+        for (long at = 0; ok && at < got;) {
+            unsigned short reclen; /* linux_dirent64: ino (8), off (8), reclen (2), type (1), name */
+            memcpy(&reclen, buf + at + 16, sizeof reclen);
+            char *end, *entry = buf + at + 19;
+            at += reclen;
+            long tid = strtol(entry, &end, 10);
+            if (*end || tid <= 0) continue;
+            ok = !tmr_grow((void **)&ids, &cap, sizeof *ids, *n + 1);
+            if (ok) ids[(*n)++] = (int32_t)tid;
+        }
+    ok = ok && got == 0 && tmr_own_still(&own);
+    tmr_own_close(&own);
+    if (!ok) free(ids);
+    return ok ? ids : NULL;
+}
+
 tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_thread, tmr_sample_fn on_sample,
                            void *ctx, tm_error *err) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) {
+    size_t n_tasks;
+    int32_t *tasks = task_ids(&n_tasks);
+    if (!tasks) {
         tm_fail(err, TM_ERR_IO, 0, NULL, "sampler: cannot read /proc/self/task");
         return TM_ERR_IO;
     }
     uint64_t gen = ++s->scan_gen;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        char *end;
-        long tid = strtol(de->d_name, &end, 10);
-        if (*end || tid <= 0 || tid == skip_tid) continue;
+    for (size_t k = 0; k < n_tasks; k++) {
+        int32_t tid = tasks[k];
+        if (tid == skip_tid) continue;
         char name[32];
         uint64_t start_time;
-        if (!read_thread_stat((int32_t)tid, name, sizeof name, &start_time)) continue;
-        tmr_slot *t = slot_of(s, (int32_t)tid);
+        if (!read_thread_stat(tid, name, sizeof name, &start_time)) continue;
+        tmr_slot *t = slot_of(s, tid);
         if (t && t->start_time != start_time) { /* the tid was reused by a new thread */
             slot_retire(s, t, on_sample, ctx);
             t = NULL;
@@ -494,11 +530,11 @@ tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_th
         if (!t) {
             t = slot_take(s);
             if (!t) {
-                closedir(d);
+                free(tasks);
                 tm_fail(err, TM_ERR_NOMEM, 0, NULL, "sampler: out of memory");
                 return TM_ERR_NOMEM;
             }
-            if (!slot_arm(s, t, (int32_t)tid)) continue;
+            if (!slot_arm(s, t, tid)) continue;
             t->seq = ++s->next_seq;
             t->start_time = start_time;
             t->name[0] = 0;
@@ -506,10 +542,10 @@ tm_status tmr_sampler_scan(tmr_sampler *s, int32_t skip_tid, tmr_thread_fn on_th
         t->scan_gen = gen;
         if (strcmp(t->name, name) != 0) {
             snprintf(t->name, sizeof t->name, "%s", name);
-            on_thread(ctx, t->seq, (int32_t)tid, name);
+            on_thread(ctx, t->seq, tid, name);
         }
     }
-    closedir(d);
+    free(tasks);
     for (size_t i = 0; i < s->n_slots; i++) {
         tmr_slot *t = s->slots[i];
         if (atomic_load(&t->tid) != 0 && t->scan_gen != gen) slot_retire(s, t, on_sample, ctx);

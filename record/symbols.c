@@ -407,8 +407,9 @@ static void read_plt(int fd, uint64_t size, const elf_shdr *sh, size_t n_sh, siz
 /* Reads .symtab and .dynsym of the file at path. Returns 1 if it has a
  * .symtab (is not stripped), else 0. */
 static int load_syms_from(const char *path, elf_file *f) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    tmr_own_fd file_fd;
+    if (tmr_own_open(&file_fd, path, O_RDONLY, 0) != 0) return 0;
+    int fd = file_fd.fd;
     struct stat sb;
     elf_ehdr eh;
     int has_symtab = 0;
@@ -426,7 +427,7 @@ static int load_syms_from(const char *path, elf_file *f) {
         }
         free(sh);
     }
-    close(fd);
+    tmr_own_close(&file_fd);
     return has_symtab;
 }
 
@@ -519,6 +520,49 @@ static int own_vdso_copy(uint64_t size) {
     return fd;
 }
 
+/* ---- files read inside the program ---- */
+
+char *tmr_read_own(const char *path, size_t *len) {
+    tmr_own_fd file_fd;
+    if (tmr_own_open(&file_fd, path, O_RDONLY, 0) != 0) return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    int ok = 1;
+    for (;;) {
+        if (tmr_grow((void **)&buf, &cap, 1, n + 4097)) {
+            ok = 0;
+            break;
+        }
+        ssize_t got = read(file_fd.fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            ok = got == 0;
+            break;
+        }
+        n += (size_t)got;
+    }
+    ok = ok && tmr_own_still(&file_fd); /* else what was read may be the program's file */
+    tmr_own_close(&file_fd);
+    if (!ok) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+FILE *tmr_fopen_own(const char *path, char **text) {
+    size_t len;
+    *text = tmr_read_own(path, &len);
+    FILE *f = *text && len ? fmemopen(*text, len, "r") : NULL;
+    if (!f) {
+        free(*text);
+        *text = NULL;
+    }
+    return f;
+}
+
 /* ---- /proc/self/maps ---- */
 
 static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_t end, int deleted) {
@@ -555,10 +599,11 @@ static size_t file_for(tmr_symbols *s, const char *path, uint64_t start, uint64_
     }
     int read_ok = -1;
     if (path[0] == '/' || f->copy_fd) {
-        int fd = open(f->open_path, O_RDONLY | O_CLOEXEC);
+        tmr_own_fd file_fd;
         struct stat sb;
-        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) read_ok = read_elf_ids(fd, (uint64_t)sb.st_size, f);
-        if (fd >= 0) close(fd);
+        if (tmr_own_open(&file_fd, f->open_path, O_RDONLY, 0) == 0 && fstat(file_fd.fd, &sb) == 0 && S_ISREG(sb.st_mode))
+            read_ok = read_elf_ids(file_fd.fd, (uint64_t)sb.st_size, f);
+        tmr_own_close(&file_fd);
     }
     f->named_later = read_ok == 0 && path[0] == '/' && !deleted && !f->copy_fd && f->build_id_len > 0;
     if (read_ok != 0) {
@@ -641,8 +686,9 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
     char maps[48];
     if (s->pid) snprintf(maps, sizeof maps, "/proc/%d/maps", (int)s->pid);
     else snprintf(maps, sizeof maps, "/proc/self/maps");
-    FILE *in = fopen(maps, "re");
-    if (!in) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot open %s: %s", maps, strerror(errno));
+    char *text;
+    FILE *in = tmr_fopen_own(maps, &text);
+    if (!in) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot read %s: %s", maps, strerror(errno));
     char *line = NULL;
     size_t line_cap = 0;
     tm_status st = TM_OK;
@@ -651,6 +697,7 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
     int *before = n_before ? malloc(n_before * sizeof *before) : NULL;
     if (n_before && !before) {
         fclose(in);
+        free(text);
         return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory reading %s", maps);
     }
     if (n_before) memcpy(before, s->live, n_before * sizeof *before);
@@ -673,6 +720,7 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err) {
     }
     free(line);
     fclose(in);
+    free(text);
     if (st == TM_OK) st = keep_gone(s, before, n_before, err);
     free(before);
     forget_cache(s);
@@ -929,15 +977,30 @@ static int read_perf_map(tmr_symbols *s) {
     s->jit_checked = now;
     char path[48];
     perf_map_path(s, path, sizeof path);
-    FILE *in = fopen(path, "re");
-    if (!in) return 0;
+    tmr_own_fd map_fd;
+    if (tmr_own_open(&map_fd, path, O_RDONLY, 0) != 0) return 0;
     struct stat sb;
-    if (fstat(fileno(in), &sb) || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size == s->jit_read ||
-        fseeko(in, (off_t)((uint64_t)sb.st_size < s->jit_read ? 0 : s->jit_read), SEEK_SET)) {
-        fclose(in);
+    if (fstat(map_fd.fd, &sb) || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size == s->jit_read) {
+        tmr_own_close(&map_fd);
         return 0;
     }
     if ((uint64_t)sb.st_size < s->jit_read) s->jit_read = 0; /* rewritten: its entries come again */
+    /* What it gained, read through the descriptor while it is its own. */
+    size_t want = (size_t)((uint64_t)sb.st_size - s->jit_read), got = 0;
+    char *gained = malloc(want ? want : 1);
+    while (gained && got < want) {
+        ssize_t n = pread(map_fd.fd, gained + got, want - got, (off_t)(s->jit_read + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    int ours = tmr_own_still(&map_fd);
+    tmr_own_close(&map_fd);
+    FILE *in = gained && got && ours ? fmemopen(gained, got, "r") : NULL;
+    if (!in) {
+        free(gained);
+        return 0;
+    }
     char *line = NULL;
     size_t line_cap = 0, had = s->n_jit;
     ssize_t len;
@@ -954,6 +1017,7 @@ static int read_perf_map(tmr_symbols *s) {
     }
     free(line);
     fclose(in);
+    free(gained);
     if (s->n_jit == had) return 0;
     forget_cache(s);
     jit_key *sorted = realloc(s->jit_sorted, s->n_jit * sizeof *sorted);

@@ -284,15 +284,16 @@ int tmr_upload_chunk(void *ctx, uint32_t index, const void *data, size_t len) {
     snprintf(path, sizeof path, "%s/%015llu-%06llu-%s" QUEUE_SUFFIX, u->queue_dir,
              (unsigned long long)now_ms(CLOCK_REALTIME), (unsigned long long)seq, chunk_id);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", u->queue_dir, chunk_id);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int ok = fd >= 0;
+    tmr_own_fd own;
+    int ok = tmr_own_open(&own, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644) == 0;
     for (size_t off = 0; ok && off < env_len;) {
-        ssize_t w = write(fd, env + off, env_len - off);
-        if (w < 0 && errno == EINTR) continue;
+        ok = tmr_own_still(&own); /* the program's descriptor now: nothing goes into its file */
+        ssize_t w = ok ? write(own.fd, env + off, env_len - off) : -1;
+        if (ok && w < 0 && errno == EINTR) continue;
         ok = w > 0;
         off += ok ? (size_t)w : 0;
     }
-    if (fd >= 0 && close(fd) != 0) ok = 0;
+    if (own.fd >= 0 && tmr_own_close(&own) != 0) ok = 0;
     ok = ok && rename(tmp, path) == 0;
     if (!ok) unlink(tmp);
     free(env);

@@ -233,17 +233,8 @@ static void own_packet(tmr_writer *w, uint64_t ts) {
 }
 
 static void read_cmdline(tmr_writer *w) {
-    FILE *f = fopen("/proc/self/cmdline", "re");
-    if (!f) return;
-    size_t cap = 0;
-    for (;;) {
-        if (tmr_grow((void **)&w->cmdline, &cap, 1, w->cmdline_len + 4096)) break;
-        size_t got = fread(w->cmdline + w->cmdline_len, 1, cap - w->cmdline_len - 1, f);
-        w->cmdline_len += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    if (w->cmdline) w->cmdline[w->cmdline_len] = 0; /* the last argument is terminated even if cut */
+    w->cmdline = tmr_read_own("/proc/self/cmdline", &w->cmdline_len); /* NUL-terminated: so is the last argument */
+    if (!w->cmdline) w->cmdline_len = 0;
     while (w->cmdline_len && w->cmdline[w->cmdline_len - 1] == 0) w->cmdline_len--;
 }
 
@@ -933,7 +924,8 @@ tm_status tmr_writer_process_stats(tmr_writer *w, tm_error *err) {
     size_t ps = msg_open(b);
     size_t p = msg_open(b);
     put_uint(b, TM_PF_PROC_STATS_PID, (uint64_t)(uint32_t)w->o.pid);
-    FILE *f = fopen("/proc/self/status", "re");
+    char *text;
+    FILE *f = tmr_fopen_own("/proc/self/status", &text);
     if (!f) return tm_fail(err, TM_ERR_IO, 0, NULL, "cannot read /proc/self/status");
     char line[256];
     while (fgets(line, sizeof line, f))
@@ -942,6 +934,7 @@ tm_status tmr_writer_process_stats(tmr_writer *w, tm_error *err) {
             if (strncmp(line, rows[i].key, n) == 0) put_uint(b, rows[i].field, strtoull(line + n, NULL, 10));
         }
     fclose(f);
+    free(text);
     msg_close(b, TM_PF_PROCESS_STATS_PROCESSES, p);
     put_uint(b, TM_PF_PROCESS_STATS_COLLECTION_END_TIMESTAMP, now_ns(CLOCK_BOOTTIME));
     msg_close(b, TM_PF_PACKET_PROCESS_STATS, ps);

@@ -323,7 +323,7 @@ static uint64_t fold(uint64_t sum, const void *p, size_t n) {
 #define CHECK(cond)                                                                                                   \
     do {                                                                                                              \
         if (!(cond)) {                                                                                                \
-            printf("failed: %s (line %d)\n", #cond, __LINE__);                                                       \
+            printf("failed: %s (line %d, errno %d)\n", #cond, __LINE__, errno);                                    \
             return 1;                                                                                                 \
         }                                                                                                             \
     } while (0)

@@ -90,7 +90,7 @@ static run_result record_heap(const char *target, const char *mode, const char *
     r.out = tu_read_file(out, NULL);
     r.err = tu_read_file(err, NULL);
     cr_assert(r.out && r.err);
-    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "record exited %d: %s", r.status, r.err);
+    cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "record exited %d: %s%s", r.status, r.err, r.out);
     r.trace = tu_read_file(trace, &r.trace_len);
     cr_assert_not_null(r.trace, "no trace: %s", r.err);
     cr_assert_eq(hv_read(r.trace, r.trace_len, &r.heap), 0, "heap profile: %s", r.heap.why);
@@ -627,12 +627,10 @@ Test(record_heap, cxx_new_and_delete) {
  * what it wrote, and the trace is whole. The recorder kept its trace open:
  * the program's third file got the trace's packets, and the trace nothing. */
 Test(record_heap, a_program_closing_every_descriptor_keeps_its_files) {
-#if defined(__SANITIZE_ADDRESS__) || defined(TU_CLANG_ASAN)
-    /* Under ASan the target exits 1 in this mode only (cause not found yet);
-     * the plain build, which `make test` runs, checks it. */
-    cr_skip_test("not under ASan");
-#endif
-    char *extra[] = {"--file-write-period-ms", "50", NULL};
+    /* CPU samples by frame pointers: libunwind's stepping from a signal
+     * may open a pipe of its own in the program, which the program's closes
+     * then break (docs/recording.md); that is not the recorder's. */
+    char *extra[] = {"--file-write-period-ms", "50", "--unwind", "fp", NULL};
     run_result r = record_heap(TM_RECORD_HEAP_TARGET, "closefrom", "closefrom.pftrace", extra);
     const char *dir = strstr(r.out, "dir=");
     cr_assert_not_null(dir, "%s", r.out);
