@@ -15,15 +15,19 @@
 
 /* Sample arrays run to hundreds of MB: asking for transparent huge pages
  * (where the kernel leaves that to madvise) turns ~500 page faults per
- * 2 MiB into one. Only the 2 MiB-aligned interior is advised. */
+ * 2 MiB into one. The whole span of the block's pages is advised: the C
+ * library maps a large block by itself, and advising only part of that
+ * mapping would split it in two, which makes the next realloc's mremap fail
+ * and copy the block into fresh pages. */
 #define HUGE_ALIGN ((uintptr_t)2 << 20)
+#define PAGE_ALIGN ((uintptr_t)4096)
+#define HUGE_MIN (2 * HUGE_ALIGN)
 
 static void *advise_huge(void *p, size_t size) {
 #ifdef MADV_HUGEPAGE
-    if (p && size >= 4 * HUGE_ALIGN) {
-        uintptr_t lo = ((uintptr_t)p + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
-        uintptr_t hi = ((uintptr_t)p + size) & ~(HUGE_ALIGN - 1);
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    if (p && size >= HUGE_MIN) {
+        uintptr_t lo = (uintptr_t)p & ~(PAGE_ALIGN - 1), hi = ((uintptr_t)p + size + PAGE_ALIGN - 1) & ~(PAGE_ALIGN - 1);
+        madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     }
 #else
     (void)size;

@@ -462,6 +462,8 @@ static tm_status push_event(dec *d, int64_t ts, uint32_t kind, uint32_t gen, tm_
 }
 
 /* Room for one more sample row (at: the packet, for the error offset). */
+enum { SAMPLES_BEFORE_ESTIMATE = 1 << 16 };
+
 static tm_status grow_samples(dec *d, const uint8_t *at) {
     tm_tp *tp = d->tp;
     if (tp->n_samples >= d->lim->max_samples)
@@ -471,6 +473,16 @@ static tm_status grow_samples(dec *d, const uint8_t *at) {
      * not copied into fresh pages) and keeps its own capacity, so that a
      * failure halfway leaves every column freed with its own size. */
     size_t need = tp->n_samples + 1;
+    /* Past the first 64 Ki samples the rest of the trace is taken to be
+     * like what was read: the columns grow at once to the samples its bytes
+     * promise (and an eighth), instead of doubling several times, each time
+     * in pages faulted in one by one. */
+    uint64_t read = off_of(d, at);
+    if (tp->n_samples >= SAMPLES_BEFORE_ESTIMATE && read > 0 && read < d->rd.len) {
+        double promised = (double)tp->n_samples * (double)d->rd.len / (double)read * 1.125;
+        if (promised > (double)d->lim->max_samples) promised = (double)d->lim->max_samples;
+        if (promised > (double)need) need = (size_t)promised;
+    }
     if (tm_vec_grow(d->mem, (void **)&tp->s_ts, &tp->cap_ts, sizeof *tp->s_ts, need) != TM_OK ||
         tm_vec_grow(d->mem, (void **)&d->s_ref, &d->cap_ref, sizeof *d->s_ref, need) != TM_OK ||
         tm_vec_grow(d->mem, (void **)&tp->s_callsite, &tp->cap_callsite, sizeof *tp->s_callsite, need) != TM_OK ||
