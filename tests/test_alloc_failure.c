@@ -772,3 +772,60 @@ Test(sql_sweep, every_loader_allocation) {
     sweep_loader("reordered trace dropping a sample", &b);
     tb_free(&b);
 }
+
+/* An allocator that refuses any block larger than `largest` (as a process
+ * with little address space left would), counting the blocks it gave. */
+typedef struct capped_alloc {
+    size_t largest;
+    long refused, grown;
+} capped_alloc;
+
+static void *cap_malloc(void *ctx, size_t size) {
+    capped_alloc *a = ctx;
+    if (size > a->largest) return a->refused++, NULL;
+    return malloc(size);
+}
+static void *cap_realloc(void *ctx, void *p, size_t old_size, size_t new_size) {
+    capped_alloc *a = ctx;
+    (void)old_size;
+    if (new_size > a->largest) return a->refused++, NULL;
+    a->grown++;
+    return realloc(p, new_size);
+}
+static void cap_free(void *ctx, void *p, size_t size) {
+    (void)ctx, (void)size;
+    free(p);
+}
+
+/* Past 64 Ki samples the loader grows its sample columns at once to what
+ * the rest of the trace promises; where that much memory is refused it
+ * grows them as much as the next sample needs, and loads the same rows. */
+Test(sql_sweep, columns_grown_for_the_promised_samples) {
+    tb_buf b = {0};
+    /* 500 000 promise 562 500 (an eighth more), which a column doubling
+     * from 64 Ki makes 1 Mi rows: 8 MiB of times, refused by tight */
+    grown_trace(&b, 500000);
+    capped_alloc roomy = {.largest = SIZE_MAX}, tight = {.largest = 4u << 20};
+    long rows[2], grown[2];
+    capped_alloc *allocs[] = {&roomy, &tight};
+    for (int k = 0; k < 2; k++) {
+        tm_alloc alloc = {.malloc_fn = cap_malloc, .realloc_fn = cap_realloc, .free_fn = cap_free, .ctx = allocs[k]};
+        tm_options o;
+        memset(&o, 0, sizeof o);
+        o.alloc = &alloc;
+        tm_db *db = NULL;
+        tm_error err;
+        cr_assert_eq(tm_db_new(b.data, b.len, &o, &db, &err), TM_OK, "largest block %zu: %s", allocs[k]->largest,
+                     err.message);
+        rows[k] = count_rows(db, "perf_sample");
+        grown[k] = allocs[k]->grown;
+        tm_db_free(db);
+    }
+    cr_expect_eq(rows[0], 500000);
+    cr_expect_eq(rows[1], rows[0]);
+    cr_expect_eq(roomy.refused, 0);
+    cr_expect_gt(tight.refused, 0, "no allocation over 4 MiB was asked for");
+    /* with room, 5 columns grow once from 64 Ki rows; without, they double 3 times */
+    cr_expect_leq(grown[0] + 10, grown[1], "reallocations: %ld with room, %ld without", grown[0], grown[1]);
+    tb_free(&b);
+}

@@ -461,34 +461,45 @@ static tm_status push_event(dec *d, int64_t ts, uint32_t kind, uint32_t gen, tm_
     return TM_OK;
 }
 
-/* Room for one more sample row (at: the packet, for the error offset). */
 enum { SAMPLES_BEFORE_ESTIMATE = 1 << 16 };
 
-static tm_status grow_samples(dec *d, const uint8_t *at) {
+/* Past the first 64 Ki samples the rest of the trace is taken to be like
+ * what was read: the rows its bytes promise (and an eighth), at most 16
+ * times those read; 0 while that is not known (a packet inflated from a
+ * compressed one has no place in the file to measure by). */
+static size_t samples_promised(const dec *d, const uint8_t *at) {
+    size_t n = d->tp->n_samples;
+    if (n < SAMPLES_BEFORE_ESTIMATE || at <= d->rd.base || at >= d->rd.base + d->rd.len) return 0;
+    double promised = (double)n * (double)d->rd.len / (double)(at - d->rd.base) * 1.125;
+    if (promised > 16.0 * (double)n) promised = 16.0 * (double)n;
+    return promised < (double)d->lim->max_samples ? (size_t)promised : (size_t)d->lim->max_samples;
+}
+
+/* Each column to room for `need` rows. It grows in place where it can (a
+ * large block is remapped, not copied into fresh pages) and keeps its own
+ * capacity, so that a failure halfway leaves every column freed with its
+ * own size. */
+static tm_status grow_columns(dec *d, size_t need) {
     tm_tp *tp = d->tp;
-    if (tp->n_samples >= d->lim->max_samples)
-        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
-                       (unsigned long long)d->lim->max_samples);
-    /* Each column grows in place where it can (a large block is remapped,
-     * not copied into fresh pages) and keeps its own capacity, so that a
-     * failure halfway leaves every column freed with its own size. */
-    size_t need = tp->n_samples + 1;
-    /* Past the first 64 Ki samples the rest of the trace is taken to be
-     * like what was read: the columns grow at once to the samples its bytes
-     * promise (and an eighth), instead of doubling several times, each time
-     * in pages faulted in one by one. */
-    uint64_t read = off_of(d, at);
-    if (tp->n_samples >= SAMPLES_BEFORE_ESTIMATE && read > 0 && read < d->rd.len) {
-        double promised = (double)tp->n_samples * (double)d->rd.len / (double)read * 1.125;
-        if (promised > (double)d->lim->max_samples) promised = (double)d->lim->max_samples;
-        if (promised > (double)need) need = (size_t)promised;
-    }
     if (tm_vec_grow(d->mem, (void **)&tp->s_ts, &tp->cap_ts, sizeof *tp->s_ts, need) != TM_OK ||
         tm_vec_grow(d->mem, (void **)&d->s_ref, &d->cap_ref, sizeof *d->s_ref, need) != TM_OK ||
         tm_vec_grow(d->mem, (void **)&tp->s_callsite, &tp->cap_callsite, sizeof *tp->s_callsite, need) != TM_OK ||
         tm_vec_grow(d->mem, (void **)&tp->s_task, &tp->cap_task, sizeof *tp->s_task, need) != TM_OK ||
         tm_vec_grow(d->mem, (void **)&tp->s_attr, &tp->cap_attr, sizeof *tp->s_attr, need) != TM_OK)
-        return nomem(d);
+        return TM_ERR_NOMEM;
+    return TM_OK;
+}
+
+/* Room for one more sample row (at: the packet, for the error offset): at
+ * once for the samples the trace promises, instead of doubling several
+ * times, each time into pages faulted in one by one; else one more. */
+static tm_status grow_samples(dec *d, const uint8_t *at) {
+    tm_tp *tp = d->tp;
+    if (tp->n_samples >= d->lim->max_samples)
+        return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
+                       (unsigned long long)d->lim->max_samples);
+    size_t need = tp->n_samples + 1, promised = samples_promised(d, at);
+    if ((promised <= need || grow_columns(d, promised) != TM_OK) && grow_columns(d, need) != TM_OK) return nomem(d);
     size_t cap = d->cap_ref;
     const size_t caps[] = {tp->cap_ts, tp->cap_callsite, tp->cap_task, tp->cap_attr};
     for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) cap = caps[c] < cap ? caps[c] : cap;
