@@ -773,10 +773,39 @@ Test(sql_sweep, every_loader_allocation) {
     tb_free(&b);
 }
 
+/* 60 000 samples, each of a callstack interned just before it: 3 000
+ * roots, each callstack a new (root, frame) pair and a new leaf under it, so
+ * that 123 000 callsite rows come evenly over the trace. */
+static void wide_trace(tb_buf *t) {
+    clock_packet(t, 1);
+    size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
+    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_BOOTTIME);
+    tb_close(t, d);
+    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    uint64_t lib = 1;
+    tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "lib.so", 6);
+    tb_mapping(t, 1, 0, 1ull << 32, (1ull << 32) + 0x100000, &lib, 1);
+    for (uint64_t k = 1; k <= 3000; k++) tb_frame(t, k, 0, 1, 0x10 * k);
+    tb_close(t, i);
+    tb_close(t, p);
+    for (uint64_t c = 0; c < 60000; c++) {
+        uint64_t frames[3] = {c % 3000 + 1, c / 3000 + 1, c % 7 + 1};
+        p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_NEEDS);
+        i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+        tb_callstack(t, c + 1, frames, 3, 1);
+        tb_close(t, i);
+        tb_close(t, p);
+        tb_perf_sample(t, 1, TB_BOOT0 + 1000ull * c, 100, 100, c + 1, TB_SEQ_NEEDS);
+    }
+}
+
 /* An allocator that refuses any block larger than `largest` (as a process
- * with little address space left would), counting the blocks it gave. */
+ * with little address space left would) and, with doubling_only, a block
+ * of 64 KiB or more grown more than twice, counting the blocks it grew. */
 typedef struct capped_alloc {
     size_t largest;
+    bool doubling_only;
     long refused, grown;
 } capped_alloc;
 
@@ -788,7 +817,8 @@ static void *cap_malloc(void *ctx, size_t size) {
 static void *cap_realloc(void *ctx, void *p, size_t old_size, size_t new_size) {
     capped_alloc *a = ctx;
     (void)old_size;
-    if (new_size > a->largest) return a->refused++, NULL;
+    if (new_size > a->largest || (a->doubling_only && old_size >= 64u << 10 && new_size > 2 * old_size))
+        return a->refused++, NULL;
     a->grown++;
     return realloc(p, new_size);
 }
@@ -827,5 +857,33 @@ Test(sql_sweep, columns_grown_for_the_promised_samples) {
     cr_expect_gt(tight.refused, 0, "no allocation over 4 MiB was asked for");
     /* with room, 5 columns grow once from 64 Ki rows; without, they double 3 times */
     cr_expect_leq(grown[0] + 10, grown[1], "reallocations: %ld with room, %ld without", grown[0], grown[1]);
+    tb_free(&b);
+}
+
+/* So do the callsite rows: past 64 Ki they grow at once to what the trace
+ * promises, or as much as they need where that is refused. */
+Test(sql_sweep, callsites_grown_for_the_promised_rows) {
+    tb_buf b = {0};
+    wide_trace(&b);
+    /* At 64 Ki rows the trace promises about 138 000: the frame column
+     * grows to 256 Ki rows at once, which tight refuses */
+    capped_alloc roomy = {.largest = SIZE_MAX}, tight = {.largest = SIZE_MAX, .doubling_only = true};
+    long rows[2];
+    capped_alloc *allocs[] = {&roomy, &tight};
+    for (int k = 0; k < 2; k++) {
+        tm_alloc alloc = {.malloc_fn = cap_malloc, .realloc_fn = cap_realloc, .free_fn = cap_free, .ctx = allocs[k]};
+        tm_options o;
+        memset(&o, 0, sizeof o);
+        o.alloc = &alloc;
+        tm_db *db = NULL;
+        tm_error err;
+        cr_assert_eq(tm_db_new(b.data, b.len, &o, &db, &err), TM_OK, "largest block %zu: %s", allocs[k]->largest,
+                     err.message);
+        rows[k] = count_rows(db, "stack_profile_callsite");
+        tm_db_free(db);
+    }
+    cr_expect_eq(rows[0], 123000);
+    cr_expect_eq(rows[1], rows[0]);
+    cr_expect_gt(tight.refused, 0, "no block was grown more than twice");
     tb_free(&b);
 }

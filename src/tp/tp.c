@@ -179,6 +179,9 @@ typedef struct dec {
     /* Pending threads of Chrome samples: (pid, tid). */
     int64_t (*pend)[2]; size_t n_pend, cap_pend; tm_u64map pend_by_key;
 
+    /* Samples parsed into rows so far (the measure of rows_promised for callsites). */
+    size_t samples_parsed;
+
     uint32_t trace_buffers_fill[64]; uint32_t n_buffers;
     uint64_t machine_raw[16];
     bool write_into_file; uint64_t file_write_period_ms;
@@ -461,18 +464,17 @@ static tm_status push_event(dec *d, int64_t ts, uint32_t kind, uint32_t gen, tm_
     return TM_OK;
 }
 
-enum { SAMPLES_BEFORE_ESTIMATE = 1 << 16 };
+enum { ROWS_BEFORE_ESTIMATE = 1 << 16 };
 
-/* Past the first 64 Ki samples the rest of the trace is taken to be like
- * what was read: the rows its bytes promise (and an eighth), at most 16
- * times those read; 0 while that is not known (a packet inflated from a
- * compressed one has no place in the file to measure by). */
-static size_t samples_promised(const dec *d, const uint8_t *at) {
-    size_t n = d->tp->n_samples;
-    if (n < SAMPLES_BEFORE_ESTIMATE || at <= d->rd.base || at >= d->rd.base + d->rd.len) return 0;
-    double promised = (double)n * (double)d->rd.len / (double)(at - d->rd.base) * 1.125;
+/* Past the first 64 Ki rows of a table the rest of the work is taken to be
+ * like what is done (done of total: bytes of the file read, samples
+ * parsed): the rows it promises (and an eighth), at most 16 times those
+ * there and at most limit; 0 before that. */
+static size_t rows_promised(size_t n, uint64_t done, uint64_t total, uint64_t limit) {
+    if (n < ROWS_BEFORE_ESTIMATE || done == 0 || done > total) return 0;
+    double promised = (double)n * (double)total / (double)done * 1.125;
     if (promised > 16.0 * (double)n) promised = 16.0 * (double)n;
-    return promised < (double)d->lim->max_samples ? (size_t)promised : (size_t)d->lim->max_samples;
+    return promised < (double)limit ? (size_t)promised : (size_t)limit;
 }
 
 /* Each column to room for `need` rows. It grows in place where it can (a
@@ -498,7 +500,11 @@ static tm_status grow_samples(dec *d, const uint8_t *at) {
     if (tp->n_samples >= d->lim->max_samples)
         return tm_fail(d->err, TM_ERR_LIMIT, off_of(d, at), NULL, "more than %llu samples",
                        (unsigned long long)d->lim->max_samples);
-    size_t need = tp->n_samples + 1, promised = samples_promised(d, at);
+    /* the file read so far ends after the packet in hand, or after the compressed one it was inflated from */
+    const uint8_t *read = d->rd.outer.p;
+    size_t need = tp->n_samples + 1,
+           promised = read ? rows_promised(tp->n_samples, (uint64_t)(read - d->rd.base), d->rd.len, d->lim->max_samples)
+                           : 0;
     if ((promised <= need || grow_columns(d, promised) != TM_OK) && grow_columns(d, need) != TM_OK) return nomem(d);
     size_t cap = d->cap_ref;
     const size_t caps[] = {tp->cap_ts, tp->cap_callsite, tp->cap_task, tp->cap_attr};
@@ -1182,13 +1188,27 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
 static const cs_at cs_root = {TP_NULL, TP_NULL, 0};
 
 /* Appends a callsite row (tp.h: tp_callsites). */
+/* Room for `more` callsite rows after those there: at once for the rows
+ * the trace promises (rows_promised), where that much memory is given. */
+static tm_status reserve_callsites(dec *d, size_t more) {
+    tp_callsites *cs = &d->tp->callsites;
+    size_t need = cs->n + more, promised;
+    if (need <= cs->cap && need / 64 + 1 <= cs->cap_words) return TM_OK;
+    if ((promised = rows_promised(cs->n, d->samples_parsed, d->tp->n_samples, TP_NULL - 1)) > need &&
+        TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, promised) == TM_OK &&
+        TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, promised / 64 + 1) == TM_OK)
+        return TM_OK;
+    if (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, need) != TM_OK ||
+        TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, need / 64 + 1) != TM_OK)
+        return nomem(d);
+    return TM_OK;
+}
+
 static tm_status new_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
     tp_callsites *cs = &d->tp->callsites;
     size_t r = cs->n;
     if (r >= TP_NULL - 1) return tm_fail(d->err, TM_ERR_LIMIT, 0, NULL, "more than %u callsites", TP_NULL - 1);
-    if (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, r + 1) != TM_OK ||
-        TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, r / 64 + 1) != TM_OK)
-        return nomem(d);
+    TM_TRY(reserve_callsites(d, 1));
     if (r % 64 == 0) cs->words[r / 64] = (tp_cs_word){0, (uint32_t)cs->n_heads};
     if (!(r && parent == r - 1 && depth == cs->last_depth + 1)) {
         if (TM_VEC_RESERVE(d->mem, cs->heads, cs->cap_heads, cs->n_heads + 1) != TM_OK) return nomem(d);
@@ -1322,11 +1342,9 @@ static tm_status add_callsite(dec *d, uint32_t depth, uint32_t frame, cs_at *at)
 static tm_status reserve_chain(dec *d, cs_trie *tr, size_t more, bool *ok) {
     tp_callsites *cs = &d->tp->callsites;
     *ok = cs->n + more < TP_NULL - 1 && tr->n + more < CS_WIDE;
-    if (*ok && (TM_VEC_RESERVE(d->mem, cs->frame, cs->cap, cs->n + more) != TM_OK ||
-                TM_VEC_RESERVE(d->mem, cs->words, cs->cap_words, (cs->n + more) / 64 + 1) != TM_OK ||
-                TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, tr->n + more) != TM_OK))
-        return nomem(d);
-    return TM_OK;
+    if (!*ok) return TM_OK;
+    TM_TRY(reserve_callsites(d, more));
+    return TM_VEC_RESERVE(d->mem, tr->nodes, tr->cap, tr->n + more) != TM_OK ? nomem(d) : TM_OK;
 }
 
 /* resolve_callstack when the callstack is not in its row set (or has none):
@@ -2578,6 +2596,7 @@ static tm_status parse_all(dec *d) {
             prefetch_callstack_row(d, tp->s_callsite[a], ahead_pid[a % (2 * PREFETCH_AHEAD)], iid);
         }
         size_t order = d->s_order ? d->s_order[i] : i;
+        d->samples_parsed = i + 1;
         while (j < d->n_events &&
                (d->events[j].ts < tp->s_ts[i] || (d->events[j].ts == tp->s_ts[i] && d->events[j].order <= order)))
             TM_TRY(apply_event(d, &d->events[j++]));
