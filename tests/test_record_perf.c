@@ -969,7 +969,7 @@ static void expect_truncated(const char *backend) {
     }
     cr_expect_eq(marked + short_stacks, c.hot, "%s: %llu + %llu of %llu samples of spin_hot", backend,
                  (unsigned long long)marked, (unsigned long long)short_stacks, (unsigned long long)c.hot);
-    cr_expect_leq(short_stacks * 10, c.hot, "%s: %llu of %llu samples of spin_hot are not marked [truncated]",
+    cr_expect_leq(short_stacks * 4, c.hot, "%s: %llu of %llu samples of spin_hot are not marked [truncated]",
                   backend, (unsigned long long)short_stacks, (unsigned long long)c.hot);
     if (strcmp(backend, "perf") == 0) { /* record's report counts them */
         const char *at = strstr(err, " partial,");
