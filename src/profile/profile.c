@@ -272,103 +272,80 @@ static tm_prof_sample *lsd_sort(tm_prof_sample *src, tm_prof_sample *dst, size_t
 }
 
 /* A small input (one chunk: a few thousand samples) whose threads each
- * arrive in time order, as a sequence per thread gives: merging the
- * threads' runs costs a few comparisons a sample, where the radix passes
+ * arrive in time order, as a sequence per thread gives: a k-way merge of
+ * the threads' runs costs a few comparisons a sample, where the radix passes
  * pay for their counts arrays whatever n is. */
 #define MERGE_MAX_THREADS 8
+#define RUN_END UINT32_MAX
 
-/* Merges sorted runs x and y (each ordered by time, then input position)
- * into out, and their positions into out_index unless NULL. */
-static void merge_runs(const tm_prof_sample *x, const uint32_t *xi, size_t nx, const tm_prof_sample *y,
-                       const uint32_t *yi, size_t ny, tm_prof_sample *out, uint32_t *out_index) {
-    size_t i = 0, j = 0, o = 0;
-    while (i < nx && j < ny) {
-        bool take_y = y[j].ts < x[i].ts || (y[j].ts == x[i].ts && yi[j] < xi[i]);
-        if (out_index) out_index[o] = take_y ? yi[j] : xi[i];
-        out[o++] = take_y ? y[j++] : x[i++];
-    }
-    for (; i < nx; i++, o++) {
-        if (out_index) out_index[o] = xi[i];
-        out[o] = x[i];
-    }
-    for (; j < ny; j++, o++) {
-        if (out_index) out_index[o] = yi[j];
-        out[o] = y[j];
-    }
-}
-
-/* Stable merge of the threads' runs of a[0..n) back into a (nothing to do
- * when a is in order); false when a thread's samples are not in time order
- * (or there are too many threads), leaving a as it was. The runs are merged
- * in pairs, pass after pass; equal times keep their input order. */
-static tm_status merge_threads(tm_profile *p, tm_prof_sample *a, size_t n, bool *done) {
-    size_t k = p->n_threads, bound[MERGE_MAX_THREADS + 1];
-    int64_t last[MERGE_MAX_THREADS];
+/* Stable k-way merge of the threads' runs of p->samples (nothing to do
+ * when they are in order); false when a thread's samples are not in time
+ * order (or there are too many threads), leaving them as they were. Each
+ * run is chained through next (input order); every output takes
+ * the earliest head, the earlier input position on equal times. */
+static tm_status merge_threads(tm_profile *p, bool *done) {
+    size_t n = p->n_samples, k = p->n_threads;
+    const tm_prof_sample *a = p->samples;
     *done = false;
-    if (k > MERGE_MAX_THREADS) return TM_OK;
-    size_t fill[MERGE_MAX_THREADS] = {0};
-    for (size_t t = 0; t < k; t++) last[t] = INT64_MIN;
+    if (k > MERGE_MAX_THREADS || n >= RUN_END) return TM_OK;
+    uint32_t *next = tm_mem_alloc(p->mem, (n + 1) * sizeof *next);
+    if (!next) return TM_ERR_NOMEM;
+    uint32_t head[MERGE_MAX_THREADS], tail[MERGE_MAX_THREADS];
+    int64_t head_ts[MERGE_MAX_THREADS];
+    for (size_t t = 0; t < k; t++) head[t] = tail[t] = RUN_END, head_ts[t] = INT64_MAX;
     int64_t prev = INT64_MIN;
     bool sorted = true;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    for (; i < n; i++) {
         uint32_t t = a[i].thread;
-        if (t >= k || a[i].ts < last[t]) return TM_OK;
+        if (t >= k) break;
+        if (head[t] == RUN_END) head[t] = (uint32_t)i, head_ts[t] = a[i].ts;
+        else if (a[i].ts < a[tail[t]].ts) break;
+        else next[tail[t]] = (uint32_t)i;
+        tail[t] = (uint32_t)i;
         sorted &= prev <= a[i].ts;
-        prev = last[t] = a[i].ts;
-        fill[t]++;
+        prev = a[i].ts;
     }
-    if (sorted) {
-        *done = true;
+    bool chained = i == n;
+    if (!chained || sorted) {
+        *done = chained;
+        tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
         return TM_OK;
     }
-    tm_prof_sample *runs = tm_mem_alloc(p->mem, 2 * n * sizeof *runs);
-    uint32_t *index = tm_mem_alloc(p->mem, 2 * n * sizeof *index); /* input positions: the tie-break */
-    if (!runs || !index) {
-        tm_mem_free(p->mem, runs, 2 * n * sizeof *runs);
-        tm_mem_free(p->mem, index, 2 * n * sizeof *index);
+    tm_prof_sample *out = tm_mem_alloc(p->mem, n * sizeof *out);
+    if (!out) {
+        tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
         return TM_ERR_NOMEM;
     }
-    bound[0] = 0;
-    for (size_t t = 0; t < k; t++) bound[t + 1] = bound[t] + fill[t], fill[t] = bound[t];
-    for (size_t i = 0; i < n; i++) {
-        size_t at = fill[a[i].thread]++;
-        runs[at] = a[i];
-        index[at] = (uint32_t)i;
+    for (size_t t = 0; t < k; t++)
+        if (head[t] != RUN_END) next[tail[t]] = RUN_END;
+    /* An ended run's head is RUN_END at INT64_MAX: a sample at INT64_MAX
+     * still comes first, by its position. */
+    for (size_t o = 0; o < n; o++) {
+        size_t best = 0;
+        for (size_t t = 1; t < k; t++)
+            if (head_ts[t] < head_ts[best] || (head_ts[t] == head_ts[best] && head[t] < head[best])) best = t;
+        uint32_t at = head[best];
+        out[o] = a[at];
+        head[best] = next[at];
+        head_ts[best] = next[at] == RUN_END ? INT64_MAX : a[next[at]].ts;
     }
-    tm_prof_sample *src = runs, *dst = runs + n;
-    uint32_t *src_index = index, *dst_index = index + n;
-    size_t n_runs = k;
-    while (n_runs > 2) {
-        size_t merged = 0;
-        for (size_t r = 0; r < n_runs; r += 2) {
-            size_t lo = bound[r], mid = bound[r + 1], hi = r + 2 <= n_runs ? bound[r + 2] : mid;
-            merge_runs(src + lo, src_index + lo, mid - lo, src + mid, src_index + mid, hi - mid, dst + lo,
-                       dst_index + lo);
-            bound[merged++] = lo;
-        }
-        bound[merged] = n;
-        n_runs = merged;
-        tm_prof_sample *t = src;
-        src = dst, dst = t;
-        uint32_t *ti = src_index;
-        src_index = dst_index, dst_index = ti;
-    }
-    size_t mid = n_runs == 2 ? bound[1] : n; /* the last pass writes a */
-    merge_runs(src, src_index, mid, src + mid, src_index + mid, n - mid, a, NULL);
-    tm_mem_free(p->mem, runs, 2 * n * sizeof *runs);
-    tm_mem_free(p->mem, index, 2 * n * sizeof *index);
     *done = true;
+    tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
+    tm_mem_free(p->mem, p->samples, p->cap_samples * sizeof *p->samples); /* adopt out instead of copying back */
+    p->samples = out;
+    p->cap_samples = n;
     return TM_OK;
 }
 
 tm_status tm_profile_sort_samples(tm_profile *p) {
     size_t n = p->n_samples;
-    tm_prof_sample *a = p->samples;
     if (n <= BUCKET_SAMPLES) {
         bool merged;
-        TM_TRY(merge_threads(p, a, n, &merged));
+        TM_TRY(merge_threads(p, &merged));
         if (merged) return TM_OK;
     }
+    tm_prof_sample *a = p->samples;
     int sorted = 1;
     int64_t min = n ? a[0].ts : 0, max = min;
     for (size_t i = 1; i < n; i++) {
