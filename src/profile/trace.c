@@ -823,19 +823,21 @@ static inline tm_status resolve_callstack(dec *d, seq_state *s, uint64_t iid, co
 
 /* ---- samples ---- */
 
-static tm_status add_sample(dec *d, int64_t ts, uint32_t stack, uint32_t thread) {
+/* Inline with the checks below: they run once a sample or packet. */
+static inline tm_status add_sample(dec *d, int64_t ts, uint32_t stack, uint32_t thread) {
     DTRY_MEM(d, tm_profile_add_sample(d->p, ts, stack, thread));
     return TM_OK;
 }
 
-static tm_status check_sample_limit(dec *d, const uint8_t *at) {
+static tm_status sample_limit_fail(dec *d, const uint8_t *at) {
+    return dfail(d, TM_ERR_LIMIT, at, "more than %llu samples (max_samples)", (unsigned long long)d->lim->max_samples);
+}
+
+static inline tm_status check_sample_limit(dec *d, const uint8_t *at) {
     const tm_trace_stats *st = &d->p->stats;
     uint64_t n = d->relay ? d->relay_samples
                           : st->perf_samples + st->streaming_samples + st->stack_samples + st->off_cpu_samples;
-    if (n > d->lim->max_samples)
-        return dfail(d, TM_ERR_LIMIT, at, "more than %llu samples (max_samples)",
-                     (unsigned long long)d->lim->max_samples);
-    return TM_OK;
+    return TM_UNLIKELY(n > d->lim->max_samples) ? sample_limit_fail(d, at) : TM_OK;
 }
 
 static tm_status thread_of_slow(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
@@ -864,7 +866,11 @@ static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *ou
 /* The packet's time in trace time, as the reader converted it (a packet
  * without a timestamp is at the latest time seen); false, counted, when it
  * has none: no conversion path, or past int64. */
-static bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64_t *ts) {
+static inline bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64_t *ts) {
+    if (TM_LIKELY(k->has_time && k->time_ok && k->trace_ok && k->trace_exact)) {
+        *ts = k->trace_ns;
+        return true;
+    }
     if (!k->has_time) {
         *ts = d->rd.latest_ns;
         return true;
