@@ -282,22 +282,33 @@ static double relay_seconds(const tm_profile *p, int64_t ts) {
 }
 
 /* Three-digit groups "000".."999"; the 4th byte holds the group's count of
- * trailing zeros, so fractions are trimmed without re-reading digits. Built
- * per call (4 KiB) rather than kept as global state. */
-typedef char digit_groups[1000][4];
+ * trailing zeros, so fractions are trimmed without re-reading digits. A
+ * constant table: filling it per chunk cost as much as a tenth of the
+ * samples' writing. */
+typedef char digit_group[4];
 
-static void fill_digit_groups(digit_groups g) {
-    for (int i = 0; i < 1000; i++) {
-        g[i][0] = (char)('0' + i / 100);
-        g[i][1] = (char)('0' + i / 10 % 10);
-        g[i][2] = (char)('0' + i % 10);
-        g[i][3] = (char)(i % 10 ? 0 : i % 100 ? 1 : i % 1000 ? 2 : 3);
-    }
-}
+#define GROUP(a, b, c) {'0' + (a), '0' + (b), '0' + (c), (c) ? 0 : (b) ? 1 : (a) ? 2 : 3}
+#define GROUPS_OF_TENS(a, b)                                                                            \
+    GROUP(a, b, 0), GROUP(a, b, 1), GROUP(a, b, 2), GROUP(a, b, 3), GROUP(a, b, 4), GROUP(a, b, 5),     \
+        GROUP(a, b, 6), GROUP(a, b, 7), GROUP(a, b, 8), GROUP(a, b, 9)
+#define GROUPS_OF_HUNDREDS(a)                                                                              \
+    GROUPS_OF_TENS(a, 0), GROUPS_OF_TENS(a, 1), GROUPS_OF_TENS(a, 2), GROUPS_OF_TENS(a, 3),                 \
+        GROUPS_OF_TENS(a, 4), GROUPS_OF_TENS(a, 5), GROUPS_OF_TENS(a, 6), GROUPS_OF_TENS(a, 7),             \
+        GROUPS_OF_TENS(a, 8), GROUPS_OF_TENS(a, 9)
+
+static const digit_group digit_groups[1000] = {
+    GROUPS_OF_HUNDREDS(0), GROUPS_OF_HUNDREDS(1), GROUPS_OF_HUNDREDS(2), GROUPS_OF_HUNDREDS(3),
+    GROUPS_OF_HUNDREDS(4), GROUPS_OF_HUNDREDS(5), GROUPS_OF_HUNDREDS(6), GROUPS_OF_HUNDREDS(7),
+    GROUPS_OF_HUNDREDS(8), GROUPS_OF_HUNDREDS(9)};
+
+#undef GROUPS_OF_HUNDREDS
+#undef GROUPS_OF_TENS
+#undef GROUP
 
 /* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. The
  * 4-byte copies write one byte past the digits; callers have the room. */
-static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
+static char *put_fraction(char *p, uint32_t frac) {
+    const digit_group *g = digit_groups;
     *p++ = '.';
     uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000, last = a;
     size_t n = 3;
@@ -326,12 +337,7 @@ static char *put_fraction(char *p, uint32_t frac, digit_groups g) {
 static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
     size_t n_threads = p->n_threads, suf_cap = (n_threads + 1) * SUFFIX_SLOT;
     char *suffix = tm_mem_alloc(p->mem, suf_cap);
-    digit_groups *groups = tm_mem_alloc(p->mem, sizeof *groups);
-    if (!suffix || !groups) {
-        tm_mem_free(p->mem, groups, sizeof *groups);
-        tm_mem_free(p->mem, suffix, suf_cap);
-        return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    }
+    if (!suffix) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     for (size_t i = 0; i < n_threads; i++) {
         char *slot = suffix + i * SUFFIX_SLOT, *q = slot;
         static const char pre[] = ",\"thread_id\":\"";
@@ -345,7 +351,6 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         slot[SUFFIX_SLOT - 1] = (char)(q - slot);
     }
 
-    fill_digit_groups(*groups);
     /* the cached second in ns (none yet: 2^63, beyond every time): its
      * samples take their fraction by a subtraction */
     uint64_t sec_ns = (uint64_t)INT64_MAX + 1;
@@ -382,7 +387,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
                     sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
                 }
                 memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
-                o = put_fraction(o + sec_len, (uint32_t)((uint64_t)unix_ns - sec_ns), *groups);
+                o = put_fraction(o + sec_len, (uint32_t)((uint64_t)unix_ns - sec_ns));
             }
         }
         static const char stack_key[] = ",\"stack_id\":";
@@ -392,7 +397,6 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         memcpy(o, slot, SUFFIX_SLOT); /* fixed size: inlined; the length byte goes past the end */
         tm_jw_commit(w, o + (uint8_t)slot[SUFFIX_SLOT - 1]);
     }
-    tm_mem_free(p->mem, groups, sizeof *groups);
     tm_mem_free(p->mem, suffix, suf_cap);
     return TM_OK;
 }
