@@ -1926,6 +1926,12 @@ static tm_status decode_perfetto(tm_trace *t, const uint8_t *buf, size_t len, co
     if (reserve > t->limits.max_samples) reserve = (size_t)t->limits.max_samples;
     if (reserve > 1024 && TM_VEC_RESERVE(&t->mem, t->profile.samples, t->profile.cap_samples, reserve) != TM_OK)
         st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    /* Likewise a unique frame, with its name, takes ~256 bytes or more:
+     * reserving len/256 spares the copies of regrowing the frames from 16. */
+    size_t frames = len / 256 < ((size_t)1 << 16) ? len / 256 : (size_t)1 << 16;
+    if (st == TM_OK && frames > 64 &&
+        TM_VEC_RESERVE(&t->mem, t->profile.frames, t->profile.cap_frames, frames) != TM_OK)
+        st = tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     if (st == TM_OK) st = decode_trace(&d);
     if (st == TM_OK) st = finish(&d);
     if (st == TM_ERR_NOMEM && tm_budget_exceeded(&d.work_budget))
