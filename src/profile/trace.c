@@ -223,7 +223,7 @@ static void seq_forget_resolved(tm_mem *m, seq_state *s) {
 }
 
 /* The model's state of a reader sequence, made on its first packet. */
-static tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
+static tm_status seq_new(dec *d, const tm_pf_seq *ps, seq_state **out) {
     while (d->n_seqs <= ps->index) {
         DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->seqs, d->cap_seqs, d->n_seqs + 1));
         seq_state *s = tm_mem_alloc(d->mem, sizeof *s);
@@ -233,6 +233,14 @@ static tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
         d->seqs[d->n_seqs++] = s;
         d->p->stats.sequences++;
     }
+    *out = d->seqs[ps->index];
+    (*out)->id = ps->id;
+    return TM_OK;
+}
+
+/* Inline: every packet of a sequence asks. */
+static inline tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
+    if (TM_UNLIKELY(ps->index >= d->n_seqs)) return seq_new(d, ps, out);
     *out = d->seqs[ps->index];
     (*out)->id = ps->id;
     return TM_OK;
