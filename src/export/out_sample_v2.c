@@ -333,11 +333,24 @@ static char *put_fraction(char *p, uint32_t frac) {
  * digits and "\"}" is 36 bytes). Default mode caches the integer seconds,
  * which consecutive samples share. */
 #define SUFFIX_SLOT 40
+/* Likewise ",\"stack_id\":" and the id, 22 bytes at most, for the first
+ * STACK_TEXTS stacks (a chunk samples from tens or hundreds): a copy where
+ * the digits cost a loop a sample. */
+#define STACK_SLOT 24
+#define STACK_TEXTS 65536u
 
 static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
-    size_t n_threads = p->n_threads, suf_cap = (n_threads + 1) * SUFFIX_SLOT;
+    static const char stack_key[] = ",\"stack_id\":";
+    size_t n_threads = p->n_threads, n_texts = p->n_stacks < STACK_TEXTS ? p->n_stacks : STACK_TEXTS;
+    size_t suf_cap = (n_threads + 1) * SUFFIX_SLOT + n_texts * STACK_SLOT;
     char *suffix = tm_mem_alloc(p->mem, suf_cap);
     if (!suffix) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    char *stack_text = suffix + (n_threads + 1) * SUFFIX_SLOT;
+    for (size_t i = 0; i < n_texts; i++) {
+        char *slot = stack_text + i * STACK_SLOT;
+        memcpy(slot, stack_key, sizeof stack_key - 1);
+        slot[STACK_SLOT - 1] = (char)(tm_put_u64(slot + sizeof stack_key - 1, i) - slot);
+    }
     for (size_t i = 0; i < n_threads; i++) {
         char *slot = suffix + i * SUFFIX_SLOT, *q = slot;
         static const char pre[] = ",\"thread_id\":\"";
@@ -390,9 +403,14 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
                 o = put_fraction(o + sec_len, (uint32_t)((uint64_t)unix_ns - sec_ns));
             }
         }
-        static const char stack_key[] = ",\"stack_id\":";
-        memcpy(o, stack_key, sizeof stack_key - 1);
-        o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
+        if (TM_LIKELY(s->stack < n_texts)) {
+            const char *text = stack_text + (size_t)s->stack * STACK_SLOT;
+            memcpy(o, text, STACK_SLOT); /* fixed size: inlined; the length byte goes past the end */
+            o += (uint8_t)text[STACK_SLOT - 1];
+        } else {
+            memcpy(o, stack_key, sizeof stack_key - 1);
+            o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
+        }
         const char *slot = suffix + (size_t)s->thread * SUFFIX_SLOT;
         memcpy(o, slot, SUFFIX_SLOT); /* fixed size: inlined; the length byte goes past the end */
         tm_jw_commit(w, o + (uint8_t)slot[SUFFIX_SLOT - 1]);
