@@ -275,14 +275,37 @@ static tm_prof_sample *lsd_sort(tm_prof_sample *src, tm_prof_sample *dst, size_t
  * arrive in time order, as a sequence per thread gives: a k-way merge of
  * the threads' runs costs a few comparisons a sample, where the radix passes
  * pay for their counts arrays whatever n is. */
-#define MERGE_MAX_THREADS 8
+#define MERGE_MAX_THREADS 8 /* a power of two: the ring wraps by a mask */
 #define RUN_END UINT32_MAX
+
+/* Does sample x come before sample y: earlier, or as early and earlier in
+ * the input? */
+static inline bool comes_before(const tm_prof_sample *a, uint32_t x, uint32_t y) {
+    return a[x].ts < a[y].ts || (a[x].ts == a[y].ts && x < y);
+}
+
+/* The runs' heads in merge order, at[first] first, MERGE_MAX_THREADS at
+ * most. */
+typedef struct merge_ring {
+    uint32_t at[MERGE_MAX_THREADS];
+    size_t first, len;
+} merge_ring;
+
+/* Puts sample x in its place, from the back: a run's next sample mostly
+ * stays there (the threads take turns). */
+static inline void ring_insert(merge_ring *r, const tm_prof_sample *a, uint32_t x) {
+    const size_t mask = MERGE_MAX_THREADS - 1;
+    size_t j = r->len++;
+    for (; j > 0 && comes_before(a, x, r->at[(r->first + j - 1) & mask]); j--)
+        r->at[(r->first + j) & mask] = r->at[(r->first + j - 1) & mask];
+    r->at[(r->first + j) & mask] = x;
+}
 
 /* Stable k-way merge of the threads' runs of p->samples (nothing to do
  * when they are in order); false when a thread's samples are not in time
  * order (or there are too many threads), leaving them as they were. Each
- * run is chained through next (input order); every output takes
- * the earliest head, the earlier input position on equal times. */
+ * run is chained through next (input order); each output takes the first
+ * head of the ring, and its run's next sample takes its place there. */
 static tm_status merge_threads(tm_profile *p, bool *done) {
     size_t n = p->n_samples, k = p->n_threads;
     const tm_prof_sample *a = p->samples;
@@ -291,15 +314,14 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
     uint32_t *next = tm_mem_alloc(p->mem, (n + 1) * sizeof *next);
     if (!next) return TM_ERR_NOMEM;
     uint32_t head[MERGE_MAX_THREADS], tail[MERGE_MAX_THREADS];
-    int64_t head_ts[MERGE_MAX_THREADS];
-    for (size_t t = 0; t < k; t++) head[t] = tail[t] = RUN_END, head_ts[t] = INT64_MAX;
+    for (size_t t = 0; t < k; t++) head[t] = tail[t] = RUN_END;
     int64_t prev = INT64_MIN;
     bool sorted = true;
     size_t i = 0;
     for (; i < n; i++) {
         uint32_t t = a[i].thread;
         if (t >= k) break;
-        if (head[t] == RUN_END) head[t] = (uint32_t)i, head_ts[t] = a[i].ts;
+        if (head[t] == RUN_END) head[t] = (uint32_t)i;
         else if (a[i].ts < a[tail[t]].ts) break;
         else next[tail[t]] = (uint32_t)i;
         tail[t] = (uint32_t)i;
@@ -317,18 +339,14 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
         tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
         return TM_ERR_NOMEM;
     }
+    merge_ring ring = {{0}, 0, 0};
     for (size_t t = 0; t < k; t++)
-        if (head[t] != RUN_END) next[tail[t]] = RUN_END;
-    /* An ended run's head is RUN_END at INT64_MAX: a sample at INT64_MAX
-     * still comes first, by its position. */
+        if (head[t] != RUN_END) next[tail[t]] = RUN_END, ring_insert(&ring, a, head[t]);
     for (size_t o = 0; o < n; o++) {
-        size_t best = 0;
-        for (size_t t = 1; t < k; t++)
-            if (head_ts[t] < head_ts[best] || (head_ts[t] == head_ts[best] && head[t] < head[best])) best = t;
-        uint32_t at = head[best];
-        out[o] = a[at];
-        head[best] = next[at];
-        head_ts[best] = next[at] == RUN_END ? INT64_MAX : a[next[at]].ts;
+        uint32_t taken = ring.at[ring.first];
+        out[o] = a[taken];
+        ring.first = (ring.first + 1) & (MERGE_MAX_THREADS - 1), ring.len--;
+        if (next[taken] != RUN_END) ring_insert(&ring, a, next[taken]);
     }
     *done = true;
     tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
