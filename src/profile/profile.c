@@ -65,7 +65,8 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
         TM_TRY(TM_VEC_RESERVE(p->mem, p->mappings, p->cap_mappings, p->n_mappings + 1));
         idx = (uint32_t)p->n_mappings;
         TM_TRY(tm_idxset_add(p->mem, &p->mapping_set, h, idx));
-        p->mappings[p->n_mappings++] = *m;
+        p->mappings[p->n_mappings] = *m;
+        p->mappings[p->n_mappings++].path_hash = tm_hash_bytes(0, m->path);
         p->stats.mappings++;
         if (m->build_id.len == 0) p->stats.mappings_without_build_id++;
     }
@@ -75,11 +76,17 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
 
 /* ---- frames ---- */
 
-static uint32_t frame_hash(const tm_prof_frame *f) {
+/* The package is hashed on its own: a frame whose package is its
+ * mapping's path takes the hash the mapping keeps, the frames of a
+ * library hashing its path once. */
+static uint32_t frame_hash(const tm_profile *p, const tm_prof_frame *f) {
+    const tm_prof_mapping *m = f->mapping ? &p->mappings[f->mapping - 1] : NULL;
+    uint64_t package = m && f->package.data == m->path.data && f->package.len == m->path.len
+                           ? m->path_hash
+                           : tm_hash_bytes(0, f->package);
     uint64_t h = tm_hash_bytes(f->addr ^ ((uint64_t)f->flags << 56), f->function);
     h = tm_hash_bytes(h, f->module);
-    h = tm_hash_bytes(h, f->package);
-    h = tm_hash_bytes(h ^ f->line, f->file);
+    h = tm_hash_bytes(h ^ package ^ f->line, f->file);
     return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -104,12 +111,13 @@ tm_status tm_profile_compact_frames(tm_profile *p, const uint8_t *keep) {
     p->n_frames = n;
     p->stats.frames = n;
     tm_idxset_free(p->mem, &p->frame_set);
-    for (size_t i = 0; i < n; i++) TM_TRY(tm_idxset_add(p->mem, &p->frame_set, frame_hash(&p->frames[i]), (uint32_t)i));
+    for (size_t i = 0; i < n; i++)
+        TM_TRY(tm_idxset_add(p->mem, &p->frame_set, frame_hash(p, &p->frames[i]), (uint32_t)i));
     return TM_OK;
 }
 
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out) {
-    uint32_t h = frame_hash(f);
+    uint32_t h = frame_hash(p, f);
     uint32_t idx = tm_idxset_find(&p->frame_set, h, frame_eq, p, f);
     if (idx == TM_ABSENT) {
         if (p->n_frames >= p->max_unique_frames) return TM_ERR_LIMIT;

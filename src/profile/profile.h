@@ -45,6 +45,7 @@ typedef struct tm_prof_mapping {
     tm_bytes build_id; /* raw bytes */
     uint64_t start, end, load_bias, start_offset, exact_offset;
     uint32_t flags;  /* TM_MAPPING_* */
+    uint64_t path_hash; /* set when interned: the hash of path that its frames' package hashes to */
 } tm_prof_mapping;
 
 typedef struct tm_prof_stack {
