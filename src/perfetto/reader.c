@@ -688,6 +688,18 @@ static void twin_of_replayed(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     set_twin(r, s, ti);
 }
 
+/* The key an epoch's first InternedData message is found by among other
+ * sequences': its length and its first and last 128 bytes. Every use
+ * compares the whole message before it takes a twin's entries, so two
+ * messages sharing a key only hide a twin, and hashing a whole table (tens
+ * of KB a chunk) bought nothing. */
+static uint64_t first_blob_key(tm_bytes b) {
+    enum { EDGE = 128 };
+    if (b.len <= 2 * EDGE) return tm_hash_bytes(0, b);
+    uint64_t h = tm_hash_bytes(b.len, (tm_bytes){b.data, EDGE});
+    return tm_hash_bytes(h, (tm_bytes){b.data + b.len - EDGE, EDGE});
+}
+
 static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     size_t first = s->n_ents;
     bool replayed;
@@ -702,7 +714,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     }
     /* an epoch's first message, not the one before's again: another sequence may have begun with it */
     bool epoch_start = !(r->flags & (TM_PF_KEEP_EPOCHS | TM_PF_RELAY)) && s->n_blobs == 0 && s->n_ents == 0;
-    uint64_t hash = epoch_start ? tm_hash_bytes(0, b) : 0;
+    uint64_t hash = epoch_start ? first_blob_key(b) : 0;
     if (epoch_start) {
         s->first_hash = hash;
         TM_TRY(copy_from_twin(r, s, b, hash, &replayed));

@@ -131,7 +131,7 @@ typedef struct tm_pf_seq {
      * that began with a copy of this epoch's first InternedData message
      * (this sequence is its twin). */
     uint32_t copy, copy_epoch, copied_in;
-    uint64_t first_hash;   /* the hash of the first InternedData message of the epoch that read it */
+    uint64_t first_hash;   /* first_blob_key of the first InternedData message of the epoch that read it */
     /* The class of this epoch's first InternedData message (and of the
      * epoch before's, kept for a replay): epochs of any sequences whose
      * first messages have one class began with the same bytes, compared
