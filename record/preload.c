@@ -338,8 +338,10 @@ static void *next_definition(void *_Atomic *slot, const char *name) {
 }
 
 /* Before the recording process replaces its image: what it recorded is
- * written, and the environment tells the new image to continue the trace.
- * 1 when it was (after_failed_exec must follow an exec that returns). */
+ * written, and the continuation for the new image's environment is made.
+ * 1 when it was (after_failed_exec must follow an exec that returns). The
+ * program's environ is left alone: a shell's setenv (bash's) works on its
+ * own variable table, so the environment it passes would not have it. */
 static int before_exec(void) {
     tm_recorder *r = g_preload_recorder;
     if (!r || (pid_t)syscall(SYS_getpid) != g_preload_pid) return 0; /* a (v)fork child: nothing of ours */
@@ -349,16 +351,15 @@ static int before_exec(void) {
     tmr_continuation next = tmr_recorder_where_next(r);
     snprintf(g_append_entry, sizeof g_append_entry, APPEND_VAR "%u,%llu", next.chunk,
              (unsigned long long)next.heap_index);
-    setenv("TRACEMILL_RECORD_APPEND", g_append_entry + strlen(APPEND_VAR), 1);
     return 1;
 }
 
-/* The environment an exec passes: environ (set above) as it is; a recording
- * environment of the program's own with the continuation added (*made: the
- * copy, to free); any other as it is (the new image does not record). */
+/* The environment an exec passes: a recording environment with the
+ * continuation in place of any earlier one (*made: the copy, to free); any
+ * other as it is (the new image does not record). */
 static char *const *exec_environment(char *const envp[], char ***made) {
     *made = NULL;
-    if (envp == environ || !envp) return envp;
+    if (!envp) return envp;
     size_t n = 0;
     int recording = 0;
     for (; envp[n]; n++) recording |= strncmp(envp[n], "TRACEMILL_RECORD_OUT=", 21) == 0;
@@ -372,8 +373,7 @@ static char *const *exec_environment(char *const envp[], char ***made) {
     return *made = copy;
 }
 
-/* The exec failed and the program goes on, recorded as before; only its
- * environment keeps the continuation (an exec that works later needs it). */
+/* The exec failed and the program goes on, recorded as before. */
 static void after_failed_exec(char **made) {
     int saved_errno = errno;
     free(made);
@@ -381,10 +381,10 @@ static void after_failed_exec(char **made) {
 }
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execv_fn)(const char *, char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 
-/* execve and execvpe: the program's environment, continued. */
+/* The exec functions that take an environment (execve, execvpe), with the
+ * program's environment continued. */
 static int exec_with_environment(void *_Atomic *slot, const char *name, const char *file, char *const argv[],
                                  char *const envp[]) {
     void *sym = next_definition(slot, name);
@@ -421,26 +421,15 @@ __attribute__((visibility("default"))) int fexecve(int fd, char *const argv[], c
     return rc;
 }
 
-/* execv and execvp take environ, which before_exec has set. */
-static int exec_in_environ(void *_Atomic *slot, const char *name, const char *file, char *const argv[]) {
-    void *sym = next_definition(slot, name);
-    if (!sym) return -1;
-    execv_fn next;
-    memcpy(&next, &sym, sizeof sym);
-    if (!before_exec()) return next(file, argv);
-    int rc = next(file, argv);
-    after_failed_exec(NULL);
-    return rc;
-}
-
+/* execv and execvp pass environ: as execve and execvpe given it. */
 __attribute__((visibility("default"))) int execv(const char *path, char *const argv[]) {
     static void *_Atomic slot;
-    return exec_in_environ(&slot, "execv", path, argv);
+    return exec_with_environment(&slot, "execve", path, argv, environ);
 }
 
 __attribute__((visibility("default"))) int execvp(const char *file, char *const argv[]) {
     static void *_Atomic slot;
-    return exec_in_environ(&slot, "execvp", file, argv);
+    return exec_with_environment(&slot, "execvpe", file, argv, environ);
 }
 
 /* execl, execlp and execle: their arguments as an array, for the functions

@@ -42,6 +42,9 @@
  *   exec     exec_leak keeps 8 MB, an exec of a missing file fails,
  *            after_failed_exec keeps 4 MB, then the program execs itself in
  *            mode steady (the same pid: recorded in the same trace).
+ *   exec-shell  the same as a shell execs: with a setenv of its own that
+ *            leaves environ alone (bash's works on its variable table) and
+ *            execve given environ.
  *   closefrom  as daemons start: closes every descriptor from 3 up, opens
  *            eight files in a new directory, changes to "/", keeps
  *            allocating for 0.3 s, then writes "user data" into each file;
@@ -50,6 +53,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -336,12 +340,29 @@ NOINLINE void after_failed_exec(size_t bytes) {
     for (size_t kept = 0; kept < bytes; kept += 1000) touch(malloc(1000), 1000);
 }
 
-static int mode_exec(const char *self) {
+/* A shell keeps its variables in a table of its own and defines setenv over
+ * it (bash does), so that a library's setenv leaves environ as it was. */
+static int g_setenv_of_shell;
+
+int setenv(const char *name, const char *value, int overwrite) {
+    static int (*libc_setenv)(const char *, const char *, int);
+    if (g_setenv_of_shell) return 0;
+    void *sym = libc_setenv ? NULL : dlsym(RTLD_NEXT, "setenv");
+    if (sym) memcpy(&libc_setenv, &sym, sizeof sym);
+    if (!libc_setenv) return errno = ENOSYS, -1;
+    return libc_setenv(name, value, overwrite);
+}
+
+static int mode_exec(const char *self, int as_shell) {
+    g_setenv_of_shell = as_shell;
     exec_leak(8000000);
-    execl("/nonexistent/tm-no-such-program", "tm-no-such-program", (char *)NULL);
+    char *missing[] = {"tm-no-such-program", NULL}, *steady[] = {(char *)self, "steady", NULL};
+    if (as_shell) execve("/nonexistent/tm-no-such-program", missing, environ);
+    else execl("/nonexistent/tm-no-such-program", "tm-no-such-program", (char *)NULL);
     CHECK(errno == ENOENT);
     after_failed_exec(4000000);
-    execl("/proc/self/exe", self, "steady", (char *)NULL);
+    if (as_shell) execve("/proc/self/exe", steady, environ);
+    else execl("/proc/self/exe", self, "steady", (char *)NULL);
     printf("failed: exec of itself: %s\n", strerror(errno));
     return 1;
 }
@@ -524,7 +545,8 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "paths") == 0) return mode_paths();
     if (strcmp(mode, "large") == 0) return mode_large();
     if (strcmp(mode, "closefrom") == 0) return mode_closefrom();
-    if (strcmp(mode, "exec") == 0) return mode_exec(argv[0]);
+    if (strcmp(mode, "exec") == 0) return mode_exec(argv[0], 0);
+    if (strcmp(mode, "exec-shell") == 0) return mode_exec(argv[0], 1);
     fprintf(stderr, "usage: record_heap_target sites|threads|fork|steady|paths|large|correct|many|deep|sigprof\n");
     return 2;
 }
