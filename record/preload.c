@@ -53,8 +53,9 @@
  *
  * Endings without exit(): the library defines _exit and _Exit (the
  * program's calls reach these first), and handles the fatal signals a
- * program leaves at their default action (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
- * SIGABRT, SIGTRAP, SIGSYS, SIGTERM, SIGINT, SIGHUP, SIGQUIT). Either way
+ * program leaves at their default action (TMR_ENDING_SIGNALS: SIGSEGV,
+ * SIGABRT, SIGTERM, SIGPIPE, SIGUSR1, ... every one but SIGKILL and the
+ * real-time signals). Either way
  * the collector is asked to end the trace (tmr_recorder_end_now, which only
  * stores and wakes: async-signal-safe) and waited for, at most
  * ENDING_TIMEOUT_MS; then the process exits with the status it asked for,
@@ -92,8 +93,7 @@ static pid_t g_preload_pid; /* a fork child inherits the recorder, inert: it rep
  * only names are lost if it is not done in time). */
 enum { ENDING_TIMEOUT_MS = 5000, UNMAP_SYNC_TIMEOUT_MS = 250 };
 
-static const int g_fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP,
-                                      SIGSYS,  SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+static const int g_fatal_signals[] = {TMR_ENDING_SIGNALS};
 enum { N_FATAL = sizeof g_fatal_signals / sizeof *g_fatal_signals };
 static struct sigaction g_fatal_old[N_FATAL];
 static int g_fatal_installed[N_FATAL];

@@ -414,6 +414,15 @@ void tmr_sampler_free(tmr_sampler *s);
  * the collector needs that very lock (then the timeout ends the wait). */
 int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms);
 
+/* The signals whose default action ends the process (all but SIGKILL, which
+ * no handler sees, and the real-time ones): preload.c ends the trace before
+ * a program left at that default dies of one, and the collector blocks them,
+ * so that a signal meant for the process never lands on the thread whose
+ * work the handler waits for. */
+#define TMR_ENDING_SIGNALS                                                                                            \
+    SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM,    \
+        SIGUSR1, SIGUSR2, SIGVTALRM, SIGXCPU, SIGXFSZ, SIGIO, SIGPWR, SIGSTKFLT
+
 /* Code is about to be unmapped (the program's dlclose): asks the collector to
  * read the mappings again and drain what the threads sampled, and waits for
  * it at most timeout_ms, so that samples and heap stacks in that code keep

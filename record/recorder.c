@@ -825,13 +825,11 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
         /* The collector is never sampled: it starts with SIGPROF blocked;
          * and it never takes a signal meant for the process (SIGTERM...),
          * whose handler (preload.c) waits for the collector to end the trace. */
+        static const int ending[] = {TMR_ENDING_SIGNALS};
         sigset_t block, old;
         sigemptyset(&block);
         sigaddset(&block, SIGPROF);
-        sigaddset(&block, SIGTERM);
-        sigaddset(&block, SIGINT);
-        sigaddset(&block, SIGHUP);
-        sigaddset(&block, SIGQUIT);
+        for (size_t i = 0; i < sizeof ending / sizeof *ending; i++) sigaddset(&block, ending[i]);
         pthread_sigmask(SIG_BLOCK, &block, &old);
         if (pthread_create(&r->collector, NULL, collector_main, r) != 0)
             st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot start the collector thread");

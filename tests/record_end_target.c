@@ -5,11 +5,13 @@
  * says, so that a test can check the trace holds everything sampled up to
  * that end:
  *
- *   record_end_target exit|_exit|_Exit|segv|abort|term|own-segv CPU_SECONDS
+ *   record_end_target exit|_exit|_Exit|segv|abort|term|pipe|usr1|alarm|own-segv CPU_SECONDS
  *
  * exit: exit(0); _exit/_Exit: _exit(0)/_Exit(0) (no atexit, no
  * destructors); segv: a store to a page mapped PROT_NONE; abort: abort();
- * term: raise(SIGTERM); own-segv: installs a SIGSEGV handler of its own
+ * term: raise(SIGTERM); pipe: a write into a pipe nobody reads (SIGPIPE,
+ * as `record -- prog | head` ends prog); usr1: raise(SIGUSR1); alarm:
+ * SIGALRM from a timer 0.1 s later (setitimer), waited for; own-segv: installs a SIGSEGV handler of its own
  * first, which prints "own handler" and _exits with 42, then faults.
  * Before it ends it prints "thread-cpu S": its CPU time so far.
  */
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,7 +59,8 @@ static void own_handler(int sig) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: record_end_target exit|_exit|_Exit|segv|abort|term|own-segv CPU_SECONDS\n");
+        fprintf(stderr, "usage: record_end_target exit|_exit|_Exit|segv|abort|term|pipe|usr1|alarm|own-segv "
+                        "CPU_SECONDS\n");
         return 2;
     }
     const char *how = argv[1];
@@ -71,6 +75,17 @@ int main(int argc, char **argv) {
     if (strcmp(how, "_Exit") == 0) _Exit(0);
     if (strcmp(how, "abort") == 0) abort();
     if (strcmp(how, "term") == 0) raise(SIGTERM);
+    if (strcmp(how, "usr1") == 0) raise(SIGUSR1);
+    if (strcmp(how, "alarm") == 0) {
+        struct itimerval soon = {{0, 0}, {0, 100000}};
+        setitimer(ITIMER_REAL, &soon, NULL);
+        for (;;) pause();
+    }
+    int unread[2];
+    if (strcmp(how, "pipe") == 0 && pipe(unread) == 0 && close(unread[0]) == 0) {
+        if (write(unread[1], "x", 1) < 0) perror("record_end_target: write into a pipe nobody reads");
+        return 4;
+    }
     if (strcmp(how, "segv") == 0 || strcmp(how, "own-segv") == 0) {
         /* A page nobody may touch: a real fault, which the sanitizers of a
          * sanitized build let through (a null pointer they would report). */

@@ -73,6 +73,7 @@ static int run(char *const argv[], const char *preload_out, double *cpu_s) {
     if (pid == 0) {
         setpgid(0, 0);
         child_env();
+        signal(SIGPIPE, SIG_DFL); /* as a shell starts a program */
         if (preload_out) {
             setenv("LD_PRELOAD", TM_RECORD_PRELOAD, 1);
             setenv("TRACEMILL_RECORD_OUT", preload_out, 1);
@@ -262,6 +263,25 @@ Test(record_end, abort_keeps_the_trace_and_the_signal) {
 Test(record_end, sigterm_keeps_the_trace_and_the_signal) {
     int status = record_ending("term", "1");
     cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+}
+
+/* The other signals whose default action ends a program ended it with the
+ * trace as written a second before, or empty: found recording a program
+ * whose output went into `| head` (SIGPIPE). Less than a second of CPU, so
+ * that no periodic write hides the loss. */
+Test(record_end, sigpipe_keeps_the_trace_and_the_signal) {
+    int status = record_ending("pipe", "0.5");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE, "status %#x", status);
+}
+
+Test(record_end, sigusr1_keeps_the_trace_and_the_signal) {
+    int status = record_ending("usr1", "0.5");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR1, "status %#x", status);
+}
+
+Test(record_end, sigalrm_keeps_the_trace_and_the_signal) {
+    int status = record_ending("alarm", "0.5");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM, "status %#x", status);
 }
 
 /* The program's own SIGSEGV handler runs (and decides the exit status);
