@@ -635,7 +635,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
      * record/preload.c), or why it could not start; then its end-of-run
      * report, printed here: the program may have closed its own stderr. */
     char recorder_status[16] = "";
-    int reported = 0;
+    int reported = 0, took_sigprof = 0;
     FILE *status_file = fopen(status_path, "re");
     if (status_file) {
         int c = 0;
@@ -643,7 +643,13 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         while ((c = getc(status_file)) != EOF && c != '\n') /* a reason may be longer: its start is kept */
             if (n + 1 < sizeof recorder_status) recorder_status[n++] = (char)c;
         recorder_status[n] = 0;
-        while ((c = getc(status_file)) != EOF) putc(c, stderr), reported = 1;
+        char *line = NULL;
+        size_t cap = 0;
+        while (getline(&line, &cap, status_file) > 0) {
+            fputs(line, stderr), reported = 1;
+            took_sigprof |= strstr(line, "took SIGPROF for itself") != NULL; /* preload.c's words */
+        }
+        free(line);
         fclose(status_file);
     }
     unlink(status_path);
@@ -652,12 +658,11 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d (exit status %d)\n", cmd[0],
                 WTERMSIG(status), code);
-    int took_sigprof = WIFSIGNALED(status) && WTERMSIG(status) == SIGPROF;
     if (took_sigprof)
         fprintf(stderr,
-                "tracemill record: %s took SIGPROF for a handler of its own after the recorder started (GNU sort "
-                "does, to clean up and die), and then got the recorder's timer signals; the signal backend cannot "
-                "share SIGPROF: --backend perf records it (without --heap)\n",
+                "tracemill record: %s took SIGPROF for itself after the recorder started (GNU sort does, for its "
+                "cleanup), so the signal backend stopped sampling it there; --backend perf records it (without "
+                "--heap)\n",
                 cmd[0]);
     if (refused) {
         fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",

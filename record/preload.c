@@ -44,6 +44,11 @@
  * dlclose: the library defines it too, to have a library's mappings read
  * and its samples drained before its code is unmapped (see dlclose below).
  *
+ * SIGPROF: the library defines sigaction, signal and sigset too; before the
+ * program sets SIGPROF's disposition, the recorder's timers are deleted
+ * (sampling stops there), so that no timer signal of the recorder's reaches
+ * the program's handler or kills it.
+ *
  * exec: an exec keeps the pid, so the new program is the recorded process
  * too. The library defines the exec functions: before the old image is
  * gone, what it recorded is written (the mappings read, the rings drained,
@@ -324,10 +329,23 @@ __attribute__((constructor)) static void tracemill_record_preload_start(void) {
     start_recording(out);
 }
 
-/* ---- exec ------------------------------------------------------------------ */
+/* ---- SIGPROF taken by the program ------------------------------------------ */
 
-#define APPEND_VAR "TRACEMILL_RECORD_APPEND="
-static char g_append_entry[sizeof APPEND_VAR + 48]; /* for an exec given its own environment */
+/* How long a program's sigaction for SIGPROF waits for the timers to go. */
+enum { RELEASE_SIGPROF_TIMEOUT_MS = 1000 };
+
+/* The program is about to set SIGPROF's disposition (a handler of its own, as
+ * GNU sort installs for its cleanup, or SIG_DFL or SIG_IGN): the recorder's
+ * timers are deleted first, so that their signals neither run its handler
+ * (which counted them, or died of them as sort does) nor kill it. */
+static void before_sigprof_taken(int sig) {
+    static atomic_int said;
+    tm_recorder *r = g_preload_recorder;
+    if (sig != SIGPROF || !r || (pid_t)syscall(SYS_getpid) != g_preload_pid) return;
+    tmr_recorder_release_sigprof(r, RELEASE_SIGPROF_TIMEOUT_MS);
+    if (!atomic_exchange(&said, 1)) /* cli_record.c looks for these words */
+        report("tracemill record: the program took SIGPROF for itself: CPU sampling stopped there\n");
+}
 
 /* *slot = the next definition of name (its libc's), looked up once. */
 static void *next_definition(void *_Atomic *slot, const char *name) {
@@ -336,6 +354,45 @@ static void *next_definition(void *_Atomic *slot, const char *name) {
     if (!sym) errno = ENOSYS;
     return sym;
 }
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef void (*handler_fn)(int);
+typedef handler_fn (*signal_fn)(int, handler_fn);
+
+__attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    static void *_Atomic slot;
+    void *sym = next_definition(&slot, "sigaction");
+    if (!sym) return -1;
+    sigaction_fn next;
+    memcpy(&next, &sym, sizeof sym);
+    if (act) before_sigprof_taken(sig);
+    return next(sig, act, old);
+}
+
+/* signal and sigset: libc's call its own sigaction, past the one above. */
+static handler_fn set_disposition(void *_Atomic *slot, const char *name, int sig, handler_fn handler) {
+    void *sym = next_definition(slot, name);
+    if (!sym) return SIG_ERR;
+    signal_fn next;
+    memcpy(&next, &sym, sizeof sym);
+    before_sigprof_taken(sig);
+    return next(sig, handler);
+}
+
+__attribute__((visibility("default"))) handler_fn signal(int sig, handler_fn handler) {
+    static void *_Atomic slot;
+    return set_disposition(&slot, "signal", sig, handler);
+}
+
+__attribute__((visibility("default"))) handler_fn sigset(int sig, handler_fn handler) {
+    static void *_Atomic slot;
+    return set_disposition(&slot, "sigset", sig, handler);
+}
+
+/* ---- exec ------------------------------------------------------------------ */
+
+#define APPEND_VAR "TRACEMILL_RECORD_APPEND="
+static char g_append_entry[sizeof APPEND_VAR + 48]; /* for an exec given its own environment */
 
 /* Before the recording process replaces its image: what it recorded is
  * written, and the continuation for the new image's environment is made.

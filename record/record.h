@@ -431,6 +431,13 @@ int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms);
  * the collector thread; not running). */
 int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms);
 
+/* The program takes SIGPROF for itself (a handler, SIG_IGN or SIG_DFL of its
+ * own): asks the collector to delete every timer and arm no more, and waits
+ * for it at most timeout_ms, so that no signal of the recorder's reaches
+ * what the program installs. Returns 1 when sampling has stopped (or the
+ * trace has ended), 0 otherwise. Async-signal-safe, as end_now. */
+int tmr_recorder_release_sigprof(tm_recorder *r, uint32_t timeout_ms);
+
 /* An exec keeps the pid: the new image records in its place, continuing
  * the trace. Where r's trace would go on (the index of its next chunk, and
  * of its next heap packet); and, before a recorder starts, that it

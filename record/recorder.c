@@ -62,6 +62,10 @@ struct tm_recorder {
     /* tmr_recorder_sync_before_unmap: requests taken, and served (a futex
      * word: the request count the last round with fresh mappings saw) */
     _Atomic uint32_t maps_requested, maps_served;
+    /* tmr_recorder_release_sigprof: the program takes SIGPROF; the timers
+     * are deleted in the next round, and no thread gets one after that */
+    _Atomic int sigprof_release;
+    int sigprof_released;
     pthread_t collector;
     int collector_started, stop_requested, sampling_done;
     int32_t collector_tid;
@@ -549,7 +553,12 @@ static void end_sampling(tm_recorder *r) {
 /* One round of collector work; called with the lock. */
 static void collect(tm_recorder *r, uint64_t now) {
     tm_error err;
-    record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
+    if (atomic_load(&r->sigprof_release) && !r->sigprof_released) {
+        tmr_sampler_disarm(r->sampler);
+        r->sigprof_released = 1;
+    }
+    if (!r->sigprof_released)
+        record_failure(r, tmr_sampler_scan(r->sampler, r->collector_tid, on_thread, on_sample, r, &err), &err);
     tmr_sampler_drain(r->sampler, on_sample, r);
     if (r->o.chunk_seconds && now >= r->next_chunk) {
         record_failure(r, finish_output(r, &err), &err);
@@ -653,6 +662,12 @@ int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms) {
         if (atomic_load(&r->ended) || !time_left(&start, timeout_ms, &left)) return 0;
         futex(&r->maps_served, FUTEX_WAIT_PRIVATE, served, &left);
     }
+}
+
+int tmr_recorder_release_sigprof(tm_recorder *r, uint32_t timeout_ms) {
+    if (!r || r->state != R_RUNNING) return 0;
+    atomic_store(&r->sigprof_release, 1);
+    return tmr_recorder_sync_before_unmap(r, timeout_ms) || atomic_load(&r->ended);
 }
 
 tmr_continuation tmr_recorder_where_next(const tm_recorder *r) {
