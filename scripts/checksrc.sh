@@ -93,9 +93,9 @@ if [ -f "$BUILD/libtracemill.so" ]; then
 fi
 if [ -f "$BUILD/libtracemill_record.so" ]; then
   bad=$(nm -D --defined-only "$BUILD/libtracemill_record.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' \
-        | grep -vE '^(tm_recorder_|_init$|_fini$|_exit$|_Exit$|dlclose$|exec(ve|vpe|v|vp|l|lp|le)$|fexecve$)' \
+        | grep -vE '^(tm_recorder_|_init$|_fini$|_exit$|_Exit$|dlclose$|exec(ve|vpe|v|vp|l|lp|le)$|fexecve$|sigaction$|signal$|sigset$)' \
         | grep -vE '^(malloc|free|calloc|realloc|reallocarray|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|_Zn[wa]m.*|_Zd[la]Pv.*)$')
-  [ -z "$bad" ] || say "libtracemill_record.so exports more than tm_recorder_*, the interposed allocators, _exit/_Exit, dlclose and the exec functions: $bad"
+  [ -z "$bad" ] || say "libtracemill_record.so exports more than tm_recorder_*, the interposed allocators, _exit/_Exit, dlclose, the exec functions and sigaction/signal/sigset: $bad"
 fi
 
 [ $fail -eq 0 ] && echo "checksrc: ok"
