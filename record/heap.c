@@ -1180,9 +1180,11 @@ const tmr_heap_source *tmr_heap_start(uint64_t interval, uint32_t max_depth, tm_
         return NULL;
     }
     pthread_atfork(NULL, NULL, heap_atfork_child);
+    /* here, not at a program thread's first sample (where libunwind's pipe
+     * could take a closed stdout's number); unw_step's per-thread cache: no
+     * lock and no signal mask per frame */
+    tmr_unwind_init();
 #ifdef HEAP_MEMO
-    /* unw_step's per-thread cache: no lock and no signal mask per frame */
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     atomic_fetch_add(&g_generation, 1);
     if (!g_memo_key_made) g_memo_key_made = pthread_key_create(&g_memo_key, memo_table_free) == 0;
 #endif

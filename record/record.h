@@ -377,6 +377,10 @@ typedef void (*tmr_thread_fn)(void *ctx, uint32_t seq, int32_t tid, const char *
 
 typedef struct tmr_sampler tmr_sampler;
 
+/* Readies libunwind outside any signal handler (its per-thread caching, a
+ * first unwind), keeping the pipe it opens off fds 0-2 should the program
+ * have closed them. */
+void tmr_unwind_init(void);
 /* Installs the SIGPROF handler. Fails with TM_ERR_UNSUPPORTED when the
  * process already handles SIGPROF, or when another sampler is active. */
 tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err);

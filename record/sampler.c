@@ -22,6 +22,7 @@
 #define UNW_LOCAL_ONLY
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libunwind.h>
 #include <sched.h>
 #include <signal.h>
@@ -216,6 +217,27 @@ void tmr_sampler_take_deferred(void) {
 
 /* ---- setup and teardown ------------------------------------------------- */
 
+void tmr_unwind_init(void) {
+    /* libunwind's first use opens a pipe (to check addresses) that it keeps
+     * for good: with stdin, stdout or stderr closed, it would take their
+     * numbers, and the program's writes to them would go into it. They are
+     * held on /dev/null meanwhile. */
+    int held[3], n_held = 0;
+    for (int fd; n_held < 3 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+        if (fd > STDERR_FILENO) {
+            close(fd);
+            break;
+        }
+        held[n_held++] = fd;
+    }
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    /* unw_backtrace's first call creates its per-thread cache key and pool:
+     * done here, outside any signal handler. */
+    void *warm[4];
+    unw_backtrace(warm, 4);
+    while (n_held) close(held[--n_held]);
+}
+
 tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
     if (o->hz == 0 || o->max_depth == 0 || o->ring_samples == 0 || (o->ring_samples & (o->ring_samples - 1))) {
         tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "sampler: hz, max_depth and a power-of-two ring size are required");
@@ -247,13 +269,7 @@ tmr_sampler *tmr_sampler_new(const tmr_sampler_opts *o, tm_error *err) {
                 "profiler?); tracemill's recorder needs SIGPROF and will not replace it");
         return NULL;
     }
-    if (!o->unwind_fp) {
-        unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
-        /* unw_backtrace's first call creates its per-thread cache key and
-         * pool: done here, outside any signal handler. */
-        void *warm[4];
-        unw_backtrace(warm, 4);
-    }
+    if (!o->unwind_fp) tmr_unwind_init();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigprof;

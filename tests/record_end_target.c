@@ -14,10 +14,18 @@
  * SIGALRM from a timer 0.1 s later (setitimer), waited for; own-segv: installs a SIGSEGV handler of its own
  * first, which prints "own handler" and _exits with 42, then faults.
  * Before it ends it prints "thread-cpu S": its CPU time so far.
+ *
+ *   record_end_target closed-stdio CPU_SECONDS
+ *
+ * run with stdin and stdout closed: burns, then checks that they still are
+ * (a write to fd 1 fails with EBADF, the next open gets fd 0); exits 0, or
+ * 4 saying on stderr what it found open.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +74,14 @@ int main(int argc, char **argv) {
     const char *how = argv[1];
     if (strcmp(how, "own-segv") == 0) signal(SIGSEGV, own_handler);
     burn_cpu(atof(argv[2]));
+    if (strcmp(how, "closed-stdio") == 0) {
+        ssize_t wrote = write(1, "x", 1);
+        int write_errno = errno, opened = open("/dev/null", O_RDONLY);
+        if (wrote < 0 && write_errno == EBADF && opened == 0) return 0;
+        fprintf(stderr, "record_end_target: stdout took %zd bytes (errno %d), open gave fd %d\n", wrote,
+                write_errno, opened);
+        return 4;
+    }
     /* The thread's CPU time at its end, for the test to compare. */
     char line[64];
     int n = snprintf(line, sizeof line, "thread-cpu %.6f\n", thread_cpu_seconds());

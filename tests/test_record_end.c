@@ -368,6 +368,34 @@ Test(record_end, a_short_sh_c_run_leaves_a_trace) {
     free(err), free(trace);
 }
 
+/* A program started with stdin and stdout closed finds them closed: the
+ * pipe libunwind opens at the recorder's start (kept for good) took fds 0
+ * and 1, so that the program's writes to stdout went into it and its next
+ * open got fd 3 (found recording a program run with <&- >&-). */
+Test(record_end, closed_stdin_and_stdout_stay_closed) {
+    char *trace = path_in_dir("closed.pftrace"), *err = path_in_dir("record.stderr"), *line = NULL;
+    static const char *const unwinds[2] = {"dwarf", "fp"};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_gt(asprintf(&line,
+                              "%s record --backend signal --preload %s --unwind %s --heap -o %s -- %s closed-stdio 0.3 "
+                              "2>%s <&- >&-",
+                              TM_CLI, TM_RECORD_PRELOAD, unwinds[k], trace, TM_RECORD_END_TARGET, err),
+                     0);
+        child_env();
+        int st = system(line);
+        char *text = tu_read_file(err, NULL);
+        /* (record's own exit is 3 with its stdout closed: cli_close_stdout's
+         * fclose fails with EBADF, a defect outside the recorder) */
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 4 && text && !strstr(text, "stdout took"),
+                  "--unwind %s: exit %d: %s", unwinds[k], WIFEXITED(st) ? WEXITSTATUS(st) : -1, text ? text : "");
+        struct stat sb;
+        cr_expect_eq(stat(trace, &sb), 0, "--unwind %s: no trace: %s", unwinds[k], text ? text : "");
+        unlink(trace);
+        free(text), free(line);
+    }
+    free(err), free(trace);
+}
+
 /* --clock wall would interrupt the program's system calls: refused, 125,
  * and the program never runs. */
 Test(record_end, clock_wall_is_refused) {
