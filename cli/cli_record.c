@@ -25,8 +25,10 @@
 #include <linux/perf_event.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -267,6 +269,43 @@ typedef struct perf_run {
 
 /* The perf backend: tracemill-record-perf writes the trace to OUT's
  * temporary file and exits with CMD's status (125: it failed itself). */
+/* The file execvp would run for cmd, into path; 0 when none is found. */
+static int exec_file(const char *cmd, char *path, size_t cap) {
+    if (strchr(cmd, '/')) return snprintf(path, cap, "%s", cmd) < (int)cap;
+    const char *dirs = getenv("PATH");
+    if (!dirs) dirs = "/bin:/usr/bin";
+    for (const char *d = dirs;; d++) {
+        size_t len = strcspn(d, ":");
+        struct stat st;
+        if (snprintf(path, cap, "%.*s%s%s", (int)len, d, len ? "/" : "", cmd) < (int)cap && access(path, X_OK) == 0 &&
+            stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            return 1;
+        d += len;
+        if (!*d) return 0;
+    }
+}
+
+/* 1, with what its file is into why ("set-user-ID (uid 0)"), when running
+ * cmd gives its process privileges that record lacks (root lacks none):
+ * the kernel samples such a program only for a privileged recorder, and the
+ * dynamic loader takes no preloaded library into it. */
+static int gains_privileges(const char *cmd, char *why, size_t cap) {
+    char path[PATH_MAX];
+    struct stat st;
+    struct statvfs fs;
+    if (geteuid() == 0 || !exec_file(cmd, path, sizeof path) || stat(path, &st) != 0) return 0;
+    if (statvfs(path, &fs) == 0 && (fs.f_flag & ST_NOSUID)) return 0; /* the mount ignores all three */
+    if ((st.st_mode & S_ISUID) && st.st_uid != geteuid())
+        snprintf(why, cap, "set-user-ID (uid %u)", (unsigned)st.st_uid);
+    else if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP) && st.st_gid != getegid())
+        snprintf(why, cap, "set-group-ID (gid %u)", (unsigned)st.st_gid);
+    else if (getxattr(path, "security.capability", NULL, 0) > 0)
+        snprintf(why, cap, "given file capabilities");
+    else
+        return 0;
+    return 1;
+}
+
 static int record_perf(const char *helper, const char *out, unsigned long hz, const perf_run *r) {
     if (r->duration && strtoul(r->duration, NULL, 10) == 0)
         return cli_usage_error("record", "--duration must be at least 1 second with the perf backend");
@@ -291,6 +330,9 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (r->kernel) args[n++] = "--kernel";
     if (r->off_cpu) args[n++] = "--off-cpu";
     if (r->system_wide) args[n++] = "-a";
+    char gained[64];
+    int unsampled_cmd = cmd && !r->pids && !r->system_wide && gains_privileges(cmd[0], gained, sizeof gained);
+    if (unsampled_cmd) args[n++] = "--cmd-gains", args[n++] = gained;
     if (r->pids) {
         args[n++] = "-p", args[n++] = r->pids;
     } else if (!r->system_wide) {
@@ -328,6 +370,12 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
         cli_output_close(&o, EXIT_IO);
         return code;
+    }
+    if (samples == 0 && unsampled_cmd) {
+        fprintf(stderr, "tracemill record: no samples were recorded: %s is %s (said above); nothing was written to %s\n",
+                what, gained, out);
+        cli_output_close(&o, EXIT_REJECTED);
+        return code == 0 ? EXIT_REJECTED : code;
     }
     if (samples == 0) {
         fprintf(stderr,
@@ -667,6 +715,15 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     if (refused) {
         fprintf(stderr, "tracemill record: nothing was recorded: the recorder did not start in %s (see above)\n",
                 cmd[0]);
+        cli_output_close(&o, EXIT_IO);
+        return 125;
+    }
+    char gained[64];
+    if (!recorder_status[0] && gains_privileges(cmd[0], gained, sizeof gained)) {
+        fprintf(stderr,
+                "tracemill record: nothing was recorded: %s is %s, so it takes no preloaded library, and neither "
+                "backend samples it for a recorder without its privileges (record it as root)\n",
+                cmd[0], gained);
         cli_output_close(&o, EXIT_IO);
         return 125;
     }

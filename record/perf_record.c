@@ -110,13 +110,15 @@ typedef struct opts {
     int32_t *pids;      /* -p: the processes attached to */
     size_t n_pids;
     char **cmd;         /* NULL with -p */
+    const char *cmd_gains; /* --cmd-gains WHAT: CMD gains privileges as it starts (record checked), so it is not
+                              sampled: what it is ("set-user-ID (uid 0)"), said when no sample came */
 } opts;
 
 static int usage(const char *why) {
     fprintf(stderr,
             "tracemill-record-perf: %s\n"
             "usage: tracemill-record-perf [-F HZ] [-o FILE] [--max-depth N] [--demangle] [--duration S] [--kernel]\n"
-            "                             [--off-cpu]\n"
+            "                             [--off-cpu] [--cmd-gains WHAT]\n"
             "                             (-p PID[,PID...] | -a | -- CMD ARGS...)\n",
             why);
     return EXIT_OWN_FAILURE;
@@ -938,6 +940,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (strcmp(a, "-a") == 0) o->system_wide = 1;
         else if (!v) return usage("an option needs a value");
         else if (strcmp(a, "-o") == 0) o->out = argv[++i];
+        else if (strcmp(a, "--cmd-gains") == 0) o->cmd_gains = argv[++i];
         else if (strcmp(a, "-F") == 0) {
             unsigned long hz = strtoul(v, &end, 10);
             if (*end || hz == 0 || hz > 100000) return usage("-F wants 1..100000");
@@ -1237,7 +1240,11 @@ static void report_command_cpu(const rec_state *s) {
     fprintf(stderr, "tracemill record: %s used %.3f s of CPU time in user mode (%.3f s in the kernel)", s->o.cmd[0],
             user, sys);
     double due = user * s->o.hz;
-    if ((s->st.samples == 0 && due >= 1.0) || (due >= 5.0 && (double)s->st.samples < 0.25 * due))
+    if (s->st.samples == 0 && s->o.cmd_gains)
+        fprintf(stderr, ", but no sample was taken: %s is %s, and the kernel does not sample a program that gains "
+                        "privileges as it starts for a recorder without them (record it as root)",
+                s->o.cmd[0], s->o.cmd_gains);
+    else if ((s->st.samples == 0 && due >= 1.0) || (due >= 5.0 && (double)s->st.samples < 0.25 * due))
         fprintf(stderr, ", about %.0f samples' worth, but only %llu were taken: each of its %llu threads (in %llu "
                         "processes) is sampled once it has run a whole period (%.3f ms) in user mode on one CPU, so "
                         "a run of many short threads or processes goes mostly unsampled, as under perf record",

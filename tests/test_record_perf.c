@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,6 +241,41 @@ Test(record_perf, threads_and_blocked_signals) {
                   (unsigned long long)c.rooted, (unsigned long long)c.known);
     cr_expect_eq(c.records_lost, 0);
     free(err);
+}
+
+/* A program that gains privileges as it starts (set-user-ID, here to root)
+ * is sampled by neither backend for a recorder without them: record ran it
+ * and said it "ended before its first sample" after 0.2 s of CPU time
+ * (perf backend), or pointed to the perf backend (signal backend). Found
+ * recording a set-user-ID copy of a program as nobody. Needs root, to make
+ * such a program, and setpriv, to drop to nobody. */
+Test(record_perf, a_program_gaining_privileges_is_said_unsampled) {
+    need_perf();
+    if (geteuid() != 0 || system("command -v setpriv >/dev/null") != 0) cr_skip_test("needs root and setpriv");
+    char *copy = path_in_dir("suid_target"), *cmd = NULL;
+    cr_assert_eq(chmod(tu_test_dir(), 0777), 0);
+    cr_assert_gt(asprintf(&cmd, "cp %s %s && chmod 4755 %s", TM_RECORD_PERF_TARGET, copy, copy), 0);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    static const char *const backends[2] = {"perf", "signal"};
+    for (int k = 0; k < 2; k++) {
+        char *err = path_in_dir("stderr"), *trace = path_in_dir("t.pftrace");
+        cr_assert_gt(asprintf(&cmd,
+                              "setpriv --reuid 65534 --regid 65534 --clear-groups %s record --backend %s -o %s -- %s "
+                              "cxx 0.3 2>%s >/dev/null",
+                              TM_CLI, backends[k], trace, copy, err),
+                     0);
+        int st = system(cmd), code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        char *text = tu_read_file(err, NULL);
+        cr_assert_not_null(text, "%s: no stderr (exit %d)", backends[k], code);
+        cr_expect_neq(code, 0, "%s: nothing recorded, yet exit 0: %s", backends[k], text);
+        cr_expect(strstr(text, "is set-user-ID (uid 0)") && strstr(text, "record it as root") &&
+                      !strstr(text, "ended before its first sample") && !strstr(text, "short threads") &&
+                      !strstr(text, "--backend perf records it"),
+                  "%s: why nothing was sampled: %s", backends[k], text);
+        free(text), free(cmd), free(err), free(trace);
+    }
+    free(copy);
 }
 
 /* Neither backend lets CPU time go unsampled in silence. The signal
