@@ -200,9 +200,9 @@ static int find_preload(const char *given, char *out, size_t cap) {
 }
 
 /* Prints "N samples, T threads, D s" of the trace written to file (named
- * name to the user) and returns its sample count (off-CPU ones too); 0 if it holds none or
- * does not decode. */
-static uint64_t summarize(const char *file, const char *name, uint64_t *packets_lost, uint64_t *heap_dumps) {
+ * name to the user; by the perf backend when perf) and returns its sample count (off-CPU ones too); 0 if it holds
+ * none or does not decode. */
+static uint64_t summarize(const char *file, const char *name, int perf, uint64_t *packets_lost, uint64_t *heap_dumps) {
     cli_input in;
     if (cli_input_load(file, NULL, &in) != EXIT_OK) return 0;
     if (in.len == 0) { /* the recorder never wrote: nothing to decode */
@@ -235,9 +235,17 @@ static uint64_t summarize(const char *file, const char *name, uint64_t *packets_
             /* The weights are measured CPU time: what the timer delivered shows. */
             double cpu_s = (double)s->perf_counted_cpu_ns * 1e-9, rate = (double)s->perf_samples_counted / cpu_s;
             fprintf(stderr, "tracemill record: %.3f s of CPU time counted, %.0f samples per CPU-second", cpu_s, rate);
-            if (s->perf_timebase_hz && rate < 0.9 * (double)s->perf_timebase_hz)
+            if (s->perf_timebase_hz && rate < 0.9 * (double)s->perf_timebase_hz && !perf)
                 fprintf(stderr, " (-F %llu asked for: the CPU-time timer delivered %.0f %%; each sample weighs the "
                                 "CPU time it stands for, so pprof's cpu/nanoseconds stays exact)",
+                        (unsigned long long)s->perf_timebase_hz, 100.0 * rate / (double)s->perf_timebase_hz);
+            /* The events count kernel time too, but sample only a period that
+             * ends in user mode (unless --kernel). */
+            else if (s->perf_timebase_hz && rate < 0.9 * (double)s->perf_timebase_hz)
+                fprintf(stderr, " (-F %llu asked for: %.0f %% of it: only user mode is sampled (--kernel samples "
+                                "both), and a period that ends in the kernel is not; each sample weighs the CPU time "
+                                "since its thread's previous one, kernel time included, so pprof's cpu/nanoseconds "
+                                "stays exact)",
                         (unsigned long long)s->perf_timebase_hz, 100.0 * rate / (double)s->perf_timebase_hz);
             fputc('\n', stderr);
         }
@@ -366,7 +374,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: the recorder was killed by signal %d\n", WTERMSIG(status));
     symbolize_trace(o.tmp, out, r->syms);
-    uint64_t samples = summarize(o.tmp, out, NULL, NULL);
+    uint64_t samples = summarize(o.tmp, out, 1, NULL, NULL);
     if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
         cli_output_close(&o, EXIT_IO);
         return code;
@@ -754,12 +762,12 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     uint64_t samples = 0, lost = 0, heap_dumps = 0;
     if (single) {
         symbolize_trace(o.tmp, out, use_syms);
-        samples = summarize(o.tmp, out, &lost, &heap_dumps);
+        samples = summarize(o.tmp, out, 0, &lost, &heap_dumps);
     } else {
         symbolize_closed_chunks(out, &next_chunk, 1, use_syms); /* the last ones */
         char path[PATH_MAX];
         for (unsigned n = 0; chunk_file(out, n, path, sizeof path) && access(path, R_OK) == 0; n++)
-            samples += summarize(path, path, &lost, &heap_dumps);
+            samples += summarize(path, path, 0, &lost, &heap_dumps);
     }
     /* Packets lost to the ring buffer (said above) may have held the samples;
      * --duration stops sampling while the program runs on, and the CPU time

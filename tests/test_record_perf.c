@@ -278,6 +278,21 @@ Test(record_perf, a_program_gaining_privileges_is_said_unsampled) {
     free(copy);
 }
 
+/* A program mostly in the kernel (dd from /dev/zero to /dev/null) gets
+ * few samples, all in user mode, each weighing the kernel time before it
+ * too: record said "the CPU-time timer delivered 25 %", of a timer the perf
+ * backend does not have. It must say why instead. */
+Test(record_perf, few_samples_of_kernel_time_are_not_blamed_on_a_timer) {
+    need_perf();
+    int code;
+    char *err = record("dd if=/dev/zero of=/dev/null bs=4k count=1500000", &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect_null(strstr(err, "timer"), "the perf backend has no timer: %s", err);
+    if (strstr(err, "asked for"))
+        cr_expect(strstr(err, "user mode"), "a rate below -F must say that user mode alone is sampled: %s", err);
+    free(err);
+}
+
 /* Neither backend lets CPU time go unsampled in silence. The signal
  * backend cannot sample a thread that blocks signals nor a program that
  * takes SIGPROF for itself: record says how much CPU time went unsampled
