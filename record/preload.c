@@ -33,9 +33,9 @@
  *                                   children inherit the variables but must not
  *                                   overwrite its trace)
  *   TRACEMILL_RECORD_APPEND         set by this library before an exec: the new
- *                                   image continues the trace ("CHUNK,HEAP_INDEX":
+ *                                   image continues the trace ("CHUNK,HEAP_INDEX,CPU_NS":
  *                                   its first chunk's index, its first heap
- *                                   packet's)
+ *                                   packet's, the exec'ing thread's CPU time)
  *
  * Problems are reported on stderr with a "tracemill record:" prefix (the
  * end-of-run report through the status file when there is one); the host
@@ -297,8 +297,9 @@ static void start_recording(const char *out) {
     const char *append = getenv("TRACEMILL_RECORD_APPEND");
     if (tm_recorder_new(&o, &r, &err) == TM_OK && append && *append) {
         char *comma;
-        tmr_continuation from = {(uint32_t)strtoul(append, &comma, 10), 0};
-        if (*comma == ',') from.heap_index = strtoull(comma + 1, NULL, 10);
+        tmr_continuation from = {(uint32_t)strtoul(append, &comma, 10), 0, 0};
+        if (*comma == ',') from.heap_index = strtoull(comma + 1, &comma, 10);
+        if (*comma == ',') from.exec_cpu_ns = strtoull(comma + 1, NULL, 10);
         tmr_recorder_continue(r, from);
     }
     if (!r || tm_recorder_start(r, &err) != TM_OK) {
@@ -392,7 +393,7 @@ __attribute__((visibility("default"))) handler_fn sigset(int sig, handler_fn han
 /* ---- exec ------------------------------------------------------------------ */
 
 #define APPEND_VAR "TRACEMILL_RECORD_APPEND="
-static char g_append_entry[sizeof APPEND_VAR + 48]; /* for an exec given its own environment */
+static char g_append_entry[sizeof APPEND_VAR + 72]; /* for an exec given its own environment */
 
 /* Before the recording process replaces its image: what it recorded is
  * written, and the continuation for the new image's environment is made.
@@ -406,8 +407,8 @@ static int before_exec(void) {
     tmr_recorder_sync_before_unmap(r, UNMAP_SYNC_TIMEOUT_MS);
     if (tmr_recorder_write_now(r, &err) != TM_OK) report("tracemill record: before an exec: %s\n", err.message);
     tmr_continuation next = tmr_recorder_where_next(r);
-    snprintf(g_append_entry, sizeof g_append_entry, APPEND_VAR "%u,%llu", next.chunk,
-             (unsigned long long)next.heap_index);
+    snprintf(g_append_entry, sizeof g_append_entry, APPEND_VAR "%u,%llu,%llu", next.chunk,
+             (unsigned long long)next.heap_index, (unsigned long long)next.exec_cpu_ns);
     return 1;
 }
 

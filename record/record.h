@@ -451,6 +451,7 @@ int tmr_recorder_release_sigprof(tm_recorder *r, uint32_t timeout_ms);
 typedef struct tmr_continuation {
     uint32_t chunk;
     uint64_t heap_index;
+    uint64_t exec_cpu_ns; /* the CPU time of the thread that execs (where_next runs on it) */
 } tmr_continuation;
 tmr_continuation tmr_recorder_where_next(const tm_recorder *r);
 /* Writes out what r holds now (the threads' rings, a heap dump), as an

@@ -104,6 +104,7 @@ struct tm_recorder {
     int spill; /* the end of a trace or chunk is being written: a full buffer goes out, nothing is lost */
     int append; /* tmr_recorder_continue: the single trace file is added to, not replaced */
     uint64_t first_heap_index; /* with append: where its heap packets' numbering goes on */
+    uint64_t exec_cpu_ns;      /* with append: the CPU time of the thread that exec'd, at the exec */
     uint8_t *mem;
     size_t mem_len, mem_cap;
     uint32_t chunk_index;
@@ -476,6 +477,13 @@ static void on_thread(void *ctx, uint32_t seq, int32_t tid, const char *name) {
     tm_recorder *r = ctx;
     if (!seq_reserve(r, seq)) return;
     if (seq > r->stats.threads) r->stats.threads = seq; /* sequences are numbered from 1, never reused */
+    /* The thread that exec'd (now the main one) was sampled by the old
+     * image up to the exec: its time here starts there, and so do the
+     * counts of a chunk (which stands alone; one trace goes on counting). */
+    if (r->append && tid == getpid() && !r->seq_cpu_last[seq]) {
+        r->seq_cpu_last[seq] = r->exec_cpu_ns;
+        if (r->o.chunk_seconds) r->seq_cpu_base[seq] = r->exec_cpu_ns;
+    }
     r->emit_seq = 0;
     r->emit_is_sample = 0;
     tm_error err;
@@ -671,7 +679,10 @@ int tmr_recorder_release_sigprof(tm_recorder *r, uint32_t timeout_ms) {
 }
 
 tmr_continuation tmr_recorder_where_next(const tm_recorder *r) {
-    tmr_continuation c = {r->chunk_index + 1, tmr_writer_heap_index(r->writer)};
+    struct timespec used;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &used);
+    tmr_continuation c = {r->chunk_index + 1, tmr_writer_heap_index(r->writer),
+                          (uint64_t)used.tv_sec * 1000000000u + (uint64_t)used.tv_nsec};
     return c;
 }
 
@@ -702,6 +713,7 @@ void tmr_recorder_continue(tm_recorder *r, tmr_continuation from) {
     r->append = 1;
     r->chunk_index = from.chunk;
     r->first_heap_index = from.heap_index;
+    r->exec_cpu_ns = from.exec_cpu_ns;
 }
 
 /* ---- fork and exit -------------------------------------------------------- */

@@ -15,6 +15,11 @@
  * first, which prints "own handler" and _exits with 42, then faults.
  * Before it ends it prints "thread-cpu S": its CPU time so far.
  *
+ *   record_end_target exec CPU_SECONDS
+ *
+ * burns, then execs itself as `record_end_target exit CPU_SECONDS` (the
+ * same thread, whose CPU clock runs on: its "thread-cpu" is both images').
+ *
  *   record_end_target closed-stdio CPU_SECONDS
  *
  * run with stdin and stdout closed: burns, then checks that they still are
@@ -74,6 +79,11 @@ int main(int argc, char **argv) {
     const char *how = argv[1];
     if (strcmp(how, "own-segv") == 0) signal(SIGSEGV, own_handler);
     burn_cpu(atof(argv[2]));
+    if (strcmp(how, "exec") == 0) {
+        execl("/proc/self/exe", argv[0], "exit", argv[2], (char *)NULL);
+        perror("record_end_target: exec of itself");
+        return 2;
+    }
     if (strcmp(how, "closed-stdio") == 0) {
         ssize_t wrote = write(1, "x", 1);
         int write_errno = errno, opened = open("/dev/null", O_RDONLY);

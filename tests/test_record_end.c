@@ -294,6 +294,41 @@ Test(record_end, the_programs_own_handler_still_runs) {
     free(out);
 }
 
+/* --chunk-seconds across an exec: each chunk's counts start from the
+ * thread's latest sample, but the new image's first chunk started from the
+ * thread's start, so its first sample weighed the old image's CPU time again
+ * (found recording `bash -c '...; exec prog'` in chunks: 0.84 s counted in
+ * the second chunk of a run of 0.84 s). The chunks' pprof totals add up to
+ * the thread's CPU time. */
+Test(record_end, chunks_across_an_exec_count_each_cpu_second_once) {
+    char *trace = path_in_dir("chunk.pftrace");
+    char *argv[] = {TM_RECORD_END_TARGET, "exec", "0.6", NULL};
+    setenv("TRACEMILL_RECORD_CHUNK_SECONDS", "1", 1);
+    int status = run(argv, trace, NULL);
+    unsetenv("TRACEMILL_RECORD_CHUNK_SECONDS");
+    char *err = read_in_dir("stderr"), *out = read_in_dir("stdout"), *at = strstr(out, "thread-cpu ");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x: %s", status, err);
+    cr_assert_not_null(at, "no thread-cpu: %s", out);
+    double thread_cpu = atof(at + strlen("thread-cpu ")), counted = 0;
+    int chunks = 0;
+    for (;; chunks++) {
+        char name[48];
+        snprintf(name, sizeof name, "chunk.%d.pftrace", chunks);
+        char *path = path_in_dir(name);
+        if (access(path, R_OK) != 0) {
+            free(path);
+            break;
+        }
+        counted += summarize(path).pprof_cpu_s;
+        free(path);
+    }
+    cr_log_info("%d chunks: pprof %.4f s, the thread measured %.4f s", chunks, counted, thread_cpu);
+    cr_expect_geq(chunks, 2, "%d chunks: %s", chunks, err);
+    cr_expect(fabs(counted - thread_cpu) <= 0.05 * thread_cpu, "%d chunks say %.4f s of CPU, the thread used %.4f s",
+              chunks, counted, thread_cpu);
+    free(err), free(out), free(trace);
+}
+
 /* ---- through `tracemill record` ---- */
 
 /* `tracemill record --backend signal -o OUT ARGS -- CMD` (shell words);
