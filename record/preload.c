@@ -366,7 +366,11 @@ __attribute__((visibility("default"))) int sigaction(int sig, const struct sigac
     if (!sym) return -1;
     sigaction_fn next;
     memcpy(&next, &sym, sizeof sym);
-    if (act) before_sigprof_taken(sig);
+    /* putting back the handler that is there (the recorder's, saved by a
+     * save-and-restore) takes nothing */
+    struct sigaction now;
+    if (act && sig == SIGPROF && (next(sig, NULL, &now) != 0 || now.sa_handler != act->sa_handler))
+        before_sigprof_taken(sig);
     return next(sig, act, old);
 }
 

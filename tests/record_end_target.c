@@ -15,6 +15,11 @@
  * first, which prints "own handler" and _exits with 42, then faults.
  * Before it ends it prints "thread-cpu S": its CPU time so far.
  *
+ *   record_end_target restore-sigprof CPU_SECONDS
+ *
+ * saves SIGPROF's disposition and puts it back (as code that sets handlers
+ * for a while does), then burns and exits.
+ *
  *   record_end_target exec CPU_SECONDS
  *
  * burns, then execs itself as `record_end_target exit CPU_SECONDS` (the
@@ -78,6 +83,10 @@ int main(int argc, char **argv) {
     }
     const char *how = argv[1];
     if (strcmp(how, "own-segv") == 0) signal(SIGSEGV, own_handler);
+    if (strcmp(how, "restore-sigprof") == 0) {
+        struct sigaction saved;
+        if (sigaction(SIGPROF, NULL, &saved) != 0 || sigaction(SIGPROF, &saved, NULL) != 0) return 2;
+    }
     burn_cpu(atof(argv[2]));
     if (strcmp(how, "exec") == 0) {
         execl("/proc/self/exe", argv[0], "exit", argv[2], (char *)NULL);
@@ -96,7 +105,7 @@ int main(int argc, char **argv) {
     char line[64];
     int n = snprintf(line, sizeof line, "thread-cpu %.6f\n", thread_cpu_seconds());
     if (write(1, line, (size_t)n) != n) return 3;
-    if (strcmp(how, "exit") == 0) exit(0);
+    if (strcmp(how, "exit") == 0 || strcmp(how, "restore-sigprof") == 0) exit(0);
     if (strcmp(how, "_exit") == 0) _exit(0);
     if (strcmp(how, "_Exit") == 0) _Exit(0);
     if (strcmp(how, "abort") == 0) abort();

@@ -284,6 +284,14 @@ Test(record_end, sigalrm_keeps_the_trace_and_the_signal) {
     cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM, "status %#x", status);
 }
 
+/* Putting back the SIGPROF disposition that is there (the recorder's) takes
+ * nothing from the recorder: sampling goes on (the preload library stops
+ * its timers before a program sets SIGPROF for itself). */
+Test(record_end, restoring_sigprof_keeps_sampling) {
+    int status = record_ending("restore-sigprof", "0.5");
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+}
+
 /* The program's own SIGSEGV handler runs (and decides the exit status);
  * its _exit still ends the trace. */
 Test(record_end, the_programs_own_handler_still_runs) {
