@@ -30,7 +30,7 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
                (double)(s->off_cpu_ns - s->off_cpu_preempted_ns) / 1e9,
                (unsigned long long)s->off_cpu_preempted_samples, (double)s->off_cpu_preempted_ns / 1e9);
     if (s->perf_samples_counted) {
-        /* What a CPU-time timer delivered against what was asked of it. */
+        /* What the sampling delivered against what was asked of it. */
         double cpu_s = (double)s->perf_counted_cpu_ns / 1e9;
         double per_cpu_s = cpu_s > 0 ? (double)s->perf_samples_counted / cpu_s : 0;
         printf("CPU time counted: %.6f s by %llu of %llu PerfSamples (task-clock), %.0f samples per CPU-second",
@@ -39,7 +39,8 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
             double asked = cpu_s * (double)s->perf_timebase_hz, merged = asked - (double)s->perf_samples_counted;
             printf(" at %llu Hz asked for", (unsigned long long)s->perf_timebase_hz);
             if (merged > 0.1 * asked)
-                printf(": %.0f %% delivered, ~%.0f timer expirations merged (overruns)",
+                printf(": %.0f %% delivered, ~%.0f periods without a sample (a signal timer's expirations merged, "
+                       "or periods that ended in the kernel, where only user mode is sampled)",
                        100.0 * (double)s->perf_samples_counted / asked, merged);
         }
         putchar('\n');

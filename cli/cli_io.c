@@ -409,7 +409,9 @@ int cli_output_close(cli_output *o, int rc) {
 
 int cli_close_stdout(int rc) {
     int failed = fflush(stdout) != 0 || ferror(stdout), e = errno;
-    if (fclose(stdout) != 0 && !failed) failed = 1, e = errno;
+    /* EBADF from the close alone: stdout was closed before we ran and
+     * nothing was written there (a write would have failed above). */
+    if (fclose(stdout) != 0 && !failed && errno != EBADF) failed = 1, e = errno;
     /* A command that failed has said why; its output may be cut short. */
     return failed && rc == EXIT_OK ? cli_output_error(NULL, e) : rc;
 }

@@ -631,6 +631,29 @@ Test(cli_files, a_failed_write_to_stdout_fails_the_command) {
     remove(err_path);
 }
 
+/* With standard output closed, a command that writes nothing there
+ * succeeds (as `record -o T -- CMD >&-` must, passing CMD's status on), and
+ * one that writes there fails, naming it. */
+Test(cli_files, a_closed_stdout_fails_only_a_command_writing_there) {
+    make_scratch();
+    char cmd[1024], out[160], err_path[160];
+    snprintf(out, sizeof out, "%s/out.json", scratch);
+    snprintf(err_path, sizeof err_path, "%s/err", scratch);
+    snprintf(cmd, sizeof cmd, "%s convert -o %s %s >&- 2>%s", TM_CLI, out, MINIMAL, err_path);
+    int st = system(cmd);
+    char *err = tu_read_file(err_path, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "convert -o: exit %d: %s", WEXITSTATUS(st), err);
+    cr_expect_eq(access(out, F_OK), 0, "no output written");
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s info %s >&- 2>%s", TM_CLI, MINIMAL, err_path);
+    st = system(cmd);
+    err = tu_read_file(err_path, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "info: exit %d: %s", WEXITSTATUS(st), err);
+    cr_expect(err && strstr(err, "cannot write standard output"), "info: %s", err);
+    free(err);
+    remove_scratch();
+}
+
 /* ---- info, version, help ---- */
 
 Test(cli_info, summary_counts_samples) {

@@ -291,6 +291,17 @@ Test(record_perf, few_samples_of_kernel_time_are_not_blamed_on_a_timer) {
     if (strstr(err, "asked for"))
         cr_expect(strstr(err, "user mode"), "a rate below -F must say that user mode alone is sampled: %s", err);
     free(err);
+    /* nor does `tracemill info`, from the trace alone */
+    char *trace = path_in_dir("t.pftrace"), *info_path = path_in_dir("info"), *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "%s info %s >%s 2>&1", TM_CLI, trace, info_path), 0);
+    int st = system(cmd);
+    char *info = tu_read_file(info_path, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0 && info, "info: status %#x", st);
+    cr_expect(info && strstr(info, "CPU time counted"), "%s", info ? info : "");
+    cr_expect(!info || !strstr(info, "(overruns)"), "a perf trace's missing periods blamed on a timer: %s", info);
+    if (info && strstr(info, "% delivered"))
+        cr_expect(strstr(info, "ended in the kernel"), "%s", info);
+    free(info), free(cmd), free(info_path), free(trace);
 }
 
 /* Neither backend lets CPU time go unsampled in silence. The signal
