@@ -239,17 +239,24 @@ static void rich_trace(tb_buf *t) {
     tb_free(&inner);
 }
 
+/* Sequence 1's first packet after a clock snapshot: it clears the
+ * state, times the sequence on BOOTTIME and opens its interned data (the
+ * caller closes both); the packet's start in *packet. */
+static size_t open_first_interned(tb_buf *t, size_t *packet) {
+    clock_packet(t, 1);
+    *packet = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
+    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_BOOTTIME);
+    tb_close(t, d);
+    return tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+}
+
 /* Enough distinct entries that every table, hash map and arena grows past
  * its first capacity: 300 functions and frames on one sequence, 120
  * callstacks 3-10 deep, n_samples samples over 24 threads, out of timestamp
  * order in places. */
 static void grown_trace(tb_buf *t, uint64_t n_samples) {
-    clock_packet(t, 1);
-    size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
-    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_BOOTTIME);
-    tb_close(t, d);
-    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    size_t p, i = open_first_interned(t, &p);
     char name[32];
     for (uint64_t k = 1; k <= 300; k++) {
         int n = snprintf(name, sizeof name, "fn_%llu", (unsigned long long)k);
@@ -777,12 +784,7 @@ Test(sql_sweep, every_loader_allocation) {
  * roots, each callstack a new (root, frame) pair and a new leaf under it, so
  * that 123 000 callsite rows come evenly over the trace. */
 static void wide_trace(tb_buf *t) {
-    clock_packet(t, 1);
-    size_t p = tb_packet_open(t, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t d = tb_open(t, TM_PF_PACKET_DEFAULTS);
-    tb_uint(t, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_BOOTTIME);
-    tb_close(t, d);
-    size_t i = tb_open(t, TM_PF_PACKET_INTERNED_DATA);
+    size_t p, i = open_first_interned(t, &p);
     uint64_t lib = 1;
     tb_interned_string(t, TM_PF_INTERNED_MAPPING_PATHS, 1, "lib.so", 6);
     tb_mapping(t, 1, 0, 1ull << 32, (1ull << 32) + 0x100000, &lib, 1);
@@ -827,6 +829,20 @@ static void cap_free(void *ctx, void *p, size_t size) {
     free(p);
 }
 
+/* The rows of table in trace b loaded through allocator a. */
+static long rows_loaded(const tb_buf *b, capped_alloc *a, const char *table) {
+    tm_alloc alloc = {.malloc_fn = cap_malloc, .realloc_fn = cap_realloc, .free_fn = cap_free, .ctx = a};
+    tm_options o;
+    memset(&o, 0, sizeof o);
+    o.alloc = &alloc;
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(b->data, b->len, &o, &db, &err), TM_OK, "largest block %zu: %s", a->largest, err.message);
+    long rows = count_rows(db, table);
+    tm_db_free(db);
+    return rows;
+}
+
 /* Past 64 Ki samples the loader grows its sample columns at once to what
  * the rest of the trace promises; where that much memory is refused it
  * grows them as much as the next sample needs, and loads the same rows. */
@@ -836,27 +852,13 @@ Test(sql_sweep, columns_grown_for_the_promised_samples) {
      * from 64 Ki makes 1 Mi rows: 8 MiB of times, refused by tight */
     grown_trace(&b, 500000);
     capped_alloc roomy = {.largest = SIZE_MAX}, tight = {.largest = 4u << 20};
-    long rows[2], grown[2];
-    capped_alloc *allocs[] = {&roomy, &tight};
-    for (int k = 0; k < 2; k++) {
-        tm_alloc alloc = {.malloc_fn = cap_malloc, .realloc_fn = cap_realloc, .free_fn = cap_free, .ctx = allocs[k]};
-        tm_options o;
-        memset(&o, 0, sizeof o);
-        o.alloc = &alloc;
-        tm_db *db = NULL;
-        tm_error err;
-        cr_assert_eq(tm_db_new(b.data, b.len, &o, &db, &err), TM_OK, "largest block %zu: %s", allocs[k]->largest,
-                     err.message);
-        rows[k] = count_rows(db, "perf_sample");
-        grown[k] = allocs[k]->grown;
-        tm_db_free(db);
-    }
-    cr_expect_eq(rows[0], 500000);
-    cr_expect_eq(rows[1], rows[0]);
+    cr_expect_eq(rows_loaded(&b, &roomy, "perf_sample"), 500000);
+    cr_expect_eq(rows_loaded(&b, &tight, "perf_sample"), 500000);
     cr_expect_eq(roomy.refused, 0);
     cr_expect_gt(tight.refused, 0, "no allocation over 4 MiB was asked for");
     /* with room, 5 columns grow once from 64 Ki rows; without, they double 3 times */
-    cr_expect_leq(grown[0] + 10, grown[1], "reallocations: %ld with room, %ld without", grown[0], grown[1]);
+    cr_expect_leq(roomy.grown + 10, tight.grown, "reallocations: %ld with room, %ld without", roomy.grown,
+                  tight.grown);
     tb_free(&b);
 }
 
@@ -868,22 +870,8 @@ Test(sql_sweep, callsites_grown_for_the_promised_rows) {
     /* At 64 Ki rows the trace promises about 138 000: the frame column
      * grows to 256 Ki rows at once, which tight refuses */
     capped_alloc roomy = {.largest = SIZE_MAX}, tight = {.largest = SIZE_MAX, .doubling_only = true};
-    long rows[2];
-    capped_alloc *allocs[] = {&roomy, &tight};
-    for (int k = 0; k < 2; k++) {
-        tm_alloc alloc = {.malloc_fn = cap_malloc, .realloc_fn = cap_realloc, .free_fn = cap_free, .ctx = allocs[k]};
-        tm_options o;
-        memset(&o, 0, sizeof o);
-        o.alloc = &alloc;
-        tm_db *db = NULL;
-        tm_error err;
-        cr_assert_eq(tm_db_new(b.data, b.len, &o, &db, &err), TM_OK, "largest block %zu: %s", allocs[k]->largest,
-                     err.message);
-        rows[k] = count_rows(db, "stack_profile_callsite");
-        tm_db_free(db);
-    }
-    cr_expect_eq(rows[0], 123000);
-    cr_expect_eq(rows[1], rows[0]);
+    cr_expect_eq(rows_loaded(&b, &roomy, "stack_profile_callsite"), 123000);
+    cr_expect_eq(rows_loaded(&b, &tight, "stack_profile_callsite"), 123000);
     cr_expect_gt(tight.refused, 0, "no block was grown more than twice");
     tb_free(&b);
 }

@@ -244,6 +244,12 @@ Test(record_end, _exit_keeps_the_trace) {
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
 }
 
+/* The program of mode ended by signal sig, its trace kept. */
+static void expect_killed_by(const char *mode, const char *seconds, int sig) {
+    int status = record_ending(mode, seconds);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == sig, "%s: status %#x", mode, status);
+}
+
 Test(record_end, _Exit_keeps_the_trace) {
     int status = record_ending("_Exit", "1");
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
@@ -251,18 +257,15 @@ Test(record_end, _Exit_keeps_the_trace) {
 
 /* A crash: the trace is complete and the program still dies of SIGSEGV. */
 Test(record_end, a_segfault_keeps_the_trace_and_the_signal) {
-    int status = record_ending("segv", "1");
-    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "status %#x", status);
+    expect_killed_by("segv", "1", SIGSEGV);
 }
 
 Test(record_end, abort_keeps_the_trace_and_the_signal) {
-    int status = record_ending("abort", "1");
-    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %#x", status);
+    expect_killed_by("abort", "1", SIGABRT);
 }
 
 Test(record_end, sigterm_keeps_the_trace_and_the_signal) {
-    int status = record_ending("term", "1");
-    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+    expect_killed_by("term", "1", SIGTERM);
 }
 
 /* The other signals whose default action ends a program ended it with the
@@ -270,8 +273,7 @@ Test(record_end, sigterm_keeps_the_trace_and_the_signal) {
  * whose output went into `| head` (SIGPIPE). Less than a second of CPU, so
  * that no periodic write hides the loss. */
 Test(record_end, sigpipe_keeps_the_trace_and_the_signal) {
-    int status = record_ending("pipe", "0.5");
-    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE, "status %#x", status);
+    expect_killed_by("pipe", "0.5", SIGPIPE);
 }
 
 Test(record_end, sigusr1_keeps_the_trace_and_the_signal) {
@@ -280,8 +282,7 @@ Test(record_end, sigusr1_keeps_the_trace_and_the_signal) {
 }
 
 Test(record_end, sigalrm_keeps_the_trace_and_the_signal) {
-    int status = record_ending("alarm", "0.5");
-    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM, "status %#x", status);
+    expect_killed_by("alarm", "0.5", SIGALRM);
 }
 
 /* Putting back the SIGPROF disposition that is there (the recorder's) takes
