@@ -324,6 +324,7 @@ static tm_status read_item_header(const uint8_t *buf, size_t len, size_t start, 
         {"platform", FIELD_STR, &it->platform, NULL, NULL},
         {"filename", FIELD_STR, &it->filename, NULL, NULL},
         {"meta_length", FIELD_U64, NULL, &it->has_meta_length, &it->meta_length},
+        {"item_count", FIELD_U64, NULL, &it->has_item_count, &it->item_count},
     };
     memset(it, 0, sizeof *it);
     it->offset = start;

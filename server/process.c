@@ -62,16 +62,52 @@ static int is_ui_platform(const char *p, size_t n) {
     return view_is(v, "android") || view_is(v, "cocoa") || view_is(v, "javascript");
 }
 
-/* Relay's data category of an item type, for outcomes of dropped items. */
-static int item_category(tm_srv_view type) {
+/* Relay's data categories (relay-base-schema's DataCategory) that items dropped unsupported are counted in. */
+enum {
+    CATEGORY_ERROR = 1, CATEGORY_TRANSACTION = 2, CATEGORY_SECURITY = 3, CATEGORY_ATTACHMENT = 4,
+    CATEGORY_SESSION = 5, CATEGORY_PROFILE = 6, CATEGORY_REPLAY = 7, CATEGORY_MONITOR = 10, CATEGORY_SPAN = 12,
+    CATEGORY_FEEDBACK = 14, CATEGORY_ATTACHMENT_ITEM = 22, CATEGORY_LOG_ITEM = 23, CATEGORY_LOG_BYTE = 24
+};
+
+typedef struct item_quantity {
+    int category;
+    uint64_t quantity;
+} item_quantity;
+
+/* Relay's Item::quantities: what a dropped item counts for in outcomes.
+ * Attachments and logs count their bytes too, containers (log, span) their
+ * item_count; client reports, metrics and unknown types count nothing
+ * (Relay sends no outcome for them). Returns how many of out[2] are set. */
+static size_t item_quantities(const tm_srv_item *item, item_quantity out[2]) {
     static const struct {
         const char *type;
         int category;
-    } cats[] = {{"event", 1},      {"transaction", 2}, {"security", 3}, {"attachment", 4},
-                {"session", 5},    {"sessions", 5},    {"profile", 6},  {"replay_event", 7},
-                {"replay_video", 7}, {"check_in", 10}, {"span", 12},    {"log", 23}};
-    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
-        if (view_is(type, cats[i].type)) return cats[i].category;
+    } single[] = {{"event", CATEGORY_ERROR},          {"unreal_report", CATEGORY_ERROR},
+                  {"transaction", CATEGORY_TRANSACTION}, {"security", CATEGORY_SECURITY},
+                  {"raw_security", CATEGORY_SECURITY}, {"session", CATEGORY_SESSION},
+                  {"sessions", CATEGORY_SESSION},     {"user_report", CATEGORY_FEEDBACK},
+                  {"feedback", CATEGORY_FEEDBACK},    {"profile", CATEGORY_PROFILE},
+                  {"replay_event", CATEGORY_REPLAY},  {"replay_recording", CATEGORY_REPLAY},
+                  {"replay_video", CATEGORY_REPLAY},  {"check_in", CATEGORY_MONITOR},
+                  {"span", CATEGORY_SPAN},            {"otel_span", CATEGORY_SPAN}};
+    uint64_t bytes = item->payload_len ? item->payload_len : 1;
+    int container = view_is(item->type, "log") || view_is(item->type, "span");
+    uint64_t count = container && item->has_item_count ? item->item_count : 1;
+    if (view_is(item->type, "attachment")) {
+        out[0] = (item_quantity){CATEGORY_ATTACHMENT, bytes};
+        out[1] = (item_quantity){CATEGORY_ATTACHMENT_ITEM, 1};
+        return 2;
+    }
+    if (view_is(item->type, "log")) {
+        out[0] = (item_quantity){CATEGORY_LOG_BYTE, bytes};
+        out[1] = (item_quantity){CATEGORY_LOG_ITEM, count};
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
+        if (view_is(item->type, single[i].type)) {
+            out[0] = (item_quantity){single[i].category, count};
+            return 1;
+        }
     return 0;
 }
 
@@ -135,7 +171,7 @@ typedef struct chunk_job {
 } chunk_job;
 
 static tm_status add_outcome(const chunk_job *j, int outcome, const char *reason, int category,
-                             tm_error *err) {
+                             uint64_t quantity, tm_error *err) {
     const tm_srv_context *ctx = j->ctx;
     tm_srv_outcome o = {.timestamp = ctx->now_unix,
                         .org_id = ctx->project->organization_id,
@@ -144,7 +180,7 @@ static tm_status add_outcome(const chunk_job *j, int outcome, const char *reason
                         .reason = reason,
                         .event_id = j->out->event_id,
                         .category = category,
-                        .quantity = 1};
+                        .quantity = quantity < UINT32_MAX ? (uint32_t)quantity : UINT32_MAX};
     tm_srv_buf value = {0};
     tm_status st = tm_srv_outcome_json(&o, &value, err);
     if (st != TM_OK) {
@@ -179,7 +215,7 @@ static tm_status reject(const chunk_job *j, const char *profile_error, tm_error 
     const char *reason = reason_string(profile_error);
     count(j, "profile_chunk", reason);
     return add_outcome(j, TM_SRV_OUTCOME_INVALID, reason,
-                       j->ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, err);
+                       j->ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, 1, err);
 }
 
 /* An empty payload buffer with the message's head room in front and
@@ -550,7 +586,13 @@ static tm_status process_item(const tm_srv_context *ctx, tm_srv_processed *out, 
                        : TM_OK;
         }
         count(&j, "other", "unsupported_item_type");
-        return add_outcome(&j, TM_SRV_OUTCOME_INVALID, "unsupported_item_type", item_category(item->type), err);
+        item_quantity quantities[2];
+        size_t n = item_quantities(item, quantities);
+        tm_status st = TM_OK;
+        for (size_t i = 0; st == TM_OK && i < n; i++)
+            st = add_outcome(&j, TM_SRV_OUTCOME_INVALID, "unsupported_item_type", quantities[i].category,
+                             quantities[i].quantity, err);
+        return st;
     }
     if (!ctx->project->continuous_profiling) {
         count(&j, "profile_chunk", "dropped"); /* the feature is off: dropped without outcome */
@@ -577,7 +619,7 @@ static tm_status rate_limit(const tm_srv_context *ctx, const tm_srv_envelope *en
         chunk_job j = {ctx, out, item, item->platform.ptr && is_ui_platform(item->platform.ptr, item->platform.len)};
         count(&j, "profile_chunk", "rate_limited");
         tm_status st = add_outcome(&j, TM_SRV_OUTCOME_RATE_LIMITED, "project_rate_limit",
-                                   j.ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, err);
+                                   j.ui ? TM_SRV_CATEGORY_PROFILE_CHUNK_UI : TM_SRV_CATEGORY_PROFILE_CHUNK, 1, err);
         if (st != TM_OK) return st;
     }
     return TM_OK;

@@ -81,6 +81,8 @@ typedef struct tm_srv_item {
     tm_srv_view filename;    /* "filename" or absent */
     int has_meta_length;
     uint64_t meta_length;    /* "meta_length" when has_meta_length */
+    int has_item_count;
+    uint64_t item_count;     /* "item_count" (items in a log or span container) when has_item_count */
     const uint8_t *payload;  /* view into the envelope body */
     size_t payload_len;
     uint64_t payload_offset; /* byte offset of the payload */

@@ -402,6 +402,59 @@ Test(serve, rejections_and_their_outcomes) {
     ts_server_free(&s);
 }
 
+/* "category:quantity" of each stored outcome, in order, space-separated. */
+static char *outcome_quantities(const char *store) {
+    char *path = ts_fmt("%s/tracemill.db", store);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    const char *sql = "select json_extract(message, '$.category') || ':' || json_extract(message, '$.quantity') "
+                      "from outcomes order by id";
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    tu_membuf all = {0};
+    tu_membuf_write(&all, "", 0);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (all.len) tu_membuf_write(&all, " ", 1);
+        tu_membuf_write(&all, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return all.data;
+}
+
+/* Items dropped as unsupported are counted as Relay counts them
+ * (Item::quantities): an attachment in bytes and as one attachment item,
+ * logs in bytes and items (item_count), user reports as feedback, and no
+ * outcome for a client report. Found with Debian's sentry-sdk 1.9: its
+ * 16-byte attachment was an outcome of quantity 1, its user_report and
+ * client_report outcomes of category 0 (Relay's unused Default). */
+Test(serve, dropped_items_counted_as_relay_counts_them) {
+    ts_server s = start_server(NULL);
+    const char *body =
+        "{\"event_id\":\"" UUID_A "\"}\n"
+        "{\"type\":\"event\",\"length\":2}\n{}\n"
+        "{\"type\":\"attachment\",\"length\":16,\"filename\":\"att.txt\"}\nattachment bytes\n"
+        "{\"type\":\"user_report\",\"length\":2}\n{}\n"
+        "{\"type\":\"client_report\"}\n{\"discarded_events\":[]}\n"
+        "{\"type\":\"session\"}\n{\"sid\":\"x\"}\n"
+        "{\"type\":\"log\",\"item_count\":3,\"length\":11}\n{\"items\":1}\n"
+        "{\"type\":\"feedback\"}\n{}\n"
+        "{\"type\":\"replay_recording\",\"length\":3}\nabc\n"
+        "{\"type\":\"statsd\"}\nx:1|c\n";
+    response r = post(s.port, body, strlen(body));
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    char *got = outcome_quantities(s.store);
+    cr_assert_str_eq(got, "1:1 4:16 22:1 14:1 5:1 24:11 23:3 14:1 7:1");
+    free(got);
+    r = request(s.port, "GET", "/metrics", NULL, NULL, 0);
+    cr_assert(strstr(r.body.data, "tracemill_items_total{type=\"other\",outcome=\"unsupported_item_type\"} 9\n"),
+              "every item is counted in /metrics: %s", r.body.data);
+    response_free(&r);
+    ts_server_free(&s);
+}
+
 /* Without a configured project the generated key is kept in the store
  * (mode 0600): a restart on the same store takes the DSN it gave before. */
 Test(serve, generated_key_survives_a_restart) {
