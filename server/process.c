@@ -572,6 +572,139 @@ static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
     return st;
 }
 
+/* ---- client reports ---- */
+
+/* Relay's DataCategory by the name client reports give; -1 if unknown. */
+static int category_by_name(const char *name) {
+    static const char *const names[] = {
+        "default",      "error",          "transaction",  "security",       "attachment",
+        "session",      "profile",        "replay",       "transaction_processed", "transaction_indexed",
+        "monitor",      "profile_indexed", "span",        "monitor_seat",   "feedback",
+        "metric_bucket", "span_indexed",  "profile_duration", "profile_chunk", "metric_second",
+        "replay_video", "uptime",         "attachment_item", "log_item",    "log_byte",
+        "profile_duration_ui", "profile_chunk_ui"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i]) == 0) return (int)i;
+    return -1;
+}
+
+/* Relay's limits on a client report: reasons longer are ignored, and a
+ * report from further in the future than this is dropped. */
+#define CLIENT_REPORT_MAX_REASON 200
+#define CLIENT_REPORT_MAX_SECS_IN_FUTURE 60
+
+typedef struct client_outcome {
+    int outcome;
+    const char *reason; /* NULL: none (a rate limit without a reason code) */
+    int category;
+    uint64_t quantity;
+} client_outcome;
+
+/* The report's timestamp in Unix seconds (a number, as SDKs send it), or
+ * when it has none the time received; 0 when it is not a number. */
+static int report_time(const json_t *report, uint64_t received, uint64_t *out) {
+    const json_t *ts = json_object_get(report, "timestamp");
+    if (!ts || json_is_null(ts)) {
+        *out = received;
+        return 1;
+    }
+    if (!json_is_number(ts) || json_number_value(ts) < 0 || json_number_value(ts) > 253402300799.0) return 0;
+    *out = (uint64_t)json_number_value(ts);
+    return 1;
+}
+
+/* Appends the entries of one list (discarded_events, rate_limited_events)
+ * to out; 0 when an entry is malformed (Relay then ignores the whole
+ * report). Entries with an unknown category or an overlong reason are
+ * skipped, as in Relay. */
+static int read_client_entries(const json_t *list, int outcome, client_outcome *out, size_t *n) {
+    if (!list || json_is_null(list)) return 1;
+    if (!json_is_array(list)) return 0;
+    size_t i;
+    const json_t *entry;
+    json_array_foreach(list, i, entry) {
+        const json_t *q = json_object_get(entry, "quantity");
+        const char *reason = json_str(entry, "reason"), *category = json_str(entry, "category");
+        if (!reason || !category || !json_is_integer(q) || json_integer_value(q) < 0 ||
+            json_integer_value(q) > UINT32_MAX)
+            return 0;
+        int cat = category_by_name(category);
+        if (cat < 0 || strlen(reason) > CLIENT_REPORT_MAX_REASON) continue;
+        /* a rate limit without a reason code has none */
+        const char *kept = outcome == TM_SRV_OUTCOME_RATE_LIMITED && !*reason ? NULL : reason;
+        out[(*n)++] = (client_outcome){outcome, kept, cat, (uint64_t)json_integer_value(q)};
+    }
+    return 1;
+}
+
+/* Relay's order of merged client outcomes (a BTreeMap): rate limits before
+ * client discards, then by reason, then by category. */
+static int client_outcome_cmp(const void *a, const void *b) {
+    const client_outcome *x = a, *y = b;
+    if (x->outcome != y->outcome) return x->outcome == TM_SRV_OUTCOME_RATE_LIMITED ? -1 : 1;
+    int by_reason = strcmp(x->reason ? x->reason : "", y->reason ? y->reason : "");
+    if (by_reason) return by_reason;
+    return (x->category > y->category) - (x->category < y->category);
+}
+
+/* A client report (what the SDK dropped itself) becomes outcomes, as in
+ * Relay's process_client_reports: client_discard per discarded entry and
+ * rate_limited per rate-limited entry, equal ones summed, with the report's
+ * time and no event_id. A malformed report, one older than the project's
+ * retention or from the future gives none; nothing else of it is kept. */
+static tm_status process_client_report(const chunk_job *j, tm_error *err) {
+    const tm_srv_context *ctx = j->ctx;
+    count(j, "client_report", "accepted");
+    json_t *root = json_loadb((const char *)j->item->payload, j->item->payload_len, 0, NULL);
+    size_t entries = 0;
+    if (json_is_object(root))
+        entries = json_array_size(json_object_get(root, "discarded_events")) +
+                  json_array_size(json_object_get(root, "rate_limited_events"));
+    client_outcome *merged = entries ? calloc(entries, sizeof *merged) : NULL;
+    if (entries && !merged) {
+        json_decref(root);
+        return tm_srv_fail(err, TM_ERR_NOMEM, j->item->offset, "out of memory reading a client report");
+    }
+    size_t n = 0;
+    uint64_t when = 0;
+    int valid = json_is_object(root) && report_time(root, ctx->now_unix, &when) &&
+                read_client_entries(json_object_get(root, "discarded_events"), TM_SRV_OUTCOME_CLIENT_DISCARD,
+                                    merged, &n) &&
+                read_client_entries(json_object_get(root, "rate_limited_events"), TM_SRV_OUTCOME_RATE_LIMITED,
+                                    merged, &n);
+    uint64_t max_age = (uint64_t)ctx->project->retention_days * 86400;
+    if (!valid || (when < ctx->now_unix && ctx->now_unix - when > max_age) ||
+        (when > ctx->now_unix && when - ctx->now_unix > CLIENT_REPORT_MAX_SECS_IN_FUTURE))
+        n = 0;
+    /* equal outcomes summed: sorted, then adjacent ones merged */
+    if (n) qsort(merged, n, sizeof *merged, client_outcome_cmp);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (kept && client_outcome_cmp(&merged[kept - 1], &merged[i]) == 0) merged[kept - 1].quantity += merged[i].quantity;
+        else merged[kept++] = merged[i];
+    }
+    n = kept;
+    tm_status st = TM_OK;
+    for (size_t i = 0; st == TM_OK && i < n; i++) {
+        tm_srv_outcome o = {.timestamp = when,
+                            .org_id = ctx->project->organization_id,
+                            .project_id = ctx->project->id,
+                            .outcome = merged[i].outcome,
+                            .reason = merged[i].reason,
+                            .category = merged[i].category,
+                            .quantity = merged[i].quantity < UINT32_MAX ? (uint32_t)merged[i].quantity : UINT32_MAX};
+        tm_srv_buf value = {0};
+        st = tm_srv_outcome_json(&o, &value, err);
+        tm_srv_record rec = {.kind = TM_SRV_RECORD_OUTCOME, .project_id = ctx->project->id,
+                             .received = ctx->now_unix};
+        if (st == TM_OK) st = add_record(j->out, rec, &value, 0, err);
+        else tm_srv_buf_release(&value);
+    }
+    free(merged);
+    json_decref(root);
+    return st;
+}
+
 /* ---- the envelope ---- */
 
 static tm_status process_item(const tm_srv_context *ctx, tm_srv_processed *out, const tm_srv_item *item,
@@ -585,6 +718,7 @@ static tm_status process_item(const tm_srv_context *ctx, tm_srv_processed *out, 
                        ? tm_srv_fail(err, TM_ERR_NOMEM, item->offset, "out of memory")
                        : TM_OK;
         }
+        if (view_is(item->type, "client_report")) return process_client_report(&j, err);
         count(&j, "other", "unsupported_item_type");
         item_quantity quantities[2];
         size_t n = item_quantities(item, quantities);

@@ -316,7 +316,8 @@ tm_status tm_srv_chunk_msg_decode(const uint8_t *buf, size_t len, tm_srv_chunk_m
                                   size_t ctype_cap, tm_error *err);
 
 /* Relay's outcome ids and the data categories a profile chunk counts in. */
-enum { TM_SRV_OUTCOME_FILTERED = 1, TM_SRV_OUTCOME_RATE_LIMITED = 2, TM_SRV_OUTCOME_INVALID = 3 };
+enum { TM_SRV_OUTCOME_FILTERED = 1, TM_SRV_OUTCOME_RATE_LIMITED = 2, TM_SRV_OUTCOME_INVALID = 3,
+       TM_SRV_OUTCOME_CLIENT_DISCARD = 5 };
 enum { TM_SRV_CATEGORY_PROFILE_CHUNK = 18, TM_SRV_CATEGORY_PROFILE_CHUNK_UI = 26 };
 
 typedef struct tm_srv_outcome {
