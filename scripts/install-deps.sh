@@ -3,7 +3,8 @@
 # need (clang and its libFuzzer runtime for make fuzz, valgrind for the
 # time-bound tests; for the consumer tests too: Go and pprof's sources, xmllint,
 # Chromium, Node.js, jq; for the Python package /usr/bin/python3's headers,
-# setuptools, pytest, numpy and pandas), only when one is missing
+# setuptools, pytest, numpy and pandas; the Sentry SDK that test_serve_sdk
+# drives the server with), only when one is missing
 # (idempotent). Run by `make deps`, `make test`, `make demo`, `make asan` and
 # the fuzz targets, never by a plain `make`. A library-only build (see
 # README, Install) needs only cmake, pkg-config, zlib, jansson, libdeflate,
@@ -33,7 +34,7 @@ pkgs=(build-essential cmake pkg-config zlib1g-dev libjansson-dev libdeflate-dev 
       librdkafka-dev libmsgpack-dev libyaml-dev libzstd-dev libbrotli-dev curl
       libcurl4-openssl-dev libunwind-dev libdw-dev clang libclang-rt-dev valgrind
       golang-go golang-github-google-pprof-dev libxml2-utils chromium jq
-      python3-dev python3-setuptools python3-pytest python3-numpy python3-pandas)
+      python3-dev python3-setuptools python3-pytest python3-numpy python3-pandas python3-sentry-sdk)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
