@@ -680,7 +680,8 @@ static tm_status process_client_report(const chunk_job *j, tm_error *err) {
     if (n) qsort(merged, n, sizeof *merged, client_outcome_cmp);
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (kept && client_outcome_cmp(&merged[kept - 1], &merged[i]) == 0) merged[kept - 1].quantity += merged[i].quantity;
+        if (kept && client_outcome_cmp(&merged[kept - 1], &merged[i]) == 0)
+            merged[kept - 1].quantity += merged[i].quantity;
         else merged[kept++] = merged[i];
     }
     n = kept;

@@ -138,7 +138,8 @@ for key in ("frames", "stacks", "samples"):
         fail("profile.%s differs from what was sent" % key)
 sampled_threads = {s["thread_id"] for s in samples}
 if set(got["profile"]["thread_metadata"]) != sampled_threads:
-    fail("thread_metadata %s, sampled threads %s" % (sorted(got["profile"]["thread_metadata"]), sorted(sampled_threads)))
+    fail("thread_metadata %s, sampled threads %s"
+         % (sorted(got["profile"]["thread_metadata"]), sorted(sampled_threads)))
 names = {m["name"] for m in got["profile"]["thread_metadata"].values()}
 if not {"burner-0", "burner-1", "burner-2", "MainThread"} <= names:
     fail("thread names lost: %s" % sorted(names))
