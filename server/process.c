@@ -798,14 +798,16 @@ tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t 
     else if (env.event_id.ptr)
         out->event_id = (tm_srv_view){out->event_id_hex, TM_SRV_UUID_HEX};
     if (st == TM_OK) st = rate_limit(ctx, &env, out, err);
-    if (st == TM_OK && out->http_status == 200 && ctx->keep_other_items) {
+    if (st == TM_OK && ctx->keep_other_items) {
         /* the envelope header heads whatever is forwarded */
         if (tm_srv_buf_append(&out->forward, env.header.ptr, env.header.len) ||
             tm_srv_buf_append(&out->forward, "\n", 1))
             st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");
     }
-    for (size_t i = 0; st == TM_OK && out->http_status == 200 && i < env.n_items; i++)
-        st = process_item(ctx, out, &env.items[i], err);
+    /* limited chunks have their outcomes; the other items go on, and the answer stays 429, as in Relay */
+    for (size_t i = 0; st == TM_OK && i < env.n_items; i++)
+        if (out->http_status == 200 || !view_is(env.items[i].type, "profile_chunk"))
+            st = process_item(ctx, out, &env.items[i], err);
     if (st == TM_OK && out->forward.len == env.header.len + 1) out->forward.len = 0; /* nothing to forward */
     tm_srv_envelope_release(&env);
     if (st != TM_OK) tm_srv_processed_release(out);

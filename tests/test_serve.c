@@ -886,6 +886,40 @@ Test(serve, rate_limits) {
     ts_server_free(&s);
 }
 
+/* A rate limit on chunks holds back the chunks only: Relay still takes the
+ * envelope's other items (here dropped with their outcomes) and answers 429
+ * with the limits, and SDKs then count nothing as lost themselves, trusting
+ * the server's outcomes. The event and attachment beside a limited chunk
+ * were dropped without any outcome. */
+Test(serve, a_rate_limited_chunk_keeps_the_other_items) {
+    char *dir = ts_temp_dir("tm_serve");
+    /* a refill of 1000 s: the first chunk takes the bucket, the next is limited however slow the test runs */
+    ts_server s = ts_server_start(dir, 0, "projects:\n  - id: 42\n    public_keys: [" KEY "]\n    rate_limit: 0.001\n");
+    free(dir);
+    chunk first = make_chunk(300), second = make_chunk(301);
+    tu_membuf env = android_envelope(&first, "application/x-perfetto-trace");
+    response r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    tu_membuf_free(&env);
+    env = android_envelope(&second, "application/x-perfetto-trace");
+    const char *others = "{\"type\":\"event\",\"length\":2}\n{}\n"
+                         "{\"type\":\"attachment\",\"length\":16}\nattachment bytes\n";
+    tu_membuf_write(&env, others, strlen(others));
+    r = post(s.port, env.data, env.len);
+    cr_assert_eq(r.status, 429, "%s", r.body.data);
+    cr_assert(strstr(r.headers.data, "X-Sentry-Rate-Limits: "), "%s", r.headers.data);
+    response_free(&r);
+    char *got = outcome_quantities(s.store);
+    cr_assert(strcmp(got, "26:1 1:1 4:16 22:1") == 0, "the chunk rate limited, the event and attachment dropped: %s",
+              got);
+    free(got);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    tu_membuf_free(&env);
+    free(first.meta), free(second.meta);
+    ts_server_free(&s);
+}
+
 Test(serve, malformed_config_is_refused_at_start) {
     char *dir = ts_temp_dir("tm_serve");
     char *path = ts_fmt("%s/bad.yml", dir);
