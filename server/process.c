@@ -760,6 +760,18 @@ static tm_status rate_limit(const tm_srv_context *ctx, const tm_srv_envelope *en
     return TM_OK;
 }
 
+/* The item type Relay makes of an event's "type" (ItemType::from_event_type). */
+static const char *event_item_type(const json_t *event) {
+    const char *type = json_str(event, "type");
+    if (!type) return "event";
+    if (strcmp(type, "transaction") == 0) return "transaction";
+    if (strcmp(type, "feedback") == 0) return "feedback";
+    if (strcmp(type, "csp") == 0 || strcmp(type, "hpkp") == 0 || strcmp(type, "expectct") == 0 ||
+        strcmp(type, "expectstaple") == 0)
+        return "security";
+    return "event";
+}
+
 tm_status tm_srv_event_envelope(const uint8_t *event, size_t len, tm_srv_buf *out, tm_error *err) {
     json_error_t jerr;
     json_t *root = json_loadb((const char *)event, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -774,10 +786,12 @@ tm_status tm_srv_event_envelope(const uint8_t *event, size_t len, tm_srv_buf *ou
     else if (!given || json_is_null(given)) {
         if ((st = tm_srv_random_key(id, err)) == TM_OK) id[12] = '4'; /* a version 4 UUID, as SDKs make them */
     }
+    const char *item_type = st == TM_OK ? event_item_type(root) : NULL;
     json_decref(root);
     if (st != TM_OK) return st;
     char head[160];
-    int n = snprintf(head, sizeof head, "{\"event_id\":\"%s\"}\n{\"type\":\"event\",\"length\":%zu}\n", id, len);
+    int n = snprintf(head, sizeof head, "{\"event_id\":\"%s\"}\n{\"type\":\"%s\",\"length\":%zu}\n", id, item_type,
+                     len);
     if (tm_srv_buf_append(out, head, (size_t)n) || tm_srv_buf_append(out, event, len) ||
         tm_srv_buf_append(out, "\n", 1))
         return tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory");

@@ -513,7 +513,9 @@ tm_status tm_srv_process(const tm_srv_context *ctx, const uint8_t *body, size_t 
 void tm_srv_processed_release(tm_srv_processed *p);
 /* The body of a legacy store request (one JSON event) as the envelope an
  * SDK would send today: the event's event_id (normalised; a new one when
- * it has none) in the header, the event as an "event" item. TM_OK, or an
+ * it has none) in the header, the event as the item Relay makes of its
+ * "type" (transaction, security for csp/hpkp/expectct/expectstaple,
+ * feedback, else event). TM_OK, or an
  * error naming the byte for a body that is not a JSON object or an
  * event_id that is not a UUID (HTTP 400). */
 tm_status tm_srv_event_envelope(const uint8_t *event, size_t len, tm_srv_buf *out, tm_error *err);

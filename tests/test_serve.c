@@ -1292,6 +1292,25 @@ Test(serve, legacy_store_endpoint_forwards_events) {
     free(path), free(yaml);
 }
 
+/* The store endpoint makes the item Relay makes of the event's "type"
+ * (ItemType::from_event_type): a transaction, a security report, feedback
+ * or an event. Every body was wrapped as an event, so an SDK's transaction
+ * posted there was counted (and forwarded) as an error. */
+Test(serve, legacy_store_endpoint_keeps_the_event_type) {
+    ts_server s = start_server(NULL);
+    const char *bodies[] = {"{\"type\":\"transaction\",\"spans\":[]}", "{\"type\":\"csp\"}", "{\"type\":\"feedback\"}",
+                            "{\"type\":\"error\"}", "{\"type\":\"nel\"}", "{\"message\":\"no type\"}"};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        response r = request(s.port, "POST", "/api/42/store/", auth_headers, bodies[i], strlen(bodies[i]));
+        cr_assert_eq(r.status, 200, "%s: %s", bodies[i], r.body.data);
+        response_free(&r);
+    }
+    char *got = outcome_quantities(s.store);
+    cr_assert(strcmp(got, "2:1 3:1 14:1 1:1 1:1 1:1") == 0, "transaction, security, feedback, then events: %s", got);
+    free(got);
+    ts_server_free(&s);
+}
+
 /* A browser SDK posts from its page's origin: the preflight is answered
  * without a key, and every answer of the API (a refusal too) lets the
  * page read it. Without them a browser dropped every chunk. */
