@@ -15,7 +15,9 @@
  * malformed configuration; graceful stop on SIGTERM; a repeated chunk
  * stored once and counted; the generated key kept across a restart; chunk
  * ids that are not UUIDs rejected, and `store ls|export` safe on rows that
- * hold them.
+ * hold them; outcomes of dropped items counted as Relay counts them, client
+ * reports turned into outcomes, the other items of an envelope whose chunk
+ * is rate limited, and the store endpoint's event types.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
