@@ -600,14 +600,45 @@ typedef struct client_outcome {
     uint64_t quantity;
 } client_outcome;
 
-/* The report's timestamp in Unix seconds (a number, as SDKs send it), or
- * when it has none the time received; 0 when it is not a number. */
+/* An RFC 3339 date-time (2026-11-29T01:50:00.123+02:00, or ...Z) in Unix
+ * seconds, as Relay's UnixTimestamp reads strings; 0 when it is not one. */
+static int rfc3339_seconds(const char *s, uint64_t *out) {
+    int year, month, day, hour, minute, second, used = 0;
+    char sep;
+    if (sscanf(s, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &year, &month, &day, &sep, &hour, &minute, &second, &used) != 7 ||
+        used != 19 || (sep != 'T' && sep != 't' && sep != ' '))
+        return 0;
+    const char *p = s + used;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++) continue;
+    long offset = 0;
+    int off_hour, off_minute, off_used = 0;
+    if ((*p == 'Z' || *p == 'z') && !p[1])
+        offset = 0;
+    else if ((*p == '+' || *p == '-') && sscanf(p + 1, "%2d:%2d%n", &off_hour, &off_minute, &off_used) == 2 &&
+             off_used == 5 && !p[6])
+        offset = (*p == '-' ? -1 : 1) * (off_hour * 3600L + off_minute * 60L);
+    else
+        return 0;
+    struct tm tm = {.tm_year = year - 1900, .tm_mon = month - 1, .tm_mday = day,
+                    .tm_hour = hour, .tm_min = minute, .tm_sec = second};
+    if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60) return 0;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || (long long)t - offset < 0) return 0;
+    *out = (uint64_t)((long long)t - offset);
+    return 1;
+}
+
+/* The report's timestamp in Unix seconds (a number, as most SDKs send it,
+ * or an RFC 3339 string, as Java's does), or when it has none the time
+ * received; 0 when it is neither. */
 static int report_time(const json_t *report, uint64_t received, uint64_t *out) {
     const json_t *ts = json_object_get(report, "timestamp");
     if (!ts || json_is_null(ts)) {
         *out = received;
         return 1;
     }
+    if (json_is_string(ts)) return rfc3339_seconds(json_string_value(ts), out);
     if (!json_is_number(ts) || json_number_value(ts) < 0 || json_number_value(ts) > 253402300799.0) return 0;
     *out = (uint64_t)json_number_value(ts);
     return 1;

@@ -483,6 +483,11 @@ Test(serve, client_reports_become_outcomes) {
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S.000000Z", gmtime(&(time_t){now - 10}));
+    /* Java's SDK sends the time as RFC 3339, here at +02:00 */
+    char iso_offset[40];
+    strftime(iso_offset, sizeof iso_offset, "%Y-%m-%dT%H:%M:%S.123+02:00", gmtime(&(time_t){now - 20 + 7200}));
+    char iso_stamp[32];
+    strftime(iso_stamp, sizeof iso_stamp, "%Y-%m-%dT%H:%M:%S.000000Z", gmtime(&(time_t){now - 20}));
     char *body = ts_fmt(
         "{}\n"
         "{\"type\":\"client_report\"}\n{\"timestamp\":%lld.25,\"discarded_events\":["
@@ -493,15 +498,18 @@ Test(serve, client_reports_become_outcomes) {
         "\"rate_limited_events\":[{\"reason\":\"\",\"category\":\"transaction\",\"quantity\":4}]}\n"
         "{\"type\":\"client_report\"}\n{\"timestamp\":%lld,\"discarded_events\":["
         "{\"reason\":\"network_error\",\"category\":\"error\",\"quantity\":1}]}\n"
-        "{\"type\":\"client_report\"}\n{\"discarded_events\":[{\"reason\":\"x\",\"category\":\"error\"}]}\n",
-        (long long)now - 10, (long long)now - 200 * 86400);
+        "{\"type\":\"client_report\"}\n{\"discarded_events\":[{\"reason\":\"x\",\"category\":\"error\"}]}\n"
+        "{\"type\":\"client_report\"}\n{\"timestamp\":\"%s\",\"discarded_events\":["
+        "{\"reason\":\"before_send\",\"category\":\"profile_chunk_ui\",\"quantity\":2}]}\n",
+        (long long)now - 10, (long long)now - 200 * 86400, iso_offset);
     response r = post(s.port, body, strlen(body));
     cr_assert_eq(r.status, 200, "%s", r.body.data);
     cr_assert_str_eq(r.body.data, "{}");
     response_free(&r);
     char *got = outcome_rows(s.store);
-    char *want = ts_fmt("2|null|2|4|%s|null\n5|network_error|1|3|%s|null\n5|ratelimit_backoff|18|3|%s|null\n",
-                        stamp, stamp, stamp);
+    char *want = ts_fmt("2|null|2|4|%s|null\n5|network_error|1|3|%s|null\n5|ratelimit_backoff|18|3|%s|null\n"
+                        "5|before_send|26|2|%s|null\n",
+                        stamp, stamp, stamp, iso_stamp);
     cr_assert_str_eq(got, want, "the report older than the retention and the malformed one give nothing");
     free(got), free(want), free(body);
     ts_server_free(&s);
