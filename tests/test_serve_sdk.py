@@ -111,7 +111,7 @@ chunk = {"chunk_id": uuid.uuid4().hex, "profiler_id": uuid.uuid4().hex, "platfor
 envelope = Envelope()
 envelope.add_item(Item(payload=PayloadRef(json=chunk), type="profile_chunk", headers={"platform": "python"}))
 client.transport.capture_envelope(envelope)
-sentry_sdk.flush()
+sentry_sdk.flush(timeout=60)  # a loaded machine (CI, a sanitizer build) answers slowly
 
 # every answer is Relay's: 200 with the event's id, {} for an envelope without one
 if len(answers) < 7:
