@@ -585,6 +585,57 @@ Test(pprof, locations_functions_and_mappings) {
     tb_free(&t);
 }
 
+/* A Perfetto frame's rel_pc is an address in its ELF file's virtual
+ * address space; pprof wants the address in the process, which its
+ * symbolizer turns back into a file offset through the mapping (address -
+ * memory_start + file_offset). So the location's address undoes the load
+ * bias and the mapping's offset into the ELF: a non-PIE Go binary (vaddr
+ * 0x400000 at offset 0, load_bias 0x400000) and the text segment of a PIE
+ * binary (file offset 0x1000, vaddr 0x1000) as `tracemill record` writes
+ * them; each address falls inside its mapping. */
+Test(pprof, location_addresses_are_process_addresses_inside_their_mapping) {
+    static const struct {
+        uint64_t start, end, load_bias, exact_offset, rel_pc, want;
+    } cases[] = {
+        {0x400000, 0x483000, 0x400000, 0, 0x45ce80, 0x45ce80},
+        {0x55d000001000, 0x55d000003000, 0, 0x1000, 0x117c, 0x55d00000117c},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        tb_buf t = {0};
+        add_clock(&t);
+        size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+        size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "main.fib", 8);
+        tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 10, "prog", 4);
+        size_t m = tb_open(&t, TM_PF_INTERNED_MAPPINGS);
+        tb_uint(&t, TM_PF_INTERNED_IID, 1);
+        tb_uint(&t, TM_PF_MAPPING_START, cases[c].start);
+        tb_uint(&t, TM_PF_MAPPING_END, cases[c].end);
+        tb_uint(&t, TM_PF_MAPPING_LOAD_BIAS, cases[c].load_bias);
+        tb_uint(&t, TM_PF_MAPPING_EXACT_OFFSET, cases[c].exact_offset);
+        tb_uint(&t, TM_PF_MAPPING_PATH_STRING_IDS, 10);
+        tb_close(&t, m);
+        tb_frame(&t, 1, 1, 1, cases[c].rel_pc);
+        const uint64_t frames[1] = {1};
+        tb_callstack(&t, 1, frames, 1, 0);
+        tb_close(&t, in);
+        tb_close(&t, pkt);
+        tb_perf_sample(&t, 1, TB_BOOT0, PID, PID, 1, 0);
+        tm_trace *tr = parse(&t);
+        d_profile d;
+        write_and_decode(tr, NULL, &d);
+        cr_assert_eq(d.n_locations, 1);
+        const d_location *l = &d.locations[0];
+        const d_mapping *mp = mapping(&d, l->mapping_id);
+        cr_assert_eq(l->address, cases[c].want, "case %zu: address 0x%llx", c, (unsigned long long)l->address);
+        cr_assert(l->address >= mp->start && l->address < mp->limit);
+        cr_assert_eq(mp->offset, cases[c].exact_offset);
+        free_profile(&d);
+        tm_trace_free(tr);
+        tb_free(&t);
+    }
+}
+
 /* pprof takes the first mapping for the main binary ("File:" in its
  * reports): the mapping of the program a process is named after comes
  * first, though another was used first. */

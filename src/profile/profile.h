@@ -38,7 +38,11 @@ typedef struct tm_prof_frame {
     uint32_t line;   /* TM_FRAME_HAS_LINE */
 } tm_prof_frame;
 
-enum { TM_MAPPING_HAS_LOAD_BIAS = 1, TM_MAPPING_JAVA = 2 };
+/* TM_MAPPING_ELF_REL_PC: its frames' rel_pc is a virtual address of the ELF
+ * file (Perfetto's unwinders), so the process address is start + rel_pc -
+ * load_bias - (exact_offset - start_offset); without it (Sentry images)
+ * rel_pc is the frame's distance from start. */
+enum { TM_MAPPING_HAS_LOAD_BIAS = 1, TM_MAPPING_JAVA = 2, TM_MAPPING_ELF_REL_PC = 4 };
 
 typedef struct tm_prof_mapping {
     tm_str path;     /* path segments joined with '/' */

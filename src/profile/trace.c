@@ -582,6 +582,7 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *o
     m.start_offset = e->start_offset;
     m.exact_offset = e->exact_offset;
     if (e->flags & M_HAS_LOAD_BIAS) m.flags |= TM_MAPPING_HAS_LOAD_BIAS;
+    m.flags |= TM_MAPPING_ELF_REL_PC;
     if (m.path.len && tm_path_is_java(m.path)) m.flags |= TM_MAPPING_JAVA;
     DTRY_MEM(d, tm_profile_intern_mapping(d->p, &m, out));
     return remember(d, s, &s->mappings, c, iid, *out, since);
