@@ -312,6 +312,24 @@ Test(sample_v2_input, build_id_prefers_code_id) {
     tm_trace_free(t);
 }
 
+/* An image's frame has the ELF address Sentry's symbolicator computes,
+ * instruction_addr - image_addr + image_vmaddr (as Perfetto's rel_pc), so
+ * that symbols are looked up and frames named like the trace the chunk was
+ * written from: a non-PIE binary loaded at its preferred 0x400000. */
+Test(sample_v2_input, rel_pc_is_the_elf_address_with_image_vmaddr) {
+    const char *doc = "{\"debug_meta\":{\"images\":[{\"code_file\":\"prog\",\"debug_id\":\"b03e4a7f-5e88-4c8d-a04b-"
+                      "05fa32cc4cbd\",\"image_addr\":\"0x400000\",\"image_vmaddr\":\"0x400000\",\"image_size\":"
+                      "536576}]},\"profile\":{\"samples\":[],\"stacks\":[],\"frames\":[{\"instruction_addr\":"
+                      "\"0x45ce80\",\"platform\":\"native\"}]}}";
+    tm_trace *t = parse_ok(doc, strlen(doc), NULL);
+    const tm_profile *p = tm_trace_profile(t);
+    cr_assert_eq(p->n_frames, 1);
+    cr_assert_eq(p->frames[0].mapping, 1);
+    cr_assert_eq(p->frames[0].addr, 0x45ce80);
+    cr_assert_eq(p->frames[0].rel_pc, 0x45ce80, "rel_pc 0x%llx", (unsigned long long)p->frames[0].rel_pc);
+    tm_trace_free(t);
+}
+
 /* ---- round trips ---- */
 
 /* parse(json) -> write must give json back; the parse auto-detects. */

@@ -719,7 +719,8 @@ static tm_status build(v2 *r) {
             const image *im = image_of(r, max_end, f->addr);
             if (im) {
                 f->mapping = im->id + 1;
-                f->rel_pc = f->addr - im->m.start;
+                /* the ELF address, as Sentry's symbolicator and Perfetto's rel_pc have it */
+                f->rel_pc = f->addr - im->m.start + im->m.load_bias;
             }
         }
         st = tm_profile_intern_frame(p, f, &frame_id[i]);
