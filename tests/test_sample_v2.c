@@ -714,6 +714,57 @@ Test(default_mode, platform_without_meta_depends_on_java_frames) {
     }
 }
 
+/* A frame's instruction_addr lies inside its debug_meta image, so that
+ * Sentry finds the image and symbolicates it (instruction_addr - image_addr
+ * + image_vmaddr = the ELF address rel_pc): a PIE's text mapping, as
+ * `tracemill record` writes it, starts at file offset 0x1000, and a frame
+ * near its end (rel_pc 0x2f00 of [0x1000, 0x3000)) used to get start +
+ * rel_pc, past the image's end. The image now starts where the ELF does.
+ * Relay's converter keeps start + rel_pc and image_addr = start. */
+Test(default_mode, instruction_addr_is_inside_its_image) {
+    tb_buf t = {0};
+    add_clock(&t);
+    size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "tail_func", 9);
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 10, "prog", 4);
+    tb_interned_string(&t, TM_PF_INTERNED_BUILD_IDS, 20, BUILD_ID, sizeof BUILD_ID);
+    size_t m = tb_open(&t, TM_PF_INTERNED_MAPPINGS);
+    tb_uint(&t, TM_PF_INTERNED_IID, 1);
+    tb_uint(&t, TM_PF_MAPPING_BUILD_ID, 20);
+    tb_uint(&t, TM_PF_MAPPING_START, 0x55d000001000);
+    tb_uint(&t, TM_PF_MAPPING_END, 0x55d000003000);
+    tb_uint(&t, TM_PF_MAPPING_LOAD_BIAS, 0);
+    tb_uint(&t, TM_PF_MAPPING_EXACT_OFFSET, 0x1000);
+    tb_uint(&t, TM_PF_MAPPING_PATH_STRING_IDS, 10);
+    tb_close(&t, m);
+    tb_frame(&t, 1, 1, 1, 0x2f00);
+    const uint64_t frames[1] = {1};
+    tb_callstack(&t, 1, frames, 1, 0);
+    tb_close(&t, in);
+    tb_close(&t, pkt);
+    tb_perf_sample(&t, 1, TB_BOOT0, 42, 42, 1, 0);
+    tb_perf_sample(&t, 1, TB_BOOT0 + 1000000, 42, 42, 1, 0);
+    static const struct {
+        tm_mode mode;
+        const char *addr, *image_addr;
+        json_int_t image_size;
+    } cases[] = {{TM_MODE_DEFAULT, "0x55d000002f00", "0x55d000000000", 0x3000},
+                 {TM_MODE_RELAY, "0x55d000003f00", "0x55d000001000", 0x2000}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        tu_membuf out = convert_ok(&t, cases[c].mode, NULL);
+        json_t *root = load_json(&out);
+        json_t *frame = json_array_get(json_object_get(json_object_get(root, "profile"), "frames"), 0);
+        json_t *image = json_array_get(json_object_get(json_object_get(root, "debug_meta"), "images"), 0);
+        cr_expect_str_eq(json_string_value(json_object_get(frame, "instruction_addr")), cases[c].addr, "%s", out.data);
+        cr_expect_str_eq(json_string_value(json_object_get(image, "image_addr")), cases[c].image_addr, "%s", out.data);
+        cr_expect_eq(json_integer_value(json_object_get(image, "image_size")), cases[c].image_size, "%s", out.data);
+        json_decref(root);
+        free(out.data);
+    }
+    tb_free(&t);
+}
+
 /* Default mode: without --meta the output still holds version, platform,
  * profile and debug_meta, and nothing invented (no chunk_id, no release). */
 Test(default_mode, output_without_meta_has_no_chunk_ids) {

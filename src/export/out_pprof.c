@@ -622,21 +622,6 @@ static tm_status write_mappings(pprof_writer *x) {
     return st;
 }
 
-/* The address in the process: pprof's symbolizer maps it back to a file
- * offset (address - memory_start + file_offset), so an ELF virtual address
- * is moved by the load bias and the mapping's offset into the ELF (else a
- * non-PIE binary's frames land outside their mapping, and a PIE's text
- * segment's frames a page away from their code). */
-static uint64_t process_address(const tm_profile *p, const tm_prof_frame *f) {
-    if (!f->mapping) return f->addr;
-    const tm_prof_mapping *m = &p->mappings[f->mapping - 1];
-    if (!(m->flags & TM_MAPPING_ELF_REL_PC) || m->exact_offset < m->start_offset) return f->addr;
-    uint64_t elf_base = m->load_bias + (m->exact_offset - m->start_offset), pc;
-    if (elf_base < m->load_bias || f->rel_pc < elf_base || __builtin_add_overflow(m->start, f->rel_pc - elf_base, &pc))
-        return f->addr;
-    return pc;
-}
-
 static void write_locations(pprof_writer *x) {
     const tm_profile *p = x->p;
     /* one Line per frame of the run, leaf first (pprof's order) */
@@ -645,7 +630,8 @@ static void write_locations(pprof_writer *x) {
         const tm_prof_frame *f = &p->frames[x->locs[l].frame];
         uint8_t *e = tm_pbw_uint(msg, LOCATION_ID, l + 1);
         if (f->mapping) e = tm_pbw_uint(e, LOCATION_MAPPING_ID, x->map_id[f->mapping - 1]);
-        uint64_t address = f->flags & TM_FRAME_HAS_ADDR ? process_address(p, f) : 0;
+        /* pprof maps the address back to a file offset through the mapping */
+        uint64_t address = f->flags & TM_FRAME_HAS_ADDR ? tm_frame_process_address(p, f) : 0;
         if (address) e = tm_pbw_uint(e, LOCATION_ADDRESS, address);
         uint32_t n = x->locs[l].n < TM_MAX_SYMBOL_LINES ? x->locs[l].n : TM_MAX_SYMBOL_LINES;
         for (uint32_t k = 0; k < n; k++) {

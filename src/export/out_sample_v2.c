@@ -214,7 +214,7 @@ static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t 
 /* A frame's keys in the order of Relay's Frame: abs_path, filename,
  * function, in_app (-1: none), instruction_addr, lineno, module, package,
  * platform. */
-static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, int in_app, bool plain_package) {
+static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr, int in_app, bool plain_package) {
     tm_jw_char(w, '{');
     int comma = 0;
     if (f->flags & TM_FRAME_HAS_FILE) { /* from symbols; a path from the root is abs_path too */
@@ -242,7 +242,7 @@ static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr_mask, in
     if (f->flags & TM_FRAME_HAS_ADDR) {
         if (comma) tm_jw_char(w, ',');
         tm_jw_lit(w, "\"instruction_addr\":");
-        tm_jw_hex(w, f->addr & addr_mask);
+        tm_jw_hex(w, addr);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_LINE) {
@@ -604,7 +604,10 @@ static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const me
             plain_package = *pl == 1;
         }
         if (i) tm_jw_char(w, ',');
-        write_frame(w, f, addr_mask, rules ? tm_sentry_in_app_memo(p, (uint32_t)i, rules, memo) : -1, plain_package);
+        /* Relay writes start + rel_pc; Sentry's symbolicator wants the process address inside its image */
+        uint64_t addr = p->relay_compat ? f->addr : tm_frame_process_address(p, f);
+        write_frame(w, f, addr & addr_mask, rules ? tm_sentry_in_app_memo(p, (uint32_t)i, rules, memo) : -1,
+                    plain_package);
     }
     tm_mem_free(p->mem, memo, 2 * n_memo);
     tm_jw_char(w, ']');

@@ -99,6 +99,12 @@ static int is_image(const tm_prof_mapping *m) {
     return m->path.len && !(m->flags & TM_MAPPING_JAVA) && m->build_id.len;
 }
 
+/* Default mode: the image begins where its ELF file does, so that its frames' process addresses fall inside
+ * it; Relay's converter gives the mapping's start. */
+static uint64_t image_start(const tm_profile *p, const tm_prof_mapping *m) {
+    return p->relay_compat ? m->start : tm_mapping_elf_start(m);
+}
+
 size_t tm_sentry_write_images(tm_jw *w, const tm_profile *p, int comma) {
     size_t written = 0;
     for (size_t i = 0; i < p->n_mappings; i++) {
@@ -106,7 +112,7 @@ size_t tm_sentry_write_images(tm_jw *w, const tm_profile *p, int comma) {
         if (!is_image(m)) continue;
         int dup = 0;
         for (size_t j = 0; j < i && !dup; j++)
-            dup = is_image(&p->mappings[j]) && p->mappings[j].start == m->start &&
+            dup = is_image(&p->mappings[j]) && image_start(p, &p->mappings[j]) == image_start(p, m) &&
                   tm_bytes_eq(p->mappings[j].path, m->path);
         if (dup) continue;
         if (comma || written) tm_jw_char(w, ',');
@@ -115,15 +121,16 @@ size_t tm_sentry_write_images(tm_jw *w, const tm_profile *p, int comma) {
         tm_jw_str(w, m->path);
         tm_jw_lit(w, ",\"debug_id\":");
         write_debug_id(w, m->build_id);
+        uint64_t image_addr = image_start(p, m);
         tm_jw_lit(w, ",\"type\":\"symbolic\",\"image_addr\":");
-        tm_jw_hex(w, m->start);
+        tm_jw_hex(w, image_addr);
         if (p->relay_compat || (m->flags & TM_MAPPING_HAS_LOAD_BIAS)) {
             tm_jw_lit(w, ",\"image_vmaddr\":");
             tm_jw_hex(w, m->load_bias);
         }
         if (m->end > m->start) {
             tm_jw_lit(w, ",\"image_size\":");
-            tm_jw_u64(w, m->end - m->start);
+            tm_jw_u64(w, m->end - image_addr);
         }
         tm_jw_char(w, '}');
     }

@@ -58,6 +58,25 @@ static int mapping_eq(const void *ctx, uint32_t idx, const void *key) {
            tm_bytes_eq(a->build_id, b->build_id);
 }
 
+uint64_t tm_mapping_elf_start(const tm_prof_mapping *m) {
+    if (!(m->flags & TM_MAPPING_ELF_REL_PC) || m->exact_offset < m->start_offset ||
+        m->exact_offset - m->start_offset > m->start)
+        return m->start;
+    return m->start - (m->exact_offset - m->start_offset);
+}
+
+uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f) {
+    if (!f->mapping) return f->addr;
+    const tm_prof_mapping *m = &p->mappings[f->mapping - 1];
+    uint64_t elf_start = tm_mapping_elf_start(m), pc;
+    if (!(m->flags & TM_MAPPING_ELF_REL_PC) || f->rel_pc < m->load_bias ||
+        __builtin_add_overflow(elf_start, f->rel_pc - m->load_bias, &pc))
+        return f->addr;
+    /* a rel_pc that is no address of the mapping's part of the ELF keeps start + rel_pc */
+    if (m->end > m->start && (pc < m->start || pc >= m->end)) return f->addr;
+    return pc;
+}
+
 tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out) {
     uint32_t h = mapping_hash(m);
     uint32_t idx = tm_idxset_find(&p->mapping_set, h, mapping_eq, p, m);

@@ -162,6 +162,14 @@ void tm_profile_release(tm_profile *p);
 
 /* Each returns the index of the equal existing record or of a new copy. */
 tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out);
+/* Where the mapping's ELF file begins in the process (start less the
+ * mapping's offset into the ELF; start for Sentry images and when the
+ * offsets do not fit), and the process address of a frame of it: what
+ * pprof and Sentry's symbolicator map back to the ELF through the mapping
+ * or image. Frames without a mapping, or whose rel_pc is outside the
+ * mapping's part of the ELF, keep their address. */
+uint64_t tm_mapping_elf_start(const tm_prof_mapping *m);
+uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f);
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out);
 tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *frames_leaf_first, size_t n,
                                   uint32_t *out);
