@@ -399,7 +399,8 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, uint64_t addr
         if (f->flags & TM_FRAME_HAS_ADDR) {
             tm_jw_char(w, sep);
             tm_jw_lit(w, "\"instruction_addr\":");
-            tm_jw_hex(w, tm_frame_process_address(p, f) & addr_mask); /* inside its image */
+            /* inside its image, as tm_sentry_write_images places it */
+            tm_jw_hex(w, (p->relay_compat ? f->addr : tm_frame_process_address(p, f)) & addr_mask);
             sep = ',';
         }
         if (f->flags & TM_FRAME_JAVA) {
