@@ -689,6 +689,42 @@ Test(sample_v1, sentry_python_profile) {
     free(buf);
 }
 
+/* Frames keep their source and mapping, as Relay's profiling Frame (shared
+ * by v1 and v2) has them: two frames of one function at one address that
+ * differ in line (an inlined function called from two lines) stay two
+ * frames, and the mapping's path (package) decides in_app again when the
+ * profile is read back; a v1 -> v1 round trip gives the same bytes. */
+Test(sample_v1, frames_keep_file_line_and_package) {
+    const char *doc =
+        "{\"version\":\"2\",\"platform\":\"native\",\"profile\":{\"samples\":["
+        "{\"timestamp\":1700000000.0,\"stack_id\":0,\"thread_id\":\"1\"},"
+        "{\"timestamp\":1700000000.01,\"stack_id\":1,\"thread_id\":\"1\"},"
+        "{\"timestamp\":1700000000.02,\"stack_id\":0,\"thread_id\":\"1\"}],\"stacks\":[[0],[1]],\"frames\":["
+        "{\"abs_path\":\"/src/a.c\",\"filename\":\"/src/a.c\",\"function\":\"inl\",\"instruction_addr\":\"0x1234\","
+        "\"lineno\":7,\"package\":\"/opt/app/bin/prog\",\"platform\":\"native\"},"
+        "{\"abs_path\":\"/src/a.c\",\"filename\":\"/src/a.c\",\"function\":\"inl\",\"instruction_addr\":\"0x1234\","
+        "\"lineno\":9,\"package\":\"/opt/app/bin/prog\",\"platform\":\"native\"}]}}";
+    tm_trace *t = parse_ok(doc, strlen(doc), NULL);
+    tu_membuf v1 = write_v1_ok(t, NULL);
+    json_t *j = load_json(&v1);
+    json_t *frames = json_object_get(json_object_get(j, "profile"), "frames");
+    cr_assert_eq(json_array_size(frames), 2, "%s", v1.data);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *f = json_array_get(frames, i);
+        cr_expect_str_eq(sget(f, "filename"), "/src/a.c", "%s", v1.data);
+        cr_expect_str_eq(sget(f, "package"), "/opt/app/bin/prog", "%s", v1.data);
+        cr_expect_eq(json_integer_value(json_object_get(f, "lineno")), i ? 9 : 7, "%s", v1.data);
+    }
+    tm_trace *b = parse_ok(v1.data, v1.len, NULL);
+    tu_membuf again = write_v1_ok(b, NULL);
+    cr_expect(again.len == v1.len && memcmp(again.data, v1.data, v1.len) == 0, "%s\n%s", v1.data, again.data);
+    tu_membuf_free(&again);
+    tm_trace_free(b);
+    json_decref(j);
+    tu_membuf_free(&v1);
+    tm_trace_free(t);
+}
+
 /* ---- the CLI ---- */
 
 static int run_cli(const char *args, char **out, size_t *out_len) {

@@ -377,6 +377,17 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, uint64_t addr
         const tm_prof_frame *f = &p->frames[i];
         if (i) tm_jw_char(w, ',');
         char sep = '{';
+        if (f->flags & TM_FRAME_HAS_FILE) { /* as Sample v2: a path from the root is abs_path too */
+            if (f->file.data[0] == '/') {
+                tm_jw_lit(w, "{\"abs_path\":");
+                tm_jw_str(w, f->file);
+                sep = ',';
+            }
+            tm_jw_char(w, sep);
+            tm_jw_lit(w, "\"filename\":");
+            tm_jw_str(w, f->file);
+            sep = ',';
+        }
         if (f->flags & TM_FRAME_HAS_FUNCTION) {
             tm_jw_char(w, sep);
             tm_jw_lit(w, "\"function\":");
@@ -401,6 +412,18 @@ static void write_stacks_and_frames(tm_jw *w, const tm_profile *p, uint64_t addr
             tm_jw_lit(w, "\"instruction_addr\":");
             /* inside its image, as tm_sentry_write_images places it */
             tm_jw_hex(w, (p->relay_compat ? f->addr : tm_frame_process_address(p, f)) & addr_mask);
+            sep = ',';
+        }
+        if (f->flags & TM_FRAME_HAS_LINE) {
+            tm_jw_char(w, sep);
+            tm_jw_lit(w, "\"lineno\":");
+            tm_jw_u64(w, f->line);
+            sep = ',';
+        }
+        if (f->flags & TM_FRAME_HAS_PACKAGE) { /* the mapping: in_app is decided again from it when read back */
+            tm_jw_char(w, sep);
+            tm_jw_lit(w, "\"package\":");
+            tm_jw_str(w, f->package);
             sep = ',';
         }
         if (f->flags & TM_FRAME_JAVA) {
