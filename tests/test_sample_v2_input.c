@@ -33,6 +33,8 @@
 
 /* ---- helpers ---- */
 
+static void check_round_trip(const tu_membuf *a, const char *what);
+
 static tm_trace *parse_ok(const char *json, size_t len, const tm_options *opts) {
     tm_trace *t = NULL;
     tm_error err;
@@ -269,6 +271,33 @@ Test(sample_v2_input, written_back) {
     json_decref(root);
     tu_membuf_free(&out);
     tm_trace_free(t);
+}
+
+/* measurements.memory_footprint is the profile's memory readings, read
+ * back: written again the same, times exact to the ns; other measurements
+ * are not the profile's. */
+Test(sample_v2_input, memory_footprint_read_back) {
+    static const char chunk[] =
+        "{\"measurements\":{\"cpu\":{\"unit\":\"percent\",\"values\":[{\"timestamp\":1.5,\"value\":3}]},"
+        "\"memory_footprint\":{\"unit\":\"byte\",\"values\":[{\"timestamp\":1700000000.158022976,\"value\":3055616},"
+        "{\"value\":4096,\"timestamp\":1700000001}]}},"
+        "\"profile\":{\"samples\":[{\"stack_id\":0,\"thread_id\":\"1\",\"timestamp\":1700000000.5}],"
+        "\"stacks\":[[0]],\"frames\":[{\"function\":\"f\"}],\"thread_metadata\":{}},"
+        "\"platform\":\"python\",\"version\":\"2\"}";
+    tm_trace *t = parse_ok(chunk, sizeof chunk - 1, NULL);
+    tu_membuf out = write_v2(t);
+    cr_expect(strstr(out.data, "\"measurements\":{\"memory_footprint\":{\"unit\":\"byte\",\"values\":["
+                               "{\"timestamp\":1700000000.158022976,\"value\":3055616},"
+                               "{\"timestamp\":1700000001.0,\"value\":4096}]}}"),
+              "%s", out.data);
+    check_round_trip(&out, "memory_footprint");
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+    tm_error err;
+    static const char bad[] = "{\"measurements\":{\"memory_footprint\":{\"values\":[{\"timestamp\":1}]}},"
+                              "\"profile\":{\"samples\":[],\"stacks\":[],\"frames\":[]},\"version\":\"2\"}";
+    cr_expect_eq(parse_err(bad, sizeof bad - 1, NULL, &err), TM_ERR_MALFORMED);
+    cr_expect(strstr(err.message, "memory_footprint.values[0] has no value"), "%s", err.message);
 }
 
 Test(sample_v2_input, any_key_order_and_blanks) {

@@ -157,7 +157,7 @@ static void write_footprint(tm_jw *w, const tm_profile *p) {
         if (!first) tm_jw_char(w, ',');
         first = 0;
         tm_jw_lit(w, "{\"timestamp\":");
-        tm_jw_f64(w, (double)unix_ns / 1e9);
+        tm_jw_seconds(w, unix_ns); /* exact, as the samples' times: read back to the same ns */
         tm_jw_lit(w, ",\"value\":");
         tm_jw_u64(w, m->rss);
         tm_jw_char(w, '}');

@@ -594,6 +594,80 @@ static tm_status read_start(v2 *r) {
     return TM_OK;
 }
 
+/* One {timestamp, value} of measurements.memory_footprint: a resident set
+ * in bytes at Unix seconds, kept as the profile's memory reading (of no
+ * process: a chunk is one). */
+static tm_status read_footprint_value(v2 *r, size_t index, size_t offset) {
+    tm_json_token tok;
+    tm_prof_memory m = {0, 0, 0, 0, 0, 0, 0, 0};
+    int seen = 0;
+    for (;;) {
+        NEXT(r, &tok);
+        if (tok.type == TM_JSON_OBJECT_END) break;
+        if (KEY_IS(&tok, "timestamp")) {
+            NEXT(r, &tok);
+            if (tok.type != TM_JSON_NUMBER || !tm_json_scaled_i64(&tok, 9, &m.ts))
+                return wrong_type(r, &tok, "measurements.memory_footprint.values", index, ".timestamp",
+                                  "Unix seconds");
+            seen |= 1;
+        } else if (KEY_IS(&tok, "value")) {
+            NEXT(r, &tok);
+            if (!tm_json_u64(&tok, &m.rss))
+                return wrong_type(r, &tok, "measurements.memory_footprint.values", index, ".value", "bytes");
+            seen |= 2;
+        } else {
+            NEXT(r, &tok);
+            SKIP(r, &tok);
+        }
+    }
+    if (seen != 3)
+        return vfail(r, TM_ERR_MALFORMED, offset, NULL, "measurements.memory_footprint.values[%zu] has no %s", index,
+                     seen & 1 ? "value" : "timestamp");
+    tm_profile *p = r->p;
+    TRY_MEM(r, TM_VEC_RESERVE(p->mem, p->memory, p->cap_memory, p->n_memory + 1));
+    p->memory[p->n_memory++] = m;
+    return TM_OK;
+}
+
+/* "measurements": memory_footprint's values are read back (the writer
+ * makes it from the profile's memory readings); other measurements are
+ * not the profile's. */
+static tm_status read_measurements(v2 *r) {
+    tm_json_token tok;
+    NEXT(r, &tok);
+    if (tok.type == TM_JSON_NULL) return TM_OK;
+    if (tok.type != TM_JSON_OBJECT) return wrong_type(r, &tok, "measurements", SIZE_MAX, "", "an object");
+    for (;;) {
+        NEXT(r, &tok);
+        if (tok.type == TM_JSON_OBJECT_END) return TM_OK;
+        bool footprint = KEY_IS(&tok, "memory_footprint");
+        NEXT(r, &tok);
+        if (!footprint || tok.type != TM_JSON_OBJECT) {
+            SKIP(r, &tok);
+            continue;
+        }
+        for (;;) {
+            NEXT(r, &tok);
+            if (tok.type == TM_JSON_OBJECT_END) break;
+            bool values = KEY_IS(&tok, "values");
+            NEXT(r, &tok);
+            if (!values) {
+                SKIP(r, &tok);
+                continue;
+            }
+            if (tok.type != TM_JSON_ARRAY)
+                return wrong_type(r, &tok, "measurements.memory_footprint.values", SIZE_MAX, "", "an array");
+            for (size_t i = 0;; i++) {
+                NEXT(r, &tok);
+                if (tok.type == TM_JSON_ARRAY_END) break;
+                if (tok.type != TM_JSON_OBJECT)
+                    return wrong_type(r, &tok, "measurements.memory_footprint.values", i, "", "an object");
+                TM_TRY(read_footprint_value(r, i, tok.offset));
+            }
+        }
+    }
+}
+
 static tm_status read_document(v2 *r) {
     tm_json_token tok;
     NEXT(r, &tok);
@@ -624,6 +698,9 @@ static tm_status read_document(v2 *r) {
         } else if (KEY_IS(&tok, "profile")) {
             TM_TRY(once(r, &tok, &seen, 8));
             TM_TRY(read_profile(r));
+        } else if (!r->v1 && KEY_IS(&tok, "measurements")) {
+            TM_TRY(once(r, &tok, &seen, 32));
+            TM_TRY(read_measurements(r));
         } else {
             NEXT(r, &tok);
             SKIP(r, &tok);
