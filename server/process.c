@@ -600,29 +600,53 @@ typedef struct client_outcome {
     uint64_t quantity;
 } client_outcome;
 
+/* The n decimal digits at s (digits only: no sign, no blank), or -1. */
+static int digits_at(const char *s, int n) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static int days_in_month(int year, int month) {
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return month == 2 && leap ? 29 : days[month - 1];
+}
+
 /* An RFC 3339 date-time (2026-11-29T01:50:00.123+02:00, or ...Z) in Unix
- * seconds, as Relay's UnixTimestamp reads strings; 0 when it is not one. */
+ * seconds, as Relay's UnixTimestamp reads strings; 0 when it is not one (a
+ * day past its month's end, a sign in a field, a fraction without digits
+ * or an offset past 23:59 included, as Relay rejects them). */
 static int rfc3339_seconds(const char *s, uint64_t *out) {
-    int year, month, day, hour, minute, second, used = 0;
-    char sep;
-    if (sscanf(s, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &year, &month, &day, &sep, &hour, &minute, &second, &used) != 7 ||
-        used != 19 || (sep != 'T' && sep != 't' && sep != ' '))
+    if (strlen(s) < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+        s[13] != ':' || s[16] != ':')
         return 0;
-    const char *p = s + used;
-    if (*p == '.')
-        for (p++; *p >= '0' && *p <= '9'; p++) continue;
+    int year = digits_at(s, 4), month = digits_at(s + 5, 2), day = digits_at(s + 8, 2), hour = digits_at(s + 11, 2),
+        minute = digits_at(s + 14, 2), second = digits_at(s + 17, 2);
+    if (year < 0 || month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour < 0 ||
+        hour > 23 || minute < 0 || minute > 59 || second < 0 || second > 60)
+        return 0;
+    const char *p = s + 19;
+    if (*p == '.') {
+        const char *digits = ++p;
+        while (*p >= '0' && *p <= '9') p++;
+        if (p == digits) return 0;
+    }
     long offset = 0;
-    int off_hour, off_minute, off_used = 0;
-    if ((*p == 'Z' || *p == 'z') && !p[1])
+    if ((*p == 'Z' || *p == 'z') && !p[1]) {
         offset = 0;
-    else if ((*p == '+' || *p == '-') && sscanf(p + 1, "%2d:%2d%n", &off_hour, &off_minute, &off_used) == 2 &&
-             off_used == 5 && !p[6])
+    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
+        int off_hour = digits_at(p + 1, 2), off_minute = digits_at(p + 4, 2);
+        if (off_hour < 0 || off_hour > 23 || off_minute < 0 || off_minute > 59) return 0;
         offset = (*p == '-' ? -1 : 1) * (off_hour * 3600L + off_minute * 60L);
-    else
+    } else {
         return 0;
+    }
     struct tm tm = {.tm_year = year - 1900, .tm_mon = month - 1, .tm_mday = day,
                     .tm_hour = hour, .tm_min = minute, .tm_sec = second};
-    if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60) return 0;
     time_t t = timegm(&tm);
     if (t == (time_t)-1 || (long long)t - offset < 0) return 0;
     *out = (uint64_t)((long long)t - offset);

@@ -515,6 +515,43 @@ Test(serve, client_reports_become_outcomes) {
     ts_server_free(&s);
 }
 
+/* A report whose RFC 3339 time is not one Relay reads (a day past its
+ * month's end, a sign in a field, a fraction without digits, an offset past
+ * 23:59) is ignored whole: no outcome (found by a fuzz campaign reading
+ * the parser: sscanf and timegm rolled 2025-11-31 on to December 1st). */
+Test(serve, client_reports_with_impossible_times_give_nothing) {
+    ts_server s = start_server(NULL);
+    time_t now = time(NULL);
+    /* Each would have read as a time within the retention: yesterday's date,
+     * and the day after the last of a short month among the last 80 days
+     * (what it rolled on to is the next month's first, still past). */
+    char day[16], overflow[48] = "";
+    strftime(day, sizeof day, "%Y-%m-%d", gmtime(&(time_t){now - 86400}));
+    for (int back = 80; back > 28 && !overflow[0]; back--) {
+        struct tm tm = *gmtime(&(time_t){now - (time_t)back * 86400});
+        static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        int year = tm.tm_year + 1900, last = days[tm.tm_mon] + (tm.tm_mon == 1 && year % 4 == 0);
+        if (last < 31 && tm.tm_mday == last)
+            snprintf(overflow, sizeof overflow, "%04d-%02d-%02d", year, tm.tm_mon + 1, last + 1);
+    }
+    cr_assert(overflow[0]);
+    char *times[] = {ts_fmt("%sT12:00:00Z", overflow),      ts_fmt("%sT+1:00:00Z", day),
+                     ts_fmt("%sT12:00:00.Z", day),          ts_fmt("%sT12:00:00+00:99", day),
+                     ts_fmt("%sT12:00:00+99:00", day),      ts_fmt("%sT12:00:00+0", day)};
+    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
+        char *body = ts_fmt("{}\n{\"type\":\"client_report\"}\n{\"timestamp\":\"%s\",\"discarded_events\":["
+                            "{\"reason\":\"network_error\",\"category\":\"error\",\"quantity\":1}]}\n",
+                            times[i]);
+        response r = post(s.port, body, strlen(body));
+        cr_assert_eq(r.status, 200, "%s: %s", times[i], r.body.data);
+        response_free(&r);
+        char *got = outcome_rows(s.store);
+        cr_expect_str_eq(got, "", "%s gave outcomes", times[i]);
+        free(got), free(body), free(times[i]);
+    }
+    ts_server_free(&s);
+}
+
 /* Without a configured project the generated key is kept in the store
  * (mode 0600): a restart on the same store takes the DSN it gave before. */
 Test(serve, generated_key_survives_a_restart) {
