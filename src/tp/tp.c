@@ -1187,7 +1187,6 @@ static tm_status resolve_frame(dec *d, uint32_t gen, uint32_t upid, uint64_t iid
 
 static const cs_at cs_root = {TP_NULL, TP_NULL, 0};
 
-/* Appends a callsite row (tp.h: tp_callsites). */
 /* Room for `more` callsite rows after those there: at once for the rows
  * the trace promises (rows_promised), where that much memory is given. */
 static tm_status reserve_callsites(dec *d, size_t more) {
@@ -1204,6 +1203,7 @@ static tm_status reserve_callsites(dec *d, size_t more) {
     return TM_OK;
 }
 
+/* Appends a callsite row (tp.h: tp_callsites). */
 static tm_status new_callsite(dec *d, uint32_t depth, uint32_t parent, uint32_t frame, uint32_t *out) {
     tp_callsites *cs = &d->tp->callsites;
     size_t r = cs->n;
