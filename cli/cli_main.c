@@ -228,8 +228,8 @@ static const struct command_help {
      "A run without CPU samples (and without --heap), or whose program cannot\n"
      "start, leaves OUT as it was.\n"
      "record exits with CMD's status (128+N if a signal N killed it), 127 if CMD\n"
-     "cannot run, 125 if recording failed, with either backend; SIGTERM, SIGHUP\n"
-     "and a kill -INT are passed on to CMD.\n"},
+     "is not found, 126 if it cannot be executed, 125 if recording failed, with\n"
+     "either backend; SIGTERM, SIGHUP and a kill -INT are passed on to CMD.\n"},
     {"serve", "the ingest server for Sentry envelopes",
      "usage: tracemill serve [--config FILE] [--listen HOST:PORT] [--store PATH]\n"
      "                       [--project ID:KEY]... [--access-log off|text|json]\n"

@@ -49,6 +49,13 @@ typedef struct env_opt {
     int text;               /* any non-empty string */
 } env_opt;
 
+/* A command that cannot be run exits as in a shell (POSIX, and env and
+ * time do the same): 127 when it is not found, 126 when it is found but
+ * cannot be executed (no permission, not a program, a directory). */
+enum { EXIT_NOT_EXECUTABLE = 126, EXIT_NOT_FOUND = 127 };
+
+static int could_not_run(int code) { return code == EXIT_NOT_EXECUTABLE || code == EXIT_NOT_FOUND; }
+
 /* The options that need --upload come after OPT_UPLOAD. */
 enum {
     OPT_HZ,
@@ -375,7 +382,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
         fprintf(stderr, "tracemill record: the recorder was killed by signal %d\n", WTERMSIG(status));
     symbolize_trace(o.tmp, out, r->syms);
     uint64_t samples = summarize(o.tmp, out, 1, NULL, NULL);
-    if (samples == 0 && (code == 125 || code == 127)) { /* recording failed, or CMD could not run: said */
+    if (samples == 0 && (code == 125 || could_not_run(code))) { /* recording failed, or CMD could not run: said */
         cli_output_close(&o, EXIT_IO);
         return code;
     }
@@ -658,8 +665,9 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
             if (!values[OPT_MEM_PERIOD]) setenv("TRACEMILL_RECORD_MEM_PERIOD_MS", "1000", 1);
         }
         execvp(cmd[0], cmd);
-        fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(errno));
-        _exit(127);
+        int exec_errno = errno;
+        fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(exec_errno));
+        _exit(exec_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE);
     }
     /* Like time(1): ^C and ^\ reach the program, not us; a kill(1) of
      * record (SIGTERM, SIGHUP, or SIGINT sent by a process) is passed on to
@@ -735,7 +743,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         cli_output_close(&o, EXIT_IO);
         return 125;
     }
-    if (!recorder_status[0] && !(WIFEXITED(status) && code == 127)) { /* 127: CMD could not run (said) */
+    if (!recorder_status[0] && !(WIFEXITED(status) && could_not_run(code))) { /* CMD could not run (said) */
         fprintf(stderr,
                 "tracemill record: nothing was recorded: %s never loaded the recorder (a statically linked or "
                 "set-user-ID program does not take preloaded libraries); --backend perf records it without one\n",
@@ -776,12 +784,12 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     clock_gettime(CLOCK_MONOTONIC, &ended);
     double ran_s = (double)(ended.tv_sec - started.tv_sec) + (double)(ended.tv_nsec - started.tv_nsec) * 1e-9;
     int cut_short = values[OPT_DURATION] && ran_s > strtod(values[OPT_DURATION], NULL);
-    int unsampled = code != 127 && !lost && !cut_short && report_unsampled_cpu(cmd[0], &ru, samples, hz);
+    int unsampled = !could_not_run(code) && !lost && !cut_short && report_unsampled_cpu(cmd[0], &ru, samples, hz);
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */
-    if (samples == 0 && code == 127) { /* CMD could not run (said), or exited 127 itself */
+    if (samples == 0 && could_not_run(code)) { /* CMD could not run (said), or exited 126 or 127 itself */
         cli_output_close(&o, EXIT_REJECTED);
-        return 127;
+        return code;
     }
     if (samples == 0 && !heap_dumps) { /* a heap profile without CPU samples is a trace; nothing is not */
         if (unsampled || took_sigprof)

@@ -86,7 +86,8 @@
 
 enum {
     EXIT_OWN_FAILURE = 125, /* as timeout(1) and env(1): the recorder failed, not the command */
-    EXIT_CANNOT_RUN = 127,
+    EXIT_NOT_EXECUTABLE = 126, /* as a shell: the command is there but cannot be executed */
+    EXIT_NOT_FOUND = 127,      /* as a shell: no such command */
     STACK_BYTES = 32768,    /* user stack copied per sample */
     RING_BYTES_MAX = 8 << 20,   /* per CPU ring: 256 samples of a full stack copy, 128 ms at 1000 Hz x 2 */
     RING_BYTES_TOTAL = 64 << 20, /* over all CPUs (rings are locked memory); halved while the kernel refuses */
@@ -1267,7 +1268,7 @@ static pid_t fork_command(const opts *o, int go[2], int exec_err[2]) {
         int e = errno;
         ssize_t w = write(exec_err[1], &e, sizeof e);
         (void)w;
-        _exit(EXIT_CANNOT_RUN);
+        _exit(e == ENOENT ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE);
     }
     if (child > 0) {
         close(go[0]);
@@ -1276,7 +1277,7 @@ static pid_t fork_command(const opts *o, int go[2], int exec_err[2]) {
     return child;
 }
 
-/* Lets the command exec. 0, or EXIT_CANNOT_RUN / EXIT_OWN_FAILURE after
+/* Lets the command exec. 0, or EXIT_NOT_FOUND / EXIT_NOT_EXECUTABLE / EXIT_OWN_FAILURE after
  * saying why (the command is reaped). */
 static int start_command(const opts *o, pid_t child, int go, int exec_err) {
     if (write(go, "g", 1) != 1) {
@@ -1294,7 +1295,7 @@ static int start_command(const opts *o, pid_t child, int go, int exec_err) {
     if (got == (ssize_t)sizeof exec_errno) {
         fprintf(stderr, "tracemill record: cannot run %s: %s\n", o->cmd[0], strerror(exec_errno));
         waitpid(child, NULL, 0);
-        return EXIT_CANNOT_RUN;
+        return exec_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE;
     }
     return 0;
 }

@@ -473,6 +473,22 @@ Test(record, a_run_without_samples_keeps_the_old_trace) {
         cr_expect(!strstr(err, "symbolized"), "perf backend: a symbolization of nothing is reported: %s", err);
         free(err);
     }
+    /* Found but not executable: 126, as a shell says it (127 is "not found"). */
+    char *plain_file = path_in_dir("not-a-program");
+    f = fopen(plain_file, "w");
+    cr_assert_not_null(f);
+    fputs("data\n", f);
+    fclose(f);
+    err = record_cli(out, plain_file, &code);
+    cr_expect_eq(code, 126, "a file without execute permission: exit %d: %s", code, err);
+    cr_expect(strstr(err, "Permission denied") != NULL, "the reason is not said: %s", err);
+    free(err);
+    if (tu_perf_available(why, sizeof why)) {
+        err = record_cli_with(out, "--backend perf", plain_file, &code);
+        cr_expect_eq(code, 126, "perf backend, a file without execute permission: exit %d: %s", code, err);
+        free(err);
+    }
+    free(plain_file);
     char *kept = tu_read_file(out, NULL);
     cr_expect(kept && strcmp(kept, "precious\n") == 0, "OUT was replaced: %s", kept ? kept : "(gone)");
     free(kept);
