@@ -326,6 +326,39 @@ tm_status tm_srv_decoder_feed_part(tm_srv_decoder *d, const void *data, size_t l
     return st;
 }
 
+int tm_srv_decoder_is_identity(const tm_srv_decoder *d) { return d->enc == TM_SRV_ENC_IDENTITY; }
+
+tm_status tm_srv_decoder_window(tm_srv_decoder *d, tm_srv_buf *out, size_t want, uint8_t **room, size_t *room_len,
+                                tm_error *err) {
+    if (d->failed) return tm_srv_fail(err, d->failed, d->consumed, "the decoder failed earlier");
+    /* sized and charged as run() sizes an identity step of want bytes */
+    uint64_t remaining = d->max_decoded - d->decoded;
+    size_t step = remaining >= STEP ? STEP : (size_t)remaining + 1;
+    if (step > want) step = want;
+    uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
+    int over = 0;
+    if (reserve(d, out, step, allowance, &over))
+        return fail(d, err, TM_ERR_NOMEM,
+                    over ? "the decoded bodies of all requests in flight reach the server's budget"
+                         : "out of memory for the decoded body");
+    *room = out->data + out->len;
+    *room_len = step;
+    return TM_OK;
+}
+
+tm_status tm_srv_decoder_commit(tm_srv_decoder *d, tm_srv_buf *out, size_t n, tm_error *err) {
+    d->consumed += n;
+    d->decoded += n;
+    out->len += n;
+    if (d->decoded > d->max_decoded) {
+        out->len -= (size_t)(d->decoded - d->max_decoded);
+        d->failed = TM_ERR_LIMIT;
+        return tm_srv_fail(err, TM_ERR_LIMIT, d->consumed, "decoded body exceeds %llu bytes",
+                           (unsigned long long)d->max_decoded);
+    }
+    return TM_OK;
+}
+
 void tm_srv_decoder_expect(tm_srv_decoder *d, uint64_t length) {
     if (d->enc != TM_SRV_ENC_IDENTITY) return;
     /* one byte more: a body that ends where it said ends with room to spare, and the end is checked */

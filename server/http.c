@@ -461,27 +461,61 @@ static void start_envelope(tm_srv_server *s, request *r, const tm_srv_http_head 
 /* Decoded bytes looked at between two checks of the envelope's framing. */
 #define SCAN_QUOTA (64u * 1024u)
 
+static void refuse_decoding(request *r, const tm_error *err) {
+    refuse(r, err->code == TM_ERR_LIMIT ? 413 : err->code == TM_ERR_NOMEM ? 503 : 400,
+           "request body: %s (at encoded byte %llu)", err->message, (unsigned long long)err->offset);
+}
+
+/* Checks the envelope's framing in what has been decoded so far. */
+static void scan_body(tm_srv_server *s, request *r) {
+    tm_error err;
+    if (r->legacy_store) {
+        /* one JSON event: read whole once it is in */
+    } else if (tm_srv_envelope_scan_feed(&r->scan, r->body.data, r->body.len, s->cfg->limits.max_envelope_size,
+                                         &err) != TM_OK) {
+        refuse(r, err.code == TM_ERR_LIMIT ? 413 : 400, "invalid envelope at byte %llu: %s",
+               (unsigned long long)err.offset, err.message);
+    } else if (r->scan.header_done && !r->dsn_checked) {
+        authenticate_dsn(s, r);
+    }
+}
+
 static void feed_body(tm_srv_server *s, request *r, const char *data, size_t len) {
     r->bytes_in += len;
     while (len && !r->error_status) {
         tm_error err;
         size_t used;
-        if (tm_srv_decoder_feed_part(r->decoder, data, len, SCAN_QUOTA, &used, &r->body, &err) != TM_OK) {
-            refuse(r, err.code == TM_ERR_LIMIT ? 413 : err.code == TM_ERR_NOMEM ? 503 : 400,
-                   "request body: %s (at encoded byte %llu)", err.message, (unsigned long long)err.offset);
-        } else if (r->legacy_store) {
-            /* one JSON event: read whole once it is in */
-        } else if (tm_srv_envelope_scan_feed(&r->scan, r->body.data, r->body.len,
-                                             s->cfg->limits.max_envelope_size, &err) != TM_OK) {
-            refuse(r, err.code == TM_ERR_LIMIT ? 413 : 400, "invalid envelope at byte %llu: %s",
-                   (unsigned long long)err.offset, err.message);
-        } else if (r->scan.header_done && !r->dsn_checked) {
-            authenticate_dsn(s, r);
-        }
+        if (tm_srv_decoder_feed_part(r->decoder, data, len, SCAN_QUOTA, &used, &r->body, &err) != TM_OK)
+            refuse_decoding(r, &err);
+        else
+            scan_body(s, r);
         data += used;
         len -= used;
     }
     if (r->error_status) tm_srv_buf_release(&r->body);
+}
+
+/* The body's next bytes received straight into the decoded body (an
+ * identity Content-Length body: feed_body's copy saved), at most
+ * SCAN_QUOTA at a time as feed_body decodes them: as tm_srv_http_read_body's
+ * answers, and the bytes' count in *n. */
+static int receive_body(tm_srv_server *s, request *r, uint64_t left, size_t *n) {
+    tm_error err;
+    uint8_t *room;
+    size_t room_len;
+    *n = 0;
+    if (tm_srv_decoder_window(r->decoder, &r->body, left < SCAN_QUOTA ? (size_t)left : SCAN_QUOTA, &room,
+                              &room_len, &err) != TM_OK) {
+        refuse_decoding(r, &err);
+    } else {
+        int got = tm_srv_http_recv_body(&r->conn->http, room, room_len, n);
+        if (got < 0) return got;
+        r->bytes_in += *n;
+        if (tm_srv_decoder_commit(r->decoder, &r->body, *n, &err) != TM_OK) refuse_decoding(r, &err);
+        else scan_body(s, r);
+    }
+    if (r->error_status) tm_srv_buf_release(&r->body);
+    return 1;
 }
 
 /* ---- upstream ---- */
@@ -703,10 +737,13 @@ static int cut_by_drain(tm_srv_server *s, const conn *c) {
 static int read_body(tm_srv_server *s, request *r) {
     tm_srv_http_conn *hc = &r->conn->http;
     for (;;) {
-        const char *data;
+        const char *data = NULL;
         size_t n;
         tm_srv_http_error e;
-        int got = tm_srv_http_read_body(hc, &data, &n, &e);
+        uint64_t direct = r->route == ROUTE_ENVELOPE && r->decoder && tm_srv_decoder_is_identity(r->decoder)
+                              ? tm_srv_http_body_direct(hc)
+                              : 0;
+        int got = direct ? receive_body(s, r, direct, &n) : tm_srv_http_read_body(hc, &data, &n, &e);
         if (got == 0) return 0;
         if (got == -2) {
             r->closing = 1;
@@ -727,7 +764,7 @@ static int read_body(tm_srv_server *s, request *r) {
             r->bytes_in += n;
             continue;
         }
-        feed_body(s, r, data, n);
+        if (!direct) feed_body(s, r, data, n);
         if (r->error_status) {
             answer_error(s, r, r->error_status, r->error);
             r->conn->linger = 1;

@@ -424,6 +424,23 @@ void tm_srv_http_conn_release(tm_srv_http_conn *c) {
     c->buf = NULL;
 }
 
+/* Receives at most cap bytes into dst: how many, or 0 when the peer
+ * closed, the connection broke or stayed silent for idle_ms. */
+static size_t receive(tm_srv_http_conn *c, char *dst, size_t cap) {
+    for (;;) {
+        /* what has arrived is taken at once; poll only when nothing has */
+        ssize_t n = recv(c->fd, dst, cap, MSG_DONTWAIT);
+        if (n > 0) return (size_t)n;
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            c->input_closed = 1;
+            return 0;
+        }
+        struct pollfd p = {c->fd, POLLIN, 0};
+        int r = poll(&p, 1, c->idle_ms);
+        if (r == 0 || (r < 0 && errno != EINTR)) return 0;
+    }
+}
+
 /* Reads more into the buffer (the unconsumed bytes first moved to its
  * front): 1, or 0 when the peer closed, the connection broke or stayed
  * silent for idle_ms. */
@@ -434,21 +451,9 @@ static int fill(tm_srv_http_conn *c) {
         c->start = 0;
     }
     if (c->len == c->cap) return 0;
-    for (;;) {
-        /* what has arrived is taken at once; poll only when nothing has */
-        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
-        if (n > 0) {
-            c->len += (size_t)n;
-            return 1;
-        }
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-            c->input_closed = 1;
-            return 0;
-        }
-        struct pollfd p = {c->fd, POLLIN, 0};
-        int r = poll(&p, 1, c->idle_ms);
-        if (r == 0 || (r < 0 && errno != EINTR)) return 0;
-    }
+    size_t n = receive(c, c->buf + c->len, c->cap - c->len);
+    c->len += n;
+    return n > 0;
 }
 
 int tm_srv_http_read_head(tm_srv_http_conn *c, tm_srv_http_head *h, tm_srv_http_error *e) {
@@ -483,6 +488,25 @@ int tm_srv_http_read_body(tm_srv_http_conn *c, const char **data, size_t *len, t
         if (c->start == c->len) c->start = c->len = 0;
         if (!fill(c)) return -2;
     }
+}
+
+uint64_t tm_srv_http_body_direct(const tm_srv_http_conn *c) {
+    if (c->body_done || c->body.chunked || c->body.state != BODY_DATA || c->start != c->len) return 0;
+    return c->body.left;
+}
+
+int tm_srv_http_recv_body(tm_srv_http_conn *c, void *dst, size_t cap, size_t *n) {
+    if (cap > c->body.left) cap = (size_t)c->body.left; /* the next request's bytes stay for the buffer */
+    c->start = c->len = 0;
+    *n = receive(c, dst, cap);
+    if (!*n) return -2;
+    c->body.left -= *n;
+    c->body.offset += *n;
+    if (!c->body.left) {
+        c->body.state = BODY_DONE;
+        c->body_done = 1;
+    }
+    return 1;
 }
 
 /* Writes every byte of iov (sendmsg moves through it), waiting at most

@@ -182,6 +182,15 @@ void tm_srv_decoder_share(tm_srv_decoder *d, tm_srv_budget *shared);
  * the output is sized for it at its first growth (up to 1 MiB; more
  * arrives in steps as before), so that a body is copied once. */
 void tm_srv_decoder_expect(tm_srv_decoder *d, uint64_t length);
+/* For a reader that receives an identity body straight into the output
+ * (no copy out of its own buffer): the room for the next at most want bytes
+ * at out's end, grown and charged as a feed of want bytes would grow it;
+ * tm_srv_decoder_commit then counts the n bytes put there, failing with
+ * TM_ERR_LIMIT past max_decoded as a feed does. */
+int tm_srv_decoder_is_identity(const tm_srv_decoder *d);
+tm_status tm_srv_decoder_window(tm_srv_decoder *d, tm_srv_buf *out, size_t want, uint8_t **room, size_t *room_len,
+                                tm_error *err);
+tm_status tm_srv_decoder_commit(tm_srv_decoder *d, tm_srv_buf *out, size_t n, tm_error *err);
 /* Ends the stream: TM_ERR_TRUNCATED when the encoded stream is incomplete. */
 tm_status tm_srv_decoder_finish(tm_srv_decoder *d, tm_srv_buf *out, tm_error *err);
 void tm_srv_decoder_free(tm_srv_decoder *d);
@@ -609,6 +618,15 @@ int tm_srv_http_read_head(tm_srv_http_conn *c, tm_srv_http_head *h, tm_srv_http_
 /* The body's next bytes (valid until the next call): 1, 0 at its end,
  * -1 for broken framing (*e), -2 when the connection ended first. */
 int tm_srv_http_read_body(tm_srv_http_conn *c, const char **data, size_t *len, tm_srv_http_error *e);
+/* How much of a Content-Length body can be received straight into the
+ * caller's memory with tm_srv_http_recv_body: what is left of it when none
+ * of it waits in the connection's buffer, else 0 (chunked, complete, or
+ * buffered bytes first: tm_srv_http_read_body). */
+uint64_t tm_srv_http_body_direct(const tm_srv_http_conn *c);
+/* After tm_srv_http_body_direct: receives the body's next bytes into
+ * dst[0..cap), never past its end: 1 with *n, or -2 when the connection
+ * ended first. Saves copying a large body out of the connection's buffer. */
+int tm_srv_http_recv_body(tm_srv_http_conn *c, void *dst, size_t cap, size_t *n);
 int tm_srv_http_continue(tm_srv_http_conn *c); /* "100 Continue": 0, or -1 */
 
 typedef enum tm_srv_http_connection {
