@@ -7,7 +7,9 @@
  * data after the end of a stream, corrupt and truncated streams with their
  * offsets, the decoded-size cap at its exact boundary, and decompression
  * bombs (1 GiB of zeros for zstd and br, 64 MiB for gzip and deflate,
- * compressed by streaming) whose output buffer must never grow past the cap.
+ * compressed by streaming) whose output buffer must never grow past the cap;
+ * and the window a body is received into, which must grow, charge and cap
+ * the output as a feed does.
  */
 #include <brotli/encode.h>
 #include <criterion/criterion.h>
@@ -500,6 +502,54 @@ Test(encoding, identity_body_sized_from_its_declared_length) {
     cr_assert(out.len == data.len && memcmp(out.data, data.data, data.len) == 0, "longer than declared");
     tm_srv_decoder_free(d);
     tm_srv_buf_release(&out);
+    tm_srv_buf_release(&data);
+}
+
+/* Bytes put into a window (as the server receives a body) grow, charge and
+ * cap the output exactly as feeding them does. */
+Test(encoding, window_and_commit_are_a_feed) {
+    tm_srv_buf data = sample_data();
+    for (int limited = 0; limited < 2; limited++) {
+        uint64_t max = limited ? data.len - 1 : UINT64_MAX;
+        tm_srv_budget fed_budget = {.limit = UINT64_MAX}, put_budget = {.limit = UINT64_MAX};
+        tm_srv_decoder *fed, *put_in;
+        tm_error fed_err, put_err;
+        cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, max, &fed, &fed_err), TM_OK);
+        cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, max, &put_in, &put_err), TM_OK);
+        cr_assert(tm_srv_decoder_is_identity(put_in));
+        tm_srv_decoder_share(fed, &fed_budget);
+        tm_srv_decoder_share(put_in, &put_budget);
+        tm_srv_decoder_expect(fed, 3000);
+        tm_srv_decoder_expect(put_in, 3000);
+        tm_srv_buf fed_out = {0}, put_out = {0};
+        tm_status fed_st = TM_OK, put_st = TM_OK;
+        for (size_t at = 0, n; at < data.len && put_st == TM_OK; at += n) {
+            n = data.len - at < 5000 ? data.len - at : 5000;
+            fed_st = tm_srv_decoder_feed(fed, data.data + at, n, &fed_out, &fed_err);
+            uint8_t *room;
+            size_t room_len;
+            put_st = tm_srv_decoder_window(put_in, &put_out, n, &room, &room_len, &put_err);
+            cr_assert_eq(put_st, TM_OK);
+            cr_assert_eq(room_len, n);
+            memcpy(room, data.data + at, n);
+            put_st = tm_srv_decoder_commit(put_in, &put_out, n, &put_err);
+            cr_assert_eq(put_st, fed_st, "at %zu", at);
+            cr_assert_eq(put_out.len, fed_out.len);
+            cr_assert_eq(put_out.cap, fed_out.cap);
+            cr_assert_eq(put_budget.used, fed_budget.used);
+        }
+        cr_assert_eq(put_st, limited ? TM_ERR_LIMIT : TM_OK);
+        if (limited) {
+            cr_assert_str_eq(put_err.message, fed_err.message);
+            cr_assert_eq(put_err.offset, fed_err.offset);
+        }
+        cr_assert(memcmp(put_out.data, data.data, put_out.len) == 0);
+        tm_srv_decoder_free(fed);
+        tm_srv_decoder_free(put_in);
+        cr_assert_eq(put_budget.used, 0, "the budget is given back");
+        tm_srv_buf_release(&fed_out);
+        tm_srv_buf_release(&put_out);
+    }
     tm_srv_buf_release(&data);
 }
 
