@@ -30,6 +30,10 @@
 #define MAX_REQUEST_LINE (MAX_METHOD_BYTES + TM_SRV_HTTP_MAX_TARGET + 16u)
 #define MAX_CHUNK_LINE 4096u     /* a chunk-size line with its extensions */
 #define MAX_TRAILER_BYTES (64u * 1024u)
+/* Bytes of a head's first read: a head is mostly far smaller, and what
+ * arrives after it of a Content-Length body is better received straight
+ * into the body (tm_srv_http_recv_body) than copied out of the buffer. */
+#define HEAD_READ 4096u
 
 static int fail(tm_srv_http_error *e, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(tm_srv_http_error *e, unsigned status, const char *fmt, ...) {
@@ -441,23 +445,24 @@ static size_t receive(tm_srv_http_conn *c, char *dst, size_t cap) {
     }
 }
 
-/* Reads more into the buffer (the unconsumed bytes first moved to its
- * front): 1, or 0 when the peer closed, the connection broke or stayed
- * silent for idle_ms. */
-static int fill(tm_srv_http_conn *c) {
+/* Reads at most `most` more bytes into the buffer (the unconsumed bytes
+ * first moved to its front): 1, or 0 when the peer closed, the connection
+ * broke or stayed silent for idle_ms. */
+static int fill(tm_srv_http_conn *c, size_t most) {
     if (c->start) {
         memmove(c->buf, c->buf + c->start, c->len - c->start);
         c->len -= c->start;
         c->start = 0;
     }
     if (c->len == c->cap) return 0;
-    size_t n = receive(c, c->buf + c->len, c->cap - c->len);
+    size_t n = receive(c, c->buf + c->len, c->cap - c->len < most ? c->cap - c->len : most);
     c->len += n;
     return n > 0;
 }
 
 int tm_srv_http_read_head(tm_srv_http_conn *c, tm_srv_http_head *h, tm_srv_http_error *e) {
     c->scanned = 0;
+    size_t most = HEAD_READ; /* then what fits, so that a long head is judged as whole as before */
     for (;;) {
         /* dropped here, so that a stream of them is not looked at again with every read */
         size_t empty = tm_srv_http_empty_lines(c->buf + c->start, c->len - c->start);
@@ -471,7 +476,8 @@ int tm_srv_http_read_head(tm_srv_http_conn *c, tm_srv_http_head *h, tm_srv_http_
             return 1;
         }
         if (r < 0) return -1;
-        if (!fill(c)) return 0;
+        if (!fill(c, most)) return 0;
+        most = SIZE_MAX;
     }
 }
 
@@ -486,7 +492,7 @@ int tm_srv_http_read_body(tm_srv_http_conn *c, const char **data, size_t *len, t
         if (*len) return 1;
         if (r > 0) return 0;
         if (c->start == c->len) c->start = c->len = 0;
-        if (!fill(c)) return -2;
+        if (!fill(c, SIZE_MAX)) return -2;
     }
 }
 
