@@ -164,17 +164,23 @@ static void log_line(tm_srv_server *s, const char *client, const char *method, c
     if (s->log_fd < 0) return;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    struct tm tm;
-    gmtime_r(&now.tv_sec, &tm);
-    char when[40], head[256];
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    size_t n = strlen(when);
-    snprintf(when + n, sizeof when - n, ".%03ldZ", now.tv_nsec / 1000000);
+    /* the second formatted once per thread: gmtime_r takes glibc's time zone lock */
+    static _Thread_local time_t when_second = -1;
+    static _Thread_local char when[40];
+    static _Thread_local size_t when_len;
+    if (now.tv_sec != when_second) {
+        struct tm tm;
+        gmtime_r(&now.tv_sec, &tm);
+        when_len = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+        when_second = now.tv_sec;
+    }
+    char head[256];
+    snprintf(when + when_len, sizeof when - when_len, ".%03ldZ", now.tv_nsec / 1000000);
     char project[24] = "-";
     if (project_id) snprintf(project, sizeof project, "%llu", (unsigned long long)project_id);
     int json = s->cfg->access_log == TM_SRV_ACCESS_LOG_JSON;
     tm_srv_buf line = {0};
-    int bad = 0;
+    int bad = tm_srv_buf_reserve(&line, 512); /* one allocation for a usual line */
     /* the path and the outcome come from the client or hold its text: escaped in both formats */
     if (json) {
         snprintf(head, sizeof head, "{\"time\":\"%s\",\"client\":\"%s\",\"method\":\"%s\",\"path\":", when, client,

@@ -573,11 +573,17 @@ const char *tm_srv_http_reason(unsigned status) {
 
 int tm_srv_http_respond(tm_srv_http_conn *c, unsigned status, const char *headers, const void *body, size_t len,
                         int head_only, tm_srv_http_connection connection) {
-    char head[512], date[64];
+    char head[512];
+    /* formatted once a second per thread: gmtime_r takes glibc's time zone lock */
+    static _Thread_local time_t date_second = -1;
+    static _Thread_local char date[64];
     time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (now != date_second) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        date_second = now;
+    }
     static const char *const lines[] = {"", "Connection: close\r\n", "Connection: keep-alive\r\n"};
     int n = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nDate: %s\r\n%sContent-Length: %zu\r\n", status,
                      tm_srv_http_reason(status), date, lines[connection], len);
