@@ -341,8 +341,13 @@ tm_status tm_srv_decoder_window(tm_srv_decoder *d, tm_srv_buf *out, size_t want,
         return fail(d, err, TM_ERR_NOMEM,
                     over ? "the decoded bodies of all requests in flight reach the server's budget"
                          : "out of memory for the decoded body");
+    /* and the room the output has anyway (the declared length's, mostly):
+     * one receive for the whole body; never past the cap's extra byte */
+    size_t room_left = out->cap - out->len;
+    if (room_left > want) room_left = want;
+    if (room_left > allowance) room_left = (size_t)allowance;
     *room = out->data + out->len;
-    *room_len = step;
+    *room_len = room_left;
     return TM_OK;
 }
 

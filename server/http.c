@@ -502,16 +502,17 @@ static void feed_body(tm_srv_server *s, request *r, const char *data, size_t len
 }
 
 /* The body's next bytes received straight into the decoded body (an
- * identity Content-Length body: feed_body's copy saved), at most
- * SCAN_QUOTA at a time as feed_body decodes them: as tm_srv_http_read_body's
- * answers, and the bytes' count in *n. */
+ * identity Content-Length body: feed_body's copy saved), as many as have
+ * arrived and fit the room the decoder has (its declared length's, mostly),
+ * and the framing checked after them: as tm_srv_http_read_body's answers,
+ * and the bytes' count in *n. */
 static int receive_body(tm_srv_server *s, request *r, uint64_t left, size_t *n) {
     tm_error err;
     uint8_t *room;
     size_t room_len;
     *n = 0;
-    if (tm_srv_decoder_window(r->decoder, &r->body, left < SCAN_QUOTA ? (size_t)left : SCAN_QUOTA, &room,
-                              &room_len, &err) != TM_OK) {
+    if (tm_srv_decoder_window(r->decoder, &r->body, left < SIZE_MAX ? (size_t)left : SIZE_MAX, &room, &room_len,
+                              &err) != TM_OK) {
         refuse_decoding(r, &err);
     } else {
         int got = tm_srv_http_recv_body(&r->conn->http, room, room_len, n);

@@ -184,7 +184,8 @@ void tm_srv_decoder_share(tm_srv_decoder *d, tm_srv_budget *shared);
 void tm_srv_decoder_expect(tm_srv_decoder *d, uint64_t length);
 /* For a reader that receives an identity body straight into the output
  * (no copy out of its own buffer): the room for the next at most want bytes
- * at out's end, grown and charged as a feed of want bytes would grow it;
+ * at out's end, grown and charged as a feed of want bytes would grow it
+ * (a window may take in more than one feed step when out has the room);
  * tm_srv_decoder_commit then counts the n bytes put there, failing with
  * TM_ERR_LIMIT past max_decoded as a feed does. */
 int tm_srv_decoder_is_identity(const tm_srv_decoder *d);
