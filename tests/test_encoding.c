@@ -553,6 +553,35 @@ Test(encoding, window_and_commit_are_a_feed) {
     tm_srv_buf_release(&data);
 }
 
+/* A window takes a declared length's room in one piece (one receive for a
+ * whole body), but never more than the cap's extra byte. */
+Test(encoding, window_spans_the_declared_room_up_to_the_cap) {
+    tm_srv_decoder *d;
+    tm_error err;
+    tm_srv_buf out = {0};
+    uint8_t *room;
+    size_t room_len;
+    cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, UINT64_MAX, &d, &err), TM_OK);
+    tm_srv_decoder_expect(d, 200000);
+    cr_assert_eq(tm_srv_decoder_window(d, &out, 150000, &room, &room_len, &err), TM_OK);
+    cr_assert_eq(room_len, 150000);
+    cr_assert_eq(out.cap, 200001, "sized once for the declared length");
+    tm_srv_decoder_free(d);
+    tm_srv_buf_release(&out);
+
+    cr_assert_eq(tm_srv_decoder_new(TM_SRV_ENC_IDENTITY, 100, &d, &err), TM_OK);
+    tm_srv_decoder_expect(d, 1000);
+    cr_assert_eq(tm_srv_decoder_window(d, &out, 500, &room, &room_len, &err), TM_OK);
+    cr_assert_eq(room_len, 101, "one byte past the cap, to see it passed");
+    memset(room, 'x', room_len);
+    cr_assert_eq(tm_srv_decoder_commit(d, &out, room_len, &err), TM_ERR_LIMIT);
+    cr_assert_eq(out.len, 100);
+    cr_assert(strstr(err.message, "exceeds"), "%s", err.message);
+    cr_assert_eq(tm_srv_decoder_window(d, &out, 1, &room, &room_len, &err), TM_ERR_LIMIT, "the failure sticks");
+    tm_srv_decoder_free(d);
+    tm_srv_buf_release(&out);
+}
+
 Test(encoding, decompression_bombs) {
     uint8_t *zeros = calloc(1, MIB);
     cr_assert_not_null(zeros);
