@@ -1668,6 +1668,11 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
         }
         if (k->cleared) st->incremental_resets++;
         if (k->interned_skipped) st->interned_data_skipped++;
+        /* Samples first: nearly every packet is one. */
+        if (TM_LIKELY(!k->stale)) {
+            if (k->data_field == TM_PF_PACKET_PERF_SAMPLE) return on_perf_sample(d, s, k);
+            if (k->data_field == TM_PF_PACKET_STREAMING_PROFILE_PACKET) return on_streaming(d, s, k);
+        }
     }
     /* 2. clock snapshots and trace stats are consumed here */
     switch (k->data_field) {
@@ -1703,8 +1708,6 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     case TM_PF_PACKET_TRACK_DESCRIPTOR: return on_track_desc(d, s, k->data);
     case TM_PF_PACKET_PROCESS_DESCRIPTOR: return on_process_desc(d, k->data);
     case TM_PF_PACKET_PROCESS_TREE: return on_process_tree(d, k->data);
-    case TM_PF_PACKET_PERF_SAMPLE: return on_perf_sample(d, s, k);
-    case TM_PF_PACKET_STREAMING_PROFILE_PACKET: return on_streaming(d, s, k);
     case TM_PF_PACKET_STACK_SAMPLE: return on_stack_sample(d, s, k);
     case TM_PF_PACKET_PROFILE_PACKET: return s ? on_profile_packet(d, k) : TM_OK;
     case TM_PF_PACKET_PROCESS_STATS: return on_process_stats(d, k);
