@@ -1086,19 +1086,24 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
     *done = false;
     if (!msg.len) return TM_OK;
     const uint8_t *p = msg.data, *end = p + msg.len;
+    /* Counts in locals: a store through the lists could alias them. */
+    size_t cs = 0, dt = 0;
     while (p < end) {
         uint64_t v;
-        if (end - p < 2 || p[0] < 8 || p[0] >= 0x80 || (p[0] & 7) != TM_PB_VARINT) return TM_OK;
-        uint32_t num = (uint32_t)p[0] >> 3;
+        unsigned tag = p[0];
+        if (end - p < 2 || tag < 8 || (tag & 0x87) != TM_PB_VARINT) return TM_OK; /* a one-byte varint tag */
         if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
-        if (num == TM_PF_STREAMING_CALLSTACK_IID) {
-            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, *n_cs + 1));
-            d->cs_scratch[(*n_cs)++] = v;
-        } else if (num == TM_PF_STREAMING_TIMESTAMP_DELTA_US) {
-            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, *n_dt + 1));
-            d->delta_scratch[(*n_dt)++] = (int64_t)v;
+        if (tag == TM_PF_STREAMING_CALLSTACK_IID << 3) {
+            if (TM_UNLIKELY(cs == d->cap_cs)) DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, cs + 1));
+            d->cs_scratch[cs++] = v;
+        } else if (tag == TM_PF_STREAMING_TIMESTAMP_DELTA_US << 3) {
+            if (TM_UNLIKELY(dt == d->cap_delta))
+                DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, dt + 1));
+            d->delta_scratch[dt++] = (int64_t)v;
         }
     }
+    *n_cs = cs;
+    *n_dt = dt;
     *done = true;
     return TM_OK;
 }
@@ -1139,22 +1144,24 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
         p->stats.streaming_without_reference_time += n_cs;
         if (!packet_time(d, k, n_cs, &base)) return TM_OK;
     }
-    int64_t acc = 0;
+    /* In locals: the samples' stores could alias them. */
+    int64_t acc = 0, time_ns = s->time_ns;
+    const int64_t *deltas = d->delta_scratch;
+    const uint64_t *iids = d->cs_scratch;
     for (size_t i = 0; i < n_dt; i++) {
-        uint64_t delta_ns = (uint64_t)d->delta_scratch[i] * 1000u;
-        if ((uint64_t)d->delta_scratch[i] > UINT64_MAX / 1000u || delta_ns > INT64_MAX ||
-            __builtin_add_overflow(acc, (int64_t)delta_ns, &acc))
-            exact = false;
-        if (s->has_ref_time) s->time_ns = (int64_t)((uint64_t)s->time_ns + delta_ns);
+        uint64_t delta_us = (uint64_t)deltas[i], delta_ns = delta_us * 1000u; /* in int64 up to INT64_MAX / 1000 us */
+        if (delta_us > INT64_MAX / 1000 || __builtin_add_overflow(acc, (int64_t)delta_ns, &acc)) exact = false;
+        time_ns = (int64_t)((uint64_t)time_ns + delta_ns);
         if (i >= n_cs) continue; /* trailing deltas still advance the time */
         uint32_t stack;
         int ok;
         int64_t t;
-        TM_TRY(resolve_callstack(d, s, d->cs_scratch[i], k->data.data, &stack, &ok));
+        TM_TRY(resolve_callstack(d, s, iids[i], k->data.data, &stack, &ok));
         if (!ok) p->stats.dropped_unresolved++;
         else if (!exact || __builtin_add_overflow(base, acc, &t) || t < 0) p->stats.dropped_bad_timestamp++;
         else DTRY_MEM(d, tm_profile_add_sample(p, t, stack, thread));
     }
+    if (s->has_ref_time) s->time_ns = time_ns;
     if (n_cs > n_dt) p->stats.dropped_malformed_streaming += n_cs - n_dt;
     return TM_OK;
 }
