@@ -316,29 +316,42 @@ uint32_t tm_idxset_find(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, cons
     }
 }
 
+/* Moves the slots into a table of ncap (a power of two, > s->len). */
+static tm_status idxset_rehash(tm_mem *mem, tm_idxset *s, size_t ncap) {
+    uint64_t *ns = tm_mem_alloc(mem, ncap * sizeof *ns);
+    if (!ns) return TM_ERR_NOMEM;
+    memset(ns, 0, ncap * sizeof *ns);
+    for (size_t i = 0; i < s->cap; i++) {
+        uint64_t v = s->slots[i];
+        if (!v) continue;
+        size_t j = idxset_slot(s, (uint32_t)(v >> 32)) & (ncap - 1);
+        while (ns[j]) j = (j + 1) & (ncap - 1);
+        ns[j] = v;
+    }
+    tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
+    s->slots = ns;
+    s->cap = ncap;
+    return TM_OK;
+}
+
 tm_status tm_idxset_add(tm_mem *mem, tm_idxset *s, uint32_t hash, uint32_t idx) {
     if (!s->cap) s->seed = mem->seed;
-    if ((s->len + 1) * 4 > s->cap * 3) {
-        size_t ncap = s->cap ? s->cap * 2 : 64;
-        uint64_t *ns = tm_mem_alloc(mem, ncap * sizeof *ns);
-        if (!ns) return TM_ERR_NOMEM;
-        memset(ns, 0, ncap * sizeof *ns);
-        for (size_t i = 0; i < s->cap; i++) {
-            uint64_t v = s->slots[i];
-            if (!v) continue;
-            size_t j = idxset_slot(s, (uint32_t)(v >> 32)) & (ncap - 1);
-            while (ns[j]) j = (j + 1) & (ncap - 1);
-            ns[j] = v;
-        }
-        tm_mem_free(mem, s->slots, s->cap * sizeof *s->slots);
-        s->slots = ns;
-        s->cap = ncap;
-    }
+    if ((s->len + 1) * 4 > s->cap * 3) TM_TRY(idxset_rehash(mem, s, s->cap ? s->cap * 2 : 64));
     size_t mask = s->cap - 1, i = idxset_slot(s, hash) & mask;
     while (s->slots[i]) i = (i + 1) & mask;
     s->slots[i] = ((uint64_t)hash << 32) | ((uint64_t)idx + 1);
     s->len++;
     return TM_OK;
+}
+
+tm_status tm_idxset_reserve(tm_mem *mem, tm_idxset *s, size_t n) {
+    if (!s->cap) s->seed = mem->seed;
+    size_t ncap = s->cap ? s->cap : 64;
+    while (n * 4 > ncap * 3) {
+        if (ncap > SIZE_MAX / 16) return TM_ERR_NOMEM;
+        ncap *= 2;
+    }
+    return ncap == s->cap ? TM_OK : idxset_rehash(mem, s, ncap);
 }
 
 void tm_idxset_free(tm_mem *mem, tm_idxset *s) {

@@ -104,8 +104,9 @@ static uint32_t frame_hash(const tm_profile *p, const tm_prof_frame *f) {
                            ? m->path_hash
                            : tm_hash_bytes(0, f->package);
     uint64_t h = tm_hash_bytes(f->addr ^ ((uint64_t)f->flags << 56), f->function);
-    h = tm_hash_bytes(h, f->module);
-    h = tm_hash_bytes(h ^ package ^ f->line, f->file);
+    if (f->module.len) h = tm_hash_bytes(h, f->module); /* most frames have none */
+    h ^= package ^ f->line;
+    if (f->file.len) h = tm_hash_bytes(h, f->file);
     return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -135,7 +136,15 @@ tm_status tm_profile_compact_frames(tm_profile *p, const uint8_t *keep) {
     return TM_OK;
 }
 
+/* The frame index's first size: the frames reserved (a decoder sizes them
+ * to its input), up to this many, are added without regrowing it. */
+#define FRAME_SET_RESERVE 1024u
+
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out) {
+    if (TM_UNLIKELY(!p->frame_set.cap)) {
+        size_t n = p->cap_frames < FRAME_SET_RESERVE ? p->cap_frames : FRAME_SET_RESERVE;
+        TM_TRY(tm_idxset_reserve(p->mem, &p->frame_set, n));
+    }
     uint32_t h = frame_hash(p, f);
     uint32_t idx = tm_idxset_find(&p->frame_set, h, frame_eq, p, f);
     if (idx == TM_ABSENT) {
