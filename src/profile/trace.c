@@ -967,64 +967,80 @@ static uint64_t counted_cpu_ns(dec *d, seq_state *s, const tm_pf_packet *k, uint
     return s->tb_task_clock ? growth : 0;
 }
 
-static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
+/* What on_perf_sample reads of a PerfSample. */
+typedef struct perf_fields {
+    uint64_t pid, tid, cs, lost, count;
+    bool has_pid, has_cs, skipped, truncated;
+} perf_fields;
+
+/* Reads a PerfSample the reader's check did not read (k->perf_read unset:
+ * one with fields 16-18). */
+static tm_status read_perf_sample(dec *d, const tm_pf_packet *k, perf_fields *pf) {
     tm_pb_reader r = tm_pb_reader_of(k->data);
     tm_pb_field f;
-    uint64_t pid = 0, tid = 0, cs = 0, lost = 0, count = 0;
-    bool has_pid = false, has_cs = false, skipped = false, truncated = false;
-    int rc = TM_PB_DONE;
-    if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
-        pid = k->perf_pid, tid = k->perf_tid, cs = k->perf_cs, count = k->perf_count;
-        has_pid = k->perf_has_pid, has_cs = k->perf_has_cs;
-    } else {
-        while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
-            switch (f.num) {
-            case TM_PF_PERF_SAMPLE_PID: pid = (uint32_t)f.val; has_pid = true; break;
-            case TM_PF_PERF_SAMPLE_TID: tid = (uint32_t)f.val; break;
-            case TM_PF_PERF_SAMPLE_CALLSTACK_IID: cs = f.val; has_cs = true; break;
-            case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: count = f.val; break;
-            case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) lost = f.val; break;
-            case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) skipped = true; break;
-            case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
-                truncated = f.wire == TM_PB_VARINT && f.val == TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED;
-                break;
-            default: break;
-            }
+    int rc;
+    while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
+        switch (f.num) {
+        case TM_PF_PERF_SAMPLE_PID: pf->pid = (uint32_t)f.val; pf->has_pid = true; break;
+        case TM_PF_PERF_SAMPLE_TID: pf->tid = (uint32_t)f.val; break;
+        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: pf->cs = f.val; pf->has_cs = true; break;
+        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: pf->count = f.val; break;
+        case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) pf->lost = f.val; break;
+        case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) pf->skipped = true; break;
+        case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
+            pf->truncated = f.wire == TM_PB_VARINT && f.val == TM_PF_UNWIND_ERROR_MAX_FRAMES_EXCEEDED;
+            break;
+        default: break;
         }
     }
-    if (rc == TM_PB_ERROR) return pb_error(d, &r, "PerfSample");
+    return rc == TM_PB_ERROR ? pb_error(d, &r, "PerfSample") : TM_OK;
+}
+
+/* A PerfSample in Relay mode: every one with a callstack counts. */
+static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *k, const perf_fields *pf) {
     tm_profile *p = d->p;
-    if (d->relay) {
-        if (!has_cs) return TM_OK;
-        d->relay_samples++;
-        p->stats.perf_samples++;
-        if (has_pid && !p->has_relay_pid) {
-            p->has_relay_pid = 1;
-            p->relay_observed_pid = (int64_t)pid;
-        }
-        uint32_t stack, thread;
-        int ok;
-        TM_TRY(resolve_callstack(d, s, cs, k->data.data, &stack, &ok));
-        if (ok) {
-            TM_TRY(thread_of(d, (int64_t)tid, 0, &thread));
-            DTRY_MEM(d, tm_profile_add_sample(p, (int64_t)(k->has_timestamp ? k->timestamp : 0), stack, thread));
-        } else {
-            p->stats.dropped_unresolved++;
-        }
-        return check_sample_limit(d, k->start);
+    if (!pf->has_cs) return TM_OK;
+    d->relay_samples++;
+    p->stats.perf_samples++;
+    if (pf->has_pid && !p->has_relay_pid) {
+        p->has_relay_pid = 1;
+        p->relay_observed_pid = (int64_t)pf->pid;
     }
+    uint32_t stack, thread;
+    int ok;
+    TM_TRY(resolve_callstack(d, s, pf->cs, k->data.data, &stack, &ok));
+    if (ok) {
+        TM_TRY(thread_of(d, (int64_t)pf->tid, 0, &thread));
+        DTRY_MEM(d, tm_profile_add_sample(p, (int64_t)(k->has_timestamp ? k->timestamp : 0), stack, thread));
+    } else {
+        p->stats.dropped_unresolved++;
+    }
+    return check_sample_limit(d, k->start);
+}
+
+static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
+    perf_fields pf = {0, 0, 0, 0, 0, false, false, false, false};
+    if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
+        pf.pid = k->perf_pid, pf.tid = k->perf_tid, pf.cs = k->perf_cs, pf.count = k->perf_count;
+        pf.has_pid = k->perf_has_pid, pf.has_cs = k->perf_has_cs;
+    } else {
+        TM_TRY(read_perf_sample(d, k, &pf));
+    }
+    if (d->relay) return on_perf_sample_relay(d, s, k, &pf);
+    tm_profile *p = d->p;
+    uint64_t pid = pf.pid, tid = pf.tid, cs = pf.cs, lost = pf.lost;
     if (lost) {
         p->stats.perf_records_lost += lost;
         return TM_OK;
     }
-    if (skipped) {
+    if (pf.skipped) {
         p->stats.perf_samples_skipped++;
         return TM_OK;
     }
     /* Counted even for a sample dropped below: the next one's difference
      * must not take in this one's time. */
-    uint64_t growth = count_growth(s, count), cpu_ns = counted_cpu_ns(d, s, k, growth);
-    if (!has_cs) {
+    uint64_t growth = count_growth(s, pf.count), cpu_ns = counted_cpu_ns(d, s, k, growth);
+    if (!pf.has_cs) {
         p->stats.perf_samples_without_callstack++;
         return TM_OK;
     }
@@ -1043,7 +1059,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     int64_t ts;
     if (!packet_time(d, k, 1, &ts)) return TM_OK;
     TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
-    if (truncated) p->stats.perf_samples_truncated++;
+    if (pf.truncated) p->stats.perf_samples_truncated++;
     if (cpu_ns) {
         p->threads[thread].counted_ns += cpu_ns;
         p->threads[thread].counted_samples++;
