@@ -85,11 +85,11 @@ typedef struct res_cache {
     resolved *res; size_t n, cap;
 } res_cache;
 
-/* What a callstack iid resolved to in tables of class cls
+/* What a callstack or frame iid resolved to in tables of class cls
  * (tm_pf_tables_class). */
-typedef struct shared_stack {
+typedef struct shared_res {
     uint32_t id, cls;
-} shared_stack;
+} shared_res;
 
 /* What the profile model keeps per sequence, beside the reader's
  * tm_pf_seq (same index). */
@@ -129,7 +129,10 @@ typedef struct dec {
      * intern the same tables, and re-send them at each clear, resolve a
      * callstack once, and a sample loads from one table, not one per
      * sequence (each a cache miss on a heavy trace). */
-    shared_stack *shared; size_t n_shared; /* cls 0: none */
+    shared_res *shared; size_t n_shared; /* cls 0: none */
+    /* Frame resolutions shared alike: the frames of a callstack that
+     * another sequence of the class resolved are not looked up again. */
+    shared_res *shared_frames; size_t n_shared_frames;
     /* Has a resolution met an entry missing from its tables (a mapping
      * path cut at its first unresolvable segment, a build id left out)?
      * Such a resolution does not hold in an epoch that re-sent everything
@@ -613,15 +616,54 @@ static tm_status frame_refs_kept(dec *d, seq_state *s, const ent_frame *e, uint3
     return TM_OK;
 }
 
+/* Grows shared resolutions (*shared, *n of them) past iid (grow_by_iid),
+ * as far as the sequence's own caches may grow. */
+static tm_status grow_shared(dec *d, const seq_state *s, shared_res **shared, size_t *n, uint64_t iid,
+                             bool *grown) {
+    size_t old_n;
+    TM_TRY(grow_by_iid(d, (void **)shared, n, sizeof **shared, iid, seq_entries(d, s), grown, &old_n));
+    if (*grown) memset(*shared + old_n, 0, (*n - old_n) * sizeof **shared);
+    return TM_OK;
+}
+
+/* Shares, in *shared (*n of them), that iid resolved to id in tables of
+ * class cls (0: nothing to share). */
+static inline tm_status share(dec *d, const seq_state *s, shared_res **shared, size_t *n, uint32_t cls,
+                              uint64_t iid, uint32_t id) {
+    if (!cls) return TM_OK;
+    bool dense = iid < *n;
+    if (!dense) TM_TRY(grow_shared(d, s, shared, n, iid, &dense));
+    if (dense) (*shared)[iid] = (shared_res){id, cls};
+    return TM_OK;
+}
+
+/* What another sequence whose tables have this class resolved frame iid
+ * to, when one did. */
+static inline bool shared_frame(const dec *d, uint64_t iid, uint32_t *out) {
+    if (!d->cls || iid >= d->n_shared_frames || d->shared_frames[iid].cls != d->cls) return false;
+    *out = d->shared_frames[iid].id;
+    return true;
+}
+
+/* Whether a twin may have resolved iid, which shared (shared, n of them)
+ * does not hold for this class: a twin's tables have the class, so one
+ * that resolved iid shared it, unless iid is past the dense part or
+ * another class took its place there. A resolution of the entry itself
+ * gives what the twin's would, so this only spares the twins' lookups. */
+static inline bool twin_may_hold(const dec *d, const shared_res *shared, size_t n, uint64_t iid) {
+    return !d->cls || iid >= n || shared[iid].cls;
+}
+
 /* Resolves a frame iid; *ok = 0 when it cannot be (the caller decides
  * whether that drops the stack or only the frame); *since: the first epoch
  * of the run it resolved to the same frame in. */
-static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t iid, const uint8_t *at,
-                                    uint32_t *out, int *ok, uint32_t *since) {
+static tm_status resolve_frame_entry(dec *d, seq_state *s, resolved *c, uint64_t iid, const uint8_t *at,
+                                     uint32_t *out, int *ok, uint32_t *since) {
     *ok = holds_now(d, c, out, since);
     if (*ok) return TM_OK;
     bool early = twin_first(d, s, c);
-    if (early && twin_resolved(d, s, offsetof(seq_state, frames), iid, out)) {
+    if (early && (shared_frame(d, iid, out) || (twin_may_hold(d, d->shared_frames, d->n_shared_frames, iid) &&
+                                                twin_resolved(d, s, offsetof(seq_state, frames), iid, out)))) {
         *ok = 1;
         return remember(d, s, &s->frames, c, iid, *out, since);
     }
@@ -697,6 +739,14 @@ static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t 
     return TM_OK;
 }
 
+/* resolve_frame_entry, sharing what the frame resolved to under the
+ * tables' class. */
+static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t iid, const uint8_t *at,
+                                    uint32_t *out, int *ok, uint32_t *since) {
+    TM_TRY(resolve_frame_entry(d, s, c, iid, at, out, ok, since));
+    return *ok ? share(d, s, &d->shared_frames, &d->n_shared_frames, d->cls, iid, *out) : TM_OK;
+}
+
 /* Perfetto lists frames root first; the model is leaf first. */
 static void reverse_scratch(dec *d, size_t n) {
     for (size_t i = 0; i < n / 2; i++) {
@@ -743,7 +793,8 @@ static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, con
     *ok = holds_now(d, c, out, &since);
     if (*ok) return TM_OK;
     bool early = twin_first(d, s, c);
-    if (early && twin_resolved(d, s, offsetof(seq_state, stacks), iid, out)) {
+    if (early && twin_may_hold(d, d->shared, d->n_shared, iid) &&
+        twin_resolved(d, s, offsetof(seq_state, stacks), iid, out)) {
         *ok = 1;
         return remember(d, s, &s->stacks, c, iid, *out, &since);
     }
@@ -782,25 +833,6 @@ static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, con
     return TM_OK;
 }
 
-/* Grows the shared resolutions past iid (grow_by_iid), as far as the
- * sequence's own caches may grow. */
-static tm_status grow_shared(dec *d, const seq_state *s, uint64_t iid, bool *grown) {
-    size_t old_n;
-    TM_TRY(grow_by_iid(d, (void **)&d->shared, &d->n_shared, sizeof *d->shared, iid, seq_entries(d, s), grown, &old_n));
-    if (*grown) memset(d->shared + old_n, 0, (d->n_shared - old_n) * sizeof *d->shared);
-    return TM_OK;
-}
-
-/* Shares that callstack iid resolved to id in tables of class cls (0:
- * nothing to share). */
-static inline tm_status share_stack(dec *d, const seq_state *s, uint32_t cls, uint64_t iid, uint32_t id) {
-    if (!cls) return TM_OK;
-    bool dense = iid < d->n_shared;
-    if (!dense) TM_TRY(grow_shared(d, s, iid, &dense));
-    if (dense) d->shared[iid] = (shared_stack){id, cls};
-    return TM_OK;
-}
-
 /* Resolves callstack iid when tables of its class did not (or it has
  * none): through the sequence's cache, and shares what it resolved to
  * under class cls. */
@@ -813,7 +845,7 @@ static tm_status resolve_callstack_slow(dec *d, seq_state *s, uint32_t cls, uint
     } else {
         TM_TRY(resolve_callstack_epoch(d, s, iid, at, out, ok));
     }
-    return *ok ? share_stack(d, s, cls, iid, *out) : TM_OK;
+    return *ok ? share(d, s, &d->shared, &d->n_shared, cls, iid, *out) : TM_OK;
 }
 
 /* Resolves a callstack iid to a profile stack (leaf first). *ok = 0 when
@@ -1888,6 +1920,7 @@ static void dec_release(dec *d) {
     for (size_t i = 0; i < d->n_seqs; i++) seq_free(d->mem, d->seqs[i]);
     tm_mem_free(d->mem, d->seqs, d->cap_seqs * sizeof *d->seqs);
     tm_mem_free(d->mem, d->shared, d->n_shared * sizeof *d->shared);
+    tm_mem_free(d->mem, d->shared_frames, d->n_shared_frames * sizeof *d->shared_frames);
     tm_pf_reader_release(&d->rd);
     tm_mem_free(d->mem, d->cs_scratch, d->cap_cs * sizeof *d->cs_scratch);
     tm_mem_free(d->mem, d->delta_scratch, d->cap_delta * sizeof *d->delta_scratch);
