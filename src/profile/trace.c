@@ -591,6 +591,20 @@ static tm_status resolve_mapping(dec *d, seq_state *s, uint64_t iid, uint32_t *o
     return remember(d, s, &s->mappings, c, iid, *out, since);
 }
 
+/* resolve_mapping, inline for a mapping resolved in this epoch: most
+ * frames of a trace share a few mappings. */
+static inline tm_status resolve_mapping_fast(dec *d, seq_state *s, uint64_t iid, uint32_t *out, int *ok,
+                                             uint32_t *since) {
+    const resolved *c = cache_find(&s->mappings, iid);
+    if (TM_LIKELY(c && c->upto == cur_epoch(d))) {
+        *out = c->id;
+        *ok = 1;
+        *since = c->since;
+        return TM_OK;
+    }
+    return resolve_mapping(d, s, iid, out, ok, since);
+}
+
 /* Adds a frame to the profile, within max_unique_frames. */
 static tm_status intern_frame(dec *d, const tm_prof_frame *pf, const uint8_t *at, uint32_t *out) {
     if (tm_profile_intern_frame(d->p, pf, out) == TM_OK) return TM_OK;
@@ -608,7 +622,7 @@ static tm_status frame_refs_kept(dec *d, seq_state *s, const ent_frame *e, uint3
     if ((e->flags & F_HAS_MAPPING) && e->mapping) {
         uint32_t pmi, since;
         int ok;
-        TM_TRY(resolve_mapping(d, s, e->mapping, &pmi, &ok, &since));
+        TM_TRY(resolve_mapping_fast(d, s, e->mapping, &pmi, &ok, &since));
         *kept = ok && since <= upto;
         return TM_OK;
     }
@@ -696,7 +710,7 @@ static tm_status resolve_frame_entry(dec *d, seq_state *s, resolved *c, uint64_t
     if ((e->flags & F_HAS_MAPPING) && (e->mapping || d->relay)) {
         uint32_t pmi, msince;
         int mok;
-        TM_TRY(resolve_mapping(d, s, e->mapping, &pmi, &mok, &msince));
+        TM_TRY(resolve_mapping_fast(d, s, e->mapping, &pmi, &mok, &msince));
         if (mok) {
             pm = &d->p->mappings[pmi];
             pf.mapping = pmi + 1;
