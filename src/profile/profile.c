@@ -352,17 +352,25 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
     uint32_t head[MERGE_MAX_THREADS], tail[MERGE_MAX_THREADS];
     for (size_t t = 0; t < k; t++) head[t] = tail[t] = RUN_END;
     int64_t prev = INT64_MIN;
+    uint32_t prev_thread = RUN_END;
     bool sorted = true;
     size_t i = 0;
     for (; i < n; i++) {
         uint32_t t = a[i].thread;
+        int64_t ts = a[i].ts;
         if (t >= k) break;
-        if (head[t] == RUN_END) head[t] = (uint32_t)i;
-        else if (a[i].ts < a[tail[t]].ts) break;
-        else next[tail[t]] = (uint32_t)i;
+        if (t == prev_thread) { /* a block of the thread goes on: no need to look at its tail */
+            if (ts < prev) break;
+            next[i - 1] = (uint32_t)i;
+        } else {
+            if (head[t] == RUN_END) head[t] = (uint32_t)i;
+            else if (ts < a[tail[t]].ts) break;
+            else next[tail[t]] = (uint32_t)i;
+            sorted &= prev <= ts;
+            prev_thread = t;
+        }
         tail[t] = (uint32_t)i;
-        sorted &= prev <= a[i].ts;
-        prev = a[i].ts;
+        prev = ts;
     }
     bool chained = i == n;
     if (!chained || sorted) {
