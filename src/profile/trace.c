@@ -1153,15 +1153,20 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
     while (p < end) {
         uint64_t v;
         unsigned tag = p[0];
-        if (end - p < 2 || tag < 8 || (tag & 0x87) != TM_PB_VARINT) return TM_OK; /* a one-byte varint tag */
-        if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
+        if (end - p < 2) return TM_OK;
+        /* the two lists' tags first: every other varint is checked and skipped */
         if (tag == TM_PF_STREAMING_CALLSTACK_IID << 3) {
+            if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
             if (TM_UNLIKELY(cs == d->cap_cs)) DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, cs + 1));
             d->cs_scratch[cs++] = v;
         } else if (tag == TM_PF_STREAMING_TIMESTAMP_DELTA_US << 3) {
+            if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
             if (TM_UNLIKELY(dt == d->cap_delta))
                 DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, dt + 1));
             d->delta_scratch[dt++] = (int64_t)v;
+        } else {
+            if (tag < 8 || (tag & 0x87) != TM_PB_VARINT) return TM_OK; /* a one-byte varint tag */
+            if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
         }
     }
     *n_cs = cs;
