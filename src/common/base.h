@@ -65,9 +65,13 @@ tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *er
 #if defined(__GNUC__)
 #define TM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* A rarely taken function kept out of its hot callers (their frames and
+ * saved registers grow with what is inlined into them). */
+#define TM_COLD __attribute__((cold, noinline))
 #else
 #define TM_LIKELY(x) (x)
 #define TM_UNLIKELY(x) (x)
+#define TM_COLD
 #endif
 
 /* Signed 128-bit integer: Relay does its clock arithmetic in i128. */

@@ -975,7 +975,7 @@ static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, 
 
 /* Reads the timebase of the generation k sees (PerfSampleDefaults): whether
  * it counts task-clock, and the frequency the producer asked for. */
-static void read_timebase(dec *d, seq_state *s, const tm_pf_packet *k) {
+TM_COLD static void read_timebase(dec *d, seq_state *s, const tm_pf_packet *k) {
     s->tb_known = true;
     s->tb_gen = k->gen;
     s->tb_task_clock = false;
@@ -1008,7 +1008,6 @@ static uint64_t count_growth(seq_state *s, uint64_t count) {
  * for: that growth under a task-clock timebase (a counter of the sampled
  * thread's CPU time); 0 when unknown. */
 static uint64_t counted_cpu_ns(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t growth) {
-    if (!s || !k->seq) return 0;
     if (!s->tb_known || s->tb_gen != k->gen) read_timebase(d, s, k);
     return s->tb_task_clock ? growth : 0;
 }
