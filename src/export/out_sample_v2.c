@@ -281,6 +281,11 @@ static double relay_seconds(const tm_profile *p, int64_t ts) {
     return round(secs * 1000.0) / 1000.0;
 }
 
+/* The per-record pieces are forced inline into one loop whose state is
+ * all local: a store through the output pointer may alias anything
+ * reachable otherwise, and the compiler would reload it after each. */
+#define SAMPLE_INLINE static inline __attribute__((always_inline))
+
 /* Three-digit groups "000".."999"; the 4th byte holds the group's count of
  * trailing zeros, so fractions are trimmed without re-reading digits. A
  * constant table: filling it per chunk cost as much as a tenth of the
@@ -307,7 +312,7 @@ static const digit_group digit_groups[1000] = {
 
 /* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. The
  * 4-byte copies write one byte past the digits; callers have the room. */
-static char *put_fraction(char *p, uint32_t frac) {
+SAMPLE_INLINE char *put_fraction(char *p, uint32_t frac) {
     const digit_group *g = digit_groups;
     *p++ = '.';
     uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000, last = a;
@@ -327,32 +332,131 @@ static char *put_fraction(char *p, uint32_t frac) {
     return p + (n ? n : 1); /* frac == 0 keeps its "0" */
 }
 
-/* The samples array: one record per kept sample, each written in place
- * from precomputed per-thread suffixes, SUFFIX_SLOT bytes a thread with
- * the suffix's length in the slot's last byte (",\"thread_id\":\"-" and 19
- * digits and "\"}" is 36 bytes). Default mode caches the integer seconds,
- * which consecutive samples share. */
-#define SUFFIX_SLOT 40
-/* Likewise ",\"stack_id\":" and the id, 22 bytes at most, for the first
- * STACK_TEXTS stacks (a chunk samples from tens or hundreds): a copy where
- * the digits cost a loop a sample. */
-#define STACK_SLOT 24
+/* The samples array, its records written in place from precomputed
+ * texts, a few loads and fixed-size copies a sample: the second's
+ * ",{\"timestamp\":1771278043" (kept while samples stay in it), the
+ * stack's ",\"stack_id\":28" and the thread's ",\"thread_id\":\"4202\"}"
+ * (STACK_SLOT and THREAD_SLOT bytes each, the text's length in the slot's
+ * last byte). The fixed-size copies write past the texts; SAMPLE_MAX
+ * bytes of room hold a record and that slack. */
+#define SAMPLE_MAX 160
+#define STACK_SLOT 24  /* ",\"stack_id\":" and 5 digits: the first STACK_TEXTS stacks */
 #define STACK_TEXTS 65536u
+#define THREAD_SLOT 40 /* ",\"thread_id\":\"-" and 19 digits and "\"}" is 36 bytes */
+#define SECOND_TEXT 24 /* ",{\"timestamp\":" and 10 digits (INT64_MAX ns is 9223372036 s) */
+
+typedef struct sample_texts {
+    const char *stack, *thread;
+    size_t n_stack;
+} sample_texts;
+
+/* The second a record's time falls in, as text; ns 0 at first, a valid
+ * cache, and never negative: a time before the epoch never falls in it. */
+typedef struct second_text {
+    uint64_t ns;
+    size_t len;
+    char text[SECOND_TEXT + 8]; /* + 8: the fixed-size copy reads SECOND_TEXT */
+} second_text;
+
+static const char timestamp_key[] = ",{\"timestamp\":";
+static const char stack_key[] = ",\"stack_id\":";
+
+SAMPLE_INLINE void set_second(second_text *sec, uint64_t unix_ns) {
+    uint64_t secs = unix_ns / 1000000000u;
+    sec->ns = secs * 1000000000u;
+    sec->len = (size_t)(tm_put_u64(sec->text + sizeof timestamp_key - 1, secs) - sec->text);
+}
+
+/* The stack's text and the thread's, the record's end. */
+SAMPLE_INLINE char *put_stack_and_thread(char *o, const tm_prof_sample *s, sample_texts t) {
+    if (TM_LIKELY(s->stack < t.n_stack)) {
+        const char *text = t.stack + (size_t)s->stack * STACK_SLOT;
+        memcpy(o, text, STACK_SLOT);
+        o += (uint8_t)text[STACK_SLOT - 1];
+    } else {
+        memcpy(o, stack_key, sizeof stack_key - 1);
+        o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
+    }
+    const char *text = t.thread + (size_t)s->thread * THREAD_SLOT;
+    memcpy(o, text, 32); /* 32 and 8, not one 40-byte copy: gcc makes that a rep movs */
+    memcpy(o + 32, text + 32, THREAD_SLOT - 32);
+    return o + (uint8_t)text[THREAD_SLOT - 1];
+}
+
+/* A default-mode record: exact nanoseconds as Unix seconds. */
+SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns, sample_texts t, second_text *sec) {
+    uint64_t in_second = (uint64_t)unix_ns - sec->ns;
+    if (TM_UNLIKELY(in_second >= 1000000000u)) {
+        if (unix_ns < 0) {
+            memcpy(o, timestamp_key, sizeof timestamp_key - 1);
+            return put_stack_and_thread(tm_put_seconds(o + sizeof timestamp_key - 1, unix_ns), s, t);
+        }
+        set_second(sec, (uint64_t)unix_ns);
+        in_second = (uint64_t)unix_ns - sec->ns;
+    }
+    memcpy(o, sec->text, SECOND_TEXT);
+    return put_stack_and_thread(put_fraction(o + sec->len, (uint32_t)in_second), s, t);
+}
+
+/* Unix time of samples in trace-time order: the realtime segment walked
+ * forward, from the first. Passed by value: its address never escapes. */
+typedef struct segment_walk {
+    size_t seg;
+    int64_t next_from, offset;
+} segment_walk;
+
+static segment_walk walk_segments(const tm_profile *p, segment_walk sw, int64_t ts) {
+    while (ts >= sw.next_from && sw.seg + 1 < p->n_realtime) {
+        sw.seg++;
+        sw.next_from = sw.seg + 1 < p->n_realtime ? p->realtime[sw.seg + 1].from_ns : INT64_MAX;
+    }
+    sw.offset = p->realtime[sw.seg].offset_ns;
+    return sw;
+}
+
+/* The records of samples [first, n) of threads not dropped (drop: NULL
+ * when none is), the first kept one without its comma. */
+SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t first, const uint8_t *drop,
+                                       sample_texts t) {
+    const tm_prof_sample *samples = p->samples;
+    size_t n = p->n_samples;
+    segment_walk sw = {0, p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX, p->realtime[0].offset_ns};
+    second_text sec;
+    memcpy(sec.text, timestamp_key, sizeof timestamp_key - 1);
+    set_second(&sec, 0);
+    if (TM_UNLIKELY(samples[first].ts >= sw.next_from)) sw = walk_segments(p, sw, samples[first].ts);
+    char record[SAMPLE_MAX];
+    char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &sec);
+    tm_jw_raw(w, record + 1, (size_t)(e - record - 1));
+    char *o = tm_jw_reserve(w, SAMPLE_MAX), *end = tm_jw_limit(w);
+    for (size_t i = first + 1; i < n; i++) {
+        const tm_prof_sample *s = &samples[i];
+        if (drop && drop[s->thread]) continue;
+        if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
+        if (TM_UNLIKELY((size_t)(end - o) < SAMPLE_MAX)) {
+            tm_jw_commit(w, o);
+            o = tm_jw_reserve(w, SAMPLE_MAX);
+            end = tm_jw_limit(w);
+        }
+        o = put_sample(o, s, s->ts + sw.offset, t, &sec);
+    }
+    tm_jw_commit(w, o);
+}
 
 static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
-    static const char stack_key[] = ",\"stack_id\":";
     size_t n_threads = p->n_threads, n_texts = p->n_stacks < STACK_TEXTS ? p->n_stacks : STACK_TEXTS;
-    size_t suf_cap = (n_threads + 1) * SUFFIX_SLOT + n_texts * STACK_SLOT;
-    char *suffix = tm_mem_alloc(p->mem, suf_cap);
-    if (!suffix) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    char *stack_text = suffix + (n_threads + 1) * SUFFIX_SLOT;
+    size_t texts_cap = (n_threads + 1) * THREAD_SLOT + n_texts * STACK_SLOT;
+    char *texts = tm_mem_alloc(p->mem, texts_cap);
+    if (!texts) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    sample_texts t = {texts + (n_threads + 1) * THREAD_SLOT, texts, n_texts};
     for (size_t i = 0; i < n_texts; i++) {
-        char *slot = stack_text + i * STACK_SLOT;
+        char *slot = texts + (n_threads + 1) * THREAD_SLOT + i * STACK_SLOT;
         memcpy(slot, stack_key, sizeof stack_key - 1);
         slot[STACK_SLOT - 1] = (char)(tm_put_u64(slot + sizeof stack_key - 1, i) - slot);
     }
+    bool drops = false;
     for (size_t i = 0; i < n_threads; i++) {
-        char *slot = suffix + i * SUFFIX_SLOT, *q = slot;
+        char *slot = texts + i * THREAD_SLOT, *q = slot;
         static const char pre[] = ",\"thread_id\":\"";
         memcpy(q, pre, sizeof pre - 1);
         q += sizeof pre - 1;
@@ -361,61 +465,33 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         q = tm_put_u64(q, tid < 0 ? (uint64_t)0 - (uint64_t)tid : (uint64_t)tid);
         *q++ = '"';
         *q++ = '}';
-        slot[SUFFIX_SLOT - 1] = (char)(q - slot);
+        slot[THREAD_SLOT - 1] = (char)(q - slot);
+        drops |= drop_thread[i] != 0;
     }
 
-    /* the cached second in ns (none yet: 2^63, beyond every time): its
-     * samples take their fraction by a subtraction */
-    uint64_t sec_ns = (uint64_t)INT64_MAX + 1;
-    char sec_digits[24] = {0};
-    size_t sec_len = 0;
-    int comma = 0;
-    size_t seg = 0;
-    int64_t next_seg = p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX;
-    for (size_t i = 0; i < p->n_samples; i++) {
-        const tm_prof_sample *s = &p->samples[i];
-        if (drop_thread[s->thread]) continue;
-        char *o = tm_jw_reserve(w, 160);
-        if (comma) *o++ = ',';
-        comma = 1;
-        static const char ts_key[] = "{\"timestamp\":";
-        memcpy(o, ts_key, sizeof ts_key - 1);
-        o += sizeof ts_key - 1;
-        if (p->relay_compat) {
-            o += tm_format_f64(relay_seconds(p, s->ts), o);
-        } else {
-            while (s->ts >= next_seg && seg + 1 < p->n_realtime) { /* the time's first: seldom true */
-                seg++;
-                next_seg = seg + 1 < p->n_realtime ? p->realtime[seg + 1].from_ns : INT64_MAX;
-            }
-            int64_t unix_ns = s->ts + p->realtime[seg].offset_ns;
-            if (unix_ns < 0) {
-                tm_jw_commit(w, o);
-                tm_jw_seconds(w, unix_ns);
-                o = tm_jw_reserve(w, 128);
-            } else {
-                if ((uint64_t)unix_ns - sec_ns >= 1000000000u) { /* another second */
-                    int64_t sec = unix_ns / 1000000000;
-                    sec_ns = (uint64_t)sec * 1000000000u;
-                    sec_len = (size_t)(tm_put_u64(sec_digits, (uint64_t)sec) - sec_digits);
-                }
-                memcpy(o, sec_digits, 20); /* fixed size: inlined; sec_len <= 20 */
-                o = put_fraction(o + sec_len, (uint32_t)((uint64_t)unix_ns - sec_ns));
-            }
-        }
-        if (TM_LIKELY(s->stack < n_texts)) {
-            const char *text = stack_text + (size_t)s->stack * STACK_SLOT;
-            memcpy(o, text, STACK_SLOT); /* fixed size: inlined; the length byte goes past the end */
-            o += (uint8_t)text[STACK_SLOT - 1];
-        } else {
-            memcpy(o, stack_key, sizeof stack_key - 1);
-            o = tm_put_u64(o + sizeof stack_key - 1, s->stack);
-        }
-        const char *slot = suffix + (size_t)s->thread * SUFFIX_SLOT;
-        memcpy(o, slot, SUFFIX_SLOT); /* fixed size: inlined; the length byte goes past the end */
-        tm_jw_commit(w, o + (uint8_t)slot[SUFFIX_SLOT - 1]);
+    /* the first record is written without its comma */
+    size_t first = 0;
+    while (first < p->n_samples && drop_thread[p->samples[first].thread]) first++;
+    if (first == p->n_samples) {
+        tm_mem_free(p->mem, texts, texts_cap);
+        return TM_OK;
     }
-    tm_mem_free(p->mem, suffix, suf_cap);
+    if (p->relay_compat) {
+        for (size_t i = first; i < p->n_samples; i++) {
+            const tm_prof_sample *s = &p->samples[i];
+            if (drop_thread[s->thread]) continue;
+            char *o = tm_jw_reserve(w, SAMPLE_MAX);
+            memcpy(o, timestamp_key + (i == first), sizeof timestamp_key - 1);
+            o += sizeof timestamp_key - 1 - (i == first);
+            o += tm_format_f64(relay_seconds(p, s->ts), o);
+            tm_jw_commit(w, put_stack_and_thread(o, s, t));
+        }
+    } else if (drops) {
+        put_default_samples(w, p, first, drop_thread, t);
+    } else {
+        put_default_samples(w, p, first, NULL, t);
+    }
+    tm_mem_free(p->mem, texts, texts_cap);
     return TM_OK;
 }
 
@@ -460,38 +536,44 @@ static tm_status check_converter(const tm_profile *p, tm_error *err) {
 /* The samples that are written: Sample v2's normalisation. */
 typedef struct selection {
     uint8_t *drop_thread; /* per thread */
-    uint32_t *count;      /* per thread: samples written */
+    uint8_t *written;     /* per thread: whether samples of it are written */
     int64_t first, last;  /* times of the first and last written sample */
 } selection;
 
 static void selection_release(const tm_profile *p, selection *sel) {
-    tm_mem_free(p->mem, sel->drop_thread, p->n_threads + 1);
-    tm_mem_free(p->mem, sel->count, (p->n_threads + 1) * sizeof *sel->count);
+    tm_mem_free(p->mem, sel->drop_thread, 2 * (p->n_threads + 1));
 }
 
+static tm_status drop_single_sample_threads(const tm_profile *p, uint8_t *drop_thread, tm_error *err) {
+    uint32_t *count = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *count);
+    if (!count) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    memset(count, 0, (p->n_threads + 1) * sizeof *count);
+    for (size_t i = 0; i < p->n_samples; i++)
+        if (p->stacks[p->samples[i].stack].len) count[p->samples[i].thread]++;
+    size_t kept = 0;
+    for (size_t i = 0; i < p->n_threads; i++) drop_thread[i] = count[i] <= 1;
+    for (size_t i = 0; i < p->n_samples; i++) kept += !drop_thread[p->samples[i].thread];
+    tm_mem_free(p->mem, count, (p->n_threads + 1) * sizeof *count);
+    if (!kept) return REJECT(err, "NotEnoughSamples", "no thread has more than one non-empty sample");
+    return TM_OK;
+}
+
+/* Needs a sample (check_converter). */
 static tm_status select_samples(const tm_profile *p, int remove_single_samples, selection *sel, tm_error *err) {
-    sel->drop_thread = tm_mem_alloc(p->mem, p->n_threads + 1);
-    sel->count = tm_mem_alloc(p->mem, (p->n_threads + 1) * sizeof *sel->count);
-    if (!sel->drop_thread || !sel->count) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    memset(sel->drop_thread, 0, p->n_threads + 1);
-    memset(sel->count, 0, (p->n_threads + 1) * sizeof *sel->count);
-    if (remove_single_samples) {
-        for (size_t i = 0; i < p->n_samples; i++)
-            if (p->stacks[p->samples[i].stack].len) sel->count[p->samples[i].thread]++;
-        size_t kept = 0;
-        for (size_t i = 0; i < p->n_threads; i++) sel->drop_thread[i] = sel->count[i] <= 1;
-        for (size_t i = 0; i < p->n_samples; i++) kept += !sel->drop_thread[p->samples[i].thread];
-        if (!kept) return REJECT(err, "NotEnoughSamples", "no thread has more than one non-empty sample");
-        memset(sel->count, 0, (p->n_threads + 1) * sizeof *sel->count);
-    }
-    int any = 0;
-    for (size_t i = 0; i < p->n_samples; i++) {
-        const tm_prof_sample *s = &p->samples[i];
-        if (sel->drop_thread[s->thread]) continue;
-        sel->count[s->thread]++;
-        if (!any) sel->first = s->ts, any = 1;
-        sel->last = s->ts;
-    }
+    size_t n_threads = p->n_threads + 1;
+    sel->drop_thread = tm_mem_alloc(p->mem, 2 * n_threads);
+    if (!sel->drop_thread) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    sel->written = sel->drop_thread + n_threads;
+    memset(sel->drop_thread, 0, 2 * n_threads);
+    if (remove_single_samples) TM_TRY(drop_single_sample_threads(p, sel->drop_thread, err));
+    const tm_prof_sample *s = p->samples;
+    size_t from = 0, to = p->n_samples;
+    while (sel->drop_thread[s[from].thread]) from++; /* a thread is kept */
+    while (sel->drop_thread[s[to - 1].thread]) to--;
+    sel->first = s[from].ts;
+    sel->last = s[to - 1].ts;
+    /* a dropped thread's samples write its 0 again: no branch a sample */
+    for (size_t i = from; i < to; i++) sel->written[s[i].thread] = !sel->drop_thread[s[i].thread];
     return TM_OK;
 }
 
@@ -618,11 +700,11 @@ static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const me
  * first observed pid "main"; the default mode names every thread, sorted
  * by tid, a main thread without a name of its own after its process when
  * that has one (else "main"). */
-static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint32_t *count, tm_error *err) {
+static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint8_t *written, tm_error *err) {
     if (p->relay_compat) {
         uint32_t th = TM_ABSENT;
         for (size_t i = 0; p->has_relay_pid && i < p->n_threads; i++)
-            if (p->threads[i].tid == p->relay_observed_pid && count[i]) th = (uint32_t)i;
+            if (p->threads[i].tid == p->relay_observed_pid && written[i]) th = (uint32_t)i;
         if (th != TM_ABSENT) {
             tm_jw_lit(w, ",\"thread_metadata\":{");
             write_thread_key(w, p->threads[th].tid);
@@ -635,7 +717,7 @@ static tm_status write_thread_metadata(tm_jw *w, const tm_profile *p, const uint
     size_t n = 0;
     for (size_t i = 0; i < p->n_threads; i++) {
         const tm_prof_thread *th = &p->threads[i];
-        if (count[i] && (th->name_prio || (th->pid && th->tid == th->pid))) {
+        if (written[i] && (th->name_prio || (th->pid && th->tid == th->pid))) {
             order[n].tid = th->tid;
             order[n++].index = (uint32_t)i;
         }
@@ -667,7 +749,7 @@ static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const
     tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
     TM_TRY(write_samples(w, p, sel->drop_thread, err));
     TM_TRY(write_stacks_and_frames(w, p, m, rules, err));
-    TM_TRY(write_thread_metadata(w, p, sel->count, err));
+    TM_TRY(write_thread_metadata(w, p, sel->written, err));
     tm_jw_lit(w, "}}");
     return TM_OK;
 }

@@ -97,13 +97,11 @@ void tm_jw_hex(tm_jw *w, uint64_t v) {
     tm_jw_commit(w, o + 4 + n);
 }
 
-void tm_jw_seconds(tm_jw *w, int64_t ns) {
+char *tm_put_seconds(char *p, int64_t ns) {
     uint64_t u = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
-    char b[40];
-    size_t n = 0;
-    if (ns < 0) b[n++] = '-';
-    n += u64_digits(u / 1000000000u, b + n);
-    b[n++] = '.';
+    if (ns < 0) *p++ = '-';
+    p = tm_put_u64(p, u / 1000000000u);
+    *p++ = '.';
     uint64_t frac = u % 1000000000u;
     char f[9];
     for (int i = 8; i >= 0; i--) {
@@ -112,8 +110,13 @@ void tm_jw_seconds(tm_jw *w, int64_t ns) {
     }
     size_t fl = 9;
     while (fl > 1 && f[fl - 1] == '0') fl--;
-    memcpy(b + n, f, fl);
-    tm_jw_raw(w, b, n + fl);
+    memcpy(p, f, fl);
+    return p + fl;
+}
+
+void tm_jw_seconds(tm_jw *w, int64_t ns) {
+    char b[40];
+    tm_jw_raw(w, b, (size_t)(tm_put_seconds(b, ns) - b));
 }
 
 /* Writes v as "[-]d.ddde[+-]x" with the fewest significant digits that

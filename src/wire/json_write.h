@@ -47,6 +47,9 @@ static inline char *tm_jw_reserve(tm_jw *w, size_t n) {
     return (char *)w->buf + w->len;
 }
 static inline void tm_jw_commit(tm_jw *w, const char *end) { w->len = (size_t)((const uint8_t *)end - w->buf); }
+/* The end of the room after a tm_jw_reserve: a writer of many small
+ * records checks its own pointer against it instead of reserving each. */
+static inline char *tm_jw_limit(const tm_jw *w) { return (char *)w->buf + w->cap; }
 
 /* Writes v in decimal at p (room for 20 bytes); returns the end. Inline:
  * the sample writer calls it for every sample. */
@@ -94,6 +97,8 @@ void tm_jw_cstr(tm_jw *w, const char *s);/* quoted */
 void tm_jw_hex(tm_jw *w, uint64_t v);    /* "0x1f" (quoted, lowercase, no padding) */
 void tm_jw_f64(tm_jw *w, double v);      /* serde_json's format; null if not finite */
 void tm_jw_seconds(tm_jw *w, int64_t ns);/* exact: 1700000001.01 from ns */
+/* tm_jw_seconds' text written at p (room for 32 bytes); returns the end. */
+char *tm_put_seconds(char *p, int64_t ns);
 
 /* Formats a double like serde_json into buf (>= 32 bytes); returns length. */
 size_t tm_format_f64(double v, char *buf);
