@@ -87,13 +87,24 @@ void tm_jw_i64(tm_jw *w, int64_t v) {
 }
 
 void tm_jw_hex(tm_jw *w, uint64_t v) {
+    static const char pairs[513] =
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f"
+        "303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+        "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f"
+        "909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+        "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef"
+        "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
     size_t n = ((size_t)(64 - __builtin_clzll(v | 1)) + 3) / 4; /* digits: the count known, written from the end */
-    char *o = tm_jw_reserve(w, 20);
+    char *o = tm_jw_reserve(w, 20), *q = o + 3 + n;
     o[0] = '"';
     o[1] = '0';
     o[2] = 'x';
-    for (size_t i = n; i; i--, v >>= 4) o[2 + i] = "0123456789abcdef"[v & 15];
-    o[3 + n] = '"';
+    *q = '"';
+    for (; q - o >= 5; v >>= 8) { /* two digits a byte */
+        q -= 2;
+        memcpy(q, pairs + (v & 255) * 2, 2);
+    }
+    if (q - o == 4) o[3] = "0123456789abcdef"[v & 15];
     tm_jw_commit(w, o + 4 + n);
 }
 
@@ -248,21 +259,42 @@ static inline bool plain8(uint64_t x) {
 /* The same test for one byte. */
 static inline bool plain1(uint8_t c) { return c >= 0x20 && c != '"' && c != '\\' && c < 0x80; }
 
-bool tm_jw_plain(tm_str s) {
+/* How many bytes s starts with that need no care, give or take: exact
+ * when that is all of s, else at most the exact count (the scan goes a
+ * word at a time, a string of 8 bytes or more ending on an overlapping
+ * word). */
+static size_t plain_prefix(const uint8_t *d, size_t len) {
     size_t i = 0;
-    for (; i + 8 <= s.len; i += 8) {
+    for (; i + 8 <= len; i += 8) {
         uint64_t x;
-        memcpy(&x, s.data + i, 8);
-        if (!plain8(x)) return false;
+        memcpy(&x, d + i, 8);
+        if (!plain8(x)) return i;
     }
-    for (; i < s.len; i++)
-        if (!plain1(s.data[i])) return false;
-    return true;
+    if (i == len) return len;
+    if (len >= 8) {
+        uint64_t x;
+        memcpy(&x, d + len - 8, 8);
+        return plain8(x) ? len : i;
+    }
+    for (; i < len; i++)
+        if (!plain1(d[i])) return i;
+    return len;
 }
 
+bool tm_jw_plain(tm_str s) { return plain_prefix(s.data, s.len) == s.len; }
+
 void tm_jw_str(tm_jw *w, tm_str s) {
+    size_t plain = plain_prefix(s.data, s.len);
+    if (plain == s.len && s.len <= 4094) { /* the common case: one reserve, one copy */
+        char *o = tm_jw_reserve(w, s.len + 2);
+        o[0] = '"';
+        memcpy(o + 1, s.data, s.len);
+        o[s.len + 1] = '"';
+        tm_jw_commit(w, o + s.len + 2);
+        return;
+    }
     tm_jw_char(w, '"');
-    const uint8_t *p = s.data, *e = s.data + s.len, *run = p;
+    const uint8_t *p = s.data + plain, *e = s.data + s.len, *run = s.data;
     while (p < e) {
         if (e - p >= 8) {
             uint64_t x;
