@@ -183,14 +183,20 @@ static long longest(tm_str s, const char *const *list, size_t n) {
     return best;
 }
 
-/* Whether one of list[0..n) (no leading '/', none empty) starts s: the
- * fixed lists only ask that, and most entries differ from s in byte one. */
+/* Whether one of list[0..n) (no leading '/', each of 4 bytes or more)
+ * starts s: the fixed lists only ask that. Their first 4 bytes are
+ * compared as one word: most entries differ from s there, and Java
+ * classes share "com." with three of them. */
 static int any_prefix(tm_str s, const char *const *list, size_t n) {
-    if (!s.len) return 0;
+    if (s.len < 4) return 0;
+    uint32_t head;
+    memcpy(&head, s.data, 4);
     for (size_t i = 0; i < n; i++) {
         const char *pre = list[i];
-        if ((uint8_t)pre[0] != s.data[0]) continue;
-        size_t k = 1;
+        uint32_t pre_head;
+        memcpy(&pre_head, pre, 4);
+        if (pre_head != head) continue;
+        size_t k = 4;
         while (pre[k] && k < s.len && (uint8_t)pre[k] == s.data[k]) k++;
         if (!pre[k]) return 1;
     }
