@@ -211,6 +211,10 @@ static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t 
  * instruction addresses on platform "cocoa" (arm64e). */
 #define COCOA_ADDR_MASK 0x0000000FFFFFFFFFull
 
+/* A key, after a comma unless it is the object's first: one write of a
+ * constant size (a variable one would be a memcpy call). */
+#define FRAME_KEY(w, comma, key) ((comma) ? tm_jw_lit((w), "," key) : tm_jw_lit((w), key))
+
 /* A frame's keys in the order of Relay's Frame: abs_path, filename,
  * function, in_app (-1: none), instruction_addr, lineno, module, package,
  * platform. */
@@ -228,51 +232,48 @@ static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr, int in_
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_FUNCTION) {
-        if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"function\":");
+        FRAME_KEY(w, comma, "\"function\":");
         tm_jw_str(w, f->function);
         comma = 1;
     }
     if (in_app >= 0) {
-        if (comma) tm_jw_char(w, ',');
-        if (in_app) tm_jw_lit(w, "\"in_app\":true");
-        else tm_jw_lit(w, "\"in_app\":false");
+        if (in_app) FRAME_KEY(w, comma, "\"in_app\":true");
+        else FRAME_KEY(w, comma, "\"in_app\":false");
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_ADDR) {
-        if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"instruction_addr\":");
+        FRAME_KEY(w, comma, "\"instruction_addr\":");
         tm_jw_hex(w, addr);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_LINE) {
-        if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"lineno\":");
+        FRAME_KEY(w, comma, "\"lineno\":");
         tm_jw_u64(w, f->line);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_MODULE) {
-        if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"module\":");
+        FRAME_KEY(w, comma, "\"module\":");
         tm_jw_str(w, f->module);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_PACKAGE) {
-        if (comma) tm_jw_char(w, ',');
-        tm_jw_lit(w, "\"package\":");
-        if (plain_package) {
-            tm_jw_char(w, '"');
-            tm_jw_raw(w, f->package.data, f->package.len);
-            tm_jw_char(w, '"');
+        FRAME_KEY(w, comma, "\"package\":");
+        if (plain_package && f->package.len <= 4094) { /* known plain: no scan; within tm_jw_reserve's 4 KiB */
+            char *o = tm_jw_reserve(w, f->package.len + 2);
+            o[0] = '"';
+            memcpy(o + 1, f->package.data, f->package.len);
+            o[f->package.len + 1] = '"';
+            tm_jw_commit(w, o + f->package.len + 2);
         } else {
-            tm_jw_str(w, f->package);
+            tm_jw_str(w, f->package); /* a plain one: the same bytes */
         }
         comma = 1;
     }
-    if (comma) tm_jw_char(w, ',');
-    if (f->flags & TM_FRAME_JAVA) tm_jw_lit(w, "\"platform\":\"java\"}");
-    else tm_jw_lit(w, "\"platform\":\"native\"}");
+    if (f->flags & TM_FRAME_JAVA) FRAME_KEY(w, comma, "\"platform\":\"java\"}");
+    else FRAME_KEY(w, comma, "\"platform\":\"native\"}");
 }
+
+#undef FRAME_KEY
 
 /* Relay's timestamp: f64 seconds of (ts + offset), rounded to ms. */
 static double relay_seconds(const tm_profile *p, int64_t ts) {
