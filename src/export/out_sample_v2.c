@@ -416,9 +416,10 @@ static segment_walk walk_segments(const tm_profile *p, segment_walk sw, int64_t 
 }
 
 /* The records of samples [first, n) of threads not dropped (drop: NULL
- * when none is), the first kept one without its comma. */
+ * when none is), the first kept one without its comma; their threads
+ * marked in written. */
 SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t first, const uint8_t *drop,
-                                       sample_texts t) {
+                                       uint8_t *written, sample_texts t) {
     const tm_prof_sample *samples = p->samples;
     size_t n = p->n_samples;
     segment_walk sw = {0, p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX, p->realtime[0].offset_ns};
@@ -427,12 +428,14 @@ SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t fir
     set_second(&sec, 0);
     if (TM_UNLIKELY(samples[first].ts >= sw.next_from)) sw = walk_segments(p, sw, samples[first].ts);
     char record[SAMPLE_MAX];
+    written[samples[first].thread] = 1;
     char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &sec);
     tm_jw_raw(w, record + 1, (size_t)(e - record - 1));
     char *o = tm_jw_reserve(w, SAMPLE_MAX), *end = tm_jw_limit(w);
     for (size_t i = first + 1; i < n; i++) {
         const tm_prof_sample *s = &samples[i];
         if (drop && drop[s->thread]) continue;
+        written[s->thread] = 1;
         if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
         if (TM_UNLIKELY((size_t)(end - o) < SAMPLE_MAX)) {
             tm_jw_commit(w, o);
@@ -444,7 +447,9 @@ SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t fir
     tm_jw_commit(w, o);
 }
 
-static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, tm_error *err) {
+/* Marks the threads whose samples it writes in written (all 0 before). */
+static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *drop_thread, uint8_t *written,
+                               tm_error *err) {
     size_t n_threads = p->n_threads, n_texts = p->n_stacks < STACK_TEXTS ? p->n_stacks : STACK_TEXTS;
     size_t texts_cap = (n_threads + 1) * THREAD_SLOT + n_texts * STACK_SLOT;
     char *texts = tm_mem_alloc(p->mem, texts_cap);
@@ -481,6 +486,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         for (size_t i = first; i < p->n_samples; i++) {
             const tm_prof_sample *s = &p->samples[i];
             if (drop_thread[s->thread]) continue;
+            written[s->thread] = 1;
             char *o = tm_jw_reserve(w, SAMPLE_MAX);
             memcpy(o, timestamp_key + (i == first), sizeof timestamp_key - 1);
             o += sizeof timestamp_key - 1 - (i == first);
@@ -488,9 +494,9 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
             tm_jw_commit(w, put_stack_and_thread(o, s, t));
         }
     } else if (drops) {
-        put_default_samples(w, p, first, drop_thread, t);
+        put_default_samples(w, p, first, drop_thread, written, t);
     } else {
-        put_default_samples(w, p, first, NULL, t);
+        put_default_samples(w, p, first, NULL, written, t);
     }
     tm_mem_free(p->mem, texts, texts_cap);
     return TM_OK;
@@ -537,7 +543,7 @@ static tm_status check_converter(const tm_profile *p, tm_error *err) {
 /* The samples that are written: Sample v2's normalisation. */
 typedef struct selection {
     uint8_t *drop_thread; /* per thread */
-    uint8_t *written;     /* per thread: whether samples of it are written */
+    uint8_t *written;     /* per thread: whether samples of it were written (write_samples marks them) */
     int64_t first, last;  /* times of the first and last written sample */
 } selection;
 
@@ -573,8 +579,6 @@ static tm_status select_samples(const tm_profile *p, int remove_single_samples, 
     while (sel->drop_thread[s[to - 1].thread]) to--;
     sel->first = s[from].ts;
     sel->last = s[to - 1].ts;
-    /* a dropped thread's samples write its 0 again: no branch a sample */
-    for (size_t i = from; i < to; i++) sel->written[s[i].thread] = !sel->drop_thread[s[i].thread];
     return TM_OK;
 }
 
@@ -748,7 +752,7 @@ static tm_status write_chunk(tm_jw *w, const tm_profile *p, const meta *m, const
     tm_jw_char(w, '{');
     TM_TRY(write_chunk_fields(w, p, m, err));
     tm_jw_lit(w, "\"version\":\"2\",\"profile\":{\"samples\":[");
-    TM_TRY(write_samples(w, p, sel->drop_thread, err));
+    TM_TRY(write_samples(w, p, sel->drop_thread, sel->written, err));
     TM_TRY(write_stacks_and_frames(w, p, m, rules, err));
     TM_TRY(write_thread_metadata(w, p, sel->written, err));
     tm_jw_lit(w, "}}");
