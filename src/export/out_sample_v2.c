@@ -646,32 +646,64 @@ static tm_status write_chunk_fields(tm_jw *w, const tm_profile *p, const meta *m
     return TM_OK;
 }
 
-/* A stack's frame ids written a reserve at a time (",4294967295": 11
- * bytes each, within tm_jw_reserve's 4 KiB). */
+/* A stack's frame ids, each ",id", written STACK_IDS_AT_ONCE a reserve
+ * (",4294967295" is 11 bytes; STACK_ROOM within tm_jw_reserve's 4 KiB).
+ * The first FRAME_TEXTS frames' ",id" are precomputed, ID_SLOT bytes a
+ * frame with the length in the last: an 8-byte copy for a digit loop. */
 #define STACK_IDS_AT_ONCE 256
+#define STACK_ROOM (11 * STACK_IDS_AT_ONCE + ID_SLOT + 2)
+#define ID_SLOT 8
+#define FRAME_TEXTS 65536u /* ",65535": 6 bytes */
+
+static inline char *put_frame_id(char *o, uint32_t id, const char *texts, size_t n_texts) {
+    if (TM_LIKELY(id < n_texts)) {
+        const char *text = texts + (size_t)id * ID_SLOT;
+        memcpy(o, text, ID_SLOT);
+        return o + (uint8_t)text[ID_SLOT - 1];
+    }
+    *o = ',';
+    return tm_put_u64(o + 1, id);
+}
 
 /* Relay's converter never writes in_app (rules NULL: none). */
 static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const meta *m, const tm_in_app_rules *rules,
                                          tm_error *err) {
+    size_t n_texts = p->n_frames < FRAME_TEXTS ? p->n_frames : FRAME_TEXTS;
+    char *texts = tm_mem_alloc(p->mem, n_texts * ID_SLOT + 1); /* + 1: never 0 bytes */
+    if (!texts) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    for (size_t i = 0; i < n_texts; i++) {
+        char *slot = texts + i * ID_SLOT;
+        slot[0] = ',';
+        slot[ID_SLOT - 1] = (char)(tm_put_u64(slot + 1, i) - slot);
+    }
     tm_jw_lit(w, "],\"stacks\":[");
     for (size_t i = 0; i < p->n_stacks; i++) {
         const tm_prof_stack *sk = &p->stacks[i];
-        if (i) tm_jw_char(w, ',');
-        tm_jw_char(w, '[');
-        const uint32_t *ids = sk->len ? p->frame_ids + sk->off : NULL; /* none at all: frame_ids is NULL */
-        for (uint32_t j = 0; j < sk->len;) { /* in place, STACK_IDS_AT_ONCE ids a reserve: a deep stack holds hundreds */
-            uint32_t to = sk->len - j > STACK_IDS_AT_ONCE ? j + STACK_IDS_AT_ONCE : sk->len;
-            char *o = tm_jw_reserve(w, 12 * STACK_IDS_AT_ONCE);
-            if (j) *o++ = ',';
-            o = tm_put_u64(o, ids[j++]);
-            for (; j < to; j++) {
-                *o++ = ',';
-                o = tm_put_u64(o, ids[j]);
-            }
-            tm_jw_commit(w, o);
+        char *o = tm_jw_reserve(w, STACK_ROOM);
+        if (i) *o++ = ',';
+        if (!sk->len) { /* none at all: frame_ids is NULL */
+            memcpy(o, "[]", 2);
+            tm_jw_commit(w, o + 2);
+            continue;
         }
-        tm_jw_char(w, ']');
+        const uint32_t *ids = p->frame_ids + sk->off;
+        char *bracket = o; /* where the first id's comma goes, and then '[' */
+        for (uint32_t j = 0; j < sk->len;) { /* a deep stack holds hundreds */
+            if (j) {
+                tm_jw_commit(w, o);
+                o = tm_jw_reserve(w, STACK_ROOM);
+            }
+            uint32_t to = sk->len - j > STACK_IDS_AT_ONCE ? j + STACK_IDS_AT_ONCE : sk->len;
+            for (; j < to; j++) o = put_frame_id(o, ids[j], texts, n_texts);
+            if (bracket) { /* before any commit: still in the window */
+                *bracket = '[';
+                bracket = NULL;
+            }
+        }
+        *o++ = ']';
+        tm_jw_commit(w, o);
     }
+    tm_mem_free(p->mem, texts, n_texts * ID_SLOT + 1);
     tm_jw_lit(w, "],\"frames\":[");
     uint64_t addr_mask = tm_sentry_str_is(m->platform, "cocoa") ? COCOA_ADDR_MASK : UINT64_MAX;
     /* per mapping: in_app, and whether its path (a Perfetto frame's
