@@ -813,14 +813,12 @@ tm_status tm_pf_to_trace_time(tm_pf_reader *r, uint64_t clock, int64_t ns, bool 
     return r->clocks.out_of_memory ? nomem(r) : TM_OK;
 }
 
-static tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
-    uint32_t id = pk->clock_id;
-    if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
-    pk->has_time = true;
-    pk->time_clock = id ? tm_pf_clock_key(pk->seq_id, id) : 0;
+/* resolve_time for a timestamp in a clock other than the trace's. */
+static tm_status resolve_clock_time(tm_pf_reader *r, tm_pf_packet *pk, uint32_t id) {
+    pk->time_clock = tm_pf_clock_key(pk->seq_id, id);
     uint64_t raw = pk->timestamp;
     bool overflow = false;
-    tm_pf_clock *c = id ? find_clock(r, pk->time_clock) : NULL;
+    tm_pf_clock *c = find_clock(r, pk->time_clock);
     if (c) {
         overflow = __builtin_mul_overflow(raw, c->mult, &raw);
         if (c->incremental) {
@@ -833,7 +831,7 @@ static tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
     /* In trace time. Trace Processor tries a failing conversion twice, once
      * quietly and once counting the failure, before it drops the packet. */
     pk->trace_exact = pk->time_ok;
-    if (!pk->time_clock || (r->flags & TM_PF_RELAY)) {
+    if (r->flags & TM_PF_RELAY) {
         pk->trace_ok = true;
         pk->trace_ns = pk->time_ns;
         if (pk->trace_ns > r->latest_ns) r->latest_ns = pk->trace_ns;
@@ -846,6 +844,22 @@ static tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
     if (!pk->trace_ok) r->counts.clock_undeferrable++;
     pk->trace_exact = pk->time_ok && !wrapped;
     if (pk->trace_ok && pk->trace_ns > r->latest_ns) r->latest_ns = pk->trace_ns;
+    return TM_OK;
+}
+
+/* Resolves the packet's timestamp: in its clock domain, multiplier applied
+ * and incremental clocks advanced by it, then in trace time. The value
+ * wraps as Trace Processor's int64 arithmetic does; time_ok says whether it
+ * did. A timestamp in the trace's clock (the common case) is inline. */
+static inline tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
+    uint32_t id = pk->clock_id;
+    if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
+    pk->has_time = true;
+    if (id) return resolve_clock_time(r, pk, id);
+    pk->time_ok = pk->trace_exact = pk->timestamp <= INT64_MAX;
+    pk->time_ns = pk->trace_ns = (int64_t)pk->timestamp;
+    pk->trace_ok = true;
+    if (pk->trace_ns > r->latest_ns) r->latest_ns = pk->trace_ns;
     return TM_OK;
 }
 
@@ -944,14 +958,18 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
     return p;
 }
 
-/* Reads the header fields of TracePacket b and its `oneof data` member. */
-static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk) {
+/* Reads the header fields of TracePacket b and its `oneof data` member;
+ * *usual: scan_usual read them all (none of the others is there). */
+static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk, bool *usual) {
     bool relay = r->flags & TM_PF_RELAY;
     memset(pk, 0, sizeof *pk);
     pk->start = b.data;
     pk->bytes = b;
-    tm_pb_reader pb = tm_pb_reader_of(b);
-    pb.p = scan_usual(r, pb.p, pb.end, relay, pk);
+    const uint8_t *end = b.data + b.len; /* b is not empty */
+    const uint8_t *rest = scan_usual(r, b.data, end, relay, pk);
+    *usual = rest == end;
+    if (*usual) return TM_OK;
+    tm_pb_reader pb = {rest, end, NULL, TM_OK};
     tm_pb_field f;
     int rc;
     bool legacy_cleared = false;
@@ -1221,6 +1239,32 @@ static tm_status keep_all(tm_pf_reader *r) {
     return TM_OK;
 }
 
+/* Is pk, which has only the fields scan_usual reads, a sample on the
+ * sequence of the packet before that neither clears nor needs state the
+ * sequence lost? Then sequence_update would only mark the sequence seen
+ * and give the packet its generation, and the payload is read: next_sample
+ * does that, without the general path's tests (the common packet). */
+static inline bool usual_sample(const tm_pf_reader *r, const tm_pf_packet *pk) {
+    if ((r->flags & TM_PF_RELAY) || !pk->data_field || !pk->seq_id || r->last_seq == TM_ABSENT) return false;
+    const tm_pf_seq *s = &r->seqs[r->last_seq];
+    return s->id == pk->seq_id && !(pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) &&
+           (s->valid || !(pk->flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE));
+}
+
+/* What sequence_update, the payload check and resolve_time do for a
+ * usual_sample packet. */
+static int next_sample(tm_pf_reader *r, tm_pf_packet *pk) {
+    tm_pf_seq *s = &r->seqs[r->last_seq];
+    s->seen = true;
+    pk->seq = s;
+    pk->gen = s->gen;
+    if (!(pk->data_field == TM_PF_PACKET_PERF_SAMPLE && pk->data.len && tm_pf_read_plain_perf_sample(pk)) &&
+        tm_pf_check_payload(r, pk) != TM_OK)
+        return TM_PF_ERROR;
+    if (pk->has_timestamp && resolve_time(r, pk) != TM_OK) return TM_PF_ERROR;
+    return TM_PF_PACKET;
+}
+
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
     /* Trace Processor's first test of a trace's type: it opens with a
      * Trace.packet record. */
@@ -1264,7 +1308,9 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
         r->counts.packets++;
         r->packet_tag = f.start;
         if (f.bytes.len == 0) continue; /* an empty packet says nothing */
-        if (scan_packet(r, f.bytes, pk) != TM_OK) return TM_PF_ERROR;
+        bool usual;
+        if (scan_packet(r, f.bytes, pk, &usual) != TM_OK) return TM_PF_ERROR;
+        if (usual && usual_sample(r, pk)) return next_sample(r, pk);
         if (pk->data_field == TM_PF_PACKET_COMPRESSED_PACKETS) {
             /* Only the inner packets count: the wrapper's other fields are ignored. */
             if (r->in_inner) {

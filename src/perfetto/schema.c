@@ -393,30 +393,8 @@ static tm_status check_message(const tm_pf_reader *r, const schema *sc, tm_bytes
     return rc == TM_PB_ERROR ? tm_pf_pb_fail(r, &pb, sc->name) : TM_OK;
 }
 
-/* A PerfSample of varints under one-byte tags: valid under either of its
- * schemas (none of fields 1-15 is length-delimited in them), so checked
- * and read in one pass; false leaves it to the general check. */
-static bool read_plain_perf_sample(tm_pf_packet *pk) {
-    const uint8_t *p = pk->data.data, *end = p + pk->data.len;
-    while (p < end) {
-        uint8_t tag = *p++;
-        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
-        uint64_t v;
-        if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
-        switch (tag >> 3) {
-        case TM_PF_PERF_SAMPLE_PID: pk->perf_pid = (uint32_t)v, pk->perf_has_pid = true; break;
-        case TM_PF_PERF_SAMPLE_TID: pk->perf_tid = (uint32_t)v; break;
-        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: pk->perf_cs = v, pk->perf_has_cs = true; break;
-        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: pk->perf_count = v; break;
-        default: break;
-        }
-    }
-    pk->perf_read = true;
-    return true;
-}
-
 tm_status tm_pf_check_payload(const tm_pf_reader *r, tm_pf_packet *pk) {
-    if (pk->data_field == TM_PF_PACKET_PERF_SAMPLE && pk->data.len && read_plain_perf_sample(pk)) return TM_OK;
+    if (pk->data_field == TM_PF_PACKET_PERF_SAMPLE && pk->data.len && tm_pf_read_plain_perf_sample(pk)) return TM_OK;
     const schema *sc = payload_schema(pk->data_field, r->flags & TM_PF_RELAY);
     return sc ? check_message(r, sc, pk->data, true) : TM_OK;
 }
