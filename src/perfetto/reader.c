@@ -493,6 +493,42 @@ static bool scan_plain_callstack(tm_bytes msg, uint64_t *iid, uint64_t *n) {
     return true;
 }
 
+/* An entry of fields under one-byte tags, varints where sc wants varints
+ * and length-delimited fields (1-9 byte lengths) where it wants those,
+ * its repeated varint list (a Mapping's path ids) unpacked and within
+ * max_path_segments: what writers emit for every table but callstacks,
+ * read in one tight pass with what check_entry takes from it (true). Any
+ * other shape, or an error, returns false, and the general check reads it,
+ * with its errors. */
+static bool scan_plain_entry(const tm_pf_reader *r, const entry_schema *sc, tm_bytes msg, uint64_t *iid,
+                             tm_str *str) {
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    uint64_t id = 0, n_list = 0;
+    tm_str s = {msg.data, 0};
+    while (p < end) {
+        uint8_t tag = *p++;
+        uint32_t num = tag >> 3;
+        uint64_t v;
+        if (tag < 8 || tag >= 0x80 || p >= end || !(p = tm_pb_varint_fast(p, end, &v))) return false;
+        if ((tag & 7) == TM_PB_VARINT) {
+            if (sc->lens >> num & 1) return false;
+            if (num == TM_PF_INTERNED_IID) id = v;
+            n_list += sc->list_field && num == sc->list_field;
+        } else if ((tag & 7) == TM_PB_LEN) {
+            if ((sc->varints >> num & 1) || (sc->list_field && num == sc->list_field) || v > (uint64_t)(end - p))
+                return false;
+            if (sc == &string_schema && num == TM_PF_INTERNED_STRING_STR) s = (tm_str){p, (size_t)v};
+            p += v;
+        } else {
+            return false;
+        }
+    }
+    if (n_list > r->lim->max_path_segments) return false;
+    *iid = id;
+    *str = s;
+    return true;
+}
+
 /* Checks one entry against its schema and limits; *iid is 0 when it has none. */
 static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_schema *sc, tm_bytes msg,
                              const uint8_t *at, uint64_t *iid, tm_str *str) {
@@ -503,6 +539,7 @@ static tm_status check_entry(const tm_pf_reader *r, uint32_t field, const entry_
         str->len = 0;
         return n_frames > r->lim->max_stack_depth ? depth_fail(r, at, *iid, n_frames) : TM_OK;
     }
+    if (sc != &callstack_schema && scan_plain_entry(r, sc, msg, iid, str)) return TM_OK;
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
     int rc;
