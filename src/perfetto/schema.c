@@ -266,6 +266,30 @@ static inline uint64_t high_bits(uint64_t w) {
     return (((w >> 7) & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56;
 }
 
+/* The stops (bytes below 0x80) of the n <= 64 bytes at p, and the bytes
+ * that are no varint tag of fields 1-15, as bit k for byte k. Bytes up to
+ * limit may be read. */
+static inline void varint_masks(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *stops,
+                                uint64_t *bad_tags) {
+    uint64_t st = 0, bad = 0;
+    for (size_t i = 0; i < n; i += 8) {
+        size_t avail = (size_t)(limit - (p + i));
+        uint64_t w = load_le(p + i, avail < 8 ? avail : 8);
+        uint64_t wire = (w & 0x0707070707070707ull) + 0x7f7f7f7f7f7f7f7full;  /* high bit: wire type not 0 */
+        uint64_t field = (w & 0x7878787878787878ull) + 0x7878787878787878ull; /* high bit: field not 0 */
+        st |= high_bits(~w) << i;
+        bad |= high_bits(wire | ~field) << i;
+    }
+    *stops = st;
+    *bad_tags = bad;
+}
+
+/* Bit k of the result: an odd number of x's bits up to bit k. */
+static inline uint64_t prefix_odd(uint64_t x) {
+    x ^= x << 1, x ^= x << 2, x ^= x << 4, x ^= x << 8, x ^= x << 16, x ^= x << 32;
+    return x;
+}
+
 /* A message of fewer than 64 bytes of varints only under one-byte tags (a
  * HeapSample), checked as bit masks, not field by field. Its stops (bytes
  * below 0x80) are, counted from the first, a tag, a varint's last byte, a
@@ -274,23 +298,45 @@ static inline uint64_t high_bits(uint64_t w) {
  * bytes (tm_pb_varint_fast's limit) and every tag is a varint of fields
  * 1-15. Bytes up to limit may be read. */
 static inline bool plain_varints(const uint8_t *p, size_t len, const uint8_t *limit) {
-    uint64_t stops = 0, bad_tags = 0;
-    for (size_t i = 0; i < len; i += 8) {
-        size_t n = (size_t)(limit - (p + i));
-        uint64_t w = load_le(p + i, n < 8 ? n : 8);
-        uint64_t wire = (w & 0x0707070707070707ull) + 0x7f7f7f7f7f7f7f7full;  /* high bit: wire type not 0 */
-        uint64_t field = (w & 0x7878787878787878ull) + 0x7878787878787878ull; /* high bit: field not 0 */
-        stops |= high_bits(~w) << i;
-        bad_tags |= high_bits(wire | ~field) << i;
-    }
+    uint64_t stops, bad_tags;
+    varint_masks(p, len, limit, &stops, &bad_tags);
     uint64_t in = (1ull << len) - 1;
     stops &= in;
-    uint64_t odd = stops; /* bit k: an odd number of stops up to byte k */
-    odd ^= odd << 1, odd ^= odd << 2, odd ^= odd << 4, odd ^= odd << 8, odd ^= odd << 16, odd ^= odd << 32;
+    uint64_t odd = prefix_odd(stops);
     uint64_t tags = stops & odd, ends = stops & ~odd;
     uint64_t more = ~stops & in, run = more & more >> 1; /* run: 9 varint bytes in a row that say more follow */
     run &= run >> 2, run &= run >> 4, run &= more >> 8;
     return (tags | 1ull << len) == (ends << 1 | 1) && !(tags & bad_tags) && !run;
+}
+
+/* plain_varints for a message of any length (a StreamingProfilePacket of
+ * unpacked ids), 64 bytes at a time: what carries from one block to the
+ * next is whether a varint is open (an odd number of stops), whether the
+ * last byte ended one, and how many bytes saying more follow it ended on. */
+static bool plain_varints_any(const uint8_t *p, size_t len) {
+    const uint8_t *limit = p + len;
+    bool open = false, after_end = true; /* the message starts as after a varint's end */
+    unsigned trailing = 0;
+    for (size_t at = 0; at < len; at += 64) {
+        size_t n = len - at < 64 ? len - at : 64;
+        uint64_t stops, bad_tags;
+        varint_masks(p + at, n, limit, &stops, &bad_tags);
+        uint64_t in = n == 64 ? ~0ull : (1ull << n) - 1;
+        stops &= in;
+        if (!stops) return false; /* 64 bytes saying more follow, or the message ends inside a varint */
+        uint64_t odd = prefix_odd(stops) ^ (open ? ~0ull : 0);
+        uint64_t tags = stops & odd, ends = stops & ~odd;
+        uint64_t more = ~stops & in, run = more & more >> 1;
+        run &= run >> 2, run &= run >> 4, run &= more >> 8;
+        if (tags != ((ends << 1 | after_end) & in) || (tags & bad_tags) || run ||
+            trailing + (unsigned)__builtin_ctzll(stops) >= 9)
+            return false;
+        unsigned last = 63 - (unsigned)__builtin_clzll(stops);
+        trailing = (unsigned)n - 1 - last;
+        open = odd >> (n - 1) & 1;
+        after_end = ends >> (n - 1) & 1;
+    }
+    return after_end;
 }
 
 /* A message whose fields all have one-byte tags, varints and
@@ -349,6 +395,7 @@ static bool plain_message(const schema *sc, const uint8_t *p, const uint8_t *end
 static bool varints_only(const schema *sc, tm_bytes msg) {
     const uint8_t *p = msg.data, *end = p + msg.len;
     uint64_t lens = len_fields(sc);
+    if (!(lens & 0xfffe) && msg.len >= 64) return plain_varints_any(p, msg.len); /* no field 1-15 is one */
     while (p < end) {
         uint8_t tag = *p++;
         if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || (lens >> (tag >> 3) & 1) || p >= end)
