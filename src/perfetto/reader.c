@@ -363,8 +363,16 @@ bool tm_pf_copy_of(const tm_pf_reader *r, uint32_t s, uint32_t *copy) {
     return true;
 }
 
-/* The string of an InternedString message (checked when it was interned). */
+/* The string of an InternedString message (checked when it was interned).
+ * As writers write it, {iid, str} under one-byte tags, it is found without
+ * the field decoder. */
 static tm_str str_of(tm_bytes msg) {
+    enum { IID_TAG = TM_PF_INTERNED_IID << 3 | TM_PB_VARINT, STR_TAG = TM_PF_INTERNED_STRING_STR << 3 | TM_PB_LEN };
+    const uint8_t *end = msg.data + msg.len, *p;
+    uint64_t len;
+    if (msg.len >= 4 && msg.data[0] == IID_TAG && (p = tm_pb_varint_fast(msg.data + 1, end, &len)) && end - p >= 2 &&
+        p[0] == STR_TAG && (p = tm_pb_varint_fast(p + 1, end, &len)) && len == (uint64_t)(end - p))
+        return (tm_str){p, (size_t)len};
     tm_str out = {msg.data, 0}; /* an entry without str is the empty string */
     tm_pb_reader pb = tm_pb_reader_of(msg);
     tm_pb_field f;
