@@ -512,6 +512,7 @@ static bool scan_plain_entry(const tm_pf_reader *r, const entry_schema *sc, tm_b
                              tm_str *str) {
     const uint8_t *p = msg.data, *end = p + msg.len;
     uint64_t id = 0, n_list = 0;
+    uint32_t list = sc->list_field; /* 0: none (no field is 0) */
     tm_str s = {msg.data, 0};
     while (p < end) {
         uint8_t tag = *p++;
@@ -521,9 +522,9 @@ static bool scan_plain_entry(const tm_pf_reader *r, const entry_schema *sc, tm_b
         if ((tag & 7) == TM_PB_VARINT) {
             if (sc->lens >> num & 1) return false;
             if (num == TM_PF_INTERNED_IID) id = v;
-            n_list += sc->list_field && num == sc->list_field;
+            n_list += num == list;
         } else if ((tag & 7) == TM_PB_LEN) {
-            if ((sc->varints >> num & 1) || (sc->list_field && num == sc->list_field) || v > (uint64_t)(end - p))
+            if ((sc->varints >> num & 1) || num == list || v > (uint64_t)(end - p))
                 return false;
             if (sc == &string_schema && num == TM_PF_INTERNED_STRING_STR) s = (tm_str){p, (size_t)v};
             p += v;
@@ -586,12 +587,15 @@ static const tm_pf_entry *entry_before(const tm_pf_seq *s, int kind, uint64_t ii
 
 /* The per-kind index of s's entries, made on first use (most sequences of a
  * system trace intern nothing). */
-static tm_status ensure_index(tm_pf_reader *r, tm_pf_seq *s) {
-    if (s->newest) return TM_OK;
+static tm_status make_index(tm_pf_reader *r, tm_pf_seq *s) {
     s->newest = tm_mem_alloc(r->mem, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
     if (!s->newest) return nomem(r);
     memset(s->newest, 0, TM_PF_N_INTERNED_KINDS * sizeof *s->newest);
     return TM_OK;
+}
+
+static inline tm_status ensure_index(tm_pf_reader *r, tm_pf_seq *s) {
+    return s->newest ? TM_OK : make_index(r, s);
 }
 
 static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const entry_schema *sc, tm_bytes msg,
