@@ -1116,6 +1116,24 @@ static tm_pf_kept kept_of(const tm_pf_entry *e) {
     return (tm_pf_kept){(uint32_t)p, (uint32_t)(p >> 32), e->len};
 }
 
+/* Are all of s's current entries in the input (none came out of a
+ * compressed packet)? Each is in one of its epoch's InternedData messages
+ * (blobs) that added entries, so those say it, but under Relay's reading,
+ * which keeps no blobs. */
+static bool entries_in_input(const tm_pf_reader *r, const tm_pf_seq *s) {
+    const uint8_t *end = r->base + r->len;
+    if (!(r->flags & TM_PF_RELAY)) {
+        for (size_t i = 0; i < s->n_blobs; i++) {
+            const tm_pf_blob *b = &s->blobs[i];
+            if (b->count && !(b->bytes.data >= r->base && b->bytes.data + b->bytes.len <= end)) return false;
+        }
+        return true;
+    }
+    for (size_t e = 0; e < s->n_ents; e++)
+        if (!(s->ents[e].msg >= r->base && s->ents[e].msg < end)) return false;
+    return true;
+}
+
 /* TM_PF_KEEP_EPOCHS: the epoch that ends keeps its entries' bytes and its
  * index (see kept). */
 static tm_status keep_epoch(tm_pf_reader *r, tm_pf_seq *s) {
@@ -1130,9 +1148,7 @@ static tm_status keep_epoch(tm_pf_reader *r, tm_pf_seq *s) {
         memset(s->kept + had, 0, (s->cap_kept - had) * sizeof *s->kept); /* epochs without their own index */
         /* Entries in the input are added in its order: a generation sees
          * those before the offset where it ended. */
-        bool in_input = r->len < UINT32_MAX - 1;
-        for (size_t e = 0; in_input && e < n; e++)
-            in_input = s->ents[e].msg >= r->base && s->ents[e].msg < r->base + r->len;
+        bool in_input = r->len < UINT32_MAX - 1 && entries_in_input(r, s);
         tm_pf_kept *ents = NULL;
         if (in_input) {
             for (int k = 0; k < TM_PF_N_INTERNED_KINDS; k++) to_offsets(r, s, &s->newest[k]);
