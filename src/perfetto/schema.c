@@ -13,6 +13,10 @@
 #include "perfetto/fields.h"
 #include "perfetto/schema.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h> /* varint_masks: 16 bytes a step */
+#endif
+
 typedef struct schema schema;
 typedef struct child {
     uint32_t field;
@@ -267,12 +271,24 @@ static inline uint64_t high_bits(uint64_t w) {
 }
 
 /* The stops (bytes below 0x80) of the n <= 64 bytes at p, and the bytes
- * that are no varint tag of fields 1-15, as bit k for byte k. Bytes up to
- * limit may be read. */
+ * that are no varint tag of fields 1-15, as bit k for byte k (bits from n
+ * on may be set). Bytes up to limit may be read. */
 static inline void varint_masks(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *stops,
                                 uint64_t *bad_tags) {
     uint64_t st = 0, bad = 0;
-    for (size_t i = 0; i < n; i += 8) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    for (; i < n && limit - (p + i) >= 16; i += 16) {
+        __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+        __m128i zero = _mm_setzero_si128();
+        unsigned more = (unsigned)_mm_movemask_epi8(w);
+        unsigned wire0 = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(w, _mm_set1_epi8(7)), zero));
+        unsigned field0 = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(w, _mm_set1_epi8(0x78)), zero));
+        st |= (uint64_t)(~more & 0xffff) << i;
+        bad |= (uint64_t)(~(wire0 & ~field0) & 0xffff) << i;
+    }
+#endif
+    for (; i < n; i += 8) {
         size_t avail = (size_t)(limit - (p + i));
         uint64_t w = load_le(p + i, avail < 8 ? avail : 8);
         uint64_t wire = (w & 0x0707070707070707ull) + 0x7f7f7f7f7f7f7f7full;  /* high bit: wire type not 0 */
