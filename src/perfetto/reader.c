@@ -1330,6 +1330,23 @@ static int next_sample(tm_pf_reader *r, tm_pf_packet *pk) {
     return TM_PF_PACKET;
 }
 
+/* The next Trace record: a packet of under 128 bytes (most sample packets)
+ * read inline, anything else by tm_pb_next. */
+static inline int next_record(tm_pb_reader *pb, tm_pb_field *f) {
+    const uint8_t *p = pb->p;
+    if (TM_LIKELY(pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
+                  p[1] <= pb->end - p - 2)) {
+        f->start = p;
+        f->num = TM_PF_TRACE_PACKET;
+        f->wire = TM_PB_LEN;
+        f->val = 0;
+        f->bytes = (tm_bytes){p + 2, p[1]};
+        pb->p = p + 2 + p[1];
+        return TM_PB_OK;
+    }
+    return tm_pb_next(pb, f);
+}
+
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
     /* Trace Processor's first test of a trace's type: it opens with a
      * Trace.packet record. */
@@ -1341,7 +1358,7 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
         tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
         const uint8_t *record = pb->p;
         tm_pb_field f;
-        int rc = tm_pb_next(pb, &f);
+        int rc = next_record(pb, &f);
         /* A trace cut off inside its last packet (a partial copy, a killed
          * writer): Trace Processor keeps every complete packet, and so does
          * the reader unless strict (Relay's converter rejects the trace). */
