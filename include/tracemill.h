@@ -34,9 +34,9 @@
  *    the input where the problem was found, Relay's name for the rejection
  *    where one applies, and a message.
  *  - Option structs are zero-initialisable: a zero field means "default".
- *  - A handle is made by tm_<object>_new (tm_db_new, tm_recorder_new) or,
- *    decoded from bytes, by tm_trace_parse, and released by tm_<object>_free,
- *    for which NULL is a no-op.
+ *  - A handle is made by tm_<object>_new (tm_db_new, tm_recorder_new,
+ *    tm_chunk_meta_new) or, decoded from bytes, by tm_trace_parse, and
+ *    released by tm_<object>_free, for which NULL is a no-op.
  *  - Strings handed out by the library are views into the caller's input
  *    buffer (or into memory the tm_trace owns): the input buffer must
  *    outlive the tm_trace.
@@ -83,9 +83,10 @@
  * libraries allocate with the C library's malloc instead, whatever
  * tm_options.alloc says: libzstd (the decompression context of a zstd
  * input), libdeflate (the gzip compressor of tm_write_pprof), jansson (the
- * metadata JSON of tm_write_sample_v2/v1 and their check_meta functions) and
- * SQLite (tm_db, see tracemill_sql.h). All of them are freed before the call
- * returns, except SQLite's, which a tm_db holds until tm_db_free.
+ * metadata JSON of tm_write_sample_v2/v1, their check_meta functions and
+ * tm_chunk_meta) and SQLite (tm_db, see tracemill_sql.h). All of them are
+ * freed before the call returns, except SQLite's, which a tm_db holds until
+ * tm_db_free, and a tm_chunk_meta's, held until tm_chunk_meta_free.
  */
 #ifndef TRACEMILL_H
 #define TRACEMILL_H
@@ -429,6 +430,35 @@ typedef struct tm_sink {
 /* A sink over a stdio stream (not closed by the library). */
 TM_API tm_sink tm_sink_file(FILE *f);
 
+/* Chunk metadata read once, for a program that reads its fields and also
+ * writes the chunk with it (tm_sample_v2_options.meta), as tracemill serve
+ * does: the JSON is parsed once instead of twice. Immutable after
+ * tm_chunk_meta_new: any number of threads may read it and write with it. */
+typedef struct tm_chunk_meta tm_chunk_meta;
+
+/* Reads the chunk metadata JSON in json[0..len) (the buffer may go once it
+ * returns). *out owns it (free it with tm_chunk_meta_free). Only a NULL out
+ * (TM_ERR_INVALID_ARG) and memory (TM_ERR_NOMEM) fail the call, *out is
+ * NULL then: metadata that is not JSON (a NULL json included), not an
+ * object, not valid or larger than tm_write_sample_v2 takes is still read,
+ * its fields as far as they are there, and tm_chunk_meta_check says what is
+ * wrong with it. */
+TM_API tm_status tm_chunk_meta_new(const char *json, size_t len, tm_chunk_meta **out, tm_error *err);
+
+/* The string member key of the metadata's top-level object, NUL-terminated
+ * and owned by m, with its length in *len (if len is not NULL): a string
+ * may hold "\u0000", so compare that many bytes where it matters. NULL, and
+ * *len 0, when m is NULL, the metadata is not a JSON object or key is
+ * missing or not a string. */
+TM_API const char *tm_chunk_meta_string(const tm_chunk_meta *m, const char *key, size_t *len);
+
+/* Validates the metadata as tm_sample_v2_check_meta does the same bytes:
+ * the same status, reason, offset and message (m NULL: TM_ERR_INVALID_ARG). */
+TM_API tm_status tm_chunk_meta_check(const tm_chunk_meta *m, tm_error *err);
+
+/* Releases the metadata. NULL is a no-op. */
+TM_API void tm_chunk_meta_free(tm_chunk_meta *m);
+
 /* Options of the Sample v2 writer. Zero-initialisable. */
 typedef struct tm_sample_v2_options {
     /* Chunk metadata JSON (the [JSON] part of a profile_chunk item), merged
@@ -452,7 +482,14 @@ typedef struct tm_sample_v2_options {
     size_t n_in_app_prefixes;
     const char *const *not_in_app_prefixes;
     size_t n_not_in_app_prefixes;
-    uint64_t reserved_[25]; /* must be zero; future fields take this space (see "ABI") */
+    /* Optional: the metadata read by tm_chunk_meta_new, in place of
+     * meta_json and meta_len (setting both is TM_ERR_INVALID_ARG), with the
+     * same result. The writer only reads it. */
+    union {
+        const tm_chunk_meta *meta;
+        uint64_t meta_slot_; /* the slot's 8 bytes where a pointer has 4 */
+    };
+    uint64_t reserved_[24]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sample_v2_options;
 
 /* Writes the trace as one Sample v2 profile chunk. In TM_MODE_RELAY the

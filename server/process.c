@@ -226,14 +226,12 @@ static int start_payload(tm_srv_buf *payload, size_t expect) {
     return 0;
 }
 
-/* meta holds the chunk's chunk_id: the store and Kafka key chunks by it,
- * and `store export` names files after it, so only a UUID gets this far.
- * The message is made around the payload (start_payload), which the
- * record then owns. */
-static tm_status add_chunk(const chunk_job *j, const json_t *meta, tm_srv_buf *payload, tm_srv_view raw,
+/* chunk_id is the chunk's, normalised (uuid_field): the store and Kafka
+ * key chunks by it, and `store export` names files after it, so only a
+ * UUID gets this far. The message is made around the payload
+ * (start_payload), which the record then owns. */
+static tm_status add_chunk(const chunk_job *j, const char *chunk_id, tm_srv_buf *payload, tm_srv_view raw,
                            tm_error *err) {
-    char chunk_id[TM_SRV_UUID_HEX + 1];
-    if (!uuid_field(meta, "chunk_id", chunk_id)) return reject(j, "InvalidJson", err);
     const tm_srv_context *ctx = j->ctx;
     const size_t payload_len = payload->len - TM_SRV_CHUNK_MSG_HEAD_ROOM;
     tm_srv_chunk_msg m = {.organization_id = ctx->project->organization_id,
@@ -309,8 +307,8 @@ static double elapsed_s(const struct timespec *t0) {
 
 /* Converts trace + metadata into payload; returns the ProfileError name on
  * rejection, NULL on success (or sets *st on an internal failure). */
-static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_view raw, tm_srv_buf *payload,
-                                   tm_status *st, tm_error *err) {
+static const char *expand_perfetto(const chunk_job *j, const tm_chunk_meta *meta, tm_srv_view raw,
+                                   tm_srv_buf *payload, tm_status *st, tm_error *err) {
     *st = TM_OK;
     tm_error e;
     struct timespec t0;
@@ -325,7 +323,7 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
         /* Relay reads the metadata before the trace, so its errors win;
          * on success tm_write_sample_v2 checks the metadata first itself */
         tm_error meta_err;
-        if (tm_sample_v2_check_meta(meta.ptr, meta.len, &meta_err) != TM_OK)
+        if (tm_chunk_meta_check(meta, &meta_err) != TM_OK)
             return meta_err.reason ? meta_err.reason : "InvalidJson";
         if (e.code == TM_ERR_NOMEM) {
             *st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory converting a chunk");
@@ -335,7 +333,7 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
     }
     capped_sink cs = {payload, j->ctx->cfg->limits.max_profile_size, 0};
     tm_sink sink = {.write = capped_write, .ctx = &cs, .lend = capped_lend};
-    tm_sample_v2_options v2 = {.meta_json = meta.ptr, .meta_len = meta.len};
+    tm_sample_v2_options v2 = {.meta = meta};
     tm_status ws = tm_write_sample_v2(t, &v2, &sink, &e);
     tm_trace_free(t);
     if (j->ctx->metrics) tm_srv_metrics_conversion(j->ctx->metrics, elapsed_s(&t0));
@@ -350,11 +348,12 @@ static const char *expand_perfetto(const chunk_job *j, tm_srv_view meta, tm_srv_
 
 static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view raw, tm_error *err) {
     const tm_srv_item *item = j->item;
-    /* only strings are read here: numbers of any size are fine as reals */
-    json_t *root = json_loadb(meta.ptr, meta.len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL,
-                              NULL);
-    const char *ctype = json_str(root, "content_type");
-    const char *platform = json_str(root, "platform");
+    /* read once, for its fields here and for the conversion */
+    tm_chunk_meta *chunk_meta = NULL;
+    if (tm_chunk_meta_new(meta.ptr, meta.len, &chunk_meta, NULL) != TM_OK)
+        return tm_srv_fail(err, TM_ERR_NOMEM, item->payload_offset, "out of memory reading chunk metadata");
+    const char *ctype = tm_chunk_meta_string(chunk_meta, "content_type", NULL);
+    const char *platform = tm_chunk_meta_string(chunk_meta, "platform", NULL);
     if (platform) j->ui = is_ui_platform(platform, strlen(platform));
     tm_status st = TM_OK;
     int perfetto = view_is(item->content_type, PERFETTO_CONTENT_TYPE) ||
@@ -371,15 +370,20 @@ static tm_status process_compound(chunk_job *j, tm_srv_view meta, tm_srv_view ra
         if (start_payload(&payload, 4 * raw.len + meta.len + 4096))
             st = tm_srv_fail(err, TM_ERR_NOMEM, 0, "out of memory converting a chunk");
         else
-            rejected = expand_perfetto(j, meta, raw, &payload, &st, err);
+            rejected = expand_perfetto(j, chunk_meta, raw, &payload, &st, err);
         if (st == TM_OK && !rejected && item->platform.ptr && platform &&
             is_ui_platform(item->platform.ptr, item->platform.len) != is_ui_platform(platform, strlen(platform)))
             rejected = "InvalidProfileType";
+        /* the chunk is keyed by its chunk_id (add_chunk): a UUID, "\u0000" and all */
+        size_t id_len;
+        const char *id = tm_chunk_meta_string(chunk_meta, "chunk_id", &id_len);
+        char chunk_id[TM_SRV_UUID_HEX + 1];
+        if (st == TM_OK && !rejected && !(id && tm_srv_uuid_normalize(id, id_len, chunk_id))) rejected = "InvalidJson";
         if (st == TM_OK)
-            st = rejected ? reject(j, rejected, err) : add_chunk(j, root, &payload, raw, err);
+            st = rejected ? reject(j, rejected, err) : add_chunk(j, chunk_id, &payload, raw, err);
         tm_srv_buf_release(&payload);
     }
-    json_decref(root);
+    tm_chunk_meta_free(chunk_meta);
     return st;
 }
 
@@ -566,7 +570,7 @@ static tm_status process_json_chunk(chunk_job *j, tm_error *err) {
         rejected = "ExceedSizeLimit";
     if (st == TM_OK)
         st = rejected ? reject(j, rejected, err)
-                      : add_chunk(j, root, &payload, (tm_srv_view){NULL, 0}, err);
+                      : add_chunk(j, chunk_id, &payload, (tm_srv_view){NULL, 0}, err);
     tm_srv_buf_release(&payload);
     json_decref(root);
     return st;

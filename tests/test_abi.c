@@ -4,7 +4,8 @@
  *    size of each of its fields are those of ABI version 0, written out below
  *    as frozen copies (abi0_*). Adding a field outside reserved_, reordering
  *    fields or changing a field's size fails here; a new field that takes
- *    reserved_ space does not (reserved_ shrinks, the size stays);
+ *    reserved_ space does not (reserved_ shrinks, the size stays), and is
+ *    checked to sit in its reserved_ word (SLOT);
  *  - inputs: every entry point that takes such a struct rejects non-zero
  *    reserved_ space with TM_ERR_INVALID_ARG and a message naming the struct,
  *    and zero-initialised structs work;
@@ -205,6 +206,16 @@ struct abi0_tm_recorder_stats {
         cr_expect_eq(sizeof(((T *)0)->f), sizeof(((struct abi0_##T *)0)->f), #T "." #f ": size changed");  \
     } while (0)
 
+/* A field added since version 0 in word k of its reserved_: the slot's
+ * 8 bytes (a union with a uint64_t: a pointer has 4 on 32-bit targets). */
+#define SLOT(T, f, k)                                                                                       \
+    do {                                                                                                    \
+        cr_expect_eq(offsetof(T, f), offsetof(struct abi0_##T, reserved_) + 8 * (k),                        \
+                     #T "." #f ": offset %zu, reserved_[" #k "] of ABI 0 is at %zu", offsetof(T, f),        \
+                     offsetof(struct abi0_##T, reserved_) + 8 * (k));                                       \
+        cr_expect_eq(sizeof(((T *)0)->f##_slot_), 8u, #T "." #f ": its slot is not 8 bytes");               \
+    } while (0)
+
 /* The struct's size is version 0's, and reserved_ is its tail. */
 #define STRUCT(T)                                                                                            \
     do {                                                                                                     \
@@ -276,7 +287,7 @@ Test(abi, readers_and_sink) {
     FIELD(tm_sample_info, ts); FIELD(tm_sample_info, weight); FIELD(tm_sample_info, thread);
     FIELD(tm_sample_info, stack);
     STRUCT(tm_sink);
-    FIELD(tm_sink, write); FIELD(tm_sink, ctx);
+    FIELD(tm_sink, write); FIELD(tm_sink, ctx); SLOT(tm_sink, lend, 0);
 }
 
 Test(abi, writer_options) {
@@ -285,6 +296,7 @@ Test(abi, writer_options) {
     FIELD(tm_sample_v2_options, remove_single_samples);
     FIELD(tm_sample_v2_options, in_app_prefixes); FIELD(tm_sample_v2_options, n_in_app_prefixes);
     FIELD(tm_sample_v2_options, not_in_app_prefixes); FIELD(tm_sample_v2_options, n_not_in_app_prefixes);
+    SLOT(tm_sample_v2_options, meta, 0);
     STRUCT(tm_sample_v1_options);
     FIELD(tm_sample_v1_options, meta_json); FIELD(tm_sample_v1_options, meta_len);
     FIELD(tm_sample_v1_options, truncate); FIELD(tm_sample_v1_options, in_app_prefixes);

@@ -15,6 +15,9 @@
  *   without metadata, always valid JSON.
  * - in_app: the default rule per kind of frame, prefixes (longest wins),
  *   never in Relay mode; kept per mapping, but not for kernel addresses.
+ * - tm_chunk_meta: metadata read once reads its string fields whatever
+ *   else is wrong with it, checks as tm_sample_v2_check_meta and writes as
+ *   meta_json does, to the byte and to the error.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/limits.h" /* TM_MAX_META_BYTES */
 #include "wire/json_write.h"
 #include "trace_builder.h"
 #include "tracemill.h"
@@ -1134,4 +1138,203 @@ Test(lend, sink_memory_holds_the_same_bytes) {
     tu_membuf_free(&want);
     tm_trace_free(t);
     free(buf);
+}
+
+/* ==== tm_chunk_meta ==================================================== */
+
+/* Metadata good and bad: what the server meets. */
+static const char *const CHUNK_METAS[] = {
+    META,
+    "{\"version\":\"2\"," META_FIELDS ",\"release\":\"1.0\",\"environment\":\"production\","
+    "\"debug_meta\":{\"images\":[{\"type\":\"proguard\",\"uuid\":\"8286fd8c-0a18-4a43-9d1f-a2c0ae9e4e6f\"}]},"
+    "\"measurements\":{\"cpu\":{\"unit\":\"percent\",\"values\":[{\"timestamp\":1.5,\"value\":3}]}}}",
+    /* an integer past 64 bits: a real on the second pass */
+    "{\"version\":\"2\"," META_FIELDS ",\"timestamp\":100000000000000000000000000000}",
+    "not json",
+    "{\"version\":\"2\"",
+    "[1,2]",
+    "{\"version\":\"1\"," META_FIELDS "}",
+    "{\"version\":\"2\"," META_FIELDS ",\"platform\":\"cocoa\"}", /* a duplicate key */
+    "{\"version\":\"2\"," META_FIELDS ",\"measurements\":{\"cpu\":{\"unit\":\"percent\",\"values\":[{}]}}}",
+    "",
+};
+
+static void expect_same_error(tm_status st, const tm_error *e, tm_status want_st, const tm_error *want,
+                              const char *what) {
+    cr_expect_eq(st, want_st, "%s: %s, want %s", what, tm_status_str(st), tm_status_str(want_st));
+    if (st == TM_OK || want_st == TM_OK) return;
+    cr_expect_eq(e->code, want->code, "%s", what);
+    cr_expect_eq(e->offset, want->offset, "%s: offset %llu, want %llu", what, (unsigned long long)e->offset,
+                 (unsigned long long)want->offset);
+    cr_expect_str_eq(e->reason ? e->reason : "", want->reason ? want->reason : "", "%s", what);
+    cr_expect_str_eq(e->message, want->message, "%s", what);
+}
+
+static tm_chunk_meta *chunk_meta_new(const char *json, size_t len) {
+    tm_chunk_meta *m = NULL;
+    tm_error err;
+    cr_assert_eq(tm_chunk_meta_new(json, len, &m, &err), TM_OK, "%s", err.message);
+    cr_assert_not_null(m);
+    return m;
+}
+
+Test(chunk_meta, strings_are_read_whatever_else_is_wrong) {
+    tm_chunk_meta *m = chunk_meta_new(META, strlen(META));
+    size_t n = 99;
+    cr_expect_str_eq(tm_chunk_meta_string(m, "content_type", &n), "perfetto");
+    cr_expect_eq(n, 8u);
+    cr_expect_str_eq(tm_chunk_meta_string(m, "platform", NULL), "android");
+    cr_expect_str_eq(tm_chunk_meta_string(m, "chunk_id", &n), "0432a0a4c25f4697bf9f0a2fcbe6a814");
+    cr_expect_eq(n, 32u);
+    n = 99;
+    cr_expect_null(tm_chunk_meta_string(m, "release", &n), "missing");
+    cr_expect_eq(n, 0u);
+    cr_expect_null(tm_chunk_meta_string(m, "client_sdk", &n), "not a string");
+    cr_expect_eq(n, 0u);
+    cr_expect_null(tm_chunk_meta_string(m, NULL, &n));
+    tm_chunk_meta_free(m);
+
+    /* invalid (version "1"), yet its fields are there */
+    const char *v1 = "{\"version\":\"1\"," META_FIELDS "}";
+    m = chunk_meta_new(v1, strlen(v1));
+    cr_expect_str_eq(tm_chunk_meta_string(m, "content_type", NULL), "perfetto");
+    tm_chunk_meta_free(m);
+
+    /* "\u0000" inside a string: the length says where it ends */
+    const char *nul = "{\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\\u0000x\"}";
+    m = chunk_meta_new(nul, strlen(nul));
+    const char *id = tm_chunk_meta_string(m, "chunk_id", &n);
+    cr_expect_eq(n, 34u);
+    cr_expect(id && strlen(id) == 32 && memcmp(id + 33, "x", 2) == 0);
+    tm_chunk_meta_free(m);
+
+    /* not JSON, not an object, no bytes: a handle without fields */
+    const char *none[] = {"not json", "[\"content_type\"]", "\"perfetto\"", ""};
+    for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
+        m = chunk_meta_new(none[i], strlen(none[i]));
+        n = 99;
+        cr_expect_null(tm_chunk_meta_string(m, "content_type", &n), "%s", none[i]);
+        cr_expect_eq(n, 0u);
+        tm_chunk_meta_free(m);
+    }
+}
+
+/* Larger than the writer takes: still read (the server routes the chunk by
+ * its content_type first), and rejected by the check. */
+Test(chunk_meta, too_large_metadata_is_read_and_rejected) {
+    size_t pad = TM_MAX_META_BYTES;
+    char *big = malloc(pad + 64);
+    cr_assert(big);
+    int head = sprintf(big, "{\"content_type\":\"perfetto\",\"pad\":\"");
+    memset(big + head, 'x', pad);
+    strcpy(big + head + pad, "\"}");
+    size_t len = strlen(big);
+    tm_chunk_meta *m = chunk_meta_new(big, len);
+    cr_expect_str_eq(tm_chunk_meta_string(m, "content_type", NULL), "perfetto");
+    tm_error e, want;
+    tm_status st = tm_chunk_meta_check(m, &e);
+    expect_same_error(st, &e, tm_sample_v2_check_meta(big, len, &want), &want, "too large");
+    cr_expect_eq(st, TM_ERR_REJECTED);
+    cr_expect_str_eq(e.message, "metadata larger than 16777216 bytes");
+    tm_chunk_meta_free(m);
+    free(big);
+}
+
+Test(chunk_meta, check_reports_what_check_meta_reports) {
+    for (size_t i = 0; i < sizeof CHUNK_METAS / sizeof *CHUNK_METAS; i++) {
+        const char *json = CHUNK_METAS[i];
+        tm_chunk_meta *m = chunk_meta_new(json, strlen(json));
+        tm_error e, want;
+        tm_status want_st = tm_sample_v2_check_meta(json, strlen(json), &want);
+        expect_same_error(tm_chunk_meta_check(m, &e), &e, want_st, &want, json);
+        tm_chunk_meta_free(m);
+    }
+    /* a few of them to the letter */
+    static const struct {
+        const char *json, *message;
+        uint64_t offset;
+    } cases[] = {
+        {"{\"version\":\"2\"", "metadata is not JSON: '}' expected near end of file", 14},
+        {"[1,2]", "metadata is not a JSON object", 0},
+        {"{\"version\":\"1\"," META_FIELDS "}", "metadata field version must be \"2\"", 0},
+        {"{\"version\":\"2\",\"chunk_id\":\"0432a0a4c25f4697bf9f0a2fcbe6a814\\u0000\"}",
+         "metadata field chunk_id is missing or not a UUID", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tm_chunk_meta *m = chunk_meta_new(cases[i].json, strlen(cases[i].json));
+        tm_error e;
+        cr_expect_eq(tm_chunk_meta_check(m, &e), TM_ERR_REJECTED, "%s", cases[i].json);
+        cr_expect_str_eq(e.reason ? e.reason : "", "InvalidJson");
+        cr_expect_str_eq(e.message, cases[i].message);
+        cr_expect_eq(e.offset, cases[i].offset, "%s: offset %llu", cases[i].json, (unsigned long long)e.offset);
+        tm_chunk_meta_free(m);
+    }
+}
+
+/* .meta writes the bytes .meta_json writes, or fails as it fails, in both
+ * modes; the handle serves any number of writes. */
+Test(chunk_meta, writes_what_meta_json_writes) {
+    tb_buf t = {0};
+    build_trace(&t, TWO_SAMPLES, 2);
+    for (int mode = 0; mode <= 1; mode++) {
+        tm_options opts = {.mode = mode ? TM_MODE_RELAY : TM_MODE_DEFAULT};
+        tm_trace *tr = NULL;
+        tm_error err;
+        cr_assert_eq(tm_trace_parse(t.data, t.len, &opts, &tr, &err), TM_OK, "%s", err.message);
+        for (size_t i = 0; i < sizeof CHUNK_METAS / sizeof *CHUNK_METAS; i++) {
+            const char *json = CHUNK_METAS[i];
+            tm_chunk_meta *m = chunk_meta_new(json, strlen(json));
+            tu_membuf want = {0}, got = {0};
+            tm_sink want_sink = {.write = tu_membuf_write, .ctx = &want};
+            tm_sink got_sink = {.write = tu_membuf_write, .ctx = &got};
+            tm_sample_v2_options by_json = {.meta_json = json, .meta_len = strlen(json)};
+            tm_sample_v2_options by_handle = {.meta = m};
+            tm_error we, ge;
+            tm_status want_st = tm_write_sample_v2(tr, &by_json, &want_sink, &we);
+            for (int round = 0; round < 2; round++) {
+                got.len = 0;
+                expect_same_error(tm_write_sample_v2(tr, &by_handle, &got_sink, &ge), &ge, want_st, &we, json);
+                cr_expect_eq(got.len, want.len, "mode %d, %s", mode, json);
+                cr_expect(got.len == want.len && (!got.len || memcmp(got.data, want.data, got.len) == 0),
+                          "mode %d, %s: other bytes", mode, json);
+            }
+            tu_membuf_free(&want);
+            tu_membuf_free(&got);
+            tm_chunk_meta_free(m);
+        }
+        tm_trace_free(tr);
+    }
+    tb_free(&t);
+}
+
+Test(chunk_meta, null_arguments) {
+    tm_error err;
+    cr_expect_eq(tm_chunk_meta_new(META, strlen(META), NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "tm_chunk_meta_new"), "%s", err.message);
+    cr_expect_eq(tm_chunk_meta_check(NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "tm_chunk_meta_check"), "%s", err.message);
+    size_t n = 99;
+    cr_expect_null(tm_chunk_meta_string(NULL, "platform", &n));
+    cr_expect_eq(n, 0u);
+    tm_chunk_meta_free(NULL);
+    /* a NULL json is metadata that is not JSON, as for tm_sample_v2_check_meta */
+    tm_chunk_meta *m = chunk_meta_new(NULL, 0);
+    tm_error want;
+    tm_status want_st = tm_sample_v2_check_meta(NULL, 0, &want);
+    expect_same_error(tm_chunk_meta_check(m, &err), &err, want_st, &want, "NULL json");
+    cr_expect_eq(want_st, TM_ERR_REJECTED);
+    /* meta and meta_json together: refused before anything is written */
+    tb_buf t = {0};
+    build_trace(&t, TWO_SAMPLES, 2);
+    tm_trace *tr = NULL;
+    cr_assert_eq(tm_trace_parse(t.data, t.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_sample_v2_options both = {.meta_json = META, .meta_len = strlen(META), .meta = m};
+    cr_expect_eq(tm_write_sample_v2(tr, &both, &sink, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "meta_json"), "%s", err.message);
+    cr_expect_eq(out.len, 0u);
+    tm_chunk_meta_free(m);
+    tm_trace_free(tr);
+    tb_free(&t);
 }

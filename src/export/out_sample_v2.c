@@ -5,7 +5,8 @@
  * Metadata (the [JSON] part of a profile_chunk item) is read with jansson
  * and merged the way Relay's expand_perfetto does: known keys in Relay's
  * serialisation order, SDK debug images first, "release" always present,
- * unknown keys dropped; bad metadata is InvalidJson. Then Sample v2's
+ * unknown keys dropped; bad metadata is InvalidJson. A tm_chunk_meta holds
+ * metadata read once, for a caller that reads its fields too. Then Sample v2's
  * normalisation: optional single-sample-thread removal, NotEnoughSamples,
  * index checks, DurationIsTooLong.
  *
@@ -31,18 +32,33 @@ typedef struct meta {
 
 static const char *const image_types[] = {"symbolic", "macho", "sourcemap", "proguard", "jvm"};
 
-static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err) {
-    memset(m, 0, sizeof *m);
-    if (len > TM_MAX_META_BYTES) return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
+/* The metadata as read: the document, or why it is not JSON. */
+struct tm_chunk_meta {
+    json_t *root; /* NULL: not JSON, see je */
     json_error_t je;
+    size_t len; /* bytes given: over TM_MAX_META_BYTES is rejected */
+    tm_mem mem; /* the handle's own memory */
+};
+
+static json_t *load_meta(const char *json, size_t len, json_error_t *je) {
     /* serde_json, which Relay reads it with, takes "\u0000" in strings and
      * integers beyond 64 bits (as floats): so do we, the latter on a second
      * pass, so that ordinary integers stay integers. */
-    m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-    if (!m->root && strstr(je.text, "too big"))
-        m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
-    if (!m->root) return tm_fail(err, TM_ERR_REJECTED, (uint64_t)je.position, "InvalidJson",
-                                 "metadata is not JSON: %s", je.text);
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, je);
+    if (!root && strstr(je->text, "too big"))
+        root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, je);
+    return root;
+}
+
+/* Relay's checks of metadata read (c), in its order; m takes a reference
+ * to the document when it is JSON. */
+static tm_status check_meta(const tm_chunk_meta *c, meta *m, tm_error *err) {
+    memset(m, 0, sizeof *m);
+    if (c->len > TM_MAX_META_BYTES)
+        return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
+    if (!c->root) return tm_fail(err, TM_ERR_REJECTED, (uint64_t)c->je.position, "InvalidJson",
+                                 "metadata is not JSON: %s", c->je.text);
+    m->root = json_incref(c->root);
     if (!json_is_object(m->root)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");
     json_t *o = m->root, *v;
     v = json_object_get(o, "version");
@@ -102,6 +118,50 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
         }
     }
     return TM_OK;
+}
+
+/* check_meta of the JSON in json[0..len), not read at all when too large. */
+static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err) {
+    tm_chunk_meta c = {.len = len};
+    if (len <= TM_MAX_META_BYTES) c.root = load_meta(json, len, &c.je);
+    tm_status st = check_meta(&c, m, err);
+    json_decref(c.root);
+    return st;
+}
+
+tm_status tm_chunk_meta_new(const char *json, size_t len, tm_chunk_meta **out, tm_error *err) {
+    if (out) *out = NULL;
+    if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_chunk_meta_new: NULL argument");
+    tm_mem mem;
+    tm_mem_init(&mem, NULL);
+    tm_chunk_meta *c = tm_mem_alloc(&mem, sizeof *c);
+    if (!c) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
+    /* read whatever its size: its fields are readable even when too large */
+    *c = (tm_chunk_meta){.mem = mem, .len = len};
+    c->root = load_meta(json, len, &c->je);
+    *out = c;
+    return TM_OK;
+}
+
+const char *tm_chunk_meta_string(const tm_chunk_meta *c, const char *key, size_t *len) {
+    const json_t *v = c && key ? json_object_get(c->root, key) : NULL;
+    if (len) *len = json_string_length(v);
+    return json_string_value(v);
+}
+
+tm_status tm_chunk_meta_check(const tm_chunk_meta *c, tm_error *err) {
+    if (!c) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_chunk_meta_check: NULL argument");
+    meta m;
+    tm_status st = check_meta(c, &m, err);
+    json_decref(m.root);
+    return st;
+}
+
+void tm_chunk_meta_free(tm_chunk_meta *c) {
+    if (!c) return;
+    json_decref(c->root);
+    tm_mem mem = c->mem;
+    tm_mem_free(&mem, c, sizeof *c);
 }
 
 /* An SDK image with Relay's DebugImage key order; unknown keys dropped. */
@@ -521,7 +581,7 @@ static int cmp_tid(const void *a, const void *b) {
 tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
     meta m;
     tm_status st = parse_meta(json, len, &m, err);
-    if (m.root) json_decref(m.root);
+    json_decref(m.root);
     return st;
 }
 
@@ -799,6 +859,8 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_sample_v2_options", err));
     if (!opts) opts = &no_opts;
+    if (opts->meta && opts->meta_json)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: both meta and meta_json set");
     const tm_profile *p = tm_trace_profile(t);
     if (p->untimed)
         return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "folded stacks have no timestamps, which Sample v2 needs");
@@ -808,7 +870,8 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     memset(&sel, 0, sizeof sel);
     tm_jw *w = NULL;
     tm_status st = TM_OK;
-    if (opts->meta_json) st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
+    if (opts->meta) st = check_meta(opts->meta, &m, err);
+    else if (opts->meta_json) st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
     if (st == TM_OK) st = check_converter(p, err);
     if (st == TM_OK) st = select_samples(p, opts->remove_single_samples, &sel, err);
     if (st == TM_OK) st = check_duration(p, &sel, err);
@@ -825,6 +888,6 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     }
     tm_mem_free(p->mem, w, sizeof *w);
     selection_release(p, &sel);
-    if (m.root) json_decref(m.root);
+    json_decref(m.root);
     return tm_trace_budget_status(t, st, err);
 }
