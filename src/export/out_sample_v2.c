@@ -25,7 +25,7 @@
 /* ---- metadata ---- */
 
 typedef struct meta {
-    json_t *root;
+    json_t *root; /* the metadata's document, owned by its tm_chunk_meta */
     char chunk_id[33], profiler_id[33];
     json_t *platform, *release, *environment, *content_type, *client_sdk, *images, *measurements;
 } meta;
@@ -50,15 +50,23 @@ static json_t *load_meta(const char *json, size_t len, json_error_t *je) {
     return root;
 }
 
-/* Relay's checks of metadata read (c), in its order; m takes a reference
- * to the document when it is JSON. */
+/* The metadata in json[0..len) as the writer reads it: not at all when too
+ * large. The caller releases c->root. */
+static void read_meta(const char *json, size_t len, tm_chunk_meta *c) {
+    memset(c, 0, sizeof *c);
+    c->len = len;
+    if (len <= TM_MAX_META_BYTES) c->root = load_meta(json, len, &c->je);
+}
+
+/* Relay's checks of the metadata read (c), in its order; m's fields point
+ * into c's document. */
 static tm_status check_meta(const tm_chunk_meta *c, meta *m, tm_error *err) {
     memset(m, 0, sizeof *m);
     if (c->len > TM_MAX_META_BYTES)
         return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
     if (!c->root) return tm_fail(err, TM_ERR_REJECTED, (uint64_t)c->je.position, "InvalidJson",
                                  "metadata is not JSON: %s", c->je.text);
-    m->root = json_incref(c->root);
+    m->root = c->root;
     if (!json_is_object(m->root)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");
     json_t *o = m->root, *v;
     v = json_object_get(o, "version");
@@ -120,24 +128,15 @@ static tm_status check_meta(const tm_chunk_meta *c, meta *m, tm_error *err) {
     return TM_OK;
 }
 
-/* check_meta of the JSON in json[0..len), not read at all when too large. */
-static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err) {
-    tm_chunk_meta c = {.len = len};
-    if (len <= TM_MAX_META_BYTES) c.root = load_meta(json, len, &c.je);
-    tm_status st = check_meta(&c, m, err);
-    json_decref(c.root);
-    return st;
-}
-
 tm_status tm_chunk_meta_new(const char *json, size_t len, tm_chunk_meta **out, tm_error *err) {
-    if (out) *out = NULL;
     if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_chunk_meta_new: NULL argument");
+    *out = NULL;
     tm_mem mem;
     tm_mem_init(&mem, NULL);
     tm_chunk_meta *c = tm_mem_alloc(&mem, sizeof *c);
     if (!c) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    /* read whatever its size: its fields are readable even when too large */
     *c = (tm_chunk_meta){.mem = mem, .len = len};
+    /* whatever its size: the fields of metadata too large are read too */
     c->root = load_meta(json, len, &c->je);
     *out = c;
     return TM_OK;
@@ -152,9 +151,7 @@ const char *tm_chunk_meta_string(const tm_chunk_meta *c, const char *key, size_t
 tm_status tm_chunk_meta_check(const tm_chunk_meta *c, tm_error *err) {
     if (!c) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_chunk_meta_check: NULL argument");
     meta m;
-    tm_status st = check_meta(c, &m, err);
-    json_decref(m.root);
-    return st;
+    return check_meta(c, &m, err);
 }
 
 void tm_chunk_meta_free(tm_chunk_meta *c) {
@@ -579,9 +576,11 @@ static int cmp_tid(const void *a, const void *b) {
 }
 
 tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
+    tm_chunk_meta c;
+    read_meta(json, len, &c);
     meta m;
-    tm_status st = parse_meta(json, len, &m, err);
-    json_decref(m.root);
+    tm_status st = check_meta(&c, &m, err);
+    json_decref(c.root);
     return st;
 }
 
@@ -864,14 +863,16 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     const tm_profile *p = tm_trace_profile(t);
     if (p->untimed)
         return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "folded stacks have no timestamps, which Sample v2 needs");
+    tm_chunk_meta given; /* meta_json's, read here */
+    memset(&given, 0, sizeof given);
     meta m;
     memset(&m, 0, sizeof m);
     selection sel;
     memset(&sel, 0, sizeof sel);
     tm_jw *w = NULL;
     tm_status st = TM_OK;
-    if (opts->meta) st = check_meta(opts->meta, &m, err);
-    else if (opts->meta_json) st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
+    if (opts->meta_json) read_meta(opts->meta_json, opts->meta_len, &given);
+    if (opts->meta || opts->meta_json) st = check_meta(opts->meta ? opts->meta : &given, &m, err);
     if (st == TM_OK) st = check_converter(p, err);
     if (st == TM_OK) st = select_samples(p, opts->remove_single_samples, &sel, err);
     if (st == TM_OK) st = check_duration(p, &sel, err);
@@ -888,6 +889,6 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     }
     tm_mem_free(p->mem, w, sizeof *w);
     selection_release(p, &sel);
-    json_decref(m.root);
+    json_decref(given.root);
     return tm_trace_budget_status(t, st, err);
 }
