@@ -25,7 +25,8 @@
 /* ---- metadata ---- */
 
 typedef struct meta {
-    json_t *root; /* the metadata's document, owned by its tm_chunk_meta */
+    json_t *root;  /* the metadata's document */
+    json_t *owned; /* root when read from JSON here (parse_meta), not a tm_chunk_meta's */
     char chunk_id[33], profiler_id[33];
     json_t *platform, *release, *environment, *content_type, *client_sdk, *images, *measurements;
 } meta;
@@ -48,14 +49,6 @@ static json_t *load_meta(const char *json, size_t len, json_error_t *je) {
     if (!root && strstr(je->text, "too big"))
         root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, je);
     return root;
-}
-
-/* The metadata in json[0..len) as the writer reads it: not at all when too
- * large. The caller releases c->root. */
-static void read_meta(const char *json, size_t len, tm_chunk_meta *c) {
-    memset(c, 0, sizeof *c);
-    c->len = len;
-    if (len <= TM_MAX_META_BYTES) c->root = load_meta(json, len, &c->je);
 }
 
 /* Relay's checks of the metadata read (c), in its order; m's fields point
@@ -126,6 +119,18 @@ static tm_status check_meta(const tm_chunk_meta *c, meta *m, tm_error *err) {
         }
     }
     return TM_OK;
+}
+
+/* check_meta of the JSON in json[0..len), not read at all when too large;
+ * m owns the document (m->owned). */
+static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err) {
+    tm_chunk_meta c;
+    memset(&c, 0, sizeof c);
+    c.len = len;
+    if (len <= TM_MAX_META_BYTES) c.root = load_meta(json, len, &c.je);
+    tm_status st = check_meta(&c, m, err);
+    m->owned = c.root;
+    return st;
 }
 
 tm_status tm_chunk_meta_new(const char *json, size_t len, tm_chunk_meta **out, tm_error *err) {
@@ -576,11 +581,9 @@ static int cmp_tid(const void *a, const void *b) {
 }
 
 tm_status tm_sample_v2_check_meta(const char *json, size_t len, tm_error *err) {
-    tm_chunk_meta c;
-    read_meta(json, len, &c);
     meta m;
-    tm_status st = check_meta(&c, &m, err);
-    json_decref(c.root);
+    tm_status st = parse_meta(json, len, &m, err);
+    json_decref(m.owned);
     return st;
 }
 
@@ -858,21 +861,21 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     TM_TRY(TM_CHECK_RESERVED(out, "tm_sink", err));
     TM_TRY(TM_CHECK_RESERVED(opts, "tm_sample_v2_options", err));
     if (!opts) opts = &no_opts;
-    if (opts->meta && opts->meta_json)
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: both meta and meta_json set");
     const tm_profile *p = tm_trace_profile(t);
     if (p->untimed)
         return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "folded stacks have no timestamps, which Sample v2 needs");
-    tm_chunk_meta given; /* meta_json's, read here */
-    memset(&given, 0, sizeof given);
     meta m;
     memset(&m, 0, sizeof m);
     selection sel;
     memset(&sel, 0, sizeof sel);
     tm_jw *w = NULL;
     tm_status st = TM_OK;
-    if (opts->meta_json) read_meta(opts->meta_json, opts->meta_len, &given);
-    if (opts->meta || opts->meta_json) st = check_meta(opts->meta ? opts->meta : &given, &m, err);
+    if (opts->meta && opts->meta_json)
+        st = tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_write_sample_v2: both meta and meta_json set");
+    else if (opts->meta)
+        st = check_meta(opts->meta, &m, err);
+    else if (opts->meta_json)
+        st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
     if (st == TM_OK) st = check_converter(p, err);
     if (st == TM_OK) st = select_samples(p, opts->remove_single_samples, &sel, err);
     if (st == TM_OK) st = check_duration(p, &sel, err);
@@ -889,6 +892,6 @@ tm_status tm_write_sample_v2(const tm_trace *t, const tm_sample_v2_options *opts
     }
     tm_mem_free(p->mem, w, sizeof *w);
     selection_release(p, &sel);
-    json_decref(given.root);
+    json_decref(m.owned);
     return tm_trace_budget_status(t, st, err);
 }
