@@ -410,19 +410,36 @@ static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t 
     return TM_OK;
 }
 
-/* An interned Frame's fields (checked when it was interned). */
+static void frame_field(ent_frame *e, uint32_t num, uint64_t val) {
+    switch (num) {
+    case TM_PF_FRAME_FUNCTION_NAME_ID: e->fn = val; e->flags |= F_HAS_FN; break;
+    case TM_PF_FRAME_MAPPING_ID: e->mapping = val; e->flags |= F_HAS_MAPPING; break;
+    case TM_PF_FRAME_REL_PC: e->rel_pc = val; e->flags |= F_HAS_REL_PC; break;
+    default: break;
+    }
+}
+
+/* An interned Frame's fields (checked when it was interned). Writers give
+ * varints under one-byte tags only, read here without the field decoder;
+ * any other shape goes through it. */
 static ent_frame parse_frame(tm_bytes msg) {
     ent_frame e = {0, 0, 0, 0};
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    while (p < end) {
+        uint8_t tag = p[0];
+        uint64_t v;
+        const uint8_t *next;
+        if ((tag & 0x87) != TM_PB_VARINT || tag < 8 || end - p < 2 || /* one-byte tag of a varint, not field 0 */
+            !(next = tm_pb_varint_fast(p + 1, end, &v)))
+            break;
+        frame_field(&e, tag >> 3, v);
+        p = next;
+    }
+    if (p == end) return e;
+    e = (ent_frame){0, 0, 0, 0};
     tm_pb_reader r = tm_pb_reader_of(msg);
     tm_pb_field f;
-    while (tm_pb_next(&r, &f) == TM_PB_OK) {
-        switch (f.num) {
-        case TM_PF_FRAME_FUNCTION_NAME_ID: e.fn = f.val; e.flags |= F_HAS_FN; break;
-        case TM_PF_FRAME_MAPPING_ID: e.mapping = f.val; e.flags |= F_HAS_MAPPING; break;
-        case TM_PF_FRAME_REL_PC: e.rel_pc = f.val; e.flags |= F_HAS_REL_PC; break;
-        default: break;
-        }
-    }
+    while (tm_pb_next(&r, &f) == TM_PB_OK) frame_field(&e, f.num, f.val);
     return e;
 }
 
