@@ -108,6 +108,12 @@ typedef int (*tm_idxset_eq)(const void *ctx, uint32_t idx, const void *key);
 uint32_t tm_idxset_find(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key);
 /* Records index idx under hash (the caller checked it is absent). */
 tm_status tm_idxset_add(tm_mem *mem, tm_idxset *s, uint32_t hash, uint32_t idx);
+/* tm_idxset_find, which when key is absent also gives the slot where
+ * tm_idxset_add_at records it, if the set did not change in between:
+ * interning a new record probes once. */
+uint32_t tm_idxset_find_slot(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key,
+                             size_t *slot);
+tm_status tm_idxset_add_at(tm_mem *mem, tm_idxset *s, size_t slot, uint32_t hash, uint32_t idx);
 /* Makes room for n records without regrowing (none is added). */
 tm_status tm_idxset_reserve(tm_mem *mem, tm_idxset *s, size_t n);
 void tm_idxset_free(tm_mem *mem, tm_idxset *s);

@@ -79,11 +79,12 @@ uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f) {
 
 tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out) {
     uint32_t h = mapping_hash(m);
-    uint32_t idx = tm_idxset_find(&p->mapping_set, h, mapping_eq, p, m);
+    size_t slot;
+    uint32_t idx = tm_idxset_find_slot(&p->mapping_set, h, mapping_eq, p, m, &slot);
     if (idx == TM_ABSENT) {
         TM_TRY(TM_VEC_RESERVE(p->mem, p->mappings, p->cap_mappings, p->n_mappings + 1));
         idx = (uint32_t)p->n_mappings;
-        TM_TRY(tm_idxset_add(p->mem, &p->mapping_set, h, idx));
+        TM_TRY(tm_idxset_add_at(p->mem, &p->mapping_set, slot, h, idx));
         p->mappings[p->n_mappings] = *m;
         p->mappings[p->n_mappings++].path_hash = tm_hash_bytes(0, m->path);
         p->stats.mappings++;
@@ -146,12 +147,13 @@ tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_
         TM_TRY(tm_idxset_reserve(p->mem, &p->frame_set, n));
     }
     uint32_t h = frame_hash(p, f);
-    uint32_t idx = tm_idxset_find(&p->frame_set, h, frame_eq, p, f);
+    size_t slot;
+    uint32_t idx = tm_idxset_find_slot(&p->frame_set, h, frame_eq, p, f, &slot);
     if (idx == TM_ABSENT) {
         if (p->n_frames >= p->max_unique_frames) return TM_ERR_LIMIT;
         TM_TRY(TM_VEC_RESERVE(p->mem, p->frames, p->cap_frames, p->n_frames + 1));
         idx = (uint32_t)p->n_frames;
-        TM_TRY(tm_idxset_add(p->mem, &p->frame_set, h, idx));
+        TM_TRY(tm_idxset_add_at(p->mem, &p->frame_set, slot, h, idx));
         p->frames[p->n_frames++] = *f;
         p->stats.frames++;
     }
@@ -183,13 +185,14 @@ static int stack_eq(const void *ctx, uint32_t idx, const void *key) {
 tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *ids, size_t n, uint32_t *out) {
     stack_key k = {ids, n};
     uint32_t h = stack_hash(ids, n);
-    uint32_t idx = tm_idxset_find(&p->stack_set, h, stack_eq, p, &k);
+    size_t slot;
+    uint32_t idx = tm_idxset_find_slot(&p->stack_set, h, stack_eq, p, &k, &slot);
     if (idx == TM_ABSENT) {
         if (p->n_frame_ids + n > UINT32_MAX) return TM_ERR_LIMIT;
         TM_TRY(TM_VEC_RESERVE(p->mem, p->stacks, p->cap_stacks, p->n_stacks + 1));
         TM_TRY(TM_VEC_RESERVE(p->mem, p->frame_ids, p->cap_frame_ids, p->n_frame_ids + n));
         idx = (uint32_t)p->n_stacks;
-        TM_TRY(tm_idxset_add(p->mem, &p->stack_set, h, idx));
+        TM_TRY(tm_idxset_add_at(p->mem, &p->stack_set, slot, h, idx));
         if (n) memcpy(p->frame_ids + p->n_frame_ids, ids, n * sizeof *ids);
         p->stacks[p->n_stacks].off = (uint32_t)p->n_frame_ids;
         p->stacks[p->n_stacks].len = (uint32_t)n;
