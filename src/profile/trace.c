@@ -295,11 +295,29 @@ static tm_status grow_dense(dec *d, res_cache *c, uint64_t iid, size_t n_entries
     return TM_OK;
 }
 
+/* Records a first resolution of iid past the dense part: grows that, or
+ * puts it in the map. */
+static tm_status remember_past_dense(dec *d, seq_state *s, res_cache *cache, uint64_t iid, uint32_t id,
+                                     uint32_t epoch) {
+    bool dense;
+    TM_TRY(grow_dense(d, cache, iid, seq_entries(d, s), &dense));
+    if (dense) {
+        cache->dense[iid] = (resolved){id, epoch, epoch};
+        return TM_OK;
+    }
+    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, cache->res, cache->cap, cache->n + 1));
+    cache->res[cache->n] = (resolved){id, epoch, epoch};
+    DTRY_MEM(d, tm_u64map_put(d->mem, &cache->slot_by_iid, iid, (uint32_t)cache->n));
+    cache->n++;
+    return TM_OK;
+}
+
 /* Records that iid resolved to id in this epoch; c: what it resolved to
  * before (NULL: never). The run of epochs goes on when the epoch before
- * gave the same id. *since: where the run starts. */
-static tm_status remember(dec *d, seq_state *s, res_cache *cache, resolved *c, uint64_t iid, uint32_t id,
-                          uint32_t *since) {
+ * gave the same id. *since: where the run starts. Inline: each resolution
+ * made ends here. */
+static inline tm_status remember(dec *d, seq_state *s, res_cache *cache, resolved *c, uint64_t iid, uint32_t id,
+                                 uint32_t *since) {
     uint32_t epoch = cur_epoch(d);
     if (c) {
         if (c->upto + 1 != epoch || c->id != id) c->since = epoch;
@@ -309,16 +327,8 @@ static tm_status remember(dec *d, seq_state *s, res_cache *cache, resolved *c, u
         return TM_OK;
     }
     *since = epoch;
-    bool dense = iid < cache->n_dense;
-    if (!dense) TM_TRY(grow_dense(d, cache, iid, seq_entries(d, s), &dense));
-    if (dense) {
-        cache->dense[iid] = (resolved){id, epoch, epoch};
-        return TM_OK;
-    }
-    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, cache->res, cache->cap, cache->n + 1));
-    cache->res[cache->n] = (resolved){id, epoch, epoch};
-    DTRY_MEM(d, tm_u64map_put(d->mem, &cache->slot_by_iid, iid, (uint32_t)cache->n));
-    cache->n++;
+    if (TM_UNLIKELY(iid >= cache->n_dense)) return remember_past_dense(d, s, cache, iid, id, epoch);
+    cache->dense[iid] = (resolved){id, epoch, epoch};
     return TM_OK;
 }
 
