@@ -65,18 +65,6 @@ uint64_t tm_mapping_elf_start(const tm_prof_mapping *m) {
     return m->start - (m->exact_offset - m->start_offset);
 }
 
-uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f) {
-    if (!f->mapping) return f->addr;
-    const tm_prof_mapping *m = &p->mappings[f->mapping - 1];
-    uint64_t elf_start = tm_mapping_elf_start(m), pc;
-    if (!(m->flags & TM_MAPPING_ELF_REL_PC) || f->rel_pc < m->load_bias ||
-        __builtin_add_overflow(elf_start, f->rel_pc - m->load_bias, &pc))
-        return f->addr;
-    /* a rel_pc that is no address of the mapping's part of the ELF keeps start + rel_pc */
-    if (m->end > m->start && (pc < m->start || pc >= m->end)) return f->addr;
-    return pc;
-}
-
 tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out) {
     uint32_t h = mapping_hash(m);
     size_t slot;
@@ -86,7 +74,8 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
         idx = (uint32_t)p->n_mappings;
         TM_TRY(tm_idxset_add_at(p->mem, &p->mapping_set, slot, h, idx));
         p->mappings[p->n_mappings] = *m;
-        p->mappings[p->n_mappings++].path_hash = tm_hash_bytes(0, m->path);
+        p->mappings[p->n_mappings].path_hash = tm_hash_bytes(0, m->path);
+        p->mappings[p->n_mappings++].elf_start = tm_mapping_elf_start(m);
         p->stats.mappings++;
         if (m->build_id.len == 0) p->stats.mappings_without_build_id++;
     }

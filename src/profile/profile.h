@@ -50,6 +50,7 @@ typedef struct tm_prof_mapping {
     uint64_t start, end, load_bias, start_offset, exact_offset;
     uint32_t flags;  /* TM_MAPPING_* */
     uint64_t path_hash; /* set when interned: the hash of path that its frames' package hashes to */
+    uint64_t elf_start; /* set when interned: tm_mapping_elf_start, which each of its frames' addresses asks */
 } tm_prof_mapping;
 
 typedef struct tm_prof_stack {
@@ -169,7 +170,18 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
  * or image. Frames without a mapping, or whose rel_pc is outside the
  * mapping's part of the ELF, keep their address. */
 uint64_t tm_mapping_elf_start(const tm_prof_mapping *m);
-uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f);
+/* Inline: writers ask it for every frame. */
+static inline uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f) {
+    if (!f->mapping) return f->addr;
+    const tm_prof_mapping *m = &p->mappings[f->mapping - 1];
+    uint64_t pc;
+    if (!(m->flags & TM_MAPPING_ELF_REL_PC) || f->rel_pc < m->load_bias ||
+        __builtin_add_overflow(m->elf_start, f->rel_pc - m->load_bias, &pc))
+        return f->addr;
+    /* a rel_pc that is no address of the mapping's part of the ELF keeps start + rel_pc */
+    if (m->end > m->start && (pc < m->start || pc >= m->end)) return f->addr;
+    return pc;
+}
 tm_status tm_profile_intern_frame(tm_profile *p, const tm_prof_frame *f, uint32_t *out);
 tm_status tm_profile_intern_stack(tm_profile *p, const uint32_t *frames_leaf_first, size_t n,
                                   uint32_t *out);
