@@ -490,7 +490,7 @@ static bool lookup_str(const dec *d, uint32_t field, uint64_t iid, tm_str *out) 
 /* Like lookup; *same_since: the first epoch from which the entry had these
  * bytes in every epoch (never before this one in Relay mode, whose entries
  * may be replaced, nor in ProfilePacket tables). */
-static bool lookup_since(const dec *d, uint32_t field, uint64_t iid, tm_bytes *out, uint32_t *same_since) {
+static inline bool lookup_since(const dec *d, uint32_t field, uint64_t iid, tm_bytes *out, uint32_t *same_since) {
     *same_since = UINT32_MAX;
     if (d->local || d->relay) return lookup(d, field, iid, out);
     const tm_pf_entry *e = tm_pf_find(&d->rd, d->gen, field, iid);
