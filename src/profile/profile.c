@@ -88,7 +88,7 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
 /* The package is hashed on its own: a frame whose package is its
  * mapping's path takes the hash the mapping keeps, the frames of a
  * library hashing its path once. */
-static uint32_t frame_hash(const tm_profile *p, const tm_prof_frame *f) {
+static inline uint32_t frame_hash(const tm_profile *p, const tm_prof_frame *f) {
     const tm_prof_mapping *m = f->mapping ? &p->mappings[f->mapping - 1] : NULL;
     uint64_t package = m && f->package.data == m->path.data && f->package.len == m->path.len
                            ? m->path_hash

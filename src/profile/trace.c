@@ -632,13 +632,17 @@ static inline tm_status resolve_mapping_fast(dec *d, seq_state *s, uint64_t iid,
     return resolve_mapping(d, s, iid, out, ok, since);
 }
 
-/* Adds a frame to the profile, within max_unique_frames. */
-static tm_status intern_frame(dec *d, const tm_prof_frame *pf, const uint8_t *at, uint32_t *out) {
-    if (tm_profile_intern_frame(d->p, pf, out) == TM_OK) return TM_OK;
+/* Why the profile refused a frame: max_unique_frames, else memory. */
+TM_COLD static tm_status intern_frame_fail(dec *d, const uint8_t *at) {
     if (d->p->n_frames >= d->p->max_unique_frames)
         return dfail(d, TM_ERR_LIMIT, at, "more than %llu unique frames (max_unique_frames)",
                      (unsigned long long)d->p->max_unique_frames);
     return nomem(d);
+}
+
+/* Adds a frame to the profile, within max_unique_frames. */
+static inline tm_status intern_frame(dec *d, const tm_prof_frame *pf, const uint8_t *at, uint32_t *out) {
+    return TM_LIKELY(tm_profile_intern_frame(d->p, pf, out) == TM_OK) ? TM_OK : intern_frame_fail(d, at);
 }
 
 /* Does what a frame refers to resolve as it did in epoch upto? */
