@@ -430,20 +430,28 @@ static void frame_field(ent_frame *e, uint32_t num, uint64_t val) {
 }
 
 /* An interned Frame's fields (checked when it was interned). Writers give
- * varints under one-byte tags only, read here without the field decoder;
- * any other shape goes through it. */
+ * varints under one-byte tags only, read here without the field decoder,
+ * a switch on the tag byte; any other shape goes through it. */
 static ent_frame parse_frame(tm_bytes msg) {
+    enum {
+        FN_TAG = TM_PF_FRAME_FUNCTION_NAME_ID << 3 | TM_PB_VARINT,
+        MAPPING_TAG = TM_PF_FRAME_MAPPING_ID << 3 | TM_PB_VARINT,
+        REL_PC_TAG = TM_PF_FRAME_REL_PC << 3 | TM_PB_VARINT
+    };
     ent_frame e = {0, 0, 0, 0};
     const uint8_t *p = msg.data, *end = p + msg.len;
-    while (p < end) {
-        uint8_t tag = p[0];
+    bool plain = true;
+    while (plain && end - p >= 2) {
         uint64_t v;
-        const uint8_t *next;
-        if ((tag & 0x87) != TM_PB_VARINT || tag < 8 || end - p < 2 || /* one-byte tag of a varint, not field 0 */
-            !(next = tm_pb_varint_fast(p + 1, end, &v)))
-            break;
-        frame_field(&e, tag >> 3, v);
-        p = next;
+        const uint8_t *next = tm_pb_varint_fast(p + 1, end, &v); /* the value, if p[0] is a varint's tag */
+        if (!next) break;
+        switch (p[0]) {
+        case FN_TAG: e.fn = v; e.flags |= F_HAS_FN; break;
+        case MAPPING_TAG: e.mapping = v; e.flags |= F_HAS_MAPPING; break;
+        case REL_PC_TAG: e.rel_pc = v; e.flags |= F_HAS_REL_PC; break;
+        default: plain = (p[0] & 0x87) == TM_PB_VARINT && p[0] >= 8; break; /* a one-byte tag of another varint */
+        }
+        if (plain) p = next;
     }
     if (p == end) return e;
     e = (ent_frame){0, 0, 0, 0};
