@@ -4,6 +4,7 @@
  * generations, and the intern tables, for every consumer.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -905,6 +906,7 @@ static inline tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
     if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
     pk->has_time = true;
     if (id) return resolve_clock_time(r, pk, id);
+    pk->time_clock = 0;
     pk->time_ok = pk->trace_exact = pk->timestamp <= INT64_MAX;
     pk->time_ns = pk->trace_ns = (int64_t)pk->timestamp;
     pk->trace_ok = true;
@@ -1008,10 +1010,12 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
 }
 
 /* Reads the header fields of TracePacket b and its `oneof data` member;
- * *usual: scan_usual read them all (none of the others is there). */
+ * *usual: scan_usual read them all (none of the others is there). It
+ * zeroes pk's fields up to data_field; next_sample or clear_rest sets the
+ * others. */
 static tm_status scan_packet(tm_pf_reader *r, tm_bytes b, tm_pf_packet *pk, bool *usual) {
     bool relay = r->flags & TM_PF_RELAY;
-    memset(pk, 0, sizeof *pk);
+    memset(&pk->timestamp, 0, offsetof(tm_pf_packet, data) - offsetof(tm_pf_packet, timestamp));
     pk->start = b.data;
     pk->bytes = b;
     const uint8_t *end = b.data + b.len; /* b is not empty */
@@ -1317,17 +1321,29 @@ static inline bool usual_sample(const tm_pf_reader *r, const tm_pf_packet *pk) {
 }
 
 /* What sequence_update, the payload check and resolve_time do for a
- * usual_sample packet. */
+ * usual_sample packet, and the fields after data_field scan_packet left
+ * (data and data_tag it set: the packet has a payload). */
 static int next_sample(tm_pf_reader *r, tm_pf_packet *pk) {
     tm_pf_seq *s = &r->seqs[r->last_seq];
     s->seen = true;
     pk->seq = s;
     pk->gen = s->gen;
+    pk->snapshot = NULL;
+    memset(&pk->perf_read, 0, sizeof *pk - offsetof(tm_pf_packet, perf_read));
+    if (!pk->has_timestamp)
+        memset(&pk->has_time, 0, offsetof(tm_pf_packet, perf_read) - offsetof(tm_pf_packet, has_time));
     if (!(pk->data_field == TM_PF_PACKET_PERF_SAMPLE && pk->data.len && tm_pf_read_plain_perf_sample(pk)) &&
         tm_pf_check_payload(r, pk) != TM_OK)
         return TM_PF_ERROR;
     if (pk->has_timestamp && resolve_time(r, pk) != TM_OK) return TM_PF_ERROR;
     return TM_PF_PACKET;
+}
+
+/* Zeroes the fields after data_field that scan_packet left, but its
+ * payload's when it has one: what the general path reads a packet into. */
+static void clear_rest(tm_pf_packet *pk) {
+    if (!pk->data_field) pk->data = (tm_bytes){NULL, 0}, pk->data_tag = NULL;
+    memset(&pk->seq, 0, sizeof *pk - offsetof(tm_pf_packet, seq));
 }
 
 /* The next Trace record: a packet of under 128 bytes (most sample packets)
@@ -1393,6 +1409,7 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
         bool usual;
         if (scan_packet(r, f.bytes, pk, &usual) != TM_OK) return TM_PF_ERROR;
         if (usual && usual_sample(r, pk)) return next_sample(r, pk);
+        clear_rest(pk);
         if (pk->data_field == TM_PF_PACKET_COMPRESSED_PACKETS) {
             /* Only the inner packets count: the wrapper's other fields are ignored. */
             if (r->in_inner) {

@@ -220,6 +220,8 @@ typedef struct tm_pf_clock {
 typedef struct tm_pf_packet {
     const uint8_t *start;   /* the TracePacket message */
     tm_bytes bytes;
+    /* From here to data_field: zeroed before each packet is read (the rest
+     * is set as the packet needs it: a sample packet pays for little). */
     uint64_t timestamp;
     uint32_t clock_id;      /* timestamp_clock_id; 0: none */
     uint32_t seq_id;        /* trusted_packet_sequence_id; 0: none */
