@@ -750,6 +750,43 @@ static uint64_t first_blob_key(tm_bytes b) {
     return tm_hash_bytes(h, (tm_bytes){b.data + b.len - EDGE, EDGE});
 }
 
+/* A length-delimited field at p < end under a tag of one or two bytes
+ * (InternedData's tables, as writers write them), within end: its number
+ * and bytes, and where it ends; NULL for any other form (the field decoder
+ * reads it, with its errors). */
+TM_PB_INLINE const uint8_t *len_field(const uint8_t *p, const uint8_t *end, uint32_t *num, tm_bytes *bytes) {
+    uint32_t tag = p[0];
+    const uint8_t *q = p + 1;
+    uint64_t len;
+    if (tag >= 0x80) {
+        if (end - p < 2 || p[1] >= 0x80) return NULL;
+        tag = (tag & 0x7f) | (uint32_t)p[1] << 7;
+        q = p + 2;
+    }
+    if ((tag & 7) != TM_PB_LEN || tag < 8 || q >= end || !(q = tm_pb_varint_fast(q, end, &len)) ||
+        len > (uint64_t)(end - q))
+        return NULL;
+    *num = tag >> 3;
+    *bytes = (tm_bytes){q, (size_t)len};
+    return q + len;
+}
+
+/* Makes room in s->ents for the entries InternedData message b may add
+ * (its fields before the first of another form, up to the one that would
+ * cross max_interned_entries: all of them interned ones as writers write
+ * it) at once, not doubling as they come. Only when the room left might
+ * not hold them (each takes 2 bytes at least). */
+static tm_status reserve_entries(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
+    if (s->cap_ents - s->n_ents >= b.len / 2) return TM_OK;
+    const uint8_t *p = b.data, *end = p + b.len;
+    uint64_t n = 0, room = r->lim->max_interned_entries - s->n_interned + 1;
+    uint32_t num;
+    tm_bytes m;
+    while (p < end && n < room && (p = len_field(p, end, &num, &m)) != NULL) n++;
+    if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + (size_t)n) != TM_OK) return nomem(r);
+    return TM_OK;
+}
+
 static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     size_t first = s->n_ents;
     bool replayed;
@@ -773,6 +810,7 @@ static tm_status add_interned(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
         s->first_class = replayed ? r->seqs[s->twin].first_class : r->n_classes < UINT32_MAX ? ++r->n_classes : 0;
         if (replayed) return add_blob(r, s, b, first);
     }
+    TM_TRY(reserve_entries(r, s, b));
     tm_pb_reader pb = tm_pb_reader_of(b);
     tm_pb_field f;
     int rc;
