@@ -636,44 +636,73 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
     return TM_OK;
 }
 
+/* Can s's index take src_index's slots as they are, when the entries of
+ * blob o, all src_n entries of their epoch, become s's first? Then each
+ * has the same place in both, s's index is empty, and every slot of
+ * src_index is in the dense part of s's (sized from it). */
+static bool index_copies(const tm_pf_seq *s, const tm_iidmap *src_index, const tm_pf_blob *o, size_t src_n) {
+    if (s->n_ents != 0 || o->first != 0 || o->count != src_n || !src_index) return false;
+    for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++)
+        if (src_index[kind].sparse.len || src_index[kind].n_dense > s->newest[kind].n_dense) return false;
+    return true;
+}
+
 /* When b is blob o's bytes, read at the same place of s's epoch (o->first:
  * where its entries start in src), adds the entries o added, moved to b:
  * the same bytes give the same entries. same: they are what s's epoch
  * before had here (their same_since holds); else each is compared with it.
- * src_index: src's per-kind index, whose sizes s's index takes at once.
+ * src_index: src's per-kind index, whose sizes s's index takes at once, and
+ * its slots too when o added all src_n entries of src's epoch.
  * *done false when b is not o's bytes, or when the entries would cross
  * max_interned_entries (the general path names the entry). */
 static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_iidmap *src_index,
-                           const tm_pf_blob *o, tm_bytes b, bool same, bool *done) {
+                           size_t src_n, const tm_pf_blob *o, tm_bytes b, bool same, bool *done) {
     *done = false;
     if (o->bytes.len != b.len || o->first != s->n_ents || s->n_interned + o->count > r->lim->max_interned_entries ||
         s->n_kept_ents + s->n_ents + o->count >= UINT32_MAX - 1 || memcmp(o->bytes.data, b.data, b.len) != 0)
         return TM_OK;
+    if (!o->count) {
+        *done = true;
+        return TM_OK;
+    }
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
-    if (o->count) TM_TRY(ensure_index(r, s));
+    TM_TRY(ensure_index(r, s));
     /* Each kind's index sized at once as far as the source's grew (it
      * held these iids), not doubled as they arrive, nor scanned for them. */
-    for (int kind = 0; o->count && src_index && kind < TM_PF_N_INTERNED_KINDS; kind++)
+    for (int kind = 0; src_index && kind < TM_PF_N_INTERNED_KINDS; kind++)
         if (src_index[kind].n_dense &&
             tm_iidmap_reserve(r->mem, &s->newest[kind], src_index[kind].n_dense - 1, s->n_ents + o->count) != TM_OK)
             return nomem(r);
+    size_t at = s->n_ents;
+    const tm_pf_entry *from = src + o->first;
+    tm_pf_entry *to = s->ents + at;
     for (uint32_t k = 0; k < o->count; k++) {
-        const tm_pf_entry *from = &src[o->first + k];
-        tm_pf_entry e = {b.data + (from->msg - o->bytes.data), from->len, s->epoch, s->gen, from->hdr,
-                         from->same_since, from->kind, from->iid};
-        if (!same) {
-            const tm_pf_entry *before = entry_before(s, (int)e.kind, e.iid);
-            bool kept = before && before->len == e.len && memcmp(before->msg, e.msg, e.len) == 0;
-            s->n_same += kept;
-            e.same_since = kept ? before->same_since : s->epoch;
-        }
-        s->ents[s->n_ents] = e;
-        if (tm_iidmap_put(r->mem, &s->newest[e.kind], e.iid, (uint32_t)s->n_ents, s->n_ents + 1) != TM_OK)
-            return nomem(r);
-        s->n_ents++;
+        to[k] = from[k];
+        to[k].msg = b.data + (from[k].msg - o->bytes.data);
+        to[k].epoch = s->epoch, to[k].gen = s->gen;
     }
+    if (index_copies(s, src_index, o, src_n)) {
+        for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++)
+            if (src_index[kind].n_dense)
+                memcpy(s->newest[kind].dense, src_index[kind].dense,
+                       src_index[kind].n_dense * sizeof *src_index[kind].dense);
+    } else {
+        for (uint32_t k = 0; k < o->count; k++)
+            if (tm_iidmap_put(r->mem, &s->newest[to[k].kind], to[k].iid, (uint32_t)(at + k), at + k + 1) != TM_OK)
+                return nomem(r);
+    }
+    if (same) {
+        s->n_same += o->count;
+    } else {
+        for (uint32_t k = 0; k < o->count; k++) {
+            const tm_pf_entry *before = entry_before(s, (int)to[k].kind, to[k].iid);
+            bool kept = before && before->len == to[k].len && memcmp(before->msg, to[k].msg, to[k].len) == 0;
+            s->n_same += kept;
+            to[k].same_since = kept ? before->same_since : s->epoch;
+        }
+    }
+    s->n_ents += o->count;
     s->n_interned += o->count;
-    if (same) s->n_same += o->count;
     *done = true;
     return TM_OK;
 }
@@ -688,7 +717,9 @@ static tm_status replay(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, bool *done) {
     if ((r->flags & TM_PF_RELAY) || s->n_replayed != s->n_blobs ||
         s->n_blobs >= s->n_old_blobs)
         return TM_OK;
-    TM_TRY(copy_blob(r, s, s->old_ents, s->old_newest, &s->old_blobs[s->n_blobs], b, true, done));
+    const tm_pf_blob *last = &s->old_blobs[s->n_old_blobs - 1];
+    TM_TRY(copy_blob(r, s, s->old_ents, s->old_newest, last->first + last->count, &s->old_blobs[s->n_blobs], b, true,
+                     done));
     s->n_replayed += *done;
     return TM_OK;
 }
@@ -713,7 +744,8 @@ static tm_status copy_from_twin(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b, uint6
     *done = false;
     uint32_t ti = tm_u64map_get(&r->first_blob, hash);
     if (ti == TM_ABSENT || ti == s->index || r->seqs[ti].n_blobs == 0) return TM_OK;
-    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, r->seqs[ti].newest, &r->seqs[ti].blobs[0], b, false, done));
+    TM_TRY(copy_blob(r, s, r->seqs[ti].ents, r->seqs[ti].newest, r->seqs[ti].n_ents, &r->seqs[ti].blobs[0], b, false,
+                     done));
     if (*done) set_twin(r, s, ti);
     return TM_OK;
 }
