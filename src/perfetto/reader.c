@@ -511,8 +511,31 @@ static bool scan_plain_callstack(tm_bytes msg, uint64_t *iid, uint64_t *n) {
  * with its errors. */
 static bool scan_plain_entry(const tm_pf_reader *r, const entry_schema *sc, tm_bytes msg, uint64_t *iid,
                              tm_str *str) {
+    enum { IID_TAG = TM_PF_INTERNED_IID << 3 | TM_PB_VARINT, STR_TAG = TM_PF_INTERNED_STRING_STR << 3 | TM_PB_LEN };
     const uint8_t *p = msg.data, *end = p + msg.len;
     uint64_t id = 0, n_list = 0;
+    /* the two common shapes first: a string as {iid, str}; a message of
+     * varints alone (a Frame) */
+    if (sc == &string_schema && msg.len >= 4 && p[0] == IID_TAG && (p = tm_pb_varint_fast(p + 1, end, &id)) &&
+        end - p >= 2 && p[0] == STR_TAG && (p = tm_pb_varint_fast(p + 1, end, &n_list)) &&
+        n_list == (uint64_t)(end - p)) {
+        *iid = id;
+        *str = (tm_str){p, (size_t)n_list};
+        return true;
+    }
+    if (!sc->lens && !sc->list_field) {
+        for (p = msg.data, id = 0; p < end;) {
+            uint8_t tag = *p++;
+            uint64_t v;
+            if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end || !(p = tm_pb_varint_fast(p, end, &v)))
+                return false;
+            if (tag == IID_TAG) id = v;
+        }
+        *iid = id;
+        *str = (tm_str){msg.data, 0};
+        return true;
+    }
+    p = msg.data, id = 0, n_list = 0;
     uint32_t list = sc->list_field; /* 0: none (no field is 0) */
     tm_str s = {msg.data, 0};
     while (p < end) {
