@@ -1066,6 +1066,22 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
                                  tm_pf_packet *pk) {
     uint64_t v;
     const uint8_t *e;
+    /* The header in the order writers write it (timestamp, sequence id,
+     * flags) straight, then the loop for the payload and any other order. */
+    if (end - p >= 2 && p[0] == (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) && (e = tm_pb_varint_fast(p + 1, end, &v))) {
+        pk->timestamp = v, pk->has_timestamp = true;
+        p = e;
+        if (end - p >= 2 && p[0] == (TM_PF_PACKET_SEQUENCE_ID << 3 | TM_PB_VARINT) &&
+            (e = tm_pb_varint_fast(p + 1, end, &v))) {
+            pk->seq_id = (uint32_t)v;
+            p = e;
+            if (end - p >= 2 && p[0] == (TM_PF_PACKET_SEQUENCE_FLAGS << 3 | TM_PB_VARINT) &&
+                (e = tm_pb_varint_fast(p + 1, end, &v))) {
+                pk->flags = (uint32_t)v;
+                p = e;
+            }
+        }
+    }
     while (end - p >= 2) {
         uint32_t num;
         switch (p[0]) {
