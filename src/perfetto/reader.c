@@ -993,10 +993,9 @@ static tm_status resolve_clock_time(tm_pf_reader *r, tm_pf_packet *pk, uint32_t 
 /* Resolves the packet's timestamp: in its clock domain, multiplier applied
  * and incremental clocks advanced by it, then in trace time. The value
  * wraps as Trace Processor's int64 arithmetic does; time_ok says whether it
- * did. A timestamp in the trace's clock (the common case) is inline. */
-static inline tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
-    uint32_t id = pk->clock_id;
-    if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
+ * did. A timestamp in the trace's clock (the common case) is inline. id:
+ * the clock it is in (0: the trace's). */
+static inline tm_status resolve_time_in(tm_pf_reader *r, tm_pf_packet *pk, uint32_t id) {
     pk->has_time = true;
     if (id) return resolve_clock_time(r, pk, id);
     pk->time_clock = 0;
@@ -1005,6 +1004,13 @@ static inline tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
     pk->trace_ok = true;
     if (pk->trace_ns > r->latest_ns) r->latest_ns = pk->trace_ns;
     return TM_OK;
+}
+
+/* resolve_time_in for the packet's clock: its own, else its generation's. */
+static inline tm_status resolve_time(tm_pf_reader *r, tm_pf_packet *pk) {
+    uint32_t id = pk->clock_id;
+    if (!id && pk->seq) id = r->gens[pk->gen].clock_id;
+    return resolve_time_in(r, pk, id);
 }
 
 /* Packets consumed before their time matters. */
@@ -1423,9 +1429,9 @@ static tm_status keep_all(tm_pf_reader *r) {
  * and give the packet its generation, and the payload is read: next_sample
  * does that, without the general path's tests (the common packet). */
 static inline bool usual_sample(const tm_pf_reader *r, const tm_pf_packet *pk) {
-    if ((r->flags & TM_PF_RELAY) || !pk->data_field || !pk->seq_id || r->last_seq == TM_ABSENT) return false;
+    if ((r->flags & TM_PF_RELAY) || !pk->data_field || r->last_seq == TM_ABSENT) return false;
     const tm_pf_seq *s = &r->seqs[r->last_seq];
-    return s->id == pk->seq_id && !(pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) &&
+    return s->id == pk->seq_id && /* not 0: outside Relay's reading a sequence has an id */ !(pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) &&
            (s->valid || !(pk->flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE));
 }
 
@@ -1444,7 +1450,8 @@ static int next_sample(tm_pf_reader *r, tm_pf_packet *pk) {
     if (!(pk->data_field == TM_PF_PACKET_PERF_SAMPLE && pk->data.len && tm_pf_read_plain_perf_sample(pk)) &&
         tm_pf_check_payload(r, pk) != TM_OK)
         return TM_PF_ERROR;
-    if (pk->has_timestamp && resolve_time(r, pk) != TM_OK) return TM_PF_ERROR;
+    /* scan_usual reads no timestamp_clock_id: the generation's clock */
+    if (pk->has_timestamp && resolve_time_in(r, pk, r->gens[s->gen].clock_id) != TM_OK) return TM_PF_ERROR;
     return TM_PF_PACKET;
 }
 
