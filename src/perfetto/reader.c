@@ -661,21 +661,39 @@ static tm_status add_entry(tm_pf_reader *r, tm_pf_seq *s, uint32_t field, const 
 
 /* Can s's index take src_index's slots as they are, when the entries of
  * blob o, all src_n entries of their epoch, become s's first? Then each
- * has the same place in both, s's index is empty, and every slot of
- * src_index is in the dense part of s's (sized from it). */
+ * has the same place in both, and s's index is empty. */
 static bool index_copies(const tm_pf_seq *s, const tm_iidmap *src_index, const tm_pf_blob *o, size_t src_n) {
     if (s->n_ents != 0 || o->first != 0 || o->count != src_n || !src_index) return false;
     for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++)
-        if (src_index[kind].sparse.len || src_index[kind].n_dense > s->newest[kind].n_dense) return false;
+        if (src_index[kind].sparse.len) return false;
     return true;
+}
+
+/* Gives the empty iid map to the dense slots of from, copied: a dense part
+ * smaller than from's is replaced by a copy of it whole, not grown and
+ * filled with TM_ABSENT first. */
+static tm_status copy_dense(tm_pf_reader *r, tm_iidmap *to, const tm_iidmap *from) {
+    size_t n = from->n_dense;
+    if (!n) return TM_OK;
+    if (to->n_dense < n) { /* its slots are all TM_ABSENT: nothing to keep */
+        tm_mem_free(r->mem, to->dense, to->n_dense * sizeof *to->dense);
+        to->dense = NULL;
+        to->n_dense = 0;
+        uint32_t *d = tm_mem_alloc(r->mem, n * sizeof *d);
+        if (!d) return nomem(r);
+        to->dense = d;
+        to->n_dense = n;
+    }
+    memcpy(to->dense, from->dense, n * sizeof *from->dense);
+    return TM_OK;
 }
 
 /* When b is blob o's bytes, read at the same place of s's epoch (o->first:
  * where its entries start in src), adds the entries o added, moved to b:
  * the same bytes give the same entries. same: they are what s's epoch
  * before had here (their same_since holds); else each is compared with it.
- * src_index: src's per-kind index, whose sizes s's index takes at once, and
- * its slots too when o added all src_n entries of src's epoch.
+ * src_index: src's per-kind index, whose sizes s's index takes at once, or
+ * its dense slots whole when o added all src_n entries of src's epoch.
  * *done false when b is not o's bytes, or when the entries would cross
  * max_interned_entries (the general path names the entry). */
 static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src, const tm_iidmap *src_index,
@@ -690,9 +708,10 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
     }
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + o->count) != TM_OK) return nomem(r);
     TM_TRY(ensure_index(r, s));
+    bool whole = index_copies(s, src_index, o, src_n);
     /* Each kind's index sized at once as far as the source's grew (it
      * held these iids), not doubled as they arrive, nor scanned for them. */
-    for (int kind = 0; src_index && kind < TM_PF_N_INTERNED_KINDS; kind++)
+    for (int kind = 0; src_index && !whole && kind < TM_PF_N_INTERNED_KINDS; kind++)
         if (src_index[kind].n_dense &&
             tm_iidmap_reserve(r->mem, &s->newest[kind], src_index[kind].n_dense - 1, s->n_ents + o->count) != TM_OK)
             return nomem(r);
@@ -704,11 +723,8 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
         to[k].msg = b.data + (from[k].msg - o->bytes.data);
         to[k].epoch = s->epoch, to[k].gen = s->gen;
     }
-    if (index_copies(s, src_index, o, src_n)) {
-        for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++)
-            if (src_index[kind].n_dense)
-                memcpy(s->newest[kind].dense, src_index[kind].dense,
-                       src_index[kind].n_dense * sizeof *src_index[kind].dense);
+    if (whole) {
+        for (int kind = 0; kind < TM_PF_N_INTERNED_KINDS; kind++) TM_TRY(copy_dense(r, &s->newest[kind], &src_index[kind]));
     } else {
         for (uint32_t k = 0; k < o->count; k++)
             if (tm_iidmap_put(r->mem, &s->newest[to[k].kind], to[k].iid, (uint32_t)(at + k), at + k + 1) != TM_OK)
