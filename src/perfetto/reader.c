@@ -850,10 +850,10 @@ TM_PB_INLINE const uint8_t *len_field(const uint8_t *p, const uint8_t *end, uint
 static tm_status reserve_entries(tm_pf_reader *r, tm_pf_seq *s, tm_bytes b) {
     if (s->cap_ents - s->n_ents >= b.len / 2) return TM_OK;
     const uint8_t *p = b.data, *end = p + b.len;
-    uint64_t n = 0, room = r->lim->max_interned_entries - s->n_interned + 1;
+    uint64_t n = 0, room = r->lim->max_interned_entries - s->n_interned; /* n_interned is within it */
     uint32_t num;
     tm_bytes m;
-    while (p < end && n < room && (p = len_field(p, end, &num, &m)) != NULL) n++;
+    while (p < end && n <= room && (p = len_field(p, end, &num, &m)) != NULL) n++;
     if (TM_VEC_RESERVE(r->mem, s->ents, s->cap_ents, s->n_ents + (size_t)n) != TM_OK) return nomem(r);
     return TM_OK;
 }
