@@ -237,6 +237,37 @@ static tm_status fail(tm_srv_decoder *d, tm_error *err, tm_status code, const ch
     return tm_srv_fail(err, code, d->consumed, "%s", what);
 }
 
+/* Makes room in out for the next step of at most `most` decoded bytes (one
+ * byte more than the cap allows, so that an overflow is seen), charged to
+ * the budget; the step's size in *step. */
+static tm_status make_step_room(tm_srv_decoder *d, tm_srv_buf *out, size_t most, size_t *step, tm_error *err) {
+    uint64_t remaining = d->max_decoded - d->decoded;
+    *step = remaining >= STEP ? STEP : (size_t)remaining + 1;
+    if (*step > most) *step = most;
+    uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
+    int over = 0;
+    if (reserve(d, out, *step, allowance, &over))
+        return fail(d, err, TM_ERR_NOMEM,
+                    over ? "the decoded bodies of all requests in flight reach the server's budget"
+                         : "out of memory for the decoded body");
+    return TM_OK;
+}
+
+/* Counts a step's bytes in and out; past the cap, the output is cut there
+ * and the decoder fails for good. */
+static tm_status count_step(tm_srv_decoder *d, tm_srv_buf *out, size_t in_used, size_t out_used, tm_error *err) {
+    d->consumed += in_used;
+    d->decoded += out_used;
+    out->len += out_used;
+    if (d->decoded > d->max_decoded) {
+        out->len -= (size_t)(d->decoded - d->max_decoded);
+        d->failed = TM_ERR_LIMIT;
+        return tm_srv_fail(err, TM_ERR_LIMIT, d->consumed, "decoded body exceeds %llu bytes",
+                           (unsigned long long)d->max_decoded);
+    }
+    return TM_OK;
+}
+
 /* Decodes in[0..len) into out until all of it is taken and flushed, or
  * until out grew by quota bytes while input is left (*left says how much). */
 static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, size_t quota, tm_srv_buf *out,
@@ -257,15 +288,10 @@ static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, size_t qu
             }
             d->ended = 0;
         }
-        uint64_t remaining = d->max_decoded - d->decoded;
-        size_t step = remaining >= STEP ? STEP : (size_t)remaining + 1; /* one byte more detects the overflow */
-        if (d->enc == TM_SRV_ENC_IDENTITY && step > len) step = len; /* copied as it is: no more room needed */
-        uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
-        int over = 0;
-        if (reserve(d, out, step, allowance, &over))
-            return fail(d, err, TM_ERR_NOMEM,
-                        over ? "the decoded bodies of all requests in flight reach the server's budget"
-                             : "out of memory for the decoded body");
+        /* an identity step is copied as it is: no more room needed than its input */
+        size_t step;
+        tm_status st = make_step_room(d, out, d->enc == TM_SRV_ENC_IDENTITY ? len : SIZE_MAX, &step, err);
+        if (st) return st;
         size_t in_used, o_used;
         uint8_t *o = out->data + out->len;
         step_result r;
@@ -278,15 +304,8 @@ static tm_status run(tm_srv_decoder *d, const uint8_t *in, size_t len, size_t qu
         }
         in += in_used;
         len -= in_used;
-        d->consumed += in_used;
-        d->decoded += o_used;
-        out->len += o_used;
-        if (d->decoded > d->max_decoded) {
-            out->len -= (size_t)(d->decoded - d->max_decoded);
-            d->failed = TM_ERR_LIMIT;
-            return tm_srv_fail(err, TM_ERR_LIMIT, d->consumed, "decoded body exceeds %llu bytes",
-                               (unsigned long long)d->max_decoded);
-        }
+        st = count_step(d, out, in_used, o_used, err);
+        if (st) return st;
         *left = len;
         if (r == STEP_ERROR) return fail(d, err, d->step_code, d->msg);
         if (r == STREAM_END) d->ended = 1;
@@ -332,17 +351,13 @@ tm_status tm_srv_decoder_window(tm_srv_decoder *d, tm_srv_buf *out, size_t want,
                                 tm_error *err) {
     if (d->failed) return tm_srv_fail(err, d->failed, d->consumed, "the decoder failed earlier");
     /* sized and charged as run() sizes an identity step of want bytes */
-    uint64_t remaining = d->max_decoded - d->decoded;
-    size_t step = remaining >= STEP ? STEP : (size_t)remaining + 1;
-    if (step > want) step = want;
-    uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
-    int over = 0;
-    if (reserve(d, out, step, allowance, &over))
-        return fail(d, err, TM_ERR_NOMEM,
-                    over ? "the decoded bodies of all requests in flight reach the server's budget"
-                         : "out of memory for the decoded body");
+    size_t step;
+    tm_status st = make_step_room(d, out, want, &step, err);
+    if (st) return st;
     /* and the room the output has anyway (the declared length's, mostly):
      * one receive for the whole body; never past the cap's extra byte */
+    uint64_t remaining = d->max_decoded - d->decoded;
+    uint64_t allowance = remaining == UINT64_MAX ? UINT64_MAX : remaining + 1;
     size_t room_left = out->cap - out->len;
     if (room_left > want) room_left = want;
     if (room_left > allowance) room_left = (size_t)allowance;
@@ -352,16 +367,7 @@ tm_status tm_srv_decoder_window(tm_srv_decoder *d, tm_srv_buf *out, size_t want,
 }
 
 tm_status tm_srv_decoder_commit(tm_srv_decoder *d, tm_srv_buf *out, size_t n, tm_error *err) {
-    d->consumed += n;
-    d->decoded += n;
-    out->len += n;
-    if (d->decoded > d->max_decoded) {
-        out->len -= (size_t)(d->decoded - d->max_decoded);
-        d->failed = TM_ERR_LIMIT;
-        return tm_srv_fail(err, TM_ERR_LIMIT, d->consumed, "decoded body exceeds %llu bytes",
-                           (unsigned long long)d->max_decoded);
-    }
-    return TM_OK;
+    return count_step(d, out, n, n, err);
 }
 
 void tm_srv_decoder_expect(tm_srv_decoder *d, uint64_t length) {
