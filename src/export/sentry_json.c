@@ -102,7 +102,7 @@ static int is_image(const tm_prof_mapping *m) {
 /* Default mode: the image begins where its ELF file does, so that its frames' process addresses fall inside
  * it; Relay's converter gives the mapping's start. */
 static uint64_t image_start(const tm_profile *p, const tm_prof_mapping *m) {
-    return p->relay_compat ? m->start : tm_mapping_elf_start(m);
+    return p->relay_compat ? m->start : m->elf_start;
 }
 
 size_t tm_sentry_write_images(tm_jw *w, const tm_profile *p, int comma) {

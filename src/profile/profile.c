@@ -58,7 +58,7 @@ static int mapping_eq(const void *ctx, uint32_t idx, const void *key) {
            tm_bytes_eq(a->build_id, b->build_id);
 }
 
-uint64_t tm_mapping_elf_start(const tm_prof_mapping *m) {
+static uint64_t elf_start_of(const tm_prof_mapping *m) {
     if (!(m->flags & TM_MAPPING_ELF_REL_PC) || m->exact_offset < m->start_offset ||
         m->exact_offset - m->start_offset > m->start)
         return m->start;
@@ -75,7 +75,7 @@ tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uin
         TM_TRY(tm_idxset_add_at(p->mem, &p->mapping_set, slot, h, idx));
         p->mappings[p->n_mappings] = *m;
         p->mappings[p->n_mappings].path_hash = tm_hash_bytes(0, m->path);
-        p->mappings[p->n_mappings++].elf_start = tm_mapping_elf_start(m);
+        p->mappings[p->n_mappings++].elf_start = elf_start_of(m);
         p->stats.mappings++;
         if (m->build_id.len == 0) p->stats.mappings_without_build_id++;
     }

@@ -50,7 +50,9 @@ typedef struct tm_prof_mapping {
     uint64_t start, end, load_bias, start_offset, exact_offset;
     uint32_t flags;  /* TM_MAPPING_* */
     uint64_t path_hash; /* set when interned: the hash of path that its frames' package hashes to */
-    uint64_t elf_start; /* set when interned: tm_mapping_elf_start, which each of its frames' addresses asks */
+    uint64_t elf_start; /* set when interned: where its ELF file begins in the process (start less the
+                           mapping's offset into the ELF; start for Sentry images and when the offsets
+                           do not fit) */
 } tm_prof_mapping;
 
 typedef struct tm_prof_stack {
@@ -163,14 +165,10 @@ void tm_profile_release(tm_profile *p);
 
 /* Each returns the index of the equal existing record or of a new copy. */
 tm_status tm_profile_intern_mapping(tm_profile *p, const tm_prof_mapping *m, uint32_t *out);
-/* Where the mapping's ELF file begins in the process (start less the
- * mapping's offset into the ELF; start for Sentry images and when the
- * offsets do not fit), and the process address of a frame of it: what
- * pprof and Sentry's symbolicator map back to the ELF through the mapping
- * or image. Frames without a mapping, or whose rel_pc is outside the
- * mapping's part of the ELF, keep their address. */
-uint64_t tm_mapping_elf_start(const tm_prof_mapping *m);
-/* Inline: writers ask it for every frame. */
+/* The process address of a frame: what pprof and Sentry's symbolicator map
+ * back to the ELF through the mapping or image (its elf_start). Frames
+ * without a mapping, or whose rel_pc is outside the mapping's part of the
+ * ELF, keep their address. Inline: writers ask it for every frame. */
 static inline uint64_t tm_frame_process_address(const tm_profile *p, const tm_prof_frame *f) {
     if (!f->mapping) return f->addr;
     const tm_prof_mapping *m = &p->mappings[f->mapping - 1];
