@@ -69,13 +69,18 @@ int main(int argc, char **argv) {
     tm_srv_project project = {.id = 1, .organization_id = 1, .public_keys = keys, .n_public_keys = 1,
                               .retention_days = 90, .continuous_profiling = 1, .continuous_profiling_perfetto = 1};
     tm_srv_context ctx = {.cfg = &cfg, .project = &project, .now_unix = 1771278043};
+    tm_srv_scratch_pool scratch; /* as the server converts */
+    tm_srv_scratch_pool_init(&scratch, 1);
     double *times = malloc((size_t)runs * sizeof *times);
     if (!times) return 3;
     size_t records = 0, bytes = 0;
     for (int r = 0; r < runs; r++) {
         tm_srv_processed out;
         double t0 = now();
-        if (tm_srv_process(&ctx, body.data, body.len, &out, &err) != TM_OK) {
+        ctx.scratch = tm_srv_scratch_take(&scratch);
+        tm_status st = tm_srv_process(&ctx, body.data, body.len, &out, &err);
+        tm_srv_scratch_give(&scratch, ctx.scratch);
+        if (st != TM_OK) {
             fprintf(stderr, "bench_process: %s\n", err.message);
             return 1;
         }
@@ -101,6 +106,7 @@ int main(int argc, char **argv) {
     printf("envelope: %zu bytes; %zu records, %zu message bytes (%d runs)\n", body.len, records, bytes, runs);
     printf("tm_srv_process: best %.3f ms, median %.3f ms per envelope\n", times[0] * 1e3, times[runs / 2] * 1e3);
     free(times);
+    tm_srv_scratch_pool_release(&scratch);
     tm_srv_buf_release(&body);
     tm_srv_config_release(&cfg);
     return 0;

@@ -87,6 +87,7 @@ struct tm_srv_server {
     _Atomic int in_flight; /* envelope requests between first byte and answer */
     _Atomic int draining;
     tm_srv_budget decoded; /* decoded request bodies in flight */
+    tm_srv_scratch_pool scratch; /* the conversions' working memory */
     int log_fd;            /* access log; -1: off */
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a connection closed, or the reaper should look now */
@@ -611,8 +612,10 @@ static void finish_envelope(tm_srv_server *s, request *r) {
                           .now_unix = (uint64_t)time(NULL),
                           .now_mono_ns = (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec,
                           .keep_other_items = s->cfg->upstream != NULL};
+    ctx.scratch = tm_srv_scratch_take(&s->scratch);
     tm_srv_processed p;
     tm_status st = tm_srv_process(&ctx, r->body.data, r->body.len, &p, &err);
+    tm_srv_scratch_give(&s->scratch, ctx.scratch); /* the conversion's memory is all freed by now */
     if (st != TM_OK) {
         char detail[256];
         snprintf(detail, sizeof detail, "invalid envelope at byte %llu: %s", (unsigned long long)err.offset,
@@ -1003,6 +1006,9 @@ static tm_status start_connections(tm_srv_server *s, tm_error *err) {
     pthread_condattr_destroy(&ca);
     if (!ok) return tm_srv_fail(err, TM_ERR_NOMEM, 0, "cannot create the connection registry");
     s->have_sync = 1;
+    /* a conversion runs on a core: a block for each, and for each waiting its turn */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    tm_srv_scratch_pool_init(&s->scratch, cores > 1 ? 2 * (size_t)cores : 2);
     if (pthread_create(&s->reaper, NULL, reap, s) != 0)
         return tm_srv_fail(err, TM_ERR_NOMEM, 0, "cannot start the connection reaper");
     s->have_reaper = 1;
@@ -1098,6 +1104,7 @@ void tm_srv_server_stop(tm_srv_server *s) {
     if (s->have_sync) {
         pthread_cond_destroy(&s->changed);
         pthread_mutex_destroy(&s->mu);
+        tm_srv_scratch_pool_release(&s->scratch);
     }
     tm_srv_kafka_free(s->kafka);
     tm_srv_store_close(s->store);

@@ -314,7 +314,8 @@ static const char *expand_perfetto(const chunk_job *j, const tm_chunk_meta *meta
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* strict: a cut-off trace is rejected, as Relay rejects it */
-    tm_options opts = {.preset = TM_LIMITS_RELAY, .input = TM_INPUT_PERFETTO, .strict = 1};
+    tm_options opts = {.preset = TM_LIMITS_RELAY, .input = TM_INPUT_PERFETTO, .strict = 1,
+                       .alloc = tm_srv_scratch_alloc(j->ctx->scratch)};
     opts.limits.max_work_bytes = j->ctx->cfg->limits.max_conversion_work;
     opts.limits.max_result_bytes = j->ctx->cfg->limits.max_conversion_result;
     opts.limits.max_input_bytes = j->ctx->cfg->limits.max_profile_size; /* 0: the preset's */

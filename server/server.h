@@ -24,6 +24,7 @@
 #define TM_SERVER_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -47,6 +48,24 @@ int tm_srv_buf_append(tm_srv_buf *b, const void *data, size_t len);
 /* Room for extra more bytes, allocated exactly (no doubling): 0, or -1 when out of memory. */
 int tm_srv_buf_reserve(tm_srv_buf *b, size_t extra);
 void tm_srv_buf_release(tm_srv_buf *b);
+
+/* The conversion's working memory (scratch.c): a block bumped through by
+ * one conversion at a time and reset after it, taken from a pool shared by
+ * the connection threads. What does not fit goes to the C library. */
+typedef struct tm_srv_scratch tm_srv_scratch;
+typedef struct tm_srv_scratch_pool {
+    pthread_mutex_t mu;
+    tm_srv_scratch *free_list;
+    size_t n_free, keep; /* blocks beyond keep are freed when given back */
+} tm_srv_scratch_pool;
+void tm_srv_scratch_pool_init(tm_srv_scratch_pool *pool, size_t keep);
+void tm_srv_scratch_pool_release(tm_srv_scratch_pool *pool);
+/* A reset scratch, or NULL when memory runs out (then the C library's). */
+tm_srv_scratch *tm_srv_scratch_take(tm_srv_scratch_pool *pool);
+/* Back to the pool: everything allocated from s must be freed by then. */
+void tm_srv_scratch_give(tm_srv_scratch_pool *pool, tm_srv_scratch *s);
+/* The allocator for tm_options.alloc; NULL for a NULL s (the C library's). */
+const tm_alloc *tm_srv_scratch_alloc(tm_srv_scratch *s);
 
 /* Appends s[0..len) as a JSON string escaped as serde_json does (", \\,
  * \b \f \n \r \t, other control bytes as \u00XX; valid UTF-8 as it is), a
@@ -510,6 +529,7 @@ typedef struct tm_srv_context {
     uint64_t now_unix;       /* Unix seconds, for "received" and outcomes */
     uint64_t now_mono_ns;    /* CLOCK_MONOTONIC, for the rate limiter */
     int keep_other_items;    /* 1: items of other types go to forward (an upstream is set) */
+    tm_srv_scratch *scratch; /* the conversion's memory; NULL: the C library's */
 } tm_srv_context;
 
 /* Parses the (decoded) envelope body and applies Relay's profile_chunk
