@@ -94,7 +94,7 @@ typedef struct shared_res {
 /* What the profile model keeps per sequence, beside the reader's
  * tm_pf_seq (same index). */
 typedef struct seq_state {
-    uint32_t id, index;
+    uint32_t index;
     res_cache stacks;   /* callstack iid -> profile stack */
     res_cache frames;   /* frame iid -> profile frame */
     res_cache mappings; /* mapping iid -> profile mapping */
@@ -144,7 +144,9 @@ typedef struct dec {
     int64_t *delta_scratch; size_t cap_delta;
     uint32_t *frame_scratch; size_t cap_fs;
 
-    int64_t last_tid; uint32_t last_thread; /* one-entry cache: samples come in runs per thread */
+    /* One-entry cache: samples come in runs per thread. last_has_pid: its
+     * pid is known (only thread_of_slow sets a thread's pid, never back to 0). */
+    int64_t last_tid; uint32_t last_thread; bool last_has_pid;
     uint64_t relay_samples;
     uint64_t relay_boot, relay_real;
     tm_pf_symbols syms;     /* applied to the frames once the trace is read */
@@ -237,7 +239,6 @@ static tm_status seq_new(dec *d, const tm_pf_seq *ps, seq_state **out) {
         d->p->stats.sequences++;
     }
     *out = d->seqs[ps->index];
-    (*out)->id = ps->id;
     return TM_OK;
 }
 
@@ -245,7 +246,6 @@ static tm_status seq_new(dec *d, const tm_pf_seq *ps, seq_state **out) {
 static inline tm_status seq_of(dec *d, const tm_pf_seq *ps, seq_state **out) {
     if (TM_UNLIKELY(ps->index >= d->n_seqs)) return seq_new(d, ps, out);
     *out = d->seqs[ps->index];
-    (*out)->id = ps->id;
     return TM_OK;
 }
 
@@ -943,6 +943,7 @@ static tm_status thread_of_slow(dec *d, int64_t tid, int64_t pid, uint32_t *out)
         uint32_t proc;
         DTRY_MEM(d, tm_profile_process(d->p, pid, &proc));
     }
+    d->last_has_pid = d->p->threads[*out].pid != 0;
     return TM_OK;
 }
 
@@ -950,7 +951,7 @@ static tm_status thread_of_slow(dec *d, int64_t tid, int64_t pid, uint32_t *out)
  * runs per thread, so a one-entry cache answers most calls. */
 static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
     if (TM_LIKELY(d->last_thread != TM_ABSENT && d->last_tid == tid &&
-                  (!pid || d->p->threads[d->last_thread].pid))) {
+                  (!pid || d->last_has_pid))) {
         *out = d->last_thread;
         return TM_OK;
     }
@@ -1186,8 +1187,11 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
     *done = false;
     if (!msg.len) return TM_OK;
     const uint8_t *p = msg.data, *end = p + msg.len;
-    /* Counts in locals: a store through the lists could alias them. */
-    size_t cs = 0, dt = 0;
+    /* The lists and their counts in locals: a store through the lists (of
+     * uint64_t, which size_t is) could alias the dec's fields. */
+    uint64_t *iids = d->cs_scratch;
+    int64_t *deltas = d->delta_scratch;
+    size_t cs = 0, dt = 0, cap_cs = d->cap_cs, cap_dt = d->cap_delta;
     while (p < end) {
         uint64_t v;
         unsigned tag = p[0];
@@ -1195,13 +1199,18 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
         /* the two lists' tags first: every other varint is checked and skipped */
         if (tag == TM_PF_STREAMING_CALLSTACK_IID << 3) {
             if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
-            if (TM_UNLIKELY(cs == d->cap_cs)) DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, cs + 1));
-            d->cs_scratch[cs++] = v;
+            if (TM_UNLIKELY(cs == cap_cs)) {
+                DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, cs + 1));
+                iids = d->cs_scratch, cap_cs = d->cap_cs;
+            }
+            iids[cs++] = v;
         } else if (tag == TM_PF_STREAMING_TIMESTAMP_DELTA_US << 3) {
             if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
-            if (TM_UNLIKELY(dt == d->cap_delta))
+            if (TM_UNLIKELY(dt == cap_dt)) {
                 DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, dt + 1));
-            d->delta_scratch[dt++] = (int64_t)v;
+                deltas = d->delta_scratch, cap_dt = d->cap_delta;
+            }
+            deltas[dt++] = (int64_t)v;
         } else {
             if (tag < 8 || (tag & 0x87) != TM_PB_VARINT) return TM_OK; /* a one-byte varint tag */
             if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
