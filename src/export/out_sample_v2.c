@@ -396,38 +396,48 @@ SAMPLE_INLINE char *put_fraction(char *p, uint32_t frac) {
 }
 
 /* The samples array, its records written in place from precomputed
- * texts, a few loads and fixed-size copies a sample: the second's
- * ",{\"timestamp\":1771278043" (kept while samples stay in it), the
- * stack's ",\"stack_id\":28" and the thread's ",\"thread_id\":\"4202\"}"
- * (STACK_SLOT and THREAD_SLOT bytes each, the text's length in the slot's
- * last byte). The fixed-size copies write past the texts; SAMPLE_MAX
- * bytes of room hold a record and that slack. */
+ * texts, a few loads and fixed-size copies a sample: the time's
+ * ",{\"timestamp\":1771278043.001" (kept while samples share it, its
+ * second while samples stay in that), the stack's ",\"stack_id\":28" and
+ * the thread's ",\"thread_id\":\"4202\"}" (STACK_SLOT and THREAD_SLOT
+ * bytes each, the text's length in the slot's last byte). The fixed-size
+ * copies write past the texts; SAMPLE_MAX bytes of room hold a record and
+ * that slack. */
 #define SAMPLE_MAX 160
 #define STACK_SLOT 24  /* ",\"stack_id\":" and 5 digits: the first STACK_TEXTS stacks */
 #define STACK_TEXTS 65536u
 #define THREAD_SLOT 40 /* ",\"thread_id\":\"-" and 19 digits and "\"}" is 36 bytes */
 #define SECOND_TEXT 24 /* ",{\"timestamp\":" and 10 digits (INT64_MAX ns is 9223372036 s) */
+#define TIME_TEXT 40   /* and ".ddddddddd", and the byte put_fraction writes past it */
 
 typedef struct sample_texts {
     const char *stack, *thread;
     size_t n_stack;
 } sample_texts;
 
-/* The second a record's time falls in, as text; ns 0 at first, a valid
- * cache, and never negative: a time before the epoch never falls in it. */
-typedef struct second_text {
-    uint64_t ns;
-    size_t len;
-    char text[SECOND_TEXT + 8]; /* + 8: the fixed-size copy reads SECOND_TEXT */
-} second_text;
+/* The last record's time as text, and the second it falls in (its first
+ * second_len bytes); 0 at first, a valid cache, and never negative: a time
+ * before the epoch never matches. */
+typedef struct time_text {
+    uint64_t ns, second_ns;
+    size_t len, second_len;
+    char text[TIME_TEXT];
+} time_text;
 
 static const char timestamp_key[] = ",{\"timestamp\":";
 static const char stack_key[] = ",\"stack_id\":";
 
-SAMPLE_INLINE void set_second(second_text *sec, uint64_t unix_ns) {
-    uint64_t secs = unix_ns / 1000000000u;
-    sec->ns = secs * 1000000000u;
-    sec->len = (size_t)(tm_put_u64(sec->text + sizeof timestamp_key - 1, secs) - sec->text);
+/* tt's text for a time at or after the epoch. */
+SAMPLE_INLINE void set_time(time_text *tt, uint64_t unix_ns) {
+    uint64_t in_second = unix_ns - tt->second_ns;
+    if (TM_UNLIKELY(in_second >= 1000000000u)) {
+        uint64_t secs = unix_ns / 1000000000u;
+        tt->second_ns = secs * 1000000000u;
+        tt->second_len = (size_t)(tm_put_u64(tt->text + sizeof timestamp_key - 1, secs) - tt->text);
+        in_second = unix_ns - tt->second_ns;
+    }
+    tt->ns = unix_ns;
+    tt->len = (size_t)(put_fraction(tt->text + tt->second_len, (uint32_t)in_second) - tt->text);
 }
 
 /* The stack's text and the thread's, the record's end. */
@@ -447,18 +457,17 @@ SAMPLE_INLINE char *put_stack_and_thread(char *o, const tm_prof_sample *s, sampl
 }
 
 /* A default-mode record: exact nanoseconds as Unix seconds. */
-SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns, sample_texts t, second_text *sec) {
-    uint64_t in_second = (uint64_t)unix_ns - sec->ns;
-    if (TM_UNLIKELY(in_second >= 1000000000u)) {
+SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns, sample_texts t, time_text *tt) {
+    if (TM_UNLIKELY((uint64_t)unix_ns != tt->ns)) {
         if (unix_ns < 0) {
             memcpy(o, timestamp_key, sizeof timestamp_key - 1);
             return put_stack_and_thread(tm_put_seconds(o + sizeof timestamp_key - 1, unix_ns), s, t);
         }
-        set_second(sec, (uint64_t)unix_ns);
-        in_second = (uint64_t)unix_ns - sec->ns;
+        set_time(tt, (uint64_t)unix_ns);
     }
-    memcpy(o, sec->text, SECOND_TEXT);
-    return put_stack_and_thread(put_fraction(o + sec->len, (uint32_t)in_second), s, t);
+    memcpy(o, tt->text, 32); /* 32 and 8, as for the thread's text */
+    memcpy(o + 32, tt->text + 32, TIME_TEXT - 32);
+    return put_stack_and_thread(o + tt->len, s, t);
 }
 
 /* Unix time of samples in trace-time order: the realtime segment walked
@@ -485,26 +494,27 @@ SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t fir
     const tm_prof_sample *samples = p->samples;
     size_t n = p->n_samples;
     segment_walk sw = {0, p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX, p->realtime[0].offset_ns};
-    second_text sec;
-    memcpy(sec.text, timestamp_key, sizeof timestamp_key - 1);
-    set_second(&sec, 0);
+    time_text tt = {.second_ns = 1}; /* not 0's second: set_time writes it */
+    memcpy(tt.text, timestamp_key, sizeof timestamp_key - 1);
+    set_time(&tt, 0);
     if (TM_UNLIKELY(samples[first].ts >= sw.next_from)) sw = walk_segments(p, sw, samples[first].ts);
     char record[SAMPLE_MAX];
     written[samples[first].thread] = 1;
-    char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &sec);
+    char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &tt);
     tm_jw_raw(w, record + 1, (size_t)(e - record - 1));
-    char *o = tm_jw_reserve(w, SAMPLE_MAX), *end = tm_jw_limit(w);
-    for (size_t i = first + 1; i < n; i++) {
-        const tm_prof_sample *s = &samples[i];
-        if (drop && drop[s->thread]) continue;
-        written[s->thread] = 1;
-        if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
-        if (TM_UNLIKELY((size_t)(end - o) < SAMPLE_MAX)) {
-            tm_jw_commit(w, o);
-            o = tm_jw_reserve(w, SAMPLE_MAX);
-            end = tm_jw_limit(w);
+    char *o = tm_jw_reserve(w, SAMPLE_MAX);
+    for (size_t i = first + 1; i < n;) {
+        /* as many records as the room holds, without checking it for each */
+        size_t fit = (size_t)(tm_jw_limit(w) - o) / SAMPLE_MAX, to = n - i > fit ? i + fit : n;
+        for (; i < to; i++) {
+            const tm_prof_sample *s = &samples[i];
+            if (drop && drop[s->thread]) continue;
+            written[s->thread] = 1;
+            if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
+            o = put_sample(o, s, s->ts + sw.offset, t, &tt);
         }
-        o = put_sample(o, s, s->ts + sw.offset, t, &sec);
+        tm_jw_commit(w, o);
+        o = tm_jw_reserve(w, SAMPLE_MAX);
     }
     tm_jw_commit(w, o);
 }
