@@ -368,6 +368,30 @@ Test(json_string, replaces_invalid_utf8_bytes) {
     EXPECT_JW("\xc3\xa9\xff\xc3\xa9", "\"\xc3\xa9" FFFD "\xc3\xa9\""); /* valid around bad */
 }
 
+/* The plain scan goes in blocks of 16 and 8 bytes, the last one
+ * overlapping: a byte that needs care is found at every position of
+ * strings of every length around those. */
+Test(json_string, finds_escapes_at_every_position) {
+    static const struct {
+        char c;
+        const char *out;
+    } bytes[] = {{'"', "\\\""}, {'\\', "\\\\"}, {'\x1f', "\\u001f"}, {'\xff', FFFD}, {'\x7f', "\x7f"}, {' ', " "}};
+    for (size_t len = 1; len <= 40; len++) {
+        for (size_t at = 0; at < len; at++) {
+            for (size_t b = 0; b < sizeof bytes / sizeof *bytes; b++) {
+                char in[40], want[64];
+                memset(in, 'a', len);
+                in[at] = bytes[b].c;
+                snprintf(want, sizeof want, "\"%.*s%s%.*s\"", (int)at, in, bytes[b].out, (int)(len - at - 1),
+                         in + at + 1);
+                tu_membuf m = jw_capture_str(in, len);
+                cr_expect_str_eq(m.data, want, "length %zu, byte %d at %zu", len, (unsigned char)bytes[b].c, at);
+                free(m.data);
+            }
+        }
+    }
+}
+
 /* Relay stage C drops interned strings that are not UTF-8: the frame
  * keeps its address but has no "function". Default mode repairs them. */
 Test(json_string, invalid_utf8_function_names_per_mode) {
