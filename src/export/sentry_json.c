@@ -209,7 +209,7 @@ int tm_sentry_in_app(const tm_profile *p, uint32_t frame, const tm_in_app_rules 
     if (f->flags & TM_FRAME_HAS_PACKAGE) path = no_slash(f->package);
     else if (f->mapping) path = no_slash(p->mappings[f->mapping - 1].path);
     if ((f->flags & TM_FRAME_JAVA) && (f->flags & TM_FRAME_HAS_MODULE)) cls = f->module;
-    if (r) {
+    if (r && (r->n_in_app || r->n_not_in_app)) { /* most callers give none */
         long yes = longest(path, r->in_app, r->n_in_app), no = longest(path, r->not_in_app, r->n_not_in_app);
         long cy = longest(cls, r->in_app, r->n_in_app), cn = longest(cls, r->not_in_app, r->n_not_in_app);
         if (cy > yes) yes = cy;
