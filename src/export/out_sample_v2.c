@@ -503,11 +503,10 @@ SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t fir
     char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &tt);
     tm_jw_raw(w, record + 1, (size_t)(e - record - 1));
     char *o = tm_jw_reserve(w, SAMPLE_MAX);
-    for (size_t i = first + 1; i < n;) {
+    for (const tm_prof_sample *s = samples + first + 1, *last = samples + n; s < last;) {
         /* as many records as the room holds, without checking it for each */
-        size_t fit = (size_t)(tm_jw_limit(w) - o) / SAMPLE_MAX, to = n - i > fit ? i + fit : n;
-        for (; i < to; i++) {
-            const tm_prof_sample *s = &samples[i];
+        size_t fit = (size_t)(tm_jw_limit(w) - o) / SAMPLE_MAX;
+        for (const tm_prof_sample *to = (size_t)(last - s) > fit ? s + fit : last; s < to; s++) {
             if (drop && drop[s->thread]) continue;
             written[s->thread] = 1;
             if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
