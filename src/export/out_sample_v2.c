@@ -415,20 +415,21 @@ typedef struct sample_texts {
     size_t n_stack;
 } sample_texts;
 
-/* The last record's time as text, and the second it falls in (its first
- * second_len bytes); 0 at first, a valid cache, and never negative: a time
- * before the epoch never matches. */
+/* The last record's time as text (len bytes), and the second it falls in
+ * (its first second_len bytes); 0 at first, a valid cache, and never
+ * negative: a time before the epoch never matches. The loop keeps ns and
+ * len in locals, in registers. */
 typedef struct time_text {
-    uint64_t ns, second_ns;
-    size_t len, second_len;
+    uint64_t second_ns;
+    size_t second_len;
     char text[TIME_TEXT];
 } time_text;
 
 static const char timestamp_key[] = ",{\"timestamp\":";
 static const char stack_key[] = ",\"stack_id\":";
 
-/* tt's text for a time at or after the epoch. */
-SAMPLE_INLINE void set_time(time_text *tt, uint64_t unix_ns) {
+/* tt's text for a time at or after the epoch; returns its length. */
+SAMPLE_INLINE size_t set_time(time_text *tt, uint64_t unix_ns) {
     uint64_t in_second = unix_ns - tt->second_ns;
     if (TM_UNLIKELY(in_second >= 1000000000u)) {
         uint64_t secs = unix_ns / 1000000000u;
@@ -436,8 +437,7 @@ SAMPLE_INLINE void set_time(time_text *tt, uint64_t unix_ns) {
         tt->second_len = (size_t)(tm_put_u64(tt->text + sizeof timestamp_key - 1, secs) - tt->text);
         in_second = unix_ns - tt->second_ns;
     }
-    tt->ns = unix_ns;
-    tt->len = (size_t)(put_fraction(tt->text + tt->second_len, (uint32_t)in_second) - tt->text);
+    return (size_t)(put_fraction(tt->text + tt->second_len, (uint32_t)in_second) - tt->text);
 }
 
 /* The stack's text and the thread's, the record's end. */
@@ -457,17 +457,19 @@ SAMPLE_INLINE char *put_stack_and_thread(char *o, const tm_prof_sample *s, sampl
 }
 
 /* A default-mode record: exact nanoseconds as Unix seconds. */
-SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns, sample_texts t, time_text *tt) {
-    if (TM_UNLIKELY((uint64_t)unix_ns != tt->ns)) {
+SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns, sample_texts t, time_text *tt,
+                               uint64_t *time_ns, size_t *time_len) {
+    if (TM_UNLIKELY((uint64_t)unix_ns != *time_ns)) {
         if (unix_ns < 0) {
             memcpy(o, timestamp_key, sizeof timestamp_key - 1);
             return put_stack_and_thread(tm_put_seconds(o + sizeof timestamp_key - 1, unix_ns), s, t);
         }
-        set_time(tt, (uint64_t)unix_ns);
+        *time_len = set_time(tt, (uint64_t)unix_ns);
+        *time_ns = (uint64_t)unix_ns;
     }
     memcpy(o, tt->text, 32); /* 32 and 8, as for the thread's text */
     memcpy(o + 32, tt->text + 32, TIME_TEXT - 32);
-    return put_stack_and_thread(o + tt->len, s, t);
+    return put_stack_and_thread(o + *time_len, s, t);
 }
 
 /* Unix time of samples in trace-time order: the realtime segment walked
@@ -496,11 +498,12 @@ SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t fir
     segment_walk sw = {0, p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX, p->realtime[0].offset_ns};
     time_text tt = {.second_ns = 1}; /* not 0's second: set_time writes it */
     memcpy(tt.text, timestamp_key, sizeof timestamp_key - 1);
-    set_time(&tt, 0);
+    uint64_t time_ns = 0;
+    size_t time_len = set_time(&tt, 0);
     if (TM_UNLIKELY(samples[first].ts >= sw.next_from)) sw = walk_segments(p, sw, samples[first].ts);
     char record[SAMPLE_MAX];
     written[samples[first].thread] = 1;
-    char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &tt);
+    char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &tt, &time_ns, &time_len);
     tm_jw_raw(w, record + 1, (size_t)(e - record - 1));
     char *o = tm_jw_reserve(w, SAMPLE_MAX);
     for (const tm_prof_sample *s = samples + first + 1, *last = samples + n; s < last;) {
@@ -510,7 +513,7 @@ SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t fir
             if (drop && drop[s->thread]) continue;
             written[s->thread] = 1;
             if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
-            o = put_sample(o, s, s->ts + sw.offset, t, &tt);
+            o = put_sample(o, s, s->ts + sw.offset, t, &tt, &time_ns, &time_len);
         }
         tm_jw_commit(w, o);
         o = tm_jw_reserve(w, SAMPLE_MAX);
