@@ -369,25 +369,33 @@ Test(json_string, replaces_invalid_utf8_bytes) {
 }
 
 /* The plain scan goes in blocks of 16 and 8 bytes, the last one
- * overlapping: a byte that needs care is found at every position of
- * strings of every length around those. */
+ * overlapping, and copies as it goes: a byte that needs care is found at
+ * every position of strings of every length around those, and in strings
+ * longer than the writer reserves at once. */
+static void expect_escape_at(size_t len, size_t at, char c, const char *out) {
+    char *in = malloc(len), *want = malloc(len + 16);
+    memset(in, 'a', len);
+    in[at] = c;
+    snprintf(want, len + 16, "\"%.*s%s%.*s\"", (int)at, in, out, (int)(len - at - 1), in + at + 1);
+    tu_membuf m = jw_capture_str(in, len);
+    cr_expect_str_eq(m.data, want, "length %zu, byte %d at %zu", len, (unsigned char)c, at);
+    free(m.data);
+    free(want);
+    free(in);
+}
+
 Test(json_string, finds_escapes_at_every_position) {
     static const struct {
         char c;
         const char *out;
     } bytes[] = {{'"', "\\\""}, {'\\', "\\\\"}, {'\x1f', "\\u001f"}, {'\xff', FFFD}, {'\x7f', "\x7f"}, {' ', " "}};
-    for (size_t len = 1; len <= 40; len++) {
-        for (size_t at = 0; at < len; at++) {
-            for (size_t b = 0; b < sizeof bytes / sizeof *bytes; b++) {
-                char in[40], want[64];
-                memset(in, 'a', len);
-                in[at] = bytes[b].c;
-                snprintf(want, sizeof want, "\"%.*s%s%.*s\"", (int)at, in, bytes[b].out, (int)(len - at - 1),
-                         in + at + 1);
-                tu_membuf m = jw_capture_str(in, len);
-                cr_expect_str_eq(m.data, want, "length %zu, byte %d at %zu", len, (unsigned char)bytes[b].c, at);
-                free(m.data);
-            }
+    for (size_t b = 0; b < sizeof bytes / sizeof *bytes; b++) {
+        for (size_t len = 1; len <= 40; len++)
+            for (size_t at = 0; at < len; at++) expect_escape_at(len, at, bytes[b].c, bytes[b].out);
+        for (size_t len = 4093; len <= 4097; len++) {
+            expect_escape_at(len, 0, bytes[b].c, bytes[b].out);
+            expect_escape_at(len, len / 2, bytes[b].c, bytes[b].out);
+            expect_escape_at(len, len - 1, bytes[b].c, bytes[b].out);
         }
     }
 }

@@ -264,10 +264,9 @@ static inline bool plain8(uint64_t x) {
 static inline bool plain1(uint8_t c) { return c >= 0x20 && c != '"' && c != '\\' && c < 0x80; }
 
 #if defined(__SSE2__)
-/* plain8 for the 16 bytes at d: as signed bytes, control and non-ASCII
- * bytes are both below 0x20. */
-static inline bool plain16(const uint8_t *d) {
-    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)d);
+/* plain8 for 16 bytes: as signed bytes, control and non-ASCII bytes are
+ * both below 0x20. */
+static inline bool plain16(__m128i x) {
     __m128i care = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
                                 _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
                                              _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
@@ -278,44 +277,50 @@ static inline bool plain16(const uint8_t *d) {
 /* How many bytes s starts with that need no care, give or take: exact
  * when that is all of s, else at most the exact count (the scan goes 16
  * or 8 bytes at a time, a string of 16 or 8 bytes or more ending on an
- * overlapping block). */
-static size_t plain_prefix(const uint8_t *d, size_t len) {
+ * overlapping block). Unless copy is NULL, those bytes are copied there
+ * as they are scanned. */
+static inline __attribute__((always_inline)) size_t plain_prefix(const uint8_t *d, size_t len, uint8_t *copy) {
     size_t i = 0;
 #if defined(__SSE2__)
     if (len >= 16) {
-        for (; i + 16 <= len; i += 16)
-            if (!plain16(d + i)) return i;
-        return i == len || plain16(d + len - 16) ? len : i;
+        for (; i + 16 <= len; i += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(d + i));
+            if (!plain16(x)) return i;
+            if (copy) _mm_storeu_si128((__m128i *)(void *)(copy + i), x);
+        }
+        if (i == len) return len;
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(d + len - 16));
+        if (!plain16(x)) return i;
+        if (copy) _mm_storeu_si128((__m128i *)(void *)(copy + len - 16), x);
+        return len;
     }
 #endif
     for (; i + 8 <= len; i += 8) {
         uint64_t x;
         memcpy(&x, d + i, 8);
         if (!plain8(x)) return i;
+        if (copy) memcpy(copy + i, &x, 8);
     }
     if (i == len) return len;
     if (len >= 8) {
         uint64_t x;
         memcpy(&x, d + len - 8, 8);
-        return plain8(x) ? len : i;
+        if (!plain8(x)) return i;
+        if (copy) memcpy(copy + len - 8, &x, 8);
+        return len;
     }
-    for (; i < len; i++)
+    for (; i < len; i++) {
         if (!plain1(d[i])) return i;
+        if (copy) copy[i] = d[i];
+    }
     return len;
 }
 
-bool tm_jw_plain(tm_str s) { return plain_prefix(s.data, s.len) == s.len; }
+bool tm_jw_plain(tm_str s) { return plain_prefix(s.data, s.len, NULL) == s.len; }
 
-void tm_jw_str(tm_jw *w, tm_str s) {
-    size_t plain = plain_prefix(s.data, s.len);
-    if (plain == s.len && s.len <= 4094) { /* the common case: one reserve, one copy */
-        char *o = tm_jw_reserve(w, s.len + 2);
-        o[0] = '"';
-        memcpy(o + 1, s.data, s.len);
-        o[s.len + 1] = '"';
-        tm_jw_commit(w, o + s.len + 2);
-        return;
-    }
+/* tm_jw_str of s whose first `plain` bytes need no care: out of line,
+ * so that the common case saves no registers for it. */
+static TM_COLD void put_escaped(tm_jw *w, tm_str s, size_t plain) {
     tm_jw_char(w, '"');
     const uint8_t *p = s.data + plain, *e = s.data + s.len, *run = s.data;
     while (p < e) {
@@ -357,6 +362,23 @@ void tm_jw_str(tm_jw *w, tm_str s) {
     }
     tm_jw_raw(w, run, (size_t)(p - run));
     tm_jw_char(w, '"');
+}
+
+void tm_jw_str(tm_jw *w, tm_str s) {
+    if (TM_UNLIKELY(s.len > 4094)) {
+        put_escaped(w, s, plain_prefix(s.data, s.len, NULL));
+        return;
+    }
+    /* the common case: one reserve, the bytes copied as they are scanned */
+    char *o = tm_jw_reserve(w, s.len + 2);
+    size_t plain = plain_prefix(s.data, s.len, (uint8_t *)o + 1);
+    if (TM_UNLIKELY(plain < s.len)) {
+        put_escaped(w, s, plain); /* what was copied is not committed: written again */
+        return;
+    }
+    o[0] = '"';
+    o[s.len + 1] = '"';
+    tm_jw_commit(w, o + s.len + 2);
 }
 
 void tm_jw_cstr(tm_jw *w, const char *s) {
