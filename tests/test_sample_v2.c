@@ -839,10 +839,11 @@ Test(default_mode, output_without_meta_has_no_chunk_ids) {
  * part, 3-digit groups); it must agree with tm_jw_seconds on every kind of
  * fraction: zero, single nanoseconds, group boundaries, trailing zeros. */
 Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
-    static const uint64_t fractions[] = {0,       1,         10,        100,       999,       1000,
-                                         1001,    10000,     100000,    999999,    1000000,   1000001,
+    /* repeated times too: a record reuses the last one's text */
+    static const uint64_t fractions[] = {0,       0,         1,         10,        100,       999,       1000,
+                                         1001,    10000,     100000,    999999,    1000000,   1000001,   1000001,
                                          1010000, 100000000, 123456789, 500000000, 999999999, 1000000000,
-                                         1000000001, 61000000000ull};
+                                         1000000000, 1000000001, 61000000000ull};
     const size_t n = sizeof fractions / sizeof *fractions;
     smp s[sizeof fractions / sizeof *fractions];
     for (size_t i = 0; i < n; i++) {
@@ -870,6 +871,42 @@ Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
         if (hit) cur = hit + want.len;
         free(want.data);
     }
+    free(out.data);
+    tb_free(&t);
+}
+
+/* Stack and frame ids are written from texts counted up one from the
+ * other: their digits stay right where a number gains one (9, 99, ...,
+ * 9999 and on). One frame a stack, one sample a stack, the frames in
+ * stack order. */
+Test(default_mode, stack_and_frame_ids_past_ten_thousand) {
+    enum { N = 10005 };
+    tb_buf t = {0};
+    add_clock(&t);
+    size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+    for (uint64_t i = 1; i <= N; i++) {
+        tb_frame(&t, i, 1, 0, 0x1000 + 16 * i);
+        tb_callstack(&t, i, &i, 1, 0);
+    }
+    tb_close(&t, in);
+    tb_close(&t, pkt);
+    for (uint64_t i = 1; i <= N; i++) tb_perf_sample(&t, 1, TB_BOOT0 + 1000 * i, 42, 42, i, 0);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
+    json_t *root = load_json(&out);
+    json_t *profile = json_object_get(root, "profile");
+    json_t *samples = json_object_get(profile, "samples"), *stacks = json_object_get(profile, "stacks");
+    cr_assert_eq(json_array_size(samples), N);
+    cr_assert_eq(json_array_size(stacks), N);
+    cr_assert_eq(json_array_size(json_object_get(profile, "frames")), N);
+    for (size_t i = 0; i < N; i++) {
+        json_t *stack = json_array_get(stacks, i);
+        cr_expect_eq(json_integer_value(json_object_get(json_array_get(samples, i), "stack_id")), (json_int_t)i);
+        cr_expect_eq(json_array_size(stack), 1);
+        cr_expect_eq(json_integer_value(json_array_get(stack, 0)), (json_int_t)i);
+    }
+    json_decref(root);
     free(out.data);
     tb_free(&t);
 }

@@ -472,6 +472,24 @@ SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns
     return put_stack_and_thread(o + *time_len, s, t);
 }
 
+/* Fills n slots of slot_size bytes with prefix and the decimal text of
+ * 0, 1, ..., n - 1, each text's length in its slot's last byte. A slot is
+ * the one before with its last digits counted up: the number is formatted
+ * anew only when it gains a digit. Inline, so that slot_size is a constant
+ * and the copies fixed-size. */
+SAMPLE_INLINE void put_counting_texts(char *texts, size_t n, size_t slot_size, const char *prefix, size_t prefix_len) {
+    if (!n) return;
+    memcpy(texts, prefix, prefix_len);
+    texts[slot_size - 1] = (char)(tm_put_u64(texts + prefix_len, 0) - texts);
+    for (size_t i = 1; i < n; i++) {
+        char *slot = texts + i * slot_size, *digits = slot + prefix_len, *d;
+        memcpy(slot, slot - slot_size, slot_size);
+        for (d = slot + (uint8_t)slot[slot_size - 1] - 1; d >= digits && *d == '9'; d--) *d = '0';
+        if (d >= digits) (*d)++;
+        else slot[slot_size - 1] = (char)(tm_put_u64(digits, i) - slot); /* 9...9 + 1 */
+    }
+}
+
 /* Unix time of samples in trace-time order: the realtime segment walked
  * forward, from the first. Passed by value: its address never escapes. */
 typedef struct segment_walk {
@@ -529,11 +547,7 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
     char *texts = tm_mem_alloc(p->mem, texts_cap);
     if (!texts) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
     sample_texts t = {texts + (n_threads + 1) * THREAD_SLOT, texts, n_texts};
-    for (size_t i = 0; i < n_texts; i++) {
-        char *slot = texts + (n_threads + 1) * THREAD_SLOT + i * STACK_SLOT;
-        memcpy(slot, stack_key, sizeof stack_key - 1);
-        slot[STACK_SLOT - 1] = (char)(tm_put_u64(slot + sizeof stack_key - 1, i) - slot);
-    }
+    put_counting_texts(texts + (n_threads + 1) * THREAD_SLOT, n_texts, STACK_SLOT, stack_key, sizeof stack_key - 1);
     bool drops = false;
     for (size_t i = 0; i < n_threads; i++) {
         char *slot = texts + i * THREAD_SLOT, *q = slot;
@@ -745,11 +759,7 @@ static tm_status write_stacks_and_frames(tm_jw *w, const tm_profile *p, const me
     size_t n_texts = p->n_frames < FRAME_TEXTS ? p->n_frames : FRAME_TEXTS;
     char *texts = tm_mem_alloc(p->mem, n_texts * ID_SLOT + 1); /* + 1: never 0 bytes */
     if (!texts) return tm_fail(err, TM_ERR_NOMEM, 0, NULL, "out of memory");
-    for (size_t i = 0; i < n_texts; i++) {
-        char *slot = texts + i * ID_SLOT;
-        slot[0] = ',';
-        slot[ID_SLOT - 1] = (char)(tm_put_u64(slot + 1, i) - slot);
-    }
+    put_counting_texts(texts, n_texts, ID_SLOT, ",", 1);
     tm_jw_lit(w, "],\"stacks\":[");
     for (size_t i = 0; i < p->n_stacks; i++) {
         const tm_prof_stack *sk = &p->stacks[i];
