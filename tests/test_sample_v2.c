@@ -911,6 +911,52 @@ Test(default_mode, stack_and_frame_ids_past_ten_thousand) {
     tb_free(&t);
 }
 
+/* A frame is written in place, its strings up to 512 bytes with it and
+ * longer ones or ones that need escaping apart: every function name comes
+ * back as it went in. */
+Test(default_mode, frame_strings_of_every_kind_read_back) {
+    static const size_t lens[] = {1, 511, 512, 513, 600, 3000, 5000};
+    enum { N = sizeof lens / sizeof *lens };
+    char *names[2 * N];
+    tb_buf t = {0};
+    add_clock(&t);
+    size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    for (size_t i = 0; i < 2 * N; i++) { /* plain, then with a quote in the middle */
+        size_t len = lens[i % N];
+        names[i] = malloc(len + 1);
+        memset(names[i], 'a' + (char)(i % 26), len);
+        names[i][len] = 0;
+        if (i >= N) names[i][len / 2] = '"';
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, i + 1, names[i], len);
+    }
+    uint64_t ids[2 * N];
+    for (size_t i = 0; i < 2 * N; i++) {
+        tb_frame(&t, i + 1, i + 1, 0, 0x1000 + 16 * i);
+        ids[i] = i + 1;
+    }
+    tb_callstack(&t, 1, ids, 2 * N, 0);
+    tb_close(&t, in);
+    tb_close(&t, pkt);
+    tb_perf_sample(&t, 1, TB_BOOT0, 42, 42, 1, 0);
+    tb_perf_sample(&t, 1, TB_BOOT0 + 1000, 42, 42, 1, 0);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
+    json_t *root = load_json(&out);
+    json_t *frames = json_object_get(json_object_get(root, "profile"), "frames");
+    cr_assert_eq(json_array_size(frames), 2 * N);
+    for (size_t i = 0; i < 2 * N; i++) {
+        json_t *f = json_array_get(frames, i);
+        const char *fn = json_string_value(json_object_get(f, "function"));
+        int found = 0;
+        for (size_t j = 0; j < 2 * N && fn; j++) found |= strcmp(fn, names[j]) == 0;
+        cr_expect(found, "frame %zu: function %.40s... is none of the names", i, fn ? fn : "(none)");
+    }
+    json_decref(root);
+    free(out.data);
+    for (size_t i = 0; i < 2 * N; i++) free(names[i]);
+    tb_free(&t);
+}
+
 /* A system-wide trace: kernel thread 50 and single-threaded process 60
  * described only as processes, thread 42 named by the tree, 61 and the
  * main thread of 70 named by nothing. */

@@ -273,66 +273,105 @@ static tm_status write_measurements(tm_jw *w, const tm_profile *p, const json_t 
  * instruction addresses on platform "cocoa" (arm64e). */
 #define COCOA_ADDR_MASK 0x0000000FFFFFFFFFull
 
-/* A key, after a comma unless it is the object's first: one write of a
- * constant size (a variable one would be a memcpy call). */
-#define FRAME_KEY(w, comma, key) ((comma) ? tm_jw_lit((w), "," key) : tm_jw_lit((w), key))
+/* A frame is written in one piece of at most FRAME_ROOM bytes, in place
+ * (tm_jw_begin), without a room check or a buffer update per key: keys,
+ * literals and numbers (FRAME_FIXED bytes at most) and its strings, those
+ * of up to FRAME_STRING bytes in place when plain, others through
+ * tm_jw_str between two pieces. */
+#define FRAME_STRING 512
+#define FRAME_FIXED 256
+#define FRAME_ROOM (FRAME_FIXED + 5 * (FRAME_STRING + 2)) /* the file is written twice */
+
+typedef struct frame_piece {
+    tm_jw *w;
+    char *start;
+    char scratch[FRAME_ROOM];
+} frame_piece;
+
+static char *piece_begin(frame_piece *fp) { return fp->start = tm_jw_begin(fp->w, FRAME_ROOM, fp->scratch); }
+
+static void piece_end(frame_piece *fp, const char *end) { tm_jw_end(fp->w, fp->start, end, fp->scratch); }
+
+/* A key after a comma unless it is the object's first: fixed-size copies. */
+#define FRAME_KEY(o, comma, key)                 \
+    do {                                         \
+        *(o) = ',';                              \
+        (o) += (comma);                          \
+        memcpy((o), key, sizeof key - 1);        \
+        (o) += sizeof key - 1;                   \
+    } while (0)
+
+/* A string that needs escaping, or long, between two pieces. */
+static TM_COLD char *put_frame_str_escaped(frame_piece *fp, char *o, tm_str s) {
+    piece_end(fp, o);
+    tm_jw_str(fp->w, s);
+    return piece_begin(fp);
+}
+
+static inline char *put_frame_str(frame_piece *fp, char *o, tm_str s) {
+    char *e = s.len <= FRAME_STRING ? tm_put_plain_str(o, s) : NULL;
+    return TM_LIKELY(e != NULL) ? e : put_frame_str_escaped(fp, o, s);
+}
 
 /* A frame's keys in the order of Relay's Frame: abs_path, filename,
  * function, in_app (-1: none), instruction_addr, lineno, module, package,
  * platform. */
 static void write_frame(tm_jw *w, const tm_prof_frame *f, uint64_t addr, int in_app, bool plain_package) {
-    tm_jw_char(w, '{');
+    frame_piece fp;
+    fp.w = w;
+    char *o = piece_begin(&fp);
+    *o++ = '{';
     int comma = 0;
     if (f->flags & TM_FRAME_HAS_FILE) { /* from symbols; a path from the root is abs_path too */
         if (f->file.data[0] == '/') {
-            tm_jw_lit(w, "\"abs_path\":");
-            tm_jw_str(w, f->file);
-            tm_jw_char(w, ',');
+            FRAME_KEY(o, 0, "\"abs_path\":");
+            o = put_frame_str(&fp, o, f->file);
+            comma = 1;
         }
-        tm_jw_lit(w, "\"filename\":");
-        tm_jw_str(w, f->file);
+        FRAME_KEY(o, comma, "\"filename\":");
+        o = put_frame_str(&fp, o, f->file);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_FUNCTION) {
-        FRAME_KEY(w, comma, "\"function\":");
-        tm_jw_str(w, f->function);
+        FRAME_KEY(o, comma, "\"function\":");
+        o = put_frame_str(&fp, o, f->function);
         comma = 1;
     }
     if (in_app >= 0) {
-        if (in_app) FRAME_KEY(w, comma, "\"in_app\":true");
-        else FRAME_KEY(w, comma, "\"in_app\":false");
+        if (in_app) FRAME_KEY(o, comma, "\"in_app\":true");
+        else FRAME_KEY(o, comma, "\"in_app\":false");
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_ADDR) {
-        FRAME_KEY(w, comma, "\"instruction_addr\":");
-        tm_jw_hex(w, addr);
+        FRAME_KEY(o, comma, "\"instruction_addr\":");
+        o = tm_put_hex(o, addr);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_LINE) {
-        FRAME_KEY(w, comma, "\"lineno\":");
-        tm_jw_u64(w, f->line);
+        FRAME_KEY(o, comma, "\"lineno\":");
+        o = tm_put_u64(o, f->line);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_MODULE) {
-        FRAME_KEY(w, comma, "\"module\":");
-        tm_jw_str(w, f->module);
+        FRAME_KEY(o, comma, "\"module\":");
+        o = put_frame_str(&fp, o, f->module);
         comma = 1;
     }
     if (f->flags & TM_FRAME_HAS_PACKAGE) {
-        FRAME_KEY(w, comma, "\"package\":");
-        if (plain_package && f->package.len <= 4094) { /* known plain: no scan; within tm_jw_reserve's 4 KiB */
-            char *o = tm_jw_reserve(w, f->package.len + 2);
+        FRAME_KEY(o, comma, "\"package\":");
+        if (plain_package && f->package.len <= FRAME_STRING) { /* known plain: no scan */
             o[0] = '"';
             memcpy(o + 1, f->package.data, f->package.len);
             o[f->package.len + 1] = '"';
-            tm_jw_commit(w, o + f->package.len + 2);
+            o += f->package.len + 2;
         } else {
-            tm_jw_str(w, f->package); /* a plain one: the same bytes */
+            o = put_frame_str(&fp, o, f->package); /* a plain one: the same bytes */
         }
         comma = 1;
     }
-    if (f->flags & TM_FRAME_JAVA) FRAME_KEY(w, comma, "\"platform\":\"java\"}");
-    else FRAME_KEY(w, comma, "\"platform\":\"native\"}");
+    if (f->flags & TM_FRAME_JAVA) FRAME_KEY(o, comma, "\"platform\":\"java\"}");
+    else FRAME_KEY(o, comma, "\"platform\":\"native\"}");
+    piece_end(&fp, o);
 }
 
 #undef FRAME_KEY

@@ -90,7 +90,7 @@ void tm_jw_i64(tm_jw *w, int64_t v) {
     }
 }
 
-void tm_jw_hex(tm_jw *w, uint64_t v) {
+char *tm_put_hex(char *o, uint64_t v) {
     static const char pairs[513] =
         "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f"
         "303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
@@ -99,7 +99,7 @@ void tm_jw_hex(tm_jw *w, uint64_t v) {
         "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef"
         "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
     size_t n = ((size_t)(64 - __builtin_clzll(v | 1)) + 3) / 4; /* digits: the count known, written from the end */
-    char *o = tm_jw_reserve(w, 20), *q = o + 3 + n;
+    char *q = o + 3 + n;
     o[0] = '"';
     o[1] = '0';
     o[2] = 'x';
@@ -109,8 +109,10 @@ void tm_jw_hex(tm_jw *w, uint64_t v) {
         memcpy(q, pairs + (v & 255) * 2, 2);
     }
     if (q - o == 4) o[3] = "0123456789abcdef"[v & 15];
-    tm_jw_commit(w, o + 4 + n);
+    return o + 4 + n;
 }
+
+void tm_jw_hex(tm_jw *w, uint64_t v) { tm_jw_commit(w, tm_put_hex(tm_jw_reserve(w, 20), v)); }
 
 char *tm_put_seconds(char *p, int64_t ns) {
     uint64_t u = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
@@ -318,11 +320,11 @@ static inline __attribute__((always_inline)) size_t plain_prefix(const uint8_t *
 
 bool tm_jw_plain(tm_str s) { return plain_prefix(s.data, s.len, NULL) == s.len; }
 
-/* tm_jw_str of s whose first `plain` bytes need no care: out of line,
+/* tm_jw_str of a string that needs escaping (or is long): out of line,
  * so that the common case saves no registers for it. */
-static TM_COLD void put_escaped(tm_jw *w, tm_str s, size_t plain) {
+static TM_COLD void put_escaped(tm_jw *w, tm_str s) {
     tm_jw_char(w, '"');
-    const uint8_t *p = s.data + plain, *e = s.data + s.len, *run = s.data;
+    const uint8_t *p = s.data, *e = s.data + s.len, *run = s.data;
     while (p < e) {
         if (e - p >= 8) {
             uint64_t x;
@@ -364,21 +366,18 @@ static TM_COLD void put_escaped(tm_jw *w, tm_str s, size_t plain) {
     tm_jw_char(w, '"');
 }
 
+char *tm_put_plain_str(char *p, tm_str s) {
+    if (plain_prefix(s.data, s.len, (uint8_t *)p + 1) < s.len) return NULL; /* the bytes copied as they are scanned */
+    p[0] = '"';
+    p[s.len + 1] = '"';
+    return p + s.len + 2;
+}
+
 void tm_jw_str(tm_jw *w, tm_str s) {
-    if (TM_UNLIKELY(s.len > 4094)) {
-        put_escaped(w, s, plain_prefix(s.data, s.len, NULL));
-        return;
-    }
-    /* the common case: one reserve, the bytes copied as they are scanned */
-    char *o = tm_jw_reserve(w, s.len + 2);
-    size_t plain = plain_prefix(s.data, s.len, (uint8_t *)o + 1);
-    if (TM_UNLIKELY(plain < s.len)) {
-        put_escaped(w, s, plain); /* what was copied is not committed: written again */
-        return;
-    }
-    o[0] = '"';
-    o[s.len + 1] = '"';
-    tm_jw_commit(w, o + s.len + 2);
+    char *e = NULL;
+    if (TM_LIKELY(s.len <= 4094)) e = tm_put_plain_str(tm_jw_reserve(w, s.len + 2), s); /* the common case */
+    if (TM_LIKELY(e)) tm_jw_commit(w, e);
+    else put_escaped(w, s); /* what was copied is not committed: written again */
 }
 
 void tm_jw_cstr(tm_jw *w, const char *s) {

@@ -47,6 +47,17 @@ static inline char *tm_jw_reserve(tm_jw *w, size_t n) {
     return (char *)w->buf + w->len;
 }
 static inline void tm_jw_commit(tm_jw *w, const char *end) { w->len = (size_t)((const uint8_t *)end - w->buf); }
+/* Where to write a piece of at most n bytes without asking the sink for
+ * room: in place when the buffer has it, else in scratch (n bytes); then
+ * tm_jw_end. The sink is asked for exactly what was written, as by
+ * tm_jw_raw: a capped sink refuses nothing that fits. */
+static inline char *tm_jw_begin(tm_jw *w, size_t n, char *scratch) {
+    return w->cap - w->len >= n ? (char *)w->buf + w->len : scratch;
+}
+static inline void tm_jw_end(tm_jw *w, const char *start, const char *end, const char *scratch) {
+    if (start == scratch) tm_jw_raw(w, scratch, (size_t)(end - scratch));
+    else tm_jw_commit(w, end);
+}
 /* The end of the room after a tm_jw_reserve: a writer of many small
  * records checks its own pointer against it instead of reserving each. */
 static inline char *tm_jw_limit(const tm_jw *w) { return (char *)w->buf + w->cap; }
@@ -95,6 +106,11 @@ void tm_jw_str(tm_jw *w, tm_str s);      /* quoted, escaped, UTF-8 repaired */
 bool tm_jw_plain(tm_str s);
 void tm_jw_cstr(tm_jw *w, const char *s);/* quoted */
 void tm_jw_hex(tm_jw *w, uint64_t v);    /* "0x1f" (quoted, lowercase, no padding) */
+/* tm_jw_hex's text written at p (room for 20 bytes); returns the end. */
+char *tm_put_hex(char *p, uint64_t v);
+/* s quoted at p (room for s.len + 2 bytes) when tm_jw_str would write it
+ * so; returns the end, or NULL when s needs escaping. */
+char *tm_put_plain_str(char *p, tm_str s);
 void tm_jw_f64(tm_jw *w, double v);      /* serde_json's format; null if not finite */
 void tm_jw_seconds(tm_jw *w, int64_t ns);/* exact: 1700000001.01 from ns */
 /* tm_jw_seconds' text written at p (room for 32 bytes); returns the end. */
