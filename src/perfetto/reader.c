@@ -1078,6 +1078,29 @@ static bool is_header_varint(uint32_t num, bool relay) {
 #define LEN_TAG_0(num) ((((num) << 3 | TM_PB_LEN) & 0x7f) | 0x80)
 #define LEN_TAG_1(num) ((num) >> 4)
 
+/* The PerfSample or StreamingProfilePacket under its two-byte tag at p
+ * (end - p >= 2), taken as the packet's member of `oneof data`: where it
+ * ends, or NULL for any other field or form. */
+TM_PB_INLINE const uint8_t *sample_member(tm_pf_reader *r, const uint8_t *p, const uint8_t *end, bool relay,
+                                           tm_pf_packet *pk) {
+    uint32_t num;
+    uint64_t len;
+    const uint8_t *e;
+    if (p[0] == LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE) && p[1] == LEN_TAG_1(TM_PF_PACKET_PERF_SAMPLE))
+        num = TM_PF_PACKET_PERF_SAMPLE;
+    else if (!relay && p[0] == LEN_TAG_0(TM_PF_PACKET_STREAMING_PROFILE_PACKET) &&
+             p[1] == LEN_TAG_1(TM_PF_PACKET_STREAMING_PROFILE_PACKET))
+        num = TM_PF_PACKET_STREAMING_PROFILE_PACKET;
+    else
+        return NULL;
+    if (end - p < 3 || !(e = tm_pb_varint_fast(p + 2, end, &len)) || len > (uint64_t)(end - e)) return NULL;
+    if (pk->data_field) r->counts.oneof_ignored++; /* protobuf: the last member of a oneof wins */
+    pk->data_field = num;
+    pk->data = (tm_bytes){e, (size_t)len};
+    pk->data_tag = p;
+    return e + len;
+}
+
 /* Reads the fields of a sample packet written as writers write them (the
  * header's varints under their one-byte tags, the PerfSample or
  * StreamingProfilePacket under its two-byte tag) from p on, as scan_packet
@@ -1088,8 +1111,8 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
                                  tm_pf_packet *pk) {
     uint64_t v;
     const uint8_t *e;
-    /* The header in the order writers write it (timestamp, sequence id,
-     * flags) straight, then the loop for the payload and any other order. */
+    /* The fields in the order writers write them (timestamp, sequence id,
+     * flags, payload) straight, then the loop for any other order. */
     if (end - p >= 2 && p[0] == (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) && (e = tm_pb_varint_fast(p + 1, end, &v))) {
         pk->timestamp = v, pk->has_timestamp = true;
         p = e;
@@ -1101,11 +1124,11 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
                 (e = tm_pb_varint_fast(p + 1, end, &v))) {
                 pk->flags = (uint32_t)v;
                 p = e;
+                if (end - p >= 2 && (e = sample_member(r, p, end, relay, pk))) p = e;
             }
         }
     }
     while (end - p >= 2) {
-        uint32_t num;
         switch (p[0]) {
         case TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT:
             if (!(e = tm_pb_varint_fast(p + 1, end, &v))) return p;
@@ -1119,21 +1142,9 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
             if (!(e = tm_pb_varint_fast(p + 1, end, &v))) return p;
             pk->flags = (uint32_t)v;
             break;
-        case LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE):
-        case LEN_TAG_0(TM_PF_PACKET_STREAMING_PROFILE_PACKET):
-            num = p[0] == LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE) ? TM_PF_PACKET_PERF_SAMPLE
-                                                             : TM_PF_PACKET_STREAMING_PROFILE_PACKET;
-            if (p[1] != LEN_TAG_1(num) || (relay && num != TM_PF_PACKET_PERF_SAMPLE) || end - p < 3 ||
-                !(e = tm_pb_varint_fast(p + 2, end, &v)) || v > (uint64_t)(end - e))
-                return p;
-            if (pk->data_field) r->counts.oneof_ignored++; /* protobuf: the last member of a oneof wins */
-            pk->data_field = num;
-            pk->data = (tm_bytes){e, (size_t)v};
-            pk->data_tag = p;
-            e += v;
-            break;
         default:
-            return p;
+            if (!(e = sample_member(r, p, end, relay, pk))) return p;
+            break;
         }
         p = e;
     }
@@ -1478,35 +1489,33 @@ static void clear_rest(tm_pf_packet *pk) {
     memset(&pk->seq, 0, sizeof *pk - offsetof(tm_pf_packet, seq));
 }
 
-/* The next Trace record: a packet of under 128 bytes (most sample packets)
- * read inline, anything else by tm_pb_next. */
-static inline int next_record(tm_pb_reader *pb, tm_pb_field *f) {
-    const uint8_t *p = pb->p;
-    if (TM_LIKELY(pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
-                  p[1] <= pb->end - p - 2)) {
-        f->start = p;
-        f->num = TM_PF_TRACE_PACKET;
-        f->wire = TM_PB_LEN;
-        f->val = 0;
-        f->bytes = (tm_bytes){p + 2, p[1]};
-        pb->p = p + 2 + p[1];
-        return TM_PB_OK;
-    }
-    return tm_pb_next(pb, f);
-}
+/* What the general path of tm_pf_next returns for a packet it reads no
+ * further (a compressed_packets wrapper, whose packets come next). */
+enum { NEXT_RECORD = 2 };
 
-int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
+/* For the rare paths of tm_pf_next: out of line, whatever the compiler
+ * thinks of a function called once, so that the usual packet's path keeps
+ * few registers to save. */
+#if defined(__GNUC__)
+#define OUT_OF_LINE __attribute__((noinline))
+#else
+#define OUT_OF_LINE
+#endif
+
+/* next_packet_record for any record the inline case does not take, with
+ * its errors; it also goes past records that are not packets and out of
+ * inflated payloads that end. */
+OUT_OF_LINE static int next_packet_record_slow(tm_pf_reader *r, tm_pb_field *f) {
     /* Trace Processor's first test of a trace's type: it opens with a
-     * Trace.packet record. */
-    if (r->outer.p == r->base && r->len && r->base[0] != 0x0a && !r->in_inner) {
+     * Trace.packet record (the inline case takes only those). */
+    if (!r->in_inner && r->outer.p == r->base && r->len && r->base[0] != 0x0a) {
         tm_pf_fail(r, TM_ERR_MALFORMED, r->base, "not a Perfetto trace: it does not start with a TracePacket");
         return TM_PF_ERROR;
     }
     for (;;) {
         tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
         const uint8_t *record = pb->p;
-        tm_pb_field f;
-        int rc = next_record(pb, &f);
+        int rc = tm_pb_next(pb, f);
         /* A trace cut off inside its last packet (a partial copy, a killed
          * writer): Trace Processor keeps every complete packet, and so does
          * the reader unless strict (Relay's converter rejects the trace). */
@@ -1525,37 +1534,71 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
             tm_pf_pb_fail(r, pb, "Trace");
             return TM_PF_ERROR;
         }
-        if (f.num != TM_PF_TRACE_PACKET) continue; /* Trace Processor skips other top-level fields */
-        if (f.wire != TM_PB_LEN) {
-            tm_pf_fail(r, TM_ERR_MALFORMED, f.start, "Trace.packet has wire type %u, expected 2", f.wire);
+        if (f->num != TM_PF_TRACE_PACKET) continue; /* Trace Processor skips other top-level fields */
+        if (f->wire != TM_PB_LEN) {
+            tm_pf_fail(r, TM_ERR_MALFORMED, f->start, "Trace.packet has wire type %u, expected 2", f->wire);
             return TM_PF_ERROR;
         }
-        if (f.bytes.len > r->lim->max_packet_bytes) {
-            tm_pf_fail(r, TM_ERR_LIMIT, f.start, "packet of %zu bytes exceeds max_packet_bytes %llu", f.bytes.len,
+        if (f->bytes.len > r->lim->max_packet_bytes) {
+            tm_pf_fail(r, TM_ERR_LIMIT, f->start, "packet of %zu bytes exceeds max_packet_bytes %llu", f->bytes.len,
                        (unsigned long long)r->lim->max_packet_bytes);
             return TM_PF_ERROR;
         }
         r->counts.packets++;
-        r->packet_tag = f.start;
+        r->packet_tag = f->start;
+        return TM_PF_PACKET;
+    }
+}
+
+/* The next Trace.packet record, counted (only its start and bytes are
+ * set): TM_PF_PACKET, TM_PF_END or TM_PF_ERROR. A packet of under 128
+ * bytes (most sample packets) is read inline. */
+static inline int next_packet_record(tm_pf_reader *r, tm_pb_field *f) {
+    tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
+    const uint8_t *p = pb->p;
+    if (TM_LIKELY(pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
+                  p[1] <= pb->end - p - 2 && p[1] <= r->lim->max_packet_bytes)) {
+        f->start = p;
+        f->bytes = (tm_bytes){p + 2, p[1]};
+        pb->p = p + 2 + p[1];
+        r->counts.packets++;
+        r->packet_tag = p;
+        return TM_PF_PACKET;
+    }
+    return next_packet_record_slow(r, f);
+}
+
+/* The rest of tm_pf_next for a packet scan_packet read that is not a
+ * usual sample: TM_PF_PACKET, TM_PF_ERROR or NEXT_RECORD. Out of line, so
+ * that the usual packet's path stays small. */
+OUT_OF_LINE static int read_packet(tm_pf_reader *r, tm_pf_packet *pk, const uint8_t *packet_tag) {
+    clear_rest(pk);
+    if (pk->data_field == TM_PF_PACKET_COMPRESSED_PACKETS) {
+        /* Only the inner packets count: the wrapper's other fields are ignored. */
+        if (r->in_inner) {
+            r->counts.nested_compressed++;
+            return NEXT_RECORD;
+        }
+        return enter_compressed(r, pk, packet_tag) == TM_OK ? NEXT_RECORD : TM_PF_ERROR;
+    }
+    if (sequence_update(r, pk) != TM_OK) return TM_PF_ERROR;
+    if (payload_is_read(pk) && tm_pf_check_payload(r, pk) != TM_OK) return TM_PF_ERROR;
+    if (pk->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT && read_snapshot(r, pk) != TM_OK) return TM_PF_ERROR;
+    if (pk->has_timestamp && !pk->stale && !consumed_untimed(pk->data_field) && resolve_time(r, pk) != TM_OK)
+        return TM_PF_ERROR;
+    return TM_PF_PACKET;
+}
+
+int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
+    for (;;) {
+        tm_pb_field f;
+        int rc = next_packet_record(r, &f);
+        if (rc != TM_PF_PACKET) return rc;
         if (f.bytes.len == 0) continue; /* an empty packet says nothing */
         bool usual;
         if (scan_packet(r, f.bytes, pk, &usual) != TM_OK) return TM_PF_ERROR;
         if (usual && usual_sample(r, pk)) return next_sample(r, pk);
-        clear_rest(pk);
-        if (pk->data_field == TM_PF_PACKET_COMPRESSED_PACKETS) {
-            /* Only the inner packets count: the wrapper's other fields are ignored. */
-            if (r->in_inner) {
-                r->counts.nested_compressed++;
-                continue;
-            }
-            if (enter_compressed(r, pk, f.start) != TM_OK) return TM_PF_ERROR;
-            continue;
-        }
-        if (sequence_update(r, pk) != TM_OK) return TM_PF_ERROR;
-        if (payload_is_read(pk) && tm_pf_check_payload(r, pk) != TM_OK) return TM_PF_ERROR;
-        if (pk->data_field == TM_PF_PACKET_CLOCK_SNAPSHOT && read_snapshot(r, pk) != TM_OK) return TM_PF_ERROR;
-        if (pk->has_timestamp && !pk->stale && !consumed_untimed(pk->data_field) && resolve_time(r, pk) != TM_OK)
-            return TM_PF_ERROR;
-        return TM_PF_PACKET;
+        rc = read_packet(r, pk, f.start);
+        if (rc != NEXT_RECORD) return rc;
     }
 }

@@ -26,14 +26,15 @@ static inline bool tm_pf_read_plain_perf_sample(tm_pf_packet *pk) {
     const uint8_t *p = pk->data.data, *end = p + pk->data.len;
     while (p < end) {
         uint8_t tag = *p++;
-        if (tag < 8 || tag >= 0x80 || (tag & 7) != TM_PB_VARINT || p >= end) return false;
+        /* field 1-15 (not 0, no second tag byte), wire type varint */
+        if ((tag & (0x80 | 7)) || tag == 0 || p >= end) return false;
         uint64_t v;
         if (!(p = tm_pb_varint_fast(p, end, &v))) return false;
-        switch (tag >> 3) {
-        case TM_PF_PERF_SAMPLE_PID: pk->perf_pid = (uint32_t)v, pk->perf_has_pid = true; break;
-        case TM_PF_PERF_SAMPLE_TID: pk->perf_tid = (uint32_t)v; break;
-        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: pk->perf_cs = v, pk->perf_has_cs = true; break;
-        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: pk->perf_count = v; break;
+        switch (tag) {
+        case TM_PF_PERF_SAMPLE_PID << 3: pk->perf_pid = (uint32_t)v, pk->perf_has_pid = true; break;
+        case TM_PF_PERF_SAMPLE_TID << 3: pk->perf_tid = (uint32_t)v; break;
+        case TM_PF_PERF_SAMPLE_CALLSTACK_IID << 3: pk->perf_cs = v, pk->perf_has_cs = true; break;
+        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT << 3: pk->perf_count = v; break;
         default: break;
         }
     }
