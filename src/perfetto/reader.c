@@ -1101,6 +1101,13 @@ TM_PB_INLINE const uint8_t *sample_member(tm_pf_reader *r, const uint8_t *p, con
     return e + len;
 }
 
+/* The varint of a timestamp at q < end: nanoseconds of a clock that
+ * started long ago take five to eight bytes. */
+TM_PB_INLINE const uint8_t *timestamp_varint(const uint8_t *q, const uint8_t *end, uint64_t *out) {
+    const uint8_t *e = tm_pb_varint_eight(q, end, out);
+    return TM_LIKELY(e != NULL) ? e : tm_pb_varint_fast(q, end, out);
+}
+
 /* Reads the fields of a sample packet written as writers write them (the
  * header's varints under their one-byte tags, the PerfSample or
  * StreamingProfilePacket under its two-byte tag) from p on, as scan_packet
@@ -1113,7 +1120,8 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
     const uint8_t *e;
     /* The fields in the order writers write them (timestamp, sequence id,
      * flags, payload) straight, then the loop for any other order. */
-    if (end - p >= 2 && p[0] == (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) && (e = tm_pb_varint_fast(p + 1, end, &v))) {
+    if (end - p >= 2 && p[0] == (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) &&
+        (e = timestamp_varint(p + 1, end, &v))) {
         pk->timestamp = v, pk->has_timestamp = true;
         p = e;
         if (end - p >= 2 && p[0] == (TM_PF_PACKET_SEQUENCE_ID << 3 | TM_PB_VARINT) &&

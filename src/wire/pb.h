@@ -103,23 +103,13 @@ static inline uint64_t tm_pb_load8(const uint8_t *q) {
 #pragma GCC diagnostic pop
 #endif
 
-/* Decodes the varint at q < end. Returns the end, or NULL when it runs
- * past end or reaches 10 bytes (left to the checked decoder, which also
- * rejects overlong ones and reports the error). */
-TM_PB_INLINE const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *end, uint64_t *out) {
-    uint64_t v = q[0];
-    if (TM_LIKELY(v < 0x80)) {
-        *out = v;
-        return q + 1;
-    }
-    if (TM_LIKELY(end - q >= 2 && q[1] < 0x80)) { /* two bytes: iids, frame ids */
-        *out = (v & 0x7f) | (uint64_t)q[1] << 7;
-        return q + 2;
-    }
+/* Decodes a varint of at most eight bytes at q, when eight bytes are
+ * there (end - q >= 8), without a branch a byte: the first byte without
+ * its high bit ends the varint; the 7-bit groups are then packed together
+ * in three steps. Returns the end, or NULL when it is longer or the bytes
+ * are not there (or on a big-endian machine). */
+TM_PB_INLINE const uint8_t *tm_pb_varint_eight(const uint8_t *q, const uint8_t *end, uint64_t *out) {
 #if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    /* Three to eight bytes (timestamps, callstack iids) without a branch a
-     * byte: the first byte without its high bit ends the varint; the 7-bit
-     * groups are then packed together in three steps. */
     if (TM_LIKELY(end - q >= 8)) {
         uint64_t w = tm_pb_load8(q);
         uint64_t stops = ~w & 0x8080808080808080ull;
@@ -133,7 +123,28 @@ TM_PB_INLINE const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *e
             return q + (last + 1) / 8;
         }
     }
+#else
+    (void)q, (void)end, (void)out;
 #endif
+    return NULL;
+}
+
+/* Decodes the varint at q < end. Returns the end, or NULL when it runs
+ * past end or reaches 10 bytes (left to the checked decoder, which also
+ * rejects overlong ones and reports the error). */
+TM_PB_INLINE const uint8_t *tm_pb_varint_fast(const uint8_t *q, const uint8_t *end, uint64_t *out) {
+    uint64_t v = q[0];
+    if (TM_LIKELY(v < 0x80)) {
+        *out = v;
+        return q + 1;
+    }
+    if (TM_LIKELY(end - q >= 2 && q[1] < 0x80)) { /* two bytes: iids, frame ids */
+        *out = (v & 0x7f) | (uint64_t)q[1] << 7;
+        return q + 2;
+    }
+    /* three to eight bytes: timestamps, callstack iids */
+    const uint8_t *e = tm_pb_varint_eight(q, end, out);
+    if (TM_LIKELY(e != NULL)) return e;
     v &= 0x7f;
     for (unsigned i = 1; i < 9 && q + i < end; i++) {
         v |= (uint64_t)(q[i] & 0x7f) << (7 * i);
