@@ -734,6 +734,36 @@ Test(trace_samples, perf_and_streaming_on_several_sequences_and_threads) {
     tb_free(&b);
 }
 
+/* The reader takes a sample packet's sequence id and flags of one byte
+ * each in one load; ids and flags of two bytes take the general reading,
+ * with the same result, runs of packets alternating between the two. */
+Test(trace_samples, perf_samples_with_sequence_ids_and_flags_of_one_and_two_bytes) {
+    tb_buf b = {0};
+    size_t p = tb_packet_open(&b, 127, 50, TB_SEQ_CLEARED);
+    intern_ab(&b, "a", "b");
+    tb_close(&b, p);
+    p = tb_packet_open(&b, 300, 50, TB_SEQ_CLEARED);
+    intern_ab(&b, "p", "q");
+    tb_close(&b, p);
+    tb_perf_sample(&b, 127, 1000000, 200, 201, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 300, 1010000, 200, 202, 1, TB_SEQ_NEEDS);
+    tb_perf_sample(&b, 300, 1020000, 200, 202, 2, TB_SEQ_NEEDS | 0x80); /* unknown flag bit 7: two bytes */
+    tb_perf_sample(&b, 127, 1030000, 200, 201, 2, TB_SEQ_NEEDS | 0x80);
+    tb_perf_sample(&b, 127, 1040000, 200, 201, 1, TB_SEQ_NEEDS);
+
+    tm_trace *t = parse(&b);
+    const tm_profile *pr = tm_trace_profile(t);
+    cr_assert_eq(pr->n_samples, 5);
+    assert_sample(pr, 0, 1000000, 201, "a");
+    assert_sample(pr, 1, 1010000, 202, "p");
+    assert_sample(pr, 2, 1020000, 202, "q");
+    assert_sample(pr, 3, 1030000, 201, "b");
+    assert_sample(pr, 4, 1040000, 201, "a");
+    cr_assert_eq(tm_trace_get_stats(t)->sequences, 2);
+    tm_trace_free(t);
+    tb_free(&b);
+}
+
 Test(trace_samples, probe_p1_streaming_profile) {
     file_buf fb = load_probe("p1_streaming_profile");
     tm_trace *t = parse_bytes(fb.data, fb.len);

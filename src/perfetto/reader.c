@@ -1108,6 +1108,17 @@ TM_PB_INLINE const uint8_t *timestamp_varint(const uint8_t *q, const uint8_t *en
     return TM_LIKELY(e != NULL) ? e : tm_pb_varint_fast(q, end, out);
 }
 
+/* Varint fields first and second of values below 128, under one-byte
+ * tags, at p (end - p >= 4), in one load: *a and *b; false for any other
+ * form. (A sample packet's sequence id and flags, as writers write them.) */
+static inline bool small_pair(const uint8_t *p, uint32_t first, uint32_t second, uint32_t *a, uint32_t *b) {
+    uint32_t w = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    if ((w & 0x80ff80ffu) != ((first << 3 | TM_PB_VARINT) | (second << 3 | TM_PB_VARINT) << 16)) return false;
+    *a = w >> 8 & 0x7f;
+    *b = w >> 24;
+    return true;
+}
+
 /* Reads the fields of a sample packet written as writers write them (the
  * header's varints under their one-byte tags, the PerfSample or
  * StreamingProfilePacket under its two-byte tag) from p on, as scan_packet
@@ -1124,16 +1135,10 @@ static const uint8_t *scan_usual(tm_pf_reader *r, const uint8_t *p, const uint8_
         (e = timestamp_varint(p + 1, end, &v))) {
         pk->timestamp = v, pk->has_timestamp = true;
         p = e;
-        if (end - p >= 2 && p[0] == (TM_PF_PACKET_SEQUENCE_ID << 3 | TM_PB_VARINT) &&
-            (e = tm_pb_varint_fast(p + 1, end, &v))) {
-            pk->seq_id = (uint32_t)v;
-            p = e;
-            if (end - p >= 2 && p[0] == (TM_PF_PACKET_SEQUENCE_FLAGS << 3 | TM_PB_VARINT) &&
-                (e = tm_pb_varint_fast(p + 1, end, &v))) {
-                pk->flags = (uint32_t)v;
-                p = e;
-                if (end - p >= 2 && (e = sample_member(r, p, end, relay, pk))) p = e;
-            }
+        if (end - p >= 4 && small_pair(p, TM_PF_PACKET_SEQUENCE_ID, TM_PF_PACKET_SEQUENCE_FLAGS, &pk->seq_id,
+                                       &pk->flags)) {
+            p += 4;
+            if (end - p >= 2 && (e = sample_member(r, p, end, relay, pk))) p = e;
         }
     }
     while (end - p >= 2) {
