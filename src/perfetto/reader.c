@@ -1506,6 +1506,13 @@ static void clear_rest(tm_pf_packet *pk) {
  * further (a compressed_packets wrapper, whose packets come next). */
 enum { NEXT_RECORD = 2 };
 
+/* A Trace.packet record: rc TM_PF_PACKET with its bytes, TM_PF_END or
+ * TM_PF_ERROR. */
+typedef struct packet_record {
+    int rc;
+    tm_bytes bytes;
+} packet_record;
+
 /* For the rare paths of tm_pf_next: out of line, whatever the compiler
  * thinks of a function called once, so that the usual packet's path keeps
  * few registers to save. */
@@ -1518,17 +1525,18 @@ enum { NEXT_RECORD = 2 };
 /* next_packet_record for any record the inline case does not take, with
  * its errors; it also goes past records that are not packets and out of
  * inflated payloads that end. */
-OUT_OF_LINE static int next_packet_record_slow(tm_pf_reader *r, tm_pb_field *f) {
+OUT_OF_LINE static packet_record next_packet_record_slow(tm_pf_reader *r) {
+    tm_pb_field f;
     /* Trace Processor's first test of a trace's type: it opens with a
      * Trace.packet record (the inline case takes only those). */
     if (!r->in_inner && r->outer.p == r->base && r->len && r->base[0] != 0x0a) {
         tm_pf_fail(r, TM_ERR_MALFORMED, r->base, "not a Perfetto trace: it does not start with a TracePacket");
-        return TM_PF_ERROR;
+        return (packet_record){TM_PF_ERROR, {NULL, 0}};
     }
     for (;;) {
         tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
         const uint8_t *record = pb->p;
-        int rc = tm_pb_next(pb, f);
+        int rc = tm_pb_next(pb, &f);
         /* A trace cut off inside its last packet (a partial copy, a killed
          * writer): Trace Processor keeps every complete packet, and so does
          * the reader unless strict (Relay's converter rejects the trace). */
@@ -1536,49 +1544,47 @@ OUT_OF_LINE static int next_packet_record_slow(tm_pf_reader *r, tm_pb_field *f) 
             !(r->flags & (TM_PF_STRICT | TM_PF_RELAY))) {
             r->counts.truncated = true;
             r->counts.truncated_at = (uint64_t)(record - r->base);
-            return keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR;
+            return (packet_record){keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR, {NULL, 0}};
         }
         if (rc == TM_PB_DONE) {
-            if (!r->in_inner) return keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR;
+            if (!r->in_inner) return (packet_record){keep_all(r) == TM_OK ? TM_PF_END : TM_PF_ERROR, {NULL, 0}};
             r->in_inner = false;
             continue;
         }
         if (rc == TM_PB_ERROR) {
             tm_pf_pb_fail(r, pb, "Trace");
-            return TM_PF_ERROR;
+            return (packet_record){TM_PF_ERROR, {NULL, 0}};
         }
-        if (f->num != TM_PF_TRACE_PACKET) continue; /* Trace Processor skips other top-level fields */
-        if (f->wire != TM_PB_LEN) {
-            tm_pf_fail(r, TM_ERR_MALFORMED, f->start, "Trace.packet has wire type %u, expected 2", f->wire);
-            return TM_PF_ERROR;
+        if (f.num != TM_PF_TRACE_PACKET) continue; /* Trace Processor skips other top-level fields */
+        if (f.wire != TM_PB_LEN) {
+            tm_pf_fail(r, TM_ERR_MALFORMED, f.start, "Trace.packet has wire type %u, expected 2", f.wire);
+            return (packet_record){TM_PF_ERROR, {NULL, 0}};
         }
-        if (f->bytes.len > r->lim->max_packet_bytes) {
-            tm_pf_fail(r, TM_ERR_LIMIT, f->start, "packet of %zu bytes exceeds max_packet_bytes %llu", f->bytes.len,
+        if (f.bytes.len > r->lim->max_packet_bytes) {
+            tm_pf_fail(r, TM_ERR_LIMIT, f.start, "packet of %zu bytes exceeds max_packet_bytes %llu", f.bytes.len,
                        (unsigned long long)r->lim->max_packet_bytes);
-            return TM_PF_ERROR;
+            return (packet_record){TM_PF_ERROR, {NULL, 0}};
         }
         r->counts.packets++;
-        r->packet_tag = f->start;
-        return TM_PF_PACKET;
+        r->packet_tag = f.start;
+        return (packet_record){TM_PF_PACKET, f.bytes};
     }
 }
 
-/* The next Trace.packet record, counted (only its start and bytes are
- * set): TM_PF_PACKET, TM_PF_END or TM_PF_ERROR. A packet of under 128
- * bytes (most sample packets) is read inline. */
-static inline int next_packet_record(tm_pf_reader *r, tm_pb_field *f) {
+/* The next Trace.packet record, counted (r->packet_tag is its tag). A
+ * packet of under 128 bytes (most sample packets) is read inline. */
+static inline packet_record next_packet_record(tm_pf_reader *r) {
     tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
     const uint8_t *p = pb->p;
     if (TM_LIKELY(pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
                   p[1] <= pb->end - p - 2 && p[1] <= r->lim->max_packet_bytes)) {
-        f->start = p;
-        f->bytes = (tm_bytes){p + 2, p[1]};
-        pb->p = p + 2 + p[1];
+        size_t len = p[1];
+        pb->p = p + 2 + len;
         r->counts.packets++;
         r->packet_tag = p;
-        return TM_PF_PACKET;
+        return (packet_record){TM_PF_PACKET, {p + 2, len}};
     }
-    return next_packet_record_slow(r, f);
+    return next_packet_record_slow(r);
 }
 
 /* The rest of tm_pf_next for a packet scan_packet read that is not a
@@ -1604,14 +1610,13 @@ OUT_OF_LINE static int read_packet(tm_pf_reader *r, tm_pf_packet *pk, const uint
 
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
     for (;;) {
-        tm_pb_field f;
-        int rc = next_packet_record(r, &f);
-        if (rc != TM_PF_PACKET) return rc;
-        if (f.bytes.len == 0) continue; /* an empty packet says nothing */
+        packet_record rec = next_packet_record(r);
+        if (rec.rc != TM_PF_PACKET) return rec.rc;
+        if (rec.bytes.len == 0) continue; /* an empty packet says nothing */
         bool usual;
-        if (scan_packet(r, f.bytes, pk, &usual) != TM_OK) return TM_PF_ERROR;
+        if (scan_packet(r, rec.bytes, pk, &usual) != TM_OK) return TM_PF_ERROR;
         if (usual && usual_sample(r, pk)) return next_sample(r, pk);
-        rc = read_packet(r, pk, f.start);
+        int rc = read_packet(r, pk, r->packet_tag);
         if (rc != NEXT_RECORD) return rc;
     }
 }
