@@ -67,6 +67,7 @@ void tm_pf_reader_init(tm_pf_reader *r, const uint8_t *buf, size_t len, tm_mem *
     r->len = len;
     r->outer = tm_pb_reader_of((tm_bytes){buf, len});
     r->last_seq = TM_ABSENT;
+    r->usual_seq_id = UINT64_MAX;
     tm_clocks_init(&r->clocks, mem);
 }
 
@@ -1463,16 +1464,20 @@ static tm_status keep_all(tm_pf_reader *r) {
     return TM_OK;
 }
 
+/* Sets usual_seq_id after the general path, which alone changes which
+ * sequence is last and whether its state is valid. */
+static void note_usual_seq(tm_pf_reader *r) {
+    const tm_pf_seq *s = r->last_seq != TM_ABSENT ? &r->seqs[r->last_seq] : NULL;
+    r->usual_seq_id = !(r->flags & TM_PF_RELAY) && s && s->valid ? s->id : UINT64_MAX;
+}
+
 /* Is pk, which has only the fields scan_usual reads, a sample on the
- * sequence of the packet before that neither clears nor needs state the
- * sequence lost? Then sequence_update would only mark the sequence seen
- * and give the packet its generation, and the payload is read: next_sample
- * does that, without the general path's tests (the common packet). */
+ * sequence of the packet before, whose state is valid, that does not clear
+ * it? Then sequence_update would only mark the sequence seen and give the
+ * packet its generation, and the payload is read: next_sample does that,
+ * without the general path's tests (the common packet). */
 static inline bool usual_sample(const tm_pf_reader *r, const tm_pf_packet *pk) {
-    if ((r->flags & TM_PF_RELAY) || !pk->data_field || r->last_seq == TM_ABSENT) return false;
-    const tm_pf_seq *s = &r->seqs[r->last_seq];
-    return s->id == pk->seq_id && /* not 0: outside Relay's reading a sequence has an id */ !(pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) &&
-           (s->valid || !(pk->flags & TM_PF_SEQ_NEEDS_INCREMENTAL_STATE));
+    return pk->data_field && pk->seq_id == r->usual_seq_id && !(pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED);
 }
 
 /* What sequence_update, the payload check and resolve_time do for a
@@ -1617,6 +1622,7 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
         if (scan_packet(r, rec.bytes, pk, &usual) != TM_OK) return TM_PF_ERROR;
         if (usual && usual_sample(r, pk)) return next_sample(r, pk);
         int rc = read_packet(r, pk, r->packet_tag);
+        note_usual_seq(r);
         if (rc != NEXT_RECORD) return rc;
     }
 }

@@ -300,6 +300,8 @@ typedef struct tm_pf_reader {
     tm_pf_seq *seqs; size_t n_seqs, cap_seqs;
     tm_u64map seq_by_id;
     uint32_t last_seq;     /* one-entry cache: packets come in runs per sequence */
+    uint64_t usual_seq_id; /* last_seq's id while its state is valid, outside Relay's reading (its sample packets
+                              may take the usual path); UINT64_MAX: none */
     tm_u64map first_blob;  /* hash of an epoch's first InternedData message -> the sequence it began */
     uint32_t n_classes;    /* classes of first InternedData messages given so far (tm_pf_seq.first_class) */
     tm_pf_gen *gens; size_t n_gens, cap_gens;
