@@ -18,12 +18,24 @@ static void *s_malloc(const tm_alloc *a, size_t n) { return a->malloc_fn(a->ctx,
 static void *s_realloc(const tm_alloc *a, void *p, size_t old, size_t n) { return a->realloc_fn(a->ctx, p, old, n); }
 static void s_free(const tm_alloc *a, void *p, size_t n) { a->free_fn(a->ctx, p, n); }
 
-Test(scratch, allocations_are_aligned_and_the_last_one_grows_in_place) {
-    tm_srv_scratch_pool pool;
+/* The allocator tests' scratch, from a pool of one. */
+static tm_srv_scratch_pool pool;
+static tm_srv_scratch *scratch;
+static const tm_alloc *a;
+
+static void take_one(void) {
     tm_srv_scratch_pool_init(&pool, 1);
-    tm_srv_scratch *s = tm_srv_scratch_take(&pool);
-    cr_assert_not_null(s);
-    const tm_alloc *a = tm_srv_scratch_alloc(s);
+    scratch = tm_srv_scratch_take(&pool);
+    cr_assert_not_null(scratch);
+    a = tm_srv_scratch_alloc(scratch);
+}
+
+static void give_back(void) {
+    tm_srv_scratch_give(&pool, scratch);
+    tm_srv_scratch_pool_release(&pool);
+}
+
+Test(scratch, allocations_are_aligned_and_the_last_one_grows_in_place, .init = take_one, .fini = give_back) {
     uint8_t *first = s_malloc(a, 3);
     uint8_t *second = s_malloc(a, 40);
     cr_assert_eq((uintptr_t)first % 16, 0);
@@ -47,16 +59,9 @@ Test(scratch, allocations_are_aligned_and_the_last_one_grows_in_place) {
     s_free(a, again, 100);
     s_free(a, grown, 4000);
     s_free(a, first, 3);
-    tm_srv_scratch_give(&pool, s);
-    tm_srv_scratch_pool_release(&pool);
 }
 
-Test(scratch, what_does_not_fit_goes_to_the_c_library_with_its_bytes) {
-    tm_srv_scratch_pool pool;
-    tm_srv_scratch_pool_init(&pool, 1);
-    tm_srv_scratch *s = tm_srv_scratch_take(&pool);
-    cr_assert_not_null(s);
-    const tm_alloc *a = tm_srv_scratch_alloc(s);
+Test(scratch, what_does_not_fit_goes_to_the_c_library_with_its_bytes, .init = take_one, .fini = give_back) {
     /* grown one page at a time well past any block: the bytes follow */
     size_t n = 4096;
     uint8_t *p = s_malloc(a, n);
@@ -79,28 +84,26 @@ Test(scratch, what_does_not_fit_goes_to_the_c_library_with_its_bytes) {
     s_free(a, big, 10);
     s_free(a, p, n);
     s_free(a, other, 64);
-    tm_srv_scratch_give(&pool, s);
-    tm_srv_scratch_pool_release(&pool);
 }
 
 Test(scratch, the_pool_reuses_reset_blocks_and_keeps_at_most_its_cap) {
-    tm_srv_scratch_pool pool;
-    tm_srv_scratch_pool_init(&pool, 1);
-    tm_srv_scratch *s = tm_srv_scratch_take(&pool);
+    tm_srv_scratch_pool own;
+    tm_srv_scratch_pool_init(&own, 1);
+    tm_srv_scratch *s = tm_srv_scratch_take(&own);
     void *start = s_malloc(tm_srv_scratch_alloc(s), 10);
     s_malloc(tm_srv_scratch_alloc(s), 1000);
-    tm_srv_scratch_give(&pool, s);
-    tm_srv_scratch *t = tm_srv_scratch_take(&pool);
+    tm_srv_scratch_give(&own, s);
+    tm_srv_scratch *t = tm_srv_scratch_take(&own);
     cr_assert_eq(t, s, "a scratch given back is taken again");
     cr_assert_eq(s_malloc(tm_srv_scratch_alloc(t), 10), start, "and starts from its block's beginning");
-    tm_srv_scratch *u = tm_srv_scratch_take(&pool); /* the pool is empty: a new one */
+    tm_srv_scratch *u = tm_srv_scratch_take(&own); /* the pool is empty: a new one */
     cr_assert(u && u != t);
-    tm_srv_scratch_give(&pool, t);
-    tm_srv_scratch_give(&pool, u); /* over the cap of 1: freed (LeakSanitizer would see it otherwise) */
-    cr_assert_eq(pool.n_free, 1);
-    tm_srv_scratch_give(&pool, NULL);
+    tm_srv_scratch_give(&own, t);
+    tm_srv_scratch_give(&own, u); /* over the cap of 1: freed (LeakSanitizer would see it otherwise) */
+    cr_assert_eq(own.n_free, 1);
+    tm_srv_scratch_give(&own, NULL);
     cr_assert_null(tm_srv_scratch_alloc(NULL));
-    tm_srv_scratch_pool_release(&pool);
+    tm_srv_scratch_pool_release(&own);
 }
 
 /* The messages tm_srv_process makes of an envelope, concatenated. */
@@ -148,8 +151,8 @@ Test(scratch, conversions_through_one_scratch_make_the_c_librarys_messages) {
     tm_srv_project project = {.id = 1, .organization_id = 1, .public_keys = keys, .n_public_keys = 1,
                               .retention_days = 90, .continuous_profiling = 1, .continuous_profiling_perfetto = 1};
     tm_srv_context ctx = {.cfg = &cfg, .project = &project, .now_unix = 1771278043};
-    tm_srv_scratch_pool pool;
-    tm_srv_scratch_pool_init(&pool, 1);
+    tm_srv_scratch_pool own;
+    tm_srv_scratch_pool_init(&own, 1);
     for (int round = 0; round < 3; round++)
         for (size_t e = 0; e < sizeof inputs / sizeof inputs[0]; e++) {
             char meta[4096], trace[4096];
@@ -160,10 +163,10 @@ Test(scratch, conversions_through_one_scratch_make_the_c_librarys_messages) {
             ctx.scratch = NULL;
             uint8_t *plain, *scratched;
             size_t plain_len = process(&ctx, &body, &plain);
-            ctx.scratch = tm_srv_scratch_take(&pool);
+            ctx.scratch = tm_srv_scratch_take(&own);
             cr_assert_not_null(ctx.scratch);
             size_t scratched_len = process(&ctx, &body, &scratched);
-            tm_srv_scratch_give(&pool, ctx.scratch);
+            tm_srv_scratch_give(&own, ctx.scratch);
             cr_assert_gt(plain_len, body.len, "%s makes a chunk message (payload and raw trace)", trace);
             cr_assert_eq(scratched_len, plain_len, "%s, round %d", trace, round);
             cr_assert_eq(memcmp(scratched, plain, plain_len), 0, "%s, round %d", trace, round);
@@ -171,6 +174,6 @@ Test(scratch, conversions_through_one_scratch_make_the_c_librarys_messages) {
             free(scratched);
             tm_srv_buf_release(&body);
         }
-    tm_srv_scratch_pool_release(&pool);
+    tm_srv_scratch_pool_release(&own);
     tm_srv_config_release(&cfg);
 }
