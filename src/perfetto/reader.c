@@ -1576,13 +1576,20 @@ OUT_OF_LINE static packet_record next_packet_record_slow(tm_pf_reader *r) {
     }
 }
 
+/* Is the record at pb->p a Trace.packet of under 128 bytes, in bounds and
+ * within max_packet_bytes (its tag and length a byte each)? */
+static inline bool small_record(const tm_pf_reader *r, const tm_pb_reader *pb) {
+    const uint8_t *p = pb->p;
+    return pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
+           p[1] <= pb->end - p - 2 && p[1] <= r->lim->max_packet_bytes;
+}
+
 /* The next Trace.packet record, counted (r->packet_tag is its tag). A
  * packet of under 128 bytes (most sample packets) is read inline. */
 static inline packet_record next_packet_record(tm_pf_reader *r) {
     tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
     const uint8_t *p = pb->p;
-    if (TM_LIKELY(pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
-                  p[1] <= pb->end - p - 2 && p[1] <= r->lim->max_packet_bytes)) {
+    if (TM_LIKELY(small_record(r, pb))) {
         size_t len = p[1];
         pb->p = p + 2 + len;
         r->counts.packets++;
@@ -1625,4 +1632,77 @@ int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk) {
         note_usual_seq(r);
         if (rc != NEXT_RECORD) return rc;
     }
+}
+
+/* The varint field num under its one-byte tag at p: where it ends, its
+ * value in *v; NULL for any other field or form. */
+static inline const uint8_t *small_varint_field(const uint8_t *p, const uint8_t *end, uint32_t num, uint64_t *v) {
+    return end - p >= 2 && p[0] == (num << 3 | TM_PB_VARINT) ? tm_pb_varint_fast(p + 1, end, v) : NULL;
+}
+
+/* A PerfSample as writers write it: its cpu (or none), pid, tid and
+ * callstack_iid, in that order, nothing else. Reads into pk what
+ * tm_pf_read_plain_perf_sample reads of it, without its loop; false for
+ * any other form. */
+static inline bool read_perf_in_order(tm_pf_packet *pk) {
+    const uint8_t *p = pk->data.data, *end = p + pk->data.len, *q;
+    uint64_t cpu, pid, tid;
+    if ((q = small_varint_field(p, end, TM_PF_PERF_SAMPLE_CPU, &cpu))) p = q;
+    if (!(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_PID, &pid)) ||
+        !(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_TID, &tid)) ||
+        !(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_CALLSTACK_IID, &pk->perf_cs)) || p != end)
+        return false;
+    pk->perf_pid = (uint32_t)pid, pk->perf_tid = (uint32_t)tid, pk->perf_count = 0;
+    pk->perf_read = pk->perf_has_pid = pk->perf_has_cs = true;
+    return true;
+}
+
+/* Is TracePacket [p, end), of under 128 bytes, a usual PerfSample packet
+ * (tm_pf_next_run)? Then pk holds what scan_packet and the payload check
+ * read of it (its timestamp, sequence id and flags, payload and perf_*
+ * fields), as they read it; nothing else is changed. */
+static inline bool usual_perf_sample(const tm_pf_reader *r, const uint8_t *p, const uint8_t *end, tm_pf_packet *pk) {
+    const uint8_t *e;
+    if (end - p < 2 || p[0] != (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) ||
+        !(e = timestamp_varint(p + 1, end, &pk->timestamp)))
+        return false;
+    p = e;
+    /* The sequence id and flags, then the PerfSample, the last field: in a
+     * packet this small its length is one byte. */
+    if (end - p < 7 || !small_pair(p, TM_PF_PACKET_SEQUENCE_ID, TM_PF_PACKET_SEQUENCE_FLAGS, &pk->seq_id, &pk->flags) ||
+        p[4] != LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE) || p[5] != LEN_TAG_1(TM_PF_PACKET_PERF_SAMPLE) ||
+        p[6] != end - p - 7 || !p[6])
+        return false;
+    if (pk->seq_id != r->usual_seq_id || (pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED)) return false;
+    pk->data = (tm_bytes){p + 7, p[6]};
+    if (read_perf_in_order(pk)) return true;
+    pk->perf_read = pk->perf_has_pid = pk->perf_has_cs = false;
+    pk->perf_pid = pk->perf_tid = 0;
+    pk->perf_cs = pk->perf_count = 0;
+    return tm_pf_read_plain_perf_sample(pk);
+}
+
+int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
+    run->n = 0;
+    if (r->usual_seq_id == UINT64_MAX) return TM_PF_PACKET;
+    /* What tm_pf_next does for each: the sequence needs nothing (it was
+     * seen, its state is valid), the time is in the generation's clock. */
+    tm_pf_seq *s = &r->seqs[r->last_seq];
+    run->seq = s;
+    run->gen = s->gen;
+    uint32_t clock_id = r->gens[s->gen].clock_id;
+    tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
+    tm_pf_packet pk;
+    while (run->n < TM_PF_RUN_MAX && small_record(r, pb)) {
+        const uint8_t *tag = pb->p, *start = tag + 2, *end = start + tag[1];
+        if (!usual_perf_sample(r, start, end, &pk)) break;
+        pb->p = end;
+        r->counts.packets++;
+        r->packet_tag = tag;
+        if (resolve_time_in(r, &pk, clock_id) != TM_OK) return TM_PF_ERROR;
+        run->samples[run->n++] = (tm_pf_sample){
+            tag, start, pk.data.data, pk.trace_ns, pk.has_time, pk.time_ok, pk.trace_ok, pk.trace_exact,
+            pk.perf_has_pid, pk.perf_has_cs, pk.perf_pid, pk.perf_tid, pk.perf_cs, pk.perf_count};
+    }
+    return TM_PF_PACKET;
 }

@@ -325,6 +325,43 @@ enum { TM_PF_END = 0, TM_PF_PACKET = 1, TM_PF_ERROR = -1 };
 /* The next packet: TM_PF_PACKET, TM_PF_END, or TM_PF_ERROR with err set. */
 int tm_pf_next(tm_pf_reader *r, tm_pf_packet *pk);
 
+/* One packet of a run of usual PerfSample packets (tm_pf_next_run): what
+ * tm_pf_next gives of it, for a consumer that reads no more of it. */
+typedef struct tm_pf_sample {
+    const uint8_t *tag;     /* its Trace.packet record (r->packet_tag while it is read) */
+    const uint8_t *start;   /* the TracePacket message */
+    const uint8_t *data;    /* its PerfSample payload */
+    int64_t trace_ns;       /* the time, as tm_pf_packet's: all of these have a timestamp */
+    bool has_time, time_ok, trace_ok, trace_exact;
+    /* The PerfSample, as tm_pf_packet's perf_* fields (it is read: perf_read). */
+    bool has_pid, has_cs;
+    uint32_t pid, tid;
+    uint64_t cs, count;
+} tm_pf_sample;
+
+enum { TM_PF_RUN_MAX = 32 };
+
+/* A run of usual PerfSample packets on one sequence, one generation. */
+typedef struct tm_pf_sample_run {
+    tm_pf_seq *seq;
+    uint32_t gen;
+    size_t n;
+    tm_pf_sample samples[TM_PF_RUN_MAX];
+} tm_pf_sample_run;
+
+/* The next packets, while they are usual PerfSample packets: on the
+ * sequence of the packet before, whose state is valid, written as writers
+ * write them (a timestamp, the sequence id and flags that do not clear it,
+ * then a PerfSample of one-byte-tag varints, nothing else), outside Relay's
+ * reading. It reads up to TM_PF_RUN_MAX of them as tm_pf_next would, in
+ * run->samples (run->n), and stops before any other packet, which
+ * tm_pf_next reads (run->n < TM_PF_RUN_MAX: the next one is one). Returns
+ * TM_PF_PACKET, or TM_PF_ERROR with err set, after run->n packets a
+ * consumer takes first. A consumer that fails at one of them names it in
+ * later errors with tm_pf_failed_at. */
+int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run);
+static inline void tm_pf_failed_at(tm_pf_reader *r, const tm_pf_sample *s) { r->packet_tag = s->tag; }
+
 /* The interned entry (field, iid) as a packet of generation gen sees it;
  * NULL when there is none. Without TM_PF_KEEP_EPOCHS (with it, an ended
  * epoch keeps its entries' bytes alone: tm_pf_lookup). */

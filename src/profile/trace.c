@@ -961,19 +961,29 @@ static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *ou
 /* The packet's time in trace time, as the reader converted it (a packet
  * without a timestamp is at the latest time seen); false, counted, when it
  * has none: no conversion path, or past int64. */
-static inline bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64_t *ts) {
-    if (TM_LIKELY(k->has_time && k->time_ok && k->trace_ok && k->trace_exact)) {
-        *ts = k->trace_ns;
+static inline bool resolved_time(dec *d, bool has_time, bool time_ok, bool trace_ok, bool trace_exact,
+                                 int64_t trace_ns, uint64_t n_samples, int64_t *ts) {
+    if (TM_LIKELY(has_time && time_ok && trace_ok && trace_exact)) {
+        *ts = trace_ns;
         return true;
     }
-    if (!k->has_time) {
+    if (!has_time) {
         *ts = d->rd.latest_ns;
         return true;
     }
-    if (!k->time_ok || (k->trace_ok && !k->trace_exact)) d->p->stats.dropped_bad_timestamp += n_samples;
-    else if (!k->trace_ok) d->p->stats.dropped_missing_clock += n_samples;
-    *ts = k->trace_ns;
-    return k->trace_ok && k->trace_exact;
+    if (!time_ok || (trace_ok && !trace_exact)) d->p->stats.dropped_bad_timestamp += n_samples;
+    else if (!trace_ok) d->p->stats.dropped_missing_clock += n_samples;
+    *ts = trace_ns;
+    return trace_ok && trace_exact;
+}
+
+static inline bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64_t *ts) {
+    return resolved_time(d, k->has_time, k->time_ok, k->trace_ok, k->trace_exact, k->trace_ns, n_samples, ts);
+}
+
+/* packet_time for a PerfSample's packet. */
+static inline bool sample_time(dec *d, const tm_pf_sample *in, int64_t *ts) {
+    return resolved_time(d, in->has_time, in->time_ok, in->trace_ok, in->trace_exact, in->trace_ns, 1, ts);
 }
 
 /* Whether stack's leaf frame is the marker TM_PF_PREEMPTED_FRAME: an
@@ -988,21 +998,20 @@ static bool preempted_stack(const tm_profile *p, uint32_t stack) {
 
 /* An off-CPU PerfSample (tm_pf_gen.off_cpu): it weighs ns, the growth of
  * its sequence's timebase_count (the ns off the CPU so far). */
-static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t cs, uint64_t tid,
-                                   uint64_t pid, uint64_t ns) {
+static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_sample *in, uint64_t ns) {
     tm_profile *p = d->p;
     p->stats.off_cpu_samples++;
-    TM_TRY(check_sample_limit(d, k->start));
+    TM_TRY(check_sample_limit(d, in->start));
     uint32_t stack, thread;
     int ok;
-    TM_TRY(resolve_callstack(d, s, cs, k->data.data, &stack, &ok));
+    TM_TRY(resolve_callstack(d, s, in->cs, in->data, &stack, &ok));
     int64_t ts;
     if (!ok) p->stats.dropped_unresolved++;
-    if (!ok || !packet_time(d, k, 1, &ts)) {
+    if (!ok || !sample_time(d, in, &ts)) {
         p->stats.off_cpu_samples--;
         return TM_OK;
     }
-    TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
+    TM_TRY(thread_of(d, (int64_t)in->tid, (int64_t)in->pid, &thread));
     DTRY_MEM(d, TM_VEC_RESERVE(p->mem, p->off_samples, p->cap_off_samples, p->n_off_samples + 1));
     p->off_samples[p->n_off_samples++] = (tm_prof_off_sample){ts, stack, thread, ns};
     p->stats.off_cpu_ns += ns;
@@ -1013,13 +1022,13 @@ static tm_status on_off_cpu_sample(dec *d, seq_state *s, const tm_pf_packet *k, 
     return TM_OK;
 }
 
-/* Reads the timebase of the generation k sees (PerfSampleDefaults): whether
+/* Reads the timebase of generation gen (PerfSampleDefaults): whether
  * it counts task-clock, and the frequency the producer asked for. */
-TM_COLD static void read_timebase(dec *d, seq_state *s, const tm_pf_packet *k) {
+TM_COLD static void read_timebase(dec *d, seq_state *s, uint32_t gen) {
     s->tb_known = true;
-    s->tb_gen = k->gen;
+    s->tb_gen = gen;
     s->tb_task_clock = false;
-    tm_pb_reader r = tm_pb_reader_of(tm_pf_gen_of(&d->rd, k->gen)->perf_defaults), tr;
+    tm_pb_reader r = tm_pb_reader_of(tm_pf_gen_of(&d->rd, gen)->perf_defaults), tr;
     tm_pb_field f, g;
     while (tm_pb_next(&r, &f) == TM_PB_OK) {
         if (f.num != TM_PF_PERF_DEFAULTS_TIMEBASE || f.wire != TM_PB_LEN) continue;
@@ -1047,15 +1056,17 @@ static uint64_t count_growth(seq_state *s, uint64_t count) {
 /* The CPU time in ns a sample whose timebase_count grew by growth stands
  * for: that growth under a task-clock timebase (a counter of the sampled
  * thread's CPU time); 0 when unknown. */
-static uint64_t counted_cpu_ns(dec *d, seq_state *s, const tm_pf_packet *k, uint64_t growth) {
-    if (!s->tb_known || s->tb_gen != k->gen) read_timebase(d, s, k);
+static uint64_t counted_cpu_ns(dec *d, seq_state *s, uint32_t gen, uint64_t growth) {
+    if (!s->tb_known || s->tb_gen != gen) read_timebase(d, s, gen);
     return s->tb_task_clock ? growth : 0;
 }
 
-/* What on_perf_sample reads of a PerfSample. */
+/* What on_perf_sample reads of a PerfSample: what a usual one gives (in,
+ * with its packet's place and time), and fields 16-18. */
 typedef struct perf_fields {
-    uint64_t pid, tid, cs, lost, count;
-    bool has_pid, has_cs, skipped, truncated;
+    tm_pf_sample in;
+    uint64_t lost;
+    bool skipped, truncated;
 } perf_fields;
 
 /* Reads a PerfSample the reader's check did not read (k->perf_read unset:
@@ -1066,10 +1077,10 @@ static tm_status read_perf_sample(dec *d, const tm_pf_packet *k, perf_fields *pf
     int rc;
     while ((rc = tm_pb_next(&r, &f)) == TM_PB_OK) { /* wire types checked by the reader's schema */
         switch (f.num) {
-        case TM_PF_PERF_SAMPLE_PID: pf->pid = (uint32_t)f.val; pf->has_pid = true; break;
-        case TM_PF_PERF_SAMPLE_TID: pf->tid = (uint32_t)f.val; break;
-        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: pf->cs = f.val; pf->has_cs = true; break;
-        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: pf->count = f.val; break;
+        case TM_PF_PERF_SAMPLE_PID: pf->in.pid = (uint32_t)f.val; pf->in.has_pid = true; break;
+        case TM_PF_PERF_SAMPLE_TID: pf->in.tid = (uint32_t)f.val; break;
+        case TM_PF_PERF_SAMPLE_CALLSTACK_IID: pf->in.cs = f.val; pf->in.has_cs = true; break;
+        case TM_PF_PERF_SAMPLE_TIMEBASE_COUNT: pf->in.count = f.val; break;
         case TM_PF_PERF_SAMPLE_KERNEL_RECORDS_LOST: if (!d->relay) pf->lost = f.val; break;
         case TM_PF_PERF_SAMPLE_SKIPPED_REASON: if (!d->relay) pf->skipped = true; break;
         case TM_PF_PERF_SAMPLE_UNWIND_ERROR:
@@ -1082,20 +1093,20 @@ static tm_status read_perf_sample(dec *d, const tm_pf_packet *k, perf_fields *pf
 }
 
 /* A PerfSample in Relay mode: every one with a callstack counts. */
-static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *k, const perf_fields *pf) {
+static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *k, const tm_pf_sample *in) {
     tm_profile *p = d->p;
-    if (!pf->has_cs) return TM_OK;
+    if (!in->has_cs) return TM_OK;
     d->relay_samples++;
     p->stats.perf_samples++;
-    if (pf->has_pid && !p->has_relay_pid) {
+    if (in->has_pid && !p->has_relay_pid) {
         p->has_relay_pid = 1;
-        p->relay_observed_pid = (int64_t)pf->pid;
+        p->relay_observed_pid = (int64_t)in->pid;
     }
     uint32_t stack, thread;
     int ok;
-    TM_TRY(resolve_callstack(d, s, pf->cs, k->data.data, &stack, &ok));
+    TM_TRY(resolve_callstack(d, s, in->cs, in->data, &stack, &ok));
     if (ok) {
-        TM_TRY(thread_of(d, (int64_t)pf->tid, 0, &thread));
+        TM_TRY(thread_of(d, (int64_t)in->tid, 0, &thread));
         DTRY_MEM(d, tm_profile_add_sample(p, (int64_t)(k->has_timestamp ? k->timestamp : 0), stack, thread));
     } else {
         p->stats.dropped_unresolved++;
@@ -1103,48 +1114,34 @@ static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *
     return check_sample_limit(d, k->start);
 }
 
-static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
-    perf_fields pf = {0, 0, 0, 0, 0, false, false, false, false};
-    if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
-        pf.pid = k->perf_pid, pf.tid = k->perf_tid, pf.cs = k->perf_cs, pf.count = k->perf_count;
-        pf.has_pid = k->perf_has_pid, pf.has_cs = k->perf_has_cs;
-    } else {
-        TM_TRY(read_perf_sample(d, k, &pf));
-    }
-    if (d->relay) return on_perf_sample_relay(d, s, k, &pf);
+/* A PerfSample of generation gen, neither lost nor skipped: in, and
+ * whether its stack was cut (unwind_error). Both paths take it: a packet
+ * tm_pf_next read (on_perf_sample), and a run's (decode_run). */
+static inline tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const tm_pf_sample *in, bool truncated) {
     tm_profile *p = d->p;
-    uint64_t pid = pf.pid, tid = pf.tid, cs = pf.cs, lost = pf.lost;
-    if (lost) {
-        p->stats.perf_records_lost += lost;
-        return TM_OK;
-    }
-    if (pf.skipped) {
-        p->stats.perf_samples_skipped++;
-        return TM_OK;
-    }
     /* Counted even for a sample dropped below: the next one's difference
      * must not take in this one's time. */
-    uint64_t growth = count_growth(s, pf.count), cpu_ns = counted_cpu_ns(d, s, k, growth);
-    if (!pf.has_cs) {
+    uint64_t growth = count_growth(s, in->count), cpu_ns = counted_cpu_ns(d, s, gen, growth);
+    if (!in->has_cs) {
         p->stats.perf_samples_without_callstack++;
         return TM_OK;
     }
-    const tm_pf_gen *g = tm_pf_gen_of(&d->rd, k->gen);
-    if (g->off_cpu) return on_off_cpu_sample(d, s, k, cs, tid, pid, growth);
+    const tm_pf_gen *g = tm_pf_gen_of(&d->rd, gen);
+    if (g->off_cpu) return on_off_cpu_sample(d, s, in, growth);
     if (!p->on_cpu_period_ns) p->on_cpu_period_ns = g->period_ns;
     p->stats.perf_samples++;
-    TM_TRY(check_sample_limit(d, k->start));
+    TM_TRY(check_sample_limit(d, in->start));
     uint32_t stack, thread;
     int ok;
-    TM_TRY(resolve_callstack(d, s, cs, k->data.data, &stack, &ok));
+    TM_TRY(resolve_callstack(d, s, in->cs, in->data, &stack, &ok));
     if (!ok) {
         p->stats.dropped_unresolved++;
         return TM_OK;
     }
     int64_t ts;
-    if (!packet_time(d, k, 1, &ts)) return TM_OK;
-    TM_TRY(thread_of(d, (int64_t)tid, (int64_t)pid, &thread));
-    if (pf.truncated) p->stats.perf_samples_truncated++;
+    if (!sample_time(d, in, &ts)) return TM_OK;
+    TM_TRY(thread_of(d, (int64_t)in->tid, (int64_t)in->pid, &thread));
+    if (truncated) p->stats.perf_samples_truncated++;
     if (cpu_ns) {
         p->threads[thread].counted_ns += cpu_ns;
         p->threads[thread].counted_samples++;
@@ -1152,6 +1149,30 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         p->stats.perf_counted_cpu_ns += cpu_ns;
     }
     return add_sample(d, ts, stack, thread);
+}
+
+static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
+    perf_fields pf;
+    memset(&pf, 0, sizeof pf);
+    pf.in.start = k->start, pf.in.data = k->data.data;
+    pf.in.has_time = k->has_time, pf.in.time_ok = k->time_ok, pf.in.trace_ok = k->trace_ok;
+    pf.in.trace_exact = k->trace_exact, pf.in.trace_ns = k->trace_ns;
+    if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
+        pf.in.pid = k->perf_pid, pf.in.tid = k->perf_tid, pf.in.cs = k->perf_cs, pf.in.count = k->perf_count;
+        pf.in.has_pid = k->perf_has_pid, pf.in.has_cs = k->perf_has_cs;
+    } else {
+        TM_TRY(read_perf_sample(d, k, &pf));
+    }
+    if (d->relay) return on_perf_sample_relay(d, s, k, &pf.in);
+    if (pf.lost) {
+        d->p->stats.perf_records_lost += pf.lost;
+        return TM_OK;
+    }
+    if (pf.skipped) {
+        d->p->stats.perf_samples_skipped++;
+        return TM_OK;
+    }
+    return on_perf_fields(d, s, k->gen, &pf.in, pf.truncated);
 }
 
 /* Collects the values of a repeated varint field, packed or not. */
@@ -1839,10 +1860,34 @@ static tm_status decode_packet(dec *d, const tm_pf_packet *k) {
     }
 }
 
+/* A run of usual PerfSample packets (tm_pf_next_run): what decode_packet
+ * does for each of them, its sequence's part once (no loss, clear or stale
+ * state there). */
+static tm_status decode_run(dec *d, const tm_pf_sample_run *run) {
+    seq_state *s;
+    TM_TRY(seq_of(d, run->seq, &s));
+    d->gen = run->gen;
+    d->cls = tm_pf_tables_class(&d->rd, run->seq->index, run->gen);
+    for (size_t i = 0; i < run->n; i++) {
+        tm_status st = on_perf_fields(d, s, run->gen, &run->samples[i], false);
+        if (st != TM_OK) {
+            tm_pf_failed_at(&d->rd, &run->samples[i]);
+            return st;
+        }
+    }
+    return TM_OK;
+}
+
 static tm_status decode_trace(dec *d) {
     tm_pf_packet k;
+    tm_pf_sample_run run;
     int rc;
-    while ((rc = tm_pf_next(&d->rd, &k)) == TM_PF_PACKET) {
+    for (;;) {
+        rc = tm_pf_next_run(&d->rd, &run);
+        if (run.n) TM_TRY(decode_run(d, &run));
+        if (rc == TM_PF_ERROR) break;
+        if (run.n == TM_PF_RUN_MAX) continue; /* more may follow; else the next packet is another kind */
+        if ((rc = tm_pf_next(&d->rd, &k)) != TM_PF_PACKET) break;
         d->gen = k.gen;
         d->cls = k.seq ? tm_pf_tables_class(&d->rd, k.seq->index, k.gen) : 0; /* none in Relay mode */
         TM_TRY(decode_packet(d, &k));
