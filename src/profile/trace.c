@@ -1116,8 +1116,9 @@ static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *
 
 /* A PerfSample of generation gen, neither lost nor skipped: in, and
  * whether its stack was cut (unwind_error). Both paths take it: a packet
- * tm_pf_next read (on_perf_sample), and a run's (decode_run). */
-static inline tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const tm_pf_sample *in, bool truncated) {
+ * tm_pf_next read (on_perf_sample), and a run's (decode_run), inlined in
+ * its loop. */
+TM_PB_INLINE tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const tm_pf_sample *in, bool truncated) {
     tm_profile *p = d->p;
     /* Counted even for a sample dropped below: the next one's difference
      * must not take in this one's time. */
