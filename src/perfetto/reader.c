@@ -1640,46 +1640,69 @@ static inline const uint8_t *small_varint_field(const uint8_t *p, const uint8_t 
     return end - p >= 2 && p[0] == (num << 3 | TM_PB_VARINT) ? tm_pb_varint_fast(p + 1, end, v) : NULL;
 }
 
-/* A PerfSample as writers write it: its cpu (or none), pid, tid and
- * callstack_iid, in that order, nothing else. Reads into pk what
+/* A PerfSample [p, end) as writers write it: its cpu (or none), pid, tid
+ * and callstack_iid, in that order, nothing else. Reads into *out what
  * tm_pf_read_plain_perf_sample reads of it, without its loop; false for
  * any other form. */
-static inline bool read_perf_in_order(tm_pf_packet *pk) {
-    const uint8_t *p = pk->data.data, *end = p + pk->data.len, *q;
+static inline bool read_perf_in_order(const uint8_t *p, const uint8_t *end, tm_pf_sample *out) {
+    const uint8_t *q;
     uint64_t cpu, pid, tid;
     if ((q = small_varint_field(p, end, TM_PF_PERF_SAMPLE_CPU, &cpu))) p = q;
     if (!(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_PID, &pid)) ||
         !(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_TID, &tid)) ||
-        !(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_CALLSTACK_IID, &pk->perf_cs)) || p != end)
+        !(p = small_varint_field(p, end, TM_PF_PERF_SAMPLE_CALLSTACK_IID, &out->cs)) || p != end)
         return false;
-    pk->perf_pid = (uint32_t)pid, pk->perf_tid = (uint32_t)tid, pk->perf_count = 0;
-    pk->perf_read = pk->perf_has_pid = pk->perf_has_cs = true;
+    out->pid = (uint32_t)pid, out->tid = (uint32_t)tid, out->count = 0;
+    out->has_pid = out->has_cs = true;
     return true;
 }
 
 /* Is TracePacket [p, end), of under 128 bytes, a usual PerfSample packet
- * (tm_pf_next_run)? Then pk holds what scan_packet and the payload check
- * read of it (its timestamp, sequence id and flags, payload and perf_*
- * fields), as they read it; nothing else is changed. */
-static inline bool usual_perf_sample(const tm_pf_reader *r, const uint8_t *p, const uint8_t *end, tm_pf_packet *pk) {
+ * (tm_pf_next_run)? Then *out holds its payload and what the payload check
+ * reads of it (tm_pf_packet's perf_* fields), and *ts its timestamp, as
+ * scan_packet and the check read them; nothing else is changed. */
+static inline bool usual_perf_sample(const tm_pf_reader *r, const uint8_t *p, const uint8_t *end, tm_pf_sample *out,
+                                     uint64_t *ts) {
     const uint8_t *e;
-    if (end - p < 2 || p[0] != (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) ||
-        !(e = timestamp_varint(p + 1, end, &pk->timestamp)))
+    uint32_t seq_id, flags;
+    if (end - p < 2 || p[0] != (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) || !(e = timestamp_varint(p + 1, end, ts)))
         return false;
     p = e;
     /* The sequence id and flags, then the PerfSample, the last field: in a
      * packet this small its length is one byte. */
-    if (end - p < 7 || !small_pair(p, TM_PF_PACKET_SEQUENCE_ID, TM_PF_PACKET_SEQUENCE_FLAGS, &pk->seq_id, &pk->flags) ||
+    if (end - p < 7 || !small_pair(p, TM_PF_PACKET_SEQUENCE_ID, TM_PF_PACKET_SEQUENCE_FLAGS, &seq_id, &flags) ||
         p[4] != LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE) || p[5] != LEN_TAG_1(TM_PF_PACKET_PERF_SAMPLE) ||
         p[6] != end - p - 7 || !p[6])
         return false;
-    if (pk->seq_id != r->usual_seq_id || (pk->flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED)) return false;
-    pk->data = (tm_bytes){p + 7, p[6]};
-    if (read_perf_in_order(pk)) return true;
-    pk->perf_read = pk->perf_has_pid = pk->perf_has_cs = false;
-    pk->perf_pid = pk->perf_tid = 0;
-    pk->perf_cs = pk->perf_count = 0;
-    return tm_pf_read_plain_perf_sample(pk);
+    if (seq_id != r->usual_seq_id || (flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED)) return false;
+    out->data = p + 7;
+    if (read_perf_in_order(p + 7, end, out)) return true;
+    tm_pf_packet pk; /* any other order: the check's reader */
+    pk.data = (tm_bytes){p + 7, p[6]};
+    pk.perf_has_pid = pk.perf_has_cs = false;
+    pk.perf_pid = pk.perf_tid = 0;
+    pk.perf_cs = pk.perf_count = 0;
+    if (!tm_pf_read_plain_perf_sample(&pk)) return false;
+    out->has_pid = pk.perf_has_pid, out->has_cs = pk.perf_has_cs;
+    out->pid = pk.perf_pid, out->tid = pk.perf_tid, out->cs = pk.perf_cs, out->count = pk.perf_count;
+    return true;
+}
+
+/* The time a packet resolved to (resolve_time_in), for its run. */
+static inline void take_time(tm_pf_sample *out, const tm_pf_packet *pk) {
+    out->has_time = pk->has_time, out->time_ok = pk->time_ok, out->trace_ok = pk->trace_ok;
+    out->trace_exact = pk->trace_exact, out->trace_ns = pk->trace_ns;
+}
+
+/* resolve_time_in for a run's sample of timestamp ts in clock clock_id
+ * (not the trace's) of sequence seq_id. */
+OUT_OF_LINE static tm_status run_clock_time(tm_pf_reader *r, uint64_t ts, uint32_t seq_id, uint32_t clock_id,
+                                            tm_pf_sample *out) {
+    tm_pf_packet pk;
+    pk.timestamp = ts, pk.seq_id = seq_id;
+    TM_TRY(resolve_time_in(r, &pk, clock_id));
+    take_time(out, &pk);
+    return TM_OK;
 }
 
 int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
@@ -1692,17 +1715,35 @@ int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
     run->gen = s->gen;
     uint32_t clock_id = r->gens[s->gen].clock_id;
     tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
-    tm_pf_packet pk;
-    while (run->n < TM_PF_RUN_MAX && small_record(r, pb)) {
-        const uint8_t *tag = pb->p, *start = tag + 2, *end = start + tag[1];
-        if (!usual_perf_sample(r, start, end, &pk)) break;
-        pb->p = end;
-        r->counts.packets++;
-        r->packet_tag = tag;
-        if (resolve_time_in(r, &pk, clock_id) != TM_OK) return TM_PF_ERROR;
-        run->samples[run->n++] = (tm_pf_sample){
-            tag, start, pk.data.data, pk.trace_ns, pk.has_time, pk.time_ok, pk.trace_ok, pk.trace_exact,
-            pk.perf_has_pid, pk.perf_has_cs, pk.perf_pid, pk.perf_tid, pk.perf_cs, pk.perf_count};
+    int rc = TM_PF_PACKET;
+    size_t n = 0;
+    /* pb is read by a local: the stores to run may alias it */
+    tm_pb_reader at = *pb;
+    while (n < TM_PF_RUN_MAX && small_record(r, &at)) {
+        const uint8_t *tag = at.p, *start = tag + 2, *end = start + tag[1];
+        tm_pf_sample *out = &run->samples[n];
+        uint64_t ts;
+        if (!usual_perf_sample(r, start, end, out, &ts)) break;
+        at.p = end;
+        out->tag = tag, out->start = start;
+        n++;
+        if (clock_id) {
+            if (run_clock_time(r, ts, s->id, clock_id, out) != TM_OK) {
+                rc = TM_PF_ERROR; /* this packet read, but not given */
+                break;
+            }
+        } else {
+            tm_pf_packet pk; /* in the trace's clock: inline, in registers */
+            pk.timestamp = ts;
+            resolve_time_in(r, &pk, 0);
+            take_time(out, &pk);
+        }
     }
-    return TM_PF_PACKET;
+    if (n) {
+        pb->p = at.p;
+        r->packet_tag = run->samples[n - 1].tag;
+        r->counts.packets += n;
+    }
+    run->n = rc == TM_PF_PACKET ? n : n - 1;
+    return rc;
 }
