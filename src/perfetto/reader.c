@@ -1692,6 +1692,7 @@ static inline bool usual_perf_sample(const tm_pf_reader *r, const uint8_t *p, co
 static inline void take_time(tm_pf_sample *out, const tm_pf_packet *pk) {
     out->has_time = pk->has_time, out->time_ok = pk->time_ok, out->trace_ok = pk->trace_ok;
     out->trace_exact = pk->trace_exact, out->trace_ns = pk->trace_ns;
+    out->exact = pk->has_time && pk->time_ok && pk->trace_ok && pk->trace_exact;
 }
 
 /* resolve_time_in for a run's sample of timestamp ts in clock clock_id

@@ -333,6 +333,7 @@ typedef struct tm_pf_sample {
     const uint8_t *data;    /* its PerfSample payload */
     int64_t trace_ns;       /* the time, as tm_pf_packet's: all of these have a timestamp */
     bool has_time, time_ok, trace_ok, trace_exact;
+    bool exact;             /* all four: trace_ns is the time (the usual case, one test) */
     /* The PerfSample, as tm_pf_packet's perf_* fields (it is read: perf_read). */
     bool has_pid, has_cs;
     uint32_t pid, tid;

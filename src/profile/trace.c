@@ -927,11 +927,15 @@ static tm_status sample_limit_fail(dec *d, const uint8_t *at) {
     return dfail(d, TM_ERR_LIMIT, at, "more than %llu samples (max_samples)", (unsigned long long)d->lim->max_samples);
 }
 
-static inline tm_status check_sample_limit(dec *d, const uint8_t *at) {
+/* The samples counted against max_samples so far. */
+static inline uint64_t samples_so_far(const dec *d) {
     const tm_trace_stats *st = &d->p->stats;
-    uint64_t n = d->relay ? d->relay_samples
-                          : st->perf_samples + st->streaming_samples + st->stack_samples + st->off_cpu_samples;
-    return TM_UNLIKELY(n > d->lim->max_samples) ? sample_limit_fail(d, at) : TM_OK;
+    return d->relay ? d->relay_samples
+                    : st->perf_samples + st->streaming_samples + st->stack_samples + st->off_cpu_samples;
+}
+
+static inline tm_status check_sample_limit(dec *d, const uint8_t *at) {
+    return TM_UNLIKELY(samples_so_far(d) > d->lim->max_samples) ? sample_limit_fail(d, at) : TM_OK;
 }
 
 static tm_status thread_of_slow(dec *d, int64_t tid, int64_t pid, uint32_t *out) {
@@ -958,15 +962,9 @@ static inline tm_status thread_of(dec *d, int64_t tid, int64_t pid, uint32_t *ou
     return thread_of_slow(d, tid, pid, out);
 }
 
-/* The packet's time in trace time, as the reader converted it (a packet
- * without a timestamp is at the latest time seen); false, counted, when it
- * has none: no conversion path, or past int64. */
-static inline bool resolved_time(dec *d, bool has_time, bool time_ok, bool trace_ok, bool trace_exact,
-                                 int64_t trace_ns, uint64_t n_samples, int64_t *ts) {
-    if (TM_LIKELY(has_time && time_ok && trace_ok && trace_exact)) {
-        *ts = trace_ns;
-        return true;
-    }
+/* The rest of resolved_time: a time not in trace time exactly. */
+static bool inexact_time(dec *d, bool has_time, bool time_ok, bool trace_ok, bool trace_exact, int64_t trace_ns,
+                         uint64_t n_samples, int64_t *ts) {
     if (!has_time) {
         *ts = d->rd.latest_ns;
         return true;
@@ -977,13 +975,29 @@ static inline bool resolved_time(dec *d, bool has_time, bool time_ok, bool trace
     return trace_ok && trace_exact;
 }
 
+/* The packet's time in trace time, as the reader converted it (a packet
+ * without a timestamp is at the latest time seen); false, counted, when it
+ * has none: no conversion path, or past int64. */
+static inline bool resolved_time(dec *d, bool has_time, bool time_ok, bool trace_ok, bool trace_exact,
+                                 int64_t trace_ns, uint64_t n_samples, int64_t *ts) {
+    if (TM_LIKELY(has_time && time_ok && trace_ok && trace_exact)) {
+        *ts = trace_ns;
+        return true;
+    }
+    return inexact_time(d, has_time, time_ok, trace_ok, trace_exact, trace_ns, n_samples, ts);
+}
+
 static inline bool packet_time(dec *d, const tm_pf_packet *k, uint64_t n_samples, int64_t *ts) {
     return resolved_time(d, k->has_time, k->time_ok, k->trace_ok, k->trace_exact, k->trace_ns, n_samples, ts);
 }
 
 /* packet_time for a PerfSample's packet. */
 static inline bool sample_time(dec *d, const tm_pf_sample *in, int64_t *ts) {
-    return resolved_time(d, in->has_time, in->time_ok, in->trace_ok, in->trace_exact, in->trace_ns, 1, ts);
+    if (TM_LIKELY(in->exact)) {
+        *ts = in->trace_ns;
+        return true;
+    }
+    return inexact_time(d, in->has_time, in->time_ok, in->trace_ok, in->trace_exact, in->trace_ns, 1, ts);
 }
 
 /* Whether stack's leaf frame is the marker TM_PF_PREEMPTED_FRAME: an
@@ -1117,8 +1131,10 @@ static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *
 /* A PerfSample of generation gen, neither lost nor skipped: in, and
  * whether its stack was cut (unwind_error). Both paths take it: a packet
  * tm_pf_next read (on_perf_sample), and a run's (decode_run), inlined in
- * its loop. */
-TM_PB_INLINE tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const tm_pf_sample *in, bool truncated) {
+ * its loop. within_limit: the caller knows the samples stay within
+ * max_samples. */
+TM_PB_INLINE tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const tm_pf_sample *in, bool truncated,
+                                      bool within_limit) {
     tm_profile *p = d->p;
     /* Counted even for a sample dropped below: the next one's difference
      * must not take in this one's time. */
@@ -1131,7 +1147,7 @@ TM_PB_INLINE tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const 
     if (g->off_cpu) return on_off_cpu_sample(d, s, in, growth);
     if (!p->on_cpu_period_ns) p->on_cpu_period_ns = g->period_ns;
     p->stats.perf_samples++;
-    TM_TRY(check_sample_limit(d, in->start));
+    if (!within_limit) TM_TRY(check_sample_limit(d, in->start));
     uint32_t stack, thread;
     int ok;
     TM_TRY(resolve_callstack(d, s, in->cs, in->data, &stack, &ok));
@@ -1158,6 +1174,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     pf.in.start = k->start, pf.in.data = k->data.data;
     pf.in.has_time = k->has_time, pf.in.time_ok = k->time_ok, pf.in.trace_ok = k->trace_ok;
     pf.in.trace_exact = k->trace_exact, pf.in.trace_ns = k->trace_ns;
+    pf.in.exact = k->has_time && k->time_ok && k->trace_ok && k->trace_exact;
     if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
         pf.in.pid = k->perf_pid, pf.in.tid = k->perf_tid, pf.in.cs = k->perf_cs, pf.in.count = k->perf_count;
         pf.in.has_pid = k->perf_has_pid, pf.in.has_cs = k->perf_has_cs;
@@ -1173,7 +1190,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         d->p->stats.perf_samples_skipped++;
         return TM_OK;
     }
-    return on_perf_fields(d, s, k->gen, &pf.in, pf.truncated);
+    return on_perf_fields(d, s, k->gen, &pf.in, pf.truncated, false);
 }
 
 /* Collects the values of a repeated varint field, packed or not. */
@@ -1869,8 +1886,10 @@ static tm_status decode_run(dec *d, const tm_pf_sample_run *run) {
     TM_TRY(seq_of(d, run->seq, &s));
     d->gen = run->gen;
     d->cls = tm_pf_tables_class(&d->rd, run->seq->index, run->gen);
+    /* Each sample adds one at most: the run's cannot pass the limit? */
+    bool within_limit = samples_so_far(d) + run->n <= d->lim->max_samples;
     for (size_t i = 0; i < run->n; i++) {
-        tm_status st = on_perf_fields(d, s, run->gen, &run->samples[i], false);
+        tm_status st = on_perf_fields(d, s, run->gen, &run->samples[i], false, within_limit);
         if (st != TM_OK) {
             tm_pf_failed_at(&d->rd, &run->samples[i]);
             return st;
