@@ -12,7 +12,9 @@
  * StreamingProfilePacket timing and threads (probes p1, p8); clocks (probes
  * p5, p6, per-packet clock ids, primary_trace_clock, Unix time);
  * compressed_packets (probe p4 vs p2); thread names; frame resolution
- * (address-only, Java, deep stacks, paths, dedup, unresolvable iids).
+ * (address-only, Java, deep stacks, paths, dedup, unresolvable iids);
+ * runs of usual PerfSample packets (tm_pf_next_run) against the same
+ * packets read one by one.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -1779,4 +1781,120 @@ Test(trace_losses, dropped_packet_with_a_clear_counts_the_loss_and_resolves_afte
     assert_sample(tm_trace_profile(tr), 1, 4000, 1, "after");
     tm_trace_free(tr);
     tb_free(&t);
+}
+
+/* ---- runs of usual PerfSample packets ---- */
+
+/* A PerfSample packet, in the form writers write (timestamp, sequence id,
+ * flags, payload: the reader takes runs of these in one call) or, with
+ * reordered, the same fields with the sequence id first (read one by one
+ * by the general path): both forms must give the same model. payload:
+ * the PerfSample's bytes. */
+static void perf_packet(tb_buf *t, bool reordered, uint32_t seq, uint64_t ts, uint32_t flags, const tb_buf *payload) {
+    size_t p = tb_open(t, TM_PF_TRACE_PACKET);
+    if (reordered) tb_uint(t, TM_PF_PACKET_SEQUENCE_ID, seq);
+    tb_uint(t, TM_PF_PACKET_TIMESTAMP, ts);
+    if (!reordered) tb_uint(t, TM_PF_PACKET_SEQUENCE_ID, seq);
+    tb_uint(t, TM_PF_PACKET_SEQUENCE_FLAGS, flags);
+    tb_bytes(t, TM_PF_PACKET_PERF_SAMPLE, payload->data, payload->len);
+    tb_close(t, p);
+}
+
+/* PerfSample fields in any order; a field of 0 is left out. */
+static void perf_fields3(tb_buf *b, uint32_t f1, uint64_t v1, uint32_t f2, uint64_t v2, uint32_t f3, uint64_t v3) {
+    b->len = 0;
+    if (f1) tb_uint(b, f1, v1);
+    if (f2) tb_uint(b, f2, v2);
+    if (f3) tb_uint(b, f3, v3);
+}
+
+static void usual_perf(tb_buf *t, bool reordered, uint32_t seq, uint64_t ts, uint32_t tid, uint64_t cs) {
+    tb_buf pl = {0};
+    perf_fields3(&pl, TM_PF_PERF_SAMPLE_PID, 200, TM_PF_PERF_SAMPLE_TID, tid, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs);
+    perf_packet(t, reordered, seq, ts, TB_SEQ_NEEDS, &pl);
+    tb_free(&pl);
+}
+
+/* Runs of usual PerfSample packets (longer than one call takes) broken by
+ * everything the run must stop at: another sequence, a lost packet, stale
+ * samples, a clear, a timestamp in another clock, payloads of other forms,
+ * and a last packet cut off. */
+static void build_sample_runs(tb_buf *t, bool reordered) {
+    for (uint32_t seq = 1; seq <= 2; seq++) {
+        size_t p = tb_packet_open(t, seq, 50, TB_SEQ_CLEARED);
+        intern_ab(t, seq == 1 ? "a" : "p", seq == 1 ? "b" : "q");
+        tb_close(t, p);
+    }
+    uint64_t ts = 1000000;
+    for (int i = 0; i < 80; i++) /* 9: no such callstack, dropped */
+        usual_perf(t, reordered, 1, ts += 1000, 201 + (uint32_t)(i / 7 % 3), i % 13 == 12 ? 9 : 1 + (uint64_t)(i % 2));
+    for (int i = 0; i < 5; i++) usual_perf(t, reordered, 2, ts += 1000, 301, 2);
+    tb_buf pl = {0};
+    perf_fields3(&pl, TM_PF_PERF_SAMPLE_CPU, 3, TM_PF_PERF_SAMPLE_PID, 200, TM_PF_PERF_SAMPLE_TID, 202);
+    perf_packet(t, reordered, 2, ts += 1000, TB_SEQ_NEEDS, &pl); /* no callstack */
+    perf_fields3(&pl, TM_PF_PERF_SAMPLE_TID, 203, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1, TM_PF_PERF_SAMPLE_PID, 200);
+    perf_packet(t, reordered, 2, ts += 1000, TB_SEQ_NEEDS, &pl); /* fields in another order */
+    perf_fields3(&pl, TM_PF_PERF_SAMPLE_TID, 203, TM_PF_PERF_SAMPLE_TIMEBASE_COUNT, 5, TM_PF_PERF_SAMPLE_CALLSTACK_IID,
+                 2);
+    perf_packet(t, reordered, 2, ts += 1000, TB_SEQ_NEEDS, &pl); /* a timebase count, no pid */
+    perf_with_clock(t, 2, ts += 1000, CLK_MONOTONIC);
+    usual_perf(t, reordered, 2, ts += 1000, 301, 1);
+    usual_perf(t, reordered, 1, ts += 1000, 201, 2);
+    size_t p = tb_packet_open(t, 1, ts += 1000, TB_SEQ_NEEDS); /* a lost packet: the state goes */
+    tb_uint(t, TM_PF_PACKET_PREVIOUS_PACKET_DROPPED, 1);
+    perf_body(t, 200, 201, 1);
+    tb_close(t, p);
+    for (int i = 0; i < 3; i++) usual_perf(t, reordered, 1, ts += 1000, 201, 1); /* stale */
+    p = tb_packet_open(t, 1, ts += 1000, TB_SEQ_CLEARED);
+    intern_ab(t, "c", "d");
+    tb_close(t, p);
+    for (int i = 0; i < 40; i++) usual_perf(t, reordered, 1, ts += 1000, 204, 1 + (uint64_t)(i % 2));
+    perf_fields3(&pl, TM_PF_PERF_SAMPLE_PID, 200, TM_PF_PERF_SAMPLE_TID, 205, TM_PF_PERF_SAMPLE_CALLSTACK_IID, 1);
+    tb_tag(t, TM_PF_TRACE_PACKET, 2); /* length-delimited, cut off: 40 bytes announced */
+    tb_varint(t, 40);
+    tb_uint(t, TM_PF_PACKET_TIMESTAMP, ts + 1000);
+    tb_free(&pl);
+}
+
+static tm_status parse_runs(bool reordered, uint64_t max_samples, int strict, tm_trace **t, tm_error *err) {
+    tb_buf b = {0};
+    build_sample_runs(&b, reordered);
+    tm_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.limits.max_samples = max_samples;
+    opts.strict = strict;
+    memset(err, 0, sizeof *err);
+    tm_status st = tm_trace_parse(b.data, b.len, &opts, t, err);
+    tb_free(&b);
+    return st;
+}
+
+Test(trace_samples, runs_of_usual_perf_samples_read_as_one_by_one) {
+    tm_trace *a = NULL, *b = NULL;
+    tm_error ea, eb;
+    cr_assert_eq(parse_runs(false, 0, 0, &a, &ea), TM_OK, "%s", ea.message);
+    cr_assert_eq(parse_runs(true, 0, 0, &b, &eb), TM_OK, "%s", eb.message);
+    assert_same_profile(a, b);
+    const tm_trace_stats *sa = tm_trace_get_stats(a), *sb = tm_trace_get_stats(b);
+    cr_assert(memcmp(sa, sb, sizeof *sa) == 0, "the stats differ");
+    cr_assert_eq(sa->perf_samples, 80 + 5 + 2 + 1 + 1 + 1 + 40); /* the one without a callstack and stale ones not */
+    cr_assert_eq(sa->dropped_unresolved, 6);
+    cr_assert_eq(sa->perf_samples_without_callstack, 1);
+    cr_assert_eq(sa->data_losses, 1);
+    cr_assert_eq(sa->packets_skipped_incremental, 1 + 3);
+    cr_assert(sa->truncated);
+    tm_trace_free(a);
+    tm_trace_free(b);
+    /* Errors name the same packet: the sample limit passed inside a run,
+     * and the cut-off packet in strict mode. */
+    for (uint64_t max = 30; max <= 120; max += 45) {
+        cr_assert_eq(parse_runs(false, max, 0, &a, &ea), TM_ERR_LIMIT);
+        cr_assert_eq(parse_runs(true, max, 0, &b, &eb), TM_ERR_LIMIT);
+        cr_assert_eq(ea.offset, eb.offset, "max_samples %llu: at %llu and %llu", (unsigned long long)max,
+                     (unsigned long long)ea.offset, (unsigned long long)eb.offset);
+        cr_assert_str_eq(ea.message, eb.message);
+    }
+    cr_assert_eq(parse_runs(false, 0, 1, &a, &ea), TM_ERR_TRUNCATED);
+    cr_assert_eq(parse_runs(true, 0, 1, &b, &eb), TM_ERR_TRUNCATED);
+    cr_assert_eq(ea.offset, eb.offset);
 }
