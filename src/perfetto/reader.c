@@ -1658,23 +1658,24 @@ static inline bool read_perf_in_order(const uint8_t *p, const uint8_t *end, tm_p
 }
 
 /* Is TracePacket [p, end), of under 128 bytes, a usual PerfSample packet
- * (tm_pf_next_run)? Then *out holds its payload and what the payload check
- * reads of it (tm_pf_packet's perf_* fields), and *ts its timestamp, as
- * scan_packet and the check read them; nothing else is changed. */
-static inline bool usual_perf_sample(const tm_pf_reader *r, const uint8_t *p, const uint8_t *end, tm_pf_sample *out,
-                                     uint64_t *ts) {
+ * (tm_pf_next_run), but maybe on another sequence? Then *out holds its
+ * payload and what the payload check reads of it (tm_pf_packet's perf_*
+ * fields), *ts its timestamp and *seq_id its sequence id, as scan_packet
+ * and the check read them; nothing else is changed. */
+static inline bool usual_perf_sample(const uint8_t *p, const uint8_t *end, tm_pf_sample *out, uint64_t *ts,
+                                     uint32_t *seq_id) {
     const uint8_t *e;
-    uint32_t seq_id, flags;
+    uint32_t flags;
     if (end - p < 2 || p[0] != (TM_PF_PACKET_TIMESTAMP << 3 | TM_PB_VARINT) || !(e = timestamp_varint(p + 1, end, ts)))
         return false;
     p = e;
     /* The sequence id and flags, then the PerfSample, the last field: in a
      * packet this small its length is one byte. */
-    if (end - p < 7 || !small_pair(p, TM_PF_PACKET_SEQUENCE_ID, TM_PF_PACKET_SEQUENCE_FLAGS, &seq_id, &flags) ||
+    if (end - p < 7 || !small_pair(p, TM_PF_PACKET_SEQUENCE_ID, TM_PF_PACKET_SEQUENCE_FLAGS, seq_id, &flags) ||
         p[4] != LEN_TAG_0(TM_PF_PACKET_PERF_SAMPLE) || p[5] != LEN_TAG_1(TM_PF_PACKET_PERF_SAMPLE) ||
         p[6] != end - p - 7 || !p[6])
         return false;
-    if (seq_id != r->usual_seq_id || (flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED)) return false;
+    if (flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) return false;
     out->data = p + 7;
     if (read_perf_in_order(p + 7, end, out)) return true;
     tm_pf_packet pk; /* any other order: the check's reader */
@@ -1706,30 +1707,51 @@ OUT_OF_LINE static tm_status run_clock_time(tm_pf_reader *r, uint64_t ts, uint32
     return TM_OK;
 }
 
+/* A usual sample packet on sequence id, not the last one: when its state
+ * is valid, the general path would make it the last one (get_seq) and the
+ * one of usual_seq_id (note_usual_seq), changing nothing else in it; so
+ * does this. */
+static bool switch_usual_seq(tm_pf_reader *r, uint32_t id) {
+    uint32_t i = tm_u64map_get(&r->seq_by_id, id);
+    if (i == TM_ABSENT || !r->seqs[i].valid || !r->seqs[i].seen) return false;
+    r->last_seq = i;
+    r->usual_seq_id = id;
+    return true;
+}
+
 int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
     run->n = 0;
-    if (r->usual_seq_id == UINT64_MAX) return TM_PF_PACKET;
-    /* What tm_pf_next does for each: the sequence needs nothing (it was
-     * seen, its state is valid), the time is in the generation's clock. */
-    tm_pf_seq *s = &r->seqs[r->last_seq];
-    run->seq = s;
-    run->gen = s->gen;
-    uint32_t clock_id = r->gens[s->gen].clock_id;
+    if (r->flags & TM_PF_RELAY) return TM_PF_PACKET;
     tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
     int rc = TM_PF_PACKET;
     size_t n = 0;
-    /* pb is read by a local: the stores to run may alias it */
+    /* In locals: the stores to run may alias them. */
     tm_pb_reader at = *pb;
+    uint64_t usual_seq_id = r->usual_seq_id;
+    tm_pf_seq *s = NULL;
+    uint32_t clock_id = 0;
     while (n < TM_PF_RUN_MAX && small_record(r, &at)) {
         const uint8_t *tag = at.p, *start = tag + 2, *end = start + tag[1];
         tm_pf_sample *out = &run->samples[n];
         uint64_t ts;
-        if (!usual_perf_sample(r, start, end, out, &ts)) break;
+        uint32_t seq_id;
+        if (!usual_perf_sample(start, end, out, &ts, &seq_id)) break;
+        if (seq_id != usual_seq_id && (n || !switch_usual_seq(r, seq_id))) break;
+        if (!n) {
+            /* What tm_pf_next does for each: the sequence needs nothing (it
+             * was seen, its state is valid), the time is in the
+             * generation's clock. */
+            s = &r->seqs[r->last_seq];
+            usual_seq_id = s->id;
+            run->seq = s;
+            run->gen = s->gen;
+            clock_id = r->gens[s->gen].clock_id;
+        }
         at.p = end;
         out->tag = tag, out->start = start;
         n++;
         if (clock_id) {
-            if (run_clock_time(r, ts, s->id, clock_id, out) != TM_OK) {
+            if (run_clock_time(r, ts, seq_id, clock_id, out) != TM_OK) {
                 rc = TM_PF_ERROR; /* this packet read, but not given */
                 break;
             }
