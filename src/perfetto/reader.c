@@ -1576,12 +1576,11 @@ OUT_OF_LINE static packet_record next_packet_record_slow(tm_pf_reader *r) {
     }
 }
 
-/* Is the record at pb->p a Trace.packet of under 128 bytes, in bounds and
- * within max_packet_bytes (its tag and length a byte each)? */
-static inline bool small_record(const tm_pf_reader *r, const tm_pb_reader *pb) {
-    const uint8_t *p = pb->p;
-    return pb->end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 &&
-           p[1] <= pb->end - p - 2 && p[1] <= r->lim->max_packet_bytes;
+/* Is the record at p (before end) a Trace.packet of under 128 bytes, in
+ * bounds and within max_packet_bytes (its tag and length a byte each)? */
+static inline bool small_record(const tm_pf_reader *r, const uint8_t *p, const uint8_t *end) {
+    return end - p >= 2 && p[0] == (TM_PF_TRACE_PACKET << 3 | TM_PB_LEN) && p[1] < 0x80 && p[1] <= end - p - 2 &&
+           p[1] <= r->lim->max_packet_bytes;
 }
 
 /* The next Trace.packet record, counted (r->packet_tag is its tag). A
@@ -1589,7 +1588,7 @@ static inline bool small_record(const tm_pf_reader *r, const tm_pb_reader *pb) {
 static inline packet_record next_packet_record(tm_pf_reader *r) {
     tm_pb_reader *pb = r->in_inner ? &r->inner : &r->outer;
     const uint8_t *p = pb->p;
-    if (TM_LIKELY(small_record(r, pb))) {
+    if (TM_LIKELY(small_record(r, p, pb->end))) {
         size_t len = p[1];
         pb->p = p + 2 + len;
         r->counts.packets++;
@@ -1658,10 +1657,11 @@ static inline bool read_perf_in_order(const uint8_t *p, const uint8_t *end, tm_p
 }
 
 /* Is TracePacket [p, end), of under 128 bytes, a usual PerfSample packet
- * (tm_pf_next_run), but maybe on another sequence? Then *out holds its
- * payload and what the payload check reads of it (tm_pf_packet's perf_*
- * fields), *ts its timestamp and *seq_id its sequence id, as scan_packet
- * and the check read them; nothing else is changed. */
+ * (tm_pf_next_run) whose payload is as writers write it, but maybe on
+ * another sequence? Then *out holds its payload and what the payload check
+ * reads of it (tm_pf_packet's perf_* fields), *ts its timestamp and
+ * *seq_id its sequence id, as scan_packet and the check read them; nothing
+ * else is changed. */
 static inline bool usual_perf_sample(const uint8_t *p, const uint8_t *end, tm_pf_sample *out, uint64_t *ts,
                                      uint32_t *seq_id) {
     const uint8_t *e;
@@ -1677,16 +1677,7 @@ static inline bool usual_perf_sample(const uint8_t *p, const uint8_t *end, tm_pf
         return false;
     if (flags & TM_PF_SEQ_INCREMENTAL_STATE_CLEARED) return false;
     out->data = p + 7;
-    if (read_perf_in_order(p + 7, end, out)) return true;
-    tm_pf_packet pk; /* any other order: the check's reader */
-    pk.data = (tm_bytes){p + 7, p[6]};
-    pk.perf_has_pid = pk.perf_has_cs = false;
-    pk.perf_pid = pk.perf_tid = 0;
-    pk.perf_cs = pk.perf_count = 0;
-    if (!tm_pf_read_plain_perf_sample(&pk)) return false;
-    out->has_pid = pk.perf_has_pid, out->has_cs = pk.perf_has_cs;
-    out->pid = pk.perf_pid, out->tid = pk.perf_tid, out->cs = pk.perf_cs, out->count = pk.perf_count;
-    return true;
+    return read_perf_in_order(p + 7, end, out); /* any other: tm_pf_next's reading */
 }
 
 /* The time a packet resolved to (resolve_time_in), for its run. */
@@ -1730,7 +1721,7 @@ int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
     uint64_t usual_seq_id = r->usual_seq_id;
     tm_pf_seq *s = NULL;
     uint32_t clock_id = 0;
-    while (n < TM_PF_RUN_MAX && small_record(r, &at)) {
+    while (n < TM_PF_RUN_MAX && small_record(r, at.p, at.end)) {
         const uint8_t *tag = at.p, *start = tag + 2, *end = start + tag[1];
         tm_pf_sample *out = &run->samples[n];
         uint64_t ts;

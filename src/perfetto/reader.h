@@ -350,10 +350,11 @@ typedef struct tm_pf_sample_run {
     tm_pf_sample samples[TM_PF_RUN_MAX];
 } tm_pf_sample_run;
 
-/* The next packets, while they are usual PerfSample packets: on the
- * sequence of the packet before, whose state is valid, written as writers
- * write them (a timestamp, the sequence id and flags that do not clear it,
- * then a PerfSample of one-byte-tag varints, nothing else), outside Relay's
+/* The next packets, while they are usual PerfSample packets: on one
+ * sequence (the packet before's, or another seen before) whose state is
+ * valid, of under 128 bytes, written as writers write them (a timestamp,
+ * the sequence id and flags that do not clear it, then a PerfSample of its
+ * cpu or none, pid, tid and callstack_iid, nothing else), outside Relay's
  * reading. It reads up to TM_PF_RUN_MAX of them as tm_pf_next would, in
  * run->samples (run->n), and stops before any other packet, which
  * tm_pf_next reads (run->n < TM_PF_RUN_MAX: the next one is one). Returns
