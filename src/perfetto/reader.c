@@ -1719,7 +1719,6 @@ int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
     /* In locals: the stores to run may alias them. */
     tm_pb_reader at = *pb;
     uint64_t usual_seq_id = r->usual_seq_id;
-    tm_pf_seq *s = NULL;
     uint32_t clock_id = 0;
     while (n < TM_PF_RUN_MAX && small_record(r, at.p, at.end)) {
         const uint8_t *tag = at.p, *start = tag + 2, *end = start + tag[1];
@@ -1732,7 +1731,7 @@ int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
             /* What tm_pf_next does for each: the sequence needs nothing (it
              * was seen, its state is valid), the time is in the
              * generation's clock. */
-            s = &r->seqs[r->last_seq];
+            tm_pf_seq *s = &r->seqs[r->last_seq];
             usual_seq_id = s->id;
             run->seq = s;
             run->gen = s->gen;

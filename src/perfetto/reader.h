@@ -46,6 +46,9 @@
  *    incremental clocks applied, then converted to trace time through the
  *    one clock tracker (clock.c), as Trace Processor converts it when it
  *    reads the packet.
+ * Runs of usual PerfSample packets (the common packet) may be read in one
+ * call into plain records instead (tm_pf_next_run), exactly as tm_pf_next
+ * reads them.
  * It never allocates per packet and never recurses. It knows nothing of
  * profiles or SQL: consumers keep their own caches, keyed by generation,
  * and their own rows.

@@ -29,7 +29,9 @@
  * and everything it refers to carried over too: frames are not interned
  * again, stacks not hashed again. In Relay mode any interned-data merge may
  * replace entries, so it drops them all. A sample whose callstack was seen
- * before in its epoch costs two array loads.
+ * before in its epoch costs two array loads. Runs of usual PerfSample
+ * packets come from the reader in one call (tm_pf_next_run) and are taken
+ * in one loop (decode_run), by the same code as one packet's sample.
  */
 #include <stdarg.h>
 #include <stdio.h>
