@@ -1680,13 +1680,6 @@ static inline bool usual_perf_sample(const uint8_t *p, const uint8_t *end, tm_pf
     return read_perf_in_order(p + 7, end, out); /* any other: tm_pf_next's reading */
 }
 
-/* The time a packet resolved to (resolve_time_in), for its run. */
-static inline void take_time(tm_pf_sample *out, const tm_pf_packet *pk) {
-    out->has_time = pk->has_time, out->time_ok = pk->time_ok, out->trace_ok = pk->trace_ok;
-    out->trace_exact = pk->trace_exact, out->trace_ns = pk->trace_ns;
-    out->exact = pk->has_time && pk->time_ok && pk->trace_ok && pk->trace_exact;
-}
-
 /* resolve_time_in for a run's sample of timestamp ts in clock clock_id
  * (not the trace's) of sequence seq_id. */
 OUT_OF_LINE static tm_status run_clock_time(tm_pf_reader *r, uint64_t ts, uint32_t seq_id, uint32_t clock_id,
@@ -1694,7 +1687,7 @@ OUT_OF_LINE static tm_status run_clock_time(tm_pf_reader *r, uint64_t ts, uint32
     tm_pf_packet pk;
     pk.timestamp = ts, pk.seq_id = seq_id;
     TM_TRY(resolve_time_in(r, &pk, clock_id));
-    take_time(out, &pk);
+    tm_pf_sample_time(out, &pk);
     return TM_OK;
 }
 
@@ -1749,7 +1742,7 @@ int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
             tm_pf_packet pk; /* in the trace's clock: inline, in registers */
             pk.timestamp = ts;
             resolve_time_in(r, &pk, 0);
-            take_time(out, &pk);
+            tm_pf_sample_time(out, &pk);
         }
     }
     if (n) {

@@ -343,6 +343,14 @@ typedef struct tm_pf_sample {
     uint64_t cs, count;
 } tm_pf_sample;
 
+/* A sample's time as tm_pf_next resolved pk's: what both paths give the
+ * consumer. */
+static inline void tm_pf_sample_time(tm_pf_sample *out, const tm_pf_packet *pk) {
+    out->has_time = pk->has_time, out->time_ok = pk->time_ok, out->trace_ok = pk->trace_ok;
+    out->trace_exact = pk->trace_exact, out->trace_ns = pk->trace_ns;
+    out->exact = pk->has_time && pk->time_ok && pk->trace_ok && pk->trace_exact;
+}
+
 enum { TM_PF_RUN_MAX = 32 };
 
 /* A run of usual PerfSample packets on one sequence, one generation. */

@@ -1174,9 +1174,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     perf_fields pf;
     memset(&pf, 0, sizeof pf);
     pf.in.start = k->start, pf.in.data = k->data.data;
-    pf.in.has_time = k->has_time, pf.in.time_ok = k->time_ok, pf.in.trace_ok = k->trace_ok;
-    pf.in.trace_exact = k->trace_exact, pf.in.trace_ns = k->trace_ns;
-    pf.in.exact = k->has_time && k->time_ok && k->trace_ok && k->trace_exact;
+    tm_pf_sample_time(&pf.in, k);
     if (k->perf_read) { /* the reader's check read it (none of fields 16-18 there) */
         pf.in.pid = k->perf_pid, pf.in.tid = k->perf_tid, pf.in.cs = k->perf_cs, pf.in.count = k->perf_count;
         pf.in.has_pid = k->perf_has_pid, pf.in.has_cs = k->perf_has_cs;
