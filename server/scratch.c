@@ -43,8 +43,12 @@ static int owns(const tm_srv_scratch *s, const void *p) {
 
 static void *scratch_malloc(void *ctx, size_t size) {
     tm_srv_scratch *s = ctx;
+    /* an empty allocation takes a byte, as malloc's: its pointer is its own
+     * (a free of it must not give back the next one's room) and inside the
+     * block even when the block is full */
+    if (!size) size = 1;
     size_t at = (s->used + SCRATCH_ALIGN - 1) & ~(SCRATCH_ALIGN - 1);
-    if (size > SCRATCH_BLOCK_BYTES || at > SCRATCH_BLOCK_BYTES - size) return malloc(size ? size : 1);
+    if (size > SCRATCH_BLOCK_BYTES || at > SCRATCH_BLOCK_BYTES - size) return malloc(size);
     s->last = at;
     s->used = at + size;
     return s->block + at;
@@ -56,7 +60,7 @@ static void *scratch_realloc(void *ctx, void *p, size_t old_size, size_t new_siz
     if (!owns(s, p)) return realloc(p, new_size ? new_size : 1);
     size_t at = (size_t)((uint8_t *)p - s->block);
     if (at == s->last && new_size <= SCRATCH_BLOCK_BYTES - at) { /* the last allocation grows or shrinks in place */
-        s->used = at + new_size;
+        s->used = at + (new_size ? new_size : 1); /* as scratch_malloc's: its own byte */
         return p;
     }
     if (new_size <= old_size) return p;

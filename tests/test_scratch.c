@@ -57,6 +57,11 @@ Test(scratch, allocations_are_aligned_and_the_last_one_grows_in_place, .init = t
     uint8_t *again = s_malloc(a, 100);
     cr_assert_eq(again, moved);
     s_free(a, again, 100);
+    /* empty allocations are distinct: freeing one leaves the next alone */
+    uint8_t *empty = s_malloc(a, 0), *after = s_malloc(a, 16);
+    cr_assert_neq(empty, after);
+    s_free(a, empty, 0);
+    cr_assert_neq(s_malloc(a, 16), after, "the room of a live allocation is not handed out again");
     s_free(a, grown, 4000);
     s_free(a, first, 3);
 }
