@@ -638,11 +638,26 @@ Test(pprof, location_addresses_are_process_addresses_inside_their_mapping) {
 
 /* pprof takes the first mapping for the main binary ("File:" in its
  * reports): the mapping of the program a process is named after comes
- * first, though another was used first. */
+ * first, though another was used first. named 2: the command line names
+ * something else (exec -a) and the main thread's name, the kernel's comm,
+ * names the program (found recording a renamed program busy in libc: File
+ * was libc.so.6); named 3: only another thread has that name, which does
+ * not make it the program. */
 Test(pprof, the_processes_program_is_the_first_mapping) {
-    for (int named = 0; named <= 1; named++) {
+    for (int named = 0; named <= 3; named++) {
         tb_buf t = {0};
-        if (named) {
+        if (named >= 2) {
+            size_t p = tb_packet_open(&t, 2, TB_BOOT0, 0);
+            size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
+            size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
+            tb_uint(&t, TM_PF_PROCESS_PID, PID);
+            tb_str(&t, TM_PF_PROCESS_CMDLINE, "renamed");
+            tb_close(&t, pr);
+            tb_pt_thread(&t, 43, PID, "RenderThread"); /* first: its samples (libexample.so) come first */
+            tb_pt_thread(&t, named == 2 ? PID : 44, PID, "boot-framework.oat");
+            tb_close(&t, pt);
+            tb_close(&t, p);
+        } else if (named) {
             size_t p = tb_packet_open(&t, 2, TB_BOOT0, 0);
             size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
             size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
@@ -660,7 +675,8 @@ Test(pprof, the_processes_program_is_the_first_mapping) {
         const d_mapping *first = mapping(&d, 1);
         cr_assert_not_null(first);
         /* libexample.so's native_func is sampled before View.draw */
-        cr_assert_str_eq(str_at(&d, first->filename), named ? "system/boot-framework.oat" : "libexample.so");
+        const char *want = named == 1 || named == 2 ? "system/boot-framework.oat" : "libexample.so";
+        cr_assert_str_eq(str_at(&d, first->filename), want, "named %d", named);
         free_profile(&d);
         tm_trace_free(tr);
         tb_free(&t);

@@ -522,16 +522,23 @@ static tm_str base_name(tm_str path) {
     return (tm_str){path.data + base, path.len - base};
 }
 
-/* Is path the file of an executable a process of p is named after (by
- * file name, or the kernel's 15-byte cut of it)? */
+/* Is name the file name of path, or the kernel's 15-byte cut of it? */
+static bool names_file(tm_str name, tm_str file) {
+    return name.len && (tm_bytes_eq(name, file) ||
+                        (name.len == 15 && file.len > 15 && memcmp(name.data, file.data, 15) == 0));
+}
+
+/* Is path the file of an executable a process of p is named after? A
+ * process's name is its command line's first word, which a launcher may
+ * have set to anything (exec -a); its main thread's name (tid == pid) is
+ * the kernel's comm, the executable's own file name, unless renamed. */
 static bool names_a_process(const tm_profile *p, tm_str path) {
     tm_str file = base_name(path);
-    for (size_t i = 0; i < p->n_processes; i++) {
-        tm_str name = base_name(p->processes[i].name);
-        if (name.len && (tm_bytes_eq(name, file) ||
-                         (name.len == 15 && file.len > 15 && memcmp(name.data, file.data, 15) == 0)))
+    for (size_t i = 0; i < p->n_processes; i++)
+        if (names_file(base_name(p->processes[i].name), file)) return true;
+    for (size_t i = 0; i < p->n_threads; i++)
+        if (p->threads[i].pid && p->threads[i].tid == p->threads[i].pid && names_file(p->threads[i].name, file))
             return true;
-    }
     return false;
 }
 
