@@ -282,6 +282,16 @@ typedef struct perf_run {
     const cli_symbols *syms;          /* NULL: --no-symbolize */
 } perf_run;
 
+/* Once the program runs (with SIGPIPE as we got it), a reader of our
+ * stderr that went away (record ... 2>&1 | head -1) must not end us
+ * before the trace is in place: our writes fail with EPIPE instead. */
+static void ignore_sigpipe(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
 /* The perf backend: tracemill-record-perf writes the trace to OUT's
  * temporary file and exits with CMD's status (125: it failed itself). */
 /* The file execvp would run for cmd, into path; 0 when none is found. */
@@ -372,6 +382,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
         fprintf(stderr, "tracemill record: fork: %s\n", strerror(errno));
         return cli_output_close(&o, EXIT_IO);
     }
+    ignore_sigpipe();
     g_runner = pid;
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -669,6 +680,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         fprintf(stderr, "tracemill record: cannot run %s: %s\n", cmd[0], strerror(exec_errno));
         _exit(exec_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE);
     }
+    ignore_sigpipe();
     /* Like time(1): ^C and ^\ reach the program, not us; a kill(1) of
      * record (SIGTERM, SIGHUP, or SIGINT sent by a process) is passed on to
      * the program, which ends its trace as it ends, and record waits. */

@@ -113,6 +113,7 @@ typedef struct opts {
     char **cmd;         /* NULL with -p */
     const char *cmd_gains; /* --cmd-gains WHAT: CMD gains privileges as it starts (record checked), so it is not
                               sampled: what it is ("set-user-ID (uid 0)"), said when no sample came */
+    struct sigaction sigpipe; /* SIGPIPE as inherited, for the command (we ignore it: see install_signals) */
 } opts;
 
 static int usage(const char *why) {
@@ -140,10 +141,15 @@ static void on_signal(int sig, siginfo_t *info, void *uc) {
     errno = saved;
 }
 
-static int install_signals(void) {
+/* A reader of our stderr that went away (record ... 2>&1 | head -1) must
+ * not end us before the trace is whole: SIGPIPE is ignored, writes fail
+ * with EPIPE instead. The command gets SIGPIPE back as inherited. */
+static int install_signals(opts *o) {
     if (pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    if (sigaction(SIGPIPE, &sa, &o->sigpipe)) return -1;
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
@@ -1264,6 +1270,7 @@ static pid_t fork_command(const opts *o, int go[2], int exec_err[2]) {
         close(exec_err[0]);
         char byte;
         if (read(go[0], &byte, 1) != 1) _exit(EXIT_OWN_FAILURE); /* the recorder gave up */
+        sigaction(SIGPIPE, &o->sigpipe, NULL);
         execvp(o->cmd[0], o->cmd);
         int e = errno;
         ssize_t w = write(exec_err[1], &e, sizeof e);
@@ -1312,7 +1319,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tracemill-record-perf: cannot write %s: %s\n", s.o.out, strerror(errno));
         return EXIT_OWN_FAILURE;
     }
-    if (install_signals()) {
+    if (install_signals(&s.o)) {
         fprintf(stderr, "tracemill-record-perf: signals: %s\n", strerror(errno));
         return EXIT_OWN_FAILURE;
     }

@@ -15,6 +15,8 @@
  *   sigprof S   installs its own SIGPROF handler and ITIMER_PROF, spins in
  *               spin_hot; prints "sigprof N" (the handler's count)
  *   exit S      spins in spin_hot, then _exit(5)
+ *   write S     spins in spin_hot, then writes 2000 lines to stdout whatever
+ *               comes of it, and exits 7 (if SIGPIPE did not end it)
  *   abort S     spins in spin_hot, then abort()
  *   cxx S       spins in a function with a C++ mangled name, tmtest::spin()
  *   kernel S    reads /dev/zero in 1 MiB blocks from kernel_spin (time in the kernel;
@@ -313,6 +315,14 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "exit") == 0) {
         spin_for(spin_hot);
         _exit(5);
+    }
+    if (strcmp(mode, "write") == 0) { /* SIGPIPE ends it when stdout's reader is gone, unless ignored */
+        spin_for(spin_hot);
+        for (int i = 0; i < 2000; i++) {
+            ssize_t w = write(1, "x\n", 2);
+            (void)w;
+        }
+        return 7;
     }
     if (strcmp(mode, "abort") == 0) {
         spin_for(spin_hot);

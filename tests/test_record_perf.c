@@ -424,6 +424,40 @@ Test(record_perf, exit_and_abort_keep_the_trace) {
     free(err);
 }
 
+/* A reader of record's stderr that goes away (record ... 2>&1 | head -c 10)
+ * does not cost the trace: record's status lines after it fail quietly,
+ * and the trace is in place, no temporary file left (before, SIGPIPE ended
+ * record at its first line after the recording: no trace). The program
+ * keeps SIGPIPE as inherited: its own writes to the gone reader end it. */
+Test(record_perf, a_reader_of_stderr_that_goes_away_costs_no_trace) {
+    static const char *const backends[2] = {"perf", "signal"};
+    for (int k = 0; k < 2; k++) {
+        char why[128];
+        if (k == 0 && !tu_perf_available(why, sizeof why)) continue;
+        if (k == 1) tu_asan_recorded_child_env();
+        char *trace = path_in_dir("t.pftrace"), *code_path = path_in_dir("code"), *cmd = NULL;
+        /* the program burns, then writes to the gone reader until SIGPIPE
+         * ends it (141); with SIGPIPE ignored it would exit 7 */
+        cr_assert_gt(asprintf(&cmd,
+                              "(%s record --backend %s -F %d -o %s -- %s write 0.4; echo $? >%s) "
+                              "2>&1 | head -c 10 >/dev/null",
+                              TM_CLI, backends[k], HZ, trace, TM_RECORD_PERF_TARGET, code_path),
+                     0);
+        int st = system(cmd);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: the shell: %d", backends[k], st);
+        char *code_text = tu_read_file(code_path, NULL);
+        cr_assert_not_null(code_text, "%s: record's exit code was not written", backends[k]);
+        cr_expect_eq(atoi(code_text), 128 + SIGPIPE, "%s: record exited %s", backends[k], code_text);
+        counts c = read_trace();
+        cr_expect_gt(c.hot, 0, "%s: no samples in spin_hot", backends[k]);
+        char *dir = path_in_dir(""), *ls = NULL;
+        cr_assert_gt(asprintf(&ls, "ls -a %s | grep -q 'tmp-'", dir), 0);
+        cr_expect_neq(system(ls), 0, "%s: a temporary file is left in %s", backends[k], dir);
+        unlink(trace), unlink(code_path);
+        free(ls), free(dir), free(code_text), free(cmd), free(code_path), free(trace);
+    }
+}
+
 /* SIGTERM to record reaches the program; record waits for it, writes the
  * trace and exits 128 + SIGTERM, as the program did. */
 Test(record_perf, sigterm_is_passed_on) {
