@@ -35,6 +35,7 @@
 #include <stdlib.h> /* realloc */
 #include <string.h> /* strlen */
 #include <sys/stat.h>
+#include <sys/syscall.h> /* SYS_close_range */
 #include <unistd.h>
 
 #include "tracemill.h"
@@ -50,6 +51,25 @@ typedef struct tmr_own_fd {
     dev_t dev;
     ino_t ino;
 } tmr_own_fd;
+
+/* Gives the calling thread, one the recorder started (the collector, the
+ * uploader), a descriptor table of its own, empty: open(2) takes the lowest
+ * free number, and in the program's table the recorder's opens (of
+ * /proc/self/task and each thread's stat, at every scan) took, for
+ * microseconds, a number the program's own open was to get (0, with stdin
+ * closed). Empty, so that the copy keeps none of the program's files open
+ * (a pipe the program closes must end for its reader). Everything the
+ * thread opens afterwards is its own; what program threads open in the
+ * recorder's name (a flush they ask for, the write before an exec, the end
+ * at exit) still goes through tmr_own_open. Without close_range's
+ * CLOSE_RANGE_UNSHARE (Linux 5.9), or refused (a seccomp filter), the
+ * thread keeps the program's table, as before. */
+static inline void tmr_own_descriptor_table(void) {
+#ifdef SYS_close_range
+    enum { CLOSE_RANGE_UNSHARE_FLAG = 1 << 1 }; /* CLOSE_RANGE_UNSHARE, which older headers lack */
+    (void)syscall(SYS_close_range, 0u, ~0u, (unsigned)CLOSE_RANGE_UNSHARE_FLAG);
+#endif
+}
 
 /* open(2) of path; 0, or -1 with errno (o->fd -1). */
 static inline int tmr_own_open(tmr_own_fd *o, const char *path, int flags, mode_t mode) {

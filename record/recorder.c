@@ -600,6 +600,7 @@ static void collect(tm_recorder *r, uint64_t now) {
 
 static void *collector_main(void *arg) {
     tm_recorder *r = arg;
+    tmr_own_descriptor_table();
     if (tmr_heap_ignore_this_thread) tmr_heap_ignore_this_thread();
     r->collector_tid = gettid();
     pthread_mutex_lock(&r->lock);

@@ -393,6 +393,7 @@ static void wait_until(tmr_uploader *u, uint64_t deadline_ms) {
 
 static void *uploader_main(void *arg) {
     tmr_uploader *u = arg;
+    tmr_own_descriptor_table(); /* its spool reads, sockets and libcurl's own descriptors */
     if (tmr_heap_ignore_this_thread) tmr_heap_ignore_this_thread();
     CURL *curl = curl_easy_init();
     uint64_t backoff_ms = 0, next_try_ms = 0;

@@ -30,18 +30,43 @@
  * run with stdin and stdout closed: burns, then checks that they still are
  * (a write to fd 1 fails with EBADF, the next open gets fd 0); exits 0, or
  * 4 saying on stderr what it found open.
+ *
+ *   record_end_target reopen-stdin SECONDS
+ *
+ * run with stdin closed: starts 32 idle threads (each of which the
+ * recorder looks up at its every scan) and one that calls dlclose in a loop
+ * (each call has the recorder's collector read the mappings and scan the
+ * threads at once: many more of its opens than its 10 scans a second), then
+ * for SECONDS of wall-clock time opens /dev/null and closes it again, as fast
+ * as it can; every open must get fd 0 (the recorder's own opens must never
+ * take the program's lowest free number); exits 0, or 4 naming the fd it
+ * got; then (the race needs two CPUs at once) it checks with kcmp that no
+ * thread it did not start shares its descriptor table, else exits 4.
+ *
+ *   record_end_target close-stdout SECONDS
+ *
+ * run with stdout a pipe: writes "closing" into it, closes it, and burns
+ * SECONDS of CPU before it exits 0: a reader of the pipe gets its end of
+ * file at the close, not at the exit (nothing else may hold the pipe).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/kcmp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,6 +93,80 @@ NOINLINE static void burn_cpu(double seconds) {
     g_sink = x;
 }
 
+static double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+enum { IDLE_THREADS = 32, OWN_THREADS = IDLE_THREADS + 2 }; /* with the dlclose thread and main */
+static _Atomic pid_t g_own_tids[OWN_THREADS];
+static _Atomic int g_own_started;
+
+static void note_own_thread(void) { g_own_tids[atomic_fetch_add(&g_own_started, 1)] = gettid(); }
+
+static void *idle_thread(void *arg) {
+    (void)arg;
+    note_own_thread();
+    for (;;) pause();
+    return NULL;
+}
+
+static void *dlclose_thread(void *arg) {
+    (void)arg;
+    note_own_thread();
+    for (;;) {
+        void *self = dlopen(NULL, RTLD_NOW); /* the program itself: nothing is unmapped */
+        if (self) dlclose(self);
+    }
+    return NULL;
+}
+
+/* The threads of this process that it did not start (the recorder's) and
+ * that share its descriptor table (kcmp KCMP_FILES): their opens take the
+ * program's numbers. How many; 0 also when kcmp cannot tell. */
+static int foreign_threads_sharing_fds(void) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (!tasks) return 0;
+    int sharing = 0;
+    for (struct dirent *e; (e = readdir(tasks));) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        int own = tid <= 0;
+        for (int i = 0; i < OWN_THREADS && !own; i++) own = g_own_tids[i] == tid;
+        if (!own && syscall(SYS_kcmp, getpid(), tid, KCMP_FILES, 0, 0) == 0) {
+            fprintf(stderr, "record_end_target: thread %d, not the program's, shares its descriptor table\n", tid);
+            sharing++;
+        }
+    }
+    closedir(tasks);
+    return sharing;
+}
+
+/* reopen-stdin: 0 when every open of /dev/null got fd 0, else 4. */
+static int reopen_stdin(double seconds) {
+    note_own_thread();
+    pthread_t t;
+    for (int i = 0; i < IDLE_THREADS; i++)
+        if (pthread_create(&t, NULL, idle_thread, NULL) != 0) return 2;
+    if (pthread_create(&t, NULL, dlclose_thread, NULL) != 0) return 2;
+    while (atomic_load(&g_own_started) < OWN_THREADS) sched_yield();
+    double until = monotonic_seconds() + seconds;
+    unsigned long opens = 0;
+    while (monotonic_seconds() < until)
+        for (int i = 0; i < 100; i++, opens++) {
+            int fd = open("/dev/null", O_RDONLY);
+            if (fd != 0) {
+                fprintf(stderr, "record_end_target: open %lu of /dev/null gave fd %d (errno %d), not 0\n", opens, fd,
+                        errno);
+                return 4;
+            }
+            close(fd);
+        }
+    /* The race above needs the recorder's thread and this one on two CPUs
+     * at once; what makes it possible is checked whatever the load. */
+    return foreign_threads_sharing_fds() ? 4 : 0;
+}
+
 static void own_handler(int sig) {
     (void)sig;
     static const char msg[] = "own handler\n";
@@ -82,6 +181,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *how = argv[1];
+    if (strcmp(how, "reopen-stdin") == 0) return reopen_stdin(atof(argv[2]));
+    if (strcmp(how, "close-stdout") == 0) {
+        static const char msg[] = "closing\n";
+        if (write(1, msg, sizeof msg - 1) != (ssize_t)(sizeof msg - 1) || close(1) != 0) return 3;
+        burn_cpu(atof(argv[2]));
+        return 0;
+    }
     if (strcmp(how, "own-segv") == 0) signal(SIGSEGV, own_handler);
     if (strcmp(how, "restore-sigprof") == 0) {
         struct sigaction saved;

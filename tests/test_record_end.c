@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #endif
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -439,6 +440,74 @@ Test(record_end, closed_stdin_and_stdout_stay_closed) {
         free(text), free(line);
     }
     free(err), free(trace);
+}
+
+/* The program opens and closes /dev/null for 0.5 s with stdin closed: every
+ * open must get fd 0. The collector's scans open /proc/self/task and each
+ * thread's stat (32 idle threads: 33 opens a scan); in the program's table
+ * they took fd 0 for microseconds, and the program's open got another fd
+ * (found as a flaky closed_stdin_and_stdout_stay_closed). */
+Test(record_end, program_opens_never_meet_the_collectors) {
+    char *trace = path_in_dir("reopen.pftrace"), *err = path_in_dir("record.stderr"), *line = NULL;
+    cr_assert_gt(asprintf(&line, "%s record --backend signal --preload %s -o %s -- %s reopen-stdin 0.5 2>%s "
+                                 "<&- >/dev/null",
+                          TM_CLI, TM_RECORD_PRELOAD, trace, TM_RECORD_END_TARGET, err), 0);
+    child_env();
+    int st = system(line);
+    char *text = tu_read_file(err, NULL);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d: %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+              text ? text : "");
+    struct stat sb;
+    cr_expect_eq(stat(trace, &sb), 0, "no trace: %s", text ? text : "");
+    free(text), free(line), free(err), free(trace);
+}
+
+static double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A program recorded through LD_PRELOAD closes its stdout, a pipe, and
+ * burns 1 s more: the reader gets its end of file at the close, while the
+ * program still runs; nothing of the recorder's keeps the pipe open. */
+Test(record_end, a_pipe_the_program_closes_ends_for_its_reader) {
+    char *trace = path_in_dir("pipe.pftrace");
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        child_env();
+        setenv("LD_PRELOAD", TM_RECORD_PRELOAD, 1);
+        setenv("TRACEMILL_RECORD_OUT", trace, 1);
+        if (dup2(p[1], STDOUT_FILENO) < 0) _exit(126);
+        close(p[0]), close(p[1]);
+        execl(TM_RECORD_END_TARGET, TM_RECORD_END_TARGET, "close-stdout", "1", (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    /* The time from "closing" to the end of file: the program burns 1 s of
+     * CPU after its close, so an end of file that waited for its exit comes
+     * a second after. */
+    char got[64];
+    size_t n = 0;
+    double closing_at = 0;
+    for (ssize_t r; n < sizeof got - 1 && (r = read(p[0], got + n, sizeof got - 1 - n)) != 0;) {
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) break;
+        n += (size_t)r;
+        if (!closing_at) closing_at = monotonic_seconds();
+    }
+    double eof_after = monotonic_seconds() - closing_at;
+    got[n] = 0;
+    cr_expect_str_eq(got, "closing\n");
+    cr_expect_lt(eof_after, 0.5, "the end of file came %.2f s after the close: at the program's exit", eof_after);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
+    close(p[0]);
+    free(trace);
 }
 
 /* --clock wall would interrupt the program's system calls: refused, 125,
