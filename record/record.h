@@ -60,10 +60,10 @@ typedef struct tmr_own_fd {
  * closed). Empty, so that the copy keeps none of the program's files open
  * (a pipe the program closes must end for its reader). Everything the
  * thread opens afterwards is its own; what program threads open in the
- * recorder's name (a flush they ask for, the write before an exec, the end
- * at exit) still goes through tmr_own_open. Without close_range's
- * CLOSE_RANGE_UNSHARE (Linux 5.9), or refused (a seccomp filter), the
- * thread keeps the program's table, as before. */
+ * recorder's name (a flush they ask for, the write before an exec) still
+ * goes through tmr_own_open. Without close_range's CLOSE_RANGE_UNSHARE
+ * (Linux 5.9), or refused (a seccomp filter), the thread keeps the
+ * program's table, as before. */
 static inline void tmr_own_descriptor_table(void) {
 #ifdef SYS_close_range
     enum { CLOSE_RANGE_UNSHARE_FLAG = 1 << 1 }; /* CLOSE_RANGE_UNSHARE, which older headers lack */
