@@ -59,8 +59,8 @@
 #include <linux/kcmp.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
