@@ -412,71 +412,102 @@ static const digit_group digit_groups[1000] = {
 #undef GROUPS_OF_TENS
 #undef GROUP
 
-/* ".d" .. ".ddddddddd" for 0 <= frac < 1e9, trailing zeros trimmed. The
- * 4-byte copies write one byte past the digits; callers have the room. */
-SAMPLE_INLINE char *put_fraction(char *p, uint32_t frac) {
-    const digit_group *g = digit_groups;
-    *p++ = '.';
-    uint32_t a = frac / 1000000, b = frac / 1000 % 1000, c = frac % 1000, last = a;
-    size_t n = 3;
-    memcpy(p, g[a], 4);
-    if (b | c) {
-        memcpy(p + 3, g[b], 4);
-        n = 6;
-        last = b;
-        if (c) {
-            memcpy(p + 6, g[c], 4);
-            n = 9;
-            last = c;
-        }
-    }
-    n -= (size_t)g[last][3];
-    return p + (n ? n : 1); /* frac == 0 keeps its "0" */
-}
-
 /* The samples array, its records written in place from precomputed
  * texts, a few loads and fixed-size copies a sample: the time's
  * ",{\"timestamp\":1771278043.001" (kept while samples share it, its
- * second while samples stay in that), the stack's ",\"stack_id\":28" and
- * the thread's ",\"thread_id\":\"4202\"}" (STACK_SLOT and THREAD_SLOT
- * bytes each, the text's length in the slot's last byte). The fixed-size
- * copies write past the texts; SAMPLE_MAX bytes of room hold a record and
- * that slack. */
+ * second while samples stay in that) and the rest of the record,
+ * ",\"stack_id\":28,\"thread_id\":\"4202\"}", made the first time its
+ * (stack, thread) pair is met (PAIR_SLOT bytes a pair, the length in the
+ * last).
+ * When there are too many pairs for that, the rest is put together from
+ * the stack's text and the thread's (STACK_SLOT and THREAD_SLOT bytes
+ * each, the text's length in the slot's last byte). The fixed-size copies
+ * write past the texts; SAMPLE_MAX bytes of room hold a record and that
+ * slack. */
 #define SAMPLE_MAX 160
 #define STACK_SLOT 24  /* ",\"stack_id\":" and 5 digits: the first STACK_TEXTS stacks */
 #define STACK_TEXTS 65536u
 #define THREAD_SLOT 40 /* ",\"thread_id\":\"-" and 19 digits and "\"}" is 36 bytes */
+#define PAIR_SLOT 64   /* a stack's text (at most 17 bytes) and a thread's copied after it */
+#define PAIR_TEXTS 65536u /* at most so many pairs (4 MiB), and no more than samples */
+#define PAIR_UNMADE 0     /* a pair's length before its first record */
+#define PAIR_DROPPED 255  /* a pair's length when its thread's samples are not written */
 #define SECOND_TEXT 24 /* ",{\"timestamp\":" and 10 digits (INT64_MAX ns is 9223372036 s) */
-#define TIME_TEXT 40   /* and ".ddddddddd", and the byte put_fraction writes past it */
+#define TIME_TEXT 40   /* and ".ddddddddd", and the byte a group's copy writes past it */
 
 typedef struct sample_texts {
     const char *stack, *thread;
     size_t n_stack;
 } sample_texts;
 
-/* The last record's time as text (len bytes), and the second it falls in
- * (its first second_len bytes); 0 at first, a valid cache, and never
- * negative: a time before the epoch never matches. The loop keeps ns and
- * len in locals, in registers. */
+/* Texts of (stack, thread) pairs, index stack * n_threads + thread; NULL
+ * text: too many pairs, none made. */
+typedef struct pair_texts {
+    char *text;
+    size_t n_threads;
+    const uint8_t *drop; /* per thread, or NULL */
+    uint8_t *written;    /* per thread */
+    sample_texts parts;
+} pair_texts;
+
+/* The last record's time as text, and the second and the millisecond it
+ * falls in: the text through the second's digits (second_len bytes), and
+ * through its millisecond's ".ddd" (at most 4 bytes more: ms_len, zeros
+ * trimmed, as the text of the millisecond's start). Both starts are
+ * never negative: a time before the epoch never matches (NO_SECOND). The
+ * loop keeps the text's length in a local, in a register. */
 typedef struct time_text {
-    uint64_t second_ns;
-    size_t second_len;
+    uint64_t second_ns, ms_ns;
+    size_t second_len, ms_len;
     char text[TIME_TEXT];
 } time_text;
+
+#define NO_SECOND ((uint64_t)1 << 63) /* times from 0 to INT64_MAX are all more than a second past it */
 
 static const char timestamp_key[] = ",{\"timestamp\":";
 static const char stack_key[] = ",\"stack_id\":";
 
-/* tt's text for a time at or after the epoch; returns its length. */
-SAMPLE_INLINE size_t set_time(time_text *tt, uint64_t unix_ns) {
+/* A time before the epoch: its whole text, no second kept. */
+static TM_COLD size_t set_time_negative(time_text *tt, int64_t unix_ns) {
+    tt->second_ns = tt->ms_ns = NO_SECOND;
+    return (size_t)(tm_put_seconds(tt->text + sizeof timestamp_key - 1, unix_ns) - tt->text);
+}
+
+/* tt's second and millisecond for a time at or after the epoch: the
+ * second's digits and ".ddd". The 4-byte copy writes one byte past the
+ * group; the text has the room. */
+SAMPLE_INLINE void set_millisecond(time_text *tt, uint64_t unix_ns) {
     uint64_t in_second = unix_ns - tt->second_ns;
     if (TM_UNLIKELY(in_second >= 1000000000u)) {
         uint64_t secs = unix_ns / 1000000000u;
         tt->second_ns = secs * 1000000000u;
         tt->second_len = (size_t)(tm_put_u64(tt->text + sizeof timestamp_key - 1, secs) - tt->text);
+        tt->text[tt->second_len] = '.';
         in_second = unix_ns - tt->second_ns;
     }
-    return (size_t)(put_fraction(tt->text + tt->second_len, (uint32_t)in_second) - tt->text);
+    uint32_t ms = (uint32_t)in_second / 1000000u;
+    tt->ms_ns = tt->second_ns + (uint64_t)ms * 1000000u;
+    memcpy(tt->text + tt->second_len + 1, digit_groups[ms], 4);
+    size_t n = 3 - (size_t)digit_groups[ms][3];
+    tt->ms_len = tt->second_len + 1 + (n ? n : 1); /* a whole second keeps ".0" */
+}
+
+/* tt's text for a time; returns its length: the millisecond's, and the
+ * ns within it as ".ddd" groups, zeros trimmed. */
+SAMPLE_INLINE size_t set_time(time_text *tt, int64_t unix_ns) {
+    if (TM_UNLIKELY(unix_ns < 0)) return set_time_negative(tt, unix_ns);
+    uint64_t in_ms = (uint64_t)unix_ns - tt->ms_ns;
+    if (TM_UNLIKELY(in_ms >= 1000000u)) {
+        set_millisecond(tt, (uint64_t)unix_ns);
+        in_ms = (uint64_t)unix_ns - tt->ms_ns;
+    }
+    if (!in_ms) return tt->ms_len;
+    uint32_t us = (uint32_t)in_ms / 1000u, ns = (uint32_t)in_ms - us * 1000u;
+    size_t at = tt->second_len + 4; /* past ".ddd" */
+    memcpy(tt->text + at, digit_groups[us], 4);
+    if (!ns) return at + 3 - (size_t)digit_groups[us][3];
+    memcpy(tt->text + at + 3, digit_groups[ns], 4);
+    return at + 6 - (size_t)digit_groups[ns][3];
 }
 
 /* The stack's text and the thread's, the record's end. */
@@ -495,20 +526,16 @@ SAMPLE_INLINE char *put_stack_and_thread(char *o, const tm_prof_sample *s, sampl
     return o + (uint8_t)text[THREAD_SLOT - 1];
 }
 
-/* A default-mode record: exact nanoseconds as Unix seconds. */
-SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, int64_t unix_ns, sample_texts t, time_text *tt,
-                               uint64_t *time_ns, size_t *time_len) {
-    if (TM_UNLIKELY((uint64_t)unix_ns != *time_ns)) {
-        if (unix_ns < 0) {
-            memcpy(o, timestamp_key, sizeof timestamp_key - 1);
-            return put_stack_and_thread(tm_put_seconds(o + sizeof timestamp_key - 1, unix_ns), s, t);
-        }
-        *time_len = set_time(tt, (uint64_t)unix_ns);
-        *time_ns = (uint64_t)unix_ns;
+/* The first record of pair i (of s): its text, or PAIR_DROPPED; its
+ * thread is marked written when it is not dropped. pt by value: the
+ * loop's copy stays in registers. */
+static TM_COLD uint8_t make_pair(pair_texts pt, const tm_prof_sample *s, char *text) {
+    uint8_t len = PAIR_DROPPED;
+    if (!pt.drop || !pt.drop[s->thread]) {
+        pt.written[s->thread] = 1;
+        len = (uint8_t)(put_stack_and_thread(text, s, pt.parts) - text);
     }
-    memcpy(o, tt->text, 32); /* 32 and 8, as for the thread's text */
-    memcpy(o + 32, tt->text + 32, TIME_TEXT - 32);
-    return put_stack_and_thread(o + *time_len, s, t);
+    return (uint8_t)(text[PAIR_SLOT - 1] = (char)len);
 }
 
 /* Fills n slots of slot_size bytes with prefix and the decimal text of
@@ -545,37 +572,80 @@ static segment_walk walk_segments(const tm_profile *p, segment_walk sw, int64_t 
     return sw;
 }
 
-/* The records of samples [first, n) of threads not dropped (drop: NULL
- * when none is), the first kept one without its comma; their threads
- * marked in written. */
-SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t first, const uint8_t *drop,
-                                       uint8_t *written, sample_texts t) {
+/* The state of the records' loop, in its locals: the trace time of the
+ * last record (a time text is made only when it changes, and the clock
+ * segment checked), that text and its length. */
+typedef struct sample_clock {
+    int64_t ts;
+    size_t time_len;
+    segment_walk sw;
+} sample_clock;
+
+/* A default-mode record (exact nanoseconds as Unix seconds) at o; returns
+ * its end, o itself when its thread is dropped. by_pair: from pt's pair
+ * texts, else from its parts (then marking written and dropping here). */
+SAMPLE_INLINE char *put_sample(char *o, const tm_prof_sample *s, const tm_profile *p, const pair_texts *pt, bool by_pair,
+                               time_text *tt, sample_clock *c) {
+    const char *rest = NULL;
+    size_t rest_len = 0;
+    if (by_pair) {
+        rest = pt->text + ((size_t)s->stack * pt->n_threads + s->thread) * PAIR_SLOT;
+        rest_len = (uint8_t)rest[PAIR_SLOT - 1];
+        if (TM_UNLIKELY((uint8_t)(rest_len + 1) <= 1)) { /* PAIR_UNMADE or PAIR_DROPPED */
+            if (rest_len == PAIR_UNMADE) rest_len = make_pair(*pt, s, (char *)rest);
+            if (rest_len == PAIR_DROPPED) return o;
+        }
+    } else {
+        if (pt->drop && pt->drop[s->thread]) return o;
+        pt->written[s->thread] = 1;
+    }
+    if (TM_UNLIKELY(s->ts != c->ts)) {
+        c->ts = s->ts;
+        if (TM_UNLIKELY(s->ts >= c->sw.next_from)) c->sw = walk_segments(p, c->sw, s->ts); /* seldom */
+        c->time_len = set_time(tt, s->ts + c->sw.offset);
+    }
+    memcpy(o, tt->text, 32); /* 32 and 8, as for the thread's text */
+    memcpy(o + 32, tt->text + 32, TIME_TEXT - 32);
+    o += c->time_len;
+    if (!by_pair) return put_stack_and_thread(o, s, pt->parts);
+    memcpy(o, rest, PAIR_SLOT);
+    return o + rest_len;
+}
+
+/* The records of samples [first, n), the first (kept) one without its
+ * comma; their threads marked written. */
+SAMPLE_INLINE void put_default_samples(tm_jw *w, const tm_profile *p, size_t first, const pair_texts *pairs,
+                                       bool by_pair) {
+    const pair_texts local = *pairs, *pt = &local; /* its fields stay in registers */
     const tm_prof_sample *samples = p->samples;
     size_t n = p->n_samples;
-    segment_walk sw = {0, p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX, p->realtime[0].offset_ns};
-    time_text tt = {.second_ns = 1}; /* not 0's second: set_time writes it */
+    sample_clock c = {samples[first].ts, 0,
+                      {0, p->n_realtime > 1 ? p->realtime[1].from_ns : INT64_MAX, p->realtime[0].offset_ns}};
+    time_text tt = {.second_ns = NO_SECOND, .ms_ns = NO_SECOND};
     memcpy(tt.text, timestamp_key, sizeof timestamp_key - 1);
-    uint64_t time_ns = 0;
-    size_t time_len = set_time(&tt, 0);
-    if (TM_UNLIKELY(samples[first].ts >= sw.next_from)) sw = walk_segments(p, sw, samples[first].ts);
+    if (TM_UNLIKELY(c.ts >= c.sw.next_from)) c.sw = walk_segments(p, c.sw, c.ts);
+    c.time_len = set_time(&tt, c.ts + c.sw.offset);
     char record[SAMPLE_MAX];
-    written[samples[first].thread] = 1;
-    char *e = put_sample(record, &samples[first], samples[first].ts + sw.offset, t, &tt, &time_ns, &time_len);
+    char *e = put_sample(record, &samples[first], p, pt, by_pair, &tt, &c);
     tm_jw_raw(w, record + 1, (size_t)(e - record - 1));
     char *o = tm_jw_reserve(w, SAMPLE_MAX);
     for (const tm_prof_sample *s = samples + first + 1, *last = samples + n; s < last;) {
         /* as many records as the room holds, without checking it for each */
         size_t fit = (size_t)(tm_jw_limit(w) - o) / SAMPLE_MAX;
-        for (const tm_prof_sample *to = (size_t)(last - s) > fit ? s + fit : last; s < to; s++) {
-            if (drop && drop[s->thread]) continue;
-            written[s->thread] = 1;
-            if (TM_UNLIKELY(s->ts >= sw.next_from)) sw = walk_segments(p, sw, s->ts); /* seldom */
-            o = put_sample(o, s, s->ts + sw.offset, t, &tt, &time_ns, &time_len);
-        }
+        for (const tm_prof_sample *to = (size_t)(last - s) > fit ? s + fit : last; s < to; s++)
+            o = put_sample(o, s, p, pt, by_pair, &tt, &c);
         tm_jw_commit(w, o);
         o = tm_jw_reserve(w, SAMPLE_MAX);
     }
     tm_jw_commit(w, o);
+}
+
+static void put_pair_samples(tm_jw *w, const tm_profile *p, size_t first, const pair_texts *pt) {
+    put_default_samples(w, p, first, pt, true);
+}
+
+static void put_part_samples(tm_jw *w, const tm_profile *p, size_t first, const pair_texts *pt) {
+    put_default_samples(w, p, first, pt, false);
 }
 
 /* Marks the threads whose samples it writes in written (all 0 before). */
@@ -609,6 +679,8 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
         tm_mem_free(p->mem, texts, texts_cap);
         return TM_OK;
     }
+    pair_texts pt = {.n_threads = n_threads, .drop = drops ? drop_thread : NULL, .written = written, .parts = t};
+    size_t n_pairs = p->n_stacks * n_threads;
     if (p->relay_compat) {
         for (size_t i = first; i < p->n_samples; i++) {
             const tm_prof_sample *s = &p->samples[i];
@@ -620,10 +692,13 @@ static tm_status write_samples(tm_jw *w, const tm_profile *p, const uint8_t *dro
             o += tm_format_f64(relay_seconds(p, s->ts), o);
             tm_jw_commit(w, put_stack_and_thread(o, s, t));
         }
-    } else if (drops) {
-        put_default_samples(w, p, first, drop_thread, written, t);
-    } else {
-        put_default_samples(w, p, first, NULL, written, t);
+    } else if (p->n_stacks <= STACK_TEXTS && n_pairs <= PAIR_TEXTS && n_pairs <= p->n_samples &&
+               (pt.text = tm_mem_alloc(p->mem, n_pairs * PAIR_SLOT))) {
+        for (size_t i = 0; i < n_pairs; i++) pt.text[i * PAIR_SLOT + PAIR_SLOT - 1] = PAIR_UNMADE;
+        put_pair_samples(w, p, first, &pt);
+        tm_mem_free(p->mem, pt.text, n_pairs * PAIR_SLOT);
+    } else { /* too many pairs, or no memory for them */
+        put_part_samples(w, p, first, &pt);
     }
     tm_mem_free(p->mem, texts, texts_cap);
     return TM_OK;
