@@ -875,6 +875,82 @@ Test(default_mode, sample_timestamps_match_exact_seconds_for_every_fraction) {
     tb_free(&t);
 }
 
+/* The fast path keeps the text of the last time's millisecond and second:
+ * over a random walk of times (repeats, steps of a few ns, whole us and ms,
+ * across ms and second boundaries, long jumps) every record's time must be
+ * tm_jw_seconds' text. */
+Test(default_mode, sample_timestamps_of_a_random_walk_match_exact_seconds) {
+    enum { N = 4000 };
+    static const uint64_t steps[] = {0, 1, 7, 999, 1000, 2000, 999000, 1000000, 1000001, 3000000, 999999999,
+                                     1000000000};
+    smp *s = malloc(N * sizeof *s);
+    uint64_t seed = 0x2545f4914f6cdd1dull, at = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint64_t r = xorshift64(&seed);
+        uint64_t step = r % 3 ? steps[r / 3 % (sizeof steps / sizeof *steps)] : r / 3 % 2000000;
+        at += step;
+        s[i] = (smp){TB_BOOT0 + at, 42, 42, CS_MAIN_FOO};
+    }
+    tb_buf t = {0};
+    build_trace(&t, s, N);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
+    const char *cur = out.data;
+    for (size_t i = 0; i < N; i++) {
+        tu_membuf want = jw_capture_seconds((int64_t)(REAL0 + (s[i].ts - TB_BOOT0)));
+        char key[64];
+        snprintf(key, sizeof key, "{\"timestamp\":%.*s,", (int)want.len, want.data);
+        const char *hit = strstr(cur, key);
+        cr_assert(hit != NULL, "sample %zu: expected %s in order", i, key);
+        cur = hit + strlen(key);
+        free(want.data);
+    }
+    free(out.data);
+    free(s);
+    tb_free(&t);
+}
+
+/* A record's stack and thread come from its (stack, thread) pair's text,
+ * made at the pair's first record, or, with more pairs than samples, from
+ * the stack's text and the thread's. Both ways (and with a thread dropped
+ * for its single sample) each record names its own sample's stack and
+ * thread. */
+Test(default_mode, records_name_their_stack_and_thread_with_few_or_many_pairs) {
+    static const uint64_t stacks[] = {CS_MAIN_FOO, CS_NATIVE_IMG, CS_JAVA};
+    static const uint32_t tids[] = {7, 123456789, 42};
+    for (size_t n = 4; n <= 40; n += 36) { /* 9 pairs: more than 4 samples, fewer than 40 */
+        for (int rs = 0; rs <= 1; rs++) {
+            smp s[41];
+            for (size_t i = 0; i < n; i++)
+                s[i] = (smp){TB_BOOT0 + 1000 * i, 42, tids[i / 2 % 3], stacks[i * 7 / 3 % 3]};
+            s[n] = (smp){TB_BOOT0 + 1000 * n, 99, 99, CS_MAIN_FOO}; /* thread 99, a main thread: one sample */
+            tb_buf t = {0};
+            build_trace(&t, s, n + 1);
+            tu_membuf out = {0};
+            tm_error err;
+            tm_options opts = {0};
+            cr_assert_eq(convert_opts(&t, &opts, NULL, rs, &out, &err), TM_OK, "%s", err.message);
+            json_t *root = load_json(&out);
+            json_t *profile = json_object_get(root, "profile");
+            json_t *samples = json_object_get(profile, "samples");
+            cr_assert_eq(json_array_size(samples), n + !rs, "n %zu, rs %d: %s", n, rs, out.data);
+            for (size_t i = 0; i < json_array_size(samples); i++) {
+                json_t *r = json_array_get(samples, i);
+                char tid[16];
+                snprintf(tid, sizeof tid, "%u", (unsigned)s[i].tid);
+                cr_expect_str_eq(json_string_value(json_object_get(r, "thread_id")), tid, "sample %zu", i);
+                for (size_t j = 0; j < i; j++) /* the same stack id exactly for the same callstack */
+                    cr_expect_eq(json_integer_value(json_object_get(r, "stack_id")) ==
+                                     json_integer_value(json_object_get(json_array_get(samples, j), "stack_id")),
+                                 s[i].cs == s[j].cs, "samples %zu and %zu", j, i);
+            }
+            cr_expect_eq(json_object_get(json_object_get(profile, "thread_metadata"), "99") != NULL, !rs);
+            json_decref(root);
+            free(out.data);
+            tb_free(&t);
+        }
+    }
+}
+
 /* Stack and frame ids are written from texts counted up one from the
  * other: their digits stay right where a number gains one (9, 99, ...,
  * 9999 and on). One frame a stack, one sample a stack, the frames in
