@@ -1241,6 +1241,78 @@ Test(in_app, per_mapping_but_kernel_addresses_apart) {
 
 /* Relay's converter never writes in_app: --compat relay output has none
  * (its bytes are Relay's, test_relay_compat), the default mode's has it. */
+/* The fixed lists are searched only up to the name's first byte: every
+ * entry must still be found (a class of each platform package, a library
+ * under each system path is not the app's), and names beside them are. */
+Test(in_app, every_system_class_and_path_is_found) {
+    static const char *const classes[] = {
+        "android.", "androidx.", "com.android.", "com.google.android.", "com.sun.", "dalvik.", "java.", "javax.",
+        "jdk.", "kotlin.", "kotlinx.", "libcore.", "org.apache.harmony.", "org.json.", "org.w3c.", "org.xml.",
+        "sun.", "zz.", "com.example.", "a.", "org.jsonx."};
+    static const char *const paths[] = {
+        "apex/", "data/dalvik-cache/", "data/misc/", "lib/", "lib32/", "lib64/", "odm/", "product/", "system/",
+        "system_ext/", "usr/lib/", "usr/lib32/", "usr/lib64/", "usr/libexec/", "usr/local/lib/", "vendor/",
+        "zz/", "data/app/", "apps/", "usr/bin/"};
+    enum { N_SYS_CLASSES = 17, N_CLASSES = 21, N_SYS_PATHS = 16, N_PATHS = 20 };
+    tb_buf t = {0};
+    tb_standard_clocks(&t, 0);
+    size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    const uint64_t oat[1] = {100};
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 100, "boot-framework.oat", 18);
+    tb_mapping(&t, 100, 0, 0x1000, 0x2000, oat, 1);
+    uint64_t cs[N_CLASSES + N_PATHS];
+    for (uint64_t i = 0; i < N_CLASSES + N_PATHS; i++) {
+        char name[64];
+        if (i < N_CLASSES) {
+            snprintf(name, sizeof name, "%sKlass.run", classes[i]);
+        } else {
+            snprintf(name, sizeof name, "%slibx.so", paths[i - N_CLASSES]);
+            const uint64_t path[1] = {200 + i};
+            tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 200 + i, name, strlen(name));
+            tb_mapping(&t, 200 + i, 0, 0x10000 * (i + 1), 0x10000 * (i + 1) + 0x1000, path, 1);
+            snprintf(name, sizeof name, "f%u", (unsigned)i);
+        }
+        tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, i + 1, name, strlen(name));
+        tb_frame(&t, i + 1, i + 1, i < N_CLASSES ? 100 : 200 + i, 0x10);
+        cs[i] = i + 1;
+    }
+    tb_callstack(&t, 1, cs, N_CLASSES + N_PATHS, 0);
+    tb_close(&t, in);
+    tb_close(&t, pkt);
+    tb_perf_sample(&t, 1, TB_BOOT0 + 1000, 10, 10, 1, TB_SEQ_NEEDS);
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(t.data, t.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
+    json_t *root = load_json(&out);
+    json_t *frames = json_object_get(json_object_get(root, "profile"), "frames");
+    cr_assert_eq(json_array_size(frames), N_CLASSES + N_PATHS);
+    for (size_t i = 0; i < json_array_size(frames); i++) {
+        json_t *f = json_array_get(frames, i);
+        const char *module = json_string_value(json_object_get(f, "module"));
+        const char *package = json_string_value(json_object_get(f, "package"));
+        int system = -1;
+        for (size_t k = 0; k < N_CLASSES; k++)
+            if (module && strncmp(module, classes[k], strlen(classes[k])) == 0 &&
+                strcmp(module + strlen(classes[k]), "Klass") == 0)
+                system = k < N_SYS_CLASSES;
+        for (size_t k = 0; !module && k < N_PATHS; k++)
+            if (package && strncmp(package, paths[k], strlen(paths[k])) == 0 &&
+                strcmp(package + strlen(paths[k]), "libx.so") == 0)
+                system = k < N_SYS_PATHS;
+        cr_assert(system >= 0, "frame %zu: %s", i, module ? module : package);
+        cr_expect(json_is_boolean(json_object_get(f, "in_app")), "frame %zu", i);
+        cr_expect_eq(json_is_true(json_object_get(f, "in_app")), !system, "%s", module ? module : package);
+    }
+    json_decref(root);
+    tu_membuf_free(&out);
+    tm_trace_free(tr);
+    tb_free(&t);
+}
+
 Test(in_app, never_in_relay_mode) {
     size_t len;
     char *buf = tu_read_file(TM_FIXTURES "/relay-compat/java_frame_splitting.pftrace", &len);

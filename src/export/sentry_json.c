@@ -148,18 +148,20 @@ int tm_sentry_has_images(const tm_profile *p) {
 /* Where an OS keeps its own libraries (Linux distributions, Android and
  * its updatable modules): their frames are not the app's, as Sentry's
  * grouping rules for native frames have it. Executables in /usr/bin and
- * the like are the program profiled, so not listed. */
+ * the like are the program profiled, so not listed. Sorted by first byte
+ * (any_prefix stops past the name's). */
 static const char *const system_paths[] = {
-    "lib/", "lib32/", "lib64/", "usr/lib/", "usr/lib32/", "usr/lib64/", "usr/libexec/", "usr/local/lib/",
-    "system/", "apex/", "vendor/", "product/", "system_ext/", "odm/", "data/dalvik-cache/", "data/misc/",
+    "apex/", "data/dalvik-cache/", "data/misc/", "lib/", "lib32/", "lib64/", "odm/", "product/", "system/",
+    "system_ext/", "usr/lib/", "usr/lib32/", "usr/lib64/", "usr/libexec/", "usr/local/lib/", "vendor/",
 };
 
 /* Java and Android platform packages (the runtime, the framework, their
- * libraries): the classes Sentry's Android grouping never counts in_app. */
+ * libraries): the classes Sentry's Android grouping never counts in_app.
+ * Sorted by first byte, as system_paths. */
 static const char *const system_classes[] = {
-    "java.", "javax.", "jdk.", "sun.", "com.sun.", "dalvik.", "libcore.", "android.", "androidx.",
-    "com.android.", "com.google.android.", "kotlin.", "kotlinx.", "org.apache.harmony.", "org.json.",
-    "org.w3c.", "org.xml.",
+    "android.", "androidx.", "com.android.", "com.google.android.", "com.sun.", "dalvik.", "java.", "javax.",
+    "jdk.", "kotlin.", "kotlinx.", "libcore.", "org.apache.harmony.", "org.json.", "org.w3c.", "org.xml.",
+    "sun.",
 };
 
 static tm_str no_slash(tm_str s) {
@@ -183,15 +185,16 @@ static long longest(tm_str s, const char *const *list, size_t n) {
     return best;
 }
 
-/* Whether one of list[0..n) (no leading '/', each of 4 bytes or more)
- * starts s: the fixed lists only ask that. Their first 4 bytes are
- * compared as one word: most entries differ from s there, and Java
- * classes share "com." with three of them. */
+/* Whether one of list[0..n) (no leading '/', each of 4 bytes or more,
+ * sorted by first byte) starts s: the fixed lists only ask that. Entries
+ * past s's first byte are not looked at; the first 4 bytes are compared
+ * as one word: most entries differ from s there, and Java classes share
+ * "com." with three of them. */
 static int any_prefix(tm_str s, const char *const *list, size_t n) {
     if (s.len < 4) return 0;
     uint32_t head;
     memcpy(&head, s.data, 4);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && (uint8_t)list[i][0] <= s.data[0]; i++) {
         const char *pre = list[i];
         uint32_t pre_head;
         memcpy(&pre_head, pre, 4);
