@@ -494,6 +494,7 @@ Test(meta, metadata_is_checked_before_the_samples) {
     cr_expect(err.reason && strcmp(err.reason, "InvalidJson") == 0, "reason %s",
               err.reason ? err.reason : "(null)");
     free(out.data);
+    tb_free(&t);
 }
 
 Test(meta, release_is_null_when_absent_and_kept_when_present) {
