@@ -1,7 +1,7 @@
 /*
  * test_pb.c — unit tests of the protobuf wire reader in src/pb.h
  * (tm_pb_reader_of, tm_pb_next, tm_pb_varint, tm_pb_packed_next,
- * tm_pb_packed_count, tm_pb_repeated_next and _fill) against
+ * tm_pb_packed_count, tm_pb_repeated_next and _fill, tm_pb_varint_of_len) against
  * https://protobuf.dev/programming-guides/encoding/:
  * base-128 varints of at most 10 bytes (negative int64 takes all 10),
  * little-endian fixed32/fixed64, length-delimited payloads, packed repeated
@@ -110,6 +110,36 @@ Test(pb_varint, negative_int64_takes_ten_bytes) {
     cr_assert_eq(b.len, 10);
     cr_assert_arr_eq(b.data, minus1, 10);
     tb_free(&b);
+}
+
+/* tm_pb_varint_of_len (a varint of known length, as a run's shape reads
+ * them) gives tm_pb_varint's value for every length from 1 to 8, smallest,
+ * largest and non-minimal encodings, with bytes after it that it must not
+ * take in. */
+Test(pb_varint, of_known_length) {
+    for (unsigned n = 1; n <= 8; n++) {
+        uint64_t lo = n == 1 ? 0 : (uint64_t)1 << (7 * (n - 1));
+        uint64_t hi = ((uint64_t)1 << (7 * n)) - 1;
+        uint64_t vals[3] = {lo, hi, lo | 0x55};
+        for (int k = 0; k < 4; k++) {
+            uint8_t buf[16];
+            memset(buf, 0xff, sizeof buf); /* what follows: every bit set */
+            if (k < 3) {
+                tb_buf b = {0};
+                tb_varint(&b, vals[k]);
+                cr_assert_eq(b.len, n);
+                memcpy(buf, b.data, n);
+                tb_free(&b);
+            } else { /* n bytes of 1, non-minimal past the first */
+                for (unsigned i = 0; i < n; i++) buf[i] = i + 1 < n ? (i ? 0x80 : 0x81) : (n == 1 ? 1 : 0);
+            }
+            uint64_t want;
+            size_t used;
+            cr_assert_eq(varint_of(buf, n, &want, &used), 0);
+            cr_assert_eq(used, n);
+            cr_assert_eq(tm_pb_varint_of_len(buf, n, tm_pb_varint_keep(n)), want, "n=%u k=%d", n, k);
+        }
+    }
 }
 
 Test(pb_varint, non_minimal_encoding_is_accepted) {

@@ -1898,3 +1898,69 @@ Test(trace_samples, runs_of_usual_perf_samples_read_as_one_by_one) {
     cr_assert_eq(parse_runs(true, 0, 1, &b, &eb), TM_ERR_TRUNCATED);
     cr_assert_eq(ea.offset, eb.offset);
 }
+
+/* A usual PerfSample packet with its cpu (UINT32_MAX: none) and pid. */
+static void usual_perf_cpu(tb_buf *t, bool reordered, uint32_t seq, uint64_t ts, uint32_t cpu, uint32_t pid,
+                           uint32_t tid, uint64_t cs) {
+    tb_buf pl = {0};
+    if (cpu != UINT32_MAX) tb_uint(&pl, TM_PF_PERF_SAMPLE_CPU, cpu);
+    tb_uint(&pl, TM_PF_PERF_SAMPLE_PID, pid);
+    tb_uint(&pl, TM_PF_PERF_SAMPLE_TID, tid);
+    tb_uint(&pl, TM_PF_PERF_SAMPLE_CALLSTACK_IID, cs);
+    perf_packet(t, reordered, seq, ts, TB_SEQ_NEEDS, &pl);
+    tb_free(&pl);
+}
+
+/* Within a run, packets mostly repeat the one before's shape, which the
+ * reader then reads by its offsets: packets whose varints change length
+ * (timestamps crossing 2^35 and 2^56, pids and tids of one to four bytes,
+ * callstack iids past 127 and unknown), with and without a cpu, and a
+ * generation whose default clock is not the trace's, read through runs and
+ * one by one, give the same profile and stats. */
+Test(trace_samples, runs_of_samples_that_change_shape) {
+    tm_trace *t[2];
+    tb_buf bufs[2] = {{0}, {0}}; /* the traces keep views into them */
+    for (int reordered = 0; reordered < 2; reordered++) {
+        tb_buf b = {0};
+        const uint32_t ids[] = {CLK_BOOTTIME, CLK_MONOTONIC};
+        const uint64_t vals[] = {10000, 1000};
+        tb_clock_snapshot(&b, 1, ids, vals, 2);
+        for (uint32_t seq = 2; seq <= 3; seq++) {
+            size_t p = tb_packet_open(&b, seq, 50, TB_SEQ_CLEARED);
+            if (seq == 3) { /* its samples' time is MONOTONIC */
+                size_t d = tb_open(&b, TM_PF_PACKET_DEFAULTS);
+                tb_uint(&b, TM_PF_DEFAULTS_TIMESTAMP_CLOCK_ID, CLK_MONOTONIC);
+                tb_close(&b, d);
+            }
+            intern_ab(&b, "a", "b");
+            tb_close(&b, p);
+        }
+        static const uint32_t ptids[] = {7, 200, 70000, 3000000, 200, 200};
+        static const uint64_t starts[] = {(1ull << 35) - 40 * 1000, (1ull << 56) - 40 * 1000, 1000000};
+        for (uint32_t seq = 2; seq <= 3; seq++) {
+            for (int k = 0; k < 3; k++) {
+                uint64_t ts = starts[k];
+                for (int i = 0; i < 90; i++) {
+                    uint32_t cpu = i % 17 == 16 ? UINT32_MAX : i / 30 == 1 ? 300 : 2;
+                    uint64_t cs = i % 11 == 10 ? 200 : i % 23 == 22 ? 3 : 1 + (uint64_t)(i % 2);
+                    usual_perf_cpu(&b, reordered, seq, ts += 1000, cpu, ptids[i / 9 % 6], ptids[(i / 5 + k) % 6],
+                                   cs);
+                }
+            }
+        }
+        tm_options opts;
+        memset(&opts, 0, sizeof opts);
+        tm_error err;
+        cr_assert_eq(tm_trace_parse(b.data, b.len, &opts, &t[reordered], &err), TM_OK, "%s", err.message);
+        bufs[reordered] = b;
+    }
+    assert_same_profile(t[0], t[1]);
+    const tm_trace_stats *sa = tm_trace_get_stats(t[0]), *sb = tm_trace_get_stats(t[1]);
+    cr_assert(memcmp(sa, sb, sizeof *sa) == 0, "the stats differ");
+    cr_assert_eq(sa->perf_samples, 2 * 3 * 90);
+    cr_assert_gt(sa->dropped_unresolved, 0);
+    tm_trace_free(t[0]);
+    tm_trace_free(t[1]);
+    tb_free(&bufs[0]);
+    tb_free(&bufs[1]);
+}

@@ -1680,6 +1680,95 @@ static inline bool usual_perf_sample(const uint8_t *p, const uint8_t *end, tm_pf
     return read_perf_in_order(p + 7, end, out); /* any other: tm_pf_next's reading */
 }
 
+/* The shape of a run's usual PerfSample packet (usual_perf_sample took
+ * it), which the packets after it on its sequence mostly repeat: its record
+ * byte for byte but the values of its varints (the timestamp, cpu, pid, tid
+ * and callstack_iid), of which only the high bits are compared, so each
+ * keeps its length. A packet of the same shape has the same fields at the
+ * same places, the same sequence id and flags, and its record is small, so
+ * it is read at those places without a test a field: the same values
+ * usual_perf_sample reads. */
+enum { SHAPE_WORDS = 4, SHAPE_BYTES = SHAPE_WORDS * 8, SHAPE_READ = SHAPE_BYTES + 8 };
+typedef struct run_shape {
+    uint64_t mask[SHAPE_WORDS], want[SHAPE_WORDS];
+    uint64_t ts_keep, cs_keep; /* tm_pb_varint_keep of their lengths */
+    uint8_t len;               /* the record's bytes, its tag and length included */
+    uint8_t data_at, ts_at, ts_len, pid_at, pid_len, tid_at, tid_len, cs_at, cs_len;
+} run_shape;
+
+/* The length of the varint at p, which ends before end. */
+static unsigned varint_len(const uint8_t *p) {
+    unsigned n = 1;
+    while (p[n - 1] >= 0x80) n++;
+    return n;
+}
+
+/* Marks the varint field's value at p (after its one-byte tag) in the
+ * shape's masks: its high bits alone are compared. Its offset and length:
+ * *at and *len. False when it is longer than tm_pb_varint_of_len reads. */
+static bool shape_varint(const uint8_t *rec, const uint8_t *p, uint8_t *mask, uint8_t *at, uint8_t *len) {
+    unsigned n = varint_len(p);
+    if (n > 8) return false;
+    *at = (uint8_t)(p - rec), *len = (uint8_t)n;
+    for (unsigned i = 0; i < n; i++) mask[*at + i] = 0x80;
+    return true;
+}
+
+/* The shape of the usual PerfSample packet whose record is at rec; false
+ * when it has none (its record is over SHAPE_BYTES, or a varint over eight
+ * bytes). */
+static bool learn_shape(const uint8_t *rec, run_shape *sh) {
+    size_t len = 2 + (size_t)rec[1];
+    if (len > SHAPE_BYTES) return false;
+    uint8_t mask[SHAPE_BYTES] = {0}, want[SHAPE_BYTES] = {0}, cpu_at, cpu_len;
+    memset(mask, 0xff, len);
+    /* the Trace.packet tag and length, the timestamp's tag */
+    if (!shape_varint(rec, rec + 3, mask, &sh->ts_at, &sh->ts_len)) return false;
+    /* the sequence id and flags (a byte each), the PerfSample's tag and length */
+    const uint8_t *p = rec + sh->ts_at + sh->ts_len + 4 + 3;
+    sh->data_at = (uint8_t)(p - rec);
+    if (p[0] == (TM_PF_PERF_SAMPLE_CPU << 3 | TM_PB_VARINT)) {
+        if (!shape_varint(rec, p + 1, mask, &cpu_at, &cpu_len)) return false;
+        p += 1 + cpu_len;
+    }
+    if (!shape_varint(rec, p + 1, mask, &sh->pid_at, &sh->pid_len)) return false;
+    p += 1 + sh->pid_len;
+    if (!shape_varint(rec, p + 1, mask, &sh->tid_at, &sh->tid_len)) return false;
+    p += 1 + sh->tid_len;
+    if (!shape_varint(rec, p + 1, mask, &sh->cs_at, &sh->cs_len)) return false;
+    for (size_t i = 0; i < len; i++) want[i] = rec[i] & mask[i];
+    memcpy(sh->mask, mask, sizeof mask);
+    memcpy(sh->want, want, sizeof want);
+    sh->len = (uint8_t)len;
+    sh->ts_keep = tm_pb_varint_keep(sh->ts_len);
+    sh->cs_keep = tm_pb_varint_keep(sh->cs_len);
+    return true;
+}
+
+static inline uint64_t load_word(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
+}
+
+/* Is the record at rec, with SHAPE_READ bytes readable there, of shape sh? */
+static inline bool has_shape(const uint8_t *rec, const run_shape *sh) {
+    return (((load_word(rec) ^ sh->want[0]) & sh->mask[0]) | ((load_word(rec + 8) ^ sh->want[1]) & sh->mask[1]) |
+            ((load_word(rec + 16) ^ sh->want[2]) & sh->mask[2]) |
+            ((load_word(rec + 24) ^ sh->want[3]) & sh->mask[3])) == 0;
+}
+
+/* What usual_perf_sample reads of a record of shape sh. */
+static inline void read_shaped(const uint8_t *rec, const run_shape *sh, tm_pf_sample *out, uint64_t *ts) {
+    *ts = tm_pb_varint_of_len(rec + sh->ts_at, sh->ts_len, sh->ts_keep);
+    out->data = rec + sh->data_at;
+    out->pid = (uint32_t)tm_pb_varint_of_len(rec + sh->pid_at, sh->pid_len, tm_pb_varint_keep(sh->pid_len));
+    out->tid = (uint32_t)tm_pb_varint_of_len(rec + sh->tid_at, sh->tid_len, tm_pb_varint_keep(sh->tid_len));
+    out->cs = tm_pb_varint_of_len(rec + sh->cs_at, sh->cs_len, sh->cs_keep);
+    out->count = 0;
+    out->has_pid = out->has_cs = true;
+}
+
 /* resolve_time_in for a run's sample of timestamp ts in clock clock_id
  * (not the trace's) of sequence seq_id. */
 OUT_OF_LINE static tm_status run_clock_time(tm_pf_reader *r, uint64_t ts, uint32_t seq_id, uint32_t clock_id,
@@ -1713,25 +1802,35 @@ int tm_pf_next_run(tm_pf_reader *r, tm_pf_sample_run *run) {
     tm_pb_reader at = *pb;
     uint64_t usual_seq_id = r->usual_seq_id;
     uint32_t clock_id = 0;
-    while (n < TM_PF_RUN_MAX && small_record(r, at.p, at.end)) {
-        const uint8_t *tag = at.p, *start = tag + 2, *end = start + tag[1];
+    run_shape shape;
+    bool shaped = false;
+    while (n < TM_PF_RUN_MAX) {
+        const uint8_t *tag = at.p, *end;
         tm_pf_sample *out = &run->samples[n];
         uint64_t ts;
-        uint32_t seq_id;
-        if (!usual_perf_sample(start, end, out, &ts, &seq_id)) break;
-        if (seq_id != usual_seq_id && (n || !switch_usual_seq(r, seq_id))) break;
-        if (!n) {
-            /* What tm_pf_next does for each: the sequence needs nothing (it
-             * was seen, its state is valid), the time is in the
-             * generation's clock. */
-            tm_pf_seq *s = &r->seqs[r->last_seq];
-            usual_seq_id = s->id;
-            run->seq = s;
-            run->gen = s->gen;
-            clock_id = r->gens[s->gen].clock_id;
+        uint32_t seq_id = (uint32_t)usual_seq_id;
+        if (shaped && at.end - tag >= SHAPE_READ && has_shape(tag, &shape)) {
+            read_shaped(tag, &shape, out, &ts);
+            end = tag + shape.len;
+        } else {
+            if (!small_record(r, tag, at.end)) break;
+            end = tag + 2 + tag[1];
+            if (!usual_perf_sample(tag + 2, end, out, &ts, &seq_id)) break;
+            if (seq_id != usual_seq_id && (n || !switch_usual_seq(r, seq_id))) break;
+            if (!n) {
+                /* What tm_pf_next does for each: the sequence needs nothing (it
+                 * was seen, its state is valid), the time is in the
+                 * generation's clock. */
+                tm_pf_seq *s = &r->seqs[r->last_seq];
+                usual_seq_id = s->id;
+                run->seq = s;
+                run->gen = s->gen;
+                clock_id = r->gens[s->gen].clock_id;
+            }
+            shaped = learn_shape(tag, &shape);
         }
         at.p = end;
-        out->tag = tag, out->start = start;
+        out->tag = tag, out->start = tag + 2;
         n++;
         if (clock_id) {
             if (run_clock_time(r, ts, seq_id, clock_id, out) != TM_OK) {

@@ -129,6 +129,29 @@ TM_PB_INLINE const uint8_t *tm_pb_varint_eight(const uint8_t *q, const uint8_t *
     return NULL;
 }
 
+/* The value of a varint whose length len (1 to 8 bytes) is known, its
+ * bytes already checked (each but the last has its high bit set), with
+ * eight bytes readable at q. keep: tm_pb_varint_keep(len), which callers
+ * that read many varints of one length compute once. */
+static inline uint64_t tm_pb_varint_keep(unsigned len) {
+    return (~0ull >> (64 - 8 * len)) & 0x7f7f7f7f7f7f7f7full;
+}
+TM_PB_INLINE uint64_t tm_pb_varint_of_len(const uint8_t *q, unsigned len, uint64_t keep) {
+    if (len == 1) return q[0];
+    if (len == 2) return (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w = tm_pb_load8(q) & keep;
+    w = (w & 0x007f007f007f007full) | (w & 0x7f007f007f007f00ull) >> 1;
+    w = (w & 0x00003fff00003fffull) | (w & 0x3fff00003fff0000ull) >> 2;
+    return (w & 0x000000000fffffffull) | (w & 0x0fffffff00000000ull) >> 4;
+#else
+    (void)keep;
+    uint64_t v = 0;
+    for (unsigned i = 0; i < len; i++) v |= (uint64_t)(q[i] & 0x7f) << (7 * i);
+    return v;
+#endif
+}
+
 /* Decodes the varint at q < end. Returns the end, or NULL when it runs
  * past end or reaches 10 bytes (left to the checked decoder, which also
  * rejects overlong ones and reports the error). */
