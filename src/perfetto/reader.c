@@ -733,6 +733,8 @@ static tm_status copy_blob(tm_pf_reader *r, tm_pf_seq *s, const tm_pf_entry *src
     }
     if (same) {
         s->n_same += o->count;
+    } else if (!s->old_newest) { /* no epoch before: none is the same as one of it */
+        for (uint32_t k = 0; k < o->count; k++) to[k].same_since = s->epoch;
     } else {
         for (uint32_t k = 0; k < o->count; k++) {
             const tm_pf_entry *before = entry_before(s, (int)to[k].kind, to[k].iid);
@@ -1736,9 +1738,10 @@ static bool learn_shape(const uint8_t *rec, run_shape *sh) {
     if (!shape_varint(rec, p + 1, mask, &sh->tid_at, &sh->tid_len)) return false;
     p += 1 + sh->tid_len;
     if (!shape_varint(rec, p + 1, mask, &sh->cs_at, &sh->cs_len)) return false;
-    for (size_t i = 0; i < len; i++) want[i] = rec[i] & mask[i];
+    memcpy(want, rec, len);
     memcpy(sh->mask, mask, sizeof mask);
     memcpy(sh->want, want, sizeof want);
+    for (int i = 0; i < SHAPE_WORDS; i++) sh->want[i] &= sh->mask[i];
     sh->len = (uint8_t)len;
     sh->ts_keep = tm_pb_varint_keep(sh->ts_len);
     sh->cs_keep = tm_pb_varint_keep(sh->cs_len);
