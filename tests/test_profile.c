@@ -3,7 +3,8 @@
  * tested directly: the stable sort of samples by time, whose radix passes
  * take different paths for small and large inputs (an MSD split into
  * cache-sized buckets above 16 K samples), narrow and wide time spans,
- * negative times, and heavy duplicates; and the deduplication of stacks.
+ * negative times, and heavy duplicates (and the threads' weights the merge
+ * of a small input counts on its way); and the deduplication of stacks.
  * Stability is checked by numbering samples in input order (the stack
  * field carries that number).
  */
@@ -60,6 +61,13 @@ static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
     }
     cr_assert_eq(tm_profile_sort_samples(p), TM_OK);
     cr_assert_eq(p->n_samples, n);
+    /* the merge counts the threads' weights on its way: what count_threads keeps */
+    if (n_threads) tm_profile_count_threads(p);
+    for (uint32_t t = 0; t < n_threads; t++) {
+        uint64_t mine = 0;
+        for (size_t i = 0; i < n; i++) mine += i / 32 % n_threads == t;
+        cr_assert_eq(p->threads[t].weight, mine, "thread %u weighs %llu", t, (unsigned long long)p->threads[t].weight);
+    }
     uint8_t *seen = calloc(n, 1);
     cr_assert(seen);
     for (size_t i = 0; i < n; i++) {

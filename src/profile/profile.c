@@ -249,6 +249,7 @@ tm_str tm_profile_main_thread_process_name(const tm_profile *p, const tm_prof_th
 /* ---- samples ---- */
 
 void tm_profile_count_threads(tm_profile *p) {
+    if (p->threads_counted) return;
     for (size_t i = 0; i < p->n_threads; i++) p->threads[i].weight = 0;
     const tm_prof_sample *s = p->samples;
     tm_prof_thread *th = p->threads;
@@ -329,63 +330,89 @@ static inline void ring_insert(merge_ring *r, const tm_prof_sample *a, uint32_t 
     r->at[(r->first + j) & mask] = x;
 }
 
+/* A block: consecutive input samples of one thread, [start, end); next:
+ * the thread's next block (RUN_END: none). */
+typedef struct merge_block {
+    uint32_t start, end, next;
+} merge_block;
+
 /* Stable k-way merge of the threads' runs of p->samples (nothing to do
  * when they are in order); false when a thread's samples are not in time
- * order (or there are too many threads), leaving them as they were. Each
- * run is chained through next (input order); each output takes the first
- * head of the ring, and its run's next sample takes its place there. */
+ * order (or there are too many threads), leaving them as they were. The
+ * input is cut into blocks of one thread (writers send a thread's samples
+ * a packet or a run of packets at a time), each thread's blocks chained in
+ * input order, so the first pass looks at a sample's thread and time only;
+ * each output takes the first head of the ring, and its run's next sample
+ * (the next in its block, else the next block's first) takes its place. */
 static tm_status merge_threads(tm_profile *p, bool *done) {
     size_t n = p->n_samples, k = p->n_threads;
     const tm_prof_sample *a = p->samples;
     *done = false;
     if (k > MERGE_MAX_THREADS || n >= RUN_END) return TM_OK;
-    uint32_t *next = tm_mem_alloc(p->mem, (n + 1) * sizeof *next);
-    if (!next) return TM_ERR_NOMEM;
-    uint32_t head[MERGE_MAX_THREADS], tail[MERGE_MAX_THREADS];
-    for (size_t t = 0; t < k; t++) head[t] = tail[t] = RUN_END;
+    merge_block *blocks = tm_mem_alloc(p->mem, (n + 1) * sizeof *blocks);
+    if (!blocks) return TM_ERR_NOMEM;
+    uint32_t first[MERGE_MAX_THREADS], last[MERGE_MAX_THREADS];
+    for (size_t t = 0; t < k; t++) first[t] = last[t] = RUN_END;
     int64_t prev = INT64_MIN;
-    uint32_t prev_thread = RUN_END;
+    uint32_t prev_thread = RUN_END, nb = 0;
     bool sorted = true;
     size_t i = 0;
     for (; i < n; i++) {
-        uint32_t t = a[i].thread;
         int64_t ts = a[i].ts;
-        if (t >= k) break;
-        if (t == prev_thread) { /* a block of the thread goes on: no need to look at its tail */
+        if (a[i].thread == prev_thread) { /* the block goes on */
             if (ts < prev) break;
-            next[i - 1] = (uint32_t)i;
         } else {
-            if (head[t] == RUN_END) head[t] = (uint32_t)i;
-            else if (ts < a[tail[t]].ts) break;
-            else next[tail[t]] = (uint32_t)i;
+            uint32_t t = a[i].thread;
+            if (t >= k) break;
+            if (nb) blocks[nb - 1].end = (uint32_t)i;
+            if (first[t] == RUN_END) first[t] = nb;
+            else if (ts < a[blocks[last[t]].end - 1].ts) break;
+            else blocks[last[t]].next = nb;
+            blocks[nb] = (merge_block){(uint32_t)i, (uint32_t)n, RUN_END};
+            last[t] = nb++;
             sorted &= prev <= ts;
             prev_thread = t;
         }
-        tail[t] = (uint32_t)i;
         prev = ts;
     }
     bool chained = i == n;
+    if (chained && !p->weights) { /* every sample weighs 1: the threads' weights are their blocks' lengths */
+        if (nb) blocks[nb - 1].end = (uint32_t)n;
+        for (size_t t = 0; t < k; t++) p->threads[t].weight = 0;
+        for (size_t b = 0; b < nb; b++) p->threads[a[blocks[b].start].thread].weight += blocks[b].end - blocks[b].start;
+        p->threads_counted = true;
+    }
     if (!chained || sorted) {
         *done = chained;
-        tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
+        tm_mem_free(p->mem, blocks, (n + 1) * sizeof *blocks);
         return TM_OK;
     }
     tm_prof_sample *out = tm_mem_alloc(p->mem, n * sizeof *out);
     if (!out) {
-        tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
+        tm_mem_free(p->mem, blocks, (n + 1) * sizeof *blocks);
         return TM_ERR_NOMEM;
     }
+    /* Per thread: the block its head is in, and where that block ends. */
+    uint32_t block_of[MERGE_MAX_THREADS], end_of[MERGE_MAX_THREADS];
     merge_ring ring = {{0}, 0, 0};
     for (size_t t = 0; t < k; t++)
-        if (head[t] != RUN_END) next[tail[t]] = RUN_END, ring_insert(&ring, a, head[t]);
+        if (first[t] != RUN_END) {
+            block_of[t] = first[t], end_of[t] = blocks[first[t]].end;
+            ring_insert(&ring, a, blocks[first[t]].start);
+        }
     for (size_t o = 0; o < n; o++) {
-        uint32_t taken = ring.at[ring.first];
+        uint32_t taken = ring.at[ring.first], t = a[taken].thread, x = taken + 1;
         out[o] = a[taken];
         ring.first = (ring.first + 1) & (MERGE_MAX_THREADS - 1), ring.len--;
-        if (next[taken] != RUN_END) ring_insert(&ring, a, next[taken]);
+        if (x == end_of[t]) {
+            uint32_t b = blocks[block_of[t]].next;
+            if (b == RUN_END) continue;
+            block_of[t] = b, end_of[t] = blocks[b].end, x = blocks[b].start;
+        }
+        ring_insert(&ring, a, x);
     }
     *done = true;
-    tm_mem_free(p->mem, next, (n + 1) * sizeof *next);
+    tm_mem_free(p->mem, blocks, (n + 1) * sizeof *blocks);
     tm_mem_free(p->mem, p->samples, p->cap_samples * sizeof *p->samples); /* adopt out instead of copying back */
     p->samples = out;
     p->cap_samples = n;

@@ -137,6 +137,7 @@ typedef struct tm_profile {
      * every sample weighs 1)
      * and no timestamps (every ts is 0). */
     uint64_t *weights;     int untimed;
+    bool threads_counted;  /* the sort set every thread's weight as it merged them (tm_profile_count_threads) */
 
     tm_prof_off_sample *off_samples; size_t n_off_samples, cap_off_samples; /* in time order once read */
     uint64_t on_cpu_period_ns; /* the (on-CPU) samples' period from their timebase, the first one given;
@@ -246,7 +247,10 @@ int64_t tm_heap_value(const tm_prof_heap_sample *h, tm_value v);
 /* Sets every thread's weight from the samples (the decoders' last step). */
 void tm_profile_count_threads(tm_profile *p);
 
-/* Stable sort of samples by ts (a no-op when already sorted). */
+/* Stable sort of samples by ts (a no-op when already sorted). When it reads
+ * every sample's thread on the way (a chunk's threads merged), it also sets
+ * the threads' weights, which tm_profile_count_threads then keeps: call it
+ * once the samples are final. */
 tm_status tm_profile_sort_samples(tm_profile *p);
 
 /* Unix time in ns of a trace time; returns 0 when unknown. */
