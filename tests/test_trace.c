@@ -869,6 +869,54 @@ Test(trace_samples, streaming_deltas_are_added_to_the_converted_base) {
     tb_free(&b);
 }
 
+/* Streaming packets on a sequence with a reference time, packed (read by
+ * the general collector) or unpacked (one pass over plain varints, whose
+ * samples take no overflow checks while the deltas stay under 2^32 us):
+ * trailing deltas advance the time, callstacks past the deltas and
+ * unresolvable ones are dropped, and a delta of 2^32 us takes the checked
+ * loop. */
+static void build_streaming_shapes(tb_buf *t, int packed) {
+    size_t p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_CLEARED);
+    thread_desc_body(t, 1, 2, 1, NULL); /* reference time 1 us */
+    intern_ab(t, "a", "b");
+    tb_close(t, p);
+    const uint64_t cs1[] = {1, 2}, dt1[] = {1, 2, 3}, cs2[] = {1, 2, 1}, dt2[] = {10}, cs3[] = {1, 99, 2},
+                   dt3[] = {1, 1, 1}, cs4[] = {1}, dt4[] = {(uint64_t)1 << 32};
+    const uint64_t *cs[] = {cs1, cs2, cs3, cs4}, *dt[] = {dt1, dt2, dt3, dt4};
+    const size_t n_cs[] = {2, 3, 3, 1}, n_dt[] = {3, 1, 3, 1};
+    for (size_t i = 0; i < 4; i++) {
+        p = tb_packet_open(t, 2, TB_NO_TS, TB_SEQ_NEEDS);
+        streaming_body(t, cs[i], n_cs[i], dt[i], n_dt[i], packed);
+        tb_close(t, p);
+    }
+}
+
+Test(trace_samples, streaming_packets_plain_or_packed_give_the_same_samples) {
+    tb_buf a = {0}, b = {0};
+    build_streaming_shapes(&a, 1);
+    build_streaming_shapes(&b, 0);
+    tm_trace *ta = parse(&a), *tb = parse(&b);
+    for (int k = 0; k < 2; k++) {
+        const tm_profile *p = tm_trace_profile(k ? tb : ta);
+        const tm_trace_stats *st = tm_trace_get_stats(k ? tb : ta);
+        cr_assert_eq(p->n_samples, 6);
+        assert_sample(p, 0, 2000, 2, "a");
+        assert_sample(p, 1, 4000, 2, "b");
+        assert_sample(p, 2, 17000, 2, "a"); /* 1 + 1 + 2 + 3 + 10 us */
+        assert_sample(p, 3, 18000, 2, "a");
+        assert_sample(p, 4, 20000, 2, "b");
+        assert_sample(p, 5, 20000 + ((int64_t)1 << 32) * 1000, 2, "a");
+        cr_assert_eq(st->dropped_malformed_streaming, 2);
+        cr_assert_eq(st->dropped_unresolved, 1);
+        cr_assert_eq(st->streaming_samples, 9);
+    }
+    assert_same_profile(ta, tb);
+    tm_trace_free(ta);
+    tm_trace_free(tb);
+    tb_free(&a);
+    tb_free(&b);
+}
+
 /* ==================================================================== */
 /* Clocks (probes p5, p6).                                              */
 /* ==================================================================== */

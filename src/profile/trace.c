@@ -1221,7 +1221,8 @@ static tm_status collect_repeated(dec *d, tm_bytes msg, uint32_t num, const char
 /* Both lists of a StreamingProfilePacket in one pass, when it holds only
  * varints under one-byte tags (what an unpacked writer sends); *done false
  * otherwise, leaving the packet to collect_repeated. */
-static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, size_t *n_dt, bool *done) {
+static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, size_t *n_dt, uint64_t *deltas_or,
+                                        bool *done) {
     *n_cs = *n_dt = 0;
     *done = false;
     if (!msg.len) return TM_OK;
@@ -1231,6 +1232,7 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
     uint64_t *iids = d->cs_scratch;
     int64_t *deltas = d->delta_scratch;
     size_t cs = 0, dt = 0, cap_cs = d->cap_cs, cap_dt = d->cap_delta;
+    uint64_t any = 0;
     while (p < end) {
         uint64_t v;
         unsigned tag = p[0];
@@ -1250,6 +1252,7 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
                 deltas = d->delta_scratch, cap_dt = d->cap_delta;
             }
             deltas[dt++] = (int64_t)v;
+            any |= v;
         } else {
             if (tag < 8 || (tag & 0x87) != TM_PB_VARINT) return TM_OK; /* a one-byte varint tag */
             if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
@@ -1257,15 +1260,24 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
     }
     *n_cs = cs;
     *n_dt = dt;
+    *deltas_or = any;
     *done = true;
     return TM_OK;
 }
 
+/* A StreamingProfilePacket of at most this many deltas, each under 2^32
+ * us, spans at most STREAMING_FAST_SPAN_NS: its samples' times need no
+ * overflow checks when its base is that far from INT64_MAX. */
+#define STREAMING_FAST_DELTAS ((size_t)1 << 20)
+#define STREAMING_FAST_SPAN_NS ((int64_t)1 << 62) /* 2^20 * 2^32 us < 2^62 ns */
+
 static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     size_t n_cs, n_dt;
+    uint64_t deltas_or = UINT64_MAX;
     bool plain;
-    TM_TRY(collect_streaming_plain(d, k->data, &n_cs, &n_dt, &plain));
+    TM_TRY(collect_streaming_plain(d, k->data, &n_cs, &n_dt, &deltas_or, &plain));
     if (!plain) {
+        deltas_or = UINT64_MAX; /* not known */
         TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_CALLSTACK_IID, "StreamingProfilePacket.callstack_iid",
                                 &d->cs_scratch, &d->cap_cs, &n_cs));
         TM_TRY(collect_repeated(d, k->data, TM_PF_STREAMING_TIMESTAMP_DELTA_US,
@@ -1301,6 +1313,24 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
     int64_t acc = 0, time_ns = s->time_ns;
     const int64_t *deltas = d->delta_scratch;
     const uint64_t *iids = d->cs_scratch;
+    if (exact && deltas_or <= UINT32_MAX && n_dt <= STREAMING_FAST_DELTAS && base >= 0 &&
+        base <= INT64_MAX - STREAMING_FAST_SPAN_NS) {
+        /* No sum of the deltas leaves int64 nor takes the time past it:
+         * every sample's time is base + acc, none dropped for it. */
+        size_t n = n_cs < n_dt ? n_cs : n_dt;
+        for (size_t i = 0; i < n; i++) {
+            acc += deltas[i] * 1000;
+            uint32_t stack;
+            int ok;
+            TM_TRY(resolve_callstack(d, s, iids[i], k->data.data, &stack, &ok));
+            if (!ok) p->stats.dropped_unresolved++;
+            else DTRY_MEM(d, tm_profile_add_sample(p, base + acc, stack, thread));
+        }
+        for (size_t i = n; i < n_dt; i++) acc += deltas[i] * 1000;
+        if (s->has_ref_time) s->time_ns = (int64_t)((uint64_t)time_ns + (uint64_t)acc);
+        if (n_cs > n_dt) p->stats.dropped_malformed_streaming += n_cs - n_dt;
+        return TM_OK;
+    }
     for (size_t i = 0; i < n_dt; i++) {
         uint64_t delta_us = (uint64_t)deltas[i], delta_ns = delta_us * 1000u; /* in int64 up to INT64_MAX / 1000 us */
         if (delta_us > INT64_MAX / 1000 || __builtin_add_overflow(acc, (int64_t)delta_ns, &acc)) exact = false;
