@@ -43,10 +43,11 @@ static void model_close(model *m) {
 typedef int64_t (*ts_gen)(size_t i);
 
 /* Fills a profile with n samples from gen, sorts, checks order and
- * stability. With n_threads, sample i belongs to thread (i / 32) %
+ * stability. With n_threads, sample i belongs to thread (i / block) %
  * n_threads (a small input whose threads are each in time order is merged
- * by thread); without, to thread 7, which the model does not have. */
-static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
+ * by thread, unless they take turns more often than every other sample);
+ * without, to thread 7, which the model does not have. */
+static void check_sort_blocks(size_t n, ts_gen gen, uint32_t n_threads, size_t block) {
     model m;
     model_open(&m);
     tm_profile *const p = &m.p;
@@ -56,7 +57,7 @@ static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
         cr_assert_eq(idx, t);
     }
     for (size_t i = 0; i < n; i++) {
-        uint32_t thread = n_threads ? (uint32_t)(i / 32 % n_threads) : 7;
+        uint32_t thread = n_threads ? (uint32_t)(i / block % n_threads) : 7;
         cr_assert_eq(tm_profile_add_sample(p, gen(i), (uint32_t)i, thread), TM_OK);
     }
     cr_assert_eq(tm_profile_sort_samples(p), TM_OK);
@@ -65,7 +66,7 @@ static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
     if (n_threads) tm_profile_count_threads(p);
     for (uint32_t t = 0; t < n_threads; t++) {
         uint64_t mine = 0;
-        for (size_t i = 0; i < n; i++) mine += i / 32 % n_threads == t;
+        for (size_t i = 0; i < n; i++) mine += i / block % n_threads == t;
         cr_assert_eq(p->threads[t].weight, mine, "thread %u weighs %llu", t, (unsigned long long)p->threads[t].weight);
     }
     uint8_t *seen = calloc(n, 1);
@@ -76,7 +77,7 @@ static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
         cr_assert_eq(seen[s->stack], 0, "sample %u twice", s->stack);
         seen[s->stack] = 1;
         cr_assert_eq(s->ts, gen(s->stack), "sample %u lost its timestamp", s->stack);
-        cr_assert_eq(s->thread, n_threads ? (uint32_t)(s->stack / 32 % n_threads) : 7);
+        cr_assert_eq(s->thread, n_threads ? (uint32_t)(s->stack / block % n_threads) : 7);
         if (i) {
             const tm_prof_sample *prev = &p->samples[i - 1];
             cr_assert_leq(prev->ts, s->ts, "not sorted at %zu", i);
@@ -86,6 +87,7 @@ static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) {
     free(seen);
     model_close(&m);
 }
+static void check_sort_threads(size_t n, ts_gen gen, uint32_t n_threads) { check_sort_blocks(n, gen, n_threads, 32); }
 
 /* Eight sorted streams interleaved in chunks of 32, 1 ms apart: the shape of a real trace. */
 static int64_t interleaved(size_t i) {
@@ -132,6 +134,19 @@ Test(profile_sort, small_input_merged_by_an_odd_number_of_threads) {
     check_sort_threads(40, round_robin_3, 1);
 }
 Test(profile_sort, small_input_with_a_thread_out_of_order) { check_sort_threads(3000, reversed, 4); }
+/* Three threads taking turns every 1, 2 or 3 samples, each in time order,
+ * the input not. */
+static int64_t turns(size_t i) { return (int64_t)(i / 3) * 1000 + (int64_t)(2 - i % 3) * 7; }
+static int64_t turns_of_two(size_t i) { return (int64_t)(i / 6) * 2000 + (int64_t)(i % 2) * 1000 + (int64_t)(5 - i % 6) * 7; }
+static int64_t turns_of_three(size_t i) {
+    return (int64_t)(i / 9) * 3000 + (int64_t)(i % 3) * 1000 + (int64_t)(8 - i % 9) * 7;
+}
+Test(profile_sort, small_input_whose_threads_take_turns_every_sample_or_two) {
+    check_sort_blocks(3000, turns, 3, 1); /* more blocks than the merge keeps (n / 2): the radix sort */
+    check_sort_blocks(3000, turns_of_two, 3, 2);
+    check_sort_blocks(3001, turns_of_two, 3, 2);
+    check_sort_blocks(3000, turns_of_three, 3, 3); /* n / 3 blocks: merged */
+}
 Test(profile_sort, small_input_with_more_threads_than_merged) { check_sort_threads(3000, interleaved, 16); }
 
 Test(profile_dedup, equal_stacks_share_an_id_in_first_seen_order) {

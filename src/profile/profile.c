@@ -330,26 +330,29 @@ static inline void ring_insert(merge_ring *r, const tm_prof_sample *a, uint32_t 
     r->at[(r->first + j) & mask] = x;
 }
 
-/* A block: consecutive input samples of one thread, [start, end); next:
- * the thread's next block (RUN_END: none). */
+/* A block: consecutive input samples of one thread, from start to the
+ * next block's start; next: the thread's next block (RUN_END: none). */
 typedef struct merge_block {
-    uint32_t start, end, next;
+    uint32_t start, next;
 } merge_block;
 
 /* Stable k-way merge of the threads' runs of p->samples (nothing to do
  * when they are in order); false when a thread's samples are not in time
- * order (or there are too many threads), leaving them as they were. The
- * input is cut into blocks of one thread (writers send a thread's samples
- * a packet or a run of packets at a time), each thread's blocks chained in
- * input order, so the first pass looks at a sample's thread and time only;
- * each output takes the first head of the ring, and its run's next sample
- * (the next in its block, else the next block's first) takes its place. */
+ * order, there are too many threads, or they take turns more often than
+ * every other sample on average, leaving them as they were. The input is
+ * cut into blocks of one thread (writers send a thread's samples a packet
+ * or a run of packets at a time), each thread's blocks chained in input
+ * order, so the first pass looks at a sample's thread and time only (and
+ * the blocks, 4 bytes a sample at most, take no more memory than a link a
+ * sample did); each output takes the first head of the ring, and its run's
+ * next sample (the next in its block, else the next block's first) takes
+ * its place. */
 static tm_status merge_threads(tm_profile *p, bool *done) {
-    size_t n = p->n_samples, k = p->n_threads;
+    size_t n = p->n_samples, k = p->n_threads, cap = (n + 1) / 2; /* the last one ends the last block */
     const tm_prof_sample *a = p->samples;
     *done = false;
-    if (k > MERGE_MAX_THREADS || n >= RUN_END) return TM_OK;
-    merge_block *blocks = tm_mem_alloc(p->mem, (n + 1) * sizeof *blocks);
+    if (k > MERGE_MAX_THREADS || n >= RUN_END || !cap) return TM_OK;
+    merge_block *blocks = tm_mem_alloc(p->mem, cap * sizeof *blocks);
     if (!blocks) return TM_ERR_NOMEM;
     uint32_t first[MERGE_MAX_THREADS], last[MERGE_MAX_THREADS];
     for (size_t t = 0; t < k; t++) first[t] = last[t] = RUN_END;
@@ -363,12 +366,11 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
             if (ts < prev) break;
         } else {
             uint32_t t = a[i].thread;
-            if (t >= k) break;
-            if (nb) blocks[nb - 1].end = (uint32_t)i;
+            if (t >= k || nb + 1 == cap) break;
             if (first[t] == RUN_END) first[t] = nb;
-            else if (ts < a[blocks[last[t]].end - 1].ts) break;
+            else if (ts < a[blocks[blocks[last[t]].next].start - 1].ts) break; /* next: the block after it, for now */
             else blocks[last[t]].next = nb;
-            blocks[nb] = (merge_block){(uint32_t)i, (uint32_t)n, RUN_END};
+            blocks[nb] = (merge_block){(uint32_t)i, nb + 1};
             last[t] = nb++;
             sorted &= prev <= ts;
             prev_thread = t;
@@ -376,20 +378,24 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
         prev = ts;
     }
     bool chained = i == n;
+    if (chained) {
+        blocks[nb].start = (uint32_t)n;
+        for (size_t t = 0; t < k; t++)
+            if (first[t] != RUN_END) blocks[last[t]].next = RUN_END;
+    }
     if (chained && !p->weights) { /* every sample weighs 1: the threads' weights are their blocks' lengths */
-        if (nb) blocks[nb - 1].end = (uint32_t)n;
         for (size_t t = 0; t < k; t++) p->threads[t].weight = 0;
-        for (size_t b = 0; b < nb; b++) p->threads[a[blocks[b].start].thread].weight += blocks[b].end - blocks[b].start;
+        for (size_t b = 0; b < nb; b++) p->threads[a[blocks[b].start].thread].weight += blocks[b + 1].start - blocks[b].start;
         p->threads_counted = true;
     }
     if (!chained || sorted) {
         *done = chained;
-        tm_mem_free(p->mem, blocks, (n + 1) * sizeof *blocks);
+        tm_mem_free(p->mem, blocks, cap * sizeof *blocks);
         return TM_OK;
     }
     tm_prof_sample *out = tm_mem_alloc(p->mem, n * sizeof *out);
     if (!out) {
-        tm_mem_free(p->mem, blocks, (n + 1) * sizeof *blocks);
+        tm_mem_free(p->mem, blocks, cap * sizeof *blocks);
         return TM_ERR_NOMEM;
     }
     /* Per thread: the block its head is in, and where that block ends. */
@@ -397,7 +403,7 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
     merge_ring ring = {{0}, 0, 0};
     for (size_t t = 0; t < k; t++)
         if (first[t] != RUN_END) {
-            block_of[t] = first[t], end_of[t] = blocks[first[t]].end;
+            block_of[t] = first[t], end_of[t] = blocks[first[t] + 1].start;
             ring_insert(&ring, a, blocks[first[t]].start);
         }
     for (size_t o = 0; o < n; o++) {
@@ -407,12 +413,12 @@ static tm_status merge_threads(tm_profile *p, bool *done) {
         if (x == end_of[t]) {
             uint32_t b = blocks[block_of[t]].next;
             if (b == RUN_END) continue;
-            block_of[t] = b, end_of[t] = blocks[b].end, x = blocks[b].start;
+            block_of[t] = b, end_of[t] = blocks[b + 1].start, x = blocks[b].start;
         }
         ring_insert(&ring, a, x);
     }
     *done = true;
-    tm_mem_free(p->mem, blocks, (n + 1) * sizeof *blocks);
+    tm_mem_free(p->mem, blocks, cap * sizeof *blocks);
     tm_mem_free(p->mem, p->samples, p->cap_samples * sizeof *p->samples); /* adopt out instead of copying back */
     p->samples = out;
     p->cap_samples = n;
