@@ -1227,37 +1227,32 @@ static tm_status collect_streaming_plain(dec *d, tm_bytes msg, size_t *n_cs, siz
     *done = false;
     if (!msg.len) return TM_OK;
     const uint8_t *p = msg.data, *end = p + msg.len;
+    /* Each value takes two bytes at least, a tag and a varint: room for
+     * len / 2 in each list spares checking it value by value. */
+    size_t most = msg.len / 2;
+    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, most));
+    DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, most));
     /* The lists and their counts in locals: a store through the lists (of
      * uint64_t, which size_t is) could alias the dec's fields. */
     uint64_t *iids = d->cs_scratch;
     int64_t *deltas = d->delta_scratch;
-    size_t cs = 0, dt = 0, cap_cs = d->cap_cs, cap_dt = d->cap_delta;
+    size_t cs = 0, dt = 0;
     uint64_t any = 0;
-    while (p < end) {
+    while (end - p >= 2) {
         uint64_t v;
         unsigned tag = p[0];
-        if (end - p < 2) return TM_OK;
-        /* the two lists' tags first: every other varint is checked and skipped */
+        if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
+        /* the two lists' tags first: any other must be a varint's, one byte long */
         if (tag == TM_PF_STREAMING_CALLSTACK_IID << 3) {
-            if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
-            if (TM_UNLIKELY(cs == cap_cs)) {
-                DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->cs_scratch, d->cap_cs, cs + 1));
-                iids = d->cs_scratch, cap_cs = d->cap_cs;
-            }
             iids[cs++] = v;
         } else if (tag == TM_PF_STREAMING_TIMESTAMP_DELTA_US << 3) {
-            if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
-            if (TM_UNLIKELY(dt == cap_dt)) {
-                DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->delta_scratch, d->cap_delta, dt + 1));
-                deltas = d->delta_scratch, cap_dt = d->cap_delta;
-            }
             deltas[dt++] = (int64_t)v;
             any |= v;
-        } else {
-            if (tag < 8 || (tag & 0x87) != TM_PB_VARINT) return TM_OK; /* a one-byte varint tag */
-            if (!(p = tm_pb_varint_fast(p + 1, end, &v))) return TM_OK;
+        } else if (tag < 8 || (tag & 0x87) != TM_PB_VARINT) {
+            return TM_OK;
         }
     }
+    if (p != end) return TM_OK; /* a last byte alone */
     *n_cs = cs;
     *n_dt = dt;
     *deltas_or = any;
