@@ -1069,12 +1069,13 @@ static uint64_t count_growth(seq_state *s, uint64_t count) {
     return ns;
 }
 
-/* The CPU time in ns a sample whose timebase_count grew by growth stands
- * for: that growth under a task-clock timebase (a counter of the sampled
- * thread's CPU time); 0 when unknown. */
-static uint64_t counted_cpu_ns(dec *d, seq_state *s, uint32_t gen, uint64_t growth) {
+/* Whether the growth of a sample's timebase_count in generation gen is
+ * the CPU time in ns it stands for: under a task-clock timebase (a counter
+ * of the sampled thread's CPU time). The same for every sample of a
+ * packet or run: asked once for them. */
+static inline bool counts_cpu_ns(dec *d, seq_state *s, uint32_t gen) {
     if (!s->tb_known || s->tb_gen != gen) read_timebase(d, s, gen);
-    return s->tb_task_clock ? growth : 0;
+    return s->tb_task_clock;
 }
 
 /* What on_perf_sample reads of a PerfSample: what a usual one gives (in,
@@ -1133,14 +1134,14 @@ static tm_status on_perf_sample_relay(dec *d, seq_state *s, const tm_pf_packet *
 /* A PerfSample of generation gen, neither lost nor skipped: in, and
  * whether its stack was cut (unwind_error). Both paths take it: a packet
  * tm_pf_next read (on_perf_sample), and a run's (decode_run), inlined in
- * its loop. within_limit: the caller knows the samples stay within
- * max_samples. */
-TM_PB_INLINE tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, const tm_pf_sample *in, bool truncated,
-                                      bool within_limit) {
+ * its loop. task_clock: counts_cpu_ns of its generation; within_limit:
+ * the caller knows the samples stay within max_samples. */
+TM_PB_INLINE tm_status on_perf_fields(dec *d, seq_state *s, uint32_t gen, bool task_clock, const tm_pf_sample *in,
+                                      bool truncated, bool within_limit) {
     tm_profile *p = d->p;
     /* Counted even for a sample dropped below: the next one's difference
      * must not take in this one's time. */
-    uint64_t growth = count_growth(s, in->count), cpu_ns = counted_cpu_ns(d, s, gen, growth);
+    uint64_t growth = count_growth(s, in->count), cpu_ns = task_clock ? growth : 0;
     if (!in->has_cs) {
         p->stats.perf_samples_without_callstack++;
         return TM_OK;
@@ -1190,7 +1191,7 @@ static tm_status on_perf_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
         d->p->stats.perf_samples_skipped++;
         return TM_OK;
     }
-    return on_perf_fields(d, s, k->gen, &pf.in, pf.truncated, false);
+    return on_perf_fields(d, s, k->gen, counts_cpu_ns(d, s, k->gen), &pf.in, pf.truncated, false);
 }
 
 /* Collects the values of a repeated varint field, packed or not. */
@@ -1913,8 +1914,9 @@ static tm_status decode_run(dec *d, const tm_pf_sample_run *run) {
     d->cls = tm_pf_tables_class(&d->rd, run->seq->index, run->gen);
     /* Each sample adds one at most: the run's cannot pass the limit? */
     bool within_limit = samples_so_far(d) + run->n <= d->lim->max_samples;
+    bool task_clock = counts_cpu_ns(d, s, run->gen);
     for (size_t i = 0; i < run->n; i++) {
-        tm_status st = on_perf_fields(d, s, run->gen, &run->samples[i], false, within_limit);
+        tm_status st = on_perf_fields(d, s, run->gen, task_clock, &run->samples[i], false, within_limit);
         if (st != TM_OK) {
             tm_pf_failed_at(&d->rd, &run->samples[i]);
             return st;
