@@ -464,6 +464,7 @@ static void symbolize_closed_chunks(const char *out, unsigned *next, int ended, 
 }
 
 static int record_main(int argc, char **argv, cli_symbols *syms) {
+    int out_given = 0;
     const char *out = "tracemill-record.pftrace", *preload = NULL, *backend = "auto", *values[N_ENV_OPTS] = {0};
     const char *pids = NULL;
     int heap = 0, kernel = 0, system_wide = 0, off_cpu = 0, i = 1;
@@ -494,7 +495,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
             continue;
         }
         if (!v) break;
-        if (strcmp(a, "-o") == 0) out = argv[++i];
+        if (strcmp(a, "-o") == 0) out = argv[++i], out_given = 1;
         else if (strcmp(a, "--preload") == 0) preload = argv[++i];
         else if (strcmp(a, "-p") == 0) {
             pids = argv[++i];
@@ -764,6 +765,9 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         return 125;
     }
     /* Uploaded chunks are not files; the program's recorder reported them. */
+    if (upload && out_given) /* -o names only the upload queue then: say so, a file was asked for */
+        fprintf(stderr, "tracemill record: nothing was written to %s: with --upload the chunks are sent (queued in "
+                        "its .queue/ until then), not kept\n", out);
     if (upload) {
         /* The uploader reports as the program exits; a program that ends
          * with _exit (dash's sh -c) ends its trace but cannot flush it. */

@@ -275,8 +275,8 @@ static char *record_script(const char *dir, const char *shell, const char *scrip
 }
 
 /* Without --chunk-seconds and --upload-queue, an upload run still records
- * in chunks into OUT.queue/ and writes no OUT: no temporary OUT is left
- * behind. The recorder's closing report reaches record's stderr even when
+ * in chunks into OUT.queue/ and writes no OUT, which it says (OUT was
+ * asked for): no temporary OUT is left behind. The recorder's closing report reaches record's stderr even when
  * the program has closed its own (as xz does before exiting). A fork child
  * that ends with exit() (bash's command substitution) leaves the parent's
  * uploader alone: closing it in the child waited forever. */
@@ -295,6 +295,8 @@ Test(record_upload, a_single_run_of_a_forking_program_ends_and_reports) {
     cr_assert_null(strstr(names, ".tmp"), "a temporary file is left: %s", names);
     cr_assert_null(strstr(names, "trace.pftrace"), "an upload run wrote OUT: %s", names);
     cr_assert(strstr(names, "trace.queue"), "the queue is not OUT.queue: %s", names);
+    cr_assert(strstr(log, "nothing was written to ") && strstr(log, "trace.pftrace: with --upload"),
+              "record does not say that the -o it was given got nothing: %s", log);
     free(names);
     free(ls);
     free(log);
