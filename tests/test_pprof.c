@@ -646,24 +646,17 @@ Test(pprof, location_addresses_are_process_addresses_inside_their_mapping) {
 Test(pprof, the_processes_program_is_the_first_mapping) {
     for (int named = 0; named <= 3; named++) {
         tb_buf t = {0};
-        if (named >= 2) {
+        if (named) {
             size_t p = tb_packet_open(&t, 2, TB_BOOT0, 0);
             size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
             size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
             tb_uint(&t, TM_PF_PROCESS_PID, PID);
-            tb_str(&t, TM_PF_PROCESS_CMDLINE, "renamed");
+            tb_str(&t, TM_PF_PROCESS_CMDLINE, named == 1 ? "/apex/boot-framework.oat" : "renamed");
             tb_close(&t, pr);
-            tb_pt_thread(&t, 43, PID, "RenderThread"); /* first: its samples (libexample.so) come first */
-            tb_pt_thread(&t, named == 2 ? PID : 44, PID, "boot-framework.oat");
-            tb_close(&t, pt);
-            tb_close(&t, p);
-        } else if (named) {
-            size_t p = tb_packet_open(&t, 2, TB_BOOT0, 0);
-            size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
-            size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
-            tb_uint(&t, TM_PF_PROCESS_PID, PID);
-            tb_str(&t, TM_PF_PROCESS_CMDLINE, "/apex/boot-framework.oat");
-            tb_close(&t, pr);
+            if (named >= 2) {
+                tb_pt_thread(&t, 43, PID, "RenderThread"); /* first: its samples (libexample.so) come first */
+                tb_pt_thread(&t, named == 2 ? PID : 44, PID, "boot-framework.oat");
+            }
             tb_close(&t, pt);
             tb_close(&t, p);
         }

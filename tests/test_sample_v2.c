@@ -1216,14 +1216,8 @@ Test(in_app, per_mapping_but_kernel_addresses_apart) {
     tb_close(&t, pkt);
     tb_perf_sample(&t, 1, TB_BOOT0 + 1000, 10, 10, 1, TB_SEQ_NEEDS);
     tb_perf_sample(&t, 1, TB_BOOT0 + 2000, 10, 10, 1, TB_SEQ_NEEDS);
-    tm_trace *tr = NULL;
-    tm_error err;
-    cr_assert_eq(tm_trace_parse(t.data, t.len, NULL, &tr, &err), TM_OK, "%s", err.message);
-    tu_membuf out = {0};
-    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
-    cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
-    json_t *root = json_loadb(out.data, out.len, 0, NULL);
-    cr_assert_not_null(root);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
+    json_t *root = load_json(&out);
     json_t *frames = json_object_get(json_object_get(root, "profile"), "frames");
     cr_assert_eq(json_array_size(frames), 4);
     for (size_t i = 0; i < 4; i++) {
@@ -1236,12 +1230,9 @@ Test(in_app, per_mapping_but_kernel_addresses_apart) {
     }
     json_decref(root);
     tu_membuf_free(&out);
-    tm_trace_free(tr);
     tb_free(&t);
 }
 
-/* Relay's converter never writes in_app: --compat relay output has none
- * (its bytes are Relay's, test_relay_compat), the default mode's has it. */
 /* The fixed lists are searched only up to the name's first byte: every
  * entry must still be found (a class of each platform package, a library
  * under each system path is not the app's), and names beside them are. */
@@ -1282,12 +1273,7 @@ Test(in_app, every_system_class_and_path_is_found) {
     tb_close(&t, in);
     tb_close(&t, pkt);
     tb_perf_sample(&t, 1, TB_BOOT0 + 1000, 10, 10, 1, TB_SEQ_NEEDS);
-    tm_trace *tr = NULL;
-    tm_error err;
-    cr_assert_eq(tm_trace_parse(t.data, t.len, NULL, &tr, &err), TM_OK, "%s", err.message);
-    tu_membuf out = {0};
-    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
-    cr_assert_eq(tm_write_sample_v2(tr, NULL, &sink, &err), TM_OK, "%s", err.message);
+    tu_membuf out = convert_ok(&t, TM_MODE_DEFAULT, NULL);
     json_t *root = load_json(&out);
     json_t *frames = json_object_get(json_object_get(root, "profile"), "frames");
     cr_assert_eq(json_array_size(frames), N_CLASSES + N_PATHS);
@@ -1310,10 +1296,11 @@ Test(in_app, every_system_class_and_path_is_found) {
     }
     json_decref(root);
     tu_membuf_free(&out);
-    tm_trace_free(tr);
     tb_free(&t);
 }
 
+/* Relay's converter never writes in_app: --compat relay output has none
+ * (its bytes are Relay's, test_relay_compat), the default mode's has it. */
 Test(in_app, never_in_relay_mode) {
     size_t len;
     char *buf = tu_read_file(TM_FIXTURES "/relay-compat/java_frame_splitting.pftrace", &len);
