@@ -1322,23 +1322,22 @@ static tm_status on_streaming(dec *d, seq_state *s, const tm_pf_packet *k) {
             if (!ok) p->stats.dropped_unresolved++;
             else DTRY_MEM(d, tm_profile_add_sample(p, base + acc, stack, thread));
         }
-        for (size_t i = n; i < n_dt; i++) acc += deltas[i] * 1000;
-        if (s->has_ref_time) s->time_ns = (int64_t)((uint64_t)time_ns + (uint64_t)acc);
-        if (n_cs > n_dt) p->stats.dropped_malformed_streaming += n_cs - n_dt;
-        return TM_OK;
-    }
-    for (size_t i = 0; i < n_dt; i++) {
-        uint64_t delta_us = (uint64_t)deltas[i], delta_ns = delta_us * 1000u; /* in int64 up to INT64_MAX / 1000 us */
-        if (delta_us > INT64_MAX / 1000 || __builtin_add_overflow(acc, (int64_t)delta_ns, &acc)) exact = false;
-        time_ns = (int64_t)((uint64_t)time_ns + delta_ns);
-        if (i >= n_cs) continue; /* trailing deltas still advance the time */
-        uint32_t stack;
-        int ok;
-        int64_t t;
-        TM_TRY(resolve_callstack(d, s, iids[i], k->data.data, &stack, &ok));
-        if (!ok) p->stats.dropped_unresolved++;
-        else if (!exact || __builtin_add_overflow(base, acc, &t) || t < 0) p->stats.dropped_bad_timestamp++;
-        else DTRY_MEM(d, tm_profile_add_sample(p, t, stack, thread));
+        for (size_t i = n; i < n_dt; i++) acc += deltas[i] * 1000; /* trailing deltas still advance the time */
+        time_ns = (int64_t)((uint64_t)time_ns + (uint64_t)acc);
+    } else {
+        for (size_t i = 0; i < n_dt; i++) {
+            uint64_t delta_us = (uint64_t)deltas[i], delta_ns = delta_us * 1000u; /* in int64 to INT64_MAX / 1000 us */
+            if (delta_us > INT64_MAX / 1000 || __builtin_add_overflow(acc, (int64_t)delta_ns, &acc)) exact = false;
+            time_ns = (int64_t)((uint64_t)time_ns + delta_ns);
+            if (i >= n_cs) continue; /* trailing deltas still advance the time */
+            uint32_t stack;
+            int ok;
+            int64_t t;
+            TM_TRY(resolve_callstack(d, s, iids[i], k->data.data, &stack, &ok));
+            if (!ok) p->stats.dropped_unresolved++;
+            else if (!exact || __builtin_add_overflow(base, acc, &t) || t < 0) p->stats.dropped_bad_timestamp++;
+            else DTRY_MEM(d, tm_profile_add_sample(p, t, stack, thread));
+        }
     }
     if (s->has_ref_time) s->time_ns = time_ns;
     if (n_cs > n_dt) p->stats.dropped_malformed_streaming += n_cs - n_dt;

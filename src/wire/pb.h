@@ -103,6 +103,21 @@ static inline uint64_t tm_pb_load8(const uint8_t *q) {
 #pragma GCC diagnostic pop
 #endif
 
+/* The mask keeping the seven value bits of each of a varint's len bytes
+ * (1 to 8), loaded little-endian into a word. */
+static inline uint64_t tm_pb_varint_keep(unsigned len) {
+    return (~0ull >> (64 - 8 * len)) & 0x7f7f7f7f7f7f7f7full;
+}
+
+/* The value of up to eight 7-bit groups, a varint's bytes loaded
+ * little-endian and masked by tm_pb_varint_keep: the groups packed
+ * together, pairs, then fours, then the two halves. */
+TM_PB_INLINE uint64_t tm_pb_varint_groups(uint64_t w) {
+    w = (w & 0x007f007f007f007full) | (w & 0x7f007f007f007f00ull) >> 1;
+    w = (w & 0x00003fff00003fffull) | (w & 0x3fff00003fff0000ull) >> 2;
+    return (w & 0x000000000fffffffull) | (w & 0x0fffffff00000000ull) >> 4;
+}
+
 /* Decodes a varint of at most eight bytes at q, when eight bytes are
  * there (end - q >= 8), without a branch a byte: the first byte without
  * its high bit ends the varint; the 7-bit groups are then packed together
@@ -115,11 +130,7 @@ TM_PB_INLINE const uint8_t *tm_pb_varint_eight(const uint8_t *q, const uint8_t *
         uint64_t stops = ~w & 0x8080808080808080ull;
         if (TM_LIKELY(stops)) {
             unsigned last = (unsigned)__builtin_ctzll(stops); /* 8k + 7 for a varint of k + 1 bytes */
-            w &= (~0ull >> (63 - last)) & 0x7f7f7f7f7f7f7f7full;
-            w = (w & 0x007f007f007f007full) | (w & 0x7f007f007f007f00ull) >> 1;
-            w = (w & 0x00003fff00003fffull) | (w & 0x3fff00003fff0000ull) >> 2;
-            w = (w & 0x000000000fffffffull) | (w & 0x0fffffff00000000ull) >> 4;
-            *out = w;
+            *out = tm_pb_varint_groups(w & (~0ull >> (63 - last)) & 0x7f7f7f7f7f7f7f7full);
             return q + (last + 1) / 8;
         }
     }
@@ -133,17 +144,11 @@ TM_PB_INLINE const uint8_t *tm_pb_varint_eight(const uint8_t *q, const uint8_t *
  * bytes already checked (each but the last has its high bit set), with
  * eight bytes readable at q. keep: tm_pb_varint_keep(len), which callers
  * that read many varints of one length compute once. */
-static inline uint64_t tm_pb_varint_keep(unsigned len) {
-    return (~0ull >> (64 - 8 * len)) & 0x7f7f7f7f7f7f7f7full;
-}
 TM_PB_INLINE uint64_t tm_pb_varint_of_len(const uint8_t *q, unsigned len, uint64_t keep) {
     if (len == 1) return q[0];
     if (len == 2) return (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
 #if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t w = tm_pb_load8(q) & keep;
-    w = (w & 0x007f007f007f007full) | (w & 0x7f007f007f007f00ull) >> 1;
-    w = (w & 0x00003fff00003fffull) | (w & 0x3fff00003fff0000ull) >> 2;
-    return (w & 0x000000000fffffffull) | (w & 0x0fffffff00000000ull) >> 4;
+    return tm_pb_varint_groups(tm_pb_load8(q) & keep);
 #else
     (void)keep;
     uint64_t v = 0;
