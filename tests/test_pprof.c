@@ -676,6 +676,48 @@ Test(pprof, the_processes_program_is_the_first_mapping) {
     }
 }
 
+/* A program run by another name than its file's (sh is /usr/bin/dash):
+ * no mapping names a process, so the one its main thread's stacks start
+ * in (_start) is the program, not libc.so.6, whose leaf came first. */
+Test(pprof, the_mapping_main_threads_start_in_is_the_first) {
+    tb_buf t = {0};
+    add_clock(&t);
+    size_t p = tb_packet_open(&t, 2, TB_BOOT0, 0);
+    size_t pt = tb_open(&t, TM_PF_PACKET_PROCESS_TREE);
+    size_t pr = tb_open(&t, TM_PF_PROCESS_TREE_PROCESSES);
+    tb_uint(&t, TM_PF_PROCESS_PID, PID);
+    tb_str(&t, TM_PF_PROCESS_CMDLINE, "sh");
+    tb_close(&t, pr);
+    tb_pt_thread(&t, PID, PID, "sh");
+    tb_close(&t, pt);
+    tb_close(&t, p);
+    size_t pkt = tb_packet_open(&t, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&t, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 1, "_start", 6);
+    tb_interned_string(&t, TM_PF_INTERNED_FUNCTION_NAMES, 2, "strcmp", 6);
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 10, "/usr/bin/dash", 13);
+    tb_interned_string(&t, TM_PF_INTERNED_MAPPING_PATHS, 11, "/usr/lib/libc.so.6", 18);
+    const uint64_t dash[1] = {10}, libc[1] = {11};
+    tb_mapping(&t, 1, 0, 0x1000, 0x2000, dash, 1);
+    tb_mapping(&t, 2, 0, 0x70000000, 0x70010000, libc, 1);
+    tb_frame(&t, 1, 1, 1, 0x100);
+    tb_frame(&t, 2, 2, 2, 0x200);
+    const uint64_t frames[2] = {1, 2};
+    tb_callstack(&t, 1, frames, 2, 0);
+    tb_close(&t, in);
+    tb_close(&t, pkt);
+    tb_perf_sample(&t, 1, TB_BOOT0, PID, PID, 1, 0);
+    tb_perf_sample(&t, 1, TB_BOOT0 + PERIOD, PID, PID, 1, 0);
+    tm_trace *tr = parse(&t);
+    d_profile d;
+    write_and_decode(tr, NULL, &d);
+    cr_assert_eq(d.n_mappings, 2);
+    cr_assert_str_eq(str_at(&d, mapping(&d, 1)->filename), "/usr/bin/dash");
+    free_profile(&d);
+    tm_trace_free(tr);
+    tb_free(&t);
+}
+
 Test(pprof, gzip_and_raw_hold_the_same_profile) {
     tb_buf t = {0};
     build_trace(&t, SAMPLES, N_SAMPLES);

@@ -542,9 +542,41 @@ static bool names_a_process(const tm_profile *p, tm_str path) {
     return false;
 }
 
+/* Adds one vote to the mapping of the outermost frame of a written stack
+ * of a main thread (tid == pid): its entry point (_start) is in the program. */
+static void vote_root(const pprof_writer *x, uint32_t thread, uint32_t stack, uint64_t *votes) {
+    const tm_profile *p = x->p;
+    const tm_prof_thread *t = &p->threads[thread];
+    const tm_prof_stack *s = &p->stacks[stack];
+    if (!t->pid || t->tid != t->pid || !s->len || x->stack_off[stack] == SIZE_MAX) return;
+    uint32_t m = p->frames[tm_profile_stack_frames(p, s)[s->len - 1]].mapping;
+    if (m) votes[m - 1]++;
+}
+
+/* The mapping most main-thread stacks start in, or 0 (index + 1). Found
+ * when a program ran under another name than its file's (sh is
+ * /usr/bin/dash, python3 is python3.11): File was libc.so.6. */
+static tm_status root_mapping(const pprof_writer *x, uint32_t *out) {
+    const tm_profile *p = x->p;
+    *out = 0;
+    uint64_t *votes = zalloc(x->mem, (p->n_mappings + 1) * sizeof *votes);
+    if (!votes) return TM_ERR_NOMEM;
+    for (size_t i = 0; i < p->n_samples; i++) vote_root(x, p->samples[i].thread, p->samples[i].stack, votes);
+    for (size_t i = 0; i < p->n_off_samples; i++)
+        vote_root(x, p->off_samples[i].thread, p->off_samples[i].stack, votes);
+    for (size_t i = 0; i < p->n_heap_samples; i++)
+        vote_root(x, p->heap_samples[i].thread, p->heap_samples[i].stack, votes);
+    uint64_t best = 0;
+    for (size_t m = 0; m < p->n_mappings; m++)
+        if (votes[m] > best) best = votes[m], *out = (uint32_t)m + 1;
+    tm_mem_free(x->mem, votes, (p->n_mappings + 1) * sizeof *votes);
+    return TM_OK;
+}
+
 /* Numbers functions and used mappings in location order, but the mapping
- * of a program the profile's processes are named after first: pprof takes
- * the first mapping for the main binary (its "File:"). */
+ * of a program the profile's processes are named after first (else the
+ * one main threads start in): pprof takes the first mapping for the main
+ * binary (its "File:"). */
 static tm_status number_functions_and_mappings(pprof_writer *x) {
     const tm_profile *p = x->p;
     uint32_t n_maps = 0;
@@ -558,6 +590,11 @@ static tm_status number_functions_and_mappings(pprof_writer *x) {
         if (names_a_process(p, p->mappings[f->mapping - 1].path)) x->map_id[f->mapping - 1] = ++n_maps;
     }
     tm_mem_free(x->mem, checked, p->n_mappings + 1);
+    if (!n_maps) {
+        uint32_t root;
+        TM_TRY(root_mapping(x, &root));
+        if (root) x->map_id[root - 1] = ++n_maps;
+    }
     for (size_t l = 0; l < x->n_locs; l++) {
         for (uint32_t k = 0; k < x->locs[l].n; k++) {
             uint32_t fi = p->frame_ids[x->locs[l].at + k];
