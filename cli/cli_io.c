@@ -314,6 +314,48 @@ static int open_special(const char *path, int named, cli_output *o) {
     return EXIT_OK;
 }
 
+/* The descriptor /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N
+ * names when this process has it open, else -1. */
+static int named_descriptor(const char *path) {
+    if (strcmp(path, "/dev/stdout") == 0) return fcntl(STDOUT_FILENO, F_GETFL) == -1 ? -1 : STDOUT_FILENO;
+    if (strcmp(path, "/dev/stderr") == 0) return fcntl(STDERR_FILENO, F_GETFL) == -1 ? -1 : STDERR_FILENO;
+    static const char *const dirs[] = {"/dev/fd/", "/proc/self/fd/"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        size_t n = strlen(dirs[i]);
+        if (strncmp(path, dirs[i], n) != 0 || path[n] < '0' || path[n] > '9') continue;
+        char *end;
+        errno = 0;
+        long fd = strtol(path + n, &end, 10);
+        if (*end || errno || fd > INT_MAX || fcntl((int)fd, F_GETFL) == -1) return -1;
+        return (int)fd;
+    }
+    return -1;
+}
+
+/* A descriptor the command was given (-o /dev/stdout) is written through
+ * a copy of it, as a shell's redirection is: its link leads to what was
+ * opened, which following it would replace (losing what `>>` appends to)
+ * or not find at all (a pipe's "pipe:[N]"). */
+static int open_descriptor(const char *path, int fd, int flags, cli_output *o) {
+    if ((flags & CLI_OUT_BINARY) && isatty(fd)) {
+        fprintf(stderr, "tracemill: refusing to write binary output to a terminal (use -o FILE)\n");
+        return EXIT_USAGE;
+    }
+    o->special = 1;
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (copy < 0) return cli_output_error(path, errno);
+    if (!(o->f = fdopen(copy, "wb"))) {
+        int e = errno;
+        close(copy);
+        return cli_output_error(path, e);
+    }
+    if (!(flags & CLI_OUT_NAMED)) return EXIT_OK;
+    int tmp = create_temp(NULL, 0600, &o->tmp);
+    if (tmp < 0) return cli_output_error(path, errno);
+    close(tmp);
+    return EXIT_OK;
+}
+
 static int open_output(const char *path, int flags, const char *const *inputs, cli_output *o);
 
 int cli_output_open(const char *path, int flags, const char *const *inputs, cli_output *o) {
@@ -342,6 +384,8 @@ static int open_output(const char *path, int flags, const char *const *inputs, c
         }
         return EXIT_OK;
     }
+    int fd = named_descriptor(path);
+    if (fd >= 0) return open_descriptor(path, fd, flags, o);
     o->target = final_target(path);
     if (!o->target) return cli_output_error(path, errno);
     struct stat st;
@@ -366,7 +410,7 @@ static int open_output(const char *path, int flags, const char *const *inputs, c
         umask(mask);
         mode = 0666 & ~mask;
     }
-    int fd = create_temp(o->target, mode, &o->tmp);
+    fd = create_temp(o->target, mode, &o->tmp);
     if (fd < 0) return cli_output_error(path, errno);
     if (flags & CLI_OUT_NAMED) close(fd);
     else if (!(o->f = fdopen(fd, "wb"))) {

@@ -485,6 +485,42 @@ Test(cli_files, a_fifo_or_device_is_written_in_place) {
     remove_scratch();
 }
 
+/* -o /dev/stdout (or /dev/fd/N) is the descriptor the shell opened: a file
+ * it appends to keeps what came before and after (following the link
+ * replaced the file with the output alone), and a pipe, whose link reads
+ * "pipe:[N]", gets the output (it was "No such file or directory"). */
+Test(cli_files, dev_stdout_is_written_through_the_descriptor) {
+    static const char *const prefixes[] = {"{", "", "<?xml", "SQLite format 3"};
+    make_scratch();
+    char file[128], copy[128], args[1024], cmd[2048];
+    snprintf(file, sizeof file, "%s/log", scratch);
+    snprintf(copy, sizeof copy, "%s/copy", scratch);
+    for (size_t i = 0; i < sizeof writers / sizeof *writers; i++) {
+        const char *out = i % 2 ? "/dev/fd/1" : "/dev/stdout";
+        size_t n = 0;
+        for (const char *q = writers[i]; *q && n < sizeof args - 32;) {
+            if (strncmp(q, "OUT", 3) == 0) n += (size_t)sprintf(args + n, "%s", out), q += 3;
+            else if (strncmp(q, "IN", 2) == 0) n += (size_t)sprintf(args + n, "%s", MINIMAL), q += 2;
+            else args[n++] = *q++;
+        }
+        args[n] = 0;
+        write_text(file, "first\n");
+        snprintf(cmd, sizeof cmd, "{ %s %s && echo last; } >>%s", TM_CLI, args, file);
+        cr_expect_eq(system(cmd), 0, "`%s`", cmd);
+        size_t len;
+        char *got = tu_read_file(file, &len);
+        cr_assert_not_null(got);
+        cr_expect(len > 11 && strncmp(got, "first\n", 6) == 0 &&
+                      strncmp(got + 6, prefixes[i], strlen(prefixes[i])) == 0 && strcmp(got + len - 5, "last\n") == 0,
+                  "`%s`: the file holds %zu bytes: %.40s", cmd, len, got);
+        free(got);
+        snprintf(cmd, sizeof cmd, "%s %s | cat >%s", TM_CLI, args, copy);
+        cr_expect_eq(system(cmd), 0, "`%s`", cmd);
+        cr_expect(starts_with_file(copy, prefixes[i]), "`%s`: the pipe got no %s", cmd, prefixes[i]);
+    }
+    remove_scratch();
+}
+
 Test(cli_files, a_directory_is_refused) {
     make_scratch();
     char dir[128];
