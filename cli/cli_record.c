@@ -423,12 +423,23 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
  * take its SIGPROF: a program whose CPU time went mostly unsampled (threads
  * that block signals, a SIGPROF handler of its own, work done in child
  * processes) is told so, with the backend that records it. ru is the
- * program's, with the descendants it waited for. */
-static int report_unsampled_cpu(const char *what, const struct rusage *ru, uint64_t samples, unsigned long hz) {
+ * program's, with the descendants it waited for. A program SIGKILL ended
+ * lost what was sampled since the last file write instead (it was blamed
+ * on blocked signals and child processes). */
+static int report_unsampled_cpu(const char *what, const struct rusage *ru, uint64_t samples, unsigned long hz,
+                                int sigkilled, const char *write_period_ms) {
     double cpu = (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
                  (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1e-6;
     double due = cpu * (double)(hz < CPU_TIMER_FULL_RATE_HZ ? hz : CPU_TIMER_FULL_RATE_HZ);
     if (due < 5.0 || (double)samples >= 0.75 * due) return 0;
+    if (sigkilled) {
+        fprintf(stderr,
+                "tracemill record: %s used %.3f s of CPU time but only %llu samples were taken (about %.0f were "
+                "due): SIGKILL ended it, which no handler sees, so what was sampled after the recorder's last file "
+                "write (every %s ms, --file-write-period-ms) was lost; --backend perf keeps every sample\n",
+                what, cpu, (unsigned long long)samples, due, write_period_ms);
+        return 1;
+    }
     fprintf(stderr,
             "tracemill record: %s used %.3f s of CPU time but only %llu samples were taken (about %.0f were due): "
             "the signal backend samples the threads of its first process that take SIGPROF, so threads that "
@@ -800,7 +811,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     clock_gettime(CLOCK_MONOTONIC, &ended);
     double ran_s = (double)(ended.tv_sec - started.tv_sec) + (double)(ended.tv_nsec - started.tv_nsec) * 1e-9;
     int cut_short = values[OPT_DURATION] && ran_s > strtod(values[OPT_DURATION], NULL);
-    int unsampled = !could_not_run(code) && !lost && !cut_short && report_unsampled_cpu(cmd[0], &ru, samples, hz);
+    int sigkilled = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    const char *write_period = values[OPT_FILE_WRITE_PERIOD] ? values[OPT_FILE_WRITE_PERIOD] : "1000";
+    int unsampled = !could_not_run(code) && !lost && !cut_short &&
+                    report_unsampled_cpu(cmd[0], &ru, samples, hz, sigkilled, write_period);
     /* A heap profile is written even when no CPU sample was taken (the
      * program reported it on stderr). */
     if (samples == 0 && could_not_run(code)) { /* CMD could not run (said), or exited 126 or 127 itself */

@@ -399,6 +399,17 @@ Test(record_end, a_signal_to_record_reaches_the_program) {
     }
 }
 
+/* SIGKILL, which no handler sees, loses what was sampled since the last
+ * file write: record says so, not that threads blocked signals or that
+ * child processes went unsampled (what it said before). */
+Test(record_end, a_sigkill_is_named_for_the_lost_samples) {
+    char *trace = path_in_dir("killed9.pftrace"), *err;
+    int code = record_cli(trace, "", "sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; kill -KILL $$'", &err);
+    cr_expect_eq(code, 128 + SIGKILL, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "SIGKILL ended it") && !strstr(err, "block signals"), "%s", err);
+    free(err), free(trace);
+}
+
 /* dash runs `sh -c '...; exit 3'` and ends with _exit: a short run still
  * leaves a whole trace, and its status. */
 Test(record_end, a_short_sh_c_run_leaves_a_trace) {
