@@ -310,6 +310,21 @@ static int exec_file(const char *cmd, char *path, size_t cap) {
     }
 }
 
+/* The line that draws the recording, its path quoted for a shell when it
+ * holds more than letters, digits and "/._-+,:@%" (a path with a space
+ * broke the pasted command). */
+static void print_flame_hint(const char *path) {
+    if (path[strspn(path, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@%")] == 0) {
+        fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n", path);
+        return;
+    }
+    fputs("tracemill record: flame graph: tracemill convert -f svg '", stderr);
+    for (const char *c = path; *c; c++)
+        if (*c == '\'') fputs("'\\''", stderr);
+        else fputc(*c, stderr);
+    fputs("' -o flame.svg\n", stderr);
+}
+
 /* 1, with what its file is into why ("set-user-ID (uid 0)"), when running
  * cmd gives its process privileges that record lacks (root lacks none):
  * the kernel samples such a program only for a privileged recorder, and the
@@ -415,7 +430,7 @@ static int record_perf(const char *helper, const char *out, unsigned long hz, co
     int to_file = !o.special;
     rc = cli_output_close(&o, EXIT_OK);
     if (rc != EXIT_OK) return 125;
-    if (to_file) fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n", out);
+    if (to_file) print_flame_hint(out);
     return code;
 }
 
@@ -835,9 +850,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     }
     int to_file = !o.special, rc = cli_output_close(&o, EXIT_OK);
     if (rc != EXIT_OK) return 125;
-    if (to_file)
-        fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n",
-                single ? out : "OUT.N.pftrace");
+    if (to_file) {
+        char first[PATH_MAX];
+        print_flame_hint(single || !chunk_file(out, 0, first, sizeof first) ? out : first);
+    }
     return code == 0 ? EXIT_OK : code;
 }
 

@@ -410,6 +410,23 @@ Test(record_end, a_sigkill_is_named_for_the_lost_samples) {
     free(err), free(trace);
 }
 
+/* The flame graph line can be pasted: a path with a space is quoted (it
+ * was printed bare), and chunks name the first one, not OUT.N.pftrace. */
+Test(record_end, the_flame_graph_line_can_be_pasted) {
+    char *trace = path_in_dir("a b.pftrace"), *quoted = NULL, *want = NULL, *err;
+    cr_assert_gt(asprintf(&quoted, "'%s'", trace), 0);
+    int code = record_cli(quoted, "", TM_RECORD_END_TARGET " exit 0.3", &err);
+    cr_expect_eq(code, 0, "exit %d: %s", code, err);
+    cr_assert_gt(asprintf(&want, "flame graph: tracemill convert -f svg '%s' -o flame.svg\n", trace), 0);
+    cr_expect(strstr(err, want), "%s", err);
+    free(err), free(want), free(quoted), free(trace);
+    trace = path_in_dir("chunks.pftrace");
+    code = record_cli(trace, "--chunk-seconds 1", TM_RECORD_END_TARGET " exit 0.3", &err);
+    cr_expect_eq(code, 0, "exit %d: %s", code, err);
+    cr_expect(strstr(err, "chunks.0.pftrace -o flame.svg\n"), "%s", err);
+    free(err), free(trace);
+}
+
 /* dash runs `sh -c '...; exit 3'` and ends with _exit: a short run still
  * leaves a whole trace, and its status. */
 Test(record_end, a_short_sh_c_run_leaves_a_trace) {
