@@ -68,10 +68,14 @@ tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *er
 /* A rarely taken function kept out of its hot callers (their frames and
  * saved registers grow with what is inlined into them). */
 #define TM_COLD __attribute__((cold, noinline))
+/* A function kept out of line although called from one place: its hot
+ * caller's fast path stays small. */
+#define TM_NOINLINE __attribute__((noinline))
 #else
 #define TM_LIKELY(x) (x)
 #define TM_UNLIKELY(x) (x)
 #define TM_COLD
+#define TM_NOINLINE
 #endif
 
 /* Signed 128-bit integer: Relay does its clock arithmetic in i128. */

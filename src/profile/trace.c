@@ -796,8 +796,8 @@ static tm_status resolve_frame_entry(dec *d, seq_state *s, resolved *c, uint64_t
 
 /* resolve_frame_entry, sharing what the frame resolved to under the
  * tables' class. */
-static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t iid, const uint8_t *at,
-                                    uint32_t *out, int *ok, uint32_t *since) {
+TM_NOINLINE static tm_status resolve_frame_slow(dec *d, seq_state *s, resolved *c, uint64_t iid,
+                                                const uint8_t *at, uint32_t *out, int *ok, uint32_t *since) {
     TM_TRY(resolve_frame_entry(d, s, c, iid, at, out, ok, since));
     return *ok ? share(d, s, &d->shared_frames, &d->n_shared_frames, d->cls, iid, *out) : TM_OK;
 }
@@ -839,6 +839,44 @@ static tm_status frames_kept(dec *d, seq_state *s, tm_bytes msg, const uint8_t *
     return TM_OK;
 }
 
+/* Resolves the frames of callstack msg into frame_scratch (root first):
+ * *n of them; *ok = 0 when the stack is dropped. What holds for the whole
+ * stack is asked once, and two cases take no call: a frame resolved in
+ * this epoch, and one this sequence never resolved that another of its
+ * class did (resolve_frame_entry's first case, as twin_first holds: a
+ * writer's sequences share most frames). */
+static tm_status stack_frames(dec *d, seq_state *s, tm_bytes msg, const uint8_t *at, size_t *n_out, int *ok) {
+    const uint32_t epoch = cur_epoch(d), cls = d->cls;
+    const bool early = cls && !d->local && d->gen == d->rd.seqs[s->index].gen;
+    res_cache *fc = &s->frames;
+    size_t n = 0;
+    *ok = 0;
+    tm_pb_repeated ids = tm_pb_repeated_of(msg, TM_PF_CALLSTACK_FRAME_IDS);
+    uint64_t fid;
+    while (tm_pb_repeated_next(&ids, &fid) == TM_PB_OK) { /* checked when interned */
+        uint32_t pfi, since;
+        int fok = 1;
+        resolved *c = cache_find(fc, fid);
+        if (TM_LIKELY(c && c->upto == epoch)) {
+            pfi = c->id;
+        } else if (!c && early && fid < fc->n_dense && fid < d->n_shared_frames && d->shared_frames[fid].cls == cls) {
+            pfi = d->shared_frames[fid].id;
+            fc->dense[fid] = (resolved){pfi, epoch, epoch};
+        } else {
+            TM_TRY(resolve_frame_slow(d, s, c, fid, at, &pfi, &fok, &since));
+        }
+        if (fok) {
+            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->frame_scratch, d->cap_fs, n + 1));
+            d->frame_scratch[n++] = pfi;
+        } else if (!d->relay) {
+            return TM_OK;
+        }
+    }
+    *n_out = n;
+    *ok = 1;
+    return TM_OK;
+}
+
 /* Resolves callstack iid, first time in this epoch. */
 static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, const uint8_t *at,
                                          uint32_t *out, int *ok) {
@@ -868,19 +906,8 @@ static tm_status resolve_callstack_epoch(dec *d, seq_state *s, uint64_t iid, con
         return remember(d, s, &s->stacks, c, iid, *out, &since);
     }
     size_t n = 0;
-    tm_pb_repeated ids = tm_pb_repeated_of(msg, TM_PF_CALLSTACK_FRAME_IDS);
-    uint64_t fid;
-    while (tm_pb_repeated_next(&ids, &fid) == TM_PB_OK) { /* checked when interned */
-        uint32_t pfi;
-        int fok;
-        TM_TRY(resolve_frame(d, s, fid, at, &pfi, &fok, &since));
-        if (fok) {
-            DTRY_MEM(d, TM_VEC_RESERVE(d->mem, d->frame_scratch, d->cap_fs, n + 1));
-            d->frame_scratch[n++] = pfi;
-        } else if (!d->relay) {
-            return TM_OK;
-        }
-    }
+    TM_TRY(stack_frames(d, s, msg, at, &n, ok));
+    if (!*ok) return TM_OK;
     reverse_scratch(d, n);
     DTRY_MEM(d, tm_profile_intern_stack(d->p, d->frame_scratch, n, out));
     TM_TRY(remember(d, s, &s->stacks, c, iid, *out, &since));
