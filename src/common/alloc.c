@@ -304,23 +304,6 @@ void tm_iidmap_free(tm_mem *mem, tm_iidmap *m) {
 
 /* ---- content-addressed index ---- */
 
-static size_t idxset_slot(const tm_idxset *s, uint32_t hash) { return (size_t)tm_hash_u64(hash ^ s->seed); }
-
-uint32_t tm_idxset_find_slot(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key,
-                             size_t *slot) {
-    *slot = 0;
-    if (!s->cap) return TM_ABSENT;
-    size_t mask = s->cap - 1;
-    for (size_t i = idxset_slot(s, hash) & mask;; i = (i + 1) & mask) {
-        uint64_t v = s->slots[i];
-        if (!v) {
-            *slot = i;
-            return TM_ABSENT;
-        }
-        if ((uint32_t)(v >> 32) == hash && eq(ctx, (uint32_t)v - 1, key)) return (uint32_t)v - 1;
-    }
-}
-
 uint32_t tm_idxset_find(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key) {
     size_t slot;
     return tm_idxset_find_slot(s, hash, eq, ctx, key, &slot);
@@ -334,7 +317,7 @@ static tm_status idxset_rehash(tm_mem *mem, tm_idxset *s, size_t ncap) {
     for (size_t i = 0; i < s->cap; i++) {
         uint64_t v = s->slots[i];
         if (!v) continue;
-        size_t j = idxset_slot(s, (uint32_t)(v >> 32)) & (ncap - 1);
+        size_t j = tm_idxset_slot(s, (uint32_t)(v >> 32)) & (ncap - 1);
         while (ns[j]) j = (j + 1) & (ncap - 1);
         ns[j] = v;
     }
@@ -347,16 +330,9 @@ static tm_status idxset_rehash(tm_mem *mem, tm_idxset *s, size_t ncap) {
 tm_status tm_idxset_add(tm_mem *mem, tm_idxset *s, uint32_t hash, uint32_t idx) {
     if (!s->cap) s->seed = mem->seed;
     if ((s->len + 1) * 4 > s->cap * 3) TM_TRY(idxset_rehash(mem, s, s->cap ? s->cap * 2 : 64));
-    size_t mask = s->cap - 1, i = idxset_slot(s, hash) & mask;
+    size_t mask = s->cap - 1, i = tm_idxset_slot(s, hash) & mask;
     while (s->slots[i]) i = (i + 1) & mask;
     s->slots[i] = ((uint64_t)hash << 32) | ((uint64_t)idx + 1);
-    s->len++;
-    return TM_OK;
-}
-
-tm_status tm_idxset_add_at(tm_mem *mem, tm_idxset *s, size_t slot, uint32_t hash, uint32_t idx) {
-    if (!s->cap || (s->len + 1) * 4 > s->cap * 3) return tm_idxset_add(mem, s, hash, idx); /* regrows: slots move */
-    s->slots[slot] = ((uint64_t)hash << 32) | ((uint64_t)idx + 1);
     s->len++;
     return TM_OK;
 }

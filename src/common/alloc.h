@@ -108,12 +108,35 @@ typedef int (*tm_idxset_eq)(const void *ctx, uint32_t idx, const void *key);
 uint32_t tm_idxset_find(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key);
 /* Records index idx under hash (the caller checked it is absent). */
 tm_status tm_idxset_add(tm_mem *mem, tm_idxset *s, uint32_t hash, uint32_t idx);
+/* Where the probe for hash starts (before masking): the seed mixed in. */
+static inline size_t tm_idxset_slot(const tm_idxset *s, uint32_t hash) {
+    return (size_t)tm_hash_u64(hash ^ s->seed);
+}
 /* tm_idxset_find, which when key is absent also gives the slot where
  * tm_idxset_add_at records it, if the set did not change in between:
- * interning a new record probes once. */
-uint32_t tm_idxset_find_slot(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx, const void *key,
-                             size_t *slot);
-tm_status tm_idxset_add_at(tm_mem *mem, tm_idxset *s, size_t slot, uint32_t hash, uint32_t idx);
+ * interning a new record probes once. Inline: the interning of frames,
+ * stacks and mappings calls it for each new one, and eq inlines too. */
+static inline uint32_t tm_idxset_find_slot(const tm_idxset *s, uint32_t hash, tm_idxset_eq eq, const void *ctx,
+                                           const void *key, size_t *slot) {
+    *slot = 0;
+    if (!s->cap) return TM_ABSENT;
+    size_t mask = s->cap - 1;
+    for (size_t i = tm_idxset_slot(s, hash) & mask;; i = (i + 1) & mask) {
+        uint64_t v = s->slots[i];
+        if (!v) {
+            *slot = i;
+            return TM_ABSENT;
+        }
+        if ((uint32_t)(v >> 32) == hash && eq(ctx, (uint32_t)v - 1, key)) return (uint32_t)v - 1;
+    }
+}
+/* Inline for a set that need not regrow (tm_idxset_add does that). */
+static inline tm_status tm_idxset_add_at(tm_mem *mem, tm_idxset *s, size_t slot, uint32_t hash, uint32_t idx) {
+    if (!s->cap || (s->len + 1) * 4 > s->cap * 3) return tm_idxset_add(mem, s, hash, idx); /* regrows: slots move */
+    s->slots[slot] = ((uint64_t)hash << 32) | ((uint64_t)idx + 1);
+    s->len++;
+    return TM_OK;
+}
 /* Makes room for n records without regrowing (none is added). */
 tm_status tm_idxset_reserve(tm_mem *mem, tm_idxset *s, size_t n);
 void tm_idxset_free(tm_mem *mem, tm_idxset *s);
