@@ -36,11 +36,23 @@ cleanup() {
 trap cleanup EXIT
 failed=0
 
+# The host's speed now, as "median best" ms: the server's work on one
+# envelope alone on one core (bench_process, 1 000 runs, ~0.3 s). This VM's
+# cores do not keep one speed: on an idle machine the same loop's median
+# moves between ~0.19 and ~0.31 ms within a minute, and the server's CPU per
+# chunk moves with it, so each scenario is framed by two of these.
+host_speed() {
+  "$BUILD/bench_process" "$ROOT/examples/demo.envelope" 1000 2>/dev/null |
+    sed -n 's/^tm_srv_process: best \([0-9.]*\) ms, median \([0-9.]*\) ms.*/\2 \1/p'
+}
+
 # run NAME CONFIG [BROKER_PID]: one server, one generator run; leaves the
-# generator's "key: value" lines in $tmp/NAME.out.
+# generator's "key: value" lines in $tmp/NAME.out and the host's speed
+# before and after in $tmp/NAME.host.
 run() {
   local name=$1 config=$2 port= i rc broker=()
   [ -n "${3:-}" ] && broker=(--broker-pid "$3")
+  host_speed >"$tmp/$name.host"
   "$BUILD/tracemill" serve --config "$config" >"$tmp/$name.server.out" 2>"$tmp/$name.server.err" &
   server_pid=$!
   for i in $(seq 1 200); do
@@ -78,6 +90,10 @@ run() {
   local src=0
   wait "$server_pid" || src=$?
   server_pid=
+  host_speed >>"$tmp/$name.host"
+  awk '{ m[NR] = $1; b[NR] = $2 }
+    END { if (NR == 2) printf "   host speed (bench_process alone, ms an envelope): median %s before, %s after (best %s, %s)\n",
+            m[1], m[2], b[1], b[2] }' "$tmp/$name.host"
   if [ "$src" -ne 0 ]; then
     echo "bench_serve: $name: the server exited with status $src after SIGTERM:" >&2
     cat "$tmp/$name.server.err" >&2
@@ -169,5 +185,9 @@ for name in kafka store; do
         v["server_cpu_ms_per_chunk_connections"], v["server_cpu_ms_per_chunk_store_writer"],
         v["server_cpu_ms_per_chunk_librdkafka"], v["server_cpu_ms_per_chunk_other"];
     }' "$tmp/$name.out"
+  # the same run on a faster or slower host reads differently: say which it was
+  [ -s "$tmp/$name.host" ] && awk '{ m[NR] = $1; b[NR] = $2 }
+    END { if (NR == 2) printf "%12s host speed around it: bench_process median %s and %s ms (best %s and %s)\n",
+            "", m[1], m[2], b[1], b[2] }' "$tmp/$name.host"
 done
 exit "$failed"
