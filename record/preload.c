@@ -180,8 +180,12 @@ __attribute__((visibility("default"))) int dlclose(void *handle) {
     int (*next)(void *);
     memcpy(&next, &sym, sizeof sym); /* object to function pointer, as POSIX allows */
     tm_recorder *r = g_preload_recorder;
-    if (r && (pid_t)syscall(SYS_getpid) == g_preload_pid) tmr_recorder_sync_before_unmap(r, UNMAP_SYNC_TIMEOUT_MS);
-    return next(handle);
+    int ours = r && (pid_t)syscall(SYS_getpid) == g_preload_pid;
+    if (ours) tmr_recorder_sync_before_unmap(r, UNMAP_SYNC_TIMEOUT_MS);
+    int rc = next(handle);
+    /* a library dlopen maps where this one was must not pass for it */
+    if (ours && rc == 0) tmr_recorder_maps_changed(r);
+    return rc;
 }
 
 /* Unsigned decimal environment value; 0 (the option's default) when unset.

@@ -168,6 +168,9 @@ tm_status tmr_symbols_refresh(tmr_symbols *s, tm_error *err);
  * replaces the live mappings it overlaps. */
 tm_status tmr_symbols_add(tmr_symbols *s, uint64_t start, uint64_t end, uint64_t offset, const char *path,
                           tm_error *err);
+/* 1 while mappings gone from the maps are kept (code a dlclose unmapped):
+ * code loaded later may take their place unseen, as its pcs fall in them. */
+int tmr_symbols_keeps_gone(const tmr_symbols *s);
 /* No mapping is live any more (the process called exec); indices stay valid. */
 void tmr_symbols_forget_live(tmr_symbols *s);
 /* Adds every live mapping of src to dst (a forked child starts with its
@@ -454,6 +457,11 @@ int tmr_recorder_end_now(tm_recorder *r, uint32_t timeout_ms);
  * takes its place). Returns 1 when done, 0 otherwise (timed out; called on
  * the collector thread; not running). */
 int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms);
+/* Code was unmapped (after the program's dlclose): the collector reads the
+ * mappings again in its next round, and in every round while it keeps gone
+ * mappings, so that a library loaded where the closed one was is seen.
+ * Does not wait. */
+void tmr_recorder_maps_changed(tm_recorder *r);
 
 /* The program takes SIGPROF for itself (a handler, SIG_IGN or SIG_DFL of its
  * own): asks the collector to delete every timer and arm no more, and waits

@@ -611,7 +611,7 @@ static void *collector_main(void *arg) {
          * samples taken in it are drained, and are kept once it is gone. */
         uint32_t requested = atomic_load(&r->maps_requested);
         int unmapping = requested != atomic_load(&r->maps_served);
-        if (unmapping && r->syms) tmr_symbols_refresh(r->syms, NULL);
+        if (r->syms && (unmapping || tmr_symbols_keeps_gone(r->syms))) tmr_symbols_refresh(r->syms, NULL);
         collect(r, now);
         if (unmapping) {
             atomic_store(&r->maps_served, requested);
@@ -671,6 +671,12 @@ int tmr_recorder_sync_before_unmap(tm_recorder *r, uint32_t timeout_ms) {
         if (atomic_load(&r->ended) || !time_left(&start, timeout_ms, &left)) return 0;
         futex(&r->maps_served, FUTEX_WAIT_PRIVATE, served, &left);
     }
+}
+
+void tmr_recorder_maps_changed(tm_recorder *r) {
+    if (!r || r->state != R_RUNNING || atomic_load(&r->ended)) return;
+    atomic_fetch_add(&r->maps_requested, 1);
+    wake_collector(r);
 }
 
 int tmr_recorder_release_sigprof(tm_recorder *r, uint32_t timeout_ms) {

@@ -165,6 +165,7 @@ struct tmr_symbols {
     char **owned;             /* names from dladdr and __cxa_demangle */
     size_t n_owned, cap_owned;
     struct timespec last_refresh;
+    size_t n_gone;            /* live mappings kept though gone from the maps (keep_gone) */
 };
 
 /* ---- small helpers ---- */
@@ -660,6 +661,7 @@ static void forget_cache(tmr_symbols *s) {
  * heap profile's, at its dumps). Both lists are sorted by start. */
 static tm_status keep_gone(tmr_symbols *s, const int *before, size_t n_before, tm_error *err) {
     size_t n_now = s->n_live, kept = 0;
+    s->n_gone = 0;
     for (size_t i = 0, j = 0; i < n_before; i++) {
         const tmr_mapping *m = &s->maps[before[i]];
         while (j < n_now && s->maps[s->live[j]].end <= m->start) j++;
@@ -679,6 +681,7 @@ static tm_status keep_gone(tmr_symbols *s, const int *before, size_t n_before, t
     memcpy(s->live, merged, k * sizeof *merged);
     free(merged);
     s->n_live = k;
+    s->n_gone = kept;
     return TM_OK;
 }
 
@@ -751,8 +754,13 @@ tm_status tmr_symbols_add(tmr_symbols *s, uint64_t start, uint64_t end, uint64_t
     return TM_OK;
 }
 
+int tmr_symbols_keeps_gone(const tmr_symbols *s) {
+    return s->n_gone > 0;
+}
+
 void tmr_symbols_forget_live(tmr_symbols *s) {
     s->n_live = 0;
+    s->n_gone = 0;
     forget_cache(s);
 }
 

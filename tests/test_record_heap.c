@@ -530,6 +530,85 @@ Test(record_heap, a_library_closed_before_the_end_keeps_its_names) {
     free(lib), free(host), free(trace);
 }
 
+/* A library loaded after another was closed, at the address the closed one
+ * had (the loader reuses it), is named as itself: its pcs must not pass for
+ * the closed library's, which the recorder keeps for the names of its
+ * stacks. */
+Test(record_heap, a_library_loaded_where_a_closed_one_was_is_named) {
+    char *libs[2], *host = path_in_dir("reload_host"), *trace = path_in_dir("reload.pftrace"), *cmd = NULL;
+    static const char *const names[] = {"plug_one", "plug_two"};
+    for (int k = 0; k < 2; k++) {
+        char *src = NULL, base[32];
+        snprintf(base, sizeof base, "libreload%d", k);
+        char *c = path_in_dir(base);
+        libs[k] = NULL;
+        cr_assert_gt(asprintf(&libs[k], "%s.so", c), 0);
+        cr_assert_gt(asprintf(&src, "%s.c", c), 0);
+        FILE *f = fopen(src, "w");
+        cr_assert_not_null(f);
+        /* different code before the spin, so that its pcs differ too */
+        fprintf(f,
+                "double pad%d(double x) { return x * %d.5 + %d; }\n"
+                "__attribute__((noinline)) double %s(double i) { return i * 0.5; }\n"
+                "double plug_spin(long n) {\n"
+                "    double x = 0;\n"
+                "    for (long i = 0; i < n; i++) x += %s((double)i);\n"
+                "    return x;\n"
+                "}\n",
+                k, k + 1, k, names[k], names[k]);
+        fclose(f);
+        char *build = NULL;
+        cr_assert_gt(asprintf(&build, "cc -O1 -g -shared -fPIC -fno-inline -o %s %s", libs[k], src), 0);
+        cr_assert_eq(system(build), 0, "%s", build);
+        free(build), free(src), free(c);
+    }
+    char *main_c = path_in_dir("reload_host.c");
+    FILE *f = fopen(main_c, "w");
+    cr_assert_not_null(f);
+    fputs("#include <dlfcn.h>\n"
+          "int main(int argc, char **argv) {\n"
+          "    volatile double y = 0;\n"
+          "    for (int k = 1; k < argc; k++) {\n"
+          "        void *h = dlopen(argv[k], RTLD_NOW);\n"
+          "        if (!h) return 3;\n"
+          "        double (*spin)(long) = (double (*)(long))dlsym(h, \"plug_spin\");\n"
+          "        y += spin(150000000);\n"
+          "        dlclose(h);\n"
+          "    }\n"
+          "    return y < 0;\n"
+          "}\n",
+          f);
+    fclose(f);
+    cr_assert_gt(asprintf(&cmd, "cc -O1 -g -o %s %s -ldl", host, main_c), 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd);
+    cr_assert_gt(asprintf(&cmd, "%s record --preload %s --backend signal -o %s -- %s %s %s 2>/dev/null", TM_CLI,
+                          TM_RECORD_PRELOAD, trace, host, libs[0], libs[1]),
+                 0);
+    tu_asan_recorded_child_env();
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd);
+    char *folded = path_in_dir("reload.folded");
+    cr_assert_gt(asprintf(&cmd, "%s convert -f folded -o %s %s", TM_CLI, folded, trace), 0);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *text = tu_read_file(folded, NULL);
+    cr_assert_not_null(text);
+    /* the two libraries spin alike: each has a good share of the samples (by
+     * their source files' names, which only the right library gives) */
+    static const char *const files[] = {"libreload0.c", "libreload1.c"};
+    long n[2] = {0, 0};
+    for (char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        const char *count = line + len;
+        while (count > line && count[-1] != ' ') count--;
+        for (int k = 0; k < 2; k++)
+            if (memmem(line, len, files[k], strlen(files[k]))) n[k] += atol(count);
+        line += len + (line[len] == '\n');
+    }
+    cr_expect(n[0] > 20 && n[1] > n[0] / 3, "samples in %s %ld, in %s %ld:\n%s", files[0], n[0], files[1], n[1], text);
+    free(text), free(folded), free(cmd), free(main_c), free(host), free(trace), free(libs[0]), free(libs[1]);
+}
+
 /* A heap profile that sampled nothing (an interval no allocation reaches)
  * is a trace with heap dumps; asked for a memory value, convert says that
  * nothing was sampled rather than that there is no memory profile. */
