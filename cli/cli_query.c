@@ -217,13 +217,43 @@ static void json_row(FILE *f, sqlite3_stmt *st, int n, long row) {
 
 typedef struct cell {
     char *text; /* control characters escaped, so one line each */
-    size_t width; /* in code points */
+    size_t width; /* in terminal columns */
     int right;    /* numbers align right */
 } cell;
 
+/* Columns a code point takes on a terminal: 2 for East Asian wide and
+ * full-width characters (CJK, Hangul, full-width forms, emoji), 0 for
+ * combining marks and zero-width characters, else 1. Not from the locale's
+ * wcwidth: the output is UTF-8 whatever the locale says. */
+static size_t cp_width(uint32_t cp) {
+    static const uint32_t zero[][2] = {{0x0300, 0x036F}, {0x0483, 0x0489}, {0x0591, 0x05BD}, {0x0610, 0x061A},
+                                       {0x064B, 0x065F}, {0x1AB0, 0x1AFF}, {0x1DC0, 0x1DFF}, {0x200B, 0x200F},
+                                       {0x20D0, 0x20FF}, {0xFE00, 0xFE0F}, {0xFE20, 0xFE2F}, {0xFEFF, 0xFEFF}};
+    static const uint32_t wide[][2] = {{0x1100, 0x115F},   {0x2E80, 0x303E},   {0x3041, 0x33FF},
+                                       {0x3400, 0x4DBF},   {0x4E00, 0x9FFF},   {0xA000, 0xA4CF},
+                                       {0xAC00, 0xD7A3},   {0xF900, 0xFAFF},   {0xFE30, 0xFE4F},
+                                       {0xFF00, 0xFF60},   {0xFFE0, 0xFFE6},   {0x1F300, 0x1F64F},
+                                       {0x1F900, 0x1F9FF}, {0x20000, 0x2FFFD}, {0x30000, 0x3FFFD}};
+    for (size_t i = 0; i < sizeof zero / sizeof *zero; i++)
+        if (cp >= zero[i][0] && cp <= zero[i][1]) return 0;
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        if (cp >= wide[i][0] && cp <= wide[i][1]) return 2;
+    return 1;
+}
+
 static size_t display_width(const char *s) {
     size_t w = 0;
-    for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        /* a lead byte and its continuation bytes; a stray byte counts as one column */
+        uint32_t cp = *p;
+        int more = cp >= 0xF0 && cp < 0xF8 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
+        if (cp >= 0xF8) more = 0;
+        cp &= more == 3 ? 0x07 : more == 2 ? 0x0F : more == 1 ? 0x1F : 0xFF;
+        p++;
+        for (; more && (*p & 0xC0) == 0x80; more--, p++) cp = cp << 6 | (*p & 0x3F);
+        w += more ? 1 : cp_width(cp);
+    }
     return w;
 }
 

@@ -168,6 +168,13 @@ Test(query_format, table_aligns_columns) {
                   " é  |  1\n"
                   " ab | 22\n"
                   "(2 rows)\n");
+    /* and columns on a terminal: CJK characters take two, a combining accent none */
+    expect_output("table", "select '\xE5\xB7\xA5\xE4\xBD\x9C' as x, 1 as y union all select 'e' || char(769), 22",
+                  " x    | y\n"
+                  "------+----\n"
+                  " \xE5\xB7\xA5\xE4\xBD\x9C |  1\n"
+                  " e\xCC\x81    | 22\n"
+                  "(2 rows)\n");
 }
 
 Test(query_format, default_is_csv_when_stdout_is_not_a_terminal) {
