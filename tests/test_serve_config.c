@@ -288,17 +288,17 @@ Test(serve_config, features_keys_rates_and_optional_nulls) {
 Test(serve_config, lists_are_added_to_what_is_configured) {
     tm_error err = {0};
     cr_assert_eq(tm_srv_config_add_project(&cfg, "5:cli_key", &err), TM_OK);
-    parse_ok("projects: [{id: 6, public_key: file_key}]\nkafka: {config: {a.b: x, c: y}}\n");
-    parse_ok("projects: [{id: 7, public_key: second_file}]\nkafka: {config: {a.b: z}}\n");
+    parse_ok("projects: [{id: 6, public_key: file_key}]\nkafka: {config: {linger.ms: 7, socket.timeout.ms: 9000}}\n");
+    parse_ok("projects: [{id: 7, public_key: second_file}]\nkafka: {config: {linger.ms: 8}}\n");
     cr_assert_eq(cfg.n_projects, 3);
     cr_assert_eq(cfg.projects[0].id, 5);
     cr_assert_eq(cfg.projects[1].id, 6);
     cr_assert_eq(cfg.projects[2].id, 7);
     /* a property set again keeps its place and takes the new value */
     cr_assert_eq(cfg.kafka.n_properties, 2);
-    cr_assert_str_eq(cfg.kafka.properties[0].key, "a.b");
-    cr_assert_str_eq(cfg.kafka.properties[0].value, "z");
-    cr_assert_str_eq(cfg.kafka.properties[1].value, "y");
+    cr_assert_str_eq(cfg.kafka.properties[0].key, "linger.ms");
+    cr_assert_str_eq(cfg.kafka.properties[0].value, "8");
+    cr_assert_str_eq(cfg.kafka.properties[1].value, "9000");
     /* what the command line configured counts for the uniqueness checks */
     parse_fails_on("projects: [{id: ^5, public_key: other}]\n", TM_ERR_MALFORMED, "projects[0].id",
                    "duplicate project id 5");
@@ -434,6 +434,11 @@ Test(serve_config, bad_values) {
     parse_fails("listen: 1\n^listen: 2\n", TM_ERR_MALFORMED, "listen", "duplicate key (first at 1:1)");
     parse_fails("kafka: {config: {^\"a b\": 1}}\n", TM_ERR_MALFORMED, "kafka.config.a b", "property name");
     parse_fails("kafka: {config: {a: ^\"\"}}\n", TM_ERR_MALFORMED, "kafka.config.a", "needs a value");
+    /* librdkafka's own verdict, at the line of the name or of the value */
+    parse_fails("kafka:\n  config:\n    ^bogus.prop: 1\n", TM_ERR_MALFORMED, "kafka.config.bogus.prop",
+                "No such configuration property");
+    parse_fails("kafka: {config: {compression.type: ^zzz}}\n", TM_ERR_MALFORMED, "kafka.config.compression.type",
+                "Invalid value \"zzz\"");
     parse_fails("kafka: {config: {a: ^}}\n", TM_ERR_MALFORMED, "kafka.config.a", "needs a value");
     parse_fails("kafka: {topics: {profiles: ^\"a/b\"}}\n", TM_ERR_MALFORMED, "kafka.topics.profiles",
                 "topic name");
@@ -763,7 +768,7 @@ Test(serve_config, release_is_safe_on_any_state) {
     tm_srv_config half;
     tm_error err = {0};
     cr_assert_eq(tm_srv_config_init(&half, &err), TM_OK);
-    const char *yaml = "kafka: {config: {a: b}}\nprojects: [{id: 1, public_key: k}, {id: 2, oops: 1}]\n";
+    const char *yaml = "kafka: {config: {linger.ms: 3}}\nprojects: [{id: 1, public_key: k}, {id: 2, oops: 1}]\n";
     cr_assert_eq(tm_srv_config_parse(&half, yaml, strlen(yaml), &err), TM_ERR_MALFORMED);
     cr_assert_eq(half.n_projects, 1);
     tm_srv_config_release(&half);
