@@ -715,15 +715,17 @@ static void lock_acquire(PyThread_type_lock lock) {
 }
 
 /* QueryError from the connection's last error; at is where the failing
- * statement starts in the SQL text. */
-static PyObject *raise_sql(sqlite3 *db, size_t at) {
+ * statement, text, starts in the SQL text. An error SQLite gives no offset
+ * (no such table, a run-time error) points at the statement, as the CLI's. */
+static PyObject *raise_sql(sqlite3 *db, const char *text, size_t at) {
     int code = sqlite3_extended_errcode(db);
     long long offset = -1;
 #if SQLITE_VERSION_NUMBER >= 3038000
     offset = sqlite3_error_offset(db);
 #endif
-    return raise_with(QueryError, sqlite3_errstr(code), code, offset < 0 ? 0 : (unsigned long long)offset + at,
-                      sqlite3_errmsg(db), NULL);
+    if (offset < 0) offset = (long long)strspn(text ? text : "", " \t\r\n");
+    return raise_with(QueryError, sqlite3_errstr(code), code, (unsigned long long)offset + at, sqlite3_errmsg(db),
+                      NULL);
 }
 
 static PyObject *column_value(sqlite3_stmt *stmt, int i) {
@@ -766,7 +768,7 @@ static int step(sqlite3 *db, sqlite3_stmt *stmt, size_t at) {
     Py_END_ALLOW_THREADS
     if (rc == SQLITE_ROW) return 1;
     if (rc == SQLITE_DONE) return 0;
-    raise_sql(db, at);
+    raise_sql(db, sqlite3_sql(stmt), at);
     return -1;
 }
 
@@ -904,7 +906,7 @@ static PyObject *Trace_query(TraceObject *self, PyObject *args, PyObject *kwds) 
                 rest = tail;
                 continue;
             } else if (sqlite3_prepare_v2(db, rest, -1, &stmt, &tail) != SQLITE_OK) {
-                raise_sql(db, (size_t)(rest - sql));
+                raise_sql(db, rest, (size_t)(rest - sql));
                 ok = 0;
             } else if (stmt) { /* NULL: only blanks or a comment were left */
                 PyObject *r = by_column ? run_columns(db, stmt, (size_t)(rest - sql)) : run_rows(db, stmt, (size_t)(rest - sql));

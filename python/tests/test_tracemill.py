@@ -261,6 +261,10 @@ def test_query_errors(demo):
     with pytest.raises(tracemill.QueryError) as e:
         demo.query("select 1; select * from no_such_table")
     assert "no_such_table" in e.value.message and isinstance(e.value, tracemill.Error)
+    assert e.value.offset == len("select 1; ")  # SQLite gives no offset: the statement's, as the CLI's
+    with pytest.raises(tracemill.QueryError) as e:
+        demo.query("select 1;\n  select abs(-9223372036854775807 - 1)")  # a run-time error
+    assert e.value.offset == len("select 1;\n  ")
     with pytest.raises(tracemill.QueryError) as e:
         demo.query("select 1; selec 2")
     assert e.value.offset == len("select 1; ")
