@@ -36,7 +36,8 @@ extern "C" {
  * stack_sample*, counter, track, stats, metadata, clock_snapshot, ... The
  * tables are virtual: rows are read from the decoded columns, never copied
  * into SQLite. Only Perfetto input is accepted (gzip or zstd compressed
- * whole, as for tm_trace_parse); opts->input and opts->mode are ignored.
+ * whole, as for tm_trace_parse; the other formats tm_input_detect knows get
+ * TM_ERR_UNSUPPORTED naming theirs); opts->input and opts->mode are ignored.
  * The input buffer must outlive the tm_db. */
 typedef struct tm_db tm_db;
 

@@ -113,6 +113,21 @@ Test(sql, limits_of_the_options_apply) {
 /* The connection tm_db_sqlite hands out runs what a user types: it reads
  * the trace but creates no file and changes no setting; tm_db_export is
  * how a database gets written, and it never replaces one. */
+/* Input of another format is named, not reported as malformed Perfetto. */
+Test(sql, other_input_formats_are_named) {
+    static const char *const inputs[][2] = {{"main;work 3\n", "folded"}, {"{\"version\":\"2\"}", "sample-v2"}};
+    for (size_t i = 0; i < 2; i++) {
+        tm_db *db = NULL;
+        tm_error err = {0};
+        cr_expect_eq(tm_db_new(inputs[i][0], strlen(inputs[i][0]), NULL, &db, &err), TM_ERR_UNSUPPORTED, "%s",
+                     err.message);
+        cr_expect_null(db);
+        char want[64];
+        snprintf(want, sizeof want, "this is %s input", inputs[i][1]);
+        cr_expect(strstr(err.message, want), "%s", err.message);
+    }
+}
+
 Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
     char *buf;
     tm_db *db = demo_db(&buf);
