@@ -71,6 +71,8 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
     line("kernel records lost (PerfSample)", s->perf_records_lost);
     line("producer: buffer chunks overwritten", s->buffer_chunks_overwritten);
     line("producer: buffer chunks discarded", s->buffer_chunks_discarded);
+    /* Long-trace mode overwrites by bytes, with no chunk counted. */
+    line("producer: buffer bytes overwritten", s->buffer_bytes_overwritten);
     line("producer: writer packets lost", s->writer_packet_loss);
     line("clock readings ignored", s->clock_readings_ignored);
     line("packets skipped: needed incremental state", s->packets_skipped_incremental);

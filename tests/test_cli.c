@@ -728,6 +728,17 @@ Test(cli_info, service_chunks_discarded_apart_from_losses) {
     run_free(&r);
 }
 
+/* Perfetto's long-trace mode loses data by bytes overwritten, with no chunk
+ * counted: info lists that loss with the others. */
+Test(cli_info, lists_buffer_bytes_overwritten) {
+    run_result r = run("info " TM_FIXTURES "/perfetto-difftests/ParsingTracedStats__long_trace_mode_bytes_overwritten"
+                       "/trace.pftrace");
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    const char *l = strstr(r.out, "producer: buffer bytes overwritten");
+    cr_expect(l && strncmp(strchr(l, '\n') - 5, " 2048\n", 6) == 0, "%s", r.out);
+    run_free(&r);
+}
+
 Test(cli_info, json_report_is_valid_and_counts_samples) {
     static const struct {
         const char *args;
