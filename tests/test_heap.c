@@ -227,6 +227,13 @@ Test(heap, a_value_the_trace_lacks_is_an_error) {
     cr_expect_str_eq(tm_value_name(TM_VALUE_ALLOC_OBJECTS), "alloc_objects");
 }
 
+/* A NULL out is the caller's mistake, reported like every other call's. */
+Test(heap, value_parse_null_out_is_invalid_arg) {
+    tm_error err = {0};
+    cr_expect_eq(tm_value_parse("samples", NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "NULL"), "%s", err.message);
+}
+
 /* The uncompressed pprof holds the four memory sample types, the default
  * one asked for, the heap label and the sampling interval as its period. */
 Test(heap, pprof_writes_the_memory_profile) {

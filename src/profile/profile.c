@@ -676,6 +676,7 @@ const char *tm_value_name(tm_value v) {
 }
 
 tm_status tm_value_parse(const char *name, tm_value *out, tm_error *err) {
+    if (!out) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_value_parse: NULL out");
     for (size_t i = 0; name && i < sizeof value_names / sizeof *value_names; i++)
         if (strcmp(name, value_names[i]) == 0) {
             *out = (tm_value)i;
