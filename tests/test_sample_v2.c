@@ -481,6 +481,16 @@ Test(meta, invalid_metadata_is_rejected_as_InvalidJson) {
     tb_free(&t);
 }
 
+/* Empty metadata (an empty --meta file reads as NULL, 0) says what is wrong
+ * with it, for both writers, not jansson's "wrong arguments". */
+Test(meta, empty_metadata_says_no_json_object) {
+    tm_error err;
+    cr_expect_eq(tm_sample_v2_check_meta(NULL, 0, &err), TM_ERR_REJECTED);
+    cr_expect(strstr(err.message, "expected near end of file"), "v2: %s", err.message);
+    cr_expect_eq(tm_sample_v1_check_meta(NULL, 0, &err), TM_ERR_REJECTED);
+    cr_expect(strstr(err.message, "expected near end of file"), "v1: %s", err.message);
+}
+
 /* expand_perfetto reads the metadata before it converts: a trace
  * without samples (one empty packet) with bad metadata is InvalidJson, not
  * NotEnoughSamples. */

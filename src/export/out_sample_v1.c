@@ -118,7 +118,7 @@ static tm_status parse_transaction(meta *m, json_t *tx, tm_error *err) {
 static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err) {
     if (len > TM_MAX_META_BYTES) return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
     json_error_t je;
-    m->root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    m->root = json_loadb(json || len ? json : "", len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je); /* as v2's */
     if (!m->root)
         return tm_fail(err, TM_ERR_REJECTED, (uint64_t)je.position, "InvalidJson", "metadata is not JSON: %s", je.text);
     json_t *o = m->root;

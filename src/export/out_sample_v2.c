@@ -45,6 +45,7 @@ static json_t *load_meta(const char *json, size_t len, json_error_t *je) {
     /* serde_json, which Relay reads it with, takes "\u0000" in strings and
      * integers beyond 64 bits (as floats): so do we, the latter on a second
      * pass, so that ordinary integers stay integers. */
+    if (!json && !len) json = ""; /* an empty file: jansson's error for NULL is "wrong arguments" */
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, je);
     if (!root && strstr(je->text, "too big"))
         root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, je);
