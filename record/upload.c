@@ -315,6 +315,17 @@ static size_t discard_body(char *p, size_t size, size_t n, void *ctx) {
 
 typedef enum send_result { SENT, REJECTED, RETRY } send_result;
 
+/* A request begun before close (its timeout 30 s) must not hold the exit
+ * past the flush deadline: libcurl calls this at least once a second. */
+static int abort_past_close(void *ctx, curl_off_t dl_total, curl_off_t dl, curl_off_t ul_total, curl_off_t ul) {
+    (void)dl_total, (void)dl, (void)ul_total, (void)ul;
+    tmr_uploader *u = ctx;
+    pthread_mutex_lock(&u->lock);
+    int stop = u->closing && now_ms(CLOCK_MONOTONIC) >= u->close_deadline_ms;
+    pthread_mutex_unlock(&u->lock);
+    return stop;
+}
+
 /* POSTs one envelope; on RETRY, *retry_after_ms is the server's Retry-After
  * (0 when none). */
 static send_result send_envelope(tmr_uploader *u, CURL *curl, const uint8_t *body, size_t len, long timeout_ms,
@@ -335,6 +346,9 @@ static send_result send_envelope(tmr_uploader *u, CURL *curl, const uint8_t *bod
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard_body);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, abort_past_close);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, u);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
     CURLcode rc = curl_easy_perform(curl);
     long status = 0;
     curl_off_t retry_after = 0;

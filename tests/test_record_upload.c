@@ -226,6 +226,31 @@ Test(record_upload, retries_until_the_server_comes_up) {
     free(dir);
 }
 
+/* A server that takes the connection and never answers: the request in
+ * flight at exit is cut at --upload-timeout-ms, not held for its own 30 s,
+ * and its chunk stays queued. */
+Test(record_upload, a_server_that_never_answers_does_not_hold_the_exit) {
+    char *dir = ts_temp_dir("tm_record_upload");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 16) == 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    double t0 = ts_now_s();
+    pid_t rec = start_record(dir, ntohs(a.sin_port), "1", "100", "1000", 0);
+    run_report r = finish_record(dir, rec, 0);
+    double took = ts_now_s() - t0;
+    close(fd);
+    cr_expect_lt(took, 8.0, "record took %.1f s with a 1 s upload timeout", took);
+    cr_expect_eq(r.sent, 0);
+    cr_expect_gt(r.left, 0, "the unanswered chunk is not left queued");
+    char *rm = ts_fmt("rm -rf %s", dir);
+    cr_expect_eq(system(rm), 0);
+    free(rm);
+    free(dir);
+}
+
 Test(record_upload, the_queue_is_bounded_and_sent_by_the_next_run) {
     char *dir = ts_temp_dir("tm_record_upload");
     int port = free_port();
