@@ -1239,7 +1239,7 @@ static int wait_command(pid_t child) {
  * for; the recorder has no other children), beside the samples: a program
  * whose every thread and process ended before a whole period of CPU time
  * on one CPU is never sampled, and must not look as if it used none. */
-static void report_command_cpu(const rec_state *s) {
+static void report_command_cpu(const rec_state *s, int stopped_early) {
     struct rusage ru;
     if (getrusage(RUSAGE_CHILDREN, &ru)) return;
     double user = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6;
@@ -1251,6 +1251,8 @@ static void report_command_cpu(const rec_state *s) {
         fprintf(stderr, ", but no sample was taken: %s is %s, and the kernel does not sample a program that gains "
                         "privileges as it starts for a recorder without them (record it as root)",
                 s->o.cmd[0], s->o.cmd_gains);
+    else if (stopped_early) /* its CPU time after --duration was never meant to be sampled */
+        fprintf(stderr, ", sampled for its first %g s (--duration)", s->o.duration);
     else if ((s->st.samples == 0 && due >= 1.0) || (due >= 5.0 && (double)s->st.samples < 0.25 * due))
         fprintf(stderr, ", about %.0f samples' worth, but only %llu were taken: each of its %llu threads (in %llu "
                         "processes) is sampled once it has run a whole period (%.3f ms) in user mode on one CPU, so "
@@ -1475,7 +1477,7 @@ int main(int argc, char **argv) {
     if (WIFSIGNALED(status))
         fprintf(stderr, "tracemill record: %s was killed by signal %d; the trace holds everything up to its end\n",
                 s.o.cmd[0], WTERMSIG(status));
-    report_command_cpu(&s);
+    report_command_cpu(&s, !exited && s.o.duration);
 done:
     events_free(&ev);
     free_state(&s);

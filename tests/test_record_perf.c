@@ -943,13 +943,16 @@ Test(record_perf, attach_usage) {
 }
 
 /* --duration with a program: sampling stops after S seconds, the program
- * runs on to its end, and record exits with its status once it has. */
+ * runs on to its end, and record exits with its status once it has. The
+ * CPU time it used after sampling stopped is not taken for undersampling. */
 Test(record_perf, duration_with_a_command) {
     need_perf();
     int code;
-    char *err = record_with(HZ, "--duration 1", "sh -c '" TM_RECORD_PERF_TARGET " child 2.0; exit 4'", &code);
+    char *err = record_with(HZ, "--duration 1", "sh -c '" TM_RECORD_PERF_TARGET " child 5.0; exit 4'", &code);
     cr_assert_eq(code, 4, "exit %d: %s", code, err);
     cr_expect(strstr(err, "sampling stopped after 1 s"), "%s", err);
+    cr_expect(!strstr(err, "samples' worth"), "%s", err);
+    cr_expect(strstr(err, "sampled for its first 1 s"), "%s", err);
     uint64_t n = read_trace().child;
     /* at most one second of CPU time: a single CPU for the program */
     cr_expect(n > 0 && n <= HZ * 1.1, "%llu samples in a 1 s recording: %s", (unsigned long long)n, err);
