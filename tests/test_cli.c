@@ -850,6 +850,15 @@ Test(cli_help, the_manual_renders_and_completion_completes) {
     cr_expect_eq(system(cmd), 0, "docs/tracemill.bash-completion does not complete commands and options");
 }
 
+/* The completion offers every option the commands' --help lists, and every
+ * input and output format. */
+Test(cli_help, completion_offers_every_option_of_the_help) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "bash %s/tests/completion_check.sh %s/docs/tracemill.bash-completion %s >&2",
+             TM_SOURCE_DIR, TM_SOURCE_DIR, TM_CLI);
+    cr_expect_eq(system(cmd), 0, "docs/tracemill.bash-completion misses options (listed above)");
+}
+
 /* ---- memory profiles: --value ---- */
 
 #define HEAP_TRACE TM_SOURCE_DIR "/tests/fixtures/perfetto-difftests/ProfilingHeapProfiling__heap_profile_dump_max/trace.pftrace"
