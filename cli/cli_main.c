@@ -255,8 +255,9 @@ static int print_usage(FILE *f) {
         if (commands[i].summary) fprintf(f, "  %-15s %s\n", commands[i].name, commands[i].summary);
     fputs("  help COMMAND    a command's options\n"
           "\n"
-          "inputs: Perfetto traces, Sample v2 JSON chunks and folded stacks, detected from\n"
-          "their first bytes. Exit codes: 0 ok, 1 input rejected, 2 usage, 3 I/O.\n"
+          "inputs: Perfetto traces, Sample v2 JSON chunks, Sample v1 profiles and folded\n"
+          "stacks, detected from their first bytes. Exit codes: 0 ok, 1 input rejected,\n"
+          "2 usage, 3 I/O.\n"
           "-V, --version prints the version. man tracemill has the details.\n",
           f);
     return f == stdout ? EXIT_OK : EXIT_USAGE;

@@ -859,6 +859,18 @@ Test(cli_help, completion_offers_every_option_of_the_help) {
     cr_expect_eq(system(cmd), 0, "docs/tracemill.bash-completion misses options (listed above)");
 }
 
+/* The overview and the manual name every format convert reads and writes. */
+Test(cli_help, overview_and_manual_name_sample_v1) {
+    run_result r = run("--help");
+    cr_expect(strstr(r.out, "Sample v1 profiles"), "tracemill --help: %s", r.out);
+    run_free(&r);
+    size_t len;
+    char *man = tu_read_file(TM_SOURCE_DIR "/docs/tracemill.1", &len);
+    cr_assert_not_null(man);
+    cr_expect(strstr(man, "Sample v1 profiles") && strstr(man, "sample-v1 (a Sentry"), "docs/tracemill.1");
+    free(man);
+}
+
 /* ---- memory profiles: --value ---- */
 
 #define HEAP_TRACE TM_SOURCE_DIR "/tests/fixtures/perfetto-difftests/ProfilingHeapProfiling__heap_profile_dump_max/trace.pftrace"
