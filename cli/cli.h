@@ -117,6 +117,9 @@ int cli_parse_format(const char *name, cli_format *out);
  * argv[*i] was one (consuming its value), 0 if not, -1 on a bad value
  * (after printing why). */
 int cli_export_option(int argc, char **argv, int *i, cli_export *x);
+/* The usage message for an option given that x's format would ignore
+ * (diff: for `tracemill diff`), or NULL: such options are refused. */
+const char *cli_export_ignored(const cli_export *x, int diff);
 
 /* Writes t (diff: base against t) in x->format to out. */
 tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_trace *t, const tm_sink *out,

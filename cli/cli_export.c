@@ -129,6 +129,17 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
     return 1;
 }
 
+const char *cli_export_ignored(const cli_export *x, int diff) {
+    int svg = x->format == FMT_SVG;
+    if (x->uncompressed && (diff || x->format != FMT_PPROF)) return "--uncompressed applies to -f pprof only";
+    if (x->period_ns && (diff || (x->format != FMT_PPROF && x->format != FMT_SPEEDSCOPE)))
+        return "--period applies to -f pprof and speedscope only";
+    if ((x->reverse || x->width_px) && !svg) return "--reverse and --width apply to -f svg only";
+    if (x->title && !svg && (diff || x->format != FMT_SPEEDSCOPE))
+        return diff ? "--title applies to -f svg only" : "--title applies to -f svg and speedscope only";
+    return NULL;
+}
+
 tm_status cli_export_write(const cli_export *x, const tm_trace *base, const tm_trace *t, const tm_sink *out,
                            tm_error *err) {
     tm_folded_options folded = {.threads = x->threads, .thread_prefix = x->thread_prefix, .value = x->value};

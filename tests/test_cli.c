@@ -871,6 +871,40 @@ Test(cli_help, overview_and_manual_name_sample_v1) {
     free(man);
 }
 
+/* An option the chosen format would ignore is refused (exit 2, naming it),
+ * not silently dropped; where it applies it is taken. */
+Test(cli_convert, options_the_format_ignores_are_refused) {
+    static const struct {
+        const char *args, *says;
+    } refused[] = {
+        {"convert -f svg --uncompressed " MINIMAL, "--uncompressed applies to -f pprof only"},
+        {"convert -f folded --period 10ms " MINIMAL, "--period applies to -f pprof and speedscope only"},
+        {"convert -f pprof --reverse " MINIMAL, "--reverse and --width apply to -f svg only"},
+        {"convert -f folded --width 500 " MINIMAL, "--reverse and --width apply to -f svg only"},
+        {"convert -f pprof --title x " MINIMAL, "--title applies to -f svg and speedscope only"},
+        {"convert -f pprof --remove-single-samples " MINIMAL, "--remove-single-samples applies to -f sample-v2"},
+        {"diff -f folded --reverse " MINIMAL " " MINIMAL, "--reverse and --width apply to -f svg only"},
+        {"diff --uncompressed " MINIMAL " " MINIMAL, "--uncompressed applies to -f pprof only"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        run_result r = run("%s", refused[i].args);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d", refused[i].args, r.code);
+        cr_expect(strstr(r.err, refused[i].says), "`%s`: %s", refused[i].args, r.err);
+        run_free(&r);
+    }
+    static const char *const taken[] = {
+        "convert -f pprof --uncompressed --period 10ms -o /dev/null " MINIMAL,
+        "convert -f speedscope --period 10ms --title x " MINIMAL,
+        "convert -f svg --reverse --width 500 --title x " MINIMAL,
+        "diff --reverse --title x " MINIMAL " " MINIMAL,
+    };
+    for (size_t i = 0; i < sizeof taken / sizeof *taken; i++) {
+        run_result r = run("%s", taken[i]);
+        cr_expect_eq(r.code, 0, "`%s`: exit %d: %s", taken[i], r.code, r.err);
+        run_free(&r);
+    }
+}
+
 /* ---- memory profiles: --value ---- */
 
 #define HEAP_TRACE TM_SOURCE_DIR "/tests/fixtures/perfetto-difftests/ProfilingHeapProfiling__heap_profile_dump_max/trace.pftrace"

@@ -71,7 +71,9 @@ static char *record(const char *backend, const char *opts, const char *name) {
 /* The output of `tracemill convert -f FORMAT trace`, through pprof_text for pprof. */
 static char *convert(const char *trace, const char *format) {
     char *out = in_dir("converted"), *cmd = NULL;
-    cr_assert_gt(asprintf(&cmd, "%s convert -f %s --uncompressed %s -o %s", TM_CLI, format, trace, out), 0);
+    cr_assert_gt(asprintf(&cmd, "%s convert -f %s%s %s -o %s", TM_CLI, format,
+                          strcmp(format, "pprof") == 0 ? " --uncompressed" : "", trace, out),
+                 0);
     free(run(cmd));
     free(cmd);
     char *path = out;
