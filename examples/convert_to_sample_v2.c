@@ -22,7 +22,15 @@ int main(int argc, char **argv) {
     }
     static char buf[1 << 20]; /* the demo trace fits; real programs mmap */
     size_t len = fread(buf, 1, sizeof buf, f);
+    /* A read error or a longer file must not pass for a trace cut short,
+     * which tm_trace_parse reads up to the cut. */
+    int failed = ferror(f), longer = !failed && len == sizeof buf && fgetc(f) != EOF;
     fclose(f);
+    if (failed || longer) {
+        if (failed) perror(argv[1]);
+        else fprintf(stderr, "%s: larger than %zu bytes, this example's buffer\n", argv[1], sizeof buf);
+        return 3;
+    }
 
     tm_trace *t = NULL;
     tm_error err;
