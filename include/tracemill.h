@@ -355,7 +355,7 @@ typedef struct tm_trace_stats {
     uint64_t reserved_[59]; /* must be zero; future fields take this space (see "ABI") */
 } tm_trace_stats;
 
-/* Counters of the decode. Never NULL for a non-NULL trace. */
+/* Counters of the decode. Never NULL for a non-NULL trace; NULL for NULL. */
 TM_API const tm_trace_stats *tm_trace_get_stats(const tm_trace *t);
 
 /* One thread of the profile. name is a view (not NUL-terminated). */

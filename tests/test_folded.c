@@ -590,6 +590,7 @@ Test(accessors, samples_stacks_and_labels) {
     cr_assert_eq(tm_trace_stack(t, tm_trace_stack_count(t), &frames, &n), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_trace_frame_label(t, tm_trace_frame_count(t), buf, sizeof buf, &n), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_trace_sample_count(NULL), 0);
+    cr_assert_null(tm_trace_get_stats(NULL)); /* was a pointer computed from NULL */
     tm_trace_free(t);
     tb_free(&b);
 }

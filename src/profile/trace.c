@@ -2268,7 +2268,7 @@ void tm_trace_free(tm_trace *t) {
     tm_mem_free(&mem, t, sizeof *t);
 }
 
-const tm_trace_stats *tm_trace_get_stats(const tm_trace *t) { return &t->profile.stats; }
+const tm_trace_stats *tm_trace_get_stats(const tm_trace *t) { return t ? &t->profile.stats : NULL; }
 
 const tm_profile *tm_trace_profile(const tm_trace *t) { return &t->profile; }
 
