@@ -119,8 +119,8 @@ static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixe
     if (x.v1.truncate && x.format != FMT_SAMPLE_V1) return usage("--truncate applies to -f sample-v1 only", NULL);
     if (meta_path && x.format != FMT_SAMPLE_V2 && x.format != FMT_SAMPLE_V1)
         return usage("--meta applies to -f sample-v2 and sample-v1 only", NULL);
-    if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
-    if (cli_export_ignored(&x, 0)) return usage(cli_export_ignored(&x, 0), NULL);
+    const char *ignored = cli_export_ignored(&x, 0);
+    if (ignored) return usage(ignored, NULL);
     if (x.v2.remove_single_samples && x.format != FMT_SAMPLE_V2)
         return usage("--remove-single-samples applies to -f sample-v2 only", NULL);
     if ((x.v2.n_in_app_prefixes || x.v2.n_not_in_app_prefixes) &&

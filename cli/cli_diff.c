@@ -39,8 +39,8 @@ int cli_diff(int argc, char **argv) {
         }
     }
     if (!paths[1]) return usage("needs two profiles: BASE NEW", NULL);
-    if (x.thread_prefix && x.format != FMT_FOLDED) return usage("--thread-prefix applies to -f folded only", NULL);
-    if (cli_export_ignored(&x, 1)) return usage(cli_export_ignored(&x, 1), NULL);
+    const char *ignored = cli_export_ignored(&x, 1);
+    if (ignored) return usage(ignored, NULL);
     if (x.value && (x.format == FMT_SAMPLE_V2 || x.format == FMT_SAMPLE_V1 || x.format == FMT_REPORT))
         return usage("--value and --samples apply to -f pprof, folded, speedscope and svg", NULL);
     if (strcmp(paths[0], "-") == 0 && strcmp(paths[1], "-") == 0) return usage("only one input may be -", NULL);

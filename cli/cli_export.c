@@ -131,6 +131,7 @@ int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
 
 const char *cli_export_ignored(const cli_export *x, int diff) {
     int svg = x->format == FMT_SVG;
+    if (x->thread_prefix && x->format != FMT_FOLDED) return "--thread-prefix applies to -f folded only";
     if (x->uncompressed && (diff || x->format != FMT_PPROF)) return "--uncompressed applies to -f pprof only";
     if (x->period_ns && (diff || (x->format != FMT_PPROF && x->format != FMT_SPEEDSCOPE)))
         return "--period applies to -f pprof and speedscope only";

@@ -42,6 +42,9 @@
  * 500 Hz ~28 %. */
 #define KERNEL_TICK_HZ 250
 #define CPU_TIMER_FULL_RATE_HZ 166
+/* The file write period without --file-write-period-ms: a program killed
+ * before exit still leaves most of its trace. */
+#define DEFAULT_FILE_WRITE_PERIOD_MS "1000"
 
 typedef struct env_opt {
     const char *flag, *var;
@@ -314,15 +317,17 @@ static int exec_file(const char *cmd, char *path, size_t cap) {
  * holds more than letters, digits and "/._-+,:@%" (a path with a space
  * broke the pasted command). */
 static void print_flame_hint(const char *path) {
+    fputs("tracemill record: flame graph: tracemill convert -f svg ", stderr);
     if (path[strspn(path, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@%")] == 0) {
-        fprintf(stderr, "tracemill record: flame graph: tracemill convert -f svg %s -o flame.svg\n", path);
-        return;
+        fputs(path, stderr);
+    } else {
+        fputc('\'', stderr);
+        for (const char *c = path; *c; c++)
+            if (*c == '\'') fputs("'\\''", stderr);
+            else fputc(*c, stderr);
+        fputc('\'', stderr);
     }
-    fputs("tracemill record: flame graph: tracemill convert -f svg '", stderr);
-    for (const char *c = path; *c; c++)
-        if (*c == '\'') fputs("'\\''", stderr);
-        else fputc(*c, stderr);
-    fputs("' -o flame.svg\n", stderr);
+    fputs(" -o flame.svg\n", stderr);
 }
 
 /* 1, with what its file is into why ("set-user-ID (uid 0)"), when running
@@ -447,20 +452,19 @@ static int report_unsampled_cpu(const char *what, const struct rusage *ru, uint6
                  (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1e-6;
     double due = cpu * (double)(hz < CPU_TIMER_FULL_RATE_HZ ? hz : CPU_TIMER_FULL_RATE_HZ);
     if (due < 5.0 || (double)samples >= 0.75 * due) return 0;
-    if (sigkilled) {
-        fprintf(stderr,
-                "tracemill record: %s used %.3f s of CPU time but only %llu samples were taken (about %.0f were "
-                "due): SIGKILL ended it, which no handler sees, so what was sampled after the recorder's last file "
-                "write (every %s ms, --file-write-period-ms) was lost; --backend perf keeps every sample\n",
-                what, cpu, (unsigned long long)samples, due, write_period_ms);
-        return 1;
-    }
     fprintf(stderr,
-            "tracemill record: %s used %.3f s of CPU time but only %llu samples were taken (about %.0f were due): "
-            "the signal backend samples the threads of its first process that take SIGPROF, so threads that "
-            "block signals, a program that handles SIGPROF itself, and child processes go unsampled; "
-            "--backend perf samples every thread and child process (it needs kernel.perf_event_paranoid <= 2)\n",
+            "tracemill record: %s used %.3f s of CPU time but only %llu samples were taken (about %.0f were due): ",
             what, cpu, (unsigned long long)samples, due);
+    if (sigkilled)
+        fprintf(stderr,
+                "SIGKILL ended it, which no handler sees, so what was sampled after the recorder's last file "
+                "write (every %s ms, --file-write-period-ms) was lost; --backend perf keeps every sample\n",
+                write_period_ms);
+    else
+        fputs("the signal backend samples the threads of its first process that take SIGPROF, so threads that "
+              "block signals, a program that handles SIGPROF itself, and child processes go unsampled; "
+              "--backend perf samples every thread and child process (it needs kernel.perf_event_paranoid <= 2)\n",
+              stderr);
     return 1;
 }
 
@@ -690,8 +694,8 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         setenv("TRACEMILL_RECORD_STATUS", status_path, 1);
         for (int k = 0; k < N_ENV_OPTS; k++)
             if (values[k]) setenv(env_opts[k].var, values[k], 1);
-        /* A program killed before exit still leaves most of its trace. */
-        if (!values[OPT_FILE_WRITE_PERIOD]) setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", "1000", 1);
+        if (!values[OPT_FILE_WRITE_PERIOD])
+            setenv("TRACEMILL_RECORD_FILE_WRITE_PERIOD_MS", DEFAULT_FILE_WRITE_PERIOD_MS, 1);
         setenv("TRACEMILL_RECORD_DEMANGLE", demangle ? "1" : "0", 1);
         /* Uploaded chunks are sent as the recorder closes them, never
          * symbolized by tracemill: their frames are named while recording,
@@ -827,7 +831,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     double ran_s = (double)(ended.tv_sec - started.tv_sec) + (double)(ended.tv_nsec - started.tv_nsec) * 1e-9;
     int cut_short = values[OPT_DURATION] && ran_s > strtod(values[OPT_DURATION], NULL);
     int sigkilled = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    const char *write_period = values[OPT_FILE_WRITE_PERIOD] ? values[OPT_FILE_WRITE_PERIOD] : "1000";
+    const char *write_period = values[OPT_FILE_WRITE_PERIOD] ? values[OPT_FILE_WRITE_PERIOD] : DEFAULT_FILE_WRITE_PERIOD_MS;
     int unsampled = !could_not_run(code) && !lost && !cut_short &&
                     report_unsampled_cpu(cmd[0], &ru, samples, hz, sigkilled, write_period);
     /* A heap profile is written even when no CPU sample was taken (the

@@ -691,15 +691,15 @@ static tm_status property_entry(walk *w, const char *path, const node *key, cons
     /* librdkafka's own check of the name and value (no network), so that a
      * mistake is named with its line now rather than at the producer's start;
      * not of plugin paths, which librdkafka loads as they are set */
-    if (strcmp(key->text, "plugin.library.paths") == 0)
-        return config_set_property(w->cfg, key->text, key->len, val->text, val->len) ? nomem(w->err) : TM_OK;
-    rd_kafka_conf_t *probe = rd_kafka_conf_new();
-    if (!probe) return nomem(w->err);
-    char errstr[128];
-    rd_kafka_conf_res_t res = rd_kafka_conf_set(probe, key->text, val->text, errstr, sizeof errstr);
-    rd_kafka_conf_destroy(probe);
-    if (res == RD_KAFKA_CONF_UNKNOWN) return bad(w, key, path, "%s", errstr);
-    if (res != RD_KAFKA_CONF_OK) return bad(w, val, path, "%s", errstr);
+    if (strcmp(key->text, "plugin.library.paths") != 0) {
+        rd_kafka_conf_t *probe = rd_kafka_conf_new();
+        if (!probe) return nomem(w->err);
+        char errstr[128];
+        rd_kafka_conf_res_t res = rd_kafka_conf_set(probe, key->text, val->text, errstr, sizeof errstr);
+        rd_kafka_conf_destroy(probe);
+        if (res == RD_KAFKA_CONF_UNKNOWN) return bad(w, key, path, "%s", errstr);
+        if (res != RD_KAFKA_CONF_OK) return bad(w, val, path, "%s", errstr);
+    }
     return config_set_property(w->cfg, key->text, key->len, val->text, val->len) ? nomem(w->err) : TM_OK;
 }
 
