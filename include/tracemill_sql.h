@@ -36,9 +36,11 @@ extern "C" {
  * stack_sample*, counter, track, stats, metadata, clock_snapshot, ... The
  * tables are virtual: rows are read from the decoded columns, never copied
  * into SQLite. Only Perfetto input is accepted (gzip or zstd compressed
- * whole, as for tm_trace_parse; the other formats tm_input_detect knows get
- * TM_ERR_UNSUPPORTED naming theirs); opts->input and opts->mode are ignored.
- * The input buffer must outlive the tm_db. */
+ * whole, as for tm_trace_parse). With opts->input TM_INPUT_AUTO, the other
+ * formats tm_input_detect knows get TM_ERR_UNSUPPORTED naming theirs;
+ * TM_INPUT_PERFETTO reads any input as Perfetto, and another format gets
+ * TM_ERR_UNSUPPORTED. opts->mode is ignored. The input buffer must outlive
+ * the tm_db. */
 typedef struct tm_db tm_db;
 
 TM_API tm_status tm_db_new(const void *buf, size_t len, const tm_options *opts, tm_db **out,

@@ -525,11 +525,15 @@ Test(abi_inputs, out_of_range_values_modes_and_periods, .init = load_demo, .fini
     tu_membuf out = {0};
     tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
     tm_options bad_mode = {.mode = (tm_mode)7}, bad_preset = {.preset = (tm_limit_preset)9};
+    tm_options bad_input = {.input = (tm_input_format)5};
     tm_trace *t = NULL;
     expect_refused(tm_trace_parse(g_demo.data, g_demo.len, &bad_mode, &t, &err), &err, "mode", &out, "parse");
     expect_refused(tm_trace_parse(g_demo.data, g_demo.len, &bad_preset, &t, &err), &err, "preset", &out, "parse");
+    expect_refused(tm_trace_parse(g_demo.data, g_demo.len, &bad_input, &t, &err), &err, "input format", &out, "parse");
     tm_db *db = NULL;
     expect_refused(tm_db_new(g_demo.data, g_demo.len, &bad_mode, &db, &err), &err, "mode", &out, "tm_db_new");
+    expect_refused(tm_db_new(g_demo.data, g_demo.len, &bad_input, &db, &err), &err, "input format", &out,
+                   "tm_db_new");
     cr_expect_null(db);
     t = parse_demo();
     const tm_value bad_values[] = {(tm_value)8, (tm_value)-1, (tm_value)1000000};

@@ -747,3 +747,16 @@ Test(divergence, malformed_symbol_payloads_name_their_byte) {
         free(data);
     }
 }
+
+/* The harness reads every input as Perfetto in both readers; tm_db_new took
+ * input that looks like JSON or folded stacks for those formats whatever
+ * tm_options said, and refused "{\x0e" as Sample v2 where tm_trace_parse
+ * rejected it as Perfetto (found by fuzz_differential). */
+Test(divergence, a_named_perfetto_format_is_read_as_perfetto_by_both) {
+    static const char *const inputs[] = {"{\x0e", "main;work 3\n", "{\"version\":\"2\"}"};
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++) {
+        tm_diff_report r;
+        cr_expect(tm_diff_check(inputs[i], strlen(inputs[i]), &r), "input %zu: %s", i, r.message);
+        cr_expect_eq(r.profile_err.code, TM_ERR_MALFORMED, "input %zu", i);
+    }
+}

@@ -110,10 +110,11 @@ Test(sql, limits_of_the_options_apply) {
     free(buf);
 }
 
-/* The connection tm_db_sqlite hands out runs what a user types: it reads
- * the trace but creates no file and changes no setting; tm_db_export is
- * how a database gets written, and it never replaces one. */
-/* Input of another format is named, not reported as malformed Perfetto. */
+/* Input of another format is named, not reported as malformed Perfetto,
+ * unless the caller names the format: as tm_trace_parse does, a format
+ * named in tm_options is taken, so TM_INPUT_PERFETTO reads the same bytes
+ * as Perfetto (and rejects them as tm_trace_parse does, at byte 0), and
+ * another named format is refused without a look. */
 Test(sql, other_input_formats_are_named) {
     static const char *const inputs[][2] = {{"main;work 3\n", "folded"}, {"{\"version\":\"2\"}", "sample-v2"}};
     for (size_t i = 0; i < 2; i++) {
@@ -125,8 +126,26 @@ Test(sql, other_input_formats_are_named) {
         char want[64];
         snprintf(want, sizeof want, "this is %s input", inputs[i][1]);
         cr_expect(strstr(err.message, want), "%s", err.message);
+
+        tm_options as_perfetto = {.input = TM_INPUT_PERFETTO};
+        tm_trace *t = NULL;
+        tm_error perr = {0};
+        cr_expect_eq(tm_trace_parse(inputs[i][0], strlen(inputs[i][0]), &as_perfetto, &t, &perr), TM_ERR_MALFORMED);
+        cr_expect_eq(tm_db_new(inputs[i][0], strlen(inputs[i][0]), &as_perfetto, &db, &err), TM_ERR_MALFORMED, "%s",
+                     err.message);
+        cr_expect_eq(err.offset, perr.offset);
+        cr_expect_str_eq(err.message, perr.message);
     }
+    tm_options as_folded = {.input = TM_INPUT_FOLDED};
+    tm_db *db = NULL;
+    tm_error err = {0};
+    cr_expect_eq(tm_db_new(inputs[1][0], strlen(inputs[1][0]), &as_folded, &db, &err), TM_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.message, "this is folded input"), "%s", err.message);
 }
+
+/* The connection tm_db_sqlite hands out runs what a user types: it reads
+ * the trace but creates no file and changes no setting; tm_db_export is
+ * how a database gets written, and it never replaces one. */
 
 Test(sql, the_connection_writes_no_file_and_export_replaces_none) {
     char *buf;

@@ -57,6 +57,8 @@ tm_status tm_check_options(const tm_options *o, tm_error *err) {
     TM_TRY(TM_CHECK_RESERVED(o ? o->alloc : NULL, "tm_alloc", err));
     if (o && (unsigned)o->mode > TM_MODE_RELAY)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_options: unknown mode %d", (int)o->mode);
+    if (o && (unsigned)o->input > TM_INPUT_SAMPLE_V1)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_options: unknown input format %d", (int)o->input);
     if (o && (unsigned)o->preset > TM_LIMITS_RELAY)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_options: unknown limit preset %d", (int)o->preset);
     return TM_OK;
