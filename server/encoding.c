@@ -41,19 +41,13 @@
 #define EXPECT_MAX (1024u * 1024u)
 #define ZSTD_WINDOW_LOG_MAX 23
 
-int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out) {
+/* One coding name (case-insensitive), value[a, b) without surrounding whitespace. */
+static int coding_name(const char *value, size_t a, size_t b, tm_srv_encoding *out) {
     static const struct {
         const char *name;
         tm_srv_encoding enc;
     } names[] = {{"identity", TM_SRV_ENC_IDENTITY}, {"gzip", TM_SRV_ENC_GZIP}, {"x-gzip", TM_SRV_ENC_GZIP},
                  {"deflate", TM_SRV_ENC_DEFLATE},   {"zstd", TM_SRV_ENC_ZSTD}, {"br", TM_SRV_ENC_BR}};
-    size_t a = 0, b = value ? strlen(value) : 0;
-    while (a < b && (value[a] == ' ' || value[a] == '\t')) a++;
-    while (b > a && (value[b - 1] == ' ' || value[b - 1] == '\t')) b--;
-    if (a == b) {
-        *out = TM_SRV_ENC_IDENTITY;
-        return 0;
-    }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *n = names[i].name;
         if (strlen(n) != b - a) continue;
@@ -70,6 +64,32 @@ int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out) {
         }
     }
     return -1;
+}
+
+/* The value is a comma-separated list of the codings applied, in order
+ * (RFC 9110 §8.4): empty elements and "identity" change nothing, and one
+ * other coding is decoded; two stacked codings are not supported. */
+int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out) {
+    tm_srv_encoding enc = TM_SRV_ENC_IDENTITY;
+    size_t n = value ? strlen(value) : 0, applied = 0;
+    for (size_t start = 0; start <= n;) {
+        size_t end = start;
+        while (end < n && value[end] != ',') end++;
+        size_t a = start, b = end;
+        while (a < b && (value[a] == ' ' || value[a] == '\t')) a++;
+        while (b > a && (value[b - 1] == ' ' || value[b - 1] == '\t')) b--;
+        tm_srv_encoding e;
+        if (a < b) {
+            if (coding_name(value, a, b, &e) != 0) return -1;
+            if (e != TM_SRV_ENC_IDENTITY) {
+                if (applied++) return -1;
+                enc = e;
+            }
+        }
+        start = end + 1;
+    }
+    *out = enc;
+    return 0;
 }
 
 /* What one library call left to do. */

@@ -165,7 +165,8 @@ typedef enum tm_srv_encoding {
 } tm_srv_encoding;
 
 /* Parses a Content-Encoding header value (case-insensitive; NULL or empty
- * is identity). -1 for an unsupported coding. */
+ * is identity), a list in which "identity" and empty elements count for
+ * nothing. -1 for an unsupported coding or two stacked ones. */
 int tm_srv_encoding_parse(const char *value, tm_srv_encoding *out);
 
 typedef struct tm_srv_decoder tm_srv_decoder;

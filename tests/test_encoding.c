@@ -212,6 +212,10 @@ Test(encoding, parse_values) {
         {"gzip,br", 0, 0},                 {"compress", 0, 0},                {"x-compress", 0, 0},
         {"gzi", 0, 0},                     {"gzipp", 0, 0},                   {"brotli", 0, 0},
         {"g zip", 0, 0},                   {"identity;q=1", 0, 0},            {"*", 0, 0},
+        /* a list: identity and empty elements count for nothing, one real coding is decoded */
+        {"GZIP, identity", 1, TM_SRV_ENC_GZIP}, {"identity,zstd", 1, TM_SRV_ENC_ZSTD}, {" ,br, ", 1, TM_SRV_ENC_BR},
+        {"identity, identity", 1, TM_SRV_ENC_IDENTITY}, {",", 1, TM_SRV_ENC_IDENTITY},
+        {"gzip, gzip", 0, 0},              {"gzip, identity, br", 0, 0},      {"gzip, bogus", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tm_srv_encoding e = (tm_srv_encoding)99;
