@@ -288,9 +288,14 @@ int cli_store(int argc, char **argv) {
         if (strcmp(argv[i], "--store") == 0 && i + 1 < argc) store_path = argv[++i];
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out_path = argv[++i];
         else if (strcmp(argv[i], "--raw") == 0) raw = 1;
-        else if (strcmp(argv[i], "--project") == 0 && i + 1 < argc && argv[i + 1][0] >= '1' && argv[i + 1][0] <= '9' &&
-                 (project = strtoull(argv[i + 1], &end, 10)) != 0 && !*end)
+        else if (strcmp(argv[i], "--project") == 0) {
+            const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+            errno = 0;
+            if (!v || v[0] < '1' || v[0] > '9' || (project = strtoull(v, &end, 10)) == 0 || *end || errno)
+                return cli_usage_error("store", "--project takes a project id, a number from 1 to %" PRIu64
+                                       ", not %s%s%s", UINT64_MAX, v ? "'" : "", v ? v : "nothing", v ? "'" : "");
             i++;
+        }
         else if (argv[i][0] != '-' && !arg) arg = argv[i];
         else return store_usage();
     }

@@ -651,6 +651,24 @@ Test(serve, store_get_asks_for_the_project_of_a_chunk_id_in_two) {
     ts_server_free(&s);
 }
 
+/* A --project value that is not a project id is named as such (it got the
+ * command's general usage line), and one past 64 bits is refused rather than
+ * read as the largest id. */
+Test(serve, store_project_value_is_checked_and_named) {
+    const char *const bad[] = {"abc", "0", "-1", "01", "42x", "99999999999999999999999", NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int code;
+        char *cmd = ts_fmt("%s store get " UUID_A " --store /nonexistent --project%s%s 2>&1", TM_CLI,
+                           bad[i] ? " " : "", bad[i] ? bad[i] : "");
+        char *said = ts_run_capture(cmd, &code);
+        cr_assert_eq(code, 2, "%s: %s", cmd, said);
+        char *want = ts_fmt("--project takes a project id, a number from 1 to 18446744073709551615, not %s%s%s",
+                            bad[i] ? "'" : "", bad[i] ? bad[i] : "nothing", bad[i] ? "'" : "");
+        cr_assert(strstr(said, want), "%s: %s", cmd, said);
+        free(want), free(said), free(cmd);
+    }
+}
+
 /* Chunk ids key store rows and Kafka messages and name exported files:
  * plain JSON chunks get the Perfetto path's UUID check, and the accepted
  * ones are normalised. */
