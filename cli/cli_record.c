@@ -742,7 +742,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
      * record/preload.c), or why it could not start; then its end-of-run
      * report, printed here: the program may have closed its own stderr. */
     char recorder_status[16] = "";
-    int reported = 0, took_sigprof = 0;
+    int reported = 0, took_sigprof = 0, upload_refused = 0;
     FILE *status_file = fopen(status_path, "re");
     if (status_file) {
         int c = 0;
@@ -755,6 +755,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
         while (getline(&line, &cap, status_file) > 0) {
             fputs(line, stderr), reported = 1;
             took_sigprof |= strstr(line, "took SIGPROF for itself") != NULL; /* preload.c's words */
+            upload_refused |= strstr(line, "were refused by the server and deleted") != NULL;
         }
         free(line);
         fclose(status_file);
@@ -809,6 +810,10 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
                     "tracemill record: %s ended without exit() (say, by _exit), so its uploader could not send "
                     "or report: what it recorded waits in the upload queue %s for the next run with it\n",
                     cmd[0], queue);
+        }
+        if (code == 0 && upload_refused) { /* recorded data was lost: the program's 0 would hide it */
+            fprintf(stderr, "tracemill record: exit 125: the server refused chunks (above), so they were lost\n");
+            return 125;
         }
         return code == 0 ? EXIT_OK : code;
     }

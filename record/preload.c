@@ -584,4 +584,10 @@ __attribute__((destructor)) static void tracemill_record_preload_stop(void) {
             "full queue, %llu left queued\n",
             profiler_id, (unsigned long long)st.sent, (unsigned long long)st.queued, (unsigned long long)st.rejected,
             (unsigned long long)st.failed_attempts, (unsigned long long)st.dropped, (unsigned long long)st.left);
+    /* `tracemill record` exits 125 on the first line's words (cli_record.c) */
+    if (st.rejected)
+        report("tracemill record: %llu chunks were refused by the server and deleted (sending them again cannot "
+                "help): %s\n", (unsigned long long)st.rejected, st.last_rejection);
+    if (st.failed_attempts)
+        report("tracemill record: the last failed attempt to upload: %s\n", st.last_failure);
 }

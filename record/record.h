@@ -587,6 +587,9 @@ typedef struct tmr_upload_stats {
     uint64_t failed_attempts; /* network errors, 5xx and 429 (each retried later) */
     uint64_t dropped;         /* deleted unsent because the queue was over its bound */
     uint64_t left;            /* still queued at close, for the next run */
+    /* what the last rejection said ("HTTP 403: {"detail":...}"), and the
+     * last failed attempt's reason (an HTTP status or libcurl's error) */
+    char last_rejection[160], last_failure[160];
 } tmr_upload_stats;
 
 typedef struct tmr_uploader tmr_uploader;

@@ -47,6 +47,7 @@ static struct {
     CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
     CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
     CURLcode (*easy_perform)(CURL *);
+    const char *(*easy_strerror)(CURLcode);
     struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
     void (*slist_free_all)(struct curl_slist *);
 } curl_api;
@@ -65,12 +66,13 @@ static void load_curl(void) {
     LOAD(easy_setopt, "curl_easy_setopt");
     LOAD(easy_getinfo, "curl_easy_getinfo");
     LOAD(easy_perform, "curl_easy_perform");
+    LOAD(easy_strerror, "curl_easy_strerror");
     LOAD(slist_append, "curl_slist_append");
     LOAD(slist_free_all, "curl_slist_free_all");
 #undef LOAD
     curl_available = curl_api.global_init && curl_api.global_cleanup && curl_api.easy_init && curl_api.easy_cleanup &&
                      curl_api.easy_reset && curl_api.easy_setopt && curl_api.easy_getinfo && curl_api.easy_perform &&
-                     curl_api.slist_append && curl_api.slist_free_all;
+                     curl_api.easy_strerror && curl_api.slist_append && curl_api.slist_free_all;
 }
 
 #define curl_global_init (*curl_api.global_init)
@@ -83,6 +85,7 @@ static void load_curl(void) {
 #define curl_easy_setopt (*curl_api.easy_setopt)
 #define curl_easy_getinfo (*curl_api.easy_getinfo)
 #define curl_easy_perform (*curl_api.easy_perform)
+#define curl_easy_strerror (*curl_api.easy_strerror)
 #define curl_slist_append (*curl_api.slist_append)
 #define curl_slist_free_all (*curl_api.slist_free_all)
 
@@ -308,8 +311,17 @@ int tmr_upload_chunk(void *ctx, uint32_t index, const void *data, size_t len) {
 
 /* ---- sending -------------------------------------------------------------- */
 
-static size_t discard_body(char *p, size_t size, size_t n, void *ctx) {
-    (void)p, (void)ctx;
+/* The start of an answer's body, for the report (the rest is discarded). */
+typedef struct answer {
+    char text[112];
+    size_t len;
+} answer;
+
+static size_t keep_body_start(char *p, size_t size, size_t n, void *ctx) {
+    answer *a = ctx;
+    for (size_t i = 0; i < size * n && a->len + 1 < sizeof a->text; i++)
+        if (p[i] != '\n' && p[i] != '\r') a->text[a->len++] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
+    a->text[a->len] = 0;
     return size * n;
 }
 
@@ -328,9 +340,12 @@ static int abort_past_close(void *ctx, curl_off_t dl_total, curl_off_t dl, curl_
 
 /* POSTs one envelope; on RETRY, *retry_after_ms is the server's Retry-After
  * (0 when none). */
+/* why: what went wrong when not SENT ("HTTP 403: body start" or libcurl's error). */
 static send_result send_envelope(tmr_uploader *u, CURL *curl, const uint8_t *body, size_t len, long timeout_ms,
-                                 uint64_t *retry_after_ms) {
+                                 uint64_t *retry_after_ms, char *why, size_t why_cap) {
     *retry_after_ms = 0;
+    snprintf(why, why_cap, "out of memory");
+    answer a = {{0}, 0};
     struct curl_slist *h = curl_slist_append(NULL, u->auth);
     struct curl_slist *h2 = h ? curl_slist_append(h, "Content-Type: application/x-sentry-envelope") : NULL;
     if (!h2) {
@@ -343,7 +358,8 @@ static send_result send_envelope(tmr_uploader *u, CURL *curl, const uint8_t *bod
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (const char *)body);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, keep_body_start);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &a);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, abort_past_close);
@@ -357,6 +373,8 @@ static send_result send_envelope(tmr_uploader *u, CURL *curl, const uint8_t *bod
         curl_easy_getinfo(curl, CURLINFO_RETRY_AFTER, &retry_after);
     }
     curl_slist_free_all(h);
+    if (rc != CURLE_OK) snprintf(why, why_cap, "%s", curl_easy_strerror(rc));
+    else snprintf(why, why_cap, "HTTP %ld%s%s", status, a.len ? ": " : "", a.text);
     if (rc != CURLE_OK || status >= 500 || status == 429) {
         if (retry_after > 0) *retry_after_ms = (uint64_t)retry_after * 1000u;
         return RETRY;
@@ -442,16 +460,18 @@ static void *uploader_main(void *arg) {
             uint64_t t = now_ms(CLOCK_MONOTONIC);
             long timeout_ms = !u->closing ? 30000L : u->close_deadline_ms > t ? (long)(u->close_deadline_ms - t) : 1L;
             pthread_mutex_unlock(&u->lock);
-            send_result r = send_envelope(u, curl, body, len, timeout_ms, &retry_after);
+            char why[sizeof u->stats.last_failure];
+            send_result r = send_envelope(u, curl, body, len, timeout_ms, &retry_after, why, sizeof why);
             free(body);
             pthread_mutex_lock(&u->lock);
             if (r == RETRY) {
                 u->stats.failed_attempts++;
+                memcpy(u->stats.last_failure, why, sizeof why);
                 retry = 1;
             } else {
                 unlink_queued(u, names[i]);
                 if (r == SENT) u->stats.sent++;
-                else u->stats.rejected++;
+                else u->stats.rejected++, memcpy(u->stats.last_rejection, why, sizeof why);
                 progressed = 1;
             }
             int stop_now = u->closing && now_ms(CLOCK_MONOTONIC) >= u->close_deadline_ms;

@@ -392,3 +392,33 @@ Test(record_upload, a_recorder_that_cannot_start_fails_the_run) {
     free(cmd);
     free(dir);
 }
+
+/* A server that refuses the chunks (here a key it does not know: 401)
+ * loses them for good: record says so with the HTTP status and the server's
+ * detail, and exits 125, not the program's 0 ("N rejected" and exit 0 were
+ * all it said). A server that cannot be reached is named too (the chunks
+ * wait in the queue, and the exit stays the program's). */
+Test(record_upload, chunks_the_server_refuses_are_said_with_the_status_and_fail_the_run, .timeout = 120) {
+    char *dir = ts_temp_dir("tm_record_upload");
+    ts_server s = start_server(dir, 0);
+    tu_asan_recorded_child_env();
+    char *cmd = ts_fmt("timeout 60 %s record --preload %s --chunk-seconds 1 --upload "
+                       "http://0123456789abcdef0123456789abcdef@127.0.0.1:%d/1 --upload-queue %s/q -- %s --seconds 0.3 "
+                       "2>&1", TM_CLI, TM_RECORD_PRELOAD, s.port, dir, TM_RECORD_TARGET);
+    int code;
+    char *log = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 125, "exit %d: %s", code, log);
+    cr_assert(strstr(log, "1 chunks were refused by the server and deleted") &&
+                  strstr(log, "HTTP 401: {\"detail\":\"unknown public key\"}"),
+              "the refusal is not said with its status: %s", log);
+    free(log), free(cmd);
+    cmd = ts_fmt("timeout 60 %s record --preload %s --upload http://" KEY "@127.0.0.1:%d/1 --upload-timeout-ms 300 "
+                 "--upload-queue %s/q2 -- %s --seconds 0.3 2>&1", TM_CLI, TM_RECORD_PRELOAD, free_port(), dir,
+                 TM_RECORD_TARGET);
+    log = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0, "exit %d: %s", code, log);
+    cr_assert(strstr(log, "the last failed attempt to upload: Couldn't connect to server"), "%s", log);
+    free(log), free(cmd);
+    stop_server(&s);
+    free(dir);
+}
