@@ -59,6 +59,9 @@ int cli_parse_u64(const char *s, uint64_t *out);
 /* Applies --max-* and --limits options; returns 1 if argv[*i] was one of them
  * (consuming its value), 0 if not, -1 on a bad value. */
 int cli_limit_option(int argc, char **argv, int *i, tm_options *opts);
+/* Why cli_limit_option refused option opt's value v (NULL: none), as
+ * "OPT needs ...", into out. */
+void cli_limit_problem(const char *opt, const char *v, char *out, size_t cap);
 
 /* An output of a command (see cli_io.c). "-" or NULL is stdout; a device
  * or FIFO is written in place; a regular file (symbolic links followed) is

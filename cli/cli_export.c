@@ -59,10 +59,13 @@ static int bad(cli_export *x, const char *opt, const char *what) {
 
 int cli_export_option(int argc, char **argv, int *i, cli_export *x) {
     const char *a = argv[*i];
-    int lim = cli_limit_option(argc, argv, i, &x->opts);
-    if (lim < 0) return bad(x, a, strcmp(a, "--limits") == 0 ? "takes relay or generous" : "needs a positive number");
-    if (lim) return lim;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int lim = cli_limit_option(argc, argv, i, &x->opts);
+    if (lim < 0) {
+        cli_limit_problem(a, v, x->bad, sizeof x->bad);
+        return -1;
+    }
+    if (lim) return lim;
     if (strcmp(a, "--reverse") == 0) x->reverse = 1;
     else if (strcmp(a, "--thread-prefix") == 0) x->thread_prefix = 1;
     else if (strcmp(a, "--uncompressed") == 0) x->uncompressed = 1;

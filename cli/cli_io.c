@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -207,6 +208,15 @@ int cli_limit_option(int argc, char **argv, int *i, tm_options *opts) {
         return 1;
     }
     return 0;
+}
+
+void cli_limit_problem(const char *opt, const char *v, char *out, size_t cap) {
+    size_t digits = v ? strspn(v, "0123456789") : 0;
+    if (strcmp(opt, "--limits") == 0) snprintf(out, cap, "%s takes relay or generous", opt);
+    else if (!v) snprintf(out, cap, "%s needs a value", opt);
+    else if (digits && v[0] != '0' && (!v[digits] || (strchr("kKMG", v[digits]) && !v[digits + 1])))
+        snprintf(out, cap, "%s %.40s is over the largest value, %" PRIu64, opt, v, UINT64_MAX);
+    else snprintf(out, cap, "%s needs a positive number (k, M or G may follow), not '%.40s'", opt, v);
 }
 
 void cli_warn_cut_off(const char *what, uint64_t at) {

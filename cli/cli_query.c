@@ -512,6 +512,15 @@ static int usage(const char *cmd, const char *why, const char *arg) {
     return cli_usage_error(cmd, "%s%s", why, arg ? arg : "");
 }
 
+/* A limit option's bad value; opt is argv's element that named it. */
+static int limit_usage(const char *cmd, int argc, char **argv, const char *opt) {
+    int at = 0;
+    while (at < argc && argv[at] != opt) at++;
+    char why[160];
+    cli_limit_problem(opt, at + 1 < argc ? argv[at + 1] : NULL, why, sizeof why);
+    return cli_usage_error(cmd, "%s", why);
+}
+
 /* Parses query's arguments; returns the exit code of a usage error, or
  * EXIT_OK. */
 static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym, cli_qout *o, const char **trace,
@@ -519,7 +528,7 @@ static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym,
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_symbols_option(argc, argv, &i, sym);
-        if (r == 0) r = cli_limit_option(argc, argv, &i, opts);
+        if (r == 0 && (r = cli_limit_option(argc, argv, &i, opts)) < 0) return limit_usage("query", argc, argv, a);
         if (r < 0) return usage("query", "bad value for ", a);
         if (r > 0) continue;
         if (strcmp(a, "--quiet") == 0) {
@@ -594,8 +603,9 @@ int cli_export_sqlite(int argc, char **argv) {
     const char *trace = NULL, *out = NULL;
     int quiet = 0;
     for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
         int r = cli_limit_option(argc, argv, &i, &opts);
-        if (r < 0) return usage("export-sqlite", "bad value for ", argv[i]);
+        if (r < 0) return limit_usage("export-sqlite", argc, argv, a);
         if (r > 0) continue;
         if (strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;

@@ -198,10 +198,11 @@ int cli_symbolize(int argc, char **argv) {
     const char *in_path = NULL, *out_path = NULL;
     int quiet = 0, rc = EXIT_OK;
     for (int i = 1; i < argc && rc == EXIT_OK; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int r = cli_symbols_option(argc, argv, &i, &s);
-        if (r == 0) r = cli_limit_option(argc, argv, &i, &opts);
-        if (r < 0) rc = usage("bad value for", a);
+        char why[160] = "";
+        if (r == 0 && (r = cli_limit_option(argc, argv, &i, &opts)) < 0) cli_limit_problem(a, v, why, sizeof why);
+        if (r < 0) rc = why[0] ? cli_usage_error("symbolize", "%s", why) : usage("bad value for", a);
         else if (r > 0) continue;
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (++i >= argc) rc = usage("missing value for", a);

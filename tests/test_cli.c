@@ -832,6 +832,36 @@ Test(cli_help, a_usage_error_is_one_line_and_a_pointer) {
     }
 }
 
+/* A limit's value is named for what is wrong with it: one past 64 bits is
+ * a number, only too large (it was told "needs a positive number"). */
+Test(cli_help, a_limit_value_says_what_is_wrong_with_it) {
+    static const struct {
+        const char *args, *said;
+    } cases[] = {
+        {"convert --max-samples 99999999999999999999 " MINIMAL,
+         "convert: --max-samples 99999999999999999999 is over the largest value, 18446744073709551615\n"},
+        {"info --max-input-bytes 20000000000G " MINIMAL,
+         "info: --max-input-bytes 20000000000G is over the largest value, 18446744073709551615\n"},
+        {"query --max-samples 99999999999999999999 " MINIMAL " 'select 1'",
+         "query: --max-samples 99999999999999999999 is over the largest value, 18446744073709551615\n"},
+        {"export-sqlite --max-samples 99999999999999999999 " MINIMAL " x.db",
+         "export-sqlite: --max-samples 99999999999999999999 is over the largest value, 18446744073709551615\n"},
+        {"symbolize --max-samples 99999999999999999999 " MINIMAL,
+         "symbolize: --max-samples 99999999999999999999 is over the largest value, 18446744073709551615\n"},
+        {"convert --max-samples 0 " MINIMAL,
+         "convert: --max-samples needs a positive number (k, M or G may follow), not '0'\n"},
+        {"query --max-samples abc " MINIMAL " 'select 1'",
+         "query: --max-samples needs a positive number (k, M or G may follow), not 'abc'\n"},
+        {"convert " MINIMAL " --max-samples", "convert: --max-samples needs a value\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_result r = run("%s", cases[i].args);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d", cases[i].args, r.code);
+        cr_expect(strstr(r.err, cases[i].said), "`%s`: %s", cases[i].args, r.err);
+        run_free(&r);
+    }
+}
+
 Test(cli_help, the_manual_renders_and_completion_completes) {
     char cmd[1024];
     if (system("command -v man >/dev/null 2>&1") == 0) {
