@@ -52,6 +52,28 @@ static int serve_usage(const char *arg) {
     return cli_usage_error("serve", "unknown option or missing value: %s", arg);
 }
 
+/* What waits for a second SIGTERM or SIGINT while the server drains. */
+typedef struct second_signal {
+    tm_srv_server *server;
+    sigset_t signals;
+    pthread_mutex_t mu;
+    int done; /* under mu: the drain is over (the thread was signalled to end) */
+} second_signal;
+
+static void *watch_second_signal(void *arg) {
+    second_signal *w = arg;
+    int sig = 0;
+    sigwait(&w->signals, &sig);
+    pthread_mutex_lock(&w->mu);
+    if (!w->done) {
+        fprintf(stderr, "tracemill serve: %s again: cutting the requests in flight\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        tm_srv_server_hurry(w->server);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
 int cli_serve(int argc, char **argv) {
     tm_srv_config cfg;
     tm_error err;
@@ -138,8 +160,20 @@ int cli_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&stop, &sig);
-    fprintf(stderr, "tracemill serve: %s: draining (at most %u s) and stopping\n",
+    fprintf(stderr, "tracemill serve: %s: draining (at most %u s) and stopping (again: at once)\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.limits.shutdown_timeout_s);
+    /* a second signal cuts the drain's wait short */
+    second_signal hurry = {server, stop, PTHREAD_MUTEX_INITIALIZER, 0};
+    pthread_t watcher;
+    int watching = pthread_create(&watcher, NULL, watch_second_signal, &hurry) == 0;
+    tm_srv_server_drain(server);
+    if (watching) {
+        pthread_mutex_lock(&hurry.mu);
+        hurry.done = 1;
+        pthread_mutex_unlock(&hurry.mu);
+        pthread_kill(watcher, SIGTERM); /* ends its sigwait: blocked, the signal goes to that thread alone */
+        pthread_join(watcher, NULL);
+    }
     tm_srv_server_stop(server);
 out:
     tm_srv_config_release(&cfg);

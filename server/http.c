@@ -86,6 +86,7 @@ struct tm_srv_server {
     uint16_t port;
     _Atomic int in_flight; /* envelope requests between first byte and answer */
     _Atomic int draining;
+    _Atomic int hurry;     /* tm_srv_server_hurry: the drain waits no more */
     tm_srv_budget decoded; /* decoded request bodies in flight */
     tm_srv_scratch_pool scratch; /* the conversions' working memory */
     int log_fd;            /* access log; -1: off */
@@ -1058,7 +1059,15 @@ uint16_t tm_srv_server_port(const tm_srv_server *s) { return s->port; }
  * until the drain's share of shutdown_timeout is spent, then closes the rest:
  * a body still coming in is cut on its input side only, so that its request
  * is answered 503 (read_body). */
-static void drain(tm_srv_server *s) {
+void tm_srv_server_hurry(tm_srv_server *s) {
+    atomic_store(&s->hurry, 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tm_srv_server_drain(tm_srv_server *s) {
+    if (!s || !s->listener) return;
     const tm_srv_config *cfg = s->cfg;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1074,7 +1083,7 @@ static void drain(tm_srv_server *s) {
     double budget = cfg->limits.shutdown_timeout_s - flush - after;
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->changed); /* the reaper cuts the idle ones now */
-    while (s->conns && seconds_since(&t0) < budget) {
+    while (s->conns && seconds_since(&t0) < budget && !atomic_load(&s->hurry)) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += 20 * 1000000L;
@@ -1093,7 +1102,7 @@ static void drain(tm_srv_server *s) {
 
 void tm_srv_server_stop(tm_srv_server *s) {
     if (!s) return;
-    if (s->listener) drain(s);
+    tm_srv_server_drain(s);
     if (s->have_reaper) {
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;

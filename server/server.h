@@ -691,8 +691,15 @@ typedef struct tm_srv_server tm_srv_server;
 tm_status tm_srv_server_start(const tm_srv_config *cfg, tm_srv_server **out, tm_error *err);
 /* The port listened on (useful with port 0: any free port). */
 uint16_t tm_srv_server_port(const tm_srv_server *s);
-/* Graceful stop: stops accepting, lets requests in flight finish (up to
- * the request timeout), flushes Kafka, closes the store. NULL: no-op. */
+/* The first half of tm_srv_server_stop (which does it when not done):
+ * stops accepting and lets requests in flight finish, within the shutdown
+ * timeout's share; those left are cut (a body still arriving: 503). */
+void tm_srv_server_drain(tm_srv_server *s);
+/* From another thread, while tm_srv_server_drain runs or before: cuts its
+ * wait short (an operator's second SIGTERM). */
+void tm_srv_server_hurry(tm_srv_server *s);
+/* Graceful stop: drains (above), flushes Kafka, closes the store. NULL:
+ * no-op. */
 void tm_srv_server_stop(tm_srv_server *s);
 
 #endif /* TM_SERVER_H */

@@ -673,6 +673,38 @@ Test(serve_limits, sigterm_answers_a_body_still_arriving_and_exits_in_time, .tim
     ts_server_free(&s);
 }
 
+/* A second SIGTERM cuts the drain's wait short: the request still in
+ * flight is answered 503 and the server exits 0 at once, not at the end of
+ * shutdown_timeout (the second signal did nothing). */
+Test(serve_limits, a_second_sigterm_cuts_the_drain_short, .timeout = 60) {
+    ts_server s = start("limits: {shutdown_timeout: 30}\n");
+    int fd = ts_dial(s.port);
+    send_all(fd, "POST /api/42/envelope/ HTTP/1.1\r\nHost: x\r\n" AUTH "\r\nContent-Length: 100000\r\n\r\n{}\n");
+    int closed = 0;
+    free(ts_read_answers(fd, 0, 0.3, &closed));
+    cr_assert(!closed, "the request was refused before its body");
+    kill(s.pid, SIGTERM);
+    char *got = ts_read_answers(fd, 0, 1.0, &closed); /* the drain waits for the body */
+    int status;
+    cr_assert_eq(waitpid(s.pid, &status, WNOHANG), 0, "the server did not wait for the request in flight");
+    free(got);
+    double t0 = ts_now_s();
+    kill(s.pid, SIGTERM);
+    got = ts_read_answers(fd, 0, 8.0, &closed);
+    pid_t done = 0;
+    while ((done = waitpid(s.pid, &status, WNOHANG)) == 0 && ts_now_s() - t0 < 10) usleep(20000);
+    double took = ts_now_s() - t0;
+    if (!done) kill(s.pid, SIGKILL), waitpid(s.pid, &status, 0);
+    s.pid = 0;
+    cr_assert(done, "a second SIGTERM did not stop the server within 10 s");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the cut drain must exit 0");
+    cr_assert(took < 5.0, "stopping after the second SIGTERM took %.2f s", took);
+    cr_assert(strstr(got, "HTTP/1.1 503") && strstr(got, "send it again"), "the cut request got: %s", got);
+    free(got);
+    close(fd);
+    ts_server_free(&s);
+}
+
 /* ---- item 4: the access log ---- */
 
 Test(serve_limits, access_log_json_lines) {
