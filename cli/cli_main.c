@@ -239,12 +239,12 @@ static const struct command_help {
      "./tracemill-store, project 1 with a key generated once and kept in the store's\n"
      "public_key file). SIGTERM drains: requests received are answered, then it exits.\n"},
     {"store", "read what the local store holds",
-     "usage: tracemill store ls | get CHUNK_ID [--raw] [--project ID] [-o OUT] | export OUT_DIR  [--store PATH]\n"
+     "usage: tracemill store ls | get CHUNK_ID [--raw] [-o OUT] | export OUT_DIR  [--project ID] [--store PATH]\n"
      "\n"
      "  ls                        one line per stored chunk\n"
      "  get CHUNK_ID              the chunk's payload JSON (--raw: its Perfetto trace)\n"
-     "  --project ID              get: the chunk of this project (a chunk_id two projects sent)\n"
      "  export OUT_DIR            every chunk as files\n"
+     "  --project ID              only this project's chunks (get: for a chunk_id two projects sent)\n"
      "  --store PATH              the store (default ./tracemill-store)\n"
      "\n" OUTPUT_HELP},
 };

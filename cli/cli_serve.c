@@ -205,8 +205,10 @@ static void print_escaped(FILE *f, tm_srv_view id) {
     }
 }
 
+/* ctx: the --project to list (0: any) */
 static int print_line(void *ctx, const tm_srv_stored_chunk *c) {
-    (void)ctx;
+    const uint64_t *project = ctx;
+    if (*project && c->project_id != *project) return 0;
     char when[32];
     format_time(c->received, when, sizeof when);
     printf("%s  project=%" PRIu64 "  chunk_id=", when, c->project_id);
@@ -274,6 +276,7 @@ static int write_chunk(void *ctx, const tm_srv_stored_chunk *c) {
 
 typedef struct export_job {
     const char *dir;
+    uint64_t project; /* 0: any */
     size_t written, skipped;
     int rc;
 } export_job;
@@ -293,6 +296,7 @@ static int export_chunk(void *ctx, const tm_srv_stored_chunk *c) {
     tm_srv_chunk_msg m;
     char ctype[64], path[4096], id[TM_SRV_UUID_HEX + 1];
     tm_error err;
+    if (job->project && c->project_id != job->project) return 0;
     /* file names come from the normalised id only, never from stored text */
     if (!tm_srv_uuid_normalize(c->chunk_id.ptr, c->chunk_id.len, id))
         return skip_chunk(job, c, "the chunk_id is not a UUID");
@@ -344,7 +348,7 @@ int cli_store(int argc, char **argv) {
     int rc = EXIT_OK;
     tm_status st = TM_OK;
     if (is_ls) {
-        st = tm_srv_store_each_chunk(store, NULL, print_line, NULL, &err);
+        st = tm_srv_store_each_chunk(store, NULL, print_line, &project, &err);
     } else if (is_get) {
         /* ids are stored normalised; one that is not a UUID is looked up as given */
         char id[TM_SRV_UUID_HEX + 1];
@@ -368,7 +372,7 @@ int cli_store(int argc, char **argv) {
             }
         }
     } else {
-        export_job job = {arg, 0, 0, EXIT_OK};
+        export_job job = {arg, project, 0, 0, EXIT_OK};
         if (mkdir(arg, 0755) != 0 && errno != EEXIST) {
             fprintf(stderr, "tracemill store: cannot create %s: %s\n", arg, strerror(errno));
             rc = EXIT_IO;

@@ -648,6 +648,20 @@ Test(serve, store_get_asks_for_the_project_of_a_chunk_id_in_two) {
     cr_assert_eq(code, 1, "%s", said);
     cr_assert(strstr(said, "no chunk with chunk_id"), "%s", said);
     free(said), free(cmd), free(body);
+    /* ls and export take --project too (they listed and wrote every project's chunks) */
+    cmd = ts_fmt("%s store ls --project 43 --store %s", TM_CLI, s.store);
+    said = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0, "%s", said);
+    cr_assert(strstr(said, "project=43") && !strstr(said, "project=42") && strchr(said, '\n') == strrchr(said, '\n'),
+              "ls --project 43: %s", said);
+    free(said), free(cmd);
+    cmd = ts_fmt("%s store export %s/out --project 42 --store %s 2>&1 && ls %s/out", TM_CLI, s.dir, s.store, s.dir);
+    said = ts_run_capture(cmd, &code);
+    cr_assert_eq(code, 0, "%s", said);
+    const char *json = strstr(said, "-" UUID_A ".json\n");
+    cr_assert(strstr(said, "1 chunks written") && json && !strstr(json + strlen("-" UUID_A ".json"), ".json"),
+              "export --project 42: %s", said);
+    free(said), free(cmd);
     ts_server_free(&s);
 }
 
