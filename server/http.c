@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -445,11 +446,17 @@ static void start_body(tm_srv_server *s, request *r, const tm_srv_http_head *h) 
                (unsigned long long)s->cfg->limits.max_envelope_size);
         return;
     }
-    const char *coding = tm_srv_http_header(h, "Content-Encoding");
-    tm_srv_encoding enc;
-    if (tm_srv_encoding_parse(coding, &enc) != 0) {
-        refuse(r, 415, "unsupported Content-Encoding: %s", coding);
-        return;
+    /* several Content-Encoding lines are one list (RFC 9110 §5.3): one real coding in all of them */
+    tm_srv_encoding enc = TM_SRV_ENC_IDENTITY;
+    for (size_t i = 0; i < h->n_fields; i++) {
+        if (strcasecmp(h->fields[i].name, "Content-Encoding") != 0) continue;
+        const char *coding = h->fields[i].value;
+        tm_srv_encoding e;
+        if (tm_srv_encoding_parse(coding, &e) != 0 || (e != TM_SRV_ENC_IDENTITY && enc != TM_SRV_ENC_IDENTITY)) {
+            refuse(r, 415, "unsupported Content-Encoding: %s", coding);
+            return;
+        }
+        if (e != TM_SRV_ENC_IDENTITY) enc = e;
     }
     tm_error err;
     if (tm_srv_decoder_new(enc, s->cfg->limits.max_envelope_size, &r->decoder, &err) != TM_OK) {

@@ -938,6 +938,28 @@ Test(serve, content_encodings_and_a_bomb) {
     ts_server_free(&s);
 }
 
+/* Content-Encoding in several field lines is one list (RFC 9110 §5.3): the
+ * gzip of the second line was not decoded behind an identity first line. */
+Test(serve, content_encoding_in_two_field_lines) {
+    ts_server s = start_server(NULL);
+    chunk c = make_chunk(200);
+    tu_membuf env = android_envelope(&c, "application/x-perfetto-trace");
+    tu_membuf enc = encode("gzip", env.data, env.len);
+    const char *const two[] = {auth_headers[0], "Content-Encoding: identity", "content-encoding: GZIP", NULL};
+    response r = request(s.port, "POST", "/api/42/envelope/", two, enc.data, enc.len);
+    cr_assert_eq(r.status, 200, "%s", r.body.data);
+    response_free(&r);
+    const char *const stacked[] = {auth_headers[0], "Content-Encoding: gzip", "Content-Encoding: gzip", NULL};
+    r = request(s.port, "POST", "/api/42/envelope/", stacked, enc.data, enc.len);
+    cr_assert_eq(r.status, 415, "two gzip lines are two codings: %ld %s", r.status, r.body.data);
+    response_free(&r);
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    free(c.meta);
+    tu_membuf_free(&enc);
+    tu_membuf_free(&env);
+    ts_server_free(&s);
+}
+
 Test(serve, rate_limits) {
     char *dir = ts_temp_dir("tm_serve");
     ts_server s = ts_server_start(dir, 0, "projects:\n  - id: 42\n    public_keys: [" KEY "]\n    rate_limit: 2\n");
