@@ -129,6 +129,19 @@ static int request_line(char *line, size_t n, tm_srv_http_head *h, tm_srv_http_e
                     TM_SRV_HTTP_MAX_TARGET);
     if (!h) return 0;
     h->minor = (unsigned)(v[7] - '0');
+    /* the absolute form (RFC 9112 §3.2.2, which a server must accept): its path and query; the authority is
+     * the Host's concern. "http://host?q" is the path "/" (the authority's last byte is overwritten). */
+    size_t scheme = target_len >= 7 && strncasecmp(line + t, "http://", 7) == 0    ? 7
+                    : target_len >= 8 && strncasecmp(line + t, "https://", 8) == 0 ? 8
+                                                                                    : 0;
+    if (scheme) {
+        size_t p = scheme;
+        while (p < target_len && line[t + p] != '/' && line[t + p] != '?') p++;
+        if (p == target_len || line[t + p] == '?') line[t + --p] = '/';
+        t += p;
+        h->path = line + t;
+        h->target_len = target_len - p;
+    }
     char *q = memchr(line + t, '?', h->target_len);
     size_t path_len = h->target_len;
     if (q) {

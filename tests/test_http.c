@@ -328,6 +328,34 @@ Test(http, http_1_0) {
     ts_server_free(&s);
 }
 
+/* A request target in absolute form (RFC 9112 §3.2.2: a server must accept
+ * it) is routed by its path and query: it got 404. */
+Test(http, absolute_form_targets) {
+    ts_server s = start();
+    char *req = ts_fmt("GET http://127.0.0.1:%d/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", s.port);
+    char *got = exchange(s.port, req, strlen(req));
+    cr_assert(strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 && strstr(got, "\r\n\r\nok\n"), "%s", got);
+    free(got), free(req);
+    char *env = envelope(7);
+    req = ts_fmt("POST HTTPS://example.com" ENVELOPE_PATH "?sentry_key=" KEY " HTTP/1.1\r\nHost: example.com\r\n"
+                 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s", strlen(env), env);
+    got = exchange(s.port, req, strlen(req));
+    cr_assert(strncmp(got, "HTTP/1.1 200 OK\r\n", 17) == 0 &&
+                  strstr(got, "{\"id\":\"00000000000000000000000000000007\"}"), "%s", got);
+    free(got), free(req), free(env);
+    /* no path: "/", which is not found */
+    static const char *const bare[] = {"GET http://x HTTP/1.1\r\nConnection: close\r\n\r\n",
+                                       "GET http://x?a=1 HTTP/1.1\r\nConnection: close\r\n\r\n",
+                                       "GET http:// HTTP/1.1\r\nConnection: close\r\n\r\n"};
+    for (size_t i = 0; i < sizeof bare / sizeof bare[0]; i++) {
+        got = exchange(s.port, bare[i], strlen(bare[i]));
+        assert_json_error(got, 404, "not found");
+        free(got);
+    }
+    cr_assert_eq(ts_count_rows(s.store, "select count(*) from chunks"), 1);
+    ts_server_free(&s);
+}
+
 /* The parser on its own: a head cut at every byte is incomplete until its
  * last byte, then parses as it does whole. */
 Test(http, parser_takes_heads_in_any_pieces) {
