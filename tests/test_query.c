@@ -316,6 +316,25 @@ Test(query_input, stdin_script_stops_at_first_error) {
     run_free(&r);
 }
 
+/* An SQL file that opens with a comment, as most do: INCLUDE PERFETTO
+ * MODULE after a comment (or with one between its words) is still the
+ * include, as in Trace Processor; it was passed to SQLite as a syntax
+ * error at "INCLUDE". */
+Test(query_input, include_after_a_comment) {
+    run_result r = run_with_input("-- heap intervals\n/* a */ INCLUDE /* b */ PERFETTO MODULE "
+                                  "android.memory.heap_profile.intervals; -- the view\n"
+                                  "select count(*) as n from _android_heap_profile_intervals;\n",
+                                  "query --format csv " TRACE);
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_expect_str_eq(r.out, "n\n0\n");
+    run_free(&r);
+    /* an include inside a comment is only a comment */
+    r = run_with_input("-- INCLUDE PERFETTO MODULE no.such;\nselect 1 as a;\n", "query --format csv " TRACE);
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_expect_str_eq(r.out, "a\n1\n");
+    run_free(&r);
+}
+
 /* ---- dot-commands (the shell's, read from a piped stdin) ---- */
 
 Test(query_shell, mode_switches_format) {

@@ -902,20 +902,37 @@ static tm_status register_library(tm_db *d, tm_error *err) {
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+/* p past blanks and SQL comments (-- to the end of the line, an unclosed
+ * one to the end of the text), as Trace Processor's preprocessor skips
+ * them before a statement and between its words. */
+static const char *skip_blanks(const char *p) {
+    for (;;) {
+        while (is_space(*p)) p++;
+        if (p[0] == '-' && p[1] == '-') {
+            p += strcspn(p, "\n");
+        } else if (p[0] == '/' && p[1] == '*') {
+            const char *end = strstr(p + 2, "*/");
+            p = end ? end + 2 : p + strlen(p);
+        } else {
+            return p;
+        }
+    }
+}
+
 int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err) {
     const char *p = sql;
     static const char *const words[] = {"include", "perfetto", "module"};
     for (int w = 0; w < 3; w++) {
-        while (is_space(*p)) p++;
+        p = skip_blanks(p);
         size_t n = strlen(words[w]);
-        if (sqlite3_strnicmp(p, words[w], (int)n) != 0 || !is_space(p[n])) return 0;
+        if (sqlite3_strnicmp(p, words[w], (int)n) != 0 || skip_blanks(p + n) == p + n) return 0;
         p += n;
     }
-    while (is_space(*p)) p++;
+    p = skip_blanks(p);
     const char *name = p;
-    while (*p && *p != ';' && !is_space(*p)) p++;
+    while (*p && *p != ';' && !is_space(*p) && skip_blanks(p) == p) p++;
     size_t len = (size_t)(p - name);
-    while (is_space(*p)) p++;
+    p = skip_blanks(p);
     if (*p == ';') p++;
     *tail = p;
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++) {
