@@ -437,7 +437,11 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
         tm_error err = {0};
         int include = tm_db_include(db, p, &tail, &err);
         if (include < 0) {
-            fprintf(stderr, "tracemill query: %s\n", err.message);
+            int line, col;
+            position(sql, p + err.offset, first_line, &line, &col);
+            fflush(stdout);
+            fprintf(stderr, "tracemill query: %s:%d:%d: statement %d: %s\n", where, line, col, o->statements + 1,
+                    err.message);
             return EXIT_REJECTED;
         }
         if (include) {

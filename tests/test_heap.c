@@ -286,6 +286,7 @@ Test(heap, sql_rows_agree_with_the_profile_model) {
     cr_expect_eq(sql_int(s, "select sum(allocated) from _android_heap_profile_intervals"), 12000);
     cr_expect_eq(tm_db_include(s, "INCLUDE PERFETTO MODULE android.nothing;", &tail, &err), -1);
     cr_expect(strstr(err.message, "android.nothing"), "%s", err.message);
+    cr_expect_eq(err.offset, strlen("INCLUDE PERFETTO MODULE "), "offset %llu", (unsigned long long)err.offset);
     tm_db_free(db);
     tb_free(&b);
 }

@@ -217,6 +217,18 @@ Test(query_errors, sql_error_names_statement_and_position) {
     run_free(&r);
 }
 
+/* An INCLUDE of a module tracemill lacks is an SQL error like any other:
+ * where, line, column (its name) and statement number; the message had
+ * none of them. */
+Test(query_errors, unknown_module_names_its_position) {
+    run_result r = run("query --format csv " TRACE " %s", shq("select 1 as a;\n  INCLUDE PERFETTO MODULE no.such;"));
+    cr_expect_eq(r.code, 1, "exit %d", r.code);
+    cr_expect_str_eq(r.out, "a\n1\n");
+    cr_expect(strstr(r.err, "tracemill query: SQL:2:27: statement 2: INCLUDE PERFETTO MODULE no.such:"), "stderr: %s",
+              r.err);
+    run_free(&r);
+}
+
 /* A statement that fails at its first step prints nothing in any format:
  * no header, no empty JSON array that a script would take for no rows. */
 Test(query_errors, runtime_error_exits_1) {

@@ -900,6 +900,7 @@ static PyObject *Trace_query(TraceObject *self, PyObject *args, PyObject *kwds) 
             tm_error ierr;
             int include = tm_db_include(db, rest, &tail, &ierr);
             if (include < 0) {
+                ierr.offset += (uint64_t)(rest - sql); /* of the whole SQL text */
                 raise_tm(ierr.code, &ierr);
                 ok = 0;
             } else if (include) {

@@ -270,6 +270,9 @@ def test_query_errors(demo):
     assert e.value.offset == len("select 1; ")
     with pytest.raises(tracemill.QueryError):
         demo.query("attach database '/tmp/x.db' as x")  # queries only read
+    with pytest.raises(tracemill.UnsupportedError) as e:
+        demo.query("select 1;\n include perfetto module no.such; select 2")  # offset 0 was the input's
+    assert "no.such" in e.value.message and e.value.offset == len("select 1;\n include perfetto module ")
     with tracemill.load(demo.to_folded().encode()) as folded, pytest.raises(tracemill.UnsupportedError) as e:
         folded.query("select 1")  # SQL reads Perfetto input only
     assert "this is folded input" in e.value.message

@@ -939,9 +939,10 @@ int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err
         if (strlen(modules[i].module) != len || memcmp(modules[i].module, name, len)) continue;
         if (sqlite3_exec(db, modules[i].sql, NULL, NULL, NULL) == SQLITE_OK) return 1;
         sql_fail(err, db, "INCLUDE PERFETTO MODULE");
+        if (err) err->offset = (uint64_t)(name - sql);
         return -1;
     }
-    tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s and %s",
+    tm_fail(err, TM_ERR_UNSUPPORTED, (uint64_t)(name - sql), NULL, "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s and %s",
             (int)(len > 200 ? 200 : len), name, modules[0].module, modules[1].module);
     return -1;
 }
