@@ -217,6 +217,16 @@ Test(query_errors, sql_error_names_statement_and_position) {
     run_free(&r);
 }
 
+/* A run-time error points at its statement's first token, not at the
+ * comment above it (the line of the comment was given). */
+Test(query_errors, runtime_error_points_past_comments) {
+    run_result r = run("query --format csv " TRACE " %s",
+                       shq("select 1 as a;\n-- overflows\n /* b */ select abs(-9223372036854775807 - 1)"));
+    cr_expect_eq(r.code, 1, "exit %d", r.code);
+    cr_expect(strstr(r.err, "tracemill query: SQL:3:10: statement 2: integer overflow"), "stderr: %s", r.err);
+    run_free(&r);
+}
+
 /* An INCLUDE of a module tracemill lacks is an SQL error like any other:
  * where, line, column (its name) and statement number; the message had
  * none of them. */

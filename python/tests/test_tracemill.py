@@ -266,6 +266,9 @@ def test_query_errors(demo):
         demo.query("select 1;\n  select abs(-9223372036854775807 - 1)")  # a run-time error
     assert e.value.offset == len("select 1;\n  ")
     with pytest.raises(tracemill.QueryError) as e:
+        demo.query("select 1;\n-- overflows\n/* b */ select abs(-9223372036854775807 - 1)")  # not the comment's
+    assert e.value.offset == len("select 1;\n-- overflows\n/* b */ ")
+    with pytest.raises(tracemill.QueryError) as e:
         demo.query("select 1; selec 2")
     assert e.value.offset == len("select 1; ")
     with pytest.raises(tracemill.QueryError):
