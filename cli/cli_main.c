@@ -145,6 +145,8 @@ static const struct command_help {
      "  --symbols DIR  --proguard-map [PKG=]MAP  --debuginfod-cache DIR\n"
      "  --no-system-symbols  --no-demangle   symbolize first, in memory (tracemill\n"
      "                            symbolize --help)\n"
+     "  --                        the options end: what follows is TRACE and SQL (SQL\n"
+     "                            that opens with a \"-- comment\")\n"
      "\n"
      "Queries read: ATTACH, VACUUM and pragmas that set values are refused, so a query\n"
      "writes no file; export-sqlite writes the tables to a database.\n"

@@ -539,8 +539,19 @@ static int limit_usage(const char *cmd, int argc, char **argv, const char *opt) 
  * EXIT_OK. */
 static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym, cli_qout *o, const char **trace,
                       const char **sql, const char **file, int *quiet) {
+    int options = 1; /* until "--": after it SQL may start with "-- comment" */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (options && strcmp(a, "--") == 0) {
+            options = 0;
+            continue;
+        }
+        if (!options) {
+            if (!*trace) *trace = a;
+            else if (!*sql) *sql = a;
+            else return usage("query", "too many arguments: ", a);
+            continue;
+        }
         int r = cli_symbols_option(argc, argv, &i, sym);
         if (r == 0 && (r = cli_limit_option(argc, argv, &i, opts)) < 0) return limit_usage("query", argc, argv, a);
         if (r < 0) return usage("query", "bad value for ", a);
@@ -569,6 +580,9 @@ static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym,
             if (++i >= argc) return usage("query", "--format needs table, csv, json or perfetto", NULL);
             if (!cli_qformat_parse(argv[i], &o->format)) return usage("query", "unknown --format ", argv[i]);
         } else if (a[0] == '-' && a[1] != 0) {
+            if (a[1] == '-' && a[strcspn(a, " \t\r\n")]) /* SQL opening with a comment */
+                return usage("query", "SQL that starts with \"--\" goes after \"--\": query TRACE -- SQL; not an option: ",
+                             a);
             return usage("query", "unknown option ", a);
         } else if (!*trace) {
             *trace = a;

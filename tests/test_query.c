@@ -554,6 +554,27 @@ Test(query_shell, ctrl_c_cancels_the_statement_not_the_shell, .timeout = 30) {
     close(master);
 }
 
+/* SQL that opens with a "-- comment" was taken for an unknown option with
+ * no way around it; "--" ends the options, and without it the message
+ * says so. */
+Test(query_input, double_dash_ends_the_options) {
+    run_result r = run("query --format csv " TRACE " -- %s", shq("-- a comment\nselect 1 as a"));
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_expect_str_eq(r.out, "a\n1\n");
+    run_free(&r);
+    r = run("query --format csv -- " TRACE " %s", shq("--format"));
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_expect_str_eq(r.out, "");
+    run_free(&r);
+    r = run("query " TRACE " %s", shq("-- a comment\nselect 1 as a"));
+    cr_expect_eq(r.code, 2, "exit %d", r.code);
+    cr_expect(strstr(r.err, "goes after \"--\""), "stderr: %s", r.err);
+    run_free(&r);
+    r = run("query " TRACE " -- 'select 1' 'select 2'");
+    cr_expect_eq(r.code, 2, "exit %d", r.code);
+    run_free(&r);
+}
+
 Test(query_errors, a_format_given_to_f_gets_a_hint) {
     static const char *const formats[] = {"csv", "json", "table", "perfetto", "svg"};
     for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
