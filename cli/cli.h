@@ -150,6 +150,7 @@ typedef struct cli_qout {
     double timeout_s; /* --timeout: a statement running longer stops (0: none) */
     double deadline;  /* of the running statement, on the monotonic clock */
     volatile sig_atomic_t cancel; /* set by the shell's Ctrl-C: stop the statement */
+    int write_errno; /* f failed (a reader that went away): the errno; the statement stopped */
 } cli_qout;
 
 /* Makes the statements run on db stop (SQLITE_INTERRUPT) at o's timeout or

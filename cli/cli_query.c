@@ -18,6 +18,7 @@
  * and stdin scripts live in cli_shell.c.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -385,7 +386,12 @@ static int print_result(sqlite3_stmt *st, cli_qout *o) {
     const stream_writer *w = &writers[o->format];
     w->header(o->f, st, n);
     long row = 0;
-    for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) w->row(o->f, st, n, row++);
+    /* a write that failed (EPIPE with SIGPIPE ignored) ends the statement:
+     * an unbounded one would run on forever */
+    for (; rc == SQLITE_ROW && !o->write_errno; rc = sqlite3_step(st)) {
+        w->row(o->f, st, n, row++);
+        if (ferror(o->f)) o->write_errno = errno ? errno : EIO;
+    }
     fputs(w->footer, o->f);
     return rc;
 }
@@ -470,7 +476,8 @@ int cli_query_run(sqlite3 *db, const char *sql, const char *where, int first_lin
         o->deadline = t0 + o->timeout_s;
         int rc = print_result(st, o);
         if (o->timer) fprintf(stderr, "time: %.3f ms\n", (now_s() - t0) * 1e3);
-        if (rc != SQLITE_DONE) rc = sql_error(db, sql, p, o->statements, where, first_line, o);
+        if (o->write_errno) rc = cli_output_error(NULL, o->write_errno);
+        else if (rc != SQLITE_DONE) rc = sql_error(db, sql, p, o->statements, where, first_line, o);
         else rc = EXIT_OK;
         sqlite3_finalize(st);
         if (rc != EXIT_OK) return rc;
@@ -604,7 +611,7 @@ int cli_query(int argc, char **argv) {
     memset(&opts, 0, sizeof opts);
     const char *trace = NULL, *sql = NULL, *file = NULL;
     int quiet = 0;
-    cli_qout o = {stdout, isatty(STDOUT_FILENO) ? QFMT_TABLE : QFMT_CSV, 0, 0, 0, 0, 0, 0};
+    cli_qout o = {stdout, isatty(STDOUT_FILENO) ? QFMT_TABLE : QFMT_CSV, 0, 0, 0, 0, 0, 0, 0};
     cli_symbols sym;
     memset(&sym, 0, sizeof sym);
     int rc = query_args(argc, argv, &opts, &sym, &o, &trace, &sql, &file, &quiet);

@@ -357,6 +357,30 @@ Test(query_input, include_after_a_comment) {
     run_free(&r);
 }
 
+/* A reader that goes away (| head -1) from a query whose SIGPIPE is
+ * ignored, as under a parent that ignores it: the write fails with EPIPE
+ * and the statement stops with exit 3. It ran on writing into the closed
+ * pipe: for ever with an unbounded result. */
+Test(query_output, closed_pipe_stops_the_statement, .timeout = 60) {
+    static const char *const formats[] = {"csv", "json", "perfetto"};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        char *rc = temp_file(NULL), *err = temp_file(NULL), cmd[2048];
+        snprintf(cmd, sizeof cmd,
+                 "trap '' PIPE; { timeout 20 %s query --format %s " TRACE
+                 " 'with recursive c(x) as (select 1 union all select x + 1 from c) select x from c' 2>%s;"
+                 " echo $? >%s; } | head -c 1 >/dev/null",
+                 TM_CLI, formats[i], err, rc);
+        cr_assert_neq(system(cmd), -1);
+        char *code = tu_read_file(rc, NULL), *msg = tu_read_file(err, NULL);
+        cr_assert(code && msg);
+        cr_expect_eq(atoi(code), 3, "%s: exit %s (124: still running after 20 s); stderr: %s", formats[i], code, msg);
+        cr_expect(strstr(msg, "cannot write standard output: Broken pipe"), "%s: stderr: %s", formats[i], msg);
+        free(code), free(msg);
+        remove(rc), remove(err);
+        free(rc), free(err);
+    }
+}
+
 /* ---- dot-commands (the shell's, read from a piped stdin) ---- */
 
 Test(query_shell, mode_switches_format) {
