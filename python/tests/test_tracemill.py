@@ -171,6 +171,17 @@ def test_max_input_bytes_stops_reading_a_file(tmp_path):
     assert written[0] < 64 << 20
 
 
+def test_max_input_bytes_message_gives_no_false_size():
+    # Only 11 bytes of the demo's are read: "input is 11 bytes" was said of it.
+    with pytest.raises(tracemill.LimitError) as e:
+        tracemill.load(DEMO, limits={"max_input_bytes": 10})
+    assert e.value.offset == 10 and "11 bytes" not in str(e.value) and "max_input_bytes (10)" in e.value.message
+    data = open(DEMO, "rb").read()
+    with pytest.raises(tracemill.LimitError) as e:  # bytes given whole: their size is known
+        tracemill.load(data, limits={"max_input_bytes": 10})
+    assert f"input is {len(data)} bytes" in e.value.message
+
+
 def test_info_matches_report(cli, demo):
     info = demo.info()
     report = json.loads(cli("info", "--json", DEMO).stdout)

@@ -202,7 +202,17 @@ def load(source: Source, limits: Union[None, str, Mapping[str, int]] = None, com
     offset is the byte of the input where the problem was found."""
     options = _options(limits, compat)
     max_bytes = options.get("limits", {}).get("max_input_bytes", 0)
-    return Trace(_read(source, max_bytes if isinstance(max_bytes, int) else 0), strict=strict, **options)
+    max_bytes = max_bytes if isinstance(max_bytes, int) else 0
+    data = _read(source, max_bytes)
+    try:
+        return Trace(data, strict=strict, **options)
+    except LimitError as e:
+        # A file is read only to one byte past the limit: its size is not
+        # that of the bytes read, so do not give it as such.
+        if max_bytes > 0 and data is not source and len(data) == max_bytes + 1 and e.offset == max_bytes:
+            e.message = f"input is larger than max_input_bytes ({max_bytes})"
+            e.args = (e.message,)
+        raise
 
 
 def diff(base: Union[Trace, Source], new: Union[Trace, Source], format: str = "svg", thread: Thread = None,
