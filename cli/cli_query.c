@@ -419,20 +419,10 @@ static int progress(void *ctx) {
 
 void cli_query_watch(sqlite3 *db, cli_qout *o) { sqlite3_progress_handler(db, 10000, progress, o); }
 
-/* The statement's first token in text: past blanks and comments. */
-static const char *statement_start(const char *p) {
-    for (;;) {
-        p += strspn(p, " \t\r\n\f\v");
-        if (p[0] == '-' && p[1] == '-') p += strcspn(p, "\n");
-        else if (p[0] == '/' && p[1] == '*') p = strstr(p + 2, "*/") ? strstr(p + 2, "*/") + 2 : p + strlen(p);
-        else return p;
-    }
-}
-
 static int sql_error(sqlite3 *db, const char *sql, const char *at, int stmt_no, const char *where,
                      int first_line, const cli_qout *o) {
     int line, col, off = sqlite3_error_offset(db), code = sqlite3_errcode(db);
-    if (off < 0) at = statement_start(at); /* a run-time error: point at the statement */
+    if (off < 0) at = tm_db_statement_start(at); /* a run-time error: point at the statement */
     else at += off;
     position(sql, at, first_line, &line, &col);
     fflush(stdout);

@@ -59,6 +59,12 @@ TM_API struct sqlite3 *tm_db_sqlite(tm_db *db);
  * its views could not be made (err says why; err->offset is the byte of sql where the module's name starts). */
 TM_API int tm_db_include(struct sqlite3 *db, const char *sql, const char **tail, tm_error *err);
 
+/* Where the statement at sql begins: past blanks and comments ("--" to the
+ * end of the line, slash-star to star-slash; an unclosed one runs to the end
+ * of the text), as Trace Processor skips them. For pointing at a statement
+ * when SQLite's error gives no offset in it (a run-time error). NULL: NULL. */
+TM_API const char *tm_db_statement_start(const char *sql);
+
 /* Writes every table into a standalone SQLite file at path, readable
  * without tracemill. path must not exist or be an empty file (a temporary
  * file to rename into place, say): an existing database is never replaced.

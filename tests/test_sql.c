@@ -143,6 +143,22 @@ Test(sql, other_input_formats_are_named) {
     cr_expect(strstr(err.message, "this is folded input"), "%s", err.message);
 }
 
+/* Blanks and both kinds of comment before a statement are skipped; an
+ * unclosed comment runs to the end; "-" alone and "/" alone are tokens. */
+Test(sql, statement_start_skips_blanks_and_comments) {
+    static const char *const texts[][2] = {
+        {" \t\n-- one\n  /* two\n */ select 1", "select 1"},
+        {"-- to the end", ""},
+        {"/* unclosed", ""},
+        {"- 1", "- 1"},
+        {"/ 2", "/ 2"},
+        {"select -- after", "select -- after"},
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+        cr_expect_str_eq(tm_db_statement_start(texts[i][0]), texts[i][1], "text %zu", i);
+    cr_expect_null(tm_db_statement_start(NULL));
+}
+
 /* The connection tm_db_sqlite hands out runs what a user types: it reads
  * the trace but creates no file and changes no setting; tm_db_export is
  * how a database gets written, and it never replaces one. */

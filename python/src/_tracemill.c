@@ -717,25 +717,13 @@ static void lock_acquire(PyThread_type_lock lock) {
 /* QueryError from the connection's last error; at is where the failing
  * statement, text, starts in the SQL text. An error SQLite gives no offset
  * (no such table, a run-time error) points at the statement, as the CLI's. */
-/* Bytes of blanks and comments at the start of text: where its
- * statement's first token is. */
-static size_t statement_start(const char *text) {
-    const char *p = text;
-    for (;;) {
-        p += strspn(p, " \t\r\n\f\v");
-        if (p[0] == '-' && p[1] == '-') p += strcspn(p, "\n");
-        else if (p[0] == '/' && p[1] == '*') p = strstr(p + 2, "*/") ? strstr(p + 2, "*/") + 2 : p + strlen(p);
-        else return (size_t)(p - text);
-    }
-}
-
 static PyObject *raise_sql(sqlite3 *db, const char *text, size_t at) {
     int code = sqlite3_extended_errcode(db);
     long long offset = -1;
 #if SQLITE_VERSION_NUMBER >= 3038000
     offset = sqlite3_error_offset(db);
 #endif
-    if (offset < 0) offset = (long long)statement_start(text ? text : "");
+    if (offset < 0) offset = text ? (long long)(tm_db_statement_start(text) - text) : 0;
     return raise_with(QueryError, sqlite3_errstr(code), code, (unsigned long long)offset + at, sqlite3_errmsg(db),
                       NULL);
 }

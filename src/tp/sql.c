@@ -902,10 +902,9 @@ static tm_status register_library(tm_db *d, tm_error *err) {
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-/* p past blanks and SQL comments (-- to the end of the line, an unclosed
- * one to the end of the text), as Trace Processor's preprocessor skips
- * them before a statement and between its words. */
-static const char *skip_blanks(const char *p) {
+/* Also between the words of an INCLUDE, as Trace Processor's preprocessor does. */
+const char *tm_db_statement_start(const char *p) {
+    if (!p) return NULL;
     for (;;) {
         while (is_space(*p)) p++;
         if (p[0] == '-' && p[1] == '-') {
@@ -923,16 +922,16 @@ int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err
     const char *p = sql;
     static const char *const words[] = {"include", "perfetto", "module"};
     for (int w = 0; w < 3; w++) {
-        p = skip_blanks(p);
+        p = tm_db_statement_start(p);
         size_t n = strlen(words[w]);
-        if (sqlite3_strnicmp(p, words[w], (int)n) != 0 || skip_blanks(p + n) == p + n) return 0;
+        if (sqlite3_strnicmp(p, words[w], (int)n) != 0 || tm_db_statement_start(p + n) == p + n) return 0;
         p += n;
     }
-    p = skip_blanks(p);
+    p = tm_db_statement_start(p);
     const char *name = p;
-    while (*p && *p != ';' && !is_space(*p) && skip_blanks(p) == p) p++;
+    while (*p && *p != ';' && !is_space(*p) && tm_db_statement_start(p) == p) p++;
     size_t len = (size_t)(p - name);
-    p = skip_blanks(p);
+    p = tm_db_statement_start(p);
     if (*p == ';') p++;
     *tail = p;
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++) {
@@ -942,8 +941,9 @@ int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err
         if (err) err->offset = (uint64_t)(name - sql);
         return -1;
     }
-    tm_fail(err, TM_ERR_UNSUPPORTED, (uint64_t)(name - sql), NULL, "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s and %s",
-            (int)(len > 200 ? 200 : len), name, modules[0].module, modules[1].module);
+    tm_fail(err, TM_ERR_UNSUPPORTED, (uint64_t)(name - sql), NULL,
+            "INCLUDE PERFETTO MODULE %.*s: tracemill provides only %s and %s", (int)(len > 200 ? 200 : len), name,
+            modules[0].module, modules[1].module);
     return -1;
 }
 
