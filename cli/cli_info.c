@@ -11,17 +11,42 @@ static void line(const char *name, unsigned long long v) {
     if (v) printf("  %-44s %llu\n", name, v);
 }
 
-static void print_summary(const char *path, const tm_trace_stats *s) {
+/* The first lines of another format than Perfetto, which has no packets,
+ * sequences or clocks; folded stacks have no time either. */
+static void print_other_format(const tm_trace *t, tm_input_format f) {
+    const tm_trace_stats *s = tm_trace_get_stats(t);
+    printf(", %s input\n", tm_input_format_name(f));
+    if (f == TM_INPUT_FOLDED) {
+        unsigned long long weight = 0;
+        for (size_t i = 0; i < tm_trace_thread_count(t); i++) {
+            tm_thread_info ti;
+            if (tm_trace_thread(t, i, &ti) == TM_OK) weight += ti.samples;
+        }
+        printf("samples: %llu lines of %llu samples in all\n", (unsigned long long)s->samples_kept, weight);
+    } else {
+        printf("samples: %llu\n", (unsigned long long)s->samples_kept);
+        if (s->samples_kept)
+            printf("time span: %.6f s\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9);
+    }
+}
+
+static void print_summary(const char *path, const tm_trace *t) {
+    const tm_trace_stats *s = tm_trace_get_stats(t);
     printf("%s: %llu bytes", path, (unsigned long long)s->bytes);
     if (s->bytes_decompressed) printf(" (%llu decompressed)", (unsigned long long)s->bytes_decompressed);
-    printf(", %llu packets (%llu compressed), %llu sequences\n", (unsigned long long)s->packets,
-           (unsigned long long)s->compressed_packets, (unsigned long long)s->sequences);
-    printf("samples: %llu kept of %llu PerfSample + %llu StreamingProfilePacket + %llu StackSample\n",
-           (unsigned long long)s->samples_kept, (unsigned long long)s->perf_samples,
-           (unsigned long long)s->streaming_samples, (unsigned long long)s->stack_samples);
-    if (s->samples_kept)
-        printf("time span: %.6f s (trace clock %u)\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9,
-               s->trace_clock_id);
+    const int perfetto = tm_trace_input_format(t) == TM_INPUT_PERFETTO;
+    if (!perfetto) {
+        print_other_format(t, tm_trace_input_format(t));
+    } else {
+        printf(", %llu packets (%llu compressed), %llu sequences\n", (unsigned long long)s->packets,
+               (unsigned long long)s->compressed_packets, (unsigned long long)s->sequences);
+        printf("samples: %llu kept of %llu PerfSample + %llu StreamingProfilePacket + %llu StackSample\n",
+               (unsigned long long)s->samples_kept, (unsigned long long)s->perf_samples,
+               (unsigned long long)s->streaming_samples, (unsigned long long)s->stack_samples);
+        if (s->samples_kept)
+            printf("time span: %.6f s (trace clock %u)\n", (double)(s->last_sample_ns - s->first_sample_ns) / 1e9,
+                   s->trace_clock_id);
+    }
     if (s->off_cpu_samples)
         printf("off-CPU: %llu samples (switch-outs), %.6f s off the CPU (--value off_cpu or wall): %llu blocked "
                "(%.6f s), %llu preempted while runnable (%.6f s)\n",
@@ -52,11 +77,13 @@ static void print_summary(const char *path, const tm_trace_stats *s) {
                "last dumps\n",
                (unsigned long long)s->heap_dumps, (unsigned long long)s->heap_profile_packets,
                (unsigned long long)s->heap_alloc_bytes, (unsigned long long)s->heap_inuse_bytes);
-    printf("clocks: %llu snapshots, Unix time %s\n", (unsigned long long)s->clock_snapshots,
-           s->has_realtime ? "known" : "UNKNOWN (no snapshot links the trace clock to REALTIME)");
-    printf("incremental-state resets: %llu, data losses: %llu on %llu sequences\n",
-           (unsigned long long)s->incremental_resets, (unsigned long long)s->data_losses,
-           (unsigned long long)s->sequences_with_data_loss);
+    if (perfetto) {
+        printf("clocks: %llu snapshots, Unix time %s\n", (unsigned long long)s->clock_snapshots,
+               s->has_realtime ? "known" : "UNKNOWN (no snapshot links the trace clock to REALTIME)");
+        printf("incremental-state resets: %llu, data losses: %llu on %llu sequences\n",
+               (unsigned long long)s->incremental_resets, (unsigned long long)s->data_losses,
+               (unsigned long long)s->sequences_with_data_loss);
+    }
     printf("dropped or degraded:\n");
     line("samples: unresolved callstack", s->dropped_unresolved);
     line("samples: stale interning after data loss", s->dropped_stale_interning);
@@ -139,7 +166,7 @@ int cli_info(int argc, char **argv) {
         tm_sink out = tm_sink_file(stdout);
         if (tm_write_report(t, &out, &err) != TM_OK) rc = cli_report_export_error(path, &err);
     } else {
-        print_summary(path, tm_trace_get_stats(t));
+        print_summary(path, t);
     }
     tm_trace_free(t);
     cli_input_release(&in);

@@ -358,6 +358,11 @@ typedef struct tm_trace_stats {
 /* Counters of the decode. Never NULL for a non-NULL trace; NULL for NULL. */
 TM_API const tm_trace_stats *tm_trace_get_stats(const tm_trace *t);
 
+/* The format t was read as (detected, or named in tm_options.input); the
+ * packet, sequence and clock counters of tm_trace_stats are Perfetto's and
+ * stay 0 for the others. TM_INPUT_AUTO for NULL. */
+TM_API tm_input_format tm_trace_input_format(const tm_trace *t);
+
 /* One thread of the profile. name is a view (not NUL-terminated). */
 typedef struct tm_thread_info {
     int64_t tid;

@@ -704,6 +704,35 @@ Test(cli_info, summary_counts_samples) {
     run_free(&r);
 }
 
+/* Input of another format is summarised as what it is: no packets,
+ * sequences or clocks, and folded stacks by their lines and weight. info
+ * read such input with Perfetto's words ("0 packets ... 0 PerfSample"). */
+Test(cli_info, other_formats_are_summarised_as_what_they_are) {
+    char folded[] = "/tmp/tm_cli_info_XXXXXX";
+    int fd = mkstemp(folded);
+    cr_assert(fd >= 0);
+    static const char lines[] = "main;work 51\nmain 3\n";
+    cr_assert(write(fd, lines, sizeof lines - 1) == (ssize_t)(sizeof lines - 1));
+    close(fd);
+    run_result r = run("info %s", folded);
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_expect(strstr(r.out, "bytes, folded input\nsamples: 2 lines of 54 samples in all\n"), "%s", r.out);
+    cr_expect(!strstr(r.out, "packets") && !strstr(r.out, "clocks") && !strstr(r.out, "time span"), "%s", r.out);
+    run_free(&r);
+    r = run("info --json %s", folded);
+    cr_expect(strstr(r.out, "\"input\":\"folded\""), "%s", r.out);
+    run_free(&r);
+    remove(folded);
+    r = run("convert -f sample-v2 %s | %s info -", MINIMAL, TM_CLI);
+    cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_expect(strstr(r.out, "bytes, sample-v2 input\nsamples: 2\ntime span: "), "%s", r.out);
+    cr_expect(!strstr(r.out, "packets") && !strstr(r.out, "clocks"), "%s", r.out);
+    run_free(&r);
+    r = run("info --json " MINIMAL);
+    cr_expect(strstr(r.out, "{\"mode\":\"default\",\"input\":\"perfetto\","), "%s", r.out);
+    run_free(&r);
+}
+
 /* The service's chunks_discarded (top-level TraceStats field 8) is shown
  * apart from this trace's losses, the per-buffer figures. */
 Test(cli_info, service_chunks_discarded_apart_from_losses) {

@@ -591,12 +591,15 @@ Test(accessors, samples_stacks_and_labels) {
     cr_assert_eq(tm_trace_frame_label(t, tm_trace_frame_count(t), buf, sizeof buf, &n), TM_ERR_INVALID_ARG);
     cr_assert_eq(tm_trace_sample_count(NULL), 0);
     cr_assert_null(tm_trace_get_stats(NULL)); /* was a pointer computed from NULL */
+    cr_assert_eq(tm_trace_input_format(t), TM_INPUT_PERFETTO);
+    cr_assert_eq(tm_trace_input_format(NULL), TM_INPUT_AUTO);
     tm_trace_free(t);
     tb_free(&b);
 }
 
 Test(accessors, labels_are_cut_to_the_buffer_and_folded_weights_kept) {
     tm_trace *t = parse_folded("main;a_long_function_name 3\n");
+    cr_assert_eq(tm_trace_input_format(t), TM_INPUT_FOLDED);
     cr_assert_eq(tm_trace_sample_count(t), 1);
     tm_sample_info si;
     cr_assert_eq(tm_trace_sample(t, 0, &si), TM_OK);

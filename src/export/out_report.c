@@ -46,6 +46,8 @@ tm_status tm_write_report(const tm_trace *t, const tm_sink *out, tm_error *err) 
     tm_jw_init(w, out);
     tm_jw_lit(w, "{\"mode\":");
     tm_jw_cstr(w, p->relay_compat ? "relay" : "default");
+    tm_jw_lit(w, ",\"input\":");
+    tm_jw_cstr(w, tm_input_format_name(tm_trace_input_format(t)));
     tm_jw_lit(w, ",\"bytes\":");
     tm_jw_u64(w, s->bytes);
     tm_jw_char(w, ',');

@@ -2213,8 +2213,6 @@ tm_status tm_trace_parse(const void *buf, size_t len, const tm_options *opts, tm
     if (!opts) opts = &defaults;
     if (!out || (!buf && len))
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: NULL %s", out ? "buffer" : "out");
-    if (opts->input != TM_INPUT_AUTO && !tm_input_format_name(opts->input))
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_trace_parse: unknown input format %d", (int)opts->input);
     TM_TRY(tm_check_options(opts, err));
     tm_mem mem;
     tm_mem_init(&mem, opts->alloc);
@@ -2269,6 +2267,8 @@ void tm_trace_free(tm_trace *t) {
 }
 
 const tm_trace_stats *tm_trace_get_stats(const tm_trace *t) { return t ? &t->profile.stats : NULL; }
+
+tm_input_format tm_trace_input_format(const tm_trace *t) { return t ? t->input : TM_INPUT_AUTO; }
 
 const tm_profile *tm_trace_profile(const tm_trace *t) { return &t->profile; }
 
