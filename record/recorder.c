@@ -607,6 +607,10 @@ static void *collector_main(void *arg) {
     while (!r->stop_requested && !r->sampling_done && !atomic_load(&r->end_requested)) {
         uint64_t now = now_ms();
         if (r->deadline && now >= r->deadline) break;
+        /* Taken before this round looks at the requests: a wake-up while it
+         * works (a dlclose's request) changes the word, so the wait below
+         * returns at once instead of leaving the request for a period. */
+        uint32_t seen = atomic_load(&r->wake_word);
         /* Code about to be unmapped: its mappings are read before the
          * samples taken in it are drained, and are kept once it is gone. */
         uint32_t requested = atomic_load(&r->maps_requested);
@@ -617,10 +621,9 @@ static void *collector_main(void *arg) {
             atomic_store(&r->maps_served, requested);
             futex(&r->maps_served, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
         }
-        uint32_t seen = atomic_load(&r->wake_word);
         pthread_mutex_unlock(&r->lock);
-        /* A wake-up between the load and the wait changes the word: the wait
-         * then returns at once. */
+        /* A wake-up since the load changes the word: the wait then returns
+         * at once. */
         struct timespec period = {0, COLLECT_PERIOD_MS * 1000000L};
         if (!atomic_load(&r->end_requested)) futex(&r->wake_word, FUTEX_WAIT_PRIVATE, seen, &period);
         pthread_mutex_lock(&r->lock);

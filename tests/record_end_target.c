@@ -48,6 +48,15 @@
  * run with stdout a pipe: writes "closing" into it, closes it, and burns
  * SECONDS of CPU before it exits 0: a reader of the pipe gets its end of
  * file at the close, not at the exit (nothing else may hold the pipe).
+ *
+ *   record_end_target dlclose-pairs N
+ *
+ * starts 32 idle threads (a longer round for the recorder's collector),
+ * then N times: dlopens itself twice and dlcloses both in a row (as a
+ * program closing two libraries does; nothing is unmapped), timing each
+ * pair; prints
+ * "dlclose-pairs N slow S max M": S pairs took 90 ms or more (the
+ * recorder's collector period is 100 ms), the slowest M ms; exits 0.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -167,6 +176,26 @@ static int reopen_stdin(double seconds) {
     return foreign_threads_sharing_fds() ? 4 : 0;
 }
 
+/* dlclose-pairs: how many pairs of dlcloses took >= 90 ms. */
+static int dlclose_pairs(int n) {
+    pthread_t t;
+    for (int i = 0; i < IDLE_THREADS; i++) /* a longer round for the collector */
+        if (pthread_create(&t, NULL, idle_thread, NULL) != 0) return 2;
+    while (atomic_load(&g_own_started) < IDLE_THREADS) sched_yield();
+    int slow = 0;
+    double max = 0;
+    for (int i = 0; i < n; i++) {
+        double start = monotonic_seconds();
+        void *one = dlopen(NULL, RTLD_NOW), *two = dlopen(NULL, RTLD_NOW);
+        if (!one || !two || dlclose(two) != 0 || dlclose(one) != 0) return 2;
+        double took = monotonic_seconds() - start;
+        if (took >= 0.09) slow++;
+        if (took > max) max = took;
+    }
+    printf("dlclose-pairs %d slow %d max %.1f\n", n, slow, max * 1e3);
+    return 0;
+}
+
 static void own_handler(int sig) {
     (void)sig;
     static const char msg[] = "own handler\n";
@@ -182,6 +211,7 @@ int main(int argc, char **argv) {
     }
     const char *how = argv[1];
     if (strcmp(how, "reopen-stdin") == 0) return reopen_stdin(atof(argv[2]));
+    if (strcmp(how, "dlclose-pairs") == 0) return dlclose_pairs(atoi(argv[2]));
     if (strcmp(how, "close-stdout") == 0) {
         static const char msg[] = "closing\n";
         if (write(1, msg, sizeof msg - 1) != (ssize_t)(sizeof msg - 1) || close(1) != 0) return 3;
