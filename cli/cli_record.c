@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -270,8 +271,67 @@ static uint64_t summarize(const char *file, const char *name, int perf, uint64_t
 /* The trace file path (named name to the user) with ModuleSymbols
  * appended, unless syms is NULL (--no-symbolize). A failure leaves the
  * file as it was: unsymbolized, for `tracemill symbolize` to retry. */
+/* The command's own ELF file, held open from before it runs: when its path
+ * names another file by the time a trace is symbolized (rebuilt while
+ * recorded, or deleted, by the program itself or by make clean), the file
+ * that ran is still read, through /proc/PID/fd. */
+static struct {
+    int fd;            /* -1: none */
+    dev_t dev;
+    ino_t ino;
+    char path[PATH_MAX]; /* as the kernel names it: the mappings' path */
+} g_held = {.fd = -1};
+
+static int exec_file(const char *cmd, char *path, size_t cap);
+
+static void hold_command_file(const char *cmd) {
+    char path[PATH_MAX], link[64];
+    struct stat st;
+    char magic[4];
+    if (!exec_file(cmd, path, sizeof path)) return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, g_held.path, sizeof g_held.path - 1);
+    if (n <= 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pread(fd, magic, 4, 0) != 4 ||
+        memcmp(magic, "\177ELF", 4) != 0) {
+        close(fd);
+        return;
+    }
+    g_held.path[n] = 0;
+    g_held.fd = fd, g_held.dev = st.st_dev, g_held.ino = st.st_ino;
+}
+
+/* With --symbols DIR, or with a directory holding a link, under the held
+ * file's name, to the file itself when its path has gone or names another
+ * file (tried after the user's directories, before the system paths). */
+static int symbolize_with_held(const char *path, const char *name, const cli_symbols *syms) {
+    struct stat st;
+    const char *base = strrchr(g_held.path, '/');
+    if (g_held.fd < 0 || syms->no_system || !base || !base[1] ||
+        (stat(g_held.path, &st) == 0 && st.st_dev == g_held.dev && st.st_ino == g_held.ino))
+        return cli_symbolize_file(path, name, syms);
+    char dir[] = "/tmp/tracemill-record-exe-XXXXXX", target[64], *entry = NULL;
+    const char **dirs = calloc(syms->n_dirs + 1, sizeof *dirs);
+    if (!dirs || !mkdtemp(dir)) {
+        free(dirs);
+        return cli_symbolize_file(path, name, syms);
+    }
+    snprintf(target, sizeof target, "/proc/%d/fd/%d", (int)getpid(), g_held.fd);
+    int linked = asprintf(&entry, "%s%s", dir, base) > 0 && symlink(target, entry) == 0;
+    cli_symbols with = *syms;
+    if (syms->n_dirs) memcpy(dirs, syms->dirs, syms->n_dirs * sizeof *dirs);
+    dirs[syms->n_dirs] = dir;
+    with.dirs = dirs, with.n_dirs = syms->n_dirs + linked;
+    int rc = cli_symbolize_file(path, name, &with);
+    if (linked) unlink(entry);
+    rmdir(dir);
+    free(entry), free(dirs);
+    return rc;
+}
+
 static void symbolize_trace(const char *path, const char *name, const cli_symbols *syms) {
-    if (syms && path && cli_symbolize_file(path, name, syms) != EXIT_OK)
+    if (syms && path && symbolize_with_held(path, name, syms) != EXIT_OK)
         fprintf(stderr, "tracemill record: %s is left unsymbolized (tracemill symbolize adds the symbols later)\n",
                 name);
 }
@@ -594,6 +654,7 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
     if (!symbolize && (syms->any || syms->no_system))
         return cli_usage_error("record", "--no-symbolize takes no symbol options (--symbols, --proguard-map, ...)");
     const cli_symbols *use_syms = symbolize ? syms : NULL;
+    if (cmd && use_syms) hold_command_file(cmd[0]);
     perf_run run = {values[OPT_MAX_DEPTH], values[OPT_DURATION], pids, demangle, kernel, system_wide, off_cpu, cmd, use_syms};
     /* The first option only the perf backend has, if any: it chooses perf. */
     const char *perf_only = pids ? "-p" : system_wide ? "-a" : kernel ? "--kernel" : off_cpu ? "--off-cpu" : NULL;

@@ -5,10 +5,18 @@
  * into it (always_inline), so that most samples fall on pcs whose DWARF
  * says "churn_step, inlined into churn_outer". It spins for the CPU
  * seconds given (default 1).
+ *
+ *   record_symbols_target SECONDS replace-self FILE
+ *
+ * first renames FILE over its own executable (as a rebuild of the program
+ * while it is recorded replaces it; exits 2 if it cannot), then spins.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 static volatile uint64_t g_sink;
@@ -33,6 +41,16 @@ __attribute__((noinline, noipa)) static uint64_t churn_outer(double seconds) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[2], "replace-self") == 0) {
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) return 2;
+        self[n] = 0;
+        if (rename(argv[3], self) != 0) {
+            perror("record_symbols_target: rename over itself");
+            return 2;
+        }
+    }
     g_sink = churn_outer(argc > 1 ? atof(argv[1]) : 1.0);
     return 0;
 }

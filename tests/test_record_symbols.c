@@ -228,6 +228,27 @@ Test(record_symbols, signal_backend) {
     expect_record_symbolizes("signal");
 }
 
+/* The recorded program's file replaced while it runs (a rebuild, here by
+ * the program itself as it starts): record still names its frames from the
+ * file that ran, which it holds open, not from the new file at the path
+ * (whose build id differs: before, every frame of the program stayed
+ * 0x1234 (record_symbols_target), "build id mismatch 1"). */
+Test(record_symbols, a_rebuilt_program_keeps_its_names) {
+    char *copy = in_dir("record_symbols_target"), *other = in_dir("other"), *trace = in_dir("rebuilt.pftrace"),
+         *cmd = NULL;
+    cr_assert_gt(asprintf(&cmd, "cp %s %s && cp %s %s", TM_RECORD_SYMBOLS_TARGET, copy, TM_RECORD_PERF_TARGET, other),
+                 0);
+    free(run(cmd));
+    free(cmd);
+    cr_assert_gt(asprintf(&cmd, "%s record --backend signal -F 101 -o %s -- %s 1 replace-self %s", TM_CLI, trace, copy,
+                          other),
+                 0);
+    char *said = run(cmd);
+    cr_expect(access(other, F_OK) != 0, "the program did not replace itself");
+    expect_symbolized(trace);
+    free(said), free(cmd), free(trace), free(other), free(copy);
+}
+
 Test(record_symbols, perf_backend) {
     char why[128];
     if (!tu_perf_available(why, sizeof why)) cr_skip_test("%s", why);
