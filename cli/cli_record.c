@@ -311,22 +311,25 @@ static int symbolize_with_held(const char *path, const char *name, const cli_sym
     if (g_held.fd < 0 || syms->no_system || !base || !base[1] ||
         (stat(g_held.path, &st) == 0 && st.st_dev == g_held.dev && st.st_ino == g_held.ino))
         return cli_symbolize_file(path, name, syms);
-    char dir[] = "/tmp/tracemill-record-exe-XXXXXX", target[64], *entry = NULL;
+    char dir[] = "/tmp/tracemill-record-exe-XXXXXX", target[64], *entry = NULL, *gone = NULL;
     const char **dirs = calloc(syms->n_dirs + 1, sizeof *dirs);
     if (!dirs || !mkdtemp(dir)) {
         free(dirs);
         return cli_symbolize_file(path, name, syms);
     }
     snprintf(target, sizeof target, "/proc/%d/fd/%d", (int)getpid(), g_held.fd);
-    int linked = asprintf(&entry, "%s%s", dir, base) > 0 && symlink(target, entry) == 0;
+    /* by its name, and by the name a mapping of a deleted file has */
+    int linked = asprintf(&entry, "%s%s", dir, base) > 0 && symlink(target, entry) == 0 &&
+                 asprintf(&gone, "%s (deleted)", entry) > 0 && symlink(target, gone) == 0;
     cli_symbols with = *syms;
     if (syms->n_dirs) memcpy(dirs, syms->dirs, syms->n_dirs * sizeof *dirs);
     dirs[syms->n_dirs] = dir;
     with.dirs = dirs, with.n_dirs = syms->n_dirs + linked;
     int rc = cli_symbolize_file(path, name, &with);
-    if (linked) unlink(entry);
+    if (entry) unlink(entry);
+    if (gone) unlink(gone);
     rmdir(dir);
-    free(entry), free(dirs);
+    free(entry), free(gone), free(dirs);
     return rc;
 }
 

@@ -72,6 +72,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -624,7 +626,22 @@ static tm_status on_mmap2(rec_state *s, const uint8_t *d, uint16_t size, tm_erro
     memcpy(&prot, d + AT_NAME - 8, 4);
     if (!(prot & PROT_EXEC)) return TM_OK;
     char path[4096];
-    snprintf(path, sizeof path, "%.*s", (int)(size - AT_NAME), (const char *)d + AT_NAME);
+    int n = snprintf(path, sizeof path, "%.*s", (int)(size - AT_NAME), (const char *)d + AT_NAME);
+    /* The file mapped may be gone from its path by now, or replaced there (a
+     * rebuild): then its path says so, as /proc/PID/maps would, and it is
+     * read through /proc/PID/map_files (symbols.c). Replaced means another
+     * inode on the same device (an overlay reports devices of its own). The
+     * events do not ask for build ids, so the record has the inode. */
+    uint32_t maj, min;
+    uint64_t ino;
+    struct stat sb;
+    memcpy(&maj, d + 40, 4);
+    memcpy(&min, d + 44, 4);
+    memcpy(&ino, d + 48, 8);
+    if (path[0] == '/' && n > 10 && (size_t)n + 10 < sizeof path && strcmp(path + n - 10, " (deleted)") != 0 &&
+        (stat(path, &sb) != 0 ? errno == ENOENT
+                              : major(sb.st_dev) == maj && minor(sb.st_dev) == min && sb.st_ino != ino))
+        memcpy(path + n, " (deleted)", 11);
     proc *p = find_proc(s, (int32_t)pid);
     if (!p && !(p = add_proc(s, (int32_t)pid, NULL, err))) return err->code;
     p->maps_changed = 1;

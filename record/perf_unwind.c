@@ -75,7 +75,7 @@ void tmr_unwind_set_mappings(tmr_unwinder *u, const tmr_symbols *syms) {
         /* A file is one module: its first (lowest) executable mapping places it. */
         int seen = 0;
         for (size_t k = 0; k < i && !seen; k++) seen = strcmp(tmr_symbols_mapping(syms, idx[k])->path, m->path) == 0;
-        if (!seen) dwfl_report_elf(u->dwfl, m->path, m->path, -1, m->start - m->offset, false);
+        if (!seen) dwfl_report_elf(u->dwfl, m->path, m->open_path, -1, m->start - m->offset, false);
     }
     dwfl_report_end(u->dwfl, NULL, NULL);
 }

@@ -138,6 +138,7 @@ typedef struct tmr_mapping {
                                     of the first executable PT_LOAD (usually 0 for PIEs and libraries,
                                     0x400000 for x86-64 non-PIE executables); see symbols.c */
     const char *path;            /* "" for anonymous */
+    const char *open_path;       /* the file to read: path, or /proc/PID/map_files/... for a deleted one */
     uint8_t build_id[32];        /* NT_GNU_BUILD_ID bytes */
     size_t build_id_len;         /* 0: none */
 } tmr_mapping;

@@ -638,12 +638,14 @@ static int mapping_index(tmr_symbols *s, uint64_t start, uint64_t end, uint64_t 
     if (fi != SIZE_MAX) {
         const elf_file *f = &s->files[fi];
         m->path = f->path;
+        m->open_path = f->open_path;
         m->load_bias = f->load_bias;
         memcpy(m->build_id, f->build_id, sizeof m->build_id);
         m->build_id_len = f->build_id_len;
     } else {
         m->path = own(s, dup_str(path, plen));
         if (!m->path) m->path = "";
+        m->open_path = m->path;
     }
     s->map_file[s->n_maps] = fi;
     return (int)s->n_maps++;
