@@ -17,6 +17,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -598,15 +599,45 @@ static void collect(tm_recorder *r, uint64_t now) {
     }
 }
 
+/* 1 when every thread of the process but the collector has ended (a zombie
+ * main thread that called pthread_exit included): the program is over, but
+ * glibc ends a process when its last thread ends, and the collector is one. */
+static int program_threads_ended(pid_t collector) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (!tasks) return 0;
+    int ended = 1;
+    struct dirent *e;
+    while (ended && (e = readdir(tasks))) {
+        long tid = strtol(e->d_name, NULL, 10);
+        if (tid <= 0 || tid == collector) continue;
+        char path[64], text[512];
+        snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+        if (fd >= 0) close(fd);
+        if (n <= 0) continue; /* gone meanwhile */
+        text[n] = 0;
+        const char *state = strrchr(text, ')'); /* "tid (comm) S ...": comm may hold anything */
+        ended = state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
+    }
+    closedir(tasks);
+    return ended;
+}
+
 static void *collector_main(void *arg) {
     tm_recorder *r = arg;
     tmr_own_descriptor_table();
     if (tmr_heap_ignore_this_thread) tmr_heap_ignore_this_thread();
     r->collector_tid = gettid();
+    int orphaned = 0;
     pthread_mutex_lock(&r->lock);
     while (!r->stop_requested && !r->sampling_done && !atomic_load(&r->end_requested)) {
         uint64_t now = now_ms();
         if (r->deadline && now >= r->deadline) break;
+        if (program_threads_ended(r->collector_tid)) {
+            orphaned = 1;
+            break;
+        }
         /* Taken before this round looks at the requests: a wake-up while it
          * works (a dlclose's request) changes the word, so the wait below
          * returns at once instead of leaving the request for a period. */
@@ -632,6 +663,9 @@ static void *collector_main(void *arg) {
     pthread_mutex_unlock(&r->lock);
     atomic_store(&r->ended, 1);
     futex(&r->ended, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+    /* The program's threads all ended (its main thread by pthread_exit): the
+     * trace is complete; end the process as glibc would have, exit(0). */
+    if (orphaned) exit(0);
     return NULL;
 }
 

@@ -49,6 +49,11 @@
  * SECONDS of CPU before it exits 0: a reader of the pipe gets its end of
  * file at the close, not at the exit (nothing else may hold the pipe).
  *
+ *   record_end_target pthread-exit CPU_SECONDS
+ *
+ * main starts a thread that burns CPU_SECONDS and returns, and ends itself
+ * with pthread_exit: the process ends (status 0) when that thread does.
+ *
  *   record_end_target dlclose-pairs N
  *
  * starts 32 idle threads (a longer round for the recorder's collector),
@@ -196,6 +201,11 @@ static int dlclose_pairs(int n) {
     return 0;
 }
 
+static void *burning_thread(void *arg) {
+    burn_cpu(*(double *)arg);
+    return NULL;
+}
+
 static void own_handler(int sig) {
     (void)sig;
     static const char msg[] = "own handler\n";
@@ -212,6 +222,13 @@ int main(int argc, char **argv) {
     const char *how = argv[1];
     if (strcmp(how, "reopen-stdin") == 0) return reopen_stdin(atof(argv[2]));
     if (strcmp(how, "dlclose-pairs") == 0) return dlclose_pairs(atoi(argv[2]));
+    if (strcmp(how, "pthread-exit") == 0) {
+        static double seconds;
+        seconds = atof(argv[2]);
+        pthread_t t;
+        if (pthread_create(&t, NULL, burning_thread, &seconds) != 0) return 2;
+        pthread_exit(NULL);
+    }
     if (strcmp(how, "close-stdout") == 0) {
         static const char msg[] = "closing\n";
         if (write(1, msg, sizeof msg - 1) != (ssize_t)(sizeof msg - 1) || close(1) != 0) return 3;

@@ -508,6 +508,28 @@ Test(record_end, program_opens_never_meet_the_collectors) {
     free(text), free(line), free(err), free(trace);
 }
 
+/* A program whose main thread calls pthread_exit ends when its last thread
+ * does: glibc then calls exit(0), unless another thread lives on, as the
+ * recorder's collector did: the process, and record waiting for it, hung
+ * forever (even SIGTERM found every live thread blocking it). Bounded here
+ * by timeout -s KILL. */
+Test(record_end, a_main_thread_that_calls_pthread_exit_ends) {
+    char *trace = path_in_dir("pthread_exit.pftrace"), *err = path_in_dir("record.stderr"), *line = NULL;
+    cr_assert_gt(asprintf(&line, "timeout -s KILL 60 %s record --backend signal --preload %s -o %s -- %s pthread-exit "
+                                 "0.5 2>%s >/dev/null",
+                          TM_CLI, TM_RECORD_PRELOAD, trace, TM_RECORD_END_TARGET, err), 0);
+    child_env();
+    int st = system(line);
+    char *text = tu_read_file(err, NULL);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    cr_expect_eq(code, 0, "exit %d (137: killed by timeout, hung): %s", code, text ? text : "");
+    if (code == 0) {
+        summary s = summarize(trace);
+        cr_expect_gt(s.burn_samples, 20, "%llu samples in burn_cpu", (unsigned long long)s.burn_samples);
+    }
+    free(text), free(line), free(err), free(trace);
+}
+
 /* A dlclose waits for the collector to read the mappings; a request made
  * while the collector was busy with its round used to wait for its next
  * 100 ms period (a wake-up taken before the round looked, lost after it):
