@@ -268,9 +268,6 @@ static uint64_t summarize(const char *file, const char *name, int perf, uint64_t
     return samples;
 }
 
-/* The trace file path (named name to the user) with ModuleSymbols
- * appended, unless syms is NULL (--no-symbolize). A failure leaves the
- * file as it was: unsymbolized, for `tracemill symbolize` to retry. */
 /* The command's own ELF file, held open from before it runs: when its path
  * names another file by the time a trace is symbolized (rebuilt while
  * recorded, or deleted, by the program itself or by make clean), the file
@@ -333,6 +330,9 @@ static int symbolize_with_held(const char *path, const char *name, const cli_sym
     return rc;
 }
 
+/* The trace file path (named name to the user) with ModuleSymbols
+ * appended, unless syms is NULL (--no-symbolize). A failure leaves the
+ * file as it was: unsymbolized, for `tracemill symbolize` to retry. */
 static void symbolize_trace(const char *path, const char *name, const cli_symbols *syms) {
     if (syms && path && symbolize_with_held(path, name, syms) != EXIT_OK)
         fprintf(stderr, "tracemill record: %s is left unsymbolized (tracemill symbolize adds the symbols later)\n",

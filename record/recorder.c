@@ -599,26 +599,31 @@ static void collect(tm_recorder *r, uint64_t now) {
     }
 }
 
+/* 1 when thread tid of this process is a zombie, dead or gone. */
+static int thread_ended(long tid) {
+    char path[64], text[512];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n <= 0) return 1; /* gone */
+    text[n] = 0;
+    const char *state = strrchr(text, ')'); /* "tid (comm) S ...": comm may hold anything */
+    return state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
+}
+
 /* 1 when every thread of the process but the collector has ended (a zombie
  * main thread that called pthread_exit included): the program is over, but
  * glibc ends a process when its last thread ends, and the collector is one. */
 static int program_threads_ended(pid_t collector) {
+    if (!thread_ended(getpid())) return 0; /* the main thread runs: one read a round, whatever the threads */
     DIR *tasks = opendir("/proc/self/task");
     if (!tasks) return 0;
     int ended = 1;
     struct dirent *e;
     while (ended && (e = readdir(tasks))) {
         long tid = strtol(e->d_name, NULL, 10);
-        if (tid <= 0 || tid == collector) continue;
-        char path[64], text[512];
-        snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
-        if (fd >= 0) close(fd);
-        if (n <= 0) continue; /* gone meanwhile */
-        text[n] = 0;
-        const char *state = strrchr(text, ')'); /* "tid (comm) S ...": comm may hold anything */
-        ended = state && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X');
+        if (tid > 0 && tid != collector) ended = thread_ended(tid);
     }
     closedir(tasks);
     return ended;
