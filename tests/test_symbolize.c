@@ -1000,6 +1000,53 @@ Test(symbolize, debuginfod_client_cache) {
     tb_free(&t);
 }
 
+/* A stripped copy of the program (its .dynsym only, no debug file beside
+ * it) in a symbol directory gives way to a later candidate with DWARF: the
+ * debuginfod cache's debuginfo, or the mapping's own path whose
+ * .gnu_debuglink names a debug file beside it. The copy came first and was
+ * taken, .dynsym counting as a symbol table: no frame was named. */
+Test(symbolize, a_stripped_copy_gives_way_to_a_candidate_with_dwarf) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    char hex[130];
+    for (size_t i = 0; i < id_len; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    cr_assert_eq(sh("cd %s && mkdir -p copy cache/%s app && objcopy --only-keep-debug inl cache/%s/debuginfo && "
+                    "strip -o copy/inl inl && objcopy --only-keep-debug inl app/inl.debug && strip -o app/inl inl && "
+                    "objcopy --add-gnu-debuglink=app/inl.debug app/inl",
+                    dir, hex, hex),
+                 0);
+    uint8_t id2[64];
+    cr_assert_eq(build_id_of("app/inl", id2), id_len);
+    cr_assert_eq(memcmp(id, id2, id_len), 0, "objcopy kept the build id");
+    uint64_t start, end;
+    symbol_range("inl", "work", &start, &end);
+    char copy[96], cache[96], app[96];
+    snprintf(copy, sizeof copy, "%s/copy", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    snprintf(app, sizeof app, "%s/app/inl", dir);
+    const char *dirs[1] = {copy};
+    for (int k = 0; k < 2; k++) {
+        tb_buf t = {0};
+        trace_of(&t, k ? app : "/nonexistent/inl", id, id_len, &start, 1, NULL);
+        /* k 0: the cache after the copy; k 1: the mapping's path after it (system paths on) */
+        tm_symbolize_options o = {.symbol_dirs = dirs, .n_symbol_dirs = 1, .no_system_paths = !k,
+                                  .debuginfod_cache = k ? NULL : cache};
+        tm_symbolize_stats st = symbolize_with(&t, &o);
+        cr_assert_eq(st.mappings_symbolized, 1, "case %d", k);
+        cr_assert_eq(st.frames_symbolized, 1, "case %d: the stripped copy was taken", k);
+        cr_assert_eq(st.frames_with_lines, 1, "case %d", k);
+        tb_free(&t);
+    }
+    /* with nothing better the stripped copy is still the file found */
+    tb_buf t = {0};
+    trace_of(&t, "/nonexistent/inl", id, id_len, &start, 1, NULL);
+    tm_symbolize_options o = {.symbol_dirs = dirs, .n_symbol_dirs = 1, .no_system_paths = 1};
+    tm_symbolize_stats st = symbolize_with(&t, &o);
+    cr_assert_eq(st.mappings_symbolized, 1);
+    cr_assert_eq(st.mappings_not_found + st.mappings_build_id_mismatch, 0);
+    tb_free(&t);
+}
+
 /* Rows of a query as "a|b|c\n" lines. */
 static char *sql_rows(sqlite3 *db, const char *sql) {
     sqlite3_stmt *q;

@@ -184,10 +184,12 @@ static int try_file(tm_elf *e, const char *path, const uint8_t *id, size_t id_le
     return 0;
 }
 
-/* Whether the module opened has a symbol table or DWARF to name pcs by. */
-static bool usable(tm_elf *e) {
+/* What the module opened can name pcs by: 2 DWARF (its own or a separate
+ * debug file's), 1 a symbol table only, 0 neither. */
+static int usable(tm_elf *e) {
     Dwarf_Addr bias;
-    return dwfl_module_getsymtab(e->mod) > 0 || dwfl_module_getdwarf(e->mod, &bias) != NULL;
+    if (dwfl_module_getdwarf(e->mod, &bias) != NULL) return 2;
+    return dwfl_module_getsymtab(e->mod) > 0;
 }
 
 tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *id, size_t id_len, tm_elf **out,
@@ -213,17 +215,19 @@ tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *i
     base = base ? base + 1 : path;
     char cand[PATH_MAX], spare[PATH_MAX] = "";
     bool any = false;
-    /* each candidate: 1 matched, 0 try the next; a match with neither
-     * symbols nor DWARF (a cut or damaged debug file) only if none better
-     * comes after it */
+    int spare_use = -1;
+    /* each candidate: 1 matched, 0 try the next; a match without DWARF (a
+     * stripped copy whose debug file is not beside it, a cut or damaged
+     * debug file) only if none better comes after it: the first with a
+     * symbol table, else the first */
 #define TRY(...)                                                                   \
     do {                                                                           \
         if (snprintf(cand, sizeof cand, __VA_ARGS__) < (int)sizeof cand && is_file(cand)) { \
             any = true;                                                            \
-            int r = try_file(e, cand, id, id_len);                                 \
+            int r = try_file(e, cand, id, id_len), use = r > 0 ? usable(e) : -1;   \
             if (r < 0) goto nomem;                                                 \
-            if (r > 0 && usable(e)) goto done;                                     \
-            if (r > 0 && !spare[0]) memcpy(spare, cand, sizeof spare);             \
+            if (use == 2) goto done;                                               \
+            if (use > spare_use) memcpy(spare, cand, sizeof spare), spare_use = use; \
         }                                                                          \
     } while (0)
     for (size_t i = 0; i < s->n_dirs; i++) {
