@@ -71,7 +71,7 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
         return -1;
     }
     s->any = 1;
-    if (dir) { /* a mistyped directory would leave the output unsymbolized without a word */
+    if (dir || cache) { /* a mistyped directory would leave the output unsymbolized without a word */
         struct stat st;
         int found = stat(argv[*i], &st) == 0;
         if (!found || !S_ISDIR(st.st_mode)) {

@@ -1040,6 +1040,22 @@ Test(cli_inputs, perfetto_only_commands_name_the_input_they_got) {
     cr_expect(strstr(r.err, "--symbols /nonexistent/dir: No such file or directory"), "%s", r.err);
     cr_expect_eq(r.out_len, 0u, "%s", r.out);
     run_free(&r);
+    /* nor a debuginfod cache that is missing or a file (each command that takes it) */
+    static const char *const cache[] = {
+        "convert -f folded --debuginfod-cache /nonexistent/dir " MINIMAL,
+        "query --debuginfod-cache /nonexistent/dir " MINIMAL " 'select 1'",
+        "symbolize --debuginfod-cache /nonexistent/dir -o /dev/null " MINIMAL,
+        "convert -f folded --debuginfod-cache " MINIMAL " " MINIMAL,
+    };
+    for (size_t i = 0; i < sizeof cache / sizeof *cache; i++) {
+        r = run("%s", cache[i]);
+        cr_expect_eq(r.code, 2, "`%s`: exit %d: %s", cache[i], r.code, r.err);
+        cr_expect(strstr(r.err, i < 3 ? "--debuginfod-cache /nonexistent/dir: No such file or directory"
+                                      : "not a directory"),
+                  "`%s`: %s", cache[i], r.err);
+        cr_expect_eq(r.out_len, 0u, "`%s`: %s", cache[i], r.out);
+        run_free(&r);
+    }
 }
 
 /* ---- options a format would ignore; binary output on a terminal ---- */
