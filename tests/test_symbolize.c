@@ -468,6 +468,51 @@ Test(symbolize, separate_debug_file_by_build_id) {
     tu_membuf_free(&out);
 }
 
+/* A mapping of a file deleted or replaced while it ran is "PATH (deleted)"
+ * (/proc/PID/maps, so the trace): a copy of the file in a symbol directory
+ * is found by the name and by the path without that suffix, and so is the
+ * file at PATH on this machine. Nothing was found before: the candidates
+ * were "DIR/inl (deleted)" and "DIR/opt/app/inl (deleted)". */
+Test(symbolize, a_deleted_mapping_is_found_by_its_name_without_the_suffix) {
+    uint8_t id[64];
+    size_t id_len = build("inl", "-O2", id);
+    cr_assert_eq(sh("cd %s && mkdir -p byname bypath/opt/app && cp inl byname/inl && cp inl bypath/opt/app/inl", dir),
+                 0);
+    char byname[96], bypath[96], own[128];
+    snprintf(byname, sizeof byname, "%s/byname", dir);
+    snprintf(bypath, sizeof bypath, "%s/bypath", dir);
+    snprintf(own, sizeof own, "%s/inl (deleted)", dir);
+    struct {
+        const char *dir, *path;
+    } cases[] = {{byname, "/opt/app/inl (deleted)"}, {bypath, "/opt/app/inl (deleted)"}, {NULL, own}};
+    for (size_t c = 0; c < 3; c++) {
+        uint64_t start, end;
+        symbol_range("inl", "work", &start, &end);
+        tb_buf t = {0};
+        trace_of(&t, cases[c].path, id, id_len, &start, 1, NULL);
+        const char *dirs[1] = {cases[c].dir};
+        tm_symbolize_options o = {.symbol_dirs = dirs, .n_symbol_dirs = cases[c].dir ? 1 : 0,
+                                  .no_system_paths = cases[c].dir != NULL};
+        tu_membuf out = {0};
+        tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+        tm_symbolize_stats st;
+        tm_error err;
+        cr_assert_eq(tm_symbolize(t.data, t.len, NULL, &o, &sink, &st, &err), TM_OK, "%s", err.message);
+        cr_assert_eq(st.mappings_symbolized, 1, "case %zu: not found %llu", c,
+                     (unsigned long long)st.mappings_not_found);
+        cr_assert_eq(st.frames_with_lines, 1, "case %zu", c);
+        /* the symbols are for the mapping as the trace names it */
+        tm_db *db = NULL;
+        cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+        char *lines = sql_lines(tm_db_sqlite(db), start);
+        cr_assert(strncmp(lines, "work ", 5) == 0, "case %zu: %s", c, lines);
+        free(lines);
+        tm_db_free(db);
+        tu_membuf_free(&out);
+        tb_free(&t);
+    }
+}
+
 /* A FIFO where libdwfl looks for a stripped file's DWARF (by build id, or
  * by its .gnu_debuglink name) is passed over, not opened (the open would
  * block for ever): the symbol table names the function. */

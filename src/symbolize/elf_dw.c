@@ -22,7 +22,8 @@
  * named by build id (.build-id/ab/cdef....debug, then without .debug), by
  * the mapping's file name and by its whole path; then a debuginfod client
  * cache's abcdef.../debuginfo and .../executable; then the mapping's path on
- * this machine and /usr/lib/debug/.build-id. A candidate counts only when
+ * this machine and /usr/lib/debug/.build-id (a path " (deleted)" names
+ * without that suffix). A candidate counts only when
  * its build id (GNU build-id note) equals the mapping's; a stripped file's
  * DWARF is then looked for by libdwfl in a separate debug file (by build id
  * in the same directories, or .gnu_debuglink). libdw checks what it reads
@@ -211,6 +212,16 @@ tm_status tm_elf_open(const tm_elf_search *s, const char *path, const uint8_t *i
     e->cb.debuginfo_path = &e->debuginfo_path;
     char hex[130];
     for (size_t i = 0; i < id_len; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    /* a file deleted or replaced while mapped is "PATH (deleted)" in
+     * /proc/PID/maps and so in the trace: its copy is looked for by PATH */
+    char live[PATH_MAX];
+    static const char deleted[] = " (deleted)";
+    size_t plen = strlen(path), dlen = sizeof deleted - 1;
+    if (plen > dlen && plen - dlen < sizeof live && strcmp(path + plen - dlen, deleted) == 0) {
+        memcpy(live, path, plen - dlen);
+        live[plen - dlen] = 0;
+        path = live;
+    }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     char cand[PATH_MAX], spare[PATH_MAX] = "";
