@@ -889,6 +889,53 @@ Test(symbolize, proguard_map_renames_java_frames) {
     free(map);
 }
 
+/* A class line that is not one (its ':' or its arrow lost) ends the class
+ * before it: the members under it are skipped, not renamed as the previous
+ * class's (a.a.a was "com.example.A.bar | com.example.A.foo", a.a.b
+ * com.example.A.baz and a.c.a "com.example.C.quux | com.example.C.qux":
+ * methods A and C never had). */
+Test(symbolize, proguard_members_of_a_damaged_class_line_are_not_the_previous_class) {
+    static const char map[] = "com.example.A -> a.a:\n"
+                              "    void foo() -> a\n"
+                              "com.example.B -> a.b\n"
+                              "    void bar() -> a\n"
+                              "    void baz() -> b\n"
+                              "com.example.C -> a.c:\n"
+                              "    void qux() -> a\n"
+                              "com.example.D a.d:\n" /* its arrow lost */
+                              "    void quux() -> a\n";
+    tm_proguard_map maps[1] = {{.package = NULL, .data = map, .len = sizeof map - 1}};
+    const char *names[4] = {"a.a.a", "a.a.b", "a.b.a", "a.c.a"};
+    uint64_t pcs[4] = {1, 2, 3, 4};
+    tb_buf t = {0};
+    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, 4, names);
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    symbolize(&t, NULL, 0, maps, 1, &out, &st);
+    cr_assert_eq(st.java_classes, 2);
+    cr_assert_eq(st.java_methods, 2);
+    cr_assert_eq(st.java_map_lines_skipped, 5);
+    tm_db *db = NULL;
+    tm_error err;
+    cr_assert_eq(tm_db_new(out.data, out.len, NULL, &db, &err), TM_OK, "%s", err.message);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(tm_db_sqlite(db),
+                                    "select name, coalesce(deobfuscated_name, '-') from stack_profile_frame order by name",
+                                    -1, &q, NULL),
+                 SQLITE_OK);
+    const char *want[4][2] = {
+        {"a.a.a", "com.example.A.foo"}, {"a.a.b", "-"}, {"a.b.a", "-"}, {"a.c.a", "com.example.C.qux"}};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+        cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), want[i][0]);
+        cr_assert_str_eq((const char *)sqlite3_column_text(q, 1), want[i][1]);
+    }
+    sqlite3_finalize(q);
+    tm_db_free(db);
+    tu_membuf_free(&out);
+    tb_free(&t);
+}
+
 /* The CLI: symbolize writes a trace query and convert read symbolized;
  * convert --symbols does the same in memory. */
 Test(symbolize, cli_end_to_end) {

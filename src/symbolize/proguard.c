@@ -12,8 +12,8 @@
  *         5:5:void caller():12 -> a                    inline chain, innermost first
  *         java.lang.String other.Cls.moved() -> d    a method moved from another class
  *     # {"id":"sourceFile","fileName":"Main.java"}   R8 metadata: skipped, as comments
- * A member before any class, or a line that is none of these, is counted
- * and skipped; nothing in the text can make the parser fail or loop: it
+ * A member before any class or after a class line not understood, or a
+ * line that is none of these, is counted and skipped; nothing in the text can make the parser fail or loop: it
  * reads each byte once, with no recursion and no limits of its own.
  */
 #include <string.h>
@@ -121,20 +121,23 @@ tm_status tm_proguard_encode(const char *text, size_t len, const char *package, 
         p = nl ? nl + 1 : end;
         span t = trim(line);
         if (t.p == t.end || *t.p == '#') continue;
+        bool indented = line.p < line.end && (*line.p == ' ' || *line.p == '\t');
+        if (!indented && in_class) { /* the members of a class line not understood are not the previous class's */
+            tm_obuf_close(out, cls);
+            in_class = false;
+        }
         const char *arw = arrow(t);
         if (!arw) {
             c->lines_skipped++;
             continue;
         }
         span left = trim((span){t.p, arw}), right = trim((span){arw + 2, t.end});
-        bool indented = line.p < line.end && (*line.p == ' ' || *line.p == '\t');
         if (!indented) {
             if (right.p == right.end || right.end[-1] != ':' || left.p == left.end) {
                 c->lines_skipped++;
                 continue;
             }
             right.end--;
-            if (in_class) tm_obuf_close(out, cls);
             cls = tm_obuf_open(out, TM_PF_DEOBF_OBFUSCATED_CLASSES);
             in_class = true;
             tm_obuf_bytes(out, TM_PF_OBF_CLASS_OBFUSCATED_NAME, right.p, (size_t)(right.end - right.p));
