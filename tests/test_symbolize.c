@@ -936,6 +936,42 @@ Test(symbolize, proguard_members_of_a_damaged_class_line_are_not_the_previous_cl
     tb_free(&t);
 }
 
+/* Tabs separate as spaces do (a member line may be indented with one, and
+ * so may its type be set off from its name), and a class's new name ends
+ * before any blank ahead of its ':': the names were "void\tfoo" and "a.a "
+ * (which no frame is called), the frames left obfuscated or misnamed. */
+Test(symbolize, proguard_blanks_are_not_part_of_names) {
+    static const char map[] = "com.example.Main -> a.a :\n"
+                              "    void foo() -> a\n"
+                              "com.example.Util -> a.b:\n"
+                              "\t1:3:java.lang.String\tformat(int):10:12 -> a\n"
+                              "\tint\tcount -> b\n";
+    tm_proguard_map maps[1] = {{.package = NULL, .data = map, .len = sizeof map - 1}};
+    const char *names[2] = {"a.a.a", "a.b.a"};
+    uint64_t pcs[2] = {1, 2};
+    tb_buf t = {0};
+    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, 2, names);
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    symbolize(&t, NULL, 0, maps, 1, &out, &st);
+    cr_assert_eq(st.java_classes, 2);
+    cr_assert_eq(st.java_methods, 2);
+    cr_assert_eq(st.java_map_lines_skipped, 0);
+    tm_trace *tr = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(out.data, out.len, NULL, &tr, &err), TM_OK, "%s", err.message);
+    tu_membuf folded = {0};
+    tm_sink fs = {.write = tu_membuf_write, .ctx = &folded};
+    cr_assert_eq(tm_write_folded(tr, NULL, &fs, &err), TM_OK);
+    cr_assert(strstr(folded.data, "com.example.Main.foo 1\n"), "%s", folded.data);
+    cr_assert_null(strstr(folded.data, "void"), "%s", folded.data);
+    cr_assert(strstr(folded.data, "com.example.Util.format 1\n"), "%s", folded.data);
+    tm_trace_free(tr);
+    tu_membuf_free(&folded);
+    tu_membuf_free(&out);
+    tb_free(&t);
+}
+
 /* The CLI: symbolize writes a trace query and convert read symbolized;
  * convert --symbols does the same in memory. */
 Test(symbolize, cli_end_to_end) {

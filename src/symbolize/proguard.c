@@ -72,7 +72,7 @@ static void member(tm_obuf *out, span left, span obf, tm_proguard_counts *c) {
         }
         name.end = paren;
         name.p = paren;
-        while (name.p > p && name.p[-1] != ' ') name.p--;
+        while (name.p > p && name.p[-1] != ' ' && name.p[-1] != '\t') name.p--;
         /* ":c" or ":c:d" after the arguments */
         q = close + 1;
         if (q < left.end && *q == ':' && (q++, number(&q, left.end, &orig_a))) {
@@ -84,7 +84,7 @@ static void member(tm_obuf *out, span left, span obf, tm_proguard_counts *c) {
     } else {
         name.end = left.end;
         name.p = left.end;
-        while (name.p > p && name.p[-1] != ' ') name.p--;
+        while (name.p > p && name.p[-1] != ' ' && name.p[-1] != '\t') name.p--;
     }
     if (name.p == name.end || obf.p == obf.end) {
         c->lines_skipped++;
@@ -137,7 +137,11 @@ tm_status tm_proguard_encode(const char *text, size_t len, const char *package, 
                 c->lines_skipped++;
                 continue;
             }
-            right.end--;
+            right = trim((span){right.p, right.end - 1}); /* "a.a :" */
+            if (right.p == right.end) {
+                c->lines_skipped++;
+                continue;
+            }
             cls = tm_obuf_open(out, TM_PF_DEOBF_OBFUSCATED_CLASSES);
             in_class = true;
             tm_obuf_bytes(out, TM_PF_OBF_CLASS_OBFUSCATED_NAME, right.p, (size_t)(right.end - right.p));
