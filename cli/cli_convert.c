@@ -33,7 +33,35 @@ static int write_one(const cli_export *x, const tm_trace *t, const char *const *
     return cli_output_close(&o, rc);
 }
 
-/* DIR/<tid>-<name>.pb.gz for every thread with samples. */
+static int count_write(void *ctx, const void *data, size_t len) {
+    (void)data;
+    *(size_t *)ctx += len;
+    return 0;
+}
+
+/* Whether th's folded stacks of value v hold anything (a value the trace
+ * lacks: no). */
+static int folded_has(const tm_trace *t, const tm_thread_info *th, tm_value v) {
+    size_t n = 0;
+    tm_sink sink = {.write = count_write, .ctx = &n};
+    tm_folded_options fo = {.threads = {.tid = th->tid, .by_tid = 1}, .value = v};
+    tm_error err;
+    return tm_write_folded(t, &fo, &sink, &err) == TM_OK && n > 0;
+}
+
+/* Whether th's profile holds anything: its CPU samples, counted; else
+ * (off-CPU or wall time, a memory profile, a trace without CPU samples)
+ * its stacks of the value, a memory profile's by the bytes allocated,
+ * which every heap sample has (pprof carries all four values; a process
+ * is the thread tid == pid, with no CPU samples of its own perhaps). */
+static int thread_has_data(const cli_export *x, const tm_trace *t, const tm_thread_info *th) {
+    tm_value v = x->value;
+    if (v == TM_VALUE_SAMPLES || (v == TM_VALUE_DEFAULT && tm_trace_sample_count(t) > 0)) return th->samples > 0;
+    if (v == TM_VALUE_OFF_CPU || v == TM_VALUE_WALL) return folded_has(t, th, v);
+    return (v == TM_VALUE_DEFAULT && folded_has(t, th, v)) || folded_has(t, th, TM_VALUE_ALLOC_SPACE);
+}
+
+/* DIR/<tid>-<name>.pb.gz for every thread with something of the value. */
 static int write_per_thread(cli_export *x, const tm_trace *t, const char *const *inputs, const char *dir) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "tracemill: cannot create directory %s: %s\n", dir, strerror(errno));
@@ -42,7 +70,7 @@ static int write_per_thread(cli_export *x, const tm_trace *t, const char *const 
     size_t n = tm_trace_thread_count(t), written = 0;
     for (size_t i = 0; i < n; i++) {
         tm_thread_info th;
-        if (tm_trace_thread(t, i, &th) != TM_OK || !th.samples) continue;
+        if (tm_trace_thread(t, i, &th) != TM_OK || !thread_has_data(x, t, &th)) continue;
         char name[64];
         size_t k = 0;
         for (size_t c = 0; c < th.name_len && k < sizeof name - 1; c++) {

@@ -968,6 +968,45 @@ Test(cli_convert, options_the_format_ignores_are_refused) {
 
 #define HEAP_TRACE TM_SOURCE_DIR "/tests/fixtures/perfetto-difftests/ProfilingHeapProfiling__heap_profile_dump_max/trace.pftrace"
 
+/* convert --per-thread of a memory profile: a file for the process (the
+ * thread tid == pid, which has no CPU samples of its own), not for the
+ * threads with CPU samples, whose files held no heap sample. Wrote 0
+ * files for a memory-only trace (exit 0), and with --value a file for
+ * each CPU-sampled thread, all empty, leaving the heap profile out. */
+Test(cli_value, per_thread_writes_each_process_memory_profile) {
+    make_scratch();
+    char mixed[128]; /* CPU samples of thread 42, heap of process 2 */
+    snprintf(mixed, sizeof mixed, "%s/mixed.pftrace", scratch);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cat %s %s > %s", MINIMAL, HEAP_TRACE, mixed);
+    cr_assert_eq(system(cmd), 0);
+    static const struct {
+        const char *args, *file, *input;
+    } cases[] = {
+        {"", "2.pb.gz", HEAP_TRACE},                   /* memory only: inuse_space by default */
+        {"--value alloc_space", "2.pb.gz", NULL},      /* the mixed trace */
+        {"", "42.pb.gz", NULL},                        /* the mixed trace's CPU samples, as before */
+        {"--value samples", "42.pb.gz", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char dir[160];
+        snprintf(dir, sizeof dir, "%s/per%zu", scratch, i);
+        run_result r = run("convert -f pprof --per-thread %s -o %s %s", cases[i].args, dir,
+                           cases[i].input ? cases[i].input : mixed);
+        cr_expect_eq(r.code, 0, "case %zu: %s", i, r.err);
+        cr_expect(strstr(r.err, "wrote 1 per-thread profiles"), "case %zu: %s", i, r.err);
+        cr_expect_eq(count_entries(dir, ""), 1, "case %zu", i);
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
+        struct stat st;
+        cr_expect(stat(path, &st) == 0 && st.st_size > 0, "case %zu: no %s", i, cases[i].file);
+        run_free(&r);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s/per*", scratch);
+    cr_expect_eq(system(cmd), 0);
+    remove_scratch();
+}
+
 Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     run_result r = run("convert -f folded --value alloc_space " HEAP_TRACE);
     cr_expect_eq(r.code, 0, "%s", r.err);
