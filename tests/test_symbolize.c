@@ -396,6 +396,35 @@ Test(symbolize, relative_source_paths_are_made_absolute) {
 /* Debug sections compressed with zlib are read; with zstd only by an
  * elfutils that knows it (0.189): a mapping whose DWARF cannot be read is
  * counted, exactly when it gets no lines. */
+/* A relative compilation directory (-fdebug-prefix-map=DIR=., as Debian
+ * builds its packages: libc's units say ./csu and ../sysdeps/...) is joined
+ * to the file's relative name too, as addr2line and llvm-symbolizer print
+ * it: ./sub/../src/prog.c, not ../src/prog.c, which names the file relative
+ * to nothing the user can know. */
+Test(symbolize, a_relative_compilation_directory_is_joined_too) {
+    cr_assert_eq(sh("cd %s && mkdir -p src sub && cp prog.c src/prog.c && cd sub && "
+                    "cc -O2 -g -fdebug-prefix-map=%s=. -Wl,--build-id=sha1 -o ../relc ../src/prog.c",
+                    dir, dir),
+                 0);
+    uint8_t id[64];
+    size_t id_len = build_id_of("relc", id), n;
+    uint64_t *pcs;
+    tu_membuf out = {0};
+    tm_symbolize_stats st;
+    tm_db *db = symbolize_work("relc", id, id_len, &pcs, &n, &out, &st);
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *got = sql_lines(tm_db_sqlite(db), pcs[i]), *a2l = addr2line("relc", pcs[i]);
+        cr_assert(strstr(got, " ./sub/../src/prog.c:"), "pc 0x%llx: %s", (unsigned long long)pcs[i], got);
+        same += strcmp(got, a2l) == 0;
+        free(got), free(a2l);
+    }
+    cr_assert_geq(same * 100, n * 99, "%zu of %zu pcs agree with addr2line", same, n);
+    tm_db_free(db);
+    tu_membuf_free(&out);
+    free(pcs);
+}
+
 Test(symbolize, compressed_debug_sections_are_read_or_said_unreadable) {
     uint8_t id[64];
     size_t id_len = build("plain", "-O0", id);

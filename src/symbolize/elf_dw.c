@@ -574,10 +574,13 @@ static int concrete_scopes(Dwarf_Die *cu, Dwarf_Addr a, Dwarf_Die *out, int cap)
 }
 
 /* file joined to its unit's compilation directory when it is relative, as
- * addr2line prints it (gcc names a file as the compiler was given it,
- * src/prog.c); kept by e. file itself when it cannot be made absolute. */
+ * addr2line and llvm-symbolizer print it (gcc names a file as the compiler
+ * was given it, src/prog.c); kept by e. A relative directory (Debian's
+ * packages map theirs to ./csu and the like with -fdebug-prefix-map) is
+ * joined too: ./csu/../sysdeps/x.h names the file under the source tree,
+ * ../sysdeps/x.h nothing. */
 static const char *absolute(tm_elf *e, const char *file, const char *comp_dir) {
-    if (!file || file[0] == '/' || !comp_dir || comp_dir[0] != '/') return file;
+    if (!file || file[0] == '/' || !comp_dir || !comp_dir[0]) return file;
     uint32_t i = tm_u64map_get(&e->abs_by_file, (uint64_t)(uintptr_t)file);
     if (i != TM_ABSENT) return e->abs[i];
     size_t len = strlen(comp_dir) + 1 + strlen(file);
