@@ -897,6 +897,12 @@ Test(pprof, folded_input_weights_without_time) {
     cr_assert_eq(foo, 4);
     cr_assert_eq(bar, 2);
     cr_assert_eq(d.time_nanos, 0);
+    cr_assert_str_eq(str_at(&d, d.default_sample_type), "cpu"); /* a period given: cpu values */
+    free_profile(&d);
+    /* no period: every cpu value is 0, and pprof would show "0 of 0 total" */
+    write_and_decode(tr, NULL, &d);
+    cr_assert_eq(d.period, 0);
+    cr_assert_str_eq(str_at(&d, d.default_sample_type), "samples");
     free_profile(&d);
     tm_trace_free(tr);
 }

@@ -777,7 +777,8 @@ static tm_status write_profile(pprof_writer *x, const tm_pprof_options *opts) {
     if (x->overall_period) put_uint(w, PROFILE_PERIOD, (uint64_t)x->overall_period);
     put_uint(w, PROFILE_COMMENT, c_period);
     put_uint(w, PROFILE_COMMENT, c_time);
-    put_uint(w, PROFILE_DEFAULT_SAMPLE_TYPE, S_CPU);
+    /* what pprof shows first: cpu, unless every cpu value is 0 (no period) */
+    put_uint(w, PROFILE_DEFAULT_SAMPLE_TYPE, x->overall_period ? S_CPU : S_SAMPLES);
     return tm_pbw_finish(w);
 }
 

@@ -13,8 +13,9 @@
  *         java.lang.String other.Cls.moved() -> d    a method moved from another class
  *     # {"id":"sourceFile","fileName":"Main.java"}   R8 metadata: skipped, as comments
  * A member before any class or after a class line not understood, or a
- * line that is none of these, is counted and skipped; nothing in the text can make the parser fail or loop: it
- * reads each byte once, with no recursion and no limits of its own.
+ * line that is none of these, is counted and skipped; nothing in the text
+ * can make the parser fail or loop: it reads each byte once, with no
+ * recursion and no limits of its own.
  */
 #include <string.h>
 
