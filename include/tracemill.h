@@ -576,7 +576,9 @@ TM_API const char *tm_value_name(tm_value v);
 TM_API tm_status tm_value_parse(const char *name, tm_value *out, tm_error *err);
 
 /* Which threads an exporter reads. Zero: all of them. A filter that matches
- * no thread fails with TM_ERR_INVALID_ARG. */
+ * no thread, or only threads without samples of the value written (a
+ * memory profile's are on each process's main thread, tid == pid), fails
+ * with TM_ERR_INVALID_ARG. */
 typedef struct tm_thread_filter {
     const char *name;  /* non-NULL: threads with exactly this name */
     int64_t tid;       /* with by_tid: only this thread id */

@@ -1007,6 +1007,35 @@ Test(cli_value, per_thread_writes_each_process_memory_profile) {
     remove_scratch();
 }
 
+/* A thread that exists but holds none of the samples of the value written
+ * is refused, naming where a memory profile's samples are: every format
+ * wrote an empty profile with exit 0. Thread 42 has the mixed trace's CPU
+ * samples, process 2 its memory profile. */
+Test(cli_value, a_thread_without_samples_of_the_value_is_refused) {
+    make_scratch();
+    char mixed[128];
+    snprintf(mixed, sizeof mixed, "%s/mixed.pftrace", scratch);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cat %s %s > %s", MINIMAL, HEAP_TRACE, mixed);
+    cr_assert_eq(system(cmd), 0);
+    static const char *const formats[] = {"folded", "pprof -o /dev/null", "speedscope", "svg"};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        run_result r = run("convert -f %s --value alloc_space --thread 42 %s", formats[i], mixed);
+        cr_expect_eq(r.code, 2, "%s: exit %d: %s", formats[i], r.code, r.err);
+        cr_expect(strstr(r.err, "the thread selected holds none of the samples (a memory profile's samples are its "
+                                "process's, on its main thread: tid = pid)"),
+                  "%s: %s", formats[i], r.err);
+        run_free(&r);
+        r = run("convert -f %s --value alloc_space --thread 2 %s", formats[i], mixed); /* the process: its samples */
+        cr_expect_eq(r.code, 0, "%s: exit %d: %s", formats[i], r.code, r.err);
+        run_free(&r);
+        r = run("convert -f %s --thread 42 %s", formats[i], mixed); /* CPU samples: as before */
+        cr_expect_eq(r.code, 0, "%s: exit %d: %s", formats[i], r.code, r.err);
+        run_free(&r);
+    }
+    remove_scratch();
+}
+
 Test(cli_value, memory_values_choose_what_the_outputs_weigh) {
     run_result r = run("convert -f folded --value alloc_space " HEAP_TRACE);
     cr_expect_eq(r.code, 0, "%s", r.err);

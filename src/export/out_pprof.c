@@ -960,38 +960,34 @@ tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const 
     x.p = tm_trace_profile(t);
     x.mem = x.p->mem;
     x.out.sink = out;
-    TM_TRY(tm_thread_select(x.p, opts ? &opts->threads : NULL, &x.sel, err));
-    tm_arena_init(&x.arena, x.mem);
     /* a memory value, or no CPU samples to write: the memory profile */
     tm_value v = opts ? opts->value : TM_VALUE_DEFAULT;
     if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_off_samples) v = TM_VALUE_OFF_CPU;
     if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_heap_samples) v = TM_VALUE_INUSE_SPACE;
     const bool time_value = v == TM_VALUE_OFF_CPU || v == TM_VALUE_WALL;
-    if (v > TM_VALUE_SAMPLES && !time_value && !x.p->n_heap_samples) {
-        tm_thread_selection_free(x.p, x.sel);
-        tm_arena_release(&x.arena);
+    if (v > TM_VALUE_SAMPLES && !time_value && !x.p->n_heap_samples)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: %s: the trace holds no memory profile", tm_value_name(v));
-    }
     /* Off-CPU and wall-clock time: the writer reads the view (the same
-     * threads, stacks and frames, other samples). */
+     * threads, stacks and frames, other samples). The threads are chosen
+     * by the samples of the value written, a memory value's too. */
     const tm_profile *orig = x.p;
     tm_profile view;
-    if (time_value) {
-        tm_status vs = tm_profile_value_view(orig, v, &view, NULL, err);
-        if (vs != TM_OK) {
-            tm_thread_selection_free(orig, x.sel);
-            tm_arena_release(&x.arena);
-            return vs;
-        }
-        x.p = &view;
+    const bool with_view = v > TM_VALUE_SAMPLES;
+    if (with_view) TM_TRY(tm_profile_value_view(orig, v, &view, NULL, err));
+    tm_status sel_st = tm_thread_select(with_view ? &view : orig, opts ? &opts->threads : NULL, &x.sel, err);
+    if (sel_st != TM_OK) {
+        if (with_view) tm_profile_value_view_release(orig, &view);
+        return sel_st;
     }
+    tm_arena_init(&x.arena, x.mem);
+    if (time_value) x.p = &view;
     tm_status st = setup(&x, opts);
     if (st == TM_OK)
         st = time_value             ? write_time_profile(&x, v, orig)
              : v > TM_VALUE_SAMPLES ? write_heap_profile(&x, v)
                                     : write_profile(&x, opts);
     writer_release(&x);
-    if (time_value) tm_profile_value_view_release(orig, &view);
+    if (with_view) tm_profile_value_view_release(orig, &view);
     switch (st) {
     case TM_OK: return TM_OK;
     case TM_ERR_IO: return tm_fail(err, st, 0, NULL, "pprof: writing the output failed");

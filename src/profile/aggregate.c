@@ -27,9 +27,20 @@ tm_status tm_thread_select(const tm_profile *p, const tm_thread_filter *f, uint8
         (*sel)[i] = (uint8_t)ok;
         matched += ok;
     }
-    if (all || matched) return TM_OK;
+    /* threads that exist but hold none of p's samples (of the value a view
+     * weighs) would give an empty profile without a word */
+    int on_selected = 0;
+    for (size_t i = 0; !all && matched && i < p->n_samples && !on_selected; i++)
+        on_selected = (*sel)[p->samples[i].thread];
+    if (all || on_selected || (matched && !p->n_samples)) return TM_OK;
     tm_thread_selection_free(p, *sel);
     *sel = NULL;
+    if (matched)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "%s selected hold%s none of the samples%s",
+                       matched > 1 ? "the threads" : "the thread", matched > 1 ? "" : "s",
+                       p->n_heap_samples ? " (a memory profile's samples are its process's, on its main thread: "
+                                           "tid = pid)"
+                                         : "");
     if (f->name && f->by_tid)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "no thread %lld named \"%s\"", (long long)f->tid, f->name);
     if (f->name) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "no thread named \"%s\"", f->name);
