@@ -72,8 +72,8 @@ TM_API const char *tm_db_statement_start(const char *sql);
 TM_API tm_status tm_db_export(tm_db *db, const char *path, tm_error *err);
 
 /* 1 when the trace was cut off inside a packet and read up to that packet
- * (only without tm_options.strict, which rejects it): *offset is where the
- * packet starts. 0 otherwise. */
+ * (only without tm_options.strict, which rejects it): *offset (when offset
+ * is not NULL) is where the packet starts. 0 otherwise, and for a NULL db. */
 TM_API int tm_db_truncated(const tm_db *db, uint64_t *offset);
 
 /* Releases the tm_db and its connection. NULL is a no-op. */

@@ -219,6 +219,8 @@ Test(sql, cut_off_trace_is_said_where) {
     cr_assert_eq(tm_db_new(buf, len - 7, NULL, &db, &err), TM_OK, "%s", err.message);
     cr_expect_eq(tm_db_truncated(db, &at), 1);
     cr_expect_eq(at, tm_trace_get_stats(t)->truncated_at);
+    cr_expect_eq(tm_db_truncated(db, NULL), 1); /* the offset is optional */
+    cr_expect_eq(tm_db_truncated(NULL, &at), 0); /* an accessor on NULL, as tm_db_sqlite */
     cr_expect_gt(count(tm_db_sqlite(db), "cpu_profile_stack_sample", "1"), 0);
     tm_db_free(db);
     tm_trace_free(t);

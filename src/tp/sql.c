@@ -1033,8 +1033,8 @@ tm_status tm_db_export(tm_db *db, const char *path, tm_error *err) {
 }
 
 int tm_db_truncated(const tm_db *db, uint64_t *offset) {
-    if (!db->tp.cut_off) return 0;
-    *offset = db->tp.cut_off_at;
+    if (!db || !db->tp.cut_off) return 0;
+    if (offset) *offset = db->tp.cut_off_at;
     return 1;
 }
 
