@@ -911,10 +911,15 @@ tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
             st = tm_fail(err, TM_ERR_IO, 0, NULL, "recorder: cannot start the collector thread");
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
-    if (st != TM_OK) {
+    if (st != TM_OK) { /* back to R_NEW as it was: a later start makes them again */
         tmr_own_close(&r->out);
         tmr_sampler_free(r->sampler);
         r->sampler = NULL;
+        tmr_writer_free(r->writer);
+        r->writer = NULL;
+        tmr_symbols_free(r->syms);
+        r->syms = NULL;
+        r->head = r->tail = 0; /* the preamble begin_output may have put there */
         pthread_mutex_unlock(&g_active_lock);
         return st;
     }

@@ -12,16 +12,19 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "perfetto/fields.h"
 #include "wire/pb.h"
 #include "record.h"
+#include "tracemill_record.h"
 #include "conformance.h"
 #include "heap_view.h"
 #include "tutil.h"
@@ -1000,4 +1003,40 @@ Test(record_writer, off_cpu_value_without_off_cpu_samples) {
     tu_membuf_free(&m);
     tm_trace_free(t);
     rig_close(&r);
+}
+
+/* A tm_recorder_start that fails (here: its output's directory is missing)
+ * leaves the recorder as it was, so that it can be started again once the
+ * cause is gone: it used to keep the symbolizer and writer it had made and
+ * make new ones at the next start, leaking ~15 KB a try. */
+Test(record_api, a_failed_start_can_be_retried_without_leaking) {
+    cr_assert_not_null(tu_test_dir_make("tm_record_api"));
+    char *dir = tu_test_path("missing"), *out = tu_test_path("missing/x.pftrace");
+    tm_recorder_options o = {.output = out};
+    tm_recorder *r = NULL;
+    tm_error err;
+    cr_assert_eq(tm_recorder_new(&o, &r, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_recorder_start(r, &err), TM_ERR_IO); /* the first try's allocations may stay (caches) */
+    struct mallinfo2 before = mallinfo2();
+    for (int i = 0; i < 40; i++) {
+        cr_assert_eq(tm_recorder_start(r, &err), TM_ERR_IO);
+        cr_assert(strstr(err.message, "cannot create"), "%s", err.message);
+    }
+    struct mallinfo2 after = mallinfo2();
+    cr_expect_lt(after.uordblks, before.uordblks + 64 * 1024, "40 failed starts kept %zu bytes",
+                 after.uordblks - before.uordblks);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    cr_assert_eq(tm_recorder_start(r, &err), TM_OK, "%s", err.message);
+    cr_assert_eq(tm_recorder_stop(r, &err), TM_OK, "%s", err.message);
+    tm_recorder_free(r);
+    size_t len;
+    char *bytes = tu_read_file(out, &len);
+    cr_assert_not_null(bytes);
+    tm_trace *t = NULL;
+    cr_expect_eq(tm_trace_parse(bytes, len, NULL, &t, &err), TM_OK, "%s", err.message);
+    tm_trace_free(t);
+    free(bytes);
+    free(dir);
+    free(out);
+    cr_expect_eq(tu_test_dir_remove(), 0);
 }
