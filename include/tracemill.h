@@ -169,7 +169,9 @@ typedef struct tm_alloc {
 /* ==== Options and limits =============================================== */
 
 /* Every ceiling the decoder enforces. A zero field takes the preset's value.
- * Breaching one fails the parse with TM_ERR_LIMIT naming the limit. */
+ * Breaching one fails the parse (max_result_bytes: or a writer) with
+ * TM_ERR_LIMIT naming the limit; max_chunk_duration_ns alone is not the
+ * decoder's but tm_write_sample_v2's, as Relay checks it on a chunk. */
 typedef struct tm_limits {
     uint64_t max_samples;         /* samples in one trace */
     uint64_t max_stack_depth;     /* frames in one callstack */
@@ -179,7 +181,8 @@ typedef struct tm_limits {
     uint64_t max_path_segments;   /* path_string_ids in one mapping */
     uint64_t max_inflated_bytes;  /* one compressed_packets payload, inflated */
     uint64_t max_interned_entries;/* interned entries on one sequence */
-    uint64_t max_chunk_duration_ns; /* last - first sample; UINT64_MAX = none */
+    uint64_t max_chunk_duration_ns; /* last - first sample written by tm_write_sample_v2, which rejects
+                                       more (TM_ERR_REJECTED, "DurationIsTooLong"); UINT64_MAX = none */
     uint64_t max_work_bytes;      /* memory of the decode's working tables (per-sequence
                                      interning, caches, scratch), freed when it ends */
     uint64_t max_result_bytes;    /* memory a tm_trace holds (the profile model, inflated

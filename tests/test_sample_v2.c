@@ -630,6 +630,16 @@ Test(duration, default_mode_has_no_limit_unless_configured) {
     cr_expect_eq(convert_two(TM_MODE_DEFAULT, 10000000000ull, &lim, &out, &err), TM_OK, "10 s: %s",
                  err.message);
     free(out.data);
+    /* the writer's limit, not the decoder's: a trace far longer parses */
+    tb_buf t = {0};
+    const smp s[2] = {{TB_BOOT0, 42, 42, CS_MAIN_FOO}, {TB_BOOT0 + 3600000000000ull, 42, 42, CS_MAIN_FOO}};
+    build_trace(&t, s, 2);
+    tm_options opts = {0};
+    opts.limits.max_chunk_duration_ns = 1;
+    tm_trace *tr = NULL;
+    cr_expect_eq(tm_trace_parse(t.data, t.len, &opts, &tr, &err), TM_OK, "%s", err.message);
+    tm_trace_free(tr);
+    tb_free(&t);
 }
 
 /* Normalisation: threads with <= 1 non-empty sample lose all their samples,
