@@ -1025,8 +1025,9 @@ PyMODINIT_FUNC PyInit__tracemill(void) {
                   "a rejection, or None).",
                   &Error) < 0 ||
         add_error(m, "QueryError", Error,
-                  "A SQL statement failed: status is SQLite's error name, offset the byte of the\n"
-                  "SQL text it points at (0 when unknown).",
+                  "A SQL statement failed: status is SQLite's error text, code its extended result\n"
+                  "code, offset the byte of the SQL text it points at (where SQLite gives none, as\n"
+                  "for a run-time error: where the failing statement starts, past blanks and comments).",
                   &QueryError) < 0)
         goto fail;
     PyObject *made[N_ERROR_CLASSES];

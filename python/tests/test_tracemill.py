@@ -290,6 +290,8 @@ def test_query_errors(demo):
     with tracemill.load(demo.to_folded().encode()) as folded, pytest.raises(tracemill.UnsupportedError) as e:
         folded.query("select 1")  # SQL reads Perfetto input only
     assert "this is folded input" in e.value.message
+    # the docstring says where offset points without one from SQLite (it said 0)
+    assert "0 when unknown" not in tracemill.QueryError.__doc__ and "statement starts" in tracemill.QueryError.__doc__
 
 
 def test_query_df(demo, monkeypatch):
