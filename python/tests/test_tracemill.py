@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import pathlib
 import re
 import sys
 import threading
@@ -169,6 +170,25 @@ def test_max_input_bytes_stops_reading_a_file(tmp_path):
         tracemill.load(str(fifo), limits={"max_input_bytes": 1000})
     writer.join(timeout=30)
     assert written[0] < 64 << 20
+
+
+def test_sources_of_every_documented_type_and_no_other():
+    data = open(DEMO, "rb").read()
+    for source in (DEMO, pathlib.Path(DEMO), data, bytearray(data), memoryview(data)):
+        with tracemill.load(source) as t:
+            assert len(t) == 3000
+    # An int is no path: open() took it as a file descriptor, read it and
+    # closed the caller's descriptor (tracemill.load(0): stdin).
+    r, w = os.pipe()
+    os.write(w, b"a;b 3\n")
+    os.close(w)
+    try:
+        for source in (r, None, 1.5):
+            with pytest.raises(TypeError, match="source must be a path"):
+                tracemill.load(source)
+        os.fstat(r)  # still open
+    finally:
+        os.close(r)
 
 
 def test_max_input_bytes_message_gives_no_false_size():

@@ -44,6 +44,9 @@ def _read(source: Source, max_bytes: int = 0) -> bytes:
         return source
     if isinstance(source, (bytearray, memoryview)):
         return bytes(source)
+    if not isinstance(source, (str, os.PathLike)):  # open() would take an int as a descriptor, and close it
+        raise TypeError(f"source must be a path (str or os.PathLike) or the bytes of a profile (bytes, bytearray, "
+                        f"memoryview), not {type(source).__name__}")
     with open(source, "rb") as f:
         return f.read(max_bytes + 1) if max_bytes > 0 else f.read()
 
