@@ -860,7 +860,8 @@ static uint32_t ring_samples(uint32_t hz) {
 }
 
 tm_status tm_recorder_start(tm_recorder *r, tm_error *err) {
-    if (!r || r->state != R_NEW) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+    if (!r) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_start: recorder is NULL");
+    if (r->state != R_NEW) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
         "tm_recorder_start: recorder already started");
     pthread_once(&g_hooks_once, install_hooks);
     pthread_mutex_lock(&g_active_lock);
@@ -938,7 +939,8 @@ void tmr_recorder_set_heap(tm_recorder *r, const tmr_heap_source *heap) {
 }
 
 tm_status tm_recorder_flush(tm_recorder *r, tm_error *err) {
-    if (!r || r->state != R_RUNNING) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
+    if (!r) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_recorder_flush: recorder is NULL");
+    if (r->state != R_RUNNING) return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL,
         "tm_recorder_flush: not recording");
     return flush(r, 0, err);
 }

@@ -1040,3 +1040,24 @@ Test(record_api, a_failed_start_can_be_retried_without_leaking) {
     free(out);
     cr_expect_eq(tu_test_dir_remove(), 0);
 }
+
+/* Each call refused says why: a NULL recorder is not "already started". */
+Test(record_api, refusals_name_their_cause) {
+    tm_error err;
+    cr_expect_eq(tm_recorder_start(NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "NULL"), "%s", err.message);
+    cr_expect_eq(tm_recorder_flush(NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "NULL"), "%s", err.message);
+    cr_expect_eq(tm_recorder_stop(NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "NULL"), "%s", err.message);
+    tm_recorder_options o = {.output = "/dev/null"};
+    tm_recorder *r = NULL;
+    cr_assert_eq(tm_recorder_new(&o, &r, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(tm_recorder_flush(r, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "not recording"), "%s", err.message);
+    cr_assert_eq(tm_recorder_start(r, &err), TM_OK, "%s", err.message);
+    cr_expect_eq(tm_recorder_start(r, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "already started"), "%s", err.message);
+    cr_expect_eq(tm_recorder_stop(r, &err), TM_OK, "%s", err.message);
+    tm_recorder_free(r);
+}
