@@ -491,6 +491,38 @@ Test(meta, empty_metadata_says_no_json_object) {
     cr_expect(strstr(err.message, "expected near end of file"), "v1: %s", err.message);
 }
 
+/* Metadata that is not JSON: the offset is the first byte of the token
+ * jansson names (it gives the byte after it), in both writers' checks and
+ * tm_chunk_meta_check; at the end when the text ends early. */
+Test(meta, not_json_points_at_the_token) {
+    static const struct {
+        const char *json, *at; /* at: where the offset points; NULL: the end */
+    } cases[] = {
+        {"{\"a\":1} x", "x"},
+        {"{\"a\": tru}", "tru}"},
+        {"{\"a\": 1,, \"b\": 2}", ", \"b"},
+        {"{\"a\": 1, \"a\": 2}", "\"a\": 2"},
+        {"  x", "x"},
+        {"{\"a\": [1, 2", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *j = cases[i].json;
+        size_t len = strlen(j), at = cases[i].at ? (size_t)(strstr(j, cases[i].at) - j) : len;
+        tm_error err;
+        cr_expect_eq(tm_sample_v2_check_meta(j, len, &err), TM_ERR_REJECTED, "%s", j);
+        cr_expect_eq(err.offset, at, "v2 %s: offset %llu, want %zu (%s)", j, (unsigned long long)err.offset, at,
+                     err.message);
+        cr_expect_eq(tm_sample_v1_check_meta(j, len, &err), TM_ERR_REJECTED, "%s", j);
+        cr_expect_eq(err.offset, at, "v1 %s: offset %llu, want %zu (%s)", j, (unsigned long long)err.offset, at,
+                     err.message);
+        tm_chunk_meta *m = NULL;
+        cr_assert_eq(tm_chunk_meta_new(j, len, &m, &err), TM_OK);
+        cr_expect_eq(tm_chunk_meta_check(m, &err), TM_ERR_REJECTED, "%s", j);
+        cr_expect_eq(err.offset, at, "chunk_meta %s: offset %llu, want %zu", j, (unsigned long long)err.offset, at);
+        tm_chunk_meta_free(m);
+    }
+}
+
 /* expand_perfetto reads the metadata before it converts: a trace
  * without samples (one empty packet) with bad metadata is InvalidJson, not
  * NotEnoughSamples. */

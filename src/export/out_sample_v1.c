@@ -120,7 +120,8 @@ static tm_status parse_meta(const char *json, size_t len, meta *m, tm_error *err
     json_error_t je;
     m->root = json_loadb(json || len ? json : "", len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je); /* as v2's */
     if (!m->root)
-        return tm_fail(err, TM_ERR_REJECTED, (uint64_t)je.position, "InvalidJson", "metadata is not JSON: %s", je.text);
+        return tm_fail(err, TM_ERR_REJECTED, tm_sentry_json_error_offset(&je), "InvalidJson", "metadata is not JSON: %s",
+                       je.text);
     json_t *o = m->root;
     if (!json_is_object(o)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");
     const json_t *v = json_object_get(o, "version");

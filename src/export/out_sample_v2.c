@@ -58,7 +58,7 @@ static tm_status check_meta(const tm_chunk_meta *c, meta *m, tm_error *err) {
     memset(m, 0, sizeof *m);
     if (c->len > TM_MAX_META_BYTES)
         return REJECT(err, "InvalidJson", "metadata larger than %u bytes", TM_MAX_META_BYTES);
-    if (!c->root) return tm_fail(err, TM_ERR_REJECTED, (uint64_t)c->je.position, "InvalidJson",
+    if (!c->root) return tm_fail(err, TM_ERR_REJECTED, tm_sentry_json_error_offset(&c->je), "InvalidJson",
                                  "metadata is not JSON: %s", c->je.text);
     m->root = c->root;
     if (!json_is_object(m->root)) return REJECT(err, "InvalidJson", "metadata is not a JSON object");

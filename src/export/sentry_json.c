@@ -18,6 +18,17 @@ int tm_sentry_str_is(const json_t *v, const char *lit) {
            memcmp(json_string_value(v), lit, strlen(lit)) == 0;
 }
 
+uint64_t tm_sentry_json_error_offset(const json_error_t *je) {
+    uint64_t pos = je->position > 0 ? (uint64_t)je->position : 0;
+    const char *near = strstr(je->text, " near '");
+    size_t len = strlen(je->text);
+    if (near && len && je->text[len - 1] == '\'') { /* jansson names a token of up to 20 bytes, as it read them */
+        size_t n = (size_t)(je->text + len - 1 - (near + 7));
+        if (n <= pos) pos -= n;
+    }
+    return pos;
+}
+
 int tm_sentry_event_id(const json_t *v, char out[33]) {
     if (!json_is_string(v)) return 0;
     const char *s = json_string_value(v);

@@ -16,6 +16,11 @@
 /* Whether v is the string lit exactly (strings may hold NULs). */
 int tm_sentry_str_is(const json_t *v, const char *lit);
 
+/* The byte of the input a jansson error is about: the first byte of the
+ * token its text names ("... near 'TOKEN'"), where json_error_t.position
+ * is the byte after it; position itself when the text names none. */
+uint64_t tm_sentry_json_error_offset(const json_error_t *je);
+
 /* Relay's EventId: a UUID, simple or hyphenated, as 32 lowercase hex
  * digits into out. Returns 0 when v is not one. */
 int tm_sentry_event_id(const json_t *v, char out[33]);
