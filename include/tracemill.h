@@ -435,7 +435,10 @@ typedef struct tm_sink {
     uint64_t reserved_[5]; /* must be zero; future fields take this space (see "ABI") */
 } tm_sink;
 
-/* A sink over a stdio stream (not closed by the library). */
+/* A sink over a stdio stream (not closed by the library). Its write is
+ * fwrite's: what the stream buffers is not written yet, so a writer may
+ * return TM_OK and the last bytes fail later (a full disk): check the
+ * caller's fflush or fclose too. */
 TM_API tm_sink tm_sink_file(FILE *f);
 
 /* Chunk metadata read once, for a program that reads its fields and also
