@@ -43,5 +43,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     tm_trace_free(t);                                               /* 3. free */
+    /* What stdout still buffers is written now: a full disk fails here. */
+    if (fflush(stdout) != 0) {
+        perror("stdout");
+        return 1;
+    }
     return 0;
 }
