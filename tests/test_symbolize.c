@@ -847,6 +847,25 @@ Test(symbolize, profile_model_and_exporters) {
 
 /* ProGuard/R8: obfuscated Java frames get their original names in SQL
  * (deobfuscated_name) and in the profile model, the same names. */
+/* A count of maps without the maps is refused, as in_app prefixes without
+ * a list are: it read proguard_maps[0] through NULL (SIGSEGV). */
+Test(symbolize, proguard_map_count_without_maps_is_refused) {
+    tb_buf t = {0};
+    const char *names[1] = {"a.a.a"};
+    uint64_t pcs[1] = {1};
+    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, 1, names);
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_symbolize_options o = {.no_system_paths = 1, .n_proguard_maps = 2};
+    tm_error err;
+    cr_expect_eq(tm_symbolize(t.data, t.len, NULL, &o, &sink, NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect_eq(err.code, TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "n_proguard_maps"), "%s", err.message);
+    cr_expect_eq(out.len, 0);
+    tu_membuf_free(&out);
+    tb_free(&t);
+}
+
 Test(symbolize, proguard_map_renames_java_frames) {
     size_t len;
     char *map = tu_read_file(TM_FIXTURES "/proguard/mapping.txt", &len);
