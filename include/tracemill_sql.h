@@ -55,8 +55,10 @@ TM_API struct sqlite3 *tm_db_sqlite(tm_db *db);
  * this with tm_db_sqlite's connection on each statement before preparing
  * it. 1: it was one, for a module tracemill provides
  * (android.memory.heap_profile.intervals, stacks.symbolization_candidates),
- * whose views now exist; go on at *tail. 0: not an INCLUDE. -1: an INCLUDE of a module tracemill lacks, or
- * its views could not be made (err says why; err->offset is the byte of sql where the module's name starts). */
+ * whose views now exist; go on at *tail (tail may be NULL). 0: not an
+ * INCLUDE. -1: an INCLUDE of a module tracemill lacks, or its views could
+ * not be made (err says why; err->offset is the byte of sql where the
+ * module's name starts). */
 TM_API int tm_db_include(struct sqlite3 *db, const char *sql, const char **tail, tm_error *err);
 
 /* Where the statement at sql begins: past blanks and comments ("--" to the

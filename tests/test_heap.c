@@ -287,6 +287,10 @@ Test(heap, sql_rows_agree_with_the_profile_model) {
     cr_expect_eq(tm_db_include(s, "INCLUDE PERFETTO MODULE android.nothing;", &tail, &err), -1);
     cr_expect(strstr(err.message, "android.nothing"), "%s", err.message);
     cr_expect_eq(err.offset, strlen("INCLUDE PERFETTO MODULE "), "offset %llu", (unsigned long long)err.offset);
+    /* tail is optional, as sqlite3_prepare_v2's pzTail (it was written through NULL) */
+    cr_expect_eq(tm_db_include(s, "include perfetto module android.memory.heap_profile.intervals;", NULL, &err), 1);
+    cr_expect_eq(tm_db_include(s, "include perfetto module android.nothing;", NULL, &err), -1);
+    cr_expect_eq(tm_db_include(s, "select 1", NULL, NULL), 0);
     tm_db_free(db);
     tb_free(&b);
 }

@@ -933,7 +933,7 @@ int tm_db_include(sqlite3 *db, const char *sql, const char **tail, tm_error *err
     size_t len = (size_t)(p - name);
     p = tm_db_statement_start(p);
     if (*p == ';') p++;
-    *tail = p;
+    if (tail) *tail = p;
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++) {
         if (strlen(modules[i].module) != len || memcmp(modules[i].module, name, len)) continue;
         if (sqlite3_exec(db, modules[i].sql, NULL, NULL, NULL) == SQLITE_OK) return 1;
