@@ -191,6 +191,17 @@ def test_sources_of_every_documented_type_and_no_other():
         os.close(r)
 
 
+def test_every_input_format_loads_as_documented():
+    # load's and Trace's docstrings name every format tm_input_detect knows
+    # (Sample v1 was left out though it loads)
+    v1 = os.path.join(FIXTURES, "sentry-python", "profile_v1.json")
+    with tracemill.load(v1) as t:
+        assert len(t) > 0 and "sample-v1" in t.report()
+    for doc in (tracemill.load.__doc__, tracemill.Trace.__doc__):
+        for name in ("Perfetto", "Sample v2", "Sample v1", "folded"):
+            assert name in doc.replace("\n    ", " "), name
+
+
 def test_max_input_bytes_message_gives_no_false_size():
     # Only 11 bytes of the demo's are read: "input is 11 bytes" was said of it.
     with pytest.raises(tracemill.LimitError) as e:

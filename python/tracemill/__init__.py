@@ -52,7 +52,7 @@ def _read(source: Source, max_bytes: int = 0) -> bytes:
 
 
 class Trace(_tracemill.Trace):
-    """A decoded profile: a Perfetto trace, Sample v2 chunk or folded stacks.
+    """A decoded profile: a Perfetto trace, Sample v2 chunk, Sample v1 profile or folded stacks.
 
     Made by tracemill.load(). Immutable, usable from several threads at once,
     and a context manager: close() (or leaving the with block) frees it.
@@ -194,8 +194,9 @@ def _options(limits: Union[None, str, Mapping[str, int]], compat: Optional[str])
 def load(source: Source, limits: Union[None, str, Mapping[str, int]] = None, compat: Optional[str] = None,
          strict: bool = False) -> Trace:
     """Decodes a profile from a path or from bytes: a Perfetto trace (also gzip
-    or zstd compressed whole), a Sample v2 chunk or folded stacks, detected from
-    the first bytes. The GIL is released while it decodes.
+    or zstd compressed whole), a Sample v2 chunk, a Sample v1 (transaction)
+    profile or folded stacks, detected from the first bytes. The GIL is
+    released while it decodes.
 
     limits: None or "generous" (the CLI's), "relay" (Relay's hardened limits),
     or a dict of tm_limits fields (max_samples, max_stack_depth, ...) that
