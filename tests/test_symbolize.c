@@ -171,6 +171,20 @@ static tm_status symbolize(const tb_buf *t, const char *const *dirs, size_t n_di
     return s;
 }
 
+/* A trace of n Java frames named names (one sample each) symbolized with
+ * one ProGuard map, into out. */
+static void symbolize_java(const char *map, size_t len, const char *const *names, size_t n, tu_membuf *out,
+                           tm_symbolize_stats *st) {
+    tm_proguard_map maps[1] = {{.package = NULL, .data = map, .len = len}};
+    uint64_t pcs[8];
+    cr_assert_leq(n, 8);
+    for (size_t i = 0; i < n; i++) pcs[i] = i + 1;
+    tb_buf t = {0};
+    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, n, names);
+    symbolize(&t, NULL, 0, maps, 1, out, st);
+    tb_free(&t);
+}
+
 /* The lines of the frame at rel_pc as "fn file:line|fn file:line", innermost first. */
 static char *sql_lines(sqlite3 *db, uint64_t pc) {
     sqlite3_stmt *q;
@@ -845,8 +859,6 @@ Test(symbolize, profile_model_and_exporters) {
     tb_free(&t);
 }
 
-/* ProGuard/R8: obfuscated Java frames get their original names in SQL
- * (deobfuscated_name) and in the profile model, the same names. */
 /* A count of maps without the maps is refused, as in_app prefixes without
  * a list are: it read proguard_maps[0] through NULL (SIGSEGV). */
 Test(symbolize, proguard_map_count_without_maps_is_refused) {
@@ -866,6 +878,8 @@ Test(symbolize, proguard_map_count_without_maps_is_refused) {
     tb_free(&t);
 }
 
+/* ProGuard/R8: obfuscated Java frames get their original names in SQL
+ * (deobfuscated_name) and in the profile model, the same names. */
 Test(symbolize, proguard_map_renames_java_frames) {
     size_t len;
     char *map = tu_read_file(TM_FIXTURES "/proguard/mapping.txt", &len);
@@ -952,14 +966,10 @@ Test(symbolize, proguard_members_of_a_damaged_class_line_are_not_the_previous_cl
                               "    void qux() -> a\n"
                               "com.example.D a.d:\n" /* its arrow lost */
                               "    void quux() -> a\n";
-    tm_proguard_map maps[1] = {{.package = NULL, .data = map, .len = sizeof map - 1}};
     const char *names[4] = {"a.a.a", "a.a.b", "a.b.a", "a.c.a"};
-    uint64_t pcs[4] = {1, 2, 3, 4};
-    tb_buf t = {0};
-    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, 4, names);
     tu_membuf out = {0};
     tm_symbolize_stats st;
-    symbolize(&t, NULL, 0, maps, 1, &out, &st);
+    symbolize_java(map, sizeof map - 1, names, 4, &out, &st);
     cr_assert_eq(st.java_classes, 2);
     cr_assert_eq(st.java_methods, 2);
     cr_assert_eq(st.java_map_lines_skipped, 5);
@@ -981,7 +991,6 @@ Test(symbolize, proguard_members_of_a_damaged_class_line_are_not_the_previous_cl
     sqlite3_finalize(q);
     tm_db_free(db);
     tu_membuf_free(&out);
-    tb_free(&t);
 }
 
 /* Tabs separate as spaces do (a member line may be indented with one, and
@@ -994,14 +1003,10 @@ Test(symbolize, proguard_blanks_are_not_part_of_names) {
                               "com.example.Util -> a.b:\n"
                               "\t1:3:java.lang.String\tformat(int):10:12 -> a\n"
                               "\tint\tcount -> b\n";
-    tm_proguard_map maps[1] = {{.package = NULL, .data = map, .len = sizeof map - 1}};
     const char *names[2] = {"a.a.a", "a.b.a"};
-    uint64_t pcs[2] = {1, 2};
-    tb_buf t = {0};
-    trace_of(&t, "/data/app/base.odex", NULL, 0, pcs, 2, names);
     tu_membuf out = {0};
     tm_symbolize_stats st;
-    symbolize(&t, NULL, 0, maps, 1, &out, &st);
+    symbolize_java(map, sizeof map - 1, names, 2, &out, &st);
     cr_assert_eq(st.java_classes, 2);
     cr_assert_eq(st.java_methods, 2);
     cr_assert_eq(st.java_map_lines_skipped, 0);
@@ -1017,7 +1022,6 @@ Test(symbolize, proguard_blanks_are_not_part_of_names) {
     tm_trace_free(tr);
     tu_membuf_free(&folded);
     tu_membuf_free(&out);
-    tb_free(&t);
 }
 
 /* The CLI: symbolize writes a trace query and convert read symbolized;
