@@ -197,7 +197,8 @@ typedef enum tm_limit_preset {
     TM_LIMITS_RELAY = 1     /* Relay's hardened converter (server, --compat relay) */
 } tm_limit_preset;
 
-/* Fills *out with the values of a preset. */
+/* Fills *out with the values of a preset (an unknown one: the generous
+ * preset's). out NULL: nothing. */
 TM_API void tm_limits_preset(tm_limit_preset preset, tm_limits *out);
 
 typedef enum tm_mode {
@@ -576,7 +577,8 @@ typedef enum tm_value {
     TM_VALUE_WALL = 7           /* on-CPU samples (ns of their period) and off-CPU ones (ns blocked) */
 } tm_value;
 
-/* "samples", "alloc_objects", ... ("default" for TM_VALUE_DEFAULT). */
+/* "samples", "alloc_objects", ... ("default" for TM_VALUE_DEFAULT, "unknown"
+ * for a value past the last). */
 TM_API const char *tm_value_name(tm_value v);
 /* The value a name gives; TM_ERR_INVALID_ARG for an unknown one. */
 TM_API tm_status tm_value_parse(const char *name, tm_value *out, tm_error *err);
@@ -740,7 +742,8 @@ typedef struct tm_symbolize_stats {
  * Perfetto ModuleSymbols packet per symbolized mapping and the
  * DeobfuscationMapping packets, as `traceconv symbolize` appends them, so
  * that this library and Perfetto's own tools read it symbolized. opts and
- * sopts may be NULL; stats (may be NULL) says what was found. */
+ * sopts may be NULL; stats (may be NULL) says what was found. Other input
+ * formats get TM_ERR_UNSUPPORTED naming theirs, as for tm_db_new. */
 TM_API tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, const tm_symbolize_options *sopts,
                               const tm_sink *out, tm_symbolize_stats *stats, tm_error *err);
 

@@ -874,8 +874,31 @@ Test(symbolize, proguard_map_count_without_maps_is_refused) {
     cr_expect_eq(err.code, TM_ERR_INVALID_ARG);
     cr_expect(strstr(err.message, "n_proguard_maps"), "%s", err.message);
     cr_expect_eq(out.len, 0);
+    /* the same of the symbol directories: they were taken as none */
+    tm_symbolize_options dirs = {.no_system_paths = 1, .n_symbol_dirs = 3};
+    cr_expect_eq(tm_symbolize(t.data, t.len, NULL, &dirs, &sink, NULL, &err), TM_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "n_symbol_dirs"), "%s", err.message);
+    cr_expect_eq(out.len, 0);
     tu_membuf_free(&out);
     tb_free(&t);
+}
+
+/* Input of another format is named, as tm_db_new names it: it was
+ * "not a Perfetto trace" (TM_ERR_MALFORMED), as if a trace were broken; a
+ * format named in tm_options is taken as named. tm_limits_preset takes a
+ * NULL out as nothing to fill. */
+Test(symbolize, other_input_formats_are_named) {
+    static const char folded[] = "main;work 3\n";
+    tu_membuf out = {0};
+    tm_sink sink = {.write = tu_membuf_write, .ctx = &out};
+    tm_error err;
+    cr_expect_eq(tm_symbolize(folded, sizeof folded - 1, NULL, NULL, &sink, NULL, &err), TM_ERR_UNSUPPORTED);
+    cr_expect_str_eq(err.message, "symbolize needs a Perfetto trace; this is folded input");
+    tm_options as_perfetto = {.input = TM_INPUT_PERFETTO};
+    cr_expect_eq(tm_symbolize(folded, sizeof folded - 1, &as_perfetto, NULL, &sink, NULL, &err), TM_ERR_MALFORMED);
+    cr_expect_eq(out.len, 0);
+    tm_limits_preset(TM_LIMITS_RELAY, NULL);
+    tu_membuf_free(&out);
 }
 
 /* ProGuard/R8: obfuscated Java frames get their original names in SQL

@@ -77,6 +77,8 @@ tm_status tm_check_period(int64_t period_ns, const char *who, tm_error *err) {
 
 tm_status tm_check_symbolize_options(const tm_symbolize_options *o, tm_error *err) {
     TM_TRY(TM_CHECK_RESERVED(o, "tm_symbolize_options", err));
+    if (o && o->n_symbol_dirs && !o->symbol_dirs)
+        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_symbolize_options: n_symbol_dirs without symbol_dirs");
     if (o && o->n_proguard_maps && !o->proguard_maps)
         return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "tm_symbolize_options: n_proguard_maps without proguard_maps");
     for (size_t i = 0; o && o->proguard_maps && i < o->n_proguard_maps; i++)

@@ -2116,6 +2116,7 @@ static void dec_release(dec *d) {
 /* ---- public API ---- */
 
 void tm_limits_preset(tm_limit_preset preset, tm_limits *out) {
+    if (!out) return;
     memset(out, 0, sizeof *out);
     if (preset == TM_LIMITS_RELAY) {
         out->max_samples = TM_RELAY_MAX_SAMPLES;

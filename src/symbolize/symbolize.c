@@ -289,6 +289,7 @@ tm_status tm_symbolize(const void *buf, size_t len, const tm_options *opts, cons
     tm_tp tp;
     memset(&tp, 0, sizeof tp);
     tm_status st = tm_input_open(&mem, buf, len, &limits, false, &in, err);
+    if (st == TM_OK) st = tm_tp_require_perfetto(opts, in.bytes.data, in.bytes.len, "symbolize", err);
     if (st == TM_OK) st = tm_tp_build(&tp, &mem, in.bytes.data, in.bytes.len, &limits, opts->strict, err);
     if (st == TM_OK) find_debuginfod(&r);
     if (st == TM_OK) st = native(&r, &tp);

@@ -962,15 +962,7 @@ tm_status tm_db_new(const void *buf, size_t len, const tm_options *opts, tm_db *
     tm_limits limits;
     tm_limits_resolve(opts ? opts : &defaults, &limits);
     tm_status st = tm_input_open(&d->mem, buf, len, &limits, false, &d->source, err);
-    /* other inputs would fail as malformed Perfetto: say what they are; a
-     * format the caller names is taken as named, as tm_trace_parse does */
-    tm_input_format f = opts ? opts->input : TM_INPUT_AUTO;
-    if (f == TM_INPUT_AUTO)
-        f = st == TM_OK && d->source.bytes.len ? tm_input_detect(d->source.bytes.data, d->source.bytes.len)
-                                               : TM_INPUT_PERFETTO;
-    if (f != TM_INPUT_PERFETTO)
-        st = tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "SQL needs a Perfetto trace; this is %s input",
-                     tm_input_format_name(f));
+    if (st == TM_OK) st = tm_tp_require_perfetto(opts, d->source.bytes.data, d->source.bytes.len, "SQL", err);
     if (st == TM_OK) st = tm_tp_build(&d->tp, &d->mem, d->source.bytes.data, d->source.bytes.len, &limits,
                                        opts && opts->strict, err);
     if (st == TM_OK && sqlite3_open_v2(":memory:", &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=

@@ -2860,3 +2860,12 @@ const char *tm_tp_stat_description(uint32_t key) {
     default: return "";
     }
 }
+
+tm_status tm_tp_require_perfetto(const tm_options *opts, const uint8_t *buf, size_t len, const char *who,
+                                 tm_error *err) {
+    tm_input_format f = opts ? opts->input : TM_INPUT_AUTO;
+    if (f == TM_INPUT_AUTO) f = len ? tm_input_detect(buf, len) : TM_INPUT_PERFETTO;
+    if (f == TM_INPUT_PERFETTO) return TM_OK;
+    return tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "%s needs a Perfetto trace; this is %s input", who,
+                   tm_input_format_name(f));
+}

@@ -226,6 +226,13 @@ tm_status tm_tp_build(tm_tp *tp, tm_mem *mem, const uint8_t *buf, size_t len, co
                       tm_error *err);
 void tm_tp_release(tm_tp *tp);
 
+/* Before tm_tp_build on buf (decompressed): TM_ERR_UNSUPPORTED, naming who
+ * needs Perfetto and the format, for input that is to be read as another
+ * format: the one named (opts->input), or with TM_INPUT_AUTO the one
+ * tm_input_detect finds, which would otherwise fail as malformed Perfetto. */
+tm_status tm_tp_require_perfetto(const tm_options *opts, const uint8_t *buf, size_t len, const char *who,
+                                 tm_error *err);
+
 /* Callsite row r's frame, parent (TP_NULL: a root) and depth; r < callsites.n. */
 static inline uint32_t tm_tp_cs_frame(const tm_tp *tp, uint32_t r) { return tp->callsites.frame[r]; }
 static inline bool tm_tp_cs_is_head(const tp_callsites *cs, uint32_t r) { return cs->words[r / 64].head_bits >> (r % 64) & 1; }
