@@ -401,6 +401,48 @@ Test(sample_v1, unsupported_traces) {
     tb_free(&tb);
 }
 
+/* --compat relay: the docs give its Sample v1 output (no in_app, Relay's
+ * addresses); its time comes from Relay's clock, the first snapshot with
+ * BOOTTIME and REALTIME, as Sample v2's does. */
+Test(sample_v1, relay_mode_has_a_timestamp) {
+    tb_buf tb = {0};
+    build_trace(&tb, OFFS, N_OFFS);
+    const tm_options relay = {.mode = TM_MODE_RELAY};
+    tm_trace *t = parse_ok(tb.data, tb.len, &relay);
+    tm_error err;
+    tu_membuf out;
+    tm_status st = write_v1(t, NULL, &out, &err);
+    cr_assert_eq(st, TM_OK, "%s: %s", tm_status_str(st), err.message);
+    json_t *j = load_json(&out);
+    cr_expect_str_eq(sget(j, "timestamp"), "2023-11-14T22:13:21.000000000Z");
+    json_t *frames = json_object_get(json_object_get(j, "profile"), "frames");
+    cr_assert(json_array_size(frames) > 0);
+    for (size_t i = 0; i < json_array_size(frames); i++)
+        cr_expect_null(json_object_get(json_array_get(frames, i), "in_app"), "frame %zu has in_app", i);
+    json_decref(j);
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+    tb_free(&tb);
+    /* Without such a snapshot the timestamp is unknown, and the message says which clocks. */
+    memset(&tb, 0, sizeof tb);
+    size_t pkt = tb_packet_open(&tb, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(&tb, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(&tb, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+    tb_frame(&tb, 1, 1, 0, 0);
+    const uint64_t cs[] = {1};
+    tb_callstack(&tb, 1, cs, 1, 0);
+    tb_close(&tb, in);
+    tb_close(&tb, pkt);
+    tb_perf_sample(&tb, 1, 100, 1, 1, 1, 0);
+    tb_perf_sample(&tb, 1, 200, 1, 1, 1, 0);
+    t = parse_ok(tb.data, tb.len, &relay);
+    cr_expect_eq(write_v1(t, NULL, &out, &err), TM_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.message, "BOOTTIME") != NULL, "%s", err.message);
+    tu_membuf_free(&out);
+    tm_trace_free(t);
+    tb_free(&tb);
+}
+
 /* ---- the reader ---- */
 
 Test(sample_v1, reader_fields) {

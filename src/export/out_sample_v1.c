@@ -511,7 +511,15 @@ tm_status tm_write_sample_v1(const tm_trace *t, const tm_sample_v1_options *opts
     tm_status st = TM_OK;
     if (opts->meta_json) st = parse_meta(opts->meta_json, opts->meta_len, &m, err);
     if (st == TM_OK) st = select_samples(p, opts->truncate, &sel, err);
-    if (st == TM_OK && !tm_profile_realtime(p, sel.first, &start))
+    if (st == TM_OK && p->relay_compat) { /* Relay's clock: the first BOOTTIME/REALTIME snapshot, as Sample v2's */
+        tm_i128 unix_ns = (tm_i128)sel.first + p->relay_offset_ns;
+        if (!p->has_relay_offset)
+            st = tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL,
+                         "no ClockSnapshot holds both BOOTTIME and REALTIME, so the profile's timestamp is unknown");
+        else if (unix_ns < INT64_MIN || unix_ns > INT64_MAX)
+            st = tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL, "the profile's timestamp is out of range");
+        else start = (int64_t)unix_ns;
+    } else if (st == TM_OK && !tm_profile_realtime(p, sel.first, &start))
         st = tm_fail(err, TM_ERR_UNSUPPORTED, 0, NULL,
                      "no ClockSnapshot relates the trace clock to REALTIME, so the profile's timestamp is unknown");
     tm_in_app_rules rules;
