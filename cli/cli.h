@@ -185,11 +185,12 @@ typedef struct cli_symbols {
     const char *debuginfod;               /* --debuginfod-cache DIR */
     int any;                              /* a --symbols, --proguard-map or --debuginfod-cache was given */
     int no_demangle;                      /* --no-demangle: C++ names as the ELF file spells them */
+    char bad[256];                        /* why a value was refused: the usage error's one line */
 } cli_symbols;
 
 /* Parses --symbols, --proguard-map, --debuginfod-cache,
  * --no-system-symbols or --no-demangle: 1 if argv[*i] was one (consuming its value), 0 if
- * not, -1 on a bad value (said). */
+ * not, -1 on a bad value (why in s->bad for the caller's usage error, or said). */
 int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s);
 /* With any --symbols, --proguard-map or --debuginfod-cache: replaces in by the trace
  * tm_symbolize makes of it, in memory; returns the exit code. */

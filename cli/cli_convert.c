@@ -107,6 +107,7 @@ static int convert(int argc, char **argv, cli_symbols *sym, const char **prefixe
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_symbols_option(argc, argv, &i, sym);
+        if (r < 0 && sym->bad[0]) return usage(sym->bad, NULL);
         if (r == 0) r = cli_export_option(argc, argv, &i, &x);
         if (r < 0) return x.bad[0] ? usage(x.bad, NULL) : usage("bad value for", a);
         if (r > 0) continue;

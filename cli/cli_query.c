@@ -550,6 +550,7 @@ static int query_args(int argc, char **argv, tm_options *opts, cli_symbols *sym,
             continue;
         }
         int r = cli_symbols_option(argc, argv, &i, sym);
+        if (r < 0 && sym->bad[0]) return usage("query", sym->bad, NULL);
         if (r == 0 && (r = cli_limit_option(argc, argv, &i, opts)) < 0) return limit_usage("query", argc, argv, a);
         if (r < 0) return usage("query", "bad value for ", a);
         if (r > 0) continue;

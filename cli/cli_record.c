@@ -569,7 +569,8 @@ static int record_main(int argc, char **argv, cli_symbols *syms) {
             continue;
         }
         int sym_opt = cli_symbols_option(argc, argv, &i, syms);
-        if (sym_opt < 0) return cli_usage_error("record", "bad value for %s", a);
+        if (sym_opt < 0) return syms->bad[0] ? cli_usage_error("record", "%s", syms->bad)
+                                             : cli_usage_error("record", "bad value for %s", a);
         if (sym_opt > 0) continue;
         if (strcmp(a, "--demangle") == 0) {
             syms->no_demangle = 0;

@@ -67,7 +67,7 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
         cache = strcmp(a, "--debuginfod-cache") == 0;
     if (!dir && !map && !cache) return 0;
     if (++*i >= argc) {
-        fprintf(stderr, "tracemill: missing value for %s\n", a);
+        snprintf(s->bad, sizeof s->bad, "missing value for %s", a);
         return -1;
     }
     s->any = 1;
@@ -75,7 +75,7 @@ int cli_symbols_option(int argc, char **argv, int *i, cli_symbols *s) {
         struct stat st;
         int found = stat(argv[*i], &st) == 0;
         if (!found || !S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "tracemill: %s %s: %s\n", a, argv[*i], found ? "not a directory" : strerror(errno));
+            snprintf(s->bad, sizeof s->bad, "%s %s: %s", a, argv[*i], found ? "not a directory" : strerror(errno));
             return -1;
         }
     }
@@ -202,7 +202,8 @@ int cli_symbolize(int argc, char **argv) {
         int r = cli_symbols_option(argc, argv, &i, &s);
         char why[160] = "";
         if (r == 0 && (r = cli_limit_option(argc, argv, &i, &opts)) < 0) cli_limit_problem(a, v, why, sizeof why);
-        if (r < 0) rc = why[0] ? cli_usage_error("symbolize", "%s", why) : usage("bad value for", a);
+        if (r < 0 && s.bad[0]) rc = cli_usage_error("symbolize", "%s", s.bad);
+        else if (r < 0) rc = why[0] ? cli_usage_error("symbolize", "%s", why) : usage("bad value for", a);
         else if (r > 0) continue;
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (++i >= argc) rc = usage("missing value for", a);

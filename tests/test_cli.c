@@ -849,6 +849,12 @@ Test(cli_help, a_usage_error_is_one_line_and_a_pointer) {
         {"diff --width 5 " MINIMAL " " MINIMAL, "diff"},
         {"info --compat nope " MINIMAL, "info"},
         {"query --max-samples abc " MINIMAL " 'select 1'", "query"},
+        /* a --symbols or --debuginfod-cache that is not a directory, on each command that takes them */
+        {"convert --symbols /dev/null " MINIMAL, "convert"},
+        {"query --debuginfod-cache /dev/null " MINIMAL " 'select 1'", "query"},
+        {"symbolize --symbols /dev/null -o /dev/null " MINIMAL, "symbolize"},
+        {"record --symbols /dev/null -- true", "record"},
+        {"symbolize " MINIMAL " --symbols", "symbolize"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         run_result r = run("%s", cases[i].args);
