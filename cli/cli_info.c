@@ -7,8 +7,16 @@
 
 #include "cli.h"
 
-static void line(const char *name, unsigned long long v) {
-    if (v) printf("  %-44s %llu\n", name, v);
+/* The heading of the losses, before the first one (*shown: printed). */
+static void heading(int *shown) {
+    if (!*shown) printf("dropped or degraded:\n");
+    *shown = 1;
+}
+
+static void line(int *shown, const char *name, unsigned long long v) {
+    if (!v) return;
+    heading(shown);
+    printf("  %-44s %llu\n", name, v);
 }
 
 /* The first lines of another format than Perfetto, which has no packets,
@@ -84,43 +92,45 @@ static void print_summary(const char *path, const tm_trace *t) {
                (unsigned long long)s->incremental_resets, (unsigned long long)s->data_losses,
                (unsigned long long)s->sequences_with_data_loss);
     }
-    printf("dropped or degraded:\n");
-    line("samples: unresolved callstack", s->dropped_unresolved);
-    line("samples: stale interning after data loss", s->dropped_stale_interning);
-    line("samples: incremental state never cleared", s->dropped_never_cleared);
-    line("samples: no clock path to trace time", s->dropped_missing_clock);
-    line("samples: bad timestamp", s->dropped_bad_timestamp);
-    line("samples: fewer deltas than callstacks", s->dropped_malformed_streaming);
-    line("samples: packet without a sequence id", s->dropped_without_sequence);
-    line("PerfSample skipped by the producer", s->perf_samples_skipped);
-    line("PerfSample without callstack", s->perf_samples_without_callstack);
-    line("PerfSample stack cut at the producer's depth", s->perf_samples_truncated);
-    line("kernel records lost (PerfSample)", s->perf_records_lost);
-    line("producer: buffer chunks overwritten", s->buffer_chunks_overwritten);
-    line("producer: buffer chunks discarded", s->buffer_chunks_discarded);
+    int shown = 0;
+    line(&shown, "samples: unresolved callstack", s->dropped_unresolved);
+    line(&shown, "samples: stale interning after data loss", s->dropped_stale_interning);
+    line(&shown, "samples: incremental state never cleared", s->dropped_never_cleared);
+    line(&shown, "samples: no clock path to trace time", s->dropped_missing_clock);
+    line(&shown, "samples: bad timestamp", s->dropped_bad_timestamp);
+    line(&shown, "samples: fewer deltas than callstacks", s->dropped_malformed_streaming);
+    line(&shown, "samples: packet without a sequence id", s->dropped_without_sequence);
+    line(&shown, "PerfSample skipped by the producer", s->perf_samples_skipped);
+    line(&shown, "PerfSample without callstack", s->perf_samples_without_callstack);
+    line(&shown, "PerfSample stack cut at the producer's depth", s->perf_samples_truncated);
+    line(&shown, "kernel records lost (PerfSample)", s->perf_records_lost);
+    line(&shown, "producer: buffer chunks overwritten", s->buffer_chunks_overwritten);
+    line(&shown, "producer: buffer chunks discarded", s->buffer_chunks_discarded);
     /* Long-trace mode overwrites by bytes, with no chunk counted. */
-    line("producer: buffer bytes overwritten", s->buffer_bytes_overwritten);
-    line("producer: writer packets lost", s->writer_packet_loss);
-    line("clock readings ignored", s->clock_readings_ignored);
-    line("packets skipped: needed incremental state", s->packets_skipped_incremental);
-    line("interned data skipped: state invalid", s->interned_data_skipped);
-    line("packets skipped: unsupported", s->packets_unsupported);
-    line("packet oneof members ignored", s->oneof_members_ignored);
+    line(&shown, "producer: buffer bytes overwritten", s->buffer_bytes_overwritten);
+    line(&shown, "producer: writer packets lost", s->writer_packet_loss);
+    line(&shown, "clock readings ignored", s->clock_readings_ignored);
+    line(&shown, "packets skipped: needed incremental state", s->packets_skipped_incremental);
+    line(&shown, "interned data skipped: state invalid", s->interned_data_skipped);
+    line(&shown, "packets skipped: unsupported", s->packets_unsupported);
+    line(&shown, "packet oneof members ignored", s->oneof_members_ignored);
+    if (s->truncated) heading(&shown);
     if (s->truncated)
         printf("  %-44s at byte %llu (the packets before it were read)\n", "trace cut off",
                (unsigned long long)s->truncated_at);
-    line("streaming samples timed from packet ts", s->streaming_without_reference_time);
-    line("heap dumps flagged lossy by the producer", s->heap_dumps_with_loss);
-    line("heap packets missing (index gaps)", s->heap_missing_packets);
-    line("heap changes malformed (totals shrank)", s->heap_malformed);
-    line("heap dumps unfinished at the end", s->heap_unfinished_dumps);
-    line("heap samples with unresolved callstack", s->heap_samples_unresolved);
-    line("heap streaming allocations (no callstack)", s->heap_streaming_allocations);
-    line("heap streaming frees (no callstack)", s->heap_streaming_frees);
-    line("heap streaming packets malformed", s->heap_streaming_malformed);
-    line("samples without a thread", s->samples_without_thread);
-    line("threads with samples but no name", s->threads_without_name);
-    line("mappings without build id", s->mappings_without_build_id);
+    line(&shown, "streaming samples timed from packet ts", s->streaming_without_reference_time);
+    line(&shown, "heap dumps flagged lossy by the producer", s->heap_dumps_with_loss);
+    line(&shown, "heap packets missing (index gaps)", s->heap_missing_packets);
+    line(&shown, "heap changes malformed (totals shrank)", s->heap_malformed);
+    line(&shown, "heap dumps unfinished at the end", s->heap_unfinished_dumps);
+    line(&shown, "heap samples with unresolved callstack", s->heap_samples_unresolved);
+    line(&shown, "heap streaming allocations (no callstack)", s->heap_streaming_allocations);
+    line(&shown, "heap streaming frees (no callstack)", s->heap_streaming_frees);
+    line(&shown, "heap streaming packets malformed", s->heap_streaming_malformed);
+    line(&shown, "samples without a thread", s->samples_without_thread);
+    line(&shown, "threads with samples but no name", s->threads_without_name);
+    line(&shown, "mappings without build id", s->mappings_without_build_id);
+    if (!shown) printf("dropped or degraded: nothing\n");
     /* Apart: the service's count spans every producer and session. */
     if (s->service_chunks_discarded)
         printf("tracing service, all sessions (not this trace's loss):\n  %-44s %llu\n", "chunks discarded",

@@ -718,6 +718,8 @@ Test(cli_info, other_formats_are_summarised_as_what_they_are) {
     cr_expect_eq(r.code, 0, "exit %d: %s", r.code, r.err);
     cr_expect(strstr(r.out, "bytes, folded input\nsamples: 2 lines of 54 samples in all\n"), "%s", r.out);
     cr_expect(!strstr(r.out, "packets") && !strstr(r.out, "clocks") && !strstr(r.out, "time span"), "%s", r.out);
+    /* the losses' heading, alone, read as a cut output */
+    cr_expect(strstr(r.out, "\ndropped or degraded: nothing\n"), "%s", r.out);
     run_free(&r);
     r = run("info --json %s", folded);
     cr_expect(strstr(r.out, "\"input\":\"folded\""), "%s", r.out);
