@@ -760,3 +760,28 @@ Test(divergence, a_named_perfetto_format_is_read_as_perfetto_by_both) {
         cr_expect_eq(r.profile_err.code, TM_ERR_MALFORMED, "input %zu", i);
     }
 }
+
+/* A StackSample task context with pid 100 and tid 0: the SQL model takes
+ * tid 0 for no thread (the process's main thread), the profile model took
+ * thread 0 of process 100 (found by fuzz_differential). */
+Test(divergence, a_task_context_tid_of_zero_is_no_thread) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/fuzz/regressions/differential/stack_sample_task_context_tid_zero", TM_SOURCE_DIR);
+    size_t len;
+    char *data = tu_read_file(path, &len);
+    cr_assert_not_null(data, "%s", path);
+    tm_diff_report r;
+    cr_expect(tm_diff_check(data, len, &r), "%s", r.message);
+    tm_trace *t = NULL;
+    tm_error err;
+    cr_assert_eq(tm_trace_parse(data, len, NULL, &t, &err), TM_OK, "%s", err.message);
+    int main_thread = 0;
+    for (size_t i = 0; i < tm_trace_thread_count(t); i++) {
+        tm_thread_info ti;
+        cr_assert_eq(tm_trace_thread(t, i, &ti), TM_OK);
+        main_thread |= ti.tid == 100 && ti.samples > 0;
+    }
+    cr_expect(main_thread, "no sample on process 100's main thread");
+    tm_trace_free(t);
+    free(data);
+}

@@ -416,7 +416,7 @@ static tm_status parse_task_context(dec *d, tm_bytes msg, ent_task *e, uint64_t 
         if (f.num >= TM_PF_INTERNED_IID && f.num <= TM_PF_TASK_CONTEXT_ASYNC_ID) WANT(d, f, TM_PB_VARINT, "TaskContext");
         if (f.num == TM_PF_INTERNED_IID) *iid = f.val;
         else if (f.num == TM_PF_TASK_CONTEXT_PID) e->pid = (uint32_t)f.val;
-        else if (f.num == TM_PF_TASK_CONTEXT_TID) e->tid = (uint32_t)f.val, e->has_tid = true;
+        else if (f.num == TM_PF_TASK_CONTEXT_TID) e->tid = (uint32_t)f.val, e->has_tid = f.val != 0; /* 0: none */
     }
     if (rc == TM_PB_ERROR) return pb_error(d, &r, "TaskContext");
     return TM_OK;
@@ -1504,7 +1504,7 @@ static tm_status on_stack_sample(dec *d, seq_state *s, const tm_pf_packet *k) {
     int64_t ts;
     if (!packet_time(d, k, 1, &ts)) return TM_OK;
     /* Without a tid (a task context naming only a process or an async task,
-     * or none at all) the sample goes to the process's main thread (tid =
+     * a tid of 0 as the SQL model reads it, or none at all) the sample goes to the process's main thread (tid =
      * pid) when the pid is known, else to tid 0 and samples_without_thread,
      * like a StreamingProfilePacket on a sequence without a thread. */
     if (task.has_tid) TM_TRY(thread_of(d, task.tid, task.pid, &thread));
