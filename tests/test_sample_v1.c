@@ -370,6 +370,20 @@ Test(sample_v1, relay_normalisation) {
     cr_expect_str_eq(got, "0:1 19999999995:1");
 }
 
+/* Two PerfSamples of one frame, and no clock snapshot at all. */
+static void two_samples_without_clocks(tb_buf *tb) {
+    size_t pkt = tb_packet_open(tb, 1, TB_NO_TS, TB_SEQ_CLEARED);
+    size_t in = tb_open(tb, TM_PF_PACKET_INTERNED_DATA);
+    tb_interned_string(tb, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
+    tb_frame(tb, 1, 1, 0, 0);
+    const uint64_t cs[] = {1};
+    tb_callstack(tb, 1, cs, 1, 0);
+    tb_close(tb, in);
+    tb_close(tb, pkt);
+    tb_perf_sample(tb, 1, 100, 1, 1, 1, 0);
+    tb_perf_sample(tb, 1, 200, 1, 1, 1, 0);
+}
+
 Test(sample_v1, unsupported_traces) {
     tm_error err;
     tu_membuf out;
@@ -382,16 +396,7 @@ Test(sample_v1, unsupported_traces) {
     tm_trace_free(t);
     /* A Perfetto trace with no REALTIME clock: no start time. */
     tb_buf tb = {0};
-    size_t pkt = tb_packet_open(&tb, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(&tb, TM_PF_PACKET_INTERNED_DATA);
-    tb_interned_string(&tb, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
-    tb_frame(&tb, 1, 1, 0, 0);
-    const uint64_t cs[] = {1};
-    tb_callstack(&tb, 1, cs, 1, 0);
-    tb_close(&tb, in);
-    tb_close(&tb, pkt);
-    tb_perf_sample(&tb, 1, 100, 1, 1, 1, 0);
-    tb_perf_sample(&tb, 1, 200, 1, 1, 1, 0);
+    two_samples_without_clocks(&tb);
     t = parse_ok(tb.data, tb.len, NULL);
     cr_expect_eq(write_v1(t, NULL, &out, &err), TM_ERR_UNSUPPORTED);
     cr_expect(strstr(err.message, "REALTIME") != NULL, "%s", err.message);
@@ -425,16 +430,7 @@ Test(sample_v1, relay_mode_has_a_timestamp) {
     tb_free(&tb);
     /* Without such a snapshot the timestamp is unknown, and the message says which clocks. */
     memset(&tb, 0, sizeof tb);
-    size_t pkt = tb_packet_open(&tb, 1, TB_NO_TS, TB_SEQ_CLEARED);
-    size_t in = tb_open(&tb, TM_PF_PACKET_INTERNED_DATA);
-    tb_interned_string(&tb, TM_PF_INTERNED_FUNCTION_NAMES, 1, "f", 1);
-    tb_frame(&tb, 1, 1, 0, 0);
-    const uint64_t cs[] = {1};
-    tb_callstack(&tb, 1, cs, 1, 0);
-    tb_close(&tb, in);
-    tb_close(&tb, pkt);
-    tb_perf_sample(&tb, 1, 100, 1, 1, 1, 0);
-    tb_perf_sample(&tb, 1, 200, 1, 1, 1, 0);
+    two_samples_without_clocks(&tb);
     t = parse_ok(tb.data, tb.len, &relay);
     cr_expect_eq(write_v1(t, NULL, &out, &err), TM_ERR_UNSUPPORTED);
     cr_expect(strstr(err.message, "BOOTTIME") != NULL, "%s", err.message);
