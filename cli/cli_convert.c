@@ -33,20 +33,23 @@ static int write_one(const cli_export *x, const tm_trace *t, const char *const *
     return cli_output_close(&o, rc);
 }
 
-static int count_write(void *ctx, const void *data, size_t len) {
+/* A sink that notes its first bytes and stops the writer there. */
+static int note_and_stop(void *ctx, const void *data, size_t len) {
     (void)data;
-    *(size_t *)ctx += len;
-    return 0;
+    if (!len) return 0;
+    *(int *)ctx = 1;
+    return -1;
 }
 
 /* Whether th's folded stacks of value v hold anything (a value the trace
- * lacks: no). */
+ * lacks: no): the writer stops at its first line. */
 static int folded_has(const tm_trace *t, const tm_thread_info *th, tm_value v) {
-    size_t n = 0;
-    tm_sink sink = {.write = count_write, .ctx = &n};
+    int seen = 0;
+    tm_sink sink = {.write = note_and_stop, .ctx = &seen};
     tm_folded_options fo = {.threads = {.tid = th->tid, .by_tid = 1}, .value = v};
     tm_error err;
-    return tm_write_folded(t, &fo, &sink, &err) == TM_OK && n > 0;
+    (void)tm_write_folded(t, &fo, &sink, &err);
+    return seen;
 }
 
 /* Whether th's profile holds anything: its CPU samples, counted; else

@@ -42,9 +42,10 @@ static void print_summary(const char *path, const tm_trace *t) {
     const tm_trace_stats *s = tm_trace_get_stats(t);
     printf("%s: %llu bytes", path, (unsigned long long)s->bytes);
     if (s->bytes_decompressed) printf(" (%llu decompressed)", (unsigned long long)s->bytes_decompressed);
-    const int perfetto = tm_trace_input_format(t) == TM_INPUT_PERFETTO;
+    const tm_input_format format = tm_trace_input_format(t);
+    const int perfetto = format == TM_INPUT_PERFETTO;
     if (!perfetto) {
-        print_other_format(t, tm_trace_input_format(t));
+        print_other_format(t, format);
     } else {
         printf(", %llu packets (%llu compressed), %llu sequences\n", (unsigned long long)s->packets,
                (unsigned long long)s->compressed_packets, (unsigned long long)s->sequences);

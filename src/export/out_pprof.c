@@ -965,11 +965,10 @@ tm_status tm_write_pprof(const tm_trace *t, const tm_pprof_options *opts, const 
     if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_off_samples) v = TM_VALUE_OFF_CPU;
     if (v == TM_VALUE_DEFAULT && !x.p->n_samples && x.p->n_heap_samples) v = TM_VALUE_INUSE_SPACE;
     const bool time_value = v == TM_VALUE_OFF_CPU || v == TM_VALUE_WALL;
-    if (v > TM_VALUE_SAMPLES && !time_value && !x.p->n_heap_samples)
-        return tm_fail(err, TM_ERR_INVALID_ARG, 0, NULL, "pprof: %s: the trace holds no memory profile", tm_value_name(v));
     /* Off-CPU and wall-clock time: the writer reads the view (the same
      * threads, stacks and frames, other samples). The threads are chosen
-     * by the samples of the value written, a memory value's too. */
+     * by the samples of the value written, a memory value's too, and the
+     * view refuses a memory value of a trace without a memory profile. */
     const tm_profile *orig = x.p;
     tm_profile view;
     const bool with_view = v > TM_VALUE_SAMPLES;
