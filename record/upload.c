@@ -339,8 +339,8 @@ static int abort_past_close(void *ctx, curl_off_t dl_total, curl_off_t dl, curl_
 }
 
 /* POSTs one envelope; on RETRY, *retry_after_ms is the server's Retry-After
- * (0 when none). */
-/* why: what went wrong when not SENT ("HTTP 403: body start" or libcurl's error). */
+ * (0 when none). why: what went wrong when not SENT ("HTTP 403: body
+ * start" or libcurl's error). */
 static send_result send_envelope(tmr_uploader *u, CURL *curl, const uint8_t *body, size_t len, long timeout_ms,
                                  uint64_t *retry_after_ms, char *why, size_t why_cap) {
     *retry_after_ms = 0;
